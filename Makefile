@@ -1,0 +1,39 @@
+# The two commands a new user runs: `make demo` and `make test`. Both install what is missing
+# (scripts/install-deps.sh), configure with CMake and build into build/.
+BUILD      ?= build
+BUILD_ASAN ?= build-asan
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+
+.PHONY: all deps build asan test demo bench clean format
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+asan: deps
+	@cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DPIPEC_SANITIZE=ON >/dev/null
+	@cmake --build $(BUILD_ASAN) -j $(JOBS)
+
+# Every test, in the release tree and again under AddressSanitizer + UBSan.
+test: build asan
+	@echo "== tests (release build)"
+	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	@echo "== tests (ASan + UBSan build)"
+	@ctest --test-dir $(BUILD_ASAN) --output-on-failure -j $(JOBS)
+
+demo: build
+	@scripts/demo.sh $(BUILD)/bin/pipec
+
+bench: build
+	@bench/run.sh $(BUILD)/bin/pipec
+
+format:
+	@clang-format -i ir/*.[ch] compiler/*.[ch] tests/unit/*.c
+
+clean:
+	rm -rf $(BUILD) $(BUILD_ASAN)

@@ -1,0 +1,1258 @@
+// expand pass: turns the parsed model document into an IR graph.
+//
+// Order of work: top-level keys and version; dims (each an integer or an expression over other
+// dims, resolved on demand with cycle detection, -D overrides first); inputs; params; blocks
+// (kept as JSON until instantiated); nodes, where a repeat entry instantiates its block count
+// times with "{i}" replaced by the instance index. Every defined name goes into one namespace.
+// Only then are node inputs resolved (so a node may refer to one defined later in the file),
+// followed by the loss, the outputs and a topological sort that keeps file order where it can
+// and reports a cycle with its path. Every error names its JSON path and its line:col.
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../ir/ops.h"
+#include "dimexpr.h"
+#include "passes.h"
+
+enum { MAX_NAME = 1024, MAX_REPEAT = 100000 };
+
+typedef struct DimSlot {
+  const char *name;     // dim symbol
+  const cJSON *item;    // its value in the file (NULL for -D only)
+  const char *override; // -D value, or NULL
+  int state;            // 0 = not resolved, 1 = resolving, 2 = done
+  Dim value;            // resolved value
+  Loc loc;              // where defined
+} DimSlot;
+
+typedef struct BlockDef {
+  const char *name;      // block name
+  const cJSON *obj;      // its JSON object
+  const char *path;      // "blocks[k]"
+  const cJSON *inputs;   // formal input names
+  const cJSON *outputs;  // output names (with {i})
+  const cJSON *params;   // params array or NULL
+  const cJSON *nodes;    // nodes array
+  int nin;               // number of formal inputs
+} BlockDef;
+
+typedef struct Spec {
+  const cJSON *obj;       // the node's JSON object
+  Node *node;             // the node created for it
+  const BlockDef *blk;    // block, or NULL at top level
+  int inst;               // instance index inside the block
+  const char **actuals;   // block only: global name bound to each formal input
+} Spec;
+
+typedef struct X {
+  const Source *src;  // the document
+  Graph *g;           // graph being built
+  Diag *d;            // diagnostics
+  Arena *a;           // graph arena
+  StrMap dims;        // name -> DimSlot*
+  StrMap blocks;      // name -> BlockDef*
+  Spec *specs;        // node instantiations in file order
+  int nspecs, cap;    // count and capacity
+  int ndim_slots;     // dims created (for ordering)
+  DimSlot **dim_order;// dims in file order
+} X;
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers: positions, JSON type checks, suggestions
+
+static Loc loc_of(X *x, const cJSON *it) { return source_loc(x->src, it); }
+
+static const char *json_type(const cJSON *it) {
+  if (cJSON_IsString(it)) return "a string";
+  if (cJSON_IsNumber(it)) return "a number";
+  if (cJSON_IsBool(it)) return "a boolean";
+  if (cJSON_IsNull(it)) return "null";
+  if (cJSON_IsArray(it)) return "an array";
+  if (cJSON_IsObject(it)) return "an object";
+  return "invalid";
+}
+
+static int edit_distance(const char *a, const char *b) {
+  int la = (int)strlen(a), lb = (int)strlen(b);
+  if (la > 40 || lb > 40) return 99;
+  int prev[41], cur[41];
+  for (int j = 0; j <= lb; j++) prev[j] = j;
+  for (int i = 1; i <= la; i++) {
+    cur[0] = i;
+    for (int j = 1; j <= lb; j++) {
+      int c = prev[j - 1] + (a[i - 1] != b[j - 1]);
+      if (prev[j] + 1 < c) c = prev[j] + 1;
+      if (cur[j - 1] + 1 < c) c = cur[j - 1] + 1;
+      cur[j] = c;
+    }
+    memcpy(prev, cur, sizeof(int) * (size_t)(lb + 1));
+  }
+  return prev[lb];
+}
+
+// " (did you mean 'x'?)" for the closest candidate within distance 2, else "".
+static const char *suggest(X *x, const char *word, const char *const *cands, int n) {
+  int best = 3;
+  const char *pick = NULL;
+  for (int i = 0; i < n; i++) {
+    int dd = edit_distance(word, cands[i]);
+    if (dd < best) best = dd, pick = cands[i];
+  }
+  return pick ? arena_printf(x->a, " (did you mean '%s'?)", pick) : "";
+}
+
+// Checks obj is an object whose keys are all in allowed and appear once.
+static bool check_keys(X *x, const cJSON *obj, const char *path, const char *const *allowed, int n) {
+  if (!cJSON_IsObject(obj)) {
+    diag_error(x->d, loc_of(x, obj), "%s: expected an object, got %s", path, json_type(obj));
+    return false;
+  }
+  for (const cJSON *c = obj->child; c; c = c->next) {
+    bool ok = false;
+    for (int i = 0; i < n && !ok; i++) ok = strcmp(c->string, allowed[i]) == 0;
+    if (!ok) {
+      diag_error(x->d, loc_of(x, c), "%s: unknown key '%s'%s", path, c->string, suggest(x, c->string, allowed, n));
+      return false;
+    }
+    for (const cJSON *e = obj->child; e != c; e = e->next)
+      if (strcmp(e->string, c->string) == 0) {
+        diag_error(x->d, loc_of(x, c), "%s: duplicate key '%s'", path, c->string);
+        return false;
+      }
+  }
+  return true;
+}
+
+static const cJSON *get(const cJSON *obj, const char *key) { return cJSON_GetObjectItemCaseSensitive(obj, key); }
+
+static bool need(X *x, const cJSON *obj, const char *path, const char *key, const cJSON **out) {
+  *out = get(obj, key);
+  if (*out) return true;
+  diag_error(x->d, loc_of(x, obj), "%s: missing required key '%s'", path, key);
+  return false;
+}
+
+static bool want_string(X *x, const cJSON *it, const char *path, const char **out) {
+  if (cJSON_IsString(it)) {
+    *out = it->valuestring;
+    return true;
+  }
+  diag_error(x->d, loc_of(x, it), "%s: expected a string, got %s", path, json_type(it));
+  return false;
+}
+
+static bool want_array(X *x, const cJSON *it, const char *path) {
+  if (cJSON_IsArray(it)) return true;
+  diag_error(x->d, loc_of(x, it), "%s: expected an array, got %s", path, json_type(it));
+  return false;
+}
+
+// An integer-valued JSON number within +-2^53.
+static bool want_int(X *x, const cJSON *it, const char *path, int64_t *out) {
+  if (!cJSON_IsNumber(it)) {
+    diag_error(x->d, loc_of(x, it), "%s: expected an integer, got %s", path, json_type(it));
+    return false;
+  }
+  double v = it->valuedouble;
+  if (!(fabs(v) <= 9007199254740992.0) || v != floor(v)) {
+    diag_error(x->d, loc_of(x, it), "%s: expected an integer within +-2^53, got %g", path, v);
+    return false;
+  }
+  *out = (int64_t)v;
+  return true;
+}
+
+static bool want_bool(X *x, const cJSON *it, const char *path, bool *out) {
+  if (!cJSON_IsBool(it)) {
+    diag_error(x->d, loc_of(x, it), "%s: expected true or false, got %s", path, json_type(it));
+    return false;
+  }
+  *out = cJSON_IsTrue(it);
+  return true;
+}
+
+// "base.key"
+static const char *pathk(X *x, const char *base, const char *key) {
+  return arena_printf(x->a, "%s.%s", base, key);
+}
+
+static const char *path_idx(X *x, const char *base, int i) { return arena_printf(x->a, "%s[%d]", base, i); }
+
+// ---------------------------------------------------------------------------------------------
+// Names
+
+// A name as defined in the file: printable, no ':' and (outside blocks) no braces.
+static bool check_name(X *x, const cJSON *it, const char *path, const char *name, bool in_block) {
+  size_t n = strlen(name);
+  if (n == 0 || n > MAX_NAME) {
+    diag_error(x->d, loc_of(x, it), "%s: a name must have 1 to %d characters", path, MAX_NAME);
+    return false;
+  }
+  for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+    if (*p < 0x20 || *p == 0x7f) {
+      diag_error(x->d, loc_of(x, it), "%s: name contains a control character", path);
+      return false;
+    }
+    if (*p == ':' ) {
+      diag_error(x->d, loc_of(x, it), "%s: name '%s' contains ':', which is reserved for output indices", path,
+                 name);
+      return false;
+    }
+    if (!in_block && (*p == '{' || *p == '}')) {
+      diag_error(x->d, loc_of(x, it), "%s: name '%s' contains '%c', which is reserved for blocks ({i})", path,
+                 name, *p);
+      return false;
+    }
+  }
+  return true;
+}
+
+// Replaces "{i}" by inst; any other use of braces is an error.
+static const char *subst(X *x, const cJSON *it, const char *path, const char *name, int inst) {
+  char buf[MAX_NAME * 2 + 64];
+  size_t o = 0;
+  for (const char *p = name; *p;) {
+    if (p[0] == '{' && p[1] == 'i' && p[2] == '}') {
+      o += (size_t)snprintf(buf + o, sizeof buf - o, "%d", inst);
+      p += 3;
+    } else if (*p == '{' || *p == '}') {
+      diag_error(x->d, loc_of(x, it), "%s: '%s' has a '%c' that is not part of '{i}' (the only substitution)",
+                 path, name, *p);
+      return NULL;
+    } else {
+      if (o + 1 >= sizeof buf) break;
+      buf[o++] = *p++;
+    }
+    if (o >= sizeof buf - 32) {
+      diag_error(x->d, loc_of(x, it), "%s: name too long", path);
+      return NULL;
+    }
+  }
+  buf[o] = 0;
+  return arena_strndup(x->a, buf, o);
+}
+
+static Loc def_loc(X *x, const char *name) {
+  Tensor *t = graph_find(x->g, name);
+  if (t) return t->loc;
+  Node *n = strmap_get(&x->g->node_names, name);
+  return n ? n->loc : (Loc){0, 0};
+}
+
+// Reserves name in the model namespace; reports a duplicate with the first definition's place.
+static bool name_free(X *x, const cJSON *it, const char *path, const char *name) {
+  if (!graph_find(x->g, name) && !strmap_get(&x->g->node_names, name)) return true;
+  Loc first = def_loc(x, name);
+  if (first.line)
+    diag_error(x->d, loc_of(x, it), "%s: duplicate name '%s' (first defined at line %d, column %d)", path, name,
+               first.line, first.col);
+  else
+    diag_error(x->d, loc_of(x, it), "%s: duplicate name '%s'", path, name);
+  return false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// dims
+
+static bool resolve_dim(X *x, DimSlot *s, char *err, int errcap);
+
+static int lookup_dim(void *ctx, const char *name, Dim *out, char *err, int errcap) {
+  X *x = ctx;
+  if (strcmp(name, x->g->batch_sym) == 0) {
+    *out = (Dim){1, 1};
+    return 1;
+  }
+  DimSlot *s = strmap_get(&x->dims, name);
+  if (!s) return 0;
+  if (!resolve_dim(x, s, err, errcap)) return -1;
+  *out = s->value;
+  return 1;
+}
+
+static bool eval_expr(X *x, const char *expr, Dim *out, char *err, int errcap) {
+  return dimexpr_eval(expr, lookup_dim, x, out, err, errcap);
+}
+
+static bool resolve_dim(X *x, DimSlot *s, char *err, int errcap) {
+  if (s->state == 2) return true;
+  if (s->state == 1) {
+    snprintf(err, (size_t)errcap, "dims refer to each other in a cycle through '%s'", s->name);
+    return false;
+  }
+  s->state = 1;
+  Dim v;
+  if (s->override) {
+    if (!eval_expr(x, s->override, &v, err, errcap)) return false;
+  } else if (cJSON_IsNumber(s->item)) {
+    double f = s->item->valuedouble;
+    if (!(f >= 1 && f <= 9007199254740992.0) || f != floor(f)) {
+      snprintf(err, (size_t)errcap, "dim '%s' must be an integer from 1 to 2^53, got %g", s->name, f);
+      return false;
+    }
+    v = (Dim){(int64_t)f, 0};
+  } else if (cJSON_IsString(s->item)) {
+    if (!eval_expr(x, s->item->valuestring, &v, err, errcap)) return false;
+  } else {
+    snprintf(err, (size_t)errcap, "dim '%s' must be an integer or an expression string, got %s", s->name,
+             json_type(s->item));
+    return false;
+  }
+  if (v.b) {
+    snprintf(err, (size_t)errcap, "dim '%s' may not depend on the batch symbol '%s'", s->name, x->g->batch_sym);
+    return false;
+  }
+  if (v.n < 1) {
+    snprintf(err, (size_t)errcap, "dim '%s' must be >= 1, got %lld", s->name, (long long)v.n);
+    return false;
+  }
+  s->value = v;
+  s->state = 2;
+  return true;
+}
+
+static bool is_ident(const char *s) {
+  if (!isalpha((unsigned char)*s) && *s != '_') return false;
+  for (; *s; s++)
+    if (!isalnum((unsigned char)*s) && *s != '_') return false;
+  return true;
+}
+
+static bool parse_dims(X *x, const cJSON *root, const ExpandOptions *opt) {
+  const cJSON *dims = get(root, "dims");
+  int n = dims ? cJSON_GetArraySize(dims) : 0;
+  if (dims && !cJSON_IsObject(dims)) {
+    diag_error(x->d, loc_of(x, dims), "dims: expected an object, got %s", json_type(dims));
+    return false;
+  }
+  x->dim_order = ARENA_ARRAY(x->a, DimSlot *, n + 1);
+  for (const cJSON *c = dims ? dims->child : NULL; c; c = c->next) {
+    if (!is_ident(c->string)) {
+      diag_error(x->d, loc_of(x, c), "dims: '%s' is not a valid dim name (letters, digits, '_')", c->string);
+      return false;
+    }
+    if (strcmp(c->string, x->g->batch_sym) == 0) {
+      diag_error(x->d, loc_of(x, c), "dims: '%s' is the batch symbol; it is bound by the training configuration",
+                 c->string);
+      return false;
+    }
+    DimSlot *s = ARENA_NEW(x->a, DimSlot);
+    s->name = c->string;
+    s->item = c;
+    s->loc = loc_of(x, c);
+    if (strmap_put(&x->dims, s->name, s)) {
+      diag_error(x->d, loc_of(x, c), "dims: duplicate key '%s'", c->string);
+      return false;
+    }
+    x->dim_order[x->ndim_slots++] = s;
+  }
+  for (int i = 0; i < opt->ndefines; i++) {
+    const char *def = opt->defines[i];
+    const char *eq = strchr(def, '=');
+    char *name = arena_strndup(x->a, def, eq ? (size_t)(eq - def) : strlen(def));
+    DimSlot *s = strmap_get(&x->dims, name);
+    if (!eq || !*name || !eq[1]) {
+      diag_error(x->d, (Loc){0, 0}, "-D %s: expected NAME=VALUE", def);
+      return false;
+    }
+    if (!s) {
+      diag_error(x->d, (Loc){0, 0}, "-D %s: the model has no dim '%s'", def, name);
+      return false;
+    }
+    s->override = eq + 1;
+  }
+  for (int i = 0; i < x->ndim_slots; i++) {
+    char err[512];
+    if (!resolve_dim(x, x->dim_order[i], err, sizeof err)) {
+      DimSlot *s = x->dim_order[i];
+      diag_error(x->d, s->override ? (Loc){0, 0} : s->loc, "dims.%s: %s", s->name, err);
+      return false;
+    }
+  }
+  x->g->ndims = x->ndim_slots;
+  x->g->dims = ARENA_ARRAY(x->a, DimDef, x->ndim_slots + 1);
+  for (int i = 0; i < x->ndim_slots; i++)
+    x->g->dims[i] = (DimDef){x->dim_order[i]->name, x->dim_order[i]->value, x->dim_order[i]->loc};
+  return true;
+}
+
+// One dimension from a JSON integer or expression string. allow_infer accepts -1.
+static bool parse_dim(X *x, const cJSON *it, const char *path, bool allow_infer, Dim *out) {
+  if (cJSON_IsString(it)) {
+    char err[512];
+    if (!eval_expr(x, it->valuestring, out, err, sizeof err)) {
+      diag_error(x->d, loc_of(x, it), "%s: %s", path, err);
+      return false;
+    }
+  } else {
+    int64_t v;
+    if (!cJSON_IsNumber(it)) {
+      diag_error(x->d, loc_of(x, it), "%s: expected a dimension (integer or dim name), got %s", path,
+                 json_type(it));
+      return false;
+    }
+    if (!want_int(x, it, path, &v)) return false;
+    *out = (Dim){v, 0};
+    if (allow_infer && v == -1) return true;
+  }
+  if (out->n < 1) {
+    diag_error(x->d, loc_of(x, it), "%s: dimension must be >= 1, got %lld", path, (long long)out->n);
+    return false;
+  }
+  return true;
+}
+
+static bool parse_shape(X *x, const cJSON *arr, const char *path, bool allow_batch, Shape *s) {
+  if (!want_array(x, arr, path)) return false;
+  int n = cJSON_GetArraySize(arr);
+  if (n > MAX_RANK) {
+    diag_error(x->d, loc_of(x, arr), "%s: rank %d is more than the %d dims pipec supports", path, n, MAX_RANK);
+    return false;
+  }
+  s->rank = 0;
+  int i = 0;
+  for (const cJSON *c = arr->child; c; c = c->next, i++) {
+    const char *p = path_idx(x, path, i);
+    if (!parse_dim(x, c, p, false, &s->d[s->rank])) return false;
+    if (s->d[s->rank].b && !allow_batch) {
+      diag_error(x->d, loc_of(x, c), "%s: a parameter's shape cannot use the batch symbol '%s'", p,
+                 x->g->batch_sym);
+      return false;
+    }
+    s->rank++;
+  }
+  if (shape_numel(s, 1) < 0) {
+    diag_error(x->d, loc_of(x, arr), "%s: shape %s has more than 2^53 elements", path, fmt_shape(x->g, s));
+    return false;
+  }
+  return true;
+}
+
+static bool parse_dtype(X *x, const cJSON *obj, const char *path, DType *out) {
+  const cJSON *it = get(obj, "dtype");
+  *out = DT_F32;
+  if (!it) return true;
+  const char *s;
+  if (!want_string(x, it, pathk(x, path, "dtype"), &s)) return false;
+  if (!dtype_parse(s, out)) {
+    diag_error(x->d, loc_of(x, it), "%s.dtype: unknown dtype '%s' (expected f32, bf16, f16 or i32)", path, s);
+    return false;
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// inputs and params
+
+static bool parse_inputs(X *x, const cJSON *root) {
+  const cJSON *arr;
+  if (!need(x, root, "model", "inputs", &arr) || !want_array(x, arr, "inputs")) return false;
+  if (cJSON_GetArraySize(arr) == 0) {
+    diag_error(x->d, loc_of(x, arr), "inputs: a model needs at least one input");
+    return false;
+  }
+  static const char *const keys[] = {"name", "dtype", "shape", "target"};
+  int i = 0;
+  for (const cJSON *c = arr->child; c; c = c->next, i++) {
+    const char *path = path_idx(x, "inputs", i);
+    const cJSON *nm, *sh;
+    const char *name;
+    if (!check_keys(x, c, path, keys, 4) || !need(x, c, path, "name", &nm) ||
+        !want_string(x, nm, pathk(x, path, "name"), &name) || !check_name(x, nm, path, name, false) ||
+        !name_free(x, c, path, name) || !need(x, c, path, "shape", &sh))
+      return false;
+    Tensor *t = graph_add_tensor(x->g, name, T_INPUT);
+    t->loc = loc_of(x, c);
+    t->path = path;
+    const char *spath = pathk(x, path, "shape");
+    if (!parse_dtype(x, c, path, &t->dtype) || !parse_shape(x, sh, spath, true, &t->shape)) return false;
+    if (t->shape.rank == 0 || !(t->shape.d[0].b && t->shape.d[0].n == 1)) {
+      diag_error(x->d, loc_of(x, sh), "%s: the first dim of an input must be the batch symbol '%s'", spath,
+                 x->g->batch_sym);
+      return false;
+    }
+    for (int k = 1; k < t->shape.rank; k++)
+      if (t->shape.d[k].b) {
+        diag_error(x->d, loc_of(x, sh), "%s: the batch symbol '%s' may appear only as the first dim", spath,
+                   x->g->batch_sym);
+        return false;
+      }
+    const cJSON *tg = get(c, "target");
+    if (tg && !want_bool(x, tg, pathk(x, path, "target"), &t->is_target)) return false;
+  }
+  return true;
+}
+
+static bool want_number(X *x, const cJSON *obj, const char *path, const char *key, bool required, double def,
+                        double *out) {
+  const cJSON *it = get(obj, key);
+  *out = def;
+  if (!it) {
+    if (!required) return true;
+    diag_error(x->d, loc_of(x, obj), "%s: missing required key '%s'", path, key);
+    return false;
+  }
+  if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble)) {
+    diag_error(x->d, loc_of(x, it), "%s.%s: expected a number, got %s", path, key, json_type(it));
+    return false;
+  }
+  *out = it->valuedouble;
+  return true;
+}
+
+static bool parse_init(X *x, const cJSON *it, const char *path, Tensor *t) {
+  static const char *const kinds[] = {"zeros", "ones", "normal", "uniform", "xavier"};
+  const char *kind;
+  const cJSON *kit = it;
+  if (cJSON_IsString(it)) {
+    kind = it->valuestring;
+  } else if (cJSON_IsObject(it)) {
+    static const char *const keys[] = {"kind", "std", "mean", "a", "b", "gain"};
+    if (!check_keys(x, it, path, keys, 6) || !need(x, it, path, "kind", &kit) ||
+        !want_string(x, kit, pathk(x, path, "kind"), &kind))
+      return false;
+  } else {
+    diag_error(x->d, loc_of(x, it), "%s: expected an init name or object, got %s", path, json_type(it));
+    return false;
+  }
+  int k = -1;
+  for (int i = 0; i < 5; i++)
+    if (strcmp(kind, kinds[i]) == 0) k = i;
+  if (k < 0) {
+    diag_error(x->d, loc_of(x, kit), "%s: unknown init '%s'%s (expected zeros, ones, normal, uniform or xavier)",
+               path, kind, suggest(x, kind, kinds, 5));
+    return false;
+  }
+  t->init.kind = (InitKind)k;
+  if (cJSON_IsString(it) && (k == INIT_NORMAL || k == INIT_UNIFORM)) {
+    diag_error(x->d, loc_of(x, it), "%s: init '%s' needs parameters: %s", path, kind,
+               k == INIT_NORMAL ? "{\"kind\": \"normal\", \"std\": S}" : "{\"kind\": \"uniform\", \"a\": A, \"b\": B}");
+    return false;
+  }
+  // Keys that do not belong to the kind are errors too.
+  static const char *const own[5][3] = {{0}, {0}, {"std", "mean"}, {"a", "b"}, {"gain"}};
+  if (cJSON_IsObject(it))
+    for (const cJSON *c = it->child; c; c = c->next) {
+      bool ok = strcmp(c->string, "kind") == 0;
+      for (int j = 0; j < 3 && own[k][j]; j++) ok |= strcmp(c->string, own[k][j]) == 0;
+      if (!ok) {
+        diag_error(x->d, loc_of(x, c), "%s: init '%s' takes no key '%s'", path, kind, c->string);
+        return false;
+      }
+    }
+  switch (t->init.kind) {
+  case INIT_ZEROS:
+  case INIT_ONES: break;
+  case INIT_NORMAL:
+    if (!want_number(x, it, path, "mean", false, 0, &t->init.a) || !want_number(x, it, path, "std", true, 0, &t->init.b))
+      return false;
+    if (!(t->init.b > 0)) {
+      diag_error(x->d, loc_of(x, get(it, "std")), "%s.std: must be > 0, got %g", path, t->init.b);
+      return false;
+    }
+    break;
+  case INIT_UNIFORM:
+    if (!want_number(x, it, path, "a", true, 0, &t->init.a) || !want_number(x, it, path, "b", true, 0, &t->init.b))
+      return false;
+    if (!(t->init.a < t->init.b)) {
+      diag_error(x->d, loc_of(x, it), "%s: uniform needs a < b, got a = %g, b = %g", path, t->init.a, t->init.b);
+      return false;
+    }
+    break;
+  case INIT_XAVIER:
+    if (cJSON_IsObject(it) && !want_number(x, it, path, "gain", false, 1, &t->init.a)) return false;
+    if (cJSON_IsString(it)) t->init.a = 1;
+    if (!(t->init.a > 0)) {
+      diag_error(x->d, loc_of(x, it), "%s.gain: must be > 0, got %g", path, t->init.a);
+      return false;
+    }
+    if (t->shape.rank < 2) {
+      diag_error(x->d, loc_of(x, it), "%s: xavier needs a parameter of rank >= 2, '%s' has shape %s", path,
+                 t->name, fmt_shape(x->g, &t->shape));
+      return false;
+    }
+    break;
+  }
+  return true;
+}
+
+// One param object; name is already substituted (blocks) and checked.
+static bool parse_param(X *x, const cJSON *c, const char *path, const char *name, const cJSON *nm, int inst) {
+  static const char *const keys[] = {"name", "shape", "dtype", "init", "tied_to"};
+  const cJSON *sh;
+  if (!check_keys(x, c, path, keys, 5) || !name_free(x, nm, path, name) || !need(x, c, path, "shape", &sh))
+    return false;
+  Tensor *t = graph_add_tensor(x->g, name, T_PARAM);
+  t->loc = loc_of(x, c);
+  t->path = path;
+  if (!parse_dtype(x, c, path, &t->dtype) || !parse_shape(x, sh, pathk(x, path, "shape"), false, &t->shape))
+    return false;
+  if (!dtype_is_float(t->dtype)) {
+    diag_error(x->d, loc_of(x, c), "%s: parameter '%s' has dtype %s; parameters must be floating point", path, name,
+               dtype_name(t->dtype));
+    return false;
+  }
+  const cJSON *tied = get(c, "tied_to"), *init = get(c, "init");
+  if (tied) {
+    const char *owner;
+    if (!want_string(x, tied, pathk(x, path, "tied_to"), &owner)) return false;
+    if (inst >= 0 && !(owner = subst(x, tied, path, owner, inst))) return false;
+    if (init) {
+      diag_error(x->d, loc_of(x, init), "%s: a tied parameter has no init of its own (it shares '%s')", path, owner);
+      return false;
+    }
+    Tensor *o = graph_find(x->g, owner);
+    if (!o || o->kind != T_PARAM || o == t) {
+      diag_error(x->d, loc_of(x, tied), "%s.tied_to: '%s' is not a parameter defined before '%s'", path, owner, name);
+      return false;
+    }
+    if (o->tied_to) {
+      diag_error(x->d, loc_of(x, tied), "%s.tied_to: '%s' is itself tied to '%s'; tie to the owner", path, owner,
+                 o->tied_to->name);
+      return false;
+    }
+    if (!shape_eq(&o->shape, &t->shape) || o->dtype != t->dtype) {
+      diag_error(x->d, loc_of(x, tied), "%s.tied_to: '%s' is %s%s but '%s' is %s%s", path, owner,
+                 dtype_name(o->dtype), fmt_shape(x->g, &o->shape), name, dtype_name(t->dtype),
+                 fmt_shape(x->g, &t->shape));
+      return false;
+    }
+    t->tied_to = o;
+    t->init = o->init;
+    return true;
+  }
+  t->init.kind = INIT_ZEROS;
+  return !init || parse_init(x, init, pathk(x, path, "init"), t);
+}
+
+static bool parse_params(X *x, const cJSON *arr, const char *base, int inst) {
+  if (!arr) return true;
+  if (!want_array(x, arr, base)) return false;
+  int i = 0;
+  for (const cJSON *c = arr->child; c; c = c->next, i++) {
+    const char *path = path_idx(x, base, i);
+    const cJSON *nm;
+    const char *name;
+    if (!cJSON_IsObject(c)) {
+      diag_error(x->d, loc_of(x, c), "%s: expected an object, got %s", path, json_type(c));
+      return false;
+    }
+    if (!need(x, c, path, "name", &nm) || !want_string(x, nm, pathk(x, path, "name"), &name) ||
+        !check_name(x, nm, path, name, inst >= 0))
+      return false;
+    if (inst >= 0) {
+      if (!strstr(name, "{i}")) {
+        diag_error(x->d, loc_of(x, nm), "%s: block parameter '%s' must contain {i} so each instance has its own",
+                   path, name);
+        return false;
+      }
+      if (!(name = subst(x, nm, path, name, inst))) return false;
+      path = arena_printf(x->a, "%s (instance %d)", path, inst);
+    }
+    if (!parse_param(x, c, path, name, nm, inst)) return false;
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attributes against the op's schema
+
+static bool parse_attr(X *x, const AttrDef *ad, const cJSON *it, const char *path, AttrValue *v) {
+  char err[512];
+  v->present = true;
+  switch (ad->type) {
+  case ATTR_BOOL: {
+    bool b;
+    if (!want_bool(x, it, path, &b)) return false;
+    v->i = b;
+    return true;
+  }
+  case ATTR_FLOAT:
+    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble)) {
+      diag_error(x->d, loc_of(x, it), "%s: expected a number, got %s", path, json_type(it));
+      return false;
+    }
+    v->f = it->valuedouble;
+    return true;
+  case ATTR_INT:
+    if (cJSON_IsString(it)) {
+      Dim dd;
+      if (!eval_expr(x, it->valuestring, &dd, err, sizeof err)) {
+        diag_error(x->d, loc_of(x, it), "%s: %s", path, err);
+        return false;
+      }
+      if (dd.b) {
+        diag_error(x->d, loc_of(x, it), "%s: an integer attribute cannot use the batch symbol", path);
+        return false;
+      }
+      v->i = dd.n;
+      return true;
+    }
+    return want_int(x, it, path, &v->i);
+  case ATTR_INTS:
+  case ATTR_SHAPE: {
+    if (!want_array(x, it, path)) return false;
+    int n = cJSON_GetArraySize(it);
+    if (n > 4096) {
+      diag_error(x->d, loc_of(x, it), "%s: list of %d entries is too long (at most 4096)", path, n);
+      return false;
+    }
+    v->count = n;
+    v->ints = ARENA_ARRAY(x->a, int64_t, n + 1);
+    v->dims = ARENA_ARRAY(x->a, Dim, n + 1);
+    int i = 0;
+    for (const cJSON *c = it->child; c; c = c->next, i++) {
+      const char *p = path_idx(x, path, i);
+      if (ad->type == ATTR_SHAPE) {
+        if (!parse_dim(x, c, p, true, &v->dims[i])) return false;
+      } else if (cJSON_IsString(c)) {
+        Dim dd;
+        if (!eval_expr(x, c->valuestring, &dd, err, sizeof err) || dd.b) {
+          if (dd.b) snprintf(err, sizeof err, "an integer list cannot use the batch symbol");
+          diag_error(x->d, loc_of(x, c), "%s: %s", p, err);
+          return false;
+        }
+        v->ints[i] = dd.n;
+      } else if (!want_int(x, c, p, &v->ints[i])) {
+        return false;
+      }
+    }
+    return true;
+  }
+  }
+  return false;
+}
+
+static bool parse_attrs(X *x, Node *n, const cJSON *obj, const char *path) {
+  const OpDef *op = n->op;
+  for (int i = 0; i < op->nattrs; i++) {
+    n->attrs[i].i = op->attrs[i].def_i;
+    n->attrs[i].f = op->attrs[i].def_f;
+  }
+  const cJSON *attrs = get(obj, "attrs");
+  if (attrs && !cJSON_IsObject(attrs)) {
+    diag_error(x->d, loc_of(x, attrs), "%s.attrs: expected an object, got %s", path, json_type(attrs));
+    return false;
+  }
+  for (const cJSON *c = attrs ? attrs->child : NULL; c; c = c->next) {
+    int k = op_attr_index(op, c->string);
+    if (k < 0) {
+      const char *names[16];
+      int nn = 0;
+      char list[512] = "";
+      for (int j = 0; j < op->nattrs && j < 16; j++) {
+        names[nn++] = op->attrs[j].name;
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s'%s'", j ? ", " : "", op->attrs[j].name);
+      }
+      if (op->nattrs == 0)
+        node_error(x->d, n, "unknown attribute '%s': %s takes no attributes", c->string, op->name);
+      else
+        node_error(x->d, n, "unknown attribute '%s'%s: %s takes %s", c->string, suggest(x, c->string, names, nn),
+                   op->name, list);
+      return false;
+    }
+    for (const cJSON *e = attrs->child; e != c; e = e->next)
+      if (strcmp(e->string, c->string) == 0) {
+        diag_error(x->d, loc_of(x, c), "%s.attrs: duplicate key '%s'", path, c->string);
+        return false;
+      }
+    if (!parse_attr(x, &op->attrs[k], c, arena_printf(x->a, "%s.attrs.%s", path, c->string), &n->attrs[k]))
+      return false;
+  }
+  for (int i = 0; i < op->nattrs; i++)
+    if (op->attrs[i].required && !n->attrs[i].present) {
+      node_error(x->d, n, "missing required attribute '%s' of %s (%s)", op->attrs[i].name, op->name,
+                 op->attrs[i].doc);
+      return false;
+    }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Nodes
+
+static void add_spec(X *x, Spec s) {
+  if (x->nspecs == x->cap) {
+    int cap = x->cap ? x->cap * 2 : 256;
+    Spec *ns = ARENA_ARRAY(x->a, Spec, cap);
+    if (x->nspecs) memcpy(ns, x->specs, sizeof(Spec) * (size_t)x->nspecs);
+    x->specs = ns;
+    x->cap = cap;
+  }
+  x->specs[x->nspecs++] = s;
+}
+
+static bool parse_stage_hints(X *x, const cJSON *obj, const char *path, Node *n) {
+  const cJSON *st = get(obj, "stage"), *sb = get(obj, "split_before");
+  if (st) {
+    int64_t v;
+    if (!want_int(x, st, pathk(x, path, "stage"), &v)) return false;
+    if (v < 0 || v > 65535) {
+      diag_error(x->d, loc_of(x, st), "%s.stage: must be from 0 to 65535, got %lld", path, (long long)v);
+      return false;
+    }
+    n->stage = (int)v;
+  }
+  if (sb && !want_bool(x, sb, pathk(x, path, "split_before"), &n->split_before)) return false;
+  return true;
+}
+
+// Creates the node for an op entry (inputs are resolved later). inst >= 0 inside a block.
+static Node *make_node(X *x, const cJSON *c, const char *path, const BlockDef *blk, int inst) {
+  static const char *const keys[] = {"name", "op", "inputs", "attrs", "stage", "split_before"};
+  const cJSON *nm, *opj, *ins;
+  const char *name, *opname;
+  if (!check_keys(x, c, path, keys, 6) || !need(x, c, path, "name", &nm) ||
+      !want_string(x, nm, pathk(x, path, "name"), &name) || !check_name(x, nm, path, name, blk != NULL))
+    return NULL;
+  if (blk) {
+    if (!strstr(name, "{i}")) {
+      diag_error(x->d, loc_of(x, nm), "%s: block node '%s' must contain {i} so each instance has its own", path,
+                 name);
+      return NULL;
+    }
+    if (!(name = subst(x, nm, path, name, inst))) return NULL;
+    path = arena_printf(x->a, "%s (instance %d)", path, inst);
+  }
+  if (!name_free(x, nm, path, name) || !need(x, c, path, "op", &opj) ||
+      !want_string(x, opj, pathk(x, path, "op"), &opname) || !need(x, c, path, "inputs", &ins) ||
+      !want_array(x, ins, pathk(x, path, "inputs")))
+    return NULL;
+  const OpDef *op = op_find(opname);
+  if (!op) {
+    const char *names[64];
+    int nn = 0;
+    for (int i = 0; i < op_count() && nn < 64; i++) names[nn++] = op_at(i)->name;
+    diag_error(x->d, loc_of(x, opj), "%s \"%s\": unknown op '%s'%s", path, name, opname,
+               suggest(x, opname, names, nn));
+    return NULL;
+  }
+  int nin = cJSON_GetArraySize(ins);
+  Node tmp = {.name = name, .path = path, .loc = loc_of(x, c), .op = op};
+  if (nin < op->min_in || (op->max_in >= 0 && nin > op->max_in)) {
+    if (op->max_in < 0)
+      node_error(x->d, &tmp, "%s takes at least %d input%s, got %d", op->name, op->min_in, op->min_in == 1 ? "" : "s",
+                 nin);
+    else if (op->min_in == op->max_in)
+      node_error(x->d, &tmp, "%s takes %d input%s, got %d", op->name, op->min_in, op->min_in == 1 ? "" : "s", nin);
+    else
+      node_error(x->d, &tmp, "%s takes %d to %d inputs, got %d", op->name, op->min_in, op->max_in, nin);
+    return NULL;
+  }
+  // Output count may depend on attributes (split): parse them on a scratch node first.
+  Node *n = graph_add_node(x->g, name, op, nin, op->nout ? op->nout : 1);
+  n->loc = tmp.loc;
+  n->path = path;
+  n->instance = inst;
+  n->block = blk ? blk->name : NULL;
+  if (!parse_attrs(x, n, c, path) || !parse_stage_hints(x, c, path, n)) return NULL;
+  if (!op->nout) {
+    int k = op->count_outputs(n);
+    if (k < 1 || k > 4096) {
+      node_error(x->d, n, "%s needs 1 to 4096 outputs, the attributes give %d", op->name, k);
+      return NULL;
+    }
+    n->nout = k;
+    n->out = ARENA_ARRAY(x->a, Tensor *, k);
+  }
+  for (int k = 0; k < n->nout; k++) {
+    const char *tn = op->nout == 1 ? name : arena_printf(x->a, "%s:%d", name, k);
+    Tensor *t = graph_add_tensor(x->g, tn, T_ACT);
+    t->producer = n;
+    t->out_index = k;
+    t->loc = n->loc;
+    t->path = path;
+  }
+  for (int k = 0; k < n->nout; k++) n->out[k] = x->g->tensors[x->g->ntensors - n->nout + k];
+  return n;
+}
+
+static bool parse_blocks(X *x, const cJSON *root) {
+  const cJSON *arr = get(root, "blocks");
+  if (!arr) return true;
+  if (!want_array(x, arr, "blocks")) return false;
+  static const char *const keys[] = {"name", "inputs", "outputs", "params", "nodes"};
+  int i = 0;
+  for (const cJSON *c = arr->child; c; c = c->next, i++) {
+    const char *path = path_idx(x, "blocks", i);
+    BlockDef *b = ARENA_NEW(x->a, BlockDef);
+    const cJSON *nm;
+    b->obj = c;
+    b->path = path;
+    if (!check_keys(x, c, path, keys, 5) || !need(x, c, path, "name", &nm) ||
+        !want_string(x, nm, pathk(x, path, "name"), &b->name) || !need(x, c, path, "inputs", &b->inputs) ||
+        !want_array(x, b->inputs, pathk(x, path, "inputs")) || !need(x, c, path, "outputs", &b->outputs) ||
+        !want_array(x, b->outputs, pathk(x, path, "outputs")) || !need(x, c, path, "nodes", &b->nodes) ||
+        !want_array(x, b->nodes, pathk(x, path, "nodes")))
+      return false;
+    b->params = get(c, "params");
+    b->nin = cJSON_GetArraySize(b->inputs);
+    int nout = cJSON_GetArraySize(b->outputs);
+    if (b->nin < 1 || nout != b->nin) {
+      diag_error(x->d, loc_of(x, b->outputs),
+                 "%s: block '%s' has %d inputs and %d outputs; instance k+1 reads instance k's outputs, so the "
+                 "counts must be equal and at least 1",
+                 path, b->name, b->nin, nout);
+      return false;
+    }
+    int k = 0;
+    for (const cJSON *e = b->inputs->child; e; e = e->next, k++) {
+      const char *fp = path_idx(x, pathk(x, path, "inputs"), k), *s;
+      if (!want_string(x, e, fp, &s) || !check_name(x, e, fp, s, false)) return false;
+    }
+    k = 0;
+    for (const cJSON *e = b->outputs->child; e; e = e->next, k++) {
+      const char *s;
+      if (!want_string(x, e, path_idx(x, pathk(x, path, "outputs"), k), &s)) return false;
+    }
+    if (strmap_put(&x->blocks, b->name, b)) {
+      diag_error(x->d, loc_of(x, nm), "%s: duplicate block name '%s'", path, b->name);
+      return false;
+    }
+  }
+  return true;
+}
+
+// The global name a block-local reference denotes in instance inst.
+static const char *block_ref(X *x, const Spec *s, const cJSON *it, const char *path, const char *ref) {
+  int k = 0;
+  for (const cJSON *f = s->blk->inputs->child; f; f = f->next, k++)
+    if (strcmp(f->valuestring, ref) == 0) return s->actuals[k];
+  return subst(x, it, path, ref, s->inst);
+}
+
+static bool expand_repeat(X *x, const cJSON *c, const char *path) {
+  static const char *const keys[] = {"repeat", "count", "inputs", "outputs", "start", "split_before", "stage"};
+  const cJSON *rj, *cj, *ins, *outs;
+  const char *bname;
+  if (!check_keys(x, c, path, keys, 7) || !want_string(x, rj = get(c, "repeat"), pathk(x, path, "repeat"), &bname) ||
+      !need(x, c, path, "count", &cj) || !need(x, c, path, "inputs", &ins) ||
+      !want_array(x, ins, pathk(x, path, "inputs")) || !need(x, c, path, "outputs", &outs) ||
+      !want_array(x, outs, pathk(x, path, "outputs")))
+    return false;
+  const BlockDef *b = strmap_get(&x->blocks, bname);
+  if (!b) {
+    diag_error(x->d, loc_of(x, rj), "%s: unknown block '%s'", path, bname);
+    return false;
+  }
+  int64_t count = 0, start = 0;
+  if (cJSON_IsString(cj)) {
+    char err[512];
+    Dim dd;
+    if (!eval_expr(x, cj->valuestring, &dd, err, sizeof err)) {
+      diag_error(x->d, loc_of(x, cj), "%s.count: %s", path, err);
+      return false;
+    }
+    count = dd.b ? -1 : dd.n;
+  } else if (!want_int(x, cj, pathk(x, path, "count"), &count)) {
+    return false;
+  }
+  if (count < 1 || count > MAX_REPEAT) {
+    diag_error(x->d, loc_of(x, cj), "%s.count: repeat count must be from 1 to %d, got %lld", path, MAX_REPEAT,
+               (long long)count);
+    return false;
+  }
+  const cJSON *sj = get(c, "start");
+  if (sj && !want_int(x, sj, pathk(x, path, "start"), &start)) return false;
+  if (start < 0 || start > MAX_REPEAT) {
+    diag_error(x->d, loc_of(x, sj), "%s.start: must be from 0 to %d, got %lld", path, MAX_REPEAT, (long long)start);
+    return false;
+  }
+  if (cJSON_GetArraySize(ins) != b->nin || cJSON_GetArraySize(outs) != b->nin) {
+    diag_error(x->d, loc_of(x, c), "%s: block '%s' has %d inputs and %d outputs, the repeat gives %d and %d", path,
+               b->name, b->nin, b->nin, cJSON_GetArraySize(ins), cJSON_GetArraySize(outs));
+    return false;
+  }
+  const cJSON *stage = get(c, "stage"), *sb = get(c, "split_before");
+  bool split = false;
+  if (sb && !want_bool(x, sb, pathk(x, path, "split_before"), &split)) return false;
+  if (stage && (!want_array(x, stage, pathk(x, path, "stage")) || cJSON_GetArraySize(stage) != count)) {
+    if (cJSON_IsArray(stage))
+      diag_error(x->d, loc_of(x, stage), "%s.stage: needs one stage per instance (%lld), got %d", path,
+                 (long long)count, cJSON_GetArraySize(stage));
+    return false;
+  }
+  const char **prev = ARENA_ARRAY(x->a, const char *, b->nin);
+  int k = 0;
+  for (const cJSON *e = ins->child; e; e = e->next, k++)
+    if (!want_string(x, e, path_idx(x, pathk(x, path, "inputs"), k), &prev[k])) return false;
+  const cJSON *st = stage ? stage->child : NULL;
+  for (int64_t inst = start; inst < start + count; inst++, st = st ? st->next : NULL) {
+    int stg = -1;
+    if (st) {
+      int64_t v;
+      if (!want_int(x, st, path_idx(x, pathk(x, path, "stage"), (int)(inst - start)), &v)) return false;
+      if (v < 0 || v > 65535) {
+        diag_error(x->d, loc_of(x, st), "%s.stage: stages are from 0 to 65535, got %lld", path, (long long)v);
+        return false;
+      }
+      stg = (int)v;
+    }
+    if (!parse_params(x, b->params, pathk(x, b->path, "params"), (int)inst)) return false;
+    int j = 0;
+    bool first = true;
+    for (const cJSON *nd = b->nodes->child; nd; nd = nd->next, j++) {
+      const char *np = path_idx(x, pathk(x, b->path, "nodes"), j);
+      if (!cJSON_IsObject(nd) || get(nd, "repeat")) {
+        diag_error(x->d, loc_of(x, nd), "%s: expected an op node object (blocks cannot contain repeats)", np);
+        return false;
+      }
+      Node *n = make_node(x, nd, np, b, (int)inst);
+      if (!n) return false;
+      if (stg >= 0 && n->stage < 0) n->stage = stg;
+      if (first && split) n->split_before = true;
+      first = false;
+      add_spec(x, (Spec){nd, n, b, (int)inst, prev});
+    }
+    const char **next = ARENA_ARRAY(x->a, const char *, b->nin);
+    k = 0;
+    for (const cJSON *e = b->outputs->child; e; e = e->next, k++) {
+      const char *op = path_idx(x, pathk(x, b->path, "outputs"), k);
+      if (!(next[k] = subst(x, e, op, e->valuestring, (int)inst))) return false;
+      Tensor *t = graph_find(x->g, next[k]);
+      if (!t || t->kind != T_ACT || !t->producer || t->producer->instance != inst || t->producer->block != b->name) {
+        diag_error(x->d, loc_of(x, e), "%s: '%s' is not a tensor defined by block '%s' (instance %lld)", op,
+                   e->valuestring, b->name, (long long)inst);
+        return false;
+      }
+    }
+    prev = next;
+  }
+  // The last instance's outputs under the repeat's names.
+  k = 0;
+  for (const cJSON *e = outs->child; e; e = e->next, k++) {
+    const char *op = path_idx(x, pathk(x, path, "outputs"), k), *alias;
+    if (!want_string(x, e, op, &alias) || !check_name(x, e, op, alias, false) || !name_free(x, e, op, alias))
+      return false;
+    strmap_put(&x->g->names, alias, graph_find(x->g, prev[k]));
+  }
+  return true;
+}
+
+static bool parse_nodes(X *x, const cJSON *root) {
+  const cJSON *arr;
+  if (!need(x, root, "model", "nodes", &arr) || !want_array(x, arr, "nodes")) return false;
+  int i = 0;
+  for (const cJSON *c = arr->child; c; c = c->next, i++) {
+    const char *path = path_idx(x, "nodes", i);
+    if (!cJSON_IsObject(c)) {
+      diag_error(x->d, loc_of(x, c), "%s: expected an object, got %s", path, json_type(c));
+      return false;
+    }
+    if (get(c, "repeat")) {
+      if (!expand_repeat(x, c, path)) return false;
+      continue;
+    }
+    Node *n = make_node(x, c, path, NULL, -1);
+    if (!n) return false;
+    add_spec(x, (Spec){c, n, NULL, -1, NULL});
+  }
+  return true;
+}
+
+// Looks a reference up; explains multi-output nodes and suggests near names.
+static Tensor *resolve(X *x, const cJSON *it, const char *path, const char *ref, const char *what) {
+  Tensor *t = graph_find(x->g, ref);
+  if (t) return t;
+  Node *n = strmap_get(&x->g->node_names, ref);
+  if (n && n->nout > 1) {
+    diag_error(x->d, loc_of(x, it), "%s: '%s' has %d outputs; refer to one of them as '%s:0' .. '%s:%d'", path, ref,
+               n->nout, ref, ref, n->nout - 1);
+    return NULL;
+  }
+  // Suggest among a bounded set of names: the closest one overall is too slow for huge models.
+  const char *best = NULL;
+  int bd = 3;
+  for (int i = 0; i < x->g->ntensors && i < 20000; i++) {
+    int dd = edit_distance(ref, x->g->tensors[i]->name);
+    if (dd < bd) bd = dd, best = x->g->tensors[i]->name;
+  }
+  if (best)
+    diag_error(x->d, loc_of(x, it), "%s: undefined %s '%s' (did you mean '%s'?)", path, what, ref, best);
+  else
+    diag_error(x->d, loc_of(x, it), "%s: undefined %s '%s'", path, what, ref);
+  return NULL;
+}
+
+static bool resolve_inputs(X *x) {
+  for (int s = 0; s < x->nspecs; s++) {
+    Spec *sp = &x->specs[s];
+    Node *n = sp->node;
+    const cJSON *ins = get(sp->obj, "inputs");
+    int k = 0;
+    for (const cJSON *e = ins->child; e; e = e->next, k++) {
+      const char *p = arena_printf(x->a, "%s.inputs[%d]", n->path, k), *ref;
+      if (!want_string(x, e, p, &ref)) return false;
+      if (sp->blk && !(ref = block_ref(x, sp, e, p, ref))) return false;
+      Tensor *t = resolve(x, e, arena_printf(x->a, "%s \"%s\"", n->path, n->name), ref, "input");
+      if (!t) return false;
+      n->in[k] = t;
+    }
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Topological sort: Kahn's algorithm with a min-heap on file order, so independent nodes keep
+// the order they were written in. Leftover nodes are on or behind a cycle: report one cycle.
+
+static void heap_push(Node **h, int *n, Node *v) {
+  int i = (*n)++;
+  while (i > 0) {
+    int p = (i - 1) / 2;
+    if (h[p]->file_order <= v->file_order) break;
+    h[i] = h[p];
+    i = p;
+  }
+  h[i] = v;
+}
+
+static Node *heap_pop(Node **h, int *n) {
+  Node *top = h[0], *v = h[--(*n)];
+  int i = 0;
+  for (;;) {
+    int c = 2 * i + 1;
+    if (c >= *n) break;
+    if (c + 1 < *n && h[c + 1]->file_order < h[c]->file_order) c++;
+    if (v->file_order <= h[c]->file_order) break;
+    h[i] = h[c];
+    i = c;
+  }
+  if (*n) h[i] = v;
+  return top;
+}
+
+static bool toposort(X *x) {
+  Graph *g = x->g;
+  int nn = g->nnodes;
+  int *indeg = ARENA_ARRAY(x->a, int, nn + 1);
+  Node **heap = ARENA_ARRAY(x->a, Node *, nn + 1), **order = ARENA_ARRAY(x->a, Node *, nn + 1);
+  int hn = 0, on = 0;
+  for (int i = 0; i < nn; i++) {
+    Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++) indeg[i] += n->in[j]->producer != NULL;
+    if (!indeg[i]) heap_push(heap, &hn, n);
+  }
+  graph_link_uses(g);
+  while (hn) {
+    Node *n = heap_pop(heap, &hn);
+    order[on++] = n;
+    for (int k = 0; k < n->nout; k++)
+      for (int u = 0; u < n->out[k]->nuses; u++) {
+        Node *c = n->out[k]->uses[u].node;
+        if (--indeg[c->file_order] == 0) heap_push(heap, &hn, c);
+      }
+  }
+  if (on < nn) {
+    // Walk backwards from a leftover node through leftover producers until a node repeats.
+    Node *start = NULL;
+    for (int i = 0; i < nn && !start; i++)
+      if (indeg[i]) start = g->nodes[i];
+    int *seen = ARENA_ARRAY(x->a, int, nn + 1);
+    Node **path = ARENA_ARRAY(x->a, Node *, nn + 1);
+    int len = 0;
+    Node *n = start;
+    while (!seen[n->file_order]) {
+      seen[n->file_order] = len + 1;
+      path[len++] = n;
+      Node *p = NULL;
+      for (int j = 0; j < n->nin && !p; j++)
+        if (n->in[j]->producer && indeg[n->in[j]->producer->file_order]) p = n->in[j]->producer;
+      n = p;
+    }
+    int from = seen[n->file_order] - 1;
+    // path[from..len-1] goes consumer -> producer; print producer -> consumer.
+    char buf[2048];
+    size_t o = 0;
+    for (int i = len - 1; i >= from && o < sizeof buf - 8; i--)
+      o += (size_t)snprintf(buf + o, sizeof buf - o, "%s -> ", path[i]->name);
+    if (o < sizeof buf - 8) snprintf(buf + o, sizeof buf - o, "%s", path[len - 1]->name);
+    node_error(x->d, path[len - 1], "cycle: %s", buf);
+    return false;
+  }
+  for (int i = 0; i < nn; i++) {
+    g->nodes[i] = order[i];
+    order[i]->id = i;
+  }
+  graph_link_uses(g);
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+static bool parse_header(X *x, const cJSON *root) {
+  static const char *const keys[] = {"format", "version", "name", "batch", "dims", "inputs", "params",
+                                     "blocks", "nodes", "loss", "outputs", "training"};
+  if (!check_keys(x, root, "model", keys, 12)) return false;
+  const cJSON *f, *v, *nm;
+  const char *s;
+  int64_t ver;
+  if (!need(x, root, "model", "format", &f) || !want_string(x, f, "format", &s)) return false;
+  if (strcmp(s, "pipec-model") != 0) {
+    diag_error(x->d, loc_of(x, f), "format: expected \"pipec-model\", got \"%s\"", s);
+    return false;
+  }
+  if (!need(x, root, "model", "version", &v) || !want_int(x, v, "version", &ver)) return false;
+  if (ver != 1) {
+    diag_error(x->d, loc_of(x, v), "version: this pipec reads model format version 1, the file has version %lld",
+               (long long)ver);
+    return false;
+  }
+  if (!need(x, root, "model", "name", &nm) || !want_string(x, nm, "name", &x->g->name)) return false;
+  if (!*x->g->name) {
+    diag_error(x->d, loc_of(x, nm), "name: the model name must not be empty");
+    return false;
+  }
+  const cJSON *b = get(root, "batch");
+  if (b) {
+    if (!want_string(x, b, "batch", &x->g->batch_sym)) return false;
+    if (!is_ident(x->g->batch_sym)) {
+      diag_error(x->d, loc_of(x, b), "batch: '%s' is not a valid dim name (letters, digits, '_')", x->g->batch_sym);
+      return false;
+    }
+  }
+  const cJSON *tr = get(root, "training");
+  if (tr && !cJSON_IsObject(tr)) {
+    diag_error(x->d, loc_of(x, tr), "training: expected an object, got %s", json_type(tr));
+    return false;
+  }
+  return true;
+}
+
+static bool parse_loss_outputs(X *x, const cJSON *root) {
+  const cJSON *l, *outs = get(root, "outputs");
+  const char *s;
+  if (!need(x, root, "model", "loss", &l) || !want_string(x, l, "loss", &s)) return false;
+  if (!(x->g->loss = resolve(x, l, "loss", s, "tensor"))) return false;
+  if (!outs) return true;
+  if (!want_array(x, outs, "outputs")) return false;
+  x->g->outputs = ARENA_ARRAY(x->a, Tensor *, cJSON_GetArraySize(outs) + 1);
+  int i = 0;
+  for (const cJSON *e = outs->child; e; e = e->next, i++) {
+    const char *p = path_idx(x, "outputs", i);
+    Tensor *t;
+    if (!want_string(x, e, p, &s) || !(t = resolve(x, e, p, s, "tensor"))) return false;
+    for (int j = 0; j < x->g->noutputs; j++)
+      if (x->g->outputs[j] == t) {
+        diag_error(x->d, loc_of(x, e), "%s: '%s' is listed twice", p, s);
+        return false;
+      }
+    x->g->outputs[x->g->noutputs++] = t;
+  }
+  return true;
+}
+
+bool pass_expand(const Source *src, Graph *g, const ExpandOptions *opt, Diag *d) {
+  X x = {.src = src, .g = g, .d = d, .a = g->arena};
+  strmap_init(&x.dims, g->arena);
+  strmap_init(&x.blocks, g->arena);
+  const cJSON *root = src->root;
+  if (!cJSON_IsObject(root)) {
+    diag_error(d, source_loc(src, root), "model: expected a JSON object at the top level, got %s", json_type(root));
+    return false;
+  }
+  return parse_header(&x, root) && parse_dims(&x, root, opt) && parse_inputs(&x, root) &&
+         parse_params(&x, get(root, "params"), "params", -1) && parse_blocks(&x, root) && parse_nodes(&x, root) &&
+         resolve_inputs(&x) && parse_loss_outputs(&x, root) && toposort(&x);
+}

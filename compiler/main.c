@@ -1,0 +1,213 @@
+// pipec driver: command line, then the passes as a visible list of calls with the verifier after
+// each one, optional IR dumps (--dump-after=PASS) and pass timings (--time-passes).
+//
+// Exit status: 0 ok, 1 error in the model (or a run), 2 usage error.
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../ir/ops.h"
+#include "passes.h"
+
+#ifndef PIPEC_VERSION
+#define PIPEC_VERSION "0.0.0"
+#endif
+
+enum { EXIT_MODEL = 1, EXIT_USAGE = 2 };
+
+static const char *const pass_names[] = {"expand", "shape"};
+enum { NPASSES = sizeof pass_names / sizeof pass_names[0] };
+
+typedef struct Driver {
+  const char *command;     // check, print, ...
+  const char *model;       // model file path
+  const char *dump_after;  // pass name or NULL
+  bool time_passes;        // print pass timings to stderr
+  const char **defines;    // -D NAME=VALUE
+  int ndefines;            // entries in defines
+  Diag diag;               // diagnostics for the model file
+  Arena arena;             // compiler memory
+  Graph graph;             // the IR
+  double t0;               // start of the current pass (seconds)
+} Driver;
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *f) {
+  fputs("Usage: pipec COMMAND [OPTIONS] MODEL.json\n"
+        "\n"
+        "pipec compiles a model written as a JSON graph into pipeline-parallel training programs.\n"
+        "\n"
+        "Commands:\n"
+        "  check MODEL     check the model and print a summary (parameters, FLOPs, memory)\n"
+        "  print MODEL     print the IR of the model\n"
+        "  plan MODEL      print the memory plan (not available yet)\n"
+        "  compile MODEL   generate and build the training program (not available yet)\n"
+        "  run MODEL       compile, build and run (not available yet)\n"
+        "\n"
+        "Options:\n"
+        "  -D, --define NAME=VALUE  override the model's dims entry NAME (integer or expression)\n"
+        "      --dump-after=PASS    print the IR after PASS (expand, shape) to stdout\n"
+        "      --time-passes        print the time each pass took to stderr\n"
+        "  -h, --help               show this help and exit\n"
+        "  -V, --version            show the version and exit\n"
+        "\n"
+        "Exit status: 0 ok, 1 error in the model, 2 usage error.\n"
+        "Model format: docs/model-format.md. Ops: docs/ops.md.\n",
+        f);
+}
+
+static int usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "pipec: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\nTry 'pipec --help' for more information.\n");
+  return EXIT_USAGE;
+}
+
+// Verifier, dump and timing after a pass; false when the pass or the verifier failed.
+static bool after_pass(Driver *dr, const char *name, bool ok) {
+  double t = now();
+  if (dr->time_passes) fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", name, (t - dr->t0) * 1e3);
+  if (!ok || dr->diag.errors) return false;
+  if (!graph_verify(&dr->graph, &dr->diag)) return false;
+  if (dr->dump_after && strcmp(dr->dump_after, name) == 0) graph_print(&dr->graph, stdout);
+  dr->t0 = now();
+  return true;
+}
+
+// Thousands separators: 1234567 -> "1,234,567".
+static const char *group(char *buf, size_t cap, double v) {
+  char raw[64];
+  snprintf(raw, sizeof raw, "%.0f", v);
+  size_t n = strlen(raw), o = 0;
+  for (size_t i = 0; i < n && o + 2 < cap; i++) {
+    if (i && (n - i) % 3 == 0) buf[o++] = ',';
+    buf[o++] = raw[i];
+  }
+  buf[o] = 0;
+  return buf;
+}
+
+static const char *human(char *buf, size_t cap, double v, const char *unit, bool binary) {
+  static const char *const si[] = {"", "K", "M", "G", "T", "P"};
+  double k = binary ? 1024 : 1000;
+  int i = 0;
+  while (v >= k && i < 5) v /= k, i++;
+  snprintf(buf, cap, i ? "%.2f %s%s%s" : "%.0f %s%s%s", v, si[i], i && binary ? "i" : "", unit);
+  return buf;
+}
+
+static void print_summary(const Graph *g) {
+  double params = 0, pbytes = 0, flops = 0, acts = 0;
+  int tied = 0, nparam = 0;
+  for (int i = 0; i < g->nparams; i++) {
+    const Tensor *t = g->params[i];
+    if (t->tied_to) {
+      tied++;
+      continue;
+    }
+    nparam++;
+    params += (double)shape_numel(&t->shape, 1);
+    pbytes += (double)shape_numel(&t->shape, 1) * dtype_size(t->dtype);
+  }
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    OpCost c = {0, 0};
+    n->op->cost(n, 1, &c);
+    flops += c.flops;
+    for (int k = 0; k < n->nout; k++)
+      acts += (double)shape_numel(&n->out[k]->shape, 1) * dtype_size(n->out[k]->dtype);
+  }
+  char a[64], b[64];
+  printf("model        %s\n", g->name);
+  printf("parameters   %s in %d tensors (%s)", group(a, sizeof a, params), nparam, human(b, sizeof b, pbytes, "B", true));
+  if (tied) printf(", %d tied", tied);
+  printf("\ninputs      ");
+  for (int i = 0; i < g->ninputs; i++)
+    printf(" %s %s%s%s", g->inputs[i]->name, dtype_name(g->inputs[i]->dtype), fmt_shape(g, &g->inputs[i]->shape),
+           g->inputs[i]->is_target ? " (target)" : "");
+  printf("\nnodes        %d\n", g->nnodes);
+  printf("forward      %s per sample\n", human(a, sizeof a, flops, "FLOP", false));
+  printf("activations  %s per sample\n", human(a, sizeof a, acts, "B", true));
+}
+
+int main(int argc, char **argv) {
+  static const struct option longopts[] = {
+      {"define", required_argument, NULL, 'D'},   {"dump-after", required_argument, NULL, 'd'},
+      {"time-passes", no_argument, NULL, 't'},    {"help", no_argument, NULL, 'h'},
+      {"version", no_argument, NULL, 'V'},        {NULL, 0, NULL, 0},
+  };
+  Driver dr = {0};
+  dr.defines = calloc((size_t)argc + 1, sizeof(char *));
+  const char *positional[2] = {NULL, NULL};
+  int npos = 0, c;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, ":D:hV", longopts, NULL)) != -1) {
+    switch (c) {
+    case 'D': dr.defines[dr.ndefines++] = optarg; break;
+    case 'd': dr.dump_after = optarg; break;
+    case 't': dr.time_passes = true; break;
+    case 'h': usage(stdout); free(dr.defines); return 0;
+    case 'V': printf("pipec %s\n", PIPEC_VERSION); free(dr.defines); return 0;
+    case ':': free(dr.defines); return usage_error("option '%s' needs an argument", argv[optind - 1]);
+    default: free(dr.defines); return usage_error("unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  for (int i = optind; i < argc; i++) {
+    if (npos == 2) {
+      free(dr.defines);
+      return usage_error("unexpected argument '%s'", argv[i]);
+    }
+    positional[npos++] = argv[i];
+  }
+  int rc = 0;
+  if (npos == 0) {
+    free(dr.defines);
+    return usage_error("%s", "no command given (check, print, plan, compile, run)");
+  }
+  dr.command = positional[0];
+  bool known = false;
+  static const char *const commands[] = {"check", "print", "plan", "compile", "run"};
+  for (int i = 0; i < 5; i++) known |= strcmp(dr.command, commands[i]) == 0;
+  if (!known) rc = usage_error("unknown command '%s' (check, print, plan, compile, run)", dr.command);
+  else if (npos < 2) rc = usage_error("'%s' needs a model file", dr.command);
+  else if (strcmp(dr.command, "check") && strcmp(dr.command, "print"))
+    rc = usage_error("'%s' is not available yet in this version", dr.command);
+  if (!rc && dr.dump_after) {
+    bool ok = false;
+    for (int i = 0; i < NPASSES; i++) ok |= strcmp(dr.dump_after, pass_names[i]) == 0;
+    if (!ok) rc = usage_error("--dump-after: unknown pass '%s' (passes: expand, shape)", dr.dump_after);
+  }
+  if (rc) {
+    free(dr.defines);
+    return rc;
+  }
+  dr.model = positional[1];
+
+  arena_init(&dr.arena);
+  diag_init(&dr.diag, dr.model, stderr);
+  graph_init(&dr.graph, &dr.arena);
+  ExpandOptions eo = {dr.defines, dr.ndefines};
+  Source src;
+  dr.t0 = now();
+
+  // The passes, in order.
+  bool ok = source_load(&src, &dr.arena, dr.model, &dr.diag);
+  if (dr.time_passes) fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", "parse", (now() - dr.t0) * 1e3);
+  dr.t0 = now();
+  ok = ok && after_pass(&dr, "expand", pass_expand(&src, &dr.graph, &eo, &dr.diag));
+  ok = ok && after_pass(&dr, "shape", pass_shape(&dr.graph, &dr.diag));
+
+  if (ok && strcmp(dr.command, "check") == 0) print_summary(&dr.graph);
+  if (ok && strcmp(dr.command, "print") == 0 && !dr.dump_after) graph_print(&dr.graph, stdout);
+  source_free(&src);
+  arena_free(&dr.arena);
+  free(dr.defines);
+  return ok ? 0 : EXIT_MODEL;
+}

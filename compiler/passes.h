@@ -1,0 +1,22 @@
+// The compiler passes run by the driver, in order, with the verifier between them.
+#ifndef PIPEC_PASSES_H
+#define PIPEC_PASSES_H
+
+#include "../ir/ir.h"
+#include "source.h"
+
+typedef struct ExpandOptions {
+  const char **defines; // "NAME=EXPR" overrides of dims entries (-D)
+  int ndefines;         // entries in defines
+} ExpandOptions;
+
+// expand: model JSON -> IR graph. Checks the document's structure and names, binds dims,
+// instantiates blocks, parses attributes against the op registry, links every input to its
+// tensor and sorts the nodes topologically (file order where possible). Shapes of activations
+// are left for the shape pass.
+bool pass_expand(const Source *src, Graph *g, const ExpandOptions *opt, Diag *d);
+
+// shape: runs each op's shape/dtype rule in topological order; checks the loss is a scalar.
+bool pass_shape(Graph *g, Diag *d);
+
+#endif

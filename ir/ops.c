@@ -1,0 +1,616 @@
+// Op set v1: the registry table and each op's shape rule and cost (formulas in docs/ops.md).
+//
+// A shape rule reads n->in[*]->shape/dtype and n->attrs, reports any mismatch with node_error in
+// the form "input 'x' has shape (B,64) but matmul needs (...,128)", and sets n->out[*]. Costs are
+// per call with the batch symbol bound; bytes are always the inputs' and outputs' sizes.
+#include "ops.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+// ---------------------------------------------------------------------------------------------
+// Helpers shared by the rules
+
+void node_error(Diag *d, const Node *n, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  diag_error(d, n->loc, "%s \"%s\": %s", n->path ? n->path : "node", n->name, msg);
+}
+
+const char *fmt_shape(const Graph *g, const Shape *s) {
+  static char bufs[8][256];
+  static int next;
+  char *b = bufs[next++ & 7];
+  return shape_str(b, 256, s, g->batch_sym);
+}
+
+static const char *fmt_dim(const Graph *g, Dim d) {
+  static char bufs[8][64];
+  static int next;
+  char *b = bufs[next++ & 7];
+  return dim_str(b, 64, d, g->batch_sym);
+}
+
+static double numel(const Tensor *t, int64_t batch) { return (double)shape_numel(&t->shape, batch); }
+
+static double io_bytes(const Node *n, int64_t batch) {
+  double b = 0;
+  for (int i = 0; i < n->nin; i++) b += numel(n->in[i], batch) * dtype_size(n->in[i]->dtype);
+  for (int i = 0; i < n->nout; i++) b += numel(n->out[i], batch) * dtype_size(n->out[i]->dtype);
+  return b;
+}
+
+static void set_out(Node *n, int k, const Shape *s, DType t) {
+  n->out[k]->shape = *s;
+  n->out[k]->dtype = t;
+}
+
+static bool want_float(const Graph *g, Node *n, Diag *d, int slot) {
+  (void)g;
+  if (dtype_is_float(n->in[slot]->dtype)) return true;
+  node_error(d, n, "input '%s' has dtype %s but %s needs a floating-point tensor", n->in[slot]->name,
+             dtype_name(n->in[slot]->dtype), n->op->name);
+  return false;
+}
+
+static bool want_same_dtype(const Graph *g, Node *n, Diag *d, int a, int b) {
+  (void)g;
+  if (n->in[a]->dtype == n->in[b]->dtype) return true;
+  node_error(d, n, "input '%s' has dtype %s but input '%s' has dtype %s; %s needs equal dtypes",
+             n->in[b]->name, dtype_name(n->in[b]->dtype), n->in[a]->name,
+             dtype_name(n->in[a]->dtype), n->op->name);
+  return false;
+}
+
+static bool want_rank(const Graph *g, Node *n, Diag *d, int slot, int lo, int hi) {
+  int r = n->in[slot]->shape.rank;
+  if (r >= lo && (hi < 0 || r <= hi)) return true;
+  const char *need = hi < 0 ? "at least" : "";
+  int want = lo;
+  if (hi >= 0 && hi != lo) {
+    node_error(d, n, "input '%s' has shape %s (rank %d) but %s needs rank %d to %d",
+               n->in[slot]->name, fmt_shape(g, &n->in[slot]->shape), r, n->op->name, lo, hi);
+    return false;
+  }
+  node_error(d, n, "input '%s' has shape %s (rank %d) but %s needs rank %s%s%d", n->in[slot]->name,
+             fmt_shape(g, &n->in[slot]->shape), r, n->op->name, need, *need ? " " : "", want);
+  return false;
+}
+
+// Normalises a possibly negative axis against rank; reports an error naming attr when invalid.
+static bool norm_axis(Node *n, Diag *d, const char *attr, int64_t axis, int rank, int *out) {
+  int64_t a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= rank) {
+    node_error(d, n, "attribute '%s' = %lld is out of range for rank %d (valid: %d..%d)", attr,
+               (long long)axis, rank, -rank, rank - 1);
+    return false;
+  }
+  *out = (int)a;
+  return true;
+}
+
+// NumPy broadcasting of a and b into out; false (no report) when incompatible.
+static bool broadcast(const Shape *a, const Shape *b, Shape *out) {
+  int r = a->rank > b->rank ? a->rank : b->rank;
+  out->rank = r;
+  for (int i = 0; i < r; i++) {
+    int ia = a->rank - r + i, ib = b->rank - r + i;
+    Dim da = ia >= 0 ? a->d[ia] : (Dim){1, 0};
+    Dim db = ib >= 0 ? b->d[ib] : (Dim){1, 0};
+    if (dim_eq(da, db) || (db.n == 1 && !db.b))
+      out->d[i] = da;
+    else if (da.n == 1 && !da.b)
+      out->d[i] = db;
+    else
+      return false;
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// matmul
+
+static const AttrDef matmul_attrs[] = {
+    {"transpose_a", ATTR_BOOL, false, 0, 0, "use a's last two dims transposed"},
+    {"transpose_b", ATTR_BOOL, false, 0, 0, "use b's last two dims transposed"},
+};
+
+static bool matmul_infer(const Graph *g, Node *n, Diag *d) {
+  if (!want_rank(g, n, d, 0, 2, -1) || !want_rank(g, n, d, 1, 2, -1)) return false;
+  if (!want_float(g, n, d, 0) || !want_same_dtype(g, n, d, 0, 1)) return false;
+  const Shape *a = &n->in[0]->shape, *b = &n->in[1]->shape;
+  bool ta = n->attrs[0].i, tb = n->attrs[1].i;
+  Dim m = a->d[a->rank - (ta ? 1 : 2)], ka = a->d[a->rank - (ta ? 2 : 1)];
+  Dim kb = b->d[b->rank - (tb ? 1 : 2)], nn = b->d[b->rank - (tb ? 2 : 1)];
+  if (!dim_eq(ka, kb)) {
+    node_error(d, n, "input '%s' has shape %s but matmul needs (...,%s,%s)%s to match %s", n->in[1]->name,
+               fmt_shape(g, b), tb ? fmt_dim(g, nn) : fmt_dim(g, ka), tb ? fmt_dim(g, ka) : fmt_dim(g, nn),
+               tb ? " (transpose_b)" : "", n->in[0]->name);
+    return false;
+  }
+  if (b->rank != 2 && b->rank != a->rank) {
+    node_error(d, n, "input '%s' has shape %s but matmul needs rank 2 or rank %d (the rank of '%s')",
+               n->in[1]->name, fmt_shape(g, b), a->rank, n->in[0]->name);
+    return false;
+  }
+  Shape o = *a;
+  if (b->rank == a->rank)
+    for (int i = 0; i < a->rank - 2; i++)
+      if (!dim_eq(a->d[i], b->d[i])) {
+        node_error(d, n, "batch dimension %d differs: '%s' has shape %s, '%s' has shape %s", i,
+                   n->in[0]->name, fmt_shape(g, a), n->in[1]->name, fmt_shape(g, b));
+        return false;
+      }
+  o.d[o.rank - 2] = m;
+  o.d[o.rank - 1] = nn;
+  set_out(n, 0, &o, n->in[0]->dtype);
+  return true;
+}
+
+static void matmul_cost(const Node *n, int64_t batch, OpCost *c) {
+  const Shape *a = &n->in[0]->shape;
+  double k = (double)a->d[a->rank - (n->attrs[0].i ? 2 : 1)].n;
+  if (a->d[a->rank - (n->attrs[0].i ? 2 : 1)].b) k *= (double)batch;
+  c->flops = 2.0 * numel(n->out[0], batch) * k;
+  c->bytes = io_bytes(n, batch);
+}
+
+// ---------------------------------------------------------------------------------------------
+// linear: y = x W^T + b, W (OUT, IN) as in PyTorch
+
+static bool linear_infer(const Graph *g, Node *n, Diag *d) {
+  if (!want_rank(g, n, d, 0, 1, -1) || !want_rank(g, n, d, 1, 2, 2)) return false;
+  if (!want_float(g, n, d, 0) || !want_same_dtype(g, n, d, 0, 1)) return false;
+  const Shape *x = &n->in[0]->shape, *w = &n->in[1]->shape;
+  Dim in = x->d[x->rank - 1];
+  if (!dim_eq(w->d[1], in)) {
+    node_error(d, n, "input '%s' has shape %s but linear needs (OUT,%s) to match the last dim of '%s' %s",
+               n->in[1]->name, fmt_shape(g, w), fmt_dim(g, in), n->in[0]->name, fmt_shape(g, x));
+    return false;
+  }
+  if (n->nin == 3) {
+    const Shape *b = &n->in[2]->shape;
+    if (b->rank != 1 || !dim_eq(b->d[0], w->d[0])) {
+      node_error(d, n, "input '%s' has shape %s but linear needs a bias of shape (%s)", n->in[2]->name,
+                 fmt_shape(g, b), fmt_dim(g, w->d[0]));
+      return false;
+    }
+    if (!want_same_dtype(g, n, d, 0, 2)) return false;
+  }
+  Shape o = *x;
+  o.d[o.rank - 1] = w->d[0];
+  set_out(n, 0, &o, n->in[0]->dtype);
+  return true;
+}
+
+static void linear_cost(const Node *n, int64_t batch, OpCost *c) {
+  double in = (double)n->in[1]->shape.d[1].n;
+  double out = numel(n->out[0], batch);
+  c->flops = 2.0 * out * in + (n->nin == 3 ? out : 0);
+  c->bytes = io_bytes(n, batch);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise binary ops with NumPy broadcasting: add, sub, mul
+
+static bool binary_infer(const Graph *g, Node *n, Diag *d) {
+  if (!want_float(g, n, d, 0) || !want_same_dtype(g, n, d, 0, 1)) return false;
+  Shape o;
+  if (!broadcast(&n->in[0]->shape, &n->in[1]->shape, &o)) {
+    node_error(d, n, "cannot broadcast '%s' %s with '%s' %s", n->in[0]->name,
+               fmt_shape(g, &n->in[0]->shape), n->in[1]->name, fmt_shape(g, &n->in[1]->shape));
+    return false;
+  }
+  set_out(n, 0, &o, n->in[0]->dtype);
+  return true;
+}
+
+static void elementwise_cost(const Node *n, int64_t batch, OpCost *c, double per) {
+  c->flops = per * numel(n->out[0], batch);
+  c->bytes = io_bytes(n, batch);
+}
+
+static void cost1(const Node *n, int64_t batch, OpCost *c) { elementwise_cost(n, batch, c, 1); }
+static void cost4(const Node *n, int64_t batch, OpCost *c) { elementwise_cost(n, batch, c, 4); }
+static void cost5(const Node *n, int64_t batch, OpCost *c) { elementwise_cost(n, batch, c, 5); }
+static void cost8(const Node *n, int64_t batch, OpCost *c) { elementwise_cost(n, batch, c, 8); }
+static void cost0(const Node *n, int64_t batch, OpCost *c) { elementwise_cost(n, batch, c, 0); }
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise unary ops: scale, relu, gelu, tanh, sigmoid
+
+static const AttrDef scale_attrs[] = {
+    {"factor", ATTR_FLOAT, true, 0, 0, "multiplier"},
+};
+
+static bool unary_infer(const Graph *g, Node *n, Diag *d) {
+  if (!want_float(g, n, d, 0)) return false;
+  set_out(n, 0, &n->in[0]->shape, n->in[0]->dtype);
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// softmax along an axis
+
+static const AttrDef softmax_attrs[] = {
+    {"axis", ATTR_INT, false, -1, 0, "axis to normalise"},
+};
+
+static bool softmax_infer(const Graph *g, Node *n, Diag *d) {
+  int axis;
+  if (!want_float(g, n, d, 0) || !want_rank(g, n, d, 0, 1, -1)) return false;
+  if (!norm_axis(n, d, "axis", n->attrs[0].i, n->in[0]->shape.rank, &axis)) return false;
+  return unary_infer(g, n, d);
+}
+
+// ---------------------------------------------------------------------------------------------
+// layernorm over the last dim, weight (C), optional bias (C)
+
+static const AttrDef layernorm_attrs[] = {
+    {"eps", ATTR_FLOAT, false, 0, 1e-5, "added to the variance"},
+};
+
+static bool layernorm_infer(const Graph *g, Node *n, Diag *d) {
+  if (!want_rank(g, n, d, 0, 1, -1) || !want_float(g, n, d, 0)) return false;
+  const Shape *x = &n->in[0]->shape;
+  Dim c = x->d[x->rank - 1];
+  for (int i = 1; i < n->nin; i++) {
+    const Shape *w = &n->in[i]->shape;
+    if (w->rank != 1 || !dim_eq(w->d[0], c)) {
+      node_error(d, n, "input '%s' has shape %s but layernorm needs (%s) to match the last dim of '%s' %s",
+                 n->in[i]->name, fmt_shape(g, w), fmt_dim(g, c), n->in[0]->name, fmt_shape(g, x));
+      return false;
+    }
+    if (!want_same_dtype(g, n, d, 0, i)) return false;
+  }
+  if (!(n->attrs[0].f > 0)) {
+    node_error(d, n, "attribute 'eps' must be > 0, got %g", n->attrs[0].f);
+    return false;
+  }
+  set_out(n, 0, x, n->in[0]->dtype);
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// embedding: rows of weight (V,C) gathered by integer ids
+
+static bool embedding_infer(const Graph *g, Node *n, Diag *d) {
+  const Tensor *idx = n->in[0], *w = n->in[1];
+  if (idx->dtype != DT_I32) {
+    node_error(d, n, "input '%s' has dtype %s but embedding needs i32 ids", idx->name, dtype_name(idx->dtype));
+    return false;
+  }
+  if (!want_rank(g, n, d, 1, 2, 2) || !want_float(g, n, d, 1)) return false;
+  if (idx->shape.rank + 1 > MAX_RANK) {
+    node_error(d, n, "input '%s' has rank %d; the output would exceed rank %d", idx->name, idx->shape.rank,
+               MAX_RANK);
+    return false;
+  }
+  Shape o = idx->shape;
+  o.d[o.rank++] = w->shape.d[1];
+  if (shape_numel(&o, 1) < 0) {
+    node_error(d, n, "output shape %s has more than 2^53 elements", fmt_shape(g, &o));
+    return false;
+  }
+  set_out(n, 0, &o, w->dtype);
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// reshape: same elements, new shape; one -1 is inferred
+
+static const AttrDef reshape_attrs[] = {
+    {"shape", ATTR_SHAPE, true, 0, 0, "new shape; one entry may be -1"},
+};
+
+static bool reshape_infer(const Graph *g, Node *n, Diag *d) {
+  const AttrValue *sv = &n->attrs[0];
+  const Shape *x = &n->in[0]->shape;
+  if (sv->count > MAX_RANK) {
+    node_error(d, n, "attribute 'shape' has %d dims; at most %d are supported", sv->count, MAX_RANK);
+    return false;
+  }
+  // Element count of x as (coefficient, batch power).
+  int64_t total = shape_numel(x, 1);
+  int xb = 0;
+  for (int i = 0; i < x->rank; i++) xb += x->d[i].b;
+  Shape o = {.rank = sv->count};
+  int infer = -1, ob = 0;
+  int64_t known = 1;
+  for (int i = 0; i < sv->count; i++) {
+    Dim dd = sv->dims[i];
+    if (dd.n == -1) {
+      if (infer >= 0) {
+        node_error(d, n, "attribute 'shape' has more than one -1");
+        return false;
+      }
+      infer = i;
+      continue;
+    }
+    o.d[i] = dd;
+    ob += dd.b;
+    if (__builtin_mul_overflow(known, dd.n, &known) || known > PIPEC_MAX_NUMEL) {
+      node_error(d, n, "attribute 'shape' has more than 2^53 elements");
+      return false;
+    }
+  }
+  char want[256];
+  if (infer >= 0) {
+    if (ob > xb || total % known != 0) goto mismatch;
+    o.d[infer] = (Dim){total / known, xb - ob};
+  } else if (known != total || ob != xb) {
+    goto mismatch;
+  }
+  if (xb > 1) {
+    node_error(d, n, "input '%s' has shape %s with the batch in several dims; reshape cannot merge them",
+               n->in[0]->name, fmt_shape(g, x));
+    return false;
+  }
+  set_out(n, 0, &o, n->in[0]->dtype);
+  return true;
+mismatch:
+  o.rank = sv->count;
+  for (int i = 0; i < sv->count; i++) o.d[i] = sv->dims[i];
+  shape_str(want, sizeof want, &o, g->batch_sym);
+  node_error(d, n, "cannot reshape '%s' %s into %s: element counts differ", n->in[0]->name, fmt_shape(g, x),
+             want);
+  return false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// transpose (swap two dims) and permute (any order)
+
+static const AttrDef transpose_attrs[] = {
+    {"dim0", ATTR_INT, true, 0, 0, "first dim to swap"},
+    {"dim1", ATTR_INT, true, 0, 0, "second dim to swap"},
+};
+
+static bool transpose_infer(const Graph *g, Node *n, Diag *d) {
+  (void)g;
+  const Shape *x = &n->in[0]->shape;
+  int a, b;
+  if (!norm_axis(n, d, "dim0", n->attrs[0].i, x->rank, &a) || !norm_axis(n, d, "dim1", n->attrs[1].i, x->rank, &b))
+    return false;
+  Shape o = *x;
+  o.d[a] = x->d[b];
+  o.d[b] = x->d[a];
+  set_out(n, 0, &o, n->in[0]->dtype);
+  return true;
+}
+
+static const AttrDef permute_attrs[] = {
+    {"perm", ATTR_INTS, true, 0, 0, "output dim i is input dim perm[i]"},
+};
+
+static bool permute_infer(const Graph *g, Node *n, Diag *d) {
+  const Shape *x = &n->in[0]->shape;
+  const AttrValue *p = &n->attrs[0];
+  if (p->count != x->rank) {
+    node_error(d, n, "attribute 'perm' has %d entries but input '%s' %s has rank %d", p->count, n->in[0]->name,
+               fmt_shape(g, x), x->rank);
+    return false;
+  }
+  bool seen[MAX_RANK] = {0};
+  Shape o = {.rank = x->rank};
+  for (int i = 0; i < p->count; i++) {
+    int a;
+    if (!norm_axis(n, d, "perm", p->ints[i], x->rank, &a)) return false;
+    if (seen[a]) {
+      node_error(d, n, "attribute 'perm' names dim %d twice", a);
+      return false;
+    }
+    seen[a] = true;
+    o.d[i] = x->d[a];
+  }
+  set_out(n, 0, &o, n->in[0]->dtype);
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// split along an axis into len(sizes) outputs
+
+static const AttrDef split_attrs[] = {
+    {"axis", ATTR_INT, false, -1, 0, "axis to split"},
+    {"sizes", ATTR_INTS, true, 0, 0, "size of each part along the axis"},
+};
+
+static int split_count(const Node *n) { return n->attrs[1].count; }
+
+static bool split_infer(const Graph *g, Node *n, Diag *d) {
+  const Shape *x = &n->in[0]->shape;
+  const AttrValue *s = &n->attrs[1];
+  int axis;
+  if (!want_rank(g, n, d, 0, 1, -1) || !norm_axis(n, d, "axis", n->attrs[0].i, x->rank, &axis)) return false;
+  if (x->d[axis].b) {
+    node_error(d, n, "cannot split '%s' %s along the batch dim", n->in[0]->name, fmt_shape(g, x));
+    return false;
+  }
+  int64_t sum = 0;
+  for (int i = 0; i < s->count; i++) {
+    if (s->ints[i] < 1) {
+      node_error(d, n, "attribute 'sizes' has entry %lld; sizes must be >= 1", (long long)s->ints[i]);
+      return false;
+    }
+    sum += s->ints[i];
+  }
+  if (sum != x->d[axis].n) {
+    node_error(d, n, "attribute 'sizes' sums to %lld but '%s' %s has %lld along axis %d", (long long)sum,
+               n->in[0]->name, fmt_shape(g, x), (long long)x->d[axis].n, axis);
+    return false;
+  }
+  for (int i = 0; i < s->count; i++) {
+    Shape o = *x;
+    o.d[axis].n = s->ints[i];
+    set_out(n, i, &o, n->in[0]->dtype);
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// concat along an axis
+
+static const AttrDef concat_attrs[] = {
+    {"axis", ATTR_INT, false, -1, 0, "axis to join"},
+};
+
+static bool concat_infer(const Graph *g, Node *n, Diag *d) {
+  const Shape *x = &n->in[0]->shape;
+  int axis;
+  if (!want_rank(g, n, d, 0, 1, -1) || !norm_axis(n, d, "axis", n->attrs[0].i, x->rank, &axis)) return false;
+  Shape o = *x;
+  for (int i = 1; i < n->nin; i++) {
+    const Shape *y = &n->in[i]->shape;
+    if (!want_same_dtype(g, n, d, 0, i)) return false;
+    bool ok = y->rank == x->rank && y->d[axis].b == x->d[axis].b;
+    for (int k = 0; ok && k < x->rank; k++)
+      if (k != axis && !dim_eq(x->d[k], y->d[k])) ok = false;
+    if (!ok) {
+      node_error(d, n, "input '%s' has shape %s but concat along axis %d needs it to match '%s' %s elsewhere",
+                 n->in[i]->name, fmt_shape(g, y), axis, n->in[0]->name, fmt_shape(g, x));
+      return false;
+    }
+    if (__builtin_add_overflow(o.d[axis].n, y->d[axis].n, &o.d[axis].n) || o.d[axis].n > PIPEC_MAX_NUMEL) {
+      node_error(d, n, "output size along axis %d overflows", axis);
+      return false;
+    }
+  }
+  if (shape_numel(&o, 1) < 0) {
+    node_error(d, n, "output shape %s has more than 2^53 elements", fmt_shape(g, &o));
+    return false;
+  }
+  set_out(n, 0, &o, n->in[0]->dtype);
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// causal_self_attention: packed qkv (B,T,3C) -> (B,T,C), n_head heads, causal mask
+
+static const AttrDef attention_attrs[] = {
+    {"n_head", ATTR_INT, true, 0, 0, "number of heads; C % n_head == 0"},
+};
+
+static bool attention_infer(const Graph *g, Node *n, Diag *d) {
+  if (!want_rank(g, n, d, 0, 3, 3) || !want_float(g, n, d, 0)) return false;
+  const Shape *x = &n->in[0]->shape;
+  Dim c3 = x->d[2];
+  int64_t nh = n->attrs[0].i;
+  if (c3.b || c3.n % 3 != 0) {
+    node_error(d, n, "input '%s' has shape %s but causal_self_attention needs (B,T,3*C) with q,k,v packed",
+               n->in[0]->name, fmt_shape(g, x));
+    return false;
+  }
+  if (nh < 1 || (c3.n / 3) % nh != 0) {
+    node_error(d, n, "attribute 'n_head' = %lld must be >= 1 and divide C = %lld", (long long)nh,
+               (long long)(c3.n / 3));
+    return false;
+  }
+  Shape o = *x;
+  o.d[2].n = c3.n / 3;
+  set_out(n, 0, &o, n->in[0]->dtype);
+  return true;
+}
+
+static void attention_cost(const Node *n, int64_t batch, OpCost *c) {
+  const Shape *o = &n->out[0]->shape;
+  double b = (double)o->d[0].n * (o->d[0].b ? (double)batch : 1);
+  double t = (double)o->d[1].n * (o->d[1].b ? (double)batch : 1);
+  double ch = (double)o->d[2].n, nh = (double)n->attrs[0].i;
+  c->flops = 4.0 * b * t * t * ch + 5.0 * b * nh * t * t;
+  c->bytes = io_bytes(n, batch);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Losses: cross_entropy (logits (...,V), i32 targets (...)) and mse_loss, both means -> ()
+
+static bool cross_entropy_infer(const Graph *g, Node *n, Diag *d) {
+  if (!want_rank(g, n, d, 0, 1, -1) || !want_float(g, n, d, 0)) return false;
+  const Tensor *lg = n->in[0], *tg = n->in[1];
+  if (tg->dtype != DT_I32) {
+    node_error(d, n, "input '%s' has dtype %s but cross_entropy needs i32 class indices", tg->name,
+               dtype_name(tg->dtype));
+    return false;
+  }
+  Shape want = lg->shape;
+  want.rank--;
+  if (!shape_eq(&want, &tg->shape)) {
+    node_error(d, n, "input '%s' has shape %s but cross_entropy needs %s (the logits' shape without the class dim)",
+               tg->name, fmt_shape(g, &tg->shape), fmt_shape(g, &want));
+    return false;
+  }
+  Shape s = {.rank = 0};
+  set_out(n, 0, &s, lg->dtype);
+  return true;
+}
+
+static void cross_entropy_cost(const Node *n, int64_t batch, OpCost *c) {
+  elementwise_cost(n, batch, c, 0);
+  c->flops = 4.0 * numel(n->in[0], batch);
+}
+
+static bool mse_infer(const Graph *g, Node *n, Diag *d) {
+  if (!want_float(g, n, d, 0) || !want_same_dtype(g, n, d, 0, 1)) return false;
+  if (!shape_eq(&n->in[0]->shape, &n->in[1]->shape)) {
+    node_error(d, n, "input '%s' has shape %s but mse_loss needs %s (the shape of '%s')", n->in[1]->name,
+               fmt_shape(g, &n->in[1]->shape), fmt_shape(g, &n->in[0]->shape), n->in[0]->name);
+    return false;
+  }
+  Shape s = {.rank = 0};
+  set_out(n, 0, &s, n->in[0]->dtype);
+  return true;
+}
+
+static void mse_cost(const Node *n, int64_t batch, OpCost *c) {
+  elementwise_cost(n, batch, c, 0);
+  c->flops = 3.0 * numel(n->in[0], batch);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The registry
+
+#define ATTRS(a) a, (int)(sizeof(a) / sizeof((a)[0]))
+#define NOATTRS  NULL, 0
+
+static const OpDef ops[] = {
+    {"matmul", 2, 2, 1, ATTRS(matmul_attrs), NULL, matmul_infer, matmul_cost, "batched matrix product"},
+    {"linear", 2, 3, 1, NOATTRS, NULL, linear_infer, linear_cost, "x W^T + b (PyTorch layout)"},
+    {"add", 2, 2, 1, NOATTRS, NULL, binary_infer, cost1, "a + b with broadcasting"},
+    {"sub", 2, 2, 1, NOATTRS, NULL, binary_infer, cost1, "a - b with broadcasting"},
+    {"mul", 2, 2, 1, NOATTRS, NULL, binary_infer, cost1, "a * b with broadcasting"},
+    {"scale", 1, 1, 1, ATTRS(scale_attrs), NULL, unary_infer, cost1, "x * factor"},
+    {"relu", 1, 1, 1, NOATTRS, NULL, unary_infer, cost1, "max(x, 0)"},
+    {"gelu", 1, 1, 1, NOATTRS, NULL, unary_infer, cost8, "GELU, tanh approximation"},
+    {"tanh", 1, 1, 1, NOATTRS, NULL, unary_infer, cost5, "tanh(x)"},
+    {"sigmoid", 1, 1, 1, NOATTRS, NULL, unary_infer, cost4, "1 / (1 + exp(-x))"},
+    {"softmax", 1, 1, 1, ATTRS(softmax_attrs), NULL, softmax_infer, cost5, "softmax along axis"},
+    {"layernorm", 2, 3, 1, ATTRS(layernorm_attrs), NULL, layernorm_infer, cost8, "layer norm, last dim"},
+    {"embedding", 2, 2, 1, NOATTRS, NULL, embedding_infer, cost0, "rows of weight by id"},
+    {"reshape", 1, 1, 1, ATTRS(reshape_attrs), NULL, reshape_infer, cost0, "same elements, new shape"},
+    {"transpose", 1, 1, 1, ATTRS(transpose_attrs), NULL, transpose_infer, cost0, "swap two dims"},
+    {"permute", 1, 1, 1, ATTRS(permute_attrs), NULL, permute_infer, cost0, "reorder dims"},
+    {"split", 1, 1, 0, ATTRS(split_attrs), split_count, split_infer, cost0, "split along axis"},
+    {"concat", 1, -1, 1, ATTRS(concat_attrs), NULL, concat_infer, cost0, "join along axis"},
+    {"causal_self_attention", 1, 1, 1, ATTRS(attention_attrs), NULL, attention_infer, attention_cost,
+     "fused multi-head attention with causal mask"},
+    {"cross_entropy", 2, 2, 1, NOATTRS, NULL, cross_entropy_infer, cross_entropy_cost,
+     "mean cross-entropy of logits and i32 targets"},
+    {"mse_loss", 2, 2, 1, NOATTRS, NULL, mse_infer, mse_cost, "mean squared error"},
+};
+
+int op_count(void) { return (int)(sizeof ops / sizeof ops[0]); }
+const OpDef *op_at(int i) { return &ops[i]; }
+
+const OpDef *op_find(const char *name) {
+  for (int i = 0; i < op_count(); i++)
+    if (strcmp(ops[i].name, name) == 0) return &ops[i];
+  return NULL;
+}
+
+int op_attr_index(const OpDef *op, const char *name) {
+  for (int i = 0; i < op->nattrs; i++)
+    if (strcmp(op->attrs[i].name, name) == 0) return i;
+  return -1;
+}

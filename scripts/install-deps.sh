@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Installs the Debian packages pipec needs to build and test, and only those that are missing.
+#
+# Usage: scripts/install-deps.sh [--with-torch]
+#   --with-torch  also install python3-torch and python3-numpy (PyTorch parity tests, benchmarks).
+#
+# Each package is checked with dpkg-query first; apt-get runs only when something is missing. When
+# something is missing and we are not root (and sudo is not available without a password), the
+# script prints the exact command to run and exits 1.
+set -euo pipefail
+
+pkgs=(cmake make gcc pkg-config libcjson-dev libxml2-dev check libopenblas-dev libopenmpi-dev openmpi-bin)
+optional=()
+if [ "${1:-}" = "--with-torch" ]; then
+  optional=(python3-torch python3-numpy)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+opt_missing=()
+for p in "${optional[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    opt_missing+=("$p")
+  fi
+done
+
+[ ${#missing[@]} -eq 0 ] && [ ${#opt_missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -eq 0 ]; then
+  SUDO=""
+elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+  SUDO="sudo -n"
+else
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "pipec: missing system packages: ${missing[*]}" >&2
+    echo "pipec: run as root: apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "pipec: note: optional packages missing (PyTorch parity tests will be skipped): ${opt_missing[*]}" >&2
+  exit 0
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+echo "pipec: installing missing packages: ${missing[*]} ${opt_missing[*]}" >&2
+$SUDO apt-get update -qq >/dev/null || true
+if [ ${#missing[@]} -gt 0 ]; then
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [ ${#opt_missing[@]} -gt 0 ]; then
+  # Optional: PyTorch parity tests print a skip when these cannot be installed.
+  $SUDO apt-get install -y -qq --no-install-recommends "${opt_missing[@]}" >/dev/null ||
+    echo "pipec: note: could not install ${opt_missing[*]}; PyTorch parity tests will be skipped" >&2
+fi
