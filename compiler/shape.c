@@ -25,6 +25,7 @@ bool pass_shape(Graph *g, Diag *d) {
       }
   }
   if (d->errors > errors) return false;
+  g->shapes_known = true;
   const Tensor *l = g->loss;
   if (l->shape.rank != 0 || !dtype_is_float(l->dtype)) {
     diag_error(d, l->loc, "loss: '%s' must be a floating-point scalar () but is %s%s", l->name, dtype_name(l->dtype),

@@ -143,6 +143,7 @@ typedef struct Graph {
   Tensor **outputs;        // model outputs
   int noutputs;
   Tensor *loss;            // scalar loss tensor
+  bool shapes_known;       // activations have shapes (set by the shape pass)
   StrMap names;            // tensor name -> Tensor*
   StrMap node_names;       // node name -> Node*
 } Graph;

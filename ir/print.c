@@ -31,6 +31,10 @@ static void put_name(FILE *f, const char *s) {
 }
 
 static void put_type(FILE *f, const Graph *g, const Tensor *t) {
+  if (t->kind == T_ACT && !g->shapes_known) {
+    fputs("?", f);
+    return;
+  }
   fprintf(f, "%s%s", dtype_name(t->dtype), fmt_shape(g, &t->shape));
 }
 

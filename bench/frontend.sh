@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Front-end benchmark: parse + expand + verify (`pipec check --time-passes`) on generated GPT and
+# MLP models of growing depth, so that linearity in model size is visible.
+#
+#   bench/frontend.sh PIPEC            e.g. bench/frontend.sh build/bin/pipec
+#
+# Environment: BENCH_REPS (runs per model, default 15), BENCH_LIMIT_MS (default 200).
+#
+# Models (written to a temp dir by samples/gen_gpt.py and samples/gen_mlp.py):
+#   GPT, 12 heads, C 768 (GPT-2-small widths), other options default: 12/24/48/96 layers in one
+#   repeat block, and 96 layers --flat;
+#   MLP, default widths: 250/500/1000/2000 layers, repeat block and --flat.
+# Each model is run once to warm the page cache, then BENCH_REPS times. Reported per model: median
+# wall time of the whole process (fork/exec to exit, which includes the verifier and the summary),
+# median sum of the three pass times pipec prints, and the median of each pass.
+#
+# Prints a markdown table on stdout (progress on stderr). Exit status 1 if the median wall time of
+# the 96-layer GPT or the 1000-layer MLP (block or flat) exceeds BENCH_LIMIT_MS, or if pipec fails;
+# 2 on a usage error.
+set -euo pipefail
+
+if [[ $# -ne 1 ]]; then
+  echo "usage: $0 PIPEC" >&2
+  exit 2
+fi
+pipec=$1
+if [[ ! -x $pipec ]]; then
+  echo "$0: '$pipec' is not an executable (build it first: make build)" >&2
+  exit 2
+fi
+pipec=$(cd "$(dirname "$pipec")" && pwd)/$(basename "$pipec")
+root=$(cd "$(dirname "$0")/.." && pwd)
+py=/usr/bin/python3
+[[ -x $py ]] || py=python3
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/pipec-bench.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+gpt=("--heads" "12" "--embd" "768")
+echo "generating models in $tmp" >&2
+models=()
+for n in 12 24 48 96; do
+  "$py" "$root/samples/gen_gpt.py" "${gpt[@]}" --layers "$n" -o "$tmp/gpt_$n.json"
+  models+=("gpt_$n")
+done
+"$py" "$root/samples/gen_gpt.py" "${gpt[@]}" --layers 96 --flat -o "$tmp/gpt_96_flat.json"
+models+=("gpt_96_flat")
+for flat in "" "_flat"; do
+  for n in 250 500 1000 2000; do
+    "$py" "$root/samples/gen_mlp.py" --layers "$n" ${flat:+--flat} -o "$tmp/mlp_$n$flat.json"
+    models+=("mlp_$n$flat")
+  done
+done
+
+"$py" - "$pipec" "$tmp" "${BENCH_REPS:-15}" "${BENCH_LIMIT_MS:-200}" "${models[@]}" <<'EOF'
+import os, re, statistics, subprocess, sys, time
+
+pipec, tmp, reps, limit = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+models = sys.argv[5:]
+# Rows held to the limit: the issue's 96-layer GPT and 1,000-layer MLP.
+gated = {"gpt_96", "gpt_96_flat", "mlp_1000", "mlp_1000_flat"}
+PASSES = ("parse", "expand", "shape")
+pass_re = re.compile(r"^pipec: pass (\S+)\s+([0-9.]+) ms$", re.M)
+nodes_re = re.compile(r"^nodes\s+([0-9,]+)$", re.M)
+
+def run(path):
+    t0 = time.perf_counter()
+    p = subprocess.run([pipec, "check", "--time-passes", path], capture_output=True, text=True)
+    wall = (time.perf_counter() - t0) * 1e3
+    if p.returncode != 0:
+        sys.stderr.write(p.stderr)
+        sys.exit(f"pipec check {path}: exit status {p.returncode}")
+    times = dict((k, float(v)) for k, v in pass_re.findall(p.stderr))
+    if set(times) != set(PASSES):
+        sys.exit(f"pipec check {path}: expected pass times {PASSES}, got {sorted(times)}")
+    nodes = int(nodes_re.search(p.stdout).group(1).replace(",", ""))
+    return wall, times, nodes
+
+def size(b):
+    return f"{b} B" if b < 1024 else f"{b / 1024:.1f} KiB" if b < 1 << 20 else f"{b / (1 << 20):.2f} MiB"
+
+rows, failed = [], []
+for m in models:
+    path = os.path.join(tmp, m + ".json")
+    sys.stderr.write(f"  {m} ...\n")
+    run(path)  # warm-up: page cache, dynamic loader
+    walls, per = [], {k: [] for k in PASSES}
+    sums = []
+    for _ in range(reps):
+        wall, times, nodes = run(path)
+        walls.append(wall)
+        sums.append(sum(times.values()))
+        for k in PASSES:
+            per[k].append(times[k])
+    med = statistics.median
+    r = dict(model=m, nodes=nodes, bytes=os.path.getsize(path), wall=med(walls), wmin=min(walls),
+             passes=med(sums), **{k: med(per[k]) for k in PASSES})
+    rows.append(r)
+    if m in gated and r["wall"] > limit:
+        failed.append(m)
+
+print(f"Median of {reps} runs (after one warm-up run) of `pipec check --time-passes MODEL`.")
+print("*wall*: whole process, fork to exit; *passes*: sum of the parse, expand and shape times")
+print("pipec prints (the verifier runs between passes and is in *wall* only).")
+print()
+print("| model | nodes | file | wall ms | (min) | passes ms | parse | expand | shape | µs/node wall | µs/node passes |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+for r in rows:
+    mark = " ⚑" if r["model"] in gated else ""
+    print(f"| {r['model']}{mark} | {r['nodes']:,} | {size(r['bytes'])} | {r['wall']:.2f} | {r['wmin']:.2f} "
+          f"| {r['passes']:.2f} | {r['parse']:.2f} | {r['expand']:.2f} | {r['shape']:.3f} "
+          f"| {1e3 * r['wall'] / r['nodes']:.2f} | {1e3 * r['passes'] / r['nodes']:.2f} |")
+print()
+print(f"⚑ held to the target: median wall time under {limit:g} ms.")
+print()
+
+# Linearity: growth of time against growth of nodes, smallest to largest of each series.
+by = {r["model"]: r for r in rows}
+series = [("GPT, repeat block", ["gpt_12", "gpt_96"]),
+          ("MLP, repeat block", ["mlp_250", "mlp_2000"]),
+          ("MLP, flat", ["mlp_250_flat", "mlp_2000_flat"])]
+print("| series | nodes × | wall × | passes × | parse × | expand × |")
+print("| --- | ---: | ---: | ---: | ---: | ---: |")
+for name, (a, b) in series:
+    ra, rb = by[a], by[b]
+    x = lambda k: f"{rb[k] / ra[k]:.1f}" if ra[k] > 0 else "–"
+    print(f"| {name}: {a} → {b} | {rb['nodes'] / ra['nodes']:.1f} | {x('wall')} | {x('passes')} "
+          f"| {x('parse')} | {x('expand')} |")
+
+if failed:
+    sys.stderr.write(f"FAIL: median wall time over {limit:g} ms: {', '.join(failed)}\n")
+    sys.exit(1)
+sys.stderr.write(f"ok: 96-layer GPT and 1000-layer MLP under {limit:g} ms\n")
+EOF

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The command-line contract: --help and --version, exit 2 with a one-line reason for usage errors,
+# exit 1 for model errors, -D overrides, --dump-after and --time-passes.
+set -u
+pipec=$1
+root=$2
+cd "$root" || exit 1
+pass=0 fail=0
+
+# expect NAME WANT_RC WANT_STDERR_REGEX CMD...  (stderr's first line must match the regex)
+expect() {
+  local name=$1 want_rc=$2 want_err=$3
+  shift 3
+  local out err rc
+  out=$("$@" 2>/tmp/pipec_cli_err.$$)
+  rc=$?
+  err=$(head -n 1 /tmp/pipec_cli_err.$$)
+  if [ "$rc" -ne "$want_rc" ]; then
+    echo "FAIL $name: exit $rc, want $want_rc (stderr: $err)"
+    fail=$((fail + 1))
+  elif [ -n "$want_err" ] && ! [[ "$err" =~ $want_err ]]; then
+    echo "FAIL $name: stderr '$err' does not match '$want_err'"
+    fail=$((fail + 1))
+  else
+    pass=$((pass + 1))
+  fi
+  LAST_OUT=$out
+}
+
+expect help 0 '' "$pipec" --help
+[[ "$LAST_OUT" == Usage:* ]] && pass=$((pass + 1)) || { echo "FAIL help text"; fail=$((fail + 1)); }
+expect version 0 '' "$pipec" --version
+[[ "$LAST_OUT" =~ ^pipec\ [0-9]+\.[0-9]+\.[0-9]+$ ]] && pass=$((pass + 1)) || { echo "FAIL version '$LAST_OUT'"; fail=$((fail + 1)); }
+expect no-command 2 "^pipec: no command given" "$pipec"
+expect unknown-command 2 "^pipec: unknown command 'frobnicate'" "$pipec" frobnicate samples/mlp_digits.json
+expect no-model 2 "^pipec: 'check' needs a model file" "$pipec" check
+expect extra-arg 2 "^pipec: unexpected argument 'extra'" "$pipec" check samples/mlp_digits.json extra
+expect unknown-option 2 "^pipec: unknown option '--frob'" "$pipec" check --frob samples/mlp_digits.json
+expect missing-optarg 2 "^pipec: option '--dump-after' needs an argument" "$pipec" check samples/mlp_digits.json --dump-after
+expect bad-pass 2 "^pipec: --dump-after: unknown pass 'nope'" "$pipec" print --dump-after=nope samples/mlp_digits.json
+expect missing-file 1 "^does/not/exist.json: error: cannot open model file: No such file or directory$" \
+  "$pipec" check does/not/exist.json
+expect directory 1 "^samples: error: not a regular file$" "$pipec" check samples
+expect define-unknown 1 "^samples/gpt_char.json: error: -D Q=3: the model has no dim 'Q'$" \
+  "$pipec" check -D Q=3 samples/gpt_char.json
+expect define-bad 1 "^samples/gpt_char.json: error: -D L: expected NAME=VALUE$" "$pipec" check -D L samples/gpt_char.json
+
+# -D changes the model: 8 layers have twice the layer parameters of 4.
+expect define-layers 0 '' "$pipec" check --define L=8 samples/gpt_char.json
+[[ "$LAST_OUT" == *"1,591,552 in 51 tensors"* ]] && pass=$((pass + 1)) || { echo "FAIL -D L=8 summary: $LAST_OUT"; fail=$((fail + 1)); }
+# Options may come before or after the command and the model (GNU style).
+expect options-anywhere 0 '' "$pipec" -D L=2 check samples/gpt_char.json
+# --dump-after=expand prints the IR before shapes are known; =shape prints the same as `print`.
+expect dump-shape 0 '' "$pipec" check --dump-after=shape samples/mlp_digits.json
+[[ "$LAST_OUT" == "$("$pipec" print samples/mlp_digits.json)"* ]] && pass=$((pass + 1)) || { echo "FAIL dump-after=shape"; fail=$((fail + 1)); }
+expect dump-expand 0 '' "$pipec" check --dump-after=expand samples/mlp_digits.json
+[[ "$LAST_OUT" == *"node logits = linear(relu2, fc3.weight, fc3.bias): ?"* ]] && pass=$((pass + 1)) || { echo "FAIL dump-after=expand: $LAST_OUT"; fail=$((fail + 1)); }
+expect time-passes 0 "^pipec: pass parse +[0-9.]+ ms$" "$pipec" check --time-passes samples/mlp_digits.json
+for cmd in plan compile run; do
+  expect "not-yet-$cmd" 2 "^pipec: '$cmd' is not available yet" "$pipec" "$cmd" samples/mlp_digits.json
+done
+
+rm -f /tmp/pipec_cli_err.$$
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Golden tests: every sample checks with exit 0 and no diagnostics, and its `check` summary and
+# `print` IR equal the files in tests/golden/ (regenerate with UPDATE=1 after a deliberate change).
+set -u
+pipec=$1
+root=$2
+cd "$root" || exit 1
+pass=0 fail=0
+for m in samples/*.json; do
+  base=$(basename "$m" .json)
+  for cmd in check print; do
+    want=tests/golden/$base.$cmd
+    got=$("$pipec" "$cmd" "$m" 2>/tmp/pipec_golden_err.$$)
+    rc=$?
+    err=$(cat /tmp/pipec_golden_err.$$)
+    if [ "${UPDATE:-0}" = 1 ]; then printf '%s\n' "$got" >"$want"; fi
+    if [ $rc -ne 0 ] || [ -n "$err" ]; then
+      echo "FAIL $cmd $m: exit $rc, stderr: $err"
+      fail=$((fail + 1))
+    elif ! diff -u "$want" <(printf '%s\n' "$got"); then
+      echo "FAIL $cmd $m: output differs from $want"
+      fail=$((fail + 1))
+    else
+      pass=$((pass + 1))
+    fi
+  done
+done
+# The generator reproduces the committed GPT sample byte for byte.
+if /usr/bin/env python3 samples/gen_gpt.py | cmp -s - samples/gpt_char.json; then
+  pass=$((pass + 1))
+else
+  echo "FAIL samples/gen_gpt.py output differs from samples/gpt_char.json"
+  fail=$((fail + 1))
+fi
+# A 96-layer generated GPT and a 1000-layer MLP check cleanly, as blocks and flat, with equal IR.
+tmp=$(mktemp -d)
+python3 samples/gen_gpt.py --layers 96 -o "$tmp/g.json" && python3 samples/gen_gpt.py --layers 96 --flat -o "$tmp/gf.json"
+python3 samples/gen_mlp.py --layers 1000 -o "$tmp/m.json" && python3 samples/gen_mlp.py --layers 1000 --flat -o "$tmp/mf.json"
+for pair in "g gf" "m mf"; do
+  set -- $pair
+  if "$pipec" check "$tmp/$1.json" >/dev/null && "$pipec" check "$tmp/$2.json" >/dev/null &&
+     [ "$("$pipec" print "$tmp/$1.json" | grep '^node' | sed 's/  ;.*//')" = "$("$pipec" print "$tmp/$2.json" | grep '^node' | sed 's/  ;.*//')" ]; then
+    pass=$((pass + 1))
+  else
+    echo "FAIL generated $1.json and $2.json (blocks vs flat) do not give the same nodes"
+    fail=$((fail + 1))
+  fi
+done
+rm -rf "$tmp" /tmp/pipec_golden_err.$$
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
