@@ -10,9 +10,10 @@
 #   GPT, 12 heads, C 768 (GPT-2-small widths), other options default: 12/24/48/96 layers in one
 #   repeat block, and 96 layers --flat;
 #   MLP, default widths: 250/500/1000/2000 layers, repeat block and --flat.
-# Each model is run once to warm the page cache, then BENCH_REPS times. Reported per model: median
-# wall time of the whole process (fork/exec to exit, which includes the verifier and the summary),
-# median sum of the three pass times pipec prints, and the median of each pass.
+# Each model is run once to warm the page cache, then BENCH_REPS times, round robin over the
+# models. Reported per model: median wall time of the whole process (fork/exec to exit, which
+# includes the verifier and the summary), median sum of the three pass times pipec prints, and
+# the median of each pass.
 #
 # Prints a markdown table on stdout (progress on stderr). Exit status 1 if the median wall time of
 # the 96-layer GPT or the 1000-layer MLP (block or flat) exceeds BENCH_LIMIT_MS, or if pipec fails;
@@ -79,27 +80,35 @@ def run(path):
 def size(b):
     return f"{b} B" if b < 1024 else f"{b / 1024:.1f} KiB" if b < 1 << 20 else f"{b / (1 << 20):.2f} MiB"
 
+# Round robin over the models, so that a noisy spell on the machine spreads over all of them
+# instead of skewing one row.
+paths = {m: os.path.join(tmp, m + ".json") for m in models}
+walls = {m: [] for m in models}
+sums = {m: [] for m in models}
+per = {m: {k: [] for k in PASSES} for m in models}
+nodes = {}
+for m in models:
+    _, _, nodes[m] = run(paths[m])  # warm-up: page cache, dynamic loader
+for i in range(reps):
+    sys.stderr.write(f"  run {i + 1}/{reps}\n")
+    for m in models:
+        wall, times, _ = run(paths[m])
+        walls[m].append(wall)
+        sums[m].append(sum(times.values()))
+        for k in PASSES:
+            per[m][k].append(times[k])
+
+med = statistics.median
 rows, failed = [], []
 for m in models:
-    path = os.path.join(tmp, m + ".json")
-    sys.stderr.write(f"  {m} ...\n")
-    run(path)  # warm-up: page cache, dynamic loader
-    walls, per = [], {k: [] for k in PASSES}
-    sums = []
-    for _ in range(reps):
-        wall, times, nodes = run(path)
-        walls.append(wall)
-        sums.append(sum(times.values()))
-        for k in PASSES:
-            per[k].append(times[k])
-    med = statistics.median
-    r = dict(model=m, nodes=nodes, bytes=os.path.getsize(path), wall=med(walls), wmin=min(walls),
-             passes=med(sums), **{k: med(per[k]) for k in PASSES})
+    r = dict(model=m, nodes=nodes[m], bytes=os.path.getsize(paths[m]), wall=med(walls[m]),
+             wmin=min(walls[m]), passes=med(sums[m]), **{k: med(per[m][k]) for k in PASSES})
     rows.append(r)
     if m in gated and r["wall"] > limit:
         failed.append(m)
 
-print(f"Median of {reps} runs (after one warm-up run) of `pipec check --time-passes MODEL`.")
+print(f"Median of {reps} runs (round robin over the models, after one warm-up run each) of")
+print("`pipec check --time-passes MODEL`.")
 print("*wall*: whole process, fork to exit; *passes*: sum of the parse, expand and shape times")
 print("pipec prints (the verifier runs between passes and is in *wall* only).")
 print()

@@ -9,8 +9,9 @@ if [[ $# -ne 1 ]]; then
   exit 2
 fi
 here=$(cd "$(dirname "$0")" && pwd)
+benches=(frontend) # add new benchmarks here: bench/NAME.sh PIPEC
 status=0
-for b in frontend; do
+for b in "${benches[@]}"; do
   echo "## $b"
   echo
   "$here/$b.sh" "$1" || { echo "bench/$b.sh: FAILED" >&2; status=1; }

@@ -175,7 +175,12 @@ static bool want_bool(X *x, const cJSON *it, const char *path, bool *out) {
 
 // "base.key"
 static const char *pathk(X *x, const char *base, const char *key) {
-  return arena_printf(x->a, "%s.%s", base, key);
+  size_t nb = strlen(base), nk = strlen(key);
+  char *p = arena_alloc(x->a, nb + nk + 2);
+  memcpy(p, base, nb);
+  p[nb] = '.';
+  memcpy(p + nb + 1, key, nk + 1);
+  return p;
 }
 
 static const char *path_idx(X *x, const char *base, int i) { return arena_printf(x->a, "%s[%d]", base, i); }

@@ -69,11 +69,13 @@ char *arena_strndup(Arena *a, const char *s, size_t n) {
 char *arena_strdup(Arena *a, const char *s) { return arena_strndup(a, s, strlen(s)); }
 
 char *arena_printf(Arena *a, const char *fmt, ...) {
+  char buf[256];
   va_list ap;
   va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
+  int n = vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
-  char *p = arena_alloc(a, (size_t)n + 1);
+  if (n < (int)sizeof buf) return arena_strndup(a, buf, (size_t)n);
+  char *p = arena_alloc(a, (size_t)n + 1); // long result: format again into its final place
   va_start(ap, fmt);
   vsnprintf(p, (size_t)n + 1, fmt, ap);
   va_end(ap);

@@ -1,0 +1,2 @@
+// args.c: placeholder until implemented.
+#include "pipert.h"

@@ -1,0 +1,2 @@
+// data.c: placeholder until implemented.
+#include "pipert.h"

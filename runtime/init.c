@@ -1,0 +1,2 @@
+// init.c: placeholder until implemented.
+#include "pipert.h"

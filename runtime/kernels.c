@@ -1,0 +1,2 @@
+// kernels.c: placeholder until implemented.
+#include "pipert.h"

@@ -1,0 +1,2 @@
+// log.c: placeholder until implemented.
+#include "pipert.h"

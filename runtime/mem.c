@@ -1,0 +1,2 @@
+// mem.c: placeholder until implemented.
+#include "pipert.h"

@@ -1,0 +1,2 @@
+// optim.c: placeholder until implemented.
+#include "pipert.h"

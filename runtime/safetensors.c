@@ -1,0 +1,2 @@
+// safetensors.c: placeholder until implemented.
+#include "pipert.h"
