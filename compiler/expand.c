@@ -825,10 +825,12 @@ static Node *make_node(X *x, const cJSON *c, const char *path, const BlockDef *b
       !want_array(x, ins, pathk(x, path, "inputs")))
     return NULL;
   const OpDef *op = op_find(opname);
+  if (op && op->internal) op = NULL; // backward ops are made by the compiler, not written
   if (!op) {
     const char *names[64];
     int nn = 0;
-    for (int i = 0; i < op_count() && nn < 64; i++) names[nn++] = op_at(i)->name;
+    for (int i = 0; i < op_count() && nn < 64; i++)
+      if (!op_at(i)->internal) names[nn++] = op_at(i)->name;
     diag_error(x->d, loc_of(x, opj), "%s \"%s\": unknown op '%s'%s", path, name, opname,
                suggest(x, opname, names, nn));
     return NULL;
@@ -846,28 +848,32 @@ static Node *make_node(X *x, const cJSON *c, const char *path, const BlockDef *b
     return NULL;
   }
   // Output count may depend on attributes (split): parse them on a scratch node first.
-  Node *n = graph_add_node(x->g, name, op, nin, op->nout ? op->nout : 1);
+  Node *n = graph_add_node(x->g, name, op, nin, op->nout ? op->nout + op->nhidden : 1);
   n->loc = tmp.loc;
   n->path = path;
   n->instance = inst;
   n->block = blk ? blk->name : NULL;
   if (!parse_attrs(x, n, c, path) || !parse_stage_hints(x, c, path, n)) return NULL;
+  int visible = op->nout;
   if (!op->nout) {
-    int k = op->count_outputs(n);
-    if (k < 1 || k > 4096) {
-      node_error(x->d, n, "%s needs 1 to 4096 outputs, the attributes give %d", op->name, k);
+    visible = op->count_outputs(n);
+    if (visible < 1 || visible > 4096) {
+      node_error(x->d, n, "%s needs 1 to 4096 outputs, the attributes give %d", op->name, visible);
       return NULL;
     }
-    n->nout = k;
-    n->out = ARENA_ARRAY(x->a, Tensor *, k);
+    n->nout = visible + op->nhidden;
+    n->out = ARENA_ARRAY(x->a, Tensor *, n->nout);
   }
   for (int k = 0; k < n->nout; k++) {
-    const char *tn = op->nout == 1 ? name : arena_printf(x->a, "%s:%d", name, k);
+    const char *tn = k >= visible ? arena_printf(x->a, "%s:%s", name, op->hidden[k - visible])
+                     : visible == 1 ? name
+                                    : arena_printf(x->a, "%s:%d", name, k);
     Tensor *t = graph_add_tensor(x->g, tn, T_ACT);
     t->producer = n;
     t->out_index = k;
     t->loc = n->loc;
     t->path = path;
+    t->hidden = k >= visible;
   }
   for (int k = 0; k < n->nout; k++) n->out[k] = x->g->tensors[x->g->ntensors - n->nout + k];
   return n;
@@ -1059,11 +1065,17 @@ static bool parse_nodes(X *x, const cJSON *root) {
 // Looks a reference up; explains multi-output nodes and suggests near names.
 static Tensor *resolve(X *x, const cJSON *it, const char *path, const char *ref, const char *what) {
   Tensor *t = graph_find(x->g, ref);
+  if (t && t->hidden) {
+    diag_error(x->d, loc_of(x, it), "%s: '%s' is saved by '%s' for its backward pass and cannot be used", path, ref,
+               t->producer->name);
+    return NULL;
+  }
   if (t) return t;
   Node *n = strmap_get(&x->g->node_names, ref);
-  if (n && n->nout > 1) {
+  if (n && node_visible_outputs(n) > 1) {
+    int k = node_visible_outputs(n);
     diag_error(x->d, loc_of(x, it), "%s: '%s' has %d outputs; refer to one of them as '%s:0' .. '%s:%d'", path, ref,
-               n->nout, ref, ref, n->nout - 1);
+               k, ref, ref, k - 1);
     return NULL;
   }
   // Suggest among a bounded set of names: the closest one overall is too slow for huge models.

@@ -19,4 +19,8 @@ bool pass_expand(const Source *src, Graph *g, const ExpandOptions *opt, Diag *d)
 // shape: runs each op's shape/dtype rule in topological order; checks the loss is a scalar.
 bool pass_shape(Graph *g, Diag *d);
 
+// autodiff: appends input-gradient (B), weight-gradient (W) and step-end nodes for a step of
+// `microbatches` microbatches; sets each owner parameter's grad tensor.
+bool pass_autodiff(Graph *g, int microbatches, Diag *d);
+
 #endif

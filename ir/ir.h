@@ -42,7 +42,8 @@ typedef struct Shape {
 typedef enum TensorKind {
   T_INPUT, // model input (data or target), fed by the data loader
   T_PARAM, // trainable parameter
-  T_ACT    // activation: output of a node
+  T_ACT,   // activation: output of a node (gradients included)
+  T_CONST  // constant filled once at start (the loss gradient seed 1/M, zeros)
 } TensorKind;
 
 typedef enum InitKind {
@@ -81,6 +82,11 @@ typedef struct Tensor {
   int nuses;               // number of uses
   Loc loc;                 // where it was defined in the model file
   const char *path;        // JSON path of its definition ("params[3]", "nodes[7]")
+  bool hidden;             // saved-for-backward output (layernorm mean, attention probs)
+  double const_value;      // T_CONST only: every element's value
+  struct Tensor *grad_of;  // gradient tensors: the tensor this is (a part of) the gradient of
+  bool per_step;           // lives across the microbatches of a step (param gradient buffers)
+  struct Tensor *grad;     // owner params after autodiff: the parameter's final gradient
 } Tensor;
 
 typedef enum AttrType {
@@ -102,6 +108,13 @@ typedef struct AttrValue {
 
 struct OpDef;
 
+typedef enum NodeRole {
+  ROLE_FWD,  // forward computation (F)
+  ROLE_BWD,  // input-gradient (B): gradients of activations
+  ROLE_WGT,  // weight-gradient (W): accumulates a parameter's gradient over microbatches
+  ROLE_STEP  // once per step after all microbatches (combining a tied parameter's uses)
+} NodeRole;
+
 typedef struct Node {
   int id;                  // index in Graph.nodes (topological after expand)
   const char *name;        // node name (unique)
@@ -118,6 +131,9 @@ typedef struct Node {
   bool split_before;       // pipeline hint: a new stage starts here
   int instance;            // block instance index (layer number), or -1 outside blocks
   const char *block;       // block name, or NULL
+  NodeRole role;           // F, B, W or step-end
+  const struct Node *fwd;  // backward nodes: the forward node differentiated
+  int slot;                // backward nodes: the input of fwd whose gradient this is, else -1
 } Node;
 
 typedef struct DimDef {
@@ -144,6 +160,8 @@ typedef struct Graph {
   int noutputs;
   Tensor *loss;            // scalar loss tensor
   bool shapes_known;       // activations have shapes (set by the shape pass)
+  int nfwd;                // nodes [0, nfwd) are the forward graph (autodiff appends after)
+  int microbatches;        // M: the loss gradient seed is 1/M (set by autodiff)
   StrMap names;            // tensor name -> Tensor*
   StrMap node_names;       // node name -> Node*
 } Graph;

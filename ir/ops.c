@@ -3,7 +3,7 @@
 // A shape rule reads n->in[*]->shape/dtype and n->attrs, reports any mismatch with node_error in
 // the form "input 'x' has shape (B,64) but matmul needs (...,128)", and sets n->out[*]. Costs are
 // per call with the batch symbol bound; bytes are always the inputs' and outputs' sizes.
-#include "ops.h"
+#include "ops_impl.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -272,6 +272,10 @@ static bool layernorm_infer(const Graph *g, Node *n, Diag *d) {
     return false;
   }
   set_out(n, 0, x, n->in[0]->dtype);
+  Shape rows = *x;
+  rows.rank--;
+  set_out(n, 1, &rows, DT_F32); // mean, saved for backward
+  set_out(n, 2, &rows, DT_F32); // 1/std, saved for backward
   return true;
 }
 
@@ -511,6 +515,12 @@ static bool attention_infer(const Graph *g, Node *n, Diag *d) {
   Shape o = *x;
   o.d[2].n = c3.n / 3;
   set_out(n, 0, &o, n->in[0]->dtype);
+  Shape att = {.rank = 4, .d = {x->d[0], {nh, 0}, x->d[1], x->d[1]}};
+  if (x->d[1].b || shape_numel(&att, 1) < 0) {
+    node_error(d, n, "attention probabilities %s are too large", fmt_shape(g, &att));
+    return false;
+  }
+  set_out(n, 1, &att, DT_F32); // softmax probabilities, saved for backward
   return true;
 }
 
@@ -571,33 +581,104 @@ static void mse_cost(const Node *n, int64_t batch, OpCost *c) {
 // ---------------------------------------------------------------------------------------------
 // The registry
 
-#define ATTRS(a) a, (int)(sizeof(a) / sizeof((a)[0]))
-#define NOATTRS  NULL, 0
+// Cost of a backward node: the FLOPs of the forward node it differentiates (one GEMM of the
+// same size for matmul/linear gradients, about one pass for the others), bytes of its own I/O.
+static void bwd_cost(const Node *n, int64_t batch, OpCost *c) {
+  OpCost f = {0, 0};
+  if (n->fwd) n->fwd->op->cost(n->fwd, batch, &f);
+  c->flops = f.flops;
+  c->bytes = io_bytes(n, batch);
+}
+
+static const char *const layernorm_hidden[] = {"mean", "rstd"};
+static const char *const attention_hidden[] = {"att"};
+
+#define ATTRS(a) .attrs = a, .nattrs = (int)(sizeof(a) / sizeof((a)[0]))
+#define IN(lo, hi) .min_in = lo, .max_in = hi
+#define HIDDEN(h) .hidden = h, .nhidden = (int)(sizeof(h) / sizeof((h)[0]))
+// Internal ops: backward and helper nodes made by the autodiff pass (no shape rule: the pass
+// gives each output the shape of the tensor it is the gradient of).
+#define BWD(nm, lo, hi, kern, ka, has_acc)                                                         \
+  {.name = nm, IN(lo, hi), .nout = 1, .cost = bwd_cost, .internal = true, .kernel = kern,         \
+   .kargs = ka, .acc = has_acc, .doc = "backward"}
 
 static const OpDef ops[] = {
-    {"matmul", 2, 2, 1, ATTRS(matmul_attrs), NULL, matmul_infer, matmul_cost, "batched matrix product"},
-    {"linear", 2, 3, 1, NOATTRS, NULL, linear_infer, linear_cost, "x W^T + b (PyTorch layout)"},
-    {"add", 2, 2, 1, NOATTRS, NULL, binary_infer, cost1, "a + b with broadcasting"},
-    {"sub", 2, 2, 1, NOATTRS, NULL, binary_infer, cost1, "a - b with broadcasting"},
-    {"mul", 2, 2, 1, NOATTRS, NULL, binary_infer, cost1, "a * b with broadcasting"},
-    {"scale", 1, 1, 1, ATTRS(scale_attrs), NULL, unary_infer, cost1, "x * factor"},
-    {"relu", 1, 1, 1, NOATTRS, NULL, unary_infer, cost1, "max(x, 0)"},
-    {"gelu", 1, 1, 1, NOATTRS, NULL, unary_infer, cost8, "GELU, tanh approximation"},
-    {"tanh", 1, 1, 1, NOATTRS, NULL, unary_infer, cost5, "tanh(x)"},
-    {"sigmoid", 1, 1, 1, NOATTRS, NULL, unary_infer, cost4, "1 / (1 + exp(-x))"},
-    {"softmax", 1, 1, 1, ATTRS(softmax_attrs), NULL, softmax_infer, cost5, "softmax along axis"},
-    {"layernorm", 2, 3, 1, ATTRS(layernorm_attrs), NULL, layernorm_infer, cost8, "layer norm, last dim"},
-    {"embedding", 2, 2, 1, NOATTRS, NULL, embedding_infer, cost0, "rows of weight by id"},
-    {"reshape", 1, 1, 1, ATTRS(reshape_attrs), NULL, reshape_infer, cost0, "same elements, new shape"},
-    {"transpose", 1, 1, 1, ATTRS(transpose_attrs), NULL, transpose_infer, cost0, "swap two dims"},
-    {"permute", 1, 1, 1, ATTRS(permute_attrs), NULL, permute_infer, cost0, "reorder dims"},
-    {"split", 1, 1, 0, ATTRS(split_attrs), split_count, split_infer, cost0, "split along axis"},
-    {"concat", 1, -1, 1, ATTRS(concat_attrs), NULL, concat_infer, cost0, "join along axis"},
-    {"causal_self_attention", 1, 1, 1, ATTRS(attention_attrs), NULL, attention_infer, attention_cost,
-     "fused multi-head attention with causal mask"},
-    {"cross_entropy", 2, 2, 1, NOATTRS, NULL, cross_entropy_infer, cross_entropy_cost,
-     "mean cross-entropy of logits and i32 targets"},
-    {"mse_loss", 2, 2, 1, NOATTRS, NULL, mse_infer, mse_cost, "mean squared error"},
+    {.name = "matmul", IN(2, 2), .nout = 1, ATTRS(matmul_attrs), .infer = matmul_infer, .cost = matmul_cost,
+     .kernel = "pr_matmul_fwd", .kargs = kargs_matmul, .grad = grad_matmul, .doc = "batched matrix product"},
+    {.name = "linear", IN(2, 3), .nout = 1, .infer = linear_infer, .cost = linear_cost, .kernel = "pr_linear_fwd",
+     .kargs = kargs_linear, .grad = grad_linear, .doc = "x W^T + b (PyTorch layout)"},
+    {.name = "add", IN(2, 2), .nout = 1, .infer = binary_infer, .cost = cost1, .kernel = "pr_binary_fwd",
+     .kargs = kargs_binary, .grad = grad_binary, .doc = "a + b with broadcasting"},
+    {.name = "sub", IN(2, 2), .nout = 1, .infer = binary_infer, .cost = cost1, .kernel = "pr_binary_fwd",
+     .kargs = kargs_binary, .grad = grad_binary, .doc = "a - b with broadcasting"},
+    {.name = "mul", IN(2, 2), .nout = 1, .infer = binary_infer, .cost = cost1, .kernel = "pr_binary_fwd",
+     .kargs = kargs_binary, .grad = grad_binary, .doc = "a * b with broadcasting"},
+    {.name = "scale", IN(1, 1), .nout = 1, ATTRS(scale_attrs), .infer = unary_infer, .cost = cost1,
+     .kernel = "pr_scale_fwd", .kargs = kargs_scale, .grad = grad_scale, .doc = "x * factor"},
+    {.name = "relu", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost1, .kernel = "pr_relu_fwd",
+     .kargs = kargs_n, .grad = grad_unary, .doc = "max(x, 0)"},
+    {.name = "gelu", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost8, .kernel = "pr_gelu_fwd",
+     .kargs = kargs_n, .grad = grad_unary, .doc = "GELU, tanh approximation"},
+    {.name = "tanh", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost5, .kernel = "pr_tanh_fwd",
+     .kargs = kargs_n, .grad = grad_unary, .doc = "tanh(x)"},
+    {.name = "sigmoid", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost4, .kernel = "pr_sigmoid_fwd",
+     .kargs = kargs_n, .grad = grad_unary, .doc = "1 / (1 + exp(-x))"},
+    {.name = "softmax", IN(1, 1), .nout = 1, ATTRS(softmax_attrs), .infer = softmax_infer, .cost = cost5,
+     .kernel = "pr_softmax_fwd", .kargs = kargs_softmax, .grad = grad_unary, .doc = "softmax along axis"},
+    {.name = "layernorm", IN(2, 3), .nout = 1, ATTRS(layernorm_attrs), HIDDEN(layernorm_hidden),
+     .infer = layernorm_infer, .cost = cost8, .kernel = "pr_layernorm_fwd", .kargs = kargs_layernorm,
+     .grad = grad_layernorm, .doc = "layer norm over the last dim"},
+    {.name = "embedding", IN(2, 2), .nout = 1, .infer = embedding_infer, .cost = cost0,
+     .kernel = "pr_embedding_fwd", .kargs = kargs_embedding, .grad = grad_embedding, .doc = "rows of weight by id"},
+    {.name = "reshape", IN(1, 1), .nout = 1, ATTRS(reshape_attrs), .infer = reshape_infer, .cost = cost0,
+     .kernel = "pr_copy", .kargs = kargs_copy, .grad = grad_reshape, .doc = "same elements, new shape"},
+    {.name = "transpose", IN(1, 1), .nout = 1, ATTRS(transpose_attrs), .infer = transpose_infer, .cost = cost0,
+     .kernel = "pr_permute", .kargs = kargs_permute, .grad = grad_permute, .doc = "swap two dims"},
+    {.name = "permute", IN(1, 1), .nout = 1, ATTRS(permute_attrs), .infer = permute_infer, .cost = cost0,
+     .kernel = "pr_permute", .kargs = kargs_permute, .grad = grad_permute, .doc = "reorder dims"},
+    {.name = "split", IN(1, 1), .nout = 0, ATTRS(split_attrs), .count_outputs = split_count, .infer = split_infer,
+     .cost = cost0, .kernel = "pr_split", .kargs = kargs_split, .grad = grad_split, .doc = "split along axis"},
+    {.name = "concat", IN(1, -1), .nout = 1, ATTRS(concat_attrs), .infer = concat_infer, .cost = cost0,
+     .kernel = "pr_concat", .kargs = kargs_concat, .grad = grad_concat, .doc = "join along axis"},
+    {.name = "causal_self_attention", IN(1, 1), .nout = 1, ATTRS(attention_attrs), HIDDEN(attention_hidden),
+     .infer = attention_infer, .cost = attention_cost, .kernel = "pr_attention_fwd", .kargs = kargs_attention,
+     .grad = grad_attention, .doc = "fused multi-head attention with causal mask"},
+    {.name = "cross_entropy", IN(2, 2), .nout = 1, .infer = cross_entropy_infer, .cost = cross_entropy_cost,
+     .kernel = "pr_cross_entropy_fwd", .kargs = kargs_cross_entropy, .grad = grad_cross_entropy,
+     .doc = "mean cross-entropy of logits and i32 targets"},
+    {.name = "mse_loss", IN(2, 2), .nout = 1, .infer = mse_infer, .cost = mse_cost, .kernel = "pr_mse_fwd",
+     .kargs = kargs_mse, .grad = grad_mse, .doc = "mean squared error"},
+
+    // Internal ops (gradients and their bookkeeping)
+    BWD("matmul.da", 2, 2, "pr_matmul_bwd_a", kargs_matmul, true),
+    BWD("matmul.db", 2, 2, "pr_matmul_bwd_b", kargs_matmul, true),
+    BWD("linear.dx", 2, 2, "pr_linear_bwd_x", kargs_linear, true),
+    BWD("linear.dw", 2, 2, "pr_linear_bwd_w", kargs_linear, true),
+    BWD("sum_rows", 1, 1, "pr_sum_rows", kargs_sum_rows, true),
+    BWD("binary.d", 1, 2, "pr_binary_bwd", kargs_binary_d, true),
+    BWD("scale.dx", 1, 1, "pr_scale_bwd", kargs_scale, true),
+    BWD("relu.dx", 2, 2, "pr_relu_bwd", kargs_n, true),
+    BWD("gelu.dx", 2, 2, "pr_gelu_bwd", kargs_n, true),
+    BWD("tanh.dx", 2, 2, "pr_tanh_bwd", kargs_n, true),
+    BWD("sigmoid.dx", 2, 2, "pr_sigmoid_bwd", kargs_n, true),
+    BWD("softmax.dx", 2, 2, "pr_softmax_bwd", kargs_softmax, true),
+    BWD("layernorm.dx", 5, 5, "pr_layernorm_bwd_x", kargs_layernorm, true),
+    BWD("layernorm.dw", 4, 4, "pr_layernorm_bwd_w", kargs_layernorm, true),
+    BWD("embedding.dw", 2, 2, "pr_embedding_bwd_w", kargs_embedding, true),
+    BWD("copy", 1, 1, "pr_copy", kargs_copy, false),
+    BWD("permute.dx", 1, 1, "pr_permute", kargs_permute, false),
+    BWD("split.dx", 1, -1, "pr_concat", kargs_split, false),
+    BWD("concat.dx", 1, 1, "pr_slice", kargs_slice, true),
+    {.name = "attention.dx", IN(3, 3), .nout = 1, .cost = bwd_cost, .internal = true, .kernel = "pr_attention_bwd",
+     .kargs = kargs_attention, .workspace = ws_attention, .acc = true, .doc = "backward"},
+    BWD("cross_entropy.dx", 3, 3, "pr_cross_entropy_bwd", kargs_cross_entropy, true),
+    BWD("mse.dx", 3, 3, "pr_mse_bwd", kargs_mse, true),
+    // y = x0 + x1 + ... in this order: the gradient of a tensor with several consumers.
+    {.name = "add_n", IN(1, -1), .nout = 1, .cost = cost1, .internal = true, .kernel = "pr_add_n",
+     .kargs = kargs_add_n, .doc = "sum of gradient contributions, in consumer order"},
+    // y = acc ? y + x : x: accumulates a parameter gradient whose kernel cannot accumulate.
+    {.name = "accumulate", IN(1, 1), .nout = 1, .cost = cost1, .internal = true, .kernel = "pr_accumulate",
+     .kargs = kargs_n, .acc = true, .doc = "gradient accumulation over microbatches"},
 };
 
 int op_count(void) { return (int)(sizeof ops / sizeof ops[0]); }
@@ -608,6 +689,8 @@ const OpDef *op_find(const char *name) {
     if (strcmp(ops[i].name, name) == 0) return &ops[i];
   return NULL;
 }
+
+int node_visible_outputs(const Node *n) { return n->nout - n->op->nhidden; }
 
 int op_attr_index(const OpDef *op, const char *name) {
   for (int i = 0; i < op->nattrs; i++)

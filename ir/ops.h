@@ -20,6 +20,26 @@ typedef struct OpCost {
   double bytes; // bytes read and written (inputs + outputs)
 } OpCost;
 
+// One scalar argument of a kernel call (after the pointer arguments).
+typedef struct KArg {
+  const char *name;   // the kernel parameter's name (a comment in generated code)
+  char kind;          // 'i' integer, 'f' float, 'a' integer array, 'x' C expression
+  int64_t i;          // 'i'
+  double f;           // 'f'
+  const int64_t *arr; // 'a': values
+  int n;              // 'a': count
+  const char *expr;   // 'x': expression text (e.g. "acc")
+} KArg;
+
+enum { MAX_KARGS = 16 };
+
+typedef struct KArgs {
+  KArg a[MAX_KARGS]; // arguments in call order
+  int n;             // count
+} KArgs;
+
+typedef struct GradCtx GradCtx; // autodiff state (compiler/autodiff.c)
+
 typedef struct OpDef {
   const char *name;     // op name in model files
   int min_in;           // fewest inputs
@@ -35,7 +55,36 @@ typedef struct OpDef {
   // Cost of one call with the batch symbol bound to batch.
   void (*cost)(const Node *n, int64_t batch, OpCost *c);
   const char *doc; // one-line summary
+  bool internal;               // backward/helper op: not accepted in model files
+  int nhidden;                 // outputs saved for backward, after the visible ones
+  const char *const *hidden;   // their name suffixes ("mean", "rstd", "att")
+  const char *kernel;          // runtime function the generated code calls
+  // Scalar kernel arguments for one call with the batch symbol bound to batch.
+  void (*kargs)(const Node *n, int64_t batch, Arena *a, KArgs *out);
+  // Scratch bytes the kernel needs (passed after the inputs), or NULL.
+  int64_t (*workspace)(const Node *n, int64_t batch);
+  bool acc;                    // the kernel ends with an `acc` flag (accumulate into the output)
+  // Gradient rule: emits the backward nodes for every input that needs a gradient (grad_*).
+  bool (*grad)(GradCtx *c, const Node *n);
 } OpDef;
+
+// ---- The gradient-rule interface (implemented by the autodiff pass)
+
+// Gradient flowing into output k of n, or NULL when none does.
+Tensor *grad_output(GradCtx *c, const Node *n, int k);
+// Whether input slot of n needs a gradient.
+bool grad_needed(GradCtx *c, const Node *n, int slot);
+// Emits internal op bwd_op (with inputs ins) computing n->in[slot]'s gradient contribution.
+// Role and accumulation into parameter gradients are decided by the pass. Returns the node so
+// the rule can set its attributes.
+Node *grad_emit(GradCtx *c, const Node *n, int slot, const char *bwd_op, Tensor *const *ins,
+                int nin);
+// The arena of the graph being differentiated.
+Arena *grad_arena(GradCtx *c);
+// A constant zero tensor shaped like t (a missing gradient of a multi-output node).
+Tensor *grad_zeros(GradCtx *c, const Tensor *like);
+// Number of visible outputs (without the hidden ones).
+int node_visible_outputs(const Node *n);
 
 const OpDef *op_find(const char *name);
 int op_count(void);

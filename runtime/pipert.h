@@ -146,6 +146,8 @@ void pr_mse_bwd(float *dx, const float *dloss, const float *p, const float *t, i
 // y = xs[0] + xs[1] + ... + xs[k-1], summed left to right (gradient of a fanned-out tensor).
 void pr_add_n(float *y, const float *const *xs, int k, int64_t n);
 void pr_fill(float *y, int64_t n, float value);
+// y = acc ? y + x : x (accumulates a parameter gradient whose kernel cannot accumulate itself).
+void pr_accumulate(float *y, const float *x, int64_t n, int acc);
 
 // Fraction helpers for evaluation: number of rows whose argmax over V equals tgt.
 int64_t pr_count_correct(const float *logits, const int32_t *tgt, int64_t rows, int64_t V);

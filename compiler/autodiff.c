@@ -1,0 +1,204 @@
+// autodiff pass: appends the backward graph, following ../shared/design/pipeline-semantics.md.
+//
+// 1. Which tensors need a gradient: those that depend on a parameter and reach the loss.
+// 2. The loss gradient is a constant 1/M (M microbatches; their losses are averaged).
+// 3. Forward nodes are visited in reverse topological order. A tensor's gradient is final when
+//    its node is visited (all its consumers come later in the forward order, so they were
+//    visited first): one contribution is the gradient itself; several are summed by an add_n
+//    node in consumer order (graph order, then input slot), never in arrival order.
+// 4. The op's gradient rule (its registry row) emits one backward node per differentiable input.
+//    A node producing an activation's gradient is an input-gradient node (B); one producing a
+//    parameter's gradient is a weight-gradient node (W) and accumulates over microbatches into
+//    a per-step buffer of its own, one buffer per use of the parameter (acc = m > 0). Kernels
+//    that cannot accumulate write a temporary and an `accumulate` node adds it.
+// 5. A parameter with several uses (tied weights, shared layers) gets its gradient at the end of
+//    the step: a step node sums the use buffers in use order.
+#include <stdlib.h>
+
+#include "../ir/ops.h"
+#include "passes.h"
+
+typedef struct Contrib {
+  int key;      // consumer node id * 65536 + input slot: the canonical summation order
+  Tensor *grad; // the contribution (activations) or the use's accumulation buffer (params)
+} Contrib;
+
+typedef struct ContribList {
+  Contrib *items; // contributions
+  int n, cap;     // count and capacity
+} ContribList;
+
+struct GradCtx {
+  Graph *g;            // graph being differentiated
+  Diag *d;             // diagnostics
+  bool *needs;         // per tensor id: needs a gradient
+  Tensor **grad;       // per tensor id: final gradient of an activation (or the loss seed)
+  ContribList *contr;  // per tensor id: contributions (params: keyed by their owner)
+  int ntensors;        // tensors when the pass started (the arrays' size)
+};
+
+static void push(GradCtx *c, int id, Contrib x) {
+  ContribList *l = &c->contr[id];
+  if (l->n == l->cap) {
+    int cap = l->cap ? l->cap * 2 : 4;
+    Contrib *items = ARENA_ARRAY(c->g->arena, Contrib, cap);
+    for (int i = 0; i < l->n; i++) items[i] = l->items[i];
+    l->items = items;
+    l->cap = cap;
+  }
+  l->items[l->n++] = x;
+}
+
+static int by_key(const void *a, const void *b) {
+  int ka = ((const Contrib *)a)->key, kb = ((const Contrib *)b)->key;
+  return (ka > kb) - (ka < kb);
+}
+
+Arena *grad_arena(GradCtx *c) { return c->g->arena; }
+
+static const Tensor *owner(const Tensor *t) { return t->tied_to ? t->tied_to : t; }
+
+bool grad_needed(GradCtx *c, const Node *n, int slot) {
+  const Tensor *t = n->in[slot];
+  return t->id < c->ntensors && c->needs[t->id];
+}
+
+Tensor *grad_output(GradCtx *c, const Node *n, int k) { return c->grad[n->out[k]->id]; }
+
+static Tensor *new_tensor(GradCtx *c, const char *name, const Tensor *like, TensorKind kind) {
+  Tensor *t = graph_add_tensor(c->g, name, kind);
+  t->dtype = like->dtype;
+  t->shape = like->shape;
+  t->loc = like->loc;
+  t->path = like->path;
+  t->grad_of = (Tensor *)like;
+  return t;
+}
+
+Tensor *grad_zeros(GradCtx *c, const Tensor *like) {
+  Tensor *t = new_tensor(c, arena_printf(c->g->arena, "zeros:%s", like->name), like, T_CONST);
+  t->const_value = 0;
+  return t;
+}
+
+static Node *new_node(GradCtx *c, const char *name, const char *op, Tensor *const *ins, int nin, Tensor *out,
+                      NodeRole role, const Node *fwd, int slot) {
+  Node *b = graph_add_node(c->g, name, op_find(op), nin, 1);
+  for (int i = 0; i < nin; i++) b->in[i] = ins[i];
+  b->out[0] = out;
+  out->producer = b;
+  out->out_index = 0;
+  b->role = role;
+  b->fwd = fwd;
+  b->slot = slot;
+  b->loc = fwd ? fwd->loc : out->loc;
+  b->path = fwd ? fwd->path : out->path;
+  b->instance = fwd ? fwd->instance : -1;
+  b->block = fwd ? fwd->block : NULL;
+  b->stage = fwd ? fwd->stage : -1;
+  return b;
+}
+
+Node *grad_emit(GradCtx *c, const Node *n, int slot, const char *bwd_op, Tensor *const *ins, int nin) {
+  Arena *a = c->g->arena;
+  Tensor *x = n->in[slot];
+  const OpDef *op = op_find(bwd_op);
+  int key = n->id * 65536 + slot;
+  if (x->kind != T_PARAM) {
+    Tensor *g = new_tensor(c, arena_printf(a, "d:%s@%s#%d", x->name, n->name, slot), x, T_ACT);
+    Node *b = new_node(c, arena_printf(a, "%s:d%d", n->name, slot), bwd_op, ins, nin, g, ROLE_BWD, n, slot);
+    push(c, x->id, (Contrib){key, g});
+    return b;
+  }
+  // A parameter use: its own buffer, accumulated over the microbatches of a step.
+  const Tensor *p = owner(x);
+  Tensor *buf = new_tensor(c, arena_printf(a, "d:%s@%s#%d", p->name, n->name, slot), p, T_ACT);
+  buf->per_step = true;
+  buf->grad_of = (Tensor *)p;
+  Node *b;
+  if (op->acc) {
+    b = new_node(c, arena_printf(a, "%s:d%d", n->name, slot), bwd_op, ins, nin, buf, ROLE_WGT, n, slot);
+  } else {
+    Tensor *tmp = new_tensor(c, arena_printf(a, "d:%s@%s#%d:mb", p->name, n->name, slot), p, T_ACT);
+    b = new_node(c, arena_printf(a, "%s:d%d", n->name, slot), bwd_op, ins, nin, tmp, ROLE_WGT, n, slot);
+    new_node(c, arena_printf(a, "%s:d%d:acc", n->name, slot), "accumulate", &tmp, 1, buf, ROLE_WGT, n, slot);
+  }
+  push(c, p->id, (Contrib){key, buf});
+  return b;
+}
+
+// Final gradient of t from its contributions, summed in canonical order.
+static Tensor *finish(GradCtx *c, Tensor *t, NodeRole role) {
+  ContribList *l = &c->contr[t->id];
+  if (l->n == 0) return NULL;
+  qsort(l->items, (size_t)l->n, sizeof(Contrib), by_key);
+  if (l->n == 1) return l->items[0].grad;
+  Tensor **xs = ARENA_ARRAY(c->g->arena, Tensor *, l->n);
+  for (int i = 0; i < l->n; i++) xs[i] = l->items[i].grad;
+  Tensor *sum = new_tensor(c, arena_printf(c->g->arena, "d:%s", t->name), t, T_ACT);
+  sum->per_step = role == ROLE_STEP;
+  new_node(c, arena_printf(c->g->arena, "d:%s:sum", t->name), "add_n", xs, l->n, sum, role, NULL, -1);
+  return sum;
+}
+
+bool pass_autodiff(Graph *g, int microbatches, Diag *d) {
+  GradCtx c = {.g = g, .d = d, .ntensors = g->ntensors};
+  c.needs = ARENA_ARRAY(g->arena, bool, g->ntensors);
+  c.grad = ARENA_ARRAY(g->arena, Tensor *, g->ntensors);
+  c.contr = ARENA_ARRAY(g->arena, ContribList, g->ntensors);
+  g->nfwd = g->nnodes;
+  g->microbatches = microbatches;
+  // 1. depends on a parameter (forward) and reaches the loss (backward).
+  bool *dep = ARENA_ARRAY(g->arena, bool, g->ntensors), *reach = ARENA_ARRAY(g->arena, bool, g->ntensors);
+  for (int i = 0; i < g->nparams; i++) dep[g->params[i]->id] = true;
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    bool any = false;
+    for (int j = 0; j < n->nin; j++) any |= dep[n->in[j]->id] && dtype_is_float(n->in[j]->dtype);
+    for (int k = 0; k < n->nout; k++) dep[n->out[k]->id] = any && !n->out[k]->hidden && dtype_is_float(n->out[k]->dtype);
+  }
+  reach[g->loss->id] = true;
+  for (int i = g->nnodes - 1; i >= 0; i--) {
+    Node *n = g->nodes[i];
+    bool any = false;
+    for (int k = 0; k < n->nout; k++) any |= reach[n->out[k]->id];
+    if (any)
+      for (int j = 0; j < n->nin; j++) reach[n->in[j]->id] = true;
+  }
+  for (int i = 0; i < g->ntensors; i++) c.needs[i] = dep[i] && reach[i];
+  if (!c.needs[g->loss->id]) {
+    diag_error(d, g->loss->loc, "loss: '%s' does not depend on any parameter; there is nothing to train",
+               g->loss->name);
+    return false;
+  }
+  // 2. seed
+  Tensor *seed = new_tensor(&c, arena_printf(g->arena, "d:%s", g->loss->name), g->loss, T_CONST);
+  seed->const_value = 1.0 / microbatches;
+  c.grad[g->loss->id] = seed;
+  // 3-4. reverse topological order over the forward nodes
+  for (int i = g->nfwd - 1; i >= 0; i--) {
+    Node *n = g->nodes[i];
+    bool any = false;
+    for (int k = 0; k < n->nout; k++) {
+      Tensor *t = n->out[k];
+      if (t != g->loss) c.grad[t->id] = finish(&c, t, ROLE_BWD);
+      any |= c.grad[t->id] != NULL;
+    }
+    if (!any) continue;
+    bool wants = false;
+    for (int j = 0; j < n->nin; j++) wants |= grad_needed(&c, n, j);
+    if (!wants) continue;
+    if (!n->op->grad || !n->op->grad(&c, n)) {
+      node_error(d, n, "op %s has no gradient rule", n->op->name);
+      return false;
+    }
+  }
+  // 5. parameters: one buffer per use, summed in use order at the end of the step.
+  for (int i = 0; i < g->nparams; i++) {
+    Tensor *p = g->params[i];
+    if (p->tied_to) continue;
+    p->grad = finish(&c, p, ROLE_STEP);
+  }
+  graph_link_uses(g);
+  return true;
+}

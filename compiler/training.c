@@ -1,0 +1,256 @@
+// The model's `training` section (docs/model-format.md, "Training"), read into a TrainConfig,
+// then `--set key=value` overrides from the command line. Every key is described once in a table
+// (name, type, destination, range) that serves the file and the overrides alike.
+#include <ctype.h>
+#include <errno.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../ir/ops.h"
+#include "program.h"
+
+typedef enum KeyType { K_INT, K_NUM, K_STR } KeyType;
+
+typedef struct Key {
+  const char *name; // key in the training section (dots: nested objects)
+  KeyType type;     // value type
+  size_t off;       // offset of the destination in TrainConfig
+  double lo, hi;    // valid range (inclusive) for numbers
+} Key;
+
+#define F(field) offsetof(TrainConfig, field)
+static const Key keys[] = {
+    {"batch", K_INT, F(batch), 1, 1 << 24},
+    {"microbatches", K_INT, F(microbatches), 1, 1 << 20},
+    {"steps", K_INT, F(steps), 0, 1e12},
+    {"seed", K_INT, F(seed), 0, 9007199254740991.0},
+    {"optimizer.lr", K_NUM, F(lr), 1e-12, 1e6},
+    {"optimizer.beta1", K_NUM, F(beta1), 0, 0.999999},
+    {"optimizer.beta2", K_NUM, F(beta2), 0, 0.99999999},
+    {"optimizer.eps", K_NUM, F(eps), 0, 1},
+    {"optimizer.weight_decay", K_NUM, F(weight_decay), 0, 1e6},
+    {"optimizer.momentum", K_NUM, F(momentum), 0, 0.999999},
+    {"schedule.warmup", K_INT, F(warmup), 0, 1e12},
+    {"schedule.decay_steps", K_INT, F(decay_steps), 0, 1e12},
+    {"schedule.min_lr", K_NUM, F(min_lr), 0, 1e6},
+    {"grad_clip", K_NUM, F(grad_clip), 0, 1e12},
+    {"eval_every", K_INT, F(eval_every), 0, 1e12},
+    {"eval_batches", K_INT, F(eval_batches), 0, 1e9},
+    {"log_every", K_INT, F(log_every), 1, 1e12},
+    {"data.path", K_STR, F(data_path), 0, 0},
+    {"data.labels", K_STR, F(data_path2), 0, 0},
+    {"data.train_fraction", K_NUM, F(train_fraction), 0.01, 0.99},
+    {"data.scale", K_NUM, F(scale), -1e12, 1e12},
+};
+#undef F
+enum { NKEYS = sizeof keys / sizeof keys[0] };
+
+static const Key *find_key(const char *name) {
+  for (int i = 0; i < NKEYS; i++)
+    if (strcmp(keys[i].name, name) == 0) return &keys[i];
+  return NULL;
+}
+
+// Stores a number or string into the field described by k; msg gets the reason on failure.
+static bool store(const Key *k, TrainConfig *tc, double num, const char *str, char *msg, size_t cap) {
+  char *dst = (char *)tc + k->off;
+  if (k->type == K_STR) {
+    if (!str) return snprintf(msg, cap, "expected a string"), false;
+    *(const char **)dst = str;
+    return true;
+  }
+  if (str) return snprintf(msg, cap, "expected a number"), false;
+  if (!(num >= k->lo && num <= k->hi))
+    return snprintf(msg, cap, "must be from %g to %g, got %g", k->lo, k->hi, num), false;
+  if (k->type == K_INT) {
+    if (num != floor(num)) return snprintf(msg, cap, "expected an integer, got %g", num), false;
+    *(int64_t *)dst = (int64_t)num;
+  } else {
+    *(double *)dst = num;
+  }
+  return true;
+}
+
+// Walks one JSON object level of the training section; prefix is "" or "optimizer." etc.
+static bool read_object(const Source *src, const cJSON *obj, const char *prefix, TrainConfig *tc, Diag *d,
+                        Arena *a) {
+  for (const cJSON *c = obj->child; c; c = c->next) {
+    char name[128];
+    snprintf(name, sizeof name, "%s%s", prefix, c->string);
+    for (const cJSON *e = obj->child; e != c; e = e->next)
+      if (strcmp(e->string, c->string) == 0) {
+        diag_error(d, source_loc(src, c), "training.%s: duplicate key", name);
+        return false;
+      }
+    if (!*prefix && cJSON_IsObject(c) &&
+        (!strcmp(c->string, "optimizer") || !strcmp(c->string, "schedule") || !strcmp(c->string, "data"))) {
+      char sub[64];
+      snprintf(sub, sizeof sub, "%s.", c->string);
+      if (!read_object(src, c, sub, tc, d, a)) return false;
+      continue;
+    }
+    // Keys that are not plain numbers/strings of the table.
+    if (!strcmp(name, "optimizer.kind") || !strcmp(name, "data.kind") || !strcmp(name, "data.input") ||
+        !strcmp(name, "data.target") || !strcmp(name, "optimizer.betas"))
+      continue; // read by training_parse
+    const Key *k = find_key(name);
+    if (!k) {
+      diag_error(d, source_loc(src, c), "training.%s: unknown key", name);
+      return false;
+    }
+    char msg[200];
+    const char *str = cJSON_IsString(c) ? arena_strdup(a, c->valuestring) : NULL;
+    if (!cJSON_IsNumber(c) && !cJSON_IsString(c)) {
+      diag_error(d, source_loc(src, c), "training.%s: expected a %s", name, k->type == K_STR ? "string" : "number");
+      return false;
+    }
+    if (!store(k, tc, cJSON_IsNumber(c) ? c->valuedouble : 0, str, msg, sizeof msg)) {
+      diag_error(d, source_loc(src, c), "training.%s: %s", name, msg);
+      return false;
+    }
+  }
+  return true;
+}
+
+static const cJSON *sub(const cJSON *o, const char *k) { return o ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL; }
+
+static Tensor *bind_input(const Source *src, Graph *g, const cJSON *it, const char *key, bool target, Diag *d) {
+  Tensor *t = NULL;
+  if (it) {
+    if (!cJSON_IsString(it) || !(t = graph_find(g, it->valuestring)) || t->kind != T_INPUT) {
+      diag_error(d, source_loc(src, it), "training.data.%s: expected the name of a model input", key);
+      return NULL;
+    }
+    return t;
+  }
+  for (int i = 0; i < g->ninputs; i++)
+    if (g->inputs[i]->is_target == target) {
+      if (t) {
+        diag_error(d, (Loc){0, 0}, "training.data.%s: the model has several %s inputs; name one", key,
+                   target ? "target" : "data");
+        return NULL;
+      }
+      t = g->inputs[i];
+    }
+  if (!t) diag_error(d, (Loc){0, 0}, "training.data.%s: the model has no %s input", key, target ? "target" : "data");
+  return t;
+}
+
+bool training_parse(const Source *src, Graph *g, const char **overrides, int noverrides, TrainConfig *tc,
+                    Diag *d) {
+  Arena *a = g->arena;
+  *tc = (TrainConfig){.batch = 8, .microbatches = 1, .steps = 100, .seed = 1337, .opt = OPT_ADAMW, .lr = 1e-3,
+                      .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.0, .momentum = 0.0,
+                      .min_lr = 0, .eval_every = 0, .eval_batches = 20, .log_every = 10, .train_fraction = 0.9,
+                      .scale = 1.0};
+  const cJSON *tr = sub(src->root, "training");
+  const cJSON *opt = sub(tr, "optimizer"), *data = sub(tr, "data");
+  if (tr && !read_object(src, tr, "", tc, d, a)) return false;
+  const cJSON *kind = sub(opt, "kind");
+  if (kind) {
+    if (cJSON_IsString(kind) && !strcmp(kind->valuestring, "adamw")) tc->opt = OPT_ADAMW;
+    else if (cJSON_IsString(kind) && !strcmp(kind->valuestring, "sgd")) tc->opt = OPT_SGD;
+    else {
+      diag_error(d, source_loc(src, kind), "training.optimizer.kind: expected \"adamw\" or \"sgd\"");
+      return false;
+    }
+  }
+  const cJSON *betas = sub(opt, "betas");
+  if (betas) {
+    if (!cJSON_IsArray(betas) || cJSON_GetArraySize(betas) != 2 || !cJSON_IsNumber(betas->child) ||
+        !cJSON_IsNumber(betas->child->next)) {
+      diag_error(d, source_loc(src, betas), "training.optimizer.betas: expected [beta1, beta2]");
+      return false;
+    }
+    char msg[200];
+    if (!store(find_key("optimizer.beta1"), tc, betas->child->valuedouble, NULL, msg, sizeof msg) ||
+        !store(find_key("optimizer.beta2"), tc, betas->child->next->valuedouble, NULL, msg, sizeof msg)) {
+      diag_error(d, source_loc(src, betas), "training.optimizer.betas: %s", msg);
+      return false;
+    }
+  }
+  const cJSON *dk = sub(data, "kind");
+  if (data) {
+    static const char *const kinds[] = {"text", "tokens_u16", "csv", "npy"};
+    int k = -1;
+    for (int i = 0; i < 4 && dk; i++)
+      if (cJSON_IsString(dk) && !strcmp(dk->valuestring, kinds[i])) k = i;
+    if (k < 0) {
+      diag_error(d, source_loc(src, dk ? dk : data), "training.data.kind: expected text, tokens_u16, csv or npy");
+      return false;
+    }
+    tc->data = (DataKind)(DATA_TEXT + k);
+  }
+  for (int i = 0; i < noverrides; i++) {
+    const char *eq = strchr(overrides[i], '=');
+    char name[128], msg[200];
+    size_t nl = eq ? (size_t)(eq - overrides[i]) : 0;
+    const Key *k = NULL;
+    if (eq && nl < sizeof name) {
+      memcpy(name, overrides[i], nl);
+      name[nl] = 0;
+      k = find_key(name);
+    }
+    if (!k) {
+      diag_error(d, (Loc){0, 0}, "--set %s: expected KEY=VALUE with a training key (e.g. steps=100, optimizer.lr=3e-4)",
+                 overrides[i]);
+      return false;
+    }
+    char *end;
+    errno = 0;
+    double v = k->type == K_STR ? 0 : strtod(eq + 1, &end);
+    if (k->type != K_STR && (errno || end == eq + 1 || *end)) {
+      diag_error(d, (Loc){0, 0}, "--set %s: '%s' is not a number", overrides[i], eq + 1);
+      return false;
+    }
+    if (!store(k, tc, v, k->type == K_STR ? eq + 1 : NULL, msg, sizeof msg)) {
+      diag_error(d, (Loc){0, 0}, "--set %s: %s", overrides[i], msg);
+      return false;
+    }
+  }
+  if (tc->batch % tc->microbatches) {
+    diag_error(d, (Loc){0, 0}, "training: batch %lld is not a multiple of microbatches %lld", (long long)tc->batch,
+               (long long)tc->microbatches);
+    return false;
+  }
+  tc->mb_size = tc->batch / tc->microbatches;
+  if (tc->data != DATA_NONE) {
+    if (!tc->data_path) {
+      diag_error(d, source_loc(src, data), "training.data: missing 'path'");
+      return false;
+    }
+    if (tc->data == DATA_NPY && !tc->data_path2) {
+      diag_error(d, source_loc(src, data), "training.data: npy needs 'labels' (the labels .npy file)");
+      return false;
+    }
+    if (!(tc->input = bind_input(src, g, sub(data, "input"), "input", false, d)) ||
+        !(tc->target = bind_input(src, g, sub(data, "target"), "target", true, d)))
+      return false;
+    bool tokens = tc->data == DATA_TEXT || tc->data == DATA_U16;
+    const Shape *xs = &tc->input->shape, *ys = &tc->target->shape;
+    if (tokens && (tc->input->dtype != DT_I32 || xs->rank != 2 || !shape_eq(xs, ys) || tc->target->dtype != DT_I32)) {
+      diag_error(d, tc->input->loc, "training.data: token data needs i32 inputs '%s' and '%s' of shape (B,T)",
+                 tc->input->name, tc->target->name);
+      return false;
+    }
+    if (!tokens && (tc->input->dtype != DT_F32 || xs->rank != 2 || ys->rank != 1 || tc->target->dtype != DT_I32)) {
+      diag_error(d, tc->input->loc, "training.data: table data needs an f32 input (B,F) and an i32 target (B)");
+      return false;
+    }
+    // Data paths are relative to the model file.
+    char *dir = arena_strdup(a, src->path);
+    dir = dirname(dir);
+    if (tc->data_path[0] != '/') tc->data_path = arena_printf(a, "%s/%s", dir, tc->data_path);
+    if (tc->data_path2 && tc->data_path2[0] != '/') tc->data_path2 = arena_printf(a, "%s/%s", dir, tc->data_path2);
+  }
+  // Every tensor must fit once the batch symbol is bound.
+  for (int i = 0; i < g->ntensors; i++)
+    if (shape_numel(&g->tensors[i]->shape, tc->mb_size) < 0) {
+      diag_error(d, g->tensors[i]->loc, "%s: '%s' %s has more than 2^53 elements with %s = %lld", g->tensors[i]->path,
+                 g->tensors[i]->name, fmt_shape(g, &g->tensors[i]->shape), g->batch_sym, (long long)tc->mb_size);
+      return false;
+    }
+  return true;
+}
