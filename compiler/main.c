@@ -2,7 +2,11 @@
 // each one, optional IR dumps (--dump-after=PASS) and pass timings (--time-passes).
 //
 // Exit status: 0 ok, 1 error in the model (or a run), 2 usage error.
+#include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +14,7 @@
 
 #include "../ir/ops.h"
 #include "passes.h"
+#include "program.h"
 
 #ifndef PIPEC_VERSION
 #define PIPEC_VERSION "0.0.0"
@@ -17,7 +22,7 @@
 
 enum { EXIT_MODEL = 1, EXIT_USAGE = 2 };
 
-static const char *const pass_names[] = {"expand", "shape"};
+static const char *const pass_names[] = {"expand", "shape", "autodiff", "memplan"};
 enum { NPASSES = sizeof pass_names / sizeof pass_names[0] };
 
 typedef struct Driver {
@@ -27,6 +32,12 @@ typedef struct Driver {
   bool time_passes;        // print pass timings to stderr
   const char **defines;    // -D NAME=VALUE
   int ndefines;            // entries in defines
+  const char **sets;       // --set KEY=VALUE (training overrides)
+  int nsets;               // entries in sets
+  const char *out_dir;     // -o DIR
+  const char *target;      // --target
+  char **prog_args;        // run: arguments after "--" for the program
+  int nprog_args;          // count
   Diag diag;               // diagnostics for the model file
   Arena arena;             // compiler memory
   Graph graph;             // the IR
@@ -47,13 +58,20 @@ static void usage(FILE *f) {
         "Commands:\n"
         "  check MODEL     check the model and print a summary (parameters, FLOPs, memory)\n"
         "  print MODEL     print the IR of the model\n"
-        "  plan MODEL      print the memory plan (not available yet)\n"
-        "  compile MODEL   generate and build the training program (not available yet)\n"
-        "  run MODEL       compile, build and run (not available yet)\n"
+        "  plan MODEL      print the static memory plan (bytes per region)\n"
+        "  compile MODEL   generate the training program and build it into OUT/bin/train\n"
+        "  run MODEL [-- PROGRAM-OPTIONS]   compile, build and run it (pass --help after -- for\n"
+        "                  the program's own options: --steps, --lr, --data, --init, --save, ...)\n"
         "\n"
         "Options:\n"
         "  -D, --define NAME=VALUE  override the model's dims entry NAME (integer or expression)\n"
-        "      --dump-after=PASS    print the IR after PASS (expand, shape) to stdout\n"
+        "      --dump-after=PASS    print the IR after PASS (expand, shape, autodiff, memplan)\n"
+        "  -o, --output DIR         where compile/run write the program (default out/MODEL-NAME)\n"
+        "      --target TARGET      code generation target: cpu (default)\n"
+        "      --set KEY=VALUE      override a training setting (steps=100, optimizer.lr=3e-4, ...)\n"
+        "      --batch N            = --set batch=N (rows per step)\n"
+        "      --microbatches M     = --set microbatches=M\n"
+        "      --steps N            = --set steps=N\n"
         "      --time-passes        print the time each pass took to stderr\n"
         "  -h, --help               show this help and exit\n"
         "  -V, --version            show the version and exit\n"
@@ -137,20 +155,62 @@ static void print_summary(const Graph *g) {
   printf("activations  %s per sample\n", human(a, sizeof a, acts, "B", true));
 }
 
+// "prefix" + value in a heap string that lives until exit (option shorthands).
+static const char *arena_strdup_heap(const char *prefix, const char *value) {
+  static Arena a; // freed at exit by the OS; tiny
+  return arena_printf(&a, "%s%s", prefix, value);
+}
+
+// The model name as a directory name: letters, digits, '-', '_', '.'.
+static const char *mangle_dir(Arena *a, const char *name) {
+  char *s = arena_strdup(a, *name ? name : "model");
+  for (char *p = s; *p; p++)
+    if (!isalnum((unsigned char)*p) && *p != '-' && *p != '_' && *p != '.') *p = '_';
+  if (s[0] == '.') s[0] = '_';
+  return s;
+}
+
+static char *join_args(Arena *a, int argc, char **argv) {
+  size_t n = 1;
+  for (int i = 0; i < argc; i++) n += strlen(argv[i]) + 1;
+  char *s = arena_alloc(a, n), *p = s;
+  for (int i = 0; i < argc; i++) p += sprintf(p, "%s%s", i ? " " : "", argv[i]);
+  return s;
+}
+
 int main(int argc, char **argv) {
   static const struct option longopts[] = {
       {"define", required_argument, NULL, 'D'},   {"dump-after", required_argument, NULL, 'd'},
+      {"output", required_argument, NULL, 'o'},   {"target", required_argument, NULL, 'T'},
+      {"set", required_argument, NULL, 's'},      {"batch", required_argument, NULL, 'b'},
+      {"microbatches", required_argument, NULL, 'm'}, {"steps", required_argument, NULL, 'S'},
       {"time-passes", no_argument, NULL, 't'},    {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, 'V'},        {NULL, 0, NULL, 0},
   };
   Driver dr = {0};
   dr.defines = calloc((size_t)argc + 1, sizeof(char *));
+  dr.sets = calloc((size_t)argc + 1, sizeof(char *));
+  dr.target = "cpu";
+  // Everything after "--" belongs to the generated program (pipec run).
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--") == 0) {
+      dr.prog_args = argv + i + 1;
+      dr.nprog_args = argc - i - 1;
+      argc = i;
+      break;
+    }
   const char *positional[2] = {NULL, NULL};
   int npos = 0, c;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, ":D:hV", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":D:o:hV", longopts, NULL)) != -1) {
     switch (c) {
     case 'D': dr.defines[dr.ndefines++] = optarg; break;
+    case 'o': dr.out_dir = optarg; break;
+    case 'T': dr.target = optarg; break;
+    case 's': dr.sets[dr.nsets++] = optarg; break;
+    case 'b': dr.sets[dr.nsets++] = arena_strdup_heap("batch=", optarg); break;
+    case 'm': dr.sets[dr.nsets++] = arena_strdup_heap("microbatches=", optarg); break;
+    case 'S': dr.sets[dr.nsets++] = arena_strdup_heap("steps=", optarg); break;
     case 'd': dr.dump_after = optarg; break;
     case 't': dr.time_passes = true; break;
     case 'h': usage(stdout); free(dr.defines); return 0;
@@ -177,12 +237,14 @@ int main(int argc, char **argv) {
   for (int i = 0; i < 5; i++) known |= strcmp(dr.command, commands[i]) == 0;
   if (!known) rc = usage_error("unknown command '%s' (check, print, plan, compile, run)", dr.command);
   else if (npos < 2) rc = usage_error("'%s' needs a model file", dr.command);
-  else if (strcmp(dr.command, "check") && strcmp(dr.command, "print"))
-    rc = usage_error("'%s' is not available yet in this version", dr.command);
+  else if (strcmp(dr.target, "cpu") != 0)
+    rc = usage_error("--target: unknown target '%s' (available: cpu)", dr.target);
+  else if (dr.nprog_args && strcmp(dr.command, "run") != 0)
+    rc = usage_error("arguments after '--' are for 'run' only (got '%s')", dr.prog_args[0]);
   if (!rc && dr.dump_after) {
     bool ok = false;
     for (int i = 0; i < NPASSES; i++) ok |= strcmp(dr.dump_after, pass_names[i]) == 0;
-    if (!ok) rc = usage_error("--dump-after: unknown pass '%s' (passes: expand, shape)", dr.dump_after);
+    if (!ok) rc = usage_error("--dump-after: unknown pass '%s' (passes: expand, shape, autodiff, memplan)", dr.dump_after);
   }
   if (rc) {
     free(dr.defines);
@@ -204,10 +266,44 @@ int main(int argc, char **argv) {
   ok = ok && after_pass(&dr, "expand", pass_expand(&src, &dr.graph, &eo, &dr.diag));
   ok = ok && after_pass(&dr, "shape", pass_shape(&dr.graph, &dr.diag));
 
+  bool back = strcmp(dr.command, "check") && strcmp(dr.command, "print");
+  back |= dr.dump_after && (!strcmp(dr.dump_after, "autodiff") || !strcmp(dr.dump_after, "memplan"));
+  TrainConfig tc;
+  Plan plan;
+  if (ok && back) {
+    ok = training_parse(&src, &dr.graph, dr.sets, dr.nsets, &tc, &dr.diag);
+    dr.t0 = now();
+    ok = ok && after_pass(&dr, "autodiff", pass_autodiff(&dr.graph, (int)tc.microbatches, &dr.diag));
+    ok = ok && after_pass(&dr, "memplan", plan_memory(&dr.graph, &tc, &plan, &dr.diag));
+  }
+
   if (ok && strcmp(dr.command, "check") == 0) print_summary(&dr.graph);
   if (ok && strcmp(dr.command, "print") == 0 && !dr.dump_after) graph_print(&dr.graph, stdout);
+  if (ok && strcmp(dr.command, "plan") == 0) plan_print(&dr.graph, &tc, &plan, stdout);
+  int status = ok ? 0 : EXIT_MODEL;
+  if (ok && (!strcmp(dr.command, "compile") || !strcmp(dr.command, "run"))) {
+    const char *out = dr.out_dir ? dr.out_dir : arena_printf(&dr.arena, "out/%s", mangle_dir(&dr.arena, dr.graph.name));
+    char *cmdline = join_args(&dr.arena, argc, argv);
+    CodegenOptions co = {out, cmdline, dr.model, dr.target, true};
+    if (!dr.out_dir) mkdir("out", 0777);
+    ok = codegen_c(&dr.graph, &tc, &plan, &co, &dr.diag);
+    if (dr.time_passes) fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", "codegen", (now() - dr.t0) * 1e3);
+    status = ok ? 0 : EXIT_MODEL;
+    if (ok && !strcmp(dr.command, "compile")) fprintf(stderr, "pipec: wrote %s/rank0.c and %s/bin/train\n", out, out);
+    if (ok && !strcmp(dr.command, "run")) {
+      fflush(stdout);
+      char **pa = calloc((size_t)dr.nprog_args + 2, sizeof(char *));
+      pa[0] = arena_printf(&dr.arena, "%s/bin/train", out);
+      for (int i = 0; i < dr.nprog_args; i++) pa[i + 1] = dr.prog_args[i];
+      execv(pa[0], pa);
+      fprintf(stderr, "pipec: cannot run %s: %s\n", pa[0], strerror(errno));
+      free(pa);
+      status = EXIT_MODEL;
+    }
+  }
   source_free(&src);
   arena_free(&dr.arena);
   free(dr.defines);
-  return ok ? 0 : EXIT_MODEL;
+  free(dr.sets);
+  return status;
 }

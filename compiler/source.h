@@ -1,22 +1,28 @@
 // The model source: the file's bytes, the cJSON tree parsed from them, and the position of every
 // JSON value (line:col), so that later passes can point their diagnostics at the file.
 //
-// cJSON keeps no positions, so after it has accepted the text we walk the text and the tree
-// together (cJSON keeps object members and array elements in document order) and record the
-// byte offset of every item: the key's offset for object members, the value's for array elements.
+// cJSON is lenient (leading zeros, control bytes in strings and as whitespace, any byte sequence),
+// so before it runs, a strict RFC 8259 scan checks the text (UTF-8, at most 1000 levels deep) and
+// reports the first offending byte in words a JSON writer recognises. cJSON keeps no positions,
+// so after it has accepted the text we walk the text and the tree together (cJSON keeps object
+// members and array elements in document order) and record the byte offset of every item: the
+// key's offset for object members, the value's for array elements, and the value's own offset
+// for every item (numbers are read again from their text: a double cannot hold 2^53 + 1).
 #ifndef PIPEC_SOURCE_H
 #define PIPEC_SOURCE_H
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../ir/arena.h"
 #include "../ir/diag.h"
 
 typedef struct PosEntry {
   const cJSON *item; // key (NULL = empty slot)
-  size_t offset;     // byte offset in the text
+  size_t offset;     // byte offset in the text (the key's for object members)
+  size_t value;      // byte offset of the value itself
 } PosEntry;
 
 typedef struct Source {
@@ -41,6 +47,17 @@ bool source_parse(Source *s, Arena *a, const char *path, const char *text, size_
 Loc source_loc(const Source *s, const cJSON *item);
 // Line and column of a byte offset.
 Loc source_offset_loc(const Source *s, size_t offset);
+// The text of a number item as written in the file (*len bytes, not NUL-terminated); NULL when
+// the item is not a number of this document.
+const char *source_number_text(const Source *s, const cJSON *item, size_t *len);
+// A number item read as an exact integer: true with *out when it is a number whose literal (1, -3,
+// 1e3, 8.0) denotes an integer of magnitude at most 2^53. The literal decides, not the double
+// cJSON stored (which rounds 9007199254740993 to 2^53); items not of this document fall back to
+// the double.
+bool source_int(const Source *s, const cJSON *item, int64_t *out);
+// A number item for messages: its literal as written (shortened with "..." when long), or %.17g
+// of its value for items not of this document. Writes into buf and returns it.
+const char *source_number_str(const Source *s, const cJSON *item, char *buf, size_t cap);
 void source_free(Source *s);
 
 #endif

@@ -1,2 +1,164 @@
-// args.c: placeholder until implemented.
+// args.c: the command line of generated programs.
+//
+// Every flag takes its default from *o (the model's training section); numbers are parsed
+// strictly (the whole string, in range). A bad flag prints one line
+//     PROGRAM: --steps: expected a non-negative integer, got 'abc'
+// to stderr and exits with status 2; --help prints the usage to stdout and exits with status 0.
 #include "pipert.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *prog_name = "program";
+
+__attribute__((format(printf, 1, 2), noreturn)) static void usage_error(const char *fmt, ...) {
+  va_list ap;
+  fflush(stdout);
+  fprintf(stderr, "%s: ", prog_name);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\n");
+  exit(2);
+}
+
+// Whole-string signed integer in [lo, hi].
+static int64_t parse_int(const char *flag, const char *s, int64_t lo, int64_t hi,
+                         const char *what) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (s[0] == '\0' || *end != '\0' || errno != 0 || v < lo || v > hi || s[0] == ' ' ||
+      s[0] == '\t' || s[0] == '+')
+    usage_error("--%s: expected %s, got '%s'", flag, what, s);
+  return (int64_t)v;
+}
+
+static double parse_double(const char *flag, const char *s, bool positive) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  bool bad = s[0] == '\0' || *end != '\0' || errno != 0 || !isfinite(v) || s[0] == ' ' ||
+             s[0] == '\t' || (positive ? !(v > 0) : !(v >= 0));
+  if (bad)
+    usage_error("--%s: expected a %s number, got '%s'", flag, positive ? "positive" : "non-negative",
+                s);
+  return v;
+}
+
+static uint64_t parse_seed(const char *s) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (s[0] < '0' || s[0] > '9' || *end != '\0' || errno != 0)
+    usage_error("--seed: expected a non-negative integer below 2^64, got '%s'", s);
+  return (uint64_t)v;
+}
+
+static const char *parse_path(const char *flag, const char *s) {
+  if (s[0] == '\0') usage_error("--%s: expected a file name, got ''", flag);
+  return s;
+}
+
+static void print_usage(const PrOptions *o, const char *doc) {
+  printf("Usage: %s [options]\n", prog_name);
+  if (doc && doc[0]) printf("%s%s", doc, doc[strlen(doc) - 1] == '\n' ? "" : "\n");
+  printf("\nOptions (defaults from the model file in brackets):\n");
+  printf("  --steps N          training steps [%lld]\n", (long long)o->steps);
+  printf("  --lr X             peak learning rate [%g]\n", o->lr);
+  printf("  --min-lr X         learning rate at the end of the cosine decay [%g]\n", o->min_lr);
+  printf("  --seed N           seed of the initialisation and the data order [%" PRIu64 "]\n",
+         o->seed);
+  printf("  --data PATH        training data (overrides the model's data path)%s%s%s\n",
+         o->data ? " [" : "", o->data ? o->data : "", o->data ? "]" : "");
+  printf("  --init F           initial parameters from a safetensors file\n");
+  printf("  --save F           write the parameters to a safetensors file at the end\n");
+  printf("  --resume F         resume from a checkpoint (parameters, optimizer state, step)\n");
+  printf("  --eval-every N     evaluate every N steps, 0 = only at the end [%lld]\n",
+         (long long)o->eval_every);
+  printf("  --eval-batches N   batches per evaluation [%lld]\n", (long long)o->eval_batches);
+  printf("  --log-every N      progress line every N steps [%lld]\n", (long long)o->log_every);
+  printf("  --threads N        threads for OpenBLAS and the kernels, 0 = leave as is [%d]\n",
+         o->threads);
+  printf("  --loss-log F       write \"step loss\" per step to F\n");
+  printf("  --quiet            no progress lines\n");
+  printf("  --help             this text\n");
+}
+
+void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc) {
+  if (argc > 0 && argv[0] && argv[0][0]) {
+    const char *b = strrchr(argv[0], '/');
+    prog_name = b ? b + 1 : argv[0];
+  }
+  enum {
+    O_STEPS = 256, O_LR, O_MIN_LR, O_SEED, O_DATA, O_INIT, O_SAVE, O_RESUME, O_EVAL_EVERY,
+    O_EVAL_BATCHES, O_LOG_EVERY, O_THREADS, O_LOSS_LOG, O_QUIET, O_HELP
+  };
+  static const struct option longopts[] = {
+      {"steps", required_argument, NULL, O_STEPS},
+      {"lr", required_argument, NULL, O_LR},
+      {"min-lr", required_argument, NULL, O_MIN_LR},
+      {"seed", required_argument, NULL, O_SEED},
+      {"data", required_argument, NULL, O_DATA},
+      {"init", required_argument, NULL, O_INIT},
+      {"save", required_argument, NULL, O_SAVE},
+      {"resume", required_argument, NULL, O_RESUME},
+      {"eval-every", required_argument, NULL, O_EVAL_EVERY},
+      {"eval-batches", required_argument, NULL, O_EVAL_BATCHES},
+      {"log-every", required_argument, NULL, O_LOG_EVERY},
+      {"threads", required_argument, NULL, O_THREADS},
+      {"loss-log", required_argument, NULL, O_LOSS_LOG},
+      {"quiet", no_argument, NULL, O_QUIET},
+      {"help", no_argument, NULL, O_HELP},
+      {NULL, 0, NULL, 0}};
+  opterr = 0;
+  optind = 0; // full re-initialisation (GNU), so that the parser can run more than once
+  const int64_t BIG = INT64_MAX;
+  for (;;) {
+    int prev = optind ? optind : 1;
+    int c = getopt_long(argc, argv, ":", longopts, NULL);
+    if (c == -1) break;
+    const char *a = optarg;
+    switch (c) {
+    case O_STEPS: o->steps = parse_int("steps", a, 0, BIG, "a non-negative integer"); break;
+    case O_LR: o->lr = parse_double("lr", a, true); break;
+    case O_MIN_LR: o->min_lr = parse_double("min-lr", a, false); break;
+    case O_SEED: o->seed = parse_seed(a); break;
+    case O_DATA: o->data = parse_path("data", a); break;
+    case O_INIT: o->init = parse_path("init", a); break;
+    case O_SAVE: o->save = parse_path("save", a); break;
+    case O_RESUME: o->resume = parse_path("resume", a); break;
+    case O_EVAL_EVERY:
+      o->eval_every = parse_int("eval-every", a, 0, BIG, "a non-negative integer");
+      break;
+    case O_EVAL_BATCHES:
+      o->eval_batches = parse_int("eval-batches", a, 1, BIG, "a positive integer");
+      break;
+    case O_LOG_EVERY:
+      o->log_every = parse_int("log-every", a, 1, BIG, "a positive integer");
+      break;
+    case O_THREADS:
+      o->threads = (int)parse_int("threads", a, 0, 4096, "an integer from 0 to 4096");
+      break;
+    case O_LOSS_LOG: o->loss_log = parse_path("loss-log", a); break;
+    case O_QUIET: o->quiet = true; break;
+    case O_HELP:
+      print_usage(o, program_doc);
+      exit(0);
+    case ':': usage_error("%s: missing value", argv[prev]);
+    default: {
+      const char *arg = prev < argc ? argv[prev] : "?";
+      if (strncmp(arg, "--", 2) == 0 && strchr(arg, '='))
+        usage_error("%.*s: unknown option, or one that takes no value (see --help)",
+                    (int)(strchr(arg, '=') - arg), arg);
+      usage_error("%s: unknown option (see --help)", arg);
+    }
+    }
+  }
+  if (optind < argc) usage_error("unexpected argument '%s'", argv[optind]);
+}

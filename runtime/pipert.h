@@ -292,4 +292,7 @@ void pr_log_step(int64_t step, int64_t steps, double loss, double lr, double ite
 // Sets the number of threads used by OpenBLAS and the runtime's kernels.
 void pr_set_threads(int n);
 
+// a followed by b in a new heap string (start-up only; never freed) (util.c).
+char *pr_strcat2(const char *a, const char *b);
+
 #endif
