@@ -127,6 +127,12 @@ Node *grad_emit(GradCtx *c, const Node *n, int slot, const char *bwd_op, Tensor 
   return b;
 }
 
+void grad_pass(GradCtx *c, const Node *n, int slot, Tensor *t) {
+  Tensor *x = n->in[slot];
+  if (x->kind == T_PARAM) grad_emit(c, n, slot, "accumulate", &t, 1);
+  else push(c, x->id, (Contrib){n->id * 65536 + slot, t});
+}
+
 // Final gradient of t from its contributions, summed in canonical order.
 static Tensor *finish(GradCtx *c, Tensor *t, NodeRole role) {
   ContribList *l = &c->contr[t->id];

@@ -5,14 +5,20 @@
 #include <stdio.h>
 #include <string.h>
 
+enum { MAX_PARENS = 256, MAX_SHOWN = 200 };
+
+// Parentheses open in every evaluation under way (one evaluates another through a name's lookup).
+static _Thread_local int parens_open;
+
 typedef struct P {
-  const char *s;     // whole expression
+  const char *s;     // whole expression as shown in messages (shortened with "..." when long)
   const char *p;     // cursor
   DimLookup lookup;  // name resolver
   void *ctx;         // resolver context
   char *err;         // message buffer
   int errcap;        // its size
   bool failed;       // an error was reported
+  int depth;         // parentheses open at the cursor in this expression
 } P;
 
 static bool fail(P *p, const char *fmt, const char *arg) {
@@ -25,11 +31,65 @@ static void ws(P *p) { while (*p->p == ' ') p->p++; }
 
 static bool expr(P *p, Dim *out);
 
+// The character at the cursor is not allowed there.
+__attribute__((noinline)) static bool unexpected(P *p) {
+  unsigned char c = (unsigned char)*p->p;
+  char msg[MAX_SHOWN + 80];
+  if (c > 0x20 && c < 0x7f)
+    snprintf(msg, sizeof msg, "unexpected '%c' in dimension expression '%s'", c, p->s);
+  else
+    snprintf(msg, sizeof msg, "unexpected byte 0x%02x in dimension expression '%s'", c, p->s);
+  return fail(p, "%s", msg);
+}
+
+// Too many parentheses open (see parens_open).
+__attribute__((noinline)) static bool too_deep(P *p) {
+  char msg[MAX_SHOWN + 160];
+  if (p->depth == parens_open)
+    snprintf(msg, sizeof msg, "dimension expression '%.16s...' nests too deeply (more than %d levels of parentheses)",
+             p->s, MAX_PARENS);
+  else
+    snprintf(msg, sizeof msg,
+             "dimension expression '%s' nests too deeply (more than %d levels of parentheses, with those of the "
+             "expressions that use it)",
+             p->s, MAX_PARENS);
+  return fail(p, "%s", msg);
+}
+
+// A dim name at the cursor, through the lookup (kept out of factor, which recurses: its buffers
+// would be on the stack once per level of parentheses).
+__attribute__((noinline)) static bool name_value(P *p, Dim *out) {
+  const char *b = p->p;
+  while (isalnum((unsigned char)*p->p) || *p->p == '_') p->p++;
+  char name[128];
+  size_t n = (size_t)(p->p - b);
+  if (n >= sizeof name) return fail(p, "name too long in dimension expression '%s'", p->s);
+  memcpy(name, b, n);
+  name[n] = 0;
+  int r = p->lookup(p->ctx, name, out, p->err, p->errcap);
+  if (r < 0) {
+    p->failed = true;
+    return false;
+  }
+  if (r == 0) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "unknown dim '%s'", name);
+    return fail(p, "%s", msg);
+  }
+  return true;
+}
+
 static bool factor(P *p, Dim *out) {
   ws(p);
   if (*p->p == '(') {
+    // The parser recurses once per level, also through a name's lookup into another dim's
+    // expression: bound the levels open in all of them together, so the stack stays small.
+    if (parens_open == MAX_PARENS) return too_deep(p);
     p->p++;
-    if (!expr(p, out)) return false;
+    p->depth++, parens_open++;
+    bool ok = expr(p, out);
+    p->depth--, parens_open--;
+    if (!ok) return false;
     ws(p);
     if (*p->p != ')') return fail(p, "missing ')' in dimension expression '%s'", p->s);
     p->p++;
@@ -46,30 +106,9 @@ static bool factor(P *p, Dim *out) {
     *out = (Dim){v, 0};
     return true;
   }
-  if (isalpha((unsigned char)*p->p) || *p->p == '_') {
-    const char *b = p->p;
-    while (isalnum((unsigned char)*p->p) || *p->p == '_') p->p++;
-    char name[128];
-    size_t n = (size_t)(p->p - b);
-    if (n >= sizeof name) return fail(p, "name too long in dimension expression '%s'", p->s);
-    memcpy(name, b, n);
-    name[n] = 0;
-    int r = p->lookup(p->ctx, name, out, p->err, p->errcap);
-    if (r < 0) {
-      p->failed = true;
-      return false;
-    }
-    if (r == 0) {
-      char msg[256];
-      snprintf(msg, sizeof msg, "unknown dim '%s'", name);
-      return fail(p, "%s", msg);
-    }
-    return true;
-  }
+  if (isalpha((unsigned char)*p->p) || *p->p == '_') return name_value(p, out);
   if (!*p->p) return fail(p, "dimension expression '%s' ends early", p->s);
-  char msg[300];
-  snprintf(msg, sizeof msg, "unexpected '%c' in dimension expression '%s'", *p->p, p->s);
-  return fail(p, "%s", msg);
+  return unexpected(p);
 }
 
 static bool term(P *p, Dim *out) {
@@ -112,13 +151,11 @@ static bool expr(P *p, Dim *out) {
 }
 
 bool dimexpr_eval(const char *s, DimLookup lookup, void *ctx, Dim *out, char *err, int errcap) {
-  P p = {s, s, lookup, ctx, err, errcap, false};
+  char shown[MAX_SHOWN + 4];
+  snprintf(shown, sizeof shown, "%.*s%s", MAX_SHOWN, s, strlen(s) > MAX_SHOWN ? "..." : "");
+  P p = {shown, s, lookup, ctx, err, errcap, false, 0};
   if (!expr(&p, out)) return false;
   ws(&p);
-  if (*p.p) {
-    char msg[300];
-    snprintf(msg, sizeof msg, "unexpected '%c' in dimension expression '%s'", *p.p, s);
-    return fail(&p, "%s", msg);
-  }
+  if (*p.p) return unexpected(&p);
   return true;
 }

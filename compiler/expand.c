@@ -16,7 +16,7 @@
 #include "dimexpr.h"
 #include "passes.h"
 
-enum { MAX_NAME = 1024, MAX_REPEAT = 100000 };
+enum { MAX_NAME = 1024, MAX_REPEAT = 100000, MAX_DIM_DEPTH = 100 };
 
 typedef struct DimSlot {
   const char *name;     // dim symbol
@@ -57,6 +57,7 @@ typedef struct X {
   int nspecs, cap;    // count and capacity
   int ndim_slots;     // dims created (for ordering)
   DimSlot **dim_order;// dims in file order
+  int dim_depth;      // dims being resolved, one inside another's expression (bounds the recursion)
 } X;
 
 // ---------------------------------------------------------------------------------------------
@@ -149,18 +150,18 @@ static bool want_array(X *x, const cJSON *it, const char *path) {
   return false;
 }
 
-// An integer-valued JSON number within +-2^53.
+// An integer-valued JSON number within +-2^53, read exactly from its text (see source_int).
 static bool want_int(X *x, const cJSON *it, const char *path, int64_t *out) {
   if (!cJSON_IsNumber(it)) {
     diag_error(x->d, loc_of(x, it), "%s: expected an integer, got %s", path, json_type(it));
     return false;
   }
-  double v = it->valuedouble;
-  if (!(fabs(v) <= 9007199254740992.0) || v != floor(v)) {
-    diag_error(x->d, loc_of(x, it), "%s: expected an integer within +-2^53, got %g", path, v);
+  if (!source_int(x->src, it, out)) {
+    char num[64];
+    diag_error(x->d, loc_of(x, it), "%s: expected an integer within +-2^53, got %s", path,
+               source_number_str(x->src, it, num, sizeof num));
     return false;
   }
-  *out = (int64_t)v;
   return true;
 }
 
@@ -280,23 +281,39 @@ static bool eval_expr(X *x, const char *expr, Dim *out, char *err, int errcap) {
   return dimexpr_eval(expr, lookup_dim, x, out, err, errcap);
 }
 
+static bool resolve_dim_value(X *x, DimSlot *s, char *err, int errcap);
+
 static bool resolve_dim(X *x, DimSlot *s, char *err, int errcap) {
   if (s->state == 2) return true;
   if (s->state == 1) {
     snprintf(err, (size_t)errcap, "dims refer to each other in a cycle through '%s'", s->name);
     return false;
   }
+  if (x->dim_depth == MAX_DIM_DEPTH) { // each level recurses through the expression evaluator
+    snprintf(err, (size_t)errcap, "dims refer to each other more than %d deep (at '%s')", MAX_DIM_DEPTH, s->name);
+    return false;
+  }
   s->state = 1;
+  x->dim_depth++;
+  bool ok = resolve_dim_value(x, s, err, errcap);
+  x->dim_depth--;
+  return ok;
+}
+
+// resolve_dim for a dim not yet resolved (state 1 while it runs, 2 once it succeeded).
+static bool resolve_dim_value(X *x, DimSlot *s, char *err, int errcap) {
   Dim v;
   if (s->override) {
     if (!eval_expr(x, s->override, &v, err, errcap)) return false;
   } else if (cJSON_IsNumber(s->item)) {
-    double f = s->item->valuedouble;
-    if (!(f >= 1 && f <= 9007199254740992.0) || f != floor(f)) {
-      snprintf(err, (size_t)errcap, "dim '%s' must be an integer from 1 to 2^53, got %g", s->name, f);
+    int64_t n;
+    if (!source_int(x->src, s->item, &n) || n < 1) {
+      char num[64];
+      snprintf(err, (size_t)errcap, "dim '%s' must be an integer from 1 to 2^53, got %s", s->name,
+               source_number_str(x->src, s->item, num, sizeof num));
       return false;
     }
-    v = (Dim){(int64_t)f, 0};
+    v = (Dim){n, 0};
   } else if (cJSON_IsString(s->item)) {
     if (!eval_expr(x, s->item->valuestring, &v, err, errcap)) return false;
   } else {
@@ -525,8 +542,9 @@ static bool parse_init(X *x, const cJSON *it, const char *path, Tensor *t) {
   for (int i = 0; i < 5; i++)
     if (strcmp(kind, kinds[i]) == 0) k = i;
   if (k < 0) {
-    diag_error(x->d, loc_of(x, kit), "%s: unknown init '%s'%s (expected zeros, ones, normal, uniform or xavier)",
-               path, kind, suggest(x, kind, kinds, 5));
+    const char *hint = suggest(x, kind, kinds, 5);
+    diag_error(x->d, loc_of(x, kit), "%s: unknown init '%s'%s", path, kind,
+               *hint ? hint : " (expected zeros, ones, normal, uniform or xavier)");
     return false;
   }
   t->init.kind = (InitKind)k;
@@ -608,7 +626,12 @@ static bool parse_param(X *x, const cJSON *c, const char *path, const char *name
       return false;
     }
     Tensor *o = graph_find(x->g, owner);
-    if (!o || o->kind != T_PARAM || o == t) {
+    if (o == t) {
+      diag_error(x->d, loc_of(x, tied), "%s.tied_to: '%s' is this parameter itself; tie it to an earlier parameter",
+                 path, owner);
+      return false;
+    }
+    if (!o || o->kind != T_PARAM) {
       diag_error(x->d, loc_of(x, tied), "%s.tied_to: '%s' is not a parameter defined before '%s'", path, owner, name);
       return false;
     }
@@ -674,8 +697,14 @@ static bool parse_attr(X *x, const AttrDef *ad, const cJSON *it, const char *pat
     return true;
   }
   case ATTR_FLOAT:
-    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble)) {
+    if (!cJSON_IsNumber(it)) {
       diag_error(x->d, loc_of(x, it), "%s: expected a number, got %s", path, json_type(it));
+      return false;
+    }
+    if (!isfinite(it->valuedouble)) {
+      char num[64];
+      diag_error(x->d, loc_of(x, it), "%s: %s is too large (more than about 1.8e308)", path,
+                 source_number_str(x->src, it, num, sizeof num));
       return false;
     }
     v->f = it->valuedouble;
@@ -713,9 +742,12 @@ static bool parse_attr(X *x, const AttrDef *ad, const cJSON *it, const char *pat
         if (!parse_dim(x, c, p, true, &v->dims[i])) return false;
       } else if (cJSON_IsString(c)) {
         Dim dd;
-        if (!eval_expr(x, c->valuestring, &dd, err, sizeof err) || dd.b) {
-          if (dd.b) snprintf(err, sizeof err, "an integer list cannot use the batch symbol");
+        if (!eval_expr(x, c->valuestring, &dd, err, sizeof err)) {
           diag_error(x->d, loc_of(x, c), "%s: %s", p, err);
+          return false;
+        }
+        if (dd.b) {
+          diag_error(x->d, loc_of(x, c), "%s: an integer list cannot use the batch symbol", p);
           return false;
         }
         v->ints[i] = dd.n;

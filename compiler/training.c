@@ -239,9 +239,13 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
       diag_error(d, tc->input->loc, "training.data: table data needs an f32 input (B,F) and an i32 target (B)");
       return false;
     }
-    // Data paths are relative to the model file.
-    char *dir = arena_strdup(a, src->path);
-    dir = dirname(dir);
+    // Data paths are relative to the model file; the program gets them absolute, so it can run
+    // from any directory.
+    char *dir = arena_strdup(a, src->path), *real = realpath(dirname(dir), NULL);
+    if (real) {
+      dir = arena_strdup(a, real);
+      free(real);
+    }
     if (tc->data_path[0] != '/') tc->data_path = arena_printf(a, "%s/%s", dir, tc->data_path);
     if (tc->data_path2 && tc->data_path2[0] != '/') tc->data_path2 = arena_printf(a, "%s/%s", dir, tc->data_path2);
   }

@@ -79,6 +79,9 @@ bool grad_needed(GradCtx *c, const Node *n, int slot);
 // the rule can set its attributes.
 Node *grad_emit(GradCtx *c, const Node *n, int slot, const char *bwd_op, Tensor *const *ins,
                 int nin);
+// Passes t on as the gradient contribution for n->in[slot] unchanged (d(a+b)/da = 1 with equal
+// shapes): no node for an activation; a parameter still gets its accumulation node.
+void grad_pass(GradCtx *c, const Node *n, int slot, Tensor *t);
 // The arena of the graph being differentiated.
 Arena *grad_arena(GradCtx *c);
 // A constant zero tensor shaped like t (a missing gradient of a multi-output node).

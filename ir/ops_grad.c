@@ -28,7 +28,9 @@ bool grad_binary(GradCtx *c, const Node *n) {
   Tensor *dy = grad_output(c, n, 0);
   bool mul = n->op->name[0] == 'm';
   EACH_SLOT(n, c, s) {
-    if (mul) grad_emit(c, n, s, "binary.d", (Tensor *[]){dy, n->in[1 - s]}, 2);
+    bool same = shape_eq(&n->in[s]->shape, &n->out[0]->shape);
+    if (same && (n->op->name[0] == 'a' || (n->op->name[0] == 's' && s == 0))) grad_pass(c, n, s, dy);
+    else if (mul) grad_emit(c, n, s, "binary.d", (Tensor *[]){dy, n->in[1 - s]}, 2);
     else grad_emit(c, n, s, "binary.d", (Tensor *[]){dy}, 1);
   }
   return true;

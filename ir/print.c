@@ -122,8 +122,10 @@ void graph_print(const Graph *g, FILE *f) {
       fputs(k ? ", " : " ", f);
       put_type(f, g, n->out[k]);
     }
-    if (n->stage >= 0 || n->split_before || n->block) {
+    static const char *const roles[] = {"", "B", "W", "step"};
+    if (n->stage >= 0 || n->split_before || n->block || n->role != ROLE_FWD) {
       fputs("  ;", f);
+      if (n->role != ROLE_FWD) fprintf(f, " %s", roles[n->role]);
       if (n->stage >= 0) fprintf(f, " stage=%d", n->stage);
       if (n->split_before) fputs(" split_before", f);
       if (n->block) {

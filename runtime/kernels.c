@@ -165,13 +165,38 @@ static inline float sigmoid_f(float x) {
   return x >= 0.0f ? s : e * s;
 }
 
-static int blas_int(int64_t v) {
-  prCheck(v >= 0 && v <= INT_MAX, "split the operation into smaller pieces",
-          "matrix dimension %lld does not fit OpenBLAS's 32-bit int", (long long)v);
-  return (int)v;
+// GEMMs. OpenBLAS's own threading does not give bitwise the same result for different thread
+// counts (its partition of C changes which micro-kernel variant computes an element), so OpenBLAS
+// runs single-threaded and the kernels split C themselves into blocks fixed by the shapes alone,
+// one single-threaded sgemm call per block, blocks spread over OpenMP threads.
+
+#define GEMM_SPLIT_MIN ((int64_t)1 << 21) // M*N*K below this: one call
+#define GEMM_BLOCKS_MAX 16                // blocks of >= 64 rows (or columns) of C
+
+static void blas_single_thread(void) {
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
 }
 
-// C (M,N) = op(A) (M,K) . op(B) (K,N) + beta * C; row-major; ta/tb: A/B stored transposed.
+// One single-threaded call: C (M,N) = op(A) (M,K) . op(B) (K,N) + beta * C; row-major.
+static void sgemm1(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+
+static void check_blas_dims(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                            int64_t ldc) {
+  int64_t big = M > N ? M : N;
+  big = big > K ? big : K;
+  big = big > lda ? big : lda;
+  big = big > ldb ? big : ldb;
+  big = big > ldc ? big : ldc;
+  prCheck(big <= INT_MAX, "split the operation into smaller pieces",
+          "matrix dimension %lld does not fit OpenBLAS's 32-bit int", (long long)big);
+}
+
+// C (M,N) = op(A) (M,K) . op(B) (K,N) + beta * C (beta 0 or 1); ta/tb: A/B stored transposed.
+// Large products are split along the longer of M and N into equal blocks (multiples of 16).
 static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
   if (M == 0 || N == 0) return;
@@ -180,9 +205,44 @@ static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A
       for (int64_t i = 0; i < M; i++) memset(C + i * ldc, 0, (size_t)N * sizeof(float));
     return;
   }
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              blas_int(M), blas_int(N), blas_int(K), 1.0f, A, blas_int(lda), B, blas_int(ldb),
-              beta, C, blas_int(ldc));
+  check_blas_dims(M, N, K, lda, ldb, ldc);
+  blas_single_thread();
+  int64_t split = M >= N ? M : N, nblk = 1;
+  if (M * N * K >= GEMM_SPLIT_MIN) {
+    nblk = split / 64;
+    nblk = nblk > GEMM_BLOCKS_MAX ? GEMM_BLOCKS_MAX : nblk < 1 ? 1 : nblk;
+  }
+  int64_t bs = ((split + nblk - 1) / nblk + 15) & ~(int64_t)15;
+  nblk = (split + bs - 1) / bs;
+  if (nblk <= 1) {
+    sgemm1(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < nblk; i++) {
+    int64_t o = i * bs, len = split - o < bs ? split - o : bs;
+    if (M >= N) // rows o.. of C and of op(A)
+      sgemm1(ta, tb, len, N, K, ta ? A + o : A + o * lda, lda, B, ldb, beta, C + o * ldc, ldc);
+    else // columns o.. of C and of op(B)
+      sgemm1(ta, tb, M, len, K, A, lda, tb ? B + o * ldb : B + o, ldb, beta, C + o, ldc);
+  }
+}
+
+// batch independent GEMMs (pointers advance by sa, sb, sc): small ones one per thread, large ones
+// one after the other, each split by gemm().
+static void gemm_batched(int64_t batch, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                         const float *A, int64_t lda, int64_t sa, const float *B, int64_t ldb,
+                         int64_t sb, float *C, int64_t ldc, int64_t sc) {
+  if (batch == 1 || M * N * K >= GEMM_SPLIT_MIN || M == 0 || N == 0 || K == 0) {
+    for (int64_t i = 0; i < batch; i++)
+      gemm(ta, tb, M, N, K, A + i * sa, lda, B + i * sb, ldb, 0.0f, C + i * sc, ldc);
+    return;
+  }
+  check_blas_dims(M, N, K, lda, ldb, ldc);
+  blas_single_thread();
+#pragma omp parallel for schedule(static) if (batch * M * N * K >= GEMM_SPLIT_MIN)
+  for (int64_t i = 0; i < batch; i++)
+    sgemm1(ta, tb, M, N, K, A + i * sa, lda, B + i * sb, ldb, 0.0f, C + i * sc, ldc);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -195,9 +255,7 @@ void pr_matmul_fwd(float *y, const float *a, const float *b, int64_t batch, int6
     gemm(0, tb, batch * M, N, K, a, lda, b, ldb, 0.0f, y, N);
     return;
   }
-  for (int64_t i = 0; i < batch; i++)
-    gemm(ta, tb, M, N, K, a + i * M * K, lda, b + (b_batched ? i * K * N : 0), ldb, 0.0f,
-         y + i * M * N, N);
+  gemm_batched(batch, ta, tb, M, N, K, a, lda, M * K, b, ldb, b_batched ? K * N : 0, y, N, M * N);
 }
 
 // da (batch,M,K) or, with ta, (batch,K,M) = dy . op(b)^T (in a's orientation)
@@ -208,14 +266,10 @@ void pr_matmul_bwd_a(float *da, const float *dy, const float *b, int64_t batch, 
   if (!ta && !b_batched) {
     // da (batch*M,K) = dy (batch*M,N) . op(b)^T
     gemm(0, !tb, batch * M, K, N, dy, N, b, ldb, 0.0f, t, K);
-  } else {
-    for (int64_t i = 0; i < batch; i++) {
-      const float *bi = b + (b_batched ? i * K * N : 0);
-      if (!ta) // da (M,K) = dy (M,N) . op(b)^T (N,K)
-        gemm(0, !tb, M, K, N, dy + i * M * N, N, bi, ldb, 0.0f, t + i * M * K, K);
-      else // da^T stored (K,M) = op(b) (K,N) . dy^T (N,M)
-        gemm(tb, 1, K, M, N, bi, ldb, dy + i * M * N, N, 0.0f, t + i * M * K, M);
-    }
+  } else if (!ta) { // da (M,K) = dy (M,N) . op(b)^T (N,K)
+    gemm_batched(batch, 0, !tb, M, K, N, dy, N, M * N, b, ldb, b_batched ? K * N : 0, t, K, M * K);
+  } else { // da^T stored (K,M) = op(b) (K,N) . dy^T (N,M)
+    gemm_batched(batch, tb, 1, K, M, N, b, ldb, b_batched ? K * N : 0, dy, N, M * N, t, M, M * K);
   }
   if (acc) {
     store_acc(da, t, n, 1);
@@ -233,15 +287,17 @@ void pr_matmul_bwd_b(float *db, const float *dy, const float *a, int64_t batch, 
     // a is (batch*M,K) contiguous: one GEMM reducing over batch*M rows in ascending order.
     if (!tb) gemm(1, 0, K, N, batch * M, a, K, dy, N, 0.0f, t, N);
     else gemm(1, 0, N, K, batch * M, dy, N, a, K, 0.0f, t, K);
-  } else {
+  } else if (b_batched) {
+    if (!tb) // db (K,N) = op(a)^T (K,M) . dy (M,N)
+      gemm_batched(batch, !ta, 0, K, N, M, a, lda, M * K, dy, N, M * N, t, N, K * N);
+    else // db stored (N,K) = dy^T (N,M) . op(a) (M,K)
+      gemm_batched(batch, 1, ta, N, K, M, dy, N, M * N, a, lda, M * K, t, K, K * N);
+  } else { // one shared b, a stored transposed: accumulate the batch entries in order
     for (int64_t i = 0; i < batch; i++) {
       const float *ai = a + i * M * K, *dyi = dy + i * M * N;
-      float *ti = t + (b_batched ? i * K * N : 0);
-      float beta = (!b_batched && i > 0) ? 1.0f : 0.0f;
-      if (!tb) // db (K,N) = op(a)^T (K,M) . dy (M,N)
-        gemm(!ta, 0, K, N, M, ai, lda, dyi, N, beta, ti, N);
-      else // db stored (N,K) = dy^T (N,M) . op(a) (M,K)
-        gemm(1, ta, N, K, M, dyi, N, ai, lda, beta, ti, K);
+      float beta = i > 0 ? 1.0f : 0.0f;
+      if (!tb) gemm(!ta, 0, K, N, M, ai, lda, dyi, N, beta, t, N);
+      else gemm(1, ta, N, K, M, dyi, N, ai, lda, beta, t, K);
     }
   }
   if (acc) {

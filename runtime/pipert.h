@@ -173,7 +173,7 @@ void pr_init_xavier(float *p, int64_t n, uint64_t seed, const char *name, double
 typedef struct PrSchedule {
   double lr;       // peak learning rate
   double min_lr;   // floor reached at the end of the cosine decay
-  int64_t warmup;  // linear warmup steps (lr * (step+1) / warmup)
+  int64_t warmup;  // linear warmup steps (lr * (step+1) / (warmup+1), nanoGPT's get_lr)
   int64_t decay;   // steps after which lr = min_lr (cosine between warmup and decay); 0 = constant
 } PrSchedule;
 
@@ -183,7 +183,7 @@ double pr_lr_at(const PrSchedule *s, int64_t step); // step counts from 0, as na
 void pr_adamw_step(float *p, const float *g, float *m, float *v, int64_t n, double lr,
                    double beta1, double beta2, double eps, double weight_decay, int64_t t);
 // SGD with momentum (PyTorch's formula: buf = momentum*buf + g (buf = g at t == 1); p -= lr*buf),
-// weight decay added to g.
+// weight decay added to g. buf may be NULL when momentum == 0.
 void pr_sgd_step(float *p, const float *g, float *buf, int64_t n, double lr, double momentum,
                  double weight_decay, int64_t t);
 // Sum of squares of g in ascending order, in double (one parameter's share of the norm).
@@ -222,7 +222,7 @@ typedef struct PrTable {
   int classes;       // max label + 1
 } PrTable;
 
-// CSV (optionally gzip-compressed, by the .gz suffix): numeric columns, the last one the integer
+// CSV (plain or gzip-compressed, detected from the content): numeric columns, the last one the integer
 // label; no header, or a header line that is skipped when its first field is not a number.
 // Rows are shuffled with `seed` and split at train_frac. Features are multiplied by scale.
 void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t seed,
@@ -254,8 +254,9 @@ typedef struct PrTensorRef {
 // unless allow_extra. Bad files stop the program with the file name and the reason.
 void pr_safetensors_load(const char *path, PrTensorRef *refs, int n, const bool *optional,
                          bool allow_extra);
-// Writes refs (F32) plus string metadata (key/value pairs, may be 0) atomically: a temporary
-// file in the same directory, fsync, rename.
+// Writes refs (F32) plus string metadata atomically: a temporary file in the same directory,
+// fsync, rename. meta holds nmeta key/value pairs (nmeta may be 0): meta[2k] is a key,
+// meta[2k+1] its value.
 void pr_safetensors_save(const char *path, const PrTensorRef *refs, int n, const char *const *meta,
                          int nmeta);
 // Reads one metadata value ("__metadata__" entry) into out; false when absent.

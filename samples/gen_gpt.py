@@ -148,6 +148,17 @@ def build(a):
         m["params"] = pre_params + post_params
         m["blocks"] = [block]
         m["nodes"] = pre_nodes + [rep] + post_nodes("transformer.h.out")
+    if a.training:
+        # nanoGPT's "baby" recipe on tinyshakespeare (shared/data, resolved from samples/).
+        m["training"] = {
+            "batch": 12, "microbatches": 1, "steps": 2000, "seed": 1337,
+            "optimizer": {"kind": "adamw", "lr": 0.001, "betas": [0.9, 0.99], "eps": 1e-8,
+                          "weight_decay": 0.1},
+            "schedule": {"warmup": 100, "decay_steps": 2000, "min_lr": 0.0001},
+            "grad_clip": 1.0, "eval_every": 500, "eval_batches": 50, "log_every": 100,
+            "data": {"kind": "text", "path": "../../shared/data/tinyshakespeare.txt",
+                     "train_fraction": 0.9, "input": "idx", "target": "targets"},
+        }
     m["loss"] = "loss"
     m["outputs"] = ["logits"]
     return m
@@ -169,6 +180,8 @@ def main():
     p.add_argument("--no-split-before", dest="split_before", action="store_false",
                    help="omit split_before on the repeat (never written with --flat)")
     p.add_argument("--name", default="gpt_char", help="model name (default gpt_char)")
+    p.add_argument("--no-training", dest="training", action="store_false",
+                   help="omit the training section (nanoGPT's baby recipe on tinyshakespeare)")
     p.add_argument("-o", "--output", help="write here instead of stdout")
     a = p.parse_args()
     for k in ("layers", "heads", "embd", "vocab", "context", "mlp_ratio"):

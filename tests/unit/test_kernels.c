@@ -1,2 +1,1096 @@
+// Unit tests of the runtime kernels (runtime/kernels.c), Check framework.
+//
+// - forward passes against straightforward double-precision references;
+// - every backward against central finite differences (4-point stencil, double objective
+//   L = sum r*y with fixed random r, inputs quantised to 2^-12 so x +- h is exact);
+// - acc = 1 adds exactly the acc = 0 contribution (bitwise), including GEMMs whose reduction
+//   dimension exceeds OpenBLAS's blocking;
+// - results are bitwise equal with 1 and 2 threads (OpenMP and OpenBLAS);
+// - broadcasting, permute, split/concat/slice round trips, argmax ties;
+// - out-of-range ids stop the program with the position and value (checked in a forked child).
 #include <check.h>
-int main(void) { return 0; }
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "pipert.h"
+
+// ---------------------------------------------------------------------------------------------
+// Test allocations (freed by the fixture after every test) and random numbers
+
+static void *allocs[4096];
+static int nallocs;
+
+static void *talloc(size_t bytes) {
+  ck_assert_int_lt(nallocs, 4096);
+  void *p = calloc(1, bytes ? bytes : 1);
+  ck_assert_ptr_nonnull(p);
+  allocs[nallocs++] = p;
+  return p;
+}
+static float *fzeros(int64_t n) { return talloc((size_t)n * sizeof(float)); }
+static void free_all(void) {
+  for (int i = 0; i < nallocs; i++) free(allocs[i]);
+  nallocs = 0;
+}
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static double urand(void) {
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  return (double)(rng >> 11) / 9007199254740992.0;
+}
+// uniform in [lo,hi), quantised to multiples of 2^-12 (so that x +- 2h stays exact for h = 2^-6)
+static float qrand(float lo, float hi) {
+  return (float)(floor((lo + (hi - lo) * urand()) * 4096.0) / 4096.0);
+}
+static float *frand(int64_t n, float lo, float hi) {
+  float *p = fzeros(n);
+  for (int64_t i = 0; i < n; i++) p[i] = qrand(lo, hi);
+  return p;
+}
+
+static void setup(void) { rng = 0x9E3779B97F4A7C15ull; }
+static void teardown(void) {
+  free_all();
+  omp_set_num_threads(2);
+  openblas_set_num_threads(2);
+}
+
+// Element checks assert once per array (each ck_assert costs Check a write to its log).
+
+// |got - ref| <= abs + rel |ref| elementwise
+static void assert_close(const char *what, const float *got, const double *ref, int64_t n,
+                         double abs, double rel) {
+  int64_t i = 0;
+  while (i < n && fabs((double)got[i] - ref[i]) <= abs + rel * fabs(ref[i])) i++;
+  ck_assert_msg(i == n, "%s[%lld]: got %.9g, expected %.9g", what, (long long)i,
+                (double)got[i < n ? i : 0], ref[i < n ? i : 0]);
+}
+
+static void assert_bitwise(const char *what, const float *a, const float *b, int64_t n) {
+  int64_t i = 0;
+  while (i < n && memcmp(&a[i], &b[i], sizeof(float)) == 0) i++;
+  ck_assert_msg(i == n, "%s[%lld]: %.9g vs %.9g", what, (long long)i, (double)a[i < n ? i : 0],
+                (double)b[i < n ? i : 0]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finite differences. A forward callback recomputes ctx's output y from its (perturbed) inputs.
+
+typedef void (*FwdFn)(void *ctx);
+
+static double objective(FwdFn f, void *ctx, const float *y, const float *r, int64_t ny) {
+  f(ctx);
+  double s = 0.0;
+  for (int64_t i = 0; i < ny; i++) s += (double)r[i] * (double)y[i];
+  return s;
+}
+
+// Norm-wise relative error of the analytical gradient g of L = sum r*y w.r.t. x.
+static void fd_check(const char *what, FwdFn f, void *ctx, float *x, int64_t nx, const float *g,
+                     const float *y, const float *r, int64_t ny, float h, double tol) {
+  double num = 0.0, den = 0.0;
+  for (int64_t i = 0; i < nx; i++) {
+    float x0 = x[i];
+    x[i] = x0 + h;
+    double f1 = objective(f, ctx, y, r, ny);
+    x[i] = x0 - h;
+    double fm1 = objective(f, ctx, y, r, ny);
+    x[i] = x0 + 2 * h;
+    double f2 = objective(f, ctx, y, r, ny);
+    x[i] = x0 - 2 * h;
+    double fm2 = objective(f, ctx, y, r, ny);
+    x[i] = x0;
+    double fd = (8.0 * (f1 - fm1) - (f2 - fm2)) / (12.0 * (double)h);
+    num += (fd - g[i]) * (fd - g[i]);
+    den += (double)g[i] * g[i];
+  }
+  f(ctx); // restore y
+  double err = den > 0 ? sqrt(num / den) : sqrt(num);
+  ck_assert_msg(err <= tol, "%s: finite-difference relative error %.3g > %.3g", what, err, tol);
+}
+
+#define H (1.0f / 64)
+#define TOL 1e-3
+
+// The context every forward callback reads: inputs, output, sizes and flags.
+typedef struct Ctx {
+  float *y, *a, *b, *w, *bias, *x, *mean, *rstd, *att, *aux;
+  const float *xs[4];
+  int32_t *idx;
+  int64_t n[8];
+  int64_t ydims[8], astr[8], bstr[8];
+  int flag[4];
+} Ctx;
+
+// ---------------------------------------------------------------------------------------------
+// matmul
+
+static void mm_ref(double *y, const float *a, const float *b, int64_t batch, int64_t M, int64_t N,
+                   int64_t K, int ta, int tb, int bb) {
+  for (int64_t i = 0; i < batch; i++)
+    for (int64_t m = 0; m < M; m++)
+      for (int64_t n = 0; n < N; n++) {
+        double s = 0;
+        for (int64_t k = 0; k < K; k++) {
+          double av = ta ? a[i * M * K + k * M + m] : a[i * M * K + m * K + k];
+          const float *bi = b + (bb ? i * K * N : 0);
+          double bv = tb ? bi[n * K + k] : bi[k * N + n];
+          s += av * bv;
+        }
+        y[(i * M + m) * N + n] = s;
+      }
+}
+
+static void f_matmul(void *p) {
+  Ctx *c = p;
+  pr_matmul_fwd(c->y, c->a, c->b, c->n[0], c->n[1], c->n[2], c->n[3], c->flag[0], c->flag[1],
+                c->flag[2]);
+}
+
+START_TEST(test_matmul) {
+  int64_t batch = 3, M = 4, N = 5, K = 6;
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++)
+      for (int bb = 0; bb < 2; bb++) {
+        Ctx c = {0};
+        c.n[0] = batch, c.n[1] = M, c.n[2] = N, c.n[3] = K;
+        c.flag[0] = ta, c.flag[1] = tb, c.flag[2] = bb;
+        int64_t na = batch * M * K, nb = (bb ? batch : 1) * K * N, ny = batch * M * N;
+        c.a = frand(na, -2, 2), c.b = frand(nb, -2, 2), c.y = fzeros(ny);
+        double *ref = talloc((size_t)ny * sizeof(double));
+        f_matmul(&c);
+        mm_ref(ref, c.a, c.b, batch, M, N, K, ta, tb, bb);
+        assert_close("matmul", c.y, ref, ny, 1e-5, 1e-5);
+        float *r = frand(ny, -1, 1), *da = fzeros(na), *db = fzeros(nb);
+        pr_matmul_bwd_a(da, r, c.b, batch, M, N, K, ta, tb, bb, 0);
+        pr_matmul_bwd_b(db, r, c.a, batch, M, N, K, ta, tb, bb, 0);
+        fd_check("matmul da", f_matmul, &c, c.a, na, da, c.y, r, ny, H, TOL);
+        fd_check("matmul db", f_matmul, &c, c.b, nb, db, c.y, r, ny, H, TOL);
+      }
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// linear and sum_rows
+
+static void f_linear(void *p) {
+  Ctx *c = p;
+  pr_linear_fwd(c->y, c->x, c->w, c->bias, c->n[0], c->n[1], c->n[2]);
+}
+
+START_TEST(test_linear) {
+  int64_t rows = 7, in = 5, out = 6;
+  for (int with_bias = 0; with_bias < 2; with_bias++) {
+    Ctx c = {0};
+    c.n[0] = rows, c.n[1] = in, c.n[2] = out;
+    c.x = frand(rows * in, -2, 2), c.w = frand(out * in, -1, 1);
+    c.bias = with_bias ? frand(out, -1, 1) : NULL;
+    c.y = fzeros(rows * out);
+    f_linear(&c);
+    double *ref = talloc((size_t)(rows * out) * sizeof(double));
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t o = 0; o < out; o++) {
+        double s = c.bias ? c.bias[o] : 0.0;
+        for (int64_t i = 0; i < in; i++) s += (double)c.x[r * in + i] * c.w[o * in + i];
+        ref[r * out + o] = s;
+      }
+    assert_close("linear", c.y, ref, rows * out, 1e-5, 1e-5);
+    float *r = frand(rows * out, -1, 1), *dx = fzeros(rows * in), *dw = fzeros(out * in);
+    pr_linear_bwd_x(dx, r, c.w, rows, in, out, 0);
+    pr_linear_bwd_w(dw, r, c.x, rows, in, out, 0);
+    fd_check("linear dx", f_linear, &c, c.x, rows * in, dx, c.y, r, rows * out, H, TOL);
+    fd_check("linear dw", f_linear, &c, c.w, out * in, dw, c.y, r, rows * out, H, TOL);
+    if (with_bias) {
+      float *db = fzeros(out);
+      pr_sum_rows(db, r, rows, out, 0);
+      fd_check("linear db", f_linear, &c, c.bias, out, db, c.y, r, rows * out, H, TOL);
+    }
+  }
+}
+END_TEST
+
+START_TEST(test_sum_rows) {
+  int64_t rows = 300, cols = 130; // several column blocks, parallel path
+  float *dy = frand(rows * cols, -1, 1), *db = fzeros(cols);
+  pr_sum_rows(db, dy, rows, cols, 0);
+  float *expect = fzeros(cols);
+  for (int64_t c = 0; c < cols; c++) // the contract: rows in ascending order, in float
+    for (int64_t r = 0; r < rows; r++) expect[c] += dy[r * cols + c];
+  assert_bitwise("sum_rows", db, expect, cols);
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// broadcasting binary ops
+
+// strides of a tensor of dims xd (1 = broadcast) over y's dims
+static void bstrides(int rank, const int64_t *xd, int64_t *str) {
+  int64_t s = 1;
+  for (int i = rank - 1; i >= 0; i--) {
+    str[i] = xd[i] == 1 ? 0 : s;
+    s *= xd[i];
+  }
+}
+static int64_t numel(int rank, const int64_t *d) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= d[i];
+  return n;
+}
+
+static void f_binary(void *p) {
+  Ctx *c = p;
+  pr_binary_fwd(c->y, c->a, c->b, c->flag[0], c->flag[1], c->ydims, c->astr, c->bstr);
+}
+
+typedef struct BinCase {
+  int rank;
+  int64_t ad[8], bd[8];
+} BinCase;
+
+static const BinCase bin_cases[] = {
+    {3, {2, 3, 4}, {2, 3, 4}},             // same shape
+    {3, {2, 3, 5}, {1, 1, 5}},             // bias (C) over (B,T,C)
+    {3, {2, 3, 5}, {1, 3, 5}},             // (T,C) over (B,T,C)
+    {3, {1, 3, 4}, {2, 3, 4}},             // a broadcast over the batch
+    {3, {2, 3, 4}, {2, 3, 1}},             // one value per row
+    {3, {2, 1, 4}, {1, 3, 4}},             // both broadcast
+    {4, {2, 1, 3, 1}, {1, 4, 3, 2}},       // mixed, rank 4
+    {2, {3, 4}, {1, 1}},                   // scalar b
+    {0, {0}, {0}},                         // rank 0
+    {5, {2, 1, 2, 1, 3}, {1, 2, 2, 3, 1}}, // rank 5
+};
+
+START_TEST(test_binary) {
+  for (size_t ci = 0; ci < sizeof bin_cases / sizeof bin_cases[0]; ci++)
+    for (int op = 0; op < 3; op++) {
+      const BinCase *bc = &bin_cases[ci];
+      Ctx c = {0};
+      int rank = bc->rank;
+      c.flag[0] = op, c.flag[1] = rank;
+      for (int i = 0; i < rank; i++) c.ydims[i] = bc->ad[i] > bc->bd[i] ? bc->ad[i] : bc->bd[i];
+      bstrides(rank, bc->ad, c.astr);
+      bstrides(rank, bc->bd, c.bstr);
+      int64_t ny = numel(rank, c.ydims), na = numel(rank, bc->ad), nb = numel(rank, bc->bd);
+      c.a = frand(na, -2, 2), c.b = frand(nb, -2, 2), c.y = fzeros(ny);
+      f_binary(&c);
+      // reference: walk y's multi-index
+      float *expect = fzeros(ny);
+      for (int64_t i = 0; i < ny; i++) {
+        int64_t rem = i, ao = 0, bo = 0;
+        for (int d = rank - 1; d >= 0; d--) {
+          int64_t q = rem % c.ydims[d];
+          rem /= c.ydims[d];
+          ao += q * c.astr[d], bo += q * c.bstr[d];
+        }
+        float av = c.a[ao], bv = c.b[bo];
+        expect[i] = op == 0 ? av + bv : op == 1 ? av - bv : av * bv;
+      }
+      assert_bitwise(op == 0 ? "binary add" : op == 1 ? "binary sub" : "binary mul", c.y, expect,
+                     ny);
+      float *r = frand(ny, -1, 1), *da = fzeros(na), *db = fzeros(nb);
+      pr_binary_bwd(da, r, op == 2 ? c.b : NULL, op, 0, rank, c.ydims, bc->ad,
+                    op == 2 ? c.bstr : NULL, 0);
+      pr_binary_bwd(db, r, op == 2 ? c.a : NULL, op, 1, rank, c.ydims, bc->bd,
+                    op == 2 ? c.astr : NULL, 0);
+      fd_check("binary da", f_binary, &c, c.a, na, da, c.y, r, ny, H, TOL);
+      fd_check("binary db", f_binary, &c, c.b, nb, db, c.y, r, ny, H, TOL);
+    }
+}
+END_TEST
+
+// a read through transposed strides: y (T,C) = a stored (C,T) + b (C)
+START_TEST(test_binary_strided) {
+  int64_t T = 5, C = 3, ydims[2] = {5, 3}, astr[2] = {1, 5}, bstr[2] = {0, 1};
+  float *a = frand(C * T, -2, 2), *b = frand(C, -2, 2), *y = fzeros(T * C);
+  pr_binary_fwd(y, a, b, 0, 2, ydims, astr, bstr);
+  float *expect = fzeros(T * C);
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t ch = 0; ch < C; ch++) expect[t * C + ch] = a[ch * T + t] + b[ch];
+  assert_bitwise("binary strided", y, expect, T * C);
+}
+END_TEST
+
+// a large bias add and its backward (parallel paths) against the simple formulas
+START_TEST(test_binary_large) {
+  int64_t B = 8, T = 64, C = 128, ydims[3] = {8, 64, 128}, xd[3] = {1, 1, 128};
+  int64_t astr[3] = {T * C, C, 1}, bstr[3] = {0, 0, 1};
+  float *a = frand(B * T * C, -2, 2), *b = frand(C, -2, 2), *y = fzeros(B * T * C);
+  pr_binary_fwd(y, a, b, 2, 3, ydims, astr, bstr);
+  float *expect = fzeros(B * T * C);
+  for (int64_t i = 0; i < B * T * C; i++) expect[i] = a[i] * b[i % C];
+  assert_bitwise("binary large", y, expect, B * T * C);
+  float *db = fzeros(C), *edb = fzeros(C);
+  pr_binary_bwd(db, y, a, 2, 1, 3, ydims, xd, astr, 0);
+  for (int64_t ch = 0; ch < C; ch++)
+    for (int64_t r = 0; r < B * T; r++) {
+      float prod = y[r * C + ch] * a[r * C + ch];
+      edb[ch] += prod;
+    }
+  assert_bitwise("binary large db", db, edb, C);
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// elementwise unary ops
+
+static double gelu_ref(double x) {
+  return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+static void f_unary(void *p) {
+  Ctx *c = p;
+  int64_t n = c->n[0];
+  switch (c->flag[0]) {
+  case 0: pr_scale_fwd(c->y, c->x, n, 0.75f); break;
+  case 1: pr_relu_fwd(c->y, c->x, n); break;
+  case 2: pr_gelu_fwd(c->y, c->x, n); break;
+  case 3: pr_tanh_fwd(c->y, c->x, n); break;
+  default: pr_sigmoid_fwd(c->y, c->x, n); break;
+  }
+}
+
+static void unary_bwd(int kind, float *dx, const float *dy, const float *x, const float *y,
+                      int64_t n, int acc) {
+  switch (kind) {
+  case 0: pr_scale_bwd(dx, dy, n, 0.75f, acc); break;
+  case 1: pr_relu_bwd(dx, dy, y, n, acc); break;
+  case 2: pr_gelu_bwd(dx, dy, x, n, acc); break;
+  case 3: pr_tanh_bwd(dx, dy, y, n, acc); break;
+  default: pr_sigmoid_bwd(dx, dy, y, n, acc); break;
+  }
+}
+
+START_TEST(test_unary) {
+  int64_t n = 61;
+  for (int kind = 0; kind < 5; kind++) {
+    Ctx c = {0};
+    c.n[0] = n, c.flag[0] = kind;
+    c.x = frand(n, -4, 4), c.y = fzeros(n);
+    for (int64_t i = 0; i < n; i++) // keep relu's kink out of the stencil's reach
+      if (fabsf(c.x[i]) < 0.1f) c.x[i] = 0.5f;
+    f_unary(&c);
+    double *ref = talloc((size_t)n * sizeof(double));
+    for (int64_t i = 0; i < n; i++) {
+      double x = c.x[i];
+      ref[i] = kind == 0 ? 0.75 * x : kind == 1 ? (x > 0 ? x : 0) : kind == 2 ? gelu_ref(x)
+               : kind == 3                                               ? tanh(x)
+                                                                         : 1 / (1 + exp(-x));
+    }
+    assert_close("unary", c.y, ref, n, 1e-6, 1e-6);
+    float *r = frand(n, -1, 1), *dx = fzeros(n);
+    unary_bwd(kind, dx, r, c.x, c.y, n, 0);
+    fd_check("unary dx", f_unary, &c, c.x, n, dx, c.y, r, n, H, TOL);
+  }
+}
+END_TEST
+
+// exp/tanh/sigmoid accuracy over their whole useful range (dense sweep, float vs double)
+START_TEST(test_unary_accuracy) {
+  int64_t n = 200001;
+  float *x = fzeros(n), *y = fzeros(n);
+  for (int64_t i = 0; i < n; i++) x[i] = (float)(-30.0 + 60.0 * (double)i / (double)(n - 1));
+  x[n / 2] = 0.0f;
+  pr_tanh_fwd(y, x, n);
+  double worst = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double ref = tanh((double)x[i]), e = fabs(y[i] - ref) / fmax(fabs(ref), 1e-30);
+    worst = fmax(worst, x[i] == 0 ? fabs(y[i]) : e);
+  }
+  ck_assert_msg(worst <= 4 * 1.2e-7, "tanh: worst relative error %.3g", worst);
+  for (int64_t i = 0; i < n; i++) x[i] = (float)(-87.0 + 107.0 * (double)i / (double)(n - 1));
+  pr_sigmoid_fwd(y, x, n);
+  worst = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double ref = 1.0 / (1.0 + exp(-(double)x[i]));
+    worst = fmax(worst, fabs(y[i] - ref) / ref);
+  }
+  ck_assert_msg(worst <= 4 * 1.2e-7, "sigmoid: worst relative error %.3g", worst);
+  for (int64_t i = 0; i < n; i++) x[i] = (float)(-10.0 + 20.0 * (double)i / (double)(n - 1));
+  pr_gelu_fwd(y, x, n);
+  worst = 0;
+  for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(y[i] - gelu_ref(x[i])));
+  ck_assert_msg(worst <= 2e-6, "gelu: worst absolute error %.3g", worst);
+  // NaN propagates; large inputs saturate
+  float sp[4] = {NAN, 1000.0f, -1000.0f, 0.0f}, so[4];
+  pr_tanh_fwd(so, sp, 4);
+  ck_assert(isnan(so[0]) && so[1] == 1.0f && so[2] == -1.0f && so[3] == 0.0f);
+  pr_sigmoid_fwd(so, sp, 4);
+  ck_assert(isnan(so[0]) && so[1] == 1.0f && so[2] == 0.0f && so[3] == 0.5f);
+  pr_gelu_fwd(so, sp, 4);
+  ck_assert(isnan(so[0]) && so[1] == 1000.0f && so[2] == 0.0f && so[3] == 0.0f);
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// softmax
+
+static void f_softmax(void *p) {
+  Ctx *c = p;
+  pr_softmax_fwd(c->y, c->x, c->n[0], c->n[1], c->n[2]);
+}
+
+START_TEST(test_softmax) {
+  const int64_t shapes[][3] = {{3, 7, 1}, {2, 5, 3}, {2, 4, 70}, {1, 19, 1}};
+  for (size_t si = 0; si < 4; si++) {
+    int64_t O = shapes[si][0], D = shapes[si][1], In = shapes[si][2], n = O * D * In;
+    Ctx c = {0};
+    c.n[0] = O, c.n[1] = D, c.n[2] = In;
+    c.x = frand(n, -3, 3), c.y = fzeros(n);
+    f_softmax(&c);
+    double *ref = talloc((size_t)n * sizeof(double));
+    for (int64_t o = 0; o < O; o++)
+      for (int64_t i = 0; i < In; i++) {
+        double m = -INFINITY, s = 0;
+        for (int64_t d = 0; d < D; d++) m = fmax(m, c.x[(o * D + d) * In + i]);
+        for (int64_t d = 0; d < D; d++) s += exp(c.x[(o * D + d) * In + i] - m);
+        for (int64_t d = 0; d < D; d++) ref[(o * D + d) * In + i] = exp(c.x[(o * D + d) * In + i] - m) / s;
+      }
+    assert_close("softmax", c.y, ref, n, 1e-7, 1e-6);
+    float *r = frand(n, -1, 1), *dx = fzeros(n);
+    pr_softmax_bwd(dx, r, c.y, O, D, In, 0);
+    fd_check("softmax dx", f_softmax, &c, c.x, n, dx, c.y, r, n, H, TOL);
+  }
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// layernorm
+
+static void f_layernorm(void *p) {
+  Ctx *c = p;
+  pr_layernorm_fwd(c->y, c->mean, c->rstd, c->x, c->w, c->bias, c->n[0], c->n[1], 1e-5f);
+}
+
+START_TEST(test_layernorm) {
+  const int64_t shapes[][2] = {{5, 19}, {4, 40}};
+  for (size_t si = 0; si < 2; si++)
+    for (int with_b = 0; with_b < 2; with_b++) {
+      int64_t rows = shapes[si][0], C = shapes[si][1];
+      Ctx c = {0};
+      c.n[0] = rows, c.n[1] = C;
+      c.x = frand(rows * C, -2, 2), c.w = frand(C, 0.5f, 1.5f);
+      c.bias = with_b ? frand(C, -1, 1) : NULL;
+      for (int64_t i = 0; i < C; i++) c.x[i] += 10.0f; // a row with a large mean
+      c.y = fzeros(rows * C), c.mean = fzeros(rows), c.rstd = fzeros(rows);
+      f_layernorm(&c);
+      double *ref = talloc((size_t)(rows * C) * sizeof(double));
+      int ok = 1;
+      for (int64_t r = 0; r < rows; r++) {
+        double m = 0, v = 0;
+        for (int64_t i = 0; i < C; i++) m += c.x[r * C + i];
+        m /= (double)C;
+        for (int64_t i = 0; i < C; i++) v += (c.x[r * C + i] - m) * (c.x[r * C + i] - m);
+        v /= (double)C;
+        double s = 1.0 / sqrt(v + 1e-5);
+        ok &= fabs(c.mean[r] - m) <= 1e-6 * (1 + fabs(m)) && fabs(c.rstd[r] - s) <= 1e-6 * s;
+        for (int64_t i = 0; i < C; i++)
+          ref[r * C + i] = (c.x[r * C + i] - m) * s * c.w[i] + (c.bias ? c.bias[i] : 0.0);
+      }
+      ck_assert_msg(ok, "layernorm mean/rstd");
+      assert_close("layernorm", c.y, ref, rows * C, 2e-6, 2e-6);
+      float *r = frand(rows * C, -1, 1), *dx = fzeros(rows * C), *dw = fzeros(C);
+      pr_layernorm_bwd_x(dx, r, c.x, c.w, c.mean, c.rstd, rows, C, 0);
+      pr_layernorm_bwd_w(dw, r, c.x, c.mean, c.rstd, rows, C, 0);
+      fd_check("layernorm dx", f_layernorm, &c, c.x, rows * C, dx, c.y, r, rows * C, H, TOL);
+      fd_check("layernorm dw", f_layernorm, &c, c.w, C, dw, c.y, r, rows * C, H, TOL);
+      if (with_b) {
+        float *db = fzeros(C);
+        pr_sum_rows(db, r, rows, C, 0);
+        fd_check("layernorm db", f_layernorm, &c, c.bias, C, db, c.y, r, rows * C, H, TOL);
+      }
+    }
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// embedding
+
+static void f_embedding(void *p) {
+  Ctx *c = p;
+  pr_embedding_fwd(c->y, c->idx, c->w, c->n[0], c->n[1], c->n[2]);
+}
+
+START_TEST(test_embedding) {
+  int64_t n = 10, V = 7, C = 5;
+  int32_t ids[10] = {3, 0, 3, 6, 1, 3, 0, 2, 6, 3}; // row 4 and 5 unused, 3 repeated
+  Ctx c = {0};
+  c.n[0] = n, c.n[1] = V, c.n[2] = C, c.idx = ids;
+  c.w = frand(V * C, -1, 1), c.y = fzeros(n * C);
+  f_embedding(&c);
+  for (int64_t i = 0; i < n; i++) assert_bitwise("embedding", c.y + i * C, c.w + ids[i] * C, C);
+  float *r = frand(n * C, -1, 1), *dw = frand(V * C, 5, 6); // stale values must be overwritten
+  pr_embedding_bwd_w(dw, r, ids, n, V, C, 0);
+  float *zero = fzeros(2 * C);
+  assert_bitwise("embedding unused rows", dw + 4 * C, zero, 2 * C);
+  fd_check("embedding dw", f_embedding, &c, c.w, V * C, dw, c.y, r, n * C, H, TOL);
+  // rows accumulate in ascending i: row 3 = ((r0 + r2) + r5) + r9
+  float *row3 = fzeros(C);
+  for (int64_t j = 0; j < C; j++) {
+    row3[j] = r[0 * C + j];
+    row3[j] += r[2 * C + j], row3[j] += r[5 * C + j], row3[j] += r[9 * C + j];
+  }
+  assert_bitwise("embedding row order", dw + 3 * C, row3, C);
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// data movement
+
+static void permute_ref(uint32_t *y, const uint32_t *x, int rank, const int64_t *xd,
+                        const int64_t *perm) {
+  int64_t xs[8], yd[8], n = 1;
+  for (int i = rank - 1; i >= 0; i--) xs[i] = n, n *= xd[i];
+  for (int i = 0; i < rank; i++) yd[i] = xd[perm[i]];
+  for (int64_t i = 0; i < n; i++) {
+    int64_t rem = i, off = 0;
+    for (int d = rank - 1; d >= 0; d--) {
+      off += (rem % yd[d]) * xs[perm[d]];
+      rem /= yd[d];
+    }
+    y[i] = x[off];
+  }
+}
+
+static void check_permute(int rank, const int64_t *xd, const int64_t *perm) {
+  int64_t n = 1, yd[8], inv[8];
+  for (int i = 0; i < rank; i++) n *= xd[i], yd[i] = xd[perm[i]], inv[perm[i]] = i;
+  uint32_t *x = talloc((size_t)n * 4), *y = talloc((size_t)n * 4), *ref = talloc((size_t)n * 4),
+           *back = talloc((size_t)n * 4);
+  for (int64_t i = 0; i < n; i++) x[i] = (uint32_t)(i * 2654435761u);
+  pr_permute(y, x, rank, xd, perm);
+  permute_ref(ref, x, rank, xd, perm);
+  ck_assert_msg(memcmp(y, ref, (size_t)n * 4) == 0, "permute rank %d differs", rank);
+  pr_permute(back, y, rank, yd, inv);
+  ck_assert_msg(memcmp(back, x, (size_t)n * 4) == 0, "permute rank %d: no round trip", rank);
+}
+
+START_TEST(test_permute) {
+  // fixed shapes for the fast paths
+  int64_t d2[2] = {70, 45}, p2[2] = {1, 0};
+  check_permute(2, d2, p2);
+  int64_t d3[3] = {3, 33, 40}, p3[3] = {0, 2, 1};
+  check_permute(3, d3, p3);
+  int64_t d4[4] = {2, 8, 4, 6}, p4[4] = {0, 2, 1, 3}; // (B,T,NH,hs) -> (B,NH,T,hs)
+  check_permute(4, d4, p4);
+  int64_t p4b[4] = {0, 1, 2, 3};
+  check_permute(4, d4, p4b);
+  // random ranks, dims and permutations
+  for (int it = 0; it < 200; it++) {
+    int rank = 1 + (int)(urand() * 6);
+    int64_t xd[8], perm[8];
+    for (int i = 0; i < rank; i++) xd[i] = 1 + (int64_t)(urand() * 4), perm[i] = i;
+    for (int i = rank - 1; i > 0; i--) {
+      int j = (int)(urand() * (i + 1));
+      int64_t t = perm[i];
+      perm[i] = perm[j], perm[j] = t;
+    }
+    check_permute(rank, xd, perm);
+  }
+  int64_t d8[8] = {2, 1, 3, 2, 1, 2, 2, 3}, p8[8] = {7, 0, 5, 2, 1, 6, 3, 4};
+  check_permute(8, d8, p8);
+}
+END_TEST
+
+static void f_concat(void *p) {
+  Ctx *c = p;
+  pr_concat(c->y, c->xs, c->n[0], c->n[1], (int)c->n[2], c->n + 3);
+}
+
+START_TEST(test_split_concat) {
+  int64_t outer = 3, inner = 4, sizes[3] = {2, 3, 1}, total = 6, n = outer * total * inner;
+  float *x = frand(n, -1, 1), *parts[3], *y = fzeros(n);
+  for (int k = 0; k < 3; k++) parts[k] = fzeros(outer * sizes[k] * inner);
+  pr_split(parts, x, outer, inner, 3, sizes);
+  const float *cparts[3] = {parts[0], parts[1], parts[2]};
+  pr_concat(y, cparts, outer, inner, 3, sizes);
+  assert_bitwise("split/concat", y, x, n);
+  // NULL reads as zeros
+  const float *withnull[3] = {parts[0], NULL, parts[2]};
+  pr_concat(y, withnull, outer, inner, 3, sizes);
+  float *expect = fzeros(n);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t j = 0; j < total * inner; j++) {
+      int64_t e = o * total * inner + j;
+      expect[e] = j >= 2 * inner && j < 5 * inner ? 0.0f : x[e];
+    }
+  assert_bitwise("concat with NULL", y, expect, n);
+  // slice is concat's backward
+  Ctx c = {0};
+  c.n[0] = outer, c.n[1] = inner, c.n[2] = 3, c.n[3] = 2, c.n[4] = 3, c.n[5] = 1;
+  c.xs[0] = parts[0], c.xs[1] = parts[1], c.xs[2] = parts[2], c.y = y;
+  float *r = frand(n, -1, 1);
+  int64_t off = 0;
+  for (int k = 0; k < 3; k++) {
+    float *d = fzeros(outer * sizes[k] * inner);
+    pr_slice(d, r, outer, inner, total, off, sizes[k], 0);
+    fd_check("slice", f_concat, &c, parts[k], outer * sizes[k] * inner, d, y, r, n, H, TOL);
+    off += sizes[k];
+  }
+  // copy, fill, add_n (left to right, output aliasing an input)
+  float *z = fzeros(n);
+  pr_copy(z, x, n * 4);
+  assert_bitwise("copy", z, x, n);
+  pr_fill(z, n, 2.5f);
+  for (int64_t i = 0; i < n; i++) expect[i] = 2.5f;
+  assert_bitwise("fill", z, expect, n);
+  float *a = frand(600, -1, 1), *b = frand(600, -1, 1), *cc = frand(600, -1, 1);
+  float *sum3 = fzeros(600);
+  for (int i = 0; i < 600; i++) sum3[i] = (a[i] + b[i]) + cc[i];
+  const float *three[3] = {a, b, cc};
+  pr_add_n(b, three, 3, 600);
+  assert_bitwise("add_n", b, sum3, 600);
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// attention
+
+static void attention_ref(double *y, double *att, const float *qkv, int64_t B, int64_t T,
+                          int64_t C, int64_t NH) {
+  int64_t hs = C / NH;
+  double scale = 1.0 / sqrt((double)hs);
+  double *sc = malloc((size_t)T * sizeof(double));
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < NH; h++)
+      for (int64_t t = 0; t < T; t++) {
+        const float *q = qkv + (b * T + t) * 3 * C + h * hs;
+        double m = -INFINITY, s = 0;
+        for (int64_t u = 0; u <= t; u++) {
+          const float *k = qkv + (b * T + u) * 3 * C + C + h * hs;
+          double d = 0;
+          for (int64_t i = 0; i < hs; i++) d += (double)q[i] * k[i];
+          sc[u] = d * scale;
+          m = fmax(m, sc[u]);
+        }
+        for (int64_t u = 0; u <= t; u++) s += exp(sc[u] - m);
+        double *arow = att + ((b * NH + h) * T + t) * T;
+        for (int64_t u = 0; u < T; u++) arow[u] = u <= t ? exp(sc[u] - m) / s : 0.0;
+        for (int64_t i = 0; i < hs; i++) {
+          double acc = 0;
+          for (int64_t u = 0; u <= t; u++)
+            acc += arow[u] * qkv[(b * T + u) * 3 * C + 2 * C + h * hs + i];
+          y[(b * T + t) * C + h * hs + i] = acc;
+        }
+      }
+  free(sc);
+}
+
+static void f_attention(void *p) {
+  Ctx *c = p;
+  pr_attention_fwd(c->y, c->att, c->x, c->n[0], c->n[1], c->n[2], c->n[3]);
+}
+
+START_TEST(test_attention) {
+  const int64_t shapes[][4] = {{2, 5, 8, 2}, {1, 9, 12, 3}, {1, 1, 4, 1}};
+  for (size_t si = 0; si < 3; si++) {
+    int64_t B = shapes[si][0], T = shapes[si][1], C = shapes[si][2], NH = shapes[si][3];
+    Ctx c = {0};
+    c.n[0] = B, c.n[1] = T, c.n[2] = C, c.n[3] = NH;
+    c.x = frand(B * T * 3 * C, -1.5f, 1.5f), c.y = fzeros(B * T * C);
+    c.att = frand(B * NH * T * T, 1, 2); // stale values must be overwritten
+    f_attention(&c);
+    double *yr = talloc((size_t)(B * T * C) * sizeof(double));
+    double *ar = talloc((size_t)(B * NH * T * T) * sizeof(double));
+    attention_ref(yr, ar, c.x, B, T, C, NH);
+    assert_close("attention y", c.y, yr, B * T * C, 1e-6, 1e-5);
+    assert_close("attention att", c.att, ar, B * NH * T * T, 1e-7, 1e-5);
+    int upper_zero = 1;
+    for (int64_t row = 0; row < B * NH * T; row++)
+      for (int64_t u = row % T + 1; u < T; u++) upper_zero &= c.att[row * T + u] == 0.0f;
+    ck_assert_msg(upper_zero, "attention: att above the diagonal must be 0");
+    float *r = frand(B * T * C, -1, 1), *dqkv = fzeros(B * T * 3 * C);
+    pr_attention_bwd(dqkv, r, c.x, c.att, NULL, B, T, C, NH, 0);
+    fd_check("attention dqkv", f_attention, &c, c.x, B * T * 3 * C, dqkv, c.y, r, B * T * C, H,
+             TOL);
+  }
+  ck_assert(pr_attention_bwd_ws(64) > 0);
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// losses and argmax
+
+static void f_ce(void *p) {
+  Ctx *c = p;
+  pr_cross_entropy_fwd(c->y, c->x, c->idx, c->n[0], c->n[1]);
+}
+
+START_TEST(test_cross_entropy) {
+  int64_t rows = 6, V = 9;
+  int32_t tgt[6] = {0, 8, 3, 3, 5, 1};
+  Ctx c = {0};
+  c.n[0] = rows, c.n[1] = V, c.idx = tgt;
+  c.x = frand(rows * V, -4, 4), c.y = fzeros(1);
+  for (int64_t i = 0; i < V; i++) c.x[V + i] += 50.0f; // large logits: stability
+  f_ce(&c);
+  double s = 0;
+  for (int64_t r = 0; r < rows; r++) {
+    double m = -INFINITY, z = 0;
+    for (int64_t i = 0; i < V; i++) m = fmax(m, c.x[r * V + i]);
+    for (int64_t i = 0; i < V; i++) z += exp(c.x[r * V + i] - m);
+    s += m + log(z) - c.x[r * V + tgt[r]];
+  }
+  double ref = s / (double)rows;
+  ck_assert_msg(fabs(c.y[0] - ref) <= 1e-6 * fabs(ref), "ce %.9g vs %.9g", c.y[0], ref);
+  float dloss = 0.75f, *dx = fzeros(rows * V);
+  pr_cross_entropy_bwd(dx, &dloss, c.x, tgt, rows, V, 0);
+  fd_check("cross_entropy dlogits", f_ce, &c, c.x, rows * V, dx, c.y, &dloss, 1, H, TOL);
+}
+END_TEST
+
+static void f_mse(void *p) {
+  Ctx *c = p;
+  pr_mse_fwd(c->y, c->a, c->b, c->n[0]);
+}
+
+START_TEST(test_mse) {
+  int64_t n = 13;
+  Ctx c = {0};
+  c.n[0] = n, c.a = frand(n, -2, 2), c.b = frand(n, -2, 2), c.y = fzeros(1);
+  f_mse(&c);
+  double s = 0;
+  for (int64_t i = 0; i < n; i++) s += ((double)c.a[i] - c.b[i]) * ((double)c.a[i] - c.b[i]);
+  ck_assert(fabs(c.y[0] - s / (double)n) <= 1e-6 * s / (double)n);
+  float dloss = 1.25f, *dp = fzeros(n), *dt = fzeros(n);
+  pr_mse_bwd(dp, &dloss, c.a, c.b, n, 0, 0);
+  pr_mse_bwd(dt, &dloss, c.a, c.b, n, 1, 0);
+  fd_check("mse dp", f_mse, &c, c.a, n, dp, c.y, &dloss, 1, H, TOL);
+  fd_check("mse dt", f_mse, &c, c.b, n, dt, c.y, &dloss, 1, H, TOL);
+}
+END_TEST
+
+START_TEST(test_count_correct) {
+  float logits[4 * 3] = {1, 3, 3, /**/ 2, 2, 2, /**/ 0, -1, 5, /**/ 7, 1, 7};
+  int32_t tgt[4] = {1, 0, 2, 2};
+  // argmax (ties -> lowest): 1, 0, 2, 0
+  ck_assert_int_eq(pr_count_correct(logits, tgt, 4, 3), 3);
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// acc = 1 adds exactly the acc = 0 contribution
+
+typedef void (*AccFn)(void *ctx, float *out, int acc);
+
+static void check_acc(const char *what, AccFn f, void *ctx, int64_t n) {
+  float *contrib = fzeros(n), *out = frand(n, -3, 3), *expect = fzeros(n);
+  f(ctx, contrib, 0);
+  for (int64_t i = 0; i < n; i++) expect[i] = out[i] + contrib[i];
+  f(ctx, out, 1);
+  assert_bitwise(what, out, expect, n);
+}
+
+// The acc tests share one context of inputs large enough for every kernel.
+typedef struct AccCtx {
+  float *dy, *a, *b, *x, *w, *y, *mean, *rstd, *att, *qkv, dloss;
+  int32_t *idx;
+  int64_t n[8];
+  int flag[4];
+} AccCtx;
+
+static void acc_matmul_a(void *p, float *o, int acc) {
+  AccCtx *c = p;
+  pr_matmul_bwd_a(o, c->dy, c->b, c->n[0], c->n[1], c->n[2], c->n[3], c->flag[0], c->flag[1],
+                  c->flag[2], acc);
+}
+static void acc_matmul_b(void *p, float *o, int acc) {
+  AccCtx *c = p;
+  pr_matmul_bwd_b(o, c->dy, c->a, c->n[0], c->n[1], c->n[2], c->n[3], c->flag[0], c->flag[1],
+                  c->flag[2], acc);
+}
+static void acc_linear_x(void *p, float *o, int acc) {
+  AccCtx *c = p;
+  pr_linear_bwd_x(o, c->dy, c->w, c->n[0], c->n[1], c->n[2], acc);
+}
+static void acc_linear_w(void *p, float *o, int acc) {
+  AccCtx *c = p;
+  pr_linear_bwd_w(o, c->dy, c->x, c->n[0], c->n[1], c->n[2], acc);
+}
+static void acc_sum_rows(void *p, float *o, int acc) {
+  AccCtx *c = p;
+  pr_sum_rows(o, c->dy, c->n[0], c->n[1], acc);
+}
+static void acc_unary(void *p, float *o, int acc) {
+  AccCtx *c = p;
+  unary_bwd(c->flag[0], o, c->dy, c->x, c->y, c->n[0], acc);
+}
+static void acc_softmax(void *p, float *o, int acc) {
+  AccCtx *c = p;
+  pr_softmax_bwd(o, c->dy, c->y, c->n[0], c->n[1], c->n[2], acc);
+}
+static void acc_ln_x(void *p, float *o, int acc) {
+  AccCtx *c = p;
+  pr_layernorm_bwd_x(o, c->dy, c->x, c->w, c->mean, c->rstd, c->n[0], c->n[1], acc);
+}
+static void acc_ln_w(void *p, float *o, int acc) {
+  AccCtx *c = p;
+  pr_layernorm_bwd_w(o, c->dy, c->x, c->mean, c->rstd, c->n[0], c->n[1], acc);
+}
+static void acc_embedding(void *p, float *o, int acc) {
+  AccCtx *c = p;
+  pr_embedding_bwd_w(o, c->dy, c->idx, c->n[0], c->n[1], c->n[2], acc);
+}
+static void acc_slice(void *p, float *o, int acc) {
+  AccCtx *c = p;
+  pr_slice(o, c->dy, c->n[0], c->n[1], c->n[2], c->n[3], c->n[4], acc);
+}
+static void acc_attention(void *p, float *o, int acc) {
+  AccCtx *c = p;
+  pr_attention_bwd(o, c->dy, c->qkv, c->att, NULL, c->n[0], c->n[1], c->n[2], c->n[3], acc);
+}
+static void acc_ce(void *p, float *o, int acc) {
+  AccCtx *c = p;
+  pr_cross_entropy_bwd(o, &c->dloss, c->x, c->idx, c->n[0], c->n[1], acc);
+}
+static void acc_mse(void *p, float *o, int acc) {
+  AccCtx *c = p;
+  pr_mse_bwd(o, &c->dloss, c->a, c->b, c->n[0], c->flag[0], acc);
+}
+static void acc_binary(void *p, float *o, int acc) {
+  AccCtx *c = p;
+  int64_t *ydims = c->n, *xdims = c->n + 3; // rank 3
+  int64_t ostr[3];
+  int64_t od[3] = {ydims[0], ydims[1], ydims[2]};
+  bstrides(3, od, ostr);
+  pr_binary_bwd(o, c->dy, c->flag[0] == 2 ? c->a : NULL, c->flag[0], 0, 3, ydims, xdims,
+                c->flag[0] == 2 ? ostr : NULL, acc);
+}
+
+START_TEST(test_acc) {
+  AccCtx c = {0};
+  c.dy = frand(1 << 16, -1, 1), c.a = frand(1 << 16, -1, 1), c.b = frand(1 << 16, -1, 1);
+  c.x = frand(1 << 16, -2, 2), c.w = frand(1 << 16, -1, 1), c.dloss = 0.5f;
+  // matmul, every layout; the reduction dims (N for da, M or batch*M for db) exceed OpenBLAS's
+  // K blocking, so beta = 1 accumulation would not be exact
+  float *big_dy = frand(3 * 130 * 400, -1, 1), *big_a = frand(3 * 130 * 20, -1, 1);
+  float *big_b = frand(3 * 20 * 400, -1, 1);
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++)
+      for (int bb = 0; bb < 2; bb++) {
+        AccCtx m = c;
+        m.n[0] = 3, m.n[1] = 130, m.n[2] = 400, m.n[3] = 20;
+        m.flag[0] = ta, m.flag[1] = tb, m.flag[2] = bb;
+        m.dy = big_dy, m.a = big_a, m.b = big_b;
+        check_acc("matmul_bwd_a", acc_matmul_a, &m, 3 * 130 * 20);
+        check_acc("matmul_bwd_b", acc_matmul_b, &m, (bb ? 3 : 1) * 20 * 400);
+      }
+  c.n[0] = 800, c.n[1] = 40, c.n[2] = 30; // linear: rows 800 > the GEMM K block
+  check_acc("linear_bwd_x", acc_linear_x, &c, 800 * 40);
+  check_acc("linear_bwd_w", acc_linear_w, &c, 30 * 40);
+  c.n[0] = 100, c.n[1] = 130;
+  check_acc("sum_rows", acc_sum_rows, &c, 130);
+  c.y = frand(1 << 16, 0.01f, 0.99f);
+  for (int kind = 0; kind < 5; kind++) {
+    c.n[0] = 1000, c.flag[0] = kind;
+    check_acc("unary_bwd", acc_unary, &c, 1000);
+  }
+  c.n[0] = 6, c.n[1] = 7, c.n[2] = 1;
+  check_acc("softmax_bwd", acc_softmax, &c, 42);
+  c.n[2] = 5;
+  check_acc("softmax_bwd strided", acc_softmax, &c, 210);
+  c.n[0] = 9, c.n[1] = 37;
+  c.mean = frand(9, -0.5f, 0.5f), c.rstd = frand(9, 0.5f, 2);
+  check_acc("layernorm_bwd_x", acc_ln_x, &c, 9 * 37);
+  check_acc("layernorm_bwd_w", acc_ln_w, &c, 37);
+  int32_t ids[12] = {1, 4, 1, 0, 4, 4, 2, 1, 0, 0, 4, 1};
+  c.idx = ids, c.n[0] = 12, c.n[1] = 6, c.n[2] = 70;
+  check_acc("embedding_bwd_w", acc_embedding, &c, 6 * 70);
+  c.n[0] = 3, c.n[1] = 5, c.n[2] = 7, c.n[3] = 2, c.n[4] = 4;
+  check_acc("slice", acc_slice, &c, 3 * 5 * 4);
+  c.n[0] = 2, c.n[1] = 6, c.n[2] = 8, c.n[3] = 2;
+  c.qkv = frand(2 * 6 * 24, -1, 1), c.att = fzeros(2 * 2 * 6 * 6);
+  float *ay = fzeros(2 * 6 * 8);
+  pr_attention_fwd(ay, c.att, c.qkv, 2, 6, 8, 2);
+  check_acc("attention_bwd", acc_attention, &c, 2 * 6 * 24);
+  int32_t tgt[5] = {0, 6, 2, 2, 3};
+  c.idx = tgt, c.n[0] = 5, c.n[1] = 7;
+  check_acc("cross_entropy_bwd", acc_ce, &c, 35);
+  for (int which = 0; which < 2; which++) {
+    c.n[0] = 50, c.flag[0] = which;
+    check_acc("mse_bwd", acc_mse, &c, 50);
+  }
+  // binary: reduce to (1,1,C), to (B,T,1), and no reduction; add, sub, mul
+  const int64_t xds[3][3] = {{1, 1, 9}, {4, 5, 1}, {4, 5, 9}};
+  for (int k = 0; k < 3; k++)
+    for (int op = 0; op < 3; op++) {
+      c.n[0] = 4, c.n[1] = 5, c.n[2] = 9;
+      memcpy(c.n + 3, xds[k], sizeof xds[k]);
+      c.flag[0] = op;
+      check_acc("binary_bwd", acc_binary, &c, numel(3, xds[k]));
+    }
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// Results do not depend on the thread count
+
+static void set_threads(int n) {
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
+}
+
+typedef void (*RunFn)(void *ctx, float *out);
+
+static void check_threads(const char *what, RunFn f, void *ctx, int64_t n) {
+  float *one = fzeros(n), *two = fzeros(n);
+  set_threads(1);
+  f(ctx, one);
+  set_threads(2);
+  f(ctx, two);
+  assert_bitwise(what, one, two, n);
+}
+
+typedef struct ThrCtx {
+  int64_t B, T, C, NH, rows, in, out, V, n;
+  float *qkv, *dy, *x, *w, *bias, *att, *mean, *rstd, *ln_y;
+  int32_t *idx;
+} ThrCtx;
+
+static void thr_attention(void *p, float *o) { // y, att and dqkv packed into o
+  ThrCtx *c = p;
+  int64_t ny = c->B * c->T * c->C, na = c->B * c->NH * c->T * c->T;
+  pr_attention_fwd(o, o + ny, c->qkv, c->B, c->T, c->C, c->NH);
+  pr_attention_bwd(o + ny + na, c->dy, c->qkv, o + ny, NULL, c->B, c->T, c->C, c->NH, 0);
+}
+static void thr_layernorm(void *p, float *o) { // y, mean, rstd, dx, dw
+  ThrCtx *c = p;
+  int64_t n = c->rows * c->C;
+  pr_layernorm_fwd(o, o + n, o + n + c->rows, c->x, c->w, c->bias, c->rows, c->C, 1e-5f);
+  float *dx = o + n + 2 * c->rows;
+  pr_layernorm_bwd_x(dx, c->dy, c->x, c->w, o + n, o + n + c->rows, c->rows, c->C, 0);
+  pr_layernorm_bwd_w(dx + n, c->dy, c->x, o + n, o + n + c->rows, c->rows, c->C, 0);
+}
+static void thr_linear(void *p, float *o) { // y, dx, dw
+  ThrCtx *c = p;
+  pr_linear_fwd(o, c->x, c->w, c->bias, c->rows, c->in, c->out);
+  pr_linear_bwd_x(o + c->rows * c->out, c->dy, c->w, c->rows, c->in, c->out, 0);
+  pr_linear_bwd_w(o + c->rows * (c->out + c->in), c->dy, c->x, c->rows, c->in, c->out, 0);
+}
+static void thr_embedding(void *p, float *o) {
+  ThrCtx *c = p;
+  pr_embedding_bwd_w(o, c->dy, c->idx, c->n, c->V, c->C, 0);
+}
+static void thr_sum_rows(void *p, float *o) {
+  ThrCtx *c = p;
+  pr_sum_rows(o, c->dy, c->rows, c->C, 0);
+}
+static void thr_misc(void *p, float *o) { // softmax fwd/bwd, binary bwd (bias), ce fwd/bwd, gelu
+  ThrCtx *c = p;
+  int64_t n = c->rows * c->C, yd[2] = {c->rows, c->C}, xd[2] = {1, c->C};
+  pr_softmax_fwd(o, c->x, c->rows, c->C, 1);
+  pr_softmax_bwd(o + n, c->dy, o, c->rows, c->C, 1, 0);
+  pr_binary_bwd(o + 2 * n, c->dy, NULL, 0, 1, 2, yd, xd, NULL, 0);
+  pr_cross_entropy_fwd(o + 2 * n + c->C, c->x, c->idx, c->rows, c->C);
+  float dl = 1.0f;
+  pr_cross_entropy_bwd(o + 2 * n + c->C + 1, &dl, c->x, c->idx, c->rows, c->C, 0);
+  pr_gelu_fwd(o + 3 * n + c->C + 1, c->x, n);
+}
+
+START_TEST(test_threads) {
+  ThrCtx c = {0};
+  c.B = 4, c.T = 64, c.C = 128, c.NH = 4;
+  c.qkv = frand(c.B * c.T * 3 * c.C, -1, 1), c.dy = frand(1 << 17, -1, 1);
+  check_threads("attention", thr_attention, &c,
+                c.B * c.T * c.C + c.B * c.NH * c.T * c.T + c.B * c.T * 3 * c.C);
+  c.rows = 512, c.C = 128;
+  c.x = frand(1 << 17, -2, 2), c.w = frand(1 << 17, -1, 1), c.bias = frand(1024, -1, 1);
+  check_threads("layernorm", thr_layernorm, &c, 3 * 512 * 128 + 2 * 512);
+  c.rows = 256, c.in = 128, c.out = 192;
+  check_threads("linear", thr_linear, &c, 256 * 192 + 256 * 128 + 192 * 128);
+  c.n = 1024, c.V = 65, c.C = 128;
+  c.idx = talloc(1024 * sizeof(int32_t));
+  for (int i = 0; i < 1024; i++) c.idx[i] = (int32_t)(urand() * 65);
+  check_threads("embedding_bwd_w", thr_embedding, &c, 65 * 128);
+  c.rows = 700, c.C = 150;
+  check_threads("sum_rows", thr_sum_rows, &c, 150);
+  c.rows = 1024, c.C = 65;
+  check_threads("softmax/binary/cross_entropy/gelu", thr_misc, &c, 4 * 1024 * 65 + 65 + 1);
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// Out-of-range ids stop the program (exit 1) naming the position and the value.
+
+static void expect_death(void (*fn)(void), const char *needle) {
+  int fds[2];
+  ck_assert_int_eq(pipe(fds), 0);
+  fflush(NULL);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    dup2(fds[1], 2);
+    close(fds[0]);
+    fn();
+    _exit(0);
+  }
+  close(fds[1]);
+  char buf[4096];
+  size_t len = 0;
+  ssize_t k;
+  while ((k = read(fds[0], buf + len, sizeof buf - 1 - len)) > 0) len += (size_t)k;
+  buf[len] = 0;
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 1, "expected exit 1, got %d", status);
+  ck_assert_msg(strstr(buf, needle) != NULL, "stderr lacks '%s':\n%s", needle, buf);
+  ck_assert_msg(strstr(buf, "HINT") != NULL, "stderr lacks a HINT:\n%s", buf);
+}
+
+static void bad_embedding(void) {
+  int32_t ids[16] = {0};
+  ids[13] = 70;
+  float w[65 * 2] = {0}, y[16 * 2];
+  pr_embedding_fwd(y, ids, w, 16, 65, 2);
+}
+static void bad_target(void) {
+  int32_t tgt[3] = {1, -1, 2};
+  float logits[3 * 4] = {0}, loss;
+  pr_cross_entropy_fwd(&loss, logits, tgt, 3, 4);
+}
+
+START_TEST(test_bad_ids) {
+  expect_death(bad_embedding, "id 70 at position 13 is outside [0, 65)");
+  expect_death(bad_target, "id -1 at position 1 is outside [0, 4)");
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+
+int main(void) {
+  Suite *s = suite_create("kernels");
+  TCase *tc = tcase_create("kernels");
+  tcase_set_timeout(tc, 60);
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, test_matmul);
+  tcase_add_test(tc, test_linear);
+  tcase_add_test(tc, test_sum_rows);
+  tcase_add_test(tc, test_binary);
+  tcase_add_test(tc, test_binary_strided);
+  tcase_add_test(tc, test_binary_large);
+  tcase_add_test(tc, test_unary);
+  tcase_add_test(tc, test_unary_accuracy);
+  tcase_add_test(tc, test_softmax);
+  tcase_add_test(tc, test_layernorm);
+  tcase_add_test(tc, test_embedding);
+  tcase_add_test(tc, test_permute);
+  tcase_add_test(tc, test_split_concat);
+  tcase_add_test(tc, test_attention);
+  tcase_add_test(tc, test_cross_entropy);
+  tcase_add_test(tc, test_mse);
+  tcase_add_test(tc, test_count_correct);
+  tcase_add_test(tc, test_acc);
+  tcase_add_test(tc, test_threads);
+  tcase_add_test(tc, test_bad_ids);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
