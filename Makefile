@@ -4,12 +4,15 @@ BUILD      ?= build
 BUILD_ASAN ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all deps build asan test demo bench clean format
+.PHONY: all deps deps-test build asan test demo bench clean format
 
 all: build
 
 deps:
 	@scripts/install-deps.sh
+
+deps-test:
+	@scripts/install-deps.sh --with-torch
 
 build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -20,7 +23,7 @@ asan: deps
 	@cmake --build $(BUILD_ASAN) -j $(JOBS)
 
 # Every test, in the release tree and again under AddressSanitizer + UBSan.
-test: build asan
+test: deps-test build asan
 	@echo "== tests (release build)"
 	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	@echo "== tests (ASan + UBSan build)"

@@ -709,7 +709,7 @@ void pr_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const 
 void pr_layernorm_bwd_x(float *dx, const float *dy, const float *x, const float *w,
                         const float *mean, const float *rstd, int64_t rows, int64_t C, int acc) {
   if (C == 0) return;
-#pragma omp parallel
+#pragma omp parallel if (rows * C >= PAR_MIN)
   {
     float *buf = scratch((size_t)(2 * C) * sizeof(float));
     float *restrict dn = buf, *restrict nm = buf + C;
@@ -948,7 +948,7 @@ void pr_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t
   int64_t hs = C / NH, C3 = 3 * C;
   float scale = 1.0f / sqrtf((float)hs);
   if (B * T * C == 0) return;
-#pragma omp parallel if (B * NH > 1)
+#pragma omp parallel if (B * NH > 1 && B * NH * T * T * hs >= 8 * PAR_MIN)
   {
     float *buf = scratch((size_t)(hs * T + T) * sizeof(float));
     float *restrict kT = buf, *restrict sc = buf + hs * T; // kT (hs,T); scores (T)
@@ -1002,7 +1002,7 @@ void pr_attention_bwd(float *dqkv, const float *dy, const float *qkv, const floa
   int64_t hs = C / NH, C3 = 3 * C;
   float scale = 1.0f / sqrtf((float)hs);
   if (B * T * C == 0) return;
-#pragma omp parallel if (B * NH > 1)
+#pragma omp parallel if (B * NH > 1 && B * NH * T * T * hs >= 4 * PAR_MIN)
   {
     // vT (hs,T), dk and dv (T,hs) accumulated over t, datt and dq rows
     float *buf = scratch((size_t)(3 * hs * T + T + hs) * sizeof(float));
@@ -1075,7 +1075,7 @@ void pr_cross_entropy_fwd(float *loss, const float *logits, const int32_t *tgt, 
                           int64_t V) {
   check_ids("cross_entropy target", tgt, rows, V);
   double *term = scratch((size_t)(rows ? rows : 1) * sizeof(double));
-#pragma omp parallel
+#pragma omp parallel if (rows * V >= PAR_MIN)
   {
     float *e = scratch((size_t)V * sizeof(float));
 #pragma omp for schedule(static)
@@ -1099,7 +1099,7 @@ void pr_cross_entropy_bwd(float *dlogits, const float *dloss, const float *logit
   check_ids("cross_entropy target", tgt, rows, V);
   if (rows == 0) return;
   float gscale = dloss[0] / (float)rows;
-#pragma omp parallel
+#pragma omp parallel if (rows * V >= PAR_MIN)
   {
     float *p = scratch((size_t)V * sizeof(float));
 #pragma omp for schedule(static)

@@ -243,7 +243,7 @@ START_TEST(test_error_buffer_truncated) {
 }
 END_TEST
 
-// BUG (dimexpr.c): parentheses recurse without a depth limit, so a long run of '(' in a dims
+// Regression (dimexpr.c): parentheses recursed without a depth limit, so a long run of '(' in a dims
 // string (a JSON string of a few MB is accepted) overflows the C stack and kills pipec with
 // SIGSEGV instead of reporting an error. The evaluation runs in a child process so that this
 // test fails cleanly instead of taking the whole test binary down.
@@ -294,7 +294,7 @@ static Suite *dimexpr_suite(void) {
   tcase_add_test(tc, test_syntax_errors);
   tcase_add_test(tc, test_error_buffer_truncated);
   suite_add_tcase(s, tc);
-  TCase *bug = tcase_create("bugs");
+  TCase *bug = tcase_create("regressions");
   tcase_add_test(bug, test_deep_nesting_does_not_crash);
   suite_add_tcase(s, bug);
   return s;

@@ -195,7 +195,6 @@ static const char *TINY_PRINT =
 START_TEST(test_print_golden) {
   run_ok(TINY);
   char *text = print_graph(&m.g);
-  // Compare line by line first for a readable failure, then the whole text.
   ck_assert_str_eq(text, TINY_PRINT);
   free(text);
 }
@@ -278,9 +277,13 @@ END_TEST
 START_TEST(test_block_start_offset) {
   run_ok(HEAD_C8 LAYER_BLOCK
          " 'nodes': [{'repeat': 'layer', 'count': 2, 'start': 2, 'inputs': ['x'], 'outputs': ['o']},\n"
-         "           {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['o', 'y']}],\n"
+         "           {'name': 'skip', 'op': 'add', 'inputs': ['o', 'h.2.out']},\n"
+         "           {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['skip', 'y']}],\n"
          " 'loss': 'loss'}");
-  ck_assert_str_eq(order(), "h.2.fc h.2.out h.3.fc h.3.out loss");
+  ck_assert_str_eq(order(), "h.2.fc h.2.out h.3.fc h.3.out skip loss");
+  // A skip connection names an earlier instance's tensor by its substituted name.
+  ck_assert_ptr_eq(node("skip")->in[1], tensor("h.2.out"));
+  ck_assert_ptr_eq(node("skip")->in[0], tensor("h.3.out"));
   ck_assert_str_eq(param_order(), "h.2.fc.weight h.3.fc.weight");
   ck_assert_int_eq(node("h.3.fc")->instance, 3);
   ck_assert_ptr_eq(node("h.3.fc")->in[0], tensor("h.2.out"));
@@ -784,7 +787,8 @@ START_TEST(test_err_defines_messages) {
 END_TEST
 
 // ---------------------------------------------------------------------------------------------
-// Tests that fail on the current code (see the BUG comment above each)
+// Bugs found by these tests: "BUG" = fails on the code as written (tcase "bugs"), "Regression" =
+// fixed since, kept so that it stays fixed
 
 // BUG (expand.c make_node): a split with one size names its output "s" instead of "s:0";
 // docs/ops.md: "outputs are NAME:0 … NAME:k−1, k = len(sizes)" (model-format.md likewise). This
@@ -799,10 +803,9 @@ START_TEST(test_split_single_size_is_named_0) {
 }
 END_TEST
 
-// BUG (expand.c parse_attr, ATTR_INTS): `Dim dd; if (!eval_expr(..., &dd, ...) || dd.b)` reads dd
-// after a failed evaluation: uninitialised when the expression fails before assigning it, and
-// left {1,1} by "B*Q", so the real error ("unknown dim 'Q'") is replaced by "an integer list
-// cannot use the batch symbol".
+// Regression (expand.c parse_attr, ATTR_INTS): `if (!eval_expr(..., &dd, ...) || dd.b)` read dd
+// after a failed evaluation (uninitialised, or left {1,1} by "B*Q"), replacing the real error
+// ("unknown dim 'Q'") by "an integer list cannot use the batch symbol".
 START_TEST(test_ints_attr_expression_errors) {
   run_err(HEAD "  {'name': 'a', 'op': 'split', 'inputs': ['x'], 'attrs': {'sizes': ['Q', 2]}},\n" LOSS_A TAIL,
           "m.json:6:69: error: nodes[0].attrs.sizes[0]: unknown dim 'Q'\n");
@@ -894,12 +897,12 @@ static Suite *expand_suite(void) {
   tcase_add_test(err, test_err_shapes);
   tcase_add_test(err, test_err_tied);
   tcase_add_test(err, test_err_defines_messages);
+  tcase_add_test(err, test_ints_attr_expression_errors);
   suite_add_tcase(s, err);
 
   TCase *bugs = tcase_create("bugs");
   tcase_add_checked_fixture(bugs, setup, teardown);
   tcase_add_test(bugs, test_split_single_size_is_named_0);
-  tcase_add_test(bugs, test_ints_attr_expression_errors);
   tcase_add_test(bugs, test_split_sizes_sum_overflow);
   tcase_add_test(bugs, test_dim_error_reported_at_its_own_dim);
   suite_add_tcase(s, bugs);

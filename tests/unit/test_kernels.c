@@ -53,11 +53,12 @@ static float *frand(int64_t n, float lo, float hi) {
   return p;
 }
 
+static int default_threads; // OpenMP threads at start (OMP_NUM_THREADS), restored after each test
+
 static void setup(void) { rng = 0x9E3779B97F4A7C15ull; }
 static void teardown(void) {
   free_all();
-  omp_set_num_threads(2);
-  openblas_set_num_threads(2);
+  omp_set_num_threads(default_threads);
 }
 
 // Element checks assert once per array (each ck_assert costs Check a write to its log).
@@ -931,7 +932,7 @@ END_TEST
 
 static void set_threads(int n) {
   omp_set_num_threads(n);
-  openblas_set_num_threads(n);
+  openblas_set_num_threads(n); // the kernels reset OpenBLAS to one thread (see kernels.c)
 }
 
 typedef void (*RunFn)(void *ctx, float *out);
@@ -1063,6 +1064,7 @@ END_TEST
 // ---------------------------------------------------------------------------------------------
 
 int main(void) {
+  default_threads = omp_get_max_threads();
   Suite *s = suite_create("kernels");
   TCase *tc = tcase_create("kernels");
   tcase_set_timeout(tc, 60);

@@ -291,8 +291,8 @@ START_TEST(test_err_trailing_comma_array) {
 }
 END_TEST
 
-// BUG (source.c): cJSON reports a failed object key one byte past where the key should start,
-// so a trailing comma in an object is reported as "unexpected end of file" (or at the wrong byte).
+// Regression (source.c): cJSON reports a failed object key one byte past where the key should start,
+// so a trailing comma in an object was reported as "unexpected end of file" (or at the wrong byte).
 START_TEST(test_err_trailing_comma_object) {
   parse_err("{\"a\": 1,\n}", "m.json:2:1: error: JSON syntax error: unexpected '}' (trailing comma before it)");
   parse_err("{\"a\": {\"b\": 1,}, \"c\": 2}",
@@ -306,7 +306,7 @@ START_TEST(test_err_comment_in_array) {
 }
 END_TEST
 
-// BUG (source.c): same off-by-one as above: a comment where a key is expected is reported as
+// Regression (source.c): same off-by-one as above: a comment where a key is expected was reported as
 // "unexpected '/'" (or '*') one column too far right.
 START_TEST(test_err_comment_in_object) {
   parse_err("{\n  // the model\n  \"a\": 1\n}",
@@ -321,7 +321,7 @@ START_TEST(test_err_single_quote_value) {
 }
 END_TEST
 
-// BUG (source.c): a single-quoted key is reported as "unexpected 'a'" at the byte after the quote.
+// Regression (source.c): a single-quoted key was reported as "unexpected 'a'" at the byte after the quote.
 START_TEST(test_err_single_quote_key) {
   parse_err("{'a': 1}", "m.json:1:2: error: JSON syntax error: strings must use double quotes, not '");
   parse_err("{\"a\": 1,\n 'b': 2}", "m.json:2:2: error: JSON syntax error: strings must use double quotes, not '");
@@ -343,7 +343,7 @@ START_TEST(test_err_eof) {
 }
 END_TEST
 
-// BUG (source.c): an unterminated string is reported as "unexpected 'a'" at its first character
+// Regression (source.c): an unterminated string was reported as "unexpected 'a'" at its first character
 // instead of as a string that the end of the file cut short (reported at its opening quote).
 START_TEST(test_err_unterminated_string) {
   parse_err("{\"a\": \"abc",
@@ -386,7 +386,7 @@ START_TEST(test_err_nul_byte) {
 }
 END_TEST
 
-// BUG (source.c): cJSON treats every byte <= 0x20 as whitespace (form feed, vertical tab, other
+// Regression (source.c): cJSON treats every byte <= 0x20 as whitespace (form feed, vertical tab, other
 // control bytes), but the position walk only skips space, tab, CR and LF, so after such a byte
 // every position in the file is wrong. Either outcome is fine: reject the byte at its position
 // (RFC 8259 whitespace is only space, tab, CR, LF), or accept it and keep the positions right.
@@ -417,7 +417,7 @@ START_TEST(test_control_whitespace_positions) {
 }
 END_TEST
 
-// BUG (source.c): cJSON skips a UTF-8 byte order mark, but the position walk does not, so it
+// Regression (source.c): cJSON skips a UTF-8 byte order mark, but the position walk does not, so it
 // takes the document for a scalar and no member of a BOM-prefixed file has a position (every
 // later diagnostic loses its line:col).
 START_TEST(test_bom_positions) {
@@ -501,8 +501,8 @@ static Suite *source_suite(void) {
   tcase_add_test(load, test_load_errors);
   suite_add_tcase(s, load);
 
-  // Tests that fail on the current source.c; see the BUG comments above each.
-  TCase *bugs = tcase_create("bugs");
+  // Bugs found by these tests (fixed since); see the Regression comments above each.
+  TCase *bugs = tcase_create("regressions");
   tcase_add_checked_fixture(bugs, doc_setup, doc_teardown);
   tcase_add_test(bugs, test_err_trailing_comma_object);
   tcase_add_test(bugs, test_err_comment_in_object);
