@@ -198,6 +198,65 @@ static void emit_params(E *e) {
   out(e, "}\n\n");
 }
 
+// Largest valid id for an i32 input: the smallest class count among its consumers (embedding
+// rows, cross-entropy classes), so random ids are always in range.
+static int64_t id_bound(const Tensor *t) {
+  int64_t b = 0;
+  for (int u = 0; u < t->nuses; u++) {
+    const Node *n = t->uses[u].node;
+    int64_t k = 0;
+    if (!strcmp(n->op->name, "embedding") && t->uses[u].slot == 0) k = n->in[1]->shape.d[0].n;
+    if (!strcmp(n->op->name, "cross_entropy") && t->uses[u].slot == 1) {
+      const Shape *s = &n->in[0]->shape;
+      k = s->d[s->rank - 1].n;
+    }
+    if (k > 0 && (b == 0 || k < b)) b = k;
+  }
+  return b ? b : 2;
+}
+
+// --gradcheck: one microbatch of data (or random inputs), analytic gradients, then central
+// differences for every parameter through the same forward pass.
+static void emit_gradcheck(E *e, bool has_data) {
+  const Graph *g = e->g;
+  out(e, "// ---- --gradcheck\n");
+  out(e, "static void random_inputs(uint64_t seed) {\n");
+  for (int i = 0; i < g->ninputs; i++) {
+    const Tensor *t = g->inputs[i];
+    if (t->dtype == DT_I32)
+      out(e, "  pr_init_ids(%s, %lld, seed, %s, %lld);\n", e->ident[t->id], (long long)numel(e, t), cstring(e, t->name),
+          (long long)id_bound(t));
+    else
+      out(e, "  pr_init_normal(%s, %lld, seed, %s, 0.0, 1.0);\n", e->ident[t->id], (long long)numel(e, t),
+          cstring(e, t->name));
+  }
+  out(e, "}\n\n");
+  // Inputs are reloaded before every forward pass: the backward pass reuses their space.
+  out(e, "static uint64_t gc_seed;\nstatic bool gc_data;\n\n");
+  out(e, "static void gradcheck_inputs(void) {\n");
+  if (has_data) out(e, "  if (gc_data) {\n    load_batch(PR_TRAIN, gc_seed, 0, 0);\n    return;\n  }\n");
+  out(e, "  random_inputs(gc_seed);\n}\n\n");
+  out(e, "static double gradcheck_loss(void) {\n  gradcheck_inputs();\n  forward();\n  return (double)%s[0] / NMICRO;\n}\n\n",
+      e->ident[g->loss->id]);
+  out(e, "static int gradcheck(const PrOptions *o) {\n"
+         "  for (int i = 0; i < NPARAMS; i++)\n"
+         "    if (P[i].init >= 0) pr_init_normal(P[i].data, P[i].n, o->seed, P[i].name, 0.0, 0.5);\n"
+         "  gc_seed = o->seed;\n");
+  if (has_data)
+    out(e, "  gc_data = o->data != NULL;\n  if (gc_data) %s\n",
+        e->tc->data == DATA_CSV || e->tc->data == DATA_NPY ? "open_data(o->data, o->seed);" : "open_data(o->data);");
+  out(e, "  gradcheck_inputs();\n");
+  out(e, "  forward();\n  backward(0);\n  step_end();\n"
+         "  double worst = 0;\n"
+         "  for (int i = 0; i < NPARAMS; i++) {\n"
+         "    if (!P[i].grad) continue;\n"
+         "    double err = pr_gradcheck_param(P[i].data, P[i].grad, P[i].n, 64, 1e-2, gradcheck_loss);\n"
+         "    printf(\"gradcheck %%-40s %%lld elements, relative error %%.3g\\n\", P[i].name, (long long)P[i].n, err);\n"
+         "    if (err > worst) worst = err;\n  }\n"
+         "  printf(\"gradcheck worst relative error %%.3g (limit 1e-3)\\n\", worst);\n"
+         "  return worst <= 1e-3 ? 0 : 1;\n}\n\n");
+}
+
 static const char *data_kind_name(DataKind k) {
   static const char *const n[] = {"none", "text", "tokens_u16", "csv", "npy"};
   return n[k];
@@ -296,6 +355,8 @@ static bool emit(E *e, const CodegenOptions *o) {
     out(e, "  printf(\"\\n\");\n  fflush(stdout);\n}\n\n");
   }
 
+  emit_gradcheck(e, tokens || table);
+
   // Main
   out(e, "int main(int argc, char **argv) {\n");
   out(e, "  PrOptions o = {.steps = %lld, .lr = %.17g, .min_lr = %.17g, .seed = %lluULL, .data = %s,\n"
@@ -315,6 +376,7 @@ static bool emit(E *e, const CodegenOptions *o) {
          "    refs[i] = (PrTensorRef){P[i].name, P[i].data, P[i].rank, {0}};\n"
          "    memcpy(refs[i].shape, P[i].shape, sizeof refs[i].shape);\n"
          "    optional[i] = P[i].init < 0;\n  }\n");
+  out(e, "  if (o.gradcheck) return gradcheck(&o);\n");
   out(e, "  int64_t start = 0;\n"
          "  const char *load = o.resume ? o.resume : o.init;\n"
          "  if (load) {\n    pr_safetensors_load(load, refs, NPARAMS, optional, false);\n"

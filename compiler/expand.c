@@ -9,6 +9,7 @@
 // and reports a cycle with its path. Every error names its JSON path and its line:col.
 #include <ctype.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -262,7 +263,7 @@ static bool name_free(X *x, const cJSON *it, const char *path, const char *name)
 // ---------------------------------------------------------------------------------------------
 // dims
 
-static bool resolve_dim(X *x, DimSlot *s, char *err, int errcap);
+static bool resolve_dim(X *x, DimSlot *s);
 
 static int lookup_dim(void *ctx, const char *name, Dim *out, char *err, int errcap) {
   X *x = ctx;
@@ -272,7 +273,10 @@ static int lookup_dim(void *ctx, const char *name, Dim *out, char *err, int errc
   }
   DimSlot *s = strmap_get(&x->dims, name);
   if (!s) return 0;
-  if (!resolve_dim(x, s, err, errcap)) return -1;
+  if (!resolve_dim(x, s)) { // reported at the dim itself; this text is only a fallback
+    snprintf(err, (size_t)errcap, "dim '%s' is invalid", name);
+    return -1;
+  }
   *out = s->value;
   return 1;
 }
@@ -281,54 +285,57 @@ static bool eval_expr(X *x, const char *expr, Dim *out, char *err, int errcap) {
   return dimexpr_eval(expr, lookup_dim, x, out, err, errcap);
 }
 
-static bool resolve_dim_value(X *x, DimSlot *s, char *err, int errcap);
+// Reports an error in dim s at s ("dims.NAME: ..."; a -D value has no position); returns false.
+__attribute__((format(printf, 3, 4))) static bool dim_error(X *x, DimSlot *s, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  diag_error(x->d, s->override ? (Loc){0, 0} : s->loc, "dims.%s: %s", s->name, msg);
+  return false;
+}
 
-static bool resolve_dim(X *x, DimSlot *s, char *err, int errcap) {
+static bool resolve_dim_value(X *x, DimSlot *s);
+
+// Resolves s, and through its expression the dims it uses. Each dim reports the errors of its own
+// value, at itself, also when it is resolved on behalf of another dim; a cycle is reported at the
+// dim that closes it.
+static bool resolve_dim(X *x, DimSlot *s) {
   if (s->state == 2) return true;
-  if (s->state == 1) {
-    snprintf(err, (size_t)errcap, "dims refer to each other in a cycle through '%s'", s->name);
-    return false;
-  }
-  if (x->dim_depth == MAX_DIM_DEPTH) { // each level recurses through the expression evaluator
-    snprintf(err, (size_t)errcap, "dims refer to each other more than %d deep (at '%s')", MAX_DIM_DEPTH, s->name);
-    return false;
-  }
+  if (s->state == 1) return dim_error(x, s, "dims refer to each other in a cycle through '%s'", s->name);
+  if (x->dim_depth == MAX_DIM_DEPTH) // each level recurses through the expression evaluator
+    return dim_error(x, s, "dims refer to each other more than %d deep", MAX_DIM_DEPTH);
   s->state = 1;
   x->dim_depth++;
-  bool ok = resolve_dim_value(x, s, err, errcap);
+  bool ok = resolve_dim_value(x, s);
   x->dim_depth--;
   return ok;
 }
 
 // resolve_dim for a dim not yet resolved (state 1 while it runs, 2 once it succeeded).
-static bool resolve_dim_value(X *x, DimSlot *s, char *err, int errcap) {
+static bool resolve_dim_value(X *x, DimSlot *s) {
+  char err[512];
+  int before = x->d->errors;
   Dim v;
-  if (s->override) {
-    if (!eval_expr(x, s->override, &v, err, errcap)) return false;
+  const char *expr = s->override ? s->override : cJSON_IsString(s->item) ? s->item->valuestring : NULL;
+  if (expr) {
+    // An error of a dim it uses has been reported at that dim already.
+    if (!eval_expr(x, expr, &v, err, sizeof err)) return x->d->errors > before ? false : dim_error(x, s, "%s", err);
   } else if (cJSON_IsNumber(s->item)) {
     int64_t n;
     if (!source_int(x->src, s->item, &n) || n < 1) {
       char num[64];
-      snprintf(err, (size_t)errcap, "dim '%s' must be an integer from 1 to 2^53, got %s", s->name,
-               source_number_str(x->src, s->item, num, sizeof num));
-      return false;
+      return dim_error(x, s, "dim '%s' must be an integer from 1 to 2^53, got %s", s->name,
+                       source_number_str(x->src, s->item, num, sizeof num));
     }
     v = (Dim){n, 0};
-  } else if (cJSON_IsString(s->item)) {
-    if (!eval_expr(x, s->item->valuestring, &v, err, errcap)) return false;
   } else {
-    snprintf(err, (size_t)errcap, "dim '%s' must be an integer or an expression string, got %s", s->name,
-             json_type(s->item));
-    return false;
+    return dim_error(x, s, "dim '%s' must be an integer or an expression string, got %s", s->name,
+                     json_type(s->item));
   }
-  if (v.b) {
-    snprintf(err, (size_t)errcap, "dim '%s' may not depend on the batch symbol '%s'", s->name, x->g->batch_sym);
-    return false;
-  }
-  if (v.n < 1) {
-    snprintf(err, (size_t)errcap, "dim '%s' must be >= 1, got %lld", s->name, (long long)v.n);
-    return false;
-  }
+  if (v.b) return dim_error(x, s, "dim '%s' may not depend on the batch symbol '%s'", s->name, x->g->batch_sym);
+  if (v.n < 1) return dim_error(x, s, "dim '%s' must be >= 1, got %lld", s->name, (long long)v.n);
   s->value = v;
   s->state = 2;
   return true;
@@ -384,14 +391,8 @@ static bool parse_dims(X *x, const cJSON *root, const ExpandOptions *opt) {
     }
     s->override = eq + 1;
   }
-  for (int i = 0; i < x->ndim_slots; i++) {
-    char err[512];
-    if (!resolve_dim(x, x->dim_order[i], err, sizeof err)) {
-      DimSlot *s = x->dim_order[i];
-      diag_error(x->d, s->override ? (Loc){0, 0} : s->loc, "dims.%s: %s", s->name, err);
-      return false;
-    }
-  }
+  for (int i = 0; i < x->ndim_slots; i++)
+    if (!resolve_dim(x, x->dim_order[i])) return false; // reports its own errors
   x->g->ndims = x->ndim_slots;
   x->g->dims = ARENA_ARRAY(x->a, DimDef, x->ndim_slots + 1);
   for (int i = 0; i < x->ndim_slots; i++)
@@ -898,7 +899,7 @@ static Node *make_node(X *x, const cJSON *c, const char *path, const BlockDef *b
   }
   for (int k = 0; k < n->nout; k++) {
     const char *tn = k >= visible ? arena_printf(x->a, "%s:%s", name, op->hidden[k - visible])
-                     : visible == 1 ? name
+                     : op->nout == 1 ? name
                                     : arena_printf(x->a, "%s:%d", name, k);
     Tensor *t = graph_add_tensor(x->g, tn, T_ACT);
     t->producer = n;

@@ -73,6 +73,7 @@ static void usage(FILE *f) {
         "      --microbatches M     = --set microbatches=M\n"
         "      --steps N            = --set steps=N\n"
         "      --time-passes        print the time each pass took to stderr\n"
+        "      --list-ops           list the ops of the registry and exit\n"
         "  -h, --help               show this help and exit\n"
         "  -V, --version            show the version and exit\n"
         "\n"
@@ -184,6 +185,7 @@ int main(int argc, char **argv) {
       {"output", required_argument, NULL, 'o'},   {"target", required_argument, NULL, 'T'},
       {"set", required_argument, NULL, 's'},      {"batch", required_argument, NULL, 'b'},
       {"microbatches", required_argument, NULL, 'm'}, {"steps", required_argument, NULL, 'S'},
+      {"list-ops", no_argument, NULL, 'L'},
       {"time-passes", no_argument, NULL, 't'},    {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, 'V'},        {NULL, 0, NULL, 0},
   };
@@ -213,7 +215,13 @@ int main(int argc, char **argv) {
     case 'S': dr.sets[dr.nsets++] = arena_strdup_heap("steps=", optarg); break;
     case 'd': dr.dump_after = optarg; break;
     case 't': dr.time_passes = true; break;
-    case 'h': usage(stdout); free(dr.defines); return 0;
+    case 'h': usage(stdout); free(dr.defines); free(dr.sets); return 0;
+    case 'L': // the op registry's user-visible ops, one per line (docs, tests)
+      for (int i = 0; i < op_count(); i++)
+        if (!op_at(i)->internal) printf("%s\n", op_at(i)->name);
+      free(dr.defines);
+      free(dr.sets);
+      return 0;
     case 'V': printf("pipec %s\n", PIPEC_VERSION); free(dr.defines); return 0;
     case ':': free(dr.defines); return usage_error("option '%s' needs an argument", argv[optind - 1]);
     default: free(dr.defines); return usage_error("unknown option '%s'", argv[optind - 1]);

@@ -131,6 +131,10 @@ static int utf8_len(const unsigned char *p) {
 static bool check_bytes(const Source *s, Diag *d) {
   const unsigned char *t = (const unsigned char *)s->text;
   for (size_t i = 0; i < s->len;) {
+    if (t[i] - 1u < 0x7f) { // ASCII other than NUL
+      i++;
+      continue;
+    }
     if (!t[i]) {
       diag_error(d, source_offset_loc(s, i), "file contains a NUL byte; a model file is UTF-8 text");
       return false;
@@ -244,14 +248,27 @@ static const char *scan_string(Scan *c, const char *p) {
   }
 }
 
+// Bytes from p that look like part of a number (for messages and source_number_text).
+static size_t number_chars(const char *p) {
+  size_t n = 0;
+  while (p[n] && strchr("0123456789+-.eE", p[n])) n++;
+  return n;
+}
+
+// A malformed number at b: what (a message with one %s for the number as written) and where.
+static const char *bad_number(Scan *c, const char *b, const char *what) {
+  size_t len = number_chars(b);
+  char num[48];
+  snprintf(num, sizeof num, "%.*s%s", len > 40 ? 40 : (int)len, b, len > 40 ? "..." : "");
+  char msg[128];
+  snprintf(msg, sizeof msg, what, num);
+  return scan_error(c, b, "%s", msg), NULL;
+}
+
 static const char *scan_number(Scan *c, const char *p) {
-  const char *b = p, *e = p;
-  while (*e && strchr("0123456789+-.eE", *e)) e++; // what was meant as the number, for messages
-  int shown = e - b > 40 ? 40 : (int)(e - b);
-  const char *more = e - b > 40 ? "..." : "";
+  const char *b = p;
   if (*p == '-') p++;
-  if (*p == '0' && isdigit((unsigned char)p[1]))
-    return scan_error(c, b, "numbers must not have leading zeros (got '%.*s%s')", shown, b, more), NULL;
+  if (*p == '0' && isdigit((unsigned char)p[1])) return bad_number(c, b, "numbers must not have leading zeros (got '%s')");
   bool ok = isdigit((unsigned char)*p);
   while (isdigit((unsigned char)*p)) p++;
   if (ok && *p == '.') {
@@ -264,10 +281,8 @@ static const char *scan_number(Scan *c, const char *p) {
     ok = isdigit((unsigned char)*p);
     while (isdigit((unsigned char)*p)) p++;
   }
-  if (!ok) return scan_error(c, b, "invalid number '%.*s%s'", shown, b, more), NULL;
-  if (p - b > MAX_NUMBER)
-    return scan_error(c, b, "number '%.*s%s' is too long (more than %d characters)", shown, b, more, MAX_NUMBER),
-           NULL;
+  if (!ok) return bad_number(c, b, "invalid number '%s'");
+  if (p - b > MAX_NUMBER) return bad_number(c, b, "number '%s' is too long (more than 63 characters)");
   return p;
 }
 
@@ -334,10 +349,8 @@ static bool scan_document(const Source *s, Diag *d, const char *start) {
 const char *source_number_text(const Source *s, const cJSON *item, size_t *len) {
   const PosEntry *e = cJSON_IsNumber(item) ? pos_find(s, item) : NULL;
   if (!e) return NULL;
-  const char *b = s->text + e->value, *p = b;
-  while (*p && strchr("0123456789+-.eE", *p)) p++;
-  *len = (size_t)(p - b);
-  return b;
+  *len = number_chars(s->text + e->value);
+  return s->text + e->value;
 }
 
 // A number literal the scan accepted, as an exact integer of magnitude at most 2^53.

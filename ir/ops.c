@@ -40,7 +40,8 @@ static double numel(const Tensor *t, int64_t batch) { return (double)shape_numel
 static double io_bytes(const Node *n, int64_t batch) {
   double b = 0;
   for (int i = 0; i < n->nin; i++) b += numel(n->in[i], batch) * dtype_size(n->in[i]->dtype);
-  for (int i = 0; i < n->nout; i++) b += numel(n->out[i], batch) * dtype_size(n->out[i]->dtype);
+  // Visible outputs only: hidden ones (saved for backward) are not part of the op's I/O (docs/ops.md).
+  for (int i = 0; i < node_visible_outputs(n); i++) b += numel(n->out[i], batch) * dtype_size(n->out[i]->dtype);
   return b;
 }
 
@@ -439,7 +440,11 @@ static bool split_infer(const Graph *g, Node *n, Diag *d) {
       node_error(d, n, "attribute 'sizes' has entry %lld; sizes must be >= 1", (long long)s->ints[i]);
       return false;
     }
-    sum += s->ints[i];
+    if (__builtin_add_overflow(sum, s->ints[i], &sum) || sum > PIPEC_MAX_NUMEL) {
+      node_error(d, n, "attribute 'sizes' sums to more than 2^53 but '%s' %s has %lld along axis %d",
+                 n->in[0]->name, fmt_shape(g, x), (long long)x->d[axis].n, axis);
+      return false;
+    }
   }
   if (sum != x->d[axis].n) {
     node_error(d, n, "attribute 'sizes' sums to %lld but '%s' %s has %lld along axis %d", (long long)sum,

@@ -87,6 +87,8 @@ static void print_usage(const PrOptions *o, const char *doc) {
          o->threads);
   printf("  --loss-log F       write \"step loss\" per step to F\n");
   printf("  --quiet            no progress lines\n");
+  printf("  --gradcheck        compare every parameter gradient with central finite differences\n"
+         "                     on one batch and exit (0: all within 1e-3 relative)\n");
   printf("  --help             this text\n");
 }
 
@@ -97,7 +99,7 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
   }
   enum {
     O_STEPS = 256, O_LR, O_MIN_LR, O_SEED, O_DATA, O_INIT, O_SAVE, O_RESUME, O_EVAL_EVERY,
-    O_EVAL_BATCHES, O_LOG_EVERY, O_THREADS, O_LOSS_LOG, O_QUIET, O_HELP
+    O_EVAL_BATCHES, O_LOG_EVERY, O_THREADS, O_LOSS_LOG, O_QUIET, O_GRADCHECK, O_HELP
   };
   static const struct option longopts[] = {
       {"steps", required_argument, NULL, O_STEPS},
@@ -114,6 +116,7 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
       {"threads", required_argument, NULL, O_THREADS},
       {"loss-log", required_argument, NULL, O_LOSS_LOG},
       {"quiet", no_argument, NULL, O_QUIET},
+      {"gradcheck", no_argument, NULL, O_GRADCHECK},
       {"help", no_argument, NULL, O_HELP},
       {NULL, 0, NULL, 0}};
   opterr = 0;
@@ -147,6 +150,7 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
       break;
     case O_LOSS_LOG: o->loss_log = parse_path("loss-log", a); break;
     case O_QUIET: o->quiet = true; break;
+    case O_GRADCHECK: o->gradcheck = true; break;
     case O_HELP:
       print_usage(o, program_doc);
       exit(0);

@@ -280,7 +280,15 @@ typedef struct PrOptions {
   int threads;         // --threads (OpenBLAS and kernels), 0 = leave as is
   const char *loss_log;// --loss-log FILE: one line per step "step loss" (tests, parity)
   bool quiet;          // --quiet: no progress lines
+  bool gradcheck;      // --gradcheck: finite-difference check of the gradients, then exit
 } PrOptions;
+
+// Finite-difference check of one parameter (gradcheck.c): for up to `max_checks` elements of p,
+// evaluates loss(p ± h) with the program's forward pass, forms the central difference in double
+// and compares it with the analytic gradient g. Returns the norm-wise relative error
+// ||fd - g|| / max(||fd||, ||g||, 1e-6) over the checked elements.
+double pr_gradcheck_param(float *p, const float *g, int64_t n, int64_t max_checks, double h,
+                          double (*loss)(void));
 
 // Parses argv over defaults (the model's training section); --help prints usage and exits 0;
 // a bad flag prints a one-line error and exits 2.
@@ -292,6 +300,9 @@ void pr_log_step(int64_t step, int64_t steps, double loss, double lr, double ite
 
 // Sets the number of threads used by OpenBLAS and the runtime's kernels.
 void pr_set_threads(int n);
+
+// n ids uniform in [0, bound), a pure function of (seed, name) (inputs of --gradcheck) (util.c).
+void pr_init_ids(int32_t *y, int64_t n, uint64_t seed, const char *name, int64_t bound);
 
 // a followed by b in a new heap string (start-up only; never freed) (util.c).
 char *pr_strcat2(const char *a, const char *b);

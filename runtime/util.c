@@ -19,3 +19,8 @@ void pr_accumulate(float *restrict y, const float *restrict x, int64_t n, int ac
   else
     memcpy(y, x, (size_t)n * sizeof(float));
 }
+
+void pr_init_ids(int32_t *y, int64_t n, uint64_t seed, const char *name, int64_t bound) {
+  uint64_t s = seed ^ pr_hash_name(name);
+  for (int64_t i = 0; i < n; i++) y[i] = (int32_t)(pr_splitmix64(&s) % (uint64_t)bound);
+}

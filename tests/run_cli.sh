@@ -56,9 +56,19 @@ expect dump-shape 0 '' "$pipec" check --dump-after=shape samples/mlp_digits.json
 expect dump-expand 0 '' "$pipec" check --dump-after=expand samples/mlp_digits.json
 [[ "$LAST_OUT" == *"node logits = linear(relu2, fc3.weight, fc3.bias): ?"* ]] && pass=$((pass + 1)) || { echo "FAIL dump-after=expand: $LAST_OUT"; fail=$((fail + 1)); }
 expect time-passes 0 "^pipec: pass parse +[0-9.]+ ms$" "$pipec" check --time-passes samples/mlp_digits.json
-for cmd in plan compile run; do
-  expect "not-yet-$cmd" 2 "^pipec: '$cmd' is not available yet" "$pipec" "$cmd" samples/mlp_digits.json
-done
+expect plan 0 '' "$pipec" plan samples/mlp_digits.json
+[[ "$LAST_OUT" == "memory plan for mlp_digits: batch 64 = 1 microbatch of 64, adamw"* ]] && pass=$((pass + 1)) || { echo "FAIL plan: $LAST_OUT"; fail=$((fail + 1)); }
+expect plan-set 0 '' "$pipec" plan --batch 128 --microbatches 4 samples/mlp_digits.json
+[[ "$LAST_OUT" == *"batch 128 = 4 microbatches of 32"* ]] && pass=$((pass + 1)) || { echo "FAIL plan --batch: $LAST_OUT"; fail=$((fail + 1)); }
+expect set-unknown 1 "^samples/mlp_digits.json: error: --set frob=1: expected KEY=VALUE with a training key" \
+  "$pipec" plan --set frob=1 samples/mlp_digits.json
+expect set-range 1 "^samples/mlp_digits.json: error: --set batch=0: must be from 1 to" "$pipec" plan --batch 0 samples/mlp_digits.json
+expect batch-not-multiple 1 "^samples/mlp_digits.json: error: training: batch 10 is not a multiple of microbatches 4$" \
+  "$pipec" plan --batch 10 --microbatches 4 samples/mlp_digits.json
+expect bad-target 2 "^pipec: --target: unknown target 'gpu' \(available: cpu\)" "$pipec" compile --target gpu samples/mlp_digits.json
+expect args-not-run 2 "^pipec: arguments after '--' are for 'run' only" "$pipec" check samples/mlp_digits.json -- --steps 3
+expect list-ops 0 '' "$pipec" --list-ops
+[ "$(printf '%s\n' "$LAST_OUT" | wc -l)" -eq 21 ] && [[ "$LAST_OUT" == matmul* ]] && pass=$((pass + 1)) || { echo "FAIL --list-ops: $LAST_OUT"; fail=$((fail + 1)); }
 
 rm -f /tmp/pipec_cli_err.$$
 echo "$pass passed, $fail failed"

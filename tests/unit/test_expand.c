@@ -818,7 +818,7 @@ START_TEST(test_ints_attr_expression_errors) {
 }
 END_TEST
 
-// BUG (ops.c split_infer): `sum += s->ints[i]` overflows int64 (undefined behaviour; UBSan aborts)
+// BUG (ops.c split_infer): `sum += s->ints[i]` overflows int64 (undefined behaviour, UBSan reports it)
 // when a model lists 1025 sizes of 2^53, each a valid integer. Run in a child process so that a
 // sanitizer abort fails this test only.
 START_TEST(test_split_sizes_sum_overflow) {
@@ -844,6 +844,8 @@ START_TEST(test_split_sizes_sum_overflow) {
     const char *want = "m.json:3:12: error: nodes[0] \"s\": attribute 'sizes' ";
     // Must fail with a message about the sizes, and must not print a wrapped-around negative sum.
     int rc = !ok && strncmp(t, want, strlen(want)) == 0 && !strstr(t, "sums to -") ? 0 : 1;
+    model_free(&cm);
+    free(json);
     _exit(rc);
   }
   free(json);

@@ -687,8 +687,8 @@ static void f_attention(void *p) {
 }
 
 START_TEST(test_attention) {
-  const int64_t shapes[][4] = {{2, 5, 8, 2}, {1, 9, 12, 3}, {1, 1, 4, 1}};
-  for (size_t si = 0; si < 3; si++) {
+  const int64_t shapes[][4] = {{2, 5, 8, 2}, {1, 9, 12, 3}, {1, 1, 4, 1}, {1, 40, 8, 1}};
+  for (size_t si = 0; si < 4; si++) {
     int64_t B = shapes[si][0], T = shapes[si][1], C = shapes[si][2], NH = shapes[si][3];
     Ctx c = {0};
     c.n[0] = B, c.n[1] = T, c.n[2] = C, c.n[3] = NH;
