@@ -412,8 +412,10 @@ static bool emit(E *e, const CodegenOptions *o) {
   out(e, "  FILE *loss_log = o.loss_log ? fopen(o.loss_log, \"w\") : NULL;\n"
          "  prCheck(!o.loss_log || loss_log, \"check the directory exists and is writable\", \"cannot open %%s\", o.loss_log);\n");
   out(e, "  double t0 = pr_now();\n  int64_t done = 0;\n");
+  out(e, "  double *step_ms = calloc((size_t)(o.steps > start ? o.steps - start : 1), sizeof(double));\n"
+         "  prCheck(step_ms != NULL, \"the machine is out of memory\", \"cannot allocate the step timer\");\n");
   out(e, "  for (int64_t step = start; step < o.steps; step++) {\n"
-         "    double lr = pr_lr_at(&sched, step), loss = 0;\n"
+         "    double ts = pr_now(), lr = pr_lr_at(&sched, step), loss = 0;\n"
          "    for (int m = 0; m < NMICRO; m++) {\n"
          "      load_batch(PR_TRAIN, o.seed, step, m);\n"
          "      forward();\n"
@@ -438,6 +440,7 @@ static bool emit(E *e, const CodegenOptions *o) {
     out(e, "    for (int i = 0; i < NPARAMS; i++)\n      if (P[i].grad)\n"
            "        pr_sgd_step(P[i].data, P[i].grad, P[i].m, P[i].n, lr, %.17g, P[i].decay ? %.17g : 0.0, step + 1);\n",
         tc->momentum, tc->weight_decay);
+  out(e, "    step_ms[done] = (pr_now() - ts) * 1e3;\n");
   out(e, "    done++;\n"
          "    if (loss_log) fprintf(loss_log, \"%%lld %%.9g\\n\", (long long)step, loss);\n"
          "    if (!o.quiet && ((step + 1) %% o.log_every == 0 || step + 1 == o.steps || step == start)) {\n"
@@ -449,6 +452,9 @@ static bool emit(E *e, const CodegenOptions *o) {
     out(e, "    if ((o.eval_every && (step + 1) %% o.eval_every == 0) || step + 1 == o.steps) evaluate(o.eval_batches, step + 1);\n");
   out(e, "  }\n");
   out(e, "  if (loss_log) fclose(loss_log);\n");
+  out(e, "  if (!o.quiet && done > 10) // the median step after a warm-up of 5 steps (eval excluded)\n"
+         "    printf(\"median step time %%.2f ms over %%lld steps\\n\", pr_median(step_ms + 5, done - 5), (long long)(done - 5));\n"
+         "  free(step_ms);\n");
   out(e, "  if (o.save) {\n"
          "    pr_safetensors_save(o.save, refs, NPARAMS, NULL, 0);\n"
          "    char stepbuf[32];\n    snprintf(stepbuf, sizeof stepbuf, \"%%lld\", (long long)o.steps);\n"

@@ -253,10 +253,12 @@ void kargs_attention(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   ki(o, "NH", f->attrs[0].i);
 }
 
+// pr_attention_bwd keeps its per-thread scratch in the runtime's kernel scratch (its size
+// depends on the thread count); the planned workspace is the 64 bytes pr_attention_bwd_ws asks.
 int64_t ws_attention(const Node *n, int64_t batch) {
-  const Shape *y = &fw(n)->out[0]->shape;
-  int64_t T = dimv(y->d[1], batch);
-  return T * T * 4 * 2 + 64; // two (T,T) float matrices, as pr_attention_bwd_ws
+  (void)n;
+  (void)batch;
+  return 64;
 }
 
 // ---- cross_entropy: rows, V

@@ -1,16 +1,21 @@
 // kernels.c: the forward/backward kernels of op set v1 (see pipert.h for the contract).
 //
-// Plain C in the style of llm.c: dense row-major float32 tensors, every size passed in. GEMMs go
-// to OpenBLAS (cblas_sgemm, called only outside OpenMP regions); everything else is simple loops
-// that GCC vectorises at -O3 -march=native, parallelised with `omp parallel for schedule(static)`
-// only over independent outputs (rows, columns, (b,h) pairs), so each output element is computed
-// by one thread in an order fixed by the shapes alone: results do not depend on the thread count.
-// Reductions that feed one element (softmax sums, layernorm moments) use 8 fixed lanes combined
-// in a fixed tree. `acc` = 1 means out = out + contribution with the contribution rounded first
-// (GEMM contributions go to a scratch buffer, never beta = 1), so accumulating microbatches adds
-// exactly what a separate acc = 0 call would have produced. Floating-point contraction is off in
-// this file so that every expression rounds as written; fused multiply-adds are explicit (FMA).
-// exp and tanh are branch-free float versions (~1-2 ulp) so that their loops vectorise.
+// Plain C in the style of llm.c: dense row-major float32 tensors, every size passed in. Every
+// output element is computed by one thread in an order fixed by the shapes alone, so results are
+// bitwise the same whatever the thread count:
+//   - GEMMs: OpenBLAS runs single-threaded; large products are split into blocks of C fixed by
+//     the shapes, one sgemm call per block, blocks spread over OpenMP threads (OpenBLAS's own
+//     threading changes results with the thread count, see gemm());
+//   - everything else: simple loops that GCC vectorises at -O3 -march=native, parallelised with
+//     `omp parallel for schedule(static)` over independent outputs (rows, column blocks, (b,h));
+//   - reductions into one element (softmax sums, layernorm moments, dots) use 8 fixed lanes
+//     combined in a fixed tree; reductions over rows run in ascending row order.
+// `acc` = 1 means out = out + contribution with the contribution rounded first (GEMMs write it to
+// scratch, never beta = 1), so accumulating a microbatch adds exactly what acc = 0 would produce.
+// Floating-point contraction is off in this file so that every expression rounds as written;
+// fused multiply-adds are explicit (FMA, fma8). exp/tanh/sigmoid/gelu use branch-free float
+// versions (~1-2 ulp) so that their loops vectorise; attention uses register-blocked 8-float
+// vectors.
 #pragma GCC optimize("fp-contract=off", "no-trapping-math")
 
 #include "pipert.h"
@@ -37,12 +42,60 @@
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
+// Kernel scratch: a per-thread stack carved from one buffer that only grows, so that after the
+// first training step kernels allocate nothing. Blocks are released in any order; the stack top
+// falls back past released blocks. A request that does not fit while blocks are live is served by
+// the heap once, and the buffer is resized to the high-water mark when the stack is next empty.
+typedef struct ScratchBlock {
+  void *p;     // the block
+  size_t end;  // offset just past it in the buffer (0 for heap blocks)
+  bool heap;   // served by aligned_alloc
+  bool live;   // not yet released
+} ScratchBlock;
+
+static _Thread_local struct {
+  char *buf;              // the buffer
+  size_t cap, top, want;  // its size, the stack top, the high-water mark of a step
+  ScratchBlock st[32];    // live and released blocks, in allocation order
+  int n;                  // entries in st
+} S;
+
 static void *scratch(size_t bytes) {
-  size_t rounded = ((bytes ? bytes : 1) + 63) & ~(size_t)63;
-  void *p = aligned_alloc(64, rounded);
-  prCheck(p != NULL, "reduce the batch size or the model", "out of memory (%zu bytes of kernel scratch)",
-          bytes);
-  return p;
+  size_t need = ((bytes ? bytes : 1) + 63) & ~(size_t)63;
+  prCheck(S.n < 32, "this is a pipec bug", "kernel scratch: too many live blocks");
+  if (S.top + need > S.want) S.want = S.top + need;
+  if (S.n == 0 && S.want > S.cap) {
+    free(S.buf);
+    S.cap = S.want > 65536 ? S.want : 65536;
+    S.buf = aligned_alloc(64, S.cap);
+    prCheck(S.buf != NULL, "reduce the batch size or the model", "out of memory (%zu bytes of kernel scratch)", S.cap);
+  }
+  ScratchBlock *b = &S.st[S.n++];
+  b->live = true;
+  if (S.top + need <= S.cap) {
+    b->p = S.buf + S.top;
+    b->heap = false;
+    S.top += need;
+    b->end = S.top;
+  } else {
+    b->p = aligned_alloc(64, need);
+    b->heap = true;
+    b->end = S.top;
+    prCheck(b->p != NULL, "reduce the batch size or the model", "out of memory (%zu bytes of kernel scratch)", bytes);
+  }
+  return b->p;
+}
+
+static void scratch_free(void *p) {
+  if (!p) return;
+  for (int i = S.n - 1; i >= 0; i--)
+    if (S.st[i].p == p && S.st[i].live) {
+      S.st[i].live = false;
+      if (S.st[i].heap) free(p);
+      break;
+    }
+  while (S.n > 0 && !S.st[S.n - 1].live) S.n--;
+  S.top = S.n ? S.st[S.n - 1].end : 0;
 }
 
 // out = acc ? out + t : t (t is the already rounded contribution)
@@ -173,8 +226,8 @@ static inline float sigmoid_f(float x) {
 // runs single-threaded and the kernels split C themselves into blocks fixed by the shapes alone,
 // one single-threaded sgemm call per block, blocks spread over OpenMP threads.
 
-#define GEMM_SPLIT_MIN ((int64_t)1 << 21) // M*N*K below this: one call
-#define GEMM_BLOCKS_MAX 16                // blocks of >= 64 rows (or columns) of C
+#define GEMM_SPLIT_MIN  ((int64_t)1 << 21) // M*N*K below this: one call
+#define GEMM_BLOCKS_MAX 16                 // blocks of >= 64 rows (or columns) of C
 
 static void blas_single_thread(void) {
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
@@ -183,8 +236,8 @@ static void blas_single_thread(void) {
 // One single-threaded call: C (M,N) = op(A) (M,K) . op(B) (K,N) + beta * C; row-major.
 static void sgemm1(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                    const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M,
+              (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
 
 static void check_blas_dims(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
@@ -276,7 +329,7 @@ void pr_matmul_bwd_a(float *da, const float *dy, const float *b, int64_t batch, 
   }
   if (acc) {
     store_acc(da, t, n, 1);
-    free(t);
+    scratch_free(t);
   }
 }
 
@@ -288,8 +341,10 @@ void pr_matmul_bwd_b(float *db, const float *dy, const float *a, int64_t batch, 
   float *t = acc ? scratch((size_t)n * sizeof(float)) : db;
   if (!b_batched && !ta) {
     // a is (batch*M,K) contiguous: one GEMM reducing over batch*M rows in ascending order.
-    if (!tb) gemm(1, 0, K, N, batch * M, a, K, dy, N, 0.0f, t, N);
-    else gemm(1, 0, N, K, batch * M, dy, N, a, K, 0.0f, t, K);
+    if (!tb)
+      gemm(1, 0, K, N, batch * M, a, K, dy, N, 0.0f, t, N);
+    else
+      gemm(1, 0, N, K, batch * M, dy, N, a, K, 0.0f, t, K);
   } else if (b_batched) {
     if (!tb) // db (K,N) = op(a)^T (K,M) . dy (M,N)
       gemm_batched(batch, !ta, 0, K, N, M, a, lda, M * K, dy, N, M * N, t, N, K * N);
@@ -299,13 +354,15 @@ void pr_matmul_bwd_b(float *db, const float *dy, const float *a, int64_t batch, 
     for (int64_t i = 0; i < batch; i++) {
       const float *ai = a + i * M * K, *dyi = dy + i * M * N;
       float beta = i > 0 ? 1.0f : 0.0f;
-      if (!tb) gemm(!ta, 0, K, N, M, ai, lda, dyi, N, beta, t, N);
-      else gemm(1, ta, N, K, M, dyi, N, ai, lda, beta, t, K);
+      if (!tb)
+        gemm(!ta, 0, K, N, M, ai, lda, dyi, N, beta, t, N);
+      else
+        gemm(1, ta, N, K, M, dyi, N, ai, lda, beta, t, K);
     }
   }
   if (acc) {
     store_acc(db, t, n, 1);
-    free(t);
+    scratch_free(t);
   }
 }
 
@@ -330,14 +387,19 @@ void pr_linear_bwd_x(float *dx, const float *dy, const float *w, int64_t rows, i
   gemm(0, 0, rows, in, out, dy, out, w, in, 0.0f, t, in);
   if (acc) {
     store_acc(dx, t, rows * in, 1);
-    free(t);
+    scratch_free(t);
   }
 }
 
 // dw (out,in) = dy^T (out,rows) . x (rows,in)
 void pr_linear_bwd_w(float *dw, const float *dy, const float *x, int64_t rows, int64_t in,
                      int64_t out, int acc) {
-  gemm(1, 0, out, in, rows, dy, out, x, in, acc ? 1.0f : 0.0f, dw, in);
+  float *t = acc ? scratch((size_t)(out * in) * sizeof(float)) : dw;
+  gemm(1, 0, out, in, rows, dy, out, x, in, 0.0f, t, in);
+  if (acc) {
+    store_acc(dw, t, out * in, 1);
+    scratch_free(t);
+  }
 }
 
 // db (cols) = sum over rows of dy (rows,cols), rows ascending; threads split the columns.
@@ -428,14 +490,17 @@ static void row_offsets(int64_t o, int r, const int64_t *d, int nops, const int6
 // y[i] = a[i*as] op b[i*bs] for n elements
 static void bin_row(float *restrict y, const float *restrict a, const float *restrict b, int64_t n,
                     int64_t as, int64_t bs, int op) {
-  if (op == 0) BIN_LOOP(av + bv);
-  else if (op == 1) BIN_LOOP(av - bv);
-  else BIN_LOOP(av * bv);
+  if (op == 0)
+    BIN_LOOP(av + bv);
+  else if (op == 1)
+    BIN_LOOP(av - bv);
+  else
+    BIN_LOOP(av * bv);
 }
 
 // y (ydims) = a op b with a, b read through strides astr/bstr over y's dims (0 = broadcast)
-void pr_binary_fwd(float *y, const float *a, const float *b, int op, int rank,
-                   const int64_t *ydims, const int64_t *astr, const int64_t *bstr) {
+void pr_binary_fwd(float *y, const float *a, const float *b, int op, int rank, const int64_t *ydims,
+                   const int64_t *astr, const int64_t *bstr) {
   prCheck(rank >= 0 && rank <= 8 && op >= 0 && op <= 2, "this is a pipec bug",
           "pr_binary_fwd: rank %d / op %d unsupported", rank, op);
   int64_t total = 1;
@@ -493,16 +558,22 @@ void pr_binary_bwd(float *dx, const float *dy, const float *other, int op, int w
       float *restrict xr = dx + off[0];
       const float *restrict dr = dy + o * inner;
       if (!g) {
-        if (acc) for (int64_t i = 0; i < inner; i++) xr[i] = xr[i] + sign * dr[i];
-        else for (int64_t i = 0; i < inner; i++) xr[i] = sign * dr[i];
+        if (acc)
+          for (int64_t i = 0; i < inner; i++) xr[i] = xr[i] + sign * dr[i];
+        else
+          for (int64_t i = 0; i < inner; i++) xr[i] = sign * dr[i];
       } else {
         const float *restrict gr = g + off[1];
         if (gs == 1) {
-          if (acc) for (int64_t i = 0; i < inner; i++) xr[i] = xr[i] + dr[i] * gr[i];
-          else for (int64_t i = 0; i < inner; i++) xr[i] = dr[i] * gr[i];
+          if (acc)
+            for (int64_t i = 0; i < inner; i++) xr[i] = xr[i] + dr[i] * gr[i];
+          else
+            for (int64_t i = 0; i < inner; i++) xr[i] = dr[i] * gr[i];
         } else {
-          if (acc) for (int64_t i = 0; i < inner; i++) xr[i] = xr[i] + dr[i] * gr[i * gs];
-          else for (int64_t i = 0; i < inner; i++) xr[i] = dr[i] * gr[i * gs];
+          if (acc)
+            for (int64_t i = 0; i < inner; i++) xr[i] = xr[i] + dr[i] * gr[i * gs];
+          else
+            for (int64_t i = 0; i < inner; i++) xr[i] = dr[i] * gr[i * gs];
         }
       }
     }
@@ -513,11 +584,11 @@ void pr_binary_bwd(float *dx, const float *dy, const float *other, int op, int w
   memset(t, 0, (size_t)nx * sizeof(float));
   int64_t inner = d[r - 1], outer = total / inner, xs = s[0][r - 1], gs = s[1][r - 1];
   // When x's innermost dim is kept (xs == 1), threads can own column blocks of it.
-  int64_t nblk = xs == 1 ? (inner + 255) / 256 : 1;
+  int64_t nblk = xs == 1 ? (inner + COLBLK - 1) / COLBLK : 1;
 #pragma omp parallel for schedule(static) if (total >= PAR_MIN && nblk > 1)
   for (int64_t blk = 0; blk < nblk; blk++) {
-    int64_t j0 = xs == 1 ? blk * 256 : 0;
-    int64_t nj = xs == 1 ? (inner - j0 < 256 ? inner - j0 : 256) : inner;
+    int64_t j0 = xs == 1 ? blk * COLBLK : 0;
+    int64_t nj = xs == 1 ? (inner - j0 < COLBLK ? inner - j0 : COLBLK) : inner;
     for (int64_t o = 0; o < outer; o++) {
       int64_t off[2];
       row_offsets(o, r, d, 2, (const int64_t(*)[8])s, off);
@@ -525,35 +596,43 @@ void pr_binary_bwd(float *dx, const float *dy, const float *other, int op, int w
       float *restrict tr = t + off[0] + j0 * xs;
       const float *restrict gr = g ? g + off[1] + j0 * gs : NULL;
       if (xs == 1) {
-        if (!g) for (int64_t i = 0; i < nj; i++) tr[i] += sign * dr[i];
-        else if (gs == 1) for (int64_t i = 0; i < nj; i++) tr[i] += dr[i] * gr[i];
-        else for (int64_t i = 0; i < nj; i++) tr[i] += dr[i] * gr[i * gs];
+        if (!g)
+          for (int64_t i = 0; i < nj; i++) tr[i] += sign * dr[i];
+        else if (gs == 1)
+          for (int64_t i = 0; i < nj; i++) tr[i] += dr[i] * gr[i];
+        else
+          for (int64_t i = 0; i < nj; i++) tr[i] += dr[i] * gr[i * gs];
       } else { // xs == 0: the whole row reduces into one element, in order
         float acc_v = tr[0];
-        if (!g) for (int64_t i = 0; i < nj; i++) acc_v += sign * dr[i];
-        else for (int64_t i = 0; i < nj; i++) acc_v += dr[i] * gr[i * gs];
+        if (!g)
+          for (int64_t i = 0; i < nj; i++) acc_v += sign * dr[i];
+        else
+          for (int64_t i = 0; i < nj; i++) acc_v += dr[i] * gr[i * gs];
         tr[0] = acc_v;
       }
     }
   }
   if (acc) {
     store_acc(dx, t, nx, 1);
-    free(t);
+    scratch_free(t);
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Elementwise unary ops over n elements
 
-#define UNARY_FOR _Pragma("omp parallel for schedule(static) if (n >= PAR_MIN)") for (int64_t i = 0; i < n; i++)
+#define UNARY_FOR                                                                                  \
+  _Pragma("omp parallel for schedule(static) if (n >= PAR_MIN)") for (int64_t i = 0; i < n; i++)
 
 // y (n) = x * factor
 void pr_scale_fwd(float *restrict y, const float *restrict x, int64_t n, float factor) {
   UNARY_FOR y[i] = x[i] * factor;
 }
 void pr_scale_bwd(float *restrict dx, const float *restrict dy, int64_t n, float factor, int acc) {
-  if (acc) UNARY_FOR dx[i] = dx[i] + dy[i] * factor;
-  else UNARY_FOR dx[i] = dy[i] * factor;
+  if (acc)
+    UNARY_FOR dx[i] = dx[i] + dy[i] * factor;
+  else
+    UNARY_FOR dx[i] = dy[i] * factor;
 }
 
 // y (n) = max(x, 0)
@@ -562,15 +641,17 @@ void pr_relu_fwd(float *restrict y, const float *restrict x, int64_t n) {
 }
 void pr_relu_bwd(float *restrict dx, const float *restrict dy, const float *restrict y, int64_t n,
                  int acc) {
-  if (acc) UNARY_FOR dx[i] = dx[i] + (y[i] > 0.0f ? dy[i] : 0.0f);
-  else UNARY_FOR dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  if (acc)
+    UNARY_FOR dx[i] = dx[i] + (y[i] > 0.0f ? dy[i] : 0.0f);
+  else
+    UNARY_FOR dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
 // gelu, tanh approximation (torch.nn.functional.gelu(approximate='tanh')):
 // y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), computed as x * s with
 // s = 0.5 (1 + tanh(u)) = 1/(1 + e^{-2u}) (one exp, one division; s flushed to 0 where e^{-2u}
 // would exceed e^80, i.e. x below about -9.7, to keep denormals out).
-#define GELU_BETA 0.7978845608028654f
+#define GELU_BETA  0.7978845608028654f
 #define GELU_KAPPA 0.044715f
 static inline float gelu_s(float v) {
   float m2u = -2.0f * (GELU_BETA * (v + GELU_KAPPA * (v * v * v)));
@@ -588,16 +669,22 @@ static inline float gelu_grad(float v) {
 }
 void pr_gelu_bwd(float *restrict dx, const float *restrict dy, const float *restrict x, int64_t n,
                  int acc) {
-  if (acc) UNARY_FOR dx[i] = dx[i] + dy[i] * gelu_grad(x[i]);
-  else UNARY_FOR dx[i] = dy[i] * gelu_grad(x[i]);
+  if (acc)
+    UNARY_FOR dx[i] = dx[i] + dy[i] * gelu_grad(x[i]);
+  else
+    UNARY_FOR dx[i] = dy[i] * gelu_grad(x[i]);
 }
 
 // y (n) = tanh(x); backward from y: dy (1 - y^2)
-void pr_tanh_fwd(float *restrict y, const float *restrict x, int64_t n) { UNARY_FOR y[i] = tanh_f(x[i]); }
+void pr_tanh_fwd(float *restrict y, const float *restrict x, int64_t n) {
+  UNARY_FOR y[i] = tanh_f(x[i]);
+}
 void pr_tanh_bwd(float *restrict dx, const float *restrict dy, const float *restrict y, int64_t n,
                  int acc) {
-  if (acc) UNARY_FOR dx[i] = dx[i] + dy[i] * (1.0f - y[i] * y[i]);
-  else UNARY_FOR dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+  if (acc)
+    UNARY_FOR dx[i] = dx[i] + dy[i] * (1.0f - y[i] * y[i]);
+  else
+    UNARY_FOR dx[i] = dy[i] * (1.0f - y[i] * y[i]);
 }
 
 // y (n) = 1/(1+e^-x); backward from y: dy y (1 - y)
@@ -606,8 +693,10 @@ void pr_sigmoid_fwd(float *restrict y, const float *restrict x, int64_t n) {
 }
 void pr_sigmoid_bwd(float *restrict dx, const float *restrict dy, const float *restrict y,
                     int64_t n, int acc) {
-  if (acc) UNARY_FOR dx[i] = dx[i] + dy[i] * (y[i] * (1.0f - y[i]));
-  else UNARY_FOR dx[i] = dy[i] * (y[i] * (1.0f - y[i]));
+  if (acc)
+    UNARY_FOR dx[i] = dx[i] + dy[i] * (y[i] * (1.0f - y[i]));
+  else
+    UNARY_FOR dx[i] = dy[i] * (y[i] * (1.0f - y[i]));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -662,8 +751,10 @@ void pr_softmax_bwd(float *dx, const float *dy, const float *y, int64_t outer, i
       const float *restrict yr = y + o * dim, *restrict dr = dy + o * dim;
       float *restrict xr = dx + o * dim;
       float dot = dot_f(yr, dr, dim);
-      if (acc) for (int64_t i = 0; i < dim; i++) xr[i] = xr[i] + yr[i] * (dr[i] - dot);
-      else for (int64_t i = 0; i < dim; i++) xr[i] = yr[i] * (dr[i] - dot);
+      if (acc)
+        for (int64_t i = 0; i < dim; i++) xr[i] = xr[i] + yr[i] * (dr[i] - dot);
+      else
+        for (int64_t i = 0; i < dim; i++) xr[i] = yr[i] * (dr[i] - dot);
     }
     return;
   }
@@ -699,8 +790,10 @@ void pr_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const 
     float m = sum_f(xr, C) / (float)C;
     float var = sumsq_centered_f(xr, m, C) / (float)C; // biased, like PyTorch
     float s = 1.0f / sqrtf(var + eps);
-    if (b) for (int64_t i = 0; i < C; i++) yr[i] = ((xr[i] - m) * s) * w[i] + b[i];
-    else for (int64_t i = 0; i < C; i++) yr[i] = ((xr[i] - m) * s) * w[i];
+    if (b)
+      for (int64_t i = 0; i < C; i++) yr[i] = ((xr[i] - m) * s) * w[i] + b[i];
+    else
+      for (int64_t i = 0; i < C; i++) yr[i] = ((xr[i] - m) * s) * w[i];
     mean[r] = m;
     rstd[r] = s;
   }
@@ -726,11 +819,12 @@ void pr_layernorm_bwd_x(float *dx, const float *dy, const float *x, const float 
       float dn_mean = sum_f(dn, C) / (float)C;
       float dnn_mean = dot_f(dn, nm, C) / (float)C;
       if (acc)
-        for (int64_t i = 0; i < C; i++) out[i] = out[i] + ((dn[i] - dn_mean) - nm[i] * dnn_mean) * s;
+        for (int64_t i = 0; i < C; i++)
+          out[i] = out[i] + ((dn[i] - dn_mean) - nm[i] * dnn_mean) * s;
       else
         for (int64_t i = 0; i < C; i++) out[i] = ((dn[i] - dn_mean) - nm[i] * dnn_mean) * s;
     }
-    free(buf);
+    scratch_free(buf);
   }
 }
 
@@ -766,7 +860,8 @@ static void check_ids(const char *what, const int32_t *idx, int64_t n, int64_t V
 void pr_embedding_fwd(float *y, const int32_t *idx, const float *w, int64_t n, int64_t V,
                       int64_t C) {
   check_ids("embedding", idx, n, V);
-  for (int64_t i = 0; i < n; i++) memcpy(y + i * C, w + (int64_t)idx[i] * C, (size_t)C * sizeof(float));
+  for (int64_t i = 0; i < n; i++)
+    memcpy(y + i * C, w + (int64_t)idx[i] * C, (size_t)C * sizeof(float));
 }
 
 // dw (V,C): row v = sum of dy rows i with idx[i] == v, i ascending. Ids are bucketed (counting
@@ -780,28 +875,30 @@ void pr_embedding_bwd_w(float *dw, const float *dy, const int32_t *idx, int64_t 
   for (int64_t i = 0; i < n; i++) start[idx[i] + 1]++;
   for (int64_t v = 0; v < V; v++) start[v + 1] += start[v];
   for (int64_t i = 0; i < n; i++) order[start[idx[i]]++] = i; // start[v] now = end of bucket v
-#pragma omp parallel for schedule(static) if (V * C >= PAR_MIN)
-  for (int64_t v = 0; v < V; v++) {
-    int64_t b0 = v == 0 ? 0 : start[v - 1], b1 = start[v];
-    float *restrict row = dw + v * C;
-    if (b0 == b1) {
-      if (!acc) memset(row, 0, (size_t)C * sizeof(float));
-      continue;
-    }
-    for (int64_t c0 = 0; c0 < C; c0 += COLBLK) {
-      int64_t nc = C - c0 < COLBLK ? C - c0 : COLBLK;
-      float t[COLBLK];
-      const float *restrict d0 = dy + order[b0] * C + c0;
-      for (int64_t j = 0; j < nc; j++) t[j] = d0[j];
-      for (int64_t k = b0 + 1; k < b1; k++) {
-        const float *restrict d = dy + order[k] * C + c0;
-        for (int64_t j = 0; j < nc; j++) t[j] += d[j];
+#pragma omp parallel if (V * C >= PAR_MIN)
+  {
+    float *tmp = acc ? scratch((size_t)C * sizeof(float)) : NULL;
+#pragma omp for schedule(static)
+    for (int64_t v = 0; v < V; v++) {
+      int64_t b0 = v == 0 ? 0 : start[v - 1], b1 = start[v];
+      float *restrict row = dw + v * C;
+      if (b0 == b1) {
+        if (!acc) memset(row, 0, (size_t)C * sizeof(float));
+        continue;
       }
-      for (int64_t j = 0; j < nc; j++) row[c0 + j] = acc ? row[c0 + j] + t[j] : t[j];
+      float *restrict t = acc ? tmp : row; // the contribution
+      memcpy(t, dy + order[b0] * C, (size_t)C * sizeof(float));
+      for (int64_t k = b0 + 1; k < b1; k++) {
+        const float *restrict d = dy + order[k] * C;
+        for (int64_t j = 0; j < C; j++) t[j] += d[j];
+      }
+      if (acc)
+        for (int64_t j = 0; j < C; j++) row[j] = row[j] + t[j];
     }
+    scratch_free(tmp);
   }
-  free(order);
-  free(start);
+  scratch_free(order);
+  scratch_free(start);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -811,7 +908,7 @@ void pr_copy(void *y, const void *x, int64_t bytes) {
   if (y != x && bytes > 0) memmove(y, x, (size_t)bytes);
 }
 
-// y (n0,n1) = x (n1,n0)^T for one matrix, in 32x32 tiles; ys/xs: row strides.
+// y (n0,n1) = x (n1,n0)^T for one contiguous matrix, in 32x32 tiles.
 static void transpose2d(uint32_t *restrict y, const uint32_t *restrict x, int64_t n0, int64_t n1) {
   for (int64_t i0 = 0; i0 < n0; i0 += 32)
     for (int64_t j0 = 0; j0 < n1; j0 += 32) {
@@ -920,8 +1017,10 @@ void pr_concat(float *y, const float *const *xs, int64_t outer, int64_t inner, i
     for (int k = 0; k < n; k++) {
       float *dst = y + (o * total + off) * inner;
       size_t bytes = (size_t)(sizes[k] * inner) * sizeof(float);
-      if (xs[k]) memcpy(dst, xs[k] + o * sizes[k] * inner, bytes);
-      else memset(dst, 0, bytes);
+      if (xs[k])
+        memcpy(dst, xs[k] + o * sizes[k] * inner, bytes);
+      else
+        memset(dst, 0, bytes);
       off += sizes[k];
     }
   }
@@ -934,8 +1033,10 @@ void pr_slice(float *dx, const float *dy, int64_t outer, int64_t inner, int64_t 
   for (int64_t o = 0; o < outer; o++) {
     float *restrict dst = dx + o * n;
     const float *restrict src = dy + (o * total + offset) * inner;
-    if (acc) for (int64_t i = 0; i < n; i++) dst[i] = dst[i] + src[i];
-    else memcpy(dst, src, (size_t)n * sizeof(float));
+    if (acc)
+      for (int64_t i = 0; i < n; i++) dst[i] = dst[i] + src[i];
+    else
+      memcpy(dst, src, (size_t)n * sizeof(float));
   }
 }
 
@@ -947,9 +1048,15 @@ void pr_slice(float *dx, const float *dy, int64_t outer, int64_t inner, int64_t 
 // 8-float vectors (GCC vector extension) for the register-blocked attention loops.
 typedef float v8 __attribute__((vector_size(32)));
 typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias)); // unaligned access
-static inline v8 ld8(const float *p) { return *(const v8u *)p; }
-static inline void st8(float *p, v8 x) { *(v8u *)p = x; }
-static inline v8 bc8(float x) { return (v8){x, x, x, x, x, x, x, x}; }
+static inline v8 ld8(const float *p) {
+  return *(const v8u *)p;
+}
+static inline void st8(float *p, v8 x) {
+  *(v8u *)p = x;
+}
+static inline v8 bc8(float x) {
+  return (v8){x, x, x, x, x, x, x, x};
+}
 static inline v8 fma8(v8 a, v8 b, v8 c) {
 #ifdef __FMA__
   return _mm256_fmadd_ps(a, b, c);
@@ -1051,14 +1158,16 @@ static void pack_T(float *restrict kT, const float *restrict x, int64_t xs, int6
 }
 
 static void write_acc(float *restrict out, const float *restrict t, int64_t n, int acc) {
-  if (acc) for (int64_t i = 0; i < n; i++) out[i] = out[i] + t[i];
-  else memcpy(out, t, (size_t)n * sizeof(float));
+  if (acc)
+    for (int64_t i = 0; i < n; i++) out[i] = out[i] + t[i];
+  else
+    memcpy(out, t, (size_t)n * sizeof(float));
 }
 
 void pr_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t T, int64_t C,
                       int64_t NH) {
-  prCheck(NH > 0 && C % NH == 0, "this is a pipec bug", "attention: C=%lld not divisible by %lld heads",
-          (long long)C, (long long)NH);
+  prCheck(NH > 0 && C % NH == 0, "this is a pipec bug",
+          "attention: C=%lld not divisible by %lld heads", (long long)C, (long long)NH);
   int64_t hs = C / NH, C3 = 3 * C, ld = (T + 31) & ~(int64_t)31;
   float scale = 1.0f / sqrtf((float)hs);
   if (B * T * C == 0) return;
@@ -1084,7 +1193,7 @@ void pr_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t
         }
       }
     }
-    free(buf);
+    scratch_free(buf);
   }
 }
 
@@ -1101,8 +1210,8 @@ size_t pr_attention_bwd_ws(int64_t T) {
 void pr_attention_bwd(float *dqkv, const float *dy, const float *qkv, const float *att, void *ws,
                       int64_t B, int64_t T, int64_t C, int64_t NH, int acc) {
   (void)ws;
-  prCheck(NH > 0 && C % NH == 0, "this is a pipec bug", "attention: C=%lld not divisible by %lld heads",
-          (long long)C, (long long)NH);
+  prCheck(NH > 0 && C % NH == 0, "this is a pipec bug",
+          "attention: C=%lld not divisible by %lld heads", (long long)C, (long long)NH);
   int64_t hs = C / NH, C3 = 3 * C, ld = (T + 31) & ~(int64_t)31;
   float scale = 1.0f / sqrtf((float)hs);
   if (B * T * C == 0) return;
@@ -1135,7 +1244,7 @@ void pr_attention_bwd(float *dqkv, const float *dy, const float *qkv, const floa
         write_acc(dv + s * C3, row + hs, hs, acc);
       }
     }
-    free(buf);
+    scratch_free(buf);
   }
 }
 
@@ -1157,11 +1266,11 @@ void pr_cross_entropy_fwd(float *loss, const float *logits, const int32_t *tgt, 
       for (int64_t i = 0; i < V; i++) e[i] = exp_f(x[i] - m);
       term[r] = ((double)m + log((double)sum_f(e, V))) - (double)x[tgt[r]];
     }
-    free(e);
+    scratch_free(e);
   }
   double s = 0.0;
   for (int64_t r = 0; r < rows; r++) s += term[r];
-  free(term);
+  scratch_free(term);
   loss[0] = rows ? (float)(s / (double)rows) : 0.0f;
 }
 
@@ -1179,10 +1288,12 @@ void pr_cross_entropy_bwd(float *dlogits, const float *dloss, const float *logit
       float *restrict out = dlogits + r * V;
       softmax_row(p, logits + r * V, V);
       p[tgt[r]] -= 1.0f;
-      if (acc) for (int64_t i = 0; i < V; i++) out[i] = out[i] + p[i] * gscale;
-      else for (int64_t i = 0; i < V; i++) out[i] = p[i] * gscale;
+      if (acc)
+        for (int64_t i = 0; i < V; i++) out[i] = out[i] + p[i] * gscale;
+      else
+        for (int64_t i = 0; i < V; i++) out[i] = p[i] * gscale;
     }
-    free(p);
+    scratch_free(p);
   }
 }
 
@@ -1197,12 +1308,14 @@ void pr_mse_fwd(float *loss, const float *p, const float *t, int64_t n) {
 }
 
 // which = 0: dp = 2 (p - t) dloss / n; which = 1: dt = -(that)
-void pr_mse_bwd(float *dx, const float *dloss, const float *p, const float *t, int64_t n,
-                int which, int acc) {
+void pr_mse_bwd(float *dx, const float *dloss, const float *p, const float *t, int64_t n, int which,
+                int acc) {
   if (n == 0) return;
   float g = (which ? -2.0f : 2.0f) * dloss[0] / (float)n;
-  if (acc) UNARY_FOR dx[i] = dx[i] + (p[i] - t[i]) * g;
-  else UNARY_FOR dx[i] = (p[i] - t[i]) * g;
+  if (acc)
+    UNARY_FOR dx[i] = dx[i] + (p[i] - t[i]) * g;
+  else
+    UNARY_FOR dx[i] = (p[i] - t[i]) * g;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -77,8 +77,9 @@ void pr_log_step(int64_t step, int64_t steps, double loss, double lr, double ite
   fflush(stdout);
 }
 
+// The kernels split GEMMs themselves (blocks fixed by the shapes, so results do not depend on
+// the thread count) and run OpenBLAS on one thread; n sets the OpenMP threads that run them.
 void pr_set_threads(int n) {
-  if (n <= 0) return;
-  openblas_set_num_threads(n);
-  omp_set_num_threads(n);
+  openblas_set_num_threads(1);
+  if (n > 0) omp_set_num_threads(n);
 }

@@ -298,11 +298,15 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
 void pr_log_step(int64_t step, int64_t steps, double loss, double lr, double items_per_s,
                  const char *item_unit, double elapsed, double eta);
 
-// Sets the number of threads used by OpenBLAS and the runtime's kernels.
+// Sets the number of threads of the runtime's kernels (OpenMP); OpenBLAS runs single-threaded
+// inside them (the kernels split GEMMs into shape-fixed blocks). n <= 0 leaves OpenMP's default.
 void pr_set_threads(int n);
 
 // n ids uniform in [0, bound), a pure function of (seed, name) (inputs of --gradcheck) (util.c).
 void pr_init_ids(int32_t *y, int64_t n, uint64_t seed, const char *name, int64_t bound);
+
+// Median of v[0..n) (sorts v) (util.c).
+double pr_median(double *v, int64_t n);
 
 // a followed by b in a new heap string (start-up only; never freed) (util.c).
 char *pr_strcat2(const char *a, const char *b);

@@ -24,3 +24,14 @@ void pr_init_ids(int32_t *y, int64_t n, uint64_t seed, const char *name, int64_t
   uint64_t s = seed ^ pr_hash_name(name);
   for (int64_t i = 0; i < n; i++) y[i] = (int32_t)(pr_splitmix64(&s) % (uint64_t)bound);
 }
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double pr_median(double *v, int64_t n) {
+  if (n <= 0) return 0;
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}

@@ -8,6 +8,9 @@
 // - results are bitwise equal with 1 and 2 threads (OpenMP and OpenBLAS);
 // - broadcasting, permute, split/concat/slice round trips, argmax ties;
 // - out-of-range ids stop the program with the position and value (checked in a forked child).
+// Expected values computed here must round like the kernels' (no fused multiply-adds).
+#pragma GCC optimize("fp-contract=off")
+
 #include <check.h>
 #include <cblas.h>
 #include <math.h>
@@ -32,7 +35,9 @@ static void *talloc(size_t bytes) {
   allocs[nallocs++] = p;
   return p;
 }
-static float *fzeros(int64_t n) { return talloc((size_t)n * sizeof(float)); }
+static float *fzeros(int64_t n) {
+  return talloc((size_t)n * sizeof(float));
+}
 static void free_all(void) {
   for (int i = 0; i < nallocs; i++) free(allocs[i]);
   nallocs = 0;
@@ -55,7 +60,9 @@ static float *frand(int64_t n, float lo, float hi) {
 
 static int default_threads; // OpenMP threads at start (OMP_NUM_THREADS), restored after each test
 
-static void setup(void) { rng = 0x9E3779B97F4A7C15ull; }
+static void setup(void) {
+  rng = 0x9E3779B97F4A7C15ull;
+}
 static void teardown(void) {
   free_all();
   omp_set_num_threads(default_threads);
@@ -115,7 +122,7 @@ static void fd_check(const char *what, FwdFn f, void *ctx, float *x, int64_t nx,
   ck_assert_msg(err <= tol, "%s: finite-difference relative error %.3g > %.3g", what, err, tol);
 }
 
-#define H (1.0f / 64)
+#define H   (1.0f / 64)
 #define TOL 1e-3
 
 // The context every forward callback reads: inputs, output, sizes and flags.
@@ -291,8 +298,10 @@ START_TEST(test_binary) {
         float av = c.a[ao], bv = c.b[bo];
         expect[i] = op == 0 ? av + bv : op == 1 ? av - bv : av * bv;
       }
-      assert_bitwise(op == 0 ? "binary add" : op == 1 ? "binary sub" : "binary mul", c.y, expect,
-                     ny);
+      assert_bitwise(op == 0   ? "binary add"
+                     : op == 1 ? "binary sub"
+                               : "binary mul",
+                     c.y, expect, ny);
       float *r = frand(ny, -1, 1), *da = fzeros(na), *db = fzeros(nb);
       pr_binary_bwd(da, r, op == 2 ? c.b : NULL, op, 0, rank, c.ydims, bc->ad,
                     op == 2 ? c.bstr : NULL, 0);
@@ -347,22 +356,42 @@ static void f_unary(void *p) {
   Ctx *c = p;
   int64_t n = c->n[0];
   switch (c->flag[0]) {
-  case 0: pr_scale_fwd(c->y, c->x, n, 0.75f); break;
-  case 1: pr_relu_fwd(c->y, c->x, n); break;
-  case 2: pr_gelu_fwd(c->y, c->x, n); break;
-  case 3: pr_tanh_fwd(c->y, c->x, n); break;
-  default: pr_sigmoid_fwd(c->y, c->x, n); break;
+  case 0:
+    pr_scale_fwd(c->y, c->x, n, 0.75f);
+    break;
+  case 1:
+    pr_relu_fwd(c->y, c->x, n);
+    break;
+  case 2:
+    pr_gelu_fwd(c->y, c->x, n);
+    break;
+  case 3:
+    pr_tanh_fwd(c->y, c->x, n);
+    break;
+  default:
+    pr_sigmoid_fwd(c->y, c->x, n);
+    break;
   }
 }
 
 static void unary_bwd(int kind, float *dx, const float *dy, const float *x, const float *y,
                       int64_t n, int acc) {
   switch (kind) {
-  case 0: pr_scale_bwd(dx, dy, n, 0.75f, acc); break;
-  case 1: pr_relu_bwd(dx, dy, y, n, acc); break;
-  case 2: pr_gelu_bwd(dx, dy, x, n, acc); break;
-  case 3: pr_tanh_bwd(dx, dy, y, n, acc); break;
-  default: pr_sigmoid_bwd(dx, dy, y, n, acc); break;
+  case 0:
+    pr_scale_bwd(dx, dy, n, 0.75f, acc);
+    break;
+  case 1:
+    pr_relu_bwd(dx, dy, y, n, acc);
+    break;
+  case 2:
+    pr_gelu_bwd(dx, dy, x, n, acc);
+    break;
+  case 3:
+    pr_tanh_bwd(dx, dy, y, n, acc);
+    break;
+  default:
+    pr_sigmoid_bwd(dx, dy, y, n, acc);
+    break;
   }
 }
 
@@ -378,9 +407,11 @@ START_TEST(test_unary) {
     double *ref = talloc((size_t)n * sizeof(double));
     for (int64_t i = 0; i < n; i++) {
       double x = c.x[i];
-      ref[i] = kind == 0 ? 0.75 * x : kind == 1 ? (x > 0 ? x : 0) : kind == 2 ? gelu_ref(x)
-               : kind == 3                                               ? tanh(x)
-                                                                         : 1 / (1 + exp(-x));
+      ref[i] = kind == 0   ? 0.75 * x
+               : kind == 1 ? (x > 0 ? x : 0)
+               : kind == 2 ? gelu_ref(x)
+               : kind == 3 ? tanh(x)
+                           : 1 / (1 + exp(-x));
     }
     assert_close("unary", c.y, ref, n, 1e-6, 1e-6);
     float *r = frand(n, -1, 1), *dx = fzeros(n);
@@ -449,7 +480,8 @@ START_TEST(test_softmax) {
         double m = -INFINITY, s = 0;
         for (int64_t d = 0; d < D; d++) m = fmax(m, c.x[(o * D + d) * In + i]);
         for (int64_t d = 0; d < D; d++) s += exp(c.x[(o * D + d) * In + i] - m);
-        for (int64_t d = 0; d < D; d++) ref[(o * D + d) * In + i] = exp(c.x[(o * D + d) * In + i] - m) / s;
+        for (int64_t d = 0; d < D; d++)
+          ref[(o * D + d) * In + i] = exp(c.x[(o * D + d) * In + i] - m) / s;
       }
     assert_close("softmax", c.y, ref, n, 1e-7, 1e-6);
     float *r = frand(n, -1, 1), *dx = fzeros(n);
@@ -651,8 +683,8 @@ END_TEST
 // ---------------------------------------------------------------------------------------------
 // attention
 
-static void attention_ref(double *y, double *att, const float *qkv, int64_t B, int64_t T,
-                          int64_t C, int64_t NH) {
+static void attention_ref(double *y, double *att, const float *qkv, int64_t B, int64_t T, int64_t C,
+                          int64_t NH) {
   int64_t hs = C / NH;
   double scale = 1.0 / sqrt((double)hs);
   double *sc = malloc((size_t)T * sizeof(double));
