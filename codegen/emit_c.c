@@ -405,8 +405,16 @@ static bool emit(E *e, const CodegenOptions *o) {
          "    prCheck(pr_safetensors_meta(side, \"step\", buf, sizeof buf), \"the optimizer file was not written by this program\",\n"
          "            \"%%s: no 'step' in its metadata\", side);\n"
          "    start = atoll(buf);\n  }\n");
-  if (tokens) out(e, "  prCheck(o.data != NULL, \"pass --data FILE\", \"no training data\");\n  open_data(o.data);\n");
-  else if (table) out(e, "  prCheck(o.data != NULL, \"pass --data FILE\", \"no training data\");\n  open_data(o.data, o.seed);\n");
+  if (tokens)
+    out(e, "  prCheck(o.data != NULL, \"pass --data FILE\", \"no training data\");\n  open_data(o.data);\n"
+           "  prCheck(data.vocab <= %lld, \"use data tokenized for this model, or a model with a larger vocabulary\",\n"
+           "          \"%%s has %%d distinct tokens but the model's vocabulary holds %lld\", o.data, data.vocab);\n",
+        (long long)id_bound(x), (long long)id_bound(x));
+  else if (table)
+    out(e, "  prCheck(o.data != NULL, \"pass --data FILE\", \"no training data\");\n  open_data(o.data, o.seed);\n"
+           "  prCheck(data.classes <= %lld, \"use labels 0..%lld, or a model with more classes\",\n"
+           "          \"%%s has labels up to %%d but the model has %lld classes\", o.data, data.classes - 1);\n",
+        (long long)id_bound(y), (long long)id_bound(y) - 1, (long long)id_bound(y));
   else out(e, "  prCheck(0, \"add a training.data section to the model\", \"this model has no data binding\");\n");
   out(e, "  PrSchedule sched = {o.lr, o.min_lr, %lld, %lld};\n", (long long)tc->warmup, (long long)tc->decay_steps);
   out(e, "  FILE *loss_log = o.loss_log ? fopen(o.loss_log, \"w\") : NULL;\n"
