@@ -143,6 +143,16 @@ bool plan_memory(Graph *g, const TrainConfig *tc, Plan *p, Diag *d) {
     items[n++] = (Item){nd->op->workspace(nd, B), pos[i], pos[i], &p->ws_offset[i], g->ntensors + i};
   }
   p->bytes[REG_ACTS] = place(items, n, a);
+  // Check the placement: no two buffers that are live at the same time share a byte.
+  for (int i = 0; i < n; i++)
+    for (int j = i + 1; j < n; j++) {
+      const Item *x = &items[i], *y = &items[j];
+      if (x->lo > y->hi || y->lo > x->hi) continue;
+      if (*x->dst + x->bytes <= *y->dst || *y->dst + y->bytes <= *x->dst) continue;
+      diag_error(d, (Loc){0, 0}, "internal error: memplan: buffers %d and %d overlap while both are live", x->key,
+                 y->key);
+      return false;
+    }
   return true;
 }
 

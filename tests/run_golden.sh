@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Golden tests: every sample checks with exit 0 and no diagnostics, and its `check` summary and
-# `print` IR equal the files in tests/golden/ (regenerate with UPDATE=1 after a deliberate change).
+# Golden tests: every sample checks with exit 0 and no diagnostics, and its `check` summary,
+# `print` IR, memory `plan` and IR after autodiff equal the files in tests/golden/ (regenerate with UPDATE=1 after a deliberate change).
 set -u
 pipec=$1
 root=$2
@@ -8,9 +8,13 @@ cd "$root" || exit 1
 pass=0 fail=0
 for m in samples/*.json; do
   base=$(basename "$m" .json)
-  for cmd in check print; do
+  for cmd in check print plan autodiff; do
     want=tests/golden/$base.$cmd
-    got=$("$pipec" "$cmd" "$m" 2>/tmp/pipec_golden_err.$$)
+    if [ "$cmd" = autodiff ]; then
+      got=$("$pipec" print --dump-after=autodiff "$m" 2>/tmp/pipec_golden_err.$$)
+    else
+      got=$("$pipec" "$cmd" "$m" 2>/tmp/pipec_golden_err.$$)
+    fi
     rc=$?
     err=$(cat /tmp/pipec_golden_err.$$)
     if [ "${UPDATE:-0}" = 1 ]; then printf '%s\n' "$got" >"$want"; fi
