@@ -232,7 +232,7 @@ static void emit_gradcheck(E *e, bool has_data) {
   }
   out(e, "}\n\n");
   // Inputs are reloaded before every forward pass: the backward pass reuses their space.
-  out(e, "static uint64_t gc_seed;\nstatic bool gc_data;\n\n");
+  out(e, "static uint64_t gc_seed;\n%s\n", has_data ? "static bool gc_data;\n" : "");
   out(e, "static void gradcheck_inputs(void) {\n");
   if (has_data) out(e, "  if (gc_data) {\n    load_batch(PR_TRAIN, gc_seed, 0, 0);\n    return;\n  }\n");
   out(e, "  random_inputs(gc_seed);\n}\n\n");
@@ -324,6 +324,10 @@ static bool emit(E *e, const CodegenOptions *o) {
     out(e, "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
            "  (void)split;\n  pr_table_batch(&data, seed, step, m, MB, %s, %s);\n}\n",
         e->ident[x->id], e->ident[y->id]);
+  } else {
+    // No data binding: main() stops before training (the program is still good for --gradcheck).
+    out(e, "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
+           "  (void)split, (void)seed, (void)step, (void)m;\n}\n");
   }
   out(e, "\n");
 
@@ -358,7 +362,7 @@ static bool emit(E *e, const CodegenOptions *o) {
   emit_gradcheck(e, tokens || table);
 
   // Main
-  out(e, "int main(int argc, char **argv) {\n");
+  out(e, "int main(int argc, char **argv) {\n  pr_start(argc, argv);\n");
   out(e, "  PrOptions o = {.steps = %lld, .lr = %.17g, .min_lr = %.17g, .seed = %lluULL, .data = %s,\n"
          "                .eval_every = %lld, .eval_batches = %lld, .log_every = %lld};\n",
       (long long)tc->steps, tc->lr, tc->min_lr, (unsigned long long)tc->seed,

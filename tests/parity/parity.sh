@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # PyTorch parity: the same model, the same initial weights (a safetensors file written by the
 # PyTorch side and loaded with --init), the same batches; 20 AdamW steps of per-step loss must
-# agree within 1e-5 relative, for mlp_digits and a small gpt_char.
+# agree within 1e-5 relative, for mlp_digits, a small gpt_char and skip_net.
 # Skips (exit 77) with a clear message where Debian's python3-torch is not importable.
 pipec=$1
 root=$2
@@ -31,7 +31,22 @@ t["schedule"]["warmup"] = 5
 json.dump(m, open(sys.argv[2], "w"), indent=1)
 PY
 
-for model in mlp gpt; do
+# skip_net (split, concat, a weight used twice, fan-out, skip connection) on a synthetic table.
+python3 - "$root/samples/skip_net.json" "$tmp/skip.json" "$tmp/skip.csv" <<'PY'
+import json, random, sys
+rng = random.Random(7)
+with open(sys.argv[3], "w") as f:
+    for _ in range(300):
+        x = [rng.uniform(-2, 2) for _ in range(32)]
+        f.write(",".join("%.4f" % v for v in x) + ",%d\n" % (int(abs(sum(x[:5])) * 3) % 10))
+m = json.load(open(sys.argv[1]))
+m["training"] = {"batch": 16, "microbatches": 2, "steps": 20, "seed": 5,
+                 "optimizer": {"kind": "adamw", "lr": 0.003, "weight_decay": 0.01}, "grad_clip": 0.5,
+                 "data": {"kind": "csv", "path": sys.argv[3], "train_fraction": 0.8}}
+json.dump(m, open(sys.argv[2], "w"), indent=1)
+PY
+
+for model in mlp gpt skip; do
   "$pipec" print "$tmp/$model.json" >"$tmp/$model.ir" || { bad "$model: pipec print"; continue; }
   if ! $py tests/parity/torch_ref.py "$tmp/$model.ir" "$tmp/$model.json" "$tmp/$model.init.safetensors" $steps \
     >"$tmp/$model.torch" 2>"$tmp/$model.torch.err"; then

@@ -64,8 +64,8 @@ def parse_ir(path, batch):
     for line in open(path, encoding="utf-8"):
         line = line.rstrip("\n")
         if line.startswith("input "):
-            m = re.match(r"input " + NAME + r": (\w+)(\(.*?\))", line)
-            inputs[unquote(m.group(1))] = (m.group(2), parse_shape(m.group(3), batch))
+            m = re.match(r"input " + NAME + r": (\w+)(\(.*?\))( target)?", line)
+            inputs[unquote(m.group(1))] = (m.group(2), parse_shape(m.group(3), batch), bool(m.group(4)))
         elif line.startswith("param "):
             m = re.match(r"param " + NAME + r": (\w+)(\(.*?\)) (.*)", line)
             params.append((unquote(m.group(1)), parse_shape(m.group(3), batch), m.group(4)))
@@ -267,7 +267,8 @@ def main():
     dpath = data["path"]
     if not dpath.startswith("/") and "/" in model_path:
         dpath = model_path.rsplit("/", 1)[0] + "/" + dpath
-    xin, yin = data.get("input"), data.get("target")
+    xin = data.get("input") or next(n for n, v in inputs.items() if not v[2])
+    yin = data.get("target") or next(n for n, v in inputs.items() if v[2])
     if data["kind"] == "text":
         toks, n_train = text_data(dpath, data.get("train_fraction", 0.9))
         T = inputs[xin][1][1]
