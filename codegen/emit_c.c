@@ -167,6 +167,7 @@ static void emit_params(E *e) {
   out(e, "// ---- Parameters in canonical order: name, storage, gradient, optimizer state, init\n"
          "typedef struct Param {\n"
          "  const char *name;   // PyTorch state-dict name\n"
+         "  const char *mname, *vname; // names of its optimizer state in NAME.optim\n"
          "  float *data;        // values (tied parameters share their owner's)\n"
          "  float *grad;        // gradient at the end of a step (NULL: not trained)\n"
          "  float *m, *v;       // optimizer state\n"
@@ -183,7 +184,8 @@ static void emit_params(E *e) {
     const Tensor *t = g->params[i], *o = t->tied_to ? t->tied_to : t;
     int64_t ms = o->grad ? e->p->opt_offset[o->id] : -1, bytes = numel(e, o) * 4;
     int64_t mo = (bytes + 63) / 64 * 64;
-    out(e, "  P[%d] = (Param){%s, %s, %s, ", i, cstring(e, t->name), e->ident[o->id],
+    out(e, "  P[%d] = (Param){%s, %s, %s, %s, %s, ", i, cstring(e, t->name),
+        cstring(e, arena_printf(e->a, "m.%s", t->name)), cstring(e, arena_printf(e->a, "v.%s", t->name)), e->ident[o->id],
         o->grad && !t->tied_to ? e->ident[o->grad->id] : "NULL");
     if (ms >= 0 && !t->tied_to)
       out(e, "(float *)(optst + %lld), %s, ", (long long)ms,
@@ -359,6 +361,11 @@ static bool emit(E *e, const CodegenOptions *o) {
     out(e, "  printf(\"\\n\");\n  fflush(stdout);\n}\n\n");
   }
 
+  out(e, "// Everything the program allocated, returned at the end (leak checkers stay quiet).\n"
+         "static void release(void) {\n");
+  if (tokens) out(e, "  if (data.tokens) pr_tokens_close(&data);\n");
+  if (table) out(e, "  if (data.x) pr_table_close(&data);\n");
+  out(e, "  pr_free_region(params);\n  pr_free_region(grads);\n  pr_free_region(optst);\n  pr_free_region(acts);\n}\n\n");
   emit_gradcheck(e, tokens || table);
 
   // Main
@@ -380,7 +387,7 @@ static bool emit(E *e, const CodegenOptions *o) {
          "    refs[i] = (PrTensorRef){P[i].name, P[i].data, P[i].rank, {0}};\n"
          "    memcpy(refs[i].shape, P[i].shape, sizeof refs[i].shape);\n"
          "    optional[i] = P[i].init < 0;\n  }\n");
-  out(e, "  if (o.gradcheck) return gradcheck(&o);\n");
+  out(e, "  if (o.gradcheck) {\n    int rc = gradcheck(&o);\n    release();\n    return rc;\n  }\n");
   out(e, "  int64_t start = 0;\n"
          "  const char *load = o.resume ? o.resume : o.init;\n"
          "  if (load) {\n    pr_safetensors_load(load, refs, NPARAMS, optional, false);\n"
@@ -397,13 +404,15 @@ static bool emit(E *e, const CodegenOptions *o) {
   out(e, "  PrTensorRef orefs[2 * NPARAMS];\n  int nopt = 0;\n"
          "  for (int i = 0; i < NPARAMS; i++) {\n"
          "    if (!P[i].m) continue;\n"
-         "    orefs[nopt] = (PrTensorRef){pr_strcat2(\"m.\", P[i].name), P[i].m, P[i].rank, {0}};\n"
+         "    orefs[nopt] = (PrTensorRef){P[i].mname, P[i].m, P[i].rank, {0}};\n"
          "    memcpy(orefs[nopt++].shape, P[i].shape, sizeof P[i].shape);\n"
          "    if (P[i].v) {\n"
-         "      orefs[nopt] = (PrTensorRef){pr_strcat2(\"v.\", P[i].name), P[i].v, P[i].rank, {0}};\n"
+         "      orefs[nopt] = (PrTensorRef){P[i].vname, P[i].v, P[i].rank, {0}};\n"
          "      memcpy(orefs[nopt++].shape, P[i].shape, sizeof P[i].shape);\n    }\n  }\n");
+  out(e, "  char side[4096];\n");
   out(e, "  if (o.resume) {\n"
-         "    const char *side = pr_strcat2(o.resume, \".optim\");\n"
+         "    prCheck(snprintf(side, sizeof side, \"%%s.optim\", o.resume) < (int)sizeof side, \"use a shorter path\",\n"
+         "            \"--resume: path too long\");\n"
          "    char buf[64];\n"
          "    pr_safetensors_load(side, orefs, nopt, NULL, false);\n"
          "    prCheck(pr_safetensors_meta(side, \"step\", buf, sizeof buf), \"the optimizer file was not written by this program\",\n"
@@ -471,10 +480,12 @@ static bool emit(E *e, const CodegenOptions *o) {
          "    pr_safetensors_save(o.save, refs, NPARAMS, NULL, 0);\n"
          "    char stepbuf[32];\n    snprintf(stepbuf, sizeof stepbuf, \"%%lld\", (long long)o.steps);\n"
          "    const char *meta[2] = {\"step\", stepbuf};\n"
-         "    pr_safetensors_save(pr_strcat2(o.save, \".optim\"), orefs, nopt, meta, 1);\n"
+         "    prCheck(snprintf(side, sizeof side, \"%%s.optim\", o.save) < (int)sizeof side, \"use a shorter path\",\n"
+         "            \"--save: path too long\");\n"
+         "    pr_safetensors_save(side, orefs, nopt, meta, 1);\n"
          "    if (!o.quiet) printf(\"saved %%s (and its optimizer state %%s.optim)\\n\", o.save, o.save);\n  }\n");
   out(e, "  if (!o.quiet) printf(\"peak RSS %%.1f MiB\\n\", (double)pr_peak_rss_bytes() / (1 << 20));\n");
-  out(e, "  return 0;\n}\n");
+  out(e, "  release();\n  return 0;\n}\n");
   return !ferror(e->f);
 }
 

@@ -190,8 +190,15 @@ int main(int argc, char **argv) {
       {"version", no_argument, NULL, 'V'},        {NULL, 0, NULL, 0},
   };
   Driver dr = {0};
-  dr.defines = calloc((size_t)argc + 1, sizeof(char *));
-  dr.sets = calloc((size_t)argc + 1, sizeof(char *));
+  arena_init(&dr.arena); // everything below is freed at once by arena_free on every exit path
+  dr.defines = ARENA_ARRAY(&dr.arena, const char *, argc + 1);
+  dr.sets = ARENA_ARRAY(&dr.arena, const char *, argc + 1);
+#define RETURN(rc)                                                                                 \
+  do {                                                                                             \
+    int rc_ = (rc);                                                                                \
+    arena_free(&dr.arena);                                                                         \
+    return rc_;                                                                                    \
+  } while (0)
   dr.target = "cpu";
   // Everything after "--" belongs to the generated program (pipec run).
   for (int i = 1; i < argc; i++)
@@ -215,29 +222,25 @@ int main(int argc, char **argv) {
     case 'S': dr.sets[dr.nsets++] = arena_strdup_heap("steps=", optarg); break;
     case 'd': dr.dump_after = optarg; break;
     case 't': dr.time_passes = true; break;
-    case 'h': usage(stdout); free(dr.defines); free(dr.sets); return 0;
+    case 'h': usage(stdout); RETURN(0);
     case 'L': // the op registry's user-visible ops, one per line (docs, tests)
       for (int i = 0; i < op_count(); i++)
         if (!op_at(i)->internal) printf("%s\n", op_at(i)->name);
-      free(dr.defines);
-      free(dr.sets);
-      return 0;
-    case 'V': printf("pipec %s\n", PIPEC_VERSION); free(dr.defines); return 0;
-    case ':': free(dr.defines); return usage_error("option '%s' needs an argument", argv[optind - 1]);
-    default: free(dr.defines); return usage_error("unknown option '%s'", argv[optind - 1]);
+      RETURN(0);
+    case 'V': printf("pipec %s\n", PIPEC_VERSION); RETURN(0);
+    case ':': RETURN(usage_error("option '%s' needs an argument", argv[optind - 1]));
+    default: RETURN(usage_error("unknown option '%s'", argv[optind - 1]));
     }
   }
   for (int i = optind; i < argc; i++) {
     if (npos == 2) {
-      free(dr.defines);
-      return usage_error("unexpected argument '%s'", argv[i]);
+      RETURN(usage_error("unexpected argument '%s'", argv[i]));
     }
     positional[npos++] = argv[i];
   }
   int rc = 0;
   if (npos == 0) {
-    free(dr.defines);
-    return usage_error("%s", "no command given (check, print, plan, compile, run)");
+    RETURN(usage_error("%s", "no command given (check, print, plan, compile, run)"));
   }
   dr.command = positional[0];
   bool known = false;
@@ -255,12 +258,10 @@ int main(int argc, char **argv) {
     if (!ok) rc = usage_error("--dump-after: unknown pass '%s' (passes: expand, shape, autodiff, memplan)", dr.dump_after);
   }
   if (rc) {
-    free(dr.defines);
-    return rc;
+    RETURN(rc);
   }
   dr.model = positional[1];
 
-  arena_init(&dr.arena);
   diag_init(&dr.diag, dr.model, stderr);
   graph_init(&dr.graph, &dr.arena);
   ExpandOptions eo = {dr.defines, dr.ndefines};
@@ -300,18 +301,14 @@ int main(int argc, char **argv) {
     if (ok && !strcmp(dr.command, "compile")) fprintf(stderr, "pipec: wrote %s/rank0.c and %s/bin/train\n", out, out);
     if (ok && !strcmp(dr.command, "run")) {
       fflush(stdout);
-      char **pa = calloc((size_t)dr.nprog_args + 2, sizeof(char *));
+      char **pa = ARENA_ARRAY(&dr.arena, char *, dr.nprog_args + 2);
       pa[0] = arena_printf(&dr.arena, "%s/bin/train", out);
       for (int i = 0; i < dr.nprog_args; i++) pa[i + 1] = dr.prog_args[i];
       execv(pa[0], pa);
       fprintf(stderr, "pipec: cannot run %s: %s\n", pa[0], strerror(errno));
-      free(pa);
       status = EXIT_MODEL;
     }
   }
   source_free(&src);
-  arena_free(&dr.arena);
-  free(dr.defines);
-  free(dr.sets);
-  return status;
+  RETURN(status);
 }
