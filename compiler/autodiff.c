@@ -29,12 +29,12 @@ typedef struct ContribList {
 } ContribList;
 
 struct GradCtx {
-  Graph *g;            // graph being differentiated
-  Diag *d;             // diagnostics
-  bool *needs;         // per tensor id: needs a gradient
-  Tensor **grad;       // per tensor id: final gradient of an activation (or the loss seed)
-  ContribList *contr;  // per tensor id: contributions (params: keyed by their owner)
-  int ntensors;        // tensors when the pass started (the arrays' size)
+  Graph *g;           // graph being differentiated
+  Diag *d;            // diagnostics
+  bool *needs;        // per tensor id: needs a gradient
+  Tensor **grad;      // per tensor id: final gradient of an activation (or the loss seed)
+  ContribList *contr; // per tensor id: contributions (params: keyed by their owner)
+  int ntensors;       // tensors when the pass started (the arrays' size)
 };
 
 static void push(GradCtx *c, int id, Contrib x) {
@@ -54,16 +54,22 @@ static int by_key(const void *a, const void *b) {
   return (ka > kb) - (ka < kb);
 }
 
-Arena *grad_arena(GradCtx *c) { return c->g->arena; }
+Arena *grad_arena(GradCtx *c) {
+  return c->g->arena;
+}
 
-static const Tensor *owner(const Tensor *t) { return t->tied_to ? t->tied_to : t; }
+static const Tensor *owner(const Tensor *t) {
+  return t->tied_to ? t->tied_to : t;
+}
 
 bool grad_needed(GradCtx *c, const Node *n, int slot) {
   const Tensor *t = n->in[slot];
   return t->id < c->ntensors && c->needs[t->id];
 }
 
-Tensor *grad_output(GradCtx *c, const Node *n, int k) { return c->grad[n->out[k]->id]; }
+Tensor *grad_output(GradCtx *c, const Node *n, int k) {
+  return c->grad[n->out[k]->id];
+}
 
 static Tensor *new_tensor(GradCtx *c, const char *name, const Tensor *like, TensorKind kind) {
   Tensor *t = graph_add_tensor(c->g, name, kind);
@@ -81,8 +87,8 @@ Tensor *grad_zeros(GradCtx *c, const Tensor *like) {
   return t;
 }
 
-static Node *new_node(GradCtx *c, const char *name, const char *op, Tensor *const *ins, int nin, Tensor *out,
-                      NodeRole role, const Node *fwd, int slot) {
+static Node *new_node(GradCtx *c, const char *name, const char *op, Tensor *const *ins, int nin,
+                      Tensor *out, NodeRole role, const Node *fwd, int slot) {
   Node *b = graph_add_node(c->g, name, op_find(op), nin, 1);
   for (int i = 0; i < nin; i++) b->in[i] = ins[i];
   b->out[0] = out;
@@ -99,14 +105,16 @@ static Node *new_node(GradCtx *c, const char *name, const char *op, Tensor *cons
   return b;
 }
 
-Node *grad_emit(GradCtx *c, const Node *n, int slot, const char *bwd_op, Tensor *const *ins, int nin) {
+Node *grad_emit(GradCtx *c, const Node *n, int slot, const char *bwd_op, Tensor *const *ins,
+                int nin) {
   Arena *a = c->g->arena;
   Tensor *x = n->in[slot];
   const OpDef *op = op_find(bwd_op);
   int key = n->id * 65536 + slot;
   if (x->kind != T_PARAM) {
     Tensor *g = new_tensor(c, arena_printf(a, "d:%s@%s#%d", x->name, n->name, slot), x, T_ACT);
-    Node *b = new_node(c, arena_printf(a, "%s:d%d", n->name, slot), bwd_op, ins, nin, g, ROLE_BWD, n, slot);
+    Node *b = new_node(c, arena_printf(a, "%s:d%d", n->name, slot), bwd_op, ins, nin, g, ROLE_BWD,
+                       n, slot);
     push(c, x->id, (Contrib){key, g});
     return b;
   }
@@ -117,11 +125,14 @@ Node *grad_emit(GradCtx *c, const Node *n, int slot, const char *bwd_op, Tensor 
   buf->grad_of = (Tensor *)p;
   Node *b;
   if (op->acc) {
-    b = new_node(c, arena_printf(a, "%s:d%d", n->name, slot), bwd_op, ins, nin, buf, ROLE_WGT, n, slot);
+    b = new_node(c, arena_printf(a, "%s:d%d", n->name, slot), bwd_op, ins, nin, buf, ROLE_WGT, n,
+                 slot);
   } else {
     Tensor *tmp = new_tensor(c, arena_printf(a, "d:%s@%s#%d:mb", p->name, n->name, slot), p, T_ACT);
-    b = new_node(c, arena_printf(a, "%s:d%d", n->name, slot), bwd_op, ins, nin, tmp, ROLE_WGT, n, slot);
-    new_node(c, arena_printf(a, "%s:d%d:acc", n->name, slot), "accumulate", &tmp, 1, buf, ROLE_WGT, n, slot);
+    b = new_node(c, arena_printf(a, "%s:d%d", n->name, slot), bwd_op, ins, nin, tmp, ROLE_WGT, n,
+                 slot);
+    new_node(c, arena_printf(a, "%s:d%d:acc", n->name, slot), "accumulate", &tmp, 1, buf, ROLE_WGT,
+             n, slot);
   }
   push(c, p->id, (Contrib){key, buf});
   return b;
@@ -129,8 +140,10 @@ Node *grad_emit(GradCtx *c, const Node *n, int slot, const char *bwd_op, Tensor 
 
 void grad_pass(GradCtx *c, const Node *n, int slot, Tensor *t) {
   Tensor *x = n->in[slot];
-  if (x->kind == T_PARAM) grad_emit(c, n, slot, "accumulate", &t, 1);
-  else push(c, x->id, (Contrib){n->id * 65536 + slot, t});
+  if (x->kind == T_PARAM)
+    grad_emit(c, n, slot, "accumulate", &t, 1);
+  else
+    push(c, x->id, (Contrib){n->id * 65536 + slot, t});
 }
 
 // Final gradient of t from its contributions, summed in canonical order.
@@ -143,7 +156,8 @@ static Tensor *finish(GradCtx *c, Tensor *t, NodeRole role) {
   for (int i = 0; i < l->n; i++) xs[i] = l->items[i].grad;
   Tensor *sum = new_tensor(c, arena_printf(c->g->arena, "d:%s", t->name), t, T_ACT);
   sum->per_step = role == ROLE_STEP;
-  new_node(c, arena_printf(c->g->arena, "d:%s:sum", t->name), "add_n", xs, l->n, sum, role, NULL, -1);
+  new_node(c, arena_printf(c->g->arena, "d:%s:sum", t->name), "add_n", xs, l->n, sum, role, NULL,
+           -1);
   return sum;
 }
 
@@ -155,13 +169,15 @@ bool pass_autodiff(Graph *g, int microbatches, Diag *d) {
   g->nfwd = g->nnodes;
   g->microbatches = microbatches;
   // 1. depends on a parameter (forward) and reaches the loss (backward).
-  bool *dep = ARENA_ARRAY(g->arena, bool, g->ntensors), *reach = ARENA_ARRAY(g->arena, bool, g->ntensors);
+  bool *dep = ARENA_ARRAY(g->arena, bool, g->ntensors),
+       *reach = ARENA_ARRAY(g->arena, bool, g->ntensors);
   for (int i = 0; i < g->nparams; i++) dep[g->params[i]->id] = true;
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     bool any = false;
     for (int j = 0; j < n->nin; j++) any |= dep[n->in[j]->id] && dtype_is_float(n->in[j]->dtype);
-    for (int k = 0; k < n->nout; k++) dep[n->out[k]->id] = any && !n->out[k]->hidden && dtype_is_float(n->out[k]->dtype);
+    for (int k = 0; k < n->nout; k++)
+      dep[n->out[k]->id] = any && !n->out[k]->hidden && dtype_is_float(n->out[k]->dtype);
   }
   reach[g->loss->id] = true;
   for (int i = g->nnodes - 1; i >= 0; i--) {
@@ -173,7 +189,8 @@ bool pass_autodiff(Graph *g, int microbatches, Diag *d) {
   }
   for (int i = 0; i < g->ntensors; i++) c.needs[i] = dep[i] && reach[i];
   if (!c.needs[g->loss->id]) {
-    diag_error(d, g->loss->loc, "loss: '%s' does not depend on any parameter; there is nothing to train",
+    diag_error(d, g->loss->loc,
+               "loss: '%s' does not depend on any parameter; there is nothing to train",
                g->loss->name);
     return false;
   }

@@ -11,14 +11,14 @@ enum { MAX_PARENS = 256, MAX_SHOWN = 200 };
 static _Thread_local int parens_open;
 
 typedef struct P {
-  const char *s;     // whole expression as shown in messages (shortened with "..." when long)
-  const char *p;     // cursor
-  DimLookup lookup;  // name resolver
-  void *ctx;         // resolver context
-  char *err;         // message buffer
-  int errcap;        // its size
-  bool failed;       // an error was reported
-  int depth;         // parentheses open at the cursor in this expression
+  const char *s;    // whole expression as shown in messages (shortened with "..." when long)
+  const char *p;    // cursor
+  DimLookup lookup; // name resolver
+  void *ctx;        // resolver context
+  char *err;        // message buffer
+  int errcap;       // its size
+  bool failed;      // an error was reported
+  int depth;        // parentheses open at the cursor in this expression
 } P;
 
 static bool fail(P *p, const char *fmt, const char *arg) {
@@ -27,7 +27,9 @@ static bool fail(P *p, const char *fmt, const char *arg) {
   return false;
 }
 
-static void ws(P *p) { while (*p->p == ' ') p->p++; }
+static void ws(P *p) {
+  while (*p->p == ' ') p->p++;
+}
 
 static bool expr(P *p, Dim *out);
 
@@ -46,11 +48,14 @@ __attribute__((noinline)) static bool unexpected(P *p) {
 __attribute__((noinline)) static bool too_deep(P *p) {
   char msg[MAX_SHOWN + 160];
   if (p->depth == parens_open)
-    snprintf(msg, sizeof msg, "dimension expression '%.16s...' nests too deeply (more than %d levels of parentheses)",
-             p->s, MAX_PARENS);
+    snprintf(
+        msg, sizeof msg,
+        "dimension expression '%.16s...' nests too deeply (more than %d levels of parentheses)",
+        p->s, MAX_PARENS);
   else
     snprintf(msg, sizeof msg,
-             "dimension expression '%s' nests too deeply (more than %d levels of parentheses, with those of the "
+             "dimension expression '%s' nests too deeply (more than %d levels of parentheses, with "
+             "those of the "
              "expressions that use it)",
              p->s, MAX_PARENS);
   return fail(p, "%s", msg);
@@ -128,7 +133,8 @@ static bool term(P *p, Dim *out) {
     } else {
       if (r.b) return fail(p, "cannot divide by the batch symbol in '%s'", p->s);
       if (r.n == 0) return fail(p, "division by zero in dimension expression '%s'", p->s);
-      if (out->n % r.n != 0) return fail(p, "division is not exact in dimension expression '%s'", p->s);
+      if (out->n % r.n != 0)
+        return fail(p, "division is not exact in dimension expression '%s'", p->s);
       out->n /= r.n;
     }
   }
@@ -144,9 +150,11 @@ static bool expr(P *p, Dim *out) {
     Dim r;
     if (!term(p, &r)) return false;
     if (out->b || r.b) return fail(p, "the batch symbol may only multiply, in '%s'", p->s);
-    if (op == '+' ? __builtin_add_overflow(out->n, r.n, &out->n) : __builtin_sub_overflow(out->n, r.n, &out->n))
+    if (op == '+' ? __builtin_add_overflow(out->n, r.n, &out->n)
+                  : __builtin_sub_overflow(out->n, r.n, &out->n))
       return fail(p, "dimension expression '%s' overflows", p->s);
-    if (out->n > PIPEC_MAX_NUMEL) return fail(p, "dimension expression '%s' overflows (more than 2^53)", p->s);
+    if (out->n > PIPEC_MAX_NUMEL)
+      return fail(p, "dimension expression '%s' overflows (more than 2^53)", p->s);
   }
 }
 

@@ -29,42 +29,44 @@ typedef struct DimSlot {
 } DimSlot;
 
 typedef struct BlockDef {
-  const char *name;      // block name
-  const cJSON *obj;      // its JSON object
-  const char *path;      // "blocks[k]"
-  const cJSON *inputs;   // formal input names
-  const cJSON *outputs;  // output names (with {i})
-  const cJSON *params;   // params array or NULL
-  const cJSON *nodes;    // nodes array
-  int nin;               // number of formal inputs
+  const char *name;     // block name
+  const cJSON *obj;     // its JSON object
+  const char *path;     // "blocks[k]"
+  const cJSON *inputs;  // formal input names
+  const cJSON *outputs; // output names (with {i})
+  const cJSON *params;  // params array or NULL
+  const cJSON *nodes;   // nodes array
+  int nin;              // number of formal inputs
 } BlockDef;
 
 typedef struct Spec {
-  const cJSON *obj;       // the node's JSON object
-  Node *node;             // the node created for it
-  const BlockDef *blk;    // block, or NULL at top level
-  int inst;               // instance index inside the block
-  const char **actuals;   // block only: global name bound to each formal input
+  const cJSON *obj;     // the node's JSON object
+  Node *node;           // the node created for it
+  const BlockDef *blk;  // block, or NULL at top level
+  int inst;             // instance index inside the block
+  const char **actuals; // block only: global name bound to each formal input
 } Spec;
 
 typedef struct X {
-  const Source *src;  // the document
-  Graph *g;           // graph being built
-  Diag *d;            // diagnostics
-  Arena *a;           // graph arena
-  StrMap dims;        // name -> DimSlot*
-  StrMap blocks;      // name -> BlockDef*
-  Spec *specs;        // node instantiations in file order
-  int nspecs, cap;    // count and capacity
-  int ndim_slots;     // dims created (for ordering)
-  DimSlot **dim_order;// dims in file order
-  int dim_depth;      // dims being resolved, one inside another's expression (bounds the recursion)
+  const Source *src;   // the document
+  Graph *g;            // graph being built
+  Diag *d;             // diagnostics
+  Arena *a;            // graph arena
+  StrMap dims;         // name -> DimSlot*
+  StrMap blocks;       // name -> BlockDef*
+  Spec *specs;         // node instantiations in file order
+  int nspecs, cap;     // count and capacity
+  int ndim_slots;      // dims created (for ordering)
+  DimSlot **dim_order; // dims in file order
+  int dim_depth; // dims being resolved, one inside another's expression (bounds the recursion)
 } X;
 
 // ---------------------------------------------------------------------------------------------
 // Small helpers: positions, JSON type checks, suggestions
 
-static Loc loc_of(X *x, const cJSON *it) { return source_loc(x->src, it); }
+static Loc loc_of(X *x, const cJSON *it) {
+  return source_loc(x->src, it);
+}
 
 static const char *json_type(const cJSON *it) {
   if (cJSON_IsString(it)) return "a string";
@@ -106,7 +108,8 @@ static const char *suggest(X *x, const char *word, const char *const *cands, int
 }
 
 // Checks obj is an object whose keys are all in allowed and appear once.
-static bool check_keys(X *x, const cJSON *obj, const char *path, const char *const *allowed, int n) {
+static bool check_keys(X *x, const cJSON *obj, const char *path, const char *const *allowed,
+                       int n) {
   if (!cJSON_IsObject(obj)) {
     diag_error(x->d, loc_of(x, obj), "%s: expected an object, got %s", path, json_type(obj));
     return false;
@@ -115,7 +118,8 @@ static bool check_keys(X *x, const cJSON *obj, const char *path, const char *con
     bool ok = false;
     for (int i = 0; i < n && !ok; i++) ok = strcmp(c->string, allowed[i]) == 0;
     if (!ok) {
-      diag_error(x->d, loc_of(x, c), "%s: unknown key '%s'%s", path, c->string, suggest(x, c->string, allowed, n));
+      diag_error(x->d, loc_of(x, c), "%s: unknown key '%s'%s", path, c->string,
+                 suggest(x, c->string, allowed, n));
       return false;
     }
     for (const cJSON *e = obj->child; e != c; e = e->next)
@@ -127,7 +131,9 @@ static bool check_keys(X *x, const cJSON *obj, const char *path, const char *con
   return true;
 }
 
-static const cJSON *get(const cJSON *obj, const char *key) { return cJSON_GetObjectItemCaseSensitive(obj, key); }
+static const cJSON *get(const cJSON *obj, const char *key) {
+  return cJSON_GetObjectItemCaseSensitive(obj, key);
+}
 
 static bool need(X *x, const cJSON *obj, const char *path, const char *key, const cJSON **out) {
   *out = get(obj, key);
@@ -185,7 +191,9 @@ static const char *pathk(X *x, const char *base, const char *key) {
   return p;
 }
 
-static const char *path_idx(X *x, const char *base, int i) { return arena_printf(x->a, "%s[%d]", base, i); }
+static const char *path_idx(X *x, const char *base, int i) {
+  return arena_printf(x->a, "%s[%d]", base, i);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Names
@@ -202,14 +210,14 @@ static bool check_name(X *x, const cJSON *it, const char *path, const char *name
       diag_error(x->d, loc_of(x, it), "%s: name contains a control character", path);
       return false;
     }
-    if (*p == ':' ) {
-      diag_error(x->d, loc_of(x, it), "%s: name '%s' contains ':', which is reserved for output indices", path,
-                 name);
+    if (*p == ':') {
+      diag_error(x->d, loc_of(x, it),
+                 "%s: name '%s' contains ':', which is reserved for output indices", path, name);
       return false;
     }
     if (!in_block && (*p == '{' || *p == '}')) {
-      diag_error(x->d, loc_of(x, it), "%s: name '%s' contains '%c', which is reserved for blocks ({i})", path,
-                 name, *p);
+      diag_error(x->d, loc_of(x, it),
+                 "%s: name '%s' contains '%c', which is reserved for blocks ({i})", path, name, *p);
       return false;
     }
   }
@@ -225,8 +233,9 @@ static const char *subst(X *x, const cJSON *it, const char *path, const char *na
       o += (size_t)snprintf(buf + o, sizeof buf - o, "%d", inst);
       p += 3;
     } else if (*p == '{' || *p == '}') {
-      diag_error(x->d, loc_of(x, it), "%s: '%s' has a '%c' that is not part of '{i}' (the only substitution)",
-                 path, name, *p);
+      diag_error(x->d, loc_of(x, it),
+                 "%s: '%s' has a '%c' that is not part of '{i}' (the only substitution)", path,
+                 name, *p);
       return NULL;
     } else {
       if (o + 1 >= sizeof buf) break;
@@ -253,8 +262,8 @@ static bool name_free(X *x, const cJSON *it, const char *path, const char *name)
   if (!graph_find(x->g, name) && !strmap_get(&x->g->node_names, name)) return true;
   Loc first = def_loc(x, name);
   if (first.line)
-    diag_error(x->d, loc_of(x, it), "%s: duplicate name '%s' (first defined at line %d, column %d)", path, name,
-               first.line, first.col);
+    diag_error(x->d, loc_of(x, it), "%s: duplicate name '%s' (first defined at line %d, column %d)",
+               path, name, first.line, first.col);
   else
     diag_error(x->d, loc_of(x, it), "%s: duplicate name '%s'", path, name);
   return false;
@@ -286,7 +295,8 @@ static bool eval_expr(X *x, const char *expr, Dim *out, char *err, int errcap) {
 }
 
 // Reports an error in dim s at s ("dims.NAME: ..."; a -D value has no position); returns false.
-__attribute__((format(printf, 3, 4))) static bool dim_error(X *x, DimSlot *s, const char *fmt, ...) {
+__attribute__((format(printf, 3, 4))) static bool dim_error(X *x, DimSlot *s, const char *fmt,
+                                                            ...) {
   char msg[512];
   va_list ap;
   va_start(ap, fmt);
@@ -303,7 +313,8 @@ static bool resolve_dim_value(X *x, DimSlot *s);
 // dim that closes it.
 static bool resolve_dim(X *x, DimSlot *s) {
   if (s->state == 2) return true;
-  if (s->state == 1) return dim_error(x, s, "dims refer to each other in a cycle through '%s'", s->name);
+  if (s->state == 1)
+    return dim_error(x, s, "dims refer to each other in a cycle through '%s'", s->name);
   if (x->dim_depth == MAX_DIM_DEPTH) // each level recurses through the expression evaluator
     return dim_error(x, s, "dims refer to each other more than %d deep", MAX_DIM_DEPTH);
   s->state = 1;
@@ -318,10 +329,13 @@ static bool resolve_dim_value(X *x, DimSlot *s) {
   char err[512];
   int before = x->d->errors;
   Dim v;
-  const char *expr = s->override ? s->override : cJSON_IsString(s->item) ? s->item->valuestring : NULL;
+  const char *expr = s->override               ? s->override
+                     : cJSON_IsString(s->item) ? s->item->valuestring
+                                               : NULL;
   if (expr) {
     // An error of a dim it uses has been reported at that dim already.
-    if (!eval_expr(x, expr, &v, err, sizeof err)) return x->d->errors > before ? false : dim_error(x, s, "%s", err);
+    if (!eval_expr(x, expr, &v, err, sizeof err))
+      return x->d->errors > before ? false : dim_error(x, s, "%s", err);
   } else if (cJSON_IsNumber(s->item)) {
     int64_t n;
     if (!source_int(x->src, s->item, &n) || n < 1) {
@@ -334,7 +348,9 @@ static bool resolve_dim_value(X *x, DimSlot *s) {
     return dim_error(x, s, "dim '%s' must be an integer or an expression string, got %s", s->name,
                      json_type(s->item));
   }
-  if (v.b) return dim_error(x, s, "dim '%s' may not depend on the batch symbol '%s'", s->name, x->g->batch_sym);
+  if (v.b)
+    return dim_error(x, s, "dim '%s' may not depend on the batch symbol '%s'", s->name,
+                     x->g->batch_sym);
   if (v.n < 1) return dim_error(x, s, "dim '%s' must be >= 1, got %lld", s->name, (long long)v.n);
   s->value = v;
   s->state = 2;
@@ -358,11 +374,13 @@ static bool parse_dims(X *x, const cJSON *root, const ExpandOptions *opt) {
   x->dim_order = ARENA_ARRAY(x->a, DimSlot *, n + 1);
   for (const cJSON *c = dims ? dims->child : NULL; c; c = c->next) {
     if (!is_ident(c->string)) {
-      diag_error(x->d, loc_of(x, c), "dims: '%s' is not a valid dim name (letters, digits, '_')", c->string);
+      diag_error(x->d, loc_of(x, c), "dims: '%s' is not a valid dim name (letters, digits, '_')",
+                 c->string);
       return false;
     }
     if (strcmp(c->string, x->g->batch_sym) == 0) {
-      diag_error(x->d, loc_of(x, c), "dims: '%s' is the batch symbol; it is bound by the training configuration",
+      diag_error(x->d, loc_of(x, c),
+                 "dims: '%s' is the batch symbol; it is bound by the training configuration",
                  c->string);
       return false;
     }
@@ -411,8 +429,8 @@ static bool parse_dim(X *x, const cJSON *it, const char *path, bool allow_infer,
   } else {
     int64_t v;
     if (!cJSON_IsNumber(it)) {
-      diag_error(x->d, loc_of(x, it), "%s: expected a dimension (integer or dim name), got %s", path,
-                 json_type(it));
+      diag_error(x->d, loc_of(x, it), "%s: expected a dimension (integer or dim name), got %s",
+                 path, json_type(it));
       return false;
     }
     if (!want_int(x, it, path, &v)) return false;
@@ -420,7 +438,8 @@ static bool parse_dim(X *x, const cJSON *it, const char *path, bool allow_infer,
     if (allow_infer && v == -1) return true;
   }
   if (out->n < 1) {
-    diag_error(x->d, loc_of(x, it), "%s: dimension must be >= 1, got %lld", path, (long long)out->n);
+    diag_error(x->d, loc_of(x, it), "%s: dimension must be >= 1, got %lld", path,
+               (long long)out->n);
     return false;
   }
   return true;
@@ -430,7 +449,8 @@ static bool parse_shape(X *x, const cJSON *arr, const char *path, bool allow_bat
   if (!want_array(x, arr, path)) return false;
   int n = cJSON_GetArraySize(arr);
   if (n > MAX_RANK) {
-    diag_error(x->d, loc_of(x, arr), "%s: rank %d is more than the %d dims pipec supports", path, n, MAX_RANK);
+    diag_error(x->d, loc_of(x, arr), "%s: rank %d is more than the %d dims pipec supports", path, n,
+               MAX_RANK);
     return false;
   }
   s->rank = 0;
@@ -446,7 +466,8 @@ static bool parse_shape(X *x, const cJSON *arr, const char *path, bool allow_bat
     s->rank++;
   }
   if (shape_numel(s, 1) < 0) {
-    diag_error(x->d, loc_of(x, arr), "%s: shape %s has more than 2^53 elements", path, fmt_shape(x->g, s));
+    diag_error(x->d, loc_of(x, arr), "%s: shape %s has more than 2^53 elements", path,
+               fmt_shape(x->g, s));
     return false;
   }
   return true;
@@ -459,7 +480,8 @@ static bool parse_dtype(X *x, const cJSON *obj, const char *path, DType *out) {
   const char *s;
   if (!want_string(x, it, pathk(x, path, "dtype"), &s)) return false;
   if (!dtype_parse(s, out)) {
-    diag_error(x->d, loc_of(x, it), "%s.dtype: unknown dtype '%s' (expected f32, bf16, f16 or i32)", path, s);
+    diag_error(x->d, loc_of(x, it), "%s.dtype: unknown dtype '%s' (expected f32, bf16, f16 or i32)",
+               path, s);
     return false;
   }
   return true;
@@ -482,22 +504,25 @@ static bool parse_inputs(X *x, const cJSON *root) {
     const cJSON *nm, *sh;
     const char *name;
     if (!check_keys(x, c, path, keys, 4) || !need(x, c, path, "name", &nm) ||
-        !want_string(x, nm, pathk(x, path, "name"), &name) || !check_name(x, nm, path, name, false) ||
-        !name_free(x, c, path, name) || !need(x, c, path, "shape", &sh))
+        !want_string(x, nm, pathk(x, path, "name"), &name) ||
+        !check_name(x, nm, path, name, false) || !name_free(x, c, path, name) ||
+        !need(x, c, path, "shape", &sh))
       return false;
     Tensor *t = graph_add_tensor(x->g, name, T_INPUT);
     t->loc = loc_of(x, c);
     t->path = path;
     const char *spath = pathk(x, path, "shape");
-    if (!parse_dtype(x, c, path, &t->dtype) || !parse_shape(x, sh, spath, true, &t->shape)) return false;
+    if (!parse_dtype(x, c, path, &t->dtype) || !parse_shape(x, sh, spath, true, &t->shape))
+      return false;
     if (t->shape.rank == 0 || !(t->shape.d[0].b && t->shape.d[0].n == 1)) {
-      diag_error(x->d, loc_of(x, sh), "%s: the first dim of an input must be the batch symbol '%s'", spath,
-                 x->g->batch_sym);
+      diag_error(x->d, loc_of(x, sh), "%s: the first dim of an input must be the batch symbol '%s'",
+                 spath, x->g->batch_sym);
       return false;
     }
     for (int k = 1; k < t->shape.rank; k++)
       if (t->shape.d[k].b) {
-        diag_error(x->d, loc_of(x, sh), "%s: the batch symbol '%s' may appear only as the first dim", spath,
+        diag_error(x->d, loc_of(x, sh),
+                   "%s: the batch symbol '%s' may appear only as the first dim", spath,
                    x->g->batch_sym);
         return false;
       }
@@ -507,8 +532,8 @@ static bool parse_inputs(X *x, const cJSON *root) {
   return true;
 }
 
-static bool want_number(X *x, const cJSON *obj, const char *path, const char *key, bool required, double def,
-                        double *out) {
+static bool want_number(X *x, const cJSON *obj, const char *path, const char *key, bool required,
+                        double def, double *out) {
   const cJSON *it = get(obj, key);
   *out = def;
   if (!it) {
@@ -536,7 +561,8 @@ static bool parse_init(X *x, const cJSON *it, const char *path, Tensor *t) {
         !want_string(x, kit, pathk(x, path, "kind"), &kind))
       return false;
   } else {
-    diag_error(x->d, loc_of(x, it), "%s: expected an init name or object, got %s", path, json_type(it));
+    diag_error(x->d, loc_of(x, it), "%s: expected an init name or object, got %s", path,
+               json_type(it));
     return false;
   }
   int k = -1;
@@ -551,7 +577,8 @@ static bool parse_init(X *x, const cJSON *it, const char *path, Tensor *t) {
   t->init.kind = (InitKind)k;
   if (cJSON_IsString(it) && (k == INIT_NORMAL || k == INIT_UNIFORM)) {
     diag_error(x->d, loc_of(x, it), "%s: init '%s' needs parameters: %s", path, kind,
-               k == INIT_NORMAL ? "{\"kind\": \"normal\", \"std\": S}" : "{\"kind\": \"uniform\", \"a\": A, \"b\": B}");
+               k == INIT_NORMAL ? "{\"kind\": \"normal\", \"std\": S}"
+                                : "{\"kind\": \"uniform\", \"a\": A, \"b\": B}");
     return false;
   }
   // Keys that do not belong to the kind are errors too.
@@ -567,9 +594,11 @@ static bool parse_init(X *x, const cJSON *it, const char *path, Tensor *t) {
     }
   switch (t->init.kind) {
   case INIT_ZEROS:
-  case INIT_ONES: break;
+  case INIT_ONES:
+    break;
   case INIT_NORMAL:
-    if (!want_number(x, it, path, "mean", false, 0, &t->init.a) || !want_number(x, it, path, "std", true, 0, &t->init.b))
+    if (!want_number(x, it, path, "mean", false, 0, &t->init.a) ||
+        !want_number(x, it, path, "std", true, 0, &t->init.b))
       return false;
     if (!(t->init.b > 0)) {
       diag_error(x->d, loc_of(x, get(it, "std")), "%s.std: must be > 0, got %g", path, t->init.b);
@@ -577,10 +606,12 @@ static bool parse_init(X *x, const cJSON *it, const char *path, Tensor *t) {
     }
     break;
   case INIT_UNIFORM:
-    if (!want_number(x, it, path, "a", true, 0, &t->init.a) || !want_number(x, it, path, "b", true, 0, &t->init.b))
+    if (!want_number(x, it, path, "a", true, 0, &t->init.a) ||
+        !want_number(x, it, path, "b", true, 0, &t->init.b))
       return false;
     if (!(t->init.a < t->init.b)) {
-      diag_error(x->d, loc_of(x, it), "%s: uniform needs a < b, got a = %g, b = %g", path, t->init.a, t->init.b);
+      diag_error(x->d, loc_of(x, it), "%s: uniform needs a < b, got a = %g, b = %g", path,
+                 t->init.a, t->init.b);
       return false;
     }
     break;
@@ -592,8 +623,9 @@ static bool parse_init(X *x, const cJSON *it, const char *path, Tensor *t) {
       return false;
     }
     if (t->shape.rank < 2) {
-      diag_error(x->d, loc_of(x, it), "%s: xavier needs a parameter of rank >= 2, '%s' has shape %s", path,
-                 t->name, fmt_shape(x->g, &t->shape));
+      diag_error(x->d, loc_of(x, it),
+                 "%s: xavier needs a parameter of rank >= 2, '%s' has shape %s", path, t->name,
+                 fmt_shape(x->g, &t->shape));
       return false;
     }
     break;
@@ -602,18 +634,22 @@ static bool parse_init(X *x, const cJSON *it, const char *path, Tensor *t) {
 }
 
 // One param object; name is already substituted (blocks) and checked.
-static bool parse_param(X *x, const cJSON *c, const char *path, const char *name, const cJSON *nm, int inst) {
+static bool parse_param(X *x, const cJSON *c, const char *path, const char *name, const cJSON *nm,
+                        int inst) {
   static const char *const keys[] = {"name", "shape", "dtype", "init", "tied_to"};
   const cJSON *sh;
-  if (!check_keys(x, c, path, keys, 5) || !name_free(x, nm, path, name) || !need(x, c, path, "shape", &sh))
+  if (!check_keys(x, c, path, keys, 5) || !name_free(x, nm, path, name) ||
+      !need(x, c, path, "shape", &sh))
     return false;
   Tensor *t = graph_add_tensor(x->g, name, T_PARAM);
   t->loc = loc_of(x, c);
   t->path = path;
-  if (!parse_dtype(x, c, path, &t->dtype) || !parse_shape(x, sh, pathk(x, path, "shape"), false, &t->shape))
+  if (!parse_dtype(x, c, path, &t->dtype) ||
+      !parse_shape(x, sh, pathk(x, path, "shape"), false, &t->shape))
     return false;
   if (!dtype_is_float(t->dtype)) {
-    diag_error(x->d, loc_of(x, c), "%s: parameter '%s' has dtype %s; parameters must be floating point", path, name,
+    diag_error(x->d, loc_of(x, c),
+               "%s: parameter '%s' has dtype %s; parameters must be floating point", path, name,
                dtype_name(t->dtype));
     return false;
   }
@@ -623,22 +659,25 @@ static bool parse_param(X *x, const cJSON *c, const char *path, const char *name
     if (!want_string(x, tied, pathk(x, path, "tied_to"), &owner)) return false;
     if (inst >= 0 && !(owner = subst(x, tied, path, owner, inst))) return false;
     if (init) {
-      diag_error(x->d, loc_of(x, init), "%s: a tied parameter has no init of its own (it shares '%s')", path, owner);
+      diag_error(x->d, loc_of(x, init),
+                 "%s: a tied parameter has no init of its own (it shares '%s')", path, owner);
       return false;
     }
     Tensor *o = graph_find(x->g, owner);
     if (o == t) {
-      diag_error(x->d, loc_of(x, tied), "%s.tied_to: '%s' is this parameter itself; tie it to an earlier parameter",
-                 path, owner);
+      diag_error(x->d, loc_of(x, tied),
+                 "%s.tied_to: '%s' is this parameter itself; tie it to an earlier parameter", path,
+                 owner);
       return false;
     }
     if (!o || o->kind != T_PARAM) {
-      diag_error(x->d, loc_of(x, tied), "%s.tied_to: '%s' is not a parameter defined before '%s'", path, owner, name);
+      diag_error(x->d, loc_of(x, tied), "%s.tied_to: '%s' is not a parameter defined before '%s'",
+                 path, owner, name);
       return false;
     }
     if (o->tied_to) {
-      diag_error(x->d, loc_of(x, tied), "%s.tied_to: '%s' is itself tied to '%s'; tie to the owner", path, owner,
-                 o->tied_to->name);
+      diag_error(x->d, loc_of(x, tied), "%s.tied_to: '%s' is itself tied to '%s'; tie to the owner",
+                 path, owner, o->tied_to->name);
       return false;
     }
     if (!shape_eq(&o->shape, &t->shape) || o->dtype != t->dtype) {
@@ -672,8 +711,9 @@ static bool parse_params(X *x, const cJSON *arr, const char *base, int inst) {
       return false;
     if (inst >= 0) {
       if (!strstr(name, "{i}")) {
-        diag_error(x->d, loc_of(x, nm), "%s: block parameter '%s' must contain {i} so each instance has its own",
-                   path, name);
+        diag_error(x->d, loc_of(x, nm),
+                   "%s: block parameter '%s' must contain {i} so each instance has its own", path,
+                   name);
         return false;
       }
       if (!(name = subst(x, nm, path, name, inst))) return false;
@@ -718,7 +758,8 @@ static bool parse_attr(X *x, const AttrDef *ad, const cJSON *it, const char *pat
         return false;
       }
       if (dd.b) {
-        diag_error(x->d, loc_of(x, it), "%s: an integer attribute cannot use the batch symbol", path);
+        diag_error(x->d, loc_of(x, it), "%s: an integer attribute cannot use the batch symbol",
+                   path);
         return false;
       }
       v->i = dd.n;
@@ -770,7 +811,8 @@ static bool parse_attrs(X *x, Node *n, const cJSON *obj, const char *path) {
   }
   const cJSON *attrs = get(obj, "attrs");
   if (attrs && !cJSON_IsObject(attrs)) {
-    diag_error(x->d, loc_of(x, attrs), "%s.attrs: expected an object, got %s", path, json_type(attrs));
+    diag_error(x->d, loc_of(x, attrs), "%s.attrs: expected an object, got %s", path,
+               json_type(attrs));
     return false;
   }
   for (const cJSON *c = attrs ? attrs->child : NULL; c; c = c->next) {
@@ -781,13 +823,14 @@ static bool parse_attrs(X *x, Node *n, const cJSON *obj, const char *path) {
       char list[512] = "";
       for (int j = 0; j < op->nattrs && j < 16; j++) {
         names[nn++] = op->attrs[j].name;
-        snprintf(list + strlen(list), sizeof list - strlen(list), "%s'%s'", j ? ", " : "", op->attrs[j].name);
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s'%s'", j ? ", " : "",
+                 op->attrs[j].name);
       }
       if (op->nattrs == 0)
         node_error(x->d, n, "unknown attribute '%s': %s takes no attributes", c->string, op->name);
       else
-        node_error(x->d, n, "unknown attribute '%s'%s: %s takes %s", c->string, suggest(x, c->string, names, nn),
-                   op->name, list);
+        node_error(x->d, n, "unknown attribute '%s'%s: %s takes %s", c->string,
+                   suggest(x, c->string, names, nn), op->name, list);
       return false;
     }
     for (const cJSON *e = attrs->child; e != c; e = e->next)
@@ -795,7 +838,8 @@ static bool parse_attrs(X *x, Node *n, const cJSON *obj, const char *path) {
         diag_error(x->d, loc_of(x, c), "%s.attrs: duplicate key '%s'", path, c->string);
         return false;
       }
-    if (!parse_attr(x, &op->attrs[k], c, arena_printf(x->a, "%s.attrs.%s", path, c->string), &n->attrs[k]))
+    if (!parse_attr(x, &op->attrs[k], c, arena_printf(x->a, "%s.attrs.%s", path, c->string),
+                    &n->attrs[k]))
       return false;
   }
   for (int i = 0; i < op->nattrs; i++)
@@ -827,7 +871,8 @@ static bool parse_stage_hints(X *x, const cJSON *obj, const char *path, Node *n)
     int64_t v;
     if (!want_int(x, st, pathk(x, path, "stage"), &v)) return false;
     if (v < 0 || v > 65535) {
-      diag_error(x->d, loc_of(x, st), "%s.stage: must be from 0 to 65535, got %lld", path, (long long)v);
+      diag_error(x->d, loc_of(x, st), "%s.stage: must be from 0 to 65535, got %lld", path,
+                 (long long)v);
       return false;
     }
     n->stage = (int)v;
@@ -842,12 +887,13 @@ static Node *make_node(X *x, const cJSON *c, const char *path, const BlockDef *b
   const cJSON *nm, *opj, *ins;
   const char *name, *opname;
   if (!check_keys(x, c, path, keys, 6) || !need(x, c, path, "name", &nm) ||
-      !want_string(x, nm, pathk(x, path, "name"), &name) || !check_name(x, nm, path, name, blk != NULL))
+      !want_string(x, nm, pathk(x, path, "name"), &name) ||
+      !check_name(x, nm, path, name, blk != NULL))
     return NULL;
   if (blk) {
     if (!strstr(name, "{i}")) {
-      diag_error(x->d, loc_of(x, nm), "%s: block node '%s' must contain {i} so each instance has its own", path,
-                 name);
+      diag_error(x->d, loc_of(x, nm),
+                 "%s: block node '%s' must contain {i} so each instance has its own", path, name);
       return NULL;
     }
     if (!(name = subst(x, nm, path, name, inst))) return NULL;
@@ -872,12 +918,14 @@ static Node *make_node(X *x, const cJSON *c, const char *path, const BlockDef *b
   Node tmp = {.name = name, .path = path, .loc = loc_of(x, c), .op = op};
   if (nin < op->min_in || (op->max_in >= 0 && nin > op->max_in)) {
     if (op->max_in < 0)
-      node_error(x->d, &tmp, "%s takes at least %d input%s, got %d", op->name, op->min_in, op->min_in == 1 ? "" : "s",
-                 nin);
+      node_error(x->d, &tmp, "%s takes at least %d input%s, got %d", op->name, op->min_in,
+                 op->min_in == 1 ? "" : "s", nin);
     else if (op->min_in == op->max_in)
-      node_error(x->d, &tmp, "%s takes %d input%s, got %d", op->name, op->min_in, op->min_in == 1 ? "" : "s", nin);
+      node_error(x->d, &tmp, "%s takes %d input%s, got %d", op->name, op->min_in,
+                 op->min_in == 1 ? "" : "s", nin);
     else
-      node_error(x->d, &tmp, "%s takes %d to %d inputs, got %d", op->name, op->min_in, op->max_in, nin);
+      node_error(x->d, &tmp, "%s takes %d to %d inputs, got %d", op->name, op->min_in, op->max_in,
+                 nin);
     return NULL;
   }
   // Output count may depend on attributes (split): parse them on a scratch node first.
@@ -898,9 +946,9 @@ static Node *make_node(X *x, const cJSON *c, const char *path, const BlockDef *b
     n->out = ARENA_ARRAY(x->a, Tensor *, n->nout);
   }
   for (int k = 0; k < n->nout; k++) {
-    const char *tn = k >= visible ? arena_printf(x->a, "%s:%s", name, op->hidden[k - visible])
+    const char *tn = k >= visible    ? arena_printf(x->a, "%s:%s", name, op->hidden[k - visible])
                      : op->nout == 1 ? name
-                                    : arena_printf(x->a, "%s:%d", name, k);
+                                     : arena_printf(x->a, "%s:%d", name, k);
     Tensor *t = graph_add_tensor(x->g, tn, T_ACT);
     t->producer = n;
     t->out_index = k;
@@ -925,17 +973,20 @@ static bool parse_blocks(X *x, const cJSON *root) {
     b->obj = c;
     b->path = path;
     if (!check_keys(x, c, path, keys, 5) || !need(x, c, path, "name", &nm) ||
-        !want_string(x, nm, pathk(x, path, "name"), &b->name) || !need(x, c, path, "inputs", &b->inputs) ||
-        !want_array(x, b->inputs, pathk(x, path, "inputs")) || !need(x, c, path, "outputs", &b->outputs) ||
-        !want_array(x, b->outputs, pathk(x, path, "outputs")) || !need(x, c, path, "nodes", &b->nodes) ||
-        !want_array(x, b->nodes, pathk(x, path, "nodes")))
+        !want_string(x, nm, pathk(x, path, "name"), &b->name) ||
+        !need(x, c, path, "inputs", &b->inputs) ||
+        !want_array(x, b->inputs, pathk(x, path, "inputs")) ||
+        !need(x, c, path, "outputs", &b->outputs) ||
+        !want_array(x, b->outputs, pathk(x, path, "outputs")) ||
+        !need(x, c, path, "nodes", &b->nodes) || !want_array(x, b->nodes, pathk(x, path, "nodes")))
       return false;
     b->params = get(c, "params");
     b->nin = cJSON_GetArraySize(b->inputs);
     int nout = cJSON_GetArraySize(b->outputs);
     if (b->nin < 1 || nout != b->nin) {
       diag_error(x->d, loc_of(x, b->outputs),
-                 "%s: block '%s' has %d inputs and %d outputs; instance k+1 reads instance k's outputs, so the "
+                 "%s: block '%s' has %d inputs and %d outputs; instance k+1 reads instance k's "
+                 "outputs, so the "
                  "counts must be equal and at least 1",
                  path, b->name, b->nin, nout);
       return false;
@@ -959,7 +1010,8 @@ static bool parse_blocks(X *x, const cJSON *root) {
 }
 
 // The global name a block-local reference denotes in instance inst.
-static const char *block_ref(X *x, const Spec *s, const cJSON *it, const char *path, const char *ref) {
+static const char *block_ref(X *x, const Spec *s, const cJSON *it, const char *path,
+                             const char *ref) {
   int k = 0;
   for (const cJSON *f = s->blk->inputs->child; f; f = f->next, k++)
     if (strcmp(f->valuestring, ref) == 0) return s->actuals[k];
@@ -967,10 +1019,12 @@ static const char *block_ref(X *x, const Spec *s, const cJSON *it, const char *p
 }
 
 static bool expand_repeat(X *x, const cJSON *c, const char *path) {
-  static const char *const keys[] = {"repeat", "count", "inputs", "outputs", "start", "split_before", "stage"};
+  static const char *const keys[] = {"repeat", "count",        "inputs", "outputs",
+                                     "start",  "split_before", "stage"};
   const cJSON *rj, *cj, *ins, *outs;
   const char *bname;
-  if (!check_keys(x, c, path, keys, 7) || !want_string(x, rj = get(c, "repeat"), pathk(x, path, "repeat"), &bname) ||
+  if (!check_keys(x, c, path, keys, 7) ||
+      !want_string(x, rj = get(c, "repeat"), pathk(x, path, "repeat"), &bname) ||
       !need(x, c, path, "count", &cj) || !need(x, c, path, "inputs", &ins) ||
       !want_array(x, ins, pathk(x, path, "inputs")) || !need(x, c, path, "outputs", &outs) ||
       !want_array(x, outs, pathk(x, path, "outputs")))
@@ -993,28 +1047,31 @@ static bool expand_repeat(X *x, const cJSON *c, const char *path) {
     return false;
   }
   if (count < 1 || count > MAX_REPEAT) {
-    diag_error(x->d, loc_of(x, cj), "%s.count: repeat count must be from 1 to %d, got %lld", path, MAX_REPEAT,
-               (long long)count);
+    diag_error(x->d, loc_of(x, cj), "%s.count: repeat count must be from 1 to %d, got %lld", path,
+               MAX_REPEAT, (long long)count);
     return false;
   }
   const cJSON *sj = get(c, "start");
   if (sj && !want_int(x, sj, pathk(x, path, "start"), &start)) return false;
   if (start < 0 || start > MAX_REPEAT) {
-    diag_error(x->d, loc_of(x, sj), "%s.start: must be from 0 to %d, got %lld", path, MAX_REPEAT, (long long)start);
+    diag_error(x->d, loc_of(x, sj), "%s.start: must be from 0 to %d, got %lld", path, MAX_REPEAT,
+               (long long)start);
     return false;
   }
   if (cJSON_GetArraySize(ins) != b->nin || cJSON_GetArraySize(outs) != b->nin) {
-    diag_error(x->d, loc_of(x, c), "%s: block '%s' has %d inputs and %d outputs, the repeat gives %d and %d", path,
+    diag_error(x->d, loc_of(x, c),
+               "%s: block '%s' has %d inputs and %d outputs, the repeat gives %d and %d", path,
                b->name, b->nin, b->nin, cJSON_GetArraySize(ins), cJSON_GetArraySize(outs));
     return false;
   }
   const cJSON *stage = get(c, "stage"), *sb = get(c, "split_before");
   bool split = false;
   if (sb && !want_bool(x, sb, pathk(x, path, "split_before"), &split)) return false;
-  if (stage && (!want_array(x, stage, pathk(x, path, "stage")) || cJSON_GetArraySize(stage) != count)) {
+  if (stage &&
+      (!want_array(x, stage, pathk(x, path, "stage")) || cJSON_GetArraySize(stage) != count)) {
     if (cJSON_IsArray(stage))
-      diag_error(x->d, loc_of(x, stage), "%s.stage: needs one stage per instance (%lld), got %d", path,
-                 (long long)count, cJSON_GetArraySize(stage));
+      diag_error(x->d, loc_of(x, stage), "%s.stage: needs one stage per instance (%lld), got %d",
+                 path, (long long)count, cJSON_GetArraySize(stage));
     return false;
   }
   const char **prev = ARENA_ARRAY(x->a, const char *, b->nin);
@@ -1026,9 +1083,11 @@ static bool expand_repeat(X *x, const cJSON *c, const char *path) {
     int stg = -1;
     if (st) {
       int64_t v;
-      if (!want_int(x, st, path_idx(x, pathk(x, path, "stage"), (int)(inst - start)), &v)) return false;
+      if (!want_int(x, st, path_idx(x, pathk(x, path, "stage"), (int)(inst - start)), &v))
+        return false;
       if (v < 0 || v > 65535) {
-        diag_error(x->d, loc_of(x, st), "%s.stage: stages are from 0 to 65535, got %lld", path, (long long)v);
+        diag_error(x->d, loc_of(x, st), "%s.stage: stages are from 0 to 65535, got %lld", path,
+                   (long long)v);
         return false;
       }
       stg = (int)v;
@@ -1039,7 +1098,8 @@ static bool expand_repeat(X *x, const cJSON *c, const char *path) {
     for (const cJSON *nd = b->nodes->child; nd; nd = nd->next, j++) {
       const char *np = path_idx(x, pathk(x, b->path, "nodes"), j);
       if (!cJSON_IsObject(nd) || get(nd, "repeat")) {
-        diag_error(x->d, loc_of(x, nd), "%s: expected an op node object (blocks cannot contain repeats)", np);
+        diag_error(x->d, loc_of(x, nd),
+                   "%s: expected an op node object (blocks cannot contain repeats)", np);
         return false;
       }
       Node *n = make_node(x, nd, np, b, (int)inst);
@@ -1055,8 +1115,10 @@ static bool expand_repeat(X *x, const cJSON *c, const char *path) {
       const char *op = path_idx(x, pathk(x, b->path, "outputs"), k);
       if (!(next[k] = subst(x, e, op, e->valuestring, (int)inst))) return false;
       Tensor *t = graph_find(x->g, next[k]);
-      if (!t || t->kind != T_ACT || !t->producer || t->producer->instance != inst || t->producer->block != b->name) {
-        diag_error(x->d, loc_of(x, e), "%s: '%s' is not a tensor defined by block '%s' (instance %lld)", op,
+      if (!t || t->kind != T_ACT || !t->producer || t->producer->instance != inst ||
+          t->producer->block != b->name) {
+        diag_error(x->d, loc_of(x, e),
+                   "%s: '%s' is not a tensor defined by block '%s' (instance %lld)", op,
                    e->valuestring, b->name, (long long)inst);
         return false;
       }
@@ -1067,7 +1129,8 @@ static bool expand_repeat(X *x, const cJSON *c, const char *path) {
   k = 0;
   for (const cJSON *e = outs->child; e; e = e->next, k++) {
     const char *op = path_idx(x, pathk(x, path, "outputs"), k), *alias;
-    if (!want_string(x, e, op, &alias) || !check_name(x, e, op, alias, false) || !name_free(x, e, op, alias))
+    if (!want_string(x, e, op, &alias) || !check_name(x, e, op, alias, false) ||
+        !name_free(x, e, op, alias))
       return false;
     strmap_put(&x->g->names, alias, graph_find(x->g, prev[k]));
   }
@@ -1099,7 +1162,8 @@ static bool parse_nodes(X *x, const cJSON *root) {
 static Tensor *resolve(X *x, const cJSON *it, const char *path, const char *ref, const char *what) {
   Tensor *t = graph_find(x->g, ref);
   if (t && t->hidden) {
-    diag_error(x->d, loc_of(x, it), "%s: '%s' is saved by '%s' for its backward pass and cannot be used", path, ref,
+    diag_error(x->d, loc_of(x, it),
+               "%s: '%s' is saved by '%s' for its backward pass and cannot be used", path, ref,
                t->producer->name);
     return NULL;
   }
@@ -1107,8 +1171,9 @@ static Tensor *resolve(X *x, const cJSON *it, const char *path, const char *ref,
   Node *n = strmap_get(&x->g->node_names, ref);
   if (n && node_visible_outputs(n) > 1) {
     int k = node_visible_outputs(n);
-    diag_error(x->d, loc_of(x, it), "%s: '%s' has %d outputs; refer to one of them as '%s:0' .. '%s:%d'", path, ref,
-               k, ref, ref, k - 1);
+    diag_error(x->d, loc_of(x, it),
+               "%s: '%s' has %d outputs; refer to one of them as '%s:0' .. '%s:%d'", path, ref, k,
+               ref, ref, k - 1);
     return NULL;
   }
   // Suggest among a bounded set of names: the closest one overall is too slow for huge models.
@@ -1119,7 +1184,8 @@ static Tensor *resolve(X *x, const cJSON *it, const char *path, const char *ref,
     if (dd < bd) bd = dd, best = x->g->tensors[i]->name;
   }
   if (best)
-    diag_error(x->d, loc_of(x, it), "%s: undefined %s '%s' (did you mean '%s'?)", path, what, ref, best);
+    diag_error(x->d, loc_of(x, it), "%s: undefined %s '%s' (did you mean '%s'?)", path, what, ref,
+               best);
   else
     diag_error(x->d, loc_of(x, it), "%s: undefined %s '%s'", path, what, ref);
   return NULL;
@@ -1232,8 +1298,8 @@ static bool toposort(X *x) {
 // ---------------------------------------------------------------------------------------------
 
 static bool parse_header(X *x, const cJSON *root) {
-  static const char *const keys[] = {"format", "version", "name", "batch", "dims", "inputs", "params",
-                                     "blocks", "nodes", "loss", "outputs", "training"};
+  static const char *const keys[] = {"format", "version", "name",  "batch", "dims",    "inputs",
+                                     "params", "blocks",  "nodes", "loss",  "outputs", "training"};
   if (!check_keys(x, root, "model", keys, 12)) return false;
   const cJSON *f, *v, *nm;
   const char *s;
@@ -1245,11 +1311,13 @@ static bool parse_header(X *x, const cJSON *root) {
   }
   if (!need(x, root, "model", "version", &v) || !want_int(x, v, "version", &ver)) return false;
   if (ver != 1) {
-    diag_error(x->d, loc_of(x, v), "version: this pipec reads model format version 1, the file has version %lld",
+    diag_error(x->d, loc_of(x, v),
+               "version: this pipec reads model format version 1, the file has version %lld",
                (long long)ver);
     return false;
   }
-  if (!need(x, root, "model", "name", &nm) || !want_string(x, nm, "name", &x->g->name)) return false;
+  if (!need(x, root, "model", "name", &nm) || !want_string(x, nm, "name", &x->g->name))
+    return false;
   if (!*x->g->name) {
     diag_error(x->d, loc_of(x, nm), "name: the model name must not be empty");
     return false;
@@ -1258,7 +1326,8 @@ static bool parse_header(X *x, const cJSON *root) {
   if (b) {
     if (!want_string(x, b, "batch", &x->g->batch_sym)) return false;
     if (!is_ident(x->g->batch_sym)) {
-      diag_error(x->d, loc_of(x, b), "batch: '%s' is not a valid dim name (letters, digits, '_')", x->g->batch_sym);
+      diag_error(x->d, loc_of(x, b), "batch: '%s' is not a valid dim name (letters, digits, '_')",
+                 x->g->batch_sym);
       return false;
     }
   }
@@ -1299,10 +1368,12 @@ bool pass_expand(const Source *src, Graph *g, const ExpandOptions *opt, Diag *d)
   strmap_init(&x.blocks, g->arena);
   const cJSON *root = src->root;
   if (!cJSON_IsObject(root)) {
-    diag_error(d, source_loc(src, root), "model: expected a JSON object at the top level, got %s", json_type(root));
+    diag_error(d, source_loc(src, root), "model: expected a JSON object at the top level, got %s",
+               json_type(root));
     return false;
   }
   return parse_header(&x, root) && parse_dims(&x, root, opt) && parse_inputs(&x, root) &&
-         parse_params(&x, get(root, "params"), "params", -1) && parse_blocks(&x, root) && parse_nodes(&x, root) &&
-         resolve_inputs(&x) && parse_loss_outputs(&x, root) && toposort(&x);
+         parse_params(&x, get(root, "params"), "params", -1) && parse_blocks(&x, root) &&
+         parse_nodes(&x, root) && resolve_inputs(&x) && parse_loss_outputs(&x, root) &&
+         toposort(&x);
 }

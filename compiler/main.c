@@ -26,22 +26,22 @@ static const char *const pass_names[] = {"expand", "shape", "autodiff", "memplan
 enum { NPASSES = sizeof pass_names / sizeof pass_names[0] };
 
 typedef struct Driver {
-  const char *command;     // check, print, ...
-  const char *model;       // model file path
-  const char *dump_after;  // pass name or NULL
-  bool time_passes;        // print pass timings to stderr
-  const char **defines;    // -D NAME=VALUE
-  int ndefines;            // entries in defines
-  const char **sets;       // --set KEY=VALUE (training overrides)
-  int nsets;               // entries in sets
-  const char *out_dir;     // -o DIR
-  const char *target;      // --target
-  char **prog_args;        // run: arguments after "--" for the program
-  int nprog_args;          // count
-  Diag diag;               // diagnostics for the model file
-  Arena arena;             // compiler memory
-  Graph graph;             // the IR
-  double t0;               // start of the current pass (seconds)
+  const char *command;    // check, print, ...
+  const char *model;      // model file path
+  const char *dump_after; // pass name or NULL
+  bool time_passes;       // print pass timings to stderr
+  const char **defines;   // -D NAME=VALUE
+  int ndefines;           // entries in defines
+  const char **sets;      // --set KEY=VALUE (training overrides)
+  int nsets;              // entries in sets
+  const char *out_dir;    // -o DIR
+  const char *target;     // --target
+  char **prog_args;       // run: arguments after "--" for the program
+  int nprog_args;         // count
+  Diag diag;              // diagnostics for the model file
+  Arena arena;            // compiler memory
+  Graph graph;            // the IR
+  double t0;              // start of the current pass (seconds)
 } Driver;
 
 static double now(void) {
@@ -51,35 +51,36 @@ static double now(void) {
 }
 
 static void usage(FILE *f) {
-  fputs("Usage: pipec COMMAND [OPTIONS] MODEL.json\n"
-        "\n"
-        "pipec compiles a model written as a JSON graph into pipeline-parallel training programs.\n"
-        "\n"
-        "Commands:\n"
-        "  check MODEL     check the model and print a summary (parameters, FLOPs, memory)\n"
-        "  print MODEL     print the IR of the model\n"
-        "  plan MODEL      print the static memory plan (bytes per region)\n"
-        "  compile MODEL   generate the training program and build it into OUT/bin/train\n"
-        "  run MODEL [-- PROGRAM-OPTIONS]   compile, build and run it (pass --help after -- for\n"
-        "                  the program's own options: --steps, --lr, --data, --init, --save, ...)\n"
-        "\n"
-        "Options:\n"
-        "  -D, --define NAME=VALUE  override the model's dims entry NAME (integer or expression)\n"
-        "      --dump-after=PASS    print the IR after PASS (expand, shape, autodiff, memplan)\n"
-        "  -o, --output DIR         where compile/run write the program (default out/MODEL-NAME)\n"
-        "      --target TARGET      code generation target: cpu (default)\n"
-        "      --set KEY=VALUE      override a training setting (steps=100, optimizer.lr=3e-4, ...)\n"
-        "      --batch N            = --set batch=N (rows per step)\n"
-        "      --microbatches M     = --set microbatches=M\n"
-        "      --steps N            = --set steps=N\n"
-        "      --time-passes        print the time each pass took to stderr\n"
-        "      --list-ops           list the ops of the registry and exit\n"
-        "  -h, --help               show this help and exit\n"
-        "  -V, --version            show the version and exit\n"
-        "\n"
-        "Exit status: 0 ok, 1 error in the model, 2 usage error.\n"
-        "Model format: docs/model-format.md. Ops: docs/ops.md.\n",
-        f);
+  fputs(
+      "Usage: pipec COMMAND [OPTIONS] MODEL.json\n"
+      "\n"
+      "pipec compiles a model written as a JSON graph into pipeline-parallel training programs.\n"
+      "\n"
+      "Commands:\n"
+      "  check MODEL     check the model and print a summary (parameters, FLOPs, memory)\n"
+      "  print MODEL     print the IR of the model\n"
+      "  plan MODEL      print the static memory plan (bytes per region)\n"
+      "  compile MODEL   generate the training program and build it into OUT/bin/train\n"
+      "  run MODEL [-- PROGRAM-OPTIONS]   compile, build and run it (pass --help after -- for\n"
+      "                  the program's own options: --steps, --lr, --data, --init, --save, ...)\n"
+      "\n"
+      "Options:\n"
+      "  -D, --define NAME=VALUE  override the model's dims entry NAME (integer or expression)\n"
+      "      --dump-after=PASS    print the IR after PASS (expand, shape, autodiff, memplan)\n"
+      "  -o, --output DIR         where compile/run write the program (default out/MODEL-NAME)\n"
+      "      --target TARGET      code generation target: cpu (default)\n"
+      "      --set KEY=VALUE      override a training setting (steps=100, optimizer.lr=3e-4, ...)\n"
+      "      --batch N            = --set batch=N (rows per step)\n"
+      "      --microbatches M     = --set microbatches=M\n"
+      "      --steps N            = --set steps=N\n"
+      "      --time-passes        print the time each pass took to stderr\n"
+      "      --list-ops           list the ops of the registry and exit\n"
+      "  -h, --help               show this help and exit\n"
+      "  -V, --version            show the version and exit\n"
+      "\n"
+      "Exit status: 0 ok, 1 error in the model, 2 usage error.\n"
+      "Model format: docs/model-format.md. Ops: docs/ops.md.\n",
+      f);
 }
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -145,12 +146,13 @@ static void print_summary(const Graph *g) {
   }
   char a[64], b[64];
   printf("model        %s\n", g->name);
-  printf("parameters   %s in %d tensors (%s)", group(a, sizeof a, params), nparam, human(b, sizeof b, pbytes, "B", true));
+  printf("parameters   %s in %d tensors (%s)", group(a, sizeof a, params), nparam,
+         human(b, sizeof b, pbytes, "B", true));
   if (tied) printf(", %d tied", tied);
   printf("\ninputs      ");
   for (int i = 0; i < g->ninputs; i++)
-    printf(" %s %s%s%s", g->inputs[i]->name, dtype_name(g->inputs[i]->dtype), fmt_shape(g, &g->inputs[i]->shape),
-           g->inputs[i]->is_target ? " (target)" : "");
+    printf(" %s %s%s%s", g->inputs[i]->name, dtype_name(g->inputs[i]->dtype),
+           fmt_shape(g, &g->inputs[i]->shape), g->inputs[i]->is_target ? " (target)" : "");
   printf("\nnodes        %d\n", g->nnodes);
   printf("forward      %s per sample\n", human(a, sizeof a, flops, "FLOP", false));
   printf("activations  %s per sample\n", human(a, sizeof a, acts, "B", true));
@@ -181,13 +183,19 @@ static char *join_args(Arena *a, int argc, char **argv) {
 
 int main(int argc, char **argv) {
   static const struct option longopts[] = {
-      {"define", required_argument, NULL, 'D'},   {"dump-after", required_argument, NULL, 'd'},
-      {"output", required_argument, NULL, 'o'},   {"target", required_argument, NULL, 'T'},
-      {"set", required_argument, NULL, 's'},      {"batch", required_argument, NULL, 'b'},
-      {"microbatches", required_argument, NULL, 'm'}, {"steps", required_argument, NULL, 'S'},
+      {"define", required_argument, NULL, 'D'},
+      {"dump-after", required_argument, NULL, 'd'},
+      {"output", required_argument, NULL, 'o'},
+      {"target", required_argument, NULL, 'T'},
+      {"set", required_argument, NULL, 's'},
+      {"batch", required_argument, NULL, 'b'},
+      {"microbatches", required_argument, NULL, 'm'},
+      {"steps", required_argument, NULL, 'S'},
       {"list-ops", no_argument, NULL, 'L'},
-      {"time-passes", no_argument, NULL, 't'},    {"help", no_argument, NULL, 'h'},
-      {"version", no_argument, NULL, 'V'},        {NULL, 0, NULL, 0},
+      {"time-passes", no_argument, NULL, 't'},
+      {"help", no_argument, NULL, 'h'},
+      {"version", no_argument, NULL, 'V'},
+      {NULL, 0, NULL, 0},
   };
   Driver dr = {0};
   arena_init(&dr.arena); // everything below is freed at once by arena_free on every exit path
@@ -213,23 +221,47 @@ int main(int argc, char **argv) {
   opterr = 0;
   while ((c = getopt_long(argc, argv, ":D:o:hV", longopts, NULL)) != -1) {
     switch (c) {
-    case 'D': dr.defines[dr.ndefines++] = optarg; break;
-    case 'o': dr.out_dir = optarg; break;
-    case 'T': dr.target = optarg; break;
-    case 's': dr.sets[dr.nsets++] = optarg; break;
-    case 'b': dr.sets[dr.nsets++] = arena_strdup_heap("batch=", optarg); break;
-    case 'm': dr.sets[dr.nsets++] = arena_strdup_heap("microbatches=", optarg); break;
-    case 'S': dr.sets[dr.nsets++] = arena_strdup_heap("steps=", optarg); break;
-    case 'd': dr.dump_after = optarg; break;
-    case 't': dr.time_passes = true; break;
-    case 'h': usage(stdout); RETURN(0);
+    case 'D':
+      dr.defines[dr.ndefines++] = optarg;
+      break;
+    case 'o':
+      dr.out_dir = optarg;
+      break;
+    case 'T':
+      dr.target = optarg;
+      break;
+    case 's':
+      dr.sets[dr.nsets++] = optarg;
+      break;
+    case 'b':
+      dr.sets[dr.nsets++] = arena_strdup_heap("batch=", optarg);
+      break;
+    case 'm':
+      dr.sets[dr.nsets++] = arena_strdup_heap("microbatches=", optarg);
+      break;
+    case 'S':
+      dr.sets[dr.nsets++] = arena_strdup_heap("steps=", optarg);
+      break;
+    case 'd':
+      dr.dump_after = optarg;
+      break;
+    case 't':
+      dr.time_passes = true;
+      break;
+    case 'h':
+      usage(stdout);
+      RETURN(0);
     case 'L': // the op registry's user-visible ops, one per line (docs, tests)
       for (int i = 0; i < op_count(); i++)
         if (!op_at(i)->internal) printf("%s\n", op_at(i)->name);
       RETURN(0);
-    case 'V': printf("pipec %s\n", PIPEC_VERSION); RETURN(0);
-    case ':': RETURN(usage_error("option '%s' needs an argument", argv[optind - 1]));
-    default: RETURN(usage_error("unknown option '%s'", argv[optind - 1]));
+    case 'V':
+      printf("pipec %s\n", PIPEC_VERSION);
+      RETURN(0);
+    case ':':
+      RETURN(usage_error("option '%s' needs an argument", argv[optind - 1]));
+    default:
+      RETURN(usage_error("unknown option '%s'", argv[optind - 1]));
     }
   }
   for (int i = optind; i < argc; i++) {
@@ -246,8 +278,10 @@ int main(int argc, char **argv) {
   bool known = false;
   static const char *const commands[] = {"check", "print", "plan", "compile", "run"};
   for (int i = 0; i < 5; i++) known |= strcmp(dr.command, commands[i]) == 0;
-  if (!known) rc = usage_error("unknown command '%s' (check, print, plan, compile, run)", dr.command);
-  else if (npos < 2) rc = usage_error("'%s' needs a model file", dr.command);
+  if (!known)
+    rc = usage_error("unknown command '%s' (check, print, plan, compile, run)", dr.command);
+  else if (npos < 2)
+    rc = usage_error("'%s' needs a model file", dr.command);
   else if (strcmp(dr.target, "cpu") != 0)
     rc = usage_error("--target: unknown target '%s' (available: cpu)", dr.target);
   else if (dr.nprog_args && strcmp(dr.command, "run") != 0)
@@ -255,7 +289,9 @@ int main(int argc, char **argv) {
   if (!rc && dr.dump_after) {
     bool ok = false;
     for (int i = 0; i < NPASSES; i++) ok |= strcmp(dr.dump_after, pass_names[i]) == 0;
-    if (!ok) rc = usage_error("--dump-after: unknown pass '%s' (passes: expand, shape, autodiff, memplan)", dr.dump_after);
+    if (!ok)
+      rc = usage_error("--dump-after: unknown pass '%s' (passes: expand, shape, autodiff, memplan)",
+                       dr.dump_after);
   }
   if (rc) {
     RETURN(rc);
@@ -270,19 +306,22 @@ int main(int argc, char **argv) {
 
   // The passes, in order.
   bool ok = source_load(&src, &dr.arena, dr.model, &dr.diag);
-  if (dr.time_passes) fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", "parse", (now() - dr.t0) * 1e3);
+  if (dr.time_passes)
+    fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", "parse", (now() - dr.t0) * 1e3);
   dr.t0 = now();
   ok = ok && after_pass(&dr, "expand", pass_expand(&src, &dr.graph, &eo, &dr.diag));
   ok = ok && after_pass(&dr, "shape", pass_shape(&dr.graph, &dr.diag));
 
   bool back = strcmp(dr.command, "check") && strcmp(dr.command, "print");
-  back |= dr.dump_after && (!strcmp(dr.dump_after, "autodiff") || !strcmp(dr.dump_after, "memplan"));
+  back |=
+      dr.dump_after && (!strcmp(dr.dump_after, "autodiff") || !strcmp(dr.dump_after, "memplan"));
   TrainConfig tc;
   Plan plan;
   if (ok && back) {
     ok = training_parse(&src, &dr.graph, dr.sets, dr.nsets, &tc, &dr.diag);
     dr.t0 = now();
-    ok = ok && after_pass(&dr, "autodiff", pass_autodiff(&dr.graph, (int)tc.microbatches, &dr.diag));
+    ok =
+        ok && after_pass(&dr, "autodiff", pass_autodiff(&dr.graph, (int)tc.microbatches, &dr.diag));
     ok = ok && after_pass(&dr, "memplan", plan_memory(&dr.graph, &tc, &plan, &dr.diag));
   }
 
@@ -291,14 +330,18 @@ int main(int argc, char **argv) {
   if (ok && strcmp(dr.command, "plan") == 0) plan_print(&dr.graph, &tc, &plan, stdout);
   int status = ok ? 0 : EXIT_MODEL;
   if (ok && (!strcmp(dr.command, "compile") || !strcmp(dr.command, "run"))) {
-    const char *out = dr.out_dir ? dr.out_dir : arena_printf(&dr.arena, "out/%s", mangle_dir(&dr.arena, dr.graph.name));
+    const char *out = dr.out_dir
+                          ? dr.out_dir
+                          : arena_printf(&dr.arena, "out/%s", mangle_dir(&dr.arena, dr.graph.name));
     char *cmdline = join_args(&dr.arena, argc, argv);
     CodegenOptions co = {out, cmdline, dr.model, dr.target, true};
     if (!dr.out_dir) mkdir("out", 0777);
     ok = codegen_c(&dr.graph, &tc, &plan, &co, &dr.diag);
-    if (dr.time_passes) fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", "codegen", (now() - dr.t0) * 1e3);
+    if (dr.time_passes)
+      fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", "codegen", (now() - dr.t0) * 1e3);
     status = ok ? 0 : EXIT_MODEL;
-    if (ok && !strcmp(dr.command, "compile")) fprintf(stderr, "pipec: wrote %s/rank0.c and %s/bin/train\n", out, out);
+    if (ok && !strcmp(dr.command, "compile"))
+      fprintf(stderr, "pipec: wrote %s/rank0.c and %s/bin/train\n", out, out);
     if (ok && !strcmp(dr.command, "run")) {
       fflush(stdout);
       char **pa = ARENA_ARRAY(&dr.arena, char *, dr.nprog_args + 2);

@@ -14,13 +14,15 @@
 
 enum { ALIGN = 64 };
 
-static int64_t align_up(int64_t v) { return (v + ALIGN - 1) / ALIGN * ALIGN; }
+static int64_t align_up(int64_t v) {
+  return (v + ALIGN - 1) / ALIGN * ALIGN;
+}
 
 typedef struct Item {
-  int64_t bytes;  // size
-  int lo, hi;     // live interval (node positions, inclusive)
-  int64_t *dst;   // where the offset goes
-  int key;        // tie-break for a stable order
+  int64_t bytes; // size
+  int lo, hi;    // live interval (node positions, inclusive)
+  int64_t *dst;  // where the offset goes
+  int key;       // tie-break for a stable order
 } Item;
 
 static int by_size(const void *a, const void *b) {
@@ -73,9 +75,12 @@ bool plan_memory(Graph *g, const TrainConfig *tc, Plan *p, Diag *d) {
   int *pos = ARENA_ARRAY(a, int, g->nnodes + 1);
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
-    if (n->role == ROLE_FWD) pos[i] = p->nfwd, p->fwd[p->nfwd++] = n;
-    else if (n->role == ROLE_STEP) pos[i] = -1, p->step[p->nstep++] = n;
-    else pos[i] = -2, p->bwd[p->nbwd++] = n;
+    if (n->role == ROLE_FWD)
+      pos[i] = p->nfwd, p->fwd[p->nfwd++] = n;
+    else if (n->role == ROLE_STEP)
+      pos[i] = -1, p->step[p->nstep++] = n;
+    else
+      pos[i] = -2, p->bwd[p->nbwd++] = n;
   }
   for (int i = 0; i < p->nbwd; i++) pos[p->bwd[i]->id] = p->nfwd + i;
   int end = p->nfwd + p->nbwd; // one past the last position
@@ -119,11 +124,16 @@ bool plan_memory(Graph *g, const TrainConfig *tc, Plan *p, Diag *d) {
     Tensor *t = g->tensors[i];
     if (t->kind == T_PARAM || (t->kind == T_ACT && t->per_step)) continue;
     int lo, hi;
-    if (t->kind == T_CONST) lo = -2, hi = end;
-    else if (t->kind == T_INPUT) lo = -1, hi = -1;
-    else lo = hi = pos[t->producer->id];
+    if (t->kind == T_CONST)
+      lo = -2, hi = end;
+    else if (t->kind == T_INPUT)
+      lo = -1, hi = -1;
+    else
+      lo = hi = pos[t->producer->id];
     if (t->kind == T_ACT && lo < 0) {
-      diag_error(d, t->loc, "internal error: memplan: per-microbatch tensor '%s' made by a step node", t->name);
+      diag_error(d, t->loc,
+                 "internal error: memplan: per-microbatch tensor '%s' made by a step node",
+                 t->name);
       return false;
     }
     for (int u = 0; u < t->nuses; u++) {
@@ -131,7 +141,8 @@ bool plan_memory(Graph *g, const TrainConfig *tc, Plan *p, Diag *d) {
       if (q < 0) q = end; // read by a step node: must outlive the microbatch
       if (q > hi) hi = q;
     }
-    if (t == g->loss || t->kind == T_INPUT) hi = hi > p->nfwd ? hi : p->nfwd; // read by the host after F
+    if (t == g->loss || t->kind == T_INPUT)
+      hi = hi > p->nfwd ? hi : p->nfwd; // read by the host after F
     for (int k = 0; k < g->noutputs; k++)
       if (g->outputs[k] == t && hi < p->nfwd) hi = p->nfwd;
     p->region[t->id] = REG_ACTS;
@@ -140,7 +151,8 @@ bool plan_memory(Graph *g, const TrainConfig *tc, Plan *p, Diag *d) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *nd = g->nodes[i];
     if (!nd->op->workspace) continue;
-    items[n++] = (Item){nd->op->workspace(nd, B), pos[i], pos[i], &p->ws_offset[i], g->ntensors + i};
+    items[n++] =
+        (Item){nd->op->workspace(nd, B), pos[i], pos[i], &p->ws_offset[i], g->ntensors + i};
   }
   p->bytes[REG_ACTS] = place(items, n, a);
   // Check the placement: no two buffers that are live at the same time share a byte.
@@ -149,7 +161,8 @@ bool plan_memory(Graph *g, const TrainConfig *tc, Plan *p, Diag *d) {
       const Item *x = &items[i], *y = &items[j];
       if (x->lo > y->hi || y->lo > x->hi) continue;
       if (*x->dst + x->bytes <= *y->dst || *y->dst + y->bytes <= *x->dst) continue;
-      diag_error(d, (Loc){0, 0}, "internal error: memplan: buffers %d and %d overlap while both are live", x->key,
+      diag_error(d, (Loc){0, 0},
+                 "internal error: memplan: buffers %d and %d overlap while both are live", x->key,
                  y->key);
       return false;
     }
@@ -165,11 +178,12 @@ void plan_print(const Graph *g, const TrainConfig *tc, const Plan *p, FILE *out)
   static const char *const names[REG_COUNT] = {"params", "grads", "optimizer", "activations"};
   char b[64];
   int64_t total = 0;
-  fprintf(out, "memory plan for %s: batch %lld = %lld microbatch%s of %lld, %s\n", g->name, (long long)tc->batch,
-          (long long)tc->microbatches, tc->microbatches == 1 ? "" : "es", (long long)tc->mb_size,
-          tc->opt == OPT_ADAMW ? "adamw" : "sgd");
+  fprintf(out, "memory plan for %s: batch %lld = %lld microbatch%s of %lld, %s\n", g->name,
+          (long long)tc->batch, (long long)tc->microbatches, tc->microbatches == 1 ? "" : "es",
+          (long long)tc->mb_size, tc->opt == OPT_ADAMW ? "adamw" : "sgd");
   for (int r = 0; r < REG_COUNT; r++) {
-    fprintf(out, "  %-12s %s  (%lld bytes)\n", names[r], mib(b, sizeof b, p->bytes[r]), (long long)p->bytes[r]);
+    fprintf(out, "  %-12s %s  (%lld bytes)\n", names[r], mib(b, sizeof b, p->bytes[r]),
+            (long long)p->bytes[r]);
     total += p->bytes[r];
   }
   fprintf(out, "  %-12s %s  (%lld bytes)\n", "total", mib(b, sizeof b, total), (long long)total);

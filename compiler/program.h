@@ -50,8 +50,8 @@ typedef struct TrainConfig {
 
 // Reads the model's `training` section (defaults where absent) and applies overrides given as
 // "key=value" strings (pipec compile --set key=value). Binds the batch symbol to the microbatch.
-bool training_parse(const Source *src, Graph *g, const char **overrides, int noverrides, TrainConfig *tc,
-                    Diag *d);
+bool training_parse(const Source *src, Graph *g, const char **overrides, int noverrides,
+                    TrainConfig *tc, Diag *d);
 
 typedef enum Region {
   REG_PARAMS, // parameters (tied parameters share their owner's bytes)
@@ -90,6 +90,7 @@ typedef struct CodegenOptions {
 } CodegenOptions;
 
 // Writes out_dir/rank0.c (and builds out_dir/bin/train). Errors are reported through d.
-bool codegen_c(const Graph *g, const TrainConfig *tc, const Plan *p, const CodegenOptions *o, Diag *d);
+bool codegen_c(const Graph *g, const TrainConfig *tc, const Plan *p, const CodegenOptions *o,
+               Diag *d);
 
 #endif

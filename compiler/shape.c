@@ -28,16 +28,18 @@ bool pass_shape(Graph *g, Diag *d) {
   g->shapes_known = true;
   const Tensor *l = g->loss;
   if (l->shape.rank != 0 || !dtype_is_float(l->dtype)) {
-    diag_error(d, l->loc, "loss: '%s' must be a floating-point scalar () but is %s%s", l->name, dtype_name(l->dtype),
-               fmt_shape(g, &l->shape));
+    diag_error(d, l->loc, "loss: '%s' must be a floating-point scalar () but is %s%s", l->name,
+               dtype_name(l->dtype), fmt_shape(g, &l->shape));
     return false;
   }
   for (int i = 0; i < g->nparams; i++) {
     const Tensor *p = g->params[i];
     bool used = p->nuses > 0;
-    for (int j = 0; j < g->nparams && !used; j++) used = g->params[j]->tied_to == p && g->params[j]->nuses > 0;
+    for (int j = 0; j < g->nparams && !used; j++)
+      used = g->params[j]->tied_to == p && g->params[j]->nuses > 0;
     if (!used && !p->tied_to)
-      diag_warning(d, p->loc, "%s: parameter '%s' is never used (it would get no gradient)", p->path, p->name);
+      diag_warning(d, p->loc, "%s: parameter '%s' is never used (it would get no gradient)",
+                   p->path, p->name);
   }
   return true;
 }

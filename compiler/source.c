@@ -51,7 +51,8 @@ static const char *skip_ws(const char *p) {
   return p;
 }
 
-// p at the opening quote of a string that the scan accepted; returns the byte after the closing quote.
+// p at the opening quote of a string that the scan accepted; returns the byte after the closing
+// quote.
 static const char *skip_string(const char *p) {
   p++;
   while (*p && *p != '"') p += (*p == '\\' && p[1]) ? 2 : 1;
@@ -97,8 +98,10 @@ Loc source_offset_loc(const Source *s, size_t offset) {
   int lo = 0, hi = s->nlines - 1;
   while (lo < hi) {
     int mid = (lo + hi + 1) / 2;
-    if (s->lines[mid] <= offset) lo = mid;
-    else hi = mid - 1;
+    if (s->lines[mid] <= offset)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   return (Loc){lo + 1, (int)(offset - s->lines[lo]) + 1};
 }
@@ -117,10 +120,14 @@ static int utf8_len(const unsigned char *p) {
   unsigned lo = 0x80, hi = 0xbf;
   int n;
   if (p[0] < 0x80) return 1;
-  if (p[0] >= 0xc2 && p[0] <= 0xdf) n = 2;
-  else if (p[0] >= 0xe0 && p[0] <= 0xef) n = 3, lo = p[0] == 0xe0 ? 0xa0 : lo, hi = p[0] == 0xed ? 0x9f : hi;
-  else if (p[0] >= 0xf0 && p[0] <= 0xf4) n = 4, lo = p[0] == 0xf0 ? 0x90 : lo, hi = p[0] == 0xf4 ? 0x8f : hi;
-  else return 0;
+  if (p[0] >= 0xc2 && p[0] <= 0xdf)
+    n = 2;
+  else if (p[0] >= 0xe0 && p[0] <= 0xef)
+    n = 3, lo = p[0] == 0xe0 ? 0xa0 : lo, hi = p[0] == 0xed ? 0x9f : hi;
+  else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+    n = 4, lo = p[0] == 0xf0 ? 0x90 : lo, hi = p[0] == 0xf4 ? 0x8f : hi;
+  else
+    return 0;
   if (p[1] < lo || p[1] > hi) return 0;
   for (int i = 2; i < n; i++)
     if ((p[i] & 0xc0) != 0x80) return 0;
@@ -136,12 +143,14 @@ static bool check_bytes(const Source *s, Diag *d) {
       continue;
     }
     if (!t[i]) {
-      diag_error(d, source_offset_loc(s, i), "file contains a NUL byte; a model file is UTF-8 text");
+      diag_error(d, source_offset_loc(s, i),
+                 "file contains a NUL byte; a model file is UTF-8 text");
       return false;
     }
     int n = utf8_len(t + i);
     if (!n) {
-      diag_error(d, source_offset_loc(s, i), "invalid UTF-8 (byte 0x%02x); a model file is UTF-8 text", t[i]);
+      diag_error(d, source_offset_loc(s, i),
+                 "invalid UTF-8 (byte 0x%02x); a model file is UTF-8 text", t[i]);
       return false;
     }
     i += (size_t)n;
@@ -159,13 +168,15 @@ typedef struct Scan {
   int depth; // containers open
 } Scan;
 
-__attribute__((format(printf, 3, 4))) static bool scan_error(Scan *c, const char *at, const char *fmt, ...) {
+__attribute__((format(printf, 3, 4))) static bool scan_error(Scan *c, const char *at,
+                                                             const char *fmt, ...) {
   char msg[256];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  diag_error(c->d, source_offset_loc(c->s, (size_t)(at - c->s->text)), "JSON syntax error: %s", msg);
+  diag_error(c->d, source_offset_loc(c->s, (size_t)(at - c->s->text)), "JSON syntax error: %s",
+             msg);
   return false;
 }
 
@@ -179,7 +190,8 @@ static bool unexpected(Scan *c, const char *at, const char *after) {
   while (prev > t && strchr(" \t\r\n", prev[-1])) prev--;
   if ((ch == '}' || ch == ']') && prev > t && prev[-1] == ',')
     return scan_error(c, at, "unexpected '%c' (trailing comma before it)", ch);
-  if (ch == '/' && (at[1] == '/' || at[1] == '*')) return scan_error(c, at, "comments are not allowed in JSON");
+  if (ch == '/' && (at[1] == '/' || at[1] == '*'))
+    return scan_error(c, at, "comments are not allowed in JSON");
   if (ch == '\'') return scan_error(c, at, "strings must use double quotes, not '");
   if (ch >= 0x21 && ch < 0x7f) return scan_error(c, at, "unexpected '%c'%s", ch, after);
   return scan_error(c, at, "unexpected byte 0x%02x%s", ch, after);
@@ -209,13 +221,19 @@ static const char *scan_string(Scan *c, const char *p) {
     unsigned char ch = (unsigned char)*p;
     if (ch == '"') return p + 1;
     if (!ch || (ch == '\\' && !p[1]))
-      return scan_error(c, open, "unterminated string (the file ends before its closing quote)"), NULL;
+      return scan_error(c, open, "unterminated string (the file ends before its closing quote)"),
+             NULL;
     if (ch == '\n' || ch == '\r')
-      return scan_error(c, open, "unterminated string (a line break comes before its closing quote)"), NULL;
+      return scan_error(c, open,
+                        "unterminated string (a line break comes before its closing quote)"),
+             NULL;
     if (ch < 0x20) {
       const char *esc = ch == '\t' ? "\\t" : ch == '\b' ? "\\b" : ch == '\f' ? "\\f" : NULL;
-      if (esc) return scan_error(c, p, "control character 0x%02x in a string (write it as %s)", ch, esc), NULL;
-      return scan_error(c, p, "control character 0x%02x in a string (write it as \\u%04x)", ch, ch), NULL;
+      if (esc)
+        return scan_error(c, p, "control character 0x%02x in a string (write it as %s)", ch, esc),
+               NULL;
+      return scan_error(c, p, "control character 0x%02x in a string (write it as \\u%04x)", ch, ch),
+             NULL;
     }
     if (ch != '\\') {
       p++;
@@ -227,14 +245,21 @@ static const char *scan_string(Scan *c, const char *p) {
     }
     if (p[1] != 'u') {
       if (p[1] > 0x20 && p[1] < 0x7f)
-        return scan_error(c, p, "invalid escape '\\%c' in a string (JSON has \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX)",
+        return scan_error(c, p,
+                          "invalid escape '\\%c' in a string (JSON has \\\" \\\\ \\/ \\b \\f \\n "
+                          "\\r \\t \\uXXXX)",
                           p[1]),
                NULL;
-      return scan_error(c, p, "invalid escape in a string (JSON has \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX)"), NULL;
+      return scan_error(
+                 c, p,
+                 "invalid escape in a string (JSON has \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX)"),
+             NULL;
     }
     long u = hex4(p + 2);
-    if (u < 0) return scan_error(c, p, "invalid escape in a string (\\u needs four hex digits)"), NULL;
-    if (u == 0) return scan_error(c, p, "\\u0000 in a string (a model's strings cannot contain NUL)"), NULL;
+    if (u < 0)
+      return scan_error(c, p, "invalid escape in a string (\\u needs four hex digits)"), NULL;
+    if (u == 0)
+      return scan_error(c, p, "\\u0000 in a string (a model's strings cannot contain NUL)"), NULL;
     if (u >= 0xd800 && u <= 0xdbff) { // a high surrogate: a low one must follow
       long lo = p[6] == '\\' && p[7] == 'u' ? hex4(p + 8) : -1;
       if (lo < 0xdc00 || lo > 0xdfff)
@@ -268,7 +293,8 @@ static const char *bad_number(Scan *c, const char *b, const char *what) {
 static const char *scan_number(Scan *c, const char *p) {
   const char *b = p;
   if (*p == '-') p++;
-  if (*p == '0' && isdigit((unsigned char)p[1])) return bad_number(c, b, "numbers must not have leading zeros (got '%s')");
+  if (*p == '0' && isdigit((unsigned char)p[1]))
+    return bad_number(c, b, "numbers must not have leading zeros (got '%s')");
   bool ok = isdigit((unsigned char)*p);
   while (isdigit((unsigned char)*p)) p++;
   if (ok && *p == '.') {
@@ -282,7 +308,8 @@ static const char *scan_number(Scan *c, const char *p) {
     while (isdigit((unsigned char)*p)) p++;
   }
   if (!ok) return bad_number(c, b, "invalid number '%s'");
-  if (p - b > MAX_NUMBER) return bad_number(c, b, "number '%s' is too long (more than 63 characters)");
+  if (p - b > MAX_NUMBER)
+    return bad_number(c, b, "number '%s' is too long (more than 63 characters)");
   return p;
 }
 
@@ -296,7 +323,8 @@ static const char *scan_value(Scan *c, const char *p);
 static const char *scan_container(Scan *c, const char *p) {
   bool obj = *p == '{';
   char close = obj ? '}' : ']';
-  if (c->depth == MAX_DEPTH) return scan_error(c, p, "nesting deeper than %d levels", MAX_DEPTH), NULL;
+  if (c->depth == MAX_DEPTH)
+    return scan_error(c, p, "nesting deeper than %d levels", MAX_DEPTH), NULL;
   c->depth++;
   p = skip_ws(p + 1);
   if (*p != close) {
@@ -321,12 +349,17 @@ static const char *scan_container(Scan *c, const char *p) {
 
 static const char *scan_value(Scan *c, const char *p) {
   switch (*p) {
-  case '"': return scan_string(c, p);
+  case '"':
+    return scan_string(c, p);
   case '{':
-  case '[': return scan_container(c, p);
-  case 't': return scan_word(c, p, "true");
-  case 'f': return scan_word(c, p, "false");
-  case 'n': return scan_word(c, p, "null");
+  case '[':
+    return scan_container(c, p);
+  case 't':
+    return scan_word(c, p, "true");
+  case 'f':
+    return scan_word(c, p, "false");
+  case 'n':
+    return scan_word(c, p, "null");
   default:
     if (*p == '-' || isdigit((unsigned char)*p)) return scan_number(c, p);
     return unexpected(c, p, ""), NULL;
@@ -376,7 +409,7 @@ static bool literal_int(const char *t, size_t n, int64_t *out) {
   while (f < nd && dg[f] == '0') f++;
   if (f == nd) return *out = 0, true;
   while (dg[l - 1] == '0') l--;
-  long pow10 = exp - (long)nfrac + (long)(nd - l); // of the last nonzero digit
+  long pow10 = exp - (long)nfrac + (long)(nd - l);           // of the last nonzero digit
   if (pow10 < 0 || (long)(l - f) + pow10 > 16) return false; // a fraction, or 10^16 > 2^53 or more
   int64_t v = 0;
   for (size_t i = f; i < l; i++) v = v * 10 + (dg[i] - '0');
@@ -421,7 +454,8 @@ bool source_parse(Source *s, Arena *a, const char *path, const char *text, size_
   index_lines(s, a);
   if (!check_bytes(s, d)) return false;
   const char *start = s->text;
-  if (len >= 3 && memcmp(start, "\xef\xbb\xbf", 3) == 0) start += 3; // a UTF-8 byte order mark (cJSON skips it too)
+  if (len >= 3 && memcmp(start, "\xef\xbb\xbf", 3) == 0)
+    start += 3; // a UTF-8 byte order mark (cJSON skips it too)
   if (!scan_document(s, d, start)) return false;
   const char *end = NULL;
   s->root = cJSON_ParseWithOpts(s->text, &end, 1);
@@ -453,8 +487,8 @@ bool source_load(Source *s, Arena *a, const char *path, Diag *d) {
     return false;
   }
   if ((size_t)st.st_size > PIPEC_MAX_SOURCE) {
-    diag_error(d, (Loc){0, 0}, "model file is %lld bytes; the limit is %zu MiB", (long long)st.st_size,
-               PIPEC_MAX_SOURCE >> 20);
+    diag_error(d, (Loc){0, 0}, "model file is %lld bytes; the limit is %zu MiB",
+               (long long)st.st_size, PIPEC_MAX_SOURCE >> 20);
     fclose(f);
     return false;
   }

@@ -26,14 +26,14 @@ typedef struct PosEntry {
 } PosEntry;
 
 typedef struct Source {
-  const char *path;    // as given
-  char *text;          // file contents, NUL-terminated (arena)
-  size_t len;          // bytes in text
-  size_t *lines;       // byte offset of the start of each line
-  int nlines;          // entries in lines
-  PosEntry *pos;       // item -> offset hash table
-  size_t pos_cap;      // slots in pos (power of two)
-  cJSON *root;         // parsed document (freed by source_free)
+  const char *path; // as given
+  char *text;       // file contents, NUL-terminated (arena)
+  size_t len;       // bytes in text
+  size_t *lines;    // byte offset of the start of each line
+  int nlines;       // entries in lines
+  PosEntry *pos;    // item -> offset hash table
+  size_t pos_cap;   // slots in pos (power of two)
+  cJSON *root;      // parsed document (freed by source_free)
 } Source;
 
 // Largest model file accepted.

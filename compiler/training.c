@@ -54,7 +54,8 @@ static const Key *find_key(const char *name) {
 }
 
 // Stores a number or string into the field described by k; msg gets the reason on failure.
-static bool store(const Key *k, TrainConfig *tc, double num, const char *str, char *msg, size_t cap) {
+static bool store(const Key *k, TrainConfig *tc, double num, const char *str, char *msg,
+                  size_t cap) {
   char *dst = (char *)tc + k->off;
   if (k->type == K_STR) {
     if (!str) return snprintf(msg, cap, "expected a string"), false;
@@ -74,8 +75,8 @@ static bool store(const Key *k, TrainConfig *tc, double num, const char *str, ch
 }
 
 // Walks one JSON object level of the training section; prefix is "" or "optimizer." etc.
-static bool read_object(const Source *src, const cJSON *obj, const char *prefix, TrainConfig *tc, Diag *d,
-                        Arena *a) {
+static bool read_object(const Source *src, const cJSON *obj, const char *prefix, TrainConfig *tc,
+                        Diag *d, Arena *a) {
   for (const cJSON *c = obj->child; c; c = c->next) {
     char name[128];
     snprintf(name, sizeof name, "%s%s", prefix, c->string);
@@ -85,15 +86,17 @@ static bool read_object(const Source *src, const cJSON *obj, const char *prefix,
         return false;
       }
     if (!*prefix && cJSON_IsObject(c) &&
-        (!strcmp(c->string, "optimizer") || !strcmp(c->string, "schedule") || !strcmp(c->string, "data"))) {
+        (!strcmp(c->string, "optimizer") || !strcmp(c->string, "schedule") ||
+         !strcmp(c->string, "data"))) {
       char sub[64];
       snprintf(sub, sizeof sub, "%s.", c->string);
       if (!read_object(src, c, sub, tc, d, a)) return false;
       continue;
     }
     // Keys that are not plain numbers/strings of the table.
-    if (!strcmp(name, "optimizer.kind") || !strcmp(name, "data.kind") || !strcmp(name, "data.input") ||
-        !strcmp(name, "data.target") || !strcmp(name, "optimizer.betas"))
+    if (!strcmp(name, "optimizer.kind") || !strcmp(name, "data.kind") ||
+        !strcmp(name, "data.input") || !strcmp(name, "data.target") ||
+        !strcmp(name, "optimizer.betas"))
       continue; // read by training_parse
     const Key *k = find_key(name);
     if (!k) {
@@ -103,7 +106,8 @@ static bool read_object(const Source *src, const cJSON *obj, const char *prefix,
     char msg[200];
     const char *str = cJSON_IsString(c) ? arena_strdup(a, c->valuestring) : NULL;
     if (!cJSON_IsNumber(c) && !cJSON_IsString(c)) {
-      diag_error(d, source_loc(src, c), "training.%s: expected a %s", name, k->type == K_STR ? "string" : "number");
+      diag_error(d, source_loc(src, c), "training.%s: expected a %s", name,
+                 k->type == K_STR ? "string" : "number");
       return false;
     }
     if (!store(k, tc, cJSON_IsNumber(c) ? c->valuedouble : 0, str, msg, sizeof msg)) {
@@ -114,13 +118,17 @@ static bool read_object(const Source *src, const cJSON *obj, const char *prefix,
   return true;
 }
 
-static const cJSON *sub(const cJSON *o, const char *k) { return o ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL; }
+static const cJSON *sub(const cJSON *o, const char *k) {
+  return o ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
+}
 
-static Tensor *bind_input(const Source *src, Graph *g, const cJSON *it, const char *key, bool target, Diag *d) {
+static Tensor *bind_input(const Source *src, Graph *g, const cJSON *it, const char *key,
+                          bool target, Diag *d) {
   Tensor *t = NULL;
   if (it) {
     if (!cJSON_IsString(it) || !(t = graph_find(g, it->valuestring)) || t->kind != T_INPUT) {
-      diag_error(d, source_loc(src, it), "training.data.%s: expected the name of a model input", key);
+      diag_error(d, source_loc(src, it), "training.data.%s: expected the name of a model input",
+                 key);
       return NULL;
     }
     return t;
@@ -128,32 +136,50 @@ static Tensor *bind_input(const Source *src, Graph *g, const cJSON *it, const ch
   for (int i = 0; i < g->ninputs; i++)
     if (g->inputs[i]->is_target == target) {
       if (t) {
-        diag_error(d, (Loc){0, 0}, "training.data.%s: the model has several %s inputs; name one", key,
-                   target ? "target" : "data");
+        diag_error(d, (Loc){0, 0}, "training.data.%s: the model has several %s inputs; name one",
+                   key, target ? "target" : "data");
         return NULL;
       }
       t = g->inputs[i];
     }
-  if (!t) diag_error(d, (Loc){0, 0}, "training.data.%s: the model has no %s input", key, target ? "target" : "data");
+  if (!t)
+    diag_error(d, (Loc){0, 0}, "training.data.%s: the model has no %s input", key,
+               target ? "target" : "data");
   return t;
 }
 
-bool training_parse(const Source *src, Graph *g, const char **overrides, int noverrides, TrainConfig *tc,
-                    Diag *d) {
+bool training_parse(const Source *src, Graph *g, const char **overrides, int noverrides,
+                    TrainConfig *tc, Diag *d) {
   Arena *a = g->arena;
-  *tc = (TrainConfig){.batch = 8, .microbatches = 1, .steps = 100, .seed = 1337, .opt = OPT_ADAMW, .lr = 1e-3,
-                      .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.0, .momentum = 0.0,
-                      .min_lr = 0, .eval_every = 0, .eval_batches = 20, .log_every = 10, .train_fraction = 0.9,
+  *tc = (TrainConfig){.batch = 8,
+                      .microbatches = 1,
+                      .steps = 100,
+                      .seed = 1337,
+                      .opt = OPT_ADAMW,
+                      .lr = 1e-3,
+                      .beta1 = 0.9,
+                      .beta2 = 0.999,
+                      .eps = 1e-8,
+                      .weight_decay = 0.0,
+                      .momentum = 0.0,
+                      .min_lr = 0,
+                      .eval_every = 0,
+                      .eval_batches = 20,
+                      .log_every = 10,
+                      .train_fraction = 0.9,
                       .scale = 1.0};
   const cJSON *tr = sub(src->root, "training");
   const cJSON *opt = sub(tr, "optimizer"), *data = sub(tr, "data");
   if (tr && !read_object(src, tr, "", tc, d, a)) return false;
   const cJSON *kind = sub(opt, "kind");
   if (kind) {
-    if (cJSON_IsString(kind) && !strcmp(kind->valuestring, "adamw")) tc->opt = OPT_ADAMW;
-    else if (cJSON_IsString(kind) && !strcmp(kind->valuestring, "sgd")) tc->opt = OPT_SGD;
+    if (cJSON_IsString(kind) && !strcmp(kind->valuestring, "adamw"))
+      tc->opt = OPT_ADAMW;
+    else if (cJSON_IsString(kind) && !strcmp(kind->valuestring, "sgd"))
+      tc->opt = OPT_SGD;
     else {
-      diag_error(d, source_loc(src, kind), "training.optimizer.kind: expected \"adamw\" or \"sgd\"");
+      diag_error(d, source_loc(src, kind),
+                 "training.optimizer.kind: expected \"adamw\" or \"sgd\"");
       return false;
     }
   }
@@ -166,7 +192,8 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
     }
     char msg[200];
     if (!store(find_key("optimizer.beta1"), tc, betas->child->valuedouble, NULL, msg, sizeof msg) ||
-        !store(find_key("optimizer.beta2"), tc, betas->child->next->valuedouble, NULL, msg, sizeof msg)) {
+        !store(find_key("optimizer.beta2"), tc, betas->child->next->valuedouble, NULL, msg,
+               sizeof msg)) {
       diag_error(d, source_loc(src, betas), "training.optimizer.betas: %s", msg);
       return false;
     }
@@ -178,7 +205,8 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
     for (int i = 0; i < 4 && dk; i++)
       if (cJSON_IsString(dk) && !strcmp(dk->valuestring, kinds[i])) k = i;
     if (k < 0) {
-      diag_error(d, source_loc(src, dk ? dk : data), "training.data.kind: expected text, tokens_u16, csv or npy");
+      diag_error(d, source_loc(src, dk ? dk : data),
+                 "training.data.kind: expected text, tokens_u16, csv or npy");
       return false;
     }
     tc->data = (DataKind)(DATA_TEXT + k);
@@ -194,8 +222,10 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
       k = find_key(name);
     }
     if (!k) {
-      diag_error(d, (Loc){0, 0}, "--set %s: expected KEY=VALUE with a training key (e.g. steps=100, optimizer.lr=3e-4)",
-                 overrides[i]);
+      diag_error(
+          d, (Loc){0, 0},
+          "--set %s: expected KEY=VALUE with a training key (e.g. steps=100, optimizer.lr=3e-4)",
+          overrides[i]);
       return false;
     }
     char *end;
@@ -211,8 +241,8 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
     }
   }
   if (tc->batch % tc->microbatches) {
-    diag_error(d, (Loc){0, 0}, "training: batch %lld is not a multiple of microbatches %lld", (long long)tc->batch,
-               (long long)tc->microbatches);
+    diag_error(d, (Loc){0, 0}, "training: batch %lld is not a multiple of microbatches %lld",
+               (long long)tc->batch, (long long)tc->microbatches);
     return false;
   }
   tc->mb_size = tc->batch / tc->microbatches;
@@ -222,7 +252,8 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
       return false;
     }
     if (tc->data == DATA_NPY && !tc->data_path2) {
-      diag_error(d, source_loc(src, data), "training.data: npy needs 'labels' (the labels .npy file)");
+      diag_error(d, source_loc(src, data),
+                 "training.data: npy needs 'labels' (the labels .npy file)");
       return false;
     }
     if (!(tc->input = bind_input(src, g, sub(data, "input"), "input", false, d)) ||
@@ -230,13 +261,17 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
       return false;
     bool tokens = tc->data == DATA_TEXT || tc->data == DATA_U16;
     const Shape *xs = &tc->input->shape, *ys = &tc->target->shape;
-    if (tokens && (tc->input->dtype != DT_I32 || xs->rank != 2 || !shape_eq(xs, ys) || tc->target->dtype != DT_I32)) {
-      diag_error(d, tc->input->loc, "training.data: token data needs i32 inputs '%s' and '%s' of shape (B,T)",
+    if (tokens && (tc->input->dtype != DT_I32 || xs->rank != 2 || !shape_eq(xs, ys) ||
+                   tc->target->dtype != DT_I32)) {
+      diag_error(d, tc->input->loc,
+                 "training.data: token data needs i32 inputs '%s' and '%s' of shape (B,T)",
                  tc->input->name, tc->target->name);
       return false;
     }
-    if (!tokens && (tc->input->dtype != DT_F32 || xs->rank != 2 || ys->rank != 1 || tc->target->dtype != DT_I32)) {
-      diag_error(d, tc->input->loc, "training.data: table data needs an f32 input (B,F) and an i32 target (B)");
+    if (!tokens && (tc->input->dtype != DT_F32 || xs->rank != 2 || ys->rank != 1 ||
+                    tc->target->dtype != DT_I32)) {
+      diag_error(d, tc->input->loc,
+                 "training.data: table data needs an f32 input (B,F) and an i32 target (B)");
       return false;
     }
     // Data paths are relative to the model file; the program gets them absolute, so it can run
@@ -247,13 +282,15 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
       free(real);
     }
     if (tc->data_path[0] != '/') tc->data_path = arena_printf(a, "%s/%s", dir, tc->data_path);
-    if (tc->data_path2 && tc->data_path2[0] != '/') tc->data_path2 = arena_printf(a, "%s/%s", dir, tc->data_path2);
+    if (tc->data_path2 && tc->data_path2[0] != '/')
+      tc->data_path2 = arena_printf(a, "%s/%s", dir, tc->data_path2);
   }
   // Every tensor must fit once the batch symbol is bound.
   for (int i = 0; i < g->ntensors; i++)
     if (shape_numel(&g->tensors[i]->shape, tc->mb_size) < 0) {
-      diag_error(d, g->tensors[i]->loc, "%s: '%s' %s has more than 2^53 elements with %s = %lld", g->tensors[i]->path,
-                 g->tensors[i]->name, fmt_shape(g, &g->tensors[i]->shape), g->batch_sym, (long long)tc->mb_size);
+      diag_error(d, g->tensors[i]->loc, "%s: '%s' %s has more than 2^53 elements with %s = %lld",
+                 g->tensors[i]->path, g->tensors[i]->name, fmt_shape(g, &g->tensors[i]->shape),
+                 g->batch_sym, (long long)tc->mb_size);
       return false;
     }
   return true;

@@ -15,7 +15,9 @@ struct ArenaChunk {
 
 enum { ARENA_CHUNK = 64 * 1024 };
 
-void arena_init(Arena *a) { memset(a, 0, sizeof *a); }
+void arena_init(Arena *a) {
+  memset(a, 0, sizeof *a);
+}
 
 void arena_free(Arena *a) {
   ArenaChunk *c = a->head;
@@ -66,7 +68,9 @@ char *arena_strndup(Arena *a, const char *s, size_t n) {
   return p;
 }
 
-char *arena_strdup(Arena *a, const char *s) { return arena_strndup(a, s, strlen(s)); }
+char *arena_strdup(Arena *a, const char *s) {
+  return arena_strndup(a, s, strlen(s));
+}
 
 char *arena_printf(Arena *a, const char *fmt, ...) {
   char buf[256];

@@ -24,7 +24,7 @@ char *arena_strdup(Arena *a, const char *s);
 char *arena_strndup(Arena *a, const char *s, size_t n);
 char *arena_printf(Arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-#define ARENA_NEW(a, T)        ((T *)arena_alloc((a), sizeof(T)))
-#define ARENA_ARRAY(a, T, n)   ((T *)arena_array((a), (size_t)(n), sizeof(T)))
+#define ARENA_NEW(a, T)      ((T *)arena_alloc((a), sizeof(T)))
+#define ARENA_ARRAY(a, T, n) ((T *)arena_array((a), (size_t)(n), sizeof(T)))
 
 #endif

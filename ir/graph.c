@@ -7,7 +7,7 @@
 #define GROW(g, arr, n, cap, T)                                                                    \
   do {                                                                                             \
     if ((n) == (cap)) {                                                                            \
-      int ncap_ = (cap) ? (cap) * 2 : 64;                                                          \
+      int ncap_ = (cap) ? (cap)*2 : 64;                                                            \
       T *narr_ = ARENA_ARRAY((g)->arena, T, ncap_);                                                \
       if (n) memcpy(narr_, (arr), sizeof(T) * (size_t)(n));                                        \
       (arr) = narr_;                                                                               \
@@ -61,7 +61,9 @@ Node *graph_add_node(Graph *g, const char *name, const OpDef *op, int nin, int n
   return n;
 }
 
-Tensor *graph_find(const Graph *g, const char *name) { return strmap_get(&g->names, name); }
+Tensor *graph_find(const Graph *g, const char *name) {
+  return strmap_get(&g->names, name);
+}
 
 void graph_link_uses(Graph *g) {
   for (int i = 0; i < g->ntensors; i++) g->tensors[i]->nuses = 0;

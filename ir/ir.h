@@ -35,8 +35,8 @@ typedef struct Dim {
 } Dim;
 
 typedef struct Shape {
-  int rank;          // 0 for a scalar
-  Dim d[MAX_RANK];   // outermost first, like PyTorch
+  int rank;        // 0 for a scalar
+  Dim d[MAX_RANK]; // outermost first, like PyTorch
 } Shape;
 
 typedef enum TensorKind {
@@ -68,25 +68,25 @@ typedef struct Use {
 } Use;
 
 typedef struct Tensor {
-  int id;                  // index in Graph.tensors
-  const char *name;        // unique name (node outputs of multi-output nodes: "name:k")
-  TensorKind kind;         // input, param or activation
-  DType dtype;             // element type
-  Shape shape;             // static shape (batch factor symbolic)
-  bool is_target;          // input only: a label read by the loss
-  Init init;               // param only: initialiser
-  struct Tensor *tied_to;  // param only: storage owner, or NULL
-  struct Node *producer;   // activation only: producing node
-  int out_index;           // activation only: output slot in producer
-  Use *uses;               // consumers in graph order (filled by graph_link_uses)
-  int nuses;               // number of uses
-  Loc loc;                 // where it was defined in the model file
-  const char *path;        // JSON path of its definition ("params[3]", "nodes[7]")
-  bool hidden;             // saved-for-backward output (layernorm mean, attention probs)
-  double const_value;      // T_CONST only: every element's value
-  struct Tensor *grad_of;  // gradient tensors: the tensor this is (a part of) the gradient of
-  bool per_step;           // lives across the microbatches of a step (param gradient buffers)
-  struct Tensor *grad;     // owner params after autodiff: the parameter's final gradient
+  int id;                 // index in Graph.tensors
+  const char *name;       // unique name (node outputs of multi-output nodes: "name:k")
+  TensorKind kind;        // input, param or activation
+  DType dtype;            // element type
+  Shape shape;            // static shape (batch factor symbolic)
+  bool is_target;         // input only: a label read by the loss
+  Init init;              // param only: initialiser
+  struct Tensor *tied_to; // param only: storage owner, or NULL
+  struct Node *producer;  // activation only: producing node
+  int out_index;          // activation only: output slot in producer
+  Use *uses;              // consumers in graph order (filled by graph_link_uses)
+  int nuses;              // number of uses
+  Loc loc;                // where it was defined in the model file
+  const char *path;       // JSON path of its definition ("params[3]", "nodes[7]")
+  bool hidden;            // saved-for-backward output (layernorm mean, attention probs)
+  double const_value;     // T_CONST only: every element's value
+  struct Tensor *grad_of; // gradient tensors: the tensor this is (a part of) the gradient of
+  bool per_step;          // lives across the microbatches of a step (param gradient buffers)
+  struct Tensor *grad;    // owner params after autodiff: the parameter's final gradient
 } Tensor;
 
 typedef enum AttrType {
@@ -98,42 +98,42 @@ typedef enum AttrType {
 } AttrType;
 
 typedef struct AttrValue {
-  bool present; // given in the file (else the schema default applies and is stored here)
-  int64_t i;    // ATTR_INT, ATTR_BOOL
-  double f;     // ATTR_FLOAT
-  int count;    // ATTR_INTS, ATTR_SHAPE: list length
+  bool present;  // given in the file (else the schema default applies and is stored here)
+  int64_t i;     // ATTR_INT, ATTR_BOOL
+  double f;      // ATTR_FLOAT
+  int count;     // ATTR_INTS, ATTR_SHAPE: list length
   int64_t *ints; // ATTR_INTS
-  Dim *dims;    // ATTR_SHAPE
+  Dim *dims;     // ATTR_SHAPE
 } AttrValue;
 
 struct OpDef;
 
 typedef enum NodeRole {
-  ROLE_FWD,  // forward computation (F)
-  ROLE_BWD,  // input-gradient (B): gradients of activations
-  ROLE_WGT,  // weight-gradient (W): accumulates a parameter's gradient over microbatches
-  ROLE_STEP  // once per step after all microbatches (combining a tied parameter's uses)
+  ROLE_FWD, // forward computation (F)
+  ROLE_BWD, // input-gradient (B): gradients of activations
+  ROLE_WGT, // weight-gradient (W): accumulates a parameter's gradient over microbatches
+  ROLE_STEP // once per step after all microbatches (combining a tied parameter's uses)
 } NodeRole;
 
 typedef struct Node {
-  int id;                  // index in Graph.nodes (topological after expand)
-  const char *name;        // node name (unique)
-  const struct OpDef *op;  // registry row
-  Tensor **in;             // inputs in the op's order
-  int nin;                 // number of inputs
-  Tensor **out;            // outputs
-  int nout;                // number of outputs
-  AttrValue *attrs;        // parallel to op->attrs
-  Loc loc;                 // position of the node's object in the model file
-  const char *path;        // JSON path, e.g. "nodes[12]" or "blocks[0].nodes[3] (layer 5)"
-  int file_order;          // order of appearance after block expansion (tie-break for sorting)
-  int stage;               // pipeline hint: stage number, or -1
-  bool split_before;       // pipeline hint: a new stage starts here
-  int instance;            // block instance index (layer number), or -1 outside blocks
-  const char *block;       // block name, or NULL
-  NodeRole role;           // F, B, W or step-end
-  const struct Node *fwd;  // backward nodes: the forward node differentiated
-  int slot;                // backward nodes: the input of fwd whose gradient this is, else -1
+  int id;                 // index in Graph.nodes (topological after expand)
+  const char *name;       // node name (unique)
+  const struct OpDef *op; // registry row
+  Tensor **in;            // inputs in the op's order
+  int nin;                // number of inputs
+  Tensor **out;           // outputs
+  int nout;               // number of outputs
+  AttrValue *attrs;       // parallel to op->attrs
+  Loc loc;                // position of the node's object in the model file
+  const char *path;       // JSON path, e.g. "nodes[12]" or "blocks[0].nodes[3] (layer 5)"
+  int file_order;         // order of appearance after block expansion (tie-break for sorting)
+  int stage;              // pipeline hint: stage number, or -1
+  bool split_before;      // pipeline hint: a new stage starts here
+  int instance;           // block instance index (layer number), or -1 outside blocks
+  const char *block;      // block name, or NULL
+  NodeRole role;          // F, B, W or step-end
+  const struct Node *fwd; // backward nodes: the forward node differentiated
+  int slot;               // backward nodes: the input of fwd whose gradient this is, else -1
 } Node;
 
 typedef struct DimDef {
@@ -143,27 +143,27 @@ typedef struct DimDef {
 } DimDef;
 
 typedef struct Graph {
-  Arena *arena;            // owner of everything below
-  const char *name;        // model name
-  const char *batch_sym;   // batch symbol, "B" by default
-  DimDef *dims;            // dims table, in file order
-  int ndims;               // entries in dims
-  Tensor **tensors;        // all tensors (inputs, params, activations)
+  Arena *arena;          // owner of everything below
+  const char *name;      // model name
+  const char *batch_sym; // batch symbol, "B" by default
+  DimDef *dims;          // dims table, in file order
+  int ndims;             // entries in dims
+  Tensor **tensors;      // all tensors (inputs, params, activations)
   int ntensors, cap_tensors;
-  Node **nodes;            // all nodes, topological order after expand
+  Node **nodes; // all nodes, topological order after expand
   int nnodes, cap_nodes;
-  Tensor **inputs;         // model inputs in file order
+  Tensor **inputs; // model inputs in file order
   int ninputs, cap_inputs;
-  Tensor **params;         // parameters in canonical (file) order
+  Tensor **params; // parameters in canonical (file) order
   int nparams, cap_params;
-  Tensor **outputs;        // model outputs
+  Tensor **outputs; // model outputs
   int noutputs;
-  Tensor *loss;            // scalar loss tensor
-  bool shapes_known;       // activations have shapes (set by the shape pass)
-  int nfwd;                // nodes [0, nfwd) are the forward graph (autodiff appends after)
-  int microbatches;        // M: the loss gradient seed is 1/M (set by autodiff)
-  StrMap names;            // tensor name -> Tensor*
-  StrMap node_names;       // node name -> Node*
+  Tensor *loss;      // scalar loss tensor
+  bool shapes_known; // activations have shapes (set by the shape pass)
+  int nfwd;          // nodes [0, nfwd) are the forward graph (autodiff appends after)
+  int microbatches;  // M: the loss gradient seed is 1/M (set by autodiff)
+  StrMap names;      // tensor name -> Tensor*
+  StrMap node_names; // node name -> Node*
 } Graph;
 
 // ---- dtypes and shapes (shape.c)

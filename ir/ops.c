@@ -35,13 +35,17 @@ static const char *fmt_dim(const Graph *g, Dim d) {
   return dim_str(b, 64, d, g->batch_sym);
 }
 
-static double numel(const Tensor *t, int64_t batch) { return (double)shape_numel(&t->shape, batch); }
+static double numel(const Tensor *t, int64_t batch) {
+  return (double)shape_numel(&t->shape, batch);
+}
 
 static double io_bytes(const Node *n, int64_t batch) {
   double b = 0;
   for (int i = 0; i < n->nin; i++) b += numel(n->in[i], batch) * dtype_size(n->in[i]->dtype);
-  // Visible outputs only: hidden ones (saved for backward) are not part of the op's I/O (docs/ops.md).
-  for (int i = 0; i < node_visible_outputs(n); i++) b += numel(n->out[i], batch) * dtype_size(n->out[i]->dtype);
+  // Visible outputs only: hidden ones (saved for backward) are not part of the op's I/O
+  // (docs/ops.md).
+  for (int i = 0; i < node_visible_outputs(n); i++)
+    b += numel(n->out[i], batch) * dtype_size(n->out[i]->dtype);
   return b;
 }
 
@@ -53,8 +57,8 @@ static void set_out(Node *n, int k, const Shape *s, DType t) {
 static bool want_float(const Graph *g, Node *n, Diag *d, int slot) {
   (void)g;
   if (dtype_is_float(n->in[slot]->dtype)) return true;
-  node_error(d, n, "input '%s' has dtype %s but %s needs a floating-point tensor", n->in[slot]->name,
-             dtype_name(n->in[slot]->dtype), n->op->name);
+  node_error(d, n, "input '%s' has dtype %s but %s needs a floating-point tensor",
+             n->in[slot]->name, dtype_name(n->in[slot]->dtype), n->op->name);
   return false;
 }
 
@@ -128,13 +132,14 @@ static bool matmul_infer(const Graph *g, Node *n, Diag *d) {
   Dim m = a->d[a->rank - (ta ? 1 : 2)], ka = a->d[a->rank - (ta ? 2 : 1)];
   Dim kb = b->d[b->rank - (tb ? 1 : 2)], nn = b->d[b->rank - (tb ? 2 : 1)];
   if (!dim_eq(ka, kb)) {
-    node_error(d, n, "input '%s' has shape %s but matmul needs (...,%s,%s)%s to match %s", n->in[1]->name,
-               fmt_shape(g, b), tb ? fmt_dim(g, nn) : fmt_dim(g, ka), tb ? fmt_dim(g, ka) : fmt_dim(g, nn),
-               tb ? " (transpose_b)" : "", n->in[0]->name);
+    node_error(d, n, "input '%s' has shape %s but matmul needs (...,%s,%s)%s to match %s",
+               n->in[1]->name, fmt_shape(g, b), tb ? fmt_dim(g, nn) : fmt_dim(g, ka),
+               tb ? fmt_dim(g, ka) : fmt_dim(g, nn), tb ? " (transpose_b)" : "", n->in[0]->name);
     return false;
   }
   if (b->rank != 2 && b->rank != a->rank) {
-    node_error(d, n, "input '%s' has shape %s but matmul needs rank 2 or rank %d (the rank of '%s')",
+    node_error(d, n,
+               "input '%s' has shape %s but matmul needs rank 2 or rank %d (the rank of '%s')",
                n->in[1]->name, fmt_shape(g, b), a->rank, n->in[0]->name);
     return false;
   }
@@ -169,15 +174,16 @@ static bool linear_infer(const Graph *g, Node *n, Diag *d) {
   const Shape *x = &n->in[0]->shape, *w = &n->in[1]->shape;
   Dim in = x->d[x->rank - 1];
   if (!dim_eq(w->d[1], in)) {
-    node_error(d, n, "input '%s' has shape %s but linear needs (OUT,%s) to match the last dim of '%s' %s",
+    node_error(d, n,
+               "input '%s' has shape %s but linear needs (OUT,%s) to match the last dim of '%s' %s",
                n->in[1]->name, fmt_shape(g, w), fmt_dim(g, in), n->in[0]->name, fmt_shape(g, x));
     return false;
   }
   if (n->nin == 3) {
     const Shape *b = &n->in[2]->shape;
     if (b->rank != 1 || !dim_eq(b->d[0], w->d[0])) {
-      node_error(d, n, "input '%s' has shape %s but linear needs a bias of shape (%s)", n->in[2]->name,
-                 fmt_shape(g, b), fmt_dim(g, w->d[0]));
+      node_error(d, n, "input '%s' has shape %s but linear needs a bias of shape (%s)",
+                 n->in[2]->name, fmt_shape(g, b), fmt_dim(g, w->d[0]));
       return false;
     }
     if (!want_same_dtype(g, n, d, 0, 2)) return false;
@@ -215,11 +221,21 @@ static void elementwise_cost(const Node *n, int64_t batch, OpCost *c, double per
   c->bytes = io_bytes(n, batch);
 }
 
-static void cost1(const Node *n, int64_t batch, OpCost *c) { elementwise_cost(n, batch, c, 1); }
-static void cost4(const Node *n, int64_t batch, OpCost *c) { elementwise_cost(n, batch, c, 4); }
-static void cost5(const Node *n, int64_t batch, OpCost *c) { elementwise_cost(n, batch, c, 5); }
-static void cost8(const Node *n, int64_t batch, OpCost *c) { elementwise_cost(n, batch, c, 8); }
-static void cost0(const Node *n, int64_t batch, OpCost *c) { elementwise_cost(n, batch, c, 0); }
+static void cost1(const Node *n, int64_t batch, OpCost *c) {
+  elementwise_cost(n, batch, c, 1);
+}
+static void cost4(const Node *n, int64_t batch, OpCost *c) {
+  elementwise_cost(n, batch, c, 4);
+}
+static void cost5(const Node *n, int64_t batch, OpCost *c) {
+  elementwise_cost(n, batch, c, 5);
+}
+static void cost8(const Node *n, int64_t batch, OpCost *c) {
+  elementwise_cost(n, batch, c, 8);
+}
+static void cost0(const Node *n, int64_t batch, OpCost *c) {
+  elementwise_cost(n, batch, c, 0);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Elementwise unary ops: scale, relu, gelu, tanh, sigmoid
@@ -262,8 +278,9 @@ static bool layernorm_infer(const Graph *g, Node *n, Diag *d) {
   for (int i = 1; i < n->nin; i++) {
     const Shape *w = &n->in[i]->shape;
     if (w->rank != 1 || !dim_eq(w->d[0], c)) {
-      node_error(d, n, "input '%s' has shape %s but layernorm needs (%s) to match the last dim of '%s' %s",
-                 n->in[i]->name, fmt_shape(g, w), fmt_dim(g, c), n->in[0]->name, fmt_shape(g, x));
+      node_error(
+          d, n, "input '%s' has shape %s but layernorm needs (%s) to match the last dim of '%s' %s",
+          n->in[i]->name, fmt_shape(g, w), fmt_dim(g, c), n->in[0]->name, fmt_shape(g, x));
       return false;
     }
     if (!want_same_dtype(g, n, d, 0, i)) return false;
@@ -286,13 +303,14 @@ static bool layernorm_infer(const Graph *g, Node *n, Diag *d) {
 static bool embedding_infer(const Graph *g, Node *n, Diag *d) {
   const Tensor *idx = n->in[0], *w = n->in[1];
   if (idx->dtype != DT_I32) {
-    node_error(d, n, "input '%s' has dtype %s but embedding needs i32 ids", idx->name, dtype_name(idx->dtype));
+    node_error(d, n, "input '%s' has dtype %s but embedding needs i32 ids", idx->name,
+               dtype_name(idx->dtype));
     return false;
   }
   if (!want_rank(g, n, d, 1, 2, 2) || !want_float(g, n, d, 1)) return false;
   if (idx->shape.rank + 1 > MAX_RANK) {
-    node_error(d, n, "input '%s' has rank %d; the output would exceed rank %d", idx->name, idx->shape.rank,
-               MAX_RANK);
+    node_error(d, n, "input '%s' has rank %d; the output would exceed rank %d", idx->name,
+               idx->shape.rank, MAX_RANK);
     return false;
   }
   Shape o = idx->shape;
@@ -316,7 +334,8 @@ static bool reshape_infer(const Graph *g, Node *n, Diag *d) {
   const AttrValue *sv = &n->attrs[0];
   const Shape *x = &n->in[0]->shape;
   if (sv->count > MAX_RANK) {
-    node_error(d, n, "attribute 'shape' has %d dims; at most %d are supported", sv->count, MAX_RANK);
+    node_error(d, n, "attribute 'shape' has %d dims; at most %d are supported", sv->count,
+               MAX_RANK);
     return false;
   }
   // Element count of x as (coefficient, batch power).
@@ -351,7 +370,8 @@ static bool reshape_infer(const Graph *g, Node *n, Diag *d) {
     goto mismatch;
   }
   if (xb > 1) {
-    node_error(d, n, "input '%s' has shape %s with the batch in several dims; reshape cannot merge them",
+    node_error(d, n,
+               "input '%s' has shape %s with the batch in several dims; reshape cannot merge them",
                n->in[0]->name, fmt_shape(g, x));
     return false;
   }
@@ -361,8 +381,8 @@ mismatch:
   o.rank = sv->count;
   for (int i = 0; i < sv->count; i++) o.d[i] = sv->dims[i];
   shape_str(want, sizeof want, &o, g->batch_sym);
-  node_error(d, n, "cannot reshape '%s' %s into %s: element counts differ", n->in[0]->name, fmt_shape(g, x),
-             want);
+  node_error(d, n, "cannot reshape '%s' %s into %s: element counts differ", n->in[0]->name,
+             fmt_shape(g, x), want);
   return false;
 }
 
@@ -378,7 +398,8 @@ static bool transpose_infer(const Graph *g, Node *n, Diag *d) {
   (void)g;
   const Shape *x = &n->in[0]->shape;
   int a, b;
-  if (!norm_axis(n, d, "dim0", n->attrs[0].i, x->rank, &a) || !norm_axis(n, d, "dim1", n->attrs[1].i, x->rank, &b))
+  if (!norm_axis(n, d, "dim0", n->attrs[0].i, x->rank, &a) ||
+      !norm_axis(n, d, "dim1", n->attrs[1].i, x->rank, &b))
     return false;
   Shape o = *x;
   o.d[a] = x->d[b];
@@ -395,8 +416,8 @@ static bool permute_infer(const Graph *g, Node *n, Diag *d) {
   const Shape *x = &n->in[0]->shape;
   const AttrValue *p = &n->attrs[0];
   if (p->count != x->rank) {
-    node_error(d, n, "attribute 'perm' has %d entries but input '%s' %s has rank %d", p->count, n->in[0]->name,
-               fmt_shape(g, x), x->rank);
+    node_error(d, n, "attribute 'perm' has %d entries but input '%s' %s has rank %d", p->count,
+               n->in[0]->name, fmt_shape(g, x), x->rank);
     return false;
   }
   bool seen[MAX_RANK] = {0};
@@ -423,13 +444,16 @@ static const AttrDef split_attrs[] = {
     {"sizes", ATTR_INTS, true, 0, 0, "size of each part along the axis"},
 };
 
-static int split_count(const Node *n) { return n->attrs[1].count; }
+static int split_count(const Node *n) {
+  return n->attrs[1].count;
+}
 
 static bool split_infer(const Graph *g, Node *n, Diag *d) {
   const Shape *x = &n->in[0]->shape;
   const AttrValue *s = &n->attrs[1];
   int axis;
-  if (!want_rank(g, n, d, 0, 1, -1) || !norm_axis(n, d, "axis", n->attrs[0].i, x->rank, &axis)) return false;
+  if (!want_rank(g, n, d, 0, 1, -1) || !norm_axis(n, d, "axis", n->attrs[0].i, x->rank, &axis))
+    return false;
   if (x->d[axis].b) {
     node_error(d, n, "cannot split '%s' %s along the batch dim", n->in[0]->name, fmt_shape(g, x));
     return false;
@@ -437,18 +461,20 @@ static bool split_infer(const Graph *g, Node *n, Diag *d) {
   int64_t sum = 0;
   for (int i = 0; i < s->count; i++) {
     if (s->ints[i] < 1) {
-      node_error(d, n, "attribute 'sizes' has entry %lld; sizes must be >= 1", (long long)s->ints[i]);
+      node_error(d, n, "attribute 'sizes' has entry %lld; sizes must be >= 1",
+                 (long long)s->ints[i]);
       return false;
     }
     if (__builtin_add_overflow(sum, s->ints[i], &sum) || sum > PIPEC_MAX_NUMEL) {
-      node_error(d, n, "attribute 'sizes' sums to more than 2^53 but '%s' %s has %lld along axis %d",
+      node_error(d, n,
+                 "attribute 'sizes' sums to more than 2^53 but '%s' %s has %lld along axis %d",
                  n->in[0]->name, fmt_shape(g, x), (long long)x->d[axis].n, axis);
       return false;
     }
   }
   if (sum != x->d[axis].n) {
-    node_error(d, n, "attribute 'sizes' sums to %lld but '%s' %s has %lld along axis %d", (long long)sum,
-               n->in[0]->name, fmt_shape(g, x), (long long)x->d[axis].n, axis);
+    node_error(d, n, "attribute 'sizes' sums to %lld but '%s' %s has %lld along axis %d",
+               (long long)sum, n->in[0]->name, fmt_shape(g, x), (long long)x->d[axis].n, axis);
     return false;
   }
   for (int i = 0; i < s->count; i++) {
@@ -469,7 +495,8 @@ static const AttrDef concat_attrs[] = {
 static bool concat_infer(const Graph *g, Node *n, Diag *d) {
   const Shape *x = &n->in[0]->shape;
   int axis;
-  if (!want_rank(g, n, d, 0, 1, -1) || !norm_axis(n, d, "axis", n->attrs[0].i, x->rank, &axis)) return false;
+  if (!want_rank(g, n, d, 0, 1, -1) || !norm_axis(n, d, "axis", n->attrs[0].i, x->rank, &axis))
+    return false;
   Shape o = *x;
   for (int i = 1; i < n->nin; i++) {
     const Shape *y = &n->in[i]->shape;
@@ -478,11 +505,14 @@ static bool concat_infer(const Graph *g, Node *n, Diag *d) {
     for (int k = 0; ok && k < x->rank; k++)
       if (k != axis && !dim_eq(x->d[k], y->d[k])) ok = false;
     if (!ok) {
-      node_error(d, n, "input '%s' has shape %s but concat along axis %d needs it to match '%s' %s elsewhere",
-                 n->in[i]->name, fmt_shape(g, y), axis, n->in[0]->name, fmt_shape(g, x));
+      node_error(
+          d, n,
+          "input '%s' has shape %s but concat along axis %d needs it to match '%s' %s elsewhere",
+          n->in[i]->name, fmt_shape(g, y), axis, n->in[0]->name, fmt_shape(g, x));
       return false;
     }
-    if (__builtin_add_overflow(o.d[axis].n, y->d[axis].n, &o.d[axis].n) || o.d[axis].n > PIPEC_MAX_NUMEL) {
+    if (__builtin_add_overflow(o.d[axis].n, y->d[axis].n, &o.d[axis].n) ||
+        o.d[axis].n > PIPEC_MAX_NUMEL) {
       node_error(d, n, "output size along axis %d overflows", axis);
       return false;
     }
@@ -508,8 +538,9 @@ static bool attention_infer(const Graph *g, Node *n, Diag *d) {
   Dim c3 = x->d[2];
   int64_t nh = n->attrs[0].i;
   if (c3.b || c3.n % 3 != 0) {
-    node_error(d, n, "input '%s' has shape %s but causal_self_attention needs (B,T,3*C) with q,k,v packed",
-               n->in[0]->name, fmt_shape(g, x));
+    node_error(
+        d, n, "input '%s' has shape %s but causal_self_attention needs (B,T,3*C) with q,k,v packed",
+        n->in[0]->name, fmt_shape(g, x));
     return false;
   }
   if (nh < 1 || (c3.n / 3) % nh != 0) {
@@ -552,7 +583,9 @@ static bool cross_entropy_infer(const Graph *g, Node *n, Diag *d) {
   Shape want = lg->shape;
   want.rank--;
   if (!shape_eq(&want, &tg->shape)) {
-    node_error(d, n, "input '%s' has shape %s but cross_entropy needs %s (the logits' shape without the class dim)",
+    node_error(d, n,
+               "input '%s' has shape %s but cross_entropy needs %s (the logits' shape without the "
+               "class dim)",
                tg->name, fmt_shape(g, &tg->shape), fmt_shape(g, &want));
     return false;
   }
@@ -569,8 +602,9 @@ static void cross_entropy_cost(const Node *n, int64_t batch, OpCost *c) {
 static bool mse_infer(const Graph *g, Node *n, Diag *d) {
   if (!want_float(g, n, d, 0) || !want_same_dtype(g, n, d, 0, 1)) return false;
   if (!shape_eq(&n->in[0]->shape, &n->in[1]->shape)) {
-    node_error(d, n, "input '%s' has shape %s but mse_loss needs %s (the shape of '%s')", n->in[1]->name,
-               fmt_shape(g, &n->in[1]->shape), fmt_shape(g, &n->in[0]->shape), n->in[0]->name);
+    node_error(d, n, "input '%s' has shape %s but mse_loss needs %s (the shape of '%s')",
+               n->in[1]->name, fmt_shape(g, &n->in[1]->shape), fmt_shape(g, &n->in[0]->shape),
+               n->in[0]->name);
     return false;
   }
   Shape s = {.rank = 0};
@@ -598,61 +632,220 @@ static void bwd_cost(const Node *n, int64_t batch, OpCost *c) {
 static const char *const layernorm_hidden[] = {"mean", "rstd"};
 static const char *const attention_hidden[] = {"att"};
 
-#define ATTRS(a) .attrs = a, .nattrs = (int)(sizeof(a) / sizeof((a)[0]))
+#define ATTRS(a)   .attrs = a, .nattrs = (int)(sizeof(a) / sizeof((a)[0]))
 #define IN(lo, hi) .min_in = lo, .max_in = hi
-#define HIDDEN(h) .hidden = h, .nhidden = (int)(sizeof(h) / sizeof((h)[0]))
+#define HIDDEN(h)  .hidden = h, .nhidden = (int)(sizeof(h) / sizeof((h)[0]))
 // Internal ops: backward and helper nodes made by the autodiff pass (no shape rule: the pass
 // gives each output the shape of the tensor it is the gradient of).
 #define BWD(nm, lo, hi, kern, ka, has_acc)                                                         \
-  {.name = nm, IN(lo, hi), .nout = 1, .cost = bwd_cost, .internal = true, .kernel = kern,         \
-   .kargs = ka, .acc = has_acc, .doc = "backward"}
+  {                                                                                                \
+    .name = nm, IN(lo, hi), .nout = 1, .cost = bwd_cost, .internal = true, .kernel = kern,         \
+    .kargs = ka, .acc = has_acc, .doc = "backward"                                                 \
+  }
 
 static const OpDef ops[] = {
-    {.name = "matmul", IN(2, 2), .nout = 1, ATTRS(matmul_attrs), .infer = matmul_infer, .cost = matmul_cost,
-     .kernel = "pr_matmul_fwd", .kargs = kargs_matmul, .grad = grad_matmul, .doc = "batched matrix product"},
-    {.name = "linear", IN(2, 3), .nout = 1, .infer = linear_infer, .cost = linear_cost, .kernel = "pr_linear_fwd",
-     .kargs = kargs_linear, .grad = grad_linear, .doc = "x W^T + b (PyTorch layout)"},
-    {.name = "add", IN(2, 2), .nout = 1, .infer = binary_infer, .cost = cost1, .kernel = "pr_binary_fwd",
-     .kargs = kargs_binary, .grad = grad_binary, .doc = "a + b with broadcasting"},
-    {.name = "sub", IN(2, 2), .nout = 1, .infer = binary_infer, .cost = cost1, .kernel = "pr_binary_fwd",
-     .kargs = kargs_binary, .grad = grad_binary, .doc = "a - b with broadcasting"},
-    {.name = "mul", IN(2, 2), .nout = 1, .infer = binary_infer, .cost = cost1, .kernel = "pr_binary_fwd",
-     .kargs = kargs_binary, .grad = grad_binary, .doc = "a * b with broadcasting"},
-    {.name = "scale", IN(1, 1), .nout = 1, ATTRS(scale_attrs), .infer = unary_infer, .cost = cost1,
-     .kernel = "pr_scale_fwd", .kargs = kargs_scale, .grad = grad_scale, .doc = "x * factor"},
-    {.name = "relu", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost1, .kernel = "pr_relu_fwd",
-     .kargs = kargs_n, .grad = grad_unary, .doc = "max(x, 0)"},
-    {.name = "gelu", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost8, .kernel = "pr_gelu_fwd",
-     .kargs = kargs_n, .grad = grad_unary, .doc = "GELU, tanh approximation"},
-    {.name = "tanh", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost5, .kernel = "pr_tanh_fwd",
-     .kargs = kargs_n, .grad = grad_unary, .doc = "tanh(x)"},
-    {.name = "sigmoid", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost4, .kernel = "pr_sigmoid_fwd",
-     .kargs = kargs_n, .grad = grad_unary, .doc = "1 / (1 + exp(-x))"},
-    {.name = "softmax", IN(1, 1), .nout = 1, ATTRS(softmax_attrs), .infer = softmax_infer, .cost = cost5,
-     .kernel = "pr_softmax_fwd", .kargs = kargs_softmax, .grad = grad_unary, .doc = "softmax along axis"},
-    {.name = "layernorm", IN(2, 3), .nout = 1, ATTRS(layernorm_attrs), HIDDEN(layernorm_hidden),
-     .infer = layernorm_infer, .cost = cost8, .kernel = "pr_layernorm_fwd", .kargs = kargs_layernorm,
-     .grad = grad_layernorm, .doc = "layer norm over the last dim"},
-    {.name = "embedding", IN(2, 2), .nout = 1, .infer = embedding_infer, .cost = cost0,
-     .kernel = "pr_embedding_fwd", .kargs = kargs_embedding, .grad = grad_embedding, .doc = "rows of weight by id"},
-    {.name = "reshape", IN(1, 1), .nout = 1, ATTRS(reshape_attrs), .infer = reshape_infer, .cost = cost0,
-     .kernel = "pr_copy", .kargs = kargs_copy, .grad = grad_reshape, .doc = "same elements, new shape"},
-    {.name = "transpose", IN(1, 1), .nout = 1, ATTRS(transpose_attrs), .infer = transpose_infer, .cost = cost0,
-     .kernel = "pr_permute", .kargs = kargs_permute, .grad = grad_permute, .doc = "swap two dims"},
-    {.name = "permute", IN(1, 1), .nout = 1, ATTRS(permute_attrs), .infer = permute_infer, .cost = cost0,
-     .kernel = "pr_permute", .kargs = kargs_permute, .grad = grad_permute, .doc = "reorder dims"},
-    {.name = "split", IN(1, 1), .nout = 0, ATTRS(split_attrs), .count_outputs = split_count, .infer = split_infer,
-     .cost = cost0, .kernel = "pr_split", .kargs = kargs_split, .grad = grad_split, .doc = "split along axis"},
-    {.name = "concat", IN(1, -1), .nout = 1, ATTRS(concat_attrs), .infer = concat_infer, .cost = cost0,
-     .kernel = "pr_concat", .kargs = kargs_concat, .grad = grad_concat, .doc = "join along axis"},
-    {.name = "causal_self_attention", IN(1, 1), .nout = 1, ATTRS(attention_attrs), HIDDEN(attention_hidden),
-     .infer = attention_infer, .cost = attention_cost, .kernel = "pr_attention_fwd", .kargs = kargs_attention,
-     .grad = grad_attention, .doc = "fused multi-head attention with causal mask"},
-    {.name = "cross_entropy", IN(2, 2), .nout = 1, .infer = cross_entropy_infer, .cost = cross_entropy_cost,
-     .kernel = "pr_cross_entropy_fwd", .kargs = kargs_cross_entropy, .grad = grad_cross_entropy,
+    {.name = "matmul",
+     IN(2, 2),
+     .nout = 1,
+     ATTRS(matmul_attrs),
+     .infer = matmul_infer,
+     .cost = matmul_cost,
+     .kernel = "pr_matmul_fwd",
+     .kargs = kargs_matmul,
+     .grad = grad_matmul,
+     .doc = "batched matrix product"},
+    {.name = "linear",
+     IN(2, 3),
+     .nout = 1,
+     .infer = linear_infer,
+     .cost = linear_cost,
+     .kernel = "pr_linear_fwd",
+     .kargs = kargs_linear,
+     .grad = grad_linear,
+     .doc = "x W^T + b (PyTorch layout)"},
+    {.name = "add",
+     IN(2, 2),
+     .nout = 1,
+     .infer = binary_infer,
+     .cost = cost1,
+     .kernel = "pr_binary_fwd",
+     .kargs = kargs_binary,
+     .grad = grad_binary,
+     .doc = "a + b with broadcasting"},
+    {.name = "sub",
+     IN(2, 2),
+     .nout = 1,
+     .infer = binary_infer,
+     .cost = cost1,
+     .kernel = "pr_binary_fwd",
+     .kargs = kargs_binary,
+     .grad = grad_binary,
+     .doc = "a - b with broadcasting"},
+    {.name = "mul",
+     IN(2, 2),
+     .nout = 1,
+     .infer = binary_infer,
+     .cost = cost1,
+     .kernel = "pr_binary_fwd",
+     .kargs = kargs_binary,
+     .grad = grad_binary,
+     .doc = "a * b with broadcasting"},
+    {.name = "scale",
+     IN(1, 1),
+     .nout = 1,
+     ATTRS(scale_attrs),
+     .infer = unary_infer,
+     .cost = cost1,
+     .kernel = "pr_scale_fwd",
+     .kargs = kargs_scale,
+     .grad = grad_scale,
+     .doc = "x * factor"},
+    {.name = "relu",
+     IN(1, 1),
+     .nout = 1,
+     .infer = unary_infer,
+     .cost = cost1,
+     .kernel = "pr_relu_fwd",
+     .kargs = kargs_n,
+     .grad = grad_unary,
+     .doc = "max(x, 0)"},
+    {.name = "gelu",
+     IN(1, 1),
+     .nout = 1,
+     .infer = unary_infer,
+     .cost = cost8,
+     .kernel = "pr_gelu_fwd",
+     .kargs = kargs_n,
+     .grad = grad_unary,
+     .doc = "GELU, tanh approximation"},
+    {.name = "tanh",
+     IN(1, 1),
+     .nout = 1,
+     .infer = unary_infer,
+     .cost = cost5,
+     .kernel = "pr_tanh_fwd",
+     .kargs = kargs_n,
+     .grad = grad_unary,
+     .doc = "tanh(x)"},
+    {.name = "sigmoid",
+     IN(1, 1),
+     .nout = 1,
+     .infer = unary_infer,
+     .cost = cost4,
+     .kernel = "pr_sigmoid_fwd",
+     .kargs = kargs_n,
+     .grad = grad_unary,
+     .doc = "1 / (1 + exp(-x))"},
+    {.name = "softmax",
+     IN(1, 1),
+     .nout = 1,
+     ATTRS(softmax_attrs),
+     .infer = softmax_infer,
+     .cost = cost5,
+     .kernel = "pr_softmax_fwd",
+     .kargs = kargs_softmax,
+     .grad = grad_unary,
+     .doc = "softmax along axis"},
+    {.name = "layernorm",
+     IN(2, 3),
+     .nout = 1,
+     ATTRS(layernorm_attrs),
+     HIDDEN(layernorm_hidden),
+     .infer = layernorm_infer,
+     .cost = cost8,
+     .kernel = "pr_layernorm_fwd",
+     .kargs = kargs_layernorm,
+     .grad = grad_layernorm,
+     .doc = "layer norm over the last dim"},
+    {.name = "embedding",
+     IN(2, 2),
+     .nout = 1,
+     .infer = embedding_infer,
+     .cost = cost0,
+     .kernel = "pr_embedding_fwd",
+     .kargs = kargs_embedding,
+     .grad = grad_embedding,
+     .doc = "rows of weight by id"},
+    {.name = "reshape",
+     IN(1, 1),
+     .nout = 1,
+     ATTRS(reshape_attrs),
+     .infer = reshape_infer,
+     .cost = cost0,
+     .kernel = "pr_copy",
+     .kargs = kargs_copy,
+     .grad = grad_reshape,
+     .doc = "same elements, new shape"},
+    {.name = "transpose",
+     IN(1, 1),
+     .nout = 1,
+     ATTRS(transpose_attrs),
+     .infer = transpose_infer,
+     .cost = cost0,
+     .kernel = "pr_permute",
+     .kargs = kargs_permute,
+     .grad = grad_permute,
+     .doc = "swap two dims"},
+    {.name = "permute",
+     IN(1, 1),
+     .nout = 1,
+     ATTRS(permute_attrs),
+     .infer = permute_infer,
+     .cost = cost0,
+     .kernel = "pr_permute",
+     .kargs = kargs_permute,
+     .grad = grad_permute,
+     .doc = "reorder dims"},
+    {.name = "split",
+     IN(1, 1),
+     .nout = 0,
+     ATTRS(split_attrs),
+     .count_outputs = split_count,
+     .infer = split_infer,
+     .cost = cost0,
+     .kernel = "pr_split",
+     .kargs = kargs_split,
+     .grad = grad_split,
+     .doc = "split along axis"},
+    {.name = "concat",
+     IN(1, -1),
+     .nout = 1,
+     ATTRS(concat_attrs),
+     .infer = concat_infer,
+     .cost = cost0,
+     .kernel = "pr_concat",
+     .kargs = kargs_concat,
+     .grad = grad_concat,
+     .doc = "join along axis"},
+    {.name = "causal_self_attention",
+     IN(1, 1),
+     .nout = 1,
+     ATTRS(attention_attrs),
+     HIDDEN(attention_hidden),
+     .infer = attention_infer,
+     .cost = attention_cost,
+     .kernel = "pr_attention_fwd",
+     .kargs = kargs_attention,
+     .grad = grad_attention,
+     .doc = "fused multi-head attention with causal mask"},
+    {.name = "cross_entropy",
+     IN(2, 2),
+     .nout = 1,
+     .infer = cross_entropy_infer,
+     .cost = cross_entropy_cost,
+     .kernel = "pr_cross_entropy_fwd",
+     .kargs = kargs_cross_entropy,
+     .grad = grad_cross_entropy,
      .doc = "mean cross-entropy of logits and i32 targets"},
-    {.name = "mse_loss", IN(2, 2), .nout = 1, .infer = mse_infer, .cost = mse_cost, .kernel = "pr_mse_fwd",
-     .kargs = kargs_mse, .grad = grad_mse, .doc = "mean squared error"},
+    {.name = "mse_loss",
+     IN(2, 2),
+     .nout = 1,
+     .infer = mse_infer,
+     .cost = mse_cost,
+     .kernel = "pr_mse_fwd",
+     .kargs = kargs_mse,
+     .grad = grad_mse,
+     .doc = "mean squared error"},
 
     // Internal ops (gradients and their bookkeeping)
     BWD("matmul.da", 2, 2, "pr_matmul_bwd_a", kargs_matmul, true),
@@ -674,20 +867,45 @@ static const OpDef ops[] = {
     BWD("permute.dx", 1, 1, "pr_permute", kargs_permute, false),
     BWD("split.dx", 1, -1, "pr_concat", kargs_split, false),
     BWD("concat.dx", 1, 1, "pr_slice", kargs_slice, true),
-    {.name = "attention.dx", IN(3, 3), .nout = 1, .cost = bwd_cost, .internal = true, .kernel = "pr_attention_bwd",
-     .kargs = kargs_attention, .workspace = ws_attention, .acc = true, .doc = "backward"},
+    {.name = "attention.dx",
+     IN(3, 3),
+     .nout = 1,
+     .cost = bwd_cost,
+     .internal = true,
+     .kernel = "pr_attention_bwd",
+     .kargs = kargs_attention,
+     .workspace = ws_attention,
+     .acc = true,
+     .doc = "backward"},
     BWD("cross_entropy.dx", 3, 3, "pr_cross_entropy_bwd", kargs_cross_entropy, true),
     BWD("mse.dx", 3, 3, "pr_mse_bwd", kargs_mse, true),
     // y = x0 + x1 + ... in this order: the gradient of a tensor with several consumers.
-    {.name = "add_n", IN(1, -1), .nout = 1, .cost = cost1, .internal = true, .kernel = "pr_add_n",
-     .kargs = kargs_add_n, .doc = "sum of gradient contributions, in consumer order"},
+    {.name = "add_n",
+     IN(1, -1),
+     .nout = 1,
+     .cost = cost1,
+     .internal = true,
+     .kernel = "pr_add_n",
+     .kargs = kargs_add_n,
+     .doc = "sum of gradient contributions, in consumer order"},
     // y = acc ? y + x : x: accumulates a parameter gradient whose kernel cannot accumulate.
-    {.name = "accumulate", IN(1, 1), .nout = 1, .cost = cost1, .internal = true, .kernel = "pr_accumulate",
-     .kargs = kargs_n, .acc = true, .doc = "gradient accumulation over microbatches"},
+    {.name = "accumulate",
+     IN(1, 1),
+     .nout = 1,
+     .cost = cost1,
+     .internal = true,
+     .kernel = "pr_accumulate",
+     .kargs = kargs_n,
+     .acc = true,
+     .doc = "gradient accumulation over microbatches"},
 };
 
-int op_count(void) { return (int)(sizeof ops / sizeof ops[0]); }
-const OpDef *op_at(int i) { return &ops[i]; }
+int op_count(void) {
+  return (int)(sizeof ops / sizeof ops[0]);
+}
+const OpDef *op_at(int i) {
+  return &ops[i];
+}
 
 const OpDef *op_find(const char *name) {
   for (int i = 0; i < op_count(); i++)
@@ -695,7 +913,9 @@ const OpDef *op_find(const char *name) {
   return NULL;
 }
 
-int node_visible_outputs(const Node *n) { return n->nout - n->op->nhidden; }
+int node_visible_outputs(const Node *n) {
+  return n->nout - n->op->nhidden;
+}
 
 int op_attr_index(const OpDef *op, const char *name) {
   for (int i = 0; i < op->nattrs; i++)

@@ -54,16 +54,16 @@ typedef struct OpDef {
   bool (*infer)(const Graph *g, Node *n, Diag *d);
   // Cost of one call with the batch symbol bound to batch.
   void (*cost)(const Node *n, int64_t batch, OpCost *c);
-  const char *doc; // one-line summary
-  bool internal;               // backward/helper op: not accepted in model files
-  int nhidden;                 // outputs saved for backward, after the visible ones
-  const char *const *hidden;   // their name suffixes ("mean", "rstd", "att")
-  const char *kernel;          // runtime function the generated code calls
+  const char *doc;           // one-line summary
+  bool internal;             // backward/helper op: not accepted in model files
+  int nhidden;               // outputs saved for backward, after the visible ones
+  const char *const *hidden; // their name suffixes ("mean", "rstd", "att")
+  const char *kernel;        // runtime function the generated code calls
   // Scalar kernel arguments for one call with the batch symbol bound to batch.
   void (*kargs)(const Node *n, int64_t batch, Arena *a, KArgs *out);
   // Scratch bytes the kernel needs (passed after the inputs), or NULL.
   int64_t (*workspace)(const Node *n, int64_t batch);
-  bool acc;                    // the kernel ends with an `acc` flag (accumulate into the output)
+  bool acc; // the kernel ends with an `acc` flag (accumulate into the output)
   // Gradient rule: emits the backward nodes for every input that needs a gradient (grad_*).
   bool (*grad)(GradCtx *c, const Node *n);
 } OpDef;

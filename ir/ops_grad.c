@@ -7,7 +7,9 @@
 
 // Emits bwd for every differentiable input slot listed in slots (-1 terminated), with inputs
 // built by make(slot).
-#define EACH_SLOT(n, c, s) for (int s = 0; s < (n)->nin; s++) if (grad_needed(c, n, s))
+#define EACH_SLOT(n, c, s)                                                                         \
+  for (int s = 0; s < (n)->nin; s++)                                                               \
+    if (grad_needed(c, n, s))
 
 bool grad_matmul(GradCtx *c, const Node *n) {
   Tensor *dy = grad_output(c, n, 0);
@@ -29,9 +31,12 @@ bool grad_binary(GradCtx *c, const Node *n) {
   bool mul = n->op->name[0] == 'm';
   EACH_SLOT(n, c, s) {
     bool same = shape_eq(&n->in[s]->shape, &n->out[0]->shape);
-    if (same && (n->op->name[0] == 'a' || (n->op->name[0] == 's' && s == 0))) grad_pass(c, n, s, dy);
-    else if (mul) grad_emit(c, n, s, "binary.d", (Tensor *[]){dy, n->in[1 - s]}, 2);
-    else grad_emit(c, n, s, "binary.d", (Tensor *[]){dy}, 1);
+    if (same && (n->op->name[0] == 'a' || (n->op->name[0] == 's' && s == 0)))
+      grad_pass(c, n, s, dy);
+    else if (mul)
+      grad_emit(c, n, s, "binary.d", (Tensor *[]){dy, n->in[1 - s]}, 2);
+    else
+      grad_emit(c, n, s, "binary.d", (Tensor *[]){dy}, 1);
   }
   return true;
 }
@@ -44,9 +49,14 @@ bool grad_scale(GradCtx *c, const Node *n) {
 // relu, tanh, sigmoid differentiate through their output; gelu through its input.
 bool grad_unary(GradCtx *c, const Node *n) {
   if (!grad_needed(c, n, 0)) return true;
-  static const struct { const char *op, *bwd; bool uses_x; } map[] = {
-      {"relu", "relu.dx", false}, {"gelu", "gelu.dx", true}, {"tanh", "tanh.dx", false},
-      {"sigmoid", "sigmoid.dx", false}, {"softmax", "softmax.dx", false}};
+  static const struct {
+    const char *op, *bwd;
+    bool uses_x;
+  } map[] = {{"relu", "relu.dx", false},
+             {"gelu", "gelu.dx", true},
+             {"tanh", "tanh.dx", false},
+             {"sigmoid", "sigmoid.dx", false},
+             {"softmax", "softmax.dx", false}};
   for (unsigned i = 0; i < sizeof map / sizeof map[0]; i++)
     if (strcmp(n->op->name, map[i].op) == 0) {
       Tensor *saved = map[i].uses_x ? n->in[0] : n->out[0];
@@ -60,13 +70,15 @@ bool grad_layernorm(GradCtx *c, const Node *n) {
   Tensor *dy = grad_output(c, n, 0), *mean = n->out[1], *rstd = n->out[2];
   if (grad_needed(c, n, 0))
     grad_emit(c, n, 0, "layernorm.dx", (Tensor *[]){dy, n->in[0], n->in[1], mean, rstd}, 5);
-  if (grad_needed(c, n, 1)) grad_emit(c, n, 1, "layernorm.dw", (Tensor *[]){dy, n->in[0], mean, rstd}, 4);
+  if (grad_needed(c, n, 1))
+    grad_emit(c, n, 1, "layernorm.dw", (Tensor *[]){dy, n->in[0], mean, rstd}, 4);
   if (n->nin == 3 && grad_needed(c, n, 2)) grad_emit(c, n, 2, "sum_rows", (Tensor *[]){dy}, 1);
   return true;
 }
 
 bool grad_embedding(GradCtx *c, const Node *n) {
-  if (grad_needed(c, n, 1)) grad_emit(c, n, 1, "embedding.dw", (Tensor *[]){grad_output(c, n, 0), n->in[0]}, 2);
+  if (grad_needed(c, n, 1))
+    grad_emit(c, n, 1, "embedding.dw", (Tensor *[]){grad_output(c, n, 0), n->in[0]}, 2);
   return true;
 }
 
@@ -107,7 +119,8 @@ bool grad_attention(GradCtx *c, const Node *n) {
 
 bool grad_cross_entropy(GradCtx *c, const Node *n) {
   if (grad_needed(c, n, 0))
-    grad_emit(c, n, 0, "cross_entropy.dx", (Tensor *[]){grad_output(c, n, 0), n->in[0], n->in[1]}, 3);
+    grad_emit(c, n, 0, "cross_entropy.dx", (Tensor *[]){grad_output(c, n, 0), n->in[0], n->in[1]},
+              3);
   return true;
 }
 

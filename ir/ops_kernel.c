@@ -6,17 +6,27 @@
 
 #include "ops_impl.h"
 
-static int64_t dimv(Dim d, int64_t batch) { return d.b ? d.n * batch : d.n; }
-static int64_t nel(const Tensor *t, int64_t batch) { return shape_numel(&t->shape, batch); }
+static int64_t dimv(Dim d, int64_t batch) {
+  return d.b ? d.n * batch : d.n;
+}
+static int64_t nel(const Tensor *t, int64_t batch) {
+  return shape_numel(&t->shape, batch);
+}
 
-static void ki(KArgs *o, const char *name, int64_t v) { o->a[o->n++] = (KArg){.name = name, .kind = 'i', .i = v}; }
-static void kf(KArgs *o, const char *name, double v) { o->a[o->n++] = (KArg){.name = name, .kind = 'f', .f = v}; }
+static void ki(KArgs *o, const char *name, int64_t v) {
+  o->a[o->n++] = (KArg){.name = name, .kind = 'i', .i = v};
+}
+static void kf(KArgs *o, const char *name, double v) {
+  o->a[o->n++] = (KArg){.name = name, .kind = 'f', .f = v};
+}
 static void ka(KArgs *o, const char *name, const int64_t *arr, int n) {
   o->a[o->n++] = (KArg){.name = name, .kind = 'a', .arr = arr, .n = n};
 }
 
 // The forward node a node's sizes come from (itself, or the node it differentiates).
-static const Node *fw(const Node *n) { return n->fwd ? n->fwd : n; }
+static const Node *fw(const Node *n) {
+  return n->fwd ? n->fwd : n;
+}
 
 // ---- matmul: batch, M, N, K, ta, tb, b_batched
 void kargs_matmul(const Node *n, int64_t batch, Arena *a, KArgs *o) {
@@ -160,7 +170,8 @@ void kargs_copy(const Node *n, int64_t batch, Arena *a, KArgs *o) {
 static void node_perm(const Node *f, int64_t *perm) {
   int r = f->in[0]->shape.rank;
   if (strcmp(f->op->name, "permute") == 0) {
-    for (int i = 0; i < r; i++) perm[i] = f->attrs[0].ints[i] < 0 ? f->attrs[0].ints[i] + r : f->attrs[0].ints[i];
+    for (int i = 0; i < r; i++)
+      perm[i] = f->attrs[0].ints[i] < 0 ? f->attrs[0].ints[i] + r : f->attrs[0].ints[i];
     return;
   }
   for (int i = 0; i < r; i++) perm[i] = i;
@@ -195,7 +206,9 @@ static void around(const Shape *s, int axis, int64_t batch, int64_t *outer, int6
   for (int i = axis + 1; i < s->rank; i++) *inner *= dimv(s->d[i], batch);
 }
 
-static int norm_ax(int64_t ax, int rank) { return (int)(ax < 0 ? ax + rank : ax); }
+static int norm_ax(int64_t ax, int rank) {
+  return (int)(ax < 0 ? ax + rank : ax);
+}
 
 // ---- split (and concat's inverse): outer, inner, n, sizes
 void kargs_split(const Node *n, int64_t batch, Arena *a, KArgs *o) {

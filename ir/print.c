@@ -23,9 +23,12 @@ static void put_name(FILE *f, const char *s) {
   }
   fputc('"', f);
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
-    else if (*p < 0x20) fprintf(f, "\\x%02x", *p);
-    else fputc(*p, f);
+    if (*p == '"' || *p == '\\')
+      fprintf(f, "\\%c", *p);
+    else if (*p < 0x20)
+      fprintf(f, "\\x%02x", *p);
+    else
+      fputc(*p, f);
   }
   fputc('"', f);
 }
@@ -40,11 +43,21 @@ static void put_type(FILE *f, const Graph *g, const Tensor *t) {
 
 static void put_init(FILE *f, const Init *in) {
   switch (in->kind) {
-  case INIT_ZEROS: fputs("zeros", f); break;
-  case INIT_ONES: fputs("ones", f); break;
-  case INIT_NORMAL: fprintf(f, "normal(mean=%.9g,std=%.9g)", in->a, in->b); break;
-  case INIT_UNIFORM: fprintf(f, "uniform(a=%.9g,b=%.9g)", in->a, in->b); break;
-  case INIT_XAVIER: fprintf(f, "xavier(gain=%.9g)", in->a); break;
+  case INIT_ZEROS:
+    fputs("zeros", f);
+    break;
+  case INIT_ONES:
+    fputs("ones", f);
+    break;
+  case INIT_NORMAL:
+    fprintf(f, "normal(mean=%.9g,std=%.9g)", in->a, in->b);
+    break;
+  case INIT_UNIFORM:
+    fprintf(f, "uniform(a=%.9g,b=%.9g)", in->a, in->b);
+    break;
+  case INIT_XAVIER:
+    fprintf(f, "xavier(gain=%.9g)", in->a);
+    break;
   }
 }
 
@@ -52,17 +65,26 @@ static void put_attr(FILE *f, const Graph *g, const AttrDef *ad, const AttrValue
   char buf[64];
   fprintf(f, "%s=", ad->name);
   switch (ad->type) {
-  case ATTR_INT: fprintf(f, "%lld", (long long)v->i); break;
-  case ATTR_BOOL: fputs(v->i ? "true" : "false", f); break;
-  case ATTR_FLOAT: fprintf(f, "%.9g", v->f); break;
+  case ATTR_INT:
+    fprintf(f, "%lld", (long long)v->i);
+    break;
+  case ATTR_BOOL:
+    fputs(v->i ? "true" : "false", f);
+    break;
+  case ATTR_FLOAT:
+    fprintf(f, "%.9g", v->f);
+    break;
   case ATTR_INTS:
   case ATTR_SHAPE:
     fputc('[', f);
     for (int i = 0; i < v->count; i++) {
       if (i) fputc(',', f);
-      if (ad->type == ATTR_INTS) fprintf(f, "%lld", (long long)v->ints[i]);
-      else if (v->dims[i].n < 0) fputs("-1", f);
-      else fputs(dim_str(buf, sizeof buf, v->dims[i], g->batch_sym), f);
+      if (ad->type == ATTR_INTS)
+        fprintf(f, "%lld", (long long)v->ints[i]);
+      else if (v->dims[i].n < 0)
+        fputs("-1", f);
+      else
+        fputs(dim_str(buf, sizeof buf, v->dims[i], g->batch_sym), f);
     }
     fputc(']', f);
     break;
@@ -74,7 +96,8 @@ void graph_print(const Graph *g, FILE *f) {
   put_name(f, g->name ? g->name : "");
   fputc('\n', f);
   fprintf(f, "dims %s=batch", g->batch_sym);
-  for (int i = 0; i < g->ndims; i++) fprintf(f, " %s=%lld", g->dims[i].name, (long long)g->dims[i].value.n);
+  for (int i = 0; i < g->ndims; i++)
+    fprintf(f, " %s=%lld", g->dims[i].name, (long long)g->dims[i].value.n);
   fputc('\n', f);
   for (int i = 0; i < g->ninputs; i++) {
     const Tensor *t = g->inputs[i];

@@ -7,9 +7,15 @@
 static const char *const dtype_names[DT_COUNT] = {"f32", "bf16", "f16", "i32"};
 static const int dtype_sizes[DT_COUNT] = {4, 2, 2, 4};
 
-const char *dtype_name(DType t) { return (unsigned)t < DT_COUNT ? dtype_names[t] : "?"; }
-int dtype_size(DType t) { return (unsigned)t < DT_COUNT ? dtype_sizes[t] : 0; }
-bool dtype_is_float(DType t) { return t == DT_F32 || t == DT_BF16 || t == DT_F16; }
+const char *dtype_name(DType t) {
+  return (unsigned)t < DT_COUNT ? dtype_names[t] : "?";
+}
+int dtype_size(DType t) {
+  return (unsigned)t < DT_COUNT ? dtype_sizes[t] : 0;
+}
+bool dtype_is_float(DType t) {
+  return t == DT_F32 || t == DT_BF16 || t == DT_F16;
+}
 
 bool dtype_parse(const char *s, DType *out) {
   for (int i = 0; i < DT_COUNT; i++)
@@ -20,7 +26,9 @@ bool dtype_parse(const char *s, DType *out) {
   return false;
 }
 
-bool dim_eq(Dim a, Dim b) { return a.n == b.n && a.b == b.b; }
+bool dim_eq(Dim a, Dim b) {
+  return a.n == b.n && a.b == b.b;
+}
 
 bool shape_eq(const Shape *a, const Shape *b) {
   if (a->rank != b->rank) return false;

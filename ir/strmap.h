@@ -13,10 +13,10 @@ typedef struct StrMapEntry {
 } StrMapEntry;
 
 typedef struct StrMap {
-  Arena *arena;         // where slots are allocated
-  StrMapEntry *slots;   // power-of-two sized table
-  size_t cap;           // slots
-  size_t len;           // occupied slots
+  Arena *arena;       // where slots are allocated
+  StrMapEntry *slots; // power-of-two sized table
+  size_t cap;         // slots
+  size_t len;         // occupied slots
 } StrMap;
 
 void strmap_init(StrMap *m, Arena *a);

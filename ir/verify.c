@@ -35,7 +35,8 @@ bool graph_verify(const Graph *g, Diag *d) {
       const Use *use = &t->uses[u];
       if (use->slot < 0 || use->slot >= use->node->nin || use->node->in[use->slot] != t)
         FAIL("tensor '%s' lists a use that does not read it", t->name);
-      if (u > 0 && t->uses[u - 1].node->id > use->node->id) FAIL("uses of '%s' are not in graph order", t->name);
+      if (u > 0 && t->uses[u - 1].node->id > use->node->id)
+        FAIL("uses of '%s' are not in graph order", t->name);
     }
   }
   for (int i = 0; i < g->nnodes; i++) {

@@ -46,8 +46,8 @@ static double parse_double(const char *flag, const char *s, bool positive) {
   bool bad = s[0] == '\0' || *end != '\0' || errno != 0 || !isfinite(v) || s[0] == ' ' ||
              s[0] == '\t' || (positive ? !(v > 0) : !(v >= 0));
   if (bad)
-    usage_error("--%s: expected a %s number, got '%s'", flag, positive ? "positive" : "non-negative",
-                s);
+    usage_error("--%s: expected a %s number, got '%s'", flag,
+                positive ? "positive" : "non-negative", s);
   return v;
 }
 
@@ -98,8 +98,22 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
     prog_name = b ? b + 1 : argv[0];
   }
   enum {
-    O_STEPS = 256, O_LR, O_MIN_LR, O_SEED, O_DATA, O_INIT, O_SAVE, O_RESUME, O_EVAL_EVERY,
-    O_EVAL_BATCHES, O_LOG_EVERY, O_THREADS, O_LOSS_LOG, O_QUIET, O_GRADCHECK, O_HELP
+    O_STEPS = 256,
+    O_LR,
+    O_MIN_LR,
+    O_SEED,
+    O_DATA,
+    O_INIT,
+    O_SAVE,
+    O_RESUME,
+    O_EVAL_EVERY,
+    O_EVAL_BATCHES,
+    O_LOG_EVERY,
+    O_THREADS,
+    O_LOSS_LOG,
+    O_QUIET,
+    O_GRADCHECK,
+    O_HELP
   };
   static const struct option longopts[] = {
       {"steps", required_argument, NULL, O_STEPS},
@@ -128,14 +142,30 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
     if (c == -1) break;
     const char *a = optarg;
     switch (c) {
-    case O_STEPS: o->steps = parse_int("steps", a, 0, BIG, "a non-negative integer"); break;
-    case O_LR: o->lr = parse_double("lr", a, true); break;
-    case O_MIN_LR: o->min_lr = parse_double("min-lr", a, false); break;
-    case O_SEED: o->seed = parse_seed(a); break;
-    case O_DATA: o->data = parse_path("data", a); break;
-    case O_INIT: o->init = parse_path("init", a); break;
-    case O_SAVE: o->save = parse_path("save", a); break;
-    case O_RESUME: o->resume = parse_path("resume", a); break;
+    case O_STEPS:
+      o->steps = parse_int("steps", a, 0, BIG, "a non-negative integer");
+      break;
+    case O_LR:
+      o->lr = parse_double("lr", a, true);
+      break;
+    case O_MIN_LR:
+      o->min_lr = parse_double("min-lr", a, false);
+      break;
+    case O_SEED:
+      o->seed = parse_seed(a);
+      break;
+    case O_DATA:
+      o->data = parse_path("data", a);
+      break;
+    case O_INIT:
+      o->init = parse_path("init", a);
+      break;
+    case O_SAVE:
+      o->save = parse_path("save", a);
+      break;
+    case O_RESUME:
+      o->resume = parse_path("resume", a);
+      break;
     case O_EVAL_EVERY:
       o->eval_every = parse_int("eval-every", a, 0, BIG, "a non-negative integer");
       break;
@@ -148,13 +178,20 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
     case O_THREADS:
       o->threads = (int)parse_int("threads", a, 0, 4096, "an integer from 0 to 4096");
       break;
-    case O_LOSS_LOG: o->loss_log = parse_path("loss-log", a); break;
-    case O_QUIET: o->quiet = true; break;
-    case O_GRADCHECK: o->gradcheck = true; break;
+    case O_LOSS_LOG:
+      o->loss_log = parse_path("loss-log", a);
+      break;
+    case O_QUIET:
+      o->quiet = true;
+      break;
+    case O_GRADCHECK:
+      o->gradcheck = true;
+      break;
     case O_HELP:
       print_usage(o, program_doc);
       exit(0);
-    case ':': usage_error("%s: missing value", argv[prev]);
+    case ':':
+      usage_error("%s: missing value", argv[prev]);
     default: {
       const char *arg = prev < argc ? argv[prev] : "?";
       if (strncmp(arg, "--", 2) == 0 && strchr(arg, '='))

@@ -20,7 +20,8 @@
 //   of the (shuffled) table, drawn with replacement. Validation batch k (pr_table_val_batch) is
 //   validation rows (k*B + i) % n_val, i = 0..B-1 (sequential, wrapping around).
 //
-//   Table shuffle (Fisher-Yates, at open): perm = [0, 1, ..., rows-1]; s = seed ^ 0x2545F4914F6CDD1D;
+//   Table shuffle (Fisher-Yates, at open): perm = [0, 1, ..., rows-1]; s = seed ^
+//   0x2545F4914F6CDD1D;
 //       for i = rows-1 down to 1: j = pr_splitmix64(&s) % (i + 1); swap(perm[i], perm[j])
 //   shuffled row k = file row perm[k] (data rows counted from 0, header and blank lines excluded);
 //   the first n_train = floor(rows * train_frac) shuffled rows are the training split.
@@ -38,10 +39,10 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
-#define K_SPLIT 0xD1B54A32D192ED03ULL
-#define K_STEP 0xAEF17502108EF2D9ULL
-#define K_MB 0xDB4F0B9175AE2165ULL
-#define K_ROW 0x8CB92BA72F3D8DD7ULL
+#define K_SPLIT   0xD1B54A32D192ED03ULL
+#define K_STEP    0xAEF17502108EF2D9ULL
+#define K_MB      0xDB4F0B9175AE2165ULL
+#define K_ROW     0x8CB92BA72F3D8DD7ULL
 #define K_SHUFFLE 0x2545F4914F6CDD1DULL
 
 static uint64_t batch_draw(uint64_t seed, uint64_t split, int64_t step, int64_t mb, int64_t row) {
@@ -120,8 +121,8 @@ void pr_tokens_open_u16(PrTokens *t, const char *path, double train_frac) {
   unsigned char *buf = read_all(path, &n);
   prCheck(n > 0, "give a non-empty token file", "%s: the file is empty", path);
   prCheck(n % 2 == 0, "a token file holds little-endian uint16 ids (2 bytes each)",
-          "%s: the size (%zu bytes) is odd; the last token is incomplete at byte offset %zu",
-          path, n, n - 1);
+          "%s: the size (%zu bytes) is odd; the last token is incomplete at byte offset %zu", path,
+          n, n - 1);
   t->n = (int64_t)(n / 2);
   t->tokens = malloc((size_t)t->n * sizeof(int32_t));
   prCheck(t->tokens != NULL, "the file is too large for this machine's memory",
@@ -209,10 +210,11 @@ static char *gz_line(gzFile gz, const char *path, char **buf, size_t *cap, int64
     if (*cap - len < 2) {
       *cap = *cap ? *cap * 2 : 4096;
       *buf = realloc(*buf, *cap);
-      prCheck(*buf != NULL, "the file has an absurdly long line", "%s:%lld: out of memory",
-              path, (long long)lineno);
+      prCheck(*buf != NULL, "the file has an absurdly long line", "%s:%lld: out of memory", path,
+              (long long)lineno);
     }
-    if (!gzgets(gz, *buf + len, (int)(*cap - len > (size_t)1 << 30 ? (size_t)1 << 30 : *cap - len))) {
+    if (!gzgets(gz, *buf + len,
+                (int)(*cap - len > (size_t)1 << 30 ? (size_t)1 << 30 : *cap - len))) {
       int err = 0;
       const char *msg = gzerror(gz, &err);
       prCheck(err == Z_OK, "the file is damaged or truncated (check it with gzip -t)",
@@ -228,7 +230,9 @@ static char *gz_line(gzFile gz, const char *path, char **buf, size_t *cap, int64
   return *buf;
 }
 
-static int is_blank(int c) { return c == ' ' || c == '\t'; }
+static int is_blank(int c) {
+  return c == ' ' || c == '\t';
+}
 
 // Parses one whole (trimmed) field as a finite double; false when it is not one.
 static bool parse_number(const char *s, size_t len, double *out) {
@@ -247,7 +251,7 @@ static bool parse_number(const char *s, size_t len, double *out) {
 typedef struct Field {
   const char *s; // trimmed text
   size_t len;
-  int64_t col;   // 1-based byte column of the raw field's start
+  int64_t col; // 1-based byte column of the raw field's start
 } Field;
 
 // Splits line into fields (by ','), trimming blanks; returns the count.
@@ -314,8 +318,8 @@ void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t
     if (nf > ncols)
       pr_fail(__FILE__, __LINE__, "every row has the same number of fields",
               "%s:%lld:%lld: extra field: the row has %lld fields, line %lld has %lld", path,
-              (long long)lineno, (long long)fields[ncols].col, (long long)nf,
-              (long long)first_line, (long long)ncols);
+              (long long)lineno, (long long)fields[ncols].col, (long long)nf, (long long)first_line,
+              (long long)ncols);
     if (t->rows + 1 > ycap) {
       ycap = ycap ? ycap * 2 : 1024;
       t->y = realloc(t->y, (size_t)ycap * sizeof(int32_t));
@@ -343,11 +347,11 @@ void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t
                 "%s:%lld:%lld: label '%.*s' is not an integer", path, (long long)lineno,
                 (long long)f->col, f->len > 40 ? 40 : (int)f->len, f->s);
         prCheck(v >= 0, "the last field of a row is the class label 0, 1, 2, ...",
-                "%s:%lld:%lld: label %.0f is negative", path, (long long)lineno,
-                (long long)f->col, v);
+                "%s:%lld:%lld: label %.0f is negative", path, (long long)lineno, (long long)f->col,
+                v);
         prCheck(v <= 1e7, "the last field of a row is the class label 0, 1, 2, ...",
-                "%s:%lld:%lld: label %.0f is too large", path, (long long)lineno,
-                (long long)f->col, v);
+                "%s:%lld:%lld: label %.0f is too large", path, (long long)lineno, (long long)f->col,
+                v);
         t->y[t->rows] = (int32_t)v;
       }
     }
@@ -364,8 +368,8 @@ void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t
 // .npy ---------------------------------------------------------------------------------------
 
 typedef struct Npy {
-  char kind;      // 'f', 'i', 'u'
-  int size;       // bytes per element
+  char kind; // 'f', 'i', 'u'
+  int size;  // bytes per element
   int ndim;
   int64_t shape[8];
   size_t data_off;
@@ -414,7 +418,8 @@ static void npy_read(Npy *a, const char *path) {
   }
   prCheck(hlen <= n - hstart, hint,
           "%s: the .npy header (%zu bytes at byte offset %zu) runs past the end of the file "
-          "(%zu bytes)", path, hlen, hstart, n);
+          "(%zu bytes)",
+          path, hlen, hstart, n);
   char *h = malloc(hlen + 1);
   prCheck(h != NULL, "out of memory", "%s: out of memory", path);
   memcpy(h, b + hstart, hlen);
@@ -456,8 +461,7 @@ static void npy_read(Npy *a, const char *path) {
     long long v = strtoll(sh, &end, 10);
     prCheck(end != sh && errno == 0 && v >= 0 && a->ndim < 8, hint,
             "%s: bad shape in the .npy header (byte offset %zu)", path, hstart + (size_t)(sh - h));
-    prCheck(v == 0 || numel <= SIZE_MAX / 16 / (size_t)v, hint, "%s: the shape is too large",
-            path);
+    prCheck(v == 0 || numel <= SIZE_MAX / 16 / (size_t)v, hint, "%s: the shape is too large", path);
     a->shape[a->ndim++] = v;
     numel *= (size_t)v;
     sh = end;
@@ -533,8 +537,8 @@ void pr_table_open_npy(PrTable *t, const char *x_path, const char *y_path, doubl
   shuffle_split(t, x_path, train_frac, seed);
 }
 
-void pr_table_batch(const PrTable *t, uint64_t seed, int64_t step, int64_t mb, int64_t B,
-                    float *x, int32_t *y) {
+void pr_table_batch(const PrTable *t, uint64_t seed, int64_t step, int64_t mb, int64_t B, float *x,
+                    int32_t *y) {
   prCheck(t->n_train >= 1, "the training split is empty", "pr_table_batch: no training rows");
   int64_t F = t->features;
   for (int64_t r = 0; r < B; r++) {

@@ -14,8 +14,8 @@
 // A parameter's stream starts at s = seed ^ pr_hash_name(name). Then, in double precision,
 // each value rounded to float at the end:
 //   uniform(a, b):  p[i] = a + (b - a) * u,  u = pr_uniform01(&s), i = 0, 1, ...
-//   xavier(gain, fan_in, fan_out): uniform(-bound, bound), bound = gain * sqrt(6 / (fan_in + fan_out))
-//   normal(mean, std): Box-Muller on pairs: for i = 0, 2, 4, ...
+//   xavier(gain, fan_in, fan_out): uniform(-bound, bound), bound = gain * sqrt(6 / (fan_in +
+//   fan_out)) normal(mean, std): Box-Muller on pairs: for i = 0, 2, 4, ...
 //       u1 = pr_uniform01(&s); u2 = pr_uniform01(&s);
 //       r = sqrt(-2 * log(1 - u1)); th = 2 * pi * u2;
 //       p[i] = mean + std * r * cos(th);  p[i+1] = mean + std * r * sin(th)  (when i+1 < n)
@@ -55,8 +55,7 @@ void pr_init_ones(float *p, int64_t n) {
   for (int64_t i = 0; i < n; i++) p[i] = 1.0f;
 }
 
-void pr_init_normal(float *p, int64_t n, uint64_t seed, const char *name, double mean,
-                    double std) {
+void pr_init_normal(float *p, int64_t n, uint64_t seed, const char *name, double mean, double std) {
   uint64_t s = seed ^ pr_hash_name(name);
   const double two_pi = 6.283185307179586; // 2 * math.pi, exactly as Python computes it
   for (int64_t i = 0; i < n; i += 2) {

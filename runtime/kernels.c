@@ -47,17 +47,17 @@
 // falls back past released blocks. A request that does not fit while blocks are live is served by
 // the heap once, and the buffer is resized to the high-water mark when the stack is next empty.
 typedef struct ScratchBlock {
-  void *p;     // the block
-  size_t end;  // offset just past it in the buffer (0 for heap blocks)
-  bool heap;   // served by aligned_alloc
-  bool live;   // not yet released
+  void *p;    // the block
+  size_t end; // offset just past it in the buffer (0 for heap blocks)
+  bool heap;  // served by aligned_alloc
+  bool live;  // not yet released
 } ScratchBlock;
 
 static _Thread_local struct {
-  char *buf;              // the buffer
-  size_t cap, top, want;  // its size, the stack top, the high-water mark of a step
-  ScratchBlock st[32];    // live and released blocks, in allocation order
-  int n;                  // entries in st
+  char *buf;             // the buffer
+  size_t cap, top, want; // its size, the stack top, the high-water mark of a step
+  ScratchBlock st[32];   // live and released blocks, in allocation order
+  int n;                 // entries in st
 } S;
 
 static void *scratch(size_t bytes) {
@@ -68,7 +68,8 @@ static void *scratch(size_t bytes) {
     free(S.buf);
     S.cap = S.want > 65536 ? S.want : 65536;
     S.buf = aligned_alloc(64, S.cap);
-    prCheck(S.buf != NULL, "reduce the batch size or the model", "out of memory (%zu bytes of kernel scratch)", S.cap);
+    prCheck(S.buf != NULL, "reduce the batch size or the model",
+            "out of memory (%zu bytes of kernel scratch)", S.cap);
   }
   ScratchBlock *b = &S.st[S.n++];
   b->live = true;
@@ -81,7 +82,8 @@ static void *scratch(size_t bytes) {
     b->p = aligned_alloc(64, need);
     b->heap = true;
     b->end = S.top;
-    prCheck(b->p != NULL, "reduce the batch size or the model", "out of memory (%zu bytes of kernel scratch)", bytes);
+    prCheck(b->p != NULL, "reduce the batch size or the model",
+            "out of memory (%zu bytes of kernel scratch)", bytes);
   }
   return b->p;
 }

@@ -60,11 +60,16 @@ static void fmt_eta(char *out, size_t cap, double s) {
 
 // 850.0 / 5.2k / 1.3M / 2.0G
 static void fmt_rate(char *out, size_t cap, double r) {
-  if (!isfinite(r) || r < 0) snprintf(out, cap, "?");
-  else if (r >= 1e9) snprintf(out, cap, "%.1fG", r / 1e9);
-  else if (r >= 1e6) snprintf(out, cap, "%.1fM", r / 1e6);
-  else if (r >= 1e3) snprintf(out, cap, "%.1fk", r / 1e3);
-  else snprintf(out, cap, "%.1f", r);
+  if (!isfinite(r) || r < 0)
+    snprintf(out, cap, "?");
+  else if (r >= 1e9)
+    snprintf(out, cap, "%.1fG", r / 1e9);
+  else if (r >= 1e6)
+    snprintf(out, cap, "%.1fM", r / 1e6);
+  else if (r >= 1e3)
+    snprintf(out, cap, "%.1fk", r / 1e3);
+  else
+    snprintf(out, cap, "%.1f", r);
 }
 
 void pr_log_step(int64_t step, int64_t steps, double loss, double lr, double items_per_s,

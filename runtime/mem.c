@@ -18,7 +18,9 @@ void *pr_alloc_region(const char *what, size_t bytes) {
   return p;
 }
 
-void pr_free_region(void *p) { free(p); }
+void pr_free_region(void *p) {
+  free(p);
+}
 
 size_t pr_peak_rss_bytes(void) {
   FILE *f = fopen("/proc/self/status", "r");

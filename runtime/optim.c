@@ -44,8 +44,8 @@ double pr_lr_at(const PrSchedule *s, int64_t step) {
   return s->min_lr + coeff * (s->lr - s->min_lr);
 }
 
-void pr_adamw_step(float *p, const float *g, float *m, float *v, int64_t n, double lr,
-                   double beta1, double beta2, double eps, double weight_decay, int64_t t) {
+void pr_adamw_step(float *p, const float *g, float *m, float *v, int64_t n, double lr, double beta1,
+                   double beta2, double eps, double weight_decay, int64_t t) {
   prCheck(t >= 1, "the optimizer step counts from 1", "pr_adamw_step: t = %lld", (long long)t);
   const float decay = (float)(1.0 - lr * weight_decay);
   const float b1 = (float)beta1, omb1 = (float)(1.0 - beta1);

@@ -64,8 +64,8 @@ void pr_sum_rows(float *db, const float *dy, int64_t rows, int64_t cols, int acc
 
 // Broadcasting binary ops: y has `rank` dims ydims; astr/bstr are a's and b's element strides
 // over y's dims (0 where broadcast). op: 0 add, 1 sub, 2 mul.
-void pr_binary_fwd(float *y, const float *a, const float *b, int op, int rank,
-                   const int64_t *ydims, const int64_t *astr, const int64_t *bstr);
+void pr_binary_fwd(float *y, const float *a, const float *b, int op, int rank, const int64_t *ydims,
+                   const int64_t *astr, const int64_t *bstr);
 // Gradient for operand `which` (0 = a, 1 = b) of shape xdims (rank dims, 1 where broadcast):
 // dx = reduce_to_x(dy * d op/d x). `other` is the other operand (mul only, else NULL) with
 // strides ostr over y's dims. Reductions over broadcast dims run in ascending index order.
@@ -110,10 +110,12 @@ void pr_embedding_bwd_w(float *dw, const float *dy, const int32_t *idx, int64_t 
 void pr_copy(void *y, const void *x, int64_t bytes);
 // y dims[i] = x dims[perm[i]]; rank <= 8.
 void pr_permute(void *y, const void *x, int rank, const int64_t *xdims, const int64_t *perm);
-// Split x (outer, sum(sizes), inner) along the middle dim into n outputs ys[k] (outer,sizes[k],inner).
+// Split x (outer, sum(sizes), inner) along the middle dim into n outputs ys[k]
+// (outer,sizes[k],inner).
 void pr_split(float *const *ys, const float *x, int64_t outer, int64_t inner, int n,
               const int64_t *sizes);
-// Concat n inputs xs[k] (outer,sizes[k],inner) along the middle dim into y; NULL inputs read as zeros.
+// Concat n inputs xs[k] (outer,sizes[k],inner) along the middle dim into y; NULL inputs read as
+// zeros.
 void pr_concat(float *y, const float *const *xs, int64_t outer, int64_t inner, int n,
                const int64_t *sizes);
 // dx (outer,size,inner) = dy (outer,total,inner)[:, offset:offset+size, :] (concat's backward).
@@ -127,8 +129,8 @@ void pr_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t
                       int64_t NH);
 // ws: workspace of pr_attention_bwd_ws(T) bytes.
 size_t pr_attention_bwd_ws(int64_t T);
-void pr_attention_bwd(float *dqkv, const float *dy, const float *qkv, const float *att,
-                      void *ws, int64_t B, int64_t T, int64_t C, int64_t NH, int acc);
+void pr_attention_bwd(float *dqkv, const float *dy, const float *qkv, const float *att, void *ws,
+                      int64_t B, int64_t T, int64_t C, int64_t NH, int acc);
 
 // cross_entropy: loss (scalar) = mean over rows of -log softmax(logits (rows,V))[tgt];
 // per-row terms summed in ascending row order in double. Targets outside [0,V) stop the program.
@@ -140,8 +142,8 @@ void pr_cross_entropy_bwd(float *dlogits, const float *dloss, const float *logit
 // mse_loss: loss = mean (p - t)^2 over n (summed in double, ascending).
 void pr_mse_fwd(float *loss, const float *p, const float *t, int64_t n);
 // which = 0: dp = 2 (p - t) dloss / n; which = 1: dt = -2 (p - t) dloss / n.
-void pr_mse_bwd(float *dx, const float *dloss, const float *p, const float *t, int64_t n,
-                int which, int acc);
+void pr_mse_bwd(float *dx, const float *dloss, const float *p, const float *t, int64_t n, int which,
+                int acc);
 
 // y = xs[0] + xs[1] + ... + xs[k-1], summed left to right (gradient of a fanned-out tensor).
 void pr_add_n(float *y, const float *const *xs, int k, int64_t n);
@@ -156,9 +158,9 @@ int64_t pr_count_correct(const float *logits, const int32_t *tgt, int64_t rows, 
 // Random numbers and initialisation (init.c). Every parameter's values are a pure function of
 // (seed, parameter name): a splitmix64 stream keyed by seed ^ fnv1a64(name).
 
-uint64_t pr_hash_name(const char *name);                 // FNV-1a 64
-uint64_t pr_splitmix64(uint64_t *state);                 // next value of the stream
-double pr_uniform01(uint64_t *state);                    // [0,1) with 53 random bits
+uint64_t pr_hash_name(const char *name); // FNV-1a 64
+uint64_t pr_splitmix64(uint64_t *state); // next value of the stream
+double pr_uniform01(uint64_t *state);    // [0,1) with 53 random bits
 void pr_init_zeros(float *p, int64_t n);
 void pr_init_ones(float *p, int64_t n);
 void pr_init_normal(float *p, int64_t n, uint64_t seed, const char *name, double mean, double std);
@@ -171,17 +173,17 @@ void pr_init_xavier(float *p, int64_t n, uint64_t seed, const char *name, double
 // Optimizers and schedule (optim.c)
 
 typedef struct PrSchedule {
-  double lr;       // peak learning rate
-  double min_lr;   // floor reached at the end of the cosine decay
-  int64_t warmup;  // linear warmup steps (lr * (step+1) / (warmup+1), nanoGPT's get_lr)
-  int64_t decay;   // steps after which lr = min_lr (cosine between warmup and decay); 0 = constant
+  double lr;      // peak learning rate
+  double min_lr;  // floor reached at the end of the cosine decay
+  int64_t warmup; // linear warmup steps (lr * (step+1) / (warmup+1), nanoGPT's get_lr)
+  int64_t decay;  // steps after which lr = min_lr (cosine between warmup and decay); 0 = constant
 } PrSchedule;
 
 double pr_lr_at(const PrSchedule *s, int64_t step); // step counts from 0, as nanoGPT's get_lr
 
 // AdamW (decoupled weight decay, PyTorch's torch.optim.AdamW formula); t counts from 1.
-void pr_adamw_step(float *p, const float *g, float *m, float *v, int64_t n, double lr,
-                   double beta1, double beta2, double eps, double weight_decay, int64_t t);
+void pr_adamw_step(float *p, const float *g, float *m, float *v, int64_t n, double lr, double beta1,
+                   double beta2, double eps, double weight_decay, int64_t t);
 // SGD with momentum (PyTorch's formula: buf = momentum*buf + g (buf = g at t == 1); p -= lr*buf),
 // weight decay added to g. buf may be NULL when momentum == 0.
 void pr_sgd_step(float *p, const float *g, float *buf, int64_t n, double lr, double momentum,
@@ -196,11 +198,11 @@ void pr_scale_inplace(float *g, int64_t n, float factor);
 enum { PR_TRAIN = 0, PR_VAL = 1 };
 
 typedef struct PrTokens {
-  int32_t *tokens;    // the whole stream
-  int64_t n;          // tokens in the stream
-  int64_t n_train;    // the first n_train are the training split, the rest validation
-  int vocab;          // distinct symbols
-  char chars[256];    // character vocabulary (text files): chars[id] (sorted byte values)
+  int32_t *tokens; // the whole stream
+  int64_t n;       // tokens in the stream
+  int64_t n_train; // the first n_train are the training split, the rest validation
+  int vocab;       // distinct symbols
+  char chars[256]; // character vocabulary (text files): chars[id] (sorted byte values)
 } PrTokens;
 
 // A text file with a character vocabulary (sorted distinct bytes), split at train_frac.
@@ -214,16 +216,16 @@ void pr_tokens_batch(const PrTokens *t, int split, uint64_t seed, int64_t step, 
 void pr_tokens_close(PrTokens *t);
 
 typedef struct PrTable {
-  float *x;          // (rows, features) features
-  int32_t *y;        // (rows) integer labels
-  int64_t rows;      // rows in the table
-  int64_t features;  // features per row
-  int64_t n_train;   // rows of the training split (after the seeded shuffle)
-  int classes;       // max label + 1
+  float *x;         // (rows, features) features
+  int32_t *y;       // (rows) integer labels
+  int64_t rows;     // rows in the table
+  int64_t features; // features per row
+  int64_t n_train;  // rows of the training split (after the seeded shuffle)
+  int classes;      // max label + 1
 } PrTable;
 
-// CSV (plain or gzip-compressed, detected from the content): numeric columns, the last one the integer
-// label; no header, or a header line that is skipped when its first field is not a number.
+// CSV (plain or gzip-compressed, detected from the content): numeric columns, the last one the
+// integer label; no header, or a header line that is skipped when its first field is not a number.
 // Rows are shuffled with `seed` and split at train_frac. Features are multiplied by scale.
 void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t seed,
                        double scale);
@@ -231,8 +233,8 @@ void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t
 void pr_table_open_npy(PrTable *t, const char *x_path, const char *y_path, double train_frac,
                        uint64_t seed, double scale);
 // Training batch: B rows drawn from (seed, step, mb, row) over the training split.
-void pr_table_batch(const PrTable *t, uint64_t seed, int64_t step, int64_t mb, int64_t B,
-                    float *x, int32_t *y);
+void pr_table_batch(const PrTable *t, uint64_t seed, int64_t step, int64_t mb, int64_t B, float *x,
+                    int32_t *y);
 // Validation batch k: rows k*B .. k*B+B-1 of the validation split, wrapping around; returns how
 // many of them are real (not wrapped) rows.
 int64_t pr_table_val_batch(const PrTable *t, int64_t k, int64_t B, float *x, int32_t *y);
@@ -242,10 +244,10 @@ void pr_table_close(PrTable *t);
 // safetensors (safetensors.c)
 
 typedef struct PrTensorRef {
-  const char *name;   // PyTorch state-dict name
-  float *data;        // storage (float32)
-  int rank;           // dims
-  int64_t shape[8];   // sizes
+  const char *name; // PyTorch state-dict name
+  float *data;      // storage (float32)
+  int rank;         // dims
+  int64_t shape[8]; // sizes
 } PrTensorRef;
 
 // Loads every tensor of refs from path, by name; checks header size and bounds, JSON, dtype
@@ -266,21 +268,21 @@ bool pr_safetensors_meta(const char *path, const char *key, char *out, size_t ca
 // Command line of generated programs (args.c)
 
 typedef struct PrOptions {
-  int64_t steps;       // --steps
-  double lr;           // --lr (peak)
-  double min_lr;       // --min-lr
-  uint64_t seed;       // --seed
-  const char *data;    // --data PATH (overrides the model's data path)
-  const char *init;    // --init FILE.safetensors
-  const char *save;    // --save FILE.safetensors
-  const char *resume;  // --resume FILE.safetensors (params + optimizer state + step)
-  int64_t eval_every;  // --eval-every (0 = only at the end)
-  int64_t eval_batches;// --eval-batches
-  int64_t log_every;   // --log-every
-  int threads;         // --threads (OpenBLAS and kernels), 0 = leave as is
-  const char *loss_log;// --loss-log FILE: one line per step "step loss" (tests, parity)
-  bool quiet;          // --quiet: no progress lines
-  bool gradcheck;      // --gradcheck: finite-difference check of the gradients, then exit
+  int64_t steps;        // --steps
+  double lr;            // --lr (peak)
+  double min_lr;        // --min-lr
+  uint64_t seed;        // --seed
+  const char *data;     // --data PATH (overrides the model's data path)
+  const char *init;     // --init FILE.safetensors
+  const char *save;     // --save FILE.safetensors
+  const char *resume;   // --resume FILE.safetensors (params + optimizer state + step)
+  int64_t eval_every;   // --eval-every (0 = only at the end)
+  int64_t eval_batches; // --eval-batches
+  int64_t log_every;    // --log-every
+  int threads;          // --threads (OpenBLAS and kernels), 0 = leave as is
+  const char *loss_log; // --loss-log FILE: one line per step "step loss" (tests, parity)
+  bool quiet;           // --quiet: no progress lines
+  bool gradcheck;       // --gradcheck: finite-difference check of the gradients, then exit
 } PrOptions;
 
 // Finite-difference check of one parameter (gradcheck.c): for up to `max_checks` elements of p,

@@ -31,7 +31,7 @@
 typedef struct StEntry {
   const char *name;
   const char *dtype;
-  int dsize;          // bytes per element
+  int dsize; // bytes per element
   int rank;
   int64_t shape[8];
   uint64_t begin, end; // relative to the data section
@@ -45,7 +45,7 @@ typedef struct StFile {
   uint64_t hlen;      // N
   uint64_t data_size; // file_size - 8 - N
   cJSON *root;
-  cJSON *meta;        // "__metadata__" or NULL
+  cJSON *meta; // "__metadata__" or NULL
   StEntry *e;
   int n;
 } StFile;
@@ -53,10 +53,12 @@ typedef struct StFile {
 static const char *HINT_FILE = "the file is damaged or is not a safetensors checkpoint";
 
 static int dtype_size(const char *d) {
-  static const struct { const char *name; int size; } T[] = {
-      {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"U64", 8}, {"I32", 4},
-      {"U32", 4}, {"I16", 2}, {"U16", 2}, {"I8", 1},   {"U8", 1},  {"BOOL", 1}, {"F8_E5M2", 1},
-      {"F8_E4M3", 1}};
+  static const struct {
+    const char *name;
+    int size;
+  } T[] = {{"F64", 8}, {"F32", 4}, {"F16", 2},  {"BF16", 2},    {"I64", 8},
+           {"U64", 8}, {"I32", 4}, {"U32", 4},  {"I16", 2},     {"U16", 2},
+           {"I8", 1},  {"U8", 1},  {"BOOL", 1}, {"F8_E5M2", 1}, {"F8_E4M3", 1}};
   for (size_t i = 0; i < sizeof T / sizeof T[0]; i++)
     if (strcmp(d, T[i].name) == 0) return T[i].size;
   return 0;
@@ -91,8 +93,7 @@ static void st_open(StFile *s, const char *path) {
   memset(s, 0, sizeof *s);
   s->path = path;
   s->f = fopen(path, "rb");
-  prCheck(s->f != NULL, "check the checkpoint path", "cannot open '%s': %s", path,
-          strerror(errno));
+  prCheck(s->f != NULL, "check the checkpoint path", "cannot open '%s': %s", path, strerror(errno));
   struct stat st;
   prCheck(fstat(fileno(s->f), &st) == 0 && S_ISREG(st.st_mode), "give a regular file",
           "'%s' is not a regular file", path);
@@ -108,10 +109,11 @@ static void st_open(StFile *s, const char *path) {
   s->hlen = n;
   prCheck(n <= s->file_size - 8, "the file is truncated or is not a safetensors checkpoint",
           "%s: the header length %llu (bytes 0..7) is larger than the rest of the file (%llu "
-          "bytes)", path, (unsigned long long)n, (unsigned long long)(s->file_size - 8));
+          "bytes)",
+          path, (unsigned long long)n, (unsigned long long)(s->file_size - 8));
   prCheck(n <= ST_MAX_HEADER, HINT_FILE,
-          "%s: the header length %llu is over the limit of %llu bytes", path,
-          (unsigned long long)n, (unsigned long long)ST_MAX_HEADER);
+          "%s: the header length %llu is over the limit of %llu bytes", path, (unsigned long long)n,
+          (unsigned long long)ST_MAX_HEADER);
   s->data_size = s->file_size - 8 - n;
   char *h = malloc(n + 1);
   prCheck(h != NULL, "out of memory", "%s: out of memory for the header", path);
@@ -143,8 +145,7 @@ static void st_open(StFile *s, const char *path) {
       prCheck(s->meta == NULL, HINT_FILE, "%s: \"__metadata__\" appears twice", path);
       prCheck(cJSON_IsObject(it), HINT_FILE, "%s: \"__metadata__\" is not an object", path);
       for (cJSON *m = it->child; m; m = m->next)
-        prCheck(cJSON_IsString(m), HINT_FILE, "%s: metadata '%s' is not a string", path,
-                m->string);
+        prCheck(cJSON_IsString(m), HINT_FILE, "%s: metadata '%s' is not a string", path, m->string);
       s->meta = it;
       continue;
     }
@@ -167,8 +168,8 @@ static void st_open(StFile *s, const char *path) {
     for (cJSON *d = sh->child; d; d = d->next) {
       uint64_t v;
       prCheck(json_uint(d, &v), HINT_FILE,
-              "%s: tensor '%s': \"shape\" holds something other than a non-negative integer",
-              path, name);
+              "%s: tensor '%s': \"shape\" holds something other than a non-negative integer", path,
+              name);
       e->shape[e->rank++] = (int64_t)v;
       if (v != 0 && numel > UINT64_MAX / v) overflow = true;
       numel *= v;
@@ -178,13 +179,15 @@ static void st_open(StFile *s, const char *path) {
             HINT_FILE, "%s: tensor '%s': \"data_offsets\" is not [begin, end]", path, name);
     prCheck(e->begin <= e->end && e->end <= s->data_size, HINT_FILE,
             "%s: tensor '%s': data offsets [%llu, %llu] are outside the data section (%llu "
-            "bytes)", path, name, (unsigned long long)e->begin, (unsigned long long)e->end,
+            "bytes)",
+            path, name, (unsigned long long)e->begin, (unsigned long long)e->end,
             (unsigned long long)s->data_size);
     prCheck(!overflow && numel <= UINT64_MAX / (uint64_t)e->dsize &&
                 e->end - e->begin == numel * (uint64_t)e->dsize,
             HINT_FILE,
             "%s: tensor '%s': data offsets [%llu, %llu] hold %llu bytes but %s of that shape "
-            "needs %llu", path, name, (unsigned long long)e->begin, (unsigned long long)e->end,
+            "needs %llu",
+            path, name, (unsigned long long)e->begin, (unsigned long long)e->end,
             (unsigned long long)(e->end - e->begin), e->dtype,
             (unsigned long long)(numel * (uint64_t)e->dsize));
   }
@@ -344,21 +347,29 @@ static void buf_put(Buf *b, const char *s, size_t n) {
   b->p[b->len] = '\0';
 }
 
-static void buf_str(Buf *b, const char *s) { buf_put(b, s, strlen(s)); }
+static void buf_str(Buf *b, const char *s) {
+  buf_put(b, s, strlen(s));
+}
 
 static void buf_json_string(Buf *b, const char *s) {
   buf_str(b, "\"");
   for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
     char esc[8];
-    if (*c == '"') buf_str(b, "\\\"");
-    else if (*c == '\\') buf_str(b, "\\\\");
-    else if (*c == '\n') buf_str(b, "\\n");
-    else if (*c == '\t') buf_str(b, "\\t");
-    else if (*c == '\r') buf_str(b, "\\r");
+    if (*c == '"')
+      buf_str(b, "\\\"");
+    else if (*c == '\\')
+      buf_str(b, "\\\\");
+    else if (*c == '\n')
+      buf_str(b, "\\n");
+    else if (*c == '\t')
+      buf_str(b, "\\t");
+    else if (*c == '\r')
+      buf_str(b, "\\r");
     else if (*c < 0x20) {
       snprintf(esc, sizeof esc, "\\u%04x", *c);
       buf_str(b, esc);
-    } else buf_put(b, (const char *)c, 1);
+    } else
+      buf_put(b, (const char *)c, 1);
   }
   buf_str(b, "\"");
 }
@@ -419,8 +430,8 @@ void pr_safetensors_save(const char *path, const PrTensorRef *refs, int n, const
   prCheck(tmp != NULL, "out of memory", "out of memory");
   snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
   FILE *f = fopen(tmp, "wb");
-  prCheck(f != NULL, "check that the directory exists and is writable",
-          "cannot create '%s': %s", tmp, strerror(errno));
+  prCheck(f != NULL, "check that the directory exists and is writable", "cannot create '%s': %s",
+          tmp, strerror(errno));
   unsigned char lb[8];
   uint64_t hl = h.len;
   for (int i = 0; i < 8; i++) lb[i] = (unsigned char)(hl >> (8 * i));

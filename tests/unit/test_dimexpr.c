@@ -18,8 +18,8 @@ static int lookup(void *ctx, const char *name, Dim *out, char *err, int errcap) 
     const char *name;
     Dim v;
   } table[] = {
-      {"B", {1, 1}},   {"C", {8, 0}},   {"H", {2, 0}},          {"T", {64, 0}},
-      {"L", {3, 0}},   {"_u1", {5, 0}}, {"C2", {16, 0}},        {"BIG", {(int64_t)1 << 40, 0}},
+      {"B", {1, 1}},   {"C", {8, 0}},   {"H", {2, 0}},   {"T", {64, 0}},
+      {"L", {3, 0}},   {"_u1", {5, 0}}, {"C2", {16, 0}}, {"BIG", {(int64_t)1 << 40, 0}},
       {"BT", {64, 1}}, // a name whose value already carries the batch factor
   };
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
@@ -53,7 +53,7 @@ static Dim eval_ok(const char *expr) {
   do {                                                                                             \
     char err_[512] = "";                                                                           \
     Dim d_ = {0, 0};                                                                               \
-    ck_assert_msg(!dimexpr_eval(expr, lookup, NULL, &d_, err_, sizeof err_), "'%s' should fail",  \
+    ck_assert_msg(!dimexpr_eval(expr, lookup, NULL, &d_, err_, sizeof err_), "'%s' should fail",   \
                   expr);                                                                           \
     ck_assert_str_eq(err_, msg);                                                                   \
   } while (0)
@@ -89,11 +89,11 @@ START_TEST(test_precedence) {
   ASSERT_DIM("2*3+4", 10, 0);
   ASSERT_DIM("(2+3)*4", 20, 0);
   ASSERT_DIM("2*(3+4)*5", 70, 0);
-  ASSERT_DIM("10-4-3", 3, 0);  // left associative
+  ASSERT_DIM("10-4-3", 3, 0); // left associative
   ASSERT_DIM("10-(4-3)", 9, 0);
-  ASSERT_DIM("64/4/2", 8, 0);  // left associative
+  ASSERT_DIM("64/4/2", 8, 0); // left associative
   ASSERT_DIM("64/(4/2)", 32, 0);
-  ASSERT_DIM("8/2*2", 8, 0);   // (8/2)*2, not 8/(2*2)
+  ASSERT_DIM("8/2*2", 8, 0); // (8/2)*2, not 8/(2*2)
   ASSERT_DIM("T/C*2", 16, 0);
   ASSERT_DIM("T/(C*2)", 4, 0);
   ASSERT_DIM("C-H*2", 4, 0);
@@ -171,12 +171,16 @@ END_TEST
 
 START_TEST(test_overflow) {
   ASSERT_ERR("9007199254740993", "number too large in dimension expression '9007199254740993'");
-  ASSERT_ERR("99999999999999999999999", "number too large in dimension expression '99999999999999999999999'");
+  ASSERT_ERR("99999999999999999999999",
+             "number too large in dimension expression '99999999999999999999999'");
   ASSERT_ERR("BIG*BIG", "dimension expression 'BIG*BIG' overflows (more than 2^53)");
-  ASSERT_ERR("9007199254740992*2", "dimension expression '9007199254740992*2' overflows (more than 2^53)");
+  ASSERT_ERR("9007199254740992*2",
+             "dimension expression '9007199254740992*2' overflows (more than 2^53)");
   // 2^64 overflows int64 itself: still reported, not wrapped around.
-  ASSERT_ERR("4294967296*4294967296", "dimension expression '4294967296*4294967296' overflows (more than 2^53)");
-  ASSERT_ERR("9007199254740992+1", "dimension expression '9007199254740992+1' overflows (more than 2^53)");
+  ASSERT_ERR("4294967296*4294967296",
+             "dimension expression '4294967296*4294967296' overflows (more than 2^53)");
+  ASSERT_ERR("9007199254740992+1",
+             "dimension expression '9007199254740992+1' overflows (more than 2^53)");
   ASSERT_ERR("B*BIG*BIG", "dimension expression 'B*BIG*BIG' overflows (more than 2^53)");
   ASSERT_DIM("4503599627370496*2", (int64_t)1 << 53, 0);
   ASSERT_DIM("9007199254740991+1", (int64_t)1 << 53, 0);
@@ -188,7 +192,7 @@ START_TEST(test_unknown_name) {
   ASSERT_ERR("X+1", "unknown dim 'X'");
   ASSERT_ERR("C*Y", "unknown dim 'Y'");
   ASSERT_ERR("Q*R", "unknown dim 'Q'"); // the first error wins
-  ASSERT_ERR("b", "unknown dim 'b'");  // names are case-sensitive
+  ASSERT_ERR("b", "unknown dim 'b'");   // names are case-sensitive
   // A failing lookup's own message is passed through unchanged.
   ASSERT_ERR("1+BAD", "lookup failed for 'BAD'");
   ASSERT_ERR("BAD*X", "lookup failed for 'BAD'");
@@ -243,8 +247,8 @@ START_TEST(test_error_buffer_truncated) {
 }
 END_TEST
 
-// Regression (dimexpr.c): parentheses recursed without a depth limit, so a long run of '(' in a dims
-// string (a JSON string of a few MB is accepted) overflows the C stack and kills pipec with
+// Regression (dimexpr.c): parentheses recursed without a depth limit, so a long run of '(' in a
+// dims string (a JSON string of a few MB is accepted) overflows the C stack and kills pipec with
 // SIGSEGV instead of reporting an error. The evaluation runs in a child process so that this
 // test fails cleanly instead of taking the whole test binary down.
 START_TEST(test_deep_nesting_does_not_crash) {
@@ -301,4 +305,6 @@ static Suite *dimexpr_suite(void) {
   return s;
 }
 
-int main(void) { return run_suite(dimexpr_suite()); }
+int main(void) {
+  return run_suite(dimexpr_suite());
+}

@@ -11,8 +11,12 @@
 
 static Model m; // freed by the fixture after every test, also after a failed one
 
-static void setup(void) { memset(&m, 0, sizeof m); }
-static void teardown(void) { model_free(&m); }
+static void setup(void) {
+  memset(&m, 0, sizeof m);
+}
+static void teardown(void) {
+  model_free(&m);
+}
 
 static void run_ok_defs(const char *json, const char **defs, int ndefs) {
   bool ok = model_run_defs(&m, json, defs, ndefs);
@@ -31,7 +35,9 @@ static void run_err_defs(const char *json, const char **defs, int ndefs, const c
   ck_assert_str_eq(cap_text(&m.cap), want);
 }
 
-static void run_err(const char *json, const char *want) { run_err_defs(json, NULL, 0, want); }
+static void run_err(const char *json, const char *want) {
+  run_err_defs(json, NULL, 0, want);
+}
 
 static const Node *node(const char *name) {
   const Node *n = strmap_get(&m.g.node_names, name);
@@ -85,7 +91,8 @@ static const char *MLP = // the example of docs/model-format.md
     "    { 'name': 'y', 'dtype': 'i32', 'shape': ['B'], 'target': true }\n"
     "  ],\n"
     "  'params': [\n"
-    "    { 'name': 'fc1.weight', 'shape': ['H', 'IN'], 'init': { 'kind': 'normal', 'std': 0.1 } },\n"
+    "    { 'name': 'fc1.weight', 'shape': ['H', 'IN'], 'init': { 'kind': 'normal', 'std': 0.1 } "
+    "},\n"
     "    { 'name': 'fc1.bias',   'shape': ['H'],       'init': 'zeros' }\n"
     "  ],\n"
     "  'nodes': [\n"
@@ -149,10 +156,12 @@ END_TEST
 static const char *TINY =
     "{'format': 'pipec-model', 'version': 1, 'name': 'tiny net',\n"
     " 'dims': {'C': 8, 'H': 'C/2', 'L': 2},\n"
-    " 'inputs': [{'name': 'x', 'shape': ['B', 'C']}, {'name': 'y', 'dtype': 'i32', 'shape': ['B'], 'target': true}],\n"
+    " 'inputs': [{'name': 'x', 'shape': ['B', 'C']}, {'name': 'y', 'dtype': 'i32', 'shape': ['B'], "
+    "'target': true}],\n"
     " 'params': [{'name': 'emb', 'shape': ['C', 'C'], 'init': {'kind': 'normal', 'std': 0.02}},\n"
     "            {'name': 'head', 'shape': ['C', 'C'], 'tied_to': 'emb'},\n"
-    "            {'name': 'odd name', 'shape': [1, 'C'], 'init': {'kind': 'uniform', 'a': -0.5, 'b': 0.25}}],\n"
+    "            {'name': 'odd name', 'shape': [1, 'C'], 'init': {'kind': 'uniform', 'a': -0.5, "
+    "'b': 0.25}}],\n"
     " 'blocks': [{'name': 'layer', 'inputs': ['h'], 'outputs': ['l.{i}.out'],\n"
     "   'params': [{'name': 'l.{i}.w', 'shape': ['C', 'C'], 'init': 'xavier'}],\n"
     "   'nodes': [{'name': 'l.{i}.fc', 'op': 'linear', 'inputs': ['h', 'l.{i}.w']},\n"
@@ -165,7 +174,8 @@ static const char *TINY =
     "   {'name': 'cat', 'op': 'concat', 'inputs': ['parts:1', 'parts:0']},\n"
     "   {'name': 'shifted', 'op': 'add', 'inputs': ['cat', 'odd name']},\n"
     "   {'name': 'logits', 'op': 'linear', 'inputs': ['shifted', 'head']},\n"
-    "   {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['logits', 'y'], 'split_before': true, 'stage': 2}],\n"
+    "   {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['logits', 'y'], 'split_before': true, "
+    "'stage': 2}],\n"
     " 'loss': 'loss', 'outputs': ['logits', 'body']}\n";
 
 static const char *TINY_PRINT =
@@ -238,14 +248,16 @@ END_TEST
 #define HEAD_C8                                                                                    \
   "{'format': 'pipec-model', 'version': 1, 'name': 'm',\n"                                         \
   " 'dims': {'C': 8, 'L': 3},\n"                                                                   \
-  " 'inputs': [{'name': 'x', 'shape': ['B', 'C']}, {'name': 'y', 'dtype': 'i32', 'shape': ['B'], 'target': true}],\n"
+  " 'inputs': [{'name': 'x', 'shape': ['B', 'C']}, {'name': 'y', 'dtype': 'i32', 'shape': ['B'], " \
+  "'target': true}],\n"
 
 START_TEST(test_block_expansion) {
-  run_ok(HEAD_C8 LAYER_BLOCK
-         " 'nodes': [{'name': 'x0', 'op': 'relu', 'inputs': ['x']},\n"
-         "           {'repeat': 'layer', 'count': 'L', 'inputs': ['x0'], 'outputs': ['body_out']},\n"
-         "           {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['body_out', 'y']}],\n"
-         " 'loss': 'loss', 'outputs': ['body_out']}");
+  run_ok(
+      HEAD_C8 LAYER_BLOCK
+      " 'nodes': [{'name': 'x0', 'op': 'relu', 'inputs': ['x']},\n"
+      "           {'repeat': 'layer', 'count': 'L', 'inputs': ['x0'], 'outputs': ['body_out']},\n"
+      "           {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['body_out', 'y']}],\n"
+      " 'loss': 'loss', 'outputs': ['body_out']}");
   ck_assert_str_eq(order(), "x0 h.0.fc h.0.out h.1.fc h.1.out h.2.fc h.2.out loss");
   ck_assert_str_eq(param_order(), "h.0.fc.weight h.1.fc.weight h.2.fc.weight");
   // Instance 0 reads the repeat's inputs; a formal input shadows the model input 'x'.
@@ -275,11 +287,12 @@ START_TEST(test_block_expansion) {
 END_TEST
 
 START_TEST(test_block_start_offset) {
-  run_ok(HEAD_C8 LAYER_BLOCK
-         " 'nodes': [{'repeat': 'layer', 'count': 2, 'start': 2, 'inputs': ['x'], 'outputs': ['o']},\n"
-         "           {'name': 'skip', 'op': 'add', 'inputs': ['o', 'h.2.out']},\n"
-         "           {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['skip', 'y']}],\n"
-         " 'loss': 'loss'}");
+  run_ok(
+      HEAD_C8 LAYER_BLOCK
+      " 'nodes': [{'repeat': 'layer', 'count': 2, 'start': 2, 'inputs': ['x'], 'outputs': ['o']},\n"
+      "           {'name': 'skip', 'op': 'add', 'inputs': ['o', 'h.2.out']},\n"
+      "           {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['skip', 'y']}],\n"
+      " 'loss': 'loss'}");
   ck_assert_str_eq(order(), "h.2.fc h.2.out h.3.fc h.3.out skip loss");
   // A skip connection names an earlier instance's tensor by its substituted name.
   ck_assert_ptr_eq(node("skip")->in[1], tensor("h.2.out"));
@@ -372,7 +385,8 @@ START_TEST(test_tied_params) {
   run_ok("{'format': 'pipec-model', 'version': 1, 'name': 'm', 'dims': {'V': 6, 'C': 4},\n"
          " 'inputs': [{'name': 'idx', 'dtype': 'i32', 'shape': ['B', 3]},\n"
          "            {'name': 't', 'dtype': 'i32', 'shape': ['B', 3], 'target': true}],\n"
-         " 'params': [{'name': 'wte', 'shape': ['V', 'C'], 'init': {'kind': 'normal', 'std': 0.02, 'mean': 1}},\n"
+         " 'params': [{'name': 'wte', 'shape': ['V', 'C'], 'init': {'kind': 'normal', 'std': 0.02, "
+         "'mean': 1}},\n"
          "            {'name': 'lm_head', 'shape': ['V', 'C'], 'tied_to': 'wte'}],\n"
          " 'blocks': [{'name': 'b', 'inputs': ['h'], 'outputs': ['o.{i}'],\n"
          "   'params': [{'name': 'w.{i}', 'shape': ['C', 'C'], 'init': 'ones'},\n"
@@ -404,7 +418,8 @@ static const char *DIMS_MODEL =
     " 'nodes': [{'name': 'h', 'op': 'linear', 'inputs': ['x', 'w']},\n"
     "           {'name': 'g', 'op': 'linear', 'inputs': ['h', 'v']},\n"
     "           {'name': 'r', 'op': 'reshape', 'inputs': ['g'], 'attrs': {'shape': ['B*H', -1]}},\n"
-    "           {'name': 's', 'op': 'split', 'inputs': ['r'], 'attrs': {'sizes': ['Z', 'Z-1', 1]}},\n"
+    "           {'name': 's', 'op': 'split', 'inputs': ['r'], 'attrs': {'sizes': ['Z', 'Z-1', "
+    "1]}},\n"
     "           {'name': 'loss', 'op': 'mse_loss', 'inputs': ['s:1', 's:1']}],\n"
     " 'loss': 'loss'}";
 
@@ -447,19 +462,21 @@ END_TEST
 
 START_TEST(test_defines_expression_and_last_wins) {
   const char *defs[] = {"H=C*3", "C=4", "C=2"};
-  run_ok_defs("{'format': 'pipec-model', 'version': 1, 'name': 'm', 'dims': {'C': 8, 'H': 1},\n"
-              " 'inputs': [{'name': 'x', 'shape': ['B', 'H']}],\n"
-              " 'nodes': [{'name': 'loss', 'op': 'mse_loss', 'inputs': ['x', 'x']}], 'loss': 'loss'}",
-              defs, 3);
+  run_ok_defs(
+      "{'format': 'pipec-model', 'version': 1, 'name': 'm', 'dims': {'C': 8, 'H': 1},\n"
+      " 'inputs': [{'name': 'x', 'shape': ['B', 'H']}],\n"
+      " 'nodes': [{'name': 'loss', 'op': 'mse_loss', 'inputs': ['x', 'x']}], 'loss': 'loss'}",
+      defs, 3);
   ck_assert_str_eq(type_of("x"), "f32(B,6)");
 }
 END_TEST
 
 START_TEST(test_custom_batch_symbol) {
-  run_ok("{'format': 'pipec-model', 'version': 1, 'name': 'm', 'batch': 'N', 'dims': {'B': 5},\n"
-         " 'inputs': [{'name': 'x', 'shape': ['N', 'B']}],\n"
-         " 'nodes': [{'name': 'r', 'op': 'reshape', 'inputs': ['x'], 'attrs': {'shape': ['N*B']}},\n"
-         "           {'name': 'loss', 'op': 'mse_loss', 'inputs': ['r', 'r']}], 'loss': 'loss'}");
+  run_ok(
+      "{'format': 'pipec-model', 'version': 1, 'name': 'm', 'batch': 'N', 'dims': {'B': 5},\n"
+      " 'inputs': [{'name': 'x', 'shape': ['N', 'B']}],\n"
+      " 'nodes': [{'name': 'r', 'op': 'reshape', 'inputs': ['x'], 'attrs': {'shape': ['N*B']}},\n"
+      "           {'name': 'loss', 'op': 'mse_loss', 'inputs': ['r', 'r']}], 'loss': 'loss'}");
   ck_assert_str_eq(m.g.batch_sym, "N");
   ck_assert_str_eq(type_of("x"), "f32(N,5)");
   ck_assert_str_eq(type_of("r"), "f32(N*5)");
@@ -478,8 +495,10 @@ START_TEST(test_stage_hints) {
          " 'nodes': [{'name': 'x0', 'op': 'relu', 'inputs': ['x'], 'stage': 0},\n"
          "           {'repeat': 'layer', 'count': 'L', 'inputs': ['x0'], 'outputs': ['o'],\n"
          "            'stage': [0, 1, 1], 'split_before': true},\n"
-         "           {'repeat': 'layer', 'count': 1, 'start': 3, 'inputs': ['o'], 'outputs': ['o2']},\n"
-         "           {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['o2', 'y'], 'split_before': true, 'stage': 3}],\n"
+         "           {'repeat': 'layer', 'count': 1, 'start': 3, 'inputs': ['o'], 'outputs': "
+         "['o2']},\n"
+         "           {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['o2', 'y'], "
+         "'split_before': true, 'stage': 3}],\n"
          " 'loss': 'loss'}");
   ck_assert_int_eq(node("x0")->stage, 0);
   ck_assert(!node("x0")->split_before);
@@ -488,27 +507,28 @@ START_TEST(test_stage_hints) {
     int stage;
     bool split;
   } want[] = {
-      {"h.0.a", 0, true},   {"h.0.b", 9, false},  {"h.0.out", 0, false}, {"h.1.a", 1, true},
-      {"h.1.b", 9, false},  {"h.1.out", 1, false}, {"h.2.a", 1, true},   {"h.2.out", 1, false},
-      {"h.3.a", -1, false}, {"h.3.b", 9, false},  {"h.3.out", -1, false}, {"loss", 3, true},
+      {"h.0.a", 0, true},   {"h.0.b", 9, false},   {"h.0.out", 0, false},  {"h.1.a", 1, true},
+      {"h.1.b", 9, false},  {"h.1.out", 1, false}, {"h.2.a", 1, true},     {"h.2.out", 1, false},
+      {"h.3.a", -1, false}, {"h.3.b", 9, false},   {"h.3.out", -1, false}, {"loss", 3, true},
   };
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
     const Node *n = node(want[i].name);
-    ck_assert_msg(n->stage == want[i].stage && n->split_before == want[i].split, "%s: stage %d split %d", n->name,
-                  n->stage, n->split_before);
+    ck_assert_msg(n->stage == want[i].stage && n->split_before == want[i].split,
+                  "%s: stage %d split %d", n->name, n->stage, n->split_before);
   }
 }
 END_TEST
 
 START_TEST(test_unused_param_warning) {
-  ck_assert(model_run(&m, "{'format': 'pipec-model', 'version': 1, 'name': 'm',\n"
-                          " 'inputs': [{'name': 'x', 'shape': ['B', 4]}],\n"
-                          " 'params': [{'name': 'w', 'shape': [4, 4]},\n"
-                          "            {'name': 'unused', 'shape': [4]}],\n"
-                          " 'nodes': [{'name': 'h', 'op': 'linear', 'inputs': ['x', 'w']},\n"
-                          "           {'name': 'loss', 'op': 'mse_loss', 'inputs': ['h', 'x']}], 'loss': 'loss'}"));
-  ck_assert_str_eq(cap_text(&m.cap),
-                   "m.json:4:13: warning: params[1]: parameter 'unused' is never used (it would get no gradient)\n");
+  ck_assert(model_run(
+      &m, "{'format': 'pipec-model', 'version': 1, 'name': 'm',\n"
+          " 'inputs': [{'name': 'x', 'shape': ['B', 4]}],\n"
+          " 'params': [{'name': 'w', 'shape': [4, 4]},\n"
+          "            {'name': 'unused', 'shape': [4]}],\n"
+          " 'nodes': [{'name': 'h', 'op': 'linear', 'inputs': ['x', 'w']},\n"
+          "           {'name': 'loss', 'op': 'mse_loss', 'inputs': ['h', 'x']}], 'loss': 'loss'}"));
+  ck_assert_str_eq(cap_text(&m.cap), "m.json:4:13: warning: params[1]: parameter 'unused' is never "
+                                     "used (it would get no gradient)\n");
   ck_assert_int_eq(m.cap.d.warnings, 1);
   ck_assert_int_eq(m.cap.d.errors, 0);
 }
@@ -517,15 +537,18 @@ END_TEST
 START_TEST(test_shape_errors_reported_once) {
   // Two independent mistakes are both reported; nodes downstream of them are skipped silently.
   run_err("{'format': 'pipec-model', 'version': 1, 'name': 'm',\n"
-          " 'inputs': [{'name': 'x', 'shape': ['B', 4]}, {'name': 'i', 'dtype': 'i32', 'shape': ['B', 4]}],\n"
+          " 'inputs': [{'name': 'x', 'shape': ['B', 4]}, {'name': 'i', 'dtype': 'i32', 'shape': "
+          "['B', 4]}],\n"
           " 'params': [{'name': 'w', 'shape': [5, 5]}],\n"
           " 'nodes': [{'name': 'h', 'op': 'linear', 'inputs': ['x', 'w']},\n"
           "           {'name': 'h2', 'op': 'relu', 'inputs': ['h']},\n"
           "           {'name': 'g', 'op': 'tanh', 'inputs': ['i']},\n"
           "           {'name': 'loss', 'op': 'mse_loss', 'inputs': ['h2', 'g']}], 'loss': 'loss'}",
-          "m.json:4:12: error: nodes[0] \"h\": input 'w' has shape (5,5) but linear needs (OUT,4) to match the last "
+          "m.json:4:12: error: nodes[0] \"h\": input 'w' has shape (5,5) but linear needs (OUT,4) "
+          "to match the last "
           "dim of 'x' (B,4)\n"
-          "m.json:6:12: error: nodes[2] \"g\": input 'i' has dtype i32 but tanh needs a floating-point tensor\n");
+          "m.json:6:12: error: nodes[2] \"g\": input 'i' has dtype i32 but tanh needs a "
+          "floating-point tensor\n");
   ck_assert_int_eq(m.cap.d.errors, 2);
 }
 END_TEST
@@ -537,10 +560,11 @@ END_TEST
 #define HEAD                                                                                       \
   "{'format': 'pipec-model', 'version': 1, 'name': 'm',\n"                                         \
   " 'dims': {'C': 4},\n"                                                                           \
-  " 'inputs': [{'name': 'x', 'shape': ['B', 'C']}, {'name': 'y', 'dtype': 'i32', 'shape': ['B'], 'target': true}],\n" \
+  " 'inputs': [{'name': 'x', 'shape': ['B', 'C']}, {'name': 'y', 'dtype': 'i32', 'shape': ['B'], " \
+  "'target': true}],\n"                                                                            \
   " 'params': [{'name': 'w', 'shape': ['C', 'C']}],\n"                                             \
   " 'nodes': [\n"
-#define TAIL "\n ],\n 'loss': 'loss'}"
+#define TAIL   "\n ],\n 'loss': 'loss'}"
 #define LOSS_A "  {'name': 'loss', 'op': 'mse_loss', 'inputs': ['a', 'x']}"
 
 typedef struct ErrCase {
@@ -575,13 +599,15 @@ static const ErrCase err_cases[] = {
      "m.json:6:42: error: nodes[0] \"a\": undefined input 'qqqqq'\n"},
     {HEAD "  {'name': 'p', 'op': 'split', 'inputs': ['x'], 'attrs': {'sizes': [2, 2]}},\n"
           "  {'name': 'a', 'op': 'relu', 'inputs': ['p']},\n" LOSS_A TAIL,
-     "m.json:7:42: error: nodes[1] \"a\": 'p' has 2 outputs; refer to one of them as 'p:0' .. 'p:1'\n"},
+     "m.json:7:42: error: nodes[1] \"a\": 'p' has 2 outputs; refer to one of them as 'p:0' .. "
+     "'p:1'\n"},
     {HEAD "  {'name': 'p', 'op': 'split', 'inputs': ['x'], 'attrs': {'sizes': [2, 2]}},\n"
           "  {'name': 'a', 'op': 'relu', 'inputs': ['p:2']},\n" LOSS_A TAIL,
      "m.json:7:42: error: nodes[1] \"a\": undefined input 'p:2' (did you mean 'p:0'?)\n"},
     {HEAD "  {'name': 'n', 'op': 'layernorm', 'inputs': ['x', 'w']},\n"
           "  {'name': 'a', 'op': 'relu', 'inputs': ['n:mean']},\n" LOSS_A TAIL,
-     "m.json:7:42: error: nodes[1] \"a\": 'n:mean' is saved by 'n' for its backward pass and cannot be used\n"},
+     "m.json:7:42: error: nodes[1] \"a\": 'n:mean' is saved by 'n' for its backward pass and "
+     "cannot be used\n"},
     {HEAD "  {'name': 'a', 'op': 'relu', 'inputs': ['w2']},\n" LOSS_A TAIL,
      "m.json:6:42: error: nodes[0] \"a\": undefined input 'w2' (did you mean 'w'?)\n"},
     {HEAD "  {'name': 'a', 'op': 'relu', 'inputs': ['x']}\n ],\n 'loss': 'los'}",
@@ -594,10 +620,13 @@ static const ErrCase err_cases[] = {
     {HEAD "  {'name': 'a', 'op': 'relu', 'inputs': ['x'], 'attrs': {'axis': 1}},\n" LOSS_A TAIL,
      "m.json:6:3: error: nodes[0] \"a\": unknown attribute 'axis': relu takes no attributes\n"},
     {HEAD "  {'name': 'a', 'op': 'softmax', 'inputs': ['x'], 'attrs': {'axes': 1}},\n" LOSS_A TAIL,
-     "m.json:6:3: error: nodes[0] \"a\": unknown attribute 'axes' (did you mean 'axis'?): softmax takes 'axis'\n"},
+     "m.json:6:3: error: nodes[0] \"a\": unknown attribute 'axes' (did you mean 'axis'?): softmax "
+     "takes 'axis'\n"},
     {HEAD "  {'name': 'a', 'op': 'scale', 'inputs': ['x']},\n" LOSS_A TAIL,
-     "m.json:6:3: error: nodes[0] \"a\": missing required attribute 'factor' of scale (multiplier)\n"},
-    {HEAD "  {'name': 'a', 'op': 'scale', 'inputs': ['x'], 'attrs': {'factor': true}},\n" LOSS_A TAIL,
+     "m.json:6:3: error: nodes[0] \"a\": missing required attribute 'factor' of scale "
+     "(multiplier)\n"},
+    {HEAD
+     "  {'name': 'a', 'op': 'scale', 'inputs': ['x'], 'attrs': {'factor': true}},\n" LOSS_A TAIL,
      "m.json:6:59: error: nodes[0].attrs.factor: expected a number, got a boolean\n"},
     {HEAD "  {'name': 'a', 'op': 'relu', 'inptus': ['x']},\n" LOSS_A TAIL,
      "m.json:6:31: error: nodes[0]: unknown key 'inptus' (did you mean 'inputs'?)\n"},
@@ -613,12 +642,14 @@ static const ErrCase err_cases[] = {
      "m.json:6:3: error: nodes[0] \"a\": split needs 1 to 4096 outputs, the attributes give 0\n"},
     // shape rules (reported by the shape pass at the node)
     {HEAD "  {'name': 'a', 'op': 'matmul', 'inputs': ['x', 'y']},\n" LOSS_A TAIL,
-     "m.json:6:3: error: nodes[0] \"a\": input 'y' has shape (B) (rank 1) but matmul needs rank at least 2\n"},
+     "m.json:6:3: error: nodes[0] \"a\": input 'y' has shape (B) (rank 1) but matmul needs rank at "
+     "least 2\n"},
     {HEAD "  {'name': 'a', 'op': 'relu', 'inputs': ['x']}\n ],\n 'loss': 'a'}",
      "m.json:6:3: error: loss: 'a' must be a floating-point scalar () but is f32(B,4)\n"},
     // header
     {"{'format': 'pipec-model', 'version': 2, 'name': 'm'}",
-     "m.json:1:27: error: version: this pipec reads model format version 1, the file has version 2\n"},
+     "m.json:1:27: error: version: this pipec reads model format version 1, the file has version "
+     "2\n"},
     {"{'format': 'pipec-model', 'version': 1, 'name': 'm', 'shpae': 1}",
      "m.json:1:54: error: model: unknown key 'shpae'\n"},
     {"[1, 2]", "m.json:1:1: error: model: expected a JSON object at the top level, got an array\n"},
@@ -626,7 +657,9 @@ static const ErrCase err_cases[] = {
 
 enum { NERR = (int)(sizeof err_cases / sizeof err_cases[0]) };
 
-START_TEST(test_error_case) { run_err(err_cases[_i].json, err_cases[_i].want); }
+START_TEST(test_error_case) {
+  run_err(err_cases[_i].json, err_cases[_i].want);
+}
 END_TEST
 
 START_TEST(test_err_duplicate_in_block_instance) {
@@ -635,7 +668,8 @@ START_TEST(test_err_duplicate_in_block_instance) {
           "           {'repeat': 'layer', 'count': 'L', 'inputs': ['x'], 'outputs': ['o']},\n"
           "           {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['o', 'y']}],\n"
           " 'loss': 'loss'}",
-          "m.json:7:15: error: blocks[0].nodes[1] (instance 1): duplicate name 'h.1.out' (first defined at line 8, "
+          "m.json:7:15: error: blocks[0].nodes[1] (instance 1): duplicate name 'h.1.out' (first "
+          "defined at line 8, "
           "column 12)\n");
 }
 END_TEST
@@ -645,7 +679,8 @@ START_TEST(test_err_repeat_alias_duplicate) {
           " 'nodes': [{'repeat': 'layer', 'count': 2, 'inputs': ['x'], 'outputs': ['h.0.out']},\n"
           "           {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['h.0.out', 'y']}],\n"
           " 'loss': 'loss'}",
-          "m.json:8:73: error: nodes[0].outputs[0]: duplicate name 'h.0.out' (first defined at line 7, column 14)\n");
+          "m.json:8:73: error: nodes[0].outputs[0]: duplicate name 'h.0.out' (first defined at "
+          "line 7, column 14)\n");
 }
 END_TEST
 
@@ -660,35 +695,38 @@ START_TEST(test_err_repeat_structure) {
           " 'loss': 'o'}",
           "m.json:8:32: error: nodes[0].count: repeat count must be from 1 to 100000, got 0\n");
   model_free(&m);
-  run_err(HEAD_C8 LAYER_BLOCK
-          " 'nodes': [{'repeat': 'layer', 'count': 'L', 'inputs': ['x'], 'outputs': ['o'], 'stage': [0, 1]}],\n"
-          " 'loss': 'o'}",
+  run_err(HEAD_C8 LAYER_BLOCK " 'nodes': [{'repeat': 'layer', 'count': 'L', 'inputs': ['x'], "
+                              "'outputs': ['o'], 'stage': [0, 1]}],\n"
+                              " 'loss': 'o'}",
           "m.json:8:81: error: nodes[0].stage: needs one stage per instance (3), got 2\n");
   model_free(&m);
   run_err(HEAD_C8 LAYER_BLOCK
           " 'nodes': [{'repeat': 'layer', 'count': 1, 'inputs': ['x', 'y'], 'outputs': ['o']}],\n"
           " 'loss': 'o'}",
-          "m.json:8:12: error: nodes[0]: block 'layer' has 1 inputs and 1 outputs, the repeat gives 2 and 1\n");
+          "m.json:8:12: error: nodes[0]: block 'layer' has 1 inputs and 1 outputs, the repeat "
+          "gives 2 and 1\n");
   model_free(&m);
   run_err(HEAD_C8
           " 'blocks': [{'name': 'layer', 'inputs': ['x'], 'outputs': ['x'],\n"
           "   'nodes': [{'name': 'h.{i}.fc', 'op': 'relu', 'inputs': ['x']}]}],\n"
           " 'nodes': [{'repeat': 'layer', 'count': 1, 'inputs': ['x'], 'outputs': ['o']}],\n"
           " 'loss': 'o'}",
-          "m.json:4:60: error: blocks[0].outputs[0]: 'x' is not a tensor defined by block 'layer' (instance 0)\n");
+          "m.json:4:60: error: blocks[0].outputs[0]: 'x' is not a tensor defined by block 'layer' "
+          "(instance 0)\n");
   model_free(&m);
   run_err(HEAD_C8
           " 'blocks': [{'name': 'layer', 'inputs': ['x'], 'outputs': ['h.{i}'],\n"
           "   'nodes': [{'name': 'h', 'op': 'relu', 'inputs': ['x']}]}],\n"
           " 'nodes': [{'repeat': 'layer', 'count': 1, 'inputs': ['x'], 'outputs': ['o']}],\n"
           " 'loss': 'o'}",
-          "m.json:5:15: error: blocks[0].nodes[0]: block node 'h' must contain {i} so each instance has its own\n");
+          "m.json:5:15: error: blocks[0].nodes[0]: block node 'h' must contain {i} so each "
+          "instance has its own\n");
 }
 END_TEST
 
 #define DIMS_ONLY(dims)                                                                            \
   "{'format': 'pipec-model', 'version': 1, 'name': 'm',\n"                                         \
-  " 'dims': " dims ",\n"                                                                            \
+  " 'dims': " dims ",\n"                                                                           \
   " 'inputs': [{'name': 'x', 'shape': ['B', 4]}],\n"                                               \
   " 'nodes': [{'name': 'loss', 'op': 'mse_loss', 'inputs': ['x', 'x']}], 'loss': 'loss'}"
 
@@ -699,18 +737,22 @@ START_TEST(test_err_dims) {
   run_err(DIMS_ONLY("{'C': 8, 'H': 'C/3'}"),
           "m.json:2:19: error: dims.H: division is not exact in dimension expression 'C/3'\n");
   model_free(&m);
-  run_err(DIMS_ONLY("{'C': 8, 'H': 'B*2'}"), "m.json:2:19: error: dims.H: dim 'H' may not depend on the batch symbol 'B'\n");
+  run_err(DIMS_ONLY("{'C': 8, 'H': 'B*2'}"),
+          "m.json:2:19: error: dims.H: dim 'H' may not depend on the batch symbol 'B'\n");
   model_free(&m);
-  run_err(DIMS_ONLY("{'C': 8, 'Z': 'C-8'}"), "m.json:2:19: error: dims.Z: dim 'Z' must be >= 1, got 0\n");
+  run_err(DIMS_ONLY("{'C': 8, 'Z': 'C-8'}"),
+          "m.json:2:19: error: dims.Z: dim 'Z' must be >= 1, got 0\n");
   model_free(&m);
-  run_err(DIMS_ONLY("{'C': 2.5}"), "m.json:2:11: error: dims.C: dim 'C' must be an integer from 1 to 2^53, got 2.5\n");
+  run_err(DIMS_ONLY("{'C': 2.5}"),
+          "m.json:2:11: error: dims.C: dim 'C' must be an integer from 1 to 2^53, got 2.5\n");
   model_free(&m);
   run_err(DIMS_ONLY("{'C': 8, 'H': 'K*2'}"), "m.json:2:19: error: dims.H: unknown dim 'K'\n");
   model_free(&m);
-  run_err(DIMS_ONLY("{'B': 8}"),
-          "m.json:2:11: error: dims: 'B' is the batch symbol; it is bound by the training configuration\n");
+  run_err(DIMS_ONLY("{'B': 8}"), "m.json:2:11: error: dims: 'B' is the batch symbol; it is bound "
+                                 "by the training configuration\n");
   model_free(&m);
-  run_err(DIMS_ONLY("{'h.w': 8}"), "m.json:2:11: error: dims: 'h.w' is not a valid dim name (letters, digits, '_')\n");
+  run_err(DIMS_ONLY("{'h.w': 8}"),
+          "m.json:2:11: error: dims: 'h.w' is not a valid dim name (letters, digits, '_')\n");
 }
 END_TEST
 
@@ -721,12 +763,14 @@ START_TEST(test_err_shapes) {
   model_free(&m);
   run_err("{'format': 'pipec-model', 'version': 1, 'name': 'm',\n"
           " 'inputs': [{'name': 'x', 'shape': [4, 'B']}], 'nodes': [], 'loss': 'x'}",
-          "m.json:2:27: error: inputs[0].shape: the first dim of an input must be the batch symbol 'B'\n");
+          "m.json:2:27: error: inputs[0].shape: the first dim of an input must be the batch symbol "
+          "'B'\n");
   model_free(&m);
   run_err("{'format': 'pipec-model', 'version': 1, 'name': 'm',\n"
           " 'inputs': [{'name': 'x', 'shape': ['B', 4]}],\n"
           " 'params': [{'name': 'w', 'shape': ['B', 4]}], 'nodes': [], 'loss': 'x'}",
-          "m.json:3:37: error: params[0].shape[0]: a parameter's shape cannot use the batch symbol 'B'\n");
+          "m.json:3:37: error: params[0].shape[0]: a parameter's shape cannot use the batch symbol "
+          "'B'\n");
   model_free(&m);
   run_err("{'format': 'pipec-model', 'version': 1, 'name': 'm',\n"
           " 'inputs': [{'name': 'x', 'shape': ['B', 0]}], 'nodes': [], 'loss': 'x'}",
@@ -737,25 +781,31 @@ END_TEST
 #define TIED_MODEL(params)                                                                         \
   "{'format': 'pipec-model', 'version': 1, 'name': 'm',\n"                                         \
   " 'inputs': [{'name': 'x', 'shape': ['B', 4]}],\n"                                               \
-  " 'params': [" params "],\n"                                                                      \
+  " 'params': [" params "],\n"                                                                     \
   " 'nodes': [{'name': 'loss', 'op': 'mse_loss', 'inputs': ['x', 'x']}], 'loss': 'loss'}"
 
 START_TEST(test_err_tied) {
-  run_err(TIED_MODEL("{'name': 'a', 'shape': [4, 4], 'tied_to': 'b'}, {'name': 'b', 'shape': [4, 4]}"),
-          "m.json:3:44: error: params[0].tied_to: 'b' is not a parameter defined before 'a'\n");
+  run_err(
+      TIED_MODEL("{'name': 'a', 'shape': [4, 4], 'tied_to': 'b'}, {'name': 'b', 'shape': [4, 4]}"),
+      "m.json:3:44: error: params[0].tied_to: 'b' is not a parameter defined before 'a'\n");
   model_free(&m);
-  run_err(TIED_MODEL("{'name': 'a', 'shape': [4, 4]}, {'name': 'b', 'shape': [4, 4], 'tied_to': 'a', 'init': 'ones'}"),
-          "m.json:3:92: error: params[1]: a tied parameter has no init of its own (it shares 'a')\n");
+  run_err(
+      TIED_MODEL("{'name': 'a', 'shape': [4, 4]}, {'name': 'b', 'shape': [4, 4], 'tied_to': 'a', "
+                 "'init': 'ones'}"),
+      "m.json:3:92: error: params[1]: a tied parameter has no init of its own (it shares 'a')\n");
   model_free(&m);
-  run_err(TIED_MODEL("{'name': 'a', 'shape': [4, 4]}, {'name': 'b', 'shape': [4, 4], 'tied_to': 'a'}, "
-                     "{'name': 'c', 'shape': [4, 4], 'tied_to': 'b'}"),
-          "m.json:3:124: error: params[2].tied_to: 'b' is itself tied to 'a'; tie to the owner\n");
+  run_err(
+      TIED_MODEL("{'name': 'a', 'shape': [4, 4]}, {'name': 'b', 'shape': [4, 4], 'tied_to': 'a'}, "
+                 "{'name': 'c', 'shape': [4, 4], 'tied_to': 'b'}"),
+      "m.json:3:124: error: params[2].tied_to: 'b' is itself tied to 'a'; tie to the owner\n");
   model_free(&m);
-  run_err(TIED_MODEL("{'name': 'a', 'shape': [4, 8]}, {'name': 'b', 'shape': [8, 4], 'tied_to': 'a'}"),
-          "m.json:3:76: error: params[1].tied_to: 'a' is f32(4,8) but 'b' is f32(8,4)\n");
+  run_err(
+      TIED_MODEL("{'name': 'a', 'shape': [4, 8]}, {'name': 'b', 'shape': [8, 4], 'tied_to': 'a'}"),
+      "m.json:3:76: error: params[1].tied_to: 'a' is f32(4,8) but 'b' is f32(8,4)\n");
   model_free(&m);
   run_err(TIED_MODEL("{'name': 'a', 'shape': [4, 4], 'tied_to': 'a'}"),
-          "m.json:3:44: error: params[0].tied_to: 'a' is this parameter itself; tie it to an earlier parameter\n");
+          "m.json:3:44: error: params[0].tied_to: 'a' is this parameter itself; tie it to an "
+          "earlier parameter\n");
   model_free(&m);
   run_err(TIED_MODEL("{'name': 'a', 'shape': [4, 4], 'tied_to': 'x'}"),
           "m.json:3:44: error: params[0].tied_to: 'x' is not a parameter defined before 'a'\n");
@@ -779,10 +829,12 @@ START_TEST(test_err_defines_messages) {
   run_err_defs(DIMS_MODEL, d5, 1, "m.json: error: dims.C: dim 'C' must be >= 1, got 0\n");
   model_free(&m);
   const char *d6[] = {"C=7"}; // H = C/2 is no longer exact
-  run_err_defs(DIMS_MODEL, d6, 1, "m.json:2:31: error: dims.H: division is not exact in dimension expression 'C/2'\n");
+  run_err_defs(DIMS_MODEL, d6, 1,
+               "m.json:2:31: error: dims.H: division is not exact in dimension expression 'C/2'\n");
   model_free(&m);
   const char *d7[] = {"C=B"};
-  run_err_defs(DIMS_MODEL, d7, 1, "m.json: error: dims.C: dim 'C' may not depend on the batch symbol 'B'\n");
+  run_err_defs(DIMS_MODEL, d7, 1,
+               "m.json: error: dims.C: dim 'C' may not depend on the batch symbol 'B'\n");
 }
 END_TEST
 
@@ -807,31 +859,42 @@ END_TEST
 // after a failed evaluation (uninitialised, or left {1,1} by "B*Q"), replacing the real error
 // ("unknown dim 'Q'") by "an integer list cannot use the batch symbol".
 START_TEST(test_ints_attr_expression_errors) {
-  run_err(HEAD "  {'name': 'a', 'op': 'split', 'inputs': ['x'], 'attrs': {'sizes': ['Q', 2]}},\n" LOSS_A TAIL,
+  run_err(HEAD
+          "  {'name': 'a', 'op': 'split', 'inputs': ['x'], 'attrs': {'sizes': ['Q', 2]}},\n" LOSS_A
+              TAIL,
           "m.json:6:69: error: nodes[0].attrs.sizes[0]: unknown dim 'Q'\n");
   model_free(&m);
-  run_err(HEAD "  {'name': 'a', 'op': 'split', 'inputs': ['x'], 'attrs': {'sizes': ['B*Q', 2]}},\n" LOSS_A TAIL,
-          "m.json:6:69: error: nodes[0].attrs.sizes[0]: unknown dim 'Q'\n");
+  run_err(
+      HEAD
+      "  {'name': 'a', 'op': 'split', 'inputs': ['x'], 'attrs': {'sizes': ['B*Q', 2]}},\n" LOSS_A
+          TAIL,
+      "m.json:6:69: error: nodes[0].attrs.sizes[0]: unknown dim 'Q'\n");
   model_free(&m);
-  run_err(HEAD "  {'name': 'a', 'op': 'split', 'inputs': ['x'], 'attrs': {'sizes': ['B*2', 2]}},\n" LOSS_A TAIL,
-          "m.json:6:69: error: nodes[0].attrs.sizes[0]: an integer list cannot use the batch symbol\n");
+  run_err(
+      HEAD
+      "  {'name': 'a', 'op': 'split', 'inputs': ['x'], 'attrs': {'sizes': ['B*2', 2]}},\n" LOSS_A
+          TAIL,
+      "m.json:6:69: error: nodes[0].attrs.sizes[0]: an integer list cannot use the batch symbol\n");
 }
 END_TEST
 
-// BUG (ops.c split_infer): `sum += s->ints[i]` overflows int64 (undefined behaviour, UBSan reports it)
-// when a model lists 1025 sizes of 2^53, each a valid integer. Run in a child process so that a
+// BUG (ops.c split_infer): `sum += s->ints[i]` overflows int64 (undefined behaviour, UBSan reports
+// it) when a model lists 1025 sizes of 2^53, each a valid integer. Run in a child process so that a
 // sanitizer abort fails this test only.
 START_TEST(test_split_sizes_sum_overflow) {
   enum { N = 1025 };
   size_t cap = (size_t)N * 24 + 1024;
   char *json = malloc(cap);
   ck_assert_ptr_nonnull(json);
-  size_t o = (size_t)snprintf(json, cap,
-                              "{'format': 'pipec-model', 'version': 1, 'name': 'm',\n"
-                              " 'inputs': [{'name': 'x', 'shape': ['B', 4]}],\n"
-                              " 'nodes': [{'name': 's', 'op': 'split', 'inputs': ['x'], 'attrs': {'sizes': [");
-  for (int i = 0; i < N; i++) o += (size_t)snprintf(json + o, cap - o, "%s9007199254740992", i ? ", " : "");
-  snprintf(json + o, cap - o, "]}},\n {'name': 'loss', 'op': 'mse_loss', 'inputs': ['s:0', 'x']}], 'loss': 'loss'}");
+  size_t o = (size_t)snprintf(
+      json, cap,
+      "{'format': 'pipec-model', 'version': 1, 'name': 'm',\n"
+      " 'inputs': [{'name': 'x', 'shape': ['B', 4]}],\n"
+      " 'nodes': [{'name': 's', 'op': 'split', 'inputs': ['x'], 'attrs': {'sizes': [");
+  for (int i = 0; i < N; i++)
+    o += (size_t)snprintf(json + o, cap - o, "%s9007199254740992", i ? ", " : "");
+  snprintf(json + o, cap - o,
+           "]}},\n {'name': 'loss', 'op': 'mse_loss', 'inputs': ['s:0', 'x']}], 'loss': 'loss'}");
   fflush(NULL);
   pid_t pid = fork();
   ck_assert_int_ge(pid, 0);
@@ -851,7 +914,8 @@ START_TEST(test_split_sizes_sum_overflow) {
   free(json);
   int st = 0;
   ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-  ck_assert_msg(WIFEXITED(st), "split with 1025 sizes of 2^53 crashed (signal %d)", WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  ck_assert_msg(WIFEXITED(st), "split with 1025 sizes of 2^53 crashed (signal %d)",
+                WIFSIGNALED(st) ? WTERMSIG(st) : 0);
   ck_assert_msg(WEXITSTATUS(st) == 0, "split with 1025 sizes of 2^53: wrong or missing diagnostic");
 }
 END_TEST
@@ -860,7 +924,8 @@ END_TEST
 // an earlier dim is reported under the earlier dim's path and position ("dims.A: dim 'Z' must be
 // >= 1" at A), and a bad -D value then gets a file position it does not have.
 START_TEST(test_dim_error_reported_at_its_own_dim) {
-  run_err(DIMS_ONLY("{'C': 8, 'A': 'Z', 'Z': 'C-8'}"), "m.json:2:29: error: dims.Z: dim 'Z' must be >= 1, got 0\n");
+  run_err(DIMS_ONLY("{'C': 8, 'A': 'Z', 'Z': 'C-8'}"),
+          "m.json:2:29: error: dims.Z: dim 'Z' must be >= 1, got 0\n");
   model_free(&m);
   const char *d[] = {"Z=0"}; // DIMS_MODEL's A = Z*2 comes before Z
   run_err_defs(DIMS_MODEL, d, 1, "m.json: error: dims.Z: dim 'Z' must be >= 1, got 0\n");
@@ -911,4 +976,6 @@ static Suite *expand_suite(void) {
   return s;
 }
 
-int main(void) { return run_suite(expand_suite()); }
+int main(void) {
+  return run_suite(expand_suite());
+}

@@ -20,8 +20,10 @@ static const char *source_dir(void) {
   if (env && *env) return env;
   snprintf(dir, sizeof dir, "%s", __FILE__);
   char *p = strstr(dir, "/tests/unit/");
-  if (p) *p = 0;
-  else snprintf(dir, sizeof dir, "..");
+  if (p)
+    *p = 0;
+  else
+    snprintf(dir, sizeof dir, "..");
   return dir;
 }
 
@@ -53,26 +55,33 @@ START_TEST(test_registry_row) {
   ck_assert_msg(op->cost != NULL, "%s: no cost function", op->name);
   if (!op->internal) ck_assert_msg(op->infer != NULL, "%s: no shape rule", op->name);
   ck_assert_msg(op->min_in >= 1, "%s: min_in %d", op->name, op->min_in);
-  ck_assert_msg(op->max_in == -1 || op->max_in >= op->min_in, "%s: max_in %d < min_in %d", op->name, op->max_in,
-                op->min_in);
+  ck_assert_msg(op->max_in == -1 || op->max_in >= op->min_in, "%s: max_in %d < min_in %d", op->name,
+                op->max_in, op->min_in);
   ck_assert_msg(op->nout >= 0, "%s: nout %d", op->name, op->nout);
-  if (op->nout == 0) ck_assert_msg(op->count_outputs != NULL, "%s: nout 0 needs count_outputs", op->name);
-  else ck_assert_msg(op->count_outputs == NULL, "%s: count_outputs set but nout is %d", op->name, op->nout);
-  ck_assert_msg(op->nhidden >= 0 && (op->nhidden == 0 || op->hidden != NULL), "%s: hidden outputs", op->name);
+  if (op->nout == 0)
+    ck_assert_msg(op->count_outputs != NULL, "%s: nout 0 needs count_outputs", op->name);
+  else
+    ck_assert_msg(op->count_outputs == NULL, "%s: count_outputs set but nout is %d", op->name,
+                  op->nout);
+  ck_assert_msg(op->nhidden >= 0 && (op->nhidden == 0 || op->hidden != NULL), "%s: hidden outputs",
+                op->name);
   ck_assert_msg(op->nattrs >= 0 && (op->nattrs == 0 || op->attrs != NULL), "%s: attrs", op->name);
   for (int a = 0; a < op->nattrs; a++) {
     const AttrDef *ad = &op->attrs[a];
     ck_assert_msg(ad->name && *ad->name, "%s: attribute %d has no name", op->name, a);
     ck_assert_msg(ad->doc && *ad->doc, "%s.%s: no doc", op->name, ad->name);
-    ck_assert_msg(ad->type >= ATTR_INT && ad->type <= ATTR_SHAPE, "%s.%s: bad type", op->name, ad->name);
+    ck_assert_msg(ad->type >= ATTR_INT && ad->type <= ATTR_SHAPE, "%s.%s: bad type", op->name,
+                  ad->name);
     ck_assert_int_eq(op_attr_index(op, ad->name), a);
     for (int b = 0; b < a; b++)
-      ck_assert_msg(strcmp(op->attrs[b].name, ad->name) != 0, "%s: attribute '%s' twice", op->name, ad->name);
+      ck_assert_msg(strcmp(op->attrs[b].name, ad->name) != 0, "%s: attribute '%s' twice", op->name,
+                    ad->name);
   }
   ck_assert_int_eq(op_attr_index(op, "no_such_attribute"), -1);
   // Names are unique and op_find returns this very row.
   ck_assert_ptr_eq(op_find(op->name), op);
-  for (int j = 0; j < _i; j++) ck_assert_msg(strcmp(op_at(j)->name, op->name) != 0, "op '%s' twice", op->name);
+  for (int j = 0; j < _i; j++)
+    ck_assert_msg(strcmp(op_at(j)->name, op->name) != 0, "op '%s' twice", op->name);
 }
 END_TEST
 
@@ -172,7 +181,8 @@ static int read_doc_ops(DocOp *ops, int max) {
       in_attr_table = false;
       nsection = 0;
       char *save, *names = line + 4;
-      for (char *t = strtok_r(names, ",", &save); t && nsection < 8; t = strtok_r(NULL, ",", &save)) {
+      for (char *t = strtok_r(names, ",", &save); t && nsection < 8;
+           t = strtok_r(NULL, ",", &save)) {
         snprintf(section_ops[nsection], sizeof section_ops[nsection], "%s", t);
         trim(section_ops[nsection]);
         nsection++;
@@ -202,7 +212,8 @@ static int read_doc_ops(DocOp *ops, int max) {
       if (!in_attr_table || c[0][0] != '`') continue;
       for (int s = 0; s < nsection; s++) {
         DocOp *o = doc_find(ops, n, section_ops[s]);
-        ck_assert_msg(o != NULL, "docs/ops.md: section '%s' is not in the summary table", section_ops[s]);
+        ck_assert_msg(o != NULL, "docs/ops.md: section '%s' is not in the summary table",
+                      section_ops[s]);
         ck_assert_int_lt(o->nsec, 8);
         DocAttr *a = &o->sec[o->nsec++];
         backtick(c[0], 0, a->name, sizeof a->name);
@@ -217,11 +228,16 @@ static int read_doc_ops(DocOp *ops, int max) {
 
 static const char *attr_type_name(AttrType t) {
   switch (t) {
-  case ATTR_INT: return "int";
-  case ATTR_FLOAT: return "float";
-  case ATTR_BOOL: return "bool";
-  case ATTR_INTS: return "ints";
-  case ATTR_SHAPE: return "shape";
+  case ATTR_INT:
+    return "int";
+  case ATTR_FLOAT:
+    return "float";
+  case ATTR_BOOL:
+    return "bool";
+  case ATTR_INTS:
+    return "ints";
+  case ATTR_SHAPE:
+    return "shape";
   }
   return "?";
 }
@@ -233,11 +249,12 @@ START_TEST(test_registry_matches_docs) {
   for (int i = 0; i < n; i++) {
     const DocOp *d = &ops[i];
     const OpDef *op = op_find(d->name);
-    ck_assert_msg(op != NULL, "docs/ops.md documents '%s' but the registry has no such op", d->name);
+    ck_assert_msg(op != NULL, "docs/ops.md documents '%s' but the registry has no such op",
+                  d->name);
     ck_assert_msg(!op->internal, "'%s' is documented but internal", d->name);
     // Inputs: "a, b", "x, weight, [bias]", "x1 … xn (n ≥ 1)".
     int min = 0, max = 0;
-    if (strstr(d->inputs, "\xe2\x80\xa6")) { // '…': any number
+    if (strstr(d->inputs, "\xe2\x80\xa6")) {              // '…': any number
       const char *ge = strstr(d->inputs, "\xe2\x89\xa5"); // '≥'
       ck_assert_ptr_nonnull(ge);
       min = atoi(ge + 3);
@@ -252,13 +269,15 @@ START_TEST(test_registry_matches_docs) {
         if (t[0] != '[') min++;
       }
     }
-    ck_assert_msg(op->min_in == min && op->max_in == max, "%s: registry takes %d..%d inputs, docs say '%s'",
-                  d->name, op->min_in, op->max_in, d->inputs);
+    ck_assert_msg(op->min_in == min && op->max_in == max,
+                  "%s: registry takes %d..%d inputs, docs say '%s'", d->name, op->min_in,
+                  op->max_in, d->inputs);
     // Outputs: "1", "1 (scalar)" or "len(sizes)".
     if (strncmp(d->outputs, "len(", 4) == 0)
       ck_assert_msg(op->nout == 0 && op->count_outputs, "%s: outputs '%s'", d->name, d->outputs);
     else
-      ck_assert_msg(op->nout == atoi(d->outputs), "%s: nout %d, docs say '%s'", d->name, op->nout, d->outputs);
+      ck_assert_msg(op->nout == atoi(d->outputs), "%s: nout %d, docs say '%s'", d->name, op->nout,
+                    d->outputs);
     // Attribute names, in order, from the summary ("—" = none).
     int na = 0;
     if (strcmp(d->attrs, "\xe2\x80\x94") != 0) {
@@ -269,50 +288,56 @@ START_TEST(test_registry_matches_docs) {
         char *paren = strstr(t, "(required)");
         if (paren) *paren = 0;
         trim(t);
-        ck_assert_msg(na < op->nattrs, "%s: docs list attribute '%s', the registry has %d", d->name, t, op->nattrs);
-        ck_assert_msg(strcmp(op->attrs[na].name, t) == 0, "%s: attribute %d is '%s' in the registry, '%s' in docs",
-                      d->name, na, op->attrs[na].name, t);
+        ck_assert_msg(na < op->nattrs, "%s: docs list attribute '%s', the registry has %d", d->name,
+                      t, op->nattrs);
+        ck_assert_msg(strcmp(op->attrs[na].name, t) == 0,
+                      "%s: attribute %d is '%s' in the registry, '%s' in docs", d->name, na,
+                      op->attrs[na].name, t);
       }
     }
-    ck_assert_msg(na == op->nattrs, "%s: docs list %d attributes, the registry %d", d->name, na, op->nattrs);
+    ck_assert_msg(na == op->nattrs, "%s: docs list %d attributes, the registry %d", d->name, na,
+                  op->nattrs);
     // Each attribute's type, default and required flag from the op's own section.
-    ck_assert_msg(d->nsec == op->nattrs, "%s: its section documents %d attributes, the registry has %d", d->name,
-                  d->nsec, op->nattrs);
+    ck_assert_msg(d->nsec == op->nattrs,
+                  "%s: its section documents %d attributes, the registry has %d", d->name, d->nsec,
+                  op->nattrs);
     for (int a = 0; a < d->nsec; a++) {
       const DocAttr *da = &d->sec[a];
       int k = op_attr_index(op, da->name);
-      ck_assert_msg(k >= 0, "%s: documented attribute '%s' is not in the registry", d->name, da->name);
+      ck_assert_msg(k >= 0, "%s: documented attribute '%s' is not in the registry", d->name,
+                    da->name);
       const AttrDef *ad = &op->attrs[k];
-      ck_assert_msg(strcmp(attr_type_name(ad->type), da->type) == 0, "%s.%s: type %s, docs say %s", d->name,
-                    da->name, attr_type_name(ad->type), da->type);
+      ck_assert_msg(strcmp(attr_type_name(ad->type), da->type) == 0, "%s.%s: type %s, docs say %s",
+                    d->name, da->name, attr_type_name(ad->type), da->type);
       bool required = strncmp(da->def, "required", 8) == 0;
-      ck_assert_msg(ad->required == required, "%s.%s: required=%d, docs say '%s'", d->name, da->name, ad->required,
-                    da->def);
+      ck_assert_msg(ad->required == required, "%s.%s: required=%d, docs say '%s'", d->name,
+                    da->name, ad->required, da->def);
       if (required) continue;
       char v[64];
       backtick(da->def, 0, v, sizeof v);
       switch (ad->type) {
       case ATTR_BOOL:
-        ck_assert_msg(ad->def_i == (strcmp(v, "true") == 0), "%s.%s: default %lld, docs say %s", d->name, da->name,
-                      (long long)ad->def_i, v);
+        ck_assert_msg(ad->def_i == (strcmp(v, "true") == 0), "%s.%s: default %lld, docs say %s",
+                      d->name, da->name, (long long)ad->def_i, v);
         break;
       case ATTR_INT:
-        ck_assert_msg(ad->def_i == strtoll(v, NULL, 10), "%s.%s: default %lld, docs say %s", d->name, da->name,
-                      (long long)ad->def_i, v);
+        ck_assert_msg(ad->def_i == strtoll(v, NULL, 10), "%s.%s: default %lld, docs say %s",
+                      d->name, da->name, (long long)ad->def_i, v);
         break;
       case ATTR_FLOAT:
-        ck_assert_msg(ad->def_f == strtod(v, NULL), "%s.%s: default %g, docs say %s", d->name, da->name, ad->def_f,
-                      v);
+        ck_assert_msg(ad->def_f == strtod(v, NULL), "%s.%s: default %g, docs say %s", d->name,
+                      da->name, ad->def_f, v);
         break;
-      default: ck_abort_msg("%s.%s: list attributes have no default", d->name, da->name);
+      default:
+        ck_abort_msg("%s.%s: list attributes have no default", d->name, da->name);
       }
     }
   }
   // Every op a model file may use is documented.
   for (int i = 0; i < op_count(); i++)
     if (!op_at(i)->internal)
-      ck_assert_msg(doc_find(ops, n, op_at(i)->name) != NULL, "op '%s' is not documented in docs/ops.md",
-                    op_at(i)->name);
+      ck_assert_msg(doc_find(ops, n, op_at(i)->name) != NULL,
+                    "op '%s' is not documented in docs/ops.md", op_at(i)->name);
 }
 END_TEST
 
@@ -321,66 +346,87 @@ END_TEST
 
 typedef struct OpCase {
   const char *op;
-  const char *in[5];  // input types "f32(B,4,5)"; the inputs are named a, b, c, d, e
-  const char *attrs;  // "name=value ..." (lists comma-separated), NULL for the defaults
-  const char *out;    // expected visible outputs "f32(B,4,6) f32(B,2)", NULL when the rule fails
-  double flops;       // expected cost with B = 3 (docs/ops.md)
+  const char *in[5]; // input types "f32(B,4,5)"; the inputs are named a, b, c, d, e
+  const char *attrs; // "name=value ..." (lists comma-separated), NULL for the defaults
+  const char *out;   // expected visible outputs "f32(B,4,6) f32(B,2)", NULL when the rule fails
+  double flops;      // expected cost with B = 3 (docs/ops.md)
   double bytes;
-  const char *err;    // expected message after 'nodes[0] "n": ' when out is NULL
+  const char *err; // expected message after 'nodes[0] "n": ' when out is NULL
 } OpCase;
 
-#define OK(op, ins, attrs, out, flops, bytes) {op, ins, attrs, out, flops, bytes, NULL}
-#define ERR(op, ins, attrs, msg)              {op, ins, attrs, NULL, 0, 0, msg}
-#define I(...)                                {__VA_ARGS__}
+#define OK(op, ins, attrs, out, flops, bytes)                                                      \
+  { op, ins, attrs, out, flops, bytes, NULL }
+#define ERR(op, ins, attrs, msg)                                                                   \
+  { op, ins, attrs, NULL, 0, 0, msg }
+#define I(...)                                                                                     \
+  { __VA_ARGS__ }
 
 static const OpCase cases[] = {
     // matmul: 2·batch·M·N·K; b rank 2 (shared) or same rank with equal leading dims
-    OK("matmul", I("f32(B,4,5)", "f32(5,6)"), NULL, "f32(B,4,6)", 2.0 * 3 * 4 * 6 * 5, (60 + 30 + 72) * 4),
+    OK("matmul", I("f32(B,4,5)", "f32(5,6)"), NULL, "f32(B,4,6)", 2.0 * 3 * 4 * 6 * 5,
+       (60 + 30 + 72) * 4),
     OK("matmul", I("f32(B,5,4)", "f32(5,6)"), "transpose_a=true", "f32(B,4,6)", 720, 648),
     OK("matmul", I("f32(B,4,5)", "f32(6,5)"), "transpose_b=true", "f32(B,4,6)", 720, 648),
-    OK("matmul", I("f32(B,5,4)", "f32(6,5)"), "transpose_a=true transpose_b=true", "f32(B,4,6)", 720, 648),
+    OK("matmul", I("f32(B,5,4)", "f32(6,5)"), "transpose_a=true transpose_b=true", "f32(B,4,6)",
+       720, 648),
     OK("matmul", I("f32(B,4,5)", "f32(B,5,6)"), NULL, "f32(B,4,6)", 720, (60 + 90 + 72) * 4),
-    OK("matmul", I("f32(2,B,4,5)", "f32(5,6)"), NULL, "f32(2,B,4,6)", 2.0 * 6 * 4 * 6 * 5, (120 + 30 + 144) * 4),
+    OK("matmul", I("f32(2,B,4,5)", "f32(5,6)"), NULL, "f32(2,B,4,6)", 2.0 * 6 * 4 * 6 * 5,
+       (120 + 30 + 144) * 4),
     OK("matmul", I("f32(4,5)", "f32(5,6)"), NULL, "f32(4,6)", 240, (20 + 30 + 24) * 4),
-    OK("matmul", I("bf16(B,2,3)", "bf16(3,4)"), NULL, "bf16(B,2,4)", 2.0 * 3 * 2 * 4 * 3, (18 + 12 + 24) * 2),
-    OK("matmul", I("f32(4,B)", "f32(B,6)"), NULL, "f32(4,6)", 2.0 * 4 * 6 * 3, (12 + 18 + 24) * 4), // K = B
+    OK("matmul", I("bf16(B,2,3)", "bf16(3,4)"), NULL, "bf16(B,2,4)", 2.0 * 3 * 2 * 4 * 3,
+       (18 + 12 + 24) * 2),
+    OK("matmul", I("f32(4,B)", "f32(B,6)"), NULL, "f32(4,6)", 2.0 * 4 * 6 * 3,
+       (12 + 18 + 24) * 4), // K = B
     OK("matmul", I("f32(B,4)", "f32(B,6)"), "transpose_a=true", "f32(4,6)", 144, 216),
-    OK("matmul", I("f32(B*4,5)", "f32(5,6)"), NULL, "f32(B*4,6)", 2.0 * 12 * 6 * 5, (60 + 30 + 72) * 4),
-    ERR("matmul", I("f32(B,4,5)", "f32(7,6)"), NULL, "input 'b' has shape (7,6) but matmul needs (...,5,6) to match a"),
+    OK("matmul", I("f32(B*4,5)", "f32(5,6)"), NULL, "f32(B*4,6)", 2.0 * 12 * 6 * 5,
+       (60 + 30 + 72) * 4),
+    ERR("matmul", I("f32(B,4,5)", "f32(7,6)"), NULL,
+        "input 'b' has shape (7,6) but matmul needs (...,5,6) to match a"),
     ERR("matmul", I("f32(B,4,5)", "f32(6,7)"), "transpose_b=true",
         "input 'b' has shape (6,7) but matmul needs (...,6,5) (transpose_b) to match a"),
-    ERR("matmul", I("f32(B,5,4)", "f32(5,6)"), NULL, "input 'b' has shape (5,6) but matmul needs (...,4,6) to match a"),
-    ERR("matmul", I("f32(5)", "f32(5,6)"), NULL, "input 'a' has shape (5) (rank 1) but matmul needs rank at least 2"),
-    ERR("matmul", I("f32(5,6)", "f32(6)"), NULL, "input 'b' has shape (6) (rank 1) but matmul needs rank at least 2"),
+    ERR("matmul", I("f32(B,5,4)", "f32(5,6)"), NULL,
+        "input 'b' has shape (5,6) but matmul needs (...,4,6) to match a"),
+    ERR("matmul", I("f32(5)", "f32(5,6)"), NULL,
+        "input 'a' has shape (5) (rank 1) but matmul needs rank at least 2"),
+    ERR("matmul", I("f32(5,6)", "f32(6)"), NULL,
+        "input 'b' has shape (6) (rank 1) but matmul needs rank at least 2"),
     ERR("matmul", I("f32(2,B,4,5)", "f32(B,5,6)"), NULL,
         "input 'b' has shape (B,5,6) but matmul needs rank 2 or rank 4 (the rank of 'a')"),
     ERR("matmul", I("f32(B,4,5)", "f32(2,5,6)"), NULL,
         "batch dimension 0 differs: 'a' has shape (B,4,5), 'b' has shape (2,5,6)"),
     ERR("matmul", I("f32(B,4,5)", "f32(1,5,6)"), NULL, // size-1 leading dims are not broadcast
         "batch dimension 0 differs: 'a' has shape (B,4,5), 'b' has shape (1,5,6)"),
-    ERR("matmul", I("i32(2,3)", "f32(3,4)"), NULL, "input 'a' has dtype i32 but matmul needs a floating-point tensor"),
+    ERR("matmul", I("i32(2,3)", "f32(3,4)"), NULL,
+        "input 'a' has dtype i32 but matmul needs a floating-point tensor"),
     ERR("matmul", I("f32(2,3)", "bf16(3,4)"), NULL,
         "input 'b' has dtype bf16 but input 'a' has dtype f32; matmul needs equal dtypes"),
 
     // linear: 2·rows·IN·OUT (+ rows·OUT with bias)
-    OK("linear", I("f32(B,8)", "f32(16,8)"), NULL, "f32(B,16)", 2.0 * 3 * 8 * 16, (24 + 128 + 48) * 4),
-    OK("linear", I("f32(B,8)", "f32(16,8)", "f32(16)"), NULL, "f32(B,16)", 768 + 48, (24 + 128 + 16 + 48) * 4),
-    OK("linear", I("f32(B,5,8)", "f32(16,8)"), NULL, "f32(B,5,16)", 2.0 * 15 * 8 * 16, (120 + 128 + 240) * 4),
+    OK("linear", I("f32(B,8)", "f32(16,8)"), NULL, "f32(B,16)", 2.0 * 3 * 8 * 16,
+       (24 + 128 + 48) * 4),
+    OK("linear", I("f32(B,8)", "f32(16,8)", "f32(16)"), NULL, "f32(B,16)", 768 + 48,
+       (24 + 128 + 16 + 48) * 4),
+    OK("linear", I("f32(B,5,8)", "f32(16,8)"), NULL, "f32(B,5,16)", 2.0 * 15 * 8 * 16,
+       (120 + 128 + 240) * 4),
     OK("linear", I("f32(8)", "f32(16,8)"), NULL, "f32(16)", 2.0 * 8 * 16, (8 + 128 + 16) * 4),
-    OK("linear", I("bf16(B,8)", "bf16(16,8)", "bf16(16)"), NULL, "bf16(B,16)", 816, (24 + 128 + 16 + 48) * 2),
+    OK("linear", I("bf16(B,8)", "bf16(16,8)", "bf16(16)"), NULL, "bf16(B,16)", 816,
+       (24 + 128 + 16 + 48) * 2),
     ERR("linear", I("f32(B,8)", "f32(16,9)"), NULL,
         "input 'b' has shape (16,9) but linear needs (OUT,8) to match the last dim of 'a' (B,8)"),
     ERR("linear", I("f32(B,8)", "f32(16,8)", "f32(15)"), NULL,
         "input 'c' has shape (15) but linear needs a bias of shape (16)"),
     ERR("linear", I("f32(B,8)", "f32(16,8)", "f32(16,1)"), NULL,
         "input 'c' has shape (16,1) but linear needs a bias of shape (16)"),
-    ERR("linear", I("f32(B,8)", "f32(8)"), NULL, "input 'b' has shape (8) (rank 1) but linear needs rank 2"),
+    ERR("linear", I("f32(B,8)", "f32(8)"), NULL,
+        "input 'b' has shape (8) (rank 1) but linear needs rank 2"),
     ERR("linear", I("f32(B,8)", "f32(16,8)", "bf16(16)"), NULL,
         "input 'c' has dtype bf16 but input 'a' has dtype f32; linear needs equal dtypes"),
     ERR("linear", I("f32(B,8)", "f16(16,8)"), NULL,
         "input 'b' has dtype f16 but input 'a' has dtype f32; linear needs equal dtypes"),
-    ERR("linear", I("i32(B,8)", "f32(16,8)"), NULL, "input 'a' has dtype i32 but linear needs a floating-point tensor"),
-    ERR("linear", I("f32()", "f32(16,8)"), NULL, "input 'a' has shape () (rank 0) but linear needs rank at least 1"),
+    ERR("linear", I("i32(B,8)", "f32(16,8)"), NULL,
+        "input 'a' has dtype i32 but linear needs a floating-point tensor"),
+    ERR("linear", I("f32()", "f32(16,8)"), NULL,
+        "input 'a' has shape () (rank 0) but linear needs rank at least 1"),
 
     // add, sub, mul: NumPy broadcasting (B is not a literal 1); n flops
     OK("add", I("f32(B,4)", "f32(4)"), NULL, "f32(B,4)", 12, (12 + 4 + 12) * 4),
@@ -394,14 +440,16 @@ static const OpCase cases[] = {
     ERR("add", I("f32(B,4)", "f32(3,4)"), NULL, "cannot broadcast 'a' (B,4) with 'b' (3,4)"),
     ERR("add", I("f32(B,4)", "f32(1,5)"), NULL, "cannot broadcast 'a' (B,4) with 'b' (1,5)"),
     ERR("sub", I("f32(B,4)", "f32(B*2,4)"), NULL, "cannot broadcast 'a' (B,4) with 'b' (B*2,4)"),
-    ERR("mul", I("i32(B,4)", "i32(B,4)"), NULL, "input 'a' has dtype i32 but mul needs a floating-point tensor"),
+    ERR("mul", I("i32(B,4)", "i32(B,4)"), NULL,
+        "input 'a' has dtype i32 but mul needs a floating-point tensor"),
     ERR("add", I("f32(B,4)", "bf16(B,4)"), NULL,
         "input 'b' has dtype bf16 but input 'a' has dtype f32; add needs equal dtypes"),
 
     // scale: n flops
     OK("scale", I("f32(B,4)"), "factor=0.5", "f32(B,4)", 12, 96),
     OK("scale", I("bf16(B,4)"), "factor=-2", "bf16(B,4)", 12, 48),
-    ERR("scale", I("i32(B,4)"), "factor=2", "input 'a' has dtype i32 but scale needs a floating-point tensor"),
+    ERR("scale", I("i32(B,4)"), "factor=2",
+        "input 'a' has dtype i32 but scale needs a floating-point tensor"),
 
     // relu n, gelu 8n, tanh 5n, sigmoid 4n (n = 30)
     OK("relu", I("f16(B,2,5)"), NULL, "f16(B,2,5)", 30, 120),
@@ -409,25 +457,34 @@ static const OpCase cases[] = {
     OK("tanh", I("f16(B,2,5)"), NULL, "f16(B,2,5)", 150, 120),
     OK("sigmoid", I("f16(B,2,5)"), NULL, "f16(B,2,5)", 120, 120),
     OK("relu", I("f32()"), NULL, "f32()", 1, 8),
-    ERR("relu", I("i32(B,4)"), NULL, "input 'a' has dtype i32 but relu needs a floating-point tensor"),
-    ERR("gelu", I("i32(B,4)"), NULL, "input 'a' has dtype i32 but gelu needs a floating-point tensor"),
-    ERR("tanh", I("i32(B,4)"), NULL, "input 'a' has dtype i32 but tanh needs a floating-point tensor"),
-    ERR("sigmoid", I("i32(B,4)"), NULL, "input 'a' has dtype i32 but sigmoid needs a floating-point tensor"),
+    ERR("relu", I("i32(B,4)"), NULL,
+        "input 'a' has dtype i32 but relu needs a floating-point tensor"),
+    ERR("gelu", I("i32(B,4)"), NULL,
+        "input 'a' has dtype i32 but gelu needs a floating-point tensor"),
+    ERR("tanh", I("i32(B,4)"), NULL,
+        "input 'a' has dtype i32 but tanh needs a floating-point tensor"),
+    ERR("sigmoid", I("i32(B,4)"), NULL,
+        "input 'a' has dtype i32 but sigmoid needs a floating-point tensor"),
 
     // softmax: 5n
     OK("softmax", I("f32(B,6)"), NULL, "f32(B,6)", 90, 144),
     OK("softmax", I("f32(B,6)"), "axis=0", "f32(B,6)", 90, 144),
     OK("softmax", I("f32(B,6)"), "axis=-2", "f32(B,6)", 90, 144),
-    ERR("softmax", I("f32(B,6)"), "axis=2", "attribute 'axis' = 2 is out of range for rank 2 (valid: -2..1)"),
-    ERR("softmax", I("f32(B,6)"), "axis=-3", "attribute 'axis' = -3 is out of range for rank 2 (valid: -2..1)"),
-    ERR("softmax", I("f32()"), NULL, "input 'a' has shape () (rank 0) but softmax needs rank at least 1"),
-    ERR("softmax", I("i32(B,6)"), NULL, "input 'a' has dtype i32 but softmax needs a floating-point tensor"),
+    ERR("softmax", I("f32(B,6)"), "axis=2",
+        "attribute 'axis' = 2 is out of range for rank 2 (valid: -2..1)"),
+    ERR("softmax", I("f32(B,6)"), "axis=-3",
+        "attribute 'axis' = -3 is out of range for rank 2 (valid: -2..1)"),
+    ERR("softmax", I("f32()"), NULL,
+        "input 'a' has shape () (rank 0) but softmax needs rank at least 1"),
+    ERR("softmax", I("i32(B,6)"), NULL,
+        "input 'a' has dtype i32 but softmax needs a floating-point tensor"),
 
     // layernorm: 8n; bytes of the inputs and the (visible) output.
     // BUG (ops.c io_bytes): the bytes also count the hidden outputs saved for backward (mean, rstd;
     // attention's probabilities), against docs/ops.md ("the sum of the sizes of its input and
     // output tensors", and its worked example: 131,072 bytes for transformer.h.0.attn).
-    OK("layernorm", I("f32(B,5,8)", "f32(8)", "f32(8)"), NULL, "f32(B,5,8)", 960, (120 + 8 + 8 + 120) * 4),
+    OK("layernorm", I("f32(B,5,8)", "f32(8)", "f32(8)"), NULL, "f32(B,5,8)", 960,
+       (120 + 8 + 8 + 120) * 4),
     OK("layernorm", I("f32(B,5,8)", "f32(8)"), NULL, "f32(B,5,8)", 960, (120 + 8 + 120) * 4),
     OK("layernorm", I("bf16(B,8)", "bf16(8)"), "eps=0.001", "bf16(B,8)", 192, (24 + 8 + 24) * 2),
     ERR("layernorm", I("f32(B,5,8)", "f32(7)"), NULL,
@@ -438,13 +495,16 @@ static const OpCase cases[] = {
     ERR("layernorm", I("f32(B,8)", "f32(8)"), "eps=-1", "attribute 'eps' must be > 0, got -1"),
     ERR("layernorm", I("f32(B,8)", "f32(8)", "f16(8)"), NULL,
         "input 'c' has dtype f16 but input 'a' has dtype f32; layernorm needs equal dtypes"),
-    ERR("layernorm", I("i32(B,8)", "f32(8)"), NULL, "input 'a' has dtype i32 but layernorm needs a floating-point tensor"),
+    ERR("layernorm", I("i32(B,8)", "f32(8)"), NULL,
+        "input 'a' has dtype i32 but layernorm needs a floating-point tensor"),
 
     // embedding: 0 flops; output idx.shape + (C), dtype of weight
     OK("embedding", I("i32(B,5)", "f32(11,7)"), NULL, "f32(B,5,7)", 0, (15 + 77 + 105) * 4),
     OK("embedding", I("i32(B,5)", "bf16(11,7)"), NULL, "bf16(B,5,7)", 0, 15 * 4 + 77 * 2 + 105 * 2),
-    ERR("embedding", I("f32(B,5)", "f32(11,7)"), NULL, "input 'a' has dtype f32 but embedding needs i32 ids"),
-    ERR("embedding", I("i32(B,5)", "f32(11)"), NULL, "input 'b' has shape (11) (rank 1) but embedding needs rank 2"),
+    ERR("embedding", I("f32(B,5)", "f32(11,7)"), NULL,
+        "input 'a' has dtype f32 but embedding needs i32 ids"),
+    ERR("embedding", I("i32(B,5)", "f32(11)"), NULL,
+        "input 'b' has shape (11) (rank 1) but embedding needs rank 2"),
     ERR("embedding", I("i32(B,5)", "i32(11,7)"), NULL,
         "input 'b' has dtype i32 but embedding needs a floating-point tensor"),
     ERR("embedding", I("i32(B,1,1,1,1,1,1,1)", "f32(11,7)"), NULL,
@@ -459,12 +519,17 @@ static const OpCase cases[] = {
     OK("reshape", I("f32(B*4,6)"), "shape=B,4,6", "f32(B,4,6)", 0, 576),
     OK("reshape", I("i32(B,4,6)"), "shape=B,2,-1", "i32(B,2,12)", 0, 576),
     OK("reshape", I("f32(B)"), "shape=B,1,1", "f32(B,1,1)", 0, 24),
-    ERR("reshape", I("f32(B,4,6)"), "shape=B,25", "cannot reshape 'a' (B,4,6) into (B,25): element counts differ"),
+    ERR("reshape", I("f32(B,4,6)"), "shape=B,25",
+        "cannot reshape 'a' (B,4,6) into (B,25): element counts differ"),
     ERR("reshape", I("f32(B,4,6)"), "shape=-1,-1", "attribute 'shape' has more than one -1"),
-    ERR("reshape", I("f32(B,4,6)"), "shape=5,-1", "cannot reshape 'a' (B,4,6) into (5,-1): element counts differ"),
-    ERR("reshape", I("f32(B,4,6)"), "shape=24", "cannot reshape 'a' (B,4,6) into (24): element counts differ"),
-    ERR("reshape", I("f32(4,6)"), "shape=B,-1", "cannot reshape 'a' (4,6) into (B,-1): element counts differ"),
-    ERR("reshape", I("f32(B,4,6)"), "shape=1,1,1,1,1,1,1,B,24", "attribute 'shape' has 9 dims; at most 8 are supported"),
+    ERR("reshape", I("f32(B,4,6)"), "shape=5,-1",
+        "cannot reshape 'a' (B,4,6) into (5,-1): element counts differ"),
+    ERR("reshape", I("f32(B,4,6)"), "shape=24",
+        "cannot reshape 'a' (B,4,6) into (24): element counts differ"),
+    ERR("reshape", I("f32(4,6)"), "shape=B,-1",
+        "cannot reshape 'a' (4,6) into (B,-1): element counts differ"),
+    ERR("reshape", I("f32(B,4,6)"), "shape=1,1,1,1,1,1,1,B,24",
+        "attribute 'shape' has 9 dims; at most 8 are supported"),
     ERR("reshape", I("f32(B,B,4)"), "shape=B,-1",
         "input 'a' has shape (B,B,4) with the batch in several dims; reshape cannot merge them"),
 
@@ -472,7 +537,8 @@ static const OpCase cases[] = {
     OK("transpose", I("f32(B,4,6)"), "dim0=1 dim1=2", "f32(B,6,4)", 0, 576),
     OK("transpose", I("f32(B,4,6)"), "dim0=-1 dim1=0", "f32(6,4,B)", 0, 576),
     OK("transpose", I("i32(B,4,6)"), "dim0=1 dim1=1", "i32(B,4,6)", 0, 576),
-    ERR("transpose", I("f32(B,4,6)"), "dim0=3 dim1=0", "attribute 'dim0' = 3 is out of range for rank 3 (valid: -3..2)"),
+    ERR("transpose", I("f32(B,4,6)"), "dim0=3 dim1=0",
+        "attribute 'dim0' = 3 is out of range for rank 3 (valid: -3..2)"),
     ERR("transpose", I("f32(B,4,6)"), "dim0=0 dim1=-4",
         "attribute 'dim1' = -4 is out of range for rank 3 (valid: -3..2)"),
 
@@ -480,62 +546,79 @@ static const OpCase cases[] = {
     OK("permute", I("f32(B,4,6)"), "perm=2,0,1", "f32(6,B,4)", 0, 576),
     OK("permute", I("f32(B,4,6)"), "perm=-1,0,1", "f32(6,B,4)", 0, 576),
     OK("permute", I("bf16(B,4,6)"), "perm=0,2,1", "bf16(B,6,4)", 0, 288),
-    ERR("permute", I("f32(B,4,6)"), "perm=0,1", "attribute 'perm' has 2 entries but input 'a' (B,4,6) has rank 3"),
+    ERR("permute", I("f32(B,4,6)"), "perm=0,1",
+        "attribute 'perm' has 2 entries but input 'a' (B,4,6) has rank 3"),
     ERR("permute", I("f32(B,4,6)"), "perm=0,0,1", "attribute 'perm' names dim 0 twice"),
     ERR("permute", I("f32(B,4,6)"), "perm=0,-3,1", "attribute 'perm' names dim 0 twice"),
-    ERR("permute", I("f32(B,4,6)"), "perm=0,1,3", "attribute 'perm' = 3 is out of range for rank 3 (valid: -3..2)"),
+    ERR("permute", I("f32(B,4,6)"), "perm=0,1,3",
+        "attribute 'perm' = 3 is out of range for rank 3 (valid: -3..2)"),
 
     // split: len(sizes) outputs; not along the batch dim
     OK("split", I("f32(B,64)"), "sizes=24,40", "f32(B,24) f32(B,40)", 0, (192 + 72 + 120) * 4),
-    OK("split", I("f32(B,64)"), "axis=1 sizes=24,40", "f32(B,24) f32(B,40)", 0, (192 + 72 + 120) * 4),
-    OK("split", I("f32(6,B)"), "axis=0 sizes=1,2,3", "f32(1,B) f32(2,B) f32(3,B)", 0, (18 + 3 + 6 + 9) * 4),
+    OK("split", I("f32(B,64)"), "axis=1 sizes=24,40", "f32(B,24) f32(B,40)", 0,
+       (192 + 72 + 120) * 4),
+    OK("split", I("f32(6,B)"), "axis=0 sizes=1,2,3", "f32(1,B) f32(2,B) f32(3,B)", 0,
+       (18 + 3 + 6 + 9) * 4),
     OK("split", I("i32(B,4)"), "sizes=4", "i32(B,4)", 0, 96),
     ERR("split", I("f32(B,64)"), "axis=0 sizes=1,2", "cannot split 'a' (B,64) along the batch dim"),
-    ERR("split", I("f32(B,64)"), "sizes=24,39", "attribute 'sizes' sums to 63 but 'a' (B,64) has 64 along axis 1"),
+    ERR("split", I("f32(B,64)"), "sizes=24,39",
+        "attribute 'sizes' sums to 63 but 'a' (B,64) has 64 along axis 1"),
     ERR("split", I("f32(B,64)"), "sizes=0,64", "attribute 'sizes' has entry 0; sizes must be >= 1"),
-    ERR("split", I("f32(B,64)"), "sizes=-4,68", "attribute 'sizes' has entry -4; sizes must be >= 1"),
-    ERR("split", I("f32(B,64)"), "axis=2 sizes=64", "attribute 'axis' = 2 is out of range for rank 2 (valid: -2..1)"),
-    ERR("split", I("f32()"), "sizes=1", "input 'a' has shape () (rank 0) but split needs rank at least 1"),
+    ERR("split", I("f32(B,64)"), "sizes=-4,68",
+        "attribute 'sizes' has entry -4; sizes must be >= 1"),
+    ERR("split", I("f32(B,64)"), "axis=2 sizes=64",
+        "attribute 'axis' = 2 is out of range for rank 2 (valid: -2..1)"),
+    ERR("split", I("f32()"), "sizes=1",
+        "input 'a' has shape () (rank 0) but split needs rank at least 1"),
 
     // concat: sizes along the axis add up (batch factor included); any dtype, all the same
     OK("concat", I("f32(B,4)", "f32(B,6)"), NULL, "f32(B,10)", 0, (12 + 18 + 30) * 4),
-    OK("concat", I("f32(2,B,3)", "f32(2,B,3)", "f32(2,B,3)"), "axis=0", "f32(6,B,3)", 0, (18 * 3 + 54) * 4),
+    OK("concat", I("f32(2,B,3)", "f32(2,B,3)", "f32(2,B,3)"), "axis=0", "f32(6,B,3)", 0,
+       (18 * 3 + 54) * 4),
     OK("concat", I("f32(B,4)"), NULL, "f32(B,4)", 0, 96),
     OK("concat", I("i32(B,2)", "i32(B,3)"), "axis=-1", "i32(B,5)", 0, (6 + 9 + 15) * 4),
     OK("concat", I("f32(B,4)", "f32(B*2,4)"), "axis=0", "f32(B*3,4)", 0, (12 + 24 + 36) * 4),
     ERR("concat", I("f32(B,4)", "f32(4,4)"), "axis=0",
         "input 'b' has shape (4,4) but concat along axis 0 needs it to match 'a' (B,4) elsewhere"),
     ERR("concat", I("f32(B,4)", "f32(B,5,1)"), NULL,
-        "input 'b' has shape (B,5,1) but concat along axis 1 needs it to match 'a' (B,4) elsewhere"),
+        "input 'b' has shape (B,5,1) but concat along axis 1 needs it to match 'a' (B,4) "
+        "elsewhere"),
     ERR("concat", I("f32(B,4)", "f32(B,4)", "f32(3,4)"), NULL,
         "input 'c' has shape (3,4) but concat along axis 1 needs it to match 'a' (B,4) elsewhere"),
     ERR("concat", I("f32(B,4)", "bf16(B,4)"), NULL,
         "input 'b' has dtype bf16 but input 'a' has dtype f32; concat needs equal dtypes"),
-    ERR("concat", I("f32(B,4)", "f32(B,4)"), "axis=2", "attribute 'axis' = 2 is out of range for rank 2 (valid: -2..1)"),
+    ERR("concat", I("f32(B,4)", "f32(B,4)"), "axis=2",
+        "attribute 'axis' = 2 is out of range for rank 2 (valid: -2..1)"),
 
     // causal_self_attention: 4·B·T²·C + 5·B·n_head·T² (bytes: see the BUG note at layernorm)
-    OK("causal_self_attention", I("f32(B,5,24)"), "n_head=2", "f32(B,5,8)", 4.0 * 3 * 25 * 8 + 5.0 * 3 * 2 * 25,
-       (360 + 120) * 4),
-    OK("causal_self_attention", I("bf16(B,5,24)"), "n_head=1", "bf16(B,5,8)", 4.0 * 3 * 25 * 8 + 5.0 * 3 * 1 * 25,
-       (360 + 120) * 2),
+    OK("causal_self_attention", I("f32(B,5,24)"), "n_head=2", "f32(B,5,8)",
+       4.0 * 3 * 25 * 8 + 5.0 * 3 * 2 * 25, (360 + 120) * 4),
+    OK("causal_self_attention", I("bf16(B,5,24)"), "n_head=1", "bf16(B,5,8)",
+       4.0 * 3 * 25 * 8 + 5.0 * 3 * 1 * 25, (360 + 120) * 2),
     ERR("causal_self_attention", I("f32(B,5,25)"), "n_head=1",
         "input 'a' has shape (B,5,25) but causal_self_attention needs (B,T,3*C) with q,k,v packed"),
-    ERR("causal_self_attention", I("f32(B,5,24)"), "n_head=3", "attribute 'n_head' = 3 must be >= 1 and divide C = 8"),
-    ERR("causal_self_attention", I("f32(B,5,24)"), "n_head=0", "attribute 'n_head' = 0 must be >= 1 and divide C = 8"),
+    ERR("causal_self_attention", I("f32(B,5,24)"), "n_head=3",
+        "attribute 'n_head' = 3 must be >= 1 and divide C = 8"),
+    ERR("causal_self_attention", I("f32(B,5,24)"), "n_head=0",
+        "attribute 'n_head' = 0 must be >= 1 and divide C = 8"),
     ERR("causal_self_attention", I("f32(B,24)"), "n_head=1",
         "input 'a' has shape (B,24) (rank 2) but causal_self_attention needs rank 3"),
     ERR("causal_self_attention", I("i32(B,5,24)"), "n_head=1",
         "input 'a' has dtype i32 but causal_self_attention needs a floating-point tensor"),
 
     // cross_entropy: 4·rows·V; scalar of the logits' dtype
-    OK("cross_entropy", I("f32(B,5,10)", "i32(B,5)"), NULL, "f32()", 4.0 * 15 * 10, (150 + 15 + 1) * 4),
-    OK("cross_entropy", I("bf16(B,10)", "i32(B)"), NULL, "bf16()", 4.0 * 3 * 10, 30 * 2 + 3 * 4 + 2),
+    OK("cross_entropy", I("f32(B,5,10)", "i32(B,5)"), NULL, "f32()", 4.0 * 15 * 10,
+       (150 + 15 + 1) * 4),
+    OK("cross_entropy", I("bf16(B,10)", "i32(B)"), NULL, "bf16()", 4.0 * 3 * 10,
+       30 * 2 + 3 * 4 + 2),
     ERR("cross_entropy", I("f32(B,5,10)", "f32(B,5)"), NULL,
         "input 'b' has dtype f32 but cross_entropy needs i32 class indices"),
     ERR("cross_entropy", I("f32(B,5,10)", "i32(B,4)"), NULL,
-        "input 'b' has shape (B,4) but cross_entropy needs (B,5) (the logits' shape without the class dim)"),
+        "input 'b' has shape (B,4) but cross_entropy needs (B,5) (the logits' shape without the "
+        "class dim)"),
     ERR("cross_entropy", I("f32(B,10)", "i32(B,10)"), NULL,
-        "input 'b' has shape (B,10) but cross_entropy needs (B) (the logits' shape without the class dim)"),
+        "input 'b' has shape (B,10) but cross_entropy needs (B) (the logits' shape without the "
+        "class dim)"),
     ERR("cross_entropy", I("i32(B,10)", "i32(B)"), NULL,
         "input 'a' has dtype i32 but cross_entropy needs a floating-point tensor"),
     ERR("cross_entropy", I("f32()", "i32()"), NULL,
@@ -544,11 +627,14 @@ static const OpCase cases[] = {
     // mse_loss: 3·N
     OK("mse_loss", I("f32(B,4)", "f32(B,4)"), NULL, "f32()", 36, (12 + 12 + 1) * 4),
     OK("mse_loss", I("f16(B,2,2)", "f16(B,2,2)"), NULL, "f16()", 36, (12 + 12 + 1) * 2),
-    ERR("mse_loss", I("f32(B,4)", "f32(B,5)"), NULL, "input 'b' has shape (B,5) but mse_loss needs (B,4) (the shape of 'a')"),
-    ERR("mse_loss", I("f32(B,4)", "f32(4,B)"), NULL, "input 'b' has shape (4,B) but mse_loss needs (B,4) (the shape of 'a')"),
+    ERR("mse_loss", I("f32(B,4)", "f32(B,5)"), NULL,
+        "input 'b' has shape (B,5) but mse_loss needs (B,4) (the shape of 'a')"),
+    ERR("mse_loss", I("f32(B,4)", "f32(4,B)"), NULL,
+        "input 'b' has shape (4,B) but mse_loss needs (B,4) (the shape of 'a')"),
     ERR("mse_loss", I("f32(B,4)", "bf16(B,4)"), NULL,
         "input 'b' has dtype bf16 but input 'a' has dtype f32; mse_loss needs equal dtypes"),
-    ERR("mse_loss", I("i32(B,4)", "i32(B,4)"), NULL, "input 'a' has dtype i32 but mse_loss needs a floating-point tensor"),
+    ERR("mse_loss", I("i32(B,4)", "i32(B,4)"), NULL,
+        "input 'a' has dtype i32 but mse_loss needs a floating-point tensor"),
 };
 
 enum { NCASES = (int)(sizeof cases / sizeof cases[0]) };
@@ -599,9 +685,15 @@ static void set_attrs(Graph *g, Node *n, const char *spec) {
     AttrValue *av = &n->attrs[k];
     av->present = true;
     switch (op->attrs[k].type) {
-    case ATTR_BOOL: av->i = strcmp(v, "true") == 0; break;
-    case ATTR_INT: av->i = strtoll(v, NULL, 10); break;
-    case ATTR_FLOAT: av->f = strtod(v, NULL); break;
+    case ATTR_BOOL:
+      av->i = strcmp(v, "true") == 0;
+      break;
+    case ATTR_INT:
+      av->i = strtoll(v, NULL, 10);
+      break;
+    case ATTR_FLOAT:
+      av->f = strtod(v, NULL);
+      break;
     case ATTR_INTS:
     case ATTR_SHAPE: {
       int cnt = *v ? 1 : 0;
@@ -648,7 +740,7 @@ static Node *build_case(Graph *g, const OpCase *c) {
   n->nout = visible + op->nhidden;
   n->out = ARENA_ARRAY(g->arena, Tensor *, n->nout);
   for (int k = 0; k < n->nout; k++) {
-    const char *name = k >= visible ? arena_printf(g->arena, "n:%s", op->hidden[k - visible])
+    const char *name = k >= visible   ? arena_printf(g->arena, "n:%s", op->hidden[k - visible])
                        : visible == 1 ? "n"
                                       : arena_printf(g->arena, "n:%d", k);
     Tensor *t = graph_add_tensor(g, name, T_ACT);
@@ -663,7 +755,8 @@ static Node *build_case(Graph *g, const OpCase *c) {
 
 static void case_text(char *buf, size_t cap, const OpCase *c) {
   int o = snprintf(buf, cap, "%s(", c->op);
-  for (int i = 0; i < 5 && c->in[i]; i++) o += snprintf(buf + o, cap - (size_t)o, "%s%s", i ? ", " : "", c->in[i]);
+  for (int i = 0; i < 5 && c->in[i]; i++)
+    o += snprintf(buf + o, cap - (size_t)o, "%s%s", i ? ", " : "", c->in[i]);
   snprintf(buf + o, cap - (size_t)o, ")%s%s", c->attrs ? " " : "", c->attrs ? c->attrs : "");
 }
 
@@ -687,17 +780,20 @@ START_TEST(test_op_case) {
     for (int k = 0; k < visible; k++) {
       char t[300];
       size_t len = strlen(got);
-      snprintf(got + len, sizeof got - len, "%s%s", k ? " " : "", type_str(t, sizeof t, &g, n->out[k]));
+      snprintf(got + len, sizeof got - len, "%s%s", k ? " " : "",
+               type_str(t, sizeof t, &g, n->out[k]));
     }
     OpCost cost = {-1, -1};
     if (ok) n->op->cost(n, BATCH, &cost);
-    pass = ok && !*text && strcmp(got, c->out) == 0 && cost.flops == c->flops && cost.bytes == c->bytes;
+    pass = ok && !*text && strcmp(got, c->out) == 0 && cost.flops == c->flops &&
+           cost.bytes == c->bytes;
     snprintf(want, sizeof want, "%s", text);
     if (!pass) {
       cap_close(&cap);
       arena_free(&a);
-      ck_abort_msg("%s: ok=%d outputs '%s' (want '%s'), flops %.0f (want %.0f), bytes %.0f (want %.0f) %s", what, ok,
-                   got, c->out, cost.flops, c->flops, cost.bytes, c->bytes, want);
+      ck_abort_msg(
+          "%s: ok=%d outputs '%s' (want '%s'), flops %.0f (want %.0f), bytes %.0f (want %.0f) %s",
+          what, ok, got, c->out, cost.flops, c->flops, cost.bytes, c->bytes, want);
     }
   } else {
     snprintf(want, sizeof want, "m.json:7:3: error: nodes[0] \"n\": %s\n", c->err);
@@ -725,7 +821,8 @@ START_TEST(test_cases_cover_every_op) {
         good += cases[k].out != NULL;
         bad += cases[k].out == NULL;
       }
-    ck_assert_msg(good >= 1 && bad >= 1, "op '%s' has %d passing and %d failing cases", op->name, good, bad);
+    ck_assert_msg(good >= 1 && bad >= 1, "op '%s' has %d passing and %d failing cases", op->name,
+                  good, bad);
   }
 }
 END_TEST
@@ -788,8 +885,9 @@ START_TEST(test_worked_example) {
     OpCost c = {0, 0};
     n->op->cost(n, 1, &c);
     if (c.flops != rows[i].flops || c.bytes != rows[i].bytes)
-      snprintf(fail + strlen(fail), sizeof fail - strlen(fail), "%s: flops %.0f bytes %.0f, docs say %.0f and %.0f; ",
-               rows[i].node, c.flops, c.bytes, rows[i].flops, rows[i].bytes);
+      snprintf(fail + strlen(fail), sizeof fail - strlen(fail),
+               "%s: flops %.0f bytes %.0f, docs say %.0f and %.0f; ", rows[i].node, c.flops,
+               c.bytes, rows[i].flops, rows[i].bytes);
   }
   model_free(&m);
   ck_assert_msg(!*fail, "%s", fail);
@@ -812,4 +910,6 @@ static Suite *ops_suite(void) {
   return s;
 }
 
-int main(void) { return run_suite(ops_suite()); }
+int main(void) {
+  return run_suite(ops_suite());
+}

@@ -34,7 +34,9 @@ static void write_file(const char *path, const void *data, size_t n) {
   fclose(f);
 }
 
-static void write_text(const char *path, const char *text) { write_file(path, text, strlen(text)); }
+static void write_text(const char *path, const char *text) {
+  write_file(path, text, strlen(text));
+}
 
 // Runs fn(arg) in a child with stdout and stderr captured into out; returns the exit status
 // (or 128 + signal).
@@ -69,7 +71,8 @@ static void expect_exit(void (*fn)(void *), void *arg, int code, const char *wan
   char out[8192];
   int st = run_child(fn, arg, out, sizeof out);
   ck_assert_msg(st == code, "expected exit %d, got %d; output:\n%s", code, st, out);
-  ck_assert_msg(strstr(out, want) != NULL, "expected output containing\n  %s\ngot\n  %s", want, out);
+  ck_assert_msg(strstr(out, want) != NULL, "expected output containing\n  %s\ngot\n  %s", want,
+                out);
 }
 
 static int count_tmp_files(void) {
@@ -114,7 +117,8 @@ START_TEST(test_log_step) {
   char out[1024];
   LogCase c = {192.4};
   ck_assert_int_eq(run_child(log_child, &c, out, sizeof out), 0);
-  ck_assert_str_eq(out, "step 100/2000 | loss 2.1234 | lr 1.00e-03 | 5.2k tok/s | 12.3 s | ETA 3m12s\n");
+  ck_assert_str_eq(out,
+                   "step 100/2000 | loss 2.1234 | lr 1.00e-03 | 5.2k tok/s | 12.3 s | ETA 3m12s\n");
   c.eta = 3720;
   run_child(log_child, &c, out, sizeof out);
   ck_assert_msg(strstr(out, "| ETA 1h02m\n"), "%s", out);
@@ -277,10 +281,10 @@ START_TEST(test_adamw) {
   // with lr set to 5e-3 before the second step; printed with float.hex().
   const float p2[8] = {0x1.f3a23cp-2f, -0x1.3d2b72p+0f, 0x1.fb64bep+0f, 0x1.3ee49ap-7f,
                        0x1.bdf4d4p+1f, -0x1.815446p-1f, 0x1.7fe9cep-7f, -0x1.406aa0p+1f};
-  const float m2[8] = {0x1.0624dep-8f, 0x1.cac080p-8f, 0x1.d2f1acp-5f, 0x1.0624d8p-8f,
+  const float m2[8] = {0x1.0624dep-8f, 0x1.cac080p-8f, 0x1.d2f1acp-5f,  0x1.0624d8p-8f,
                        0x1.1eb854p-5f, 0x1.1eb852p-4f, -0x1.1eb854p-4f, -0x1.57eed6p-14f};
   const float v2[8] = {0x1.a3184ap-17f, 0x1.adbf98p-14f, 0x1.794c74p-13f, 0x1.4f6066p-12f,
-                       0x1.a9b068p-9f, 0x1.00e6b0p-11f, 0x1.a9b068p-7f, 0x1.1ddcb0p-30f};
+                       0x1.a9b068p-9f,  0x1.00e6b0p-11f, 0x1.a9b068p-7f,  0x1.1ddcb0p-30f};
   for (int i = 0; i < 8; i++) {
     ck_assert_msg(p[i] == p2[i], "p[%d] %a vs torch %a", i, p[i], p2[i]);
     ck_assert_msg(m[i] == m2[i], "m[%d] %a vs torch %a", i, m[i], m2[i]);
@@ -309,7 +313,7 @@ START_TEST(test_sgd) {
   // torch.optim.SGD([q], lr=0.1, momentum=0.9, weight_decay=0.01, foreach=False), same inputs.
   const float p2[8] = {0x1.f030a0p-2f, -0x1.3bbfdcp+0f, 0x1.e8405cp+0f, 0x1.269596p-5f,
                        0x1.a70a5ap+1f, -0x1.a2ba0ep-1f, 0x1.7b9806p-2f, -0x1.3f107cp+1f};
-  const float b2[8] = {0x1.94a4d0p-5f, 0x1.7c9ef0p-5f, 0x1.3721d6p-1f, 0x1.4af500p-5f,
+  const float b2[8] = {0x1.94a4d0p-5f, 0x1.7c9ef0p-5f, 0x1.3721d6p-1f,  0x1.4af500p-5f,
                        0x1.a8ec90p-2f, 0x1.5f1b9cp-1f, -0x1.64dab0p-1f, -0x1.8ba260p-5f};
   for (int i = 0; i < 8; i++) {
     ck_assert_msg(p[i] == p2[i], "p[%d] %a vs torch %a", i, p[i], p2[i]);
@@ -558,8 +562,10 @@ static void csv_case(const char *name, const char *text, const char *want) {
 
 START_TEST(test_csv_errors) {
   csv_case("nonnum.csv", "1,2,0\n3,abc,1\n", ":2:3: field 2 is not a number: 'abc'");
-  csv_case("missing.csv", "1,2,0\n3,1\n", ":2:4: missing field: the row has 2 fields, line 1 has 3");
-  csv_case("extra.csv", "1,2,0\n3,1,1,7\n", ":2:7: extra field: the row has 4 fields, line 1 has 3");
+  csv_case("missing.csv", "1,2,0\n3,1\n",
+           ":2:4: missing field: the row has 2 fields, line 1 has 3");
+  csv_case("extra.csv", "1,2,0\n3,1,1,7\n",
+           ":2:7: extra field: the row has 4 fields, line 1 has 3");
   csv_case("neg.csv", "1,2,0\n3,4,-1\n", ":2:5: label -1 is negative");
   csv_case("frac.csv", "1,2,0\n3,4,1.5\n", ":2:5: label '1.5' is not an integer");
   csv_case("empty.csv", "1,2,0\n3,,1\n", ":2:3: empty field (field 2)");
@@ -580,8 +586,8 @@ END_TEST
 static void write_npy(const char *path, int version, const char *descr, const char *fortran,
                       const char *shape, const void *data, size_t n) {
   char dict[256];
-  snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }", descr,
-           fortran, shape);
+  snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }", descr, fortran,
+           shape);
   size_t pre = version == 1 ? 10 : 12, len = strlen(dict) + 1;
   size_t total = (pre + len + 63) / 64 * 64, hlen = total - pre;
   unsigned char *b = calloc(1, total + n);
@@ -659,7 +665,8 @@ START_TEST(test_npy) {
   write_npy(bad, 1, ">f4", "False", "(6, 2)", xf, sizeof xf);
   expect_exit(npy_child, &args, 1, "dtype '>f4' is not little-endian");
   write_npy(bad, 1, "<f4", "False", "(6, 2)", xf, sizeof xf - 4);
-  expect_exit(npy_child, &args, 1, "the data section has 44 bytes (from byte offset 128); the shape and dtype need 48");
+  expect_exit(npy_child, &args, 1,
+              "the data section has 44 bytes (from byte offset 128); the shape and dtype need 48");
   write_npy(bad, 1, "<f4", "False", "(5, 2)", xf, 40);
   expect_exit(npy_child, &args, 1, "has 5 rows but");
   write_text(bad, "not numpy");
@@ -791,7 +798,8 @@ static void st_child(void *arg) {
   pr_safetensors_load(c->path, r, 3, NULL, c->allow_extra);
 }
 
-static const char *ST_A = "\"fc1.weight\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}";
+static const char *ST_A =
+    "\"fc1.weight\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}";
 static const char *ST_B = "\"fc1.bias\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[24,40]}";
 static const char *ST_C = "\"scale\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[40,44]}";
 
@@ -826,25 +834,33 @@ START_TEST(test_safetensors_errors) {
     tmp_path(p, sizeof p, "tiny.safetensors");
     write_text(p, "abc");
     StCase c = {p, false};
-    expect_exit(st_child, &c, 1, "tiny.safetensors: the file has 3 bytes, too short for the 8-byte header length");
+    expect_exit(st_child, &c, 1,
+                "tiny.safetensors: the file has 3 bytes, too short for the 8-byte header length");
   }
   st_case("truncated.safetensors", h, 40, -1,
           ": tensor 'scale': data offsets [40, 44] are outside the data section (40 bytes)");
-  st_case("hlen.safetensors", h, 44, 100000, ": the header length 100000 (bytes 0..7) is larger than the rest of the file");
+  st_case("hlen.safetensors", h, 44, 100000,
+          ": the header length 100000 (bytes 0..7) is larger than the rest of the file");
   snprintf(h, sizeof h, "{%s,%s,%s", ST_A, ST_B, ST_C);
   st_case("json.safetensors", h, 44, -1, ": the header is not valid JSON (byte offset");
   snprintf(h, sizeof h, "{%s,%s,%s}",
-           "\"fc1.weight\":{\"dtype\":\"I32\",\"shape\":[2,3],\"data_offsets\":[0,24]}", ST_B, ST_C);
-  st_case("dtype.safetensors", h, 44, -1, ": tensor 'fc1.weight' has dtype I32; expected F32 (or BF16/F16)");
+           "\"fc1.weight\":{\"dtype\":\"I32\",\"shape\":[2,3],\"data_offsets\":[0,24]}", ST_B,
+           ST_C);
+  st_case("dtype.safetensors", h, 44, -1,
+          ": tensor 'fc1.weight' has dtype I32; expected F32 (or BF16/F16)");
   snprintf(h, sizeof h, "{%s,%s,%s}",
-           "\"fc1.weight\":{\"dtype\":\"F32\",\"shape\":[3,2],\"data_offsets\":[0,24]}", ST_B, ST_C);
-  st_case("shape.safetensors", h, 44, -1, ": tensor 'fc1.weight' has shape [3, 2]; the model expects [2, 3]");
+           "\"fc1.weight\":{\"dtype\":\"F32\",\"shape\":[3,2],\"data_offsets\":[0,24]}", ST_B,
+           ST_C);
+  st_case("shape.safetensors", h, 44, -1,
+          ": tensor 'fc1.weight' has shape [3, 2]; the model expects [2, 3]");
   snprintf(h, sizeof h, "{%s,%s,%s}", ST_A, ST_B,
            "\"scale\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[40,48]}");
-  st_case("oob.safetensors", h, 44, -1, ": tensor 'scale': data offsets [40, 48] are outside the data section (44 bytes)");
+  st_case("oob.safetensors", h, 44, -1,
+          ": tensor 'scale': data offsets [40, 48] are outside the data section (44 bytes)");
   snprintf(h, sizeof h, "{%s,%s,%s}", ST_A, ST_B,
            "\"scale\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[36,44]}");
-  st_case("size.safetensors", h, 44, -1, ": tensor 'scale': data offsets [36, 44] hold 8 bytes but F32 of that shape needs 4");
+  st_case("size.safetensors", h, 44, -1,
+          ": tensor 'scale': data offsets [36, 44] hold 8 bytes but F32 of that shape needs 4");
   snprintf(h, sizeof h, "{%s,%s,%s}", ST_A, ST_B,
            "\"scale\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[20,24]}");
   st_case("overlap.safetensors", h, 44, -1, ": tensors 'fc1.weight' and 'scale' overlap");
@@ -861,12 +877,12 @@ START_TEST(test_safetensors_errors) {
     make_refs(r, a, b, s);
     pr_safetensors_load(p, r, 3, NULL, true);
   }
-  snprintf(h, sizeof h, "{%s,%s,%s,%s}", ST_A, ST_B, ST_C,
-           "\"__metadata__\":{\"step\":3}");
+  snprintf(h, sizeof h, "{%s,%s,%s,%s}", ST_A, ST_B, ST_C, "\"__metadata__\":{\"step\":3}");
   st_case("meta.safetensors", h, 44, -1, ": metadata 'step' is not a string");
   snprintf(h, sizeof h, "{%s,%s,%s,%s}", ST_A, ST_B, ST_C,
            "\"x\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[44,44]}");
-  st_case("negshape.safetensors", h, 44, -1, ": tensor 'x': \"shape\" holds something other than a non-negative integer");
+  st_case("negshape.safetensors", h, 44, -1,
+          ": tensor 'x': \"shape\" holds something other than a non-negative integer");
   // A header length over the 100,000,000-byte limit in a (sparse) file long enough to hold it.
   {
     char p[512];
@@ -874,7 +890,9 @@ START_TEST(test_safetensors_errors) {
     write_st(p, "{}", NULL, 0, 150000000);
     ck_assert_int_eq(truncate(p, 150000100), 0);
     StCase c = {p, false};
-    expect_exit(st_child, &c, 1, "huge.safetensors: the header length 150000000 is over the limit of 100000000 bytes");
+    expect_exit(
+        st_child, &c, 1,
+        "huge.safetensors: the header length 150000000 is over the limit of 100000000 bytes");
     unlink(p);
   }
   // Hints come with the errors.
@@ -903,16 +921,31 @@ END_TEST
 // Command line
 
 static PrOptions defaults(void) {
-  return (PrOptions){.steps = 2000, .lr = 1e-3, .min_lr = 1e-4, .seed = 1337, .eval_every = 250,
-                     .eval_batches = 20, .log_every = 10, .threads = 0};
+  return (PrOptions){.steps = 2000,
+                     .lr = 1e-3,
+                     .min_lr = 1e-4,
+                     .seed = 1337,
+                     .eval_every = 250,
+                     .eval_batches = 20,
+                     .log_every = 10,
+                     .threads = 0};
 }
 
 START_TEST(test_args_ok) {
-  char *argv[] = {"prog", "--steps", "10", "--lr=3e-4", "--seed", "18446744073709551615",
-                  "--quiet", "--data", "x.txt", "--threads", "2", "--min-lr", "0",
-                  "--eval-every", "0", "--eval-batches", "5", "--log-every", "1",
-                  "--init", "i.st", "--save", "s.st", "--resume", "r.st", "--loss-log", "l.txt",
-                  NULL};
+  char *argv[] = {"prog",    "--steps",
+                  "10",      "--lr=3e-4",
+                  "--seed",  "18446744073709551615",
+                  "--quiet", "--data",
+                  "x.txt",   "--threads",
+                  "2",       "--min-lr",
+                  "0",       "--eval-every",
+                  "0",       "--eval-batches",
+                  "5",       "--log-every",
+                  "1",       "--init",
+                  "i.st",    "--save",
+                  "s.st",    "--resume",
+                  "r.st",    "--loss-log",
+                  "l.txt",   NULL};
   PrOptions o = defaults();
   pr_parse_args(27, argv, &o, "A test program.");
   ck_assert_int_eq(o.steps, 10);
@@ -959,19 +992,28 @@ static void args_case(int code, const char *want, char *a1, char *a2, char *a3) 
 }
 
 START_TEST(test_args_errors) {
-  args_case(2, "prog: --steps: expected a non-negative integer, got 'abc'\n", "--steps", "abc", NULL);
-  args_case(2, "prog: --steps: expected a non-negative integer, got '10x'\n", "--steps", "10x", NULL);
+  args_case(2, "prog: --steps: expected a non-negative integer, got 'abc'\n", "--steps", "abc",
+            NULL);
+  args_case(2, "prog: --steps: expected a non-negative integer, got '10x'\n", "--steps", "10x",
+            NULL);
   args_case(2, "prog: --steps: expected a non-negative integer, got '-1'\n", "--steps", "-1", NULL);
   args_case(2, "prog: --lr: expected a positive number, got '0'\n", "--lr", "0", NULL);
   args_case(2, "prog: --lr: expected a positive number, got 'nan'\n", "--lr", "nan", NULL);
-  args_case(2, "prog: --min-lr: expected a non-negative number, got '-1e-4'\n", "--min-lr", "-1e-4", NULL);
-  args_case(2, "prog: --seed: expected a non-negative integer below 2^64, got '-3'\n", "--seed", "-3", NULL);
-  args_case(2, "prog: --seed: expected a non-negative integer below 2^64, got '18446744073709551616'\n", "--seed", "18446744073709551616", NULL);
-  args_case(2, "prog: --threads: expected an integer from 0 to 4096, got '-1'\n", "--threads", "-1", NULL);
-  args_case(2, "prog: --log-every: expected a positive integer, got '0'\n", "--log-every", "0", NULL);
+  args_case(2, "prog: --min-lr: expected a non-negative number, got '-1e-4'\n", "--min-lr", "-1e-4",
+            NULL);
+  args_case(2, "prog: --seed: expected a non-negative integer below 2^64, got '-3'\n", "--seed",
+            "-3", NULL);
+  args_case(
+      2, "prog: --seed: expected a non-negative integer below 2^64, got '18446744073709551616'\n",
+      "--seed", "18446744073709551616", NULL);
+  args_case(2, "prog: --threads: expected an integer from 0 to 4096, got '-1'\n", "--threads", "-1",
+            NULL);
+  args_case(2, "prog: --log-every: expected a positive integer, got '0'\n", "--log-every", "0",
+            NULL);
   args_case(2, "prog: --steps: expected a non-negative integer, got ''\n", "--steps=", NULL, NULL);
   args_case(2, "prog: --bogus: unknown option (see --help)\n", "--bogus", NULL, NULL);
-  args_case(2, "prog: --quiet: unknown option, or one that takes no value (see --help)\n", "--quiet=1", NULL, NULL);
+  args_case(2, "prog: --quiet: unknown option, or one that takes no value (see --help)\n",
+            "--quiet=1", NULL, NULL);
   args_case(2, "prog: --steps: missing value\n", "--steps", NULL, NULL);
   args_case(2, "prog: unexpected argument 'extra'\n", "--quiet", "extra", NULL);
   args_case(2, "prog: --data: expected a file name, got ''\n", "--data", "", NULL);

@@ -16,7 +16,9 @@ typedef struct Doc {
 
 static Doc doc; // the fixture frees it after every test, even a failed one
 
-static void doc_setup(void) { memset(&doc, 0, sizeof doc); }
+static void doc_setup(void) {
+  memset(&doc, 0, sizeof doc);
+}
 
 static void doc_teardown(void) {
   source_free(&doc.s);
@@ -32,7 +34,9 @@ static bool parse_n(const char *text, size_t len) {
   return doc.ok;
 }
 
-static bool parse(const char *text) { return parse_n(text, strlen(text)); }
+static bool parse(const char *text) {
+  return parse_n(text, strlen(text));
+}
 
 // Parses text that must be valid JSON.
 static void parse_ok(const char *text) {
@@ -52,7 +56,9 @@ static void parse_err_n(const char *text, size_t len, const char *msg) {
   ck_assert_ptr_null(doc.s.root);
 }
 
-static void parse_err(const char *text, const char *msg) { parse_err_n(text, strlen(text), msg); }
+static void parse_err(const char *text, const char *msg) {
+  parse_err_n(text, strlen(text), msg);
+}
 
 // Item of the parsed document by a path of keys ("k") and indices ("#3"); NULL-terminated list.
 static const cJSON *at(const char *first, ...) {
@@ -94,9 +100,9 @@ static const char *NESTED = "{\n"
 
 static void check_nested_positions(void) {
   ASSERT_LOC(doc.s.root, 1, 1);
-  ASSERT_LOC(at("format", NULL), 2, 3);                        // object member: its key
+  ASSERT_LOC(at("format", NULL), 2, 3); // object member: its key
   ASSERT_LOC(at("list", NULL), 3, 3);
-  ASSERT_LOC(at("list", "#0", NULL), 3, 12);                   // array element: its value
+  ASSERT_LOC(at("list", "#0", NULL), 3, 12); // array element: its value
   ASSERT_LOC(at("list", "#1", NULL), 3, 15);
   ASSERT_LOC(at("list", "#2", NULL), 3, 22);
   ASSERT_LOC(at("list", "#2", "k", NULL), 3, 23);
@@ -185,10 +191,10 @@ END_TEST
 
 START_TEST(test_strings_with_quotes_and_brackets) {
   // Escaped quotes, backslashes and brackets inside strings must not confuse the position walk.
-  const char *text = "{\"a\\\"}\": \"x\\\\\",\n"            // line 1: {"a\"}": "x\\",
-                     " \"b\": \"}{][,:\",\n"               // line 2:  "b": "}{][,:",
+  const char *text = "{\"a\\\"}\": \"x\\\\\",\n" // line 1: {"a\"}": "x\\",
+                     " \"b\": \"}{][,:\",\n"     // line 2:  "b": "}{][,:",
                      " \"c\": [\",\", \"\\\"\", {\"d\": \"\\\\\\\"{\"}],\n" // line 3
-                     " \"e\": 1}";                          // line 4
+                     " \"e\": 1}";                                          // line 4
   parse_ok(text);
   ck_assert_str_eq(doc.s.root->child->string, "a\"}");
   ck_assert_str_eq(doc.s.root->child->valuestring, "x\\");
@@ -286,45 +292,56 @@ END_TEST
 // Syntax errors: position of the offending byte and a message a JSON writer recognises
 
 START_TEST(test_err_trailing_comma_array) {
-  parse_err("[1,\n  ]", "m.json:2:3: error: JSON syntax error: unexpected ']' (trailing comma before it)");
-  parse_err("{\"a\": [1, 2, ]}", "m.json:1:14: error: JSON syntax error: unexpected ']' (trailing comma before it)");
+  parse_err("[1,\n  ]",
+            "m.json:2:3: error: JSON syntax error: unexpected ']' (trailing comma before it)");
+  parse_err("{\"a\": [1, 2, ]}",
+            "m.json:1:14: error: JSON syntax error: unexpected ']' (trailing comma before it)");
 }
 END_TEST
 
-// Regression (source.c): cJSON reports a failed object key one byte past where the key should start,
-// so a trailing comma in an object was reported as "unexpected end of file" (or at the wrong byte).
+// Regression (source.c): cJSON reports a failed object key one byte past where the key should
+// start, so a trailing comma in an object was reported as "unexpected end of file" (or at the wrong
+// byte).
 START_TEST(test_err_trailing_comma_object) {
-  parse_err("{\"a\": 1,\n}", "m.json:2:1: error: JSON syntax error: unexpected '}' (trailing comma before it)");
+  parse_err("{\"a\": 1,\n}",
+            "m.json:2:1: error: JSON syntax error: unexpected '}' (trailing comma before it)");
   parse_err("{\"a\": {\"b\": 1,}, \"c\": 2}",
             "m.json:1:15: error: JSON syntax error: unexpected '}' (trailing comma before it)");
 }
 END_TEST
 
 START_TEST(test_err_comment_in_array) {
-  parse_err("[1, // one\n 2]", "m.json:1:5: error: JSON syntax error: comments are not allowed in JSON");
-  parse_err("[/* x */ 1]", "m.json:1:2: error: JSON syntax error: comments are not allowed in JSON");
+  parse_err("[1, // one\n 2]",
+            "m.json:1:5: error: JSON syntax error: comments are not allowed in JSON");
+  parse_err("[/* x */ 1]",
+            "m.json:1:2: error: JSON syntax error: comments are not allowed in JSON");
 }
 END_TEST
 
-// Regression (source.c): same off-by-one as above: a comment where a key is expected was reported as
-// "unexpected '/'" (or '*') one column too far right.
+// Regression (source.c): same off-by-one as above: a comment where a key is expected was reported
+// as "unexpected '/'" (or '*') one column too far right.
 START_TEST(test_err_comment_in_object) {
   parse_err("{\n  // the model\n  \"a\": 1\n}",
             "m.json:2:3: error: JSON syntax error: comments are not allowed in JSON");
-  parse_err("{\"a\": 1, /* b */ \"b\": 2}", "m.json:1:10: error: JSON syntax error: comments are not allowed in JSON");
+  parse_err("{\"a\": 1, /* b */ \"b\": 2}",
+            "m.json:1:10: error: JSON syntax error: comments are not allowed in JSON");
 }
 END_TEST
 
 START_TEST(test_err_single_quote_value) {
-  parse_err("{\"a\": 'x'}", "m.json:1:7: error: JSON syntax error: strings must use double quotes, not '");
+  parse_err("{\"a\": 'x'}",
+            "m.json:1:7: error: JSON syntax error: strings must use double quotes, not '");
   parse_err("['x']", "m.json:1:2: error: JSON syntax error: strings must use double quotes, not '");
 }
 END_TEST
 
-// Regression (source.c): a single-quoted key was reported as "unexpected 'a'" at the byte after the quote.
+// Regression (source.c): a single-quoted key was reported as "unexpected 'a'" at the byte after the
+// quote.
 START_TEST(test_err_single_quote_key) {
-  parse_err("{'a': 1}", "m.json:1:2: error: JSON syntax error: strings must use double quotes, not '");
-  parse_err("{\"a\": 1,\n 'b': 2}", "m.json:2:2: error: JSON syntax error: strings must use double quotes, not '");
+  parse_err("{'a': 1}",
+            "m.json:1:2: error: JSON syntax error: strings must use double quotes, not '");
+  parse_err("{\"a\": 1,\n 'b': 2}",
+            "m.json:2:2: error: JSON syntax error: strings must use double quotes, not '");
 }
 END_TEST
 
@@ -343,13 +360,14 @@ START_TEST(test_err_eof) {
 }
 END_TEST
 
-// Regression (source.c): an unterminated string was reported as "unexpected 'a'" at its first character
-// instead of as a string that the end of the file cut short (reported at its opening quote).
+// Regression (source.c): an unterminated string was reported as "unexpected 'a'" at its first
+// character instead of as a string that the end of the file cut short (reported at its opening
+// quote).
 START_TEST(test_err_unterminated_string) {
-  parse_err("{\"a\": \"abc",
-            "m.json:1:7: error: JSON syntax error: unterminated string (the file ends before its closing quote)");
-  parse_err("{\"a\": 1, \"b",
-            "m.json:1:10: error: JSON syntax error: unterminated string (the file ends before its closing quote)");
+  parse_err("{\"a\": \"abc", "m.json:1:7: error: JSON syntax error: unterminated string (the file "
+                             "ends before its closing quote)");
+  parse_err("{\"a\": 1, \"b", "m.json:1:10: error: JSON syntax error: unterminated string (the "
+                              "file ends before its closing quote)");
 }
 END_TEST
 
@@ -358,14 +376,16 @@ START_TEST(test_err_other) {
   parse_err("[1 2]", "m.json:1:4: error: JSON syntax error: unexpected '2'");
   parse_err("{} x", "m.json:1:4: error: JSON syntax error: unexpected 'x' after the JSON document");
   parse_err("[1]]", "m.json:1:4: error: JSON syntax error: unexpected ']' after the JSON document");
-  parse_err("{\"a\": 1}}", "m.json:1:9: error: JSON syntax error: unexpected '}' after the JSON document");
+  parse_err("{\"a\": 1}}",
+            "m.json:1:9: error: JSON syntax error: unexpected '}' after the JSON document");
   parse_err("{\"a\": tru}", "m.json:1:7: error: JSON syntax error: unexpected 't'");
   parse_err("{\"a\": +1}", "m.json:1:7: error: JSON syntax error: unexpected '+'");
   parse_err("{\"a\": [1, 2}", "m.json:1:12: error: JSON syntax error: unexpected '}'");
   parse_err("{\"a\": \xc3\xa9}", "m.json:1:7: error: JSON syntax error: unexpected byte 0xc3");
   parse_err("{\"\xc3\xa9\": 1, \"b\" 2}", "m.json:1:15: error: JSON syntax error: unexpected '2'");
   // CRLF: the column after a CR LF line break starts again at 1.
-  parse_err("{\r\n  \"a\": 1\r\n  \"b\": 2\r\n}", "m.json:3:3: error: JSON syntax error: unexpected '\"'");
+  parse_err("{\r\n  \"a\": 1\r\n  \"b\": 2\r\n}",
+            "m.json:3:3: error: JSON syntax error: unexpected '\"'");
 }
 END_TEST
 
@@ -380,15 +400,17 @@ END_TEST
 
 START_TEST(test_err_nul_byte) {
   static const char t1[] = "{\"a\": 1}\0 ";
-  parse_err_n(t1, sizeof t1 - 1, "m.json:1:9: error: file contains a NUL byte; a model file is UTF-8 text");
+  parse_err_n(t1, sizeof t1 - 1,
+              "m.json:1:9: error: file contains a NUL byte; a model file is UTF-8 text");
   static const char t2[] = "{\n  \"a\"\0: 1}";
-  parse_err_n(t2, sizeof t2 - 1, "m.json:2:6: error: file contains a NUL byte; a model file is UTF-8 text");
+  parse_err_n(t2, sizeof t2 - 1,
+              "m.json:2:6: error: file contains a NUL byte; a model file is UTF-8 text");
 }
 END_TEST
 
-// Regression (source.c): cJSON treats every byte <= 0x20 as whitespace (form feed, vertical tab, other
-// control bytes), but the position walk only skips space, tab, CR and LF, so after such a byte
-// every position in the file is wrong. Either outcome is fine: reject the byte at its position
+// Regression (source.c): cJSON treats every byte <= 0x20 as whitespace (form feed, vertical tab,
+// other control bytes), but the position walk only skips space, tab, CR and LF, so after such a
+// byte every position in the file is wrong. Either outcome is fine: reject the byte at its position
 // (RFC 8259 whitespace is only space, tab, CR, LF), or accept it and keep the positions right.
 START_TEST(test_control_whitespace_positions) {
   static const struct {
@@ -405,8 +427,8 @@ START_TEST(test_control_whitespace_positions) {
       ASSERT_LOC(at("b", NULL), 1, cases[i].b_col);
     } else {
       char want[128];
-      snprintf(want, sizeof want, "m.json:1:%d: error: JSON syntax error: unexpected byte 0x%02x\n", cases[i].bad_col,
-               (unsigned char)cases[i].text[cases[i].bad_col - 1]);
+      snprintf(want, sizeof want, "m.json:1:%d: error: JSON syntax error: unexpected byte 0x%02x\n",
+               cases[i].bad_col, (unsigned char)cases[i].text[cases[i].bad_col - 1]);
       ck_assert_str_eq(cap_text(&doc.cap), want);
     }
   }
@@ -457,7 +479,9 @@ START_TEST(test_load_errors) {
   arena_init(&doc.a);
   cap_open(&doc.cap, "/nonexistent/m.json");
   ck_assert(!source_load(&doc.s, &doc.a, "/nonexistent/m.json", &doc.cap.d));
-  ck_assert_str_eq(cap_text(&doc.cap), "/nonexistent/m.json: error: cannot open model file: No such file or directory\n");
+  ck_assert_str_eq(
+      cap_text(&doc.cap),
+      "/nonexistent/m.json: error: cannot open model file: No such file or directory\n");
   doc_teardown();
   arena_init(&doc.a);
   cap_open(&doc.cap, "/tmp");
@@ -514,4 +538,6 @@ static Suite *source_suite(void) {
   return s;
 }
 
-int main(void) { return run_suite(source_suite()); }
+int main(void) {
+  return run_suite(source_suite());
+}

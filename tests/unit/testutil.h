@@ -64,14 +64,14 @@ static inline char *json_q(const char *s) {
 // ---- whole models
 
 typedef struct Model {
-  Arena arena;  // owns the source text, the graph and every string
-  Source src;   // parsed document
-  Graph g;      // the graph built by expand
-  Capture cap;  // diagnostics ("m.json:LINE:COL: error: ...")
-  bool parsed;  // source_parse succeeded
-  bool expanded;// pass_expand succeeded
-  bool shaped;  // pass_shape succeeded
-  bool verified;// graph_verify succeeded
+  Arena arena;   // owns the source text, the graph and every string
+  Source src;    // parsed document
+  Graph g;       // the graph built by expand
+  Capture cap;   // diagnostics ("m.json:LINE:COL: error: ...")
+  bool parsed;   // source_parse succeeded
+  bool expanded; // pass_expand succeeded
+  bool shaped;   // pass_shape succeeded
+  bool verified; // graph_verify succeeded
 } Model;
 
 // Runs json (single quotes allowed, see json_q) through source_parse, pass_expand, pass_shape
@@ -95,7 +95,9 @@ static inline bool model_run_defs(Model *m, const char *json, const char **defin
   return m->verified;
 }
 
-static inline bool model_run(Model *m, const char *json) { return model_run_defs(m, json, NULL, 0); }
+static inline bool model_run(Model *m, const char *json) {
+  return model_run_defs(m, json, NULL, 0);
+}
 
 static inline void model_free(Model *m) {
   source_free(&m->src);
@@ -117,7 +119,8 @@ static inline char *print_graph(const Graph *g) {
 // Shape and dtype as the printer writes them: "f32(B,64)".
 static inline const char *type_str(char *buf, int cap, const Graph *g, const Tensor *t) {
   char s[256];
-  snprintf(buf, (size_t)cap, "%s%s", dtype_name(t->dtype), shape_str(s, sizeof s, &t->shape, g->batch_sym));
+  snprintf(buf, (size_t)cap, "%s%s", dtype_name(t->dtype),
+           shape_str(s, sizeof s, &t->shape, g->batch_sym));
   return buf;
 }
 
