@@ -55,6 +55,8 @@ void pr_adamw_step(float *p, const float *g, float *m, float *v, int64_t n, doub
   const float neg_step = (float)(-(lr / bc1));
   const float bc2_sqrt = (float)sqrt(bc2);
   const float epsf = (float)eps;
+  // Elementwise: splitting over threads cannot change any element's result.
+#pragma omp parallel for schedule(static) if (n >= 65536)
   for (int64_t i = 0; i < n; i++) {
     float pi = p[i] * decay;
     float gi = g[i];
