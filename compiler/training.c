@@ -54,8 +54,9 @@ static const Key *find_key(const char *name) {
 }
 
 // Stores a number or string into the field described by k; msg gets the reason on failure.
-static bool store(const Key *k, TrainConfig *tc, double num, const char *str, char *msg,
-                  size_t cap) {
+// text: the number as the user wrote it (for messages).
+static bool store(const Key *k, TrainConfig *tc, double num, const char *text, const char *str,
+                  char *msg, size_t cap) {
   char *dst = (char *)tc + k->off;
   if (k->type == K_STR) {
     if (!str) return snprintf(msg, cap, "expected a string"), false;
@@ -63,10 +64,11 @@ static bool store(const Key *k, TrainConfig *tc, double num, const char *str, ch
     return true;
   }
   if (str) return snprintf(msg, cap, "expected a number"), false;
+  if (k->type == K_INT && num != floor(num))
+    return snprintf(msg, cap, "expected an integer, got %s", text), false;
   if (!(num >= k->lo && num <= k->hi))
-    return snprintf(msg, cap, "must be from %g to %g, got %g", k->lo, k->hi, num), false;
+    return snprintf(msg, cap, "must be from %.15g to %.15g, got %s", k->lo, k->hi, text), false;
   if (k->type == K_INT) {
-    if (num != floor(num)) return snprintf(msg, cap, "expected an integer, got %g", num), false;
     *(int64_t *)dst = (int64_t)num;
   } else {
     *(double *)dst = num;
@@ -85,9 +87,13 @@ static bool read_object(const Source *src, const cJSON *obj, const char *prefix,
         diag_error(d, source_loc(src, c), "training.%s: duplicate key", name);
         return false;
       }
-    if (!*prefix && cJSON_IsObject(c) &&
-        (!strcmp(c->string, "optimizer") || !strcmp(c->string, "schedule") ||
-         !strcmp(c->string, "data"))) {
+    bool section = !*prefix && (!strcmp(c->string, "optimizer") || !strcmp(c->string, "schedule") ||
+                                !strcmp(c->string, "data"));
+    if (section && !cJSON_IsObject(c)) {
+      diag_error(d, source_loc(src, c), "training.%s: expected an object", name);
+      return false;
+    }
+    if (section) {
       char sub[64];
       snprintf(sub, sizeof sub, "%s.", c->string);
       if (!read_object(src, c, sub, tc, d, a)) return false;
@@ -110,7 +116,22 @@ static bool read_object(const Source *src, const cJSON *obj, const char *prefix,
                  k->type == K_STR ? "string" : "number");
       return false;
     }
-    if (!store(k, tc, cJSON_IsNumber(c) ? c->valuedouble : 0, str, msg, sizeof msg)) {
+    char text[80] = "";
+    double num = 0;
+    if (cJSON_IsNumber(c)) {
+      int64_t iv;
+      source_number_str(src, c, text, sizeof text);
+      num = c->valuedouble;
+      if (k->type == K_INT) { // exact, from the digits: cJSON's double rounds past 2^53
+        if (!source_int(src, c, &iv) && num == floor(num)) {
+          diag_error(d, source_loc(src, c), "training.%s: expected an integer within +-2^53, got %s", name,
+                     text);
+          return false;
+        }
+        if (source_int(src, c, &iv)) num = (double)iv;
+      }
+    }
+    if (!store(k, tc, num, text, str, msg, sizeof msg)) {
       diag_error(d, source_loc(src, c), "training.%s: %s", name, msg);
       return false;
     }
@@ -191,8 +212,11 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
       return false;
     }
     char msg[200];
-    if (!store(find_key("optimizer.beta1"), tc, betas->child->valuedouble, NULL, msg, sizeof msg) ||
-        !store(find_key("optimizer.beta2"), tc, betas->child->next->valuedouble, NULL, msg,
+    char t1[80], t2[80];
+    source_number_str(src, betas->child, t1, sizeof t1);
+    source_number_str(src, betas->child->next, t2, sizeof t2);
+    if (!store(find_key("optimizer.beta1"), tc, betas->child->valuedouble, t1, NULL, msg, sizeof msg) ||
+        !store(find_key("optimizer.beta2"), tc, betas->child->next->valuedouble, t2, NULL, msg,
                sizeof msg)) {
       diag_error(d, source_loc(src, betas), "training.optimizer.betas: %s", msg);
       return false;
@@ -235,13 +259,13 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
       diag_error(d, (Loc){0, 0}, "--set %s: '%s' is not a number", overrides[i], eq + 1);
       return false;
     }
-    if (!store(k, tc, v, k->type == K_STR ? eq + 1 : NULL, msg, sizeof msg)) {
+    if (!store(k, tc, v, eq + 1, k->type == K_STR ? eq + 1 : NULL, msg, sizeof msg)) {
       diag_error(d, (Loc){0, 0}, "--set %s: %s", overrides[i], msg);
       return false;
     }
   }
   if (tc->batch % tc->microbatches) {
-    diag_error(d, (Loc){0, 0}, "training: batch %lld is not a multiple of microbatches %lld",
+    diag_error(d, source_loc(src, sub(tr, "microbatches")), "training: batch %lld is not a multiple of microbatches %lld",
                (long long)tc->batch, (long long)tc->microbatches);
     return false;
   }

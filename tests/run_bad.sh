@@ -10,12 +10,13 @@
 # under it) and a final line `N passed, M failed`; exits 1 if anything failed.
 set -u
 
-if [ $# -ne 2 ]; then
-  echo "usage: $0 PIPEC BADDIR" >&2
+if [ $# -lt 2 ] || [ $# -gt 3 ]; then
+  echo "usage: $0 PIPEC BADDIR [COMMAND]" >&2
   exit 2
 fi
 pipec=$1
 baddir=$2
+cmd=${3:-check} # tests/bad_training runs `pipec plan`: the training section is read there
 
 # The compiler path must survive the cd into BADDIR.
 case $pipec in
@@ -55,7 +56,7 @@ for model in "${models[@]}"; do
     fail "$name" "$name.err is missing (the expected stderr)"
     continue
   fi
-  ${run[@]+"${run[@]}"} "$pipec" check "$model" </dev/null >"$tmp/out" 2>"$tmp/err"
+  ${run[@]+"${run[@]}"} "$pipec" "$cmd" "$model" </dev/null >"$tmp/out" 2>"$tmp/err"
   rc=$?
   ok=1
   if [ $rc -ne 1 ]; then
