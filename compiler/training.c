@@ -265,7 +265,8 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
     }
   }
   if (tc->batch % tc->microbatches) {
-    diag_error(d, source_loc(src, sub(tr, "microbatches")), "training: batch %lld is not a multiple of microbatches %lld",
+    // Point at the file only when neither number came from --set.
+    diag_error(d, noverrides ? (Loc){0, 0} : source_loc(src, sub(tr, "microbatches")), "training: batch %lld is not a multiple of microbatches %lld",
                (long long)tc->batch, (long long)tc->microbatches);
     return false;
   }
