@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "../ir/ops.h"
+#include "json.h"
 #include "program.h"
 
 typedef enum KeyType { K_INT, K_NUM, K_STR } KeyType;
@@ -106,7 +107,19 @@ static bool read_object(const Source *src, const cJSON *obj, const char *prefix,
       continue; // read by training_parse
     const Key *k = find_key(name);
     if (!k) {
-      diag_error(d, source_loc(src, c), "training.%s: unknown key", name);
+      // Suggest among the keys of this level (table keys and the specially read ones).
+      static const char *const extra[] = {"optimizer",      "schedule",        "data",
+                                          "optimizer.kind", "optimizer.betas", "data.kind",
+                                          "data.input",     "data.target"};
+      const char *cands[NKEYS + 8];
+      int nc = 0;
+      size_t pl = strlen(prefix);
+      for (int i = 0; i < NKEYS + 8; i++) {
+        const char *kn = i < NKEYS ? keys[i].name : extra[i - NKEYS];
+        if (strncmp(kn, prefix, pl) == 0 && !strchr(kn + pl, '.')) cands[nc++] = kn + pl;
+      }
+      diag_error(d, source_loc(src, c), "training.%s: unknown key%s", name,
+                 json_suggest(a, c->string, cands, nc));
       return false;
     }
     char msg[200];
@@ -124,8 +137,8 @@ static bool read_object(const Source *src, const cJSON *obj, const char *prefix,
       num = c->valuedouble;
       if (k->type == K_INT) { // exact, from the digits: cJSON's double rounds past 2^53
         if (!source_int(src, c, &iv) && num == floor(num)) {
-          diag_error(d, source_loc(src, c), "training.%s: expected an integer within +-2^53, got %s", name,
-                     text);
+          diag_error(d, source_loc(src, c),
+                     "training.%s: expected an integer within +-2^53, got %s", name, text);
           return false;
         }
         if (source_int(src, c, &iv)) num = (double)iv;
@@ -215,7 +228,8 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
     char t1[80], t2[80];
     source_number_str(src, betas->child, t1, sizeof t1);
     source_number_str(src, betas->child->next, t2, sizeof t2);
-    if (!store(find_key("optimizer.beta1"), tc, betas->child->valuedouble, t1, NULL, msg, sizeof msg) ||
+    if (!store(find_key("optimizer.beta1"), tc, betas->child->valuedouble, t1, NULL, msg,
+               sizeof msg) ||
         !store(find_key("optimizer.beta2"), tc, betas->child->next->valuedouble, t2, NULL, msg,
                sizeof msg)) {
       diag_error(d, source_loc(src, betas), "training.optimizer.betas: %s", msg);
@@ -266,8 +280,9 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
   }
   if (tc->batch % tc->microbatches) {
     // Point at the file only when neither number came from --set.
-    diag_error(d, noverrides ? (Loc){0, 0} : source_loc(src, sub(tr, "microbatches")), "training: batch %lld is not a multiple of microbatches %lld",
-               (long long)tc->batch, (long long)tc->microbatches);
+    diag_error(d, noverrides ? (Loc){0, 0} : source_loc(src, sub(tr, "microbatches")),
+               "training: batch %lld is not a multiple of microbatches %lld", (long long)tc->batch,
+               (long long)tc->microbatches);
     return false;
   }
   tc->mb_size = tc->batch / tc->microbatches;
