@@ -135,6 +135,8 @@ static void emit_call(E *e, const Node *n, const char *acc) {
   op->kargs(n, e->tc->mb_size, e->a, &ka);
   for (int i = 0; i < ka.n; i++) {
     const KArg *k = &ka.a[i];
+    out(e, "%s/*%s*/ ", SEP(), k->name); // each size named as the kernel's parameter
+    first = true;
     switch (k->kind) {
     case 'i':
       out(e, "%s%lld", SEP(), (long long)k->i);
@@ -152,7 +154,7 @@ static void emit_call(E *e, const Node *n, const char *acc) {
       break;
     }
   }
-  if (op->acc) out(e, "%s%s", SEP(), acc);
+  if (op->acc) out(e, "%s/*acc*/ %s", SEP(), acc);
 #undef SEP
   out(e, "); // %s\n", comment(e, n->name));
 }

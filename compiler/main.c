@@ -36,6 +36,7 @@ typedef struct Driver {
   int nsets;              // entries in sets
   const char *out_dir;    // -o DIR
   const char *target;     // --target
+  char *cmdline;          // the command line as typed (getopt permutes argv)
   char **prog_args;       // run: arguments after "--" for the program
   int nprog_args;         // count
   Diag diag;              // diagnostics for the model file
@@ -208,6 +209,7 @@ int main(int argc, char **argv) {
     return rc_;                                                                                    \
   } while (0)
   dr.target = "cpu";
+  dr.cmdline = join_args(&dr.arena, argc, argv);
   // Everything after "--" belongs to the generated program (pipec run).
   for (int i = 1; i < argc; i++)
     if (strcmp(argv[i], "--") == 0) {
@@ -333,7 +335,7 @@ int main(int argc, char **argv) {
     const char *out = dr.out_dir
                           ? dr.out_dir
                           : arena_printf(&dr.arena, "out/%s", mangle_dir(&dr.arena, dr.graph.name));
-    char *cmdline = join_args(&dr.arena, argc, argv);
+    char *cmdline = dr.cmdline;
     CodegenOptions co = {out, cmdline, dr.model, dr.target, true};
     if (!dr.out_dir) mkdir("out", 0777);
     ok = codegen_c(&dr.graph, &tc, &plan, &co, &dr.diag);
