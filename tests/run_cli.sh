@@ -70,6 +70,14 @@ expect args-not-run 2 "^pipec: arguments after '--' are for 'run' only" "$pipec"
 expect list-ops 0 '' "$pipec" --list-ops
 [ "$(printf '%s\n' "$LAST_OUT" | wc -l)" -eq 21 ] && [[ "$LAST_OUT" == matmul* ]] && pass=$((pass + 1)) || { echo "FAIL --list-ops: $LAST_OUT"; fail=$((fail + 1)); }
 
+# run = compile + build + exec: the program's own exit status and arguments come through.
+rundir=$(mktemp -d)
+expect run 0 '' "$pipec" run samples/mlp_digits.json -o "$rundir" -- --steps 3 --quiet --loss-log "$rundir/l"
+[ "$(wc -l <"$rundir/l")" -eq 3 ] && pass=$((pass + 1)) || { echo "FAIL run: --loss-log has not 3 lines"; fail=$((fail + 1)); }
+expect run-bad-program-flag 2 "^train: --steps: expected a non-negative integer, got 'x'$" \
+  "$pipec" run samples/mlp_digits.json -o "$rundir" -- --steps x
+rm -rf "$rundir"
+
 rm -f /tmp/pipec_cli_err.$$
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
