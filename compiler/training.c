@@ -322,6 +322,11 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
       free(real);
     }
     if (tc->data_path[0] != '/') tc->data_path = arena_printf(a, "%s/%s", dir, tc->data_path);
+    char *canon = realpath(tc->data_path, NULL); // tidy "a/../b" when the file exists
+    if (canon) {
+      tc->data_path = arena_strdup(a, canon);
+      free(canon);
+    }
     if (tc->data_path2 && tc->data_path2[0] != '/')
       tc->data_path2 = arena_printf(a, "%s/%s", dir, tc->data_path2);
   }

@@ -83,7 +83,8 @@ static void print_usage(const PrOptions *o, const char *doc) {
          (long long)o->eval_every);
   printf("  --eval-batches N   batches per evaluation [%lld]\n", (long long)o->eval_batches);
   printf("  --log-every N      progress line every N steps [%lld]\n", (long long)o->log_every);
-  printf("  --threads N        threads for OpenBLAS and the kernels, 0 = leave as is [%d]\n",
+  printf("  --threads N        kernel threads (results do not depend on it), 0 = OpenMP default "
+         "[%d]\n",
          o->threads);
   printf("  --loss-log F       write \"step loss\" per step to F\n");
   printf("  --quiet            no progress lines\n");
