@@ -611,6 +611,18 @@ static const char *runtime_lib(void) {
   return h && *h ? h : PIPEC_RUNTIME_LIB;
 }
 
+bool codegen_check_target(const Graph *g, const char *target, Diag *d) {
+  // The CPU kernels compute in float32 (ids in int32): refuse what they would misread.
+  for (int i = 0; i < g->ntensors; i++) {
+    const Tensor *t = g->tensors[i];
+    if (t->dtype == DT_F32 || t->dtype == DT_I32) continue;
+    diag_error(d, t->loc, "%s: '%s' is %s; the %s target computes in f32 (and i32 ids) only",
+               t->path ? t->path : "model", t->name, dtype_name(t->dtype), target);
+    return false;
+  }
+  return true;
+}
+
 bool codegen_c(const Graph *g, const TrainConfig *tc, const Plan *p, const CodegenOptions *o,
                Diag *d) {
   Arena *a = g->arena;

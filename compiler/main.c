@@ -320,7 +320,8 @@ int main(int argc, char **argv) {
   TrainConfig tc;
   Plan plan;
   if (ok && back) {
-    ok = training_parse(&src, &dr.graph, dr.sets, dr.nsets, &tc, &dr.diag);
+    ok = training_parse(&src, &dr.graph, dr.sets, dr.nsets, &tc, &dr.diag) &&
+         codegen_check_target(&dr.graph, dr.target, &dr.diag);
     dr.t0 = now();
     ok =
         ok && after_pass(&dr, "autodiff", pass_autodiff(&dr.graph, (int)tc.microbatches, &dr.diag));

@@ -89,6 +89,9 @@ typedef struct CodegenOptions {
   bool build;             // also compile it into out_dir/bin/
 } CodegenOptions;
 
+// Whether the target can run every tensor of g (the cpu target: f32 and i32 only).
+bool codegen_check_target(const Graph *g, const char *target, Diag *d);
+
 // Writes out_dir/rank0.c (and builds out_dir/bin/train). Errors are reported through d.
 bool codegen_c(const Graph *g, const TrainConfig *tc, const Plan *p, const CodegenOptions *o,
                Diag *d);
