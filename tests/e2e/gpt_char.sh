@@ -27,4 +27,17 @@ check "resumed run continues bit for bit" cmp -s <(tail -n "$((steps - half))" "
 # --init from the checkpoint, no training: the saved parameters load back unchanged.
 "$train" --steps 0 --quiet --init "$tmp/ck.safetensors" --save "$tmp/ck2.safetensors" >/dev/null 2>&1 || bad "init+save"
 check "init then save reproduces the checkpoint" cmp -s "$tmp/ck.safetensors" "$tmp/ck2.safetensors"
+# The same text as a uint16 token file (ids in vocabulary order) trains bit for bit the same.
+python3 - "$root/../shared/data/tinyshakespeare.txt" "$tmp/tok.u16" "$tmp/u16.json" <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+lut = {c: i for i, c in enumerate(sorted(set(raw)))}
+open(sys.argv[2], "wb").write(struct.pack("<%dH" % len(raw), *[lut[c] for c in raw]))
+m = json.load(open("samples/gpt_char.json"))
+m["training"]["data"] = {"kind": "tokens_u16", "path": sys.argv[2], "train_fraction": 0.9}
+json.dump(m, open(sys.argv[3], "w"))
+PY
+"$pipec" compile "$tmp/u16.json" -o "$tmp/u16" 2>/dev/null || bad "compile u16"
+"$tmp/u16/bin/train" --steps "$half" --quiet --eval-batches 1 --loss-log "$tmp/d" >/dev/null 2>&1 || bad "run u16"
+check "uint16 token data trains like the text" cmp -s "$tmp/d" <(head -n "$half" "$tmp/a")
 finish
