@@ -397,8 +397,21 @@ static bool emit(E *e, const CodegenOptions *o) {
           "  if (batches == 0) batches = (val + MB - 1) / MB;\n"
           "  for (int64_t k = 0; k < batches; k++) {\n"
           "    int64_t valid = pr_table_val_batch(&data, k, MB, %s, %s);\n"
-          "    forward();\n    loss += %s[0] * (double)valid;\n    weight += (double)valid;\n",
-          e->ident[x->id], e->ident[y->id], e->ident[loss->id]);
+          "    forward();\n",
+          e->ident[x->id], e->ident[y->id]);
+      const Node *ln = loss->producer;
+      if (classify && ln && !strcmp(ln->op->name, "cross_entropy") && ln->in[0] == logits &&
+          ln->in[1] == y)
+        // The last batch wraps around: its loss is taken over the real rows only.
+        out(e,
+            "    float part;\n    pr_cross_entropy_fwd(&part, %s, %s, valid, %lld);\n"
+            "    loss += (double)part * (double)valid;\n    weight += (double)valid;\n",
+            e->ident[logits->id], e->ident[y->id], (long long)logits->shape.d[1].n);
+      else
+        out(e,
+            "    loss += %s[0] * (double)valid; // batch means, weighted by the real rows\n"
+            "    weight += (double)valid;\n",
+            e->ident[loss->id]);
       if (classify)
         out(e, "    correct += pr_count_correct(%s, %s, valid, %lld);\n    seen += valid;\n",
             e->ident[logits->id], e->ident[y->id], (long long)logits->shape.d[1].n);
