@@ -579,8 +579,8 @@ static bool emit(E *e, const CodegenOptions *o) {
       "  free(step_ms);\n");
   out(e, "  if (o.save) {\n"
          "    pr_safetensors_save(o.save, refs, NPARAMS, NULL, 0);\n"
-         "    char stepbuf[32];\n    snprintf(stepbuf, sizeof stepbuf, \"%%lld\", (long "
-         "long)o.steps);\n"
+         "    char stepbuf[32]; // optimizer steps the saved state has taken\n"
+         "    snprintf(stepbuf, sizeof stepbuf, \"%%lld\", (long long)(start + done));\n"
          "    const char *meta[2] = {\"step\", stepbuf};\n"
          "    prCheck(snprintf(side, sizeof side, \"%%s.optim\", o.save) < (int)sizeof side, \"use "
          "a shorter path\",\n"
