@@ -136,19 +136,18 @@ static void emit_call(E *e, const Node *n, const char *acc) {
   for (int i = 0; i < ka.n; i++) {
     const KArg *k = &ka.a[i];
     out(e, "%s/*%s*/ ", SEP(), k->name); // each size named as the kernel's parameter
-    first = true;
     switch (k->kind) {
     case 'i':
-      out(e, "%s%lld", SEP(), (long long)k->i);
+      out(e, "%lld", (long long)k->i);
       break;
     case 'f':
-      out(e, "%s%s", SEP(), flit(e, k->f));
+      out(e, "%s", flit(e, k->f));
       break;
     case 'x':
-      out(e, "%s%s", SEP(), k->expr);
+      out(e, "%s", k->expr);
       break;
     case 'a':
-      out(e, "%s(const int64_t[]){", SEP());
+      out(e, "(const int64_t[]){");
       for (int j = 0; j < k->n; j++) out(e, "%s%lld", j ? ", " : "", (long long)k->arr[j]);
       out(e, "}");
       break;

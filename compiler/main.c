@@ -159,12 +159,6 @@ static void print_summary(const Graph *g) {
   printf("activations  %s per sample\n", human(a, sizeof a, acts, "B", true));
 }
 
-// "prefix" + value in a heap string that lives until exit (option shorthands).
-static const char *arena_strdup_heap(const char *prefix, const char *value) {
-  static Arena a; // freed at exit by the OS; tiny
-  return arena_printf(&a, "%s%s", prefix, value);
-}
-
 // The model name as a directory name: letters, digits, '-', '_', '.'.
 static const char *mangle_dir(Arena *a, const char *name) {
   char *s = arena_strdup(a, *name ? name : "model");
@@ -236,13 +230,13 @@ int main(int argc, char **argv) {
       dr.sets[dr.nsets++] = optarg;
       break;
     case 'b':
-      dr.sets[dr.nsets++] = arena_strdup_heap("batch=", optarg);
+      dr.sets[dr.nsets++] = arena_printf(&dr.arena, "batch=%s", optarg);
       break;
     case 'm':
-      dr.sets[dr.nsets++] = arena_strdup_heap("microbatches=", optarg);
+      dr.sets[dr.nsets++] = arena_printf(&dr.arena, "microbatches=%s", optarg);
       break;
     case 'S':
-      dr.sets[dr.nsets++] = arena_strdup_heap("steps=", optarg);
+      dr.sets[dr.nsets++] = arena_printf(&dr.arena, "steps=%s", optarg);
       break;
     case 'd':
       dr.dump_after = optarg;

@@ -110,6 +110,18 @@ static void store_acc(float *restrict out, const float *restrict t, int64_t n, i
   }
 }
 
+// Where a kernel computes its contribution: the output itself, or (acc) scratch that
+// acc_finish then adds into the output and releases.
+static float *acc_target(float *out, int64_t n, int acc) {
+  return acc ? scratch((size_t)n * sizeof(float)) : out;
+}
+
+static void acc_finish(float *out, float *t, int64_t n, int acc) {
+  if (!acc) return;
+  store_acc(out, t, n, 1);
+  scratch_free(t);
+}
+
 // Sum of x[0..n) in 8 fixed lanes combined in a fixed tree, then the tail in order.
 static inline float sum_f(const float *restrict x, int64_t n) {
   float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -322,7 +334,7 @@ void pr_matmul_fwd(float *y, const float *a, const float *b, int64_t batch, int6
 void pr_matmul_bwd_a(float *da, const float *dy, const float *b, int64_t batch, int64_t M,
                      int64_t N, int64_t K, int ta, int tb, int b_batched, int acc) {
   int64_t n = batch * M * K, ldb = tb ? K : N;
-  float *t = acc ? scratch((size_t)n * sizeof(float)) : da;
+  float *t = acc_target(da, n, acc);
   if (!ta && !b_batched) {
     // da (batch*M,K) = dy (batch*M,N) . op(b)^T
     gemm(0, !tb, batch * M, K, N, dy, N, b, ldb, 0.0f, t, K);
@@ -331,10 +343,7 @@ void pr_matmul_bwd_a(float *da, const float *dy, const float *b, int64_t batch, 
   } else { // da^T stored (K,M) = op(b) (K,N) . dy^T (N,M)
     gemm_batched(batch, tb, 1, K, M, N, b, ldb, b_batched ? K * N : 0, dy, N, M * N, t, M, M * K);
   }
-  if (acc) {
-    store_acc(da, t, n, 1);
-    scratch_free(t);
-  }
+  acc_finish(da, t, n, acc);
 }
 
 // db (batch|1,K,N) or, with tb, (batch|1,N,K) = op(a)^T . dy (in b's orientation); with
@@ -342,7 +351,7 @@ void pr_matmul_bwd_a(float *da, const float *dy, const float *b, int64_t batch, 
 void pr_matmul_bwd_b(float *db, const float *dy, const float *a, int64_t batch, int64_t M,
                      int64_t N, int64_t K, int ta, int tb, int b_batched, int acc) {
   int64_t n = (b_batched ? batch : 1) * K * N, lda = ta ? M : K;
-  float *t = acc ? scratch((size_t)n * sizeof(float)) : db;
+  float *t = acc_target(db, n, acc);
   if (!b_batched && !ta) {
     // a is (batch*M,K) contiguous: one GEMM reducing over batch*M rows in ascending order.
     if (!tb)
@@ -364,10 +373,7 @@ void pr_matmul_bwd_b(float *db, const float *dy, const float *a, int64_t batch, 
         gemm(1, ta, N, K, M, dyi, N, ai, lda, beta, t, K);
     }
   }
-  if (acc) {
-    store_acc(db, t, n, 1);
-    scratch_free(t);
-  }
+  acc_finish(db, t, n, acc);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -387,23 +393,17 @@ void pr_linear_fwd(float *y, const float *x, const float *w, const float *bias, 
 // dx (rows,in) = dy (rows,out) . w (out,in)
 void pr_linear_bwd_x(float *dx, const float *dy, const float *w, int64_t rows, int64_t in,
                      int64_t out, int acc) {
-  float *t = acc ? scratch((size_t)(rows * in) * sizeof(float)) : dx;
+  float *t = acc_target(dx, rows * in, acc);
   gemm(0, 0, rows, in, out, dy, out, w, in, 0.0f, t, in);
-  if (acc) {
-    store_acc(dx, t, rows * in, 1);
-    scratch_free(t);
-  }
+  acc_finish(dx, t, rows * in, acc);
 }
 
 // dw (out,in) = dy^T (out,rows) . x (rows,in)
 void pr_linear_bwd_w(float *dw, const float *dy, const float *x, int64_t rows, int64_t in,
                      int64_t out, int acc) {
-  float *t = acc ? scratch((size_t)(out * in) * sizeof(float)) : dw;
+  float *t = acc_target(dw, out * in, acc);
   gemm(1, 0, out, in, rows, dy, out, x, in, 0.0f, t, in);
-  if (acc) {
-    store_acc(dw, t, out * in, 1);
-    scratch_free(t);
-  }
+  acc_finish(dw, t, out * in, acc);
 }
 
 // db (cols) = sum over rows of dy (rows,cols), rows ascending; threads split the columns.
@@ -584,7 +584,7 @@ void pr_binary_bwd(float *dx, const float *dy, const float *other, int op, int w
     return;
   }
   // Reduction: accumulate the contribution t (nx) over y in row-major order.
-  float *t = acc ? scratch((size_t)nx * sizeof(float)) : dx;
+  float *t = acc_target(dx, nx, acc);
   memset(t, 0, (size_t)nx * sizeof(float));
   int64_t inner = d[r - 1], outer = total / inner, xs = s[0][r - 1], gs = s[1][r - 1];
   // When x's innermost dim is kept (xs == 1), threads can own column blocks of it.
@@ -616,10 +616,7 @@ void pr_binary_bwd(float *dx, const float *dy, const float *other, int op, int w
       }
     }
   }
-  if (acc) {
-    store_acc(dx, t, nx, 1);
-    scratch_free(t);
-  }
+  acc_finish(dx, t, nx, acc);
 }
 
 // ---------------------------------------------------------------------------------------------

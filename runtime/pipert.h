@@ -314,7 +314,4 @@ void pr_start(int argc, char **argv);
 // Median of v[0..n) (sorts v) (util.c).
 double pr_median(double *v, int64_t n);
 
-// a followed by b in a new heap string (start-up only; never freed) (util.c).
-char *pr_strcat2(const char *a, const char *b);
-
 #endif

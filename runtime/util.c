@@ -5,15 +5,6 @@
 
 #include "pipert.h"
 
-char *pr_strcat2(const char *a, const char *b) {
-  size_t na = strlen(a), nb = strlen(b);
-  char *s = malloc(na + nb + 1);
-  prCheck(s != NULL, "the machine is out of memory", "cannot allocate %zu bytes", na + nb + 1);
-  memcpy(s, a, na);
-  memcpy(s + na, b, nb + 1);
-  return s;
-}
-
 void pr_accumulate(float *restrict y, const float *restrict x, int64_t n, int acc) {
   if (acc)
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
