@@ -636,16 +636,18 @@ void pr_scale_bwd(float *restrict dx, const float *restrict dy, int64_t n, float
     UNARY_FOR dx[i] = dy[i] * factor;
 }
 
-// y (n) = max(x, 0)
+// y (n) = max(x, 0); NaN stays NaN (written as x <= 0 ? 0 : x, so a NaN, which compares false,
+// passes through like PyTorch's; every finite x, -0 included, gives what x > 0 ? x : 0 gives).
 void pr_relu_fwd(float *restrict y, const float *restrict x, int64_t n) {
-  UNARY_FOR y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  UNARY_FOR y[i] = x[i] <= 0.0f ? 0.0f : x[i];
 }
+// dx = y <= 0 ? 0 : dy, PyTorch's threshold_backward(dy, y, 0): where y is NaN, dy passes.
 void pr_relu_bwd(float *restrict dx, const float *restrict dy, const float *restrict y, int64_t n,
                  int acc) {
   if (acc)
-    UNARY_FOR dx[i] = dx[i] + (y[i] > 0.0f ? dy[i] : 0.0f);
+    UNARY_FOR dx[i] = dx[i] + (y[i] <= 0.0f ? 0.0f : dy[i]);
   else
-    UNARY_FOR dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    UNARY_FOR dx[i] = y[i] <= 0.0f ? 0.0f : dy[i];
 }
 
 // gelu, tanh approximation (torch.nn.functional.gelu(approximate='tanh')):

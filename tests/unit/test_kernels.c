@@ -1094,6 +1094,67 @@ START_TEST(test_bad_ids) {
 END_TEST
 
 // ---------------------------------------------------------------------------------------------
+// NaN propagates like PyTorch (checked against torch 1.13): every activation maps NaN to NaN
+// (relu(NaN) = NaN, not 0); a NaN in a softmax / layernorm / cross_entropy row makes the row's
+// results NaN; relu's backward is threshold_backward(dy, y, 0) = (y <= 0 ? 0 : dy), so at a NaN
+// output the gradient passes, and the other activations' gradients at NaN are NaN.
+
+static bool all_nan(const float *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    if (!isnan(x[i])) return false;
+  return true;
+}
+
+START_TEST(test_nan) {
+  float x[4] = {NAN, 2.0f, -3.0f, -0.0f}, y[4], dy[4] = {5.0f, 6.0f, 7.0f, 8.0f}, dx[4];
+  void (*fwd[])(float *, const float *, int64_t) = {pr_relu_fwd, pr_gelu_fwd, pr_tanh_fwd,
+                                                    pr_sigmoid_fwd};
+  for (int k = 0; k < 4; k++) {
+    fwd[k](y, x, 4);
+    ck_assert_msg(isnan(y[0]) && !isnan(y[1]) && !isnan(y[2]), "activation %d: NaN in, %g out", k,
+                  (double)y[0]);
+  }
+  pr_relu_fwd(y, x, 4); // finite inputs unchanged: -0 still maps to +0
+  ck_assert(y[1] == 2.0f && y[2] == 0.0f && y[3] == 0.0f && !signbit(y[3]));
+  pr_relu_bwd(dx, dy, y, 4, 0);
+  ck_assert(dx[0] == 5.0f && dx[1] == 6.0f && dx[2] == 0.0f && dx[3] == 0.0f);
+  dx[0] = 1.0f;
+  pr_relu_bwd(dx, dy, y, 4, 1);
+  ck_assert(dx[0] == 6.0f && dx[1] == 12.0f);
+  float ndy[2] = {NAN, NAN}, pos[2] = {1.0f, -1.0f}, d2[2];
+  pr_relu_bwd(d2, ndy, pos, 2, 0); // a NaN gradient passes where y > 0, is cut where y <= 0
+  ck_assert(isnan(d2[0]) && d2[1] == 0.0f);
+  pr_gelu_bwd(dx, dy, x, 4, 0);
+  ck_assert(isnan(dx[0]) && !isnan(dx[1]));
+  pr_tanh_fwd(y, x, 4);
+  pr_tanh_bwd(dx, dy, y, 4, 0);
+  ck_assert(isnan(dx[0]) && !isnan(dx[1]));
+  pr_sigmoid_fwd(y, x, 4);
+  pr_sigmoid_bwd(dx, dy, y, 4, 0);
+  ck_assert(isnan(dx[0]) && !isnan(dx[1]));
+  pr_scale_fwd(y, x, 4, 0.5f);
+  ck_assert(isnan(y[0]) && y[1] == 1.0f);
+  // rows: softmax (contiguous and strided), layernorm, cross_entropy, mse
+  float r[2 * 3] = {1.0f, NAN, 2.0f, 1.0f, 2.0f, 3.0f}, s[6], sdx[6];
+  pr_softmax_fwd(s, r, 2, 3, 1);
+  ck_assert(all_nan(s, 3) && !isnan(s[3]) && !isnan(s[4]) && !isnan(s[5]));
+  pr_softmax_bwd(sdx, s, s, 2, 3, 1, 0);
+  ck_assert(all_nan(sdx, 3) && !isnan(sdx[3]));
+  pr_softmax_fwd(s, r, 1, 2, 3); // strided: columns (1,1), (NaN,2), (2,3)
+  ck_assert(!isnan(s[0]) && isnan(s[1]) && isnan(s[4]) && !isnan(s[2]) && !isnan(s[5]));
+  float w[3] = {1.0f, 1.0f, 1.0f}, b[3] = {0.0f, 0.0f, 0.0f}, mean[2], rstd[2];
+  pr_layernorm_fwd(s, mean, rstd, r, w, b, 2, 3, 1e-5f);
+  ck_assert(all_nan(s, 3) && isnan(mean[0]) && !isnan(s[3]) && !isnan(mean[1]));
+  int32_t tgt[2] = {0, 2};
+  float loss;
+  pr_cross_entropy_fwd(&loss, r, tgt, 2, 3);
+  ck_assert(isnan(loss));
+  pr_cross_entropy_fwd(&loss, r + 3, tgt + 1, 1, 3);
+  ck_assert(!isnan(loss));
+  pr_mse_fwd(&loss, r, r + 3, 3);
+  ck_assert(isnan(loss));
+}
+END_TEST
 
 int main(void) {
   default_threads = omp_get_max_threads();
@@ -1121,6 +1182,7 @@ int main(void) {
   tcase_add_test(tc, test_acc);
   tcase_add_test(tc, test_threads);
   tcase_add_test(tc, test_bad_ids);
+  tcase_add_test(tc, test_nan);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
