@@ -416,6 +416,7 @@ static bool emit(E *e, const CodegenOptions *o) {
             e->ident[logits->id], e->ident[y->id], (long long)logits->shape.d[1].n);
       out(e, "  }\n");
     }
+    out(e, "  pr_check_val_loss(step, loss / weight);\n");
     out(e, "  printf(\"eval  step %%lld | val loss %%.4f\", (long long)step, loss / weight);\n");
     out(e, "  if (seen) printf(\" | val accuracy %%.2f%%%% (%%lld/%%lld)\", 100.0 * "
            "(double)correct / (double)seen, "
@@ -515,6 +516,8 @@ static bool emit(E *e, const CodegenOptions *o) {
   out(e, "  FILE *loss_log = o.loss_log ? fopen(o.loss_log, \"w\") : NULL;\n"
          "  prCheck(!o.loss_log || loss_log, \"check the directory exists and is writable\", "
          "\"cannot open %%s\", o.loss_log);\n");
+  out(e, "  PrGrad G[NPARAMS]; // what the step checks read\n"
+         "  for (int i = 0; i < NPARAMS; i++) G[i] = (PrGrad){P[i].name, P[i].grad, P[i].n};\n");
   out(e, "  double t0 = pr_now();\n  int64_t done = 0;\n");
   out(e, "  double *step_ms = calloc((size_t)(o.steps > start ? o.steps - start : 1), "
          "sizeof(double));\n"
@@ -531,13 +534,13 @@ static bool emit(E *e, const CodegenOptions *o) {
       "    loss /= NMICRO;\n"
       "    step_end();\n",
       e->ident[loss->id]);
+  out(e, "    // Squared global norm over all parameters, summed in canonical order; a non-finite\n"
+         "    // loss or norm stops the program before the update.\n"
+         "    double norm2 = pr_grad_norm2(G, NPARAMS);\n"
+         "    pr_check_step(step + 1, loss, norm2, G, NPARAMS);\n");
   if (tc->grad_clip > 0)
     out(e,
-        "    // Global norm over all parameters, summed in canonical order; clip as "
-        "torch.nn.utils.clip_grad_norm_.\n"
-        "    double norm2 = 0;\n"
-        "    for (int i = 0; i < NPARAMS; i++)\n      if (P[i].grad) norm2 += pr_sumsq(P[i].grad, "
-        "P[i].n);\n"
+        "    // Clip as torch.nn.utils.clip_grad_norm_.\n"
         "    double norm = sqrt(norm2), coef = %.17g / (norm + 1e-6);\n"
         "    if (coef < 1)\n      for (int i = 0; i < NPARAMS; i++)\n        if (P[i].grad) "
         "pr_scale_inplace(P[i].grad, P[i].n, (float)coef);\n",

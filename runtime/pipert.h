@@ -193,6 +193,24 @@ double pr_sumsq(const float *g, int64_t n);
 void pr_scale_inplace(float *g, int64_t n, float factor);
 
 // ---------------------------------------------------------------------------------------------
+// Step checks (train.c): a non-finite loss or gradient stops the program before the update.
+
+typedef struct PrGrad {
+  const char *name; // the parameter's name
+  const float *g;   // its gradient at the end of the step (NULL: not trained)
+  int64_t n;        // elements
+} PrGrad;
+
+// Squared global gradient norm: sum of pr_sumsq over the parameters in the given order.
+double pr_grad_norm2(const PrGrad *p, int count);
+// The first parameter whose gradient is not all finite, or -1.
+int pr_first_nonfinite_grad(const PrGrad *p, int count);
+// prCheck that step's (counted from 1) loss and squared gradient norm are finite.
+void pr_check_step(int64_t step, double loss, double norm2, const PrGrad *p, int count);
+// prCheck that the validation loss of the evaluation after step is finite.
+void pr_check_val_loss(int64_t step, double loss);
+
+// ---------------------------------------------------------------------------------------------
 // Data (data.c). Batches are a pure function of (seed, split, step, microbatch).
 
 enum { PR_TRAIN = 0, PR_VAL = 1 };

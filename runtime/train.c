@@ -1,0 +1,51 @@
+// train.c: the checks of a training step's numbers. Each step the generated program sums the
+// squared global gradient norm (parameters in canonical order, each one's pr_sumsq: the very sum
+// gradient clipping uses, so clipping's numbers do not change) and stops, before the optimizer
+// applies anything, the first time the loss or that norm is not finite; an evaluation stops on a
+// non-finite validation loss. A NaN never trains on silently and never reaches a saved file.
+#include "pipert.h"
+
+#include <math.h>
+
+double pr_grad_norm2(const PrGrad *p, int count) {
+  double norm2 = 0;
+  for (int i = 0; i < count; i++)
+    if (p[i].g) norm2 += pr_sumsq(p[i].g, p[i].n);
+  return norm2;
+}
+
+// Index of the first parameter (canonical order) whose gradient holds a NaN or an infinity, or -1.
+int pr_first_nonfinite_grad(const PrGrad *p, int count) {
+  for (int i = 0; i < count; i++) {
+    if (!p[i].g) continue;
+    for (int64_t k = 0; k < p[i].n; k++)
+      if (!isfinite(p[i].g[k])) return i;
+  }
+  return -1;
+}
+
+// A non-finite value as text: "NaN" (whatever its sign bit), "inf" or "-inf".
+static const char *nonfinite(double v) {
+  return isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf";
+}
+
+static const char *const hint_train =
+    "the run diverged: lower --lr, check the data for extreme values, or clip the gradients "
+    "(training.grad_clip)";
+
+void pr_check_step(int64_t step, double loss, double norm2, const PrGrad *p, int count) {
+  prCheck(isfinite(loss), hint_train, "step %lld: the loss is %s; stopped before the update",
+          (long long)step, nonfinite(loss));
+  if (isfinite(norm2)) return;
+  int bad = pr_first_nonfinite_grad(p, count);
+  prCheck(0, hint_train,
+          "step %lld: the gradient norm is %s (first non-finite gradient: '%s'); stopped before "
+          "the update",
+          (long long)step, nonfinite(norm2), bad >= 0 ? p[bad].name : "none, the sum overflows");
+}
+
+void pr_check_val_loss(int64_t step, double loss) {
+  prCheck(isfinite(loss),
+          "the parameters or the validation data hold extreme values: lower --lr, check the data",
+          "step %lld: the validation loss is %s", (long long)step, nonfinite(loss));
+}
