@@ -138,7 +138,10 @@ static void emit_call(E *e, const Node *n, const char *acc) {
     out(e, "%s/*%s*/ ", SEP(), k->name); // each size named as the kernel's parameter
     switch (k->kind) {
     case 'i':
-      out(e, "%lld", (long long)k->i);
+      if (k->per_row > 0) // a loss's count: over the batch rows the program sets
+        out(e, "%lld * loss_rows", (long long)k->per_row);
+      else
+        out(e, "%lld", (long long)k->i);
       break;
     case 'f':
       out(e, "%s", flit(e, k->f));
@@ -160,6 +163,8 @@ static void emit_call(E *e, const Node *n, const char *acc) {
 
 static void emit_functions(E *e) {
   const Plan *p = e->p;
+  out(e, "// Batch rows the losses average over: MB, or the real rows of a partial validation "
+         "batch.\nstatic int64_t loss_rows = MB;\n\n");
   out(e, "// Forward pass of one microbatch (%d nodes).\nstatic void forward(void) {\n", p->nfwd);
   for (int i = 0; i < p->nfwd; i++) emit_call(e, p->fwd[i], "0");
   out(e, "}\n\n");
@@ -396,21 +401,14 @@ static bool emit(E *e, const CodegenOptions *o) {
           "  if (batches == 0) batches = (val + MB - 1) / MB;\n"
           "  for (int64_t k = 0; k < batches; k++) {\n"
           "    int64_t valid = pr_table_val_batch(&data, k, MB, %s, %s);\n"
-          "    forward();\n",
+          "    loss_rows = valid;\n    forward();\n    loss_rows = MB;\n",
           e->ident[x->id], e->ident[y->id]);
-      const Node *ln = loss->producer;
-      if (classify && ln && !strcmp(ln->op->name, "cross_entropy") && ln->in[0] == logits &&
-          ln->in[1] == y)
-        // The last batch wraps around: its loss is taken over the real rows only.
-        out(e,
-            "    float part;\n    pr_cross_entropy_fwd(&part, %s, %s, valid, %lld);\n"
-            "    loss += (double)part * (double)valid;\n    weight += (double)valid;\n",
-            e->ident[logits->id], e->ident[y->id], (long long)logits->shape.d[1].n);
-      else
-        out(e,
-            "    loss += %s[0] * (double)valid; // batch means, weighted by the real rows\n"
-            "    weight += (double)valid;\n",
-            e->ident[loss->id]);
+      // The last batch wraps around: its losses are means over its real rows (loss_rows),
+      // weighted by them.
+      out(e,
+          "    loss += %s[0] * (double)valid;\n"
+          "    weight += (double)valid;\n",
+          e->ident[loss->id]);
       if (classify)
         out(e, "    correct += pr_count_correct(%s, %s, valid, %lld);\n    seen += valid;\n",
             e->ident[logits->id], e->ident[y->id], (long long)logits->shape.d[1].n);

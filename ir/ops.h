@@ -29,6 +29,11 @@ typedef struct KArg {
   const int64_t *arr; // 'a': values
   int n;              // 'a': count
   const char *expr;   // 'x': expression text (e.g. "acc")
+  // 'i': > 0 when the value is a loss's reduction count (the rows or elements its mean divides
+  // by) of per_row x the batch rows; the program passes per_row x the rows it sets (all of a
+  // microbatch in training, the real rows of a partial validation batch), so that padding rows
+  // are left out of the mean.
+  int64_t per_row;
 } KArg;
 
 enum { MAX_KARGS = 16 };

@@ -16,6 +16,13 @@ static int64_t nel(const Tensor *t, int64_t batch) {
 static void ki(KArgs *o, const char *name, int64_t v) {
   o->a[o->n++] = (KArg){.name = name, .kind = 'i', .i = v};
 }
+// A loss's reduction count n (= nel(t, batch) / div): per batch row when t has the batch dim.
+static void kloss(KArgs *o, const char *name, const Tensor *t, int64_t div, int64_t batch) {
+  bool b = false;
+  for (int i = 0; i < t->shape.rank; i++) b |= t->shape.d[i].b;
+  o->a[o->n++] = (KArg){
+      .name = name, .kind = 'i', .i = nel(t, batch) / div, .per_row = b ? nel(t, 1) / div : 0};
+}
 static void kf(KArgs *o, const char *name, double v) {
   o->a[o->n++] = (KArg){.name = name, .kind = 'f', .f = v};
 }
@@ -274,20 +281,20 @@ int64_t ws_attention(const Node *n, int64_t batch) {
   return 64;
 }
 
-// ---- cross_entropy: rows, V
+// ---- cross_entropy: rows (a loss count, see KArg.per_row), V
 void kargs_cross_entropy(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   (void)a;
   const Node *f = fw(n);
   const Shape *s = &f->in[0]->shape;
   int64_t V = s->d[s->rank - 1].n;
-  ki(o, "rows", nel(f->in[0], batch) / V);
+  kloss(o, "rows", f->in[0], V, batch);
   ki(o, "V", V);
 }
 
-// ---- mse: n (and which for the gradient)
+// ---- mse: n (a loss count, see KArg.per_row; and which for the gradient)
 void kargs_mse(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   (void)a;
-  ki(o, "n", nel(fw(n)->in[0], batch));
+  kloss(o, "n", fw(n)->in[0], 1, batch);
   if (n->fwd) ki(o, "which", n->slot);
 }
 

@@ -79,4 +79,89 @@ expect inf-grad-clipped 1 "^train\.c:[0-9]+: rank 0: error: step 26: the gradien
 expect nan-val-loss 1 "^train\.c:[0-9]+: rank 0: error: step 20: the validation loss is (NaN|inf)$" \
   "$tmp/mlp_bad/bin/train" --quiet --steps 20
 
+# Exact validation loss for every loss (tables): mlp_digits has 360 validation rows, 6 batches of
+# 64 whose last wraps around (40 real rows). A model whose loss is scale(ce, 1.0) trains bit for
+# bit like mlp_digits and must print the same validation loss; one whose loss is ce + mse (an
+# auxiliary head regressed onto the logits) must print the mean over the 360 rows computed by an
+# independent reference from its saved parameters (float64, the validation rows found by
+# replaying the table shuffle of runtime/data.c).
+"$py" - "$root" "$tmp" <<'PY' || bad "generate loss models"
+import json, os, sys
+root, tmp = sys.argv[1], sys.argv[2]
+m = json.load(open(root + '/samples/mlp_digits.json'))
+m['training']['data']['path'] = os.path.abspath(root + '/../shared/data/digits.csv.gz')
+s = json.loads(json.dumps(m))
+s['name'] = 'scaled'
+s['nodes'][-1]['name'] = 'ce'
+s['nodes'].append({'name': 'loss', 'op': 'scale', 'inputs': ['ce'], 'attrs': {'factor': 1.0}})
+json.dump(s, open(tmp + '/scaled.json', 'w'))
+m['name'] = 'two_losses'
+m['params'].append({'name': 'aux.weight', 'shape': ['K', 'H'],
+                    'init': {'kind': 'uniform', 'a': -0.08838834765, 'b': 0.08838834765}})
+m['nodes'][-1]['name'] = 'ce'
+m['nodes'] += [{'name': 'aux', 'op': 'linear', 'inputs': ['relu2', 'aux.weight']},
+               {'name': 'mse', 'op': 'mse_loss', 'inputs': ['aux', 'logits']},
+               {'name': 'loss', 'op': 'add', 'inputs': ['ce', 'mse']}]
+json.dump(m, open(tmp + '/two_losses.json', 'w'))
+PY
+for model in scaled two_losses; do
+  "$pipec" compile "$tmp/$model.json" -o "$tmp/$model" >/dev/null 2>&1 || bad "compile $model"
+done
+val() { sed -n 's/^eval  step [0-9]* | val loss \([0-9.]*\).*/\1/p' "$1" | tail -n 1; }
+"$tmp/mlp/bin/train" --quiet --steps 30 --loss-log "$tmp/ce.loss" >"$tmp/ce.out" 2>&1 || bad "ce run"
+"$tmp/scaled/bin/train" --quiet --steps 30 --loss-log "$tmp/scaled.loss" >"$tmp/scaled.out" 2>&1 || bad "scaled run"
+check "scale(ce, 1.0) trains bit for bit like ce" cmp -s "$tmp/ce.loss" "$tmp/scaled.loss"
+vc=$(val "$tmp/ce.out") vs=$(val "$tmp/scaled.out")
+echo "val loss: ce $vc, scale(ce, 1.0) $vs"
+check "scale(ce, 1.0) val loss $vs = ce val loss $vc" test -n "$vc" -a "$vc" = "$vs"
+"$tmp/two_losses/bin/train" --quiet --steps 30 --save "$tmp/two.safetensors" >"$tmp/two.out" 2>&1 ||
+  bad "two_losses run"
+vt=$(val "$tmp/two.out")
+ref=$("$py" - "$root/../shared/data/digits.csv.gz" "$tmp/two.safetensors" <<'PY'
+import gzip, json, math, struct, sys
+rows = [l for l in gzip.open(sys.argv[1], 'rt').read().splitlines() if l.strip()]
+M = (1 << 64) - 1
+def splitmix(s):
+    s = (s + 0x9e3779b97f4a7c15) & M
+    z = ((s ^ (s >> 30)) * 0xbf58476d1ce4e5b9) & M
+    z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & M
+    return s, z ^ (z >> 31)
+perm, s = list(range(len(rows))), 1337 ^ 0x2545F4914F6CDD1D   # data.c shuffle_split, seed 1337
+for i in range(len(rows) - 1, 0, -1):
+    s, r = splitmix(s)
+    j = r % (i + 1)
+    perm[i], perm[j] = perm[j], perm[i]
+n_train = math.floor(len(rows) * 0.8)
+f32 = lambda v: struct.unpack('f', struct.pack('f', v))[0]
+blob = open(sys.argv[2], 'rb').read()
+hlen = struct.unpack('<Q', blob[:8])[0]
+header = json.loads(blob[8:8 + hlen])
+P = {}
+for name, t in header.items():
+    if name == '__metadata__': continue
+    a, b = t['data_offsets']
+    vals = struct.unpack('<%df' % ((b - a) // 4), blob[8 + hlen + a:8 + hlen + b])
+    cols = t['shape'][-1]
+    P[name] = [list(vals[i:i + cols]) for i in range(0, len(vals), cols)] if len(t['shape']) == 2 else list(vals)
+def linear(x, w, b=None):
+    return [sum(xi * wi for xi, wi in zip(x, row)) + (b[o] if b else 0.0) for o, row in enumerate(w)]
+relu = lambda v: [max(t, 0.0) for t in v]
+ce = mse = 0.0
+val = [rows[perm[k]] for k in range(n_train, len(rows))]
+for line in val:
+    f = line.split(',')
+    x, y = [f32(float(t) * 0.0625) for t in f[:-1]], int(f[-1])
+    h = relu(linear(relu(linear(x, P['fc1.weight'], P['fc1.bias'])), P['fc2.weight'], P['fc2.bias']))
+    z = linear(h, P['fc3.weight'], P['fc3.bias'])
+    aux = linear(h, P['aux.weight'])
+    mx = max(z)
+    ce += mx + math.log(sum(math.exp(t - mx) for t in z)) - z[y]
+    mse += sum((a - b) ** 2 for a, b in zip(aux, z)) / len(z)
+print('%.6f' % ((ce + mse) / len(val)))
+PY
+)
+echo "val loss: ce + mse $vt, reference $ref"
+check "ce + mse val loss $vt = reference $ref (to 1e-4)" \
+  "$py" -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > 1e-4)" "$vt" "$ref"
+
 finish
