@@ -443,6 +443,8 @@ static bool emit(E *e, const CodegenOptions *o) {
                               PIPEC_VERSION)));
   out(e, "  pr_set_threads(o.threads);\n");
   out(e, "  if (!o.quiet) fputs(PLAN, stdout);\n");
+  out(e,
+      "  pr_check_plan_memory((uint64_t)PARAMS_BYTES + GRADS_BYTES + OPTST_BYTES + ACTS_BYTES);\n");
   out(e, "  params = pr_alloc_region(\"params\", PARAMS_BYTES);\n  grads = "
          "pr_alloc_region(\"grads\", GRADS_BYTES);\n"
          "  optst = pr_alloc_region(\"optimizer\", OPTST_BYTES);\n  acts = "

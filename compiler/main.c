@@ -320,6 +320,7 @@ int main(int argc, char **argv) {
     ok =
         ok && after_pass(&dr, "autodiff", pass_autodiff(&dr.graph, (int)tc.microbatches, &dr.diag));
     ok = ok && after_pass(&dr, "memplan", plan_memory(&dr.graph, &tc, &plan, &dr.diag));
+    if (ok) plan_warn_memory(&plan, &dr.diag);
   }
 
   if (ok && strcmp(dr.command, "check") == 0) print_summary(&dr.graph);

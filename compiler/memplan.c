@@ -7,15 +7,39 @@
 // outputs, activation gradients, kernel workspaces, and the constants. Each gets a live interval
 // over the microbatch's node sequence (forward nodes, then backward nodes) and is placed by
 // first fit, biggest first, at the lowest offset free for its whole interval.
+//
+// Every size, sum, alignment and offset is computed with checked arithmetic: a plan whose regions
+// together would exceed 2^63 - 1 bytes is an error naming the tensor (or node workspace) that
+// pushes it over, never a wrapped size.
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "../ir/ops.h"
 #include "program.h"
 
 enum { ALIGN = 64 };
 
+// Sizes here are at most 2^55 bytes (2^53 elements, checked by the training pass, of 4 bytes).
 static int64_t align_up(int64_t v) {
   return (v + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+// *region += bytes and *total (all regions so far) += bytes; false, nothing changed, when either
+// would overflow int64.
+static bool grow(int64_t *total, int64_t *region, int64_t bytes) {
+  int64_t r, t;
+  if (__builtin_add_overflow(*region, bytes, &r) || __builtin_add_overflow(*total, bytes, &t))
+    return false;
+  *region = r;
+  *total = t;
+  return true;
+}
+
+static bool too_big(Diag *d, const Graph *g, const Tensor *t, const char *region) {
+  diag_error(d, t->loc,
+             "%s: '%s' %s: placing it in the %s region, the memory plan would exceed 2^63 bytes",
+             t->path ? t->path : "model", t->name, fmt_shape(g, &t->shape), region);
+  return false;
 }
 
 typedef struct Item {
@@ -36,8 +60,9 @@ static int by_offset(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-// First fit over intervals; returns the region size.
-static int64_t place(Item *items, int n, Arena *a) {
+// First fit over intervals; returns the region size, or -1 when an item would end past room
+// (*over: that item's key).
+static int64_t place(Item *items, int n, Arena *a, int64_t room, int *over) {
   qsort(items, (size_t)n, sizeof(Item), by_size);
   Item **placed = ARENA_ARRAY(a, Item *, n + 1), **live = ARENA_ARRAY(a, Item *, n + 1);
   int np = 0;
@@ -54,15 +79,24 @@ static int64_t place(Item *items, int n, Arena *a) {
       if (off + align_up(it->bytes) <= lo) break;
       if (hi > off) off = hi;
     }
+    int64_t end;
+    if (__builtin_add_overflow(off, align_up(it->bytes), &end) || end > room) {
+      *over = it->key;
+      return -1;
+    }
     *it->dst = off;
-    if (off + align_up(it->bytes) > top) top = off + align_up(it->bytes);
+    if (end > top) top = end;
     placed[np++] = it;
   }
   return top;
 }
 
+// Bytes of t with the batch bound (at most 2^55: shape_numel caps elements at 2^53); -1 when the
+// element count is not known to fit.
 static int64_t tensor_bytes(const Tensor *t, int64_t batch) {
-  return shape_numel(&t->shape, batch) * dtype_size(t->dtype);
+  int64_t n = shape_numel(&t->shape, batch), bytes;
+  if (n < 0 || __builtin_mul_overflow(n, (int64_t)dtype_size(t->dtype), &bytes)) return -1;
+  return bytes;
 }
 
 bool plan_memory(Graph *g, const TrainConfig *tc, Plan *p, Diag *d) {
@@ -93,16 +127,23 @@ bool plan_memory(Graph *g, const TrainConfig *tc, Plan *p, Diag *d) {
   for (int i = 0; i < g->ntensors; i++) p->offset[i] = p->opt_offset[i] = -1;
   for (int i = 0; i < g->nnodes; i++) p->ws_offset[i] = -1;
 
+  // Every tensor's size is known to fit before anything is summed.
+  for (int i = 0; i < g->ntensors; i++)
+    if (tensor_bytes(g->tensors[i], B) < 0) return too_big(d, g, g->tensors[i], "activations");
+  int64_t total = 0; // bytes of all regions so far
   // Parameters and optimizer state, in canonical order.
   for (int i = 0; i < g->nparams; i++) {
     Tensor *t = g->params[i];
     if (t->tied_to) continue;
+    int64_t sz = align_up(tensor_bytes(t, B)), opt;
     p->region[t->id] = REG_PARAMS;
     p->offset[t->id] = p->bytes[REG_PARAMS];
-    p->bytes[REG_PARAMS] += align_up(tensor_bytes(t, B));
+    if (!grow(&total, &p->bytes[REG_PARAMS], sz)) return too_big(d, g, t, "params");
     if (t->grad) {
       p->opt_offset[t->id] = p->bytes[REG_OPT];
-      p->bytes[REG_OPT] += p->opt_slots * align_up(tensor_bytes(t, B));
+      if (__builtin_mul_overflow((int64_t)p->opt_slots, sz, &opt) ||
+          !grow(&total, &p->bytes[REG_OPT], opt))
+        return too_big(d, g, t, "optimizer");
     }
   }
   for (int i = 0; i < g->nparams; i++) {
@@ -115,7 +156,8 @@ bool plan_memory(Graph *g, const TrainConfig *tc, Plan *p, Diag *d) {
     if (t->kind != T_ACT || !t->per_step) continue;
     p->region[t->id] = REG_GRADS;
     p->offset[t->id] = p->bytes[REG_GRADS];
-    p->bytes[REG_GRADS] += align_up(tensor_bytes(t, B));
+    if (!grow(&total, &p->bytes[REG_GRADS], align_up(tensor_bytes(t, B))))
+      return too_big(d, g, t, "grads");
   }
   // Everything else lives in the activation region with an interval.
   Item *items = ARENA_ARRAY(a, Item, g->ntensors + g->nnodes + 1);
@@ -151,10 +193,25 @@ bool plan_memory(Graph *g, const TrainConfig *tc, Plan *p, Diag *d) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *nd = g->nodes[i];
     if (!nd->op->workspace) continue;
-    items[n++] =
-        (Item){nd->op->workspace(nd, B), pos[i], pos[i], &p->ws_offset[i], g->ntensors + i};
+    int64_t ws = nd->op->workspace(nd, B);
+    if (ws < 0 || ws > ((int64_t)1 << 55)) { // the bound of a tensor's bytes
+      diag_error(d, nd->loc, "%s \"%s\": its kernel workspace (%lld bytes) is too large",
+                 nd->path ? nd->path : "model", nd->name, (long long)ws);
+      return false;
+    }
+    items[n++] = (Item){ws, pos[i], pos[i], &p->ws_offset[i], g->ntensors + i};
   }
-  p->bytes[REG_ACTS] = place(items, n, a);
+  int over = -1;
+  p->bytes[REG_ACTS] = place(items, n, a, INT64_MAX - total, &over);
+  if (p->bytes[REG_ACTS] < 0) {
+    if (over < g->ntensors) return too_big(d, g, g->tensors[over], "activations");
+    const Node *nd = g->nodes[over - g->ntensors];
+    diag_error(d, nd->loc,
+               "%s \"%s\": placing its kernel workspace in the activations region, the memory plan "
+               "would exceed 2^63 bytes",
+               nd->path ? nd->path : "model", nd->name);
+    return false;
+  }
   // Check the placement: no two buffers that are live at the same time share a byte.
   for (int i = 0; i < n; i++)
     for (int j = i + 1; j < n; j++) {
@@ -187,4 +244,17 @@ void plan_print(const Graph *g, const TrainConfig *tc, const Plan *p, FILE *out)
     total += p->bytes[r];
   }
   fprintf(out, "  %-12s %s  (%lld bytes)\n", "total", mib(b, sizeof b, total), (long long)total);
+}
+
+void plan_warn_memory(const Plan *p, Diag *d) {
+  int64_t total = 0;
+  for (int r = 0; r < REG_COUNT; r++) total += p->bytes[r]; // fits: plan_memory checked it
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return;
+  double phys = (double)pages * (double)page;
+  if ((double)total <= phys) return;
+  diag_warning(d, (Loc){0, 0},
+               "the memory plan needs %lld bytes (%.1f GiB) but this machine has %.0f bytes "
+               "(%.1f GiB) of physical memory: the program will refuse to start here",
+               (long long)total, (double)total / (1 << 30), phys, phys / (1 << 30));
 }

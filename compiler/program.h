@@ -80,6 +80,9 @@ typedef struct Plan {
 // the activation region). Batch symbol bound to tc->mb_size.
 bool plan_memory(Graph *g, const TrainConfig *tc, Plan *p, Diag *d);
 void plan_print(const Graph *g, const TrainConfig *tc, const Plan *p, FILE *out);
+// Warns when the plan's bytes exceed this machine's physical memory (where the generated program
+// refuses to start).
+void plan_warn_memory(const Plan *p, Diag *d);
 
 typedef struct CodegenOptions {
   const char *out_dir;    // output directory (created)

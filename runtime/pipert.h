@@ -38,6 +38,10 @@ double pr_now(void); // monotonic seconds
 void *pr_alloc_region(const char *what, size_t bytes);
 void pr_free_region(void *p);
 size_t pr_peak_rss_bytes(void); // VmHWM of this process
+// This machine's physical memory in bytes (0 when unknown), and a prCheck that a memory plan of
+// plan_bytes fits in it (sysmem.c).
+uint64_t pr_physical_memory(void);
+void pr_check_plan_memory(uint64_t plan_bytes);
 
 // ---------------------------------------------------------------------------------------------
 // Kernels (kernels.c): forward/backward pairs for op set v1.

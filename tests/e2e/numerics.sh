@@ -2,7 +2,7 @@
 # Numbers that must be right: a non-finite loss or gradient norm stops training at its step
 # (exit 1, before the update, nothing saved); validation losses of tables are exact means over
 # the validation rows for every loss that is a linear combination of per-row means.
-pipec=$1
+pipec=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") # absolute: some cases run in $tmp
 root=$2
 . "$root/tests/e2e/lib.sh"
 cd "$root" || exit 1
@@ -20,8 +20,8 @@ expect() {
     bad "$name: exit $rc, want $want ($first)"
   elif ! [[ "$first" =~ $re ]]; then
     bad "$name: stderr '$first' does not match '$re'"
-  elif [ "$want" -eq 1 ] && ! grep -q '^HINT: .*--lr' "$tmp/err"; then
-    bad "$name: no HINT line naming --lr"
+  elif [ "$want" -eq 1 ] && ! grep -qE '^HINT: .*(--lr|more memory)' "$tmp/err"; then
+    bad "$name: no HINT line"
   else
     ok
   fi
@@ -163,5 +163,60 @@ PY
 echo "val loss: ce + mse $vt, reference $ref"
 check "ce + mse val loss $vt = reference $ref (to 1e-4)" \
   "$py" -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > 1e-4)" "$vt" "$ref"
+
+# Memory-plan sizes are checked sums: 300 (or 512) parameters of 2^53 elements used to print a
+# negative plan with exit 0 (or wrap to 64 bytes and fail inside cc); now the parameter that
+# pushes the plan past 2^63 bytes is named. In the model whose 90 big tables are trained
+# (embeddings: parameter, gradient and AdamW state, 3 x 2^55 bytes each) the 86th crosses it.
+"$py" - "$root" "$tmp" <<'PY' || bad "generate big models"
+import json, sys
+root, tmp = sys.argv[1], sys.argv[2]
+for n in (300, 512):
+    m = json.load(open(root + '/samples/mlp_digits.json'))
+    m['params'] += [{'name': 'big%d' % i, 'shape': [2 ** 53]} for i in range(n)]
+    json.dump(m, open('%s/big%d.json' % (tmp, n), 'w'), indent=1)
+m['params'] = m['params'][:6] + [{'name': 'huge', 'shape': [2 ** 50]}]  # 4 PiB, unused
+json.dump(m, open(tmp + '/huge.json', 'w'), indent=1)
+m = {'format': 'pipec-model', 'version': 1, 'name': 'tables',
+     'inputs': [{'name': 'ids', 'dtype': 'i32', 'shape': ['B']},
+                {'name': 'y', 'dtype': 'i32', 'shape': ['B'], 'target': True}],
+     'params': [{'name': 'e%d' % i, 'shape': [2 ** 47, 64]} for i in range(90)] +
+               [{'name': 'head', 'shape': [10, 64]}],
+     'nodes': [{'name': 'h0', 'op': 'embedding', 'inputs': ['ids', 'e0']}], 'loss': 'loss'}
+for i in range(1, 90):
+    m['nodes'] += [{'name': 'v%d' % i, 'op': 'embedding', 'inputs': ['ids', 'e%d' % i]},
+                   {'name': 'h%d' % i, 'op': 'add', 'inputs': ['h%d' % (i - 1), 'v%d' % i]}]
+m['nodes'] += [{'name': 'logits', 'op': 'linear', 'inputs': ['h89', 'head']},
+               {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['logits', 'y']}]
+json.dump(m, open(tmp + '/tables.json', 'w'), indent=1)
+PY
+# plan_error NAME MODEL ERROR-LINE: `pipec plan` exits 1 and its one error line is exactly that.
+plan_error() {
+  (cd "$tmp" && "$pipec" plan "$2") >"$tmp/out" 2>"$tmp/err"
+  local rc=$? line
+  line=$(grep ': error: ' "$tmp/err")
+  if [ $rc -ne 1 ]; then
+    bad "$1: exit $rc, want 1 ($line)"
+  elif [ "$line" != "$3" ]; then
+    bad "$1: error '$line', want '$3'"
+  elif [ -s "$tmp/out" ]; then
+    bad "$1: printed a plan"
+  else
+    ok
+  fi
+}
+over="placing it in the params region, the memory plan would exceed 2^63 bytes"
+plan_error plan-300-params big300.json "big300.json:1628:3: error: params[261]: 'big255' (9007199254740992): $over"
+plan_error plan-512-params big512.json "big512.json:1628:3: error: params[261]: 'big255' (9007199254740992): $over"
+plan_error plan-trained-tables tables.json "tables.json:618:3: error: params[85]: 'e85' (140737488355328,64): $over"
+
+# A plan larger than this machine's physical memory (one 4 PiB parameter, otherwise fine): the
+# compiler warns and exits 0; the program refuses to start before allocating, exit 1.
+(cd "$tmp" && "$pipec" compile huge.json -o "$tmp/huge") >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "huge plan compiles (exit $rc)" test $rc -eq 0
+check "huge plan: compile warns" grep -qE "^huge\.json: warning: the memory plan needs 4503599627[0-9]+ bytes \([0-9.]+ GiB\) but this machine has [0-9]+ bytes \([0-9.]+ GiB\) of physical memory: the program will refuse to start here$" "$tmp/err"
+expect huge-plan-refused 1 "^sysmem\.c:[0-9]+: rank 0: error: the memory plan needs 4503599627[0-9]+ bytes \([0-9.]+ GiB\) but this machine has [0-9]+ bytes \([0-9.]+ GiB\) of physical memory$" \
+  "$tmp/huge/bin/train" --quiet --steps 1
 
 finish
