@@ -201,6 +201,8 @@ plan_error() {
     bad "$1: error '$line', want '$3'"
   elif [ -s "$tmp/out" ]; then
     bad "$1: printed a plan"
+  elif grep -q 'runtime error' "$tmp/err"; then
+    bad "$1: sanitizer report"
   else
     ok
   fi

@@ -1038,6 +1038,21 @@ static void rm_tmpdir(void) {
   rmdir(tmpdir);
 }
 
+// The step checks' norm is clipping's own sum (pr_sumsq per parameter, canonical order, NULL
+// gradients skipped) and the first non-finite gradient is found in that order.
+START_TEST(test_grad_norm2) {
+  float a[3] = {1.0f, 2.0f, 3.0f}, b[2] = {0.5f, -4.0f}, c[2] = {1.0f, INFINITY};
+  PrGrad g[4] = {{"a", a, 3}, {"frozen", NULL, 5}, {"b", b, 2}, {"c", c, 2}};
+  double want = pr_sumsq(a, 3) + pr_sumsq(b, 2);
+  ck_assert(pr_grad_norm2(g, 3) == want);
+  ck_assert_int_eq(pr_first_nonfinite_grad(g, 3), -1);
+  ck_assert(isinf(pr_grad_norm2(g, 4)));
+  ck_assert_int_eq(pr_first_nonfinite_grad(g, 4), 3);
+  b[1] = NAN;
+  ck_assert_int_eq(pr_first_nonfinite_grad(g, 4), 2);
+}
+END_TEST
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/pipert_test.XXXXXX");
   if (!mkdtemp(tmpdir)) {
@@ -1056,6 +1071,7 @@ int main(void) {
   tcase_add_test(tc, test_adamw);
   tcase_add_test(tc, test_sgd);
   tcase_add_test(tc, test_sumsq_scale);
+  tcase_add_test(tc, test_grad_norm2);
   tcase_add_test(tc, test_tokens_text);
   tcase_add_test(tc, test_tokens_u16);
   tcase_add_test(tc, test_digits_csv);
