@@ -655,14 +655,40 @@ bool codegen_check_target(const Graph *g, const char *target, Diag *d) {
   return true;
 }
 
+// mkdir -p: creates dir and its missing parents; an existing component must be a directory.
+static bool make_dirs(Arena *a, const char *dir, Diag *d) {
+  if (!*dir) {
+    diag_error(d, (Loc){0, 0}, "the output directory is an empty path");
+    return false;
+  }
+  char *p = arena_strdup(a, dir);
+  for (char *s = p + 1;; s++) {
+    if (*s != '/' && *s) continue;
+    char c = *s;
+    *s = 0;
+    struct stat st;
+    if (mkdir(p, 0777) != 0) {
+      int err = errno;
+      if (err == EEXIST && stat(p, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        diag_error(d, (Loc){0, 0}, "cannot create output directory '%s': '%s' is not a directory",
+                   dir, p);
+        return false;
+      }
+      if (err != EEXIST) {
+        diag_error(d, (Loc){0, 0}, "cannot create output directory '%s': %s: %s", dir, p,
+                   strerror(err));
+        return false;
+      }
+    }
+    *s = c;
+    if (!c) return true;
+  }
+}
+
 bool codegen_c(const Graph *g, const TrainConfig *tc, const Plan *p, const CodegenOptions *o,
                Diag *d) {
   Arena *a = g->arena;
-  if (mkdir(o->out_dir, 0777) != 0 && errno != EEXIST) {
-    diag_error(d, (Loc){0, 0}, "cannot create output directory '%s': %s", o->out_dir,
-               strerror(errno));
-    return false;
-  }
+  if (!make_dirs(a, o->out_dir, d)) return false;
   const char *src = arena_printf(a, "%s/rank0.c", o->out_dir),
              *tmp = arena_printf(a, "%s/.rank0.c.tmp", o->out_dir);
   FILE *f = fopen(tmp, "w");

@@ -68,7 +68,8 @@ static void usage(FILE *f) {
       "Options:\n"
       "  -D, --define NAME=VALUE  override the model's dims entry NAME (integer or expression)\n"
       "      --dump-after=PASS    print the IR after PASS (expand, shape, autodiff, memplan)\n"
-      "  -o, --output DIR         where compile/run write the program (default out/MODEL-NAME)\n"
+      "  -o, --output DIR         where compile/run write the program (default out/MODEL-NAME;\n"
+      "                           created with missing parents)\n"
       "      --target TARGET      code generation target: cpu (default)\n"
       "      --set KEY=VALUE      override a training setting (steps=100, optimizer.lr=3e-4, ...)\n"
       "      --batch N            = --set batch=N (rows per step)\n"
@@ -280,6 +281,8 @@ int main(int argc, char **argv) {
     rc = usage_error("'%s' needs a model file", dr.command);
   else if (strcmp(dr.target, "cpu") != 0)
     rc = usage_error("--target: unknown target '%s' (available: cpu)", dr.target);
+  else if (dr.out_dir && !*dr.out_dir)
+    rc = usage_error("%s", "-o: the output directory is an empty string");
   else if (dr.nprog_args && strcmp(dr.command, "run") != 0)
     rc = usage_error("arguments after '--' are for 'run' only (got '%s')", dr.prog_args[0]);
   if (!rc && dr.dump_after) {
@@ -332,7 +335,6 @@ int main(int argc, char **argv) {
                           : arena_printf(&dr.arena, "out/%s", mangle_dir(&dr.arena, dr.graph.name));
     char *cmdline = dr.cmdline;
     CodegenOptions co = {out, cmdline, dr.model, dr.target, true};
-    if (!dr.out_dir) mkdir("out", 0777);
     ok = codegen_c(&dr.graph, &tc, &plan, &co, &dr.diag);
     if (dr.time_passes)
       fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", "codegen", (now() - dr.t0) * 1e3);

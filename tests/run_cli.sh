@@ -76,6 +76,15 @@ expect run 0 '' "$pipec" run samples/mlp_digits.json -o "$rundir" -- --steps 3 -
 [ "$(wc -l <"$rundir/l")" -eq 3 ] && pass=$((pass + 1)) || { echo "FAIL run: --loss-log has not 3 lines"; fail=$((fail + 1)); }
 expect run-bad-program-flag 2 "^train: --steps: expected a non-negative integer, got 'x'$" \
   "$pipec" run samples/mlp_digits.json -o "$rundir" -- --steps x
+# -o creates missing parents (mkdir -p); a component that is a file is a clear error.
+expect output-parents 0 '' "$pipec" compile samples/mlp_digits.json -o "$rundir/a/b/c"
+[ -x "$rundir/a/b/c/bin/train" ] && pass=$((pass + 1)) || { echo "FAIL -o a/b/c: no a/b/c/bin/train"; fail=$((fail + 1)); }
+touch "$rundir/file"
+expect output-through-file 1 "^samples/mlp_digits.json: error: cannot create output directory '$rundir/file/x': '$rundir/file' is not a directory$" \
+  "$pipec" compile samples/mlp_digits.json -o "$rundir/file/x"
+expect output-is-file 1 "^samples/mlp_digits.json: error: cannot create output directory '$rundir/file': '$rundir/file' is not a directory$" \
+  "$pipec" run samples/mlp_digits.json -o "$rundir/file"
+expect output-empty 2 "^pipec: -o: the output directory is an empty string$" "$pipec" compile samples/mlp_digits.json -o ""
 rm -rf "$rundir"
 
 rm -f /tmp/pipec_cli_err.$$
