@@ -36,6 +36,7 @@ typedef struct Driver {
   int nsets;              // entries in sets
   const char *out_dir;    // -o DIR
   const char *target;     // --target
+  bool march_native;      // --march=native: build the program for this machine
   char *cmdline;          // the command line as typed (getopt permutes argv)
   char **prog_args;       // run: arguments after "--" for the program
   int nprog_args;         // count
@@ -71,6 +72,9 @@ static void usage(FILE *f) {
       "  -o, --output DIR         where compile/run write the program (default out/MODEL-NAME;\n"
       "                           created with missing parents)\n"
       "      --target TARGET      code generation target: cpu (default)\n"
+      "      --march=native       build the program for this machine's CPU (faster; the same\n"
+      "                           numbers; may not run on another machine). Default: portable\n"
+      "                           x86-64\n"
       "      --set KEY=VALUE      override a training setting (steps=100, optimizer.lr=3e-4, ...)\n"
       "      --batch N            = --set batch=N (rows per step)\n"
       "      --microbatches M     = --set microbatches=M\n"
@@ -179,19 +183,13 @@ static char *join_args(Arena *a, int argc, char **argv) {
 
 int main(int argc, char **argv) {
   static const struct option longopts[] = {
-      {"define", required_argument, NULL, 'D'},
-      {"dump-after", required_argument, NULL, 'd'},
-      {"output", required_argument, NULL, 'o'},
-      {"target", required_argument, NULL, 'T'},
-      {"set", required_argument, NULL, 's'},
-      {"batch", required_argument, NULL, 'b'},
-      {"microbatches", required_argument, NULL, 'm'},
-      {"steps", required_argument, NULL, 'S'},
-      {"list-ops", no_argument, NULL, 'L'},
-      {"time-passes", no_argument, NULL, 't'},
-      {"help", no_argument, NULL, 'h'},
-      {"version", no_argument, NULL, 'V'},
-      {NULL, 0, NULL, 0},
+      {"define", required_argument, NULL, 'D'}, {"dump-after", required_argument, NULL, 'd'},
+      {"output", required_argument, NULL, 'o'}, {"target", required_argument, NULL, 'T'},
+      {"march", required_argument, NULL, 'A'},  {"set", required_argument, NULL, 's'},
+      {"batch", required_argument, NULL, 'b'},  {"microbatches", required_argument, NULL, 'm'},
+      {"steps", required_argument, NULL, 'S'},  {"list-ops", no_argument, NULL, 'L'},
+      {"time-passes", no_argument, NULL, 't'},  {"help", no_argument, NULL, 'h'},
+      {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0},
   };
   Driver dr = {0};
   arena_init(&dr.arena); // everything below is freed at once by arena_free on every exit path
@@ -226,6 +224,11 @@ int main(int argc, char **argv) {
       break;
     case 'T':
       dr.target = optarg;
+      break;
+    case 'A':
+      if (strcmp(optarg, "native") != 0)
+        RETURN(usage_error("--march: unknown value '%s' (available: native)", optarg));
+      dr.march_native = true;
       break;
     case 's':
       dr.sets[dr.nsets++] = optarg;
@@ -334,7 +337,7 @@ int main(int argc, char **argv) {
                           ? dr.out_dir
                           : arena_printf(&dr.arena, "out/%s", mangle_dir(&dr.arena, dr.graph.name));
     char *cmdline = dr.cmdline;
-    CodegenOptions co = {out, cmdline, dr.model, dr.target, true};
+    CodegenOptions co = {out, cmdline, dr.model, dr.target, true, dr.march_native};
     ok = codegen_c(&dr.graph, &tc, &plan, &co, &dr.diag);
     if (dr.time_passes)
       fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", "codegen", (now() - dr.t0) * 1e3);
