@@ -183,13 +183,20 @@ static char *join_args(Arena *a, int argc, char **argv) {
 
 int main(int argc, char **argv) {
   static const struct option longopts[] = {
-      {"define", required_argument, NULL, 'D'}, {"dump-after", required_argument, NULL, 'd'},
-      {"output", required_argument, NULL, 'o'}, {"target", required_argument, NULL, 'T'},
-      {"march", required_argument, NULL, 'A'},  {"set", required_argument, NULL, 's'},
-      {"batch", required_argument, NULL, 'b'},  {"microbatches", required_argument, NULL, 'm'},
-      {"steps", required_argument, NULL, 'S'},  {"list-ops", no_argument, NULL, 'L'},
-      {"time-passes", no_argument, NULL, 't'},  {"help", no_argument, NULL, 'h'},
-      {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0},
+      {"define", required_argument, NULL, 'D'},
+      {"dump-after", required_argument, NULL, 'd'},
+      {"output", required_argument, NULL, 'o'},
+      {"target", required_argument, NULL, 'T'},
+      {"set", required_argument, NULL, 's'},
+      {"batch", required_argument, NULL, 'b'},
+      {"microbatches", required_argument, NULL, 'm'},
+      {"steps", required_argument, NULL, 'S'},
+      {"list-ops", no_argument, NULL, 'L'},
+      {"time-passes", no_argument, NULL, 't'},
+      {"help", no_argument, NULL, 'h'},
+      {"version", no_argument, NULL, 'V'},
+      {"march", required_argument, NULL, 'A'}, // --march=native
+      {NULL, 0, NULL, 0},
   };
   Driver dr = {0};
   arena_init(&dr.arena); // everything below is freed at once by arena_free on every exit path
