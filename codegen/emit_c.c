@@ -448,7 +448,7 @@ static bool emit(E *e, const CodegenOptions *o) {
   if (tokens) out(e, "  if (data.tokens) pr_tokens_close(&data);\n");
   if (table) out(e, "  if (data.x) pr_table_close(&data);\n");
   out(e, "  pr_free_region(params);\n  pr_free_region(grads);\n  pr_free_region(optst);\n  "
-         "pr_free_region(acts);\n}\n\n");
+         "pr_free_region(acts);\n  pr_release_scratch();\n}\n\n");
   emit_gradcheck(e, tokens || table);
 
   // Main

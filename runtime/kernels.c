@@ -94,6 +94,22 @@ static void scratch_free(void *p) {
   S.top = S.n ? S.st[S.n - 1].end : 0;
 }
 
+// Frees the calling thread's scratch buffer (no block may be live).
+static void scratch_release(void) {
+  free(S.buf);
+  S.buf = NULL;
+  S.cap = S.top = S.want = 0;
+  S.n = 0;
+}
+
+void pr_release_scratch(void) {
+  // Each thread of a team frees its own buffer; the team the kernels ran in is reused (libgomp
+  // keeps its pool), and the calling thread's is freed too.
+#pragma omp parallel
+  scratch_release();
+  scratch_release();
+}
+
 // out = acc ? out + t : t (t is the already rounded contribution)
 static void store_acc(float *restrict out, const float *restrict t, int64_t n, int acc) {
   if (acc) {
