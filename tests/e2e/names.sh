@@ -68,7 +68,8 @@ tok = {
               {"name": "loss", "op": "cross_entropy", "inputs": ["logits ??/", payload("tok_target")]}],
     "loss": "loss", "outputs": ["logits ??/"],
     "training": {"batch": 4, "steps": 2, "eval_batches": 2,
-                 "data": {"kind": "text", "path": "shake ??/ \"s\" */.txt", "train_fraction": 0.9}}}
+                 "data": {"kind": "text", "path": "shake ??/ \"s\" */.txt", "train_fraction": 0.9,
+                          "input": payload("tok_input"), "target": payload("tok_target")}}}
 shake = os.path.join(d, "shake ??/ \"s\" */.txt")
 os.makedirs(os.path.dirname(shake), exist_ok=True)
 os.symlink(os.path.join(os.environ["DATA"], "tinyshakespeare.txt"), shake)
