@@ -527,6 +527,15 @@ static bool parse_param(X *x, const cJSON *c, const char *path, const char *name
   if (!json_check_keys(&x->j, c, path, keys, 5) || !name_free(x, nm, path, name) ||
       !json_need(&x->j, c, path, "shape", &sh))
     return false;
+  // Parameters are saved by name in safetensors files, whose header reserves this key (the
+  // optimizer state's names "m.NAME", "v.NAME" cannot be it).
+  if (strcmp(name, "__metadata__") == 0) {
+    diag_error(x->j.d, json_loc(&x->j, nm),
+               "%s: parameter name '__metadata__' is reserved by safetensors (the file's "
+               "metadata); rename the parameter",
+               path);
+    return false;
+  }
   Tensor *t = graph_add_tensor(x->g, name, T_PARAM);
   t->loc = json_loc(&x->j, c);
   t->path = path;

@@ -36,6 +36,7 @@ typedef struct Driver {
   int nsets;              // entries in sets
   const char *out_dir;    // -o DIR
   const char *target;     // --target
+  bool march_native;      // --march=native: build the program for this machine
   char *cmdline;          // the command line as typed (getopt permutes argv)
   char **prog_args;       // run: arguments after "--" for the program
   int nprog_args;         // count
@@ -68,8 +69,12 @@ static void usage(FILE *f) {
       "Options:\n"
       "  -D, --define NAME=VALUE  override the model's dims entry NAME (integer or expression)\n"
       "      --dump-after=PASS    print the IR after PASS (expand, shape, autodiff, memplan)\n"
-      "  -o, --output DIR         where compile/run write the program (default out/MODEL-NAME)\n"
+      "  -o, --output DIR         where compile/run write the program (default out/MODEL-NAME;\n"
+      "                           created with missing parents)\n"
       "      --target TARGET      code generation target: cpu (default)\n"
+      "      --march=native       build the program for this machine's CPU (faster; the same\n"
+      "                           numbers; may not run on another machine). Default: portable\n"
+      "                           x86-64\n"
       "      --set KEY=VALUE      override a training setting (steps=100, optimizer.lr=3e-4, ...)\n"
       "      --batch N            = --set batch=N (rows per step)\n"
       "      --microbatches M     = --set microbatches=M\n"
@@ -190,6 +195,7 @@ int main(int argc, char **argv) {
       {"time-passes", no_argument, NULL, 't'},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, 'V'},
+      {"march", required_argument, NULL, 'A'}, // --march=native
       {NULL, 0, NULL, 0},
   };
   Driver dr = {0};
@@ -225,6 +231,11 @@ int main(int argc, char **argv) {
       break;
     case 'T':
       dr.target = optarg;
+      break;
+    case 'A':
+      if (strcmp(optarg, "native") != 0)
+        RETURN(usage_error("--march: unknown value '%s' (available: native)", optarg));
+      dr.march_native = true;
       break;
     case 's':
       dr.sets[dr.nsets++] = optarg;
@@ -280,6 +291,8 @@ int main(int argc, char **argv) {
     rc = usage_error("'%s' needs a model file", dr.command);
   else if (strcmp(dr.target, "cpu") != 0)
     rc = usage_error("--target: unknown target '%s' (available: cpu)", dr.target);
+  else if (dr.out_dir && !*dr.out_dir)
+    rc = usage_error("%s", "-o: the output directory is an empty string");
   else if (dr.nprog_args && strcmp(dr.command, "run") != 0)
     rc = usage_error("arguments after '--' are for 'run' only (got '%s')", dr.prog_args[0]);
   if (!rc && dr.dump_after) {
@@ -332,8 +345,7 @@ int main(int argc, char **argv) {
                           ? dr.out_dir
                           : arena_printf(&dr.arena, "out/%s", mangle_dir(&dr.arena, dr.graph.name));
     char *cmdline = dr.cmdline;
-    CodegenOptions co = {out, cmdline, dr.model, dr.target, true};
-    if (!dr.out_dir) mkdir("out", 0777);
+    CodegenOptions co = {out, cmdline, dr.model, dr.target, true, dr.march_native};
     ok = codegen_c(&dr.graph, &tc, &plan, &co, &dr.diag);
     if (dr.time_passes)
       fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", "codegen", (now() - dr.t0) * 1e3);

@@ -90,6 +90,7 @@ typedef struct CodegenOptions {
   const char *model_path; // model file (stamped; data paths resolved against it)
   const char *target;     // "cpu"
   bool build;             // also compile it into out_dir/bin/
+  bool march_native;      // build for this machine (-march=native, libpipert-native.a)
 } CodegenOptions;
 
 // Whether the target can run every tensor of g (the cpu target: f32 and i32 only).

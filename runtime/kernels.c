@@ -6,35 +6,29 @@
 //   - GEMMs: OpenBLAS runs single-threaded; large products are split into blocks of C fixed by
 //     the shapes, one sgemm call per block, blocks spread over OpenMP threads (OpenBLAS's own
 //     threading changes results with the thread count, see gemm());
-//   - everything else: simple loops that GCC vectorises at -O3 -march=native, parallelised with
+//   - everything else: simple loops that GCC vectorises at -O3, parallelised with
 //     `omp parallel for schedule(static)` over independent outputs (rows, column blocks, (b,h));
 //   - reductions into one element (softmax sums, layernorm moments, dots) use 8 fixed lanes
 //     combined in a fixed tree; reductions over rows run in ascending row order.
 // `acc` = 1 means out = out + contribution with the contribution rounded first (GEMMs write it to
 // scratch, never beta = 1), so accumulating a microbatch adds exactly what acc = 0 would produce.
-// Floating-point contraction is off in this file so that every expression rounds as written;
-// fused multiply-adds are explicit (FMA, fma8). exp/tanh/sigmoid/gelu use branch-free float
-// versions (~1-2 ulp) so that their loops vectorise; attention uses register-blocked 8-float
-// vectors.
+// Floating-point contraction is off in this file so that every expression rounds as written, and
+// FMA/fma8 are a multiply and an add rounded separately: a program computes the same bits whether
+// it was built for the x86-64 baseline or with -march=native (which has hardware FMA).
+// exp/tanh/sigmoid/gelu use branch-free float versions (~1-2 ulp) so that their loops vectorise;
+// attention uses register-blocked 8-float vectors.
 #pragma GCC optimize("fp-contract=off", "no-trapping-math")
 
 #include "pipert.h"
 
 #include <cblas.h>
-#ifdef __FMA__
-#include <immintrin.h>
-#endif
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-// Explicit fused multiply-add where the hardware has one (a*b + c, one rounding).
-#ifdef __FMA__
-#define FMA(a, b, c) fmaf((a), (b), (c))
-#else
+// a*b + c with two roundings in every build (never fused: see the top of the file).
 #define FMA(a, b, c) ((a) * (b) + (c))
-#endif
 
 // Below this many elements (or units of work) a kernel runs on one thread.
 #define PAR_MIN ((int64_t)1 << 15)
@@ -98,6 +92,22 @@ static void scratch_free(void *p) {
     }
   while (S.n > 0 && !S.st[S.n - 1].live) S.n--;
   S.top = S.n ? S.st[S.n - 1].end : 0;
+}
+
+// Frees the calling thread's scratch buffer (no block may be live).
+static void scratch_release(void) {
+  free(S.buf);
+  S.buf = NULL;
+  S.cap = S.top = S.want = 0;
+  S.n = 0;
+}
+
+void pr_release_scratch(void) {
+  // Each thread of a team frees its own buffer; the team the kernels ran in is reused (libgomp
+  // keeps its pool), and the calling thread's is freed too.
+#pragma omp parallel
+  scratch_release();
+  scratch_release();
 }
 
 // out = acc ? out + t : t (t is the already rounded contribution)
@@ -1061,11 +1071,7 @@ static inline v8 bc8(float x) {
   return (v8){x, x, x, x, x, x, x, x};
 }
 static inline v8 fma8(v8 a, v8 b, v8 c) {
-#ifdef __FMA__
-  return _mm256_fmadd_ps(a, b, c);
-#else
-  return a * b + c;
-#endif
+  return a * b + c; // two roundings, as FMA
 }
 
 // Scores of rows q0 (and q1 unless NULL) against kT (hs,ld), zero-padded to ld (a multiple of

@@ -37,6 +37,8 @@ double pr_now(void); // monotonic seconds
 
 void *pr_alloc_region(const char *what, size_t bytes);
 void pr_free_region(void *p);
+// Frees the kernels' per-thread scratch buffers (every thread of the OpenMP pool); call at the end.
+void pr_release_scratch(void);
 size_t pr_peak_rss_bytes(void); // VmHWM of this process
 // This machine's physical memory in bytes (0 when unknown), and a prCheck that a memory plan of
 // plan_bytes fits in it (sysmem.c).

@@ -9,7 +9,7 @@
 # script prints the exact command to run and exits 1.
 set -euo pipefail
 
-pkgs=(cmake make gcc pkg-config libcjson-dev libxml2-dev zlib1g-dev check libopenblas-dev libopenmpi-dev openmpi-bin)
+pkgs=(cmake make gcc pkg-config libcjson-dev libxml2-dev zlib1g-dev check libopenblas-dev libopenmpi-dev openmpi-bin valgrind)
 optional=()
 if [ "${1:-}" = "--with-torch" ]; then
   optional=(python3-torch python3-numpy)

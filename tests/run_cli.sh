@@ -66,6 +66,9 @@ expect set-range 1 "^samples/mlp_digits.json: error: --set batch=0: must be from
 expect batch-not-multiple 1 "^samples/mlp_digits.json: error: training: batch 10 is not a multiple of microbatches 4$" \
   "$pipec" plan --batch 10 --microbatches 4 samples/mlp_digits.json
 expect bad-target 2 "^pipec: --target: unknown target 'gpu' \(available: cpu\)" "$pipec" compile --target gpu samples/mlp_digits.json
+expect march-unknown 2 "^pipec: --march: unknown value 'skylake' \(available: native\)$" "$pipec" compile --march=skylake samples/mlp_digits.json
+expect march-missing 2 "^pipec: option '--march' needs an argument$" "$pipec" compile samples/mlp_digits.json --march
+"$pipec" --help | grep -q -- '--march=native' && pass=$((pass + 1)) || { echo "FAIL --help does not mention --march=native"; fail=$((fail + 1)); }
 expect args-not-run 2 "^pipec: arguments after '--' are for 'run' only" "$pipec" check samples/mlp_digits.json -- --steps 3
 expect list-ops 0 '' "$pipec" --list-ops
 [ "$(printf '%s\n' "$LAST_OUT" | wc -l)" -eq 21 ] && [[ "$LAST_OUT" == matmul* ]] && pass=$((pass + 1)) || { echo "FAIL --list-ops: $LAST_OUT"; fail=$((fail + 1)); }
@@ -76,6 +79,19 @@ expect run 0 '' "$pipec" run samples/mlp_digits.json -o "$rundir" -- --steps 3 -
 [ "$(wc -l <"$rundir/l")" -eq 3 ] && pass=$((pass + 1)) || { echo "FAIL run: --loss-log has not 3 lines"; fail=$((fail + 1)); }
 expect run-bad-program-flag 2 "^train: --steps: expected a non-negative integer, got 'x'$" \
   "$pipec" run samples/mlp_digits.json -o "$rundir" -- --steps x
+# -o creates missing parents (mkdir -p); a component that is a file is a clear error.
+expect output-parents 0 '' "$pipec" compile samples/mlp_digits.json -o "$rundir/a/b/c"
+[ -x "$rundir/a/b/c/bin/train" ] && pass=$((pass + 1)) || { echo "FAIL -o a/b/c: no a/b/c/bin/train"; fail=$((fail + 1)); }
+touch "$rundir/file"
+expect output-through-file 1 "^samples/mlp_digits.json: error: cannot create output directory '$rundir/file/x': '$rundir/file' is not a directory$" \
+  "$pipec" compile samples/mlp_digits.json -o "$rundir/file/x"
+expect output-is-file 1 "^samples/mlp_digits.json: error: cannot create output directory '$rundir/file': '$rundir/file' is not a directory$" \
+  "$pipec" run samples/mlp_digits.json -o "$rundir/file"
+expect output-empty 2 "^pipec: -o: the output directory is an empty string$" "$pipec" compile samples/mlp_digits.json -o ""
+# The program's --help says what it was built for.
+"$rundir/a/b/c/bin/train" --help | grep -qF "built for any x86-64 CPU" && pass=$((pass + 1)) || { echo "FAIL train --help: no 'built for any x86-64 CPU'"; fail=$((fail + 1)); }
+expect march-native 0 '' "$pipec" compile --march=native samples/mlp_digits.json -o "$rundir/n"
+"$rundir/n/bin/train" --help | grep -qF "built for this machine's CPU, --march=native" && pass=$((pass + 1)) || { echo "FAIL train --help: no 'built for this machine'"; fail=$((fail + 1)); }
 rm -rf "$rundir"
 
 rm -f /tmp/pipec_cli_err.$$
