@@ -515,6 +515,7 @@ static bool emit(E *e, const CodegenOptions *o) {
   out(e, "  FILE *loss_log = o.loss_log ? fopen(o.loss_log, \"w\") : NULL;\n"
          "  prCheck(!o.loss_log || loss_log, \"check the directory exists and is writable\", "
          "\"cannot open %%s\", o.loss_log);\n");
+  out(e, "  pr_blas_report(o.quiet); // BLAS and kernel; warns of a slow one (blas_info.c)\n");
   out(e, "  double t0 = pr_now();\n  int64_t done = 0;\n");
   out(e, "  double *step_ms = calloc((size_t)(o.steps > start ? o.steps - start : 1), "
          "sizeof(double));\n"
