@@ -4,10 +4,18 @@
 Same model as samples/gpt_char.json (4 layers, 4 heads, C 128, T 64, V 65, no biases, layernorm
 without bias, tanh GELU, tied head), same step (forward, backward, clip 1.0, AdamW with weight
 decay on >= 2-D params), same batch (12 x 64 tokens of tinyshakespeare). Prints the median
-milliseconds per step over the timed steps after warm-up.
+milliseconds per step over the timed steps after warm-up on stdout, and one line on stderr naming
+the torch, its BLAS and (where it is OpenBLAS) the kernel set OpenBLAS chose:
+    torch 1.13.0a0 | BLAS OpenBLAS 0.3.21 ... | kernel Prescott | threads 2
 
 usage: torch_gpt_char.py DATA THREADS WARMUP STEPS
+
+THREADS goes to torch.set_num_threads; the caller must also set OMP_NUM_THREADS=THREADS before
+Python starts (bench/train_step.sh does): Debian's torch 1.13 links the pthread OpenBLAS, whose
+own pool otherwise takes every core whatever set_num_threads says.
 """
+import ctypes
+import ctypes.util
 import math
 import sys
 import time
@@ -58,9 +66,26 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
+def blas_info():
+    """The BLAS this torch runs: MKL for PyPI's builds, else whatever libblas.so.3 is (Debian's
+    torch 1.13 links it; on Debian it is OpenBLAS through the alternatives system)."""
+    config = torch.__config__.show()
+    if "BLAS_INFO=mkl" in config or "Intel(R) oneAPI Math Kernel Library" in config or "Intel(R) Math Kernel Library" in config:
+        return "BLAS MKL | kernel (MKL dispatch)"
+    for name in ("libblas.so.3", "libopenblas.so.0"):
+        try:
+            lib = ctypes.CDLL(name)  # already loaded by torch: the same handle
+            lib.openblas_get_config.restype = lib.openblas_get_corename.restype = ctypes.c_char_p
+            return "BLAS %s | kernel %s" % (lib.openblas_get_config().decode(), lib.openblas_get_corename().decode())
+        except (OSError, AttributeError):
+            continue
+    return "BLAS unknown | kernel unknown"
+
+
 def main():
     path, threads, warmup, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     torch.set_num_threads(threads)
+    sys.stderr.write("torch %s | %s | threads %d\n" % (torch.__version__, blas_info(), torch.get_num_threads()))
     torch.manual_seed(0)
     raw = open(path, "rb").read()
     vocab = sorted(set(raw))

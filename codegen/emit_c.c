@@ -540,6 +540,7 @@ static bool emit(E *e, const CodegenOptions *o) {
          "\"cannot open %%s\", o.loss_log);\n");
   out(e, "  PrGrad G[NPARAMS]; // what the step checks read\n"
          "  for (int i = 0; i < NPARAMS; i++) G[i] = (PrGrad){P[i].name, P[i].grad, P[i].n};\n");
+  out(e, "  pr_blas_report(o.quiet); // BLAS and kernel; warns of a slow one (blas_info.c)\n");
   out(e, "  double t0 = pr_now();\n  int64_t done = 0;\n");
   out(e, "  double *step_ms = calloc((size_t)(o.steps > start ? o.steps - start : 1), "
          "sizeof(double));\n"

@@ -328,6 +328,11 @@ void pr_log_step(int64_t step, int64_t steps, double loss, double lr, double ite
 // inside them (the kernels split GEMMs into shape-fixed blocks). n <= 0 leaves OpenMP's default.
 void pr_set_threads(int n);
 
+// Before the first training step, unless quiet (rank 0 only): prints the BLAS, its kernel and the
+// CPU's vector level on stdout, and warns on stderr, with the fix, when OpenBLAS runs a kernel
+// without AVX2 on a CPU with AVX2 or AVX-512 (blas_info.c).
+void pr_blas_report(bool quiet);
+
 // n ids uniform in [0, bound), a pure function of (seed, name) (inputs of --gradcheck) (util.c).
 void pr_init_ids(int32_t *y, int64_t n, uint64_t seed, const char *name, int64_t bound);
 

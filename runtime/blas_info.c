@@ -1,0 +1,73 @@
+// blas_info.c: says which BLAS and which of its kernels a generated program runs, and warns when
+// that kernel is far below the CPU.
+//
+// Debian's OpenBLAS 0.3.21 is built with DYNAMIC_ARCH: at load time it picks one of its kernel
+// sets from the CPU's cpuid. A CPU it does not recognise (Sapphire/Emerald Rapids for 0.3.21) gets
+// the Prescott (SSE3) kernels, whose sgemm runs 3-5x below the SkylakeX (AVX-512) or Haswell
+// (AVX2) ones; a whole training step runs about 3x slower, silently. pr_blas_report prints, before
+// the first training step and unless --quiet:
+//     stdout: blas OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY Prescott MAX_THREADS=64,
+//             kernel Prescott, CPU avx512
+//     stderr: PROG: warning: OpenBLAS runs its Prescott kernels (no AVX2) on a CPU with AVX-512 ...
+//             HINT: export OPENBLAS_CORETYPE=SKYLAKEX ...
+// the warning only when the kernel is one of 0.3.21's x86-64 kernel sets without AVX2 (old_kernel
+// below) and the CPU has AVX2. It chooses nothing itself: the kernel stays OpenBLAS's choice (or
+// the user's OPENBLAS_CORETYPE).
+#define _GNU_SOURCE // program_invocation_short_name
+#include "pipert.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+// OpenBLAS's own entry points (declared here so that no particular cblas.h flavour is needed).
+extern char *openblas_get_config(void);
+extern char *openblas_get_corename(void);
+
+// The kernel sets of OpenBLAS 0.3.21's x86-64 DYNAMIC_ARCH build (driver/others/dynamic.c's
+// corename table) that use no AVX2: SSE-only ones and the AVX/FMA-only Sandy Bridge and Bulldozer
+// family. Haswell, Zen, Excavator, SkylakeX and Cooperlake use AVX2 or AVX-512; a name not listed
+// here (a later OpenBLAS's) gets no warning.
+static bool old_kernel(const char *core) {
+  static const char *const old[] = {
+      "Unknown",   "Katmai", "Coppermine", "Northwood",   "Prescott",  "Banias",     "Atom",
+      "Core2",     "Penryn", "Dunnington", "Nehalem",     "Athlon",    "Opteron",    "Opteron_SSE3",
+      "Barcelona", "Nano",   "Bobcat",     "Sandybridge", "Bulldozer", "Piledriver", "Steamroller"};
+  for (size_t i = 0; i < sizeof old / sizeof old[0]; i++)
+    if (strcmp(core, old[i]) == 0) return true;
+  return false;
+}
+
+void pr_blas_report(bool quiet) {
+  if (quiet || pr_rank != 0) return;
+  const char *config = openblas_get_config(), *core = openblas_get_corename();
+  __builtin_cpu_init();
+  // SkylakeX's kernels need AVX-512 F, BW, VL and DQ (and the OS saving their state, which
+  // __builtin_cpu_supports checks).
+  bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"),
+       avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  printf("blas %s, kernel %s, CPU %s\n", config, core,
+         avx512 ? "avx512"
+         : avx2 ? "avx2"
+                : "no avx2");
+  fflush(stdout);
+  if (!avx2 || !old_kernel(core)) return;
+  const char *want = avx512 ? "SKYLAKEX" : "HASWELL", *set = getenv("OPENBLAS_CORETYPE");
+  fprintf(stderr,
+          "%s: warning: OpenBLAS runs its %s kernels (no AVX2) on a CPU with %s: matrix products "
+          "run several times slower than they can\n",
+          program_invocation_short_name, core, avx512 ? "AVX-512" : "AVX2");
+  if (!strstr(config, "DYNAMIC_ARCH"))
+    fprintf(stderr,
+            "HINT: this OpenBLAS is built for %s only: link one built with DYNAMIC_ARCH=1 "
+            "(Debian's libopenblas0 is) or for this CPU\n",
+            core);
+  else if (set && set[0])
+    fprintf(stderr, "HINT: OPENBLAS_CORETYPE=%s is set: export OPENBLAS_CORETYPE=%s instead\n", set,
+            want);
+  else
+    fprintf(stderr, "HINT: this OpenBLAS does not recognise the CPU: export OPENBLAS_CORETYPE=%s\n",
+            want);
+  fflush(stderr);
+}
