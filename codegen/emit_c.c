@@ -457,6 +457,15 @@ static bool emit(E *e, const CodegenOptions *o) {
          "    optional[i] = P[i].init < 0;\n  }\n");
   out(e,
       "  if (o.gradcheck) {\n    int rc = gradcheck(&o);\n    release();\n    return rc;\n  }\n");
+  // Outputs are checked before any work: a run must not train for hours, then fail to save.
+  out(e, "  if (o.save) {\n"
+         "    char optim[4096];\n"
+         "    prCheck(snprintf(optim, sizeof optim, \"%%s.optim\", o.save) < (int)sizeof optim, "
+         "\"use a shorter path\",\n"
+         "            \"--save: path too long\");\n"
+         "    pr_check_writable(o.save, \"--save\");\n"
+         "    pr_check_writable(optim, \"--save\");\n  }\n"
+         "  if (o.loss_log) pr_check_writable(o.loss_log, \"--loss-log\");\n");
   out(e, "  int64_t start = 0;\n"
          "  const char *load = o.resume ? o.resume : o.init;\n"
          "  if (load) {\n    pr_safetensors_load(load, refs, NPARAMS, optional, false);\n"

@@ -56,14 +56,14 @@ static void check_frac(const char *path, double frac) {
           "%s: training fraction %g is out of range", path, frac);
 }
 
-// Reads a whole file into a malloc'd buffer.
-static unsigned char *read_all(const char *path, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  prCheck(f != NULL, "check the --data path (relative paths start at the current directory)",
-          "cannot open '%s': %s", path, strerror(errno));
+// Reads a whole regular file into a malloc'd buffer; `what` names it in messages.
+static unsigned char *read_all(const char *path, const char *what, size_t *size) {
+  FILE *f = fdopen(pr_open_regular(path, what), "rb");
+  prCheck(f != NULL, "the machine is out of memory or file descriptors", "cannot read '%s': %s",
+          path, strerror(errno));
   struct stat st;
-  prCheck(fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode), "give a regular file",
-          "'%s' is not a regular file", path);
+  prCheck(fstat(fileno(f), &st) == 0, "give a regular file", "cannot stat '%s': %s", path,
+          strerror(errno));
   size_t n = (size_t)st.st_size;
   unsigned char *buf = malloc(n ? n : 1);
   prCheck(buf != NULL, "the file is too large for this machine's memory",
@@ -91,7 +91,7 @@ void pr_tokens_open_text(PrTokens *t, const char *path, double train_frac) {
   memset(t, 0, sizeof *t);
   check_frac(path, train_frac);
   size_t n;
-  unsigned char *buf = read_all(path, &n);
+  unsigned char *buf = read_all(path, "data file", &n);
   prCheck(n > 0, "give a non-empty text file", "%s: the file is empty", path);
   int present[256] = {0};
   for (size_t i = 0; i < n; i++) present[buf[i]] = 1;
@@ -118,7 +118,7 @@ void pr_tokens_open_u16(PrTokens *t, const char *path, double train_frac) {
   memset(t, 0, sizeof *t);
   check_frac(path, train_frac);
   size_t n;
-  unsigned char *buf = read_all(path, &n);
+  unsigned char *buf = read_all(path, "data file", &n);
   prCheck(n > 0, "give a non-empty token file", "%s: the file is empty", path);
   prCheck(n % 2 == 0, "a token file holds little-endian uint16 ids (2 bytes each)",
           "%s: the size (%zu bytes) is odd; the last token is incomplete at byte offset %zu", path,
@@ -281,10 +281,11 @@ void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t
                        double scale) {
   memset(t, 0, sizeof *t);
   check_frac(path, train_frac);
+  int fd = pr_open_regular(path, "data file");
   errno = 0;
-  gzFile gz = gzopen(path, "rb");
-  prCheck(gz != NULL, "check the --data path (relative paths start at the current directory)",
-          "cannot open '%s': %s", path, errno ? strerror(errno) : "gzopen failed");
+  gzFile gz = gzdopen(fd, "rb");
+  prCheck(gz != NULL, "the machine is out of memory", "cannot read '%s': %s", path,
+          errno ? strerror(errno) : "gzdopen failed");
   char *buf = NULL;
   size_t cap = 0;
   Field *fields = NULL;
@@ -395,9 +396,9 @@ static const char *npy_key(const char *h, const char *key) {
   return p;
 }
 
-static void npy_read(Npy *a, const char *path) {
+static void npy_read(Npy *a, const char *path, const char *what) {
   memset(a, 0, sizeof *a);
-  a->buf = read_all(path, &a->file_size);
+  a->buf = read_all(path, what, &a->file_size);
   const unsigned char *b = a->buf;
   size_t n = a->file_size;
   const char *hint = "give a .npy file written by numpy.save";
@@ -501,8 +502,8 @@ void pr_table_open_npy(PrTable *t, const char *x_path, const char *y_path, doubl
   memset(t, 0, sizeof *t);
   check_frac(x_path, train_frac);
   Npy ax, ay;
-  npy_read(&ax, x_path);
-  npy_read(&ay, y_path);
+  npy_read(&ax, x_path, "data file");
+  npy_read(&ay, y_path, "labels file");
   prCheck(ax.ndim == 2, "features are a 2-D array (rows, features)",
           "%s: features have %d dimensions, expected 2", x_path, ax.ndim);
   prCheck(ay.ndim == 1 || (ay.ndim == 2 && ay.shape[1] == 1), "labels are a 1-D array (rows)",

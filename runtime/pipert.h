@@ -193,6 +193,19 @@ double pr_sumsq(const float *g, int64_t n);
 void pr_scale_inplace(float *g, int64_t n, float factor);
 
 // ---------------------------------------------------------------------------------------------
+// File checks (files.c), made before any work.
+
+// Opens an input file for reading; stops the program unless it is a regular file (a FIFO,
+// device or directory is refused without blocking). `what` names it in messages ("data file").
+// Returns a blocking file descriptor.
+int pr_open_regular(const char *path, const char *what);
+// pr_open_regular, then close: the file exists and is a regular file.
+void pr_check_regular(const char *path, const char *what);
+// Stops the program unless path can be written: its directory exists and is writable, and the
+// file, if it exists, is a regular file. flag names it in messages ("--save").
+void pr_check_writable(const char *path, const char *flag);
+
+// ---------------------------------------------------------------------------------------------
 // Data (data.c). Batches are a pure function of (seed, split, step, microbatch).
 
 enum { PR_TRAIN = 0, PR_VAL = 1 };

@@ -50,6 +50,37 @@ expect resume-without-optimizer-state 1 "rank 0: error: .*noopt.safetensors.opti
 expect save-missing-dir 1 "rank 0: error: .*$tmp/no/such/dir" "$mlp" --steps 1 --quiet --save "$tmp/no/such/dir/x.safetensors"
 check "failed save leaves no file" test ! -e "$tmp/no/such/dir/x.safetensors"
 
+# ---- Issue 6, data and flags: bad data, bad paths and bad flags fail at start, before training
+# (never after minutes of it, never with a hang or a silently wrong run).
+# expect_early NAME RC STDERR-REGEX CMD...: expect, and no progress line was printed (the program
+# stopped before its first training step).
+expect_early() {
+  expect "$@"
+  check "$1: stopped before training" bash -c "! grep -q '^step ' '$tmp/out'"
+}
+# 5. --save and --loss-log are checked at start.
+expect_early save-is-a-directory 1 "rank 0: error: --save '$tmp': the path is a directory, not a regular file$" "$mlp" --steps 3 --save "$tmp"
+expect_early save-missing-dir-early 1 "rank 0: error: --save '$tmp/no/such/dir/x.safetensors': cannot use directory '$tmp/no/such/dir': No such file or directory$" \
+  "$mlp" --steps 3 --save "$tmp/no/such/dir/x.safetensors"
+mkdir -p "$tmp/ck.safetensors.optim"
+expect_early save-optim-is-a-directory 1 "rank 0: error: --save '$tmp/ck.safetensors.optim': the path is a directory, not a regular file$" \
+  "$mlp" --steps 3 --save "$tmp/ck.safetensors"
+check "save-optim-is-a-directory: nothing saved" test ! -e "$tmp/ck.safetensors"
+expect_early loss-log-missing-dir 1 "rank 0: error: --loss-log '$tmp/none/l': cannot use directory '$tmp/none': No such file or directory$" \
+  "$mlp" --steps 3 --loss-log "$tmp/none/l"
+
+# 6. FIFOs, directories and devices are refused without blocking (timeout: a hang fails).
+mkfifo "$tmp/fifo"
+expect_early fifo-data-text 1 "rank 0: error: data file '$tmp/fifo' is a FIFO, not a regular file$" timeout 10 "$gpt" --steps 1 --data "$tmp/fifo"
+expect_early fifo-data-csv 1 "rank 0: error: data file '$tmp/fifo' is a FIFO, not a regular file$" timeout 10 "$mlp" --steps 1 --data "$tmp/fifo"
+expect_early fifo-init 1 "rank 0: error: checkpoint '$tmp/fifo' is a FIFO, not a regular file$" timeout 10 "$mlp" --steps 1 --init "$tmp/fifo"
+expect_early fifo-resume 1 "rank 0: error: checkpoint '$tmp/fifo' is a FIFO, not a regular file$" timeout 10 "$mlp" --steps 1 --resume "$tmp/fifo"
+expect_early fifo-loss-log 1 "rank 0: error: --loss-log '$tmp/fifo': the path is a FIFO, not a regular file$" timeout 10 "$mlp" --steps 1 --loss-log "$tmp/fifo"
+expect_early dir-data 1 "rank 0: error: data file '$tmp' is a directory, not a regular file$" timeout 10 "$mlp" --steps 1 --data "$tmp"
+expect_early device-init 1 "rank 0: error: checkpoint '/dev/zero' is a character device, not a regular file$" timeout 10 "$mlp" --steps 1 --init /dev/zero
+
+# ---- end of issue 6, data and flags
+
 # Peak RSS within 5% of the plan plus the stated runtime overhead: the token stream (4 bytes per
 # character) and a fixed 16 MiB for code, libraries, OpenMP stacks and kernel scratch.
 "$gpt" --steps 10 --eval-batches 2 >"$tmp/run" 2>&1 || bad "gpt run"
