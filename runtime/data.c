@@ -234,18 +234,38 @@ static int is_blank(int c) {
   return c == ' ' || c == '\t';
 }
 
-// Parses one whole (trimmed) field as a finite double; false when it is not one.
-static bool parse_number(const char *s, size_t len, double *out) {
+typedef enum Num {
+  NUM_OK,       // a finite double
+  NUM_INFINITE, // a number, but not a finite double: "nan", "inf", "1e999"
+  NUM_BAD       // not a number
+} Num;
+
+// Parses one whole (trimmed) field as a double.
+static Num parse_number(const char *s, size_t len, double *out) {
   char tmp[128];
-  if (len == 0 || len >= sizeof tmp) return false;
+  if (len == 0 || len >= sizeof tmp) return NUM_BAD;
   memcpy(tmp, s, len);
   tmp[len] = '\0';
   char *end;
   errno = 0;
   double v = strtod(tmp, &end);
-  if (end != tmp + len || !isfinite(v)) return false;
+  if (end != tmp + len) return NUM_BAD;
+  if (!isfinite(v)) return NUM_INFINITE;
   *out = v;
-  return true;
+  return NUM_OK;
+}
+
+// A feature as the model sees it, (float)(v * scale); the program stops when that is not a
+// finite float32 (a double beyond 3.4e38 would silently become inf and every loss NaN).
+static float feature(double v, double scale, const char *path, const char *where) {
+  float f = (float)(v * scale);
+  if (!isfinite(f)) {
+    char times[64] = "";
+    if (scale != 1.0) snprintf(times, sizeof times, " times the data scale %g", scale);
+    pr_fail(__FILE__, __LINE__, "features must be finite float32 numbers (|x| <= 3.4e38)",
+            "%s%s: feature %.9g%s is outside the float32 range", path, where, v, times);
+  }
+  return f;
 }
 
 typedef struct Field {
@@ -300,8 +320,8 @@ void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t
     int64_t nf = split_fields(line, &fields, &fcap);
     if (!seen_first) {
       seen_first = true;
-      double dummy;
-      if (!parse_number(fields[0].s, fields[0].len, &dummy)) continue; // header line
+      double dummy; // a header's first field is a name; "nan" or "inf" is a bad number
+      if (parse_number(fields[0].s, fields[0].len, &dummy) == NUM_BAD) continue;
     }
     if (ncols == 0) {
       prCheck(nf >= 2, "each row holds the features and then the integer label",
@@ -337,12 +357,18 @@ void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t
         pr_fail(__FILE__, __LINE__, "every field is a number; the last one is the label",
                 "%s:%lld:%lld: empty field (field %lld)", path, (long long)lineno,
                 (long long)f->col, (long long)(c + 1));
-      if (!parse_number(f->s, f->len, &v))
-        pr_fail(__FILE__, __LINE__, "every field is a number; the last one is the label",
-                "%s:%lld:%lld: field %lld is not a number: '%.*s'", path, (long long)lineno,
-                (long long)f->col, (long long)(c + 1), f->len > 40 ? 40 : (int)f->len, f->s);
+      Num kind = parse_number(f->s, f->len, &v);
+      if (kind != NUM_OK)
+        pr_fail(__FILE__, __LINE__,
+                kind == NUM_BAD ? "every field is a number; the last one is the label"
+                                : "features and labels must be finite numbers",
+                "%s:%lld:%lld: field %lld is not a %snumber: '%.*s'", path, (long long)lineno,
+                (long long)f->col, (long long)(c + 1), kind == NUM_BAD ? "" : "finite ",
+                f->len > 40 ? 40 : (int)f->len, f->s);
       if (c < t->features) {
-        xr[c] = (float)(v * scale);
+        char where[64];
+        snprintf(where, sizeof where, ":%lld:%lld", (long long)lineno, (long long)f->col);
+        xr[c] = feature(v, scale, path, where);
       } else {
         prCheck(v == floor(v), "the last field of a row is the class label 0, 1, 2, ...",
                 "%s:%lld:%lld: label '%.*s' is not an integer", path, (long long)lineno,
@@ -525,7 +551,14 @@ void pr_table_open_npy(PrTable *t, const char *x_path, const char *y_path, doubl
     prCheck(isfinite(v), "features must be finite numbers",
             "%s: element %zu (row %zu, column %zu) is not finite", x_path, i,
             i / (size_t)t->features, i % (size_t)t->features);
-    t->x[i] = (float)(v * scale);
+    float f = (float)(v * scale);
+    if (!isfinite(f)) {
+      char where[96];
+      snprintf(where, sizeof where, ": element %zu (row %zu, column %zu)", i,
+               i / (size_t)t->features, i % (size_t)t->features);
+      feature(v, scale, x_path, where);
+    }
+    t->x[i] = f;
   }
   for (int64_t r = 0; r < t->rows; r++) {
     double v = npy_get(&ay, (size_t)r);

@@ -239,7 +239,8 @@ typedef struct PrTable {
 
 // CSV (plain or gzip-compressed, detected from the content): numeric columns, the last one the
 // integer label; no header, or a header line that is skipped when its first field is not a number.
-// Rows are shuffled with `seed` and split at train_frac. Features are multiplied by scale.
+// Rows are shuffled with `seed` and split at train_frac (both splits non-empty). Features are
+// multiplied by scale and must be finite float32 numbers; "nan" and "inf" are refused.
 void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t seed,
                        double scale);
 // .npy features (float32/float64, 2-D) and labels (integer, 1-D), same shuffle/split rules.

@@ -58,6 +58,90 @@ expect_early() {
   expect "$@"
   check "$1: stopped before training" bash -c "! grep -q '^step ' '$tmp/out'"
 }
+data=$(cd "$root/../shared/data" && pwd -P)
+# expect_early NAME RC STDERR-REGEX CMD...: expect, and no progress line was printed (the program
+# stopped before its first training step).
+expect_early() {
+  expect "$@"
+  check "$1: stopped before training" bash -c "! grep -q '^step ' '$tmp/out'"
+}
+/usr/bin/python3 - "$tmp" "$data" <<'PY' || bad "setup"
+import gzip, json, struct, sys
+tmp, data = sys.argv[1], sys.argv[2]
+# A tiny gpt_char (T=8, C=16, one layer) whose head has K rows, untied from the embedding.
+m = json.load(open("samples/gpt_char.json"))
+m["dims"] = {"V": 65, "T": 8, "C": 16, "L": 1, "K": 65}
+for p in m["params"]:
+    if p["name"] == "lm_head.weight":
+        del p["tied_to"]
+        p["shape"] = ["K", "C"]
+        p["init"] = {"kind": "normal", "std": 0.02}
+m["training"].update(batch=4, steps=5, eval_every=0, eval_batches=2, log_every=1)
+m["training"]["data"]["path"] = data + "/tinyshakespeare.txt"
+json.dump(m, open(tmp + "/tiny.json", "w"))
+m["dims"]["K"] = 60  # cross_entropy has 60 classes, the embedding 65 rows
+json.dump(m, open(tmp + "/tiny60.json", "w"))
+m["training"]["data"].update(kind="tokens_u16", path=tmp + "/tok.u16")
+json.dump(m, open(tmp + "/tiny60u16.json", "w"))
+ids = [i % 60 for i in range(5000)]
+ids[3000] = 62
+open(tmp + "/tok.u16", "wb").write(struct.pack("<%dH" % len(ids), *ids))
+text = open(data + "/tinyshakespeare.txt").read()
+open(tmp + "/short80.txt", "w").write(text[:80])  # validation split: 8 tokens < T+1
+open(tmp + "/short9.txt", "w").write(text[:9])    # training split: 8 tokens
+open(tmp + "/win90.txt", "w").write(text[:90])    # validation split: exactly one window (9)
+
+def npy(name, descr, shape, fmt, values):
+    d = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape)
+    d += " " * ((64 - (10 + len(d) + 1) % 64) % 64) + "\n"
+    body = struct.pack("<%d%s" % (len(values), fmt), *values)
+    open(tmp + "/" + name, "wb").write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(d)) + d.encode() + body)
+
+rows = [list(map(float, l.split(","))) for l in gzip.open(data + "/digits.csv.gz", "rt") if l.strip()]
+n = len(rows)
+x = [v for r in rows for v in r[:-1]]
+y = [int(r[-1]) for r in rows]
+npy("x.npy", "<f4", "(%d, 64)" % n, "f", x)
+npy("y.npy", "<i8", "(%d,)" % n, "q", y)
+npy("y_rot.npy", "<i8", "(%d,)" % n, "q", [(v + 1) % 10 for v in y])
+npy("y_short.npy", "<i8", "(%d,)" % (n - 1), "q", y[:-1])
+npy("y_float.npy", "<f8", "(%d,)" % n, "d", [float(v) for v in y])
+xb = list(x)
+xb[7 * 64 + 3] = 1e300  # finite as a double, not as a float32
+npy("x_big.npy", "<f8", "(%d, 64)" % n, "d", xb)
+m = json.load(open("samples/mlp_digits.json"))
+m["training"].update(steps=3)
+m["training"]["data"] = {"kind": "npy", "path": "x.npy", "labels": "sub/../y.npy",
+                         "train_fraction": 0.8, "scale": 0.0625}
+json.dump(m, open(tmp + "/npy.json", "w"))
+lines = gzip.open(data + "/digits.csv.gz", "rt").read().splitlines()
+f = lines[4].split(",")
+f[3] = "1e300"
+open(tmp + "/big.csv", "w").write("\n".join(lines[:4] + [",".join(f)] + lines[5:]) + "\n")
+f[3] = "1e37"
+open(tmp + "/big37.csv", "w").write("\n".join(lines[:4] + [",".join(f)] + lines[5:]) + "\n")
+f[3] = "nan"
+open(tmp + "/nan.csv", "w").write("\n".join(lines[:4] + [",".join(f)] + lines[5:]) + "\n")
+open(tmp + "/nan1.csv", "w").write("nan," + "\n".join(lines)[2:] + "\n")
+PY
+mkdir -p "$tmp/sub"
+for mdl in tiny tiny60 tiny60u16 npy; do
+  "$pipec" compile "$tmp/$mdl.json" -o "$tmp/$mdl" >/dev/null 2>"$tmp/err" || bad "compile $mdl: $(tail -2 "$tmp/err")"
+done
+"$pipec" compile samples/mlp_digits.json --set data.scale=100 -o "$tmp/mlp100" >/dev/null 2>&1 || bad "compile mlp100"
+tiny="$tmp/tiny/bin/train"
+npyt="$tmp/npy/bin/train"
+
+# 1. Features that are finite doubles but not float32 (also after the scale), and NaN/inf.
+expect_early csv-float32-overflow 1 "rank 0: error: $tmp/big.csv:5:7: feature 1e\+300 times the data scale 0.0625 is outside the float32 range$" \
+  "$mlp" --steps 3 --data "$tmp/big.csv" --save "$tmp/big.safetensors"
+check "csv-float32-overflow: nothing saved" test ! -e "$tmp/big.safetensors"
+expect_early csv-float32-overflow-scaled 1 "rank 0: error: $tmp/big37.csv:5:7: feature 1e\+37 times the data scale 100 is outside the float32 range$" \
+  "$tmp/mlp100/bin/train" --steps 3 --data "$tmp/big37.csv"
+expect_early csv-nan 1 "rank 0: error: $tmp/nan.csv:5:7: field 4 is not a finite number: 'nan'$" "$mlp" --steps 3 --data "$tmp/nan.csv"
+expect_early csv-nan-first-line 1 "rank 0: error: $tmp/nan1.csv:1:1: field 1 is not a finite number: 'nan'$" \
+  "$mlp" --steps 3 --data "$tmp/nan1.csv"
+
 # 5. --save and --loss-log are checked at start.
 expect_early save-is-a-directory 1 "rank 0: error: --save '$tmp': the path is a directory, not a regular file$" "$mlp" --steps 3 --save "$tmp"
 expect_early save-missing-dir-early 1 "rank 0: error: --save '$tmp/no/such/dir/x.safetensors': cannot use directory '$tmp/no/such/dir': No such file or directory$" \

@@ -569,7 +569,9 @@ START_TEST(test_csv_errors) {
   csv_case("neg.csv", "1,2,0\n3,4,-1\n", ":2:5: label -1 is negative");
   csv_case("frac.csv", "1,2,0\n3,4,1.5\n", ":2:5: label '1.5' is not an integer");
   csv_case("empty.csv", "1,2,0\n3,,1\n", ":2:3: empty field (field 2)");
-  csv_case("inf.csv", "1,2,0\n3,inf,1\n", ":2:3: field 2 is not a number: 'inf'");
+  csv_case("inf.csv", "1,2,0\n3,inf,1\n", ":2:3: field 2 is not a finite number: 'inf'");
+  csv_case("nan1.csv", "nan,2,0\n3,4,1\n", ":1:1: field 1 is not a finite number: 'nan'");
+  csv_case("big.csv", "1,2,0\n3, 1e300,1\n", ":2:3: feature 1e+300 is outside the float32 range");
   csv_case("norows.csv", "x,y\n", ": no data rows");
   expect_exit(csv_child, "/nonexistent/data.csv", 1, "cannot open '/nonexistent/data.csv'");
   // error lines name the source location and the rank, then a hint
