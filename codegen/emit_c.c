@@ -222,9 +222,9 @@ static void emit_params(E *e) {
   out(e, "}\n\n");
 }
 
-// Largest valid id for an i32 input: the smallest class count among its consumers (embedding
-// rows, cross-entropy classes), so random ids are always in range.
-static int64_t id_bound(const Tensor *t) {
+// Bound of the ids an i32 input may hold: the smallest class count among its consumers
+// (embedding rows, cross-entropy classes); 0 when no consumer bounds them. *by: that consumer.
+static int64_t id_limit(const Tensor *t, const Node **by) {
   int64_t b = 0;
   for (int u = 0; u < t->nuses; u++) {
     const Node *n = t->uses[u].node;
@@ -234,9 +234,38 @@ static int64_t id_bound(const Tensor *t) {
       const Shape *s = &n->in[0]->shape;
       k = s->d[s->rank - 1].n;
     }
-    if (k > 0 && (b == 0 || k < b)) b = k;
+    if (k > 0 && (b == 0 || k < b)) {
+      b = k;
+      if (by) *by = n;
+    }
   }
+  return b;
+}
+
+// Largest valid id for random ids of an i32 input (--gradcheck): always in range.
+static int64_t id_bound(const Tensor *t) {
+  int64_t b = id_limit(t, NULL);
   return b ? b : 2;
+}
+
+// Token streams feed both the input and the target: every id is checked at open against the
+// bound of each (the input's first: "the model's vocabulary", then a smaller target bound).
+static void emit_token_id_checks(E *e, const Tensor *x, const Tensor *y) {
+  const Node *nx = NULL, *ny = NULL;
+  int64_t lx = id_limit(x, &nx), ly = id_limit(y, &ny);
+  if (lx > 0) {
+    const char *what =
+        !strcmp(nx->op->name, "embedding")
+            ? arena_printf(e->a, "the model's vocabulary holds %lld", (long long)lx)
+            : arena_printf(e->a, "cross_entropy '%s' has %lld classes", nx->name, (long long)lx);
+    out(e, "  pr_tokens_check_ids(&data, path, %lld, %s);\n", (long long)lx, cstring(e, what));
+  }
+  if (ly > 0 && (lx == 0 || ly < lx)) {
+    const char *what = arena_printf(e->a, "the target '%s' feeds %s '%s' with %lld %s", y->name,
+                                    ny->op->name, ny->name, (long long)ly,
+                                    !strcmp(ny->op->name, "embedding") ? "rows" : "classes");
+    out(e, "  pr_tokens_check_ids(&data, path, %lld, %s);\n", (long long)ly, cstring(e, what));
+  }
 }
 
 // --gradcheck: one microbatch of data (or random inputs), analytic gradients, then central
@@ -272,8 +301,9 @@ static void emit_gradcheck(E *e, bool has_data) {
       "  gc_seed = o->seed;\n");
   if (has_data)
     out(e, "  gc_data = o->data != NULL;\n  if (gc_data) %s\n",
-        e->tc->data == DATA_CSV || e->tc->data == DATA_NPY ? "open_data(o->data, o->seed);"
-                                                           : "open_data(o->data);");
+        e->tc->data == DATA_NPY   ? "open_data(o->data, o->labels, o->seed);"
+        : e->tc->data == DATA_CSV ? "open_data(o->data, o->seed);"
+                                  : "open_data(o->data);");
   out(e, "  gradcheck_inputs();\n");
   out(e, "  forward();\n  backward(0);\n  step_end();\n"
          "  double worst = 0;\n"
@@ -345,8 +375,11 @@ static bool emit(E *e, const CodegenOptions *o) {
     out(e, "static PrTokens data;\n#define SEQ %lld // tokens per row\n",
         (long long)x->shape.d[1].n);
     out(e,
-        "static void open_data(const char *path) {\n  pr_tokens_open_%s(&data, path, %.17g);\n}\n",
+        "static void open_data(const char *path) {\n  pr_tokens_open_%s(&data, path, %.17g);\n"
+        "  pr_tokens_check_windows(&data, path, SEQ);\n",
         tc->data == DATA_TEXT ? "text" : "u16", tc->train_fraction);
+    emit_token_id_checks(e, x, y);
+    out(e, "}\n");
     out(e,
         "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
         "  pr_tokens_batch(&data, split, seed, step, m, MB, SEQ, %s, %s);\n}\n",
@@ -360,13 +393,23 @@ static bool emit(E *e, const CodegenOptions *o) {
           tc->train_fraction, tc->scale);
     else
       out(e,
-          "static void open_data(const char *path, uint64_t seed) {\n  pr_table_open_npy(&data, "
-          "path, %s, %.17g, seed, %.17g);\n",
-          cstring(e, tc->data_path2), tc->train_fraction, tc->scale);
+          "static void open_data(const char *path, const char *labels, uint64_t seed) {\n"
+          "  pr_table_open_npy(&data, path, labels, %.17g, seed, %.17g);\n",
+          tc->train_fraction, tc->scale);
     out(e,
-        "  prCheck(data.features == FEATURES, \"the model's input '%s' has %lld features\",\n"
-        "          \"data has %%lld features per row\", (long long)data.features);\n}\n",
-        comment(e, x->name), (long long)x->shape.d[1].n);
+        "  prCheck(data.features == FEATURES, %s,\n"
+        "          \"data has %%lld features per row\", (long long)data.features);\n",
+        cstring(e, arena_printf(e->a, "the model's input '%s' has %lld features", x->name,
+                                (long long)x->shape.d[1].n)));
+    int64_t classes = id_limit(y, NULL);
+    if (classes > 0)
+      out(e,
+          "  prCheck(data.classes <= %lld, \"use labels 0..%lld, or a model with more classes\",\n"
+          "          \"%%s has labels up to %%d but the model has %lld classes\", %s, "
+          "data.classes - 1);\n",
+          (long long)classes, (long long)classes - 1, (long long)classes,
+          tc->data == DATA_NPY ? "labels" : "path");
+    out(e, "}\n");
     out(e,
         "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
         "  (void)split;\n  pr_table_batch(&data, seed, step, m, MB, %s, %s);\n}\n",
@@ -384,7 +427,29 @@ static bool emit(E *e, const CodegenOptions *o) {
         classify ? " and accuracy" : "");
     out(e, "static void evaluate(int64_t batches, int64_t step) {\n  double loss = 0, weight = 0;\n"
            "  int64_t correct = 0, seen = 0;\n");
+    const Node *ln = loss->producer;
+    // The loss is cross_entropy(logits, target) itself: a batch's loss over its real rows only.
+    bool exact_ce = logits && ln && !strcmp(ln->op->name, "cross_entropy") && ln->in[0] == logits &&
+                    ln->in[1] == y;
     if (tokens) {
+      // batches = 0: the whole split in consecutive windows, a token-weighted mean.
+      out(e,
+          "  if (batches == 0) {\n"
+          "    int64_t all = pr_tokens_val_batches(&data, MB, SEQ);\n"
+          "    for (int64_t k = 0; k < all; k++) {\n"
+          "      int64_t valid = pr_tokens_val_seq_batch(&data, k, MB, SEQ, %s, %s);\n"
+          "      forward();\n",
+          e->ident[x->id], e->ident[y->id]);
+      if (exact_ce)
+        out(e,
+            "      float part;\n      pr_cross_entropy_fwd(&part, %s, %s, valid * SEQ, %lld);\n"
+            "      loss += (double)part * (double)valid;\n",
+            e->ident[logits->id], e->ident[y->id],
+            (long long)logits->shape.d[logits->shape.rank - 1].n);
+      else
+        out(e, "      loss += %s[0] * (double)valid; // batch means, weighted by the real rows\n",
+            e->ident[loss->id]);
+      out(e, "      weight += (double)valid;\n    }\n  }\n");
       out(e,
           "  for (int64_t k = 0; k < batches; k++) {\n"
           "    pr_tokens_batch(&data, PR_VAL, 0x5eed, k, 0, MB, SEQ, %s, %s);\n"
@@ -392,15 +457,12 @@ static bool emit(E *e, const CodegenOptions *o) {
           e->ident[x->id], e->ident[y->id], e->ident[loss->id]);
     } else {
       out(e,
-          "  int64_t val = data.rows - data.n_train;\n"
-          "  if (batches == 0) batches = (val + MB - 1) / MB;\n"
+          "  batches = pr_table_val_batches(&data, MB, batches); // 0: the whole split\n"
           "  for (int64_t k = 0; k < batches; k++) {\n"
           "    int64_t valid = pr_table_val_batch(&data, k, MB, %s, %s);\n"
           "    forward();\n",
           e->ident[x->id], e->ident[y->id]);
-      const Node *ln = loss->producer;
-      if (classify && ln && !strcmp(ln->op->name, "cross_entropy") && ln->in[0] == logits &&
-          ln->in[1] == y)
+      if (classify && exact_ce)
         // The last batch wraps around: its loss is taken over the real rows only.
         out(e,
             "    float part;\n    pr_cross_entropy_fwd(&part, %s, %s, valid, %lld);\n"
@@ -435,10 +497,12 @@ static bool emit(E *e, const CodegenOptions *o) {
   out(e, "int main(int argc, char **argv) {\n  pr_start(argc, argv);\n");
   out(e,
       "  PrOptions o = {.steps = %lld, .lr = %.17g, .min_lr = %.17g, .seed = %lluULL, .data = %s,\n"
-      "                .eval_every = %lld, .eval_batches = %lld, .log_every = %lld};\n",
+      "                .labels = %s, .eval_every = %lld, .eval_batches = %lld, .log_every = "
+      "%lld};\n",
       (long long)tc->steps, tc->lr, tc->min_lr, (unsigned long long)tc->seed,
-      tc->data_path ? cstring(e, tc->data_path) : "NULL", (long long)tc->eval_every,
-      (long long)tc->eval_batches, (long long)tc->log_every);
+      tc->data_path ? cstring(e, tc->data_path) : "NULL",
+      tc->data == DATA_NPY && tc->data_path2 ? cstring(e, tc->data_path2) : "NULL",
+      (long long)tc->eval_every, (long long)tc->eval_batches, (long long)tc->log_every);
   out(e, "  pr_parse_args(argc, argv, &o, %s);\n",
       cstring(e, arena_printf(e->a, "Train model %s (generated by pipec %s).", g->name,
                               PIPEC_VERSION)));
@@ -500,22 +564,12 @@ static bool emit(E *e, const CodegenOptions *o) {
          "            \"%%s: no 'step' in its metadata\", side);\n"
          "    start = atoll(buf);\n  }\n");
   if (tokens)
-    out(e,
-        "  prCheck(o.data != NULL, \"pass --data FILE\", \"no training data\");\n  "
-        "open_data(o.data);\n"
-        "  prCheck(data.vocab <= %lld, \"use data tokenized for this model, or a model with a "
-        "larger vocabulary\",\n"
-        "          \"%%s has %%d distinct tokens but the model's vocabulary holds %lld\", o.data, "
-        "data.vocab);\n",
-        (long long)id_bound(x), (long long)id_bound(x));
+    out(e, "  prCheck(o.data != NULL, \"pass --data FILE\", \"no training data\");\n  "
+           "open_data(o.data);\n");
   else if (table)
-    out(e,
-        "  prCheck(o.data != NULL, \"pass --data FILE\", \"no training data\");\n  "
-        "open_data(o.data, o.seed);\n"
-        "  prCheck(data.classes <= %lld, \"use labels 0..%lld, or a model with more classes\",\n"
-        "          \"%%s has labels up to %%d but the model has %lld classes\", o.data, "
-        "data.classes - 1);\n",
-        (long long)id_bound(y), (long long)id_bound(y) - 1, (long long)id_bound(y));
+    out(e, "  prCheck(o.data != NULL, \"pass --data FILE\", \"no training data\");\n  %s\n",
+        tc->data == DATA_NPY ? "open_data(o.data, o.labels, o.seed);"
+                             : "open_data(o.data, o.seed);");
   else
     out(e, "  prCheck(0, \"add a training.data section to the model\", \"this model has no data "
            "binding\");\n");

@@ -20,12 +20,17 @@
 //   of the (shuffled) table, drawn with replacement. Validation batch k (pr_table_val_batch) is
 //   validation rows (k*B + i) % n_val, i = 0..B-1 (sequential, wrapping around).
 //
+//   The whole validation split of a token stream (pr_tokens_val_seq_batch): W = (n_val - 1) / T
+//   consecutive non-overlapping windows, window w starting at n_train + w*T; batch k holds
+//   windows k*B .. k*B+B-1 (rows past W repeat window 0 and are not counted).
+//
 //   Table shuffle (Fisher-Yates, at open): perm = [0, 1, ..., rows-1]; s = seed ^
 //   0x2545F4914F6CDD1D;
 //       for i = rows-1 down to 1: j = pr_splitmix64(&s) % (i + 1); swap(perm[i], perm[j])
 //   shuffled row k = file row perm[k] (data rows counted from 0, header and blank lines excluded);
 //   the first n_train = floor(rows * train_frac) shuffled rows are the training split.
-//   Features are (float)(value * scale), value parsed as a double.
+//   Features are (float)(value * scale), value parsed as a double; a value that is not finite
+//   ("nan", "inf", 1e999) or whose feature is not a finite float32 (1e300) stops the program.
 //
 //   Text streams: vocabulary = the sorted distinct bytes of the whole file; token = index of the
 //   byte in it; n_train = floor(n * train_frac) (floor of the double product).
@@ -161,6 +166,57 @@ void pr_tokens_batch(const PrTokens *t, int split, uint64_t seed, int64_t step, 
   }
 }
 
+void pr_tokens_check_windows(const PrTokens *t, const char *path, int64_t T) {
+  for (int split = PR_TRAIN; split <= PR_VAL; split++) {
+    int64_t n_split = split == PR_TRAIN ? t->n_train : t->n - t->n_train;
+    prCheck(n_split >= T + 1,
+            "use more data, a smaller context length, or a different training fraction",
+            "%s: the %s split has %lld tokens; a window of context %lld needs at least %lld", path,
+            split == PR_TRAIN ? "training" : "validation", (long long)n_split, (long long)T,
+            (long long)(T + 1));
+  }
+}
+
+void pr_tokens_check_ids(const PrTokens *t, const char *path, int64_t bound, const char *what) {
+  if (t->vocab <= bound) return;
+  const char *hint = "use data tokenized for this model, or a model with a larger vocabulary";
+  // A text stream's vocabulary is its sorted distinct bytes (chars[1] > chars[0] >= 0 when it
+  // has two or more); a uint16 stream leaves chars zero. Text ids are ranks, not positions.
+  if (t->vocab >= 2 && t->chars[1] != 0)
+    pr_fail(__FILE__, __LINE__, hint, "%s has %d distinct tokens but %s", path, t->vocab, what);
+  for (int64_t i = 0; i < t->n; i++)
+    prCheck(t->tokens[i] < bound, hint, "%s: token %lld (byte offset %lld) has id %d but %s", path,
+            (long long)i, (long long)(2 * i), t->tokens[i], what);
+}
+
+int64_t pr_tokens_val_batches(const PrTokens *t, int64_t B, int64_t T) {
+  prCheck(B >= 1 && T >= 1, "internal error in the generated program",
+          "pr_tokens_val_batches: bad arguments (B %lld, T %lld)", (long long)B, (long long)T);
+  int64_t n_val = t->n - t->n_train, windows = n_val >= 1 ? (n_val - 1) / T : 0;
+  prCheck(windows >= 1, "use more data, a smaller context length, or a smaller training fraction",
+          "the validation split has %lld tokens; a window of context %lld needs at least %lld",
+          (long long)n_val, (long long)T, (long long)(T + 1));
+  return (windows + B - 1) / B;
+}
+
+int64_t pr_tokens_val_seq_batch(const PrTokens *t, int64_t k, int64_t B, int64_t T, int32_t *x,
+                                int32_t *y) {
+  int64_t n_val = t->n - t->n_train, windows = n_val >= 1 ? (n_val - 1) / T : 0;
+  prCheck(windows >= 1 && k >= 0 && k <= (windows - 1) / B && B >= 1,
+          "internal error in the generated program",
+          "pr_tokens_val_seq_batch: bad batch %lld of %lld rows (%lld windows)", (long long)k,
+          (long long)B, (long long)windows);
+  for (int64_t r = 0; r < B; r++) {
+    int64_t w = k * B + r;
+    if (w >= windows) w = 0; // padding rows of the last batch: not counted
+    const int32_t *p = t->tokens + t->n_train + w * T;
+    memcpy(x + r * T, p, (size_t)T * sizeof(int32_t));
+    memcpy(y + r * T, p + 1, (size_t)T * sizeof(int32_t));
+  }
+  int64_t real = windows - k * B;
+  return real > B ? B : real;
+}
+
 void pr_tokens_close(PrTokens *t) {
   free(t->tokens);
   memset(t, 0, sizeof *t);
@@ -201,6 +257,10 @@ static void shuffle_split(PrTable *t, const char *path, double frac, uint64_t se
   t->n_train = (int64_t)floor((double)rows * frac);
   prCheck(t->n_train >= 1, "use more rows or a larger training fraction",
           "%s: the training split is empty (%lld rows, fraction %g)", path, (long long)rows, frac);
+  // Every run evaluates at its end: an empty validation split is refused now, not then.
+  prCheck(t->n_train < rows, "use more rows or a training fraction below 1",
+          "%s: the validation split is empty (%lld rows, fraction %g)", path, (long long)rows,
+          frac);
 }
 
 // One line of a (possibly gzip-compressed) file, without its newline; NULL at the end.
@@ -586,7 +646,8 @@ int64_t pr_table_val_batch(const PrTable *t, int64_t k, int64_t B, float *x, int
   int64_t n_val = t->rows - t->n_train;
   prCheck(n_val >= 1, "use a training fraction below 1 to keep rows for validation",
           "the validation split is empty (%lld rows, all for training)", (long long)t->rows);
-  prCheck(k >= 0 && B >= 0, "internal error in the generated program",
+  prCheck(k >= 0 && B >= 0 && (B == 0 || k < INT64_MAX / B - 1),
+          "internal error in the generated program",
           "pr_table_val_batch: bad batch %lld of %lld rows", (long long)k, (long long)B);
   int64_t F = t->features;
   for (int64_t i = 0; i < B; i++) {
@@ -596,6 +657,15 @@ int64_t pr_table_val_batch(const PrTable *t, int64_t k, int64_t B, float *x, int
   }
   int64_t real = n_val - k * B;
   return real < 0 ? 0 : (real > B ? B : real);
+}
+
+int64_t pr_table_val_batches(const PrTable *t, int64_t B, int64_t requested) {
+  int64_t n_val = t->rows - t->n_train;
+  prCheck(n_val >= 1 && B >= 1 && requested >= 0, "internal error in the generated program",
+          "pr_table_val_batches: %lld validation rows, batch %lld, %lld batches requested",
+          (long long)n_val, (long long)B, (long long)requested);
+  int64_t all = n_val / B + (n_val % B != 0);
+  return requested == 0 || requested > all ? all : requested;
 }
 
 void pr_table_close(PrTable *t) {

@@ -226,6 +226,16 @@ void pr_tokens_open_u16(PrTokens *t, const char *path, double train_frac);
 // x (B,T) = window[0..T), y (B,T) = window[1..T].
 void pr_tokens_batch(const PrTokens *t, int split, uint64_t seed, int64_t step, int64_t mb,
                      int64_t B, int64_t T, int32_t *x, int32_t *y);
+// Checks at open: both splits hold a window of T+1 tokens; every id is below bound (what ends
+// the message: "the model's vocabulary holds 65").
+void pr_tokens_check_windows(const PrTokens *t, const char *path, int64_t T);
+void pr_tokens_check_ids(const PrTokens *t, const char *path, int64_t bound, const char *what);
+// The whole validation split as consecutive non-overlapping windows: window w (w = 0 .. W-1,
+// W = (n_val - 1) / T) starts at token n_train + w*T. Batch k holds windows kB .. kB+B-1 (rows
+// past W repeat window 0); the count of batches is ceil(W / B); a batch returns its real rows.
+int64_t pr_tokens_val_batches(const PrTokens *t, int64_t B, int64_t T);
+int64_t pr_tokens_val_seq_batch(const PrTokens *t, int64_t k, int64_t B, int64_t T, int32_t *x,
+                                int32_t *y);
 void pr_tokens_close(PrTokens *t);
 
 typedef struct PrTable {
@@ -252,6 +262,9 @@ void pr_table_batch(const PrTable *t, uint64_t seed, int64_t step, int64_t mb, i
 // Validation batch k: rows k*B .. k*B+B-1 of the validation split, wrapping around; returns how
 // many of them are real (not wrapped) rows.
 int64_t pr_table_val_batch(const PrTable *t, int64_t k, int64_t B, float *x, int32_t *y);
+// Validation batches of one pass: `requested`, at most the ceil(n_val / B) that hold real rows;
+// 0 = all of them (the whole validation split).
+int64_t pr_table_val_batches(const PrTable *t, int64_t B, int64_t requested);
 void pr_table_close(PrTable *t);
 
 // ---------------------------------------------------------------------------------------------
@@ -287,11 +300,12 @@ typedef struct PrOptions {
   double min_lr;        // --min-lr
   uint64_t seed;        // --seed
   const char *data;     // --data PATH (overrides the model's data path)
+  const char *labels;   // --labels PATH (.npy tables: the labels file; NULL for other data)
   const char *init;     // --init FILE.safetensors
   const char *save;     // --save FILE.safetensors
   const char *resume;   // --resume FILE.safetensors (params + optimizer state + step)
   int64_t eval_every;   // --eval-every (0 = only at the end)
-  int64_t eval_batches; // --eval-batches
+  int64_t eval_batches; // --eval-batches (0 = the whole validation split)
   int64_t log_every;    // --log-every
   int threads;          // --threads (OpenBLAS and kernels), 0 = leave as is
   const char *loss_log; // --loss-log FILE: one line per step "step loss" (tests, parity)
