@@ -58,6 +58,8 @@ void pr_check_regular(const char *path, const char *what) {
 void pr_check_writable(const char *path, const char *flag) {
   const char *hint = "give a path in an existing, writable directory";
   prCheck(path[0] != '\0', hint, "%s: the file name is empty", flag);
+  prCheck(path[strlen(path) - 1] != '/', "give the path of a file, not of a directory",
+          "%s '%s': the path ends with '/'", flag, path);
   struct stat st;
   if (stat(path, &st) == 0) {
     prCheck(S_ISREG(st.st_mode), "give the path of a regular file (it is replaced or overwritten)",

@@ -172,6 +172,7 @@ expect_early train-split-short 1 "rank 0: error: $tmp/short9.txt: the training s
 expect_early save-is-a-directory 1 "rank 0: error: --save '$tmp': the path is a directory, not a regular file$" "$mlp" --steps 3 --save "$tmp"
 expect_early save-missing-dir-early 1 "rank 0: error: --save '$tmp/no/such/dir/x.safetensors': cannot use directory '$tmp/no/such/dir': No such file or directory$" \
   "$mlp" --steps 3 --save "$tmp/no/such/dir/x.safetensors"
+expect_early save-trailing-slash 1 "rank 0: error: --save '$tmp/new/': the path ends with '/'$" "$mlp" --steps 3 --save "$tmp/new/"
 mkdir -p "$tmp/ck.safetensors.optim"
 expect_early save-optim-is-a-directory 1 "rank 0: error: --save '$tmp/ck.safetensors.optim': the path is a directory, not a regular file$" \
   "$mlp" --steps 3 --save "$tmp/ck.safetensors"
