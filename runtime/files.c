@@ -5,9 +5,9 @@
 // by their stat before opening anything, then opens with O_NONBLOCK (an open of a FIFO that
 // appeared since returns at once instead of waiting for a writer) and checks the open
 // descriptor again with fstat, so what is read is what was checked. Outputs (--save, --loss-log)
-// are checked at start by pr_check_writable: the directory exists and is writable and the file,
-// if it exists, is a regular file, so that a run does not train for hours and then fail to
-// write its result.
+// are checked at start by pr_check_writable: the directory exists and is writable, the file,
+// if it exists, is a regular file, and its name leaves room for a temporary's suffix, so that
+// a run does not train for hours and then fail to write its result.
 #include "pipert.h"
 
 #include <errno.h>
@@ -77,5 +77,13 @@ void pr_check_writable(const char *path, const char *flag) {
   if (access(dir, W_OK | X_OK) != 0)
     pr_fail(__FILE__, __LINE__, hint, "%s '%s': directory '%s' is not writable: %s", flag, path,
             dir, strerror(errno));
+  // Files are written through a temporary beside them (NAME.tmp.PID): leave room for its suffix.
+  long name_max = pathconf(dir, _PC_NAME_MAX);
+  if (name_max <= 0) name_max = 255;
+  const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+  prCheck((long)strlen(base) + 32 <= name_max, "use a shorter file name",
+          "%s '%s': the file name has %zu bytes; this directory allows %ld, less 32 for the "
+          "temporary file written beside it",
+          flag, path, strlen(base), name_max);
   free(copy);
 }

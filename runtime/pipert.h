@@ -202,7 +202,8 @@ int pr_open_regular(const char *path, const char *what);
 // pr_open_regular, then close: the file exists and is a regular file.
 void pr_check_regular(const char *path, const char *what);
 // Stops the program unless path can be written: its directory exists and is writable, and the
-// file, if it exists, is a regular file. flag names it in messages ("--save").
+// file, if it exists, is a regular file; its name is at most NAME_MAX - 32 bytes (room for a
+// temporary's suffix). flag names it in messages ("--save").
 void pr_check_writable(const char *path, const char *flag);
 
 // ---------------------------------------------------------------------------------------------
