@@ -633,7 +633,10 @@ static bool emit(E *e, const CodegenOptions *o) {
     out(e, "    if ((o.eval_every && (step + 1) %% o.eval_every == 0) || step + 1 == o.steps) "
            "evaluate(o.eval_batches, step + 1);\n");
   out(e, "  }\n");
-  out(e, "  if (loss_log) fclose(loss_log);\n");
+  // A loss log that could not be written in full (disk full) fails the run, after the save.
+  out(e, "  bool loss_log_bad = false;\n"
+         "  if (loss_log) {\n    loss_log_bad = ferror(loss_log) != 0;\n"
+         "    loss_log_bad = (fclose(loss_log) != 0) || loss_log_bad;\n  }\n");
   out(e,
       "  if (!o.quiet && done > 10) // the median step after a warm-up of 5 steps (eval excluded)\n"
       "    printf(\"median step time %%.2f ms over %%lld steps\\n\", pr_median(step_ms + 5, done - "
@@ -650,6 +653,8 @@ static bool emit(E *e, const CodegenOptions *o) {
          "    pr_safetensors_save(side, orefs, nopt, meta, 1);\n"
          "    if (!o.quiet) printf(\"saved %%s (and its optimizer state %%s.optim)\\n\", o.save, "
          "o.save);\n  }\n");
+  out(e, "  prCheck(!loss_log_bad, \"check that the disk has room (the log is incomplete)\",\n"
+         "          \"--loss-log: writing '%%s' failed\", o.loss_log);\n");
   out(e, "  if (!o.quiet) printf(\"peak RSS %%.1f MiB\\n\", (double)pr_peak_rss_bytes() / (1 << "
          "20));\n");
   out(e, "  release();\n  return 0;\n}\n");

@@ -183,6 +183,10 @@ check "save-optim-is-a-directory: nothing saved" test ! -e "$tmp/ck.safetensors"
 expect_early loss-log-missing-dir 1 "rank 0: error: --loss-log '$tmp/none/l': cannot use directory '$tmp/none': No such file or directory$" \
   "$mlp" --steps 3 --loss-log "$tmp/none/l"
 
+# A loss log cut short (file size limit: write fails with EFBIG) fails the run instead of exit 0.
+expect loss-log-write-error 1 "rank 0: error: --loss-log: writing '$tmp/ll' failed$" \
+  bash -c 'ulimit -f 1; trap "" XFSZ; exec "$0" --steps 300 --quiet --loss-log "$1"' "$mlp" "$tmp/ll"
+
 # 6. FIFOs, directories and devices are refused without blocking (timeout: a hang fails).
 mkfifo "$tmp/fifo"
 expect_early fifo-data-text 1 "rank 0: error: data file '$tmp/fifo' is a FIFO, not a regular file$" timeout 10 "$gpt" --steps 1 --data "$tmp/fifo"
