@@ -579,8 +579,9 @@ static bool emit(E *e, const CodegenOptions *o) {
          "  prCheck(!o.loss_log || loss_log, \"check the directory exists and is writable\", "
          "\"cannot open %%s\", o.loss_log);\n");
   out(e, "  double t0 = pr_now();\n  int64_t done = 0;\n");
-  out(e, "  double *step_ms = calloc((size_t)(o.steps > start ? o.steps - start : 1), "
-         "sizeof(double));\n"
+  // Step times of at most the first 2^20 steps (8 MiB): --steps may be up to 2^63 - 1.
+  out(e, "  const int64_t timed = o.steps - start < (1 << 20) ? o.steps - start : (1 << 20);\n"
+         "  double *step_ms = calloc((size_t)(timed > 0 ? timed : 1), sizeof(double));\n"
          "  prCheck(step_ms != NULL, \"the machine is out of memory\", \"cannot allocate the step "
          "timer\");\n");
   out(e,
@@ -618,7 +619,7 @@ static bool emit(E *e, const CodegenOptions *o) {
         "        pr_sgd_step(P[i].data, P[i].grad, P[i].m, P[i].n, lr, %.17g, P[i].decay ? %.17g : "
         "0.0, step + 1);\n",
         tc->momentum, tc->weight_decay);
-  out(e, "    step_ms[done] = (pr_now() - ts) * 1e3;\n");
+  out(e, "    if (done < timed) step_ms[done] = (pr_now() - ts) * 1e3;\n");
   out(e,
       "    done++;\n"
       "    if (loss_log) fprintf(loss_log, \"%%lld %%.9g\\n\", (long long)step, loss);\n"
@@ -639,8 +640,9 @@ static bool emit(E *e, const CodegenOptions *o) {
          "    loss_log_bad = (fclose(loss_log) != 0) || loss_log_bad;\n  }\n");
   out(e,
       "  if (!o.quiet && done > 10) // the median step after a warm-up of 5 steps (eval excluded)\n"
-      "    printf(\"median step time %%.2f ms over %%lld steps\\n\", pr_median(step_ms + 5, done - "
-      "5), (long long)(done - 5));\n"
+      "    printf(\"median step time %%.2f ms over %%lld steps\\n\",\n"
+      "           pr_median(step_ms + 5, (done < timed ? done : timed) - 5),\n"
+      "           (long long)((done < timed ? done : timed) - 5));\n"
       "  free(step_ms);\n");
   out(e, "  if (o.save) {\n"
          "    pr_safetensors_save(o.save, refs, NPARAMS, NULL, 0);\n"

@@ -218,6 +218,9 @@ expect eval-batches-negative 2 "^train: --eval-batches: expected a non-negative 
 expect steps-overflow 2 "^train: --steps: expected a non-negative integer, got '99999999999999999999'$" "$mlp" --steps 99999999999999999999
 expect log-every-zero 2 "^train: --log-every: expected a positive integer, got '0'$" "$mlp" --log-every 0
 expect eval-every-negative 2 "^train: --eval-every: expected a non-negative integer, got '-5'$" "$mlp" --eval-every -5
+# --steps up to 2^63 - 1 trains (old code: "cannot allocate the step timer", a timer per step).
+first=$(timeout 20 bash -c '"$0" --steps 9223372036854775807 --log-every 1 2>&1 | grep -m1 "^step "' "$mlp")
+check "--steps INT64_MAX trains ($first)" test "${first%% |*}" = "step 1/9223372036854775807"
 expect eval-batches-overflow 2 "^train: --eval-batches: expected a non-negative integer, got '9223372036854775808'$" "$mlp" --eval-batches 9223372036854775808
 # ---- end of issue 6, data and flags
 
