@@ -246,9 +246,9 @@ static void emit_params(E *e) {
   out(e, "}\n\n");
 }
 
-// Largest valid id for an i32 input: the smallest class count among its consumers (embedding
-// rows, cross-entropy classes), so random ids are always in range.
-static int64_t id_bound(const Tensor *t) {
+// Bound of the ids an i32 input may hold: the smallest class count among its consumers
+// (embedding rows, cross-entropy classes); 0 when no consumer bounds them. *by: that consumer.
+static int64_t id_limit(const Tensor *t, const Node **by) {
   int64_t b = 0;
   for (int u = 0; u < t->nuses; u++) {
     const Node *n = t->uses[u].node;
@@ -258,9 +258,38 @@ static int64_t id_bound(const Tensor *t) {
       const Shape *s = &n->in[0]->shape;
       k = s->d[s->rank - 1].n;
     }
-    if (k > 0 && (b == 0 || k < b)) b = k;
+    if (k > 0 && (b == 0 || k < b)) {
+      b = k;
+      if (by) *by = n;
+    }
   }
+  return b;
+}
+
+// Largest valid id for random ids of an i32 input (--gradcheck): always in range.
+static int64_t id_bound(const Tensor *t) {
+  int64_t b = id_limit(t, NULL);
   return b ? b : 2;
+}
+
+// Token streams feed both the input and the target: every id is checked at open against the
+// bound of each (the input's first: "the model's vocabulary", then a smaller target bound).
+static void emit_token_id_checks(E *e, const Tensor *x, const Tensor *y) {
+  const Node *nx = NULL, *ny = NULL;
+  int64_t lx = id_limit(x, &nx), ly = id_limit(y, &ny);
+  if (lx > 0) {
+    const char *what =
+        !strcmp(nx->op->name, "embedding")
+            ? arena_printf(e->a, "the model's vocabulary holds %lld", (long long)lx)
+            : arena_printf(e->a, "cross_entropy '%s' has %lld classes", nx->name, (long long)lx);
+    out(e, "  pr_tokens_check_ids(&data, path, %lld, %s);\n", (long long)lx, cstring(e, what));
+  }
+  if (ly > 0 && (lx == 0 || ly < lx)) {
+    const char *what = arena_printf(e->a, "the target '%s' feeds %s '%s' with %lld %s", y->name,
+                                    ny->op->name, ny->name, (long long)ly,
+                                    !strcmp(ny->op->name, "embedding") ? "rows" : "classes");
+    out(e, "  pr_tokens_check_ids(&data, path, %lld, %s);\n", (long long)ly, cstring(e, what));
+  }
 }
 
 // --gradcheck: one microbatch of data (or random inputs), analytic gradients, then central
@@ -296,8 +325,9 @@ static void emit_gradcheck(E *e, bool has_data) {
       "  gc_seed = o->seed;\n");
   if (has_data)
     out(e, "  gc_data = o->data != NULL;\n  if (gc_data) %s\n",
-        e->tc->data == DATA_CSV || e->tc->data == DATA_NPY ? "open_data(o->data, o->seed);"
-                                                           : "open_data(o->data);");
+        e->tc->data == DATA_NPY   ? "open_data(o->data, o->labels, o->seed);"
+        : e->tc->data == DATA_CSV ? "open_data(o->data, o->seed);"
+                                  : "open_data(o->data);");
   out(e, "  gradcheck_inputs();\n");
   out(e, "  forward();\n  backward(0);\n  step_end();\n"
          "  double worst = 0;\n"
@@ -369,8 +399,11 @@ static bool emit(E *e, const CodegenOptions *o) {
     out(e, "static PrTokens data;\n#define SEQ %lld // tokens per row\n",
         (long long)x->shape.d[1].n);
     out(e,
-        "static void open_data(const char *path) {\n  pr_tokens_open_%s(&data, path, %.17g);\n}\n",
+        "static void open_data(const char *path) {\n  pr_tokens_open_%s(&data, path, %.17g);\n"
+        "  pr_tokens_check_windows(&data, path, SEQ);\n",
         tc->data == DATA_TEXT ? "text" : "u16", tc->train_fraction);
+    emit_token_id_checks(e, x, y);
+    out(e, "}\n");
     out(e,
         "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
         "  pr_tokens_batch(&data, split, seed, step, m, MB, SEQ, %s, %s);\n}\n",
@@ -384,14 +417,23 @@ static bool emit(E *e, const CodegenOptions *o) {
           tc->train_fraction, tc->scale);
     else
       out(e,
-          "static void open_data(const char *path, uint64_t seed) {\n  pr_table_open_npy(&data, "
-          "path, %s, %.17g, seed, %.17g);\n",
-          cstring(e, tc->data_path2), tc->train_fraction, tc->scale);
+          "static void open_data(const char *path, const char *labels, uint64_t seed) {\n"
+          "  pr_table_open_npy(&data, path, labels, %.17g, seed, %.17g);\n",
+          tc->train_fraction, tc->scale);
     out(e,
         "  prCheck(data.features == FEATURES, %s,\n"
-        "          \"data has %%lld features per row\", (long long)data.features);\n}\n",
+        "          \"data has %%lld features per row\", (long long)data.features);\n",
         cstring(e, arena_printf(e->a, "the model's input '%s' has %lld features", x->name,
                                 (long long)x->shape.d[1].n)));
+    int64_t classes = id_limit(y, NULL);
+    if (classes > 0)
+      out(e,
+          "  prCheck(data.classes <= %lld, \"use labels 0..%lld, or a model with more classes\",\n"
+          "          \"%%s has labels up to %%d but the model has %lld classes\", %s, "
+          "data.classes - 1);\n",
+          (long long)classes, (long long)classes - 1, (long long)classes,
+          tc->data == DATA_NPY ? "labels" : "path");
+    out(e, "}\n");
     out(e,
         "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
         "  (void)split;\n  pr_table_batch(&data, seed, step, m, MB, %s, %s);\n}\n",
@@ -410,6 +452,17 @@ static bool emit(E *e, const CodegenOptions *o) {
     out(e, "static void evaluate(int64_t batches, int64_t step) {\n  double loss = 0, weight = 0;\n"
            "  int64_t correct = 0, seen = 0;\n");
     if (tokens) {
+      // batches = 0: the whole split in consecutive windows, a token-weighted mean; the last
+      // batch's padding rows are left out of the losses (loss_rows), as for tables.
+      out(e,
+          "  if (batches == 0) {\n"
+          "    int64_t all = pr_tokens_val_batches(&data, MB, SEQ);\n"
+          "    for (int64_t k = 0; k < all; k++) {\n"
+          "      int64_t valid = pr_tokens_val_seq_batch(&data, k, MB, SEQ, %s, %s);\n"
+          "      loss_rows = valid;\n      forward();\n      loss_rows = MB;\n"
+          "      loss += %s[0] * (double)valid;\n",
+          e->ident[x->id], e->ident[y->id], e->ident[loss->id]);
+      out(e, "      weight += (double)valid;\n    }\n  }\n");
       out(e,
           "  for (int64_t k = 0; k < batches; k++) {\n"
           "    pr_tokens_batch(&data, PR_VAL, 0x5eed, k, 0, MB, SEQ, %s, %s);\n"
@@ -417,8 +470,7 @@ static bool emit(E *e, const CodegenOptions *o) {
           e->ident[x->id], e->ident[y->id], e->ident[loss->id]);
     } else {
       out(e,
-          "  int64_t val = data.rows - data.n_train;\n"
-          "  if (batches == 0) batches = (val + MB - 1) / MB;\n"
+          "  batches = pr_table_val_batches(&data, MB, batches); // 0: the whole split\n"
           "  for (int64_t k = 0; k < batches; k++) {\n"
           "    int64_t valid = pr_table_val_batch(&data, k, MB, %s, %s);\n"
           "    loss_rows = valid;\n    forward();\n    loss_rows = MB;\n",
@@ -454,10 +506,12 @@ static bool emit(E *e, const CodegenOptions *o) {
   out(e, "int main(int argc, char **argv) {\n  pr_start(argc, argv);\n");
   out(e,
       "  PrOptions o = {.steps = %lld, .lr = %.17g, .min_lr = %.17g, .seed = %lluULL, .data = %s,\n"
-      "                .eval_every = %lld, .eval_batches = %lld, .log_every = %lld};\n",
+      "                .labels = %s, .eval_every = %lld, .eval_batches = %lld, .log_every = "
+      "%lld};\n",
       (long long)tc->steps, tc->lr, tc->min_lr, (unsigned long long)tc->seed,
-      tc->data_path ? cstring(e, tc->data_path) : "NULL", (long long)tc->eval_every,
-      (long long)tc->eval_batches, (long long)tc->log_every);
+      tc->data_path ? cstring(e, tc->data_path) : "NULL",
+      tc->data == DATA_NPY && tc->data_path2 ? cstring(e, tc->data_path2) : "NULL",
+      (long long)tc->eval_every, (long long)tc->eval_batches, (long long)tc->log_every);
   out(e, "  pr_parse_args(argc, argv, &o, %s);\n",
       cstring(e, arena_printf(e->a, "Train model %s (generated by pipec %s; built for %s).",
                               g->name, PIPEC_VERSION,
@@ -480,6 +534,15 @@ static bool emit(E *e, const CodegenOptions *o) {
          "    optional[i] = P[i].init < 0;\n  }\n");
   out(e,
       "  if (o.gradcheck) {\n    int rc = gradcheck(&o);\n    release();\n    return rc;\n  }\n");
+  // Outputs are checked before any work: a run must not train for hours, then fail to save.
+  out(e, "  if (o.save) {\n"
+         "    char optim[4096];\n"
+         "    prCheck(snprintf(optim, sizeof optim, \"%%s.optim\", o.save) < (int)sizeof optim, "
+         "\"use a shorter path\",\n"
+         "            \"--save: path too long\");\n"
+         "    pr_check_writable(o.save, \"--save\");\n"
+         "    pr_check_writable(optim, \"--save\");\n  }\n"
+         "  if (o.loss_log) pr_check_writable(o.loss_log, \"--loss-log\");\n");
   out(e, "  int64_t start = 0;\n"
          "  const char *load = o.resume ? o.resume : o.init;\n"
          "  if (load) {\n    pr_safetensors_load(load, refs, NPARAMS, optional, false);\n"
@@ -514,22 +577,12 @@ static bool emit(E *e, const CodegenOptions *o) {
          "            \"%%s: no 'step' in its metadata\", side);\n"
          "    start = atoll(buf);\n  }\n");
   if (tokens)
-    out(e,
-        "  prCheck(o.data != NULL, \"pass --data FILE\", \"no training data\");\n  "
-        "open_data(o.data);\n"
-        "  prCheck(data.vocab <= %lld, \"use data tokenized for this model, or a model with a "
-        "larger vocabulary\",\n"
-        "          \"%%s has %%d distinct tokens but the model's vocabulary holds %lld\", o.data, "
-        "data.vocab);\n",
-        (long long)id_bound(x), (long long)id_bound(x));
+    out(e, "  prCheck(o.data != NULL, \"pass --data FILE\", \"no training data\");\n  "
+           "open_data(o.data);\n");
   else if (table)
-    out(e,
-        "  prCheck(o.data != NULL, \"pass --data FILE\", \"no training data\");\n  "
-        "open_data(o.data, o.seed);\n"
-        "  prCheck(data.classes <= %lld, \"use labels 0..%lld, or a model with more classes\",\n"
-        "          \"%%s has labels up to %%d but the model has %lld classes\", o.data, "
-        "data.classes - 1);\n",
-        (long long)id_bound(y), (long long)id_bound(y) - 1, (long long)id_bound(y));
+    out(e, "  prCheck(o.data != NULL, \"pass --data FILE\", \"no training data\");\n  %s\n",
+        tc->data == DATA_NPY ? "open_data(o.data, o.labels, o.seed);"
+                             : "open_data(o.data, o.seed);");
   else
     out(e, "  prCheck(0, \"add a training.data section to the model\", \"this model has no data "
            "binding\");\n");
@@ -542,8 +595,9 @@ static bool emit(E *e, const CodegenOptions *o) {
          "  for (int i = 0; i < NPARAMS; i++) G[i] = (PrGrad){P[i].name, P[i].grad, P[i].n};\n");
   out(e, "  pr_blas_report(o.quiet); // BLAS and kernel; warns of a slow one (blas_info.c)\n");
   out(e, "  double t0 = pr_now();\n  int64_t done = 0;\n");
-  out(e, "  double *step_ms = calloc((size_t)(o.steps > start ? o.steps - start : 1), "
-         "sizeof(double));\n"
+  // Step times of at most the first 2^20 steps (8 MiB): --steps may be up to 2^63 - 1.
+  out(e, "  const int64_t timed = o.steps - start < (1 << 20) ? o.steps - start : (1 << 20);\n"
+         "  double *step_ms = calloc((size_t)(timed > 0 ? timed : 1), sizeof(double));\n"
          "  prCheck(step_ms != NULL, \"the machine is out of memory\", \"cannot allocate the step "
          "timer\");\n");
   out(e,
@@ -581,7 +635,7 @@ static bool emit(E *e, const CodegenOptions *o) {
         "        pr_sgd_step(P[i].data, P[i].grad, P[i].m, P[i].n, lr, %.17g, P[i].decay ? %.17g : "
         "0.0, step + 1);\n",
         tc->momentum, tc->weight_decay);
-  out(e, "    step_ms[done] = (pr_now() - ts) * 1e3;\n");
+  out(e, "    if (done < timed) step_ms[done] = (pr_now() - ts) * 1e3;\n");
   out(e,
       "    done++;\n"
       "    if (loss_log) fprintf(loss_log, \"%%lld %%.9g\\n\", (long long)step, loss);\n"
@@ -596,11 +650,15 @@ static bool emit(E *e, const CodegenOptions *o) {
     out(e, "    if ((o.eval_every && (step + 1) %% o.eval_every == 0) || step + 1 == o.steps) "
            "evaluate(o.eval_batches, step + 1);\n");
   out(e, "  }\n");
-  out(e, "  if (loss_log) fclose(loss_log);\n");
+  // A loss log that could not be written in full (disk full) fails the run, after the save.
+  out(e, "  bool loss_log_bad = false;\n"
+         "  if (loss_log) {\n    loss_log_bad = ferror(loss_log) != 0;\n"
+         "    loss_log_bad = (fclose(loss_log) != 0) || loss_log_bad;\n  }\n");
   out(e,
       "  if (!o.quiet && done > 10) // the median step after a warm-up of 5 steps (eval excluded)\n"
-      "    printf(\"median step time %%.2f ms over %%lld steps\\n\", pr_median(step_ms + 5, done - "
-      "5), (long long)(done - 5));\n"
+      "    printf(\"median step time %%.2f ms over %%lld steps\\n\",\n"
+      "           pr_median(step_ms + 5, (done < timed ? done : timed) - 5),\n"
+      "           (long long)((done < timed ? done : timed) - 5));\n"
       "  free(step_ms);\n");
   out(e, "  if (o.save) {\n"
          "    pr_safetensors_save(o.save, refs, NPARAMS, NULL, 0);\n"
@@ -613,6 +671,8 @@ static bool emit(E *e, const CodegenOptions *o) {
          "    pr_safetensors_save(side, orefs, nopt, meta, 1);\n"
          "    if (!o.quiet) printf(\"saved %%s (and its optimizer state %%s.optim)\\n\", o.save, "
          "o.save);\n  }\n");
+  out(e, "  prCheck(!loss_log_bad, \"check that the disk has room (the log is incomplete)\",\n"
+         "          \"--loss-log: writing '%%s' failed\", o.loss_log);\n");
   out(e, "  if (!o.quiet) printf(\"peak RSS %%.1f MiB\\n\", (double)pr_peak_rss_bytes() / (1 << "
          "20));\n");
   out(e, "  release();\n  return 0;\n}\n");

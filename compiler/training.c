@@ -329,6 +329,10 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
     }
     if (tc->data_path2 && tc->data_path2[0] != '/')
       tc->data_path2 = arena_printf(a, "%s/%s", dir, tc->data_path2);
+    if (tc->data_path2 && (canon = realpath(tc->data_path2, NULL))) { // the labels likewise
+      tc->data_path2 = arena_strdup(a, canon);
+      free(canon);
+    }
   }
   // Every tensor must fit once the batch symbol is bound.
   for (int i = 0; i < g->ntensors; i++)

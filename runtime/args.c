@@ -4,6 +4,8 @@
 // strictly (the whole string, in range). A bad flag prints one line
 //     PROGRAM: --steps: expected a non-negative integer, got 'abc'
 // to stderr and exits with status 2; --help prints the usage to stdout and exits with status 0.
+// --labels exists for .npy tables only (a non-NULL default in *o): such a model given --data
+// needs --labels too, so that new features never pair silently with the model's old labels.
 #include "pipert.h"
 
 #include <errno.h>
@@ -76,12 +78,16 @@ static void print_usage(const PrOptions *o, const char *doc) {
          o->seed);
   printf("  --data PATH        training data (overrides the model's data path)%s%s%s\n",
          o->data ? " [" : "", o->data ? o->data : "", o->data ? "]" : "");
+  if (o->labels)
+    printf("  --labels PATH      .npy labels of the --data features (required with --data) [%s]\n",
+           o->labels);
   printf("  --init F           initial parameters from a safetensors file\n");
   printf("  --save F           write the parameters to a safetensors file at the end\n");
   printf("  --resume F         resume from a checkpoint (parameters, optimizer state, step)\n");
   printf("  --eval-every N     evaluate every N steps, 0 = only at the end [%lld]\n",
          (long long)o->eval_every);
-  printf("  --eval-batches N   batches per evaluation [%lld]\n", (long long)o->eval_batches);
+  printf("  --eval-batches N   batches per evaluation, 0 = the whole validation split [%lld]\n",
+         (long long)o->eval_batches);
   printf("  --log-every N      progress line every N steps [%lld]\n", (long long)o->log_every);
   printf("  --threads N        kernel threads (results do not depend on it), 0 = OpenMP default "
          "[%d]\n",
@@ -104,6 +110,7 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
     O_MIN_LR,
     O_SEED,
     O_DATA,
+    O_LABELS,
     O_INIT,
     O_SAVE,
     O_RESUME,
@@ -122,6 +129,7 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
       {"min-lr", required_argument, NULL, O_MIN_LR},
       {"seed", required_argument, NULL, O_SEED},
       {"data", required_argument, NULL, O_DATA},
+      {"labels", required_argument, NULL, O_LABELS},
       {"init", required_argument, NULL, O_INIT},
       {"save", required_argument, NULL, O_SAVE},
       {"resume", required_argument, NULL, O_RESUME},
@@ -137,6 +145,8 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
   opterr = 0;
   optind = 0; // full re-initialisation (GNU), so that the parser can run more than once
   const int64_t BIG = INT64_MAX;
+  const bool has_labels = o->labels != NULL;
+  bool data_given = false, labels_given = false;
   for (;;) {
     int prev = optind ? optind : 1;
     int c = getopt_long(argc, argv, ":", longopts, NULL);
@@ -157,6 +167,14 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
       break;
     case O_DATA:
       o->data = parse_path("data", a);
+      data_given = true;
+      break;
+    case O_LABELS:
+      if (!has_labels)
+        usage_error("--labels: this model's data has no separate labels file (only .npy tables "
+                    "do)");
+      o->labels = parse_path("labels", a);
+      labels_given = true;
       break;
     case O_INIT:
       o->init = parse_path("init", a);
@@ -171,7 +189,7 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
       o->eval_every = parse_int("eval-every", a, 0, BIG, "a non-negative integer");
       break;
     case O_EVAL_BATCHES:
-      o->eval_batches = parse_int("eval-batches", a, 1, BIG, "a positive integer");
+      o->eval_batches = parse_int("eval-batches", a, 0, BIG, "a non-negative integer");
       break;
     case O_LOG_EVERY:
       o->log_every = parse_int("log-every", a, 1, BIG, "a positive integer");
@@ -203,4 +221,8 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
     }
   }
   if (optind < argc) usage_error("unexpected argument '%s'", argv[optind]);
+  if (has_labels && data_given && !labels_given)
+    usage_error("--data: give --labels FILE too (the model's labels '%s' belong to its own "
+                "features)",
+                o->labels);
 }

@@ -20,12 +20,17 @@
 //   of the (shuffled) table, drawn with replacement. Validation batch k (pr_table_val_batch) is
 //   validation rows (k*B + i) % n_val, i = 0..B-1 (sequential, wrapping around).
 //
+//   The whole validation split of a token stream (pr_tokens_val_seq_batch): W = (n_val - 1) / T
+//   consecutive non-overlapping windows, window w starting at n_train + w*T; batch k holds
+//   windows k*B .. k*B+B-1 (rows past W repeat window 0 and are not counted).
+//
 //   Table shuffle (Fisher-Yates, at open): perm = [0, 1, ..., rows-1]; s = seed ^
 //   0x2545F4914F6CDD1D;
 //       for i = rows-1 down to 1: j = pr_splitmix64(&s) % (i + 1); swap(perm[i], perm[j])
 //   shuffled row k = file row perm[k] (data rows counted from 0, header and blank lines excluded);
 //   the first n_train = floor(rows * train_frac) shuffled rows are the training split.
-//   Features are (float)(value * scale), value parsed as a double.
+//   Features are (float)(value * scale), value parsed as a double; a value that is not finite
+//   ("nan", "inf", 1e999) or whose feature is not a finite float32 (1e300) stops the program.
 //
 //   Text streams: vocabulary = the sorted distinct bytes of the whole file; token = index of the
 //   byte in it; n_train = floor(n * train_frac) (floor of the double product).
@@ -56,14 +61,14 @@ static void check_frac(const char *path, double frac) {
           "%s: training fraction %g is out of range", path, frac);
 }
 
-// Reads a whole file into a malloc'd buffer.
-static unsigned char *read_all(const char *path, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  prCheck(f != NULL, "check the --data path (relative paths start at the current directory)",
-          "cannot open '%s': %s", path, strerror(errno));
+// Reads a whole regular file into a malloc'd buffer; `what` names it in messages.
+static unsigned char *read_all(const char *path, const char *what, size_t *size) {
+  FILE *f = fdopen(pr_open_regular(path, what), "rb");
+  prCheck(f != NULL, "the machine is out of memory or file descriptors", "cannot read '%s': %s",
+          path, strerror(errno));
   struct stat st;
-  prCheck(fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode), "give a regular file",
-          "'%s' is not a regular file", path);
+  prCheck(fstat(fileno(f), &st) == 0, "give a regular file", "cannot stat '%s': %s", path,
+          strerror(errno));
   size_t n = (size_t)st.st_size;
   unsigned char *buf = malloc(n ? n : 1);
   prCheck(buf != NULL, "the file is too large for this machine's memory",
@@ -91,7 +96,7 @@ void pr_tokens_open_text(PrTokens *t, const char *path, double train_frac) {
   memset(t, 0, sizeof *t);
   check_frac(path, train_frac);
   size_t n;
-  unsigned char *buf = read_all(path, &n);
+  unsigned char *buf = read_all(path, "data file", &n);
   prCheck(n > 0, "give a non-empty text file", "%s: the file is empty", path);
   int present[256] = {0};
   for (size_t i = 0; i < n; i++) present[buf[i]] = 1;
@@ -118,7 +123,7 @@ void pr_tokens_open_u16(PrTokens *t, const char *path, double train_frac) {
   memset(t, 0, sizeof *t);
   check_frac(path, train_frac);
   size_t n;
-  unsigned char *buf = read_all(path, &n);
+  unsigned char *buf = read_all(path, "data file", &n);
   prCheck(n > 0, "give a non-empty token file", "%s: the file is empty", path);
   prCheck(n % 2 == 0, "a token file holds little-endian uint16 ids (2 bytes each)",
           "%s: the size (%zu bytes) is odd; the last token is incomplete at byte offset %zu", path,
@@ -161,6 +166,57 @@ void pr_tokens_batch(const PrTokens *t, int split, uint64_t seed, int64_t step, 
   }
 }
 
+void pr_tokens_check_windows(const PrTokens *t, const char *path, int64_t T) {
+  for (int split = PR_TRAIN; split <= PR_VAL; split++) {
+    int64_t n_split = split == PR_TRAIN ? t->n_train : t->n - t->n_train;
+    prCheck(n_split >= T + 1,
+            "use more data, a smaller context length, or a different training fraction",
+            "%s: the %s split has %lld tokens; a window of context %lld needs at least %lld", path,
+            split == PR_TRAIN ? "training" : "validation", (long long)n_split, (long long)T,
+            (long long)(T + 1));
+  }
+}
+
+void pr_tokens_check_ids(const PrTokens *t, const char *path, int64_t bound, const char *what) {
+  if (t->vocab <= bound) return;
+  const char *hint = "use data tokenized for this model, or a model with a larger vocabulary";
+  // A text stream's vocabulary is its sorted distinct bytes (chars[1] > chars[0] >= 0 when it
+  // has two or more); a uint16 stream leaves chars zero. Text ids are ranks, not positions.
+  if (t->vocab >= 2 && t->chars[1] != 0)
+    pr_fail(__FILE__, __LINE__, hint, "%s has %d distinct tokens but %s", path, t->vocab, what);
+  for (int64_t i = 0; i < t->n; i++)
+    prCheck(t->tokens[i] < bound, hint, "%s: token %lld (byte offset %lld) has id %d but %s", path,
+            (long long)i, (long long)(2 * i), t->tokens[i], what);
+}
+
+int64_t pr_tokens_val_batches(const PrTokens *t, int64_t B, int64_t T) {
+  prCheck(B >= 1 && T >= 1, "internal error in the generated program",
+          "pr_tokens_val_batches: bad arguments (B %lld, T %lld)", (long long)B, (long long)T);
+  int64_t n_val = t->n - t->n_train, windows = n_val >= 1 ? (n_val - 1) / T : 0;
+  prCheck(windows >= 1, "use more data, a smaller context length, or a smaller training fraction",
+          "the validation split has %lld tokens; a window of context %lld needs at least %lld",
+          (long long)n_val, (long long)T, (long long)(T + 1));
+  return (windows + B - 1) / B;
+}
+
+int64_t pr_tokens_val_seq_batch(const PrTokens *t, int64_t k, int64_t B, int64_t T, int32_t *x,
+                                int32_t *y) {
+  int64_t n_val = t->n - t->n_train, windows = n_val >= 1 ? (n_val - 1) / T : 0;
+  prCheck(windows >= 1 && k >= 0 && k <= (windows - 1) / B && B >= 1,
+          "internal error in the generated program",
+          "pr_tokens_val_seq_batch: bad batch %lld of %lld rows (%lld windows)", (long long)k,
+          (long long)B, (long long)windows);
+  for (int64_t r = 0; r < B; r++) {
+    int64_t w = k * B + r;
+    if (w >= windows) w = 0; // padding rows of the last batch: not counted
+    const int32_t *p = t->tokens + t->n_train + w * T;
+    memcpy(x + r * T, p, (size_t)T * sizeof(int32_t));
+    memcpy(y + r * T, p + 1, (size_t)T * sizeof(int32_t));
+  }
+  int64_t real = windows - k * B;
+  return real > B ? B : real;
+}
+
 void pr_tokens_close(PrTokens *t) {
   free(t->tokens);
   memset(t, 0, sizeof *t);
@@ -201,6 +257,10 @@ static void shuffle_split(PrTable *t, const char *path, double frac, uint64_t se
   t->n_train = (int64_t)floor((double)rows * frac);
   prCheck(t->n_train >= 1, "use more rows or a larger training fraction",
           "%s: the training split is empty (%lld rows, fraction %g)", path, (long long)rows, frac);
+  // Every run evaluates at its end: an empty validation split is refused now, not then.
+  prCheck(t->n_train < rows, "use more rows or a training fraction below 1",
+          "%s: the validation split is empty (%lld rows, fraction %g)", path, (long long)rows,
+          frac);
 }
 
 // One line of a (possibly gzip-compressed) file, without its newline; NULL at the end.
@@ -234,18 +294,38 @@ static int is_blank(int c) {
   return c == ' ' || c == '\t';
 }
 
-// Parses one whole (trimmed) field as a finite double; false when it is not one.
-static bool parse_number(const char *s, size_t len, double *out) {
+typedef enum Num {
+  NUM_OK,       // a finite double
+  NUM_INFINITE, // a number, but not a finite double: "nan", "inf", "1e999"
+  NUM_BAD       // not a number
+} Num;
+
+// Parses one whole (trimmed) field as a double.
+static Num parse_number(const char *s, size_t len, double *out) {
   char tmp[128];
-  if (len == 0 || len >= sizeof tmp) return false;
+  if (len == 0 || len >= sizeof tmp) return NUM_BAD;
   memcpy(tmp, s, len);
   tmp[len] = '\0';
   char *end;
   errno = 0;
   double v = strtod(tmp, &end);
-  if (end != tmp + len || !isfinite(v)) return false;
+  if (end != tmp + len) return NUM_BAD;
+  if (!isfinite(v)) return NUM_INFINITE;
   *out = v;
-  return true;
+  return NUM_OK;
+}
+
+// A feature as the model sees it, (float)(v * scale); the program stops when that is not a
+// finite float32 (a double beyond 3.4e38 would silently become inf and every loss NaN).
+static float feature(double v, double scale, const char *path, const char *where) {
+  float f = (float)(v * scale);
+  if (!isfinite(f)) {
+    char times[64] = "";
+    if (scale != 1.0) snprintf(times, sizeof times, " times the data scale %g", scale);
+    pr_fail(__FILE__, __LINE__, "features must be finite float32 numbers (|x| <= 3.4e38)",
+            "%s%s: feature %.9g%s is outside the float32 range", path, where, v, times);
+  }
+  return f;
 }
 
 typedef struct Field {
@@ -281,10 +361,11 @@ void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t
                        double scale) {
   memset(t, 0, sizeof *t);
   check_frac(path, train_frac);
+  int fd = pr_open_regular(path, "data file");
   errno = 0;
-  gzFile gz = gzopen(path, "rb");
-  prCheck(gz != NULL, "check the --data path (relative paths start at the current directory)",
-          "cannot open '%s': %s", path, errno ? strerror(errno) : "gzopen failed");
+  gzFile gz = gzdopen(fd, "rb");
+  prCheck(gz != NULL, "the machine is out of memory", "cannot read '%s': %s", path,
+          errno ? strerror(errno) : "gzdopen failed");
   char *buf = NULL;
   size_t cap = 0;
   Field *fields = NULL;
@@ -299,8 +380,8 @@ void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t
     int64_t nf = split_fields(line, &fields, &fcap);
     if (!seen_first) {
       seen_first = true;
-      double dummy;
-      if (!parse_number(fields[0].s, fields[0].len, &dummy)) continue; // header line
+      double dummy; // a header's first field is a name; "nan" or "inf" is a bad number
+      if (parse_number(fields[0].s, fields[0].len, &dummy) == NUM_BAD) continue;
     }
     if (ncols == 0) {
       prCheck(nf >= 2, "each row holds the features and then the integer label",
@@ -336,12 +417,18 @@ void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t
         pr_fail(__FILE__, __LINE__, "every field is a number; the last one is the label",
                 "%s:%lld:%lld: empty field (field %lld)", path, (long long)lineno,
                 (long long)f->col, (long long)(c + 1));
-      if (!parse_number(f->s, f->len, &v))
-        pr_fail(__FILE__, __LINE__, "every field is a number; the last one is the label",
-                "%s:%lld:%lld: field %lld is not a number: '%.*s'", path, (long long)lineno,
-                (long long)f->col, (long long)(c + 1), f->len > 40 ? 40 : (int)f->len, f->s);
+      Num kind = parse_number(f->s, f->len, &v);
+      if (kind != NUM_OK)
+        pr_fail(__FILE__, __LINE__,
+                kind == NUM_BAD ? "every field is a number; the last one is the label"
+                                : "features and labels must be finite numbers",
+                "%s:%lld:%lld: field %lld is not a %snumber: '%.*s'", path, (long long)lineno,
+                (long long)f->col, (long long)(c + 1), kind == NUM_BAD ? "" : "finite ",
+                f->len > 40 ? 40 : (int)f->len, f->s);
       if (c < t->features) {
-        xr[c] = (float)(v * scale);
+        char where[64];
+        snprintf(where, sizeof where, ":%lld:%lld", (long long)lineno, (long long)f->col);
+        xr[c] = feature(v, scale, path, where);
       } else {
         prCheck(v == floor(v), "the last field of a row is the class label 0, 1, 2, ...",
                 "%s:%lld:%lld: label '%.*s' is not an integer", path, (long long)lineno,
@@ -395,9 +482,9 @@ static const char *npy_key(const char *h, const char *key) {
   return p;
 }
 
-static void npy_read(Npy *a, const char *path) {
+static void npy_read(Npy *a, const char *path, const char *what) {
   memset(a, 0, sizeof *a);
-  a->buf = read_all(path, &a->file_size);
+  a->buf = read_all(path, what, &a->file_size);
   const unsigned char *b = a->buf;
   size_t n = a->file_size;
   const char *hint = "give a .npy file written by numpy.save";
@@ -501,8 +588,8 @@ void pr_table_open_npy(PrTable *t, const char *x_path, const char *y_path, doubl
   memset(t, 0, sizeof *t);
   check_frac(x_path, train_frac);
   Npy ax, ay;
-  npy_read(&ax, x_path);
-  npy_read(&ay, y_path);
+  npy_read(&ax, x_path, "data file");
+  npy_read(&ay, y_path, "labels file");
   prCheck(ax.ndim == 2, "features are a 2-D array (rows, features)",
           "%s: features have %d dimensions, expected 2", x_path, ax.ndim);
   prCheck(ay.ndim == 1 || (ay.ndim == 2 && ay.shape[1] == 1), "labels are a 1-D array (rows)",
@@ -524,7 +611,14 @@ void pr_table_open_npy(PrTable *t, const char *x_path, const char *y_path, doubl
     prCheck(isfinite(v), "features must be finite numbers",
             "%s: element %zu (row %zu, column %zu) is not finite", x_path, i,
             i / (size_t)t->features, i % (size_t)t->features);
-    t->x[i] = (float)(v * scale);
+    float f = (float)(v * scale);
+    if (!isfinite(f)) {
+      char where[96];
+      snprintf(where, sizeof where, ": element %zu (row %zu, column %zu)", i,
+               i / (size_t)t->features, i % (size_t)t->features);
+      feature(v, scale, x_path, where);
+    }
+    t->x[i] = f;
   }
   for (int64_t r = 0; r < t->rows; r++) {
     double v = npy_get(&ay, (size_t)r);
@@ -552,7 +646,8 @@ int64_t pr_table_val_batch(const PrTable *t, int64_t k, int64_t B, float *x, int
   int64_t n_val = t->rows - t->n_train;
   prCheck(n_val >= 1, "use a training fraction below 1 to keep rows for validation",
           "the validation split is empty (%lld rows, all for training)", (long long)t->rows);
-  prCheck(k >= 0 && B >= 0, "internal error in the generated program",
+  prCheck(k >= 0 && B >= 0 && (B == 0 || k < INT64_MAX / B - 1),
+          "internal error in the generated program",
           "pr_table_val_batch: bad batch %lld of %lld rows", (long long)k, (long long)B);
   int64_t F = t->features;
   for (int64_t i = 0; i < B; i++) {
@@ -562,6 +657,15 @@ int64_t pr_table_val_batch(const PrTable *t, int64_t k, int64_t B, float *x, int
   }
   int64_t real = n_val - k * B;
   return real < 0 ? 0 : (real > B ? B : real);
+}
+
+int64_t pr_table_val_batches(const PrTable *t, int64_t B, int64_t requested) {
+  int64_t n_val = t->rows - t->n_train;
+  prCheck(n_val >= 1 && B >= 1 && requested >= 0, "internal error in the generated program",
+          "pr_table_val_batches: %lld validation rows, batch %lld, %lld batches requested",
+          (long long)n_val, (long long)B, (long long)requested);
+  int64_t all = n_val / B + (n_val % B != 0);
+  return requested == 0 || requested > all ? all : requested;
 }
 
 void pr_table_close(PrTable *t) {

@@ -215,6 +215,18 @@ int pr_first_nonfinite_grad(const PrGrad *p, int count);
 void pr_check_step(int64_t step, double loss, double norm2, const PrGrad *p, int count);
 // prCheck that the validation loss of the evaluation after step is finite.
 void pr_check_val_loss(int64_t step, double loss);
+// File checks (files.c), made before any work.
+
+// Opens an input file for reading; stops the program unless it is a regular file (a FIFO,
+// device or directory is refused without blocking). `what` names it in messages ("data file").
+// Returns a blocking file descriptor.
+int pr_open_regular(const char *path, const char *what);
+// pr_open_regular, then close: the file exists and is a regular file.
+void pr_check_regular(const char *path, const char *what);
+// Stops the program unless path can be written: its directory exists and is writable, and the
+// file, if it exists, is a regular file; its name is at most NAME_MAX - 32 bytes (room for a
+// temporary's suffix). flag names it in messages ("--save").
+void pr_check_writable(const char *path, const char *flag);
 
 // ---------------------------------------------------------------------------------------------
 // Data (data.c). Batches are a pure function of (seed, split, step, microbatch).
@@ -237,6 +249,16 @@ void pr_tokens_open_u16(PrTokens *t, const char *path, double train_frac);
 // x (B,T) = window[0..T), y (B,T) = window[1..T].
 void pr_tokens_batch(const PrTokens *t, int split, uint64_t seed, int64_t step, int64_t mb,
                      int64_t B, int64_t T, int32_t *x, int32_t *y);
+// Checks at open: both splits hold a window of T+1 tokens; every id is below bound (what ends
+// the message: "the model's vocabulary holds 65").
+void pr_tokens_check_windows(const PrTokens *t, const char *path, int64_t T);
+void pr_tokens_check_ids(const PrTokens *t, const char *path, int64_t bound, const char *what);
+// The whole validation split as consecutive non-overlapping windows: window w (w = 0 .. W-1,
+// W = (n_val - 1) / T) starts at token n_train + w*T. Batch k holds windows kB .. kB+B-1 (rows
+// past W repeat window 0); the count of batches is ceil(W / B); a batch returns its real rows.
+int64_t pr_tokens_val_batches(const PrTokens *t, int64_t B, int64_t T);
+int64_t pr_tokens_val_seq_batch(const PrTokens *t, int64_t k, int64_t B, int64_t T, int32_t *x,
+                                int32_t *y);
 void pr_tokens_close(PrTokens *t);
 
 typedef struct PrTable {
@@ -250,7 +272,8 @@ typedef struct PrTable {
 
 // CSV (plain or gzip-compressed, detected from the content): numeric columns, the last one the
 // integer label; no header, or a header line that is skipped when its first field is not a number.
-// Rows are shuffled with `seed` and split at train_frac. Features are multiplied by scale.
+// Rows are shuffled with `seed` and split at train_frac (both splits non-empty). Features are
+// multiplied by scale and must be finite float32 numbers; "nan" and "inf" are refused.
 void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t seed,
                        double scale);
 // .npy features (float32/float64, 2-D) and labels (integer, 1-D), same shuffle/split rules.
@@ -262,6 +285,9 @@ void pr_table_batch(const PrTable *t, uint64_t seed, int64_t step, int64_t mb, i
 // Validation batch k: rows k*B .. k*B+B-1 of the validation split, wrapping around; returns how
 // many of them are real (not wrapped) rows.
 int64_t pr_table_val_batch(const PrTable *t, int64_t k, int64_t B, float *x, int32_t *y);
+// Validation batches of one pass: `requested`, at most the ceil(n_val / B) that hold real rows;
+// 0 = all of them (the whole validation split).
+int64_t pr_table_val_batches(const PrTable *t, int64_t B, int64_t requested);
 void pr_table_close(PrTable *t);
 
 // ---------------------------------------------------------------------------------------------
@@ -297,11 +323,12 @@ typedef struct PrOptions {
   double min_lr;        // --min-lr
   uint64_t seed;        // --seed
   const char *data;     // --data PATH (overrides the model's data path)
+  const char *labels;   // --labels PATH (.npy tables: the labels file; NULL for other data)
   const char *init;     // --init FILE.safetensors
   const char *save;     // --save FILE.safetensors
   const char *resume;   // --resume FILE.safetensors (params + optimizer state + step)
   int64_t eval_every;   // --eval-every (0 = only at the end)
-  int64_t eval_batches; // --eval-batches
+  int64_t eval_batches; // --eval-batches (0 = the whole validation split)
   int64_t log_every;    // --log-every
   int threads;          // --threads (OpenBLAS and kernels), 0 = leave as is
   const char *loss_log; // --loss-log FILE: one line per step "step loss" (tests, parity)

@@ -252,6 +252,7 @@ static float f16_to_f32(uint16_t h) {
 
 void pr_safetensors_load(const char *path, PrTensorRef *refs, int n, const bool *optional,
                          bool allow_extra) {
+  pr_check_regular(path, "checkpoint"); // a FIFO or device would block the open below
   StFile s;
   st_open(&s, path);
   const char *hint_model =

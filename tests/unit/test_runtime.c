@@ -448,6 +448,51 @@ START_TEST(test_tokens_u16) {
 }
 END_TEST
 
+// Checks at open and the whole validation split in consecutive windows.
+typedef struct IdsArgs {
+  const char *path;
+  int64_t bound;
+} IdsArgs;
+
+static void tokens_ids_child(void *arg) {
+  IdsArgs *a = arg;
+  PrTokens t;
+  pr_tokens_open_u16(&t, a->path, 0.5);
+  pr_tokens_check_ids(&t, a->path, a->bound, "the model's vocabulary holds 90");
+}
+
+START_TEST(test_tokens_val_windows) {
+  char path[512];
+  tmp_path(path, sizeof path, "seq.bin");
+  unsigned char bytes[200];
+  for (int i = 0; i < 100; i++) bytes[2 * i] = (unsigned char)i, bytes[2 * i + 1] = 0;
+  write_file(path, bytes, 200);
+  PrTokens t;
+  pr_tokens_open_u16(&t, path, 0.5); // tokens[i] = i; validation = tokens 50..99
+  pr_tokens_check_windows(&t, path, 8);
+  pr_tokens_check_ids(&t, path, 100, "unused");
+  // W = (50 - 1) / 8 = 6 windows at 50, 58, ..., 90; batches of 4: two, the second with 2 rows.
+  ck_assert_int_eq(pr_tokens_val_batches(&t, 4, 8), 2);
+  int32_t x[32], y[32];
+  ck_assert_int_eq(pr_tokens_val_seq_batch(&t, 0, 4, 8, x, y), 4);
+  for (int r = 0; r < 4; r++)
+    for (int j = 0; j < 8; j++) {
+      ck_assert_int_eq(x[r * 8 + j], 50 + 8 * r + j);
+      ck_assert_int_eq(y[r * 8 + j], 51 + 8 * r + j);
+    }
+  ck_assert_int_eq(pr_tokens_val_seq_batch(&t, 1, 4, 8, x, y), 2);
+  const int start[4] = {82, 90, 50, 50}; // rows 2, 3: padding (window 0)
+  for (int r = 0; r < 4; r++)
+    for (int j = 0; j < 8; j++) ck_assert_int_eq(y[r * 8 + j], start[r] + 1 + j);
+  ck_assert_int_eq(pr_tokens_val_batches(&t, 6, 8), 1);
+  ck_assert_int_eq(pr_tokens_val_batches(&t, 1, 49), 1); // one window of 49 + 1 tokens
+  pr_tokens_close(&t);
+  IdsArgs a = {path, 90};
+  expect_exit(tokens_ids_child, &a, 1,
+              "seq.bin: token 90 (byte offset 180) has id 90 but the model's vocabulary holds 90");
+}
+END_TEST
+
 // ---------------------------------------------------------------------------------------------
 // Tables
 
@@ -500,6 +545,9 @@ START_TEST(test_digits_csv) {
   ck_assert_mem_eq(x + 40 * 64, t.x + t.n_train * 64, 64 * sizeof(float));
   ck_assert_int_eq(y[40], t.y[t.n_train]);
   ck_assert_int_eq(pr_table_val_batch(&t, 6, B, x, y), 0);
+  ck_assert_int_eq(pr_table_val_batches(&t, B, 0), 6); // 360 rows: 5 full batches and 40 rows
+  ck_assert_int_eq(pr_table_val_batches(&t, B, 4), 4);
+  ck_assert_int_eq(pr_table_val_batches(&t, B, INT64_MAX), 6);
   pr_table_close(&t);
 }
 END_TEST
@@ -569,7 +617,9 @@ START_TEST(test_csv_errors) {
   csv_case("neg.csv", "1,2,0\n3,4,-1\n", ":2:5: label -1 is negative");
   csv_case("frac.csv", "1,2,0\n3,4,1.5\n", ":2:5: label '1.5' is not an integer");
   csv_case("empty.csv", "1,2,0\n3,,1\n", ":2:3: empty field (field 2)");
-  csv_case("inf.csv", "1,2,0\n3,inf,1\n", ":2:3: field 2 is not a number: 'inf'");
+  csv_case("inf.csv", "1,2,0\n3,inf,1\n", ":2:3: field 2 is not a finite number: 'inf'");
+  csv_case("nan1.csv", "nan,2,0\n3,4,1\n", ":1:1: field 1 is not a finite number: 'nan'");
+  csv_case("big.csv", "1,2,0\n3, 1e300,1\n", ":2:3: feature 1e+300 is outside the float32 range");
   csv_case("norows.csv", "x,y\n", ": no data rows");
   expect_exit(csv_child, "/nonexistent/data.csv", 1, "cannot open '/nonexistent/data.csv'");
   // error lines name the source location and the rank, then a hint
@@ -1074,6 +1124,7 @@ int main(void) {
   tcase_add_test(tc, test_grad_norm2);
   tcase_add_test(tc, test_tokens_text);
   tcase_add_test(tc, test_tokens_u16);
+  tcase_add_test(tc, test_tokens_val_windows);
   tcase_add_test(tc, test_digits_csv);
   tcase_add_test(tc, test_csv_shuffle_header_gz);
   tcase_add_test(tc, test_csv_errors);
