@@ -253,7 +253,9 @@ typedef struct PrTensorRef {
 // Loads every tensor of refs from path, by name; checks header size and bounds, JSON, dtype
 // (F32; BF16/F16 are converted), shapes and data offsets. A tensor missing from the file is an
 // error unless optional[i] is set (tied parameters). Extra tensors in the file are an error
-// unless allow_extra. Bad files stop the program with the file name and the reason.
+// unless allow_extra; a tied tensor present in the file must equal its owner (the earlier ref with
+// the same data pointer). Values must be finite. Bad files stop the program with the file name
+// and the reason.
 void pr_safetensors_load(const char *path, PrTensorRef *refs, int n, const bool *optional,
                          bool allow_extra);
 // Writes refs (F32) plus string metadata atomically: a temporary file in the same directory,
@@ -263,6 +265,15 @@ void pr_safetensors_save(const char *path, const PrTensorRef *refs, int n, const
                          int nmeta);
 // Reads one metadata value ("__metadata__" entry) into out; false when absent.
 bool pr_safetensors_meta(const char *path, const char *key, char *out, size_t cap);
+// Checks path's header without stopping the program: true when it is a complete safetensors
+// file (its tensors tile the data section); then out holds metadata key's value ("" if absent).
+bool pr_safetensors_peek(const char *path, const char *key, char *out, size_t cap);
+// Writes refs and metadata to path itself (no temporary, no rename), fsync'ed: 0, or errno with
+// path removed.
+int pr_safetensors_write(const char *path, const PrTensorRef *refs, int n, const char *const *meta,
+                         int nmeta);
+// fsync of the directory holding path (best effort), to make renames in it durable.
+void pr_fsync_dir_of(const char *path);
 
 // ---------------------------------------------------------------------------------------------
 // Command line of generated programs (args.c)
