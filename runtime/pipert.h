@@ -276,6 +276,30 @@ int pr_safetensors_write(const char *path, const PrTensorRef *refs, int n, const
 void pr_fsync_dir_of(const char *path);
 
 // ---------------------------------------------------------------------------------------------
+// Checkpoints (checkpoint.c): F (parameters) and F.optim (optimizer state) saved and resumed as
+// one pair, tied by a save id and the step in both headers; text data's vocabulary in F.
+
+typedef struct PrCheckpoint {
+  PrTensorRef *params; // every parameter in canonical order (tied ones share their owner's data)
+  const bool *tied;    // per parameter: tied to an earlier one (may be absent from a file)
+  int nparams;         // entries of params and tied
+  PrTensorRef *optim;  // optimizer state (AdamW m and v, SGD momentum)
+  int noptim;          // entries of optim
+  const char *vocab;   // character vocabulary of text data (vocab[id]), or NULL
+  int nvocab;          // characters in vocab
+} PrCheckpoint;
+
+// Stops the program unless files can be created beside path (called before training).
+void pr_checkpoint_check_writable(const char *path);
+// Parameters from any safetensors file (PyTorch's too); refuses a different vocabulary.
+void pr_checkpoint_init(const char *path, const PrCheckpoint *c);
+// Parameters, optimizer state and step of the pair path, path.optim (completing an interrupted
+// save first); refuses a pair of two saves, a bad step and a different vocabulary.
+int64_t pr_checkpoint_resume(const char *path, const PrCheckpoint *c);
+// Writes the pair so that a crash at any moment leaves the old pair or the new one.
+void pr_checkpoint_save(const char *path, const PrCheckpoint *c, int64_t step);
+
+// ---------------------------------------------------------------------------------------------
 // Command line of generated programs (args.c)
 
 typedef struct PrOptions {
