@@ -9,9 +9,10 @@
 // Save (pr_checkpoint_save): (0) recover, below, so that an interrupted earlier save is
 // completed first; (1) write F.tmp.PID and F.optim.tmp.PID completely, each fsync'ed; on any
 // failure (disk full, file size limit) remove both and stop: the old pair is untouched; (2)
-// rename F.optim.tmp.PID over F.optim, then F.tmp.PID over F, then fsync the directory. A process
-// killed at any moment leaves the old pair (perhaps beside complete or partial temporaries) or,
-// between the two renames, the new F.optim beside the old F and the complete new F.tmp.PID.
+// rename F.optim.tmp.PID over F.optim, then F.tmp.PID over F, with an fsync of the directory
+// before, between and after the renames. A process killed at any moment leaves the old pair
+// (perhaps beside complete or partial temporaries) or, between the two renames, the new F.optim
+// beside the old F and the complete new F.tmp.PID.
 // Recovery (before every resume and save): when F and F.optim have different ids, or one of them
 // is missing or damaged, roll forward: a complete F.tmp.* whose id is F.optim's replaces F; else
 // a complete F.optim.tmp.* whose id is F's replaces F.optim; else, with neither file present, a
@@ -340,6 +341,7 @@ void pr_checkpoint_save(const char *path, const PrCheckpoint *c, int64_t step) {
   if (err) unlink(tp);
   prCheck(err == 0, hint, "cannot write '%s': %s (the previous checkpoint '%s' is unchanged)", to,
           strerror(err), path);
+  pr_fsync_dir_of(path); // the temporaries' names are durable before the first rename
   if (rename(to, o) != 0) {
     err = errno;
     unlink(tp);
@@ -347,6 +349,7 @@ void pr_checkpoint_save(const char *path, const PrCheckpoint *c, int64_t step) {
     pr_fail(__FILE__, __LINE__, hint, "cannot rename '%s' to '%s': %s", to, o, strerror(err));
   }
   // From here the new pair is complete on disk: a failure leaves it for recovery to finish.
+  pr_fsync_dir_of(path); // F.optim's rename is durable before F's
   prCheck(rename(tp, path) == 0, "the next --resume or --save of this path completes the save",
           "cannot rename '%s' to '%s': %s", tp, path, strerror(errno));
   pr_fsync_dir_of(path);

@@ -64,7 +64,7 @@ t1=$(date +%s.%N)
 t2=$(date +%s.%N)
 check "a completed save writes B's pair" pair_is "$F" "$tmp/B.st"
 # Kill times: odd rounds anywhere from before the save to after it, even rounds once the save's
-# first temporary appears, within the save's duration.
+# first temporary has bytes, within the save's duration.
 lo=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%d", (b - a) * 0.8 * 1e6 }')
 hi=$(awk -v a="$t1" -v b="$t2" 'BEGIN { printf "%d", (b - a) * 1.1 * 1e6 }')
 save=$(awk -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { s = (c - b) - (b - a); printf "%d", (s > 0.05 ? s : 0.05) * 1.2 * 1e6 }')
@@ -78,7 +78,8 @@ for round in $(seq "${CKPT_KILLS:-50}"); do
   if [ $((round % 2)) -eq 1 ]; then
     us=$((lo + r % (hi - lo + 1)))
   else
-    while ! compgen -G "$F.tmp.*" >/dev/null && kill -0 "$pid" 2>/dev/null; do sleep 0.002; done
+    # (the temporary of parameters gets bytes: the writability probe at start stays empty)
+    while ! [ -s "$F.tmp.$pid" ] && kill -0 "$pid" 2>/dev/null; do sleep 0.002; done
     us=$((r % (save + 1)))
   fi
   sleep "$(awk -v u="$us" 'BEGIN { printf "%.6f", u / 1e6 }')"
