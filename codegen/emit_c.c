@@ -526,56 +526,11 @@ static bool emit(E *e, const CodegenOptions *o) {
          "  optst = pr_alloc_region(\"optimizer\", OPTST_BYTES);\n  acts = "
          "pr_alloc_region(\"activations\", ACTS_BYTES);\n");
   out(e, "  setup_params();\n  fill_constants();\n");
-  // Init / load
-  out(e, "  PrTensorRef refs[NPARAMS];\n  bool optional[NPARAMS];\n"
-         "  for (int i = 0; i < NPARAMS; i++) {\n"
-         "    refs[i] = (PrTensorRef){P[i].name, P[i].data, P[i].rank, {0}};\n"
-         "    memcpy(refs[i].shape, P[i].shape, sizeof refs[i].shape);\n"
-         "    optional[i] = P[i].init < 0;\n  }\n");
   out(e,
       "  if (o.gradcheck) {\n    int rc = gradcheck(&o);\n    release();\n    return rc;\n  }\n");
   // Outputs are checked before any work: a run must not train for hours, then fail to save.
-  out(e, "  if (o.save) {\n"
-         "    char optim[4096];\n"
-         "    prCheck(snprintf(optim, sizeof optim, \"%%s.optim\", o.save) < (int)sizeof optim, "
-         "\"use a shorter path\",\n"
-         "            \"--save: path too long\");\n"
-         "    pr_check_writable(o.save, \"--save\");\n"
-         "    pr_check_writable(optim, \"--save\");\n  }\n"
+  out(e, "  if (o.save) pr_checkpoint_check_writable(o.save);\n"
          "  if (o.loss_log) pr_check_writable(o.loss_log, \"--loss-log\");\n");
-  out(e, "  int64_t start = 0;\n"
-         "  const char *load = o.resume ? o.resume : o.init;\n"
-         "  if (load) {\n    pr_safetensors_load(load, refs, NPARAMS, optional, false);\n"
-         "  } else {\n    for (int i = 0; i < NPARAMS; i++) {\n"
-         "      Param *q = &P[i];\n"
-         "      switch (q->init) {\n"
-         "      case 0: pr_init_zeros(q->data, q->n); break;\n"
-         "      case 1: pr_init_ones(q->data, q->n); break;\n"
-         "      case 2: pr_init_normal(q->data, q->n, o.seed, q->name, q->a, q->b); break;\n"
-         "      case 3: pr_init_uniform(q->data, q->n, o.seed, q->name, q->a, q->b); break;\n"
-         "      case 4: pr_init_xavier(q->data, q->n, o.seed, q->name, q->a, q->shape[q->rank - "
-         "1], q->shape[0]); break;\n"
-         "      default: break;\n      }\n    }\n  }\n");
-  // Optimizer state for resume: a sidecar file next to the checkpoint.
-  out(e, "  PrTensorRef orefs[2 * NPARAMS];\n  int nopt = 0;\n"
-         "  for (int i = 0; i < NPARAMS; i++) {\n"
-         "    if (!P[i].m) continue;\n"
-         "    orefs[nopt] = (PrTensorRef){P[i].mname, P[i].m, P[i].rank, {0}};\n"
-         "    memcpy(orefs[nopt++].shape, P[i].shape, sizeof P[i].shape);\n"
-         "    if (P[i].v) {\n"
-         "      orefs[nopt] = (PrTensorRef){P[i].vname, P[i].v, P[i].rank, {0}};\n"
-         "      memcpy(orefs[nopt++].shape, P[i].shape, sizeof P[i].shape);\n    }\n  }\n");
-  out(e, "  char side[4096];\n");
-  out(e, "  if (o.resume) {\n"
-         "    prCheck(snprintf(side, sizeof side, \"%%s.optim\", o.resume) < (int)sizeof side, "
-         "\"use a shorter path\",\n"
-         "            \"--resume: path too long\");\n"
-         "    char buf[64];\n"
-         "    pr_safetensors_load(side, orefs, nopt, NULL, false);\n"
-         "    prCheck(pr_safetensors_meta(side, \"step\", buf, sizeof buf), \"the optimizer file "
-         "was not written by this program\",\n"
-         "            \"%%s: no 'step' in its metadata\", side);\n"
-         "    start = atoll(buf);\n  }\n");
   if (tokens)
     out(e, "  prCheck(o.data != NULL, \"pass --data FILE\", \"no training data\");\n  "
            "open_data(o.data);\n");
@@ -586,6 +541,34 @@ static bool emit(E *e, const CodegenOptions *o) {
   else
     out(e, "  prCheck(0, \"add a training.data section to the model\", \"this model has no data "
            "binding\");\n");
+  // Checkpoint: parameters (tied ones share their owner's storage), optimizer state, vocabulary.
+  out(e,
+      "  PrTensorRef refs[NPARAMS], orefs[2 * NPARAMS];\n  bool tied[NPARAMS];\n  int nopt = 0;\n"
+      "  for (int i = 0; i < NPARAMS; i++) {\n"
+      "    refs[i] = (PrTensorRef){P[i].name, P[i].data, P[i].rank, {0}};\n"
+      "    memcpy(refs[i].shape, P[i].shape, sizeof refs[i].shape);\n"
+      "    tied[i] = P[i].init < 0;\n"
+      "    if (!P[i].m) continue;\n"
+      "    orefs[nopt] = (PrTensorRef){P[i].mname, P[i].m, P[i].rank, {0}};\n"
+      "    memcpy(orefs[nopt++].shape, P[i].shape, sizeof P[i].shape);\n"
+      "    if (P[i].v) {\n"
+      "      orefs[nopt] = (PrTensorRef){P[i].vname, P[i].v, P[i].rank, {0}};\n"
+      "      memcpy(orefs[nopt++].shape, P[i].shape, sizeof P[i].shape);\n    }\n  }\n");
+  out(e, "  PrCheckpoint ck = {refs, tied, NPARAMS, orefs, nopt, %s};\n",
+      tc->data == DATA_TEXT ? "data.chars, data.vocab" : "NULL, 0");
+  out(e, "  int64_t start = 0;\n"
+         "  if (o.resume) {\n    start = pr_checkpoint_resume(o.resume, &ck);\n"
+         "  } else if (o.init) {\n    pr_checkpoint_init(o.init, &ck);\n"
+         "  } else {\n    for (int i = 0; i < NPARAMS; i++) {\n"
+         "      Param *q = &P[i];\n"
+         "      switch (q->init) {\n"
+         "      case 0: pr_init_zeros(q->data, q->n); break;\n"
+         "      case 1: pr_init_ones(q->data, q->n); break;\n"
+         "      case 2: pr_init_normal(q->data, q->n, o.seed, q->name, q->a, q->b); break;\n"
+         "      case 3: pr_init_uniform(q->data, q->n, o.seed, q->name, q->a, q->b); break;\n"
+         "      case 4: pr_init_xavier(q->data, q->n, o.seed, q->name, q->a, q->shape[q->rank - "
+         "1], q->shape[0]); break;\n"
+         "      default: break;\n      }\n    }\n  }\n");
   out(e, "  PrSchedule sched = {o.lr, o.min_lr, %lld, %lld};\n", (long long)tc->warmup,
       (long long)tc->decay_steps);
   out(e, "  FILE *loss_log = o.loss_log ? fopen(o.loss_log, \"w\") : NULL;\n"
@@ -660,15 +643,7 @@ static bool emit(E *e, const CodegenOptions *o) {
       "           pr_median(step_ms + 5, (done < timed ? done : timed) - 5),\n"
       "           (long long)((done < timed ? done : timed) - 5));\n"
       "  free(step_ms);\n");
-  out(e, "  if (o.save) {\n"
-         "    pr_safetensors_save(o.save, refs, NPARAMS, NULL, 0);\n"
-         "    char stepbuf[32]; // optimizer steps the saved state has taken\n"
-         "    snprintf(stepbuf, sizeof stepbuf, \"%%lld\", (long long)(start + done));\n"
-         "    const char *meta[2] = {\"step\", stepbuf};\n"
-         "    prCheck(snprintf(side, sizeof side, \"%%s.optim\", o.save) < (int)sizeof side, \"use "
-         "a shorter path\",\n"
-         "            \"--save: path too long\");\n"
-         "    pr_safetensors_save(side, orefs, nopt, meta, 1);\n"
+  out(e, "  if (o.save) {\n    pr_checkpoint_save(o.save, &ck, start + done);\n"
          "    if (!o.quiet) printf(\"saved %%s (and its optimizer state %%s.optim)\\n\", o.save, "
          "o.save);\n  }\n");
   out(e, "  prCheck(!loss_log_bad, \"check that the disk has room (the log is incomplete)\",\n"

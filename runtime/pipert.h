@@ -303,7 +303,9 @@ typedef struct PrTensorRef {
 // Loads every tensor of refs from path, by name; checks header size and bounds, JSON, dtype
 // (F32; BF16/F16 are converted), shapes and data offsets. A tensor missing from the file is an
 // error unless optional[i] is set (tied parameters). Extra tensors in the file are an error
-// unless allow_extra. Bad files stop the program with the file name and the reason.
+// unless allow_extra; a tied tensor present in the file must equal its owner (the earlier ref with
+// the same data pointer). Values must be finite. Bad files stop the program with the file name
+// and the reason.
 void pr_safetensors_load(const char *path, PrTensorRef *refs, int n, const bool *optional,
                          bool allow_extra);
 // Writes refs (F32) plus string metadata atomically: a temporary file in the same directory,
@@ -313,6 +315,39 @@ void pr_safetensors_save(const char *path, const PrTensorRef *refs, int n, const
                          int nmeta);
 // Reads one metadata value ("__metadata__" entry) into out; false when absent.
 bool pr_safetensors_meta(const char *path, const char *key, char *out, size_t cap);
+// Checks path's header without stopping the program: true when it is a complete safetensors
+// file (its tensors tile the data section); then out holds metadata key's value ("" if absent).
+bool pr_safetensors_peek(const char *path, const char *key, char *out, size_t cap);
+// Writes refs and metadata to path itself (no temporary, no rename), fsync'ed: 0, or errno with
+// path removed.
+int pr_safetensors_write(const char *path, const PrTensorRef *refs, int n, const char *const *meta,
+                         int nmeta);
+// fsync of the directory holding path (best effort), to make renames in it durable.
+void pr_fsync_dir_of(const char *path);
+
+// ---------------------------------------------------------------------------------------------
+// Checkpoints (checkpoint.c): F (parameters) and F.optim (optimizer state) saved and resumed as
+// one pair, tied by a save id and the step in both headers; text data's vocabulary in F.
+
+typedef struct PrCheckpoint {
+  PrTensorRef *params; // every parameter in canonical order (tied ones share their owner's data)
+  const bool *tied;    // per parameter: tied to an earlier one (may be absent from a file)
+  int nparams;         // entries of params and tied
+  PrTensorRef *optim;  // optimizer state (AdamW m and v, SGD momentum)
+  int noptim;          // entries of optim
+  const char *vocab;   // character vocabulary of text data (vocab[id]), or NULL
+  int nvocab;          // characters in vocab
+} PrCheckpoint;
+
+// Stops the program unless files can be created beside path (called before training).
+void pr_checkpoint_check_writable(const char *path);
+// Parameters from any safetensors file (PyTorch's too); refuses a different vocabulary.
+void pr_checkpoint_init(const char *path, const PrCheckpoint *c);
+// Parameters, optimizer state and step of the pair path, path.optim (completing an interrupted
+// save first); refuses a pair of two saves, a bad step and a different vocabulary.
+int64_t pr_checkpoint_resume(const char *path, const PrCheckpoint *c);
+// Writes the pair so that a crash at any moment leaves the old pair or the new one.
+void pr_checkpoint_save(const char *path, const PrCheckpoint *c, int64_t step);
 
 // ---------------------------------------------------------------------------------------------
 // Command line of generated programs (args.c)

@@ -5,14 +5,21 @@
 //      "name": {"dtype": "F32", "shape": [d0, d1, ...], "data_offsets": [begin, end]}, ...}
 // then the data section; offsets are relative to its start (byte 8 + N).
 //
-// Loading checks: N against the file size and a limit of 100,000,000 bytes (the reference
-// implementation's), the JSON, every entry (known dtype, non-negative integer shape, offsets
-// inside the data section with end - begin = numel * dtype size, no two tensors overlapping),
-// then for each requested tensor: presence, dtype (F32, or BF16/F16 converted to float), shape.
+// Loading accepts what the reference reader (the `safetensors` package, Rust) accepts, and
+// refuses what it refuses: N against the file size and a limit of 100,000,000 bytes; the header
+// valid UTF-8 JSON with no NUL byte and no raw control character in a string, blanks allowed
+// around it (padding); every entry a known dtype, a shape of non-negative integers whose byte
+// size fits in 64 bits, offsets with end - begin = numel * dtype size; the tensors, sorted by
+// offset, tiling the data section exactly (no overlap, no gap, no trailing bytes). Names holding
+// an (escaped) NUL character are refused too: C names cannot hold one. Then for each requested
+// tensor: presence, dtype (F32, or BF16/F16 converted to float), shape, finite values; a tied
+// tensor (one storage with an earlier one) present in the file must hold its owner's values.
+// Every error frees what the load holds before the program stops (leak checkers stay quiet).
 // Saving writes "__metadata__" first (when there is any), then the tensors in the order given,
 // data packed in that order; the header is padded with spaces to a multiple of 8 bytes, as the
-// reference (Rust) implementation does. The file is written to PATH.tmp.PID in the same
-// directory, flushed, fsync'ed and renamed over PATH; on failure the temporary is removed.
+// reference implementation does. pr_safetensors_save writes PATH.tmp.PID in the same directory,
+// flushed, fsync'ed and renamed over PATH; on failure the temporary is removed.
+// pr_safetensors_write writes one file in place (checkpoint.c renames pairs itself).
 #define _FILE_OFFSET_BITS 64
 #include "pipert.h"
 
@@ -21,6 +28,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -29,26 +37,72 @@
 #define ST_MAX_HEADER 100000000ULL
 
 typedef struct StEntry {
-  const char *name;
-  const char *dtype;
-  int dsize; // bytes per element
-  int rank;
-  int64_t shape[8];
+  const char *name;    // tensor name (in the parsed header)
+  const char *dtype;   // dtype string ("F32", ...)
+  int dsize;           // bytes per element
+  int rank;            // dims
+  int64_t shape[8];    // sizes
   uint64_t begin, end; // relative to the data section
-  bool used;
+  bool used;           // requested by the caller
 } StEntry;
 
 typedef struct StFile {
-  const char *path;
-  FILE *f;
-  uint64_t file_size;
+  const char *path;   // the file
+  FILE *f;            // open stream
+  uint64_t file_size; // bytes
   uint64_t hlen;      // N
   uint64_t data_size; // file_size - 8 - N
-  cJSON *root;
-  cJSON *meta; // "__metadata__" or NULL
-  StEntry *e;
-  int n;
+  char *h;            // header text while it is parsed
+  cJSON *root;        // the parsed header
+  cJSON *meta;        // "__metadata__" or NULL
+  StEntry *e;         // tensor entries, sorted by name after st_open
+  int n;              // entries
+  StEntry **found;    // load: per requested tensor, its entry (NULL: absent)
+  void *scratch;      // load: conversion and tied-comparison buffer
+  // The first error, reported by st_die after everything above is freed.
+  int line;         // source line of the failed check
+  const char *hint; // its hint (a string constant)
+  char msg[1024];   // its message
 } StFile;
+
+// Records an error in s and returns false (the caller returns it up to st_die or a soft caller).
+static bool st_error(StFile *s, int line, const char *hint, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static bool st_error(StFile *s, int line, const char *hint, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(s->msg, sizeof s->msg, fmt, ap);
+  va_end(ap);
+  s->line = line;
+  s->hint = hint;
+  return false;
+}
+#define ST_CHECK(s, cond, hint, ...)                                                               \
+  do {                                                                                             \
+    if (!(cond)) return st_error((s), __LINE__, (hint), __VA_ARGS__);                              \
+  } while (0)
+
+static void st_close(StFile *s) {
+  if (s->f) fclose(s->f);
+  free(s->h);
+  cJSON_Delete(s->root);
+  free(s->e);
+  free(s->found);
+  free(s->scratch);
+  s->f = NULL, s->h = NULL, s->root = NULL, s->meta = NULL, s->e = NULL, s->found = NULL;
+  s->scratch = NULL, s->n = 0;
+}
+
+// Frees s, then stops the program with its recorded error.
+static void st_die(StFile *s) __attribute__((noreturn));
+static void st_die(StFile *s) {
+  char msg[sizeof s->msg];
+  memcpy(msg, s->msg, sizeof msg);
+  int line = s->line;
+  const char *hint = s->hint;
+  st_close(s);
+  pr_fail(__FILE__, line, hint, "%s", msg);
+}
 
 static const char *HINT_FILE = "the file is damaged or is not a safetensors checkpoint";
 
@@ -83,138 +137,219 @@ static int cmp_name(const void *a, const void *b) {
   return strcmp(((const StEntry *)a)->name, ((const StEntry *)b)->name);
 }
 
-static int cmp_begin(const void *a, const void *b) {
+// By (begin, end), as the reference reader sorts before it checks the tiling.
+static int cmp_offsets(const void *a, const void *b) {
   const StEntry *x = *(const StEntry *const *)a, *y = *(const StEntry *const *)b;
-  return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : 0;
+  if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+  return x->end < y->end ? -1 : x->end > y->end ? 1 : 0;
 }
 
-// Opens path and parses and checks its header (everything but the tensors' data).
-static void st_open(StFile *s, const char *path) {
+// The header's bytes h[0..n): valid UTF-8, no NUL byte, no raw control character inside a
+// string (the reference reader's rules) and no escaped NUL (\u0000) in a string.
+static bool st_scan(StFile *s, const unsigned char *h, uint64_t n) {
+  bool in_str = false;
+  for (uint64_t i = 0; i < n; i++) {
+    unsigned c = h[i];
+    unsigned long long off = 8 + i;
+    ST_CHECK(s, c != 0, HINT_FILE, "%s: the header holds a NUL byte (byte offset %llu)", s->path,
+             off);
+    if (c >= 0x80) {
+      int len = c >= 0xc2 && c <= 0xdf   ? 2
+                : c >= 0xe0 && c <= 0xef ? 3
+                : c >= 0xf0 && c <= 0xf4 ? 4
+                                         : 0;
+      uint32_t cp = len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
+      bool ok = len > 0 && i + (uint64_t)len <= n;
+      for (int k = 1; ok && k < len; k++) {
+        ok = (h[i + (uint64_t)k] & 0xc0) == 0x80;
+        cp = (cp << 6) | (h[i + (uint64_t)k] & 0x3f);
+      }
+      ok = ok && !(len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) &&
+           !(len == 4 && (cp < 0x10000 || cp > 0x10ffff));
+      ST_CHECK(s, ok, HINT_FILE, "%s: the header is not valid UTF-8 (byte offset %llu)", s->path,
+               off);
+      i += (uint64_t)len - 1;
+    } else if (in_str && c == '\\') {
+      ST_CHECK(s, !(i + 5 < n && memcmp(h + i + 1, "u0000", 5) == 0), HINT_FILE,
+               "%s: a string in the header holds a NUL character (\\u0000, byte offset %llu)",
+               s->path, off);
+      i++; // the escaped character
+    } else if (in_str) {
+      ST_CHECK(s, c >= 0x20, HINT_FILE,
+               "%s: a string in the header holds the control character 0x%02x (byte offset %llu)",
+               s->path, c, off);
+      if (c == '"') in_str = false;
+    } else if (c == '"') {
+      in_str = true;
+    }
+  }
+  return true;
+}
+
+// One header entry (not "__metadata__"): dtype, shape, offsets and their sizes.
+static bool st_entry(StFile *s, StEntry *e, const cJSON *it) {
+  const char *path = s->path, *name = e->name;
+  ST_CHECK(s, cJSON_IsObject(it), HINT_FILE, "%s: tensor '%s': the entry is not an object", path,
+           name);
+  cJSON *dt = cJSON_GetObjectItemCaseSensitive(it, "dtype");
+  cJSON *sh = cJSON_GetObjectItemCaseSensitive(it, "shape");
+  cJSON *of = cJSON_GetObjectItemCaseSensitive(it, "data_offsets");
+  ST_CHECK(s, cJSON_IsString(dt), HINT_FILE, "%s: tensor '%s' has no \"dtype\" string", path, name);
+  e->dtype = dt->valuestring;
+  e->dsize = dtype_size(e->dtype);
+  ST_CHECK(s, e->dsize > 0, HINT_FILE, "%s: tensor '%s' has an unknown dtype '%s'", path, name,
+           e->dtype);
+  ST_CHECK(s, cJSON_IsArray(sh) && cJSON_GetArraySize(sh) <= 8, HINT_FILE,
+           "%s: tensor '%s': \"shape\" is not an array of at most 8 sizes", path, name);
+  uint64_t numel = 1;
+  bool overflow = false;
+  for (cJSON *d = sh->child; d; d = d->next) {
+    uint64_t v;
+    ST_CHECK(s, json_uint(d, &v), HINT_FILE,
+             "%s: tensor '%s': \"shape\" holds something other than a non-negative integer", path,
+             name);
+    e->shape[e->rank++] = (int64_t)v;
+    if (v != 0 && numel > UINT64_MAX / v) overflow = true;
+    numel *= v;
+  }
+  if (numel != 0 && numel > UINT64_MAX / (uint64_t)e->dsize) overflow = true;
+  if (overflow) {
+    char a[200];
+    fmt_shape(a, sizeof a, e->rank, e->shape);
+    ST_CHECK(s, false, HINT_FILE,
+             "%s: tensor '%s': the byte size of %s of shape %s overflows 64 bits", path, name,
+             e->dtype, a);
+  }
+  ST_CHECK(s,
+           cJSON_IsArray(of) && cJSON_GetArraySize(of) == 2 && json_uint(of->child, &e->begin) &&
+               json_uint(of->child->next, &e->end),
+           HINT_FILE, "%s: tensor '%s': \"data_offsets\" is not [begin, end]", path, name);
+  ST_CHECK(s, e->begin <= e->end && e->end <= s->data_size, HINT_FILE,
+           "%s: tensor '%s': data offsets [%llu, %llu] are outside the data section (%llu "
+           "bytes)",
+           path, name, (unsigned long long)e->begin, (unsigned long long)e->end,
+           (unsigned long long)s->data_size);
+  ST_CHECK(s, e->end - e->begin == numel * (uint64_t)e->dsize, HINT_FILE,
+           "%s: tensor '%s': data offsets [%llu, %llu] hold %llu bytes but %s of that shape "
+           "needs %llu",
+           path, name, (unsigned long long)e->begin, (unsigned long long)e->end,
+           (unsigned long long)(e->end - e->begin), e->dtype,
+           (unsigned long long)(numel * (uint64_t)e->dsize));
+  return true;
+}
+
+// The tensors, sorted by offsets, tile the data section: no overlap, no gap, nothing after.
+static bool st_tiling(StFile *s) {
+  StEntry **by = malloc(((size_t)s->n + 1) * sizeof *by);
+  ST_CHECK(s, by != NULL, "out of memory", "%s: out of memory", s->path);
+  for (int i = 0; i < s->n; i++) by[i] = &s->e[i];
+  qsort(by, (size_t)s->n, sizeof *by, cmp_offsets);
+  bool ok = true;
+  uint64_t at = 0; // end of the tiled prefix
+  for (int i = 0; ok && i < s->n; i++) {
+    if (by[i]->begin < at)
+      ok = st_error(s, __LINE__, HINT_FILE, "%s: tensors '%s' and '%s' overlap in the data section",
+                    s->path, by[i - 1]->name, by[i]->name);
+    else if (by[i]->begin > at)
+      ok = st_error(s, __LINE__, HINT_FILE,
+                    "%s: bytes [%llu, %llu) of the data section belong to no tensor (before "
+                    "tensor '%s')",
+                    s->path, (unsigned long long)at, (unsigned long long)by[i]->begin, by[i]->name);
+    at = by[i]->end;
+  }
+  free(by);
+  ST_CHECK(s, !ok || at == s->data_size,
+           "the file is damaged (it has more bytes than its header describes)",
+           "%s: %llu trailing bytes after the last tensor (the data section has %llu bytes, the "
+           "tensors end at %llu)",
+           s->path, (unsigned long long)(s->data_size - at), (unsigned long long)s->data_size,
+           (unsigned long long)at);
+  return ok;
+}
+
+// Opens path and parses and checks its header (everything but the tensors' values). false with
+// the error recorded in s; s is to be closed (st_close or st_die) either way.
+static bool st_open(StFile *s, const char *path) {
   memset(s, 0, sizeof *s);
   s->path = path;
-  s->f = fopen(path, "rb");
-  prCheck(s->f != NULL, "check the checkpoint path", "cannot open '%s': %s", path, strerror(errno));
+  // A FIFO or a device would block in a plain open or never end: opened without blocking, and
+  // refused below unless it is a regular file.
+  struct stat st0;
+  if (stat(path, &st0) == 0 && !S_ISREG(st0.st_mode)) pr_check_regular(path, "checkpoint");
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  s->f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+  if (fd >= 0 && !s->f) close(fd);
+  ST_CHECK(s, s->f != NULL, "check the checkpoint path", "cannot open '%s': %s", path,
+           strerror(errno));
   struct stat st;
-  prCheck(fstat(fileno(s->f), &st) == 0 && S_ISREG(st.st_mode), "give a regular file",
-          "'%s' is not a regular file", path);
+  ST_CHECK(s, fstat(fileno(s->f), &st) == 0 && S_ISREG(st.st_mode), "give a regular file",
+           "'%s' is not a regular file", path);
   s->file_size = (uint64_t)st.st_size;
-  prCheck(s->file_size >= 8, HINT_FILE,
-          "%s: the file has %llu bytes, too short for the 8-byte header length", path,
-          (unsigned long long)s->file_size);
+  ST_CHECK(s, s->file_size >= 8, HINT_FILE,
+           "%s: the file has %llu bytes, too short for the 8-byte header length", path,
+           (unsigned long long)s->file_size);
   unsigned char lb[8];
-  prCheck(fread(lb, 1, 8, s->f) == 8, HINT_FILE, "%s: cannot read the header length: %s", path,
-          strerror(errno));
+  ST_CHECK(s, fread(lb, 1, 8, s->f) == 8, HINT_FILE, "%s: cannot read the header length: %s", path,
+           strerror(errno));
   uint64_t n = 0;
   for (int i = 7; i >= 0; i--) n = (n << 8) | lb[i];
   s->hlen = n;
-  prCheck(n <= s->file_size - 8, "the file is truncated or is not a safetensors checkpoint",
-          "%s: the header length %llu (bytes 0..7) is larger than the rest of the file (%llu "
-          "bytes)",
-          path, (unsigned long long)n, (unsigned long long)(s->file_size - 8));
-  prCheck(n <= ST_MAX_HEADER, HINT_FILE,
-          "%s: the header length %llu is over the limit of %llu bytes", path, (unsigned long long)n,
-          (unsigned long long)ST_MAX_HEADER);
+  ST_CHECK(s, n <= s->file_size - 8, "the file is truncated or is not a safetensors checkpoint",
+           "%s: the header length %llu (bytes 0..7) is larger than the rest of the file (%llu "
+           "bytes)",
+           path, (unsigned long long)n, (unsigned long long)(s->file_size - 8));
+  ST_CHECK(s, n <= ST_MAX_HEADER, HINT_FILE,
+           "%s: the header length %llu is over the limit of %llu bytes", path,
+           (unsigned long long)n, (unsigned long long)ST_MAX_HEADER);
   s->data_size = s->file_size - 8 - n;
-  char *h = malloc(n + 1);
-  prCheck(h != NULL, "out of memory", "%s: out of memory for the header", path);
-  prCheck(fread(h, 1, n, s->f) == n, HINT_FILE, "%s: cannot read the %llu-byte header", path,
-          (unsigned long long)n);
+  s->h = malloc(n + 1);
+  ST_CHECK(s, s->h != NULL, "out of memory", "%s: out of memory for the header", path);
+  char *h = s->h;
+  ST_CHECK(s, fread(h, 1, n, s->f) == n, HINT_FILE, "%s: cannot read the %llu-byte header", path,
+           (unsigned long long)n);
   h[n] = '\0';
+  if (!st_scan(s, (const unsigned char *)h, n)) return false;
   const char *end = NULL;
   s->root = cJSON_ParseWithLengthOpts(h, n, &end, false);
   if (!s->root) {
     const char *ep = end ? end : cJSON_GetErrorPtr();
     size_t off = ep && ep >= h && ep <= h + n ? (size_t)(ep - h) : 0;
-    pr_fail(__FILE__, __LINE__, HINT_FILE, "%s: the header is not valid JSON (byte offset %zu)",
-            path, 8 + off);
+    ST_CHECK(s, false, HINT_FILE, "%s: the header is not valid JSON (byte offset %zu)", path,
+             8 + off);
   }
   // Only padding (blanks) may follow the JSON value.
   for (const char *p = end; p && p < h + n; p++)
-    prCheck(*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r', HINT_FILE,
-            "%s: unexpected text after the JSON header (byte offset %zu)", path,
-            8 + (size_t)(p - h));
-  free(h);
-  prCheck(cJSON_IsObject(s->root), HINT_FILE, "%s: the header is not a JSON object", path);
+    ST_CHECK(s, *p == ' ' || *p == '\t' || *p == '\n' || *p == '\r', HINT_FILE,
+             "%s: unexpected text after the JSON header (byte offset %zu)", path,
+             8 + (size_t)(p - h));
+  free(s->h);
+  s->h = NULL;
+  ST_CHECK(s, cJSON_IsObject(s->root), HINT_FILE, "%s: the header is not a JSON object", path);
 
   int count = cJSON_GetArraySize(s->root);
   s->e = calloc((size_t)count + 1, sizeof *s->e);
-  prCheck(s->e != NULL, "out of memory", "%s: out of memory", path);
+  ST_CHECK(s, s->e != NULL, "out of memory", "%s: out of memory", path);
   for (cJSON *it = s->root->child; it; it = it->next) {
     const char *name = it->string;
     if (strcmp(name, "__metadata__") == 0) {
-      prCheck(s->meta == NULL, HINT_FILE, "%s: \"__metadata__\" appears twice", path);
-      prCheck(cJSON_IsObject(it), HINT_FILE, "%s: \"__metadata__\" is not an object", path);
+      ST_CHECK(s, s->meta == NULL, HINT_FILE, "%s: \"__metadata__\" appears twice", path);
+      ST_CHECK(s, cJSON_IsObject(it), HINT_FILE, "%s: \"__metadata__\" is not an object", path);
       for (cJSON *m = it->child; m; m = m->next)
-        prCheck(cJSON_IsString(m), HINT_FILE, "%s: metadata '%s' is not a string", path, m->string);
+        ST_CHECK(s, cJSON_IsString(m), HINT_FILE, "%s: metadata '%s' is not a string", path,
+                 m->string);
       s->meta = it;
       continue;
     }
     StEntry *e = &s->e[s->n++];
     e->name = name;
-    prCheck(cJSON_IsObject(it), HINT_FILE, "%s: tensor '%s': the entry is not an object", path,
-            name);
-    cJSON *dt = cJSON_GetObjectItemCaseSensitive(it, "dtype");
-    cJSON *sh = cJSON_GetObjectItemCaseSensitive(it, "shape");
-    cJSON *of = cJSON_GetObjectItemCaseSensitive(it, "data_offsets");
-    prCheck(cJSON_IsString(dt), HINT_FILE, "%s: tensor '%s' has no \"dtype\" string", path, name);
-    e->dtype = dt->valuestring;
-    e->dsize = dtype_size(e->dtype);
-    prCheck(e->dsize > 0, HINT_FILE, "%s: tensor '%s' has an unknown dtype '%s'", path, name,
-            e->dtype);
-    prCheck(cJSON_IsArray(sh) && cJSON_GetArraySize(sh) <= 8, HINT_FILE,
-            "%s: tensor '%s': \"shape\" is not an array of at most 8 sizes", path, name);
-    uint64_t numel = 1;
-    bool overflow = false;
-    for (cJSON *d = sh->child; d; d = d->next) {
-      uint64_t v;
-      prCheck(json_uint(d, &v), HINT_FILE,
-              "%s: tensor '%s': \"shape\" holds something other than a non-negative integer", path,
-              name);
-      e->shape[e->rank++] = (int64_t)v;
-      if (v != 0 && numel > UINT64_MAX / v) overflow = true;
-      numel *= v;
-    }
-    prCheck(cJSON_IsArray(of) && cJSON_GetArraySize(of) == 2 && json_uint(of->child, &e->begin) &&
-                json_uint(of->child->next, &e->end),
-            HINT_FILE, "%s: tensor '%s': \"data_offsets\" is not [begin, end]", path, name);
-    prCheck(e->begin <= e->end && e->end <= s->data_size, HINT_FILE,
-            "%s: tensor '%s': data offsets [%llu, %llu] are outside the data section (%llu "
-            "bytes)",
-            path, name, (unsigned long long)e->begin, (unsigned long long)e->end,
-            (unsigned long long)s->data_size);
-    prCheck(!overflow && numel <= UINT64_MAX / (uint64_t)e->dsize &&
-                e->end - e->begin == numel * (uint64_t)e->dsize,
-            HINT_FILE,
-            "%s: tensor '%s': data offsets [%llu, %llu] hold %llu bytes but %s of that shape "
-            "needs %llu",
-            path, name, (unsigned long long)e->begin, (unsigned long long)e->end,
-            (unsigned long long)(e->end - e->begin), e->dtype,
-            (unsigned long long)(numel * (uint64_t)e->dsize));
+    if (!st_entry(s, e, it)) return false;
   }
   // Names are unique; sort by name for lookups.
   qsort(s->e, (size_t)s->n, sizeof *s->e, cmp_name);
   for (int i = 1; i < s->n; i++)
-    prCheck(strcmp(s->e[i - 1].name, s->e[i].name) != 0, HINT_FILE,
-            "%s: tensor '%s' appears twice in the header", path, s->e[i].name);
-  // No two (non-empty) tensors share bytes.
-  StEntry **by = malloc(((size_t)s->n + 1) * sizeof *by);
-  prCheck(by != NULL, "out of memory", "%s: out of memory", path);
-  int m = 0;
-  for (int i = 0; i < s->n; i++)
-    if (s->e[i].end > s->e[i].begin) by[m++] = &s->e[i];
-  qsort(by, (size_t)m, sizeof *by, cmp_begin);
-  for (int i = 1; i < m; i++)
-    prCheck(by[i]->begin >= by[i - 1]->end, HINT_FILE,
-            "%s: tensors '%s' and '%s' overlap in the data section", path, by[i - 1]->name,
-            by[i]->name);
-  free(by);
-}
-
-static void st_close(StFile *s) {
-  if (s->f) fclose(s->f);
-  cJSON_Delete(s->root);
-  free(s->e);
-  memset(s, 0, sizeof *s);
+    ST_CHECK(s, strcmp(s->e[i - 1].name, s->e[i].name) != 0, HINT_FILE,
+             "%s: tensor '%s' appears twice in the header", path, s->e[i].name);
+  return st_tiling(s);
 }
 
 static StEntry *st_find(StFile *s, const char *name) {
@@ -250,83 +385,139 @@ static float f16_to_f32(uint16_t h) {
   return f;
 }
 
-void pr_safetensors_load(const char *path, PrTensorRef *refs, int n, const bool *optional,
-                         bool allow_extra) {
-  pr_check_regular(path, "checkpoint"); // a FIFO or device would block the open below
-  StFile s;
-  st_open(&s, path);
+// Reads entry e's values as float into dst (numel elements), converting BF16/F16.
+static bool st_read(StFile *s, const StEntry *e, float *dst) {
+  uint64_t bytes = e->end - e->begin;
+  unsigned long long at = (unsigned long long)(8 + s->hlen + e->begin);
+  ST_CHECK(s, fseeko(s->f, (off_t)at, SEEK_SET) == 0, HINT_FILE,
+           "%s: cannot seek to tensor '%s': %s", s->path, e->name, strerror(errno));
+  if (e->dsize == 4) {
+    ST_CHECK(s, fread(dst, 1, bytes, s->f) == bytes, HINT_FILE,
+             "%s: cannot read tensor '%s' (byte offset %llu)", s->path, e->name, at);
+    return true;
+  }
+  uint16_t *raw = malloc(bytes + 2);
+  ST_CHECK(s, raw != NULL, "out of memory", "%s: out of memory reading '%s'", s->path, e->name);
+  bool ok = fread(raw, 1, bytes, s->f) == bytes;
+  bool bf = strcmp(e->dtype, "BF16") == 0;
+  for (uint64_t k = 0; ok && k < bytes / 2; k++)
+    dst[k] = bf ? bf16_to_f32(raw[k]) : f16_to_f32(raw[k]);
+  free(raw);
+  ST_CHECK(s, ok, HINT_FILE, "%s: cannot read tensor '%s' (byte offset %llu)", s->path, e->name,
+           at);
+  return true;
+}
+
+static bool st_load(StFile *s, PrTensorRef *refs, int n, const bool *optional, bool allow_extra) {
+  const char *path = s->path;
   const char *hint_model =
       "the checkpoint was written for a different model (names and shapes must match the "
       "model's parameters)";
-  StEntry **found = calloc((size_t)n + 1, sizeof *found);
-  prCheck(found != NULL, "out of memory", "%s: out of memory", path);
+  s->found = calloc((size_t)n + 1, sizeof *s->found);
+  ST_CHECK(s, s->found != NULL, "out of memory", "%s: out of memory", path);
   for (int i = 0; i < n; i++) {
-    StEntry *e = st_find(&s, refs[i].name);
+    StEntry *e = st_find(s, refs[i].name);
     if (!e) {
-      prCheck(optional && optional[i], hint_model, "%s: tensor '%s' is missing", path,
-              refs[i].name);
+      ST_CHECK(s, optional && optional[i], hint_model, "%s: tensor '%s' is missing", path,
+               refs[i].name);
       continue;
     }
     e->used = true;
-    found[i] = e;
-    prCheck(strcmp(e->dtype, "F32") == 0 || strcmp(e->dtype, "BF16") == 0 ||
-                strcmp(e->dtype, "F16") == 0,
-            "save the checkpoint as float32 (BF16 and F16 are converted on load)",
-            "%s: tensor '%s' has dtype %s; expected F32 (or BF16/F16)", path, refs[i].name,
-            e->dtype);
+    s->found[i] = e;
+    ST_CHECK(s,
+             strcmp(e->dtype, "F32") == 0 || strcmp(e->dtype, "BF16") == 0 ||
+                 strcmp(e->dtype, "F16") == 0,
+             "save the checkpoint as float32 (BF16 and F16 are converted on load)",
+             "%s: tensor '%s' has dtype %s; expected F32 (or BF16/F16)", path, refs[i].name,
+             e->dtype);
     bool same = e->rank == refs[i].rank;
     for (int d = 0; same && d < e->rank; d++) same = e->shape[d] == refs[i].shape[d];
     if (!same) {
       char a[200], b[200];
       fmt_shape(a, sizeof a, e->rank, e->shape);
       fmt_shape(b, sizeof b, refs[i].rank, refs[i].shape);
-      pr_fail(__FILE__, __LINE__, hint_model, "%s: tensor '%s' has shape %s; the model expects %s",
-              path, refs[i].name, a, b);
+      ST_CHECK(s, false, hint_model, "%s: tensor '%s' has shape %s; the model expects %s", path,
+               refs[i].name, a, b);
     }
   }
   if (!allow_extra)
-    for (int i = 0; i < s.n; i++)
-      prCheck(s.e[i].used, "load a checkpoint of this model, or allow extra tensors",
-              "%s: tensor '%s' is in the file but not in the model", path, s.e[i].name);
+    for (int i = 0; i < s->n; i++)
+      ST_CHECK(s, s->e[i].used,
+               "load a checkpoint of this model, or delete the tensors the model lacks from the "
+               "file (in Python: safetensors' load_file, del, save_file)",
+               "%s: tensor '%s' is in the file but not in the model", path, s->e[i].name);
   for (int i = 0; i < n; i++) {
-    StEntry *e = found[i];
+    const StEntry *e = s->found[i];
     if (!e) continue;
-    uint64_t bytes = e->end - e->begin;
-    prCheck(fseeko(s.f, (off_t)(8 + s.hlen + e->begin), SEEK_SET) == 0, HINT_FILE,
-            "%s: cannot seek to tensor '%s': %s", path, e->name, strerror(errno));
-    if (e->dsize == 4) {
-      prCheck(fread(refs[i].data, 1, bytes, s.f) == bytes, HINT_FILE,
-              "%s: cannot read tensor '%s' (byte offset %llu)", path, e->name,
-              (unsigned long long)(8 + s.hlen + e->begin));
-    } else {
-      uint16_t *tmp = malloc(bytes + 2);
-      prCheck(tmp != NULL, "out of memory", "%s: out of memory reading '%s'", path, e->name);
-      prCheck(fread(tmp, 1, bytes, s.f) == bytes, HINT_FILE,
-              "%s: cannot read tensor '%s' (byte offset %llu)", path, e->name,
-              (unsigned long long)(8 + s.hlen + e->begin));
-      bool bf = strcmp(e->dtype, "BF16") == 0;
-      for (uint64_t k = 0; k < bytes / 2; k++)
-        refs[i].data[k] = bf ? bf16_to_f32(tmp[k]) : f16_to_f32(tmp[k]);
-      free(tmp);
+    int64_t numel = (int64_t)((e->end - e->begin) / (uint64_t)e->dsize);
+    // A tied tensor (one storage with an earlier, loaded one) is read aside and compared.
+    int owner = -1;
+    for (int j = 0; optional && optional[i] && owner < 0 && j < i; j++)
+      if (refs[j].data == refs[i].data && s->found[j]) owner = j;
+    float *dst = refs[i].data;
+    if (owner >= 0) {
+      free(s->scratch);
+      s->scratch = dst = malloc((size_t)numel * sizeof(float) + 4);
+      ST_CHECK(s, dst != NULL, "out of memory", "%s: out of memory reading '%s'", path, e->name);
     }
+    if (!st_read(s, e, dst)) return false;
+    for (int64_t k = 0; k < numel; k++)
+      ST_CHECK(s, isfinite(dst[k]),
+               "the file holds values that are not finite: load a checkpoint saved before "
+               "training diverged",
+               "%s: tensor '%s' holds %s at element %lld", path, e->name,
+               isnan(dst[k]) ? "NaN"
+               : dst[k] > 0  ? "inf"
+                             : "-inf",
+               (long long)k);
+    if (owner < 0) continue;
+    for (int64_t k = 0; k < numel; k++)
+      ST_CHECK(s, dst[k] == refs[owner].data[k],
+               "the model ties them (one storage): give both the same values, or leave the "
+               "second out of the file",
+               "%s: tensors '%s' and '%s' are tied in the model but hold different values "
+               "(element %lld: %.9g and %.9g)",
+               path, refs[owner].name, e->name, (long long)k, (double)refs[owner].data[k],
+               (double)dst[k]);
   }
-  free(found);
+  return true;
+}
+
+void pr_safetensors_load(const char *path, PrTensorRef *refs, int n, const bool *optional,
+                         bool allow_extra) {
+  StFile s;
+  if (!st_open(&s, path) || !st_load(&s, refs, n, optional, allow_extra)) st_die(&s);
   st_close(&s);
+}
+
+// Copies metadata key's value into out ("" and false when absent); false with an error recorded
+// when the value does not fit.
+static bool st_meta(StFile *s, const char *key, char *out, size_t cap, bool *found) {
+  cJSON *v = s->meta ? cJSON_GetObjectItemCaseSensitive(s->meta, key) : NULL;
+  *found = v != NULL;
+  if (cap) out[0] = '\0';
+  if (!v) return true;
+  size_t len = strlen(v->valuestring);
+  ST_CHECK(s, len < cap, HINT_FILE, "%s: metadata '%s' is %zu bytes long (at most %zu expected)",
+           s->path, key, len, cap ? cap - 1 : 0);
+  memcpy(out, v->valuestring, len + 1);
+  return true;
 }
 
 bool pr_safetensors_meta(const char *path, const char *key, char *out, size_t cap) {
   StFile s;
-  st_open(&s, path);
-  cJSON *v = s.meta ? cJSON_GetObjectItemCaseSensitive(s.meta, key) : NULL;
-  bool found = v != NULL;
-  if (found) {
-    size_t len = strlen(v->valuestring);
-    prCheck(len < cap, "internal error: metadata buffer too small",
-            "%s: metadata '%s' is %zu bytes long (buffer %zu)", path, key, len, cap);
-    memcpy(out, v->valuestring, len + 1);
-  }
+  bool found = false;
+  if (!st_open(&s, path) || !st_meta(&s, key, out, cap, &found)) st_die(&s);
   st_close(&s);
   return found;
+}
+
+bool pr_safetensors_peek(const char *path, const char *key, char *out, size_t cap) {
+  StFile s;
+  bool found = false, ok = st_open(&s, path) && st_meta(&s, key, out, cap, &found);
+  st_close(&s);
+  if (!ok && cap) out[0] = '\0';
+  return ok;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -381,8 +572,10 @@ static int64_t ref_numel(const PrTensorRef *r) {
   return n;
 }
 
-void pr_safetensors_save(const char *path, const PrTensorRef *refs, int n, const char *const *meta,
-                         int nmeta) {
+// Writes path itself (no rename): 0 on success, else errno (path removed); *created tells whether
+// the file could be created at all.
+static int st_write(const char *path, const PrTensorRef *refs, int n, const char *const *meta,
+                    int nmeta, bool *created) {
   for (int i = 0; i < n; i++) {
     prCheck(refs[i].rank >= 0 && refs[i].rank <= 8, "internal error in the generated program",
             "%s: tensor '%s' has rank %d", path, refs[i].name, refs[i].rank);
@@ -426,13 +619,14 @@ void pr_safetensors_save(const char *path, const PrTensorRef *refs, int n, const
   buf_str(&h, "}");
   while (h.len % 8) buf_str(&h, " ");
 
-  size_t tlen = strlen(path) + 32;
-  char *tmp = malloc(tlen);
-  prCheck(tmp != NULL, "out of memory", "out of memory");
-  snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "wb");
-  prCheck(f != NULL, "check that the directory exists and is writable", "cannot create '%s': %s",
-          tmp, strerror(errno));
+  *created = false;
+  FILE *f = fopen(path, "wb");
+  if (!f) {
+    int err = errno;
+    free(h.p);
+    return err ? err : EIO;
+  }
+  *created = true;
   unsigned char lb[8];
   uint64_t hl = h.len;
   for (int i = 0; i < 8; i++) lb[i] = (unsigned char)(hl >> (8 * i));
@@ -445,22 +639,53 @@ void pr_safetensors_save(const char *path, const PrTensorRef *refs, int n, const
   if (ok && fflush(f) != 0) ok = false, err = errno;
   if (ok && fsync(fileno(f)) != 0) ok = false, err = errno;
   if (fclose(f) != 0 && ok) ok = false, err = errno;
-  if (ok && rename(tmp, path) != 0) ok = false, err = errno;
-  if (!ok) {
-    unlink(tmp);
-    pr_fail(__FILE__, __LINE__, "check the free disk space and permissions",
-            "cannot write '%s': %s", path, err ? strerror(err) : "write error");
-  }
-  // Make the rename durable (best effort: some file systems refuse fsync on directories).
+  free(h.p);
+  if (ok) return 0;
+  unlink(path);
+  return err ? err : EIO;
+}
+
+int pr_safetensors_write(const char *path, const PrTensorRef *refs, int n, const char *const *meta,
+                         int nmeta) {
+  bool created;
+  return st_write(path, refs, n, meta, nmeta, &created);
+}
+
+void pr_fsync_dir_of(const char *path) {
   char *dcopy = strdup(path);
-  if (dcopy) {
-    int dfd = open(dirname(dcopy), O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-      (void)fsync(dfd);
-      close(dfd);
-    }
-    free(dcopy);
+  if (!dcopy) return;
+  int dfd = open(dirname(dcopy), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    (void)fsync(dfd); // best effort: some file systems refuse fsync on directories
+    close(dfd);
+  }
+  free(dcopy);
+}
+
+void pr_safetensors_save(const char *path, const PrTensorRef *refs, int n, const char *const *meta,
+                         int nmeta) {
+  size_t tlen = strlen(path) + 32;
+  char *tmp = malloc(tlen);
+  prCheck(tmp != NULL, "out of memory", "out of memory");
+  snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
+  bool created;
+  int err = st_write(tmp, refs, n, meta, nmeta, &created);
+  if (!err && rename(tmp, path) != 0) {
+    err = errno;
+    unlink(tmp);
+  }
+  if (err) {
+    char msg[600];
+    if (!created)
+      snprintf(msg, sizeof msg, "cannot create '%.500s': %s", tmp, strerror(err));
+    else
+      snprintf(msg, sizeof msg, "cannot write '%.500s': %s", path, strerror(err));
+    free(tmp);
+    pr_fail(__FILE__, __LINE__,
+            created ? "check the free disk space and permissions"
+                    : "check that the directory exists and is writable",
+            "%s", msg);
   }
   free(tmp);
-  free(h.p);
+  pr_fsync_dir_of(path); // make the rename durable
 }

@@ -793,10 +793,9 @@ START_TEST(test_safetensors_roundtrip) {
 }
 END_TEST
 
-// Writes a safetensors file from a header string and raw data.
-static void write_st(const char *path, const char *header, const void *data, size_t n,
-                     int64_t hlen_override) {
-  size_t hl = strlen(header);
+// Writes a safetensors file from hl bytes of header and raw data.
+static void write_stn(const char *path, const char *header, size_t hl, const void *data, size_t n,
+                      int64_t hlen_override) {
   uint64_t v = hlen_override >= 0 ? (uint64_t)hlen_override : hl;
   unsigned char *b = malloc(8 + hl + n + 1);
   for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
@@ -806,11 +805,17 @@ static void write_st(const char *path, const char *header, const void *data, siz
   free(b);
 }
 
+// Writes a safetensors file from a header string and raw data.
+static void write_st(const char *path, const char *header, const void *data, size_t n,
+                     int64_t hlen_override) {
+  write_stn(path, header, strlen(header), data, n, hlen_override);
+}
+
 START_TEST(test_safetensors_half) {
   char path[512];
   tmp_path(path, sizeof path, "half.safetensors");
-  // F16: 1.0, -2.5, 65504, 2^-24 (subnormal), -0, inf; BF16: 1.0, -2.5, 3.0e38-ish, 2^-128.
-  const uint16_t h[6] = {0x3c00, 0xc100, 0x7bff, 0x0001, 0x8000, 0x7c00};
+  // F16: 1.0, -2.5, 65504, 2^-24 (subnormal), -0, -65504; BF16: 1.0, -2.5, 3.0e38-ish, 2^-128.
+  const uint16_t h[6] = {0x3c00, 0xc100, 0x7bff, 0x0001, 0x8000, 0xfbff};
   const uint16_t bf[4] = {0x3f80, 0xc020, 0x7f61, 0x0020};
   unsigned char data[20];
   memcpy(data, h, 12);
@@ -827,7 +832,7 @@ START_TEST(test_safetensors_half) {
   ck_assert_float_eq(hv[2], 65504.0f);
   ck_assert_float_eq(hv[3], 0x1p-24f);
   ck_assert(hv[4] == 0.0f && signbit(hv[4]));
-  ck_assert(isinf(hv[5]) && hv[5] > 0);
+  ck_assert_float_eq(hv[5], -65504.0f);
   ck_assert_float_eq(bv[0], 1.0f);
   ck_assert_float_eq(bv[1], -2.5f);
   ck_assert_float_eq(bv[2], 0x1.c2p+127f);
@@ -914,11 +919,15 @@ START_TEST(test_safetensors_errors) {
   snprintf(h, sizeof h, "{%s,%s,%s}", ST_A, ST_B,
            "\"scale\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[20,24]}");
   st_case("overlap.safetensors", h, 44, -1, ": tensors 'fc1.weight' and 'scale' overlap");
-  snprintf(h, sizeof h, "{%s,%s}", ST_A, ST_C);
-  st_case("missing.safetensors", h, 44, -1, ": tensor 'fc1.bias' is missing");
+  snprintf(h, sizeof h, "{%s,%s}", ST_A,
+           "\"scale\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[24,28]}");
+  st_case("missing.safetensors", h, 28, -1, ": tensor 'fc1.bias' is missing");
   snprintf(h, sizeof h, "{%s,%s,%s,%s}", ST_A, ST_B, ST_C,
            "\"extra\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[44,52]}");
-  st_case("extra.safetensors", h, 52, -1, ": tensor 'extra' is in the file but not in the model");
+  st_case("extra.safetensors", h, 52, -1,
+          ": tensor 'extra' is in the file but not in the model\nHINT: load a checkpoint of this "
+          "model, or delete the tensors the model lacks from the file (in Python: safetensors' "
+          "load_file, del, save_file)");
   {
     char p[512];
     tmp_path(p, sizeof p, "extra.safetensors");
@@ -933,6 +942,75 @@ START_TEST(test_safetensors_errors) {
            "\"x\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[44,44]}");
   st_case("negshape.safetensors", h, 44, -1,
           ": tensor 'x': \"shape\" holds something other than a non-negative integer");
+  // What the reference reader (the safetensors package) refuses is refused here too: bytes
+  // after the last tensor, bytes between tensors, a byte size that overflows, a NUL byte in the
+  // header, a raw control character in a string, invalid UTF-8; and a name holding NUL.
+  snprintf(h, sizeof h, "{%s,%s,%s}", ST_A, ST_B, ST_C);
+  st_case("trailing.safetensors", h, 48, -1,
+          ": 4 trailing bytes after the last tensor (the data section has 48 bytes, the tensors "
+          "end at 44)");
+  snprintf(h, sizeof h, "{%s,%s,%s}", ST_A, ST_B,
+           "\"scale\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[44,48]}");
+  st_case("gap.safetensors", h, 48, -1,
+          ": bytes [40, 44) of the data section belong to no tensor (before tensor 'scale')");
+  snprintf(h, sizeof h, "{%s,%s,%s,%s}", ST_A, ST_B, ST_C,
+           "\"x\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[44,44]}");
+  st_case("overflow.safetensors", h, 44, -1,
+          ": tensor 'x': the byte size of F32 of shape [4294967296, 4294967296] overflows 64 bits");
+  snprintf(h, sizeof h, "{%s,%s,%s,%s}", ST_A, ST_B, ST_C,
+           "\"x\":{\"dtype\":\"F32\",\"shape\":[2147483648,2147483648],\"data_offsets\":[44,44]}");
+  st_case("overflow2.safetensors", h, 44, -1,
+          ": tensor 'x': the byte size of F32 of shape [2147483648, 2147483648] overflows 64 bits");
+  {
+    // "fc1.weight\0junk" would read as 'fc1.weight' in C; a NUL as padding is not a blank.
+    char p[512], hb[1024], full[1024];
+    snprintf(h, sizeof h, "{%s,%s,%s}", ST_A, ST_B, ST_C);
+    size_t hl = strlen(h);
+    memcpy(hb, h, hl);
+    hb[11] = '\0'; // inside "fc1.weight"
+    tmp_path(p, sizeof p, "nul.safetensors");
+    static unsigned char zeros[64];
+    write_stn(p, hb, hl, zeros, 44, -1);
+    StCase c = {p, false};
+    snprintf(full, sizeof full, "%s: the header holds a NUL byte (byte offset 19)", p);
+    expect_exit(st_child, &c, 1, full);
+    memcpy(hb, h, hl);
+    hb[hl] = '\0';
+    write_stn(p, hb, hl + 1, zeros, 44, -1);
+    snprintf(full, sizeof full, "%s: the header holds a NUL byte (byte offset %zu)", p, 8 + hl);
+    expect_exit(st_child, &c, 1, full);
+  }
+  snprintf(h, sizeof h, "{%s,%s,%s}",
+           "\"fc1.weight\\u0000x\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}",
+           ST_B, ST_C);
+  st_case("escnul.safetensors", h, 44, -1,
+          ": a string in the header holds a NUL character (\\u0000, byte offset 20)");
+  snprintf(h, sizeof h, "{%s,%s,%s}",
+           "\"fc1.weight\t\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}", ST_B,
+           ST_C);
+  st_case("control.safetensors", h, 44, -1,
+          ": a string in the header holds the control character 0x09 (byte offset 20)");
+  snprintf(h, sizeof h, "{%s,%s,%s}",
+           "\"fc1.weight\xff\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}", ST_B,
+           ST_C);
+  st_case("utf8.safetensors", h, 44, -1, ": the header is not valid UTF-8 (byte offset 20)");
+  // Blanks around the JSON are padding, as for the reference reader; an escaped backslash
+  // before "u0000" is no NUL; UTF-8 names are fine.
+  {
+    char p[512];
+    tmp_path(p, sizeof p, "blanks.safetensors");
+    snprintf(
+        h, sizeof h, " \n{%s,%s,%s,%s} \t\r\n ", ST_A, ST_B, ST_C,
+        "\"__metadata__\":{\"note\":\"a\\\\u0000 caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"}");
+    write_st(p, h, zeros, 44, -1);
+    float a[6], b[4], sc[1];
+    PrTensorRef r[3];
+    make_refs(r, a, b, sc);
+    pr_safetensors_load(p, r, 3, NULL, false);
+    char v[64];
+    ck_assert(pr_safetensors_meta(p, "note", v, sizeof v));
+    ck_assert_str_eq(v, "a\\u0000 caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+  }
   // A header length over the 100,000,000-byte limit in a (sparse) file long enough to hold it.
   {
     char p[512];
@@ -952,6 +1030,70 @@ START_TEST(test_safetensors_errors) {
   c.path = h;
   ck_assert_int_eq(run_child(st_child, &c, out, sizeof out), 1);
   ck_assert_msg(strstr(out, "safetensors.c:") == out && strstr(out, "\nHINT: "), "%s", out);
+}
+END_TEST
+
+// Values: NaN and infinities are refused with the tensor and element; a tied tensor present in
+// the file must hold its owner's values (PyTorch state dicts hold both names, equal).
+typedef struct TiedCase {
+  const char *path;
+} TiedCase;
+
+static void tied_child(void *arg) {
+  float w[6];
+  PrTensorRef r[2] = {{"w", w, 2, {2, 3}}, {"head", w, 2, {2, 3}}};
+  bool opt[2] = {false, true};
+  pr_safetensors_load(arg, r, 2, opt, false);
+}
+
+START_TEST(test_safetensors_values) {
+  char p[512], full[1024];
+  tmp_path(p, sizeof p, "nan.safetensors");
+  float vals[11] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+  char h[1024];
+  snprintf(h, sizeof h, "{%s,%s,%s}", ST_A, ST_B, ST_C);
+  StCase c = {p, false};
+  vals[4] = NAN;
+  write_st(p, h, vals, 44, -1);
+  snprintf(full, sizeof full, "%s: tensor 'fc1.weight' holds NaN at element 4", p);
+  expect_exit(st_child, &c, 1, full);
+  vals[4] = 5;
+  vals[8] = -INFINITY;
+  write_st(p, h, vals, 44, -1);
+  snprintf(full, sizeof full, "%s: tensor 'fc1.bias' holds -inf at element 2", p);
+  expect_exit(st_child, &c, 1, full);
+  // F16 +inf (converted on load) in 'scale'.
+  unsigned char mixed[42] = {0};
+  const uint16_t inf16 = 0x7c00;
+  memcpy(mixed + 40, &inf16, 2);
+  snprintf(h, sizeof h, "{%s,%s,%s}", ST_A, ST_B,
+           "\"scale\":{\"dtype\":\"F16\",\"shape\":[],\"data_offsets\":[40,42]}");
+  write_st(p, h, mixed, 42, -1);
+  snprintf(full, sizeof full, "%s: tensor 'scale' holds inf at element 0", p);
+  expect_exit(st_child, &c, 1, full);
+
+  // Tied: equal values load, different ones are refused naming both, an absent alias is fine.
+  const char *both = "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
+                     "\"head\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[24,48]}}";
+  float two[12] = {1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6};
+  write_st(p, both, two, 48, -1);
+  float w[6];
+  PrTensorRef r[2] = {{"w", w, 2, {2, 3}}, {"head", w, 2, {2, 3}}};
+  bool opt[2] = {false, true};
+  pr_safetensors_load(p, r, 2, opt, false);
+  ck_assert_mem_eq(w, two, sizeof w);
+  two[8] = 9;
+  write_st(p, both, two, 48, -1);
+  snprintf(full, sizeof full,
+           "%s: tensors 'w' and 'head' are tied in the model but hold different values (element "
+           "2: 3 and 9)\nHINT: the model ties them (one storage): give both the same values, or "
+           "leave the second out of the file",
+           p);
+  expect_exit(tied_child, p, 1, full);
+  write_st(p, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}}", two, 24, -1);
+  memset(w, 0, sizeof w);
+  pr_safetensors_load(p, r, 2, opt, false);
+  ck_assert_mem_eq(w, two, sizeof w);
 }
 END_TEST
 
@@ -1132,6 +1274,7 @@ int main(void) {
   tcase_add_test(tc, test_safetensors_roundtrip);
   tcase_add_test(tc, test_safetensors_half);
   tcase_add_test(tc, test_safetensors_errors);
+  tcase_add_test(tc, test_safetensors_values);
   tcase_add_test(tc, test_safetensors_save_error);
   tcase_add_test(tc, test_args_ok);
   tcase_add_test(tc, test_args_errors);
