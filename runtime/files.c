@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -67,8 +68,11 @@ void pr_check_writable(const char *path, const char *flag) {
   } else if (errno != ENOENT) {
     pr_fail(__FILE__, __LINE__, hint, "%s '%s': %s", flag, path, strerror(errno));
   }
-  char *copy = strdup(path);
-  prCheck(copy != NULL, "the machine is out of memory", "%s: out of memory", flag);
+  // dirname works in place: on a copy on the stack, so that no failure below leaks it.
+  char copy[PATH_MAX];
+  prCheck(strlen(path) < sizeof copy, "use a shorter path", "%s '%s': the path is too long", flag,
+          path);
+  strcpy(copy, path);
   const char *dir = dirname(copy);
   if (stat(dir, &st) != 0)
     pr_fail(__FILE__, __LINE__, hint, "%s '%s': cannot use directory '%s': %s", flag, path, dir,
@@ -85,5 +89,4 @@ void pr_check_writable(const char *path, const char *flag) {
           "%s '%s': the file name has %zu bytes; this directory allows %ld, less 32 for the "
           "temporary file written beside it",
           flag, path, strlen(base), name_max);
-  free(copy);
 }

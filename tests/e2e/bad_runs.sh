@@ -20,6 +20,8 @@ expect() {
   first=$(head -n 1 "$tmp/err")
   if [ $rc -ne "$want" ]; then
     bad "$name: exit $rc, want $want ($first)"
+  elif grep -q 'Sanitizer' "$tmp/err"; then # a leak report on an error path does not change rc
+    bad "$name: sanitizer report: $(grep -m1 'Sanitizer' "$tmp/err")"
   elif ! [[ "$first" =~ $re ]]; then
     bad "$name: stderr '$first' does not match '$re'"
   elif [ "$want" -eq 1 ] && ! grep -q '^HINT: ' "$tmp/err"; then
