@@ -45,6 +45,8 @@ py=/usr/bin/python3
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/pipec-bench.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 "$pipec" compile "$root/samples/gpt_char.json" -o "$tmp/gpt" >/dev/null 2>"$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
+"$pipec" compile --march=native "$root/samples/gpt_char.json" -o "$tmp/gptn" >/dev/null 2>"$tmp/err" ||
+  { cat "$tmp/err" >&2; exit 1; }
 cc -O2 "$root/bench/sgemm_rate.c" -o "$tmp/sgemm" $(pkg-config --cflags --libs openblas)
 # Forward FLOPs per sample, from pipec check ("forward      112.17 MFLOP per sample").
 fwd=$("$pipec" check "$root/samples/gpt_char.json" |
@@ -62,7 +64,7 @@ torch2 = os.environ.get("BENCH_TORCH2", os.path.join(root, "bench/.venv-torch2/b
 WARMUP = 5
 B, T, C, L, V = 12, 64, 128, 4, 65
 flops = 3 * fwd * B  # forward + backward (2x forward), whole batch
-train, sgemm, script = os.path.join(tmp, "gpt/bin/train"), os.path.join(tmp, "sgemm"), os.path.join(root, "bench/torch_gpt_char.py")
+sgemm, script = os.path.join(tmp, "sgemm"), os.path.join(root, "bench/torch_gpt_char.py")
 med = statistics.median
 log = lambda s: (sys.stderr.write(s + "\n"), sys.stderr.flush())
 
@@ -93,13 +95,16 @@ def importable(python):
         if os.path.exists(python) else None
     return p.stdout.strip() if p and p.returncode == 0 else None
 
-peers = [("pipec", None)]  # (name, python)
+# (name, python or None for a pipec program, the program)
+peers = [("pipec", None, os.path.join(tmp, "gpt/bin/train")),
+         ("pipec --march=native", None, os.path.join(tmp, "gptn/bin/train"))]
+torch_peers = lambda: [i for i, p in enumerate(peers) if p[1] is not None]
 missing = []
 v = importable("/usr/bin/python3")
-peers.append(("PyTorch %s (Debian, OpenBLAS)" % v, "/usr/bin/python3")) if v else missing.append(
+peers.append(("PyTorch %s (Debian, OpenBLAS)" % v, "/usr/bin/python3", None)) if v else missing.append(
     "PyTorch 1.13 (Debian's python3-torch: scripts/install-deps.sh --with-torch)")
 v = importable(torch2)
-peers.append(("PyTorch %s (PyPI, MKL)" % v, torch2)) if v else missing.append(
+peers.append(("PyTorch %s (PyPI, MKL)" % v, torch2, None)) if v else missing.append(
     "PyTorch 2.x from PyPI (bench/setup-torch2.sh)")
 mkl = lambda peer: "MKL" in peer[0]
 configs = []  # (peer index, kernel, wait policy or None for the peer's default)
@@ -112,7 +117,7 @@ def run(cfg, t):
     i, k, w = cfg
     e = env_for(t, k, w)
     if peers[i][1] is None:
-        p = subprocess.run([train, "--steps", str(steps), "--threads", str(t), "--eval-every", str(10**9),
+        p = subprocess.run([peers[i][2], "--steps", str(steps), "--threads", str(t), "--eval-every", str(10**9),
                             "--eval-batches", "1", "--log-every", str(10**9)], env=e, capture_output=True, text=True)
         m = re.search(r"^median step time ([0-9.]+) ms", p.stdout, re.M)
         info = re.search(r"^blas .*, kernel (\S+),", p.stdout, re.M)
@@ -216,20 +221,23 @@ print()
 print("Each row sets the OpenBLAS kernel for every peer that links OpenBLAS (PyTorch 2.x runs MKL in every row); "
       "each peer in its better wait policy. Ratio = best peer's ms / pipec's ms (above 1: pipec is faster).")
 print()
-print("| threads | OpenBLAS kernel | pipec ms/step | best peer | its ms/step | ratio |")
-print("| ---: | --- | ---: | --- | ---: | ---: |")
+print("| threads | OpenBLAS kernel | pipec build | pipec ms/step | best peer | its ms/step | ratio |")
+print("| ---: | --- | --- | ---: | --- | ---: | ---: |")
 target_ok = True
 for t in threads:
     for k in kernels:
-        p_ms = best(0, k, t)[0]
-        cands = [(best(i, None if mkl(peers[i]) else k, t), i) for i in range(1, len(peers))]
-        if not cands:
-            print(f"| {t} | {klabel(k)} | {p_ms:.1f} | (none installed) | – | – |")
-            continue
-        (b_ms, b_w, _), bi = min(cands, key=lambda x: x[0][0])
-        print(f"| {t} | {klabel(k)} | {p_ms:.1f} | {peers[bi][0]}, wait {wname(bi, b_w)} | {b_ms:.1f} | {b_ms / p_ms:.2f}x |")
-        if k is None and b_ms / p_ms < 2:
-            target_ok = False
+        for pi in (0, 1):  # the portable default, then --march=native
+            p_ms = best(pi, k, t)[0]
+            build = "portable (default)" if pi == 0 else "--march=native"
+            cands = [(best(i, None if mkl(peers[i]) else k, t), i) for i in torch_peers()]
+            if not cands:
+                print(f"| {t} | {klabel(k)} | {build} | {p_ms:.1f} | (none installed) | – | – |")
+                continue
+            (b_ms, b_w, _), bi = min(cands, key=lambda x: x[0][0])
+            print(f"| {t} | {klabel(k)} | {build} | {p_ms:.1f} | {peers[bi][0]}, wait {wname(bi, b_w)} | {b_ms:.1f} "
+                  f"| {b_ms / p_ms:.2f}x |")
+            if pi == 0 and k is None and b_ms / p_ms < 2:
+                target_ok = False
 print()
 print(f"sgemm GFLOP/s of OpenBLAS at the model's shapes (rows {R} = 12 x 64 tokens; best of "
       f"{os.environ.get('SGEMM_REPS', '100')} after a warm-up; OpenBLAS's own threads):")
