@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../compiler/program.h"
+#include "codegen.h"
 #include "../ir/ops.h"
 
 #ifndef PIPEC_VERSION
@@ -205,9 +205,49 @@ static int64_t numel(const E *e, const Tensor *t) {
   return shape_numel(&t->shape, e->tc->mb_size);
 }
 
+// Fresh parameters: one call per parameter in canonical order, each a pure function of (seed,
+// name) (runtime/init.c); tied parameters share their owner's values.
+static void emit_init(E *e) {
+  const Graph *g = e->g;
+  out(e, "// Fresh parameters (no --init or --resume): each a pure function of (seed, name).\n"
+         "static void init_params(uint64_t seed) {\n");
+  bool seeded = false;
+  for (int i = 0; i < g->nparams; i++) {
+    const Tensor *t = g->params[i];
+    if (t->tied_to) continue;
+    const char *d = arena_printf(e->a, "P[%d].data", i), *nm = cstring(e, t->name);
+    long long n = (long long)numel(e, t);
+    switch (t->init.kind) {
+    case INIT_ZEROS:
+      out(e, "  pr_init_zeros(%s, %lld);\n", d, n);
+      break;
+    case INIT_ONES:
+      out(e, "  pr_init_ones(%s, %lld);\n", d, n);
+      break;
+    case INIT_NORMAL:
+      out(e, "  pr_init_normal(%s, %lld, seed, %s, %.17g, %.17g);\n", d, n, nm, t->init.a,
+          t->init.b);
+      seeded = true;
+      break;
+    case INIT_UNIFORM:
+      out(e, "  pr_init_uniform(%s, %lld, seed, %s, %.17g, %.17g);\n", d, n, nm, t->init.a,
+          t->init.b);
+      seeded = true;
+      break;
+    case INIT_XAVIER: // fan_in: the last dim, fan_out: the first (rank >= 2, checked by expand)
+      out(e, "  pr_init_xavier(%s, %lld, seed, %s, %.17g, %lld, %lld);\n", d, n, nm, t->init.a,
+          (long long)t->shape.d[t->shape.rank - 1].n, (long long)t->shape.d[0].n);
+      seeded = true;
+      break;
+    }
+  }
+  if (!seeded) out(e, "  (void)seed;\n");
+  out(e, "}\n\n");
+}
+
 static void emit_params(E *e) {
   const Graph *g = e->g;
-  out(e, "// ---- Parameters in canonical order: name, storage, gradient, optimizer state, init\n"
+  out(e, "// ---- Parameters in canonical order: name, storage, gradient, optimizer state\n"
          "typedef struct Param {\n"
          "  const char *name;   // PyTorch state-dict name\n"
          "  const char *mname, *vname; // names of its optimizer state in NAME.optim\n"
@@ -217,8 +257,7 @@ static void emit_params(E *e) {
          "  int64_t n;          // elements\n"
          "  int rank;           // dims\n"
          "  int64_t shape[8];   // sizes\n"
-         "  int init;           // 0 zeros, 1 ones, 2 normal, 3 uniform, 4 xavier, -1 tied\n"
-         "  double a, b;        // init arguments\n"
+         "  bool tied;          // shares an earlier parameter's storage (not initialised)\n"
          "  int decay;          // weight decay applies (rank >= 2)\n"
          "} Param;\n\n");
   out(e, "#define NPARAMS %d\nstatic Param P[NPARAMS];\n\n", g->nparams);
@@ -240,10 +279,10 @@ static void emit_params(E *e) {
     out(e, "%lld, %d, {", (long long)numel(e, t), t->shape.rank);
     for (int k = 0; k < t->shape.rank; k++)
       out(e, "%s%lld", k ? ", " : "", (long long)t->shape.d[k].n);
-    out(e, "}, %d, %.17g, %.17g, %d};\n", t->tied_to ? -1 : (int)t->init.kind, t->init.a, t->init.b,
-        t->shape.rank >= 2);
+    out(e, "}, %s, %d};\n", t->tied_to ? "true" : "false", t->shape.rank >= 2);
   }
   out(e, "}\n\n");
+  emit_init(e);
 }
 
 // Bound of the ids an i32 input may hold: the smallest class count among its consumers
@@ -318,11 +357,10 @@ static void emit_gradcheck(E *e, bool has_data) {
       "static double gradcheck_loss(void) {\n  gradcheck_inputs();\n  forward();\n  return "
       "(double)%s[0] / NMICRO;\n}\n\n",
       e->ident[g->loss->id]);
-  out(e,
-      "static int gradcheck(const PrOptions *o) {\n"
-      "  for (int i = 0; i < NPARAMS; i++)\n"
-      "    if (P[i].init >= 0) pr_init_normal(P[i].data, P[i].n, o->seed, P[i].name, 0.0, 0.5);\n"
-      "  gc_seed = o->seed;\n");
+  out(e, "static int gradcheck(const PrOptions *o) {\n"
+         "  for (int i = 0; i < NPARAMS; i++)\n"
+         "    if (!P[i].tied) pr_init_normal(P[i].data, P[i].n, o->seed, P[i].name, 0.0, 0.5);\n"
+         "  gc_seed = o->seed;\n");
   if (has_data)
     out(e, "  gc_data = o->data != NULL;\n  if (gc_data) %s\n",
         e->tc->data == DATA_NPY   ? "open_data(o->data, o->labels, o->seed);"
@@ -547,7 +585,7 @@ static bool emit(E *e, const CodegenOptions *o) {
       "  for (int i = 0; i < NPARAMS; i++) {\n"
       "    refs[i] = (PrTensorRef){P[i].name, P[i].data, P[i].rank, {0}};\n"
       "    memcpy(refs[i].shape, P[i].shape, sizeof refs[i].shape);\n"
-      "    tied[i] = P[i].init < 0;\n"
+      "    tied[i] = P[i].tied;\n"
       "    if (!P[i].m) continue;\n"
       "    orefs[nopt] = (PrTensorRef){P[i].mname, P[i].m, P[i].rank, {0}};\n"
       "    memcpy(orefs[nopt++].shape, P[i].shape, sizeof P[i].shape);\n"
@@ -557,19 +595,10 @@ static bool emit(E *e, const CodegenOptions *o) {
   out(e, "  PrCheckpoint ck = {refs, tied, NPARAMS, orefs, nopt, %s};\n",
       tc->data == DATA_TEXT ? "data.chars, data.vocab" : "NULL, 0");
   out(e, "  int64_t start = 0;\n"
-         "  if (o.resume) {\n    start = pr_checkpoint_resume(o.resume, &ck);\n"
-         "  } else if (o.init) {\n    pr_checkpoint_init(o.init, &ck);\n"
-         "  } else {\n    for (int i = 0; i < NPARAMS; i++) {\n"
-         "      Param *q = &P[i];\n"
-         "      switch (q->init) {\n"
-         "      case 0: pr_init_zeros(q->data, q->n); break;\n"
-         "      case 1: pr_init_ones(q->data, q->n); break;\n"
-         "      case 2: pr_init_normal(q->data, q->n, o.seed, q->name, q->a, q->b); break;\n"
-         "      case 3: pr_init_uniform(q->data, q->n, o.seed, q->name, q->a, q->b); break;\n"
-         "      case 4: pr_init_xavier(q->data, q->n, o.seed, q->name, q->a, q->shape[q->rank - "
-         "1], q->shape[0]); break;\n"
-         "      default: break;\n      }\n    }\n  }\n");
-  out(e, "  PrSchedule sched = {o.lr, o.min_lr, %lld, %lld};\n", (long long)tc->warmup,
+         "  if (o.resume)\n    start = pr_checkpoint_resume(o.resume, &ck);\n"
+         "  else if (o.init)\n    pr_checkpoint_init(o.init, &ck);\n"
+         "  else\n    init_params(o.seed);\n");
+  out(e, "  PrLrSchedule lrs = {o.lr, o.min_lr, %lld, %lld};\n", (long long)tc->warmup,
       (long long)tc->decay_steps);
   out(e, "  FILE *loss_log = o.loss_log ? fopen(o.loss_log, \"w\") : NULL;\n"
          "  prCheck(!o.loss_log || loss_log, \"check the directory exists and is writable\", "
@@ -585,7 +614,7 @@ static bool emit(E *e, const CodegenOptions *o) {
          "timer\");\n");
   out(e,
       "  for (int64_t step = start; step < o.steps; step++) {\n"
-      "    double ts = pr_now(), lr = pr_lr_at(&sched, step), loss = 0;\n"
+      "    double ts = pr_now(), lr = pr_lr_at(&lrs, step), loss = 0;\n"
       "    for (int m = 0; m < NMICRO; m++) {\n"
       "      load_batch(PR_TRAIN, o.seed, step, m);\n"
       "      forward();\n"

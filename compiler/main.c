@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../codegen/codegen.h"
 #include "../ir/ops.h"
 #include "passes.h"
 #include "program.h"

@@ -1,6 +1,7 @@
 // What the back half of the compiler works on: the training configuration (the model's
 // `training` section with command-line overrides), the per-rank program (the order in which
-// forward, backward and step-end nodes run) and its static memory plan.
+// forward, backward and step-end nodes run) and its static memory plan. Codegen's interface is
+// codegen/codegen.h.
 #ifndef PIPEC_PROGRAM_H
 #define PIPEC_PROGRAM_H
 
@@ -83,21 +84,5 @@ void plan_print(const Graph *g, const TrainConfig *tc, const Plan *p, FILE *out)
 // Warns when the plan's bytes exceed this machine's physical memory (where the generated program
 // refuses to start).
 void plan_warn_memory(const Plan *p, Diag *d);
-
-typedef struct CodegenOptions {
-  const char *out_dir;    // output directory (created)
-  const char *cmdline;    // the pipec command line, stamped into the sources
-  const char *model_path; // model file (stamped; data paths resolved against it)
-  const char *target;     // "cpu"
-  bool build;             // also compile it into out_dir/bin/
-  bool march_native;      // build for this machine (-march=native, libpipert-native.a)
-} CodegenOptions;
-
-// Whether the target can run every tensor of g (the cpu target: f32 and i32 only).
-bool codegen_check_target(const Graph *g, const char *target, Diag *d);
-
-// Writes out_dir/rank0.c (and builds out_dir/bin/train). Errors are reported through d.
-bool codegen_c(const Graph *g, const TrainConfig *tc, const Plan *p, const CodegenOptions *o,
-               Diag *d);
 
 #endif

@@ -1,6 +1,8 @@
-// optim.c: learning-rate schedule and optimizers.
+// optim.c: the learning-rate schedule (PrLrSchedule: lr over the steps, not the pipeline's
+// schedule of actions) and optimizers.
 //
-// Schedule (pr_lr_at): nanoGPT's get_lr (train.py, current version), step `it` counting from 0:
+// Learning rate (pr_lr_at): nanoGPT's get_lr (train.py, current version), step `it` counting from
+// 0:
 //     if it < warmup:             lr * (it + 1) / (warmup + 1)
 //     if decay == 0:              lr                      (constant after the warmup)
 //     if it > decay:              min_lr
@@ -34,7 +36,7 @@
 
 #include <math.h>
 
-double pr_lr_at(const PrSchedule *s, int64_t step) {
+double pr_lr_at(const PrLrSchedule *s, int64_t step) {
   if (step < s->warmup) return s->lr * (double)(step + 1) / (double)(s->warmup + 1);
   if (s->decay == 0) return s->lr;
   if (step > s->decay) return s->min_lr;

@@ -176,16 +176,18 @@ void pr_init_xavier(float *p, int64_t n, uint64_t seed, const char *name, double
                     int64_t fan_in, int64_t fan_out);
 
 // ---------------------------------------------------------------------------------------------
-// Optimizers and schedule (optim.c)
+// Optimizers and the learning-rate schedule (optim.c)
 
-typedef struct PrSchedule {
+// The learning rate over the steps (warmup, cosine decay); not a pipeline schedule.
+typedef struct PrLrSchedule {
   double lr;      // peak learning rate
   double min_lr;  // floor reached at the end of the cosine decay
   int64_t warmup; // linear warmup steps (lr * (step+1) / (warmup+1), nanoGPT's get_lr)
   int64_t decay;  // steps after which lr = min_lr (cosine between warmup and decay); 0 = constant
-} PrSchedule;
+} PrLrSchedule;
 
-double pr_lr_at(const PrSchedule *s, int64_t step); // step counts from 0, as nanoGPT's get_lr
+// The learning rate of step `step` (counting from 0, as nanoGPT's get_lr).
+double pr_lr_at(const PrLrSchedule *s, int64_t step);
 
 // AdamW (decoupled weight decay, PyTorch's torch.optim.AdamW formula); t counts from 1.
 void pr_adamw_step(float *p, const float *g, float *m, float *v, int64_t n, double lr, double beta1,

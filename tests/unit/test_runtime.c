@@ -221,7 +221,7 @@ END_TEST
 // Schedule and optimizers
 
 START_TEST(test_lr_schedule) {
-  PrSchedule s = {.lr = 1e-3, .min_lr = 1e-4, .warmup = 100, .decay = 2000};
+  PrLrSchedule s = {.lr = 1e-3, .min_lr = 1e-4, .warmup = 100, .decay = 2000};
   // nanoGPT get_lr: warmup lr * (it+1) / (warmup+1), cosine to min_lr at lr_decay_iters.
   ck_assert_double_eq_tol(pr_lr_at(&s, 0), 1e-3 * 1 / 101, 1e-18);
   ck_assert_double_eq_tol(pr_lr_at(&s, 99), 1e-3 * 100 / 101, 1e-18);
@@ -232,11 +232,11 @@ START_TEST(test_lr_schedule) {
   ck_assert_double_eq_tol(pr_lr_at(&s, 2000), 1e-4, 1e-18);
   ck_assert_double_eq(pr_lr_at(&s, 2001), 1e-4);
   ck_assert_double_eq(pr_lr_at(&s, 100000), 1e-4);
-  PrSchedule c = {.lr = 2e-3, .min_lr = 1e-4, .warmup = 10, .decay = 0};
+  PrLrSchedule c = {.lr = 2e-3, .min_lr = 1e-4, .warmup = 10, .decay = 0};
   ck_assert_double_eq_tol(pr_lr_at(&c, 5), 2e-3 * 6 / 11, 1e-18);
   ck_assert_double_eq(pr_lr_at(&c, 10), 2e-3);
   ck_assert_double_eq(pr_lr_at(&c, 5000), 2e-3);
-  PrSchedule n = {.lr = 1e-3, .min_lr = 0, .warmup = 0, .decay = 0};
+  PrLrSchedule n = {.lr = 1e-3, .min_lr = 0, .warmup = 0, .decay = 0};
   ck_assert_double_eq(pr_lr_at(&n, 0), 1e-3);
 }
 END_TEST

@@ -1,0 +1,25 @@
+// Codegen's interface: what the driver asks of a back end (check the target can run the graph,
+// print and build the program of each rank). The C back end (emit_c.c) prints one C program per
+// rank against libpipert (runtime/pipert.h) and builds it with the system's C compiler.
+#ifndef PIPEC_CODEGEN_H
+#define PIPEC_CODEGEN_H
+
+#include "../compiler/program.h"
+
+typedef struct CodegenOptions {
+  const char *out_dir;    // output directory (created)
+  const char *cmdline;    // the pipec command line, stamped into the sources
+  const char *model_path; // model file (stamped; data paths resolved against it)
+  const char *target;     // "cpu"
+  bool build;             // also compile it into out_dir/bin/
+  bool march_native;      // build for this machine (-march=native, libpipert-native.a)
+} CodegenOptions;
+
+// Whether the target can run every tensor of g (the cpu target: f32 and i32 only).
+bool codegen_check_target(const Graph *g, const char *target, Diag *d);
+
+// Writes out_dir/rank0.c (and builds out_dir/bin/train). Errors are reported through d.
+bool codegen_c(const Graph *g, const TrainConfig *tc, const Plan *p, const CodegenOptions *o,
+               Diag *d);
+
+#endif
