@@ -247,26 +247,15 @@ static void emit_init(E *e) {
 
 static void emit_params(E *e) {
   const Graph *g = e->g;
-  out(e, "// ---- Parameters in canonical order: name, storage, gradient, optimizer state\n"
-         "typedef struct Param {\n"
-         "  const char *name;   // PyTorch state-dict name\n"
-         "  const char *mname, *vname; // names of its optimizer state in NAME.optim\n"
-         "  float *data;        // values (tied parameters share their owner's)\n"
-         "  float *grad;        // gradient at the end of a step (NULL: not trained)\n"
-         "  float *m, *v;       // optimizer state\n"
-         "  int64_t n;          // elements\n"
-         "  int rank;           // dims\n"
-         "  int64_t shape[8];   // sizes\n"
-         "  bool tied;          // shares an earlier parameter's storage (not initialised)\n"
-         "  int decay;          // weight decay applies (rank >= 2)\n"
-         "} Param;\n\n");
-  out(e, "#define NPARAMS %d\nstatic Param P[NPARAMS];\n\n", g->nparams);
+  out(e, "// ---- Parameters in canonical order: name, storage, gradient, optimizer state "
+         "(PrParam)\n");
+  out(e, "#define NPARAMS %d\nstatic PrParam P[NPARAMS];\n\n", g->nparams);
   out(e, "static void setup_params(void) {\n");
   for (int i = 0; i < g->nparams; i++) {
     const Tensor *t = g->params[i], *o = t->tied_to ? t->tied_to : t;
     int64_t ms = o->grad ? e->p->opt_offset[o->id] : -1, bytes = numel(e, o) * 4;
     int64_t mo = (bytes + 63) / 64 * 64;
-    out(e, "  P[%d] = (Param){%s, %s, %s, %s, %s, ", i, cstring(e, t->name),
+    out(e, "  P[%d] = (PrParam){%s, %s, %s, %s, %s, ", i, cstring(e, t->name),
         cstring(e, arena_printf(e->a, "m.%s", t->name)),
         cstring(e, arena_printf(e->a, "v.%s", t->name)), e->ident[o->id],
         o->grad && !t->tied_to ? e->ident[o->grad->id] : "NULL");
@@ -279,7 +268,7 @@ static void emit_params(E *e) {
     out(e, "%lld, %d, {", (long long)numel(e, t), t->shape.rank);
     for (int k = 0; k < t->shape.rank; k++)
       out(e, "%s%lld", k ? ", " : "", (long long)t->shape.d[k].n);
-    out(e, "}, %s, %d};\n", t->tied_to ? "true" : "false", t->shape.rank >= 2);
+    out(e, "}, %s, %s};\n", t->tied_to ? "true" : "false", t->shape.rank >= 2 ? "true" : "false");
   }
   out(e, "}\n\n");
   emit_init(e);
@@ -331,8 +320,9 @@ static void emit_token_id_checks(E *e, const Tensor *x, const Tensor *y) {
   }
 }
 
-// --gradcheck: one microbatch of data (or random inputs), analytic gradients, then central
-// differences for every parameter through the same forward pass.
+// --gradcheck's generated pieces (the loop over the parameters is pr_gradcheck_program): one
+// microbatch of data (or random inputs), its analytic gradients, and its loss through the same
+// forward pass.
 static void emit_gradcheck(E *e, bool has_data) {
   const Graph *g = e->g;
   out(e, "// ---- --gradcheck\n");
@@ -353,36 +343,138 @@ static void emit_gradcheck(E *e, bool has_data) {
   if (has_data)
     out(e, "  if (gc_data) {\n    load_batch(PR_TRAIN, gc_seed, 0, 0);\n    return;\n  }\n");
   out(e, "  random_inputs(gc_seed);\n}\n\n");
+  out(e, "static void gradcheck_begin(const PrOptions *o) {\n  gc_seed = o->seed;\n");
+  if (has_data) out(e, "  gc_data = o->data != NULL;\n  if (gc_data) open_data(o);\n");
+  out(e, "}\n\n");
+  out(e,
+      "static void gradcheck_grads(void) {\n  gradcheck_inputs();\n  forward();\n  backward(0);\n"
+      "  step_end();\n}\n\n");
   out(e,
       "static double gradcheck_loss(void) {\n  gradcheck_inputs();\n  forward();\n  return "
       "(double)%s[0] / NMICRO;\n}\n\n",
       e->ident[g->loss->id]);
-  out(e, "static int gradcheck(const PrOptions *o) {\n"
-         "  for (int i = 0; i < NPARAMS; i++)\n"
-         "    if (!P[i].tied) pr_init_normal(P[i].data, P[i].n, o->seed, P[i].name, 0.0, 0.5);\n"
-         "  gc_seed = o->seed;\n");
-  if (has_data)
-    out(e, "  gc_data = o->data != NULL;\n  if (gc_data) %s\n",
-        e->tc->data == DATA_NPY   ? "open_data(o->data, o->labels, o->seed);"
-        : e->tc->data == DATA_CSV ? "open_data(o->data, o->seed);"
-                                  : "open_data(o->data);");
-  out(e, "  gradcheck_inputs();\n");
-  out(e, "  forward();\n  backward(0);\n  step_end();\n"
-         "  double worst = 0;\n"
-         "  for (int i = 0; i < NPARAMS; i++) {\n"
-         "    if (!P[i].grad) continue;\n"
-         "    double err = pr_gradcheck_param(P[i].data, P[i].grad, P[i].n, 64, 1e-2, "
-         "gradcheck_loss);\n"
-         "    printf(\"gradcheck %%-40s %%lld elements, relative error %%.3g\\n\", P[i].name, "
-         "(long long)P[i].n, err);\n"
-         "    if (err > worst) worst = err;\n  }\n"
-         "  printf(\"gradcheck worst relative error %%.3g (limit 1e-3)\\n\", worst);\n"
-         "  return worst <= 1e-3 ? 0 : 1;\n}\n\n");
 }
 
 static const char *data_kind_name(DataKind k) {
   static const char *const n[] = {"none", "text", "tokens_u16", "csv", "npy"};
   return n[k];
+}
+
+// The data functions: open_data (open and check o->data), load_batch (one training microbatch
+// into the input and target tensors).
+static void emit_data(E *e) {
+  const TrainConfig *tc = e->tc;
+  const Tensor *x = tc->input, *y = tc->target;
+  bool tokens = tc->data == DATA_TEXT || tc->data == DATA_U16;
+  bool table = tc->data == DATA_CSV || tc->data == DATA_NPY;
+  out(e, "// ---- Data: %s\n", data_kind_name(tc->data));
+  if (tokens) {
+    out(e, "static PrTokens data;\n#define SEQ %lld // tokens per row\n",
+        (long long)x->shape.d[1].n);
+    out(e,
+        "static void open_data(const PrOptions *o) {\n  const char *path = o->data;\n"
+        "  pr_tokens_open_%s(&data, path, %.17g);\n"
+        "  pr_tokens_check_windows(&data, path, SEQ);\n",
+        tc->data == DATA_TEXT ? "text" : "u16", tc->train_fraction);
+    emit_token_id_checks(e, x, y);
+    out(e, "}\n");
+    out(e,
+        "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
+        "  pr_tokens_batch(&data, split, seed, step, m, MB, SEQ, %s, %s);\n}\n",
+        e->ident[x->id], e->ident[y->id]);
+  } else if (table) {
+    out(e, "static PrTable data;\n#define FEATURES %lld\n", (long long)x->shape.d[1].n);
+    out(e, "static void open_data(const PrOptions *o) {\n  const char *path = o->data;\n");
+    if (tc->data == DATA_CSV)
+      out(e, "  pr_table_open_csv(&data, path, %.17g, o->seed, %.17g);\n", tc->train_fraction,
+          tc->scale);
+    else
+      out(e,
+          "  const char *labels = o->labels;\n"
+          "  pr_table_open_npy(&data, path, labels, %.17g, o->seed, %.17g);\n",
+          tc->train_fraction, tc->scale);
+    out(e,
+        "  prCheck(data.features == FEATURES, %s,\n"
+        "          \"data has %%lld features per row\", (long long)data.features);\n",
+        cstring(e, arena_printf(e->a, "the model's input '%s' has %lld features", x->name,
+                                (long long)x->shape.d[1].n)));
+    int64_t classes = id_limit(y, NULL);
+    if (classes > 0)
+      out(e,
+          "  prCheck(data.classes <= %lld, \"use labels 0..%lld, or a model with more classes\",\n"
+          "          \"%%s has labels up to %%d but the model has %lld classes\", %s, "
+          "data.classes - 1);\n",
+          (long long)classes, (long long)classes - 1, (long long)classes,
+          tc->data == DATA_NPY ? "labels" : "path");
+    out(e, "}\n");
+    out(e,
+        "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
+        "  (void)split;\n  pr_table_batch(&data, seed, step, m, MB, %s, %s);\n}\n",
+        e->ident[x->id], e->ident[y->id]);
+  } else {
+    // No data binding: pr_main stops before training (the program is still good for --gradcheck).
+    out(e, "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
+           "  (void)split, (void)seed, (void)step, (void)m;\n}\n");
+  }
+  out(e, "\n");
+}
+
+// Evaluation batches: how many, and one batch's loss (and correct predictions for classifiers).
+static void emit_eval(E *e) {
+  const TrainConfig *tc = e->tc;
+  const Tensor *x = tc->input, *y = tc->target, *loss = e->g->loss;
+  const Tensor *logits = e->g->noutputs ? e->g->outputs[0] : NULL;
+  bool tokens = tc->data == DATA_TEXT || tc->data == DATA_U16;
+  bool classify = !tokens && logits && logits->shape.rank == 2 && logits->dtype == DT_F32;
+  out(e, "// ---- Validation: batches of one evaluation, and one batch's loss%s.\n",
+      classify ? " and correct predictions" : "");
+  out(e, "static int64_t eval_batches(int64_t requested) {\n");
+  if (tokens) // 0: the whole split in consecutive windows
+    out(e, "  return requested == 0 ? pr_tokens_val_batches(&data, MB, SEQ) : requested;\n}\n\n");
+  else // 0: the whole split
+    out(e, "  return pr_table_val_batches(&data, MB, requested);\n}\n\n");
+  out(e, "static void eval_batch(int64_t k, bool whole, PrEvalBatch *r) {\n");
+  if (tokens) {
+    // The whole split: a token-weighted mean; the last batch's padding rows are left out of the
+    // losses (loss_rows), as for tables. Random batches weigh 1 each.
+    out(e,
+        "  if (!whole) {\n"
+        "    pr_tokens_batch(&data, PR_VAL, 0x5eed, k, 0, MB, SEQ, %s, %s);\n"
+        "    forward();\n    r->loss = %s[0];\n    r->weight = 1;\n    return;\n  }\n"
+        "  int64_t valid = pr_tokens_val_seq_batch(&data, k, MB, SEQ, %s, %s);\n",
+        e->ident[x->id], e->ident[y->id], e->ident[loss->id], e->ident[x->id], e->ident[y->id]);
+  } else {
+    out(e, "  (void)whole;\n  int64_t valid = pr_table_val_batch(&data, k, MB, %s, %s);\n",
+        e->ident[x->id], e->ident[y->id]);
+  }
+  // The last batch wraps around: its losses are means over its real rows (loss_rows), weighted
+  // by them.
+  out(e,
+      "  loss_rows = valid;\n  forward();\n  loss_rows = MB;\n"
+      "  r->loss = %s[0];\n  r->weight = (double)valid;\n",
+      e->ident[loss->id]);
+  if (classify)
+    out(e, "  r->correct = pr_count_correct(%s, %s, valid, %lld);\n  r->seen = valid;\n",
+        e->ident[logits->id], e->ident[y->id], (long long)logits->shape.d[1].n);
+  out(e, "}\n\n");
+}
+
+// One training step: every microbatch's load, forward and backward, then the step-end nodes.
+static void emit_train_step(E *e) {
+  out(e,
+      "// One training step: M microbatches (load, forward, backward), then the step-end sums;\n"
+      "// the mean loss over the microbatches. Norm, checks, clipping and the optimizer follow in\n"
+      "// the runtime (pr_main).\n"
+      "static double train_step(int64_t step, uint64_t seed) {\n"
+      "  double loss = 0;\n"
+      "  for (int m = 0; m < NMICRO; m++) {\n"
+      "    load_batch(PR_TRAIN, seed, step, m);\n"
+      "    forward();\n"
+      "    loss += %s[0];\n"
+      "    backward(m);\n  }\n"
+      "  step_end();\n"
+      "  return loss / NMICRO;\n}\n\n",
+      e->ident[e->g->loss->id]);
 }
 
 static bool emit(E *e, const CodegenOptions *o) {
@@ -394,11 +486,12 @@ static bool emit(E *e, const CodegenOptions *o) {
   out(e, "// Generated by pipec %s; do not edit.\n// Command: %s\n", PIPEC_VERSION,
       comment(e, o->cmdline));
   out(e,
-      "// Batch %lld = %lld microbatch(es) of %lld; %d forward, %d backward, %d step-end nodes.\n",
+      "// Batch %lld = %lld microbatch(es) of %lld; %d forward, %d backward, %d step-end nodes.\n"
+      "// The run itself (arguments, resume and save, the loop, evaluation, clipping, optimizer,\n"
+      "// logging) is the runtime's pr_main (trainloop.c) over the functions below.\n",
       (long long)tc->batch, (long long)tc->microbatches, (long long)tc->mb_size, p->nfwd, p->nbwd,
       p->nstep);
-  out(e, "#include <math.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include "
-         "<string.h>\n\n#include \"pipert.h\"\n\n");
+  out(e, "#include <stdbool.h>\n#include <stdint.h>\n\n#include \"pipert.h\"\n\n");
   out(e, "#define MB %lld // microbatch size (the batch symbol %s)\n", (long long)tc->mb_size,
       comment(e, g->batch_sym));
   out(e, "#define NMICRO %lld // microbatches per step\n\n", (long long)tc->microbatches);
@@ -425,261 +518,61 @@ static bool emit(E *e, const CodegenOptions *o) {
       out(e, "  pr_fill(%s, %lld, %s);\n", e->ident[i], (long long)numel(e, g->tensors[i]),
           flit(e, g->tensors[i]->const_value));
   out(e, "}\n\n");
+  out(e, "static void setup(void) {\n  setup_params();\n  fill_constants();\n}\n\n");
 
-  // Data
-  const Tensor *x = tc->input, *y = tc->target, *loss = g->loss;
-  const Tensor *logits = g->noutputs ? g->outputs[0] : NULL;
   bool tokens = tc->data == DATA_TEXT || tc->data == DATA_U16;
   bool table = tc->data == DATA_CSV || tc->data == DATA_NPY;
-  bool classify = table && logits && logits->shape.rank == 2 && logits->dtype == DT_F32;
-  out(e, "// ---- Data: %s\n", data_kind_name(tc->data));
-  if (tokens) {
-    out(e, "static PrTokens data;\n#define SEQ %lld // tokens per row\n",
-        (long long)x->shape.d[1].n);
-    out(e,
-        "static void open_data(const char *path) {\n  pr_tokens_open_%s(&data, path, %.17g);\n"
-        "  pr_tokens_check_windows(&data, path, SEQ);\n",
-        tc->data == DATA_TEXT ? "text" : "u16", tc->train_fraction);
-    emit_token_id_checks(e, x, y);
-    out(e, "}\n");
-    out(e,
-        "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
-        "  pr_tokens_batch(&data, split, seed, step, m, MB, SEQ, %s, %s);\n}\n",
-        e->ident[x->id], e->ident[y->id]);
-  } else if (table) {
-    out(e, "static PrTable data;\n#define FEATURES %lld\n", (long long)x->shape.d[1].n);
-    if (tc->data == DATA_CSV)
-      out(e,
-          "static void open_data(const char *path, uint64_t seed) {\n  pr_table_open_csv(&data, "
-          "path, %.17g, seed, %.17g);\n",
-          tc->train_fraction, tc->scale);
-    else
-      out(e,
-          "static void open_data(const char *path, const char *labels, uint64_t seed) {\n"
-          "  pr_table_open_npy(&data, path, labels, %.17g, seed, %.17g);\n",
-          tc->train_fraction, tc->scale);
-    out(e,
-        "  prCheck(data.features == FEATURES, %s,\n"
-        "          \"data has %%lld features per row\", (long long)data.features);\n",
-        cstring(e, arena_printf(e->a, "the model's input '%s' has %lld features", x->name,
-                                (long long)x->shape.d[1].n)));
-    int64_t classes = id_limit(y, NULL);
-    if (classes > 0)
-      out(e,
-          "  prCheck(data.classes <= %lld, \"use labels 0..%lld, or a model with more classes\",\n"
-          "          \"%%s has labels up to %%d but the model has %lld classes\", %s, "
-          "data.classes - 1);\n",
-          (long long)classes, (long long)classes - 1, (long long)classes,
-          tc->data == DATA_NPY ? "labels" : "path");
-    out(e, "}\n");
-    out(e,
-        "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
-        "  (void)split;\n  pr_table_batch(&data, seed, step, m, MB, %s, %s);\n}\n",
-        e->ident[x->id], e->ident[y->id]);
-  } else {
-    // No data binding: main() stops before training (the program is still good for --gradcheck).
-    out(e, "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
-           "  (void)split, (void)seed, (void)step, (void)m;\n}\n");
+  bool has_data = tokens || table;
+  emit_data(e);
+  emit_train_step(e);
+  if (has_data) {
+    emit_eval(e);
+    out(e, "static void release_data(void) {\n  if (%s) pr_%s_close(&data);\n}\n\n",
+        tokens ? "data.tokens" : "data.x", tokens ? "tokens" : "table");
   }
-  out(e, "\n");
+  emit_gradcheck(e, has_data);
 
-  // Evaluation
-  if (tokens || table) {
-    out(e, "// Validation: mean loss over the evaluation batches%s.\n",
-        classify ? " and accuracy" : "");
-    out(e, "static void evaluate(int64_t batches, int64_t step) {\n  double loss = 0, weight = 0;\n"
-           "  int64_t correct = 0, seen = 0;\n");
-    if (tokens) {
-      // batches = 0: the whole split in consecutive windows, a token-weighted mean; the last
-      // batch's padding rows are left out of the losses (loss_rows), as for tables.
-      out(e,
-          "  if (batches == 0) {\n"
-          "    int64_t all = pr_tokens_val_batches(&data, MB, SEQ);\n"
-          "    for (int64_t k = 0; k < all; k++) {\n"
-          "      int64_t valid = pr_tokens_val_seq_batch(&data, k, MB, SEQ, %s, %s);\n"
-          "      loss_rows = valid;\n      forward();\n      loss_rows = MB;\n"
-          "      loss += %s[0] * (double)valid;\n",
-          e->ident[x->id], e->ident[y->id], e->ident[loss->id]);
-      out(e, "      weight += (double)valid;\n    }\n  }\n");
-      out(e,
-          "  for (int64_t k = 0; k < batches; k++) {\n"
-          "    pr_tokens_batch(&data, PR_VAL, 0x5eed, k, 0, MB, SEQ, %s, %s);\n"
-          "    forward();\n    loss += %s[0];\n    weight += 1;\n  }\n",
-          e->ident[x->id], e->ident[y->id], e->ident[loss->id]);
-    } else {
-      out(e,
-          "  batches = pr_table_val_batches(&data, MB, batches); // 0: the whole split\n"
-          "  for (int64_t k = 0; k < batches; k++) {\n"
-          "    int64_t valid = pr_table_val_batch(&data, k, MB, %s, %s);\n"
-          "    loss_rows = valid;\n    forward();\n    loss_rows = MB;\n",
-          e->ident[x->id], e->ident[y->id]);
-      // The last batch wraps around: its losses are means over its real rows (loss_rows),
-      // weighted by them.
-      out(e,
-          "    loss += %s[0] * (double)valid;\n"
-          "    weight += (double)valid;\n",
-          e->ident[loss->id]);
-      if (classify)
-        out(e, "    correct += pr_count_correct(%s, %s, valid, %lld);\n    seen += valid;\n",
-            e->ident[logits->id], e->ident[y->id], (long long)logits->shape.d[1].n);
-      out(e, "  }\n");
-    }
-    out(e, "  pr_check_val_loss(step, loss / weight);\n");
-    out(e, "  printf(\"eval  step %%lld | val loss %%.4f\", (long long)step, loss / weight);\n");
-    out(e, "  if (seen) printf(\" | val accuracy %%.2f%%%% (%%lld/%%lld)\", 100.0 * "
-           "(double)correct / (double)seen, "
-           "(long long)correct, (long long)seen);\n");
-    out(e, "  printf(\"\\n\");\n  fflush(stdout);\n}\n\n");
-  }
-
-  out(e, "// Everything the program allocated, returned at the end (leak checkers stay quiet).\n"
-         "static void release(void) {\n");
-  if (tokens) out(e, "  if (data.tokens) pr_tokens_close(&data);\n");
-  if (table) out(e, "  if (data.x) pr_table_close(&data);\n");
-  out(e, "  pr_free_region(params);\n  pr_free_region(grads);\n  pr_free_region(optst);\n  "
-         "pr_free_region(acts);\n  pr_release_scratch();\n}\n\n");
-  emit_gradcheck(e, tokens || table);
-
-  // Main
-  out(e, "int main(int argc, char **argv) {\n  pr_start(argc, argv);\n");
-  out(e,
-      "  PrOptions o = {.steps = %lld, .lr = %.17g, .min_lr = %.17g, .seed = %lluULL, .data = %s,\n"
-      "                .labels = %s, .eval_every = %lld, .eval_batches = %lld, .log_every = "
-      "%lld};\n",
-      (long long)tc->steps, tc->lr, tc->min_lr, (unsigned long long)tc->seed,
-      tc->data_path ? cstring(e, tc->data_path) : "NULL",
-      tc->data == DATA_NPY && tc->data_path2 ? cstring(e, tc->data_path2) : "NULL",
-      (long long)tc->eval_every, (long long)tc->eval_batches, (long long)tc->log_every);
-  out(e, "  pr_parse_args(argc, argv, &o, %s);\n",
+  // The program as the runtime sees it.
+  out(e, "static const PrProgram program = {\n");
+  out(e, "    .doc = %s,\n",
       cstring(e, arena_printf(e->a, "Train model %s (generated by pipec %s; built for %s).",
                               g->name, PIPEC_VERSION,
                               o->march_native ? "this machine's CPU, --march=native"
                                               : "any x86-64 CPU")));
-  out(e, "  pr_set_threads(o.threads);\n");
-  out(e, "  if (!o.quiet) fputs(PLAN, stdout);\n");
   out(e,
-      "  pr_check_plan_memory((uint64_t)PARAMS_BYTES + GRADS_BYTES + OPTST_BYTES + ACTS_BYTES);\n");
-  out(e, "  params = pr_alloc_region(\"params\", PARAMS_BYTES);\n  grads = "
-         "pr_alloc_region(\"grads\", GRADS_BYTES);\n"
-         "  optst = pr_alloc_region(\"optimizer\", OPTST_BYTES);\n  acts = "
-         "pr_alloc_region(\"activations\", ACTS_BYTES);\n");
-  out(e, "  setup_params();\n  fill_constants();\n");
-  out(e,
-      "  if (o.gradcheck) {\n    int rc = gradcheck(&o);\n    release();\n    return rc;\n  }\n");
-  // Outputs are checked before any work: a run must not train for hours, then fail to save.
-  out(e, "  if (o.save) pr_checkpoint_check_writable(o.save);\n"
-         "  if (o.loss_log) pr_check_writable(o.loss_log, \"--loss-log\");\n");
-  if (tokens)
-    out(e, "  prCheck(o.data != NULL, \"pass --data FILE\", \"no training data\");\n  "
-           "open_data(o.data);\n");
-  else if (table)
-    out(e, "  prCheck(o.data != NULL, \"pass --data FILE\", \"no training data\");\n  %s\n",
-        tc->data == DATA_NPY ? "open_data(o.data, o.labels, o.seed);"
-                             : "open_data(o.data, o.seed);");
-  else
-    out(e, "  prCheck(0, \"add a training.data section to the model\", \"this model has no data "
-           "binding\");\n");
-  // Checkpoint: parameters (tied ones share their owner's storage), optimizer state, vocabulary.
-  out(e,
-      "  PrTensorRef refs[NPARAMS], orefs[2 * NPARAMS];\n  bool tied[NPARAMS];\n  int nopt = 0;\n"
-      "  for (int i = 0; i < NPARAMS; i++) {\n"
-      "    refs[i] = (PrTensorRef){P[i].name, P[i].data, P[i].rank, {0}};\n"
-      "    memcpy(refs[i].shape, P[i].shape, sizeof refs[i].shape);\n"
-      "    tied[i] = P[i].tied;\n"
-      "    if (!P[i].m) continue;\n"
-      "    orefs[nopt] = (PrTensorRef){P[i].mname, P[i].m, P[i].rank, {0}};\n"
-      "    memcpy(orefs[nopt++].shape, P[i].shape, sizeof P[i].shape);\n"
-      "    if (P[i].v) {\n"
-      "      orefs[nopt] = (PrTensorRef){P[i].vname, P[i].v, P[i].rank, {0}};\n"
-      "      memcpy(orefs[nopt++].shape, P[i].shape, sizeof P[i].shape);\n    }\n  }\n");
-  out(e, "  PrCheckpoint ck = {refs, tied, NPARAMS, orefs, nopt, %s};\n",
-      tc->data == DATA_TEXT ? "data.chars, data.vocab" : "NULL, 0");
-  out(e, "  int64_t start = 0;\n"
-         "  if (o.resume)\n    start = pr_checkpoint_resume(o.resume, &ck);\n"
-         "  else if (o.init)\n    pr_checkpoint_init(o.init, &ck);\n"
-         "  else\n    init_params(o.seed);\n");
-  out(e, "  PrLrSchedule lrs = {o.lr, o.min_lr, %lld, %lld};\n", (long long)tc->warmup,
-      (long long)tc->decay_steps);
-  out(e, "  FILE *loss_log = o.loss_log ? fopen(o.loss_log, \"w\") : NULL;\n"
-         "  prCheck(!o.loss_log || loss_log, \"check the directory exists and is writable\", "
-         "\"cannot open %%s\", o.loss_log);\n");
-  out(e, "  PrGrad G[NPARAMS]; // what the step checks read\n"
-         "  for (int i = 0; i < NPARAMS; i++) G[i] = (PrGrad){P[i].name, P[i].grad, P[i].n};\n");
-  out(e, "  pr_blas_report(o.quiet); // BLAS and kernel; warns of a slow one (blas_info.c)\n");
-  out(e, "  double t0 = pr_now();\n  int64_t done = 0;\n");
-  // Step times of at most the first 2^20 steps (8 MiB): --steps may be up to 2^63 - 1.
-  out(e, "  const int64_t timed = o.steps - start < (1 << 20) ? o.steps - start : (1 << 20);\n"
-         "  double *step_ms = calloc((size_t)(timed > 0 ? timed : 1), sizeof(double));\n"
-         "  prCheck(step_ms != NULL, \"the machine is out of memory\", \"cannot allocate the step "
-         "timer\");\n");
-  out(e,
-      "  for (int64_t step = start; step < o.steps; step++) {\n"
-      "    double ts = pr_now(), lr = pr_lr_at(&lrs, step), loss = 0;\n"
-      "    for (int m = 0; m < NMICRO; m++) {\n"
-      "      load_batch(PR_TRAIN, o.seed, step, m);\n"
-      "      forward();\n"
-      "      loss += %s[0];\n"
-      "      backward(m);\n    }\n"
-      "    loss /= NMICRO;\n"
-      "    step_end();\n",
-      e->ident[loss->id]);
-  out(e, "    // Squared global norm over all parameters, summed in canonical order; a non-finite\n"
-         "    // loss or norm stops the program before the update.\n"
-         "    double norm2 = pr_grad_norm2(G, NPARAMS);\n"
-         "    pr_check_step(step + 1, loss, norm2, G, NPARAMS);\n");
-  if (tc->grad_clip > 0)
-    out(e,
-        "    // Clip as torch.nn.utils.clip_grad_norm_.\n"
-        "    double norm = sqrt(norm2), coef = %.17g / (norm + 1e-6);\n"
-        "    if (coef < 1)\n      for (int i = 0; i < NPARAMS; i++)\n        if (P[i].grad) "
-        "pr_scale_inplace(P[i].grad, P[i].n, (float)coef);\n",
-        tc->grad_clip);
+      "    .plan = PLAN,\n"
+      "    .defaults = {.steps = %lld, .lr = %.17g, .min_lr = %.17g, .seed = %lluULL,\n"
+      "                 .data = %s, .labels = %s, .eval_every = %lld, .eval_batches = %lld,\n"
+      "                 .log_every = %lld},\n",
+      (long long)tc->steps, tc->lr, tc->min_lr, (unsigned long long)tc->seed,
+      tc->data_path ? cstring(e, tc->data_path) : "NULL",
+      tc->data == DATA_NPY && tc->data_path2 ? cstring(e, tc->data_path2) : "NULL",
+      (long long)tc->eval_every, (long long)tc->eval_batches, (long long)tc->log_every);
+  out(e, "    .region_bytes = {PARAMS_BYTES, GRADS_BYTES, OPTST_BYTES, ACTS_BYTES},\n"
+         "    .region = {&params, &grads, &optst, &acts},\n"
+         "    .params = P,\n    .nparams = NPARAMS,\n");
   if (tc->opt == OPT_ADAMW)
     out(e,
-        "    for (int i = 0; i < NPARAMS; i++)\n      if (P[i].grad)\n"
-        "        pr_adamw_step(P[i].data, P[i].grad, P[i].m, P[i].v, P[i].n, lr, %.17g, %.17g, "
-        "%.17g,\n"
-        "                      P[i].decay ? %.17g : 0.0, step + 1);\n",
-        tc->beta1, tc->beta2, tc->eps, tc->weight_decay);
+        "    .opt = {.kind = PR_ADAMW, .beta1 = %.17g, .beta2 = %.17g, .eps = %.17g,\n"
+        "            .weight_decay = %.17g, .grad_clip = %.17g},\n",
+        tc->beta1, tc->beta2, tc->eps, tc->weight_decay, tc->grad_clip);
   else
     out(e,
-        "    for (int i = 0; i < NPARAMS; i++)\n      if (P[i].grad)\n"
-        "        pr_sgd_step(P[i].data, P[i].grad, P[i].m, P[i].n, lr, %.17g, P[i].decay ? %.17g : "
-        "0.0, step + 1);\n",
-        tc->momentum, tc->weight_decay);
-  out(e, "    if (done < timed) step_ms[done] = (pr_now() - ts) * 1e3;\n");
-  out(e,
-      "    done++;\n"
-      "    if (loss_log) fprintf(loss_log, \"%%lld %%.9g\\n\", (long long)step, loss);\n"
-      "    if (!o.quiet && ((step + 1) %% o.log_every == 0 || step + 1 == o.steps || step == "
-      "start)) {\n"
-      "      double el = pr_now() - t0;\n"
-      "      pr_log_step(step + 1, o.steps, loss, lr, (double)done * MB * NMICRO%s / el, \"%s\", "
-      "el,\n"
-      "                  el / (double)done * (double)(o.steps - step - 1));\n    }\n",
+        "    .opt = {.kind = PR_SGD, .momentum = %.17g, .weight_decay = %.17g, .grad_clip = "
+        "%.17g},\n",
+        tc->momentum, tc->weight_decay, tc->grad_clip);
+  out(e, "    .warmup = %lld,\n    .decay_steps = %lld,\n", (long long)tc->warmup,
+      (long long)tc->decay_steps);
+  out(e, "    .items_per_step = (double)MB * NMICRO%s,\n    .item_unit = \"%s\",\n",
       tokens ? " * SEQ" : "", tokens ? "tok" : "samples");
-  if (tokens || table)
-    out(e, "    if ((o.eval_every && (step + 1) %% o.eval_every == 0) || step + 1 == o.steps) "
-           "evaluate(o.eval_batches, step + 1);\n");
-  out(e, "  }\n");
-  // A loss log that could not be written in full (disk full) fails the run, after the save.
-  out(e, "  bool loss_log_bad = false;\n"
-         "  if (loss_log) {\n    loss_log_bad = ferror(loss_log) != 0;\n"
-         "    loss_log_bad = (fclose(loss_log) != 0) || loss_log_bad;\n  }\n");
-  out(e,
-      "  if (!o.quiet && done > 10) // the median step after a warm-up of 5 steps (eval excluded)\n"
-      "    printf(\"median step time %%.2f ms over %%lld steps\\n\",\n"
-      "           pr_median(step_ms + 5, (done < timed ? done : timed) - 5),\n"
-      "           (long long)((done < timed ? done : timed) - 5));\n"
-      "  free(step_ms);\n");
-  out(e, "  if (o.save) {\n    pr_checkpoint_save(o.save, &ck, start + done);\n"
-         "    if (!o.quiet) printf(\"saved %%s (and its optimizer state %%s.optim)\\n\", o.save, "
-         "o.save);\n  }\n");
-  out(e, "  prCheck(!loss_log_bad, \"check that the disk has room (the log is incomplete)\",\n"
-         "          \"--loss-log: writing '%%s' failed\", o.loss_log);\n");
-  out(e, "  if (!o.quiet) printf(\"peak RSS %%.1f MiB\\n\", (double)pr_peak_rss_bytes() / (1 << "
-         "20));\n");
-  out(e, "  release();\n  return 0;\n}\n");
+  if (tc->data == DATA_TEXT) out(e, "    .vocab = data.chars,\n    .nvocab = &data.vocab,\n");
+  out(e, "    .setup = setup,\n    .init_params = init_params,\n    .train_step = train_step,\n");
+  if (has_data)
+    out(e, "    .open_data = open_data,\n    .release_data = release_data,\n"
+           "    .eval_batches = eval_batches,\n    .eval_batch = eval_batch,\n");
+  out(e, "    .gradcheck_begin = gradcheck_begin,\n    .gradcheck_grads = gradcheck_grads,\n"
+         "    .gradcheck_loss = gradcheck_loss,\n};\n\n");
+  out(e, "int main(int argc, char **argv) {\n  return pr_main(&program, argc, argv);\n}\n");
   return !ferror(e->f);
 }
 

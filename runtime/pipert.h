@@ -407,4 +407,88 @@ void pr_start(int argc, char **argv);
 // Median of v[0..n) (sorts v) (util.c).
 double pr_median(double *v, int64_t n);
 
+// ---------------------------------------------------------------------------------------------
+// The generated program's main (trainloop.c): what is the same in every program. The program
+// describes itself in a PrProgram (its plan, its parameter table, its defaults and a small table
+// of generated functions, each straight-line kernel calls) and calls pr_main.
+
+enum { PR_NREGIONS = 4 }; // params, grads, optimizer state, activations (one allocation each)
+
+// One parameter, in canonical order (the order of the model file and of saved files).
+typedef struct PrParam {
+  const char *name;  // PyTorch state-dict name
+  const char *mname; // name of its first optimizer state tensor in NAME.optim ("m.NAME")
+  const char *vname; // name of its second ("v.NAME"; AdamW only)
+  float *data;       // values (a tied parameter points at its owner's)
+  float *grad;       // its gradient at the end of a step (NULL: not trained here, e.g. tied)
+  float *m;          // optimizer state: AdamW m, SGD momentum (NULL: none)
+  float *v;          // optimizer state: AdamW v (NULL: none)
+  int64_t n;         // elements
+  int rank;          // dims
+  int64_t shape[8];  // sizes, outermost first
+  bool tied;         // shares an earlier parameter's storage: neither initialised nor updated
+  bool decay;        // weight decay applies (parameters of rank >= 2)
+} PrParam;
+
+enum { PR_ADAMW = 0, PR_SGD = 1 };
+
+typedef struct PrOptimizer {
+  int kind;            // PR_ADAMW or PR_SGD
+  double beta1, beta2; // AdamW betas
+  double eps;          // AdamW epsilon
+  double weight_decay; // decoupled (AdamW) or L2 (SGD), on parameters with decay set
+  double momentum;     // SGD momentum
+  double grad_clip;    // clip the global gradient norm to this (0: off)
+} PrOptimizer;
+
+// What one evaluation batch contributes (filled by the generated eval_batch).
+typedef struct PrEvalBatch {
+  double loss;     // the batch's mean loss
+  double weight;   // its weight in the mean: its real rows, or 1 for a random batch
+  int64_t correct; // correct predictions (classifiers; else 0)
+  int64_t seen;    // rows whose predictions were counted (0: no accuracy)
+} PrEvalBatch;
+
+typedef struct PrProgram {
+  const char *doc;                       // --help's description
+  const char *plan;                      // the memory plan as text (printed unless --quiet)
+  PrOptions defaults;                    // the model's training section
+  int64_t region_bytes[PR_NREGIONS];     // each region's planned size
+  char **region[PR_NREGIONS];            // where the program keeps each region's base pointer
+  PrParam *params;                       // the parameter table (filled by setup)
+  int nparams;                           // its entries
+  PrOptimizer opt;                       // optimizer and clipping
+  int64_t warmup, decay_steps;           // learning-rate schedule (lr, min_lr from the options)
+  double items_per_step;                 // tokens or samples per step (throughput)
+  const char *item_unit;                 // "tok" or "samples"
+  const char *vocab;                     // text data's character vocabulary (vocab[id]), or NULL
+  const int *nvocab;                     // its size once the data is open, or NULL
+  void (*setup)(void);                   // fills params (pointers into the regions) and constants
+  void (*init_params)(uint64_t seed);    // fresh parameter values (no --init, no --resume)
+  void (*open_data)(const PrOptions *o); // opens and checks o->data (NULL: no data binding)
+  void (*release_data)(void);            // closes the data (NULL: nothing to close)
+  // One training step (counting from 0): every microbatch's load, forward and backward, then
+  // the step-end sums; returns the mean loss over the microbatches. The gradient norm, checks,
+  // clipping and optimizer follow in the runtime.
+  double (*train_step)(int64_t step, uint64_t seed);
+  // Validation: the batches of one evaluation (requested 0: the whole split), and batch k
+  // (whole: of the whole split in order, else a random one).
+  int64_t (*eval_batches)(int64_t requested);
+  void (*eval_batch)(int64_t k, bool whole, PrEvalBatch *r);
+  // --gradcheck: seed the inputs (and open --data when given); analytic gradients of one
+  // microbatch; the loss of that microbatch's forward pass (inputs reloaded first).
+  void (*gradcheck_begin)(const PrOptions *o);
+  void (*gradcheck_grads)(void);
+  double (*gradcheck_loss)(void);
+} PrProgram;
+
+// The whole run of a generated program: arguments, regions, --gradcheck, data, resume/init, the
+// training loop with its evaluations, the save. Returns main's exit status.
+int pr_main(const PrProgram *p, int argc, char **argv);
+
+// --gradcheck (gradcheck.c): every untied parameter drawn from N(0, 0.5) (seed, name), one
+// microbatch's gradients, then pr_gradcheck_param for each trained parameter; prints one line
+// per parameter and the worst error. Returns 0 when the worst is at most 1e-3, else 1.
+int pr_gradcheck_program(const PrProgram *p, const PrOptions *o);
+
 #endif

@@ -1,0 +1,189 @@
+// trainloop.c: what is the same in every generated program: its main() (pr_main). The program
+// hands over a PrProgram: its plan (region sizes, the parameter table), its training defaults
+// and a small table of generated functions (setup, fresh parameters, data, one training step, one
+// evaluation batch, --gradcheck's pieces). The runtime then allocates the regions, resumes or
+// initialises the parameters (checkpoint.c), runs the steps and the evaluations, and does the
+// step end over the parameter table: the squared global gradient norm in canonical order, the
+// non-finite check (train.c), clipping as torch.nn.utils.clip_grad_norm_, then AdamW or SGD per
+// parameter (optim.c). It logs progress, the loss log and the median step time, saves at the end.
+//
+// The runtime knows no graph: every generated function is straight-line kernel calls. Everything
+// this file allocates is allocated before the first step (no heap allocation inside a step).
+#include "pipert.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+// Per-run state the step end reads: the gradients of the table as the step checks take them.
+typedef struct Trainer {
+  const PrProgram *p; // the program
+  PrGrad *grads;      // per parameter: name, gradient (NULL: not trained here), elements
+} Trainer;
+
+// The end of a step (counting from 0) after the generated train_step: norm, checks, clipping,
+// optimizer, over the parameter table in canonical order.
+static void step_end(const Trainer *t, int64_t step, double loss, double lr) {
+  const PrProgram *p = t->p;
+  const PrOptimizer *o = &p->opt;
+  // Squared global norm over all parameters, summed in canonical order; a non-finite loss or
+  // norm stops the program before the update.
+  double norm2 = pr_grad_norm2(t->grads, p->nparams);
+  pr_check_step(step + 1, loss, norm2, t->grads, p->nparams);
+  if (o->grad_clip > 0) { // as torch.nn.utils.clip_grad_norm_
+    double norm = sqrt(norm2), coef = o->grad_clip / (norm + 1e-6);
+    if (coef < 1)
+      for (int i = 0; i < p->nparams; i++)
+        if (p->params[i].grad) pr_scale_inplace(p->params[i].grad, p->params[i].n, (float)coef);
+  }
+  for (int i = 0; i < p->nparams; i++) {
+    const PrParam *q = &p->params[i];
+    if (!q->grad) continue;
+    double wd = q->decay ? o->weight_decay : 0.0;
+    if (o->kind == PR_ADAMW)
+      pr_adamw_step(q->data, q->grad, q->m, q->v, q->n, lr, o->beta1, o->beta2, o->eps, wd,
+                    step + 1);
+    else
+      pr_sgd_step(q->data, q->grad, q->m, q->n, lr, o->momentum, wd, step + 1);
+  }
+}
+
+// Validation after step: the mean loss over the evaluation batches (weighted by each batch's
+// real rows), and the accuracy where the program counts correct predictions.
+static void evaluate(const PrProgram *p, int64_t requested, int64_t step) {
+  double loss = 0, weight = 0;
+  int64_t correct = 0, seen = 0;
+  int64_t batches = p->eval_batches(requested);
+  for (int64_t k = 0; k < batches; k++) {
+    PrEvalBatch r = {0};
+    p->eval_batch(k, requested == 0, &r);
+    loss += r.loss * r.weight;
+    weight += r.weight;
+    correct += r.correct;
+    seen += r.seen;
+  }
+  pr_check_val_loss(step, loss / weight);
+  printf("eval  step %lld | val loss %.4f", (long long)step, loss / weight);
+  if (seen)
+    printf(" | val accuracy %.2f%% (%lld/%lld)", 100.0 * (double)correct / (double)seen,
+           (long long)correct, (long long)seen);
+  printf("\n");
+  fflush(stdout);
+}
+
+static void release(const PrProgram *p) {
+  if (p->release_data) p->release_data();
+  for (int r = 0; r < PR_NREGIONS; r++) pr_free_region(*p->region[r]);
+  pr_release_scratch();
+}
+
+int pr_main(const PrProgram *p, int argc, char **argv) {
+  pr_start(argc, argv);
+  PrOptions o = p->defaults;
+  pr_parse_args(argc, argv, &o, p->doc);
+  pr_set_threads(o.threads);
+  if (!o.quiet) fputs(p->plan, stdout);
+  uint64_t plan_bytes = 0;
+  for (int r = 0; r < PR_NREGIONS; r++) plan_bytes += (uint64_t)p->region_bytes[r];
+  pr_check_plan_memory(plan_bytes);
+  static const char *const region_names[PR_NREGIONS] = {"params", "grads", "optimizer",
+                                                        "activations"};
+  for (int r = 0; r < PR_NREGIONS; r++)
+    *p->region[r] = pr_alloc_region(region_names[r], (size_t)p->region_bytes[r]);
+  p->setup();
+  if (o.gradcheck) {
+    int rc = pr_gradcheck_program(p, &o);
+    release(p);
+    return rc;
+  }
+  // Outputs are checked before any work: a run must not train for hours, then fail to save.
+  if (o.save) pr_checkpoint_check_writable(o.save);
+  if (o.loss_log) pr_check_writable(o.loss_log, "--loss-log");
+  if (p->open_data) {
+    prCheck(o.data != NULL, "pass --data FILE", "no training data");
+    p->open_data(&o);
+  } else {
+    prCheck(0, "add a training.data section to the model", "this model has no data binding");
+  }
+  // Checkpoint: parameters (tied ones share their owner's storage), optimizer state, vocabulary.
+  int n = p->nparams;
+  PrTensorRef *refs = calloc((size_t)n + 1, sizeof *refs);
+  PrTensorRef *orefs = calloc(2 * (size_t)n + 1, sizeof *orefs);
+  bool *tied = calloc((size_t)n + 1, sizeof *tied);
+  Trainer t = {p, calloc((size_t)n + 1, sizeof(PrGrad))};
+  prCheck(refs && orefs && tied && t.grads, "the machine is out of memory",
+          "cannot allocate the parameter table");
+  int nopt = 0;
+  for (int i = 0; i < n; i++) {
+    const PrParam *q = &p->params[i];
+    refs[i] = (PrTensorRef){q->name, q->data, q->rank, {0}};
+    memcpy(refs[i].shape, q->shape, sizeof refs[i].shape);
+    tied[i] = q->tied;
+    t.grads[i] = (PrGrad){q->name, q->grad, q->n};
+    if (!q->m) continue;
+    orefs[nopt] = (PrTensorRef){q->mname, q->m, q->rank, {0}};
+    memcpy(orefs[nopt++].shape, q->shape, sizeof q->shape);
+    if (q->v) {
+      orefs[nopt] = (PrTensorRef){q->vname, q->v, q->rank, {0}};
+      memcpy(orefs[nopt++].shape, q->shape, sizeof q->shape);
+    }
+  }
+  PrCheckpoint ck = {refs, tied, n, orefs, nopt, p->vocab, p->nvocab ? *p->nvocab : 0};
+  int64_t start = 0;
+  if (o.resume)
+    start = pr_checkpoint_resume(o.resume, &ck);
+  else if (o.init)
+    pr_checkpoint_init(o.init, &ck);
+  else
+    p->init_params(o.seed);
+  PrLrSchedule lrs = {o.lr, o.min_lr, p->warmup, p->decay_steps};
+  FILE *loss_log = o.loss_log ? fopen(o.loss_log, "w") : NULL;
+  prCheck(!o.loss_log || loss_log, "check the directory exists and is writable", "cannot open %s",
+          o.loss_log);
+  pr_blas_report(o.quiet); // BLAS and kernel; warns of a slow one (blas_info.c)
+  double t0 = pr_now();
+  int64_t done = 0;
+  // Step times of at most the first 2^20 steps (8 MiB): --steps may be up to 2^63 - 1.
+  const int64_t timed = o.steps - start < (1 << 20) ? o.steps - start : (1 << 20);
+  double *step_ms = calloc((size_t)(timed > 0 ? timed : 1), sizeof(double));
+  prCheck(step_ms != NULL, "the machine is out of memory", "cannot allocate the step timer");
+  for (int64_t step = start; step < o.steps; step++) {
+    double ts = pr_now(), lr = pr_lr_at(&lrs, step);
+    double loss = p->train_step(step, o.seed);
+    step_end(&t, step, loss, lr);
+    if (done < timed) step_ms[done] = (pr_now() - ts) * 1e3;
+    done++;
+    if (loss_log) fprintf(loss_log, "%lld %.9g\n", (long long)step, loss);
+    if (!o.quiet && ((step + 1) % o.log_every == 0 || step + 1 == o.steps || step == start)) {
+      double el = pr_now() - t0;
+      pr_log_step(step + 1, o.steps, loss, lr, (double)done * p->items_per_step / el, p->item_unit,
+                  el, el / (double)done * (double)(o.steps - step - 1));
+    }
+    if ((o.eval_every && (step + 1) % o.eval_every == 0) || step + 1 == o.steps)
+      evaluate(p, o.eval_batches, step + 1);
+  }
+  // A loss log that could not be written in full (disk full) fails the run, after the save.
+  bool loss_log_bad = false;
+  if (loss_log) {
+    loss_log_bad = ferror(loss_log) != 0;
+    loss_log_bad = (fclose(loss_log) != 0) || loss_log_bad;
+  }
+  if (!o.quiet && done > 10) // the median step after a warm-up of 5 steps (eval excluded)
+    printf("median step time %.2f ms over %lld steps\n",
+           pr_median(step_ms + 5, (done < timed ? done : timed) - 5),
+           (long long)((done < timed ? done : timed) - 5));
+  free(step_ms);
+  if (o.save) {
+    pr_checkpoint_save(o.save, &ck, start + done);
+    if (!o.quiet) printf("saved %s (and its optimizer state %s.optim)\n", o.save, o.save);
+  }
+  prCheck(!loss_log_bad, "check that the disk has room (the log is incomplete)",
+          "--loss-log: writing '%s' failed", o.loss_log);
+  if (!o.quiet) printf("peak RSS %.1f MiB\n", (double)pr_peak_rss_bytes() / (1 << 20));
+  free(refs);
+  free(orefs);
+  free(tied);
+  free(t.grads);
+  release(p);
+  return 0;
+}
