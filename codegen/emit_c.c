@@ -1,8 +1,9 @@
 // C code generator: prints the training program of one rank from the ordered nodes and the
 // memory plan, then builds it against libpipert.
 //
-// The program is straight-line C: one call per node into the runtime with every size a
-// constant, tensors as macros over the four region pointers at the planned offsets. Model strings
+// The program is one call per node into the runtime with every size a constant (segment.c:
+// straight-line, or a loop over the structurally identical instances of a repeat block), tensors
+// as macros over the four region pointers at the planned offsets. Model strings
 // (names, paths, the command line) never reach C source raw: tensors become identifiers
 // t<id>_<letters/digits of the name>, and strings appear only through cstring() (string literals:
 // init seeds, safetensors names, paths, hints) and comment() (defused comment text). The file is
@@ -16,24 +17,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "codegen.h"
+#include "emit.h"
 #include "../ir/ops.h"
 
 #ifndef PIPEC_VERSION
 #define PIPEC_VERSION "0.0.0"
 #endif
 
-typedef struct E {
-  FILE *f;        // output
-  const Graph *g; // graph
-  const TrainConfig *tc;
-  const Plan *p;
-  Arena *a;
-  char **ident; // per tensor id: C identifier
-} E;
-
-static void out(E *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void out(E *e, const char *fmt, ...) {
+void out(E *e, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vfprintf(e->f, fmt, ap);
@@ -48,7 +39,7 @@ static void out(E *e, const char *fmt, ...) {
 // between '*' and '/' (either order) and between two '?', a space before a leading and after a
 // trailing '*', '/' or '?' (so that the text around it cannot complete a sequence), at most 200
 // characters of the string.
-static const char *comment(E *e, const char *s) {
+const char *comment(E *e, const char *s) {
   size_t n = strlen(s);
   if (n > 200) n = 200;
   char *c = arena_alloc(e->a, 2 * n + 3), *q = c;
@@ -69,7 +60,7 @@ static const char *comment(E *e, const char *s) {
 // backslash-escaped, every byte outside printable ASCII as a three-digit octal escape (a digit
 // after it cannot extend it). The literal is data only: generated code never passes one that
 // holds a model string as a printf format (prCheck's HINT is printed with "%s").
-static const char *cstring(E *e, const char *s) {
+const char *cstring(E *e, const char *s) {
   size_t n = strlen(s);
   char *o = arena_alloc(e->a, n * 4 + 3), *q = o;
   *q++ = '"';
@@ -87,7 +78,7 @@ static const char *cstring(E *e, const char *s) {
 }
 
 // A float literal: 1 -> "1.0f", 1e-05 -> "1e-05f" (always valid C, round-trips float).
-static const char *flit(E *e, double v) {
+const char *flit(E *e, double v) {
   char buf[64];
   snprintf(buf, sizeof buf, "%.9g", v);
   if (!strpbrk(buf, ".eEn")) strcat(buf, ".0");
@@ -108,18 +99,24 @@ static const char *mangle(E *e, const Tensor *t) {
   return arena_strdup(e->a, buf);
 }
 
-static const char *const region_ptr[REG_COUNT] = {"params", "grads", "optst", "acts"};
+const char *const region_ptr[REG_COUNT] = {"params", "grads", "optst", "acts"};
 
-static const char *ctype(DType t) {
+const char *tid(E *e, const Tensor *t) {
+  e->used[t->id] = true;
+  return e->ident[t->id];
+}
+
+const char *ctype(DType t) {
   return t == DT_I32 ? "int32_t" : "float";
 }
 
 static void emit_tensors(E *e) {
   const Graph *g = e->g;
-  out(e, "// ---- Tensors: pointers into the regions at the offsets planned by pipec\n");
+  out(e, "// ---- Tensors: pointers into the regions at the offsets planned by pipec (those named\n"
+         "// outside the loops over repeat-block instances)\n");
   for (int i = 0; i < g->ntensors; i++) {
     const Tensor *t = g->tensors[i];
-    if (e->p->offset[i] < 0) continue;
+    if (e->p->offset[i] < 0 || !e->used[i]) continue; // only what straight-line code names
     char sh[256];
     out(e, "#define %s ((%s *)(%s + %lld)) // %s %s%s\n", e->ident[i], ctype(t->dtype),
         region_ptr[e->p->region[i]], (long long)e->p->offset[i], comment(e, t->name),
@@ -128,150 +125,28 @@ static void emit_tensors(E *e) {
   out(e, "\n");
 }
 
-// One kernel call: outputs, inputs (absent optional ones as NULL), workspace, scalars, acc.
-static void emit_call(E *e, const Node *n, const char *acc) {
-  const OpDef *op = n->op;
-  out(e, "  %s(", op->kernel);
-  bool first = true;
-#define SEP() (first ? (first = false, "") : ", ")
-  if (op->nout == 0) {
-    out(e, "%s(float *const[]){", SEP());
-    for (int k = 0; k < n->nout; k++) out(e, "%s%s", k ? ", " : "", e->ident[n->out[k]->id]);
-    out(e, "}");
-  } else {
-    for (int k = 0; k < n->nout; k++) out(e, "%s%s", SEP(), e->ident[n->out[k]->id]);
-  }
-  if (op->max_in < 0) {
-    out(e, "%s(const float *const[]){", SEP());
-    for (int j = 0; j < n->nin; j++) out(e, "%s%s", j ? ", " : "", e->ident[n->in[j]->id]);
-    out(e, "}");
-  } else {
-    for (int j = 0; j < op->max_in; j++)
-      out(e, "%s%s", SEP(), j < n->nin ? e->ident[n->in[j]->id] : "NULL");
-  }
-  if (op->workspace) out(e, "%s(void *)(acts + %lld)", SEP(), (long long)e->p->ws_offset[n->id]);
-  KArgs ka = {.n = 0};
-  op->kargs(n, e->tc->mb_size, e->a, &ka);
-  for (int i = 0; i < ka.n; i++) {
-    const KArg *k = &ka.a[i];
-    out(e, "%s/*%s*/ ", SEP(), k->name); // each size named as the kernel's parameter
-    switch (k->kind) {
-    case 'i':
-      if (k->per_row > 0) // a loss's count: over the batch rows the program sets
-        out(e, "%lld * loss_rows", (long long)k->per_row);
-      else
-        out(e, "%lld", (long long)k->i);
-      break;
-    case 'f':
-      out(e, "%s", flit(e, k->f));
-      break;
-    case 'x':
-      out(e, "%s", k->expr);
-      break;
-    case 'a':
-      out(e, "(const int64_t[]){");
-      for (int j = 0; j < k->n; j++) out(e, "%s%lld", j ? ", " : "", (long long)k->arr[j]);
-      out(e, "}");
-      break;
-    }
-  }
-  if (op->acc) out(e, "%s/*acc*/ %s", SEP(), acc);
-#undef SEP
-  out(e, "); // %s\n", comment(e, n->name));
-}
-
 static void emit_functions(E *e) {
   const Plan *p = e->p;
   out(e, "// Batch rows the losses average over: MB, or the real rows of a partial validation "
          "batch.\nstatic int64_t loss_rows = MB;\n\n");
   out(e, "// Forward pass of one microbatch (%d nodes).\nstatic void forward(void) {\n", p->nfwd);
-  for (int i = 0; i < p->nfwd; i++) emit_call(e, p->fwd[i], "0");
+  emit_segment(e, p->fwd, p->nfwd, "0");
   out(e, "}\n\n");
   out(e,
       "// Backward pass of microbatch m (%d nodes): input gradients (B) and weight gradients (W);\n"
       "// W nodes accumulate into the per-step gradient buffers from the second microbatch on.\n"
       "static void backward(int m) {\n  const int acc = m > 0;\n  (void)acc;\n",
       p->nbwd);
-  for (int i = 0; i < p->nbwd; i++)
-    emit_call(e, p->bwd[i], p->bwd[i]->role == ROLE_WGT ? "acc" : "0");
+  emit_segment(e, p->bwd, p->nbwd, "acc");
   out(e, "}\n\n");
   out(e, "// End of step: gradients of parameters used in several places, summed in use order.\n"
          "static void step_end(void) {\n");
-  for (int i = 0; i < p->nstep; i++) emit_call(e, p->step[i], "0");
+  emit_segment(e, p->step, p->nstep, "0");
   out(e, "}\n\n");
 }
 
 static int64_t numel(const E *e, const Tensor *t) {
   return shape_numel(&t->shape, e->tc->mb_size);
-}
-
-// Fresh parameters: one call per parameter in canonical order, each a pure function of (seed,
-// name) (runtime/init.c); tied parameters share their owner's values.
-static void emit_init(E *e) {
-  const Graph *g = e->g;
-  out(e, "// Fresh parameters (no --init or --resume): each a pure function of (seed, name).\n"
-         "static void init_params(uint64_t seed) {\n");
-  bool seeded = false;
-  for (int i = 0; i < g->nparams; i++) {
-    const Tensor *t = g->params[i];
-    if (t->tied_to) continue;
-    const char *d = arena_printf(e->a, "P[%d].data", i), *nm = cstring(e, t->name);
-    long long n = (long long)numel(e, t);
-    switch (t->init.kind) {
-    case INIT_ZEROS:
-      out(e, "  pr_init_zeros(%s, %lld);\n", d, n);
-      break;
-    case INIT_ONES:
-      out(e, "  pr_init_ones(%s, %lld);\n", d, n);
-      break;
-    case INIT_NORMAL:
-      out(e, "  pr_init_normal(%s, %lld, seed, %s, %.17g, %.17g);\n", d, n, nm, t->init.a,
-          t->init.b);
-      seeded = true;
-      break;
-    case INIT_UNIFORM:
-      out(e, "  pr_init_uniform(%s, %lld, seed, %s, %.17g, %.17g);\n", d, n, nm, t->init.a,
-          t->init.b);
-      seeded = true;
-      break;
-    case INIT_XAVIER: // fan_in: the last dim, fan_out: the first (rank >= 2, checked by expand)
-      out(e, "  pr_init_xavier(%s, %lld, seed, %s, %.17g, %lld, %lld);\n", d, n, nm, t->init.a,
-          (long long)t->shape.d[t->shape.rank - 1].n, (long long)t->shape.d[0].n);
-      seeded = true;
-      break;
-    }
-  }
-  if (!seeded) out(e, "  (void)seed;\n");
-  out(e, "}\n\n");
-}
-
-static void emit_params(E *e) {
-  const Graph *g = e->g;
-  out(e, "// ---- Parameters in canonical order: name, storage, gradient, optimizer state "
-         "(PrParam)\n");
-  out(e, "#define NPARAMS %d\nstatic PrParam P[NPARAMS];\n\n", g->nparams);
-  out(e, "static void setup_params(void) {\n");
-  for (int i = 0; i < g->nparams; i++) {
-    const Tensor *t = g->params[i], *o = t->tied_to ? t->tied_to : t;
-    int64_t ms = o->grad ? e->p->opt_offset[o->id] : -1, bytes = numel(e, o) * 4;
-    int64_t mo = (bytes + 63) / 64 * 64;
-    out(e, "  P[%d] = (PrParam){%s, %s, %s, %s, %s, ", i, cstring(e, t->name),
-        cstring(e, arena_printf(e->a, "m.%s", t->name)),
-        cstring(e, arena_printf(e->a, "v.%s", t->name)), e->ident[o->id],
-        o->grad && !t->tied_to ? e->ident[o->grad->id] : "NULL");
-    if (ms >= 0 && !t->tied_to)
-      out(e, "(float *)(optst + %lld), %s, ", (long long)ms,
-          e->p->opt_slots > 1 ? arena_printf(e->a, "(float *)(optst + %lld)", (long long)(ms + mo))
-                              : "NULL");
-    else
-      out(e, "NULL, NULL, ");
-    out(e, "%lld, %d, {", (long long)numel(e, t), t->shape.rank);
-    for (int k = 0; k < t->shape.rank; k++)
-      out(e, "%s%lld", k ? ", " : "", (long long)t->shape.d[k].n);
-    out(e, "}, %s, %s};\n", t->tied_to ? "true" : "false", t->shape.rank >= 2 ? "true" : "false");
-  }
-  out(e, "}\n\n");
-  emit_init(e);
 }
 
 // Bound of the ids an i32 input may hold: the smallest class count among its consumers
@@ -330,11 +205,11 @@ static void emit_gradcheck(E *e, bool has_data) {
   for (int i = 0; i < g->ninputs; i++) {
     const Tensor *t = g->inputs[i];
     if (t->dtype == DT_I32)
-      out(e, "  pr_init_ids(%s, %lld, seed, %s, %lld);\n", e->ident[t->id], (long long)numel(e, t),
+      out(e, "  pr_init_ids(%s, %lld, seed, %s, %lld);\n", tid(e, t), (long long)numel(e, t),
           cstring(e, t->name), (long long)id_bound(t));
     else
-      out(e, "  pr_init_normal(%s, %lld, seed, %s, 0.0, 1.0);\n", e->ident[t->id],
-          (long long)numel(e, t), cstring(e, t->name));
+      out(e, "  pr_init_normal(%s, %lld, seed, %s, 0.0, 1.0);\n", tid(e, t), (long long)numel(e, t),
+          cstring(e, t->name));
   }
   out(e, "}\n\n");
   // Inputs are reloaded before every forward pass: the backward pass reuses their space.
@@ -352,7 +227,7 @@ static void emit_gradcheck(E *e, bool has_data) {
   out(e,
       "static double gradcheck_loss(void) {\n  gradcheck_inputs();\n  forward();\n  return "
       "(double)%s[0] / NMICRO;\n}\n\n",
-      e->ident[g->loss->id]);
+      tid(e, g->loss));
 }
 
 static const char *data_kind_name(DataKind k) {
@@ -381,7 +256,7 @@ static void emit_data(E *e) {
     out(e,
         "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
         "  pr_tokens_batch(&data, split, seed, step, m, MB, SEQ, %s, %s);\n}\n",
-        e->ident[x->id], e->ident[y->id]);
+        tid(e, x), tid(e, y));
   } else if (table) {
     out(e, "static PrTable data;\n#define FEATURES %lld\n", (long long)x->shape.d[1].n);
     out(e, "static void open_data(const PrOptions *o) {\n  const char *path = o->data;\n");
@@ -410,7 +285,7 @@ static void emit_data(E *e) {
     out(e,
         "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
         "  (void)split;\n  pr_table_batch(&data, seed, step, m, MB, %s, %s);\n}\n",
-        e->ident[x->id], e->ident[y->id]);
+        tid(e, x), tid(e, y));
   } else {
     // No data binding: pr_main stops before training (the program is still good for --gradcheck).
     out(e, "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
@@ -442,20 +317,20 @@ static void emit_eval(E *e) {
         "    pr_tokens_batch(&data, PR_VAL, 0x5eed, k, 0, MB, SEQ, %s, %s);\n"
         "    forward();\n    r->loss = %s[0];\n    r->weight = 1;\n    return;\n  }\n"
         "  int64_t valid = pr_tokens_val_seq_batch(&data, k, MB, SEQ, %s, %s);\n",
-        e->ident[x->id], e->ident[y->id], e->ident[loss->id], e->ident[x->id], e->ident[y->id]);
+        tid(e, x), tid(e, y), tid(e, loss), tid(e, x), tid(e, y));
   } else {
     out(e, "  (void)whole;\n  int64_t valid = pr_table_val_batch(&data, k, MB, %s, %s);\n",
-        e->ident[x->id], e->ident[y->id]);
+        tid(e, x), tid(e, y));
   }
   // The last batch wraps around: its losses are means over its real rows (loss_rows), weighted
   // by them.
   out(e,
       "  loss_rows = valid;\n  forward();\n  loss_rows = MB;\n"
       "  r->loss = %s[0];\n  r->weight = (double)valid;\n",
-      e->ident[loss->id]);
+      tid(e, loss));
   if (classify)
     out(e, "  r->correct = pr_count_correct(%s, %s, valid, %lld);\n  r->seen = valid;\n",
-        e->ident[logits->id], e->ident[y->id], (long long)logits->shape.d[1].n);
+        tid(e, logits), tid(e, y), (long long)logits->shape.d[1].n);
   out(e, "}\n\n");
 }
 
@@ -474,7 +349,7 @@ static void emit_train_step(E *e) {
       "    backward(m);\n  }\n"
       "  step_end();\n"
       "  return loss / NMICRO;\n}\n\n",
-      e->ident[e->g->loss->id]);
+      tid(e, e->g->loss));
 }
 
 static bool emit(E *e, const CodegenOptions *o) {
@@ -507,7 +382,13 @@ static bool emit(E *e, const CodegenOptions *o) {
   fclose(pf);
   out(e, "static const char PLAN[] = %s;\n\n", cstring(e, plan_text));
   free(plan_text);
-  emit_tensors(e);
+  // The rest is printed into memory first: the tensor macros then name only the tensors that
+  // straight-line code uses (a loop over block instances reaches its tensors by offset).
+  FILE *file = e->f;
+  char *body = NULL;
+  size_t body_len = 0;
+  e->f = open_memstream(&body, &body_len);
+  if (!e->f) return false;
   emit_functions(e);
   emit_params(e);
 
@@ -515,8 +396,8 @@ static bool emit(E *e, const CodegenOptions *o) {
   out(e, "static void fill_constants(void) {\n");
   for (int i = 0; i < g->ntensors; i++)
     if (g->tensors[i]->kind == T_CONST)
-      out(e, "  pr_fill(%s, %lld, %s);\n", e->ident[i], (long long)numel(e, g->tensors[i]),
-          flit(e, g->tensors[i]->const_value));
+      out(e, "  pr_fill(%s, %lld, %s);\n", tid(e, g->tensors[i]),
+          (long long)numel(e, g->tensors[i]), flit(e, g->tensors[i]->const_value));
   out(e, "}\n\n");
   out(e, "static void setup(void) {\n  setup_params();\n  fill_constants();\n}\n\n");
 
@@ -573,7 +454,12 @@ static bool emit(E *e, const CodegenOptions *o) {
   out(e, "    .gradcheck_begin = gradcheck_begin,\n    .gradcheck_grads = gradcheck_grads,\n"
          "    .gradcheck_loss = gradcheck_loss,\n};\n\n");
   out(e, "int main(int argc, char **argv) {\n  return pr_main(&program, argc, argv);\n}\n");
-  return !ferror(e->f);
+  bool ok = fclose(e->f) == 0;
+  e->f = file;
+  emit_tensors(e);
+  if (ok) fwrite(body, 1, body_len, e->f);
+  free(body);
+  return ok && !ferror(e->f);
 }
 
 // Runs argv; false (with the command's exit status in the message) on failure.
@@ -662,6 +548,7 @@ bool codegen_c(const Graph *g, const TrainConfig *tc, const Plan *p, const Codeg
   }
   E e = {.f = f, .g = g, .tc = tc, .p = p, .a = a};
   e.ident = ARENA_ARRAY(a, char *, g->ntensors);
+  e.used = ARENA_ARRAY(a, bool, g->ntensors);
   for (int i = 0; i < g->ntensors; i++) e.ident[i] = (char *)mangle(&e, g->tensors[i]);
   bool ok = emit(&e, o);
   ok = (fclose(f) == 0) && ok;

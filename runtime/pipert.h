@@ -416,18 +416,16 @@ enum { PR_NREGIONS = 4 }; // params, grads, optimizer state, activations (one al
 
 // One parameter, in canonical order (the order of the model file and of saved files).
 typedef struct PrParam {
-  const char *name;  // PyTorch state-dict name
-  const char *mname; // name of its first optimizer state tensor in NAME.optim ("m.NAME")
-  const char *vname; // name of its second ("v.NAME"; AdamW only)
-  float *data;       // values (a tied parameter points at its owner's)
-  float *grad;       // its gradient at the end of a step (NULL: not trained here, e.g. tied)
-  float *m;          // optimizer state: AdamW m, SGD momentum (NULL: none)
-  float *v;          // optimizer state: AdamW v (NULL: none)
-  int64_t n;         // elements
-  int rank;          // dims
-  int64_t shape[8];  // sizes, outermost first
-  bool tied;         // shares an earlier parameter's storage: neither initialised nor updated
-  bool decay;        // weight decay applies (parameters of rank >= 2)
+  const char *name; // PyTorch state-dict name (its optimizer state: "m.NAME", "v.NAME")
+  float *data;      // values (a tied parameter points at its owner's)
+  float *grad;      // its gradient at the end of a step (NULL: not trained here, e.g. tied)
+  float *m;         // optimizer state: AdamW m, SGD momentum (NULL: none)
+  float *v;         // optimizer state: AdamW v (NULL: none)
+  int64_t n;        // elements
+  int rank;         // dims
+  int64_t shape[8]; // sizes, outermost first
+  bool tied;        // shares an earlier parameter's storage: neither initialised nor updated
+  bool decay;       // weight decay applies (parameters of rank >= 2)
 } PrParam;
 
 enum { PR_ADAMW = 0, PR_SGD = 1 };

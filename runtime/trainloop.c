@@ -71,6 +71,16 @@ static void evaluate(const PrProgram *p, int64_t requested, int64_t step) {
   fflush(stdout);
 }
 
+// prefix + name, carved from *buf (which advances past it).
+static const char *state_name(char **buf, const char *prefix, const char *name) {
+  char *s = *buf;
+  size_t n = strlen(prefix), m = strlen(name);
+  memcpy(s, prefix, n);
+  memcpy(s + n, name, m + 1);
+  *buf += n + m + 1;
+  return s;
+}
+
 static void release(const PrProgram *p) {
   if (p->release_data) p->release_data();
   for (int r = 0; r < PR_NREGIONS; r++) pr_free_region(*p->region[r]);
@@ -113,6 +123,11 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   Trainer t = {p, calloc((size_t)n + 1, sizeof(PrGrad))};
   prCheck(refs && orefs && tied && t.grads, "the machine is out of memory",
           "cannot allocate the parameter table");
+  // The optimizer state's names ("m.NAME", "v.NAME") in one block.
+  size_t bytes = 1;
+  for (int i = 0; i < n; i++) bytes += 2 * (strlen(p->params[i].name) + 3);
+  char *names = malloc(bytes), *names_base = names;
+  prCheck(names != NULL, "the machine is out of memory", "cannot allocate the parameter table");
   int nopt = 0;
   for (int i = 0; i < n; i++) {
     const PrParam *q = &p->params[i];
@@ -121,10 +136,10 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
     tied[i] = q->tied;
     t.grads[i] = (PrGrad){q->name, q->grad, q->n};
     if (!q->m) continue;
-    orefs[nopt] = (PrTensorRef){q->mname, q->m, q->rank, {0}};
+    orefs[nopt] = (PrTensorRef){state_name(&names, "m.", q->name), q->m, q->rank, {0}};
     memcpy(orefs[nopt++].shape, q->shape, sizeof q->shape);
     if (q->v) {
-      orefs[nopt] = (PrTensorRef){q->vname, q->v, q->rank, {0}};
+      orefs[nopt] = (PrTensorRef){state_name(&names, "v.", q->name), q->v, q->rank, {0}};
       memcpy(orefs[nopt++].shape, q->shape, sizeof q->shape);
     }
   }
@@ -180,6 +195,7 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   prCheck(!loss_log_bad, "check that the disk has room (the log is incomplete)",
           "--loss-log: writing '%s' failed", o.loss_log);
   if (!o.quiet) printf("peak RSS %.1f MiB\n", (double)pr_peak_rss_bytes() / (1 << 20));
+  free(names_base);
   free(refs);
   free(orefs);
   free(tied);

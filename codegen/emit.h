@@ -1,0 +1,46 @@
+// The C back end's internal interface, shared by its files: the emitter state, the printing
+// helpers and the two escapers every model string goes through (emit_c.c), and the printing of a
+// node sequence as kernel calls, straight-line or as loops over repeat-block instances
+// (segment.c), and of the parameter table (params.c).
+#ifndef PIPEC_CODEGEN_EMIT_H
+#define PIPEC_CODEGEN_EMIT_H
+
+#include <stdio.h>
+
+#include "codegen.h"
+
+typedef struct E {
+  FILE *f;               // output
+  const Graph *g;        // graph
+  const TrainConfig *tc; // training configuration (the batch symbol bound to the microbatch)
+  const Plan *p;         // memory plan
+  Arena *a;              // the graph's arena (every string printed is carved from it)
+  char **ident;          // per tensor id: C identifier (a macro over its region and offset)
+  bool *used;            // per tensor id: some straight-line code names its identifier
+  int nloops;            // loops printed so far (names their offset tables)
+} E;
+
+void out(E *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// Text for a comment that cannot end or open one (see emit_c.c).
+const char *comment(E *e, const char *s);
+// A C string literal with the string's exact bytes (see emit_c.c).
+const char *cstring(E *e, const char *s);
+// A float literal that round-trips the value ("1.0f", "1e-05f").
+const char *flit(E *e, double v);
+// t's identifier, marked used (its macro is printed).
+const char *tid(E *e, const Tensor *t);
+// Region base pointer names, as the generated program calls them.
+extern const char *const region_ptr[REG_COUNT];
+const char *ctype(DType t);
+
+// Prints the kernel calls of nodes[0..n) in order, one per node; acc is the value of a W node's
+// accumulate argument (an expression: "acc", "0"). Runs of instances of a repeat block that are
+// structurally identical (the same calls but for their pointers) become one loop over the
+// instances with per-instance offsets (segment.c); the rest is straight-line.
+void emit_segment(E *e, Node *const *nodes, int n, const char *acc);
+
+// Prints the parameter table P (setup_params) and init_params (params.c), looped over the
+// instances of a repeat block where they match.
+void emit_params(E *e);
+
+#endif

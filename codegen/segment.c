@@ -1,0 +1,271 @@
+// segment.c: a node sequence (a stage's forward, backward or step-end nodes) as kernel calls.
+//
+// Each node becomes one call into the runtime, rendered first as a template: the call's text
+// with every pointer argument (an output, an input, the workspace) left as a hole, and the holes'
+// region, offset and element type beside it. Straight-line code fills each hole with the tensor's
+// identifier. Consecutive nodes of one instance of a repeat block form a group (a node outside
+// any block belongs to the instance whose forward tensor it sums the gradient of, else to none);
+// a run of groups of the same block whose templates are identical, call by call and hole by hole
+// in region and type, is printed once as a loop over the instances, llm.c's
+// `for (l = 0; l < L; l++)`, each hole's offset either base + l * stride (when the instances'
+// offsets are evenly spaced, as parameters and gradients are) or a per-instance table. The loop
+// runs exactly the calls the straight-line code would, in the same order with the same
+// arguments: the numbers cannot change. Anything else (a group that differs in one size, an
+// attribute, an absent optional input) stays straight-line. Linear in the nodes.
+#include <stdlib.h>
+#include <string.h>
+
+#include "../ir/ops.h"
+#include "emit.h"
+
+enum { HOLE = '\1' }; // a pointer argument in a call's template
+
+typedef struct Arg {
+  Region r;          // region of the buffer
+  int64_t off;       // byte offset in it
+  const char *ctype; // element type ("float", "int32_t"); NULL: a workspace (void *)
+  const Tensor *t;   // the tensor (NULL: workspace)
+} Arg;
+
+typedef struct Call {
+  const Node *n;    // the node
+  const char *text; // the call without its pointers: each pointer argument is HOLE
+  Arg *args;        // the holes in order
+  int nargs;        // count
+} Call;
+
+static void hole(FILE *f, Call *c, Arg a) {
+  fputc(HOLE, f);
+  c->args[c->nargs++] = a;
+}
+
+static Arg tensor_arg(const E *e, const Tensor *t) {
+  return (Arg){e->p->region[t->id], e->p->offset[t->id], ctype(t->dtype), t};
+}
+
+// One kernel call: outputs, inputs (absent optional ones as NULL), workspace, scalars, acc.
+static void render(E *e, const Node *n, const char *acc, Call *c) {
+  const OpDef *op = n->op;
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  c->n = n;
+  c->args = ARENA_ARRAY(e->a, Arg, n->nout + n->nin + 1);
+  c->nargs = 0;
+  fprintf(f, "%s(", op->kernel);
+  bool first = true;
+#define SEP() (first ? (first = false, "") : ", ")
+  if (op->nout == 0) {
+    fprintf(f, "%s(float *const[]){", SEP());
+    for (int k = 0; k < n->nout; k++) {
+      fputs(k ? ", " : "", f);
+      hole(f, c, tensor_arg(e, n->out[k]));
+    }
+    fputs("}", f);
+  } else {
+    for (int k = 0; k < n->nout; k++) {
+      fputs(SEP(), f);
+      hole(f, c, tensor_arg(e, n->out[k]));
+    }
+  }
+  if (op->max_in < 0) {
+    fprintf(f, "%s(const float *const[]){", SEP());
+    for (int j = 0; j < n->nin; j++) {
+      fputs(j ? ", " : "", f);
+      hole(f, c, tensor_arg(e, n->in[j]));
+    }
+    fputs("}", f);
+  } else {
+    for (int j = 0; j < op->max_in; j++) {
+      fputs(SEP(), f);
+      if (j < n->nin)
+        hole(f, c, tensor_arg(e, n->in[j]));
+      else
+        fputs("NULL", f);
+    }
+  }
+  if (op->workspace) {
+    fprintf(f, "%s(void *)", SEP());
+    hole(f, c, (Arg){REG_ACTS, e->p->ws_offset[n->id], NULL, NULL});
+  }
+  KArgs ka = {.n = 0};
+  op->kargs(n, e->tc->mb_size, e->a, &ka);
+  for (int i = 0; i < ka.n; i++) {
+    const KArg *k = &ka.a[i];
+    fprintf(f, "%s/*%s*/ ", SEP(), k->name); // each size named as the kernel's parameter
+    switch (k->kind) {
+    case 'i':
+      if (k->per_row > 0) // a loss's count: over the batch rows the program sets
+        fprintf(f, "%lld * loss_rows", (long long)k->per_row);
+      else
+        fprintf(f, "%lld", (long long)k->i);
+      break;
+    case 'f':
+      fputs(flit(e, k->f), f);
+      break;
+    case 'x':
+      fputs(k->expr, f);
+      break;
+    case 'a':
+      fputs("(const int64_t[]){", f);
+      for (int j = 0; j < k->n; j++) fprintf(f, "%s%lld", j ? ", " : "", (long long)k->arr[j]);
+      fputs("}", f);
+      break;
+    }
+  }
+  if (op->acc) fprintf(f, "%s/*acc*/ %s", SEP(), acc);
+#undef SEP
+  fputs(");", f);
+  fclose(f);
+  c->text = arena_strdup(e->a, buf);
+  free(buf);
+}
+
+static void print_straight(E *e, const Call *c) {
+  out(e, "  ");
+  int k = 0;
+  for (const char *s = c->text; *s; s++) {
+    if (*s != HOLE) {
+      fputc(*s, e->f);
+      continue;
+    }
+    const Arg *a = &c->args[k++];
+    if (a->t)
+      out(e, "%s", tid(e, a->t));
+    else
+      out(e, "(acts + %lld)", (long long)a->off);
+  }
+  out(e, " // %s\n", comment(e, c->n->name));
+}
+
+// The repeat block and instance a node belongs to (*blk NULL: none).
+static void node_key(const Node *n, const char **blk, int *inst) {
+  *blk = n->block;
+  *inst = n->instance;
+  if (n->block || !n->nout) return;
+  const Tensor *of = n->out[0]->grad_of; // a gradient sum: the instance of what it differentiates
+  if (of && of->producer && of->producer->block) {
+    *blk = of->producer->block;
+    *inst = of->producer->instance;
+  }
+}
+
+typedef struct Group {
+  int start, len;  // calls [start, start + len)
+  const char *blk; // repeat block (NULL: outside any)
+  int inst;        // its instance
+} Group;
+
+static bool same_call(const Call *a, const Call *b) {
+  if (a->nargs != b->nargs || strcmp(a->text, b->text)) return false;
+  for (int k = 0; k < a->nargs; k++)
+    if (a->args[k].r != b->args[k].r || a->args[k].ctype != b->args[k].ctype) return false;
+  return true;
+}
+
+static bool same_group(const Call *c, const Group *a, const Group *b) {
+  if (!a->blk || !b->blk || strcmp(a->blk, b->blk) || a->len != b->len) return false;
+  for (int i = 0; i < a->len; i++)
+    if (!same_call(&c[a->start + i], &c[b->start + i])) return false;
+  return true;
+}
+
+// The loop over groups g[0..count) (identical templates): each hole's offsets evenly spaced
+// (base + l * stride) or from a per-instance table.
+static void print_loop(E *e, const Call *c, const Group *g, int count) {
+  const Group *g0 = &g[0];
+  int ncol = 0;
+  for (int i = 0; i < g0->len; i++) ncol += c[g0->start + i].nargs;
+  int64_t *stride = ARENA_ARRAY(e->a, int64_t, ncol + 1);
+  bool *even = ARENA_ARRAY(e->a, bool, ncol + 1);
+  int *tab = ARENA_ARRAY(e->a, int, ncol + 1); // table column of a hole, -1: evenly spaced
+  int ntab = 0, id = e->nloops++;
+  for (int i = 0, col = 0; i < g0->len; i++)
+    for (int k = 0; k < c[g0->start + i].nargs; k++, col++) {
+      int64_t base = c[g0->start + i].args[k].off;
+      stride[col] = c[g[1].start + i].args[k].off - base;
+      even[col] = true;
+      for (int j = 2; j < count && even[col]; j++)
+        even[col] = c[g[j].start + i].args[k].off == base + (int64_t)j * stride[col];
+      tab[col] = even[col] ? -1 : ntab++;
+    }
+  out(e,
+      "  // Repeat block %s, instances %d to %d (%d x %d calls, the same but for their "
+      "pointers).\n",
+      comment(e, g0->blk), g0->inst, g[count - 1].inst, count, g0->len);
+  if (ntab) {
+    out(e, "  static const int64_t off%d[%d][%d] = { // per-instance byte offsets\n", id, ntab,
+        count);
+    for (int i = 0, col = 0; i < g0->len; i++)
+      for (int k = 0; k < c[g0->start + i].nargs; k++, col++) {
+        if (tab[col] < 0) continue;
+        const Arg *a = &c[g0->start + i].args[k];
+        out(e, "      // %d: %s\n      {", tab[col], a->t ? comment(e, a->t->name) : "workspace");
+        for (int j = 0; j < count; j++)
+          out(e, "%s%lld",
+              j == 0        ? ""
+              : j % 10 == 0 ? ",\n       "
+                            : ", ",
+              (long long)c[g[j].start + i].args[k].off);
+        out(e, "},\n");
+      }
+    out(e, "  };\n");
+  }
+  out(e, "  for (int l = 0; l < %d; l++) {\n", count);
+  for (int i = 0, col = 0; i < g0->len; i++) {
+    const Call *c0 = &c[g0->start + i];
+    out(e, "    ");
+    int k = 0;
+    for (const char *s = c0->text; *s; s++) {
+      if (*s != HOLE) {
+        fputc(*s, e->f);
+        continue;
+      }
+      const Arg *a = &c0->args[k++];
+      const char *off;
+      if (tab[col] >= 0)
+        off = arena_printf(e->a, "off%d[%d][l]", id, tab[col]);
+      else if (stride[col] == 0)
+        off = arena_printf(e->a, "%lld", (long long)a->off);
+      else if (a->off == 0)
+        off = arena_printf(e->a, "l * %lld", (long long)stride[col]);
+      else
+        off = arena_printf(e->a, "%lld %s l * %lld", (long long)a->off, stride[col] < 0 ? "-" : "+",
+                           (long long)(stride[col] < 0 ? -stride[col] : stride[col]));
+      col++;
+      if (a->ctype)
+        out(e, "(%s *)(%s + %s)", a->ctype, region_ptr[a->r], off);
+      else
+        out(e, "(%s + %s)", region_ptr[a->r], off);
+    }
+    out(e, " // %s\n", comment(e, c0->n->name));
+  }
+  out(e, "  }\n");
+}
+
+void emit_segment(E *e, Node *const *nodes, int n, const char *acc) {
+  if (n <= 0) return;
+  Call *c = ARENA_ARRAY(e->a, Call, n);
+  Group *g = ARENA_ARRAY(e->a, Group, n);
+  int ng = 0;
+  for (int i = 0; i < n; i++) {
+    render(e, nodes[i], nodes[i]->role == ROLE_WGT ? acc : "0", &c[i]);
+    const char *blk;
+    int inst;
+    node_key(nodes[i], &blk, &inst);
+    if (ng && blk && g[ng - 1].blk && !strcmp(blk, g[ng - 1].blk) && inst == g[ng - 1].inst)
+      g[ng - 1].len++;
+    else
+      g[ng++] = (Group){i, 1, blk, inst};
+  }
+  for (int i = 0; i < ng;) {
+    int j = i + 1;
+    while (j < ng && same_group(c, &g[i], &g[j])) j++;
+    if (j - i >= 2) {
+      print_loop(e, c, &g[i], j - i);
+    } else {
+      for (int k = 0; k < g[i].len; k++) print_straight(e, &c[g[i].start + k]);
+    }
+    i = j;
+  }
+}
