@@ -101,10 +101,11 @@ typedef struct Plan {
   int64_t const_bytes;      // bytes of the constants at the bottom of REG_ACTS
 } Plan;
 
-// Orders the nodes of one rank and assigns every buffer an offset (liveness-based first fit in
-// the activation region). Batch symbol bound to tc->mb_size. (Being replaced by a plan over the
-// schedule's action lists: plan_memory(Program *, Diag *).)
-bool plan_memory(Graph *g, const TrainConfig *tc, Plan *p, Diag *d);
+struct Program;
+// memplan pass: one plan per rank (prog->ranks[r].plan) from the rank's action list: the order
+// of nodes is the schedule's, never decided here. Batch symbol bound to tc->mb_size. Places with
+// a sweep over time and checks the placement with a second, independent sweep (every build).
+bool plan_memory(struct Program *prog, Diag *d);
 void plan_print(const Graph *g, const TrainConfig *tc, const Plan *p, FILE *out);
 // Warns when the plan's bytes exceed this machine's physical memory (where the generated program
 // refuses to start).
