@@ -15,7 +15,7 @@
 #include "../codegen/codegen.h"
 #include "../ir/ops.h"
 #include "passes.h"
-#include "program.h"
+#include "pipeline.h"
 
 #ifndef PIPEC_VERSION
 #define PIPEC_VERSION "0.0.0"
@@ -23,7 +23,7 @@
 
 enum { EXIT_MODEL = 1, EXIT_USAGE = 2 };
 
-static const char *const pass_names[] = {"expand", "shape", "autodiff", "memplan"};
+static const char *const pass_names[] = {"expand", "shape", "autodiff", "schedule", "memplan"};
 enum { NPASSES = sizeof pass_names / sizeof pass_names[0] };
 
 typedef struct Driver {
@@ -69,7 +69,8 @@ static void usage(FILE *f) {
       "\n"
       "Options:\n"
       "  -D, --define NAME=VALUE  override the model's dims entry NAME (integer or expression)\n"
-      "      --dump-after=PASS    print the IR after PASS (expand, shape, autodiff, memplan)\n"
+      "      --dump-after=PASS    print the IR after PASS (expand, shape, autodiff,\n"
+      "                           schedule, memplan)\n"
       "  -o, --output DIR         where compile/run write the program (default out/MODEL-NAME;\n"
       "                           created with missing parents)\n"
       "      --target TARGET      code generation target: cpu (default)\n"
@@ -103,7 +104,9 @@ static bool after_pass(Driver *dr, const char *name, bool ok) {
   if (dr->time_passes) fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", name, (t - dr->t0) * 1e3);
   if (!ok || dr->diag.errors) return false;
   if (!graph_verify(&dr->graph, &dr->diag)) return false;
-  if (dr->dump_after && strcmp(dr->dump_after, name) == 0) graph_print(&dr->graph, stdout);
+  // The schedule's dump is its action lists (printed by the caller), not the IR.
+  if (dr->dump_after && !strcmp(dr->dump_after, name) && strcmp(name, "schedule"))
+    graph_print(&dr->graph, stdout);
   dr->t0 = now();
   return true;
 }
@@ -300,8 +303,9 @@ int main(int argc, char **argv) {
     bool ok = false;
     for (int i = 0; i < NPASSES; i++) ok |= strcmp(dr.dump_after, pass_names[i]) == 0;
     if (!ok)
-      rc = usage_error("--dump-after: unknown pass '%s' (passes: expand, shape, autodiff, memplan)",
-                       dr.dump_after);
+      rc = usage_error(
+          "--dump-after: unknown pass '%s' (passes: expand, shape, autodiff, schedule, memplan)",
+          dr.dump_after);
   }
   if (rc) {
     RETURN(rc);
@@ -324,22 +328,28 @@ int main(int argc, char **argv) {
 
   bool back = strcmp(dr.command, "check") && strcmp(dr.command, "print");
   back |=
-      dr.dump_after && (!strcmp(dr.dump_after, "autodiff") || !strcmp(dr.dump_after, "memplan"));
+      dr.dump_after && (!strcmp(dr.dump_after, "autodiff") || !strcmp(dr.dump_after, "memplan") ||
+                        !strcmp(dr.dump_after, "schedule"));
   TrainConfig tc;
-  Plan plan;
+  Program prog;
   if (ok && back) {
     ok = training_parse(&src, &dr.graph, dr.sets, dr.nsets, &tc, &dr.diag) &&
          codegen_check_target(&dr.graph, dr.target, &dr.diag);
     dr.t0 = now();
     ok =
         ok && after_pass(&dr, "autodiff", pass_autodiff(&dr.graph, (int)tc.microbatches, &dr.diag));
-    ok = ok && after_pass(&dr, "memplan", plan_memory(&dr.graph, &tc, &plan, &dr.diag));
-    if (ok) plan_warn_memory(&plan, &dr.diag);
+    ok = ok && after_pass(&dr, "schedule",
+                          pass_schedule(&dr.graph, &tc, &prog, &dr.diag) &&
+                              schedule_check(&prog, &dr.diag));
+    if (ok && dr.dump_after && !strcmp(dr.dump_after, "schedule")) schedule_print(&prog, stdout);
+    ok = ok && after_pass(&dr, "memplan", plan_memory(&prog, &dr.diag));
+    if (ok) plan_warn_memory(&prog.ranks[0].plan, &dr.diag);
   }
 
   if (ok && strcmp(dr.command, "check") == 0) print_summary(&dr.graph);
   if (ok && strcmp(dr.command, "print") == 0 && !dr.dump_after) graph_print(&dr.graph, stdout);
-  if (ok && strcmp(dr.command, "plan") == 0) plan_print(&dr.graph, &tc, &plan, stdout);
+  if (ok && strcmp(dr.command, "plan") == 0)
+    plan_print(&dr.graph, &tc, &prog.ranks[0].plan, stdout);
   int status = ok ? 0 : EXIT_MODEL;
   if (ok && (!strcmp(dr.command, "compile") || !strcmp(dr.command, "run"))) {
     const char *out = dr.out_dir
@@ -347,7 +357,7 @@ int main(int argc, char **argv) {
                           : arena_printf(&dr.arena, "out/%s", mangle_dir(&dr.arena, dr.graph.name));
     char *cmdline = dr.cmdline;
     CodegenOptions co = {out, cmdline, dr.model, dr.target, true, dr.march_native};
-    ok = codegen_c(&dr.graph, &tc, &plan, &co, &dr.diag);
+    ok = codegen_c(&dr.graph, &tc, &prog.ranks[0].plan, &co, &dr.diag);
     if (dr.time_passes)
       fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", "codegen", (now() - dr.t0) * 1e3);
     status = ok ? 0 : EXIT_MODEL;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Golden tests: every sample checks with exit 0 and no diagnostics, and its `check` summary,
-# `print` IR, memory `plan` and IR after autodiff equal the files in tests/golden/ (regenerate with UPDATE=1 after a deliberate change).
+# `print` IR, memory `plan`, IR after autodiff and schedule (the per-rank action lists) equal the files in tests/golden/ (regenerate with UPDATE=1 after a deliberate change).
 set -u
 pipec=$1
 root=$2
@@ -8,10 +8,10 @@ cd "$root" || exit 1
 pass=0 fail=0
 for m in samples/*.json; do
   base=$(basename "$m" .json)
-  for cmd in check print plan autodiff; do
+  for cmd in check print plan autodiff schedule; do
     want=tests/golden/$base.$cmd
-    if [ "$cmd" = autodiff ]; then
-      got=$("$pipec" print --dump-after=autodiff "$m" 2>/tmp/pipec_golden_err.$$)
+    if [ "$cmd" = autodiff ] || [ "$cmd" = schedule ]; then
+      got=$("$pipec" print --dump-after=$cmd "$m" 2>/tmp/pipec_golden_err.$$)
     else
       got=$("$pipec" "$cmd" "$m" 2>/tmp/pipec_golden_err.$$)
     fi
