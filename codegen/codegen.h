@@ -1,10 +1,11 @@
 // Codegen's interface: what the driver asks of a back end (check the target can run the graph,
 // print and build the program of each rank). The C back end (emit_c.c) prints one C program per
-// rank against libpipert (runtime/pipert.h) and builds it with the system's C compiler.
+// rank from the rank's action list (pipeline.h) against libpipert (runtime/pipert.h) and builds it
+// with the system's C compiler.
 #ifndef PIPEC_CODEGEN_H
 #define PIPEC_CODEGEN_H
 
-#include "../compiler/program.h"
+#include "../compiler/pipeline.h"
 
 typedef struct CodegenOptions {
   const char *out_dir;    // output directory (created)
@@ -18,8 +19,8 @@ typedef struct CodegenOptions {
 // Whether the target can run every tensor of g (the cpu target: f32 and i32 only).
 bool codegen_check_target(const Graph *g, const char *target, Diag *d);
 
-// Writes out_dir/rank0.c (and builds out_dir/bin/train). Errors are reported through d.
-bool codegen_c(const Graph *g, const TrainConfig *tc, const Plan *p, const CodegenOptions *o,
-               Diag *d);
+// Prints rank `rank`'s program of prog (its action list over its stages, its memory plan) as
+// out_dir/rank<rank>.c and builds it into out_dir/bin/train. Errors are reported through d.
+bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d);
 
 #endif

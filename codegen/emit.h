@@ -11,9 +11,11 @@
 
 typedef struct E {
   FILE *f;               // output
+  const Program *prog;   // the program (stages, channels, every rank's actions)
+  const RankProgram *rp; // the rank printed
   const Graph *g;        // graph
   const TrainConfig *tc; // training configuration (the batch symbol bound to the microbatch)
-  const Plan *p;         // memory plan
+  const Plan *p;         // the rank's memory plan
   Arena *a;              // the graph's arena (every string printed is carved from it)
   char **ident;          // per tensor id: C identifier (a macro over its region and offset)
   bool *used;            // per tensor id: some straight-line code names its identifier

@@ -1,5 +1,6 @@
-// C code generator: prints the training program of one rank from the ordered nodes and the
-// memory plan, then builds it against libpipert.
+// C code generator: prints the training program of one rank from its action list (pipeline.h)
+// and its memory plan, then builds it against libpipert: one function per (stage, phase) and a
+// straight-line train_step() with one call per action.
 //
 // The program is one call per node into the runtime with every size a constant (segment.c:
 // straight-line, or a loop over the structurally identical instances of a repeat block), tensors
@@ -125,24 +126,49 @@ static void emit_tensors(E *e) {
   out(e, "\n");
 }
 
+// One function per (stage, phase) of the rank: F_v(slot), B_v(slot, acc), W_v(slot, acc) (when
+// B and W are split) and step_end_v() (the stage's TIED_SUM), each the segment's nodes in graph
+// order. slot is the microbatch's memory slot (m mod K); with K = 1, the only case codegen
+// prints today (codegen_c refuses others), every buffer is at its slot-0 offset.
 static void emit_functions(E *e) {
-  const Plan *p = e->p;
   out(e, "// Batch rows the losses average over: MB, or the real rows of a partial validation "
          "batch.\nstatic int64_t loss_rows = MB;\n\n");
-  out(e, "// Forward pass of one microbatch (%d nodes).\nstatic void forward(void) {\n", p->nfwd);
-  emit_segment(e, p->fwd, p->nfwd, "0");
-  out(e, "}\n\n");
-  out(e,
-      "// Backward pass of microbatch m (%d nodes): input gradients (B) and weight gradients (W);\n"
-      "// W nodes accumulate into the per-step gradient buffers from the second microbatch on.\n"
-      "static void backward(int m) {\n  const int acc = m > 0;\n  (void)acc;\n",
-      p->nbwd);
-  emit_segment(e, p->bwd, p->nbwd, "acc");
-  out(e, "}\n\n");
-  out(e, "// End of step: gradients of parameters used in several places, summed in use order.\n"
-         "static void step_end(void) {\n");
-  emit_segment(e, p->step, p->nstep, "0");
-  out(e, "}\n\n");
+  for (int i = 0; i < e->rp->nvs; i++) {
+    const VStage *s = &e->prog->vs[e->rp->vs[i]];
+    int v = s->v;
+    out(e,
+        "// Stage %d, forward (F) of one microbatch: %d nodes.\n"
+        "static void F_%d(int slot) {\n  (void)slot;\n",
+        v, s->f.n, v);
+    emit_segment(e, s->f.nodes, s->f.n, "0");
+    out(e, "}\n\n");
+    out(e,
+        "// Stage %d, backward (B) of one microbatch: %d nodes, input gradients%s; acc = 0 for\n"
+        "// the first microbatch of the step, 1 after (weight gradients accumulate over it).\n"
+        "static void B_%d(int slot, int acc) {\n  (void)slot, (void)acc;\n",
+        v, s->b.n, e->prog->split_bw ? "" : " and weight gradients (W nodes, in graph order)", v);
+    emit_segment(e, s->b.nodes, s->b.n, "acc");
+    out(e, "}\n\n");
+    if (e->prog->split_bw) {
+      out(e,
+          "// Stage %d, weight gradients (W) of one microbatch: %d nodes.\n"
+          "static void W_%d(int slot, int acc) {\n  (void)slot, (void)acc;\n",
+          v, s->w.n, v);
+      emit_segment(e, s->w.nodes, s->w.n, "acc");
+      out(e, "}\n\n");
+    }
+    out(e,
+        "// Stage %d, end of step (TIED_SUM): gradients of parameters used in several places,\n"
+        "// summed in use order (%d nodes).\nstatic void step_end_%d(void) {\n",
+        v, s->step.n, v);
+    emit_segment(e, s->step.nodes, s->step.n, "0");
+    out(e, "}\n\n");
+  }
+}
+
+// The forward segments of every stage of the rank, in stage order (evaluation, --gradcheck).
+static void print_forward(E *e, const char *indent) {
+  for (int i = 0; i < e->rp->nvs; i++) out(e, "%sF_%d(0);\n", indent, e->prog->vs[e->rp->vs[i]].v);
 }
 
 static int64_t numel(const E *e, const Tensor *t) {
@@ -221,13 +247,19 @@ static void emit_gradcheck(E *e, bool has_data) {
   out(e, "static void gradcheck_begin(const PrOptions *o) {\n  gc_seed = o->seed;\n");
   if (has_data) out(e, "  gc_data = o->data != NULL;\n  if (gc_data) open_data(o);\n");
   out(e, "}\n\n");
-  out(e,
-      "static void gradcheck_grads(void) {\n  gradcheck_inputs();\n  forward();\n  backward(0);\n"
-      "  step_end();\n}\n\n");
-  out(e,
-      "static double gradcheck_loss(void) {\n  gradcheck_inputs();\n  forward();\n  return "
-      "(double)%s[0] / NMICRO;\n}\n\n",
-      tid(e, g->loss));
+  // Microbatch 0's F, B and W actions and the stage step ends, in the action list's order.
+  out(e, "static void gradcheck_grads(void) {\n  gradcheck_inputs();\n");
+  for (int i = 0; i < e->rp->nacts; i++) {
+    const Action *x = &e->rp->acts[i];
+    if (x->kind == ACT_F && x->m == 0) out(e, "  F_%d(0);\n", x->v);
+    if (x->kind == ACT_B && x->m == 0) out(e, "  B_%d(0, 0);\n", x->v);
+    if (x->kind == ACT_W && x->m == 0) out(e, "  W_%d(0, 0);\n", x->v);
+    if (x->kind == ACT_TIED_SUM) out(e, "  step_end_%d();\n", x->v);
+  }
+  out(e, "}\n\n");
+  out(e, "static double gradcheck_loss(void) {\n  gradcheck_inputs();\n");
+  print_forward(e, "  ");
+  out(e, "  return (double)%s[0] / NMICRO;\n}\n\n", tid(e, g->loss));
 }
 
 static const char *data_kind_name(DataKind k) {
@@ -314,45 +346,85 @@ static void emit_eval(E *e) {
     // losses (loss_rows), as for tables. Random batches weigh 1 each.
     out(e,
         "  if (!whole) {\n"
-        "    pr_tokens_batch(&data, PR_VAL, 0x5eed, k, 0, MB, SEQ, %s, %s);\n"
-        "    forward();\n    r->loss = %s[0];\n    r->weight = 1;\n    return;\n  }\n"
+        "    pr_tokens_batch(&data, PR_VAL, 0x5eed, k, 0, MB, SEQ, %s, %s);\n",
+        tid(e, x), tid(e, y));
+    print_forward(e, "    ");
+    out(e,
+        "    r->loss = %s[0];\n    r->weight = 1;\n    return;\n  }\n"
         "  int64_t valid = pr_tokens_val_seq_batch(&data, k, MB, SEQ, %s, %s);\n",
-        tid(e, x), tid(e, y), tid(e, loss), tid(e, x), tid(e, y));
+        tid(e, loss), tid(e, x), tid(e, y));
   } else {
     out(e, "  (void)whole;\n  int64_t valid = pr_table_val_batch(&data, k, MB, %s, %s);\n",
         tid(e, x), tid(e, y));
   }
   // The last batch wraps around: its losses are means over its real rows (loss_rows), weighted
   // by them.
-  out(e,
-      "  loss_rows = valid;\n  forward();\n  loss_rows = MB;\n"
-      "  r->loss = %s[0];\n  r->weight = (double)valid;\n",
-      tid(e, loss));
+  out(e, "  loss_rows = valid;\n");
+  print_forward(e, "  ");
+  out(e, "  loss_rows = MB;\n  r->loss = %s[0];\n  r->weight = (double)valid;\n", tid(e, loss));
   if (classify)
     out(e, "  r->correct = pr_count_correct(%s, %s, valid, %lld);\n  r->seen = valid;\n",
         tid(e, logits), tid(e, y), (long long)logits->shape.d[1].n);
   out(e, "}\n\n");
 }
 
-// One training step: every microbatch's load, forward and backward, then the step-end nodes.
-static void emit_train_step(E *e) {
+// train_step(), printed from the rank's action list: one line per action, no interpretation at
+// run time. The rank-wide step end (NORM: the global gradient norm, its check and the clip; OPT:
+// the optimizer) is the runtime's, after train_step returns (pr_main): the list must end with
+// them. A stage's accumulating action (W when B and W are split, else B) overwrites the gradient
+// buffers on its first microbatch of the step (acc 0) and adds into them after (acc 1).
+static bool emit_train_step(E *e, Diag *d) {
+  const RankProgram *rp = e->rp;
+  int n = rp->nacts;
+  if (n < 2 || rp->acts[n - 2].kind != ACT_NORM || rp->acts[n - 1].kind != ACT_OPT) {
+    diag_error(d, (Loc){0, 0},
+               "internal error: codegen: rank %d's actions do not end with NORM, OPT", rp->rank);
+    return false;
+  }
+  bool *accumulated = ARENA_ARRAY(e->a, bool, e->prog->nv + 1);
   out(e,
-      "// One training step: M microbatches (load, forward, backward), then the step-end sums;\n"
-      "// the mean loss over the microbatches. Norm, checks, clipping and the optimizer follow in\n"
-      "// the runtime (pr_main).\n"
-      "static double train_step(int64_t step, uint64_t seed) {\n"
-      "  double loss = 0;\n"
-      "  for (int m = 0; m < NMICRO; m++) {\n"
-      "    load_batch(PR_TRAIN, seed, step, m);\n"
-      "    forward();\n"
-      "    loss += %s[0];\n"
-      "    backward(m);\n  }\n"
-      "  step_end();\n"
-      "  return loss / NMICRO;\n}\n\n",
-      tid(e, e->g->loss));
+      "// One training step, from the action list: %d microbatch(es), then the stage step ends;\n"
+      "// returns the mean loss. NORM and OPT (norm, checks, clipping, optimizer) follow in the\n"
+      "// runtime (pr_main).\n"
+      "static double train_step(int64_t step, uint64_t seed) {\n  double loss = 0;\n",
+      e->prog->M);
+  for (int i = 0; i < n - 2; i++) {
+    const Action *x = &rp->acts[i];
+    const VStage *s = x->v >= 0 ? &e->prog->vs[x->v] : NULL;
+    int slot = s && x->m >= 0 ? x->m % s->K : 0;
+    bool acc_action = x->kind == (e->prog->split_bw ? ACT_W : ACT_B);
+    int acc = 0;
+    if (acc_action) acc = accumulated[x->v], accumulated[x->v] = true;
+    switch (x->kind) {
+    case ACT_LOAD:
+      out(e, "  load_batch(PR_TRAIN, seed, step, %d); // LOAD(v%d, m%d)\n", x->m, x->v, x->m);
+      break;
+    case ACT_F:
+      out(e, "  F_%d(%d);\n", x->v, slot);
+      break;
+    case ACT_LOSS:
+      out(e, "  loss += %s[0]; // LOSS(v%d, m%d)\n", tid(e, e->g->loss), x->v, x->m);
+      break;
+    case ACT_B:
+      out(e, "  B_%d(%d, %d);\n", x->v, slot, acc);
+      break;
+    case ACT_W:
+      out(e, "  W_%d(%d, %d);\n", x->v, slot, acc);
+      break;
+    case ACT_TIED_SUM:
+      out(e, "  step_end_%d();\n", x->v);
+      break;
+    default:
+      diag_error(d, (Loc){0, 0},
+                 "the %s target cannot run action %s yet (one rank only: no SEND, RECV)", "cpu",
+                 action_name(x->kind));
+      return false;
+    }
+  }
+  out(e, "  return loss / NMICRO;\n}\n\n");
+  return true;
 }
-
-static bool emit(E *e, const CodegenOptions *o) {
+static bool emit(E *e, const CodegenOptions *o, Diag *d) {
   const Graph *g = e->g;
   const TrainConfig *tc = e->tc;
   const Plan *p = e->p;
@@ -361,11 +433,12 @@ static bool emit(E *e, const CodegenOptions *o) {
   out(e, "// Generated by pipec %s; do not edit.\n// Command: %s\n", PIPEC_VERSION,
       comment(e, o->cmdline));
   out(e,
-      "// Batch %lld = %lld microbatch(es) of %lld; %d forward, %d backward, %d step-end nodes.\n"
+      "// Batch %lld = %lld microbatch(es) of %lld; %d stage(s) on this rank, %d actions per "
+      "step.\n"
       "// The run itself (arguments, resume and save, the loop, evaluation, clipping, optimizer,\n"
       "// logging) is the runtime's pr_main (trainloop.c) over the functions below.\n",
-      (long long)tc->batch, (long long)tc->microbatches, (long long)tc->mb_size, p->nfwd, p->nbwd,
-      p->nstep);
+      (long long)tc->batch, (long long)tc->microbatches, (long long)tc->mb_size, e->rp->nvs,
+      e->rp->nacts);
   out(e, "#include <stdbool.h>\n#include <stdint.h>\n\n#include \"pipert.h\"\n\n");
   out(e, "#define MB %lld // microbatch size (the batch symbol %s)\n", (long long)tc->mb_size,
       comment(e, g->batch_sym));
@@ -405,7 +478,12 @@ static bool emit(E *e, const CodegenOptions *o) {
   bool table = tc->data == DATA_CSV || tc->data == DATA_NPY;
   bool has_data = tokens || table;
   emit_data(e);
-  emit_train_step(e);
+  if (!emit_train_step(e, d)) {
+    fclose(e->f);
+    free(body);
+    e->f = file;
+    return false;
+  }
   if (has_data) {
     emit_eval(e);
     out(e, "static void release_data(void) {\n  if (%s) pr_%s_close(&data);\n}\n\n",
@@ -535,23 +613,41 @@ static bool make_dirs(Arena *a, const char *dir, Diag *d) {
   }
 }
 
-bool codegen_c(const Graph *g, const TrainConfig *tc, const Plan *p, const CodegenOptions *o,
-               Diag *d) {
+bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d) {
+  const Graph *g = prog->g;
+  const RankProgram *rp = &prog->ranks[rank];
   Arena *a = g->arena;
+  if (prog->nranks != 1) {
+    diag_error(d, (Loc){0, 0}, "the %s target runs one rank only (this program has %d)", o->target,
+               prog->nranks);
+    return false;
+  }
+  for (int i = 0; i < rp->nvs; i++)
+    if (prog->vs[rp->vs[i]].K != 1) {
+      diag_error(d, (Loc){0, 0},
+                 "the %s target runs one microbatch in flight per stage only (stage %d has K = %d)",
+                 o->target, rp->vs[i], prog->vs[rp->vs[i]].K);
+      return false;
+    }
   if (!make_dirs(a, o->out_dir, d)) return false;
-  const char *src = arena_printf(a, "%s/rank0.c", o->out_dir),
-             *tmp = arena_printf(a, "%s/.rank0.c.tmp", o->out_dir);
+  const char *src = arena_printf(a, "%s/rank%d.c", o->out_dir, rank),
+             *tmp = arena_printf(a, "%s/.rank%d.c.tmp", o->out_dir, rank);
   FILE *f = fopen(tmp, "w");
   if (!f) {
     diag_error(d, (Loc){0, 0}, "cannot write '%s': %s", tmp, strerror(errno));
     return false;
   }
-  E e = {.f = f, .g = g, .tc = tc, .p = p, .a = a};
+  E e = {.f = f, .prog = prog, .rp = rp, .g = g, .tc = prog->tc, .p = &rp->plan, .a = a};
   e.ident = ARENA_ARRAY(a, char *, g->ntensors);
   e.used = ARENA_ARRAY(a, bool, g->ntensors);
   for (int i = 0; i < g->ntensors; i++) e.ident[i] = (char *)mangle(&e, g->tensors[i]);
-  bool ok = emit(&e, o);
+  int errors = d->errors;
+  bool ok = emit(&e, o, d);
   ok = (fclose(f) == 0) && ok;
+  if (d->errors > errors) { // emit reported why
+    unlink(tmp);
+    return false;
+  }
   if (!ok || rename(tmp, src) != 0) {
     diag_error(d, (Loc){0, 0}, "cannot write '%s': %s", src, strerror(errno));
     unlink(tmp);

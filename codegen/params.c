@@ -16,7 +16,7 @@ static int64_t numel(const E *e, const Tensor *t) {
   return shape_numel(&t->shape, e->tc->mb_size);
 }
 
-// Offsets of a parameter's storage, gradient and optimizer state (-1: none).
+// Offsets of a parameter's storage, gradient and optimizer state (-1: none), from the plan.
 typedef struct Slots {
   int64_t data, grad, m, v; // in params, grads, optimizer state, optimizer state
 } Slots;
@@ -26,8 +26,8 @@ static Slots slots(const E *e, const Tensor *t) {
   Slots s = {e->p->offset[o->id], -1, -1, -1};
   if (t->tied_to || !o->grad) return s;
   s.grad = e->p->offset[o->grad->id];
-  s.m = e->p->opt_offset[o->id];
-  if (e->p->opt_slots > 1) s.v = s.m + (numel(e, o) * 4 + 63) / 64 * 64;
+  s.m = e->p->opt_offsets[o->id * PLAN_OPT_SLOTS + 0]; // the plan's, never recomputed here
+  s.v = e->p->opt_offsets[o->id * PLAN_OPT_SLOTS + 1];
   return s;
 }
 

@@ -357,7 +357,7 @@ int main(int argc, char **argv) {
                           : arena_printf(&dr.arena, "out/%s", mangle_dir(&dr.arena, dr.graph.name));
     char *cmdline = dr.cmdline;
     CodegenOptions co = {out, cmdline, dr.model, dr.target, true, dr.march_native};
-    ok = codegen_c(&dr.graph, &tc, &prog.ranks[0].plan, &co, &dr.diag);
+    ok = codegen_c(&prog, 0, &co, &dr.diag);
     if (dr.time_passes)
       fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", "codegen", (now() - dr.t0) * 1e3);
     status = ok ? 0 : EXIT_MODEL;
