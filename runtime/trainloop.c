@@ -81,6 +81,18 @@ static const char *state_name(char **buf, const char *prefix, const char *name) 
   return s;
 }
 
+// What pr_main allocates for the whole run, reachable from here until it frees it: an error
+// stops the program with pr_fail's exit(1) at any point, and this memory is then still in use,
+// not leaked.
+static struct {
+  PrTensorRef *refs;  // checkpoint: every parameter
+  PrTensorRef *orefs; // checkpoint: the optimizer state
+  bool *tied;         // checkpoint: per parameter, tied to an earlier one
+  PrGrad *grads;      // the step checks' view of the gradients
+  char *names;        // the optimizer state's names
+  double *step_ms;    // step times
+} run;
+
 static void release(const PrProgram *p) {
   if (p->release_data) p->release_data();
   for (int r = 0; r < PR_NREGIONS; r++) pr_free_region(*p->region[r]);
@@ -117,16 +129,16 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   }
   // Checkpoint: parameters (tied ones share their owner's storage), optimizer state, vocabulary.
   int n = p->nparams;
-  PrTensorRef *refs = calloc((size_t)n + 1, sizeof *refs);
-  PrTensorRef *orefs = calloc(2 * (size_t)n + 1, sizeof *orefs);
-  bool *tied = calloc((size_t)n + 1, sizeof *tied);
-  Trainer t = {p, calloc((size_t)n + 1, sizeof(PrGrad))};
+  PrTensorRef *refs = run.refs = calloc((size_t)n + 1, sizeof *refs);
+  PrTensorRef *orefs = run.orefs = calloc(2 * (size_t)n + 1, sizeof *orefs);
+  bool *tied = run.tied = calloc((size_t)n + 1, sizeof *tied);
+  Trainer t = {p, run.grads = calloc((size_t)n + 1, sizeof(PrGrad))};
   prCheck(refs && orefs && tied && t.grads, "the machine is out of memory",
           "cannot allocate the parameter table");
   // The optimizer state's names ("m.NAME", "v.NAME") in one block.
   size_t bytes = 1;
   for (int i = 0; i < n; i++) bytes += 2 * (strlen(p->params[i].name) + 3);
-  char *names = malloc(bytes), *names_base = names;
+  char *names = run.names = malloc(bytes);
   prCheck(names != NULL, "the machine is out of memory", "cannot allocate the parameter table");
   int nopt = 0;
   for (int i = 0; i < n; i++) {
@@ -160,7 +172,7 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   int64_t done = 0;
   // Step times of at most the first 2^20 steps (8 MiB): --steps may be up to 2^63 - 1.
   const int64_t timed = o.steps - start < (1 << 20) ? o.steps - start : (1 << 20);
-  double *step_ms = calloc((size_t)(timed > 0 ? timed : 1), sizeof(double));
+  double *step_ms = run.step_ms = calloc((size_t)(timed > 0 ? timed : 1), sizeof(double));
   prCheck(step_ms != NULL, "the machine is out of memory", "cannot allocate the step timer");
   for (int64_t step = start; step < o.steps; step++) {
     double ts = pr_now(), lr = pr_lr_at(&lrs, step);
@@ -188,6 +200,7 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
            pr_median(step_ms + 5, (done < timed ? done : timed) - 5),
            (long long)((done < timed ? done : timed) - 5));
   free(step_ms);
+  run.step_ms = NULL;
   if (o.save) {
     pr_checkpoint_save(o.save, &ck, start + done);
     if (!o.quiet) printf("saved %s (and its optimizer state %s.optim)\n", o.save, o.save);
@@ -195,11 +208,12 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   prCheck(!loss_log_bad, "check that the disk has room (the log is incomplete)",
           "--loss-log: writing '%s' failed", o.loss_log);
   if (!o.quiet) printf("peak RSS %.1f MiB\n", (double)pr_peak_rss_bytes() / (1 << 20));
-  free(names_base);
-  free(refs);
-  free(orefs);
-  free(tied);
-  free(t.grads);
+  free(run.names);
+  free(run.refs);
+  free(run.orefs);
+  free(run.tied);
+  free(run.grads);
+  run.names = NULL, run.refs = run.orefs = NULL, run.tied = NULL, run.grads = NULL;
   release(p);
   return 0;
 }
