@@ -308,6 +308,7 @@ int main(int argc, char **argv) {
   dr.model = positional[1];
 
   diag_init(&dr.diag, dr.model, stderr);
+  dr.diag.excerpts = true; // the source line and a caret under each located message
   graph_init(&dr.graph, &dr.arena);
   ExpandOptions eo = {dr.defines, dr.ndefines};
   Source src;
