@@ -18,7 +18,7 @@
 
 #include "../ir/ops.h"
 #include "passes.h"
-#include "program.h"
+#include "pipeline.h"
 
 #ifndef PIPEC_VERSION
 #define PIPEC_VERSION "0.0.0"
@@ -51,7 +51,8 @@ typedef struct Driver {
   Source src;             // the model file, parsed (source_load)
   Graph graph;            // the IR
   TrainConfig tc;         // training configuration (training pass)
-  Plan plan;              // memory plan (memplan pass)
+  Program prog;           // per-rank action lists (schedule pass) and each rank's memory plan
+                          // (memplan pass: prog.ranks[r].plan)
 } Driver;
 
 static double now(void) {
@@ -80,11 +81,16 @@ static bool run_autodiff(Driver *dr) {
   return pass_autodiff(&dr->graph, (int)dr->tc.microbatches, &dr->diag);
 }
 
-// The plan is the target's: its buffers hold what the target computes in.
+static bool run_schedule(Driver *dr) {
+  return pass_schedule(&dr->graph, &dr->tc, &dr->prog, &dr->diag);
+}
+
+// The plan is the target's: its buffers hold what the target computes in. plan_memory checks
+// its placement itself (an independent sweep, in every build).
 static bool run_memplan(Driver *dr) {
   if (!codegen_check_target(&dr->graph, dr->target, &dr->diag)) return false;
-  if (!plan_memory(&dr->graph, &dr->tc, &dr->plan, &dr->diag)) return false;
-  plan_warn_memory(&dr->plan, &dr->diag);
+  if (!plan_memory(&dr->prog, &dr->diag)) return false;
+  plan_warn_memory(&dr->prog.ranks[0].plan, &dr->diag);
   return true;
 }
 
@@ -101,11 +107,15 @@ static bool run_codegen(Driver *dr) {
   if (!dr->out)
     dr->out = arena_printf(&dr->arena, "out/%s", mangle_dir(&dr->arena, dr->graph.name));
   CodegenOptions co = {dr->out, dr->cmdline, dr->model, dr->target, dr->build, dr->march_native};
-  return codegen_c(&dr->graph, &dr->tc, &dr->plan, &co, &dr->diag);
+  return codegen_c(&dr->graph, &dr->tc, &dr->prog.ranks[0].plan, &co, &dr->diag);
 }
 
 static bool check_ir(Driver *dr) {
   return graph_verify(&dr->graph, &dr->diag);
+}
+
+static bool check_schedule(Driver *dr) {
+  return schedule_check(&dr->prog, &dr->diag);
 }
 
 static void dump_ir(Driver *dr, FILE *out) {
@@ -116,8 +126,12 @@ static void dump_training(Driver *dr, FILE *out) {
   training_print(&dr->graph, &dr->tc, out);
 }
 
+static void dump_schedule(Driver *dr, FILE *out) {
+  schedule_print(&dr->prog, out);
+}
+
 static void dump_plan(Driver *dr, FILE *out) {
-  plan_print(&dr->graph, &dr->tc, &dr->plan, out);
+  plan_print(&dr->graph, &dr->tc, &dr->prog.ranks[0].plan, out);
 }
 
 // The generated program, as written.
@@ -148,6 +162,7 @@ static const Pass passes[] = {
     {"shape", run_shape, check_ir, dump_ir, "the IR with shapes (= pipec print)"},
     {"training", run_training, NULL, dump_training, "the training configuration, --set applied"},
     {"autodiff", run_autodiff, check_ir, dump_ir, "the IR with the backward and step-end nodes"},
+    {"schedule", run_schedule, check_schedule, dump_schedule, "each rank's action list"},
     {"memplan", run_memplan, NULL, dump_plan, "the memory plan (= pipec plan)"},
     {"codegen", run_codegen, NULL, dump_codegen, "the generated program (OUT/rank0.c)"},
 };
@@ -330,7 +345,7 @@ static int finish_print(Driver *dr) {
 }
 
 static int finish_plan(Driver *dr) {
-  plan_print(&dr->graph, &dr->tc, &dr->plan, stdout);
+  plan_print(&dr->graph, &dr->tc, &dr->prog.ranks[0].plan, stdout);
   return 0;
 }
 

@@ -1,12 +1,20 @@
-// memplan pass: the order of one rank's nodes and a static offset for every buffer.
+// memplan pass: a static offset for every buffer of each rank, from the rank's action list
+// (pipeline.h). The order of nodes is the schedule's: this pass never decides it.
 //
 // Regions: params (owners back to back in canonical order; a tied parameter shares its owner's
-// bytes), grads (every per-step gradient buffer back to back), optimizer state (AdamW m and v,
-// SGD momentum, per owner parameter that gets a gradient), activations. The activation region
-// holds everything that lives within one microbatch: data inputs, activations, hidden saved
-// outputs, activation gradients, kernel workspaces, and the constants. Each gets a live interval
-// over the microbatch's node sequence (forward nodes, then backward nodes) and is placed by
-// first fit, biggest first, at the lowest offset free for its whole interval.
+// bytes), grads (every per-step gradient buffer back to back), optimizer state (per owner
+// parameter that gets a gradient, its AdamW m and v or SGD momentum, each slot's offset in the
+// plan), activations. The activation region holds the constants at its bottom (live for the whole
+// run), then for every virtual stage of the rank K slots: slot m mod K holds everything of
+// microbatch m on that stage. A slot's layout is planned once over the stage's one-microbatch
+// timeline, read off the action list: the actions of the stage's first microbatch in list order,
+// one position per node of a compute action (F, B, W) and one for every other action (LOAD, LOSS,
+// SEND, RECV), the step end after them. A buffer live across actions (a loaded input, a forward
+// activation kept for B, the loss until LOSS, a dy kept for W) is SAVED; one live within one
+// action (most gradients, kernel workspaces) is TEMP. Both are placed together in the slot by a
+// sweep over the timeline (place.c), so a temporary reuses bytes of saved buffers already dead;
+// this is valid for any K because microbatch m + K starts on the slot only after m's last action
+// there. The placement is checked by an independent sweep in every build.
 //
 // Every size, sum, alignment and offset is computed with checked arithmetic: a plan whose regions
 // together would exceed 2^63 - 1 bytes is an error naming the tensor (or node workspace) that
@@ -15,7 +23,8 @@
 #include <unistd.h>
 
 #include "../ir/ops.h"
-#include "program.h"
+#include "pipeline.h"
+#include "place.h"
 
 enum { ALIGN = 64 };
 
@@ -42,55 +51,6 @@ static bool too_big(Diag *d, const Graph *g, const Tensor *t, const char *region
   return false;
 }
 
-typedef struct Item {
-  int64_t bytes; // size
-  int lo, hi;    // live interval (node positions, inclusive)
-  int64_t *dst;  // where the offset goes
-  int key;       // tie-break for a stable order
-} Item;
-
-static int by_size(const void *a, const void *b) {
-  const Item *x = a, *y = b;
-  if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
-  return x->key - y->key;
-}
-
-static int by_offset(const void *a, const void *b) {
-  int64_t x = *(*(Item *const *)a)->dst, y = *(*(Item *const *)b)->dst;
-  return (x > y) - (x < y);
-}
-
-// First fit over intervals; returns the region size, or -1 when an item would end past room
-// (*over: that item's key).
-static int64_t place(Item *items, int n, Arena *a, int64_t room, int *over) {
-  qsort(items, (size_t)n, sizeof(Item), by_size);
-  Item **placed = ARENA_ARRAY(a, Item *, n + 1), **live = ARENA_ARRAY(a, Item *, n + 1);
-  int np = 0;
-  int64_t top = 0;
-  for (int i = 0; i < n; i++) {
-    Item *it = &items[i];
-    int nl = 0;
-    for (int j = 0; j < np; j++)
-      if (placed[j]->lo <= it->hi && it->lo <= placed[j]->hi) live[nl++] = placed[j];
-    qsort(live, (size_t)nl, sizeof(Item *), by_offset);
-    int64_t off = 0;
-    for (int j = 0; j < nl; j++) {
-      int64_t lo = *live[j]->dst, hi = lo + align_up(live[j]->bytes);
-      if (off + align_up(it->bytes) <= lo) break;
-      if (hi > off) off = hi;
-    }
-    int64_t end;
-    if (__builtin_add_overflow(off, align_up(it->bytes), &end) || end > room) {
-      *over = it->key;
-      return -1;
-    }
-    *it->dst = off;
-    if (end > top) top = end;
-    placed[np++] = it;
-  }
-  return top;
-}
-
 // Bytes of t with the batch bound (at most 2^55: shape_numel caps elements at 2^53); -1 when the
 // element count is not known to fit.
 static int64_t tensor_bytes(const Tensor *t, int64_t batch) {
@@ -99,48 +59,140 @@ static int64_t tensor_bytes(const Tensor *t, int64_t batch) {
   return bytes;
 }
 
-bool plan_memory(Graph *g, const TrainConfig *tc, Plan *p, Diag *d) {
-  Arena *a = g->arena;
-  int64_t B = tc->mb_size;
-  *p = (Plan){0};
+// One virtual stage's one-microbatch timeline (see the top paragraph).
+typedef struct Timeline {
+  int *pos;    // per node id: its position (-1: not a node of this stage's computes)
+  int *act_of; // per position: the action it belongs to (index in the rank's list; -1: step end)
+  int load;    // LOAD's position (-1: none)
+  int after_f; // where the host reads after F: LOSS's position, else the one after the F segment
+  int end;     // the step end (one past the last position)
+} Timeline;
+
+static void timeline(const Program *prog, const RankProgram *r, int v, Arena *a, Timeline *tl) {
+  const VStage *s = &prog->vs[v];
+  int npos = s->f.n + s->b.n + s->w.n + 4 * (r->nacts + 1);
+  tl->pos = ARENA_ARRAY(a, int, prog->g->nnodes + 1);
+  tl->act_of = ARENA_ARRAY(a, int, npos + 1);
+  for (int i = 0; i < prog->g->nnodes; i++) tl->pos[i] = -1;
+  tl->load = tl->after_f = -1;
+  int q = 0, m0 = -1;
+  for (int i = 0; i < r->nacts; i++) {
+    const Action *x = &r->acts[i];
+    if (x->m < 0 || x->v != v || x->kind == ACT_SEND || x->kind == ACT_RECV) continue;
+    if (m0 < 0) m0 = x->m;
+    if (x->m != m0) continue;
+    const Segment *seg = x->kind == ACT_F ? &s->f : x->kind == ACT_B ? &s->b : &s->w;
+    switch (x->kind) {
+    case ACT_F:
+    case ACT_B:
+    case ACT_W:
+      for (int k = 0; k < seg->n; k++) tl->pos[seg->nodes[k]->id] = q, tl->act_of[q++] = i;
+      if (x->kind == ACT_F && tl->after_f < 0) tl->after_f = q;
+      break;
+    case ACT_LOSS:
+      tl->after_f = q;
+      tl->act_of[q++] = i;
+      break;
+    case ACT_LOAD:
+      tl->load = q;
+      tl->act_of[q++] = i;
+      break;
+    default:
+      tl->act_of[q++] = i;
+    }
+  }
+  if (tl->after_f < 0) tl->after_f = q;
+  if (tl->load < 0) tl->load = 0;
+  tl->end = q;
+  tl->act_of[q] = -1;
+}
+
+// Plan.fwd/bwd/step of the rank's first stage, in the order its actions run them.
+static void node_lists(const Program *prog, const RankProgram *r, Plan *p, Arena *a) {
+  const Graph *g = prog->g;
   p->fwd = ARENA_ARRAY(a, Node *, g->nnodes + 1);
   p->bwd = ARENA_ARRAY(a, Node *, g->nnodes + 1);
   p->step = ARENA_ARRAY(a, Node *, g->nnodes + 1);
-  int *pos = ARENA_ARRAY(a, int, g->nnodes + 1);
-  for (int i = 0; i < g->nnodes; i++) {
-    Node *n = g->nodes[i];
-    if (n->role == ROLE_FWD)
-      pos[i] = p->nfwd, p->fwd[p->nfwd++] = n;
-    else if (n->role == ROLE_STEP)
-      pos[i] = -1, p->step[p->nstep++] = n;
-    else
-      pos[i] = -2, p->bwd[p->nbwd++] = n;
-  }
-  for (int i = 0; i < p->nbwd; i++) pos[p->bwd[i]->id] = p->nfwd + i;
-  int end = p->nfwd + p->nbwd; // one past the last position
+  if (r->nvs == 0) return;
+  const VStage *s = &prog->vs[r->vs[0]];
+  for (int k = 0; k < s->f.n; k++) p->fwd[p->nfwd++] = s->f.nodes[k];
+  for (int k = 0; k < s->b.n; k++) p->bwd[p->nbwd++] = s->b.nodes[k];
+  for (int k = 0; k < s->w.n; k++) p->bwd[p->nbwd++] = s->w.nodes[k];
+  for (int k = 0; k < s->step.n; k++) p->step[p->nstep++] = s->step.nodes[k];
+}
 
+// Whether virtual stage v runs on rank r.
+static bool on_rank(const Program *prog, const RankProgram *r, int v) {
+  return v >= 0 && v < prog->nv && prog->vs[v].rank == r->rank;
+}
+
+// The virtual stage a tensor's per-microbatch buffer belongs to (-1: none): its producer's, or
+// for an input its first consumer's (stage 0's when none reads it: the loader still fills it).
+static int stage_of(const Program *prog, const Tensor *t) {
+  if (t->kind == T_ACT) return prog->vstage_of_node[t->producer->id];
+  if (t->kind == T_INPUT) return t->nuses ? prog->vstage_of_node[t->uses[0].node->id] : 0;
+  return -1;
+}
+
+// Whether any node of rank r reads t.
+static bool used_on(const Program *prog, const RankProgram *r, const Tensor *t) {
+  for (int u = 0; u < t->nuses; u++)
+    if (on_rank(prog, r, prog->vstage_of_node[t->uses[u].node->id])) return true;
+  return false;
+}
+
+static bool overlap_error(Diag *d, const Graph *g, int x, int y) {
+  const char *nx = x < g->ntensors ? g->tensors[x]->name : g->nodes[x - g->ntensors]->name;
+  const char *ny = y < g->ntensors ? g->tensors[y]->name : g->nodes[y - g->ntensors]->name;
+  diag_error(d, (Loc){0, 0},
+             "internal error: memplan: buffers '%s' and '%s' overlap while both are live", nx, ny);
+  return false;
+}
+
+static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
+  Graph *g = prog->g;
+  const TrainConfig *tc = prog->tc;
+  Plan *p = &r->plan;
+  Arena *a = g->arena;
+  int64_t B = tc->mb_size;
+  *p = (Plan){0};
+  node_lists(prog, r, p, a);
   p->region = ARENA_ARRAY(a, Region, g->ntensors);
   p->offset = ARENA_ARRAY(a, int64_t, g->ntensors);
   p->opt_offset = ARENA_ARRAY(a, int64_t, g->ntensors);
+  p->opt_offsets = ARENA_ARRAY(a, int64_t, (size_t)g->ntensors * PLAN_OPT_SLOTS);
+  p->cls = ARENA_ARRAY(a, BufClass, g->ntensors);
   p->ws_offset = ARENA_ARRAY(a, int64_t, g->nnodes + 1);
+  p->nv = prog->nv;
+  p->slot_stride = ARENA_ARRAY(a, int64_t, prog->nv + 1);
+  p->slots = ARENA_ARRAY(a, int, prog->nv + 1);
   p->opt_slots = tc->opt == OPT_ADAMW ? 2 : 1;
   for (int i = 0; i < g->ntensors; i++) p->offset[i] = p->opt_offset[i] = -1;
+  for (int i = 0; i < g->ntensors * PLAN_OPT_SLOTS; i++) p->opt_offsets[i] = -1;
   for (int i = 0; i < g->nnodes; i++) p->ws_offset[i] = -1;
+  if (prog->nch > 0) {
+    diag_error(d, (Loc){0, 0}, "internal error: memplan: channels between stages are not planned");
+    return false;
+  }
 
   // Every tensor's size is known to fit before anything is summed.
   for (int i = 0; i < g->ntensors; i++)
     if (tensor_bytes(g->tensors[i], B) < 0) return too_big(d, g, g->tensors[i], "activations");
   int64_t total = 0; // bytes of all regions so far
-  // Parameters and optimizer state, in canonical order.
+  // Parameters and optimizer state, in canonical order: those the rank's nodes read (one rank:
+  // all of them).
   for (int i = 0; i < g->nparams; i++) {
     Tensor *t = g->params[i];
-    if (t->tied_to) continue;
+    if (t->tied_to || (prog->nranks > 1 && !used_on(prog, r, t))) continue;
     int64_t sz = align_up(tensor_bytes(t, B)), opt;
     p->region[t->id] = REG_PARAMS;
+    p->cls[t->id] = BUF_PARAM;
     p->offset[t->id] = p->bytes[REG_PARAMS];
     if (!grow(&total, &p->bytes[REG_PARAMS], sz)) return too_big(d, g, t, "params");
     if (t->grad) {
       p->opt_offset[t->id] = p->bytes[REG_OPT];
+      for (int k = 0; k < p->opt_slots; k++)
+        p->opt_offsets[t->id * PLAN_OPT_SLOTS + k] = p->bytes[REG_OPT] + k * sz;
       if (__builtin_mul_overflow((int64_t)p->opt_slots, sz, &opt) ||
           !grow(&total, &p->bytes[REG_OPT], opt))
         return too_big(d, g, t, "optimizer");
@@ -148,81 +200,108 @@ bool plan_memory(Graph *g, const TrainConfig *tc, Plan *p, Diag *d) {
   }
   for (int i = 0; i < g->nparams; i++) {
     Tensor *t = g->params[i];
-    if (t->tied_to) p->region[t->id] = REG_PARAMS, p->offset[t->id] = p->offset[t->tied_to->id];
+    if (t->tied_to && p->cls[t->tied_to->id] == BUF_PARAM)
+      p->region[t->id] = REG_PARAMS, p->cls[t->id] = BUF_PARAM,
+      p->offset[t->id] = p->offset[t->tied_to->id];
   }
-  // Per-step gradient buffers.
+  // Per-step gradient buffers of the rank's stages.
   for (int i = 0; i < g->ntensors; i++) {
     Tensor *t = g->tensors[i];
-    if (t->kind != T_ACT || !t->per_step) continue;
+    if (t->kind != T_ACT || !t->per_step || !on_rank(prog, r, stage_of(prog, t))) continue;
     p->region[t->id] = REG_GRADS;
+    p->cls[t->id] = BUF_GRAD;
     p->offset[t->id] = p->bytes[REG_GRADS];
     if (!grow(&total, &p->bytes[REG_GRADS], align_up(tensor_bytes(t, B))))
       return too_big(d, g, t, "grads");
   }
-  // Everything else lives in the activation region with an interval.
-  Item *items = ARENA_ARRAY(a, Item, g->ntensors + g->nnodes + 1);
-  int n = 0;
+  // Constants the rank reads, back to back at the bottom of the activation region.
   for (int i = 0; i < g->ntensors; i++) {
     Tensor *t = g->tensors[i];
-    if (t->kind == T_PARAM || (t->kind == T_ACT && t->per_step)) continue;
-    int lo, hi;
-    if (t->kind == T_CONST)
-      lo = -2, hi = end;
-    else if (t->kind == T_INPUT)
-      lo = -1, hi = -1;
-    else
-      lo = hi = pos[t->producer->id];
-    if (t->kind == T_ACT && lo < 0) {
-      diag_error(d, t->loc,
-                 "internal error: memplan: per-microbatch tensor '%s' made by a step node",
-                 t->name);
-      return false;
-    }
-    for (int u = 0; u < t->nuses; u++) {
-      int q = pos[t->uses[u].node->id];
-      if (q < 0) q = end; // read by a step node: must outlive the microbatch
-      if (q > hi) hi = q;
-    }
-    if (t == g->loss || t->kind == T_INPUT)
-      hi = hi > p->nfwd ? hi : p->nfwd; // read by the host after F
-    for (int k = 0; k < g->noutputs; k++)
-      if (g->outputs[k] == t && hi < p->nfwd) hi = p->nfwd;
+    if (t->kind != T_CONST || (prog->nranks > 1 && !used_on(prog, r, t))) continue;
     p->region[t->id] = REG_ACTS;
-    items[n++] = (Item){tensor_bytes(t, B), lo, hi, &p->offset[t->id], i};
+    p->cls[t->id] = BUF_CONST;
+    p->offset[t->id] = p->bytes[REG_ACTS];
+    if (!grow(&total, &p->bytes[REG_ACTS], align_up(tensor_bytes(t, B))))
+      return too_big(d, g, t, "activations");
   }
-  for (int i = 0; i < g->nnodes; i++) {
-    Node *nd = g->nodes[i];
-    if (!nd->op->workspace) continue;
-    int64_t ws = nd->op->workspace(nd, B);
-    if (ws < 0 || ws > ((int64_t)1 << 55)) { // the bound of a tensor's bytes
-      diag_error(d, nd->loc, "%s \"%s\": its kernel workspace (%lld bytes) is too large",
-                 nd->path ? nd->path : "model", nd->name, (long long)ws);
+  p->const_bytes = p->bytes[REG_ACTS];
+  // Per stage: its slot's layout over the stage's timeline, then K slots.
+  PlaceItem *items = ARENA_ARRAY(a, PlaceItem, g->ntensors + g->nnodes + 1);
+  for (int k = 0; k < r->nvs; k++) {
+    int v = r->vs[k];
+    Timeline tl;
+    timeline(prog, r, v, a, &tl);
+    int n = 0;
+    for (int i = 0; i < g->ntensors; i++) {
+      Tensor *t = g->tensors[i];
+      if ((t->kind != T_ACT && t->kind != T_INPUT) || t->per_step || stage_of(prog, t) != v)
+        continue;
+      int lo = t->kind == T_INPUT ? tl.load : tl.pos[t->producer->id], hi = lo;
+      if (lo < 0) {
+        diag_error(d, t->loc,
+                   "internal error: memplan: per-microbatch tensor '%s' made by a step node",
+                   t->name);
+        return false;
+      }
+      for (int u = 0; u < t->nuses; u++) {
+        int q = tl.pos[t->uses[u].node->id];
+        if (q < 0) q = tl.end; // read by a step node: must outlive the microbatch
+        if (q > hi) hi = q;
+      }
+      if (t == g->loss || t->kind == T_INPUT)
+        hi = hi > tl.after_f ? hi : tl.after_f; // read by the host after F
+      for (int o = 0; o < g->noutputs; o++)
+        if (g->outputs[o] == t && hi < tl.after_f) hi = tl.after_f;
+      p->region[t->id] = REG_ACTS;
+      p->cls[t->id] = tl.act_of[lo] == tl.act_of[hi] ? BUF_TEMP : BUF_SAVED;
+      items[n++] = (PlaceItem){tensor_bytes(t, B), lo, hi, i, 0};
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+      Node *nd = g->nodes[i];
+      if (!nd->op->workspace || tl.pos[i] < 0) continue;
+      int64_t ws = nd->op->workspace(nd, B);
+      if (ws < 0 || ws > ((int64_t)1 << 55)) { // the bound of a tensor's bytes
+        diag_error(d, nd->loc, "%s \"%s\": its kernel workspace (%lld bytes) is too large",
+                   nd->path ? nd->path : "model", nd->name, (long long)ws);
+        return false;
+      }
+      items[n++] = (PlaceItem){ws, tl.pos[i], tl.pos[i], g->ntensors + i, 0};
+    }
+    int over = -1, x = -1, y = -1;
+    int64_t stride = place_items(items, n, INT64_MAX - total, a, &over), slots = 0;
+    const VStage *s = &prog->vs[v];
+    if (stride >= 0 &&
+        (__builtin_mul_overflow(stride, (int64_t)s->K, &slots) || slots > INT64_MAX - total))
+      stride = -1, over = items[0].key; // K slots do not fit (n > 0: stride > 0)
+    if (stride < 0) {
+      if (over < g->ntensors) return too_big(d, g, g->tensors[over], "activations");
+      const Node *nd = g->nodes[over - g->ntensors];
+      diag_error(d, nd->loc,
+                 "%s \"%s\": placing its kernel workspace in the activations region, the memory "
+                 "plan would exceed 2^63 bytes",
+                 nd->path ? nd->path : "model", nd->name);
       return false;
     }
-    items[n++] = (Item){ws, pos[i], pos[i], &p->ws_offset[i], g->ntensors + i};
-  }
-  int over = -1;
-  p->bytes[REG_ACTS] = place(items, n, a, INT64_MAX - total, &over);
-  if (p->bytes[REG_ACTS] < 0) {
-    if (over < g->ntensors) return too_big(d, g, g->tensors[over], "activations");
-    const Node *nd = g->nodes[over - g->ntensors];
-    diag_error(d, nd->loc,
-               "%s \"%s\": placing its kernel workspace in the activations region, the memory plan "
-               "would exceed 2^63 bytes",
-               nd->path ? nd->path : "model", nd->name);
-    return false;
-  }
-  // Check the placement: no two buffers that are live at the same time share a byte.
-  for (int i = 0; i < n; i++)
-    for (int j = i + 1; j < n; j++) {
-      const Item *x = &items[i], *y = &items[j];
-      if (x->lo > y->hi || y->lo > x->hi) continue;
-      if (*x->dst + x->bytes <= *y->dst || *y->dst + y->bytes <= *x->dst) continue;
-      diag_error(d, (Loc){0, 0},
-                 "internal error: memplan: buffers %d and %d overlap while both are live", x->key,
-                 y->key);
-      return false;
+    // The placement's checker: no two buffers live at a common position share a byte.
+    if (!place_verify(items, n, a, &x, &y)) return overlap_error(d, g, x, y);
+    int64_t base = p->bytes[REG_ACTS];
+    for (int i = 0; i < n; i++) {
+      int64_t off = base + items[i].off;
+      if (items[i].key < g->ntensors)
+        p->offset[items[i].key] = off;
+      else
+        p->ws_offset[items[i].key - g->ntensors] = off;
     }
+    p->slot_stride[v] = stride;
+    p->slots[v] = s->K;
+    p->bytes[REG_ACTS] += slots, total += slots; // fit: checked above
+  }
+  return true;
+}
+
+bool plan_memory(Program *prog, Diag *d) {
+  for (int r = 0; r < prog->nranks; r++)
+    if (!plan_rank(prog, &prog->ranks[r], d)) return false;
   return true;
 }
 

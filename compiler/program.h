@@ -1,6 +1,6 @@
 // What the back half of the compiler works on: the training configuration (the model's
-// `training` section with command-line overrides), the per-rank program (the order in which
-// forward, backward and step-end nodes run) and its static memory plan.
+// `training` section with command-line overrides) and one rank's static memory plan. The per-rank
+// program itself (stages, channels, action lists) is in pipeline.h.
 #ifndef PIPEC_PROGRAM_H
 #define PIPEC_PROGRAM_H
 
@@ -64,24 +64,51 @@ typedef enum Region {
   REG_COUNT
 } Region;
 
+// How a buffer lives, which decides where the plan puts it.
+typedef enum BufClass {
+  BUF_NONE,  // no storage on this rank
+  BUF_PARAM, // a parameter (REG_PARAMS)
+  BUF_GRAD,  // a per-step gradient buffer (REG_GRADS)
+  BUF_CONST, // a constant, filled once at start, live for the whole run (REG_ACTS, below slots)
+  BUF_SAVED, // lives across actions of one microbatch (kept for B/W, a dy kept for W, a received
+             // boundary tensor, a loaded input, the loss until LOSS): one copy per slot
+  BUF_TEMP   // lives within one action (REG_ACTS, in the slot, reused by later actions)
+} BufClass;
+
+enum { PLAN_OPT_SLOTS = 2 }; // most optimizer state tensors per parameter (AdamW m and v)
+
+// One rank's memory plan. REG_ACTS holds the constants at its bottom, then per virtual stage of
+// the rank K slots of slot_stride bytes each: slot k holds everything of the microbatches m with
+// m mod K == k on that stage (saved buffers and the temporaries of its actions, placed over the
+// stage's one-microbatch timeline LOAD, F, LOSS, B, W). offset[] of a saved or temporary buffer
+// is its address in slot 0; slot k adds k * slot_stride[v].
 typedef struct Plan {
-  Node **fwd;               // forward nodes of one microbatch, in order
+  Node **fwd;               // forward nodes of one microbatch, in order (stage 0's F segment)
   int nfwd;                 // count
-  Node **bwd;               // backward nodes (B and W) of one microbatch, in order
+  Node **bwd;               // backward nodes (B, then W if split) of one microbatch, in order
   int nbwd;                 // count
   Node **step;              // step-end nodes (sums of parameter use buffers)
   int nstep;                // count
   int64_t bytes[REG_COUNT]; // size of each region
   Region *region;           // per tensor id: its region
   int64_t *offset;          // per tensor id: byte offset in its region (-1: no storage)
-  int64_t *ws_offset;       // per node id: workspace offset in REG_ACTS (-1: none)
+  int64_t *ws_offset;       // per node id: workspace offset in REG_ACTS (-1: none), a TEMP
   int64_t *opt_offset;      // per tensor id (owner params): optimizer state offset in REG_OPT
   int opt_slots;            // optimizer state tensors per parameter (AdamW 2, SGD 1)
+  int64_t *opt_offsets;     // per tensor id * PLAN_OPT_SLOTS + k: offset of its optimizer state
+                            // k (AdamW 0 = m, 1 = v; SGD 0 = momentum) in REG_OPT, -1 none
+  BufClass *cls;            // per tensor id: how it lives
+  int nv;                   // virtual stages of the program (length of the per-stage arrays)
+  int64_t *slot_stride;     // per virtual stage: bytes of one slot (0: not on this rank)
+  int *slots;               // per virtual stage: its K (0: not on this rank)
+  int64_t const_bytes;      // bytes of the constants at the bottom of REG_ACTS
 } Plan;
 
-// Orders the nodes of one rank and assigns every buffer an offset (liveness-based first fit in
-// the activation region). Batch symbol bound to tc->mb_size.
-bool plan_memory(Graph *g, const TrainConfig *tc, Plan *p, Diag *d);
+struct Program;
+// memplan pass: one plan per rank (prog->ranks[r].plan) from the rank's action list: the order
+// of nodes is the schedule's, never decided here. Batch symbol bound to tc->mb_size. Places with
+// a sweep over time and checks the placement with a second, independent sweep (every build).
+bool plan_memory(struct Program *prog, Diag *d);
 void plan_print(const Graph *g, const TrainConfig *tc, const Plan *p, FILE *out);
 // Warns when the plan's bytes exceed this machine's physical memory (where the generated program
 // refuses to start).

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Golden tests: every sample checks with exit 0 and no diagnostics, and its `check` summary,
 # `print` IR, memory `plan` and the dumps of the passes listed below (`print --dump-after=PASS`:
-# the IR after autodiff) equal the files in tests/golden/ (regenerate with UPDATE=1 after a
-# deliberate change).
+# the IR after autodiff, the schedule's per-rank action lists) equal the files in tests/golden/
+# (regenerate with UPDATE=1 after a deliberate change).
 set -u
 pipec=$1
 root=$2
@@ -10,7 +10,7 @@ cd "$root" || exit 1
 pass=0 fail=0
 for m in samples/*.json; do
   base=$(basename "$m" .json)
-  for cmd in check print plan autodiff; do
+  for cmd in check print plan autodiff schedule; do
     want=tests/golden/$base.$cmd
     case $cmd in
       check | print | plan) got=$("$pipec" "$cmd" "$m" 2>/tmp/pipec_golden_err.$$) ;;

@@ -1,7 +1,7 @@
 // Unit tests of the back half of the compiler: the autodiff pass (which gradients exist, their
 // roles, the summation orders of shared/design/pipeline-semantics.md) and the memory plan
 // (regions, tied storage, no two live buffers overlapping, microbatch size).
-#include "../../compiler/program.h"
+#include "../../compiler/pipeline.h"
 #include "testutil.h"
 
 // A model with a fan-out (a used three times), a parameter used twice (w), a tied parameter,
@@ -122,11 +122,13 @@ END_TEST
 
 START_TEST(test_memory_plan) {
   TrainConfig tc = {.batch = 6, .microbatches = 2, .mb_size = 3, .opt = OPT_ADAMW};
-  Plan p;
+  Program prog;
   Capture cap;
   cap_open(&cap, "net.json");
-  ck_assert_msg(plan_memory(&m.g, &tc, &p, &cap.d), "%s", cap_text(&cap));
+  ck_assert_msg(pass_schedule(&m.g, &tc, &prog, &cap.d) && plan_memory(&prog, &cap.d), "%s",
+                cap_text(&cap));
   cap_close(&cap);
+  const Plan p = prog.ranks[0].plan;
   Tensor *w = graph_find(&m.g, "w"), *v = graph_find(&m.g, "v"), *vt = graph_find(&m.g, "vt");
   // Parameters back to back in canonical order, 64-byte aligned; the tied one shares its owner.
   ck_assert_int_eq(p.offset[w->id], 0);

@@ -1,0 +1,123 @@
+// The per-rank program as data: what the passes after autodiff produce about the (global,
+// differentiated) graph and what codegen prints. A Program cuts the graph into virtual stages
+// (VStage: its forward, input-gradient, weight-gradient and step-end node segments, its
+// parameters and K, the microbatches it holds in flight), names the tensors that cross between
+// stages (Channel) and gives each rank an ordered list of actions over (virtual stage v,
+// microbatch m) (RankProgram) with that rank's memory plan. S = 1 (one rank, one stage, V = 1)
+// is the degenerate case of the same types, not a separate path.
+//
+// Where this improves on ../shared/design/pipeline-architecture.md's sketch, and why:
+// - No separate Partition struct: the stage of a node is one array on the Program
+//   (vstage_of_node) and the stages themselves live in Program.vs; a partition without its
+//   stages' segments is never useful on its own, and one owner keeps them consistent.
+// - The sketch's RankPlan is today's Plan (program.h) extended, not a new type: the plan's
+//   fields are what codegen already reads, and a second plan type would have to be kept in sync.
+// - Step-end actions are split by what they exchange: TIED_SUM (a stage's step-end sums of a
+//   parameter's per-use gradients; across ranks the tied-gradient exchange), NORM (the squared
+//   global gradient norm, its non-finite check and the clip; across ranks the norm exchange) and
+//   OPT (the optimizer over the rank's parameters). Each is a place where ranks synchronise, so
+//   the checker and the simulator see them as actions of their own.
+// - LOSS is an action (the host reads microbatch m's loss after the last stage's F): it is a
+//   read of a buffer, so the memory plan must keep the loss live until it, like any other use.
+// - A Segment is a plain node array in graph order: the order inside a segment is the graph's
+//   canonical order (pipeline-semantics.md §1-2), so no pass reorders nodes after autodiff.
+#ifndef PIPEC_PIPELINE_H
+#define PIPEC_PIPELINE_H
+
+#include "program.h"
+
+typedef enum ActionKind {
+  ACT_LOAD,     // read microbatch m's data inputs of stage v (the stages that read an input)
+  ACT_F,        // forward segment of stage v on microbatch m
+  ACT_LOSS,     // host reads microbatch m's loss (the stage that computes it) into the step loss
+  ACT_B,        // input-gradient segment of stage v on m (unsplit: also the weight gradients)
+  ACT_W,        // weight-gradient segment of stage v on m (only when the program splits B and W)
+  ACT_SEND,     // send channel ch's tensor of microbatch m to the stage that reads it
+  ACT_RECV,     // receive channel ch's tensor of microbatch m from the stage that makes it
+  ACT_TIED_SUM, // step end of stage v: sums of a parameter's per-use gradients (step segment)
+  ACT_NORM,     // step end of the rank: squared global gradient norm, non-finite check, clip
+  ACT_OPT,      // step end of the rank: optimizer update of its parameters
+  ACT_COUNT
+} ActionKind;
+
+struct Channel;
+
+typedef struct Action {
+  ActionKind kind;          // what runs
+  int v;                    // virtual stage (-1: rank-wide step-end actions NORM, OPT)
+  int m;                    // microbatch 0..M-1 (-1: step-end actions)
+  const struct Channel *ch; // SEND / RECV: the channel; NULL otherwise
+} Action;
+
+typedef struct Segment {
+  Node **nodes; // nodes in graph (canonical) order
+  int n;        // count
+} Segment;
+
+typedef struct VStage {
+  int v;           // index in Program.vs (stage order along the model: 0 = first)
+  int rank;        // the rank that runs it
+  Segment f;       // forward nodes (role F)
+  Segment b;       // input-gradient nodes (role B; when B and W are not split also role W)
+  Segment w;       // weight-gradient nodes (role W) when B and W are split; empty otherwise
+  Segment step;    // step-end nodes (role step-end) of the parameters it owns
+  Tensor **params; // owner parameters it updates, in canonical order
+  int nparams;     // count
+  int K;           // microbatches in flight: memory slots of its saved buffers (slot = m mod K)
+  bool loads;      // reads a data input: has a LOAD per microbatch before its F
+  bool has_loss;   // computes the loss: has a LOSS per microbatch after its F
+} VStage;
+
+typedef struct Channel {
+  int id;     // index in Program.ch
+  Tensor *t;  // the tensor sent (one gradient contribution is a tensor of its own)
+  int from_v; // stage that produces it
+  int to_v;   // stage that reads it
+  bool grad;  // a gradient (sent after B, backward) rather than an activation (after F)
+  int tag;    // message tag, unique per channel (a transport's match key with m)
+} Channel;
+
+typedef struct RankProgram {
+  int rank;     // rank id 0..nranks-1
+  Action *acts; // the actions of one training step, in execution order
+  int nacts;    // count
+  int *vs;      // the virtual stages it runs (indices into Program.vs), ascending
+  int nvs;      // count (V)
+  Plan plan;    // its memory plan (plan_memory): regions, offsets, slots
+} RankProgram;
+
+typedef struct Program {
+  Graph *g;              // the differentiated graph (global; stable node and tensor ids)
+  const TrainConfig *tc; // training configuration (M = tc->microbatches)
+  int M;                 // microbatches per step
+  bool split_bw;         // B computes input gradients only and W the weight gradients
+  int *vstage_of_node;   // per node id: its virtual stage
+  VStage *vs;            // virtual stages, stage order
+  int nv;                // count (S * V)
+  Channel *ch;           // tensors crossing between stages
+  int nch;               // count
+  RankProgram *ranks;    // one program per rank
+  int nranks;            // S
+} Program;
+
+// schedule pass: places every node on a virtual stage and builds each rank's action list. Today
+// one rank and one stage (V = 1) with M microbatches in the order the program has always run them:
+// per m LOAD, F, LOSS, B (B and W nodes in graph order); then TIED_SUM, NORM, OPT.
+bool pass_schedule(Graph *g, const TrainConfig *tc, Program *p, Diag *d);
+
+// Checks the action lists of any S and V (pipeline-semantics.md §7): every action on its
+// stage's rank with v and m in range; every (v, m) has exactly one F and one B (and one W when
+// split); B after F, W after B; the accumulating action (W when split, else B) of a stage in
+// ascending m; LOAD before F, LOSS after F, one each where the stage has them; one SEND and one
+// RECV per (channel, m), the SEND after the producing action, the RECV before the consuming one;
+// per rank one TIED_SUM per stage, then one NORM, then one OPT, after all its F/B/W. The first
+// violation is reported through d ("schedule: ...").
+bool schedule_check(const Program *p, Diag *d);
+
+// Stable text form of the program (stages, channels, each rank's actions), for golden tests.
+void schedule_print(const Program *p, FILE *out);
+
+// The action's name as printed ("F", "TIED_SUM", ...).
+const char *action_name(ActionKind k);
+
+#endif

@@ -1,0 +1,333 @@
+// schedule pass: the per-rank program as data (pipeline.h). Places every node on a virtual stage
+// and builds each rank's action list; its checker verifies the counts and orders of
+// pipeline-semantics.md §7 for any number of ranks and virtual stages; its dump is a stable text.
+//
+// Today one rank runs one stage (S = 1, V = 1) and the list is the order the program has always
+// run a step in: for m = 0..M-1 LOAD, F, LOSS, B (the B segment holds the B and W nodes in graph
+// order: B and W are not split), then TIED_SUM, NORM, OPT. The checker indexes the actions by
+// (kind, v, m) in one pass over each list: linear in the number of actions.
+#include <string.h>
+
+#include "pipeline.h"
+
+const char *action_name(ActionKind k) {
+  static const char *const names[ACT_COUNT] = {"LOAD", "F",    "LOSS",     "B",    "W",
+                                               "SEND", "RECV", "TIED_SUM", "NORM", "OPT"};
+  return k >= 0 && k < ACT_COUNT ? names[k] : "?";
+}
+
+static void seg_push(Segment *s, Node *n) {
+  s->nodes[s->n++] = n;
+}
+
+bool pass_schedule(Graph *g, const TrainConfig *tc, Program *p, Diag *d) {
+  Arena *a = g->arena;
+  (void)d;
+  *p = (Program){0};
+  p->g = g;
+  p->tc = tc;
+  p->M = (int)tc->microbatches;
+  p->split_bw = false;
+  p->nv = 1;
+  p->nranks = 1;
+  p->vstage_of_node = ARENA_ARRAY(a, int, g->nnodes + 1);
+  p->vs = ARENA_ARRAY(a, VStage, 1);
+  VStage *s = &p->vs[0];
+  *s = (VStage){.v = 0, .rank = 0, .K = 1};
+  s->f.nodes = ARENA_ARRAY(a, Node *, g->nnodes + 1);
+  s->b.nodes = ARENA_ARRAY(a, Node *, g->nnodes + 1);
+  s->w.nodes = ARENA_ARRAY(a, Node *, 1);
+  s->step.nodes = ARENA_ARRAY(a, Node *, g->nnodes + 1);
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    p->vstage_of_node[i] = 0;
+    if (n->role == ROLE_FWD)
+      seg_push(&s->f, n);
+    else if (n->role == ROLE_STEP)
+      seg_push(&s->step, n);
+    else
+      seg_push(&s->b, n); // B and W nodes in graph order (not split)
+  }
+  s->params = ARENA_ARRAY(a, Tensor *, g->nparams + 1);
+  for (int i = 0; i < g->nparams; i++)
+    if (!g->params[i]->tied_to && g->params[i]->grad) s->params[s->nparams++] = g->params[i];
+  s->loads = g->ninputs > 0;
+  s->has_loss = g->loss != NULL;
+
+  RankProgram *r = p->ranks = ARENA_ARRAY(a, RankProgram, 1);
+  r->rank = 0;
+  r->vs = ARENA_ARRAY(a, int, 1);
+  r->vs[r->nvs++] = 0;
+  r->acts = ARENA_ARRAY(a, Action, 4 * (size_t)p->M + 3);
+  for (int m = 0; m < p->M; m++) {
+    if (s->loads) r->acts[r->nacts++] = (Action){ACT_LOAD, 0, m, NULL};
+    r->acts[r->nacts++] = (Action){ACT_F, 0, m, NULL};
+    if (s->has_loss) r->acts[r->nacts++] = (Action){ACT_LOSS, 0, m, NULL};
+    r->acts[r->nacts++] = (Action){ACT_B, 0, m, NULL};
+  }
+  r->acts[r->nacts++] = (Action){ACT_TIED_SUM, 0, -1, NULL};
+  r->acts[r->nacts++] = (Action){ACT_NORM, -1, -1, NULL};
+  r->acts[r->nacts++] = (Action){ACT_OPT, -1, -1, NULL};
+  return true;
+}
+
+// ---- Checker
+
+// Index of the first action per (kind, v, m) (or per (kind, channel, m)); -1 where none.
+typedef struct Seen {
+  int rank; // rank of the action
+  int at;   // its index in that rank's list
+} Seen;
+
+typedef struct Check {
+  const Program *p;
+  Diag *d;
+  Seen *vm[ACT_COUNT]; // LOAD, F, LOSS, B, W: per v * M + m; SEND, RECV: per channel * M + m
+  Seen *vstep;         // TIED_SUM per v
+} Check;
+
+static void act_text(char *buf, size_t cap, const Action *x) {
+  if (x->kind == ACT_SEND || x->kind == ACT_RECV)
+    snprintf(buf, cap, "%s(c%d, m%d)", action_name(x->kind), x->ch ? x->ch->id : -1, x->m);
+  else if (x->m >= 0)
+    snprintf(buf, cap, "%s(v%d, m%d)", action_name(x->kind), x->v, x->m);
+  else if (x->v >= 0)
+    snprintf(buf, cap, "%s(v%d)", action_name(x->kind), x->v);
+  else
+    snprintf(buf, cap, "%s", action_name(x->kind));
+}
+
+static bool err(Check *c, int rank, int at, const Action *x, const char *what) {
+  char t[64];
+  act_text(t, sizeof t, x);
+  diag_error(c->d, (Loc){0, 0}, "schedule: rank %d action %d %s: %s", rank, at, t, what);
+  return false;
+}
+
+// First pass over one rank: range checks, duplicates, and the index of every action.
+static bool index_rank(Check *c, const RankProgram *r) {
+  const Program *p = c->p;
+  char why[128];
+  for (int i = 0; i < r->nacts; i++) {
+    const Action *x = &r->acts[i];
+    if (x->kind < 0 || x->kind >= ACT_COUNT) return err(c, r->rank, i, x, "unknown action kind");
+    bool per_m = x->kind <= ACT_RECV, comm = x->kind == ACT_SEND || x->kind == ACT_RECV;
+    if (per_m && (x->m < 0 || x->m >= p->M)) {
+      snprintf(why, sizeof why, "microbatch out of range (M = %d)", p->M);
+      return err(c, r->rank, i, x, why);
+    }
+    if (!per_m && x->m != -1) return err(c, r->rank, i, x, "a step-end action has no microbatch");
+    if (comm) {
+      if (!x->ch || x->ch->id < 0 || x->ch->id >= p->nch || &p->ch[x->ch->id] != x->ch)
+        return err(c, r->rank, i, x, "not a channel of the program");
+      const Channel *ch = x->ch;
+      int v = x->kind == ACT_SEND ? ch->from_v : ch->to_v;
+      if (p->vs[v].rank != r->rank) {
+        snprintf(why, sizeof why, "channel c%d %s stage v%d, which runs on rank %d", ch->id,
+                 x->kind == ACT_SEND ? "is sent by" : "is received by", v, p->vs[v].rank);
+        return err(c, r->rank, i, x, why);
+      }
+      Seen *s = &c->vm[x->kind][ch->id * p->M + x->m];
+      if (s->at >= 0) {
+        snprintf(why, sizeof why, "appears twice (rank %d action %d first)", s->rank, s->at);
+        return err(c, r->rank, i, x, why);
+      }
+      *s = (Seen){r->rank, i};
+      continue;
+    }
+    bool rank_wide = x->kind == ACT_NORM || x->kind == ACT_OPT;
+    if (rank_wide) {
+      if (x->v != -1) return err(c, r->rank, i, x, "a rank-wide action has no stage");
+      continue;
+    }
+    if (x->v < 0 || x->v >= p->nv) {
+      snprintf(why, sizeof why, "stage out of range (%d stages)", p->nv);
+      return err(c, r->rank, i, x, why);
+    }
+    const VStage *vs = &p->vs[x->v];
+    if (vs->rank != r->rank) {
+      snprintf(why, sizeof why, "stage v%d runs on rank %d", x->v, vs->rank);
+      return err(c, r->rank, i, x, why);
+    }
+    if (x->kind == ACT_W && !p->split_bw)
+      return err(c, r->rank, i, x, "W in a program that does not split B and W");
+    if (x->kind == ACT_LOAD && !vs->loads)
+      return err(c, r->rank, i, x, "the stage reads no data input");
+    if (x->kind == ACT_LOSS && !vs->has_loss)
+      return err(c, r->rank, i, x, "the stage does not compute the loss");
+    Seen *s = x->kind == ACT_TIED_SUM ? &c->vstep[x->v] : &c->vm[x->kind][x->v * p->M + x->m];
+    if (s->at >= 0) {
+      snprintf(why, sizeof why, "appears twice (action %d first)", s->at);
+      return err(c, r->rank, i, x, why);
+    }
+    *s = (Seen){r->rank, i};
+  }
+  return true;
+}
+
+// Whether (kind, v, m) is there; reports "missing" when it must be and is not.
+static bool need(Check *c, ActionKind k, int v, int m) {
+  if (c->vm[k][v * c->p->M + m].at >= 0) return true;
+  char t[64];
+  Action x = {k, v, m, NULL};
+  act_text(t, sizeof t, &x);
+  diag_error(c->d, (Loc){0, 0}, "schedule: rank %d: %s is missing", c->p->vs[v].rank, t);
+  return false;
+}
+
+// a (kind ka) must come before b (kind kb), both of (v, m) on the same rank.
+static bool before(Check *c, ActionKind ka, ActionKind kb, int v, int m, const char *rule) {
+  const Seen *a = &c->vm[ka][v * c->p->M + m], *b = &c->vm[kb][v * c->p->M + m];
+  if (a->at < b->at) return true;
+  const RankProgram *r = &c->p->ranks[b->rank];
+  char t[64], why[160];
+  act_text(t, sizeof t, &r->acts[a->at]);
+  snprintf(why, sizeof why, "comes before %s at action %d (%s)", t, a->at, rule);
+  return err(c, b->rank, b->at, &r->acts[b->at], why);
+}
+
+bool schedule_check(const Program *p, Diag *d) {
+  Arena scratch;
+  arena_init(&scratch);
+  Check c = {p, d, {0}, NULL};
+  bool ok = true;
+  for (int k = 0; k < ACT_COUNT; k++) {
+    size_t n = (size_t)(k == ACT_SEND || k == ACT_RECV ? p->nch : p->nv) * (size_t)p->M + 1;
+    c.vm[k] = ARENA_ARRAY(&scratch, Seen, n);
+    for (size_t i = 0; i < n; i++) c.vm[k][i] = (Seen){-1, -1};
+  }
+  c.vstep = ARENA_ARRAY(&scratch, Seen, p->nv + 1);
+  for (int v = 0; v < p->nv; v++) c.vstep[v] = (Seen){-1, -1};
+  for (int r = 0; r < p->nranks && ok; r++) ok = index_rank(&c, &p->ranks[r]);
+  // Counts and orders per (v, m).
+  for (int v = 0; v < p->nv && ok; v++) {
+    const VStage *s = &p->vs[v];
+    int prev = -1; // action index of the accumulating action of the previous m
+    for (int m = 0; m < p->M && ok; m++) {
+      ok = need(&c, ACT_F, v, m) && need(&c, ACT_B, v, m) &&
+           before(&c, ACT_F, ACT_B, v, m, "B after F");
+      if (ok && p->split_bw)
+        ok = need(&c, ACT_W, v, m) && before(&c, ACT_B, ACT_W, v, m, "W after B");
+      if (ok && s->loads)
+        ok = need(&c, ACT_LOAD, v, m) && before(&c, ACT_LOAD, ACT_F, v, m, "LOAD before F");
+      if (ok && s->has_loss)
+        ok = need(&c, ACT_LOSS, v, m) && before(&c, ACT_F, ACT_LOSS, v, m, "LOSS after F");
+      if (!ok) break;
+      ActionKind acc = p->split_bw ? ACT_W : ACT_B;
+      const Seen *x = &c.vm[acc][v * p->M + m];
+      if (x->at < prev) {
+        const RankProgram *r = &p->ranks[x->rank];
+        char why[160];
+        snprintf(why, sizeof why,
+                 "comes before %s(v%d, m%d) at action %d (%s of a stage in ascending m)",
+                 action_name(acc), v, m - 1, prev, action_name(acc));
+        ok = err(&c, x->rank, x->at, &r->acts[x->at], why);
+      }
+      prev = x->at;
+    }
+  }
+  // Channels: the SEND after the action that makes the tensor, the RECV before the one that
+  // reads it (F for activations, B for gradients).
+  for (int i = 0; i < p->nch && ok; i++) {
+    const Channel *ch = &p->ch[i];
+    ActionKind k = ch->grad ? ACT_B : ACT_F;
+    for (int m = 0; m < p->M && ok; m++) {
+      const Seen *snd = &c.vm[ACT_SEND][i * p->M + m], *rcv = &c.vm[ACT_RECV][i * p->M + m];
+      const Seen *make = &c.vm[k][ch->from_v * p->M + m], *use = &c.vm[k][ch->to_v * p->M + m];
+      if (snd->at < 0 || rcv->at < 0) {
+        diag_error(d, (Loc){0, 0}, "schedule: %s(c%d, m%d) is missing",
+                   snd->at < 0 ? "SEND" : "RECV", i, m);
+        ok = false;
+        break;
+      }
+      const RankProgram *rs = &p->ranks[snd->rank], *rr = &p->ranks[rcv->rank];
+      if (snd->at < make->at)
+        ok = err(&c, snd->rank, snd->at, &rs->acts[snd->at],
+                 ch->grad ? "comes before the B that makes its gradient"
+                          : "comes before the F that makes its activation");
+      else if (rcv->at > use->at)
+        ok = err(&c, rcv->rank, rcv->at, &rr->acts[rcv->at],
+                 ch->grad ? "comes after the B that reads its gradient"
+                          : "comes after the F that reads its activation");
+    }
+  }
+  // Step end per rank: one TIED_SUM per stage, then one NORM, then one OPT, after all F/B/W.
+  for (int ri = 0; ri < p->nranks && ok; ri++) {
+    const RankProgram *r = &p->ranks[ri];
+    int last = -1, norm = -1, opt = -1, last_sum = -1;
+    for (int i = 0; i < r->nacts && ok; i++) {
+      const Action *x = &r->acts[i];
+      if (x->kind == ACT_F || x->kind == ACT_B || x->kind == ACT_W) last = i;
+      if (x->kind == ACT_TIED_SUM) last_sum = i;
+      if (x->kind == ACT_NORM || x->kind == ACT_OPT) {
+        int *slot = x->kind == ACT_NORM ? &norm : &opt;
+        if (*slot >= 0) {
+          char why[64];
+          snprintf(why, sizeof why, "appears twice (action %d first)", *slot);
+          ok = err(&c, ri, i, x, why);
+        }
+        *slot = i;
+      }
+    }
+    if (!ok) break;
+    for (int k = 0; k < r->nvs && ok; k++) {
+      int at = c.vstep[r->vs[k]].at;
+      if (at < 0) {
+        diag_error(d, (Loc){0, 0}, "schedule: rank %d: TIED_SUM(v%d) is missing", ri, r->vs[k]);
+        ok = false;
+      } else if (at < last) {
+        char why[96];
+        snprintf(why, sizeof why, "comes before the rank's last F/B/W at action %d", last);
+        ok = err(&c, ri, at, &r->acts[at], why);
+      }
+    }
+    if (!ok) break;
+    if (norm < 0 || opt < 0) {
+      diag_error(d, (Loc){0, 0}, "schedule: rank %d: %s is missing", ri, norm < 0 ? "NORM" : "OPT");
+      ok = false;
+    } else if (norm < last_sum || norm < last) {
+      char why[96];
+      snprintf(why, sizeof why, "comes before %s at action %d",
+               last_sum > last ? "TIED_SUM" : "the rank's last F/B/W",
+               last_sum > last ? last_sum : last);
+      ok = err(&c, ri, norm, &r->acts[norm], why);
+    } else if (opt < norm) {
+      char why[64];
+      snprintf(why, sizeof why, "comes before NORM at action %d", norm);
+      ok = err(&c, ri, opt, &r->acts[opt], why);
+    }
+  }
+  arena_free(&scratch);
+  return ok;
+}
+
+// ---- Dump
+
+void schedule_print(const Program *p, FILE *out) {
+  const Graph *g = p->g;
+  fprintf(out, "schedule for %s: %d rank%s, %d virtual stage%s, %d microbatch%s, B and W %s\n",
+          g->name, p->nranks, p->nranks == 1 ? "" : "s", p->nv, p->nv == 1 ? "" : "s", p->M,
+          p->M == 1 ? "" : "es", p->split_bw ? "split" : "not split");
+  for (int v = 0; v < p->nv; v++) {
+    const VStage *s = &p->vs[v];
+    fprintf(out,
+            "stage v%d: rank %d, K %d, F %d nodes, B %d nodes, W %d nodes, step %d nodes, %d "
+            "parameters%s%s\n",
+            v, s->rank, s->K, s->f.n, s->b.n, s->w.n, s->step.n, s->nparams,
+            s->loads ? ", loads" : "", s->has_loss ? ", loss" : "");
+  }
+  for (int i = 0; i < p->nch; i++) {
+    const Channel *ch = &p->ch[i];
+    fprintf(out, "channel c%d: '%s' v%d -> v%d, %s, tag %d\n", ch->id, ch->t->name, ch->from_v,
+            ch->to_v, ch->grad ? "gradient" : "activation", ch->tag);
+  }
+  for (int ri = 0; ri < p->nranks; ri++) {
+    const RankProgram *r = &p->ranks[ri];
+    fprintf(out, "rank %d: %d actions\n", r->rank, r->nacts);
+    for (int i = 0; i < r->nacts; i++) {
+      char t[64];
+      act_text(t, sizeof t, &r->acts[i]);
+      fprintf(out, "  %s\n", t);
+    }
+  }
+}

@@ -1,0 +1,311 @@
+// Unit tests of the schedule pass (compiler/schedule.c): the action list it builds for one rank
+// and one stage, its text dump, and its checker on hand-written programs of two ranks and two
+// stages (B and W split, one channel each way) broken one rule at a time, each with its exact
+// message.
+#include "../../compiler/pipeline.h"
+#include "testutil.h"
+
+// ---- A hand-written program: stage v0 on rank 0 (loads), v1 on rank 1 (loss), M = 2, split.
+
+enum { M = 2 };
+
+typedef struct Hand {
+  Graph g;            // only its name is read (by schedule_print)
+  VStage vs[2];       // v0, v1
+  Channel ch[2];      // c0: activation v0 -> v1; c1: its gradient v1 -> v0
+  RankProgram r[2];   // rank 0, rank 1
+  int rvs[2];         // each rank's stage list
+  Action acts[2][32]; // each rank's actions
+  Program p;          // the program
+} Hand;
+
+#define A(k, v, m) ((Action){ACT_##k, v, m, NULL})
+#define C(k, c, m) ((Action){ACT_##k, -1, m, &h->ch[c]})
+#define STEP(k, v) ((Action){ACT_##k, v, -1, NULL})
+
+// A valid 1F1B-like program (rank 0: F0 F1 B0 W0 B1 W1 with the channels around them).
+static void hand_init(Hand *h) {
+  memset(h, 0, sizeof *h);
+  h->g.name = "hand";
+  h->vs[0] = (VStage){.v = 0, .rank = 0, .K = 2, .loads = true};
+  h->vs[1] = (VStage){.v = 1, .rank = 1, .K = 1, .has_loss = true};
+  static Tensor t = {.name = "h"}, dt = {.name = "d:h"};
+  h->ch[0] = (Channel){0, &t, 0, 1, false, 0};
+  h->ch[1] = (Channel){1, &dt, 1, 0, true, 1};
+  Action r0[] = {A(LOAD, 0, 0), A(F, 0, 0),    C(SEND, 0, 0),     A(LOAD, 0, 1),  A(F, 0, 1),
+                 C(SEND, 0, 1), C(RECV, 1, 0), A(B, 0, 0),        A(W, 0, 0),     C(RECV, 1, 1),
+                 A(B, 0, 1),    A(W, 0, 1),    STEP(TIED_SUM, 0), STEP(NORM, -1), STEP(OPT, -1)};
+  Action r1[] = {C(RECV, 0, 0), A(F, 1, 0),    A(LOSS, 1, 0),     A(B, 1, 0),     C(SEND, 1, 0),
+                 A(W, 1, 0),    C(RECV, 0, 1), A(F, 1, 1),        A(LOSS, 1, 1),  A(B, 1, 1),
+                 C(SEND, 1, 1), A(W, 1, 1),    STEP(TIED_SUM, 1), STEP(NORM, -1), STEP(OPT, -1)};
+  memcpy(h->acts[0], r0, sizeof r0);
+  memcpy(h->acts[1], r1, sizeof r1);
+  for (int r = 0; r < 2; r++) {
+    h->rvs[r] = r;
+    h->r[r] = (RankProgram){.rank = r, .acts = h->acts[r], .nacts = 15, .vs = &h->rvs[r], .nvs = 1};
+  }
+  h->p = (Program){.g = &h->g,
+                   .M = M,
+                   .split_bw = true,
+                   .vs = h->vs,
+                   .nv = 2,
+                   .ch = h->ch,
+                   .nch = 2,
+                   .ranks = h->r,
+                   .nranks = 2};
+}
+
+// The checker's message for h ("" when it accepts).
+static char *check_msg(Hand *h, bool *ok) {
+  static char buf[512];
+  Capture cap;
+  cap_open(&cap, "m.json");
+  *ok = schedule_check(&h->p, &cap.d);
+  snprintf(buf, sizeof buf, "%s", cap_text(&cap));
+  cap_close(&cap);
+  return buf;
+}
+
+static void expect(Hand *h, const char *want) {
+  bool ok;
+  const char *got = check_msg(h, &ok);
+  ck_assert_msg(!ok, "accepted; wanted: %s", want);
+  char full[512];
+  snprintf(full, sizeof full, "m.json: %s", want);
+  ck_assert_str_eq(got, full);
+}
+
+static void set(Hand *h, int rank, int at, Action x) {
+  h->acts[rank][at] = x;
+}
+
+// Removes rank's action at (the later ones move up).
+static void drop(Hand *h, int rank, int at) {
+  RankProgram *r = &h->r[rank];
+  for (int i = at; i + 1 < r->nacts; i++) h->acts[rank][i] = h->acts[rank][i + 1];
+  r->nacts--;
+}
+
+static void swap(Hand *h, int rank, int i, int j) {
+  Action t = h->acts[rank][i];
+  h->acts[rank][i] = h->acts[rank][j];
+  h->acts[rank][j] = t;
+}
+
+START_TEST(test_valid_program_passes) {
+  Hand hh, *h = &hh;
+  hand_init(h);
+  bool ok;
+  const char *msg = check_msg(h, &ok);
+  ck_assert_msg(ok, "%s", msg);
+  ck_assert_str_eq(msg, "");
+}
+END_TEST
+
+START_TEST(test_missing_and_duplicate) {
+  Hand hh, *h = &hh;
+  hand_init(h);
+  set(h, 0, 10, A(F, 0, 0)); // B(v0, m1) replaced by a second F(v0, m0)
+  expect(h, "error: schedule: rank 0 action 10 F(v0, m0): appears twice (action 1 first)\n");
+  hand_init(h);
+  drop(h, 1, 14); // OPT
+  expect(h, "error: schedule: rank 1: OPT is missing\n");
+  hand_init(h);
+  set(h, 0, 10, A(LOAD, 0, 0)); // B(v0, m1) replaced by a second LOAD(v0, m0)
+  expect(h, "error: schedule: rank 0 action 10 LOAD(v0, m0): appears twice (action 0 first)\n");
+  hand_init(h);
+  set(h, 1, 9, C(RECV, 0, 1)); // B(v1, m1) replaced by a second RECV(c0, m1)
+  expect(h,
+         "error: schedule: rank 1 action 9 RECV(c0, m1): appears twice (rank 1 action 6 first)\n");
+  hand_init(h);
+  set(h, 1, 9, A(LOSS, 1, 0)); // B(v1, m1) gone (a duplicate in its place is found first)
+  expect(h, "error: schedule: rank 1 action 9 LOSS(v1, m0): appears twice (action 2 first)\n");
+  hand_init(h);
+  drop(h, 1, 9); // B(v1, m1)
+  expect(h, "error: schedule: rank 1: B(v1, m1) is missing\n");
+}
+END_TEST
+
+START_TEST(test_orders) {
+  Hand hh, *h = &hh;
+  hand_init(h);
+  swap(h, 1, 1, 3); // rank 1: B(v1, m0) before F(v1, m0)
+  expect(h, "error: schedule: rank 1 action 1 B(v1, m0): comes before F(v1, m0) at action 3 "
+            "(B after F)\n");
+  hand_init(h);
+  swap(h, 0, 7, 8); // rank 0: W(v0, m0) before B(v0, m0)
+  expect(h, "error: schedule: rank 0 action 7 W(v0, m0): comes before B(v0, m0) at action 8 "
+            "(W after B)\n");
+  hand_init(h);
+  swap(h, 0, 8, 11); // rank 0: W(v0, m1) before its B
+  expect(h, "error: schedule: rank 0 action 8 W(v0, m1): comes before B(v0, m1) at action 10 "
+            "(W after B)\n");
+  hand_init(h);
+  // W(v0, m1) at 8 right after B(v0, m1), B(v0, m0) and W(v0, m0) later: W descends in m.
+  Action r0[] = {A(LOAD, 0, 0), A(F, 0, 0), C(SEND, 0, 0), A(LOAD, 0, 1), A(F, 0, 1), C(SEND, 0, 1),
+                 C(RECV, 1, 1), A(B, 0, 1), A(W, 0, 1),    C(RECV, 1, 0), A(B, 0, 0), A(W, 0, 0)};
+  memcpy(h->acts[0], r0, sizeof r0);
+  expect(h, "error: schedule: rank 0 action 8 W(v0, m1): comes before W(v0, m0) at action 11 "
+            "(W of a stage in ascending m)\n");
+  hand_init(h);
+  swap(h, 0, 0, 1); // LOAD after F
+  expect(h, "error: schedule: rank 0 action 0 F(v0, m0): comes before LOAD(v0, m0) at action 1 "
+            "(LOAD before F)\n");
+  hand_init(h);
+  swap(h, 1, 1, 2); // LOSS before F
+  expect(h, "error: schedule: rank 1 action 1 LOSS(v1, m0): comes before F(v1, m0) at action 2 "
+            "(LOSS after F)\n");
+}
+END_TEST
+
+START_TEST(test_unsplit_b_ascending) {
+  Hand hh, *h = &hh;
+  hand_init(h);
+  // Without the split, B accumulates the weight gradients: B of a stage in ascending m. W
+  // actions become no-ops replaced by the channel actions moved around.
+  h->p.split_bw = false;
+  Action r0[] = {A(LOAD, 0, 0),     A(F, 0, 0),     C(SEND, 0, 0), A(LOAD, 0, 1), A(F, 0, 1),
+                 C(SEND, 0, 1),     C(RECV, 1, 0),  C(RECV, 1, 1), A(B, 0, 1),    A(B, 0, 0),
+                 STEP(TIED_SUM, 0), STEP(NORM, -1), STEP(OPT, -1)};
+  Action r1[] = {C(RECV, 0, 0),     A(F, 1, 0),     A(LOSS, 1, 0), A(B, 1, 0), C(SEND, 1, 0),
+                 C(RECV, 0, 1),     A(F, 1, 1),     A(LOSS, 1, 1), A(B, 1, 1), C(SEND, 1, 1),
+                 STEP(TIED_SUM, 1), STEP(NORM, -1), STEP(OPT, -1)};
+  memcpy(h->acts[0], r0, sizeof r0);
+  memcpy(h->acts[1], r1, sizeof r1);
+  h->r[0].nacts = h->r[1].nacts = 13;
+  expect(h, "error: schedule: rank 0 action 8 B(v0, m1): comes before B(v0, m0) at action 9 "
+            "(B of a stage in ascending m)\n");
+  swap(h, 0, 8, 9);
+  bool ok;
+  const char *msg = check_msg(h, &ok);
+  ck_assert_msg(ok, "%s", msg);
+  set(h, 0, 8, A(W, 0, 0));
+  expect(h, "error: schedule: rank 0 action 8 W(v0, m0): W in a program that does not split B "
+            "and W\n");
+}
+END_TEST
+
+START_TEST(test_placement_and_ranges) {
+  Hand hh, *h = &hh;
+  hand_init(h);
+  set(h, 0, 1, A(F, 1, 0)); // rank 0 runs F of v1
+  expect(h, "error: schedule: rank 0 action 1 F(v1, m0): stage v1 runs on rank 1\n");
+  hand_init(h);
+  set(h, 0, 1, A(F, 0, 2));
+  expect(h, "error: schedule: rank 0 action 1 F(v0, m2): microbatch out of range (M = 2)\n");
+  hand_init(h);
+  set(h, 0, 1, A(F, 2, 0));
+  expect(h, "error: schedule: rank 0 action 1 F(v2, m0): stage out of range (2 stages)\n");
+  hand_init(h);
+  set(h, 0, 2, C(SEND, 1, 0)); // rank 0 sends the gradient channel v1 -> v0
+  expect(h, "error: schedule: rank 0 action 2 SEND(c1, m0): channel c1 is sent by stage v1, "
+            "which runs on rank 1\n");
+  hand_init(h);
+  set(h, 1, 2, A(LOAD, 1, 0)); // v1 reads no input
+  expect(h, "error: schedule: rank 1 action 2 LOAD(v1, m0): the stage reads no data input\n");
+  hand_init(h);
+  set(h, 0, 1, STEP(NORM, 0));
+  expect(h, "error: schedule: rank 0 action 1 NORM(v0): a rank-wide action has no stage\n");
+}
+END_TEST
+
+START_TEST(test_channels) {
+  Hand hh, *h = &hh;
+  hand_init(h);
+  swap(h, 0, 1, 2); // SEND(c0, m0) before F(v0, m0)
+  expect(h, "error: schedule: rank 0 action 1 SEND(c0, m0): comes before the F that makes its "
+            "activation\n");
+  hand_init(h);
+  swap(h, 0, 6, 7); // RECV(c1, m0) after B(v0, m0)
+  expect(h, "error: schedule: rank 0 action 7 RECV(c1, m0): comes after the B that reads its "
+            "gradient\n");
+  hand_init(h);
+  drop(h, 1, 6); // RECV(c0, m1)
+  expect(h, "error: schedule: RECV(c0, m1) is missing\n");
+  hand_init(h);
+  drop(h, 0, 2); // SEND(c0, m0)
+  expect(h, "error: schedule: SEND(c0, m0) is missing\n");
+}
+END_TEST
+
+START_TEST(test_step_end) {
+  Hand hh, *h = &hh;
+  hand_init(h);
+  swap(h, 1, 13, 14); // OPT before NORM
+  expect(h, "error: schedule: rank 1 action 13 OPT: comes before NORM at action 14\n");
+  hand_init(h);
+  swap(h, 1, 12, 13); // NORM before TIED_SUM
+  expect(h, "error: schedule: rank 1 action 12 NORM: comes before TIED_SUM at action 13\n");
+  hand_init(h);
+  swap(h, 0, 11, 12); // TIED_SUM before the last W
+  expect(h, "error: schedule: rank 0 action 11 TIED_SUM(v0): comes before the rank's last F/B/W "
+            "at action 12\n");
+  hand_init(h);
+  set(h, 0, 12, STEP(NORM, -1)); // TIED_SUM(v0) gone, NORM twice
+  expect(h, "error: schedule: rank 0 action 13 NORM: appears twice (action 12 first)\n");
+  hand_init(h);
+  set(h, 0, 12, A(W, 0, 1)); // TIED_SUM(v0) gone (a duplicate W is found first)
+  expect(h, "error: schedule: rank 0 action 12 W(v0, m1): appears twice (action 11 first)\n");
+}
+END_TEST
+
+// ---- The pass on a model: one rank, one stage, the order the program has always run.
+
+static const char *NET = "{'format': 'pipec-model', 'version': 1, 'name': 'net',\n"
+                         " 'inputs': [{'name': 'x', 'shape': ['B', 4]}, {'name': 'y', 'dtype': "
+                         "'i32', 'shape': ['B'], 'target': true}],\n"
+                         " 'params': [{'name': 'w', 'shape': [3, 4], 'init': 'xavier'}],\n"
+                         " 'nodes': [{'name': 'h', 'op': 'linear', 'inputs': ['x', 'w']},\n"
+                         "           {'name': 'r', 'op': 'relu', 'inputs': ['h']},\n"
+                         "           {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['r', "
+                         "'y']}],\n"
+                         " 'loss': 'loss'}";
+
+START_TEST(test_pass_one_rank) {
+  Model m;
+  ck_assert(model_run(&m, NET));
+  TrainConfig tc = {.batch = 4, .microbatches = 2, .mb_size = 2, .opt = OPT_SGD};
+  Program p;
+  ck_assert(pass_autodiff(&m.g, 2, &m.cap.d));
+  ck_assert(pass_schedule(&m.g, &tc, &p, &m.cap.d));
+  ck_assert_msg(schedule_check(&p, &m.cap.d), "%s", cap_text(&m.cap));
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  schedule_print(&p, f);
+  fclose(f);
+  ck_assert_str_eq(text,
+                   "schedule for net: 1 rank, 1 virtual stage, 2 microbatches, B and W not split\n"
+                   "stage v0: rank 0, K 1, F 3 nodes, B 3 nodes, W 0 nodes, step 0 nodes, 1 "
+                   "parameters, loads, loss\n"
+                   "rank 0: 11 actions\n"
+                   "  LOAD(v0, m0)\n  F(v0, m0)\n  LOSS(v0, m0)\n  B(v0, m0)\n"
+                   "  LOAD(v0, m1)\n  F(v0, m1)\n  LOSS(v0, m1)\n  B(v0, m1)\n"
+                   "  TIED_SUM(v0)\n  NORM\n  OPT\n");
+  free(text);
+  // The segments are the graph's nodes by role, in graph order.
+  ck_assert_int_eq(p.vs[0].f.n + p.vs[0].b.n + p.vs[0].step.n, m.g.nnodes);
+  for (int i = 1; i < p.vs[0].b.n; i++)
+    ck_assert_int_lt(p.vs[0].b.nodes[i - 1]->id, p.vs[0].b.nodes[i]->id);
+  model_free(&m);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("schedule");
+  TCase *tc = tcase_create("schedule");
+  tcase_add_test(tc, test_valid_program_passes);
+  tcase_add_test(tc, test_missing_and_duplicate);
+  tcase_add_test(tc, test_orders);
+  tcase_add_test(tc, test_unsplit_b_ascending);
+  tcase_add_test(tc, test_placement_and_ranges);
+  tcase_add_test(tc, test_channels);
+  tcase_add_test(tc, test_step_end);
+  tcase_add_test(tc, test_pass_one_rank);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
