@@ -21,7 +21,7 @@
 #include "passes.h"
 
 typedef struct Contrib {
-  int key;      // consumer node id * 65536 + input slot: the canonical summation order
+  int64_t key;  // consumer node id << 32 | input slot: the canonical summation order
   Tensor *grad; // the contribution (activations) or the use's accumulation buffer (params)
 } Contrib;
 
@@ -52,7 +52,7 @@ static void push(GradCtx *c, int id, Contrib x) {
 }
 
 static int by_key(const void *a, const void *b) {
-  int ka = ((const Contrib *)a)->key, kb = ((const Contrib *)b)->key;
+  int64_t ka = ((const Contrib *)a)->key, kb = ((const Contrib *)b)->key;
   return (ka > kb) - (ka < kb);
 }
 
@@ -110,7 +110,7 @@ static Node *grad_emit(GradCtx *c, const Node *n, int slot, const char *bwd_op, 
   Arena *a = c->g->arena;
   Tensor *x = n->in[slot];
   const OpDef *op = op_find(bwd_op);
-  int key = n->id * 65536 + slot;
+  int64_t key = (int64_t)n->id << 32 | slot;
   if (x->kind != T_PARAM) {
     Tensor *g = new_tensor(c, arena_printf(a, "d:%s@%s#%d", x->name, n->name, slot), x, T_ACT);
     Node *b = new_node(c, arena_printf(a, "%s:d%d", n->name, slot), bwd_op, ins, nin, g, ROLE_BWD,
@@ -145,7 +145,7 @@ static void grad_pass(GradCtx *c, const Node *n, int slot, Tensor *t) {
   if (x->kind == T_PARAM)
     grad_emit(c, n, slot, "accumulate", &t, 1);
   else
-    push(c, x->id, (Contrib){n->id * 65536 + slot, t});
+    push(c, x->id, (Contrib){(int64_t)n->id << 32 | slot, t});
 }
 
 // The tensor a declarative gradient entry names for forward node n.
