@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Front-end benchmark: parse + expand + verify (`pipec check --time-passes`) on generated GPT and
-# MLP models of growing depth, so that linearity in model size is visible.
+# MLP models of growing depth, so that linearity in model size is visible; then the memory
+# planner (`pipec plan --time-passes`: the whole pipeline up to memplan) on MLPs of 1,000, 4,000
+# and 16,000 layers.
 #
 #   bench/frontend.sh PIPEC            e.g. bench/frontend.sh build/bin/pipec
 #
@@ -15,9 +17,10 @@
 # includes the verifier and the summary), median sum of the three pass times pipec prints, and
 # the median of each pass.
 #
-# Prints a markdown table on stdout (progress on stderr). Exit status 1 if the median wall time of
-# the 96-layer GPT or the 1000-layer MLP (block or flat) exceeds BENCH_LIMIT_MS, or if pipec fails;
-# 2 on a usage error.
+# Prints markdown tables on stdout (progress on stderr). Exit status 1 if the median wall time of
+# the 96-layer GPT or the 1000-layer MLP (block or flat) exceeds BENCH_LIMIT_MS, if `pipec plan` of
+# the 4,000-layer MLP takes 300 ms or more or the 16,000-layer one 1,500 ms or more, or if pipec
+# fails; 2 on a usage error.
 set -euo pipefail
 
 if [[ $# -ne 1 ]]; then
@@ -53,7 +56,8 @@ for flat in "" "_flat"; do
   done
 done
 
-"$py" - "$pipec" "$tmp" "${BENCH_REPS:-15}" "${BENCH_LIMIT_MS:-200}" "${models[@]}" <<'EOF'
+status=0
+"$py" - "$pipec" "$tmp" "${BENCH_REPS:-15}" "${BENCH_LIMIT_MS:-200}" "${models[@]}" <<'EOF' || status=1
 import os, re, statistics, subprocess, sys, time
 
 pipec, tmp, reps, limit = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
@@ -141,3 +145,57 @@ if failed:
     sys.exit(1)
 sys.stderr.write(f"ok: 96-layer GPT and 1000-layer MLP under {limit:g} ms\n")
 EOF
+
+# The planner: `pipec plan` runs every pass up to memplan (expand, shape, training, autodiff,
+# schedule, memplan with its placement checker).
+for n in 1000 4000 16000; do
+  "$py" "$root/samples/gen_mlp.py" --layers "$n" -o "$tmp/plan_mlp_$n.json"
+done
+"$py" - "$pipec" "$tmp" "${BENCH_REPS:-15}" <<'EOF' || status=1
+import re, statistics, subprocess, sys, time
+
+pipec, tmp, reps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+limits = {1000: None, 4000: 300.0, 16000: 1500.0}  # ms, median wall of `pipec plan`
+pass_re = re.compile(r"^pipec: pass (\S+)\s+([0-9.]+) ms$", re.M)
+
+def run(n):
+    path = f"{tmp}/plan_mlp_{n}.json"
+    t0 = time.perf_counter()
+    p = subprocess.run([pipec, "plan", "--time-passes", path], capture_output=True, text=True)
+    wall = (time.perf_counter() - t0) * 1e3
+    if p.returncode != 0:
+        sys.stderr.write(p.stderr)
+        sys.exit(f"pipec plan {path}: exit status {p.returncode}")
+    return wall, dict((k, float(v)) for k, v in pass_re.findall(p.stderr))
+
+walls = {n: [] for n in limits}
+plans = {n: [] for n in limits}
+scheds = {n: [] for n in limits}
+for n in limits:
+    run(n)  # warm-up
+for i in range(reps):
+    sys.stderr.write(f"  plan run {i + 1}/{reps}\n")
+    for n in limits:
+        w, t = run(n)
+        walls[n].append(w)
+        plans[n].append(t["memplan"])
+        scheds[n].append(t["schedule"])
+med = statistics.median
+print()
+print(f"Median of {reps} runs of `pipec plan --time-passes MODEL` (gen_mlp.py --layers N):")
+print()
+print("| layers | wall ms | (min) | schedule ms | memplan ms | target |")
+print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+failed = []
+for n, lim in limits.items():
+    w = med(walls[n])
+    print(f"| {n:,} | {w:.1f} | {min(walls[n]):.1f} | {med(scheds[n]):.2f} | {med(plans[n]):.2f} "
+          f"| {'–' if lim is None else f'< {lim:g} ms'} |")
+    if lim is not None and w >= lim:
+        failed.append(f"{n} layers ({w:.0f} ms)")
+if failed:
+    sys.stderr.write(f"FAIL: pipec plan over its target: {', '.join(failed)}\n")
+    sys.exit(1)
+sys.stderr.write("ok: pipec plan of 4,000 layers under 300 ms, 16,000 layers under 1,500 ms\n")
+EOF
+exit $status

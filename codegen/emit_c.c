@@ -175,18 +175,14 @@ static int64_t numel(const E *e, const Tensor *t) {
   return shape_numel(&t->shape, e->tc->mb_size);
 }
 
-// Bound of the ids an i32 input may hold: the smallest class count among its consumers
-// (embedding rows, cross-entropy classes); 0 when no consumer bounds them. *by: that consumer.
+// Bound of the ids an i32 input may hold: the smallest bound its consumers' registry rows declare
+// for it (op_index_bound: embedding rows, cross-entropy classes); 0 when no consumer bounds them.
+// *by: that consumer.
 static int64_t id_limit(const Tensor *t, const Node **by) {
   int64_t b = 0;
   for (int u = 0; u < t->nuses; u++) {
     const Node *n = t->uses[u].node;
-    int64_t k = 0;
-    if (!strcmp(n->op->name, "embedding") && t->uses[u].slot == 0) k = n->in[1]->shape.d[0].n;
-    if (!strcmp(n->op->name, "cross_entropy") && t->uses[u].slot == 1) {
-      const Shape *s = &n->in[0]->shape;
-      k = s->d[s->rank - 1].n;
-    }
+    int64_t k = op_index_bound(n, t->uses[u].slot);
     if (k > 0 && (b == 0 || k < b)) {
       b = k;
       if (by) *by = n;
@@ -207,16 +203,15 @@ static void emit_token_id_checks(E *e, const Tensor *x, const Tensor *y) {
   const Node *nx = NULL, *ny = NULL;
   int64_t lx = id_limit(x, &nx), ly = id_limit(y, &ny);
   if (lx > 0) {
-    const char *what =
-        !strcmp(nx->op->name, "embedding")
-            ? arena_printf(e->a, "the model's vocabulary holds %lld", (long long)lx)
-            : arena_printf(e->a, "cross_entropy '%s' has %lld classes", nx->name, (long long)lx);
+    const char *what = nx->op->ids->vocabulary
+                           ? arena_printf(e->a, "the model's vocabulary holds %lld", (long long)lx)
+                           : arena_printf(e->a, "%s '%s' has %lld %s", nx->op->name, nx->name,
+                                          (long long)lx, nx->op->ids->what);
     out(e, "  pr_tokens_check_ids(&data, path, %lld, %s);\n", (long long)lx, cstring(e, what));
   }
   if (ly > 0 && (lx == 0 || ly < lx)) {
     const char *what = arena_printf(e->a, "the target '%s' feeds %s '%s' with %lld %s", y->name,
-                                    ny->op->name, ny->name, (long long)ly,
-                                    !strcmp(ny->op->name, "embedding") ? "rows" : "classes");
+                                    ny->op->name, ny->name, (long long)ly, ny->op->ids->what);
     out(e, "  pr_tokens_check_ids(&data, path, %lld, %s);\n", (long long)ly, cstring(e, what));
   }
 }

@@ -6,7 +6,9 @@
 //    its node is visited (all its consumers come later in the forward order, so they were
 //    visited first): one contribution is the gradient itself; several are summed by an add_n
 //    node in consumer order (graph order, then input slot), never in arrival order.
-// 4. The op's gradient rule (its registry row) emits one backward node per differentiable input.
+// 4. The op's gradient rule (its registry row) gives one backward node per differentiable input:
+//    the pass interprets the row's declarative entries (grad_declared), or calls the row's rule
+//    as code with the pass's services in a GradApi (ir/ops.h): the registry never calls here.
 //    A node producing an activation's gradient is an input-gradient node (B); one producing a
 //    parameter's gradient is a weight-gradient node (W) and accumulates over microbatches into
 //    a per-step buffer of its own, one buffer per use of the parameter (acc = m > 0). Kernels
@@ -19,7 +21,7 @@
 #include "passes.h"
 
 typedef struct Contrib {
-  int key;      // consumer node id * 65536 + input slot: the canonical summation order
+  int64_t key;  // consumer node id << 32 | input slot: the canonical summation order
   Tensor *grad; // the contribution (activations) or the use's accumulation buffer (params)
 } Contrib;
 
@@ -50,24 +52,20 @@ static void push(GradCtx *c, int id, Contrib x) {
 }
 
 static int by_key(const void *a, const void *b) {
-  int ka = ((const Contrib *)a)->key, kb = ((const Contrib *)b)->key;
+  int64_t ka = ((const Contrib *)a)->key, kb = ((const Contrib *)b)->key;
   return (ka > kb) - (ka < kb);
-}
-
-Arena *grad_arena(GradCtx *c) {
-  return c->g->arena;
 }
 
 static const Tensor *owner(const Tensor *t) {
   return t->tied_to ? t->tied_to : t;
 }
 
-bool grad_needed(GradCtx *c, const Node *n, int slot) {
+static bool grad_needed(GradCtx *c, const Node *n, int slot) {
   const Tensor *t = n->in[slot];
   return t->id < c->ntensors && c->needs[t->id];
 }
 
-Tensor *grad_output(GradCtx *c, const Node *n, int k) {
+static Tensor *grad_output(GradCtx *c, const Node *n, int k) {
   return c->grad[n->out[k]->id];
 }
 
@@ -81,7 +79,7 @@ static Tensor *new_tensor(GradCtx *c, const char *name, const Tensor *like, Tens
   return t;
 }
 
-Tensor *grad_zeros(GradCtx *c, const Tensor *like) {
+static Tensor *grad_zeros(GradCtx *c, const Tensor *like) {
   Tensor *t = new_tensor(c, arena_printf(c->g->arena, "zeros:%s", like->name), like, T_CONST);
   t->const_value = 0;
   return t;
@@ -105,12 +103,14 @@ static Node *new_node(GradCtx *c, const char *name, const char *op, Tensor *cons
   return b;
 }
 
-Node *grad_emit(GradCtx *c, const Node *n, int slot, const char *bwd_op, Tensor *const *ins,
-                int nin) {
+// Emits internal op bwd_op (with inputs ins) computing n->in[slot]'s gradient contribution: a
+// B node for an activation, a W node accumulating into the use's buffer for a parameter.
+static Node *grad_emit(GradCtx *c, const Node *n, int slot, const char *bwd_op, Tensor *const *ins,
+                       int nin) {
   Arena *a = c->g->arena;
   Tensor *x = n->in[slot];
   const OpDef *op = op_find(bwd_op);
-  int key = n->id * 65536 + slot;
+  int64_t key = (int64_t)n->id << 32 | slot;
   if (x->kind != T_PARAM) {
     Tensor *g = new_tensor(c, arena_printf(a, "d:%s@%s#%d", x->name, n->name, slot), x, T_ACT);
     Node *b = new_node(c, arena_printf(a, "%s:d%d", n->name, slot), bwd_op, ins, nin, g, ROLE_BWD,
@@ -138,12 +138,50 @@ Node *grad_emit(GradCtx *c, const Node *n, int slot, const char *bwd_op, Tensor 
   return b;
 }
 
-void grad_pass(GradCtx *c, const Node *n, int slot, Tensor *t) {
+// Passes t on as the gradient contribution for n->in[slot] unchanged (d(a+b)/da = 1 with equal
+// shapes): no node for an activation; a parameter still gets its accumulation node.
+static void grad_pass(GradCtx *c, const Node *n, int slot, Tensor *t) {
   Tensor *x = n->in[slot];
   if (x->kind == T_PARAM)
     grad_emit(c, n, slot, "accumulate", &t, 1);
   else
-    push(c, x->id, (Contrib){n->id * 65536 + slot, t});
+    push(c, x->id, (Contrib){(int64_t)n->id << 32 | slot, t});
+}
+
+// The tensor a declarative gradient entry names for forward node n.
+static Tensor *entry_tensor(GradCtx *c, const Node *n, GradTensor t) {
+  switch (t.from) {
+  case GF_DY:
+    return grad_output(c, n, t.k);
+  case GF_X:
+    return n->in[t.k];
+  case GF_Y:
+    return n->out[t.k];
+  case GF_END:
+    break;
+  }
+  return NULL;
+}
+
+// Interprets the declarative gradient entries of n's row (ir/ops.h GradEntry) in order: for each
+// input slot an entry names that exists and needs a gradient, dy itself (pass_same_shape with
+// the output's shape) or one backward node.
+static void grad_declared(GradCtx *c, const Node *n) {
+  for (const GradEntry *e = n->op->grads; e->bwd_op; e++) {
+    int lo = e->slot == GRAD_EVERY_SLOT ? 0 : e->slot;
+    int hi = e->slot == GRAD_EVERY_SLOT ? n->nin : e->slot + 1;
+    for (int s = lo; s < hi && s < n->nin; s++) {
+      if (!grad_needed(c, n, s)) continue;
+      if (e->pass_same_shape && shape_eq(&n->in[s]->shape, &n->out[0]->shape)) {
+        grad_pass(c, n, s, grad_output(c, n, 0));
+        continue;
+      }
+      Tensor *ins[MAX_GRAD_IN];
+      int k = 0;
+      for (; k < MAX_GRAD_IN && e->in[k].from != GF_END; k++) ins[k] = entry_tensor(c, n, e->in[k]);
+      grad_emit(c, n, s, e->bwd_op, ins, k);
+    }
+  }
 }
 
 // Final gradient of t from its contributions, summed in canonical order.
@@ -163,6 +201,13 @@ static Tensor *finish(GradCtx *c, Tensor *t, NodeRole role) {
 
 bool pass_autodiff(Graph *g, int microbatches, Diag *d) {
   GradCtx c = {.g = g, .d = d, .ntensors = g->ntensors};
+  // The services a gradient rule as code gets (ir/ops.h).
+  const GradApi api = {.c = &c,
+                       .arena = g->arena,
+                       .output = grad_output,
+                       .needed = grad_needed,
+                       .emit = grad_emit,
+                       .zeros = grad_zeros};
   c.needs = ARENA_ARRAY(g->arena, bool, g->ntensors);
   c.grad = ARENA_ARRAY(g->arena, Tensor *, g->ntensors);
   c.contr = ARENA_ARRAY(g->arena, ContribList, g->ntensors);
@@ -211,7 +256,9 @@ bool pass_autodiff(Graph *g, int microbatches, Diag *d) {
     bool wants = false;
     for (int j = 0; j < n->nin; j++) wants |= grad_needed(&c, n, j);
     if (!wants) continue;
-    if (!n->op->grad || !n->op->grad(&c, n)) {
+    if (n->op->grads)
+      grad_declared(&c, n);
+    else if (!n->op->grad_rule || !n->op->grad_rule(&api, n)) {
       node_error(d, n, "op %s has no gradient rule", n->op->name);
       return false;
     }

@@ -1,10 +1,14 @@
-// pipec driver: command line, then the passes as a visible list of calls with the verifier after
-// each one, optional IR dumps (--dump-after=PASS) and pass timings (--time-passes).
+// pipec driver: the command line, then the passes as a table (QBE's main.c is the model). Each
+// row is a pass with its name, its run, its checker (the IR verifier after every pass that
+// changes the IR) and its dump (--dump-after); the driver runs the rows in order up to the last
+// one that the command, --dump-after and --stop-after ask for, checks each one's result, times
+// it (--time-passes) and stops at the first that reports an error. Adding a pass is adding a row.
 //
 // Exit status: 0 ok, 1 error in the model (or a run), 2 usage error.
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
+#include <stdarg.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <stdio.h>
@@ -21,30 +25,35 @@
 #define PIPEC_VERSION "0.0.0"
 #endif
 
-enum { EXIT_MODEL = 1, EXIT_USAGE = 2 };
-
-static const char *const pass_names[] = {"expand", "shape", "autodiff", "schedule", "memplan"};
-enum { NPASSES = sizeof pass_names / sizeof pass_names[0] };
+enum { EXIT_MODEL = 1, EXIT_USAGE = 2, MAX_PASSES = 16 };
 
 typedef struct Driver {
   const char *command;    // check, print, ...
   const char *model;      // model file path
-  const char *dump_after; // pass name or NULL
+  const char *dump_after; // --dump-after's list of pass names (comma-separated) or NULL
+  const char *stop_after; // --stop-after's pass name or NULL
+  bool dump[MAX_PASSES];  // per pass row: print its result after it ran
+  int last;               // the last pass row to run
   bool time_passes;       // print pass timings to stderr
   const char **defines;   // -D NAME=VALUE
   int ndefines;           // entries in defines
   const char **sets;      // --set KEY=VALUE (training overrides)
   int nsets;              // entries in sets
   const char *out_dir;    // -o DIR
+  const char *out;        // where codegen writes (out_dir or out/MODEL-NAME)
   const char *target;     // --target
   bool march_native;      // --march=native: build the program for this machine
+  bool build;             // codegen also builds OUT/bin/train (compile, run)
   char *cmdline;          // the command line as typed (getopt permutes argv)
   char **prog_args;       // run: arguments after "--" for the program
   int nprog_args;         // count
   Diag diag;              // diagnostics for the model file
   Arena arena;            // compiler memory
+  Source src;             // the model file, parsed (source_load)
   Graph graph;            // the IR
-  double t0;              // start of the current pass (seconds)
+  TrainConfig tc;         // training configuration (training pass)
+  Program prog;           // per-rank action lists (schedule pass) and each rank's memory plan
+                          // (memplan pass: prog.ranks[r].plan)
 } Driver;
 
 static double now(void) {
@@ -52,6 +61,154 @@ static double now(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+// ---------------------------------------------------------------------------------------------
+// The passes
+
+static bool run_expand(Driver *dr) {
+  ExpandOptions eo = {dr->defines, dr->ndefines};
+  return pass_expand(&dr->src, &dr->graph, &eo, &dr->diag);
+}
+
+static bool run_shape(Driver *dr) {
+  return pass_shape(&dr->graph, &dr->diag);
+}
+
+static bool run_training(Driver *dr) {
+  return training_parse(&dr->src, &dr->graph, dr->sets, dr->nsets, &dr->tc, &dr->diag);
+}
+
+static bool run_autodiff(Driver *dr) {
+  return pass_autodiff(&dr->graph, (int)dr->tc.microbatches, &dr->diag);
+}
+
+static bool run_schedule(Driver *dr) {
+  return pass_schedule(&dr->graph, &dr->tc, &dr->prog, &dr->diag);
+}
+
+// The plan is the target's: its buffers hold what the target computes in. plan_memory checks
+// its placement itself (an independent sweep, in every build).
+static bool run_memplan(Driver *dr) {
+  if (!codegen_check_target(&dr->graph, dr->target, &dr->diag)) return false;
+  if (!plan_memory(&dr->prog, &dr->diag)) return false;
+  plan_warn_memory(&dr->prog.ranks[0].plan, &dr->diag);
+  return true;
+}
+
+// The model name as a directory name: letters, digits, '-', '_', '.'.
+static const char *mangle_dir(Arena *a, const char *name) {
+  char *s = arena_strdup(a, *name ? name : "model");
+  for (char *p = s; *p; p++)
+    if (!isalnum((unsigned char)*p) && *p != '-' && *p != '_' && *p != '.') *p = '_';
+  if (s[0] == '.') s[0] = '_';
+  return s;
+}
+
+static bool run_codegen(Driver *dr) {
+  if (!dr->out)
+    dr->out = arena_printf(&dr->arena, "out/%s", mangle_dir(&dr->arena, dr->graph.name));
+  CodegenOptions co = {dr->out, dr->cmdline, dr->model, dr->target, dr->build, dr->march_native};
+  return codegen_c(&dr->prog, 0, &co, &dr->diag);
+}
+
+static bool check_ir(Driver *dr) {
+  return graph_verify(&dr->graph, &dr->diag);
+}
+
+static bool check_schedule(Driver *dr) {
+  return schedule_check(&dr->prog, &dr->diag);
+}
+
+static void dump_ir(Driver *dr, FILE *out) {
+  graph_print(&dr->graph, out);
+}
+
+static void dump_training(Driver *dr, FILE *out) {
+  training_print(&dr->graph, &dr->tc, out);
+}
+
+static void dump_schedule(Driver *dr, FILE *out) {
+  schedule_print(&dr->prog, out);
+}
+
+static void dump_plan(Driver *dr, FILE *out) {
+  plan_print(&dr->graph, &dr->tc, &dr->prog.ranks[0].plan, out);
+}
+
+// The generated program, as written.
+static void dump_codegen(Driver *dr, FILE *out) {
+  const char *path = arena_printf(&dr->arena, "%s/rank0.c", dr->out);
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    diag_error(&dr->diag, (Loc){0, 0}, "cannot read '%s': %s", path, strerror(errno));
+    return;
+  }
+  char buf[1 << 16];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, n, out);
+  fclose(f);
+}
+
+// One row per pass, in the order they run. A pass reads what the rows above it produced.
+typedef struct Pass {
+  const char *name;                    // in --dump-after, --stop-after and --time-passes
+  bool (*run)(Driver *dr);             // runs the pass; false when it reported an error
+  bool (*check)(Driver *dr);           // checks its result (NULL: nothing of its own to check)
+  void (*dump)(Driver *dr, FILE *out); // prints its result (--dump-after=NAME)
+  const char *what;                    // what the dump shows (--help)
+} Pass;
+
+static const Pass passes[] = {
+    {"expand", run_expand, check_ir, dump_ir, "the IR of the model, before shapes"},
+    {"shape", run_shape, check_ir, dump_ir, "the IR with shapes (= pipec print)"},
+    {"training", run_training, NULL, dump_training, "the training configuration, --set applied"},
+    {"autodiff", run_autodiff, check_ir, dump_ir, "the IR with the backward and step-end nodes"},
+    {"schedule", run_schedule, check_schedule, dump_schedule, "each rank's action list"},
+    {"memplan", run_memplan, NULL, dump_plan, "the memory plan (= pipec plan)"},
+    {"codegen", run_codegen, NULL, dump_codegen, "the generated program (OUT/rank0.c)"},
+};
+enum { NPASSES = sizeof passes / sizeof passes[0] };
+_Static_assert((int)NPASSES <= (int)MAX_PASSES, "Driver.dump has a flag per pass");
+
+static int find_pass(const char *name, size_t len) {
+  for (int i = 0; i < NPASSES; i++)
+    if (strlen(passes[i].name) == len && strncmp(passes[i].name, name, len) == 0) return i;
+  return -1;
+}
+
+// "expand, shape, ..." (for messages).
+static const char *pass_list(Arena *a) {
+  char *s = arena_strdup(a, "");
+  for (int i = 0; i < NPASSES; i++) s = arena_printf(a, "%s%s%s", s, i ? ", " : "", passes[i].name);
+  return s;
+}
+
+// Runs the rows 0..dr->last with their checkers, dumps and timings; false at the first error.
+static bool run_passes(Driver *dr) {
+  for (int i = 0; i <= dr->last; i++) {
+    const Pass *p = &passes[i];
+    double t0 = now();
+    bool ok = p->run(dr) && !dr->diag.errors;
+    if (dr->time_passes)
+      fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", p->name, (now() - t0) * 1e3);
+    if (!ok) return false;
+    if (p->check) {
+      t0 = now();
+      ok = p->check(dr) && !dr->diag.errors;
+      if (dr->time_passes)
+        fprintf(stderr, "pipec: check %-8s %8.3f ms\n", p->name, (now() - t0) * 1e3);
+      if (!ok) return false;
+    }
+    if (dr->dump[i]) {
+      p->dump(dr, stdout);
+      if (dr->diag.errors) return false;
+    }
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Command line
 
 static void usage(FILE *f) {
   fputs(
@@ -69,10 +226,15 @@ static void usage(FILE *f) {
       "\n"
       "Options:\n"
       "  -D, --define NAME=VALUE  override the model's dims entry NAME (integer or expression)\n"
-      "      --dump-after=PASS    print the IR after PASS (expand, shape, autodiff,\n"
-      "                           schedule, memplan)\n"
-      "  -o, --output DIR         where compile/run write the program (default out/MODEL-NAME;\n"
-      "                           created with missing parents)\n"
+      "      --dump-after=PASS[,PASS...]\n"
+      "                           print the result of each PASS after it ran (the passes up\n"
+      "                           to the last one named run; see Passes below)\n"
+      "      --stop-after=PASS    run no pass after PASS; a command prints its output only if\n"
+      "                           its passes ran (check: shape, plan: memplan, compile and\n"
+      "                           run: codegen; print: the IR after the last pass run)\n"
+      "  -o, --output DIR         where the codegen pass writes the program (compile, run,\n"
+      "                           --dump-after=codegen; default out/MODEL-NAME; created with\n"
+      "                           missing parents)\n"
       "      --target TARGET      code generation target: cpu (default)\n"
       "      --march=native       build the program for this machine's CPU (faster; the same\n"
       "                           numbers; may not run on another machine). Default: portable\n"
@@ -81,34 +243,29 @@ static void usage(FILE *f) {
       "      --batch N            = --set batch=N (rows per step)\n"
       "      --microbatches M     = --set microbatches=M\n"
       "      --steps N            = --set steps=N\n"
-      "      --time-passes        print the time each pass took to stderr\n"
+      "      --time-passes        print the time each pass and its checker took to stderr\n"
       "      --list-ops           list the ops of the registry and exit\n"
       "  -h, --help               show this help and exit\n"
       "  -V, --version            show the version and exit\n"
       "\n"
-      "Exit status: 0 ok, 1 error in the model, 2 usage error.\n"
-      "Model format: docs/model-format.md. Ops: docs/ops.md.\n",
+      "Passes, in order (what --dump-after prints):\n",
       f);
+  for (int i = 0; i < NPASSES; i++) fprintf(f, "  %-10s %s\n", passes[i].name, passes[i].what);
+  fputs("\n"
+        "Exit status: 0 ok, 1 error in the model, 2 usage error.\n"
+        "Model format: docs/model-format.md. Ops: docs/ops.md.\n",
+        f);
 }
 
-static int usage_error(const char *fmt, const char *arg) {
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
   fprintf(stderr, "pipec: ");
-  fprintf(stderr, fmt, arg);
+  vfprintf(stderr, fmt, ap);
   fprintf(stderr, "\nTry 'pipec --help' for more information.\n");
+  va_end(ap);
   return EXIT_USAGE;
-}
-
-// Verifier, dump and timing after a pass; false when the pass or the verifier failed.
-static bool after_pass(Driver *dr, const char *name, bool ok) {
-  double t = now();
-  if (dr->time_passes) fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", name, (t - dr->t0) * 1e3);
-  if (!ok || dr->diag.errors) return false;
-  if (!graph_verify(&dr->graph, &dr->diag)) return false;
-  // The schedule's dump is its action lists (printed by the caller), not the IR.
-  if (dr->dump_after && !strcmp(dr->dump_after, name) && strcmp(name, "schedule"))
-    graph_print(&dr->graph, stdout);
-  dr->t0 = now();
-  return true;
 }
 
 // Thousands separators: 1234567 -> "1,234,567".
@@ -168,15 +325,6 @@ static void print_summary(const Graph *g) {
   printf("activations  %s per sample\n", human(a, sizeof a, acts, "B", true));
 }
 
-// The model name as a directory name: letters, digits, '-', '_', '.'.
-static const char *mangle_dir(Arena *a, const char *name) {
-  char *s = arena_strdup(a, *name ? name : "model");
-  for (char *p = s; *p; p++)
-    if (!isalnum((unsigned char)*p) && *p != '-' && *p != '_' && *p != '.') *p = '_';
-  if (s[0] == '.') s[0] = '_';
-  return s;
-}
-
 static char *join_args(Arena *a, int argc, char **argv) {
   size_t n = 1;
   for (int i = 0; i < argc; i++) n += strlen(argv[i]) + 1;
@@ -185,10 +333,91 @@ static char *join_args(Arena *a, int argc, char **argv) {
   return s;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Commands: what each runs, and prints once its passes ran
+
+static int finish_check(Driver *dr) {
+  print_summary(&dr->graph);
+  return 0;
+}
+
+static int finish_print(Driver *dr) {
+  if (!dr->dump_after) graph_print(&dr->graph, stdout); // else the dumps are the output
+  return 0;
+}
+
+static int finish_plan(Driver *dr) {
+  plan_print(&dr->graph, &dr->tc, &dr->prog.ranks[0].plan, stdout);
+  return 0;
+}
+
+static int finish_compile(Driver *dr) {
+  fprintf(stderr, "pipec: wrote %s/rank0.c and %s/bin/train\n", dr->out, dr->out);
+  return 0;
+}
+
+static int finish_run(Driver *dr) {
+  fflush(stdout);
+  char **pa = ARENA_ARRAY(&dr->arena, char *, dr->nprog_args + 2);
+  pa[0] = arena_printf(&dr->arena, "%s/bin/train", dr->out);
+  for (int i = 0; i < dr->nprog_args; i++) pa[i + 1] = dr->prog_args[i];
+  execv(pa[0], pa);
+  fprintf(stderr, "pipec: cannot run %s: %s\n", pa[0], strerror(errno));
+  return EXIT_MODEL;
+}
+
+typedef struct Command {
+  const char *name;          // check, print, ...
+  const char *last;          // the last pass it runs (unless --dump-after/--stop-after say)
+  const char *needs;         // the last pass its output needs (stopped earlier: no output)
+  bool build;                // codegen also builds OUT/bin/train
+  int (*finish)(Driver *dr); // its output; returns the exit status
+} Command;
+
+static const Command commands[] = {
+    {"check", "shape", "shape", false, finish_check},
+    {"print", "shape", "expand", false, finish_print}, // the IR after the last pass that ran
+    {"plan", "memplan", "memplan", false, finish_plan},
+    {"compile", "codegen", "codegen", true, finish_compile},
+    {"run", "codegen", "codegen", true, finish_run},
+};
+enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
+
+// Parses --dump-after's list and --stop-after into dr->dump and dr->last (from the command's
+// default last pass); 0 or a usage error's exit status.
+static int select_passes(Driver *dr, const Command *cmd) {
+  dr->last = find_pass(cmd->last, strlen(cmd->last));
+  for (const char *p = dr->dump_after; p && *p;) {
+    size_t n = strcspn(p, ",");
+    int i = find_pass(p, n);
+    if (i < 0)
+      return usage_error("--dump-after: unknown pass '%.*s' (passes: %s)", (int)n, p,
+                         pass_list(&dr->arena));
+    dr->dump[i] = true;
+    if (i > dr->last) dr->last = i;
+    p += n + (p[n] == ',');
+  }
+  if (dr->dump_after && !*dr->dump_after)
+    return usage_error("--dump-after: no pass named (passes: %s)", pass_list(&dr->arena));
+  if (dr->stop_after) {
+    int stop = find_pass(dr->stop_after, strlen(dr->stop_after));
+    if (stop < 0)
+      return usage_error("--stop-after: unknown pass '%s' (passes: %s)", dr->stop_after,
+                         pass_list(&dr->arena));
+    for (int i = stop + 1; i < NPASSES; i++)
+      if (dr->dump[i])
+        return usage_error("--dump-after=%s: the pass comes after --stop-after=%s", passes[i].name,
+                           passes[stop].name);
+    dr->last = stop;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   static const struct option longopts[] = {
       {"define", required_argument, NULL, 'D'},
       {"dump-after", required_argument, NULL, 'd'},
+      {"stop-after", required_argument, NULL, 'P'},
       {"output", required_argument, NULL, 'o'},
       {"target", required_argument, NULL, 'T'},
       {"set", required_argument, NULL, 's'},
@@ -253,8 +482,12 @@ int main(int argc, char **argv) {
     case 'S':
       dr.sets[dr.nsets++] = arena_printf(&dr.arena, "steps=%s", optarg);
       break;
-    case 'd':
-      dr.dump_after = optarg;
+    case 'd': // repeated: the lists add up
+      dr.dump_after =
+          dr.dump_after ? arena_printf(&dr.arena, "%s,%s", dr.dump_after, optarg) : optarg;
+      break;
+    case 'P':
+      dr.stop_after = optarg;
       break;
     case 't':
       dr.time_passes = true;
@@ -286,10 +519,10 @@ int main(int argc, char **argv) {
     RETURN(usage_error("%s", "no command given (check, print, plan, compile, run)"));
   }
   dr.command = positional[0];
-  bool known = false;
-  static const char *const commands[] = {"check", "print", "plan", "compile", "run"};
-  for (int i = 0; i < 5; i++) known |= strcmp(dr.command, commands[i]) == 0;
-  if (!known)
+  const Command *cmd = NULL;
+  for (int i = 0; i < NCOMMANDS; i++)
+    if (strcmp(dr.command, commands[i].name) == 0) cmd = &commands[i];
+  if (!cmd)
     rc = usage_error("unknown command '%s' (check, print, plan, compile, run)", dr.command);
   else if (npos < 2)
     rc = usage_error("'%s' needs a model file", dr.command);
@@ -299,80 +532,24 @@ int main(int argc, char **argv) {
     rc = usage_error("%s", "-o: the output directory is an empty string");
   else if (dr.nprog_args && strcmp(dr.command, "run") != 0)
     rc = usage_error("arguments after '--' are for 'run' only (got '%s')", dr.prog_args[0]);
-  if (!rc && dr.dump_after) {
-    bool ok = false;
-    for (int i = 0; i < NPASSES; i++) ok |= strcmp(dr.dump_after, pass_names[i]) == 0;
-    if (!ok)
-      rc = usage_error(
-          "--dump-after: unknown pass '%s' (passes: expand, shape, autodiff, schedule, memplan)",
-          dr.dump_after);
-  }
+  else
+    rc = select_passes(&dr, cmd);
   if (rc) {
     RETURN(rc);
   }
   dr.model = positional[1];
+  dr.out = dr.out_dir;
+  dr.build = cmd->build;
 
   diag_init(&dr.diag, dr.model, stderr);
+  dr.diag.excerpts = true; // the source line and a caret under each located message
   graph_init(&dr.graph, &dr.arena);
-  ExpandOptions eo = {dr.defines, dr.ndefines};
-  Source src;
-  dr.t0 = now();
-
-  // The passes, in order.
-  bool ok = source_load(&src, &dr.arena, dr.model, &dr.diag);
-  if (dr.time_passes)
-    fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", "parse", (now() - dr.t0) * 1e3);
-  dr.t0 = now();
-  ok = ok && after_pass(&dr, "expand", pass_expand(&src, &dr.graph, &eo, &dr.diag));
-  ok = ok && after_pass(&dr, "shape", pass_shape(&dr.graph, &dr.diag));
-
-  bool back = strcmp(dr.command, "check") && strcmp(dr.command, "print");
-  back |=
-      dr.dump_after && (!strcmp(dr.dump_after, "autodiff") || !strcmp(dr.dump_after, "memplan") ||
-                        !strcmp(dr.dump_after, "schedule"));
-  TrainConfig tc;
-  Program prog;
-  if (ok && back) {
-    ok = training_parse(&src, &dr.graph, dr.sets, dr.nsets, &tc, &dr.diag) &&
-         codegen_check_target(&dr.graph, dr.target, &dr.diag);
-    dr.t0 = now();
-    ok =
-        ok && after_pass(&dr, "autodiff", pass_autodiff(&dr.graph, (int)tc.microbatches, &dr.diag));
-    ok = ok && after_pass(&dr, "schedule",
-                          pass_schedule(&dr.graph, &tc, &prog, &dr.diag) &&
-                              schedule_check(&prog, &dr.diag));
-    if (ok && dr.dump_after && !strcmp(dr.dump_after, "schedule")) schedule_print(&prog, stdout);
-    ok = ok && after_pass(&dr, "memplan", plan_memory(&prog, &dr.diag));
-    if (ok) plan_warn_memory(&prog.ranks[0].plan, &dr.diag);
-  }
-
-  if (ok && strcmp(dr.command, "check") == 0) print_summary(&dr.graph);
-  if (ok && strcmp(dr.command, "print") == 0 && !dr.dump_after) graph_print(&dr.graph, stdout);
-  if (ok && strcmp(dr.command, "plan") == 0)
-    plan_print(&dr.graph, &tc, &prog.ranks[0].plan, stdout);
+  double t0 = now();
+  bool ok = source_load(&dr.src, &dr.arena, dr.model, &dr.diag);
+  if (dr.time_passes) fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", "parse", (now() - t0) * 1e3);
+  ok = ok && run_passes(&dr);
   int status = ok ? 0 : EXIT_MODEL;
-  if (ok && (!strcmp(dr.command, "compile") || !strcmp(dr.command, "run"))) {
-    const char *out = dr.out_dir
-                          ? dr.out_dir
-                          : arena_printf(&dr.arena, "out/%s", mangle_dir(&dr.arena, dr.graph.name));
-    char *cmdline = dr.cmdline;
-    CodegenOptions co = {out, cmdline, dr.model, dr.target, true, dr.march_native};
-    ok = codegen_c(&prog, 0, &co, &dr.diag);
-    if (dr.time_passes)
-      fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", "codegen", (now() - dr.t0) * 1e3);
-    status = ok ? 0 : EXIT_MODEL;
-    if (ok && !strcmp(dr.command, "compile"))
-      fprintf(stderr, "pipec: wrote %s/rank0.c and %s/bin/train\n", out, out);
-    if (ok && !strcmp(dr.command, "run")) {
-      fflush(stdout);
-      char **pa = ARENA_ARRAY(&dr.arena, char *, dr.nprog_args + 2);
-      pa[0] = arena_printf(&dr.arena, "%s/bin/train", out);
-      for (int i = 0; i < dr.nprog_args; i++) pa[i + 1] = dr.prog_args[i];
-      execv(pa[0], pa);
-      fprintf(stderr, "pipec: cannot run %s: %s\n", pa[0], strerror(errno));
-      status = EXIT_MODEL;
-    }
-  }
-  source_free(&src);
+  if (ok && dr.last >= find_pass(cmd->needs, strlen(cmd->needs))) status = cmd->finish(&dr);
+  source_free(&dr.src);
   RETURN(status);
 }

@@ -8,13 +8,15 @@
 // run), then for every virtual stage of the rank K slots: slot m mod K holds everything of
 // microbatch m on that stage. A slot's layout is planned once over the stage's one-microbatch
 // timeline, read off the action list: the actions of the stage's first microbatch in list order,
-// one position per node of a compute action (F, B, W) and one for every other action (LOAD, LOSS,
-// SEND, RECV), the step end after them. A buffer live across actions (a loaded input, a forward
-// activation kept for B, the loss until LOSS, a dy kept for W) is SAVED; one live within one
-// action (most gradients, kernel workspaces) is TEMP. Both are placed together in the slot by a
-// sweep over the timeline (place.c), so a temporary reuses bytes of saved buffers already dead;
-// this is valid for any K because microbatch m + K starts on the slot only after m's last action
-// there. The placement is checked by an independent sweep in every build.
+// one position per node of a compute action (F, B, W) and one for LOAD and LOSS, the step end
+// after them. (Channels are refused for now: a received tensor will start at its RECV's
+// position and a sent one live until its SEND's, when partitioning makes them.) A buffer live
+// across actions (a loaded input, a forward activation kept for B, the loss until LOSS, a dy kept
+// for W) is SAVED; one live within one action (most gradients, kernel workspaces) is TEMP. Both are
+// placed together in the slot by a sweep over the timeline (place.c), so a temporary reuses bytes
+// of saved buffers already dead; this holds for any K as long as K is what the schedule keeps in
+// flight (microbatch m + K starts on the slot only after m's last action there: the simulator's job
+// when K > 1). The placement is checked by an independent sweep in every build.
 //
 // Every size, sum, alignment and offset is computed with checked arithmetic: a plan whose regions
 // together would exceed 2^63 - 1 bytes is an error naming the tensor (or node workspace) that

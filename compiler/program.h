@@ -53,6 +53,9 @@ typedef struct TrainConfig {
 // "key=value" strings (pipec compile --set key=value). Binds the batch symbol to the microbatch.
 bool training_parse(const Source *src, Graph *g, const char **overrides, int noverrides,
                     TrainConfig *tc, Diag *d);
+// Prints the configuration as read (defaults filled in, overrides applied, data paths resolved):
+// one "key value" line per training key, in the keys' table order (pipec --dump-after=training).
+void training_print(const Graph *g, const TrainConfig *tc, FILE *out);
 
 typedef enum Region {
   REG_PARAMS, // parameters (tied parameters share their owner's bytes)

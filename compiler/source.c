@@ -452,6 +452,7 @@ bool source_parse(Source *s, Arena *a, const char *path, const char *text, size_
   s->text = arena_strndup(a, text, len);
   s->len = len;
   index_lines(s, a);
+  diag_set_source(d, s->text, s->len, s->lines, s->nlines); // excerpts under every message
   if (!check_bytes(s, d)) return false;
   const char *start = s->text;
   if (len >= 3 && memcmp(start, "\xef\xbb\xbf", 3) == 0)

@@ -41,7 +41,8 @@ typedef struct Source {
 
 // Reads and parses path; reports I/O and JSON syntax errors (FILE:LINE:COL) and returns false.
 bool source_load(Source *s, Arena *a, const char *path, Diag *d);
-// Parses text already in memory (unit tests); path is used in messages only.
+// Parses text already in memory (unit tests); path is used in messages only. Both attach the text
+// to d (diag_set_source) for the excerpts under its messages: s and its arena must outlive d's use.
 bool source_parse(Source *s, Arena *a, const char *path, const char *text, size_t len, Diag *d);
 // Position of a JSON item; {0,0} when unknown.
 Loc source_loc(const Source *s, const cJSON *item);

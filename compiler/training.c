@@ -249,6 +249,7 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
     }
     tc->data = (DataKind)(DATA_TEXT + k);
   }
+  bool batch_set = false; // batch or microbatches came from --set: the file is not the cause
   for (int i = 0; i < noverrides; i++) {
     const char *eq = strchr(overrides[i], '=');
     char name[128], msg[200];
@@ -277,10 +278,13 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
       diag_error(d, (Loc){0, 0}, "--set %s: %s", overrides[i], msg);
       return false;
     }
+    batch_set |= !strcmp(k->name, "batch") || !strcmp(k->name, "microbatches");
   }
   if (tc->batch % tc->microbatches) {
-    // Point at the file only when neither number came from --set.
-    diag_error(d, noverrides ? (Loc){0, 0} : source_loc(src, sub(tr, "microbatches")),
+    // Point at the file when both numbers came from it (microbatches > 1 is written there, batch
+    // is written there or the default), not when an override of either is the cause.
+    const cJSON *at = sub(tr, "microbatches");
+    diag_error(d, batch_set ? (Loc){0, 0} : source_loc(src, at),
                "training: batch %lld is not a multiple of microbatches %lld", (long long)tc->batch,
                (long long)tc->microbatches);
     return false;
@@ -343,4 +347,36 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
       return false;
     }
   return true;
+}
+
+// Shortest %g form that reads back as v.
+static const char *num_str(char *buf, size_t cap, double v) {
+  for (int prec = 1; prec <= 17; prec++) {
+    snprintf(buf, cap, "%.*g", prec, v);
+    if (strtod(buf, NULL) == v) break;
+  }
+  return buf;
+}
+
+void training_print(const Graph *g, const TrainConfig *tc, FILE *out) {
+  static const char *const data_kinds[] = {"none", "text", "tokens_u16", "csv", "npy"};
+  fprintf(out, "training for %s: batch %lld = %lld microbatch%s of %lld\n", g->name,
+          (long long)tc->batch, (long long)tc->microbatches, tc->microbatches == 1 ? "" : "es",
+          (long long)tc->mb_size);
+  for (int i = 0; i < NKEYS; i++) {
+    const char *dst = (const char *)tc + keys[i].off;
+    char buf[64];
+    const char *v = buf;
+    if (keys[i].type == K_INT)
+      snprintf(buf, sizeof buf, "%lld", (long long)*(const int64_t *)dst);
+    else if (keys[i].type == K_NUM)
+      num_str(buf, sizeof buf, *(const double *)dst);
+    else
+      v = *(const char *const *)dst ? *(const char *const *)dst : "-";
+    fprintf(out, "  %-24s %s\n", keys[i].name, v);
+  }
+  fprintf(out, "  %-24s %s\n", "optimizer.kind", tc->opt == OPT_ADAMW ? "adamw" : "sgd");
+  fprintf(out, "  %-24s %s\n", "data.kind", data_kinds[tc->data]);
+  fprintf(out, "  %-24s %s\n", "data.input", tc->input ? tc->input->name : "-");
+  fprintf(out, "  %-24s %s\n", "data.target", tc->target ? tc->target->name : "-");
 }

@@ -2,10 +2,29 @@
 //   FILE:LINE:COL: error: MESSAGE        (a position in the model file is known)
 //   FILE: error: MESSAGE                 (no position: MESSAGE starts with the JSON path)
 // Passes report errors and the driver stops after a pass that reported any.
+//
+// With a source attached (diag_set_source, done by source_parse) and excerpts on (the driver
+// turns them on; unit tests compare bare messages), a located message is followed by its source
+// line and a caret under the column, as chibicc's error_at and clang do:
+//   m.json:17:19: error: nodes[1] "a": unknown op 'rellu' (did you mean 'relu'?)
+//       {"name": "a", "op": "rellu", "inputs": ["h"]},
+//                     ^
+// LINE and COL are 1-based; COL counts bytes (a tab is one, "é" is two), so it is exact for any
+// tool that seeks in the file. The excerpt aligns its caret by what a terminal shows instead: tabs
+// are copied into the caret line, a UTF-8 character takes the columns it occupies on screen (one;
+// two for East Asian wide characters and emoji; none for combining marks), and control bytes
+// and invalid UTF-8 are shown as '?'. A line wider than DIAG_EXCERPT_WIDTH columns is shown as
+// a window around the column with "..." where it is cut.
 #ifndef PIPEC_DIAG_H
 #define PIPEC_DIAG_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
+
+// Widest excerpt line (columns, "..." included); the window keeps DIAG_EXCERPT_BEFORE columns
+// left of the caret where the line is longer.
+enum { DIAG_EXCERPT_WIDTH = 100, DIAG_EXCERPT_BEFORE = 40 };
 
 typedef struct Loc {
   int line; // 1-based line in the model file; 0 = unknown
@@ -13,14 +32,25 @@ typedef struct Loc {
 } Loc;
 
 typedef struct Diag {
-  const char *file; // model file name as given on the command line
-  FILE *out;        // where messages go (stderr; a memstream in unit tests)
-  int errors;       // errors reported so far
-  int warnings;     // warnings reported so far
+  const char *file;    // model file name as given on the command line
+  FILE *out;           // where messages go (stderr; a memstream in unit tests)
+  int errors;          // errors reported so far
+  int warnings;        // warnings reported so far
+  bool excerpts;       // print the source line and a caret under located messages
+  const char *text;    // the model file's bytes (NULL: no source attached)
+  size_t len;          // bytes in text
+  const size_t *lines; // byte offset of the start of each line of text
+  int nlines;          // entries in lines
 } Diag;
 
 void diag_init(Diag *d, const char *file, FILE *out);
+// Attaches the model's text for excerpts (the caller keeps text and lines alive while d is used).
+void diag_set_source(Diag *d, const char *text, size_t len, const size_t *lines, int nlines);
 void diag_error(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void diag_warning(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+// Prints the excerpt of one line (len bytes at line, no line break in it) with a caret under
+// byte column col (1-based; past the end: after the last character): two lines, each ending in
+// '\n' (the line as it is, then the caret line).
+void diag_excerpt(FILE *out, const char *line, size_t len, int col);
 
 #endif

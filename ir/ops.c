@@ -636,6 +636,15 @@ static const char *const attention_hidden[] = {"att"};
 #define ATTRS(a) .attrs = a, .nattrs = (int)(sizeof(a) / sizeof((a)[0]))
 #define IN(lo, hi) .min_in = lo, .max_in = hi
 #define HIDDEN(h) .hidden = h, .nhidden = (int)(sizeof(h) / sizeof((h)[0]))
+// Gradient entries (ir/ops.h GradEntry): GRAD(slot, backward op, its inputs...), where an input
+// is GDY (the gradient of output 0), GX(k) (input k) or GY(k) (output k, hidden ones included);
+// GRAD_PASS also passes dy itself to an input of the output's shape.
+#define GDY {GF_DY, 0}
+#define GX(k) {GF_X, k}
+#define GY(k) {GF_Y, k}
+#define GRAD(s, op, ...) {.slot = s, .bwd_op = op, .in = {__VA_ARGS__}}
+#define GRAD_PASS(s, op, ...) {.slot = s, .bwd_op = op, .in = {__VA_ARGS__}, .pass_same_shape = true}
+#define GRADS(...) .grads = (const GradEntry[]){__VA_ARGS__, {.bwd_op = NULL}}
 // Internal ops: backward and helper nodes made by the autodiff pass (no shape rule: the pass
 // gives each output the shape of the tensor it is the gradient of).
 #define BWD(nm, lo, hi, kern, ka, has_acc)                                                         \
@@ -644,50 +653,67 @@ static const char *const attention_hidden[] = {"att"};
 
 static const OpDef ops[] = {
     {.name = "matmul", IN(2, 2), .nout = 1, ATTRS(matmul_attrs), .infer = matmul_infer, .cost = matmul_cost,
-     .kernel = "pr_matmul_fwd", .kargs = kargs_matmul, .grad = grad_matmul, .doc = "batched matrix product"},
+     .kernel = "pr_matmul_fwd", .kargs = kargs_matmul,
+     GRADS(GRAD(0, "matmul.da", GDY, GX(1)), GRAD(1, "matmul.db", GDY, GX(0))),
+     .doc = "batched matrix product"},
     {.name = "linear", IN(2, 3), .nout = 1, .infer = linear_infer, .cost = linear_cost, .kernel = "pr_linear_fwd",
-     .kargs = kargs_linear, .grad = grad_linear, .doc = "x W^T + b (PyTorch layout)"},
+     .kargs = kargs_linear,
+     GRADS(GRAD(0, "linear.dx", GDY, GX(1)), GRAD(1, "linear.dw", GDY, GX(0)), GRAD(2, "sum_rows", GDY)),
+     .doc = "x W^T + b (PyTorch layout)"},
     {.name = "add", IN(2, 2), .nout = 1, .infer = binary_infer, .cost = cost1, .kernel = "pr_binary_fwd",
-     .kargs = kargs_binary, .grad = grad_binary, .doc = "a + b with broadcasting"},
+     .kargs = kargs_binary, .variant = BIN_ADD,
+     GRADS(GRAD_PASS(GRAD_EVERY_SLOT, "binary.d", GDY)), .doc = "a + b with broadcasting"},
     {.name = "sub", IN(2, 2), .nout = 1, .infer = binary_infer, .cost = cost1, .kernel = "pr_binary_fwd",
-     .kargs = kargs_binary, .grad = grad_binary, .doc = "a - b with broadcasting"},
+     .kargs = kargs_binary, .variant = BIN_SUB,
+     GRADS(GRAD_PASS(0, "binary.d", GDY), GRAD(1, "binary.d", GDY)), .doc = "a - b with broadcasting"},
     {.name = "mul", IN(2, 2), .nout = 1, .infer = binary_infer, .cost = cost1, .kernel = "pr_binary_fwd",
-     .kargs = kargs_binary, .grad = grad_binary, .doc = "a * b with broadcasting"},
+     .kargs = kargs_binary, .variant = BIN_MUL,
+     GRADS(GRAD(0, "binary.d", GDY, GX(1)), GRAD(1, "binary.d", GDY, GX(0))), .doc = "a * b with broadcasting"},
     {.name = "scale", IN(1, 1), .nout = 1, ATTRS(scale_attrs), .infer = unary_infer, .cost = cost1,
-     .kernel = "pr_scale_fwd", .kargs = kargs_scale, .grad = grad_scale, .doc = "x * factor"},
+     .kernel = "pr_scale_fwd", .kargs = kargs_scale, GRADS(GRAD(0, "scale.dx", GDY)), .doc = "x * factor"},
     {.name = "relu", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost1, .kernel = "pr_relu_fwd",
-     .kargs = kargs_n, .grad = grad_unary, .doc = "max(x, 0)"},
+     .kargs = kargs_n, GRADS(GRAD(0, "relu.dx", GDY, GY(0))), .doc = "max(x, 0)"},
     {.name = "gelu", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost8, .kernel = "pr_gelu_fwd",
-     .kargs = kargs_n, .grad = grad_unary, .doc = "GELU, tanh approximation"},
+     .kargs = kargs_n, GRADS(GRAD(0, "gelu.dx", GDY, GX(0))), .doc = "GELU, tanh approximation"},
     {.name = "tanh", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost5, .kernel = "pr_tanh_fwd",
-     .kargs = kargs_n, .grad = grad_unary, .doc = "tanh(x)"},
+     .kargs = kargs_n, GRADS(GRAD(0, "tanh.dx", GDY, GY(0))), .doc = "tanh(x)"},
     {.name = "sigmoid", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost4, .kernel = "pr_sigmoid_fwd",
-     .kargs = kargs_n, .grad = grad_unary, .doc = "1 / (1 + exp(-x))"},
+     .kargs = kargs_n, GRADS(GRAD(0, "sigmoid.dx", GDY, GY(0))), .doc = "1 / (1 + exp(-x))"},
     {.name = "softmax", IN(1, 1), .nout = 1, ATTRS(softmax_attrs), .infer = softmax_infer, .cost = cost5,
-     .kernel = "pr_softmax_fwd", .kargs = kargs_softmax, .grad = grad_unary, .doc = "softmax along axis"},
+     .kernel = "pr_softmax_fwd", .kargs = kargs_softmax, GRADS(GRAD(0, "softmax.dx", GDY, GY(0))),
+     .doc = "softmax along axis"},
     {.name = "layernorm", IN(2, 3), .nout = 1, ATTRS(layernorm_attrs), HIDDEN(layernorm_hidden),
      .infer = layernorm_infer, .cost = cost8, .kernel = "pr_layernorm_fwd", .kargs = kargs_layernorm,
-     .grad = grad_layernorm, .doc = "layer norm over the last dim"},
+     GRADS(GRAD(0, "layernorm.dx", GDY, GX(0), GX(1), GY(1), GY(2)),
+           GRAD(1, "layernorm.dw", GDY, GX(0), GY(1), GY(2)), GRAD(2, "sum_rows", GDY)),
+     .doc = "layer norm over the last dim"},
     {.name = "embedding", IN(2, 2), .nout = 1, .infer = embedding_infer, .cost = cost0,
-     .kernel = "pr_embedding_fwd", .kargs = kargs_embedding, .grad = grad_embedding, .doc = "rows of weight by id"},
+     .kernel = "pr_embedding_fwd", .kargs = kargs_embedding,
+     .ids = &(const IndexBound){.slot = 0, .of = 1, .dim = 0, .what = "rows", .vocabulary = true},
+     GRADS(GRAD(1, "embedding.dw", GDY, GX(0))), .doc = "rows of weight by id"},
     {.name = "reshape", IN(1, 1), .nout = 1, ATTRS(reshape_attrs), .infer = reshape_infer, .cost = cost0,
-     .kernel = "pr_copy", .kargs = kargs_copy, .grad = grad_reshape, .doc = "same elements, new shape"},
+     .kernel = "pr_copy", .kargs = kargs_copy, GRADS(GRAD(0, "copy", GDY)), .doc = "same elements, new shape"},
     {.name = "transpose", IN(1, 1), .nout = 1, ATTRS(transpose_attrs), .infer = transpose_infer, .cost = cost0,
-     .kernel = "pr_permute", .kargs = kargs_permute, .grad = grad_permute, .doc = "swap two dims"},
+     .kernel = "pr_permute", .kargs = kargs_permute, .variant = PERM_SWAP, GRADS(GRAD(0, "permute.dx", GDY)),
+     .doc = "swap two dims"},
     {.name = "permute", IN(1, 1), .nout = 1, ATTRS(permute_attrs), .infer = permute_infer, .cost = cost0,
-     .kernel = "pr_permute", .kargs = kargs_permute, .grad = grad_permute, .doc = "reorder dims"},
+     .kernel = "pr_permute", .kargs = kargs_permute, .variant = PERM_LIST, GRADS(GRAD(0, "permute.dx", GDY)),
+     .doc = "reorder dims"},
     {.name = "split", IN(1, 1), .nout = 0, ATTRS(split_attrs), .count_outputs = split_count, .infer = split_infer,
-     .cost = cost0, .kernel = "pr_split", .kargs = kargs_split, .grad = grad_split, .doc = "split along axis"},
+     .cost = cost0, .kernel = "pr_split", .kargs = kargs_split, .grad_rule = grad_split, .doc = "split along axis"},
     {.name = "concat", IN(1, -1), .nout = 1, ATTRS(concat_attrs), .infer = concat_infer, .cost = cost0,
-     .kernel = "pr_concat", .kargs = kargs_concat, .grad = grad_concat, .doc = "join along axis"},
+     .kernel = "pr_concat", .kargs = kargs_concat, GRADS(GRAD(GRAD_EVERY_SLOT, "concat.dx", GDY)),
+     .doc = "join along axis"},
     {.name = "causal_self_attention", IN(1, 1), .nout = 1, ATTRS(attention_attrs), HIDDEN(attention_hidden),
      .infer = attention_infer, .cost = attention_cost, .kernel = "pr_attention_fwd", .kargs = kargs_attention,
-     .grad = grad_attention, .doc = "fused multi-head attention with causal mask"},
+     GRADS(GRAD(0, "attention.dx", GDY, GX(0), GY(1))), .doc = "fused multi-head attention with causal mask"},
     {.name = "cross_entropy", IN(2, 2), .nout = 1, .infer = cross_entropy_infer, .cost = cross_entropy_cost,
-     .kernel = "pr_cross_entropy_fwd", .kargs = kargs_cross_entropy, .grad = grad_cross_entropy,
+     .kernel = "pr_cross_entropy_fwd", .kargs = kargs_cross_entropy,
+     .ids = &(const IndexBound){.slot = 1, .of = 0, .dim = -1, .what = "classes"},
+     GRADS(GRAD(0, "cross_entropy.dx", GDY, GX(0), GX(1))),
      .doc = "mean cross-entropy of logits and i32 targets"},
     {.name = "mse_loss", IN(2, 2), .nout = 1, .infer = mse_infer, .cost = mse_cost, .kernel = "pr_mse_fwd",
-     .kargs = kargs_mse, .grad = grad_mse, .doc = "mean squared error"},
+     .kargs = kargs_mse, GRADS(GRAD(GRAD_EVERY_SLOT, "mse.dx", GDY, GX(0), GX(1))), .doc = "mean squared error"},
 
     // Internal ops (gradients and their bookkeeping)
     BWD("matmul.da", 2, 2, "pr_matmul_bwd_a", kargs_matmul, true),
@@ -737,6 +763,15 @@ const OpDef *op_find(const char *name) {
 
 int node_visible_outputs(const Node *n) {
   return n->nout - n->op->nhidden;
+}
+
+int64_t op_index_bound(const Node *n, int slot) {
+  const IndexBound *b = n->op->ids;
+  if (!b || b->slot != slot || b->of >= n->nin) return 0;
+  const Shape *s = &n->in[b->of]->shape;
+  int dim = b->dim < 0 ? b->dim + s->rank : b->dim;
+  if (dim < 0 || dim >= s->rank || s->d[dim].b) return 0;
+  return s->d[dim].n;
 }
 
 int op_attr_index(const OpDef *op, const char *name) {

@@ -1,6 +1,10 @@
 // The op registry: one table row (OpDef) per op holding everything the compiler knows about it —
-// arity, attribute schema with defaults, shape/dtype rule, cost per call. Later passes add the
-// gradient rule and kernel names to the same row. Adding an op = one row + its kernels.
+// arity, attribute schema with defaults, shape/dtype rule, cost per call, the runtime kernel and
+// its scalar arguments, which inputs hold indices and their bound, and the gradient rule: a
+// small table of declarative entries ("input slot s gets bwd_op(dy, x1)") that the autodiff pass
+// interprets, or, for an op whose rule does not fit (split), a function that gets the pass's
+// services as a table of function pointers. Nothing here calls into compiler/: the passes read
+// this data. Which files an op touches: docs/ops.md, "Adding an op".
 #ifndef PIPEC_OPS_H
 #define PIPEC_OPS_H
 
@@ -43,7 +47,80 @@ typedef struct KArgs {
   int n;             // count
 } KArgs;
 
-typedef struct GradCtx GradCtx; // autodiff state (compiler/autodiff.c)
+// Operation codes of the binary ops sharing pr_binary_fwd/pr_binary_bwd (their `op` argument).
+typedef enum BinaryCode {
+  BIN_ADD = 0, // a + b
+  BIN_SUB = 1, // a - b
+  BIN_MUL = 2  // a * b
+} BinaryCode;
+
+// How a transpose/permute row gives its permutation (read by kargs_permute).
+typedef enum PermForm {
+  PERM_SWAP = 0, // attributes dim0, dim1: swap the two dims
+  PERM_LIST = 1  // attribute perm: output dim i is input dim perm[i]
+} PermForm;
+
+// An i32 input holding indices: the ids in input `slot` must lie in [0, size of dim `dim` of
+// input `of`). embedding: slot 0 indexes dim 0 (the rows) of the weight, input 1;
+// cross_entropy: slot 1 holds class indices into the last dim of the logits, input 0.
+typedef struct IndexBound {
+  int slot;         // input slot holding the i32 indices
+  int of;           // the input whose dim they index
+  int dim;          // that input's dim; negative counts from the last (-1 = the last)
+  const char *what; // what the bound counts, in messages: "rows", "classes"
+  bool vocabulary;  // the bound is the model's vocabulary (token ids), named so in data errors
+} IndexBound;
+
+// ---- Gradient rules as data
+
+// A tensor a declarative gradient entry passes to its backward op.
+typedef enum GradFrom {
+  GF_END = 0, // end of the list
+  GF_DY,      // the gradient flowing into output k of the forward node
+  GF_X,       // input k of the forward node
+  GF_Y        // output k of the forward node (hidden outputs follow the visible ones)
+} GradFrom;
+
+typedef struct GradTensor {
+  GradFrom from; // which kind of tensor
+  int k;         // its index (output or input slot)
+} GradTensor;
+
+enum {
+  MAX_GRAD_IN = 5,      // most inputs of a declared backward node (layernorm.dx)
+  GRAD_EVERY_SLOT = -1, // GradEntry.slot: the entry applies to every input slot, in order
+};
+
+// One declarative gradient entry: input `slot` of the forward node (when it needs a gradient
+// and exists: an optional input may be absent) gets the contribution bwd_op(in...). With
+// pass_same_shape, an input of the output's shape gets dy (the gradient of output 0) itself,
+// no node (d(a+b)/da = 1). The autodiff pass interprets the entries in order, so their order
+// (slot order) is the order the backward nodes appear in.
+typedef struct GradEntry {
+  int slot;                   // input slot, or GRAD_EVERY_SLOT
+  const char *bwd_op;         // internal op computing the contribution; NULL ends the table
+  GradTensor in[MAX_GRAD_IN]; // its inputs, GF_END after the last
+  bool pass_same_shape;       // pass dy through when the input has the output's shape
+} GradEntry;
+
+typedef struct GradCtx GradCtx; // the autodiff pass's state, opaque here (compiler/autodiff.c)
+
+// What a custom gradient rule may ask of the autodiff pass, which fills this table and passes it
+// in: the registry never calls the pass by name, so ir/ links without compiler/.
+typedef struct GradApi {
+  GradCtx *c;   // the pass's state, passed back to every function
+  Arena *arena; // the arena of the graph being differentiated
+  // Gradient flowing into output k of n, or NULL when none does.
+  Tensor *(*output)(GradCtx *c, const Node *n, int k);
+  // Whether input slot of n needs a gradient.
+  bool (*needed)(GradCtx *c, const Node *n, int slot);
+  // Emits internal op bwd_op (with inputs ins) computing n->in[slot]'s gradient contribution.
+  // Role and accumulation into parameter gradients are decided by the pass.
+  Node *(*emit)(GradCtx *c, const Node *n, int slot, const char *bwd_op, Tensor *const *ins,
+                int nin);
+  // A constant zero tensor shaped like t (a missing gradient of a multi-output node).
+  Tensor *(*zeros)(GradCtx *c, const Tensor *like);
+} GradApi;
 
 typedef struct OpDef {
   const char *name;     // op name in model files
@@ -69,28 +146,18 @@ typedef struct OpDef {
   // Scratch bytes the kernel needs (passed after the inputs), or NULL.
   int64_t (*workspace)(const Node *n, int64_t batch);
   bool acc; // the kernel ends with an `acc` flag (accumulate into the output)
-  // Gradient rule: emits the backward nodes for every input that needs a gradient (grad_*).
-  bool (*grad)(GradCtx *c, const Node *n);
+  // Tells apart the rows sharing one kernel and argument rule: a BinaryCode (add, sub, mul) or a
+  // PermForm (transpose, permute); 0 for every other op.
+  int variant;
+  const IndexBound *ids; // the input holding i32 indices and their bound, or NULL
+  // Gradient rule as data: entries ending with a NULL bwd_op (interpreted by the autodiff pass).
+  const GradEntry *grads;
+  // Gradient rule as code, for an op whose rule no entry can state (split): emits the backward
+  // nodes for every input that needs a gradient through the pass's services. Returns false if
+  // it cannot differentiate n. Set at most one of grads and grad_rule.
+  bool (*grad_rule)(const GradApi *api, const Node *n);
 } OpDef;
 
-// ---- The gradient-rule interface (implemented by the autodiff pass)
-
-// Gradient flowing into output k of n, or NULL when none does.
-Tensor *grad_output(GradCtx *c, const Node *n, int k);
-// Whether input slot of n needs a gradient.
-bool grad_needed(GradCtx *c, const Node *n, int slot);
-// Emits internal op bwd_op (with inputs ins) computing n->in[slot]'s gradient contribution.
-// Role and accumulation into parameter gradients are decided by the pass. Returns the node so
-// the rule can set its attributes.
-Node *grad_emit(GradCtx *c, const Node *n, int slot, const char *bwd_op, Tensor *const *ins,
-                int nin);
-// Passes t on as the gradient contribution for n->in[slot] unchanged (d(a+b)/da = 1 with equal
-// shapes): no node for an activation; a parameter still gets its accumulation node.
-void grad_pass(GradCtx *c, const Node *n, int slot, Tensor *t);
-// The arena of the graph being differentiated.
-Arena *grad_arena(GradCtx *c);
-// A constant zero tensor shaped like t (a missing gradient of a multi-output node).
-Tensor *grad_zeros(GradCtx *c, const Tensor *like);
 // Number of visible outputs (without the hidden ones).
 int node_visible_outputs(const Node *n);
 
@@ -99,6 +166,10 @@ int op_count(void);
 const OpDef *op_at(int i);
 // Index of the attribute called name in op's schema, or -1.
 int op_attr_index(const OpDef *op, const char *name);
+// The number of valid ids input slot of n may hold (ids lie in [0, bound)) as its op's row
+// declares (OpDef.ids), or 0 when that input holds no indices (or the dim bounding them carries
+// the batch, so has no static size). Needs the node's shapes.
+int64_t op_index_bound(const Node *n, int slot);
 
 // Reports "PATH \"NAME\": MESSAGE" at the node's position.
 void node_error(Diag *d, const Node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

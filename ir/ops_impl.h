@@ -1,5 +1,6 @@
 // Internal to the op registry: the functions the table in ops.c points at, by concern —
-// shape rules and costs (ops.c), kernel arguments (ops_kernel.c), gradient rules (ops_grad.c).
+// shape rules, costs and declarative gradient rules (ops.c), kernel arguments (ops_kernel.c),
+// gradient rules as code (ops_grad.c).
 #ifndef PIPEC_OPS_IMPL_H
 #define PIPEC_OPS_IMPL_H
 
@@ -29,20 +30,7 @@ void kargs_cross_entropy(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_mse(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_add_n(const Node *n, int64_t batch, Arena *a, KArgs *o);
 
-// Gradient rules (ops_grad.c)
-bool grad_matmul(GradCtx *c, const Node *n);
-bool grad_linear(GradCtx *c, const Node *n);
-bool grad_binary(GradCtx *c, const Node *n);
-bool grad_scale(GradCtx *c, const Node *n);
-bool grad_unary(GradCtx *c, const Node *n);
-bool grad_layernorm(GradCtx *c, const Node *n);
-bool grad_embedding(GradCtx *c, const Node *n);
-bool grad_reshape(GradCtx *c, const Node *n);
-bool grad_permute(GradCtx *c, const Node *n);
-bool grad_split(GradCtx *c, const Node *n);
-bool grad_concat(GradCtx *c, const Node *n);
-bool grad_attention(GradCtx *c, const Node *n);
-bool grad_cross_entropy(GradCtx *c, const Node *n);
-bool grad_mse(GradCtx *c, const Node *n);
+// Gradient rules as code (ops_grad.c); every other op declares its rule in its row.
+bool grad_split(const GradApi *g, const Node *n);
 
 #endif

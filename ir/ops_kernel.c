@@ -2,8 +2,6 @@
 // runtime kernel call, computed from the node's static shapes with the batch bound. The pointer
 // arguments (outputs, inputs, workspace) are generic and added by the code generator; the
 // kernels' signatures are in runtime/pipert.h.
-#include <string.h>
-
 #include "ops_impl.h"
 
 static int64_t dimv(Dim d, int64_t batch) {
@@ -94,14 +92,10 @@ static int64_t *dims_of(Arena *a, const Shape *sh, int rank, int64_t batch) {
   return d;
 }
 
-static int binary_code(const Node *f) {
-  return strcmp(f->op->name, "add") == 0 ? 0 : strcmp(f->op->name, "sub") == 0 ? 1 : 2;
-}
-
 // ---- add/sub/mul: op, rank, ydims, astr, bstr
 void kargs_binary(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   const Tensor *y = n->out[0];
-  ki(o, "op", binary_code(n));
+  ki(o, "op", n->op->variant); // BinaryCode
   ki(o, "rank", y->shape.rank);
   ka(o, "ydims", dims_of(a, &y->shape, y->shape.rank, batch), y->shape.rank);
   ka(o, "astr", bstrides(a, n->in[0], y, batch), y->shape.rank);
@@ -113,7 +107,7 @@ void kargs_binary_d(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   const Node *f = n->fwd;
   const Tensor *y = f->out[0];
   int r = y->shape.rank;
-  ki(o, "op", binary_code(f));
+  ki(o, "op", f->op->variant); // BinaryCode
   ki(o, "which", n->slot);
   ki(o, "rank", r);
   ka(o, "ydims", dims_of(a, &y->shape, r, batch), r);
@@ -173,10 +167,11 @@ void kargs_copy(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   ki(o, "bytes", nel(n->out[0], batch) * dtype_size(n->out[0]->dtype));
 }
 
-// The permutation a transpose/permute node applies (output dim i = input dim perm[i]).
+// The permutation a transpose/permute node applies (output dim i = input dim perm[i]); the
+// row's PermForm says which attributes give it.
 static void node_perm(const Node *f, int64_t *perm) {
   int r = f->in[0]->shape.rank;
-  if (strcmp(f->op->name, "permute") == 0) {
+  if (f->op->variant == PERM_LIST) {
     for (int i = 0; i < r; i++)
       perm[i] = f->attrs[0].ints[i] < 0 ? f->attrs[0].ints[i] + r : f->attrs[0].ints[i];
     return;

@@ -46,7 +46,8 @@ uint64_t pr_physical_memory(void);
 void pr_check_plan_memory(uint64_t plan_bytes);
 
 // ---------------------------------------------------------------------------------------------
-// Kernels (kernels.c): forward/backward pairs for op set v1.
+// Kernels (kernels_*.c, one file per op family; kernels_common.h says what they share):
+// forward/backward pairs for op set v1.
 
 // matmul: y (batch,M,N) = op(a) (batch,M,K) . op(b) (batch|1,K,N); ta/tb: a/b stored transposed.
 // b_batched = 0 when b is one matrix shared by every batch entry.

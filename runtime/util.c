@@ -5,13 +5,6 @@
 
 #include "pipert.h"
 
-void pr_accumulate(float *restrict y, const float *restrict x, int64_t n, int acc) {
-  if (acc)
-    for (int64_t i = 0; i < n; i++) y[i] += x[i];
-  else
-    memcpy(y, x, (size_t)n * sizeof(float));
-}
-
 void pr_init_ids(int32_t *y, int64_t n, uint64_t seed, const char *name, int64_t bound) {
   uint64_t s = seed ^ pr_hash_name(name);
   for (int64_t i = 0; i < n; i++) y[i] = (int32_t)(pr_splitmix64(&s) % (uint64_t)bound);

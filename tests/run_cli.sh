@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The command-line contract: --help and --version, exit 2 with a one-line reason for usage errors,
-# exit 1 for model errors, -D overrides, --dump-after and --time-passes.
+# exit 1 for model errors, -D overrides, the pass table (--dump-after, --stop-after,
+# --time-passes) and --set overrides.
 set -u
 pipec=$1
 root=$2
@@ -72,6 +73,75 @@ expect march-missing 2 "^pipec: option '--march' needs an argument$" "$pipec" co
 expect args-not-run 2 "^pipec: arguments after '--' are for 'run' only" "$pipec" check samples/mlp_digits.json -- --steps 3
 expect list-ops 0 '' "$pipec" --list-ops
 [ "$(printf '%s\n' "$LAST_OUT" | wc -l)" -eq 21 ] && [[ "$LAST_OUT" == matmul* ]] && pass=$((pass + 1)) || { echo "FAIL --list-ops: $LAST_OUT"; fail=$((fail + 1)); }
+
+# The pass table: --dump-after takes a list, --stop-after caps the passes; the passes run are the
+# ones up to the last the command, --dump-after and --stop-after ask for, and no further.
+passes="expand, shape, training, autodiff, schedule, memplan, codegen"
+expect bad-stop-pass 2 "^pipec: --stop-after: unknown pass 'nope' \(passes: $passes\)$" "$pipec" check --stop-after=nope samples/mlp_digits.json
+expect bad-pass-in-list 2 "^pipec: --dump-after: unknown pass 'plan' \(passes: $passes\)$" "$pipec" print --dump-after=expand,plan samples/mlp_digits.json
+expect dump-after-stop 2 "^pipec: --dump-after=memplan: the pass comes after --stop-after=shape$" "$pipec" print --dump-after=memplan --stop-after=shape samples/mlp_digits.json
+expect missing-stop-optarg 2 "^pipec: option '--stop-after' needs an argument" "$pipec" check samples/mlp_digits.json --stop-after
+# --help lists every pass of the table.
+[ "$("$pipec" --help | sed -n '/^Passes, in order/,/^$/p' | awk 'NF && !/^Passes/ {print $1}' | paste -sd, | sed 's/,/, /g')" = "$passes" ] &&
+  pass=$((pass + 1)) || { echo "FAIL --help does not list the passes $passes"; fail=$((fail + 1)); }
+# A list prints each dump in pass order, the same as one pass at a time.
+expect dump-list 0 '' "$pipec" print --dump-after=autodiff,expand samples/mlp_digits.json
+[ "$LAST_OUT" = "$("$pipec" print --dump-after=expand samples/mlp_digits.json)
+$("$pipec" print --dump-after=autodiff samples/mlp_digits.json)" ] && pass=$((pass + 1)) || { echo "FAIL --dump-after=autodiff,expand"; fail=$((fail + 1)); }
+expect dump-repeated 0 '' "$pipec" print --dump-after=expand --dump-after=shape samples/mlp_digits.json
+[ "$LAST_OUT" = "$("$pipec" print --dump-after=expand,shape samples/mlp_digits.json)" ] && pass=$((pass + 1)) || { echo "FAIL repeated --dump-after"; fail=$((fail + 1)); }
+# The memplan dump is the plan; the training dump is the configuration with --set applied.
+expect dump-memplan 0 '' "$pipec" print --dump-after=memplan samples/gpt_char.json
+[ "$LAST_OUT" = "$("$pipec" plan samples/gpt_char.json)" ] && pass=$((pass + 1)) || { echo "FAIL --dump-after=memplan is not the plan"; fail=$((fail + 1)); }
+expect dump-training 0 '' "$pipec" print --dump-after=training --set steps=7 --microbatches 4 samples/gpt_char.json
+[[ "$LAST_OUT" == "training for gpt_char: batch 12 = 4 microbatches of 3"* && "$LAST_OUT" == *$'\n  steps                    7\n'* &&
+   "$LAST_OUT" == *$'\n  optimizer.lr             0.001\n'* && "$LAST_OUT" == *$'\n  data.target              targets' ]] &&
+  pass=$((pass + 1)) || { echo "FAIL --dump-after=training: $LAST_OUT"; fail=$((fail + 1)); }
+# Only the passes up to the last one asked for run: dumping after autodiff runs no memory plan
+# (whose warning, with a batch no machine holds, would show on stderr).
+expect dump-autodiff-no-plan 0 '' "$pipec" print --dump-after=autodiff --time-passes --batch 16777216 samples/gpt_char.json
+grep -q 'memplan' /tmp/pipec_cli_err.$$ && { echo "FAIL --dump-after=autodiff ran memplan"; fail=$((fail + 1)); } || pass=$((pass + 1))
+"$pipec" print --dump-after=autodiff --batch 16777216 samples/gpt_char.json 2>&1 >/dev/null | grep -q . &&
+  { echo "FAIL --dump-after=autodiff printed diagnostics"; fail=$((fail + 1)); } || pass=$((pass + 1))
+"$pipec" plan --batch 16777216 samples/gpt_char.json 2>&1 >/dev/null | grep -q "warning: the memory plan needs" &&
+  pass=$((pass + 1)) || { echo "FAIL plan --batch 16777216: no memory warning (the test above proves nothing)"; fail=$((fail + 1)); }
+# --time-passes: one line per pass run, and one per checker, in table order.
+expect time-plan 0 '' "$pipec" plan --time-passes samples/mlp_digits.json
+[ "$(sed -E 's/^pipec: (pass|check) +([a-z]+) .*/\1 \2/' /tmp/pipec_cli_err.$$ | paste -sd,)" = \
+  "pass parse,pass expand,check expand,pass shape,check shape,pass training,pass autodiff,check autodiff,pass schedule,check schedule,pass memplan" ] &&
+  pass=$((pass + 1)) || { echo "FAIL plan --time-passes: $(paste -sd, /tmp/pipec_cli_err.$$)"; fail=$((fail + 1)); }
+# --stop-after: the command's output only when its passes ran.
+expect stop-check-early 0 '' "$pipec" check --stop-after=expand samples/mlp_digits.json
+[ -z "$LAST_OUT" ] && pass=$((pass + 1)) || { echo "FAIL check --stop-after=expand printed: $LAST_OUT"; fail=$((fail + 1)); }
+expect stop-check-late 0 '' "$pipec" check --stop-after=memplan --time-passes samples/mlp_digits.json
+[[ "$LAST_OUT" == "model        mlp_digits"* ]] && grep -q "pass memplan" /tmp/pipec_cli_err.$$ && ! grep -q codegen /tmp/pipec_cli_err.$$ &&
+  pass=$((pass + 1)) || { echo "FAIL check --stop-after=memplan"; fail=$((fail + 1)); }
+expect stop-print 0 '' "$pipec" print --stop-after=expand samples/mlp_digits.json
+[ "$LAST_OUT" = "$("$pipec" print --dump-after=expand samples/mlp_digits.json)" ] && pass=$((pass + 1)) || { echo "FAIL print --stop-after=expand"; fail=$((fail + 1)); }
+expect stop-print-autodiff 0 '' "$pipec" print --stop-after=autodiff samples/mlp_digits.json
+[ "$LAST_OUT" = "$("$pipec" print --dump-after=autodiff samples/mlp_digits.json)" ] && pass=$((pass + 1)) || { echo "FAIL print --stop-after=autodiff"; fail=$((fail + 1)); }
+stopdir=$(mktemp -d)
+expect stop-compile 0 '' "$pipec" compile --stop-after=memplan samples/mlp_digits.json -o "$stopdir/a"
+[ -z "$LAST_OUT" ] && [ ! -e "$stopdir/a" ] && ! [ -s /tmp/pipec_cli_err.$$ ] && pass=$((pass + 1)) || { echo "FAIL compile --stop-after=memplan wrote something"; fail=$((fail + 1)); }
+# The codegen dump is the program as written; print does not build it.
+expect dump-codegen 0 '' "$pipec" print --dump-after=codegen samples/mlp_digits.json -o "$stopdir/b"
+[ "$LAST_OUT" = "$(cat "$stopdir/b/rank0.c")" ] && [[ "$LAST_OUT" == *"int main("* ]] && [ ! -e "$stopdir/b/bin/train" ] &&
+  pass=$((pass + 1)) || { echo "FAIL --dump-after=codegen"; fail=$((fail + 1)); }
+rm -rf "$stopdir"
+# A model error in a pass that runs for a dump is exit 1, with its diagnostic.
+expect dump-model-error 1 "^tests/bad_training/lr_negative.json:157:4: error: training.optimizer.lr: " "$pipec" print --dump-after=autodiff tests/bad_training/lr_negative.json
+
+# The batch/microbatch mismatch points at the file unless an override of batch or microbatches
+# is the cause: other overrides keep the location.
+bnm=tests/bad_training/batch_not_multiple.json
+expect mismatch-file 1 "^$bnm:152:3: error: training: batch 10 is not a multiple of microbatches 4$" "$pipec" plan "$bnm"
+expect mismatch-other-set 1 "^$bnm:152:3: error: training: batch 10 is not a multiple of microbatches 4$" "$pipec" plan --set steps=5 --set optimizer.lr=0.01 "$bnm"
+expect mismatch-set-batch 1 "^$bnm: error: training: batch 6 is not a multiple of microbatches 4$" "$pipec" plan --batch 6 "$bnm"
+expect mismatch-set-microbatches 1 "^$bnm: error: training: batch 10 is not a multiple of microbatches 3$" "$pipec" plan --set microbatches=3 "$bnm"
+# The excerpt under the located message, and none under the unlocated one.
+"$pipec" plan --set steps=5 "$bnm" 2>&1 | sed -n 2,3p | cmp -s - <(printf '  "microbatches": 4,\n  ^\n') &&
+  pass=$((pass + 1)) || { echo "FAIL mismatch excerpt"; fail=$((fail + 1)); }
+[ "$("$pipec" plan --batch 6 "$bnm" 2>&1 | wc -l)" -eq 1 ] && pass=$((pass + 1)) || { echo "FAIL unlocated mismatch has an excerpt"; fail=$((fail + 1)); }
 
 # run = compile + build + exec: the program's own exit status and arguments come through.
 rundir=$(mktemp -d)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Golden tests: every sample checks with exit 0 and no diagnostics, and its `check` summary,
-# `print` IR, memory `plan`, IR after autodiff and schedule (the per-rank action lists) equal the files in tests/golden/ (regenerate with UPDATE=1 after a deliberate change).
+# `print` IR, memory `plan` and the dumps of the passes listed below (`print --dump-after=PASS`:
+# the IR after autodiff, the schedule's per-rank action lists) equal the files in tests/golden/
+# (regenerate with UPDATE=1 after a deliberate change).
 set -u
 pipec=$1
 root=$2
@@ -10,11 +12,10 @@ for m in samples/*.json; do
   base=$(basename "$m" .json)
   for cmd in check print plan autodiff schedule; do
     want=tests/golden/$base.$cmd
-    if [ "$cmd" = autodiff ] || [ "$cmd" = schedule ]; then
-      got=$("$pipec" print --dump-after=$cmd "$m" 2>/tmp/pipec_golden_err.$$)
-    else
-      got=$("$pipec" "$cmd" "$m" 2>/tmp/pipec_golden_err.$$)
-    fi
+    case $cmd in
+      check | print | plan) got=$("$pipec" "$cmd" "$m" 2>/tmp/pipec_golden_err.$$) ;;
+      *) got=$("$pipec" print --dump-after="$cmd" "$m" 2>/tmp/pipec_golden_err.$$) ;; # a pass's dump
+    esac
     rc=$?
     err=$(cat /tmp/pipec_golden_err.$$)
     if [ "${UPDATE:-0}" = 1 ]; then printf '%s\n' "$got" >"$want"; fi

@@ -147,6 +147,39 @@ START_TEST(test_memory_plan) {
 }
 END_TEST
 
+// t is read by 'early' (node 1) and by 'late', behind a chain of 40,000 tanh nodes (node 40,002):
+// the contribution order key (node id, input slot) must still put early's contribution first.
+// It was node_id * 65536 + slot in an int, which overflows from node 32,768 (the format allows
+// 100,000 repeats), so late's key went negative and its contribution came first.
+static const char *LONG_CHAIN =
+    "{'format': 'pipec-model', 'version': 1, 'name': 'long',\n"
+    " 'inputs': [{'name': 'x', 'shape': ['B', 4]}, {'name': 'y', 'shape': ['B', 4], "
+    "'target': true}],\n"
+    " 'params': [{'name': 'w', 'shape': [4, 4], 'init': 'xavier'}],\n"
+    " 'blocks': [{'name': 'link', 'inputs': ['h'], 'outputs': ['s{i}'],\n"
+    "             'nodes': [{'name': 's{i}', 'op': 'tanh', 'inputs': ['h']}]}],\n"
+    " 'nodes': [{'name': 't', 'op': 'linear', 'inputs': ['x', 'w']},\n"
+    "           {'name': 'early', 'op': 'tanh', 'inputs': ['t']},\n"
+    "           {'repeat': 'link', 'count': 40000, 'inputs': ['early'], 'outputs': ['last']},\n"
+    "           {'name': 'late', 'op': 'mul', 'inputs': ['last', 't']},\n"
+    "           {'name': 'loss', 'op': 'mse_loss', 'inputs': ['late', 'y']}],\n"
+    " 'loss': 'loss'}";
+
+START_TEST(test_consumer_order_beyond_32768_nodes) {
+  Model lm;
+  ck_assert_msg(model_run(&lm, LONG_CHAIN), "%s", cap_text(&lm.cap));
+  ck_assert(pass_autodiff(&lm.g, 1, &lm.cap.d));
+  ck_assert_int_eq(producer(&lm.g, "early")->id, 1);
+  ck_assert_int_eq(producer(&lm.g, "late")->id, 40002);
+  Node *sum = producer(&lm.g, "d:t");
+  ck_assert_str_eq(sum->op->name, "add_n");
+  ck_assert_int_eq(sum->nin, 2);
+  ck_assert_str_eq(sum->in[0]->name, "d:t@early#0");
+  ck_assert_str_eq(sum->in[1]->name, "d:t@late#1");
+  model_free(&lm);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("autodiff");
   TCase *tc = tcase_create("autodiff");
@@ -157,6 +190,9 @@ int main(void) {
   tcase_add_test(tc, test_roles_and_seed);
   tcase_add_test(tc, test_memory_plan);
   suite_add_tcase(s, tc);
+  TCase *big = tcase_create("large");
+  tcase_add_test(big, test_consumer_order_beyond_32768_nodes);
+  suite_add_tcase(s, big);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);

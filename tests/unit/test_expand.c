@@ -842,7 +842,7 @@ END_TEST
 // Bugs found by these tests: "BUG" = fails on the code as written (tcase "bugs"), "Regression" =
 // fixed since, kept so that it stays fixed
 
-// BUG (expand.c make_node): a split with one size names its output "s" instead of "s:0";
+// BUG (expand_nodes.c make_node): a split with one size names its output "s" instead of "s:0";
 // docs/ops.md: "outputs are NAME:0 … NAME:k−1, k = len(sizes)" (model-format.md likewise). This
 // also turned tests/bad/split_batch_axis into an "undefined input 's:0'" case, so that bad model
 // no longer reaches the "cannot split ... along the batch dim" check it was written for.
@@ -855,8 +855,8 @@ START_TEST(test_split_single_size_is_named_0) {
 }
 END_TEST
 
-// Regression (expand.c parse_attr, ATTR_INTS): `if (!eval_expr(..., &dd, ...) || dd.b)` read dd
-// after a failed evaluation (uninitialised, or left {1,1} by "B*Q"), replacing the real error
+// Regression (expand_nodes.c parse_attr, ATTR_INTS): `if (!eval_expr(..., &dd, ...) || dd.b)` read
+// dd after a failed evaluation (uninitialised, or left {1,1} by "B*Q"), replacing the real error
 // ("unknown dim 'Q'") by "an integer list cannot use the batch symbol".
 START_TEST(test_ints_attr_expression_errors) {
   run_err(HEAD
@@ -920,7 +920,7 @@ START_TEST(test_split_sizes_sum_overflow) {
 }
 END_TEST
 
-// BUG (expand.c parse_dims/resolve_dim): an error in a dim that is first resolved on behalf of
+// BUG (expand_dims.c parse_dims/resolve_dim): an error in a dim that is first resolved on behalf of
 // an earlier dim is reported under the earlier dim's path and position ("dims.A: dim 'Z' must be
 // >= 1" at A), and a bad -D value then gets a file position it does not have.
 START_TEST(test_dim_error_reported_at_its_own_dim) {

@@ -1,4 +1,4 @@
-// Unit tests of the runtime kernels (runtime/kernels.c), Check framework.
+// Unit tests of the runtime kernels (runtime/kernels_*.c), Check framework.
 //
 // - forward passes against straightforward double-precision references;
 // - every backward against central finite differences (4-point stencil, double objective
@@ -964,7 +964,7 @@ END_TEST
 
 static void set_threads(int n) {
   omp_set_num_threads(n);
-  openblas_set_num_threads(n); // the kernels reset OpenBLAS to one thread (see kernels.c)
+  openblas_set_num_threads(n); // the kernels reset OpenBLAS to one thread (see kernels_gemm.c)
 }
 
 typedef void (*RunFn)(void *ctx, float *out);

@@ -1,0 +1,198 @@
+// kernels_gemm.c: the kernels built on matrix products: matmul (batched, transposed operands),
+// linear, and sum_rows (linear's bias gradient), forward and backward.
+//
+// OpenBLAS's own threading does not give bitwise the same result for different thread
+// counts (its partition of C changes which micro-kernel variant computes an element), so OpenBLAS
+// runs single-threaded and the kernels split C themselves into blocks fixed by the shapes alone,
+// one single-threaded sgemm call per block, blocks spread over OpenMP threads.
+//
+// `acc` = 1 computes the product into scratch and adds it, rounded, into the output (never
+// beta = 1 on the output, which would round differently). sum_rows reduces over rows in ascending
+// order with threads owning column blocks.
+#pragma GCC optimize("fp-contract=off", "no-trapping-math")
+
+#include "kernels_common.h"
+
+#include <cblas.h>
+#include <limits.h>
+
+#define GEMM_SPLIT_MIN  ((int64_t)1 << 21) // M*N*K below this: one call
+#define GEMM_BLOCKS_MAX 16                 // blocks of >= 384 rows (or columns) of C
+
+static void blas_single_thread(void) {
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
+
+// One single-threaded call: C (M,N) = op(A) (M,K) . op(B) (K,N) + beta * C; row-major.
+static void sgemm1(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M,
+              (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+
+static void check_blas_dims(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                            int64_t ldc) {
+  int64_t big = M > N ? M : N;
+  big = big > K ? big : K;
+  big = big > lda ? big : lda;
+  big = big > ldb ? big : ldb;
+  big = big > ldc ? big : ldc;
+  prCheck(big <= INT_MAX, "split the operation into smaller pieces",
+          "matrix dimension %lld does not fit OpenBLAS's 32-bit int", (long long)big);
+}
+
+// C (M,N) = op(A) (M,K) . op(B) (K,N) + beta * C (beta 0 or 1); ta/tb: A/B stored transposed.
+// Large products are split along the longer of M and N into equal blocks (multiples of 16) of at
+// least 384: each block repacks the other operand, so smaller blocks cost more than they gain on
+// 2 cores (gpt_char step, 1 thread: 66 ms with 384, 83 ms with 64).
+static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                 const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    if (beta == 0.0f)
+      for (int64_t i = 0; i < M; i++) memset(C + i * ldc, 0, (size_t)N * sizeof(float));
+    return;
+  }
+  check_blas_dims(M, N, K, lda, ldb, ldc);
+  blas_single_thread();
+  int64_t split = M >= N ? M : N, nblk = 1;
+  if (M * N * K >= GEMM_SPLIT_MIN) {
+    nblk = split / 384;
+    nblk = nblk > GEMM_BLOCKS_MAX ? GEMM_BLOCKS_MAX : nblk < 1 ? 1 : nblk;
+  }
+  int64_t bs = ((split + nblk - 1) / nblk + 15) & ~(int64_t)15;
+  nblk = (split + bs - 1) / bs;
+  if (nblk <= 1) {
+    sgemm1(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < nblk; i++) {
+    int64_t o = i * bs, len = split - o < bs ? split - o : bs;
+    if (M >= N) // rows o.. of C and of op(A)
+      sgemm1(ta, tb, len, N, K, ta ? A + o : A + o * lda, lda, B, ldb, beta, C + o * ldc, ldc);
+    else // columns o.. of C and of op(B)
+      sgemm1(ta, tb, M, len, K, A, lda, tb ? B + o * ldb : B + o, ldb, beta, C + o, ldc);
+  }
+}
+
+// batch independent GEMMs (pointers advance by sa, sb, sc): small ones one per thread, large ones
+// one after the other, each split by gemm().
+static void gemm_batched(int64_t batch, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                         const float *A, int64_t lda, int64_t sa, const float *B, int64_t ldb,
+                         int64_t sb, float *C, int64_t ldc, int64_t sc) {
+  if (batch == 1 || M * N * K >= GEMM_SPLIT_MIN || M == 0 || N == 0 || K == 0) {
+    for (int64_t i = 0; i < batch; i++)
+      gemm(ta, tb, M, N, K, A + i * sa, lda, B + i * sb, ldb, 0.0f, C + i * sc, ldc);
+    return;
+  }
+  check_blas_dims(M, N, K, lda, ldb, ldc);
+  blas_single_thread();
+#pragma omp parallel for schedule(static) if (batch * M * N * K >= GEMM_SPLIT_MIN)
+  for (int64_t i = 0; i < batch; i++)
+    sgemm1(ta, tb, M, N, K, A + i * sa, lda, B + i * sb, ldb, 0.0f, C + i * sc, ldc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// matmul: y (batch,M,N) = op(a) (batch,M,K) . op(b) (batch|1,K,N)
+
+void pr_matmul_fwd(float *y, const float *a, const float *b, int64_t batch, int64_t M, int64_t N,
+                   int64_t K, int ta, int tb, int b_batched) {
+  int64_t lda = ta ? M : K, ldb = tb ? K : N;
+  if (!b_batched && !ta) { // one GEMM over (batch*M) rows
+    gemm(0, tb, batch * M, N, K, a, lda, b, ldb, 0.0f, y, N);
+    return;
+  }
+  gemm_batched(batch, ta, tb, M, N, K, a, lda, M * K, b, ldb, b_batched ? K * N : 0, y, N, M * N);
+}
+
+// da (batch,M,K) or, with ta, (batch,K,M) = dy . op(b)^T (in a's orientation)
+void pr_matmul_bwd_a(float *da, const float *dy, const float *b, int64_t batch, int64_t M,
+                     int64_t N, int64_t K, int ta, int tb, int b_batched, int acc) {
+  int64_t n = batch * M * K, ldb = tb ? K : N;
+  float *t = pr_acc_target(da, n, acc);
+  if (!ta && !b_batched) {
+    // da (batch*M,K) = dy (batch*M,N) . op(b)^T
+    gemm(0, !tb, batch * M, K, N, dy, N, b, ldb, 0.0f, t, K);
+  } else if (!ta) { // da (M,K) = dy (M,N) . op(b)^T (N,K)
+    gemm_batched(batch, 0, !tb, M, K, N, dy, N, M * N, b, ldb, b_batched ? K * N : 0, t, K, M * K);
+  } else { // da^T stored (K,M) = op(b) (K,N) . dy^T (N,M)
+    gemm_batched(batch, tb, 1, K, M, N, b, ldb, b_batched ? K * N : 0, dy, N, M * N, t, M, M * K);
+  }
+  pr_acc_finish(da, t, n, acc);
+}
+
+// db (batch|1,K,N) or, with tb, (batch|1,N,K) = op(a)^T . dy (in b's orientation); with
+// b_batched = 0 the batch entries' contributions are summed in ascending order.
+void pr_matmul_bwd_b(float *db, const float *dy, const float *a, int64_t batch, int64_t M,
+                     int64_t N, int64_t K, int ta, int tb, int b_batched, int acc) {
+  int64_t n = (b_batched ? batch : 1) * K * N, lda = ta ? M : K;
+  float *t = pr_acc_target(db, n, acc);
+  if (!b_batched && !ta) {
+    // a is (batch*M,K) contiguous: one GEMM reducing over batch*M rows in ascending order.
+    if (!tb)
+      gemm(1, 0, K, N, batch * M, a, K, dy, N, 0.0f, t, N);
+    else
+      gemm(1, 0, N, K, batch * M, dy, N, a, K, 0.0f, t, K);
+  } else if (b_batched) {
+    if (!tb) // db (K,N) = op(a)^T (K,M) . dy (M,N)
+      gemm_batched(batch, !ta, 0, K, N, M, a, lda, M * K, dy, N, M * N, t, N, K * N);
+    else // db stored (N,K) = dy^T (N,M) . op(a) (M,K)
+      gemm_batched(batch, 1, ta, N, K, M, dy, N, M * N, a, lda, M * K, t, K, K * N);
+  } else { // one shared b, a stored transposed: accumulate the batch entries in order
+    for (int64_t i = 0; i < batch; i++) {
+      const float *ai = a + i * M * K, *dyi = dy + i * M * N;
+      float beta = i > 0 ? 1.0f : 0.0f;
+      if (!tb)
+        gemm(!ta, 0, K, N, M, ai, lda, dyi, N, beta, t, N);
+      else
+        gemm(1, ta, N, K, M, dyi, N, ai, lda, beta, t, K);
+    }
+  }
+  pr_acc_finish(db, t, n, acc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// linear: y (rows,out) = x (rows,in) . w^T (w (out,in)) + bias (out)
+
+void pr_linear_fwd(float *y, const float *x, const float *w, const float *bias, int64_t rows,
+                   int64_t in, int64_t out) {
+  gemm(0, 1, rows, out, in, x, in, w, in, 0.0f, y, out);
+  if (!bias) return;
+#pragma omp parallel for schedule(static) if (rows * out >= PAR_MIN)
+  for (int64_t r = 0; r < rows; r++) {
+    float *restrict yr = y + r * out;
+    for (int64_t o = 0; o < out; o++) yr[o] = yr[o] + bias[o];
+  }
+}
+
+// dx (rows,in) = dy (rows,out) . w (out,in)
+void pr_linear_bwd_x(float *dx, const float *dy, const float *w, int64_t rows, int64_t in,
+                     int64_t out, int acc) {
+  float *t = pr_acc_target(dx, rows * in, acc);
+  gemm(0, 0, rows, in, out, dy, out, w, in, 0.0f, t, in);
+  pr_acc_finish(dx, t, rows * in, acc);
+}
+
+// dw (out,in) = dy^T (out,rows) . x (rows,in)
+void pr_linear_bwd_w(float *dw, const float *dy, const float *x, int64_t rows, int64_t in,
+                     int64_t out, int acc) {
+  float *t = pr_acc_target(dw, out * in, acc);
+  gemm(1, 0, out, in, rows, dy, out, x, in, 0.0f, t, in);
+  pr_acc_finish(dw, t, out * in, acc);
+}
+
+// db (cols) = sum over rows of dy (rows,cols), rows ascending; threads split the columns.
+void pr_sum_rows(float *db, const float *dy, int64_t rows, int64_t cols, int acc) {
+  int64_t nblk = (cols + COLBLK - 1) / COLBLK;
+#pragma omp parallel for schedule(static) if (rows * cols >= PAR_MIN && nblk > 1)
+  for (int64_t blk = 0; blk < nblk; blk++) {
+    int64_t c0 = blk * COLBLK, nc = cols - c0 < COLBLK ? cols - c0 : COLBLK;
+    float t[COLBLK] = {0};
+    for (int64_t r = 0; r < rows; r++) {
+      const float *restrict d = dy + r * cols + c0;
+      for (int64_t j = 0; j < nc; j++) t[j] += d[j];
+    }
+    for (int64_t j = 0; j < nc; j++) db[c0 + j] = acc ? db[c0 + j] + t[j] : t[j];
+  }
+}
