@@ -24,6 +24,12 @@ check "96 layers: $l96 lines, at most 1.5x the 1-layer program's $l1" test $((2 
 c=$tmp/gpt96/rank0.c
 check "forward: one loop over instances 0 to 95" grep -q "Repeat block layer, instances 0 to 95 (96 x" "$c"
 check "backward: one loop over instances 94 to 0" grep -q "Repeat block layer, instances 94 to 0 (95 x" "$c"
+# gpt_char, whose numbers the hashes test pins, runs both kinds of per-instance offsets: evenly
+# spaced ones (base + l * stride) and a per-instance table (a buffer the planner placed apart, in
+# today's plan), so the hashes cover both.
+if CC=true "$pipec" compile samples/gpt_char.json -o "$tmp/gpt_char" 2>"$tmp/err"; then ok; else bad "gpt_char: compile: $(tail -3 "$tmp/err")"; fi
+check "gpt_char: a per-instance offset table" grep -qE "static const int64_t off[0-9]+\[[0-9]+\]\[[0-9]+\] = " "$tmp/gpt_char/rank0.c"
+check "gpt_char: evenly spaced offsets" grep -qE "\((params|acts) \+ [0-9]+ [-+] l \* [0-9]+\)" "$tmp/gpt_char/rank0.c"
 check "parameter table: one loop over the 96 instances" grep -q "Repeat block layer, instances 0 to 95: P\[4 + 6 \* l" "$c"
 check "init_params: one loop over the 96 instances" grep -q "for (int l = 0; l < 96; l++) { // repeat block layer" "$c"
 check "layer 50's tensors are not named outside the loops" bash -c "! grep -q 'transformer_h_50_attn' '$c'"
