@@ -577,6 +577,13 @@ static bool emit(E *e, const CodegenOptions *o) {
   out(e, "  PrGrad G[NPARAMS]; // what the step checks read\n"
          "  for (int i = 0; i < NPARAMS; i++) G[i] = (PrGrad){P[i].name, P[i].grad, P[i].n};\n");
   out(e, "  pr_blas_report(o.quiet); // BLAS and kernel; warns of a slow one (blas_info.c)\n");
+  // A first forward and backward of every microbatch, results discarded, so that the steps
+  // allocate nothing (tests/alloc): kernel scratch, OpenBLAS and the OpenMP pool reach their
+  // sizes here. The steps overwrite every buffer it writes (microbatch 0 does not accumulate);
+  // parameters and optimizer state are untouched, so no number changes.
+  out(e, "  // Warm-up, results discarded: kernel scratch, OpenBLAS and OpenMP reach their sizes.\n"
+         "  for (int m = 0; m < NMICRO; m++) {\n"
+         "    load_batch(PR_TRAIN, o.seed, start, m);\n    forward();\n    backward(m);\n  }\n");
   out(e, "  double t0 = pr_now();\n  int64_t done = 0;\n");
   // Step times of at most the first 2^20 steps (8 MiB): --steps may be up to 2^63 - 1.
   out(e, "  const int64_t timed = o.steps - start < (1 << 20) ? o.steps - start : (1 << 20);\n"
