@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static atomic_long count; // allocation calls so far, libgomp's excluded
-static atomic_long gomp;  // allocation calls made by libgomp
+static atomic_long count;          // allocation calls so far, libgomp's excluded
+static atomic_long gomp;           // allocation calls made by libgomp
 static uintptr_t gomp_lo, gomp_hi; // libgomp's mapped address range (0, 0 until known)
 
 static void *(*real_malloc)(size_t);
