@@ -268,12 +268,18 @@ void kargs_attention(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   ki(o, "NH", f->attrs[0].i);
 }
 
-// pr_attention_bwd keeps its per-thread scratch in the runtime's kernel scratch (its size
-// depends on the thread count); the planned workspace is the 64 bytes pr_attention_bwd_ws asks.
+// pr_attention_bwd's workspace, as pr_attention_bwd_ws(B, T, C, NH) computes it (runtime/
+// kernels_attention.c; the two must agree): one slice per thread for at most min(B*NH, 64)
+// threads (PR_ATTENTION_MAX_THREADS), a slice being vT (hs,ld), dpre (T,ld), a row of datt (ld)
+// and two result rows (2,hs) floats, hs = C/NH, ld = T rounded up to 32, rounded up to 64 bytes.
 int64_t ws_attention(const Node *n, int64_t batch) {
-  (void)n;
-  (void)batch;
-  return 64;
+  const Node *f = fw(n);
+  const Shape *y = &f->out[0]->shape;
+  int64_t B = dimv(y->d[0], batch), T = dimv(y->d[1], batch), C = y->d[2].n, NH = f->attrs[0].i;
+  if (NH <= 0 || C % NH != 0 || B * T * C == 0) return 64;
+  int64_t hs = C / NH, ld = (T + 31) & ~(int64_t)31;
+  int64_t slice = ((hs * ld + T * ld + ld + 2 * hs) * 4 + 63) & ~(int64_t)63;
+  return slice * (B * NH < 64 ? B * NH : 64);
 }
 
 // ---- cross_entropy: rows (a loss count, see KArg.per_row), V

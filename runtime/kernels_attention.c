@@ -9,6 +9,8 @@
 
 #include "kernels_common.h"
 
+#include <omp.h>
+
 // 8-float vectors (GCC vector extension) for the register-blocked attention loops.
 typedef float v8 __attribute__((vector_size(32)));
 typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias)); // unaligned access
@@ -157,11 +159,24 @@ void pr_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t
   }
 }
 
-// The kernel allocates its own per-thread scratch (its size depends on the head size and the
-// thread count), so ws is unused and may be NULL; 64 bytes keeps callers' regions non-empty.
-size_t pr_attention_bwd_ws(int64_t T) {
-  (void)T;
-  return 64;
+// Per-thread slice of the backward's workspace: vT (hs,ld), dpre (T,ld), one row of datt (ld) and
+// two of results (2,hs), floats, rounded up to 64 bytes (slices do not share cache lines).
+static size_t bwd_slice_bytes(int64_t T, int64_t C, int64_t NH) {
+  int64_t hs = C / NH, ld = (T + 31) & ~(int64_t)31;
+  size_t bytes = (size_t)(hs * ld + T * ld + ld + 2 * hs) * sizeof(float);
+  return (bytes + 63) & ~(size_t)63;
+}
+
+// Threads the backward runs on: one per (b,h) at most, and at most PR_ATTENTION_MAX_THREADS.
+static int bwd_slices(int64_t B, int64_t NH) {
+  return B * NH < PR_ATTENTION_MAX_THREADS ? (int)(B * NH) : PR_ATTENTION_MAX_THREADS;
+}
+
+// The planned workspace: one slice per thread the kernel may run on. ir/ops_kernel.c's
+// ws_attention computes the same number for the memory plan.
+size_t pr_attention_bwd_ws(int64_t B, int64_t T, int64_t C, int64_t NH) {
+  if (NH <= 0 || C % NH != 0 || B * T * C == 0) return 64;
+  return bwd_slice_bytes(T, C, NH) * (size_t)bwd_slices(B, NH);
 }
 
 // dqkv (B,T,3C) from dy (B,T,C), with the forward's qkv and att (B,NH,T,T):
@@ -169,16 +184,18 @@ size_t pr_attention_bwd_ws(int64_t T) {
 //   dq_t = sum_s dpre[t,s] k_s;  dk_s = sum_t dpre[t,s] q_t;  dv_s = sum_t att[t,s] dy_t
 void pr_attention_bwd(float *dqkv, const float *dy, const float *qkv, const float *att, void *ws,
                       int64_t B, int64_t T, int64_t C, int64_t NH, int acc) {
-  (void)ws;
   prCheck(NH > 0 && C % NH == 0, "this is a pipec bug",
           "attention: C=%lld not divisible by %lld heads", (long long)C, (long long)NH);
   int64_t hs = C / NH, C3 = 3 * C, ld = (T + 31) & ~(int64_t)31;
   float scale = 1.0f / sqrtf((float)hs);
   if (B * T * C == 0) return;
-#pragma omp parallel if (B * NH > 1 && B * NH * T * T * hs >= 4 * PAR_MIN)
+  // Each thread works in its own slice of ws (pr_attention_bwd_ws): at most bwd_slices threads.
+  size_t slice = bwd_slice_bytes(T, C, NH);
+  int nt = omp_get_max_threads() < bwd_slices(B, NH) ? omp_get_max_threads() : bwd_slices(B, NH);
+#pragma omp parallel num_threads(nt) if (B * NH > 1 && B * NH * T * T * hs >= 4 * PAR_MIN)
   {
     // vT (hs,ld); dpre (T,ld); one row of datt (ld) and two of results (2,hs)
-    float *buf = pr_scratch((size_t)(hs * ld + T * ld + ld + 2 * hs) * sizeof(float));
+    float *buf = (float *)((char *)ws + (size_t)omp_get_thread_num() * slice);
     float *vT = buf, *dpre = vT + hs * ld, *da = dpre + T * ld, *row = da + ld;
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < B * NH; bh++) {
@@ -204,6 +221,5 @@ void pr_attention_bwd(float *dqkv, const float *dy, const float *qkv, const floa
         write_acc(dv + s * C3, row + hs, hs, acc);
       }
     }
-    pr_scratch_free(buf);
   }
 }

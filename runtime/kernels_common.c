@@ -10,10 +10,11 @@
 
 #include <stdlib.h>
 
-// Kernel scratch: a per-thread stack carved from one buffer that only grows, so that after the
-// first training step kernels allocate nothing. Blocks are released in any order; the stack top
-// falls back past released blocks. A request that does not fit while blocks are live is served by
-// the heap once, and the buffer is resized to the high-water mark when the stack is next empty.
+// Kernel scratch: a per-thread stack carved from one buffer that only grows, so that once the
+// kernels have run (the generated program's warm-up before the first step) they allocate nothing.
+// Blocks are released in any order; the stack top falls back past released blocks. A request that
+// does not fit while blocks are live is served by the heap once, and the buffer is resized to the
+// high-water mark when the stack is next empty.
 typedef struct ScratchBlock {
   void *p;    // the block
   size_t end; // offset just past it in the buffer (0 for heap blocks)

@@ -168,6 +168,11 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   prCheck(!o.loss_log || loss_log, "check the directory exists and is writable", "cannot open %s",
           o.loss_log);
   pr_blas_report(o.quiet); // BLAS and kernel; warns of a slow one (blas_info.c)
+  // A first step without its step end, results discarded, so that the steps allocate nothing
+  // (tests/alloc): kernel scratch, OpenBLAS and the OpenMP pool reach their sizes here. The steps
+  // overwrite every buffer it writes (microbatch 0 does not accumulate, the step-end sums
+  // overwrite); parameters and optimizer state are untouched, so no number changes.
+  (void)p->train_step(start, o.seed);
   double t0 = pr_now();
   int64_t done = 0;
   // Step times of at most the first 2^20 steps (8 MiB): --steps may be up to 2^63 - 1.

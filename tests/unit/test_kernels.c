@@ -737,11 +737,10 @@ START_TEST(test_attention) {
       for (int64_t u = row % T + 1; u < T; u++) upper_zero &= c.att[row * T + u] == 0.0f;
     ck_assert_msg(upper_zero, "attention: att above the diagonal must be 0");
     float *r = frand(B * T * C, -1, 1), *dqkv = fzeros(B * T * 3 * C);
-    pr_attention_bwd(dqkv, r, c.x, c.att, NULL, B, T, C, NH, 0);
+    pr_attention_bwd(dqkv, r, c.x, c.att, talloc(pr_attention_bwd_ws(B, T, C, NH)), B, T, C, NH, 0);
     fd_check("attention dqkv", f_attention, &c, c.x, B * T * 3 * C, dqkv, c.y, r, B * T * C, H,
              TOL);
   }
-  ck_assert(pr_attention_bwd_ws(64) > 0);
 }
 END_TEST
 
@@ -874,7 +873,9 @@ static void acc_slice(void *p, float *o, int acc) {
 }
 static void acc_attention(void *p, float *o, int acc) {
   AccCtx *c = p;
-  pr_attention_bwd(o, c->dy, c->qkv, c->att, NULL, c->n[0], c->n[1], c->n[2], c->n[3], acc);
+  pr_attention_bwd(o, c->dy, c->qkv, c->att,
+                   talloc(pr_attention_bwd_ws(c->n[0], c->n[1], c->n[2], c->n[3])), c->n[0],
+                   c->n[1], c->n[2], c->n[3], acc);
 }
 static void acc_ce(void *p, float *o, int acc) {
   AccCtx *c = p;
@@ -988,7 +989,9 @@ static void thr_attention(void *p, float *o) { // y, att and dqkv packed into o
   ThrCtx *c = p;
   int64_t ny = c->B * c->T * c->C, na = c->B * c->NH * c->T * c->T;
   pr_attention_fwd(o, o + ny, c->qkv, c->B, c->T, c->C, c->NH);
-  pr_attention_bwd(o + ny + na, c->dy, c->qkv, o + ny, NULL, c->B, c->T, c->C, c->NH, 0);
+  pr_attention_bwd(o + ny + na, c->dy, c->qkv, o + ny,
+                   talloc(pr_attention_bwd_ws(c->B, c->T, c->C, c->NH)), c->B, c->T, c->C, c->NH,
+                   0);
 }
 static void thr_layernorm(void *p, float *o) { // y, mean, rstd, dx, dw
   ThrCtx *c = p;
@@ -1023,6 +1026,36 @@ static void thr_misc(void *p, float *o) { // softmax fwd/bwd, binary bwd (bias),
   pr_cross_entropy_bwd(o + 2 * n + c->C + 1, &dl, c->x, c->idx, c->rows, c->C, 0);
   pr_gelu_fwd(o + 3 * n + c->C + 1, c->x, n);
 }
+
+// The backward works only inside its planned workspace: pr_attention_bwd_ws bytes followed by a
+// canary that must survive, with more threads than (b,h) pairs (the kernel runs on at most B*NH)
+// and with more (b,h) pairs than PR_ATTENTION_MAX_THREADS (the workspace has 64 slices, each
+// thread takes several pairs), and gives the same bits as one thread in an exact workspace.
+START_TEST(test_attention_bwd_workspace) {
+  static const int64_t shapes[][4] = {{1, 40, 64, 2}, {9, 33, 32, 8}}; // B*NH = 2, 72
+  for (int k = 0; k < 2; k++) {
+    int64_t B = shapes[k][0], T = shapes[k][1], C = shapes[k][2], NH = shapes[k][3];
+    int64_t hs = C / NH, ld = (T + 31) / 32 * 32;
+    size_t slice = ((size_t)(hs * ld + T * ld + ld + 2 * hs) * 4 + 63) / 64 * 64;
+    size_t ws = pr_attention_bwd_ws(B, T, C, NH);
+    ck_assert_uint_eq(ws, slice * (size_t)(B * NH < PR_ATTENTION_MAX_THREADS ? B * NH : 64));
+    float *qkv = frand(B * T * 3 * C, -1, 1), *dy = frand(B * T * C, -1, 1);
+    float *y = fzeros(B * T * C), *att = fzeros(B * NH * T * T);
+    set_threads(1); // the forward's scratch stays on this thread
+    pr_attention_fwd(y, att, qkv, B, T, C, NH);
+    float *one = fzeros(B * T * 3 * C), *many = fzeros(B * T * 3 * C);
+    pr_attention_bwd(one, dy, qkv, att, talloc(ws), B, T, C, NH, 0);
+    unsigned char *buf = talloc(ws + 256);
+    memset(buf + ws, 0xA5, 256);
+    set_threads(4);
+    pr_attention_bwd(many, dy, qkv, att, buf, B, T, C, NH, 0);
+    int intact = 1;
+    for (int i = 0; i < 256; i++) intact &= buf[ws + i] == 0xA5;
+    ck_assert_msg(intact, "attention backward wrote past its workspace");
+    assert_bitwise("attention bwd workspace", one, many, B * T * 3 * C);
+  }
+}
+END_TEST
 
 START_TEST(test_threads) {
   ThrCtx c = {0};
@@ -1181,6 +1214,7 @@ int main(void) {
   tcase_add_test(tc, test_count_correct);
   tcase_add_test(tc, test_acc);
   tcase_add_test(tc, test_threads);
+  tcase_add_test(tc, test_attention_bwd_workspace);
   tcase_add_test(tc, test_bad_ids);
   tcase_add_test(tc, test_nan);
   suite_add_tcase(s, tc);
