@@ -11,25 +11,6 @@ cd "$root" || exit 1
 gpt="$tmp/gpt/bin/train"
 mlp="$tmp/mlp/bin/train"
 
-# expect NAME RC STDERR-REGEX CMD...: exit status and the first stderr line.
-expect() {
-  local name=$1 want=$2 re=$3
-  shift 3
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$? first
-  first=$(head -n 1 "$tmp/err")
-  if [ $rc -ne "$want" ]; then
-    bad "$name: exit $rc, want $want ($first)"
-  elif grep -q 'Sanitizer' "$tmp/err"; then # a leak report on an error path does not change rc
-    bad "$name: sanitizer report: $(grep -m1 'Sanitizer' "$tmp/err")"
-  elif ! [[ "$first" =~ $re ]]; then
-    bad "$name: stderr '$first' does not match '$re'"
-  elif [ "$want" -eq 1 ] && ! grep -q '^HINT: ' "$tmp/err"; then
-    bad "$name: no HINT line"
-  else
-    ok
-  fi
-}
 
 expect steps-not-a-number 2 "^train: --steps: expected a non-negative integer, got 'abc'$" "$gpt" --steps abc
 expect unknown-flag 2 "^train: --frob: unknown option" "$gpt" --frob

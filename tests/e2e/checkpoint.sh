@@ -21,25 +21,6 @@ mlp="$tmp/mlp/bin/train"
 gpt="$tmp/gpt/bin/train"
 wide="$tmp/wide/bin/train"
 
-# expect NAME RC STDERR-REGEX CMD...: exit status and the first stderr line (as bad_runs.sh).
-expect() {
-  local name=$1 want=$2 re=$3
-  shift 3
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$? first
-  first=$(head -n 1 "$tmp/err")
-  if [ $rc -ne "$want" ]; then
-    bad "$name: exit $rc, want $want ($first)"
-  elif ! [[ "$first" =~ $re ]]; then
-    bad "$name: stderr '$first' does not match '$re'"
-  elif [ "$want" -eq 1 ] && ! grep -q '^HINT: ' "$tmp/err"; then
-    bad "$name: no HINT line"
-  elif grep -q 'Sanitizer' "$tmp/err"; then # the ASan tree: error paths free what they hold
-    bad "$name: $(grep -m1 'Sanitizer' "$tmp/err")"
-  else
-    ok
-  fi
-}
 # pair_is F REF: F and F.optim are byte for byte REF and REF.optim.
 pair_is() { cmp -s "$1" "$2" && cmp -s "$1.optim" "$2.optim"; }
 cp_pair() { cp "$1" "$2" && cp "$1.optim" "$2.optim"; }

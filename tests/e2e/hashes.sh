@@ -12,19 +12,7 @@ root=$2
 cd "$root" || exit 1
 
 # skip_net has no data binding: a synthetic 300-row table, as in the parity test.
-python3 - "$root/samples/skip_net.json" "$tmp/skip.json" "$tmp/skip.csv" <<'PY'
-import json, random, sys
-rng = random.Random(7)
-with open(sys.argv[3], "w") as f:
-    for _ in range(300):
-        x = [rng.uniform(-2, 2) for _ in range(32)]
-        f.write(",".join("%.4f" % v for v in x) + ",%d\n" % (int(abs(sum(x[:5])) * 3) % 10))
-m = json.load(open(sys.argv[1]))
-m["training"] = {"batch": 16, "microbatches": 2, "steps": 20, "seed": 5,
-                 "optimizer": {"kind": "adamw", "lr": 0.003, "weight_decay": 0.01}, "grad_clip": 0.5,
-                 "data": {"kind": "csv", "path": sys.argv[3], "train_fraction": 0.8}}
-json.dump(m, open(sys.argv[2], "w"), indent=1)
-PY
+python3 "$root/tests/skip_net_table.py" "$root/samples/skip_net.json" "$tmp/skip.json" "$tmp/skip.csv"
 
 # name model compile-flags...
 runs=("mlp_digits samples/mlp_digits.json"

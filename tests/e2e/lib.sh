@@ -16,6 +16,27 @@ check() {
   shift
   if "$@"; then ok; else bad "$name"; fi
 }
+# expect NAME RC STDERR-REGEX CMD...: the command's exit status, its first stderr line, a HINT line
+# when it fails with 1 (matching $hint_re, default '^HINT: '), and no sanitizer report (a leak
+# report on an error path does not change the exit status).
+expect() {
+  local name=$1 want=$2 re=$3
+  shift 3
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$? first
+  first=$(head -n 1 "$tmp/err")
+  if [ $rc -ne "$want" ]; then
+    bad "$name: exit $rc, want $want ($first)"
+  elif grep -q 'Sanitizer' "$tmp/err"; then
+    bad "$name: sanitizer report: $(grep -m1 'Sanitizer' "$tmp/err")"
+  elif ! [[ "$first" =~ $re ]]; then
+    bad "$name: stderr '$first' does not match '$re'"
+  elif [ "$want" -eq 1 ] && ! grep -qE "${hint_re:-^HINT: }" "$tmp/err"; then
+    bad "$name: no HINT line"
+  else
+    ok
+  fi
+}
 finish() {
   echo "$pass passed, $fail failed"
   [ "$fail" -eq 0 ]
