@@ -133,12 +133,10 @@ void pr_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t
   int64_t hs = C / NH, C3 = 3 * C, ld = (T + 31) & ~(int64_t)31;
   float scale = 1.0f / sqrtf((float)hs);
   if (B * T * C == 0) return;
-#pragma omp parallel if (B * NH > 1 && B * NH * T * T * hs >= 8 * PAR_MIN)
-  {
+  PR_PARALLEL(B * NH > 1 && B * NH * T * T * hs >= 8 * PAR_MIN, {
     float *buf = pr_scratch((size_t)(hs * ld + 2 * ld) * sizeof(float));
     float *kT = buf, *sc = buf + hs * ld; // kT (hs,ld); scores of two rows (2,ld)
-#pragma omp for schedule(static)
-    for (int64_t bh = 0; bh < B * NH; bh++) {
+    _Pragma("omp for schedule(static)") for (int64_t bh = 0; bh < B * NH; bh++) {
       int64_t b = bh / NH, h = bh % NH;
       const float *q = qkv + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
       pack_T(kT, k, C3, T, ld, hs);
@@ -156,7 +154,7 @@ void pr_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t
       }
     }
     pr_scratch_free(buf);
-  }
+  });
 }
 
 // Per-thread slice of the backward's workspace: vT (hs,ld), dpre (T,ld), one row of datt (ld) and
@@ -191,14 +189,12 @@ void pr_attention_bwd(float *dqkv, const float *dy, const float *qkv, const floa
   if (B * T * C == 0) return;
   // Each thread works in its own slice of ws (pr_attention_bwd_ws): at most bwd_slices threads.
   size_t slice = bwd_slice_bytes(T, C, NH);
-  int nt = omp_get_max_threads() < bwd_slices(B, NH) ? omp_get_max_threads() : bwd_slices(B, NH);
-#pragma omp parallel num_threads(nt) if (B * NH > 1 && B * NH * T * T * hs >= 4 * PAR_MIN)
-  {
+  int nt = pr_threads() < bwd_slices(B, NH) ? pr_threads() : bwd_slices(B, NH);
+  PR_PARALLEL_N(B * NH * T * T * hs >= 4 * PAR_MIN ? nt : 1, {
     // vT (hs,ld); dpre (T,ld); one row of datt (ld) and two of results (2,hs)
     float *buf = (float *)((char *)ws + (size_t)omp_get_thread_num() * slice);
     float *vT = buf, *dpre = vT + hs * ld, *da = dpre + T * ld, *row = da + ld;
-#pragma omp for schedule(static)
-    for (int64_t bh = 0; bh < B * NH; bh++) {
+    _Pragma("omp for schedule(static)") for (int64_t bh = 0; bh < B * NH; bh++) {
       int64_t b = bh / NH, h = bh % NH;
       const float *q = qkv + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
       const float *g = dy + b * T * C + h * hs, *a = att + bh * T * T;
@@ -221,5 +217,5 @@ void pr_attention_bwd(float *dqkv, const float *dy, const float *qkv, const floa
         write_acc(dv + s * C3, row + hs, hs, acc);
       }
     }
-  }
+  });
 }

@@ -397,6 +397,10 @@ void pr_log_step(int64_t step, int64_t steps, double loss, double lr, double ite
 // inside them (the kernels split GEMMs into shape-fixed blocks). n <= 0 leaves OpenMP's default.
 void pr_set_threads(int n);
 
+// The kernels' thread count: what pr_set_threads set (cached there, so the kernels' per-call test
+// is a load), or OpenMP's current maximum when it was never called (the unit tests).
+int pr_threads(void);
+
 // Before the first training step, unless quiet (rank 0 only): prints the BLAS, its kernel and the
 // CPU's vector level on stdout, and warns on stderr, with the fix, when OpenBLAS runs a kernel
 // without AVX2 on a CPU with AVX2 or AVX-512 (blas_info.c).
