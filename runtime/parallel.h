@@ -33,21 +33,17 @@
   } while (0)
 // clang-format on
 
-// PR_PARALLEL_N(n, block): runs block on a team of n threads when n > 1, else once on the
-// calling thread. The block shares its loop with `_Pragma("omp for schedule(static)")`, which on
-// the calling thread alone (no region) runs every iteration; omp_get_thread_num() is 0 there.
-#define PR_PARALLEL_N(n, ...)                                                                      \
+// PR_PARALLEL(cond, block): block on every one of the kernels' threads when cond holds and there
+// is more than one, else once on the calling thread. A loop in the block that the threads share
+// is an `_Pragma("omp for schedule(static)")`, which on the calling thread alone (no region)
+// runs every iteration; omp_get_thread_num() and omp_get_num_threads() are 0 and 1 there.
+#define PR_PARALLEL(cond, ...)                                                                     \
   do {                                                                                             \
-    int pr_team_ = (n);                                                                            \
-    if (pr_team_ > 1) {                                                                            \
-      _Pragma("omp parallel num_threads(pr_team_)") __VA_ARGS__                                    \
+    if ((cond) && pr_threads() > 1) {                                                              \
+      _Pragma("omp parallel") __VA_ARGS__                                                          \
     } else {                                                                                       \
       __VA_ARGS__                                                                                  \
     }                                                                                              \
   } while (0)
-
-// PR_PARALLEL(cond, block): block on all the kernels' threads when cond holds, else on the
-// calling thread.
-#define PR_PARALLEL(cond, ...) PR_PARALLEL_N((cond) ? pr_threads() : 1, __VA_ARGS__)
 
 #endif // PIPERT_PARALLEL_H
