@@ -133,12 +133,10 @@ void pr_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t
   int64_t hs = C / NH, C3 = 3 * C, ld = (T + 31) & ~(int64_t)31;
   float scale = 1.0f / sqrtf((float)hs);
   if (B * T * C == 0) return;
-#pragma omp parallel if (B * NH > 1 && B * NH * T * T * hs >= 8 * PAR_MIN)
-  {
+  PR_PARALLEL(B * NH > 1 && B * NH * T * T * hs >= 8 * PAR_MIN, {
     float *buf = pr_scratch((size_t)(hs * ld + 2 * ld) * sizeof(float));
     float *kT = buf, *sc = buf + hs * ld; // kT (hs,ld); scores of two rows (2,ld)
-#pragma omp for schedule(static)
-    for (int64_t bh = 0; bh < B * NH; bh++) {
+    _Pragma("omp for schedule(static)") for (int64_t bh = 0; bh < B * NH; bh++) {
       int64_t b = bh / NH, h = bh % NH;
       const float *q = qkv + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
       pack_T(kT, k, C3, T, ld, hs);
@@ -156,7 +154,7 @@ void pr_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t
       }
     }
     pr_scratch_free(buf);
-  }
+  });
 }
 
 // Per-thread slice of the backward's workspace: vT (hs,ld), dpre (T,ld), one row of datt (ld) and
@@ -189,37 +187,44 @@ void pr_attention_bwd(float *dqkv, const float *dy, const float *qkv, const floa
   int64_t hs = C / NH, C3 = 3 * C, ld = (T + 31) & ~(int64_t)31;
   float scale = 1.0f / sqrtf((float)hs);
   if (B * T * C == 0) return;
-  // Each thread works in its own slice of ws (pr_attention_bwd_ws): at most bwd_slices threads.
+  // The region runs on the whole team, as every other kernel's does (a team of another size
+  // would make libgomp drop its pooled team and threads and start new ones, allocating in the
+  // step), and its first bwd_slices threads each take a block of consecutive (b,h) pairs, as a
+  // static `omp for` over them would, in their own slice of ws (pr_attention_bwd_ws); on the
+  // calling thread alone, tid 0 of 1 takes them all.
   size_t slice = bwd_slice_bytes(T, C, NH);
-  int nt = omp_get_max_threads() < bwd_slices(B, NH) ? omp_get_max_threads() : bwd_slices(B, NH);
-#pragma omp parallel num_threads(nt) if (B * NH > 1 && B * NH * T * T * hs >= 4 * PAR_MIN)
-  {
-    // vT (hs,ld); dpre (T,ld); one row of datt (ld) and two of results (2,hs)
-    float *buf = (float *)((char *)ws + (size_t)omp_get_thread_num() * slice);
-    float *vT = buf, *dpre = vT + hs * ld, *da = dpre + T * ld, *row = da + ld;
-#pragma omp for schedule(static)
-    for (int64_t bh = 0; bh < B * NH; bh++) {
-      int64_t b = bh / NH, h = bh % NH;
-      const float *q = qkv + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
-      const float *g = dy + b * T * C + h * hs, *a = att + bh * T * T;
-      float *dq = dqkv + b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
-      pack_T(vT, v, C3, T, ld, hs);
-      for (int64_t t = 0; t < T; t++) {
-        int64_t n = t + 1;
-        const float *arow = a + t * T;
-        dots_kT(da, NULL, g + t * C, NULL, vT, ld, hs, n); // datt[s] = dy_t . v_s
-        float dot = dot_f(arow, da, n);
-        float *prow = dpre + t * ld;
-        for (int64_t s = 0; s < n; s++) prow[s] = scale * (arow[s] * (da[s] - dot));
-        wsum_rows(row, prow, 1, k, C3, 0, n, hs); // dq_t
-        write_acc(dq + t * C3, row, hs, acc);
-      }
-      for (int64_t s = 0; s < T; s++) {
-        // dk_s = sum_{t>=s} dpre[t,s] q_t and dv_s = sum_{t>=s} att[t,s] dy_t
-        wsum2_rows(row, dpre + s, ld, q, C3, row + hs, a + s, T, g, C, s, T, hs);
-        write_acc(dk + s * C3, row, hs, acc);
-        write_acc(dv + s * C3, row + hs, hs, acc);
+  PR_PARALLEL(B * NH > 1 && B * NH * T * T * hs >= 4 * PAR_MIN, {
+    int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+    nt = nt < bwd_slices(B, NH) ? nt : bwd_slices(B, NH);
+    if (tid < nt) {
+      // vT (hs,ld); dpre (T,ld); one row of datt (ld) and two of results (2,hs)
+      float *buf = (float *)((char *)ws + (size_t)tid * slice);
+      float *vT = buf, *dpre = vT + hs * ld, *da = dpre + T * ld, *row = da + ld;
+      int64_t per = (B * NH + nt - 1) / nt, bh0 = tid * per; // a block of (b,h) pairs each
+      int64_t bh1 = bh0 + per < B * NH ? bh0 + per : B * NH;
+      for (int64_t bh = bh0; bh < bh1; bh++) {
+        int64_t b = bh / NH, h = bh % NH;
+        const float *q = qkv + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+        const float *g = dy + b * T * C + h * hs, *a = att + bh * T * T;
+        float *dq = dqkv + b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
+        pack_T(vT, v, C3, T, ld, hs);
+        for (int64_t t = 0; t < T; t++) {
+          int64_t n = t + 1;
+          const float *arow = a + t * T;
+          dots_kT(da, NULL, g + t * C, NULL, vT, ld, hs, n); // datt[s] = dy_t . v_s
+          float dot = dot_f(arow, da, n);
+          float *prow = dpre + t * ld;
+          for (int64_t s = 0; s < n; s++) prow[s] = scale * (arow[s] * (da[s] - dot));
+          wsum_rows(row, prow, 1, k, C3, 0, n, hs); // dq_t
+          write_acc(dq + t * C3, row, hs, acc);
+        }
+        for (int64_t s = 0; s < T; s++) {
+          // dk_s = sum_{t>=s} dpre[t,s] q_t and dv_s = sum_{t>=s} att[t,s] dy_t
+          wsum2_rows(row, dpre + s, ld, q, C3, row + hs, a + s, T, g, C, s, T, hs);
+          write_acc(dk + s * C3, row, hs, acc);
+          write_acc(dv + s * C3, row + hs, hs, acc);
+        }
       }
     }
-  }
+  });
 }

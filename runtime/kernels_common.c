@@ -79,17 +79,15 @@ static void scratch_release(void) {
 
 void pr_release_scratch(void) {
   // Each thread of a team frees its own buffer; the team the kernels ran in is reused (libgomp
-  // keeps its pool), and the calling thread's is freed too.
-#pragma omp parallel
-  scratch_release();
+  // keeps its pool), and the calling thread's is freed too (the only one with --threads 1).
+  PR_PARALLEL(1, { scratch_release(); });
   scratch_release();
 }
 
 // out = acc ? out + t : t (t is the already rounded contribution)
 static void store_acc(float *restrict out, const float *restrict t, int64_t n, int acc) {
   if (acc) {
-#pragma omp parallel for schedule(static) if (n >= 4 * PAR_MIN)
-    for (int64_t i = 0; i < n; i++) out[i] = out[i] + t[i];
+    PR_PARALLEL_FOR(n >= 4 * PAR_MIN, (int64_t i = 0; i < n; i++), out[i] = out[i] + t[i]);
   } else {
     memcpy(out, t, (size_t)n * sizeof(float));
   }

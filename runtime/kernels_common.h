@@ -9,25 +9,28 @@
 // Plain C: dense row-major float32 tensors, every size passed in. Every output element is
 // computed by one thread in an order fixed by the shapes alone, so results are bitwise the same
 // whatever the thread count: simple loops that GCC vectorises at -O3, parallelised with
-// `omp parallel for schedule(static)` over independent outputs (rows, column blocks, (b,h));
-// reductions into one element (softmax sums, layernorm moments, dots) use 8 fixed lanes combined
-// in a fixed tree; reductions over rows run in ascending row order. `acc` = 1 means out = out +
-// contribution with the contribution rounded first (GEMMs write it to scratch, never beta = 1), so
-// accumulating a microbatch adds exactly what acc = 0 would produce. Floating-point contraction is
-// off in every kernel file so that every expression rounds as written, and FMA/fma8 are a multiply
-// and an add rounded separately: a program computes the same bits whether it was built for the
-// x86-64 baseline or with -march=native (which has hardware FMA). Each kernels_*.c therefore
-// starts with `#pragma GCC optimize("fp-contract=off", "no-trapping-math")` before any include,
-// so that the inline helpers below compile under it too. exp (and tanh/sigmoid/gelu built on it)
-// are branch-free float versions (~1-2 ulp) so that their loops vectorise.
+// PR_PARALLEL_FOR (a static `omp parallel for`, parallel.h) over independent outputs (rows,
+// column blocks, (b,h)); reductions into one element (softmax sums, layernorm moments, dots) use
+// 8 fixed lanes combined in a fixed tree; reductions over rows run in ascending row order.
+// `acc` = 1 means out = out + contribution with the contribution rounded first (GEMMs write it to
+// scratch, never beta = 1), so accumulating a microbatch adds exactly what acc = 0 would produce.
+// Floating-point contraction is off in every kernel file so that every expression rounds as
+// written, and FMA/fma8 are a multiply and an add rounded separately: a program computes the same
+// bits whether it was built for the x86-64 baseline or with -march=native (which has hardware FMA).
+// Each kernels_*.c therefore starts with `#pragma GCC optimize("fp-contract=off",
+// "no-trapping-math")` before any include, so that the inline helpers below compile under it too.
+// exp (and tanh/sigmoid/gelu built on it) are branch-free float versions (~1-2 ulp) so that their
+// loops vectorise.
 //
-// Here: the parallelism thresholds, the per-thread kernel scratch, the accumulate helpers and the
-// id check (kernels_common.c); inline: the fixed-lane reductions and exp, the dims collapsing
-// shared by the broadcasting binary ops and permute, and the row softmax shared by softmax,
-// attention and cross-entropy.
+// Threading goes through parallel.h's PR_PARALLEL_FOR and PR_PARALLEL (never a serialized
+// OpenMP region: no allocation in libgomp). Here: the parallelism thresholds, the per-thread kernel
+// scratch, the accumulate helpers and the id check (kernels_common.c); inline: the fixed-lane
+// reductions and exp, the dims collapsing shared by the broadcasting binary ops and permute, and
+// the row softmax shared by softmax, attention and cross-entropy.
 #ifndef PIPERT_KERNELS_COMMON_H
 #define PIPERT_KERNELS_COMMON_H
 
+#include "parallel.h"
 #include "pipert.h"
 
 #include <math.h>
@@ -42,9 +45,8 @@
 // layernorm_bwd_w).
 #define COLBLK 64
 
-// An elementwise loop over i in [0, n), threaded above PAR_MIN elements.
-#define UNARY_FOR                                                                                  \
-  _Pragma("omp parallel for schedule(static) if (n >= PAR_MIN)") for (int64_t i = 0; i < n; i++)
+// An elementwise loop over i in [0, n), threaded above PAR_MIN elements: UNARY_FOR(y[i] = ...).
+#define UNARY_FOR(...) PR_PARALLEL_FOR(n >= PAR_MIN, (int64_t i = 0; i < n; i++), __VA_ARGS__)
 
 // Kernel scratch (kernels_common.c): a per-thread stack; blocks are released with
 // pr_scratch_free in any order. pr_release_scratch (pipert.h) frees every thread's buffer.

@@ -2,7 +2,7 @@
 // their reducing backward, scale, the activations (relu, gelu, tanh, sigmoid), fill, add_n and
 // accumulate.
 //
-// Simple loops that GCC vectorises at -O3, threaded with `omp parallel for schedule(static)` over
+// Simple loops that GCC vectorises at -O3, threaded with PR_PARALLEL_FOR (parallel.h) over
 // independent outputs. Broadcast dims in a backward are reduced by visiting y in ascending
 // row-major order; add_n sums its inputs left to right. tanh and sigmoid use branch-free float
 // versions of their functions (~1-2 ulp) so that their loops vectorise.
@@ -84,20 +84,18 @@ void pr_binary_fwd(float *y, const float *a, const float *b, int op, int rank, c
   int r = collapse(rank, ydims, 2, strs, d, s);
   if (r == 1) { // one flat row, split in chunks for threads
     int64_t as = s[0][0], bs = s[1][0], chunk = 8192, nch = (total + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static) if (total >= PAR_MIN)
-    for (int64_t c = 0; c < nch; c++) {
+    PR_PARALLEL_FOR(total >= PAR_MIN, (int64_t c = 0; c < nch; c++), {
       int64_t i0 = c * chunk, n = total - i0 < chunk ? total - i0 : chunk;
       bin_row(y + i0, a + i0 * as, b + i0 * bs, n, as, bs, op);
-    }
+    });
     return;
   }
   int64_t inner = d[r - 1], outer = total / inner;
-#pragma omp parallel for schedule(static) if (total >= PAR_MIN)
-  for (int64_t o = 0; o < outer; o++) {
+  PR_PARALLEL_FOR(total >= PAR_MIN, (int64_t o = 0; o < outer; o++), {
     int64_t off[2];
     row_offsets(o, r, d, 2, (const int64_t(*)[8])s, off);
     bin_row(y + o * inner, a + off[0], b + off[1], inner, s[0][r - 1], s[1][r - 1], op);
-  }
+  });
 }
 
 // dx (xdims) = reduce_to_x(dy * d(a op b)/dx); dy (ydims) is contiguous. Broadcast dims are
@@ -124,8 +122,7 @@ void pr_binary_bwd(float *dx, const float *dy, const float *other, int op, int w
   int r = collapse(rank, ydims, 2, strs, d, s);
   if (nx == total) { // no reduction: elementwise dx = dy * g (or +-dy)
     int64_t gs = s[1][r - 1], inner = d[r - 1], outer = total / inner;
-#pragma omp parallel for schedule(static) if (total >= PAR_MIN)
-    for (int64_t o = 0; o < outer; o++) {
+    PR_PARALLEL_FOR(total >= PAR_MIN, (int64_t o = 0; o < outer; o++), {
       int64_t off[2];
       row_offsets(o, r, d, 2, (const int64_t(*)[8])s, off);
       float *restrict xr = dx + off[0];
@@ -149,7 +146,7 @@ void pr_binary_bwd(float *dx, const float *dy, const float *other, int op, int w
             for (int64_t i = 0; i < inner; i++) xr[i] = dr[i] * gr[i * gs];
         }
       }
-    }
+    });
     return;
   }
   // Reduction: accumulate the contribution t (nx) over y in row-major order.
@@ -158,8 +155,7 @@ void pr_binary_bwd(float *dx, const float *dy, const float *other, int op, int w
   int64_t inner = d[r - 1], outer = total / inner, xs = s[0][r - 1], gs = s[1][r - 1];
   // When x's innermost dim is kept (xs == 1), threads can own column blocks of it.
   int64_t nblk = xs == 1 ? (inner + COLBLK - 1) / COLBLK : 1;
-#pragma omp parallel for schedule(static) if (total >= PAR_MIN && nblk > 1)
-  for (int64_t blk = 0; blk < nblk; blk++) {
+  PR_PARALLEL_FOR(total >= PAR_MIN && nblk > 1, (int64_t blk = 0; blk < nblk; blk++), {
     int64_t j0 = xs == 1 ? blk * COLBLK : 0;
     int64_t nj = xs == 1 ? (inner - j0 < COLBLK ? inner - j0 : COLBLK) : inner;
     for (int64_t o = 0; o < outer; o++) {
@@ -184,34 +180,34 @@ void pr_binary_bwd(float *dx, const float *dy, const float *other, int op, int w
         tr[0] = acc_v;
       }
     }
-  }
+  });
   pr_acc_finish(dx, t, nx, acc);
 }
 // ---------------------------------------------------------------------------------------------
 // Elementwise unary ops over n elements
 // y (n) = x * factor
 void pr_scale_fwd(float *restrict y, const float *restrict x, int64_t n, float factor) {
-  UNARY_FOR y[i] = x[i] * factor;
+  UNARY_FOR(y[i] = x[i] * factor);
 }
 void pr_scale_bwd(float *restrict dx, const float *restrict dy, int64_t n, float factor, int acc) {
   if (acc)
-    UNARY_FOR dx[i] = dx[i] + dy[i] * factor;
+    UNARY_FOR(dx[i] = dx[i] + dy[i] * factor);
   else
-    UNARY_FOR dx[i] = dy[i] * factor;
+    UNARY_FOR(dx[i] = dy[i] * factor);
 }
 
 // y (n) = max(x, 0); NaN stays NaN (written as x <= 0 ? 0 : x, so a NaN, which compares false,
 // passes through like PyTorch's; every finite x, -0 included, gives what x > 0 ? x : 0 gives).
 void pr_relu_fwd(float *restrict y, const float *restrict x, int64_t n) {
-  UNARY_FOR y[i] = x[i] <= 0.0f ? 0.0f : x[i];
+  UNARY_FOR(y[i] = x[i] <= 0.0f ? 0.0f : x[i]);
 }
 // dx = y <= 0 ? 0 : dy, PyTorch's threshold_backward(dy, y, 0): where y is NaN, dy passes.
 void pr_relu_bwd(float *restrict dx, const float *restrict dy, const float *restrict y, int64_t n,
                  int acc) {
   if (acc)
-    UNARY_FOR dx[i] = dx[i] + (y[i] <= 0.0f ? 0.0f : dy[i]);
+    UNARY_FOR(dx[i] = dx[i] + (y[i] <= 0.0f ? 0.0f : dy[i]));
   else
-    UNARY_FOR dx[i] = y[i] <= 0.0f ? 0.0f : dy[i];
+    UNARY_FOR(dx[i] = y[i] <= 0.0f ? 0.0f : dy[i]);
 }
 
 // gelu, tanh approximation (torch.nn.functional.gelu(approximate='tanh')):
@@ -226,7 +222,7 @@ static inline float gelu_s(float v) {
   return m2u > 80.0f ? 0.0f : s;
 }
 void pr_gelu_fwd(float *restrict y, const float *restrict x, int64_t n) {
-  UNARY_FOR y[i] = x[i] * gelu_s(x[i]);
+  UNARY_FOR(y[i] = x[i] * gelu_s(x[i]));
 }
 // dy/dx = s + x * s (1 - s) * 2 sqrt(2/pi) (1 + 3 * 0.044715 x^2)
 // (= PyTorch's 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2) with t = 2s - 1)
@@ -237,33 +233,33 @@ static inline float gelu_grad(float v) {
 void pr_gelu_bwd(float *restrict dx, const float *restrict dy, const float *restrict x, int64_t n,
                  int acc) {
   if (acc)
-    UNARY_FOR dx[i] = dx[i] + dy[i] * gelu_grad(x[i]);
+    UNARY_FOR(dx[i] = dx[i] + dy[i] * gelu_grad(x[i]));
   else
-    UNARY_FOR dx[i] = dy[i] * gelu_grad(x[i]);
+    UNARY_FOR(dx[i] = dy[i] * gelu_grad(x[i]));
 }
 
 // y (n) = tanh(x); backward from y: dy (1 - y^2)
 void pr_tanh_fwd(float *restrict y, const float *restrict x, int64_t n) {
-  UNARY_FOR y[i] = tanh_f(x[i]);
+  UNARY_FOR(y[i] = tanh_f(x[i]));
 }
 void pr_tanh_bwd(float *restrict dx, const float *restrict dy, const float *restrict y, int64_t n,
                  int acc) {
   if (acc)
-    UNARY_FOR dx[i] = dx[i] + dy[i] * (1.0f - y[i] * y[i]);
+    UNARY_FOR(dx[i] = dx[i] + dy[i] * (1.0f - y[i] * y[i]));
   else
-    UNARY_FOR dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+    UNARY_FOR(dx[i] = dy[i] * (1.0f - y[i] * y[i]));
 }
 
 // y (n) = 1/(1+e^-x); backward from y: dy y (1 - y)
 void pr_sigmoid_fwd(float *restrict y, const float *restrict x, int64_t n) {
-  UNARY_FOR y[i] = sigmoid_f(x[i]);
+  UNARY_FOR(y[i] = sigmoid_f(x[i]));
 }
 void pr_sigmoid_bwd(float *restrict dx, const float *restrict dy, const float *restrict y,
                     int64_t n, int acc) {
   if (acc)
-    UNARY_FOR dx[i] = dx[i] + dy[i] * (y[i] * (1.0f - y[i]));
+    UNARY_FOR(dx[i] = dx[i] + dy[i] * (y[i] * (1.0f - y[i])));
   else
-    UNARY_FOR dx[i] = dy[i] * (y[i] * (1.0f - y[i]));
+    UNARY_FOR(dx[i] = dy[i] * (y[i] * (1.0f - y[i])));
 }
 // ---------------------------------------------------------------------------------------------
 // Sums and fills
@@ -275,8 +271,7 @@ void pr_add_n(float *y, const float *const *xs, int k, int64_t n) {
     return;
   }
   int64_t nblk = (n + 255) / 256;
-#pragma omp parallel for schedule(static) if (n * k >= PAR_MIN)
-  for (int64_t blk = 0; blk < nblk; blk++) {
+  PR_PARALLEL_FOR(n * k >= PAR_MIN, (int64_t blk = 0; blk < nblk; blk++), {
     int64_t i0 = blk * 256, m = n - i0 < 256 ? n - i0 : 256;
     float t[256];
     for (int64_t i = 0; i < m; i++) t[i] = xs[0][i0 + i];
@@ -285,7 +280,7 @@ void pr_add_n(float *y, const float *const *xs, int k, int64_t n) {
       for (int64_t i = 0; i < m; i++) t[i] += x[i];
     }
     memcpy(y + i0, t, (size_t)m * sizeof(float));
-  }
+  });
 }
 
 void pr_fill(float *y, int64_t n, float value) {

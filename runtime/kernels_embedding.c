@@ -27,11 +27,9 @@ void pr_embedding_bwd_w(float *dw, const float *dy, const int32_t *idx, int64_t 
   for (int64_t i = 0; i < n; i++) start[idx[i] + 1]++;
   for (int64_t v = 0; v < V; v++) start[v + 1] += start[v];
   for (int64_t i = 0; i < n; i++) order[start[idx[i]]++] = i; // start[v] now = end of bucket v
-#pragma omp parallel if (V * C >= PAR_MIN)
-  {
+  PR_PARALLEL(V * C >= PAR_MIN, {
     float *tmp = acc ? pr_scratch((size_t)C * sizeof(float)) : NULL;
-#pragma omp for schedule(static)
-    for (int64_t v = 0; v < V; v++) {
+    _Pragma("omp for schedule(static)") for (int64_t v = 0; v < V; v++) {
       int64_t b0 = v == 0 ? 0 : start[v - 1], b1 = start[v];
       float *restrict row = dw + v * C;
       if (b0 == b1) {
@@ -48,7 +46,7 @@ void pr_embedding_bwd_w(float *dw, const float *dy, const int32_t *idx, int64_t 
         for (int64_t j = 0; j < C; j++) row[j] = row[j] + t[j];
     }
     pr_scratch_free(tmp);
-  }
+  });
   pr_scratch_free(order);
   pr_scratch_free(start);
 }

@@ -66,14 +66,13 @@ static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A
     sgemm1(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < nblk; i++) {
+  PR_PARALLEL_FOR(nblk > 1, (int64_t i = 0; i < nblk; i++), {
     int64_t o = i * bs, len = split - o < bs ? split - o : bs;
     if (M >= N) // rows o.. of C and of op(A)
       sgemm1(ta, tb, len, N, K, ta ? A + o : A + o * lda, lda, B, ldb, beta, C + o * ldc, ldc);
     else // columns o.. of C and of op(B)
       sgemm1(ta, tb, M, len, K, A, lda, tb ? B + o * ldb : B + o, ldb, beta, C + o, ldc);
-  }
+  });
 }
 
 // batch independent GEMMs (pointers advance by sa, sb, sc): small ones one per thread, large ones
@@ -88,9 +87,8 @@ static void gemm_batched(int64_t batch, int ta, int tb, int64_t M, int64_t N, in
   }
   check_blas_dims(M, N, K, lda, ldb, ldc);
   blas_single_thread();
-#pragma omp parallel for schedule(static) if (batch * M * N * K >= GEMM_SPLIT_MIN)
-  for (int64_t i = 0; i < batch; i++)
-    sgemm1(ta, tb, M, N, K, A + i * sa, lda, B + i * sb, ldb, 0.0f, C + i * sc, ldc);
+  PR_PARALLEL_FOR(batch * M * N * K >= GEMM_SPLIT_MIN, (int64_t i = 0; i < batch; i++),
+                  sgemm1(ta, tb, M, N, K, A + i * sa, lda, B + i * sb, ldb, 0.0f, C + i * sc, ldc));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -159,11 +157,10 @@ void pr_linear_fwd(float *y, const float *x, const float *w, const float *bias, 
                    int64_t in, int64_t out) {
   gemm(0, 1, rows, out, in, x, in, w, in, 0.0f, y, out);
   if (!bias) return;
-#pragma omp parallel for schedule(static) if (rows * out >= PAR_MIN)
-  for (int64_t r = 0; r < rows; r++) {
+  PR_PARALLEL_FOR(rows * out >= PAR_MIN, (int64_t r = 0; r < rows; r++), {
     float *restrict yr = y + r * out;
     for (int64_t o = 0; o < out; o++) yr[o] = yr[o] + bias[o];
-  }
+  });
 }
 
 // dx (rows,in) = dy (rows,out) . w (out,in)
@@ -185,8 +182,7 @@ void pr_linear_bwd_w(float *dw, const float *dy, const float *x, int64_t rows, i
 // db (cols) = sum over rows of dy (rows,cols), rows ascending; threads split the columns.
 void pr_sum_rows(float *db, const float *dy, int64_t rows, int64_t cols, int acc) {
   int64_t nblk = (cols + COLBLK - 1) / COLBLK;
-#pragma omp parallel for schedule(static) if (rows * cols >= PAR_MIN && nblk > 1)
-  for (int64_t blk = 0; blk < nblk; blk++) {
+  PR_PARALLEL_FOR(rows * cols >= PAR_MIN && nblk > 1, (int64_t blk = 0; blk < nblk; blk++), {
     int64_t c0 = blk * COLBLK, nc = cols - c0 < COLBLK ? cols - c0 : COLBLK;
     float t[COLBLK] = {0};
     for (int64_t r = 0; r < rows; r++) {
@@ -194,5 +190,5 @@ void pr_sum_rows(float *db, const float *dy, int64_t rows, int64_t cols, int acc
       for (int64_t j = 0; j < nc; j++) t[j] += d[j];
     }
     for (int64_t j = 0; j < nc; j++) db[c0 + j] = acc ? db[c0 + j] + t[j] : t[j];
-  }
+  });
 }

@@ -60,12 +60,11 @@ void pr_permute(void *y_, const void *x_, int rank, const int64_t *xdims, const 
   if (s[r - 1] == 1) { // innermost dim contiguous in x: copy rows
     int64_t inner = d[r - 1], outer = total / inner;
     const int64_t(*sp)[8] = (const int64_t(*)[8])s;
-#pragma omp parallel for schedule(static) if (total >= PAR_MIN)
-    for (int64_t o = 0; o < outer; o++) {
+    PR_PARALLEL_FOR(total >= PAR_MIN, (int64_t o = 0; o < outer; o++), {
       int64_t off;
       row_offsets(o, r, d, 1, sp, &off);
       memcpy(y + o * inner, x + off, (size_t)inner * 4);
-    }
+    });
     return;
   }
   if (s[r - 2] == 1 && s[r - 1] == d[r - 2]) { // last two dims transposed: tiled per matrix
@@ -73,25 +72,23 @@ void pr_permute(void *y_, const void *x_, int rank, const int64_t *xdims, const 
     int64_t dd[8], ss[1][8];
     for (int i = 0; i < r - 2; i++) dd[i] = d[i], ss[0][i] = s[i];
     dd[r - 2] = 1; // row_offsets ignores the last entry
-#pragma omp parallel for schedule(static) if (total >= PAR_MIN)
-    for (int64_t mi = 0; mi < mats; mi++) {
+    PR_PARALLEL_FOR(total >= PAR_MIN, (int64_t mi = 0; mi < mats; mi++), {
       int64_t off;
       row_offsets(mi, r - 1, dd, 1, (const int64_t(*)[8])ss, &off);
       transpose2d(y + mi * n0 * n1, x + off, n0, n1);
-    }
+    });
     return;
   }
   // general: gather along the innermost dim
   int64_t inner = d[r - 1], outer = total / inner, is = s[r - 1];
   const int64_t(*sp)[8] = (const int64_t(*)[8])s;
-#pragma omp parallel for schedule(static) if (total >= PAR_MIN)
-  for (int64_t o = 0; o < outer; o++) {
+  PR_PARALLEL_FOR(total >= PAR_MIN, (int64_t o = 0; o < outer; o++), {
     int64_t off;
     row_offsets(o, r, d, 1, sp, &off);
     uint32_t *restrict yr = y + o * inner;
     const uint32_t *restrict xr = x + off;
     for (int64_t j = 0; j < inner; j++) yr[j] = xr[j * is];
-  }
+  });
 }
 
 // ys[k] (outer,sizes[k],inner) = x (outer,sum(sizes),inner)[:, off_k:off_k+sizes[k], :]

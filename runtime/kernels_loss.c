@@ -13,18 +13,16 @@ void pr_cross_entropy_fwd(float *loss, const float *logits, const int32_t *tgt, 
                           int64_t V) {
   pr_check_ids("cross_entropy target", tgt, rows, V);
   double *term = pr_scratch((size_t)(rows ? rows : 1) * sizeof(double));
-#pragma omp parallel if (rows * V >= PAR_MIN)
-  {
+  PR_PARALLEL(rows * V >= PAR_MIN, {
     float *e = pr_scratch((size_t)V * sizeof(float));
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+    _Pragma("omp for schedule(static)") for (int64_t r = 0; r < rows; r++) {
       const float *restrict x = logits + r * V;
       float m = max_f(x, V);
       for (int64_t i = 0; i < V; i++) e[i] = exp_f(x[i] - m);
       term[r] = ((double)m + log((double)sum_f(e, V))) - (double)x[tgt[r]];
     }
     pr_scratch_free(e);
-  }
+  });
   double s = 0.0;
   for (int64_t r = 0; r < rows; r++) s += term[r];
   pr_scratch_free(term);
@@ -37,11 +35,9 @@ void pr_cross_entropy_bwd(float *dlogits, const float *dloss, const float *logit
   pr_check_ids("cross_entropy target", tgt, rows, V);
   if (rows == 0) return;
   float gscale = dloss[0] / (float)rows;
-#pragma omp parallel if (rows * V >= PAR_MIN)
-  {
+  PR_PARALLEL(rows * V >= PAR_MIN, {
     float *p = pr_scratch((size_t)V * sizeof(float));
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+    _Pragma("omp for schedule(static)") for (int64_t r = 0; r < rows; r++) {
       float *restrict out = dlogits + r * V;
       softmax_row(p, logits + r * V, V);
       p[tgt[r]] -= 1.0f;
@@ -51,7 +47,7 @@ void pr_cross_entropy_bwd(float *dlogits, const float *dloss, const float *logit
         for (int64_t i = 0; i < V; i++) out[i] = p[i] * gscale;
     }
     pr_scratch_free(p);
-  }
+  });
 }
 
 // loss = mean (p - t)^2 over n, summed in double in ascending order
@@ -70,9 +66,9 @@ void pr_mse_bwd(float *dx, const float *dloss, const float *p, const float *t, i
   if (n == 0) return;
   float g = (which ? -2.0f : 2.0f) * dloss[0] / (float)n;
   if (acc)
-    UNARY_FOR dx[i] = dx[i] + (p[i] - t[i]) * g;
+    UNARY_FOR(dx[i] = dx[i] + (p[i] - t[i]) * g);
   else
-    UNARY_FOR dx[i] = (p[i] - t[i]) * g;
+    UNARY_FOR(dx[i] = (p[i] - t[i]) * g);
 }
 // rows (of logits (rows,V)) whose argmax (ties: lowest index) equals tgt
 int64_t pr_count_correct(const float *logits, const int32_t *tgt, int64_t rows, int64_t V) {

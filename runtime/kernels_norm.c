@@ -16,14 +16,13 @@
 void pr_softmax_fwd(float *y, const float *x, int64_t outer, int64_t dim, int64_t inner) {
   if (outer == 0 || dim == 0 || inner == 0) return;
   if (inner == 1) {
-#pragma omp parallel for schedule(static) if (outer * dim >= PAR_MIN)
-    for (int64_t o = 0; o < outer; o++) softmax_row(y + o * dim, x + o * dim, dim);
+    PR_PARALLEL_FOR(outer * dim >= PAR_MIN, (int64_t o = 0; o < outer; o++),
+                    softmax_row(y + o * dim, x + o * dim, dim));
     return;
   }
   // strided: vectorise across a block of the inner dim, walk dim sequentially
   int64_t nblk = (inner + INBLK - 1) / INBLK;
-#pragma omp parallel for schedule(static) if (outer * dim * inner >= PAR_MIN)
-  for (int64_t ob = 0; ob < outer * nblk; ob++) {
+  PR_PARALLEL_FOR(outer * dim * inner >= PAR_MIN, (int64_t ob = 0; ob < outer * nblk; ob++), {
     int64_t o = ob / nblk, j0 = (ob % nblk) * INBLK, nj = inner - j0 < INBLK ? inner - j0 : INBLK;
     const float *xo = x + o * dim * inner + j0;
     float *yo = y + o * dim * inner + j0;
@@ -40,7 +39,7 @@ void pr_softmax_fwd(float *y, const float *x, int64_t outer, int64_t dim, int64_
     for (int64_t j = 0; j < nj; j++) s[j] = 1.0f / s[j];
     for (int64_t k = 0; k < dim; k++)
       for (int64_t j = 0; j < nj; j++) yo[k * inner + j] = yo[k * inner + j] * s[j];
-  }
+  });
 }
 
 // dx = y * (dy - sum_dim(y * dy))
@@ -48,8 +47,7 @@ void pr_softmax_bwd(float *dx, const float *dy, const float *y, int64_t outer, i
                     int64_t inner, int acc) {
   if (outer == 0 || dim == 0 || inner == 0) return;
   if (inner == 1) {
-#pragma omp parallel for schedule(static) if (outer * dim >= PAR_MIN)
-    for (int64_t o = 0; o < outer; o++) {
+    PR_PARALLEL_FOR(outer * dim >= PAR_MIN, (int64_t o = 0; o < outer; o++), {
       const float *restrict yr = y + o * dim, *restrict dr = dy + o * dim;
       float *restrict xr = dx + o * dim;
       float dot = dot_f(yr, dr, dim);
@@ -57,12 +55,11 @@ void pr_softmax_bwd(float *dx, const float *dy, const float *y, int64_t outer, i
         for (int64_t i = 0; i < dim; i++) xr[i] = xr[i] + yr[i] * (dr[i] - dot);
       else
         for (int64_t i = 0; i < dim; i++) xr[i] = yr[i] * (dr[i] - dot);
-    }
+    });
     return;
   }
   int64_t nblk = (inner + INBLK - 1) / INBLK;
-#pragma omp parallel for schedule(static) if (outer * dim * inner >= PAR_MIN)
-  for (int64_t ob = 0; ob < outer * nblk; ob++) {
+  PR_PARALLEL_FOR(outer * dim * inner >= PAR_MIN, (int64_t ob = 0; ob < outer * nblk; ob++), {
     int64_t o = ob / nblk, j0 = (ob % nblk) * INBLK, nj = inner - j0 < INBLK ? inner - j0 : INBLK;
     int64_t base = o * dim * inner + j0;
     const float *yo = y + base, *dyo = dy + base;
@@ -76,7 +73,7 @@ void pr_softmax_bwd(float *dx, const float *dy, const float *y, int64_t outer, i
         float v = yo[e] * (dyo[e] - s[j]);
         dxo[e] = acc ? dxo[e] + v : v;
       }
-  }
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -85,8 +82,7 @@ void pr_softmax_bwd(float *dx, const float *dy, const float *y, int64_t outer, i
 void pr_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const float *w,
                       const float *b, int64_t rows, int64_t C, float eps) {
   if (C == 0) return;
-#pragma omp parallel for schedule(static) if (rows * C >= PAR_MIN)
-  for (int64_t r = 0; r < rows; r++) {
+  PR_PARALLEL_FOR(rows * C >= PAR_MIN, (int64_t r = 0; r < rows; r++), {
     const float *restrict xr = x + r * C;
     float *restrict yr = y + r * C;
     float m = sum_f(xr, C) / (float)C;
@@ -98,19 +94,17 @@ void pr_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const 
       for (int64_t i = 0; i < C; i++) yr[i] = ((xr[i] - m) * s) * w[i];
     mean[r] = m;
     rstd[r] = s;
-  }
+  });
 }
 
 // dx (rows,C) = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dy * w
 void pr_layernorm_bwd_x(float *dx, const float *dy, const float *x, const float *w,
                         const float *mean, const float *rstd, int64_t rows, int64_t C, int acc) {
   if (C == 0) return;
-#pragma omp parallel if (rows * C >= PAR_MIN)
-  {
+  PR_PARALLEL(rows * C >= PAR_MIN, {
     float *buf = pr_scratch((size_t)(2 * C) * sizeof(float));
     float *restrict dn = buf, *restrict nm = buf + C;
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+    _Pragma("omp for schedule(static)") for (int64_t r = 0; r < rows; r++) {
       const float *restrict xr = x + r * C, *restrict dr = dy + r * C;
       float *restrict out = dx + r * C;
       float m = mean[r], s = rstd[r];
@@ -127,15 +121,14 @@ void pr_layernorm_bwd_x(float *dx, const float *dy, const float *x, const float 
         for (int64_t i = 0; i < C; i++) out[i] = ((dn[i] - dn_mean) - nm[i] * dnn_mean) * s;
     }
     pr_scratch_free(buf);
-  }
+  });
 }
 
 // dw (C) = sum over rows (ascending) of dy * norm; threads split the columns.
 void pr_layernorm_bwd_w(float *dw, const float *dy, const float *x, const float *mean,
                         const float *rstd, int64_t rows, int64_t C, int acc) {
   int64_t nblk = (C + COLBLK - 1) / COLBLK;
-#pragma omp parallel for schedule(static) if (rows * C >= PAR_MIN && nblk > 1)
-  for (int64_t blk = 0; blk < nblk; blk++) {
+  PR_PARALLEL_FOR(rows * C >= PAR_MIN && nblk > 1, (int64_t blk = 0; blk < nblk; blk++), {
     int64_t c0 = blk * COLBLK, nc = C - c0 < COLBLK ? C - c0 : COLBLK;
     float t[COLBLK] = {0};
     for (int64_t r = 0; r < rows; r++) {
@@ -144,5 +137,5 @@ void pr_layernorm_bwd_w(float *dw, const float *dy, const float *x, const float 
       for (int64_t j = 0; j < nc; j++) t[j] += dr[j] * ((xr[j] - m) * s);
     }
     for (int64_t j = 0; j < nc; j++) dw[c0 + j] = acc ? dw[c0 + j] + t[j] : t[j];
-  }
+  });
 }

@@ -84,7 +84,14 @@ void pr_log_step(int64_t step, int64_t steps, double loss, double lr, double ite
 
 // The kernels split GEMMs themselves (blocks fixed by the shapes, so results do not depend on
 // the thread count) and run OpenBLAS on one thread; n sets the OpenMP threads that run them.
+static int kernel_threads; // pr_set_threads's count, 0 = never called
+
 void pr_set_threads(int n) {
   openblas_set_num_threads(1);
   if (n > 0) omp_set_num_threads(n);
+  kernel_threads = omp_get_max_threads();
+}
+
+int pr_threads(void) {
+  return kernel_threads > 0 ? kernel_threads : omp_get_max_threads();
 }

@@ -32,6 +32,7 @@
 // changing lr on tensors of 16, 37, 4096 and 100000 elements (p, m, v and the momentum buffer).
 // Other PyTorch builds may contract differently (an ulp here and there).
 #pragma GCC optimize("fp-contract=off")
+#include "parallel.h"
 #include "pipert.h"
 
 #include <math.h>
@@ -58,8 +59,7 @@ void pr_adamw_step(float *p, const float *g, float *m, float *v, int64_t n, doub
   const float bc2_sqrt = (float)sqrt(bc2);
   const float epsf = (float)eps;
   // Elementwise: splitting over threads cannot change any element's result.
-#pragma omp parallel for schedule(static) if (n >= 65536)
-  for (int64_t i = 0; i < n; i++) {
+  PR_PARALLEL_FOR(n >= 65536, (int64_t i = 0; i < n; i++), {
     float pi = p[i] * decay;
     float gi = g[i];
     float mi = fmaf(gi, omb1, m[i] * b1);
@@ -68,7 +68,7 @@ void pr_adamw_step(float *p, const float *g, float *m, float *v, int64_t n, doub
     p[i] = pi + (neg_step * mi) / denom;
     m[i] = mi;
     v[i] = vi;
-  }
+  });
 }
 
 void pr_sgd_step(float *p, const float *g, float *buf, int64_t n, double lr, double momentum,

@@ -135,9 +135,10 @@ void pr_slice(float *dx, const float *dy, int64_t outer, int64_t inner, int64_t 
 void pr_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t T, int64_t C,
                       int64_t NH);
 // ws: workspace of pr_attention_bwd_ws(B, T, C, NH) bytes, 4-byte aligned (the memory plan
-// places it). The backward runs on at most PR_ATTENTION_MAX_THREADS threads (and at most B*NH,
-// one (b,h) per thread at a time), each in its own slice of ws; the other kernels use every
-// thread --threads asks for. Results do not depend on the thread count either way.
+// places it). The backward works on at most PR_ATTENTION_MAX_THREADS threads (and at most B*NH,
+// one (b,h) per thread at a time), each in its own slice of ws, the rest of the team idle; the
+// other kernels use every thread --threads asks for. Results do not depend on the thread count
+// either way.
 #define PR_ATTENTION_MAX_THREADS 64
 size_t pr_attention_bwd_ws(int64_t B, int64_t T, int64_t C, int64_t NH);
 void pr_attention_bwd(float *dqkv, const float *dy, const float *qkv, const float *att, void *ws,
@@ -396,6 +397,10 @@ void pr_log_step(int64_t step, int64_t steps, double loss, double lr, double ite
 // Sets the number of threads of the runtime's kernels (OpenMP); OpenBLAS runs single-threaded
 // inside them (the kernels split GEMMs into shape-fixed blocks). n <= 0 leaves OpenMP's default.
 void pr_set_threads(int n);
+
+// The kernels' thread count: what pr_set_threads set (cached there, so the kernels' per-call test
+// is a load), or OpenMP's current maximum when it was never called (the unit tests).
+int pr_threads(void);
 
 // Before the first training step, unless quiet (rank 0 only): prints the BLAS, its kernel and the
 // CPU's vector level on stdout, and warns on stderr, with the fix, when OpenBLAS runs a kernel

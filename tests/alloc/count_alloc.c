@@ -1,9 +1,10 @@
 // count_alloc.so: an LD_PRELOAD shim that counts heap allocations (malloc, calloc, realloc,
 // aligned_alloc, posix_memalign, memalign, valloc, pvalloc) and writes "COUNT GOMP" to the file
 // named by ALLOC_COUNT_FILE when the process exits (tests/alloc/run.sh compares the counts of runs
-// of different lengths). GOMP counts, apart, the calls made by libgomp itself: it allocates and
-// frees a team for every parallel region that runs on one thread (an `if` clause that is false),
-// which no program can avoid short of not entering such a region; COUNT excludes them.
+// of different lengths). GOMP counts, apart, the calls made by libgomp itself (COUNT excludes
+// them), so that a failure says whose they are: libgomp allocates and frees a team for every
+// parallel region that runs on one thread, which the runtime therefore never enters
+// (runtime/parallel.h); run.sh requires both to be the same whatever the number of steps.
 //
 // Every call goes to the next definition (glibc's) through dlsym(RTLD_NEXT); dlsym itself may
 // calloc before the real calloc is known, which a small static buffer serves. The count is

@@ -65,7 +65,7 @@ static void setup(void) {
 }
 static void teardown(void) {
   free_all();
-  omp_set_num_threads(default_threads);
+  pr_set_threads(default_threads);
 }
 
 // Element checks assert once per array (each ck_assert costs Check a write to its log).
@@ -964,7 +964,7 @@ END_TEST
 // Results do not depend on the thread count
 
 static void set_threads(int n) {
-  omp_set_num_threads(n);
+  pr_set_threads(n);           // the kernels' thread count (pr_threads), cached there
   openblas_set_num_threads(n); // the kernels reset OpenBLAS to one thread (see kernels_gemm.c)
 }
 
