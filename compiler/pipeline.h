@@ -120,4 +120,69 @@ void schedule_print(const Program *p, FILE *out);
 // The action's name as printed ("F", "TIED_SUM", ...).
 const char *action_name(ActionKind k);
 
+// ---- Built-in schedules (compiler/schedules.c) and the lock-step verifier (compiler/simulate.c)
+// The schedules are built and verified at compile time; codegen runs S = 1 only today.
+
+typedef enum SchedKind {
+  SCHED_GPIPE,       // F(0..M-1), then B(0..M-1); V = 1
+  SCHED_1F1B,        // warm-up min(S-1-r, M) F, then alternate F and B, then drain B; V = 1
+  SCHED_INTERLEAVED, // Megatron's depth-first order over V stages per rank; M a multiple of S
+  SCHED_ZBH1,        // 1f1b with B split into B (input gradient) and W (weight gradient); V = 1
+  SCHED_COUNT
+} SchedKind;
+
+// The schedule's name as on the command line ("gpipe", "1f1b", "interleaved", "zb-h1").
+const char *sched_name(SchedKind k);
+// Parses a name; false when it is none of them.
+bool sched_parse(const char *name, SchedKind *k);
+
+// The compute order of rank r (0..S-1) of schedule k with V stages per rank and M microbatches:
+// F, B and W actions only (stage index v = chunk * S + r), no LOAD, LOSS or channels. Writes at
+// most 3 * V * M actions to out and returns their count; -1 after reporting through d when the
+// schedule cannot run these (S, V, M) (the message names the need). A pure function.
+int sched_order(SchedKind k, int S, int V, int M, int r, Action *out, Diag *d);
+
+// Builds p->ranks for schedule k: p->M, p->vs (nv = S * V stages, stage v on rank v mod S,
+// with loads / has_loss), p->ch and p->nch are given. Each rank's list is its compute order
+// (sched_order) with LOAD before and LOSS after each F where the stage has them, each SEND right
+// after the action that makes its tensor (channels in id order), each RECV in the sender's order
+// no later than the action that reads it (posted before the earliest reader among it and the
+// messages after it on the same pair of ranks), and then TIED_SUM per stage, NORM, OPT. Sets
+// p->split_bw (zb-h1) and each stage's K to its peak microbatches in flight. Arena a holds the
+// lists. False after reporting through d.
+bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d);
+
+// What the simulation predicts (schedule_verify).
+typedef struct SchedStats {
+  double bubble; // idle fraction of the ranks' time between step start and the last action
+  double span;   // predicted step time in cost units (the last rank's finishing time)
+  int *peak;     // per stage: peak microbatches in flight (F done, B, or W when split, not yet)
+  int steps;     // lock-step steps until every rank is done
+} SchedStats;
+
+// Per-stage costs of F, B and W in arbitrary units (NULL in schedule_verify: unit costs F = 1,
+// B = 2, or B = W = 1 when B and W are split).
+typedef struct StageCost {
+  double f; // forward segment
+  double b; // input-gradient segment (unsplit: the whole backward)
+  double w; // weight-gradient segment (0 when not split)
+} StageCost;
+
+// schedule_check, then the lock-step simulation of all ranks: a RECV can run once its SEND has
+// run (on an earlier step) and the message is the next one on its pair of ranks (the same
+// message order on both sides); if no rank can move before all are done, a deadlock, reported
+// with the grid (schedule_grid) and the blocked actions marked. Also no saved-activation slot
+// (m mod K of its stage) reused while live (from its F to its B, or W when split). cost: nv
+// entries or NULL. st (may be NULL) receives the prediction (peak from arena a, may be NULL when
+// st is). False after reporting the first violation through d.
+bool schedule_verify(const Program *p, const StageCost *cost, SchedStats *st, Arena *a, Diag *d);
+
+// The grid: one row per rank, one column per lock-step step, each cell the action run then
+// ("F3", "B1", "W0", "s>" / "s<": SEND of an activation / gradient, "r>" / "r<": RECV, "ld",
+// "ls": LOAD, LOSS, "T", "N", "O": TIED_SUM, NORM, OPT; "." idle); with V > 1 per-rank stages,
+// F/B/W name the rank's chunk too ("F3.1": microbatch 3 of its chunk 1). With blocked (one
+// index per rank, -1: none), each rank's blocked action is printed after the last step, marked
+// with '*'. steps: the columns; at: per rank per action the step it ran (-1: not run).
+void schedule_grid(const Program *p, int steps, int *const *at, const int *blocked, FILE *out);
+
 #endif

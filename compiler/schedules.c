@@ -1,0 +1,235 @@
+// The built-in pipeline schedules (pipeline-semantics.md §7) as per-rank action lists, and
+// their lowering onto the channels between stages.
+//
+// sched_order is a pure function of (kind, S, V, M, rank): the rank's F, B and W actions in
+// order, written in closed form (no search). sched_build lowers them: LOAD/LOSS around each F,
+// each SEND right after the action that makes its tensor, each RECV placed in the sender's order
+// on its pair of ranks (so both sides see the same message order) and no later than the action
+// that reads it: RECV k of a pair goes before the earliest reader of messages k, k+1, ... (a
+// suffix minimum over the pair's queue), then the step-end actions. Every stage's K is its peak
+// microbatches in flight in that list. Linear in the number of actions (one sort of the
+// receives).
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline.h"
+
+static const char *const sched_names[SCHED_COUNT] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+
+const char *sched_name(SchedKind k) {
+  return k >= 0 && k < SCHED_COUNT ? sched_names[k] : "?";
+}
+
+bool sched_parse(const char *name, SchedKind *k) {
+  for (int i = 0; i < SCHED_COUNT; i++)
+    if (strcmp(name, sched_names[i]) == 0) {
+      *k = (SchedKind)i;
+      return true;
+    }
+  return false;
+}
+
+static int imin(int a, int b) {
+  return a < b ? a : b;
+}
+
+// 1f1b and zb-h1 (split: W right after its B in warm-up and steady phase; in the drain each W
+// waits until after the next B, so it fills the wait for the next gradient).
+static int order_1f1b(int S, int M, int r, bool split, Action *out) {
+  int n = 0, w = imin(S - 1 - r, M);
+  for (int m = 0; m < w; m++) out[n++] = (Action){ACT_F, r, m, NULL};
+  for (int i = 0; i < M - w; i++) {
+    out[n++] = (Action){ACT_F, r, w + i, NULL};
+    out[n++] = (Action){ACT_B, r, i, NULL};
+    if (split) out[n++] = (Action){ACT_W, r, i, NULL};
+  }
+  for (int m = M - w; m < M; m++) {
+    out[n++] = (Action){ACT_B, r, m, NULL};
+    if (split && m > M - w) out[n++] = (Action){ACT_W, r, m - 1, NULL};
+  }
+  if (split && w > 0) out[n++] = (Action){ACT_W, r, M - 1, NULL};
+  return n;
+}
+
+// Megatron's interleaved order: the k-th forward of the rank is chunk (k / S) mod V of
+// microbatch (k / (S V)) S + k mod S; backwards the same with the chunks reversed. Warm-up
+// 2 (S - 1 - r) + (V - 1) S forwards (all of them when M = S), then one F one B, then drain.
+static Action inter_unit(int S, int V, int r, int k, bool fwd) {
+  int chunk = (k / S) % V, m = (k / (S * V)) * S + k % S;
+  if (!fwd) chunk = V - 1 - chunk;
+  return (Action){fwd ? ACT_F : ACT_B, chunk * S + r, m, NULL};
+}
+
+static int order_interleaved(int S, int V, int M, int r, Action *out) {
+  int total = V * M, n = 0;
+  int warm = M == S ? total : imin(2 * (S - 1 - r) + (V - 1) * S, total);
+  for (int k = 0; k < warm; k++) out[n++] = inter_unit(S, V, r, k, true);
+  for (int k = 0; k < total - warm; k++) {
+    out[n++] = inter_unit(S, V, r, warm + k, true);
+    out[n++] = inter_unit(S, V, r, k, false);
+  }
+  for (int k = total - warm; k < total; k++) out[n++] = inter_unit(S, V, r, k, false);
+  return n;
+}
+
+int sched_order(SchedKind k, int S, int V, int M, int r, Action *out, Diag *d) {
+  if (S < 1 || V < 1 || M < 1 || r < 0 || r >= S) {
+    diag_error(d, (Loc){0, 0}, "schedule %s: needs S >= 1, V >= 1, M >= 1 and 0 <= rank < S",
+               sched_name(k));
+    return -1;
+  }
+  if (k != SCHED_INTERLEAVED && V != 1) {
+    diag_error(d, (Loc){0, 0},
+               "schedule %s: runs one stage per rank (V = 1, not %d); interleaved runs several",
+               sched_name(k), V);
+    return -1;
+  }
+  switch (k) {
+  case SCHED_GPIPE: {
+    int n = 0;
+    for (int m = 0; m < M; m++) out[n++] = (Action){ACT_F, r, m, NULL};
+    for (int m = 0; m < M; m++) out[n++] = (Action){ACT_B, r, m, NULL};
+    return n;
+  }
+  case SCHED_1F1B:
+    return order_1f1b(S, M, r, false, out);
+  case SCHED_ZBH1:
+    return order_1f1b(S, M, r, true, out);
+  case SCHED_INTERLEAVED:
+    if (M % S != 0) {
+      diag_error(d, (Loc){0, 0},
+                 "schedule interleaved: needs the microbatches M a multiple of the stages S "
+                 "(M = %d, S = %d)",
+                 M, S);
+      return -1;
+    }
+    return order_interleaved(S, V, M, r, out);
+  default:
+    diag_error(d, (Loc){0, 0}, "schedule: unknown schedule kind %d", (int)k);
+    return -1;
+  }
+}
+
+// ---- Lowering
+
+// One receive to place: before compute action pos of rank dst, from rank src, k-th on the pair.
+typedef struct Recv {
+  int pos;           // index in the receiver's compute order it goes before
+  int src;           // sending rank
+  int k;             // its index in the pair's message order
+  const Channel *ch; // the channel
+  int m;             // microbatch
+} Recv;
+
+static int recv_cmp(const void *a, const void *b) {
+  const Recv *x = a, *y = b;
+  if (x->pos != y->pos) return x->pos < y->pos ? -1 : 1;
+  if (x->src != y->src) return x->src < y->src ? -1 : 1;
+  return x->k < y->k ? -1 : x->k > y->k;
+}
+
+// Whether channel c is made (or read: reader) by action x.
+static bool touches(const Channel *c, const Action *x, bool reader) {
+  ActionKind k = c->grad ? ACT_B : ACT_F;
+  return x->kind == k && x->v == (reader ? c->to_v : c->from_v);
+}
+
+bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
+  int M = p->M, nv = S * V;
+  if (p->nv != nv) {
+    diag_error(d, (Loc){0, 0}, "schedule %s: %d stages given for S = %d, V = %d", sched_name(k),
+               p->nv, S, V);
+    return false;
+  }
+  for (int v = 0; v < nv; v++) p->vs[v].rank = v % S;
+  p->split_bw = k == SCHED_ZBH1;
+  p->nranks = S;
+  p->ranks = ARENA_ARRAY(a, RankProgram, S);
+  // Per rank its compute order and, per channel, the channels each stage makes and reads.
+  Action **comp = ARENA_ARRAY(a, Action *, S);
+  int *ncomp = ARENA_ARRAY(a, int, S);
+  for (int r = 0; r < S; r++) {
+    comp[r] = ARENA_ARRAY(a, Action, 3 * (size_t)V * M + 1);
+    if ((ncomp[r] = sched_order(k, S, V, M, r, comp[r], d)) < 0) return false;
+  }
+  // Per (stage, F or B, m): position in its rank's compute order.
+  int *posF = ARENA_ARRAY(a, int, (size_t)nv *M), *posB = ARENA_ARRAY(a, int, (size_t)nv *M);
+  for (int r = 0; r < S; r++)
+    for (int i = 0; i < ncomp[r]; i++) {
+      const Action *x = &comp[r][i];
+      if (x->kind == ACT_F) posF[x->v * M + x->m] = i;
+      if (x->kind == ACT_B) posB[x->v * M + x->m] = i;
+    }
+  // Sends: every rank's list without receives, in order; the pair queues follow from it.
+  size_t cap = 3 * (size_t)V * M + 2 * (size_t)p->nch * M + 2 * (size_t)V * M + (size_t)V + 3;
+  Recv *rv = ARENA_ARRAY(a, Recv, (size_t)p->nch * M + 1);
+  int nrv = 0;
+  int *pairk = ARENA_ARRAY(a, int, (size_t)S *S); // messages so far per (src, dst)
+  for (int r = 0; r < S; r++)
+    for (int i = 0; i < ncomp[r]; i++)
+      for (int c = 0; c < p->nch; c++)
+        if (touches(&p->ch[c], &comp[r][i], false)) {
+          const Channel *ch = &p->ch[c];
+          int m = comp[r][i].m, dst = p->vs[ch->to_v].rank;
+          int pos = (ch->grad ? posB : posF)[ch->to_v * M + m];
+          rv[nrv++] = (Recv){pos, r, pairk[r * S + dst]++, ch, m};
+        }
+  // Suffix minimum of the reader positions along each pair's queue (rv is grouped by sender,
+  // each pair's messages in queue order): walk backwards keeping the minimum per receiver.
+  int *minpos = ARENA_ARRAY(a, int, S);
+  for (int src = S - 1, e = nrv; src >= 0; src--) {
+    int b = e;
+    while (b > 0 && rv[b - 1].src == src) b--;
+    for (int dst = 0; dst < S; dst++) minpos[dst] = 1 << 30;
+    for (int j = e - 1; j >= b; j--) {
+      int dst = p->vs[rv[j].ch->to_v].rank;
+      if (rv[j].pos < minpos[dst]) minpos[dst] = rv[j].pos;
+      rv[j].pos = minpos[dst];
+    }
+    e = b;
+  }
+  // Group the receives per receiver, then by position, sender and queue order.
+  Recv **byr = ARENA_ARRAY(a, Recv *, S);
+  int *nbyr = ARENA_ARRAY(a, int, S);
+  for (int r = 0; r < S; r++) byr[r] = ARENA_ARRAY(a, Recv, (size_t)p->nch * M + 1);
+  for (int j = 0; j < nrv; j++) {
+    int dst = p->vs[rv[j].ch->to_v].rank;
+    byr[dst][nbyr[dst]++] = rv[j];
+  }
+  for (int r = 0; r < S; r++) {
+    qsort(byr[r], (size_t)nbyr[r], sizeof(Recv), recv_cmp);
+    RankProgram *rp = &p->ranks[r];
+    *rp = (RankProgram){.rank = r};
+    rp->vs = ARENA_ARRAY(a, int, V);
+    for (int c = 0; c < V; c++) rp->vs[rp->nvs++] = c * S + r;
+    rp->acts = ARENA_ARRAY(a, Action, cap);
+    int j = 0;
+    for (int i = 0; i < ncomp[r]; i++) {
+      const Action *x = &comp[r][i];
+      const VStage *s = &p->vs[x->v];
+      for (; j < nbyr[r] && byr[r][j].pos == i; j++)
+        rp->acts[rp->nacts++] = (Action){ACT_RECV, -1, byr[r][j].m, byr[r][j].ch};
+      if (x->kind == ACT_F && s->loads) rp->acts[rp->nacts++] = (Action){ACT_LOAD, x->v, x->m, 0};
+      rp->acts[rp->nacts++] = *x;
+      if (x->kind == ACT_F && s->has_loss)
+        rp->acts[rp->nacts++] = (Action){ACT_LOSS, x->v, x->m, NULL};
+      for (int c = 0; c < p->nch; c++)
+        if (touches(&p->ch[c], x, false))
+          rp->acts[rp->nacts++] = (Action){ACT_SEND, -1, x->m, &p->ch[c]};
+    }
+    for (int c = 0; c < V; c++) rp->acts[rp->nacts++] = (Action){ACT_TIED_SUM, rp->vs[c], -1, NULL};
+    rp->acts[rp->nacts++] = (Action){ACT_NORM, -1, -1, NULL};
+    rp->acts[rp->nacts++] = (Action){ACT_OPT, -1, -1, NULL};
+  }
+  // K: peak microbatches in flight per stage (F done, the releasing B or W not yet).
+  int *live = ARENA_ARRAY(a, int, nv);
+  for (int v = 0; v < nv; v++) p->vs[v].K = 0;
+  ActionKind rel = p->split_bw ? ACT_W : ACT_B;
+  for (int r = 0; r < S; r++)
+    for (int i = 0; i < ncomp[r]; i++) {
+      const Action *x = &comp[r][i];
+      if (x->kind == ACT_F && ++live[x->v] > p->vs[x->v].K) p->vs[x->v].K = live[x->v];
+      if (x->kind == rel) live[x->v]--;
+    }
+  return true;
+}

@@ -1,0 +1,235 @@
+// The lock-step verifier of a Program's action lists (pipeline-semantics.md §7), after
+// schedule_check's counts and orders, and its prediction of the step.
+//
+// Every step, each rank runs its next action if it can, judged on the state at the step's start
+// (so the result does not depend on the order the ranks are visited): a RECV can run once its
+// SEND ran on an earlier step and it is the next message of its pair of ranks (a FIFO per ordered
+// pair: both sides must see the same message order, as NCCL needs; a receive waiting behind
+// another message is blocked for good). If no rank can move before all are done, it is a
+// deadlock: the error prints the grid with each rank's blocked action marked. Along the way each
+// F takes slot m mod K of its stage, which must be free (the last microbatch in it released by
+// its B, or W when split), and the peak in flight per stage is counted. The prediction times the
+// same lists with per-stage costs (each rank's clock; a RECV waits for its SEND's time; SEND,
+// RECV, LOAD, LOSS and the step end cost 0): the bubble is 1 - busy / (S * span). Steps are at
+// most the number of actions (one moves per step or it is a deadlock): O(steps * S).
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline.h"
+
+static void cell(const Program *p, const Action *x, char *buf, size_t cap) {
+  const VStage *s = x->v >= 0 && x->v < p->nv ? &p->vs[x->v] : NULL;
+  int nvs = s ? p->ranks[s->rank].nvs : 1;
+  switch (x->kind) {
+  case ACT_F:
+  case ACT_B:
+  case ACT_W:
+    if (nvs > 1)
+      snprintf(buf, cap, "%s%d.%d", action_name(x->kind), x->m, x->v / p->nranks);
+    else
+      snprintf(buf, cap, "%s%d", action_name(x->kind), x->m);
+    break;
+  case ACT_SEND:
+  case ACT_RECV:
+    snprintf(buf, cap, "%c%c", x->kind == ACT_SEND ? 's' : 'r', x->ch && x->ch->grad ? '<' : '>');
+    break;
+  case ACT_LOAD:
+    snprintf(buf, cap, "ld");
+    break;
+  case ACT_LOSS:
+    snprintf(buf, cap, "ls");
+    break;
+  default: // TIED_SUM, NORM, OPT
+    snprintf(buf, cap, "%c", action_name(x->kind)[0]);
+  }
+}
+
+void schedule_grid(const Program *p, int steps, int *const *at, const int *blocked, FILE *out) {
+  int wid = 2; // column width: the widest cell
+  char c[32];
+  for (int r = 0; r < p->nranks; r++)
+    for (int i = 0; i < p->ranks[r].nacts; i++) {
+      cell(p, &p->ranks[r].acts[i], c, sizeof c);
+      int n = (int)strlen(c);
+      if (n > wid) wid = n;
+    }
+  for (int r = 0; r < p->nranks; r++) {
+    const RankProgram *rp = &p->ranks[r];
+    fprintf(out, "  rank %d:", r);
+    int i = 0, pad = 0; // pad: blanks owed by the previous cell, printed before the next one
+    for (int t = 0; t < steps; t++) {
+      while (i < rp->nacts && at[r][i] >= 0 && at[r][i] < t) i++;
+      if (i < rp->nacts && at[r][i] == t)
+        cell(p, &rp->acts[i], c, sizeof c);
+      else
+        snprintf(c, sizeof c, ".");
+      fprintf(out, "%*s %s", pad, "", c);
+      pad = wid - (int)strlen(c);
+    }
+    if (blocked && blocked[r] >= 0 && blocked[r] < rp->nacts) {
+      cell(p, &rp->acts[blocked[r]], c, sizeof c);
+      fprintf(out, "%*s %s*", pad, "", c);
+    }
+    fprintf(out, "\n"); // no trailing blanks
+  }
+}
+
+// The text of an action for messages ("F(v0, m1)", "RECV(c0, m1)").
+static void name_of(const Action *x, char *buf, size_t cap) {
+  if (x->kind == ACT_SEND || x->kind == ACT_RECV)
+    snprintf(buf, cap, "%s(c%d, m%d)", action_name(x->kind), x->ch->id, x->m);
+  else if (x->m >= 0)
+    snprintf(buf, cap, "%s(v%d, m%d)", action_name(x->kind), x->v, x->m);
+  else
+    snprintf(buf, cap, "%s", action_name(x->kind));
+}
+
+static double cost_of(const Program *p, const StageCost *cost, const Action *x) {
+  if (x->kind != ACT_F && x->kind != ACT_B && x->kind != ACT_W) return 0;
+  StageCost c = cost ? cost[x->v] : (StageCost){1, p->split_bw ? 1 : 2, p->split_bw ? 1 : 0};
+  return x->kind == ACT_F ? c.f : x->kind == ACT_B ? c.b : c.w;
+}
+
+bool schedule_verify(const Program *p, const StageCost *cost, SchedStats *st, Arena *a, Diag *d) {
+  if (!schedule_check(p, d)) return false;
+  Arena scratch;
+  arena_init(&scratch);
+  int S = p->nranks, M = p->M, total = 0;
+  int *pc = ARENA_ARRAY(&scratch, int, S);                             // next action per rank
+  int **at = ARENA_ARRAY(&scratch, int *, S);                          // step each action ran
+  double *clock = ARENA_ARRAY(&scratch, double, S);                    // each rank's predicted time
+  double *sent = ARENA_ARRAY(&scratch, double, (size_t)p->nch *M + 1); // SEND's time
+  int *sent_at = ARENA_ARRAY(&scratch, int, (size_t)p->nch *M + 1);    // SEND's step (-1)
+  // Per ordered pair (src, dst): messages sent and received so far, and the queue of sends.
+  int *nsent = ARENA_ARRAY(&scratch, int, (size_t)S *S);
+  int *nrecv = ARENA_ARRAY(&scratch, int, (size_t)S *S);
+  const Action ***queue = ARENA_ARRAY(&scratch, const Action **, (size_t)S *S);
+  for (int r = 0; r < S; r++) {
+    total += p->ranks[r].nacts;
+    at[r] = ARENA_ARRAY(&scratch, int, p->ranks[r].nacts + 1);
+    for (int i = 0; i < p->ranks[r].nacts; i++) at[r][i] = -1;
+  }
+  for (int i = 0; i < p->nch * M; i++) sent_at[i] = -1;
+  for (int i = 0; i < S * S; i++) queue[i] = ARENA_ARRAY(&scratch, const Action *, total + 1);
+  // Slots: per stage K entries, the microbatch holding it (-1 free); live per stage.
+  int **slot = ARENA_ARRAY(&scratch, int *, p->nv);
+  int *live = ARENA_ARRAY(&scratch, int, p->nv);
+  int *peak = st && a ? ARENA_ARRAY(a, int, p->nv) : ARENA_ARRAY(&scratch, int, p->nv);
+  for (int v = 0; v < p->nv; v++) {
+    int K = p->vs[v].K > 0 ? p->vs[v].K : 1;
+    slot[v] = ARENA_ARRAY(&scratch, int, K);
+    for (int k = 0; k < K; k++) slot[v][k] = -1;
+  }
+  ActionKind rel = p->split_bw ? ACT_W : ACT_B;
+  double busy = 0;
+  bool ok = true;
+  int done = 0, t = 0;
+  int *moved = ARENA_ARRAY(&scratch, int, S);
+  while (ok && done < total) {
+    int nmoved = 0;
+    for (int r = 0; r < S; r++) {
+      moved[r] = -1;
+      const RankProgram *rp = &p->ranks[r];
+      if (pc[r] >= rp->nacts) continue;
+      const Action *x = &rp->acts[pc[r]];
+      if (x->kind == ACT_RECV) {
+        int src = p->vs[x->ch->from_v].rank, q = src * S + r, id = x->ch->id * M + x->m;
+        if (sent_at[id] < 0 || sent_at[id] >= t) continue; // its SEND has not run yet
+        if (queue[q][nrecv[q]] != NULL &&
+            (queue[q][nrecv[q]]->ch != x->ch || queue[q][nrecv[q]]->m != x->m))
+          continue; // another message is ahead of it on the pair
+      }
+      moved[r] = pc[r];
+      nmoved++;
+    }
+    if (nmoved == 0) break;
+    for (int r = 0; r < S && ok; r++) {
+      if (moved[r] < 0) continue;
+      const RankProgram *rp = &p->ranks[r];
+      const Action *x = &rp->acts[moved[r]];
+      double c = cost_of(p, cost, x);
+      if (x->kind == ACT_SEND) {
+        int dst = p->vs[x->ch->to_v].rank, q = r * S + dst, id = x->ch->id * M + x->m;
+        queue[q][nsent[q]++] = x;
+        sent_at[id] = t;
+        sent[id] = clock[r];
+      } else if (x->kind == ACT_RECV) {
+        int src = p->vs[x->ch->from_v].rank, id = x->ch->id * M + x->m;
+        nrecv[src * S + r]++;
+        if (sent[id] > clock[r]) clock[r] = sent[id];
+      } else if (x->kind == ACT_F) {
+        int K = p->vs[x->v].K > 0 ? p->vs[x->v].K : 1, *s = &slot[x->v][x->m % K];
+        if (*s >= 0) {
+          char t1[64], why[256];
+          name_of(x, t1, sizeof t1);
+          snprintf(why, sizeof why,
+                   "schedule: rank %d action %d %s: reuses slot %d of stage v%d (K = %d) while "
+                   "m%d is live (until its %s)",
+                   r, moved[r], t1, x->m % K, x->v, K, *s, action_name(rel));
+          diag_error(d, (Loc){0, 0}, "%s", why);
+          ok = false;
+          break;
+        }
+        *s = x->m;
+        if (++live[x->v] > peak[x->v]) peak[x->v] = live[x->v];
+      } else if (x->kind == rel) {
+        int K = p->vs[x->v].K > 0 ? p->vs[x->v].K : 1;
+        slot[x->v][x->m % K] = -1;
+        live[x->v]--;
+      }
+      clock[r] += c;
+      busy += c;
+      at[r][moved[r]] = t;
+      pc[r]++;
+      done++;
+    }
+    t++;
+  }
+  if (ok && done < total) {
+    // Deadlock: the grid, then each blocked RECV and what it waits for.
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    fprintf(f,
+            "schedule: deadlock after %d steps (no rank can move); the grid, blocked "
+            "actions marked '*':\n",
+            t);
+    schedule_grid(p, t, at, pc, f);
+    for (int r = 0; r < S; r++) {
+      const RankProgram *rp = &p->ranks[r];
+      if (pc[r] >= rp->nacts) continue;
+      const Action *x = &rp->acts[pc[r]];
+      char t1[64], t2[64];
+      name_of(x, t1, sizeof t1);
+      int src = p->vs[x->ch->from_v].rank, q = src * S + r, id = x->ch->id * M + x->m;
+      if (sent_at[id] < 0)
+        fprintf(f, "  rank %d action %d %s: waits for its SEND on rank %d, which has not run", r,
+                pc[r], t1, src);
+      else {
+        name_of(queue[q][nrecv[q]], t2, sizeof t2);
+        fprintf(f,
+                "  rank %d action %d %s: rank %d sent %s first (the two sides' message orders "
+                "differ)",
+                r, pc[r], t1, src, t2);
+      }
+      fputc('\n', f);
+    }
+    fclose(f);
+    size_t n = strlen(text);
+    if (n && text[n - 1] == '\n') text[n - 1] = 0;
+    diag_error(d, (Loc){0, 0}, "%s", text);
+    free(text);
+    ok = false;
+  }
+  if (ok && st) {
+    double span = 0;
+    for (int r = 0; r < S; r++)
+      if (clock[r] > span) span = clock[r];
+    *st = (SchedStats){.bubble = span > 0 ? 1 - busy / (S * span) : 0,
+                       .span = span,
+                       .peak = a ? peak : NULL,
+                       .steps = t};
+  }
+  arena_free(&scratch);
+  return ok;
+}

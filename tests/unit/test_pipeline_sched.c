@@ -1,0 +1,331 @@
+// Unit tests of the built-in pipeline schedules (compiler/schedules.c) and the lock-step
+// verifier (compiler/simulate.c) on hand-made programs: a chain of S * V stages, each sending one
+// activation forward and one gradient backward, plus a skip channel from stage 0 to stage 2 (and
+// its gradient back) when there are three stages or more. Every built-in schedule is accepted
+// over a grid of (S, V, M) with its K and bubble checked against the known formulas; broken
+// lists are rejected with their exact message and grid; the dump of 1f1b at S = 4, M = 8 is a
+// golden file.
+#include <math.h>
+
+#include "../../compiler/pipeline.h"
+#include "testutil.h"
+
+// A chain program for S ranks and V stages per rank, M microbatches (the schedule not built).
+typedef struct Chain {
+  Arena a;   // everything below
+  Graph g;   // only its name is read (by schedule_print)
+  Tensor *t; // one tensor per channel (its name printed)
+  Program p; // the program
+} Chain;
+
+static void chain_init(Chain *c, int S, int V, int M) {
+  memset(c, 0, sizeof *c);
+  arena_init(&c->a);
+  c->g.name = "chain";
+  int nv = S * V, nch = 2 * (nv - 1) + (nv >= 3 ? 2 : 0);
+  Program *p = &c->p;
+  *p = (Program){.g = &c->g, .M = M, .nv = nv, .nch = nch};
+  p->vs = ARENA_ARRAY(&c->a, VStage, nv);
+  for (int v = 0; v < nv; v++)
+    p->vs[v] = (VStage){.v = v, .rank = v % S, .loads = v == 0, .has_loss = v == nv - 1};
+  p->ch = ARENA_ARRAY(&c->a, Channel, nch + 1);
+  c->t = ARENA_ARRAY(&c->a, Tensor, nch + 1);
+  int n = 0;
+  for (int v = 0; v + 1 < nv; v++) {
+    char *a = ARENA_ARRAY(&c->a, char, 16), *g = ARENA_ARRAY(&c->a, char, 16);
+    snprintf(a, 16, "h%d", v);
+    snprintf(g, 16, "d:h%d", v);
+    c->t[n].name = a;
+    p->ch[n] = (Channel){n, &c->t[n], v, v + 1, false, n};
+    n++;
+    c->t[n].name = g;
+    p->ch[n] = (Channel){n, &c->t[n], v + 1, v, true, n};
+    n++;
+  }
+  if (nv >= 3) {
+    c->t[n].name = "skip";
+    p->ch[n] = (Channel){n, &c->t[n], 0, 2, false, n};
+    n++;
+    c->t[n].name = "d:skip";
+    p->ch[n] = (Channel){n, &c->t[n], 2, 0, true, n};
+    n++;
+  }
+}
+
+// Builds schedule k on c and verifies it: the message ("" when accepted) and the stats.
+static const char *build_verify(Chain *c, SchedKind k, int S, int V, bool *ok, SchedStats *st) {
+  static char buf[8192];
+  Capture cap;
+  cap_open(&cap, "m.json");
+  *ok =
+      sched_build(&c->p, k, S, V, &c->a, &cap.d) && schedule_verify(&c->p, NULL, st, &c->a, &cap.d);
+  snprintf(buf, sizeof buf, "%s", cap_text(&cap));
+  cap_close(&cap);
+  return buf;
+}
+
+// Verifies c as it stands (after hand edits): the message ("" when accepted).
+static const char *verify(Chain *c, bool *ok) {
+  static char buf[8192];
+  Capture cap;
+  cap_open(&cap, "m.json");
+  *ok = schedule_verify(&c->p, NULL, NULL, NULL, &cap.d);
+  snprintf(buf, sizeof buf, "%s", cap_text(&cap));
+  cap_close(&cap);
+  return buf;
+}
+
+// Whether schedule k runs (S, V, M).
+static bool legal(SchedKind k, int S, int V, int M) {
+  return k == SCHED_INTERLEAVED ? M % S == 0 : V == 1;
+}
+
+START_TEST(test_grid_accepted) {
+  static const int Ms[] = {1, 2, 3, 4, 8};
+  int accepted = 0;
+  for (int k = 0; k < SCHED_COUNT; k++)
+    for (int S = 1; S <= 4; S++)
+      for (int V = 1; V <= 2; V++)
+        for (int mi = 0; mi < 5; mi++) {
+          int M = Ms[mi];
+          if (!legal((SchedKind)k, S, V, M)) continue;
+          Chain c;
+          chain_init(&c, S, V, M);
+          bool ok;
+          SchedStats st;
+          const char *msg = build_verify(&c, (SchedKind)k, S, V, &ok, &st);
+          ck_assert_msg(ok, "%s S=%d V=%d M=%d: %s", sched_name(k), S, V, M, msg);
+          accepted++;
+          // K is the simulated peak in flight, per stage.
+          for (int v = 0; v < S * V; v++) ck_assert_int_eq(c.p.vs[v].K, st.peak[v]);
+          double want = -1, f11 = (double)(S - 1) / (M + S - 1);
+          if (k == SCHED_GPIPE) {
+            want = f11;
+            for (int r = 0; r < S; r++) ck_assert_int_eq(st.peak[r], M);
+          } else if (k == SCHED_1F1B || k == SCHED_ZBH1) {
+            for (int r = 0; r < S; r++) ck_assert_int_eq(st.peak[r], S - r < M ? S - r : M);
+            if (k == SCHED_1F1B) want = f11;
+            // zb-h1: W fills some of 1f1b's bubble at the same memory (no closed form here).
+            else if (S > 1)
+              ck_assert_msg(st.bubble < f11 - 1e-9, "zb-h1 S=%d M=%d: bubble %g, 1f1b %g", S, M,
+                            st.bubble, f11);
+            else
+              want = 0;
+          } else
+            want = (double)(S - 1) / (V * M + S - 1); // Megatron's interleaved bubble
+          if (want >= 0)
+            ck_assert_msg(fabs(st.bubble - want) < 1e-9, "%s S=%d V=%d M=%d: bubble %g, want %g",
+                          sched_name(k), S, V, M, st.bubble, want);
+          arena_free(&c.a);
+        }
+  // Legal cells: gpipe, 1f1b, zb-h1 at V = 1 (4 S x 5 M each); interleaved at V = 1, 2 where S
+  // divides M (S = 1: 5, S = 2: 3, S = 3: 1, S = 4: 2).
+  ck_assert_int_eq(accepted, 3 * 4 * 5 + 2 * (5 + 3 + 1 + 2));
+}
+END_TEST
+
+START_TEST(test_needs_named) {
+  Chain c;
+  chain_init(&c, 2, 2, 3);
+  bool ok;
+  SchedStats st;
+  const char *msg = build_verify(&c, SCHED_INTERLEAVED, 2, 2, &ok, &st);
+  ck_assert(!ok);
+  ck_assert_str_eq(msg, "m.json: error: schedule interleaved: needs the microbatches M a multiple "
+                        "of the stages S (M = 3, S = 2)\n");
+  arena_free(&c.a);
+  chain_init(&c, 2, 2, 4);
+  msg = build_verify(&c, SCHED_1F1B, 2, 2, &ok, &st);
+  ck_assert(!ok);
+  ck_assert_str_eq(msg, "m.json: error: schedule 1f1b: runs one stage per rank (V = 1, not 2); "
+                        "interleaved runs several\n");
+  arena_free(&c.a);
+  SchedKind k;
+  ck_assert(sched_parse("zb-h1", &k) && k == SCHED_ZBH1);
+  ck_assert(!sched_parse("zbh1", &k));
+}
+END_TEST
+
+// The generators alone: the reference orders of pipeline-semantics.md §7, S = 4, M = 8.
+static const char *order_text(SchedKind k, int S, int V, int M, int r) {
+  static char buf[1024];
+  Action a[64];
+  Capture cap;
+  cap_open(&cap, "m.json");
+  int n = sched_order(k, S, V, M, r, a, &cap.d);
+  ck_assert_int_ge(n, 0);
+  cap_close(&cap);
+  size_t len = 0;
+  buf[0] = 0;
+  for (int i = 0; i < n; i++)
+    len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s%d.%d", i ? " " : "",
+                            action_name(a[i].kind), a[i].v, a[i].m);
+  return buf;
+}
+
+START_TEST(test_orders) {
+  ck_assert_str_eq(order_text(SCHED_GPIPE, 2, 1, 3, 1), "F1.0 F1.1 F1.2 B1.0 B1.1 B1.2");
+  ck_assert_str_eq(order_text(SCHED_1F1B, 4, 1, 4, 1), "F1.0 F1.1 F1.2 B1.0 F1.3 B1.1 B1.2 B1.3");
+  ck_assert_str_eq(order_text(SCHED_1F1B, 4, 1, 1, 0), "F0.0 B0.0");
+  ck_assert_str_eq(order_text(SCHED_ZBH1, 3, 1, 3, 0),
+                   "F0.0 F0.1 F0.2 B0.0 W0.0 B0.1 B0.2 W0.1 W0.2");
+  // Interleaved S = 2, V = 2, M = 4, rank 0 (stages 0 and 2): warm-up 2 + 2 forwards in groups
+  // of S microbatches, then one F one B, the backward chunks reversed.
+  ck_assert_str_eq(order_text(SCHED_INTERLEAVED, 2, 2, 4, 0),
+                   "F0.0 F0.1 F2.0 F2.1 F0.2 B2.0 F0.3 B2.1 F2.2 B0.0 F2.3 B0.1 B2.2 B2.3 "
+                   "B0.2 B0.3");
+}
+END_TEST
+
+// The 1f1b program of S = 2, M = 2 (B and W not split), edited by the tests below:
+//   rank 0: LOAD0 F0 s> LOAD1 F1 s> r< B0 r< B1 T N O
+//   rank 1: r> F0 LOSS0 B0 s< r> F1 LOSS1 B1 s< T N O
+static void two(Chain *c, SchedKind k) {
+  chain_init(c, 2, 1, 2);
+  bool ok;
+  SchedStats st;
+  const char *msg = build_verify(c, k, 2, 1, &ok, &st);
+  ck_assert_msg(ok, "%s", msg);
+}
+
+static void expect(Chain *c, const char *want) {
+  bool ok;
+  const char *got = verify(c, &ok);
+  ck_assert_msg(!ok, "accepted; wanted: %s", want);
+  ck_assert_str_eq(got, want);
+}
+
+START_TEST(test_swapped_send_order) {
+  Chain c;
+  two(&c, SCHED_1F1B);
+  Action *a = c.p.ranks[0].acts; // rank 0 sends m1 before m0: LOAD0 F0 LOAD1 F1 s>m1 s>m0
+  Action s0 = a[2];
+  a[2] = a[3];
+  a[3] = a[4];
+  a[4] = a[5];
+  a[5] = s0;
+  expect(&c, "m.json: error: schedule: deadlock after 6 steps (no rank can move); the grid, "
+             "blocked actions marked '*':\n"
+             "  rank 0: ld F0 ld F1 s> s> r<*\n"
+             "  rank 1: .  .  .  .  .  .  r>*\n"
+             "  rank 0 action 6 RECV(c1, m0): waits for its SEND on rank 1, which has not run\n"
+             "  rank 1 action 0 RECV(c0, m0): rank 0 sent SEND(c0, m1) first (the two sides' "
+             "message orders differ)\n");
+  arena_free(&c.a);
+}
+END_TEST
+
+START_TEST(test_circular_wait) {
+  Chain c;
+  two(&c, SCHED_1F1B);
+  // rank 0: LOAD0 F0 r<m0 LOAD1 F1 s>m0 s>m1 B0 ...: it waits for m0's gradient before sending
+  // m0's activation (the RECV is still before its B and the SENDs after their F: only the
+  // simulation sees the cycle).
+  Action *a = c.p.ranks[0].acts;
+  a[2] = (Action){ACT_RECV, -1, 0, &c.p.ch[1]};
+  a[5] = (Action){ACT_SEND, -1, 0, &c.p.ch[0]};
+  a[6] = (Action){ACT_SEND, -1, 1, &c.p.ch[0]};
+  expect(&c, "m.json: error: schedule: deadlock after 2 steps (no rank can move); the grid, "
+             "blocked actions marked '*':\n"
+             "  rank 0: ld F0 r<*\n"
+             "  rank 1: .  .  r>*\n"
+             "  rank 0 action 2 RECV(c1, m0): waits for its SEND on rank 1, which has not run\n"
+             "  rank 1 action 0 RECV(c0, m0): waits for its SEND on rank 0, which has not run\n");
+  arena_free(&c.a);
+}
+END_TEST
+
+START_TEST(test_missing_backward) {
+  Chain c;
+  two(&c, SCHED_1F1B);
+  RankProgram *r = &c.p.ranks[1]; // drop B(v1, m1) at 8
+  for (int i = 8; i + 1 < r->nacts; i++) r->acts[i] = r->acts[i + 1];
+  r->nacts--;
+  expect(&c, "m.json: error: schedule: rank 1: B(v1, m1) is missing\n");
+  arena_free(&c.a);
+}
+END_TEST
+
+START_TEST(test_w_before_b) {
+  Chain c;
+  two(&c, SCHED_ZBH1);
+  Action *a = c.p.ranks[0].acts, t = a[7]; // rank 0: B(v0, m0) at 7, W(v0, m0) at 8
+  ck_assert_int_eq(a[8].kind, ACT_W);
+  a[7] = a[8];
+  a[8] = t;
+  expect(&c, "m.json: error: schedule: rank 0 action 7 W(v0, m0): comes before B(v0, m0) at "
+             "action 8 (W after B)\n");
+  arena_free(&c.a);
+}
+END_TEST
+
+START_TEST(test_reused_slot) {
+  Chain c;
+  two(&c, SCHED_1F1B);
+  c.p.vs[0].K = 1; // rank 0 holds two microbatches before its first B
+  expect(&c, "m.json: error: schedule: rank 0 action 4 F(v0, m1): reuses slot 0 of stage v0 "
+             "(K = 1) while m0 is live (until its B)\n");
+  arena_free(&c.a);
+  two(&c, SCHED_ZBH1);
+  c.p.vs[1].K = 0; // K 0 is read as one slot; rank 1 releases at W: fine with one
+  bool ok;
+  const char *msg = verify(&c, &ok);
+  ck_assert_msg(ok, "%s", msg);
+  arena_free(&c.a);
+}
+END_TEST
+
+// The dump of 1f1b at S = 4, M = 8 against tests/golden/1f1b_s4_m8.schedule.
+START_TEST(test_golden_1f1b) {
+  Chain c;
+  chain_init(&c, 4, 1, 8);
+  bool ok;
+  SchedStats st;
+  const char *msg = build_verify(&c, SCHED_1F1B, 4, 1, &ok, &st);
+  ck_assert_msg(ok, "%s", msg);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  schedule_print(&c.p, f);
+  fclose(f);
+  const char *src = getenv("PIPEC_SOURCE_DIR");
+  ck_assert_ptr_nonnull(src);
+  char path[512];
+  snprintf(path, sizeof path, "%s/tests/golden/1f1b_s4_m8.schedule", src);
+  if (getenv("PIPEC_UPDATE_GOLDEN")) {
+    FILE *g = fopen(path, "w");
+    ck_assert_ptr_nonnull(g);
+    fputs(text, g);
+    fclose(g);
+  }
+  FILE *g = fopen(path, "r");
+  ck_assert_msg(g != NULL, "%s", path);
+  static char want[65536];
+  size_t n = fread(want, 1, sizeof want - 1, g);
+  want[n] = 0;
+  fclose(g);
+  ck_assert_str_eq(text, want);
+  free(text);
+  arena_free(&c.a);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("pipeline_sched");
+  TCase *tc = tcase_create("pipeline_sched");
+  tcase_add_test(tc, test_grid_accepted);
+  tcase_add_test(tc, test_needs_named);
+  tcase_add_test(tc, test_orders);
+  tcase_add_test(tc, test_swapped_send_order);
+  tcase_add_test(tc, test_circular_wait);
+  tcase_add_test(tc, test_missing_backward);
+  tcase_add_test(tc, test_w_before_b);
+  tcase_add_test(tc, test_reused_slot);
+  tcase_add_test(tc, test_golden_1f1b);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
