@@ -275,6 +275,24 @@ START_TEST(test_reused_slot) {
 }
 END_TEST
 
+// Per-stage costs: 1f1b, S = 2, M = 1, stage v1 three times as slow. Rank 0's F runs [0, 1],
+// rank 1's F [1, 4] and B [4, 10], rank 0's B [10, 12]: span 12, busy 3 + 9 of 2 * 12.
+START_TEST(test_costs) {
+  Chain c;
+  chain_init(&c, 2, 1, 1);
+  Capture cap;
+  cap_open(&cap, "m.json");
+  ck_assert(sched_build(&c.p, SCHED_1F1B, 2, 1, &c.a, &cap.d));
+  StageCost cost[2] = {{1, 2, 0}, {3, 6, 0}};
+  SchedStats st;
+  ck_assert_msg(schedule_verify(&c.p, cost, &st, &c.a, &cap.d), "%s", cap_text(&cap));
+  ck_assert(fabs(st.span - 12) < 1e-12);
+  ck_assert(fabs(st.bubble - 0.5) < 1e-12);
+  cap_close(&cap);
+  arena_free(&c.a);
+}
+END_TEST
+
 // The dump of 1f1b at S = 4, M = 8 against tests/golden/1f1b_s4_m8.schedule.
 START_TEST(test_golden_1f1b) {
   Chain c;
@@ -321,6 +339,7 @@ int main(void) {
   tcase_add_test(tc, test_missing_backward);
   tcase_add_test(tc, test_w_before_b);
   tcase_add_test(tc, test_reused_slot);
+  tcase_add_test(tc, test_costs);
   tcase_add_test(tc, test_golden_1f1b);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
