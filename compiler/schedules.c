@@ -128,10 +128,33 @@ static int recv_cmp(const void *a, const void *b) {
   return x->k < y->k ? -1 : x->k > y->k;
 }
 
-// Whether channel c is made (or read: reader) by action x.
-static bool touches(const Channel *c, const Action *x, bool reader) {
-  ActionKind k = c->grad ? ACT_B : ACT_F;
-  return x->kind == k && x->v == (reader ? c->to_v : c->from_v);
+// The channels each action makes, bucketed by (stage, F or B) in id order: made[key[i]] ..
+// made[key[i + 1] - 1] for key i = 2 v + (B ? 1 : 0); a counting sort, linear in nch.
+typedef struct Made {
+  int *key;            // nv * 2 + 1 bucket starts
+  const Channel **chs; // the channels, bucket by bucket
+} Made;
+
+static Made made_index(const Program *p, Arena *a) {
+  int nk = 2 * p->nv;
+  Made x = {ARENA_ARRAY(a, int, nk + 1), ARENA_ARRAY(a, const Channel *, p->nch + 1)};
+  for (int c = 0; c < p->nch; c++) x.key[2 * p->ch[c].from_v + p->ch[c].grad + 1]++;
+  for (int k = 0; k < nk; k++) x.key[k + 1] += x.key[k];
+  int *fill = ARENA_ARRAY(a, int, nk + 1);
+  for (int c = 0; c < p->nch; c++) {
+    int k = 2 * p->ch[c].from_v + p->ch[c].grad;
+    x.chs[x.key[k] + fill[k]++] = &p->ch[c];
+  }
+  return x;
+}
+
+// Bucket of the channels action x makes (an empty range for other kinds).
+static void made_by(const Made *mk, const Action *x, int *b, int *e) {
+  *b = *e = 0;
+  if (x->kind != ACT_F && x->kind != ACT_B) return;
+  int k = 2 * x->v + (x->kind == ACT_B);
+  *b = mk->key[k];
+  *e = mk->key[k + 1];
 }
 
 bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
@@ -165,15 +188,18 @@ bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
   Recv *rv = ARENA_ARRAY(a, Recv, (size_t)p->nch * M + 1);
   int nrv = 0;
   int *pairk = ARENA_ARRAY(a, int, (size_t)S *S); // messages so far per (src, dst)
+  Made mk = made_index(p, a);
   for (int r = 0; r < S; r++)
-    for (int i = 0; i < ncomp[r]; i++)
-      for (int c = 0; c < p->nch; c++)
-        if (touches(&p->ch[c], &comp[r][i], false)) {
-          const Channel *ch = &p->ch[c];
-          int m = comp[r][i].m, dst = p->vs[ch->to_v].rank;
-          int pos = (ch->grad ? posB : posF)[ch->to_v * M + m];
-          rv[nrv++] = (Recv){pos, r, pairk[r * S + dst]++, ch, m};
-        }
+    for (int i = 0; i < ncomp[r]; i++) {
+      int b, e;
+      made_by(&mk, &comp[r][i], &b, &e);
+      for (int j = b; j < e; j++) {
+        const Channel *ch = mk.chs[j];
+        int m = comp[r][i].m, dst = p->vs[ch->to_v].rank;
+        int pos = (ch->grad ? posB : posF)[ch->to_v * M + m];
+        rv[nrv++] = (Recv){pos, r, pairk[r * S + dst]++, ch, m};
+      }
+    }
   // Suffix minimum of the reader positions along each pair's queue (rv is grouped by sender,
   // each pair's messages in queue order): walk backwards keeping the minimum per receiver.
   int *minpos = ARENA_ARRAY(a, int, S);
@@ -213,9 +239,10 @@ bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
       rp->acts[rp->nacts++] = *x;
       if (x->kind == ACT_F && s->has_loss)
         rp->acts[rp->nacts++] = (Action){ACT_LOSS, x->v, x->m, NULL};
-      for (int c = 0; c < p->nch; c++)
-        if (touches(&p->ch[c], x, false))
-          rp->acts[rp->nacts++] = (Action){ACT_SEND, -1, x->m, &p->ch[c]};
+      int b, e;
+      made_by(&mk, x, &b, &e);
+      for (int jj = b; jj < e; jj++)
+        rp->acts[rp->nacts++] = (Action){ACT_SEND, -1, x->m, mk.chs[jj]};
     }
     for (int c = 0; c < V; c++) rp->acts[rp->nacts++] = (Action){ACT_TIED_SUM, rp->vs[c], -1, NULL};
     rp->acts[rp->nacts++] = (Action){ACT_NORM, -1, -1, NULL};

@@ -110,7 +110,16 @@ bool schedule_verify(const Program *p, const StageCost *cost, SchedStats *st, Ar
     for (int i = 0; i < p->ranks[r].nacts; i++) at[r][i] = -1;
   }
   for (int i = 0; i < p->nch * M; i++) sent_at[i] = -1;
-  for (int i = 0; i < S * S; i++) queue[i] = ARENA_ARRAY(&scratch, const Action *, total + 1);
+  // Each pair's queue sized by its sends (S * S pointers, not S * S * actions).
+  for (int r = 0; r < S; r++)
+    for (int i = 0; i < p->ranks[r].nacts; i++) {
+      const Action *x = &p->ranks[r].acts[i];
+      if (x->kind == ACT_SEND) nrecv[r * S + p->vs[x->ch->to_v].rank]++;
+    }
+  for (int i = 0; i < S * S; i++) {
+    queue[i] = ARENA_ARRAY(&scratch, const Action *, nrecv[i] + 1);
+    nrecv[i] = 0;
+  }
   // Slots: per stage K entries, the microbatch holding it (-1 free); live per stage.
   int **slot = ARENA_ARRAY(&scratch, int *, p->nv);
   int *live = ARENA_ARRAY(&scratch, int, p->nv);

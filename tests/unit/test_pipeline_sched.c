@@ -177,6 +177,36 @@ START_TEST(test_orders) {
 }
 END_TEST
 
+// A receive goes in the sender's order, before the earliest reader of it and the messages
+// after it: interleaved S = 2, V = 2, M = 2 with the skip from stage 0 to stage 3 (rank 0 to
+// rank 1). Rank 0 sends h0 m0, skip m0, h0 m1, ...; rank 1 reads skip m0 only at F(v3, m0),
+// after F(v1, m1) reads h0 m1, so RECV(skip, m0) is posted before F(v1, m1).
+START_TEST(test_recv_in_sender_order) {
+  Chain c;
+  chain_init(&c, 2, 2, 2);
+  ck_assert_int_eq(c.p.nch, 8);
+  c.p.ch[6].to_v = 3; // skip: v0 -> v3
+  c.p.ch[7].from_v = 3;
+  bool ok;
+  SchedStats st;
+  const char *msg = build_verify(&c, SCHED_INTERLEAVED, 2, 2, &ok, &st);
+  ck_assert_msg(ok, "%s", msg);
+  const RankProgram *r = &c.p.ranks[1];
+  int skip0 = -1, f11 = -1;
+  for (int i = 0; i < r->nacts; i++) {
+    const Action *x = &r->acts[i];
+    if (x->kind == ACT_RECV && x->ch->id == 6 && x->m == 0) skip0 = i;
+    if (x->kind == ACT_F && x->v == 1 && x->m == 1) f11 = i;
+  }
+  ck_assert_int_ge(skip0, 0);
+  ck_assert_int_lt(skip0, f11);
+  ck_assert_int_eq(r->acts[f11 - 1].kind, ACT_RECV); // then RECV(h0, m1) right before its F
+  ck_assert_int_eq(r->acts[f11 - 1].ch->id, 0);
+  ck_assert_int_eq(r->acts[f11 - 2].ch->id, 6);
+  arena_free(&c.a);
+}
+END_TEST
+
 // The 1f1b program of S = 2, M = 2 (B and W not split), edited by the tests below:
 //   rank 0: LOAD0 F0 s> LOAD1 F1 s> r< B0 r< B1 T N O
 //   rank 1: r> F0 LOSS0 B0 s< r> F1 LOSS1 B1 s< T N O
@@ -334,6 +364,7 @@ int main(void) {
   tcase_add_test(tc, test_grid_accepted);
   tcase_add_test(tc, test_needs_named);
   tcase_add_test(tc, test_orders);
+  tcase_add_test(tc, test_recv_in_sender_order);
   tcase_add_test(tc, test_swapped_send_order);
   tcase_add_test(tc, test_circular_wait);
   tcase_add_test(tc, test_missing_backward);

@@ -99,6 +99,20 @@ START_TEST(test_valid_program_passes) {
   const char *msg = check_msg(h, &ok);
   ck_assert_msg(ok, "%s", msg);
   ck_assert_str_eq(msg, "");
+  // The lock-step simulation accepts it too, and predicts it at unit costs (B = W = 1): rank 0
+  // F0 [0, 1] F1 [1, 2]; rank 1 F0 B0 [1, 3] (m0's gradient sent at 3) W0 F1 B1 [3, 6] (m1's
+  // at 6) W1 [6, 7]; rank 0 B0 W0 [3, 5], B1 W1 [6, 8]: span 8.
+  Capture cap;
+  cap_open(&cap, "m.json");
+  Arena a;
+  arena_init(&a);
+  SchedStats st;
+  ck_assert_msg(schedule_verify(&h->p, NULL, &st, &a, &cap.d), "%s", cap_text(&cap));
+  ck_assert(st.span == 8);
+  ck_assert_int_eq(st.peak[0], 2);
+  ck_assert_int_eq(st.peak[1], 1);
+  arena_free(&a);
+  cap_close(&cap);
 }
 END_TEST
 
@@ -269,6 +283,7 @@ START_TEST(test_pass_one_rank) {
   ck_assert(pass_autodiff(&m.g, 2, &m.cap.d));
   ck_assert(pass_schedule(&m.g, &tc, &p, &m.cap.d));
   ck_assert_msg(schedule_check(&p, &m.cap.d), "%s", cap_text(&m.cap));
+  ck_assert_msg(schedule_verify(&p, NULL, NULL, NULL, &m.cap.d), "%s", cap_text(&m.cap));
   char *text = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
