@@ -168,7 +168,7 @@ bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
   p->split_bw = k == SCHED_ZBH1;
   p->nranks = S;
   p->ranks = ARENA_ARRAY(a, RankProgram, S);
-  // Per rank its compute order and, per channel, the channels each stage makes and reads.
+  // Per rank its compute order (F, B, W).
   Action **comp = ARENA_ARRAY(a, Action *, S);
   int *ncomp = ARENA_ARRAY(a, int, S);
   for (int r = 0; r < S; r++) {
@@ -183,12 +183,13 @@ bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
       if (x->kind == ACT_F) posF[x->v * M + x->m] = i;
       if (x->kind == ACT_B) posB[x->v * M + x->m] = i;
     }
-  // Sends: every rank's list without receives, in order; the pair queues follow from it.
+  // Room for a rank's list: its F/B/W, a LOAD and a LOSS per F, its channels, the step end.
   size_t cap = 3 * (size_t)V * M + 2 * (size_t)p->nch * M + 2 * (size_t)V * M + (size_t)V + 3;
   Recv *rv = ARENA_ARRAY(a, Recv, (size_t)p->nch * M + 1);
   int nrv = 0;
   int *pairk = ARENA_ARRAY(a, int, (size_t)S *S); // messages so far per (src, dst)
   Made mk = made_index(p, a);
+  // Sends in each rank's compute order: the pair queues, and each message's reader position.
   for (int r = 0; r < S; r++)
     for (int i = 0; i < ncomp[r]; i++) {
       int b, e;
@@ -235,7 +236,8 @@ bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
       const VStage *s = &p->vs[x->v];
       for (; j < nbyr[r] && byr[r][j].pos == i; j++)
         rp->acts[rp->nacts++] = (Action){ACT_RECV, -1, byr[r][j].m, byr[r][j].ch};
-      if (x->kind == ACT_F && s->loads) rp->acts[rp->nacts++] = (Action){ACT_LOAD, x->v, x->m, 0};
+      if (x->kind == ACT_F && s->loads)
+        rp->acts[rp->nacts++] = (Action){ACT_LOAD, x->v, x->m, NULL};
       rp->acts[rp->nacts++] = *x;
       if (x->kind == ACT_F && s->has_loss)
         rp->acts[rp->nacts++] = (Action){ACT_LOSS, x->v, x->m, NULL};
