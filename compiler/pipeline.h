@@ -177,6 +177,9 @@ typedef struct StageCost {
 // st is). False after reporting the first violation through d.
 bool schedule_verify(const Program *p, const StageCost *cost, SchedStats *st, Arena *a, Diag *d);
 
+// schedule_verify, printing the grid (schedule_grid) of the completed run to out.
+bool schedule_print_grid(const Program *p, FILE *out, Diag *d);
+
 // The grid: one row per rank, one column per lock-step step, each cell the action run then
 // ("F3", "B1", "W0", "s>" / "s<": SEND of an activation / gradient, "r>" / "r<": RECV, "ld",
 // "ls": LOAD, LOSS, "T", "N", "O": TIED_SUM, NORM, OPT; "." idle); with V > 1 per-rank stages,

@@ -90,7 +90,9 @@ static double cost_of(const Program *p, const StageCost *cost, const Action *x) 
   return x->kind == ACT_F ? c.f : x->kind == ACT_B ? c.b : c.w;
 }
 
-bool schedule_verify(const Program *p, const StageCost *cost, SchedStats *st, Arena *a, Diag *d) {
+// The simulation; grid (may be NULL) receives the grid of a run that completes.
+static bool simulate(const Program *p, const StageCost *cost, SchedStats *st, Arena *a, FILE *grid,
+                     Diag *d) {
   if (!schedule_check(p, d)) return false;
   Arena scratch;
   arena_init(&scratch);
@@ -239,6 +241,15 @@ bool schedule_verify(const Program *p, const StageCost *cost, SchedStats *st, Ar
                        .peak = a ? peak : NULL,
                        .steps = t};
   }
+  if (ok && grid) schedule_grid(p, t, at, NULL, grid);
   arena_free(&scratch);
   return ok;
+}
+
+bool schedule_verify(const Program *p, const StageCost *cost, SchedStats *st, Arena *a, Diag *d) {
+  return simulate(p, cost, st, a, NULL, d);
+}
+
+bool schedule_print_grid(const Program *p, FILE *out, Diag *d) {
+  return simulate(p, NULL, NULL, NULL, out, d);
 }

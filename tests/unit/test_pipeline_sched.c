@@ -225,6 +225,34 @@ static void expect(Chain *c, const char *want) {
   ck_assert_str_eq(got, want);
 }
 
+// The same interleaved program with rank 1's two receives before F(v1, m1) swapped: the
+// message orders differ, a deadlock; the grid names each rank's chunk ("F1.0": m1, chunk 0).
+START_TEST(test_interleaved_swapped_recv) {
+  Chain c;
+  chain_init(&c, 2, 2, 2);
+  c.p.ch[6].to_v = 3;
+  c.p.ch[7].from_v = 3;
+  bool ok;
+  SchedStats st;
+  const char *msg = build_verify(&c, SCHED_INTERLEAVED, 2, 2, &ok, &st);
+  ck_assert_msg(ok, "%s", msg);
+  Action *a = c.p.ranks[1].acts;
+  int f11 = 0;
+  while (!(a[f11].kind == ACT_F && a[f11].v == 1 && a[f11].m == 1)) f11++;
+  Action t = a[f11 - 1];
+  a[f11 - 1] = a[f11 - 2];
+  a[f11 - 2] = t;
+  expect(&c, "m.json: error: schedule: deadlock after 11 steps (no rank can move); the grid, "
+             "blocked actions marked '*':\n"
+             "  rank 0: ld   F0.0 s>   s>   ld   F1.0 s>   s>   r>   F0.1 s>   r>*\n"
+             "  rank 1: .    .    .    r>   F0.0 s>   .    .    .    .    .    r>*\n"
+             "  rank 0 action 11 RECV(c2, m1): waits for its SEND on rank 1, which has not run\n"
+             "  rank 1 action 3 RECV(c0, m1): rank 0 sent SEND(c6, m0) first (the two sides' "
+             "message orders differ)\n");
+  arena_free(&c.a);
+}
+END_TEST
+
 START_TEST(test_swapped_send_order) {
   Chain c;
   two(&c, SCHED_1F1B);
@@ -323,23 +351,12 @@ START_TEST(test_costs) {
 }
 END_TEST
 
-// The dump of 1f1b at S = 4, M = 8 against tests/golden/1f1b_s4_m8.schedule.
-START_TEST(test_golden_1f1b) {
-  Chain c;
-  chain_init(&c, 4, 1, 8);
-  bool ok;
-  SchedStats st;
-  const char *msg = build_verify(&c, SCHED_1F1B, 4, 1, &ok, &st);
-  ck_assert_msg(ok, "%s", msg);
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  schedule_print(&c.p, f);
-  fclose(f);
+// Text against tests/golden/NAME (PIPEC_UPDATE_GOLDEN=1 rewrites the file first).
+static void golden(const char *text, const char *name) {
   const char *src = getenv("PIPEC_SOURCE_DIR");
   ck_assert_ptr_nonnull(src);
   char path[512];
-  snprintf(path, sizeof path, "%s/tests/golden/1f1b_s4_m8.schedule", src);
+  snprintf(path, sizeof path, "%s/tests/golden/%s", src, name);
   if (getenv("PIPEC_UPDATE_GOLDEN")) {
     FILE *g = fopen(path, "w");
     ck_assert_ptr_nonnull(g);
@@ -353,6 +370,30 @@ START_TEST(test_golden_1f1b) {
   want[n] = 0;
   fclose(g);
   ck_assert_str_eq(text, want);
+}
+
+// The dump of 1f1b at S = 4, M = 8 and its grid against tests/golden/1f1b_s4_m8.{schedule,grid}.
+START_TEST(test_golden_1f1b) {
+  Chain c;
+  chain_init(&c, 4, 1, 8);
+  bool ok;
+  SchedStats st;
+  const char *msg = build_verify(&c, SCHED_1F1B, 4, 1, &ok, &st);
+  ck_assert_msg(ok, "%s", msg);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  schedule_print(&c.p, f);
+  fclose(f);
+  golden(text, "1f1b_s4_m8.schedule");
+  free(text);
+  Capture cap;
+  cap_open(&cap, "m.json");
+  f = open_memstream(&text, &len);
+  ck_assert_msg(schedule_print_grid(&c.p, f, &cap.d), "%s", cap_text(&cap));
+  fclose(f);
+  cap_close(&cap);
+  golden(text, "1f1b_s4_m8.grid");
   free(text);
   arena_free(&c.a);
 }
@@ -365,6 +406,7 @@ int main(void) {
   tcase_add_test(tc, test_needs_named);
   tcase_add_test(tc, test_orders);
   tcase_add_test(tc, test_recv_in_sender_order);
+  tcase_add_test(tc, test_interleaved_swapped_recv);
   tcase_add_test(tc, test_swapped_send_order);
   tcase_add_test(tc, test_circular_wait);
   tcase_add_test(tc, test_missing_backward);
