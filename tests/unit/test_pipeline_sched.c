@@ -324,6 +324,18 @@ START_TEST(test_reused_slot) {
   expect(&c, "m.json: error: schedule: rank 0 action 4 F(v0, m1): reuses slot 0 of stage v0 "
              "(K = 1) while m0 is live (until its B)\n");
   arena_free(&c.a);
+  // Split: the slot is live until W. zb-h1 S = 2, M = 2, rank 1 runs F0 B0 W0 F1 B1 W1 (K 1);
+  // with W(v1, m0) moved after F(v1, m1), m0 still holds the one slot.
+  two(&c, SCHED_ZBH1);
+  Action *a = c.p.ranks[1].acts; // r> F0 ls B0 s< W0 r> F1 ls B1 s< W1
+  ck_assert_int_eq(a[5].kind, ACT_W);
+  Action w0 = a[5];
+  a[5] = a[6];
+  a[6] = a[7];
+  a[7] = w0;
+  expect(&c, "m.json: error: schedule: rank 1 action 6 F(v1, m1): reuses slot 0 of stage v1 "
+             "(K = 1) while m0 is live (until its W)\n");
+  arena_free(&c.a);
   two(&c, SCHED_ZBH1);
   c.p.vs[1].K = 0; // K 0 is read as one slot; rank 1 releases at W: fine with one
   bool ok;

@@ -1,7 +1,7 @@
 // Unit tests of the schedule pass (compiler/schedule.c): the action list it builds for one rank
 // and one stage, its text dump, and its checker on hand-written programs of two ranks and two
 // stages (B and W split, one channel each way) broken one rule at a time, each with its exact
-// message.
+// message; the lock-step simulation (compiler/simulate.c) accepts the valid ones.
 #include "../../compiler/pipeline.h"
 #include "testutil.h"
 
