@@ -97,15 +97,51 @@ double partition_dp(const CutProblem *cp, int S, int *starts, Arena *a) {
   double *pfl = ARENA_ARRAY(a, double, n + 1), *pact = ARENA_ARRAY(a, double, n + 1);
   for (int u = 0; u < n; u++)
     pfl[u + 1] = pfl[u] + cp->flops[u], pact[u + 1] = pact[u] + cp->act_bytes[u];
+  // An upper bound U from the cut that balances FLOPs (where it is feasible): a stage costing
+  // U or more cannot be in a better solution, which bounds each sweep below (exact: when the
+  // program finds nothing under U, the balanced cut is an optimum).
+  double U = INFINITY;
+  int *hstarts = ARENA_ARRAY(a, int, S + 1);
+  {
+    bool ok = true;
+    hstarts[0] = 0;
+    for (int r = 1, u = 1; r < S && ok; r++) {
+      double want = pfl[n] * r / S;
+      while (u < n - (S - r) && (pfl[u] < want || (cp->cut_ok && !cp->cut_ok[u]))) u++;
+      while (u < n && cp->cut_ok && !cp->cut_ok[u]) u++;
+      ok = u < n && u > hstarts[r - 1];
+      hstarts[r] = u++;
+    }
+    if (ok) {
+      U = 0;
+      for (int r = 0; r < S; r++) {
+        double c = partition_stage_cost(cp, S, r, hstarts[r], r + 1 < S ? hstarts[r + 1] : n);
+        if (c > U) U = c;
+      }
+    }
+  }
   // f[k * (n + 1) + b]: best slowest stage of units [0, b) in k stages; arg: the last start.
   double *f = ARENA_ARRAY(a, double, (size_t)(S + 1) * (n + 1));
   int *arg = ARENA_ARRAY(a, int, (size_t)(S + 1) * (n + 1));
   for (size_t i = 0; i < (size_t)(S + 1) * (n + 1); i++) f[i] = INFINITY, arg[i] = -1;
   f[0] = 0;
+  int *klo = ARENA_ARRAY(a, int, n + 1), *khi = ARENA_ARRAY(a, int, n + 1); // finite f[k][b]
+  for (int b = 1; b <= n; b++) klo[b] = S + 1, khi[b] = -1;
   // stamp[t] == b: tensor t counted in the stage [a, b) being grown; -b: made inside it.
   int *tstamp = ARENA_ARRAY(a, int, cp->nt + 1), *pstamp = ARENA_ARRAY(a, int, cp->np + 1);
   for (int b = 1; b <= n; b++) {
     if (b < n && cp->cut_ok && !cp->cut_ok[b]) continue; // no stage ends here
+    // The stage counts k for which [0, b) in k stages and [b, n) in S - k could all cost under
+    // U: each stage costs at least its FLOPs / rate (a margin of 1e-9 for rounding).
+    int kb_lo = 1, kb_hi = b < n ? S - 1 : S;
+    if (U < INFINITY) {
+      double lim = U * cp->rate * (1 + 1e-9);
+      while (kb_lo <= kb_hi && pfl[b] >= kb_lo * lim) kb_lo++;
+      if (b == n) kb_lo = kb_hi; // only k = S ends at n
+      while (kb_hi >= kb_lo && b < n && pfl[n] - pfl[b] >= (S - kb_hi) * lim) kb_hi--;
+      if (b == n && pfl[b] >= S * lim) kb_lo = kb_hi + 1;
+    }
+    if (kb_lo > kb_hi) continue;
     double comm = 0, pbytes = 0;
     for (int s = b - 1; s >= 0; s--) {
       // The stage becomes [s, b): unit s joins it.
@@ -125,9 +161,13 @@ double partition_dp(const CutProblem *cp, int S, int *starts, Arena *a) {
         int q = pidx[j];
         if (pstamp[q] != b) pstamp[q] = b, pbytes += cp->p[q].bytes;
       }
+      if ((pfl[b] - pfl[s]) / cp->rate >= U) break; // and for every stage starting further left
       if (s > 0 && cp->cut_ok && !cp->cut_ok[s]) continue; // no stage starts here
       double time = (pfl[b] - pfl[s]) / cp->rate + comm / cp->bandwidth, act = pact[b] - pact[s];
-      for (int k = 1; k <= S && k <= b; k++) {
+      if (time >= U) continue;
+      int k1 = klo[s] + 1 > kb_lo ? klo[s] + 1 : kb_lo,
+          k2 = khi[s] + 1 < kb_hi ? khi[s] + 1 : kb_hi;
+      for (int k = k1; k <= k2; k++) {
         double prev = f[(size_t)(k - 1) * (n + 1) + s];
         if (prev == INFINITY) continue;
         int r = k - 1, inflight = S - r < cp->M ? S - r : cp->M;
@@ -135,11 +175,16 @@ double partition_dp(const CutProblem *cp, int S, int *starts, Arena *a) {
         double v = prev > time ? prev : time;
         size_t at = (size_t)k * (n + 1) + b;
         if (v < f[at]) f[at] = v, arg[at] = s;
+        if (k < klo[b]) klo[b] = k;
+        if (k > khi[b]) khi[b] = k;
       }
     }
   }
   double best = f[(size_t)S * (n + 1) + n];
-  if (best == INFINITY) return best;
+  if (best == INFINITY) {
+    if (U < INFINITY) memcpy(starts, hstarts, sizeof(int) * (size_t)S);
+    return U;
+  }
   for (int k = S, b = n; k >= 1; k--) {
     int s = arg[(size_t)k * (n + 1) + b];
     starts[k - 1] = s;
@@ -173,22 +218,26 @@ static const Node *anchor(const Node *n) {
   return t && t->producer ? anchor(t->producer) : NULL;
 }
 
-// "transformer.h.2" from the names of an instance's nodes (their longest common prefix ending
-// at a '.'), or "BLOCK.INDEX" when they share none.
-static const char *instance_label(Part *pt, int first, int end) {
-  const char *s = pt->g->nodes[first]->name;
+// "transformer.h.2" from the names of a block instance's nodes: their longest common prefix
+// that ends at a '.' or at the end of every name; "BLOCK.INDEX" when there is none.
+static const char *block_label(Node *const *nodes, int n, Arena *a) {
+  const char *s = nodes[0]->name;
   size_t len = strlen(s);
-  for (int i = first + 1; i < end; i++) {
-    const char *o = pt->g->nodes[i]->name;
+  for (int i = 1; i < n; i++) {
+    const char *o = nodes[i]->name;
     size_t k = 0;
     while (k < len && o[k] == s[k]) k++;
     len = k;
   }
-  if (end - first == 1) return s;
-  while (len > 0 && s[len - 1] != '.') len--;
-  if (len > 1) return arena_printf(pt->a, "%.*s", (int)len - 1, s);
-  const Node *n = pt->g->nodes[first];
-  return arena_printf(pt->a, "%s.%d", n->block, n->instance);
+  if (n == 1 && !nodes[0]->block) return s;
+  for (;; len--) {
+    bool whole = len > 0;
+    for (int i = 0; i < n && whole; i++)
+      whole = nodes[i]->name[len] == 0 || nodes[i]->name[len] == '.';
+    if (whole) return arena_printf(a, "%.*s", (int)len, s);
+    if (len == 0) break;
+  }
+  return arena_printf(a, "%s.%d", nodes[0]->block, nodes[0]->instance);
 }
 
 // Units: a block instance's consecutive forward nodes, or one node outside blocks; every node
@@ -207,7 +256,8 @@ static void make_units(Part *pt, bool by_node) {
   pt->unit_start[pt->nunits] = pt->nf;
   pt->label = ARENA_ARRAY(pt->a, const char *, pt->nunits + 1);
   for (int u = 0; u < pt->nunits; u++)
-    pt->label[u] = instance_label(pt, pt->unit_start[u], pt->unit_start[u + 1]);
+    pt->label[u] =
+        block_label(g->nodes + pt->unit_start[u], pt->unit_start[u + 1] - pt->unit_start[u], pt->a);
 }
 
 static double tensor_bytes(const Part *pt, const Tensor *t) {
@@ -274,8 +324,14 @@ static void build_problem(Part *pt, const PartitionOptions *o, CutProblem *cp) {
     pindex[p->id] = cp->np;
     CutParam *q = &cp->p[cp->np++];
     q->bytes = tensor_bytes(pt, p) * (2 + slots);
-    q->units = ARENA_ARRAY(a, int, n + 1);
   }
+  int *uses = ARENA_ARRAY(a, int, cp->np + 1); // forward reads of each: bounds its unit list
+  for (int i = 0; i < pt->nf; i++)
+    for (int j = 0; j < g->nodes[i]->nin; j++) {
+      const Tensor *t = g->nodes[i]->in[j];
+      if (t->kind == T_PARAM && pindex[owner(t)->id] >= 0) uses[pindex[owner(t)->id]]++;
+    }
+  for (int q = 0; q < cp->np; q++) cp->p[q].units = ARENA_ARRAY(a, int, uses[q] + 1);
   for (int i = 0; i < pt->nf; i++) {
     const Node *m = g->nodes[i];
     for (int j = 0; j < m->nin; j++) {
@@ -630,22 +686,10 @@ static void print_nodes(const Program *p, const VStage *s, FILE *out) {
       while (end < s->f.n && s->f.nodes[end]->block == n->block &&
              s->f.nodes[end]->instance == n->instance)
         end++;
-      const char *nm = n->name;
-      size_t len = strlen(nm);
-      for (int j = i + 1; j < end; j++) {
-        const char *o = s->f.nodes[j]->name;
-        size_t c = 0;
-        while (c < len && o[c] == nm[c]) c++;
-        len = c;
-      }
-      while (len > 0 && nm[len - 1] != '.') len--;
-      if (end - i > 1 && len > 1) {
-        lab = arena_printf(g->arena, "%.*s", (int)len - 1, nm);
-        const char *dot = strrchr(lab, '.');
-        if (dot && dot[1] >= '0' && dot[1] <= '9' && atoi(dot + 1) == n->instance)
-          k = n->instance, plen = (size_t)(dot - lab);
-      } else
-        lab = arena_printf(g->arena, "%s.%d", n->block, n->instance);
+      lab = block_label(s->f.nodes + i, end - i, g->arena);
+      const char *dot = strrchr(lab, '.');
+      if (dot && dot[1] >= '0' && dot[1] <= '9' && atoi(dot + 1) == n->instance)
+        k = n->instance, plen = (size_t)(dot - lab);
     }
     bool extends = run_prefix && lab && k >= 0 && k == run_hi + 1 && strlen(run_prefix) == plen &&
                    strncmp(run_prefix, lab, plen) == 0;

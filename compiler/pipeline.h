@@ -163,7 +163,9 @@ double partition_stage_cost(const CutProblem *cp, int S, int r, int a, int b);
 // The exact optimum: S stages (contiguous, non-empty unit ranges starting where cut_ok allows)
 // minimising the slowest stage's partition_stage_cost. starts[r] receives stage r's first unit
 // (starts[0] = 0). Returns the optimum (INFINITY when no cut fits: memory cap, too few units).
-// O(n * (n + tensor reads + param reads) + S * n^2) time, O(S * n) memory. Scratch from a.
+// Each stage end b sweeps the starts a leftwards only while the FLOPs of [a, b) stay under the
+// balanced-FLOPs cut's cost, and only over the stage counts that reached a: about n^2 / S pairs
+// for evenly sized units (plus their tensor and parameter reads), O(S * n) memory. Scratch from a.
 double partition_dp(const CutProblem *cp, int S, int *starts, Arena *a);
 
 // partition pass: places every node of the differentiated graph on one of S virtual stages
