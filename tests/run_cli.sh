@@ -133,6 +133,35 @@ expect rate-bad 2 "^pipec: --flops-rate: expected a positive number \(GFLOP/s\),
 expect bw-bad 2 "^pipec: --bandwidth: expected a positive number \(GB/s\), got 'x'$" "$pipec" check --stages 2 --bandwidth x samples/gpt_char.json
 expect memcap-bad 2 "^pipec: --mem-cap: expected a number of bytes, got '1G'$" "$pipec" check --stages 2 --mem-cap 1G samples/gpt_char.json
 expect memcap-tight 1 "^samples/gpt_char.json: error: --mem-cap 1000: no cut into 3 stages keeps every stage's estimated memory under the cap$" "$pipec" check --stages 3 --mem-cap 1000 samples/gpt_char.json
+# Any DAG: a tensor read by two later stages is sent to each (the sender counts both).
+expect split-fanout 0 '' "$pipec" print --split gate,narrow --dump-after=partition samples/skip_net.json
+grep -qx "send 'a0' (B,64) stage 0 -> 1 2" <<<"$LAST_OUT" && grep -q "^  sends     6.14 KB activations, 0 B gradients" <<<"$LAST_OUT" &&
+  pass=$((pass + 1)) || { echo "FAIL --split gate,narrow (fan-out): $LAST_OUT"; fail=$((fail + 1)); }
+# Hints: split_before marks restrict the automatic cut to them; a stage hint pins, and a hint that
+# sends an edge backwards is an error at the node with its caret.
+hint=$(mktemp -d)
+python3 - "$hint" <<'PY'
+import json, sys
+d = sys.argv[1]
+m = json.load(open("samples/gpt_char.json"))
+rep = [n for n in m["nodes"] if "repeat" in n][0]
+rep["split_before"] = True
+json.dump(m, open(d + "/marks.json", "w"), indent=1)
+rep.pop("split_before")
+rep["stage"] = [0, 0, 1, 1]
+json.dump(m, open(d + "/stages.json", "w"), indent=1)
+rep["stage"] = [0, 1, 1, 0]
+json.dump(m, open(d + "/back.json", "w"), indent=1)
+PY
+expect hint-marks 0 '' "$pipec" print --stages 3 --dump-after=partition "$hint/marks.json"
+[ "$(grep -c '^  nodes     transformer.h' <<<"$LAST_OUT")" = 2 ] && ! grep -q '^  nodes     logits' <<<"$LAST_OUT" &&
+  pass=$((pass + 1)) || { echo "FAIL split_before marks: $LAST_OUT"; fail=$((fail + 1)); }
+expect hint-stages 0 '' "$pipec" print --stages 2 --dump-after=partition "$hint/stages.json"
+[ "$(grep '^  nodes' <<<"$LAST_OUT" | paste -sd'|')" = "  nodes     transformer.wte, transformer.emb, transformer.h.0..1|  nodes     transformer.h.2..3, transformer.ln_f, logits, loss" ] && grep -q "(stage hints)" <<<"$LAST_OUT" &&
+  pass=$((pass + 1)) || { echo "FAIL stage hints: $LAST_OUT"; fail=$((fail + 1)); }
+expect hint-back 1 "^$hint/back.json:[0-9]+:[0-9]+: error: blocks\[0\]\.nodes\[0\] \(instance 3\) \"transformer.h.3.ln_1\": on stage 0, but its input 'transformer.h.2.out' is made on stage 1" "$pipec" check --stages 2 "$hint/back.json"
+grep -q '^ *\^$' /tmp/pipec_cli_err.$$ && pass=$((pass + 1)) || { echo "FAIL stage hint error: no caret"; fail=$((fail + 1)); }
+rm -rf "$hint"
 # A slow link moves the cut to where less crosses: with transfers nearly free the FLOPs decide.
 expect rate-cut 0 '' "$pipec" print --stages 2 --bandwidth 1e-6 --dump-after=partition samples/skip_net.json
 slow=$(grep -c "^send " <<<"$LAST_OUT")
