@@ -539,7 +539,6 @@ bool pass_partition(Graph *g, const TrainConfig *tc, const PartitionOptions *o, 
     s->b.nodes = ARENA_ARRAY(a, Node *, nb[v] + 1);
     s->w.nodes = ARENA_ARRAY(a, Node *, 1);
     s->step.nodes = ARENA_ARRAY(a, Node *, nst[v] + 1);
-    s->params = ARENA_ARRAY(a, Tensor *, g->nparams + 1); // S x params: pointers only
   }
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
@@ -577,17 +576,29 @@ bool pass_partition(Graph *g, const TrainConfig *tc, const PartitionOptions *o, 
     tied_next[q->id] = tied_head[q->tied_to->id];
     tied_head[q->tied_to->id] = q->id;
   }
+  // Two passes: count each stage's parameters, then list them.
   int *listed = ARENA_ARRAY(a, int, S); // per stage: 1 + the canonical index last listed
-  for (int i = 0; i < g->nparams; i++) {
-    Tensor *q = g->params[i];
-    if (q->tied_to || !q->grad) continue;
-    for (int id = q->id; id >= 0; id = id == q->id ? tied_head[q->id] : tied_next[id]) {
-      const Tensor *t = g->tensors[id];
-      for (int j = 0; j < t->nuses; j++) {
-        const Node *n = t->uses[j].node;
-        if (n->role != ROLE_FWD) continue;
-        int v = p->vstage_of_node[n->id];
-        if (listed[v] != i + 1) listed[v] = i + 1, p->vs[v].params[p->vs[v].nparams++] = q;
+  for (int pass = 0; pass < 2; pass++) {
+    for (int v = 0; v < S; v++) {
+      listed[v] = 0;
+      if (pass) p->vs[v].params = ARENA_ARRAY(a, Tensor *, p->vs[v].nparams + 1);
+      p->vs[v].nparams = 0;
+    }
+    for (int i = 0; i < g->nparams; i++) {
+      Tensor *q = g->params[i];
+      if (q->tied_to || !q->grad) continue;
+      for (int id = q->id; id >= 0; id = id == q->id ? tied_head[q->id] : tied_next[id]) {
+        const Tensor *t = g->tensors[id];
+        for (int j = 0; j < t->nuses; j++) {
+          const Node *n = t->uses[j].node;
+          if (n->role != ROLE_FWD) continue;
+          int v = p->vstage_of_node[n->id];
+          if (listed[v] == i + 1) continue;
+          listed[v] = i + 1;
+          VStage *s = &p->vs[v];
+          if (pass) s->params[s->nparams] = q;
+          s->nparams++;
+        }
       }
     }
   }
