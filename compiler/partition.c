@@ -196,16 +196,16 @@ double partition_dp(const CutProblem *cp, int S, int *starts, Arena *a) {
 // ---- From the graph to units, and back
 
 typedef struct Part {
-  Graph *g;
-  const TrainConfig *tc;
-  Diag *d;
-  Arena *a;
-  int nf;             // forward nodes
-  int *unit_of;       // per forward node: its unit
-  int nunits;         // count
-  int *unit_start;    // per unit: its first forward node (nunits + 1 entries)
-  const char **label; // per unit: block instance label or node name
-  int *fstage;        // per forward node: its stage
+  Graph *g;              // the differentiated graph
+  const TrainConfig *tc; // microbatch size (costs), M, optimizer (state bytes)
+  Diag *d;               // diagnostics
+  Arena *a;              // the graph's arena (everything the Program keeps)
+  int nf;                // forward nodes
+  int *unit_of;          // per forward node: its unit
+  int nunits;            // count
+  int *unit_start;       // per unit: its first forward node (nunits + 1 entries)
+  const char **label;    // per unit: block instance label or node name (--split)
+  int *fstage;           // per forward node: its stage
 } Part;
 
 // The forward node a backward or step node follows: its forward node, or for a gradient sum the
