@@ -52,6 +52,7 @@ typedef struct Driver {
   Source src;             // the model file, parsed (source_load)
   Graph graph;            // the IR
   TrainConfig tc;         // training configuration (training pass)
+  PartitionOptions po;    // --stages, --split, --flops-rate, --bandwidth, --mem-cap
   Program prog;           // per-rank action lists (schedule pass) and each rank's memory plan
                           // (memplan pass: prog.ranks[r].plan)
 } Driver;
@@ -82,7 +83,20 @@ static bool run_autodiff(Driver *dr) {
   return pass_autodiff(&dr->graph, (int)dr->tc.microbatches, &dr->diag);
 }
 
+static bool run_partition(Driver *dr) {
+  return pass_partition(&dr->graph, &dr->tc, &dr->po, &dr->prog, &dr->diag);
+}
+
+// S > 1 ends at the partition: no schedule, memory plan or code for several stages exists yet.
 static bool run_schedule(Driver *dr) {
+  if (dr->prog.nv > 1) {
+    diag_error(&dr->diag, (Loc){0, 0},
+               "%d stages: the pipeline back end (schedules, memory plans and programs for more "
+               "than one stage) is not built yet; the partition pass ran "
+               "(pipec print --stages %d --dump-after=partition shows it)",
+               dr->prog.nv, dr->prog.nv);
+    return false;
+  }
   return pass_schedule(&dr->graph, &dr->tc, &dr->prog, &dr->diag);
 }
 
@@ -115,6 +129,10 @@ static bool check_ir(Driver *dr) {
   return graph_verify(&dr->graph, &dr->diag);
 }
 
+static bool check_partition(Driver *dr) {
+  return partition_check(&dr->prog, &dr->diag);
+}
+
 static bool check_schedule(Driver *dr) {
   return schedule_check(&dr->prog, &dr->diag);
 }
@@ -125,6 +143,10 @@ static void dump_ir(Driver *dr, FILE *out) {
 
 static void dump_training(Driver *dr, FILE *out) {
   training_print(&dr->graph, &dr->tc, out);
+}
+
+static void dump_partition(Driver *dr, FILE *out) {
+  partition_print(&dr->prog, out);
 }
 
 static void dump_schedule(Driver *dr, FILE *out) {
@@ -163,6 +185,8 @@ static const Pass passes[] = {
     {"shape", run_shape, check_ir, dump_ir, "the IR with shapes (= pipec print)"},
     {"training", run_training, NULL, dump_training, "the training configuration, --set applied"},
     {"autodiff", run_autodiff, check_ir, dump_ir, "the IR with the backward and step-end nodes"},
+    {"partition", run_partition, check_partition, dump_partition,
+     "the stage of every node: the partition table (--stages)"},
     {"schedule", run_schedule, check_schedule, dump_schedule, "each rank's action list"},
     {"memplan", run_memplan, NULL, dump_plan, "the memory plan (= pipec plan)"},
     {"codegen", run_codegen, NULL, dump_codegen, "the generated program (OUT/rank0.c)"},
@@ -243,6 +267,13 @@ static void usage(FILE *f) {
       "      --batch N            = --set batch=N (rows per step)\n"
       "      --microbatches M     = --set microbatches=M\n"
       "      --steps N            = --set steps=N\n"
+      "      --stages S           cut the model into S pipeline stages (default 1; S > 1:\n"
+      "                           check and print only for now, docs/pipeline.md)\n"
+      "      --split NAME[,NAME...]\n"
+      "                           cut before these nodes or block instances (transformer.h.2)\n"
+      "      --flops-rate GFLOPS  the automatic partitioner's compute rate, GFLOP/s (default 50)\n"
+      "      --bandwidth GBS      its transfer rate between two ranks, GB/s (default 10)\n"
+      "      --mem-cap BYTES      its per-stage memory cap (an estimate; default none)\n"
       "      --time-passes        print the time each pass and its checker took to stderr\n"
       "      --list-ops           list the ops of the registry and exit\n"
       "  -h, --help               show this help and exit\n"
@@ -303,7 +334,8 @@ static void print_summary(const Graph *g) {
     params += (double)shape_numel(&t->shape, 1);
     pbytes += (double)shape_numel(&t->shape, 1) * dtype_size(t->dtype);
   }
-  for (int i = 0; i < g->nnodes; i++) {
+  int nfwd = g->nfwd ? g->nfwd : g->nnodes; // the forward graph (check --stages runs autodiff)
+  for (int i = 0; i < nfwd; i++) {
     const Node *n = g->nodes[i];
     OpCost c = {0, 0};
     n->op->cost(n, 1, &c);
@@ -320,9 +352,19 @@ static void print_summary(const Graph *g) {
   for (int i = 0; i < g->ninputs; i++)
     printf(" %s %s%s%s", g->inputs[i]->name, dtype_name(g->inputs[i]->dtype),
            fmt_shape(g, &g->inputs[i]->shape), g->inputs[i]->is_target ? " (target)" : "");
-  printf("\nnodes        %d\n", g->nnodes);
+  printf("\nnodes        %d\n", nfwd);
   printf("forward      %s per sample\n", human(a, sizeof a, flops, "FLOP", false));
   printf("activations  %s per sample\n", human(a, sizeof a, acts, "B", true));
+}
+
+// A decimal integer in [lo, hi] (the whole string).
+static bool parse_count(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return false;
+  *out = v;
+  return true;
 }
 
 static char *join_args(Arena *a, int argc, char **argv) {
@@ -429,12 +471,22 @@ int main(int argc, char **argv) {
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, 'V'},
       {"march", required_argument, NULL, 'A'}, // --march=native
+      {"stages", required_argument, NULL, 'N'},
+      {"split", required_argument, NULL, 'X'},
+      {"flops-rate", required_argument, NULL, 'F'},
+      {"bandwidth", required_argument, NULL, 'W'},
+      {"mem-cap", required_argument, NULL, 'C'},
       {NULL, 0, NULL, 0},
   };
   Driver dr = {0};
   arena_init(&dr.arena); // everything below is freed at once by arena_free on every exit path
   dr.defines = ARENA_ARRAY(&dr.arena, const char *, argc + 1);
   dr.sets = ARENA_ARRAY(&dr.arena, const char *, argc + 1);
+  size_t nsplit_max = 1; // every comma and every argument could start a --split name
+  for (int i = 0; i < argc; i++) nsplit_max += strlen(argv[i]) + 1;
+  dr.po.split = ARENA_ARRAY(&dr.arena, const char *, nsplit_max);
+  dr.po.flops_rate = PART_DEFAULT_GFLOPS * 1e9;
+  dr.po.bandwidth = PART_DEFAULT_GBYTES_S * 1e9;
 #define RETURN(rc)                                                                                 \
   do {                                                                                             \
     int rc_ = (rc);                                                                                \
@@ -489,6 +541,42 @@ int main(int argc, char **argv) {
     case 'P':
       dr.stop_after = optarg;
       break;
+    case 'N': {
+      int64_t v;
+      if (!parse_count(optarg, 1, 1 << 16, &v))
+        RETURN(
+            usage_error("--stages: expected a number of stages from 1 to 65536, got '%s'", optarg));
+      dr.po.stages = (int)v;
+      break;
+    }
+    case 'X': // repeated: the lists add up
+      for (const char *q = optarg;;) {
+        size_t n = strcspn(q, ",");
+        if (n == 0) RETURN(usage_error("--split: an empty name in '%s'", optarg));
+        dr.po.split[dr.po.nsplit++] = arena_printf(&dr.arena, "%.*s", (int)n, q);
+        if (!q[n]) break;
+        q += n + 1;
+      }
+      break;
+    case 'F':
+    case 'W': {
+      char *end;
+      errno = 0;
+      double v = strtod(optarg, &end);
+      if (errno || end == optarg || *end || !(v > 0) || v > 1e12)
+        RETURN(usage_error("--%s: expected a positive number (%s), got '%s'",
+                           c == 'F' ? "flops-rate" : "bandwidth", c == 'F' ? "GFLOP/s" : "GB/s",
+                           optarg));
+      *(c == 'F' ? &dr.po.flops_rate : &dr.po.bandwidth) = v * 1e9;
+      break;
+    }
+    case 'C': {
+      int64_t v;
+      if (!parse_count(optarg, 1, INT64_MAX, &v))
+        RETURN(usage_error("--mem-cap: expected a number of bytes, got '%s'", optarg));
+      dr.po.mem_cap = v;
+      break;
+    }
     case 't':
       dr.time_passes = true;
       break;
@@ -534,6 +622,9 @@ int main(int argc, char **argv) {
     rc = usage_error("arguments after '--' are for 'run' only (got '%s')", dr.prog_args[0]);
   else
     rc = select_passes(&dr, cmd);
+  // check and print with several stages run the partition too (its errors, its dump).
+  int part = find_pass("partition", strlen("partition"));
+  if (!rc && (dr.po.stages > 1 || dr.po.nsplit) && dr.last < part && !dr.stop_after) dr.last = part;
   if (rc) {
     RETURN(rc);
   }

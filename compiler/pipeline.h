@@ -98,7 +98,93 @@ typedef struct Program {
   int nch;               // count
   RankProgram *ranks;    // one program per rank
   int nranks;            // S
+  // Filled by the partition pass (read by its dump):
+  const char *part_how;  // how the stages were chosen ("automatic", "--split", "stage hints")
+  double part_rate;      // FLOP/s the cost model used
+  double part_bandwidth; // bytes/s the cost model used
+  double part_cost;      // the slowest stage's predicted seconds per microbatch (F + B + W)
 } Program;
+
+// ---- Partition (partition pass, compiler/partition.c)
+
+// How the partition pass cuts: the command line's --stages, --split, --flops-rate, --bandwidth
+// and --mem-cap.
+typedef struct PartitionOptions {
+  int stages;         // S (>= 1); 0: not given (1, or the count --split implies)
+  const char **split; // --split: cut before these nodes or block instances (NULL: none)
+  int nsplit;         // entries in split
+  double flops_rate;  // FLOP/s of one rank (the automatic partitioner's compute rate)
+  double bandwidth;   // bytes/s of one transfer between two ranks
+  int64_t mem_cap;    // per-stage memory cap in bytes (estimate; 0: none)
+} PartitionOptions;
+
+enum {
+  PART_DEFAULT_GFLOPS = 50,   // default --flops-rate, GFLOP/s
+  PART_DEFAULT_GBYTES_S = 10, // default --bandwidth, GB/s
+};
+
+// The automatic partitioner's problem, on units (block instances and the nodes outside blocks,
+// in forward order): exposed for the unit test, which checks partition_dp against brute force.
+typedef struct CutTensor {
+  int from;     // unit that produces it
+  int *to;      // units that read it (each > from), ascending, distinct
+  int nto;      // count
+  double bytes; // bytes per microbatch
+  bool grad;    // a gradient flows back to the producer (its contribution is sent back too)
+} CutTensor;
+
+typedef struct CutParam {
+  int *units;   // units that read it, ascending, distinct
+  int nunits;   // count
+  double bytes; // bytes it holds on every stage that reads it: value, gradient, optimizer state
+} CutParam;
+
+typedef struct CutProblem {
+  int n;              // units
+  double *flops;      // per unit: FLOPs of its F, B and W nodes per microbatch
+  double *act_bytes;  // per unit: activation bytes kept for backward per microbatch
+  CutTensor *t;       // tensors read outside the unit that makes them
+  int nt;             // count
+  CutParam *p;        // parameters
+  int np;             // count
+  double rate;        // FLOP/s
+  double bandwidth;   // bytes/s
+  double mem_cap;     // bytes per stage (0: none)
+  int M;              // microbatches per step (1F1B keeps min(S - r, M) in flight on stage r)
+  const bool *cut_ok; // per unit u: a stage may start at u (NULL: every unit)
+} CutProblem;
+
+// Seconds of stage r of S covering units [a, b): FLOPs / rate + the bytes of the cross-stage
+// tensors it reads (each activation received, and its gradient contribution sent back when it
+// has one) / bandwidth; INFINITY when its estimated memory (parameter bytes + activation bytes
+// x min(S - r, M)) exceeds the cap. The reference definition: O(tensors + params) per call.
+double partition_stage_cost(const CutProblem *cp, int S, int r, int a, int b);
+
+// The exact optimum: S stages (contiguous, non-empty unit ranges starting where cut_ok allows)
+// minimising the slowest stage's partition_stage_cost. starts[r] receives stage r's first unit
+// (starts[0] = 0). Returns the optimum (INFINITY when no cut fits: memory cap, too few units).
+// Each stage end b sweeps the starts a leftwards only while the FLOPs of [a, b) stay under the
+// balanced-FLOPs cut's cost, and only over the stage counts that reached a: about n^2 / S pairs
+// for evenly sized units (plus their tensor and parameter reads), O(S * n) memory. Scratch from a.
+double partition_dp(const CutProblem *cp, int S, int *starts, Arena *a);
+
+// partition pass: places every node of the differentiated graph on one of S virtual stages
+// (Program.vstage_of_node, Program.vs with their segments, parameters and K; rank = stage) from
+// the model's stage / split_before hints, --split, or the automatic partitioner. B/W nodes follow
+// their forward node, the sum of an activation's gradient contributions follows the producer, a
+// parameter's step-end sum follows the stages that use it (it is in the step segment of each; its
+// vstage_of_node is the first). S = 1 places everything on stage 0.
+bool pass_partition(Graph *g, const TrainConfig *tc, const PartitionOptions *o, Program *p,
+                    Diag *d);
+
+// Checks a partition: every node placed on a stage in range, B/W nodes on their forward node's
+// stage, forward stages non-decreasing along every edge, every stage with forward nodes,
+// S <= forward nodes, the segments holding exactly the nodes placed there.
+bool partition_check(const Program *p, Diag *d);
+
+// The partition table (--dump-after=partition): per stage its nodes (block instances compacted,
+// transformer.h.0..3), parameters, FLOPs, activation bytes, bytes sent per microbatch.
+void partition_print(const Program *p, FILE *out);
 
 // schedule pass: places every node on a virtual stage and builds each rank's action list. Today
 // one rank and one stage (V = 1) with M microbatches in the order the program has always run them:

@@ -76,7 +76,7 @@ expect list-ops 0 '' "$pipec" --list-ops
 
 # The pass table: --dump-after takes a list, --stop-after caps the passes; the passes run are the
 # ones up to the last the command, --dump-after and --stop-after ask for, and no further.
-passes="expand, shape, training, autodiff, schedule, memplan, codegen"
+passes="expand, shape, training, autodiff, partition, schedule, memplan, codegen"
 expect bad-stop-pass 2 "^pipec: --stop-after: unknown pass 'nope' \(passes: $passes\)$" "$pipec" check --stop-after=nope samples/mlp_digits.json
 expect bad-pass-in-list 2 "^pipec: --dump-after: unknown pass 'plan' \(passes: $passes\)$" "$pipec" print --dump-after=expand,plan samples/mlp_digits.json
 expect dump-after-stop 2 "^pipec: --dump-after=memplan: the pass comes after --stop-after=shape$" "$pipec" print --dump-after=memplan --stop-after=shape samples/mlp_digits.json
@@ -108,8 +108,67 @@ grep -q 'memplan' /tmp/pipec_cli_err.$$ && { echo "FAIL --dump-after=autodiff ra
 # --time-passes: one line per pass run, and one per checker, in table order.
 expect time-plan 0 '' "$pipec" plan --time-passes samples/mlp_digits.json
 [ "$(sed -E 's/^pipec: (pass|check) +([a-z]+) .*/\1 \2/' /tmp/pipec_cli_err.$$ | paste -sd,)" = \
-  "pass parse,pass expand,check expand,pass shape,check shape,pass training,pass autodiff,check autodiff,pass schedule,check schedule,pass memplan" ] &&
+  "pass parse,pass expand,check expand,pass shape,check shape,pass training,pass autodiff,check autodiff,pass partition,check partition,pass schedule,check schedule,pass memplan" ] &&
   pass=$((pass + 1)) || { echo "FAIL plan --time-passes: $(paste -sd, /tmp/pipec_cli_err.$$)"; fail=$((fail + 1)); }
+# Pipeline stages (docs/pipeline.md): the partition runs for check and print; every command that
+# needs a pass after it stops there with one error (no pipeline back end yet); usage errors exit 2.
+expect stages-plan 1 "^samples/gpt_char.json: error: 2 stages: the pipeline back end .* is not built yet" "$pipec" plan --stages 2 samples/gpt_char.json
+expect stages-compile 1 "^samples/mlp_digits.json: error: 3 stages: the pipeline back end" "$pipec" compile --stages 3 samples/mlp_digits.json -o "$(mktemp -d)/x"
+expect stages-check 0 '' "$pipec" check --stages 2 samples/gpt_char.json
+[ "$LAST_OUT" = "$(cat tests/golden/gpt_char.check)" ] && pass=$((pass + 1)) || { echo "FAIL check --stages 2: not the summary"; fail=$((fail + 1)); }
+expect stages-one 0 '' "$pipec" print --stages 1 --dump-after=partition samples/skip_net.json
+[[ "$LAST_OUT" == "partition of skip_net: 1 stage (one stage)"* ]] && pass=$((pass + 1)) || { echo "FAIL --stages 1: $LAST_OUT"; fail=$((fail + 1)); }
+expect split-blocks 0 '' "$pipec" print --split transformer.h.1,layer.3 --dump-after=partition samples/gpt_char.json
+[ "$(grep '^  nodes' <<<"$LAST_OUT" | paste -sd'|')" = "  nodes     transformer.wte, transformer.emb, transformer.h.0|  nodes     transformer.h.1..2|  nodes     transformer.h.3, transformer.ln_f, logits, loss" ] &&
+  pass=$((pass + 1)) || { echo "FAIL --split transformer.h.1,layer.3: $LAST_OUT"; fail=$((fail + 1)); }
+expect split-node 0 '' "$pipec" print --split narrow --stages 2 --dump-after=partition samples/skip_net.json
+grep -q "^  nodes     narrow, diff, skip, body2, t2, logits, loss$" <<<"$LAST_OUT" && pass=$((pass + 1)) || { echo "FAIL --split narrow: $LAST_OUT"; fail=$((fail + 1)); }
+expect split-unknown 1 "^samples/gpt_char.json: error: --split: the model has no node or block instance named 'nope'$" "$pipec" check --split nope samples/gpt_char.json
+expect split-order 1 "^samples/gpt_char.json: error: --split: 'transformer.h.1' comes before 'transformer.h.2'" "$pipec" check --split transformer.h.2,transformer.h.1 samples/gpt_char.json
+expect split-count 1 "^samples/gpt_char.json: error: --split names 2 cuts, which make 3 stages, but --stages is 2$" "$pipec" check --split transformer.h.1,transformer.h.2 --stages 2 samples/gpt_char.json
+expect split-empty 2 "^pipec: --split: an empty name in 'a,,b'$" "$pipec" check --split a,,b samples/gpt_char.json
+expect stages-zero 2 "^pipec: --stages: expected a number of stages from 1 to 65536, got '0'$" "$pipec" check --stages 0 samples/gpt_char.json
+expect stages-many 1 "^samples/mlp_digits.json: error: --stages 7: the model has only 6 forward nodes$" "$pipec" check --stages 7 samples/mlp_digits.json
+expect rate-bad 2 "^pipec: --flops-rate: expected a positive number \(GFLOP/s\), got '-1'$" "$pipec" check --stages 2 --flops-rate -1 samples/gpt_char.json
+expect bw-bad 2 "^pipec: --bandwidth: expected a positive number \(GB/s\), got 'x'$" "$pipec" check --stages 2 --bandwidth x samples/gpt_char.json
+expect memcap-bad 2 "^pipec: --mem-cap: expected a number of bytes, got '1G'$" "$pipec" check --stages 2 --mem-cap 1G samples/gpt_char.json
+expect memcap-tight 1 "^samples/gpt_char.json: error: --mem-cap 1000: no cut into 3 stages keeps every stage's estimated memory under the cap$" "$pipec" check --stages 3 --mem-cap 1000 samples/gpt_char.json
+# Any DAG: a tensor read by two later stages is sent to each (the sender counts both).
+expect split-fanout 0 '' "$pipec" print --split gate,narrow --dump-after=partition samples/skip_net.json
+grep -qx "send 'a0' (B,64) stage 0 -> 1 2" <<<"$LAST_OUT" && grep -q "^  sends     6.14 KB activations, 0 B gradients" <<<"$LAST_OUT" &&
+  pass=$((pass + 1)) || { echo "FAIL --split gate,narrow (fan-out): $LAST_OUT"; fail=$((fail + 1)); }
+# Hints: split_before marks restrict the automatic cut to them; a stage hint pins, and a hint that
+# sends an edge backwards is an error at the node with its caret.
+hint=$(mktemp -d)
+python3 - "$hint" <<'PY'
+import json, sys
+d = sys.argv[1]
+m = json.load(open("samples/gpt_char.json"))
+rep = [n for n in m["nodes"] if "repeat" in n][0]
+rep["split_before"] = True
+json.dump(m, open(d + "/marks.json", "w"), indent=1)
+rep.pop("split_before")
+rep["stage"] = [0, 0, 1, 1]
+json.dump(m, open(d + "/stages.json", "w"), indent=1)
+rep["stage"] = [0, 1, 1, 0]
+json.dump(m, open(d + "/back.json", "w"), indent=1)
+PY
+expect hint-marks 0 '' "$pipec" print --stages 3 --dump-after=partition "$hint/marks.json"
+[ "$(grep -c '^  nodes     transformer.h' <<<"$LAST_OUT")" = 2 ] && ! grep -q '^  nodes     logits' <<<"$LAST_OUT" &&
+  pass=$((pass + 1)) || { echo "FAIL split_before marks: $LAST_OUT"; fail=$((fail + 1)); }
+expect hint-stages 0 '' "$pipec" print --stages 2 --dump-after=partition "$hint/stages.json"
+[ "$(grep '^  nodes' <<<"$LAST_OUT" | paste -sd'|')" = "  nodes     transformer.wte, transformer.emb, transformer.h.0..1|  nodes     transformer.h.2..3, transformer.ln_f, logits, loss" ] && grep -q "(stage hints)" <<<"$LAST_OUT" &&
+  pass=$((pass + 1)) || { echo "FAIL stage hints: $LAST_OUT"; fail=$((fail + 1)); }
+expect hint-back 1 "^$hint/back.json:[0-9]+:[0-9]+: error: blocks\[0\]\.nodes\[0\] \(instance 3\) \"transformer.h.3.ln_1\": on stage 0, but its input 'transformer.h.2.out' is made on stage 1" "$pipec" check --stages 2 "$hint/back.json"
+grep -q '^ *\^$' /tmp/pipec_cli_err.$$ && pass=$((pass + 1)) || { echo "FAIL stage hint error: no caret"; fail=$((fail + 1)); }
+rm -rf "$hint"
+# A slow link moves the cut to where less crosses: with transfers nearly free the FLOPs decide.
+expect rate-cut 0 '' "$pipec" print --stages 2 --bandwidth 1e-6 --dump-after=partition samples/skip_net.json
+slow=$(grep -c "^send " <<<"$LAST_OUT")
+expect rate-cut-fast 0 '' "$pipec" print --stages 2 --bandwidth 1e6 --dump-after=partition samples/skip_net.json
+fast=$(grep -c "^send " <<<"$LAST_OUT")
+[ "$slow" -le "$fast" ] && [ "$(grep -c 'cost model: FLOPs at 50 GFLOP/s, transfers at 1e-06 GB/s' <<<"$("$pipec" print --stages 2 --bandwidth 1e-6 --dump-after=partition samples/skip_net.json)")" = 1 ] &&
+  pass=$((pass + 1)) || { echo "FAIL --bandwidth: $slow sends at a slow link, $fast at a fast one"; fail=$((fail + 1)); }
 # --stop-after: the command's output only when its passes ran.
 expect stop-check-early 0 '' "$pipec" check --stop-after=expand samples/mlp_digits.json
 [ -z "$LAST_OUT" ] && pass=$((pass + 1)) || { echo "FAIL check --stop-after=expand printed: $LAST_OUT"; fail=$((fail + 1)); }

@@ -1,0 +1,812 @@
+// partition pass: cuts the differentiated graph into S stages (pipeline.h), its checker and its
+// dump (the partition table).
+//
+// The cut is made on the forward order (the graph's topological order, nodes [0, nfwd)): every
+// stage is a contiguous range of it, so every forward edge goes from a stage to the same or a
+// later one. The candidates are the starts of units: a block instance (its consecutive nodes) or
+// one node outside blocks; with more stages than units, every node. How the cut is chosen:
+// - --split NAME,...: cut exactly before each named node or block instance (its label, e.g.
+//   transformer.h.2, or BLOCK.INDEX), S = names + 1;
+// - the model's `stage` hints (S > 1): each node on its stage, an unpinned node on the stage of
+//   the node before it;
+// - otherwise the automatic partitioner, an exact dynamic program over the units (partition_dp),
+//   restricted to the units whose first node is marked `split_before` when any is.
+// The backward graph follows: a B/W node sits with its forward node, the add_n summing an
+// activation's gradient contributions with the activation's producer, a parameter's step-end sum
+// with every stage that uses the parameter (each owner sums its own copy's uses).
+//
+// The cost model (docs/pipeline.md): a stage's time per microbatch is the FLOPs of its F, B and
+// W nodes (the registry's OpCost at the microbatch size) / rate, plus the bytes of the
+// cross-stage tensors it reads / bandwidth: each activation it receives from an earlier stage (a
+// tensor read by several later stages is sent to each of them, never relayed) and the gradient
+// contribution it sends back for it. Charging a transfer to the stage that reads it makes a
+// stage's cost a function of its own range, which is what lets the dynamic program be exact;
+// the dump prints the bytes each stage sends, counted on the sender. The memory estimate of stage
+// r is its parameters' bytes (value, gradient, optimizer state; a parameter used on several
+// stages counts on each) + its forward activations x min(S - r, M), the microbatches 1F1B keeps
+// in flight: an estimate until per-rank memory plans exist.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../ir/ops.h"
+#include "pipeline.h"
+
+// ---- The dynamic program
+
+double partition_stage_cost(const CutProblem *cp, int S, int r, int a, int b) {
+  double flops = 0, act = 0, comm = 0, pbytes = 0;
+  for (int u = a; u < b; u++) flops += cp->flops[u], act += cp->act_bytes[u];
+  for (int i = 0; i < cp->nt; i++) {
+    const CutTensor *t = &cp->t[i];
+    if (t->from >= a) continue;
+    for (int k = 0; k < t->nto; k++)
+      if (t->to[k] >= a && t->to[k] < b) {
+        comm += t->bytes * (t->grad ? 2 : 1);
+        break;
+      }
+  }
+  for (int i = 0; i < cp->np; i++)
+    for (int k = 0; k < cp->p[i].nunits; k++)
+      if (cp->p[i].units[k] >= a && cp->p[i].units[k] < b) {
+        pbytes += cp->p[i].bytes;
+        break;
+      }
+  int inflight = S - r < cp->M ? S - r : cp->M;
+  if (cp->mem_cap > 0 && pbytes + act * inflight > cp->mem_cap) return INFINITY;
+  return flops / cp->rate + comm / cp->bandwidth;
+}
+
+double partition_dp(const CutProblem *cp, int S, int *starts, Arena *a) {
+  int n = cp->n;
+  if (S < 1 || S > n) return INFINITY;
+  // CSR: reads[u] = tensors read by u from an earlier unit; makes[u] = tensors made by u;
+  // preads[u] = parameters read by u.
+  int *roff = ARENA_ARRAY(a, int, n + 1), *moff = ARENA_ARRAY(a, int, n + 1),
+      *poff = ARENA_ARRAY(a, int, n + 1);
+  for (int i = 0; i < cp->nt; i++) {
+    for (int k = 0; k < cp->t[i].nto; k++) roff[cp->t[i].to[k]]++;
+    moff[cp->t[i].from]++;
+  }
+  for (int i = 0; i < cp->np; i++)
+    for (int k = 0; k < cp->p[i].nunits; k++) poff[cp->p[i].units[k]]++;
+  int rs = 0, ms = 0, ps = 0;
+  for (int u = 0; u <= n; u++) {
+    int r = u < n ? roff[u] : 0, m = u < n ? moff[u] : 0, q = u < n ? poff[u] : 0;
+    roff[u] = rs, moff[u] = ms, poff[u] = ps;
+    rs += r, ms += m, ps += q;
+  }
+  int *ridx = ARENA_ARRAY(a, int, rs + 1), *midx = ARENA_ARRAY(a, int, ms + 1),
+      *pidx = ARENA_ARRAY(a, int, ps + 1);
+  int *rf = ARENA_ARRAY(a, int, n + 1), *mf = ARENA_ARRAY(a, int, n + 1),
+      *pf = ARENA_ARRAY(a, int, n + 1);
+  for (int i = 0; i < cp->nt; i++) {
+    for (int k = 0; k < cp->t[i].nto; k++) {
+      int u = cp->t[i].to[k];
+      ridx[roff[u] + rf[u]++] = i;
+    }
+    int u = cp->t[i].from;
+    midx[moff[u] + mf[u]++] = i;
+  }
+  for (int i = 0; i < cp->np; i++)
+    for (int k = 0; k < cp->p[i].nunits; k++) {
+      int u = cp->p[i].units[k];
+      pidx[poff[u] + pf[u]++] = i;
+    }
+  // Prefix sums of FLOPs and activation bytes.
+  double *pfl = ARENA_ARRAY(a, double, n + 1), *pact = ARENA_ARRAY(a, double, n + 1);
+  for (int u = 0; u < n; u++)
+    pfl[u + 1] = pfl[u] + cp->flops[u], pact[u + 1] = pact[u] + cp->act_bytes[u];
+  // An upper bound U from the cut that balances FLOPs (where it is feasible): a stage costing
+  // U or more cannot be in a better solution, which bounds each sweep below (exact: when the
+  // program finds nothing under U, the balanced cut is an optimum).
+  double U = INFINITY;
+  int *hstarts = ARENA_ARRAY(a, int, S + 1);
+  {
+    bool ok = true;
+    hstarts[0] = 0;
+    for (int r = 1, u = 1; r < S && ok; r++) {
+      double want = pfl[n] * r / S;
+      while (u < n - (S - r) && (pfl[u] < want || (cp->cut_ok && !cp->cut_ok[u]))) u++;
+      while (u < n && cp->cut_ok && !cp->cut_ok[u]) u++;
+      ok = u < n && u > hstarts[r - 1];
+      hstarts[r] = u++;
+    }
+    if (ok) {
+      U = 0;
+      for (int r = 0; r < S; r++) {
+        double c = partition_stage_cost(cp, S, r, hstarts[r], r + 1 < S ? hstarts[r + 1] : n);
+        if (c > U) U = c;
+      }
+    }
+  }
+  // f[k * (n + 1) + b]: best slowest stage of units [0, b) in k stages; arg: the last start.
+  double *f = ARENA_ARRAY(a, double, (size_t)(S + 1) * (n + 1));
+  int *arg = ARENA_ARRAY(a, int, (size_t)(S + 1) * (n + 1));
+  for (size_t i = 0; i < (size_t)(S + 1) * (n + 1); i++) f[i] = INFINITY, arg[i] = -1;
+  f[0] = 0;
+  int *klo = ARENA_ARRAY(a, int, n + 1), *khi = ARENA_ARRAY(a, int, n + 1); // finite f[k][b]
+  for (int b = 1; b <= n; b++) klo[b] = S + 1, khi[b] = -1;
+  // stamp[t] == b: tensor t counted in the stage [a, b) being grown; -b: made inside it.
+  int *tstamp = ARENA_ARRAY(a, int, cp->nt + 1), *pstamp = ARENA_ARRAY(a, int, cp->np + 1);
+  for (int b = 1; b <= n; b++) {
+    if (b < n && cp->cut_ok && !cp->cut_ok[b]) continue; // no stage ends here
+    // The stage counts k for which [0, b) in k stages and [b, n) in S - k could all cost under
+    // U: each stage costs at least its FLOPs / rate (a margin of 1e-9 for rounding).
+    int kb_lo = 1, kb_hi = b < n ? S - 1 : S;
+    if (U < INFINITY) {
+      double lim = U * cp->rate * (1 + 1e-9);
+      while (kb_lo <= kb_hi && pfl[b] >= kb_lo * lim) kb_lo++;
+      if (b == n) kb_lo = kb_hi; // only k = S ends at n
+      while (kb_hi >= kb_lo && b < n && pfl[n] - pfl[b] >= (S - kb_hi) * lim) kb_hi--;
+      if (b == n && pfl[b] >= S * lim) kb_lo = kb_hi + 1;
+    }
+    if (kb_lo > kb_hi) continue;
+    double comm = 0, pbytes = 0;
+    for (int s = b - 1; s >= 0; s--) {
+      // The stage becomes [s, b): unit s joins it.
+      for (int j = moff[s]; j < moff[s + 1]; j++) {
+        int t = midx[j];
+        if (tstamp[t] == b) comm -= cp->t[t].bytes * (cp->t[t].grad ? 2 : 1);
+        tstamp[t] = -b;
+      }
+      for (int j = roff[s]; j < roff[s + 1]; j++) {
+        int t = ridx[j];
+        if (tstamp[t] != b && tstamp[t] != -b) {
+          tstamp[t] = b;
+          comm += cp->t[t].bytes * (cp->t[t].grad ? 2 : 1);
+        }
+      }
+      for (int j = poff[s]; j < poff[s + 1]; j++) {
+        int q = pidx[j];
+        if (pstamp[q] != b) pstamp[q] = b, pbytes += cp->p[q].bytes;
+      }
+      if ((pfl[b] - pfl[s]) / cp->rate >= U) break; // and for every stage starting further left
+      if (s > 0 && cp->cut_ok && !cp->cut_ok[s]) continue; // no stage starts here
+      double time = (pfl[b] - pfl[s]) / cp->rate + comm / cp->bandwidth, act = pact[b] - pact[s];
+      if (time >= U) continue;
+      int k1 = klo[s] + 1 > kb_lo ? klo[s] + 1 : kb_lo,
+          k2 = khi[s] + 1 < kb_hi ? khi[s] + 1 : kb_hi;
+      for (int k = k1; k <= k2; k++) {
+        double prev = f[(size_t)(k - 1) * (n + 1) + s];
+        if (prev == INFINITY) continue;
+        int r = k - 1, inflight = S - r < cp->M ? S - r : cp->M;
+        if (cp->mem_cap > 0 && pbytes + act * inflight > cp->mem_cap) continue;
+        double v = prev > time ? prev : time;
+        size_t at = (size_t)k * (n + 1) + b;
+        if (v < f[at]) f[at] = v, arg[at] = s;
+        if (k < klo[b]) klo[b] = k;
+        if (k > khi[b]) khi[b] = k;
+      }
+    }
+  }
+  double best = f[(size_t)S * (n + 1) + n];
+  if (best == INFINITY) {
+    if (U < INFINITY) memcpy(starts, hstarts, sizeof(int) * (size_t)S);
+    return U;
+  }
+  for (int k = S, b = n; k >= 1; k--) {
+    int s = arg[(size_t)k * (n + 1) + b];
+    starts[k - 1] = s;
+    b = s;
+  }
+  return best;
+}
+
+// ---- From the graph to units, and back
+
+typedef struct Part {
+  Graph *g;              // the differentiated graph
+  const TrainConfig *tc; // microbatch size (costs), M, optimizer (state bytes)
+  Diag *d;               // diagnostics
+  Arena *a;              // the graph's arena (everything the Program keeps)
+  int nf;                // forward nodes
+  int *unit_of;          // per forward node: its unit
+  int nunits;            // count
+  int *unit_start;       // per unit: its first forward node (nunits + 1 entries)
+  const char **label;    // per unit: block instance label or node name (--split)
+  int *fstage;           // per forward node: its stage
+} Part;
+
+// The forward node a backward or step node follows: its forward node, or for a gradient sum the
+// producer of the tensor whose gradient it sums; NULL for a parameter's step-end sum.
+static const Node *anchor(const Node *n) {
+  if (n->role == ROLE_FWD) return n;
+  if (n->fwd) return n->fwd;
+  if (n->role == ROLE_STEP) return NULL;
+  const Tensor *t = n->nout ? n->out[0]->grad_of : NULL;
+  return t && t->producer ? anchor(t->producer) : NULL;
+}
+
+// "transformer.h.2" from the names of a block instance's nodes: their longest common prefix
+// that ends at a '.' or at the end of every name; "BLOCK.INDEX" when there is none.
+static const char *block_label(Node *const *nodes, int n, Arena *a) {
+  const char *s = nodes[0]->name;
+  size_t len = strlen(s);
+  for (int i = 1; i < n; i++) {
+    const char *o = nodes[i]->name;
+    size_t k = 0;
+    while (k < len && o[k] == s[k]) k++;
+    len = k;
+  }
+  if (n == 1 && !nodes[0]->block) return s;
+  for (;; len--) {
+    bool whole = len > 0;
+    for (int i = 0; i < n && whole; i++)
+      whole = nodes[i]->name[len] == 0 || nodes[i]->name[len] == '.';
+    if (whole) return arena_printf(a, "%.*s", (int)len, s);
+    if (len == 0) break;
+  }
+  return arena_printf(a, "%s.%d", nodes[0]->block, nodes[0]->instance);
+}
+
+// Units: a block instance's consecutive forward nodes, or one node outside blocks; every node
+// when by_node.
+static void make_units(Part *pt, bool by_node) {
+  Graph *g = pt->g;
+  pt->unit_of = ARENA_ARRAY(pt->a, int, pt->nf + 1);
+  pt->unit_start = ARENA_ARRAY(pt->a, int, pt->nf + 1);
+  pt->nunits = 0;
+  for (int i = 0; i < pt->nf; i++) {
+    const Node *n = g->nodes[i], *p = i ? g->nodes[i - 1] : NULL;
+    bool same = !by_node && p && n->block && p->block == n->block && p->instance == n->instance;
+    if (!same) pt->unit_start[pt->nunits++] = i;
+    pt->unit_of[i] = pt->nunits - 1;
+  }
+  pt->unit_start[pt->nunits] = pt->nf;
+  pt->label = ARENA_ARRAY(pt->a, const char *, pt->nunits + 1);
+  for (int u = 0; u < pt->nunits; u++)
+    pt->label[u] =
+        block_label(g->nodes + pt->unit_start[u], pt->unit_start[u + 1] - pt->unit_start[u], pt->a);
+}
+
+static double tensor_bytes(const Part *pt, const Tensor *t) {
+  return (double)shape_numel(&t->shape, pt->tc->mb_size) * dtype_size(t->dtype);
+}
+
+static const Tensor *owner(const Tensor *t) {
+  return t->tied_to ? t->tied_to : t;
+}
+
+// The automatic partitioner's problem over the units.
+static void build_problem(Part *pt, const PartitionOptions *o, CutProblem *cp) {
+  Graph *g = pt->g;
+  Arena *a = pt->a;
+  int n = pt->nunits;
+  *cp = (CutProblem){.n = n,
+                     .rate = o->flops_rate,
+                     .bandwidth = o->bandwidth,
+                     .mem_cap = (double)o->mem_cap,
+                     .M = (int)pt->tc->microbatches};
+  cp->flops = ARENA_ARRAY(a, double, n + 1);
+  cp->act_bytes = ARENA_ARRAY(a, double, n + 1);
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n0 = g->nodes[i], *f = anchor(n0);
+    if (!f) continue;
+    OpCost c = {0, 0};
+    n0->op->cost(n0, pt->tc->mb_size, &c);
+    cp->flops[pt->unit_of[f->id]] += c.flops;
+    if (n0->role == ROLE_FWD)
+      for (int k = 0; k < n0->nout; k++)
+        cp->act_bytes[pt->unit_of[i]] += tensor_bytes(pt, n0->out[k]);
+  }
+  // Which activations get a gradient (some gradient tensor is one of theirs).
+  bool *has_grad = ARENA_ARRAY(a, bool, g->ntensors + 1);
+  for (int i = 0; i < g->ntensors; i++)
+    if (g->tensors[i]->grad_of) has_grad[g->tensors[i]->grad_of->id] = true;
+  // Tensors made by a forward node and read by a forward node of another unit.
+  cp->t = ARENA_ARRAY(a, CutTensor, g->ntensors + 1);
+  for (int i = 0; i < pt->nf; i++) {
+    const Node *m = g->nodes[i];
+    for (int k = 0; k < m->nout; k++) {
+      const Tensor *t = m->out[k];
+      CutTensor *x = &cp->t[cp->nt];
+      *x = (CutTensor){
+          .from = pt->unit_of[i], .bytes = tensor_bytes(pt, t), .grad = has_grad[t->id]};
+      x->to = ARENA_ARRAY(a, int, t->nuses + 1);
+      for (int j = 0; j < t->nuses; j++) {
+        const Node *c = t->uses[j].node;
+        if (c->role != ROLE_FWD) continue;
+        int u = pt->unit_of[c->id];
+        if (u != x->from && (x->nto == 0 || x->to[x->nto - 1] != u)) x->to[x->nto++] = u;
+      }
+      if (x->nto) cp->nt++;
+    }
+  }
+  // Parameters: value + gradient + optimizer state, on every unit that reads them.
+  int slots = pt->tc->opt == OPT_ADAMW ? 2 : 1;
+  int *pindex = ARENA_ARRAY(a, int, g->ntensors + 1);
+  cp->p = ARENA_ARRAY(a, CutParam, g->nparams + 1);
+  for (int i = 0; i < g->nparams; i++) {
+    const Tensor *p = g->params[i];
+    pindex[p->id] = -1;
+    if (p->tied_to) continue;
+    pindex[p->id] = cp->np;
+    CutParam *q = &cp->p[cp->np++];
+    q->bytes = tensor_bytes(pt, p) * (2 + slots);
+  }
+  int *uses = ARENA_ARRAY(a, int, cp->np + 1); // forward reads of each: bounds its unit list
+  for (int i = 0; i < pt->nf; i++)
+    for (int j = 0; j < g->nodes[i]->nin; j++) {
+      const Tensor *t = g->nodes[i]->in[j];
+      if (t->kind == T_PARAM && pindex[owner(t)->id] >= 0) uses[pindex[owner(t)->id]]++;
+    }
+  for (int q = 0; q < cp->np; q++) cp->p[q].units = ARENA_ARRAY(a, int, uses[q] + 1);
+  for (int i = 0; i < pt->nf; i++) {
+    const Node *m = g->nodes[i];
+    for (int j = 0; j < m->nin; j++) {
+      if (m->in[j]->kind != T_PARAM) continue;
+      int q = pindex[owner(m->in[j])->id];
+      if (q < 0) continue;
+      CutParam *x = &cp->p[q];
+      int u = pt->unit_of[i];
+      if (x->nunits == 0 || x->units[x->nunits - 1] != u) x->units[x->nunits++] = u;
+    }
+  }
+}
+
+// Index of the unit or forward node --split names: a unit's label, BLOCK.INDEX, or a node name.
+// Returns the forward node a stage starts at, or -1.
+static int find_cut(Part *pt, const char *name) {
+  for (int u = 0; u < pt->nunits; u++)
+    if (strcmp(pt->label[u], name) == 0) return pt->unit_start[u];
+  for (int i = 0; i < pt->nf; i++) {
+    const Node *n = pt->g->nodes[i];
+    if (strcmp(n->name, name) == 0) return i;
+    if (n->block && (i == 0 || pt->unit_of[i - 1] != pt->unit_of[i])) {
+      const char *bi = arena_printf(pt->a, "%s.%d", n->block, n->instance);
+      if (strcmp(bi, name) == 0) return i;
+    }
+  }
+  return -1;
+}
+
+static bool place_split(Part *pt, const PartitionOptions *o, int S) {
+  int *cut = ARENA_ARRAY(pt->a, int, o->nsplit + 1);
+  for (int k = 0; k < o->nsplit; k++) {
+    cut[k] = find_cut(pt, o->split[k]);
+    if (cut[k] < 0) {
+      diag_error(pt->d, (Loc){0, 0}, "--split: the model has no node or block instance named '%s'",
+                 o->split[k]);
+      return false;
+    }
+    if (cut[k] == 0) {
+      diag_error(pt->d, (Loc){0, 0},
+                 "--split: '%s' is the first node; a cut before it leaves stage 0 empty",
+                 o->split[k]);
+      return false;
+    }
+    if (k && cut[k] <= cut[k - 1]) {
+      diag_error(pt->d, (Loc){0, 0},
+                 "--split: '%s' %s '%s'; name the cuts once each, in the model's order",
+                 o->split[k], cut[k] == cut[k - 1] ? "is the same cut as" : "comes before",
+                 o->split[k - 1]);
+      return false;
+    }
+  }
+  for (int i = 0, s = 0; i < pt->nf; i++) {
+    while (s < S - 1 && cut[s] <= i) s++;
+    pt->fstage[i] = s;
+  }
+  return true;
+}
+
+static bool place_hints(Part *pt, int S) {
+  Graph *g = pt->g;
+  int cur = 0;
+  for (int i = 0; i < pt->nf; i++) {
+    const Node *n = g->nodes[i];
+    if (n->stage >= S) {
+      node_error(pt->d, n, "stage %d, but there are %d stages (--stages %d: 0 to %d)", n->stage, S,
+                 S, S - 1);
+      return false;
+    }
+    if (n->stage >= 0) cur = n->stage;
+    pt->fstage[i] = cur;
+  }
+  // Non-decreasing along every edge: a node cannot run before a stage that feeds it.
+  for (int i = 0; i < pt->nf; i++) {
+    const Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++) {
+      const Node *p = n->in[j]->producer;
+      if (p && p->role == ROLE_FWD && pt->fstage[p->id] > pt->fstage[i]) {
+        node_error(pt->d, n,
+                   "on stage %d, but its input '%s' is made on stage %d (stages only go "
+                   "forward along the model)",
+                   pt->fstage[i], n->in[j]->name, pt->fstage[p->id]);
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+static bool place_auto(Part *pt, const PartitionOptions *o, int S) {
+  Graph *g = pt->g;
+  bool marks = false;
+  for (int i = 0; i < pt->nf; i++) marks |= g->nodes[i]->split_before;
+  if (!marks && pt->nunits < S) make_units(pt, true);
+  CutProblem cp;
+  build_problem(pt, o, &cp);
+  bool *ok = NULL;
+  int nok = 1;
+  if (marks) {
+    ok = ARENA_ARRAY(pt->a, bool, pt->nunits + 1);
+    for (int u = 0; u < pt->nunits; u++) {
+      ok[u] = u == 0 || g->nodes[pt->unit_start[u]]->split_before;
+      nok += u > 0 && ok[u];
+    }
+    cp.cut_ok = ok;
+  }
+  if ((marks ? nok : cp.n) < S) {
+    diag_error(pt->d, (Loc){0, 0}, "--stages %d: the model has only %d places to start a stage%s",
+               S, marks ? nok : cp.n, marks ? " (the first node and the split_before marks)" : "");
+    return false;
+  }
+  Arena scratch;
+  arena_init(&scratch);
+  int *starts = ARENA_ARRAY(pt->a, int, S + 1);
+  double best = partition_dp(&cp, S, starts, &scratch);
+  arena_free(&scratch);
+  if (best == INFINITY) {
+    diag_error(pt->d, (Loc){0, 0},
+               "--mem-cap %lld: no cut into %d stages keeps every stage's estimated memory under "
+               "the cap",
+               (long long)o->mem_cap, S);
+    return false;
+  }
+  for (int i = 0, s = 0; i < pt->nf; i++) {
+    while (s + 1 < S && pt->unit_start[starts[s + 1]] <= i) s++;
+    pt->fstage[i] = s;
+  }
+  return true;
+}
+
+static void seg_push(Segment *s, Node *n) {
+  s->nodes[s->n++] = n;
+}
+
+bool pass_partition(Graph *g, const TrainConfig *tc, const PartitionOptions *o, Program *p,
+                    Diag *d) {
+  Arena *a = g->arena;
+  Part pt = {.g = g, .tc = tc, .d = d, .a = a, .nf = g->nfwd};
+  int S = o->stages ? o->stages : o->nsplit ? o->nsplit + 1 : 1;
+  *p = (Program){0};
+  p->g = g;
+  p->tc = tc;
+  p->M = (int)tc->microbatches;
+  p->part_rate = o->flops_rate;
+  p->part_bandwidth = o->bandwidth;
+  if (o->nsplit && S != o->nsplit + 1) {
+    diag_error(d, (Loc){0, 0}, "--split names %d cut%s, which make %d stages, but --stages is %d",
+               o->nsplit, o->nsplit == 1 ? "" : "s", o->nsplit + 1, S);
+    return false;
+  }
+  if (S > pt.nf) {
+    diag_error(d, (Loc){0, 0}, "--stages %d: the model has only %d forward nodes", S, pt.nf);
+    return false;
+  }
+  pt.fstage = ARENA_ARRAY(a, int, pt.nf + 1);
+  make_units(&pt, false);
+  bool hints = false;
+  for (int i = 0; i < pt.nf; i++) hints |= g->nodes[i]->stage >= 0;
+  bool ok = true;
+  if (S == 1)
+    p->part_how = "one stage";
+  else if (o->nsplit)
+    p->part_how = "--split", ok = place_split(&pt, o, S);
+  else if (hints)
+    p->part_how = "stage hints", ok = place_hints(&pt, S);
+  else
+    p->part_how = "automatic", ok = place_auto(&pt, o, S);
+  if (!ok) return false;
+  // Every node on a stage: forward nodes as placed, the rest after their anchor.
+  p->nv = p->nranks = S;
+  p->vstage_of_node = ARENA_ARRAY(a, int, g->nnodes + 1);
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i], *f = anchor(n);
+    if (f) {
+      p->vstage_of_node[i] = pt.fstage[f->id];
+      continue;
+    }
+    int v = S; // a step-end sum: the first stage among its inputs' producers
+    for (int j = 0; j < n->nin; j++) {
+      const Node *q = n->in[j]->producer;
+      if (q && q->id < i && p->vstage_of_node[q->id] < v) v = p->vstage_of_node[q->id];
+    }
+    p->vstage_of_node[i] = v < S ? v : 0;
+  }
+  p->vs = ARENA_ARRAY(a, VStage, S);
+  int *nf = ARENA_ARRAY(a, int, S), *nb = ARENA_ARRAY(a, int, S), *nst = ARENA_ARRAY(a, int, S);
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    int v = p->vstage_of_node[i];
+    if (n->role == ROLE_FWD)
+      nf[v]++;
+    else if (n->role == ROLE_STEP) // an upper bound: on each of its inputs' stages at most once
+      for (int j = 0; j < n->nin; j++) {
+        const Node *q = n->in[j]->producer;
+        nst[q ? p->vstage_of_node[q->id] : v]++;
+      }
+    else
+      nb[v]++;
+  }
+  for (int v = 0; v < S; v++) {
+    VStage *s = &p->vs[v];
+    int K = S - v < p->M ? S - v : p->M;
+    *s = (VStage){.v = v, .rank = v, .K = K};
+    s->f.nodes = ARENA_ARRAY(a, Node *, nf[v] + 1);
+    s->b.nodes = ARENA_ARRAY(a, Node *, nb[v] + 1);
+    s->w.nodes = ARENA_ARRAY(a, Node *, 1);
+    s->step.nodes = ARENA_ARRAY(a, Node *, nst[v] + 1);
+  }
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    int v = p->vstage_of_node[i];
+    VStage *s = &p->vs[v];
+    if (n->role == ROLE_FWD)
+      seg_push(&s->f, n);
+    else if (n->role != ROLE_STEP)
+      seg_push(&s->b, n); // B and W nodes in graph order (the schedule decides a split)
+    else {                // on every stage that holds one of the uses it sums, once each
+      int mark = -1;
+      for (int j = 0; j < n->nin; j++) {
+        const Node *q = n->in[j]->producer;
+        int w = q ? p->vstage_of_node[q->id] : v;
+        if (w != mark && (p->vs[w].step.n == 0 || p->vs[w].step.nodes[p->vs[w].step.n - 1] != n))
+          seg_push(&p->vs[w].step, n);
+        mark = w;
+      }
+    }
+    for (int j = 0; j < n->nin; j++) {
+      const Tensor *t = n->in[j];
+      if (t->kind == T_INPUT) s->loads = true;
+    }
+    for (int k = 0; k < n->nout; k++)
+      if (n->out[k] == g->loss) s->has_loss = true;
+  }
+  // Each stage's parameters, in canonical order: an owner is listed on every stage with a
+  // forward use of it or of a parameter tied to it.
+  int *tied_next = ARENA_ARRAY(a, int, (size_t)g->ntensors + 1),
+      *tied_head = ARENA_ARRAY(a, int, (size_t)g->ntensors + 1);
+  for (int i = 0; i < g->ntensors; i++) tied_head[i] = -1;
+  for (int i = g->nparams - 1; i >= 0; i--) {
+    const Tensor *q = g->params[i];
+    if (!q->tied_to) continue;
+    tied_next[q->id] = tied_head[q->tied_to->id];
+    tied_head[q->tied_to->id] = q->id;
+  }
+  // Two passes: count each stage's parameters, then list them.
+  int *listed = ARENA_ARRAY(a, int, S); // per stage: 1 + the canonical index last listed
+  for (int pass = 0; pass < 2; pass++) {
+    for (int v = 0; v < S; v++) {
+      listed[v] = 0;
+      if (pass) p->vs[v].params = ARENA_ARRAY(a, Tensor *, p->vs[v].nparams + 1);
+      p->vs[v].nparams = 0;
+    }
+    for (int i = 0; i < g->nparams; i++) {
+      Tensor *q = g->params[i];
+      if (q->tied_to || !q->grad) continue;
+      for (int id = q->id; id >= 0; id = id == q->id ? tied_head[q->id] : tied_next[id]) {
+        const Tensor *t = g->tensors[id];
+        for (int j = 0; j < t->nuses; j++) {
+          const Node *n = t->uses[j].node;
+          if (n->role != ROLE_FWD) continue;
+          int v = p->vstage_of_node[n->id];
+          if (listed[v] == i + 1) continue;
+          listed[v] = i + 1;
+          VStage *s = &p->vs[v];
+          if (pass) s->params[s->nparams] = q;
+          s->nparams++;
+        }
+      }
+    }
+  }
+  return true;
+}
+
+// ---- Checker
+
+bool partition_check(const Program *p, Diag *d) {
+  const Graph *g = p->g;
+  if (p->nv < 1 || p->nv > g->nfwd) {
+    diag_error(d, (Loc){0, 0}, "partition: %d stages for %d forward nodes", p->nv, g->nfwd);
+    return false;
+  }
+  int placed = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    int v = p->vstage_of_node[i];
+    if (v < 0 || v >= p->nv) {
+      diag_error(d, (Loc){0, 0}, "partition: node '%s' on stage %d of %d", n->name, v, p->nv);
+      return false;
+    }
+    if (n->fwd && v != p->vstage_of_node[n->fwd->id]) {
+      diag_error(d, (Loc){0, 0}, "partition: node '%s' on stage %d, its forward node '%s' on %d",
+                 n->name, v, n->fwd->name, p->vstage_of_node[n->fwd->id]);
+      return false;
+    }
+    if (n->role != ROLE_FWD) continue;
+    for (int j = 0; j < n->nin; j++) {
+      const Node *q = n->in[j]->producer;
+      if (q && q->role == ROLE_FWD && p->vstage_of_node[q->id] > v) {
+        diag_error(d, (Loc){0, 0}, "partition: edge '%s' goes back from stage %d to stage %d",
+                   n->in[j]->name, p->vstage_of_node[q->id], v);
+        return false;
+      }
+    }
+  }
+  for (int v = 0; v < p->nv; v++) {
+    const VStage *s = &p->vs[v];
+    if (s->f.n == 0) {
+      diag_error(d, (Loc){0, 0}, "partition: stage %d has no forward node", v);
+      return false;
+    }
+    const Segment *segs[2] = {&s->f, &s->b};
+    for (int k = 0; k < 2; k++)
+      for (int i = 0; i < segs[k]->n; i++) {
+        const Node *n = segs[k]->nodes[i];
+        if (p->vstage_of_node[n->id] != v || (i && segs[k]->nodes[i - 1]->id >= n->id)) {
+          diag_error(d, (Loc){0, 0}, "partition: stage %d's segment holds '%s' out of place", v,
+                     n->name);
+          return false;
+        }
+      }
+    placed += s->f.n + s->b.n;
+  }
+  int nstep = 0;
+  for (int i = 0; i < g->nnodes; i++) nstep += g->nodes[i]->role == ROLE_STEP;
+  if (placed + nstep != g->nnodes) {
+    diag_error(d, (Loc){0, 0}, "partition: the segments hold %d of %d F/B/W nodes", placed,
+               g->nnodes - nstep);
+    return false;
+  }
+  return true;
+}
+
+// ---- Dump
+
+static const char *human(char *buf, size_t cap, double v, const char *unit) {
+  static const char *const si[] = {"", "K", "M", "G", "T", "P"};
+  int i = 0;
+  while (v >= 1000 && i < 5) v /= 1000, i++;
+  snprintf(buf, cap, i ? "%.2f %s%s" : "%.0f %s%s", v, si[i], unit);
+  return buf;
+}
+
+// The stage's forward nodes, a block instance as its label and a run of instances P.i, P.i+1,
+// ... as P.i..j.
+static void print_nodes(const Program *p, const VStage *s, FILE *out) {
+  const Graph *g = p->g;
+  const char *run_prefix = NULL; // the open run's label prefix ("transformer.h")
+  int run_lo = 0, run_hi = 0, items = 0;
+  const Node *prev = NULL;
+  fputs("  nodes    ", out);
+  for (int i = 0; i <= s->f.n; i++) {
+    const Node *n = i < s->f.n ? s->f.nodes[i] : NULL;
+    if (n && prev && n->block && prev->block == n->block && prev->instance == n->instance) {
+      continue; // the same instance
+    }
+    prev = n;
+    // This item: an instance label "X.k" (k its instance number) or a node name.
+    const char *lab = NULL;
+    int k = -1;
+    size_t plen = 0;
+    if (n && n->block) {
+      int end = i + 1;
+      while (end < s->f.n && s->f.nodes[end]->block == n->block &&
+             s->f.nodes[end]->instance == n->instance)
+        end++;
+      lab = block_label(s->f.nodes + i, end - i, g->arena);
+      const char *dot = strrchr(lab, '.');
+      if (dot && dot[1] >= '0' && dot[1] <= '9' && atoi(dot + 1) == n->instance)
+        k = n->instance, plen = (size_t)(dot - lab);
+    }
+    bool extends = run_prefix && lab && k >= 0 && k == run_hi + 1 && strlen(run_prefix) == plen &&
+                   strncmp(run_prefix, lab, plen) == 0;
+    if (extends) {
+      run_hi = k;
+      continue;
+    }
+    if (run_prefix) { // close the open run
+      if (run_hi > run_lo)
+        fprintf(out, "%s%s.%d..%d", items++ ? ", " : " ", run_prefix, run_lo, run_hi);
+      else
+        fprintf(out, "%s%s.%d", items++ ? ", " : " ", run_prefix, run_lo);
+      run_prefix = NULL;
+    }
+    if (!n) break;
+    if (k >= 0) {
+      run_prefix = arena_printf(g->arena, "%.*s", (int)plen, lab);
+      run_lo = run_hi = k;
+    } else
+      fprintf(out, "%s%s", items++ ? ", " : " ", lab ? lab : n->name);
+  }
+  fputc('\n', out);
+}
+
+void partition_print(const Program *p, FILE *out) {
+  const Graph *g = p->g;
+  Arena *a = g->arena;
+  int S = p->nv;
+  int64_t mb = p->tc->mb_size;
+  fprintf(out, "partition of %s: %d stage%s (%s), microbatch of %lld rows, M %d\n", g->name, S,
+          S == 1 ? "" : "s", p->part_how, (long long)mb, p->M);
+  fprintf(out, "cost model: FLOPs at %g GFLOP/s, transfers at %g GB/s (per rank)\n",
+          p->part_rate / 1e9, p->part_bandwidth / 1e9);
+  double *flops = ARENA_ARRAY(a, double, S), *act = ARENA_ARRAY(a, double, S),
+         *sent = ARENA_ARRAY(a, double, S), *gsent = ARENA_ARRAY(a, double, S),
+         *recv = ARENA_ARRAY(a, double, S), *pbytes = ARENA_ARRAY(a, double, S);
+  int *mark = ARENA_ARRAY(a, int, S);
+  bool *has_grad = ARENA_ARRAY(a, bool, g->ntensors + 1);
+  for (int i = 0; i < g->ntensors; i++)
+    if (g->tensors[i]->grad_of) has_grad[g->tensors[i]->grad_of->id] = true;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    int v = p->vstage_of_node[i];
+    if (n->role == ROLE_STEP) continue;
+    OpCost c = {0, 0};
+    n->op->cost(n, mb, &c);
+    flops[v] += c.flops;
+    if (n->role != ROLE_FWD) continue;
+    for (int k = 0; k < n->nout; k++) {
+      const Tensor *t = n->out[k];
+      double bytes = (double)shape_numel(&t->shape, mb) * dtype_size(t->dtype);
+      act[v] += bytes;
+      for (int w = 0; w < S; w++) mark[w] = 0;
+      for (int j = 0; j < t->nuses; j++) {
+        const Node *c2 = t->uses[j].node;
+        int w = p->vstage_of_node[c2->id];
+        if (c2->role != ROLE_FWD || w == v || mark[w]) continue;
+        mark[w] = 1;
+        sent[v] += bytes; // sent to each consuming stage
+        recv[w] += bytes * (has_grad[t->id] ? 2 : 1);
+        if (has_grad[t->id]) gsent[w] += bytes; // its gradient contribution comes back
+      }
+    }
+  }
+  int slots = p->tc->opt == OPT_ADAMW ? 2 : 1;
+  for (int v = 0; v < S; v++)
+    for (int k = 0; k < p->vs[v].nparams; k++) {
+      const Tensor *q = p->vs[v].params[k];
+      pbytes[v] += (double)shape_numel(&q->shape, 1) * dtype_size(q->dtype) * (2 + slots);
+    }
+  char b1[64];
+  for (int v = 0; v < S; v++) {
+    const VStage *s = &p->vs[v];
+    fprintf(out, "stage %d (rank %d)\n", v, s->rank);
+    print_nodes(p, s, out);
+    fprintf(out, "  params    %d:", s->nparams);
+    for (int k = 0; k < s->nparams; k++) fprintf(out, " %s", s->params[k]->name);
+    fprintf(out, "\n  flops     %s per microbatch (F, B, W)\n",
+            human(b1, sizeof b1, flops[v], "FLOP"));
+    fprintf(out, "  acts      %s per microbatch (forward outputs)\n",
+            human(b1, sizeof b1, act[v], "B"));
+    fprintf(out, "  sends     %s activations", human(b1, sizeof b1, sent[v], "B"));
+    fprintf(out, ", %s gradients per microbatch\n", human(b1, sizeof b1, gsent[v], "B"));
+    int inflight = S - v < p->M ? S - v : p->M;
+    fprintf(out, "  memory    %s estimated (params, grads, optimizer state; acts x %d in flight)\n",
+            human(b1, sizeof b1, pbytes[v] + act[v] * inflight, "B"), inflight);
+    fprintf(out, "  time      %.3f ms per microbatch predicted\n",
+            1e3 * (flops[v] / p->part_rate + recv[v] / p->part_bandwidth));
+  }
+  // The tensors that cross, each with its consuming stages.
+  for (int i = 0; i < g->nfwd; i++) {
+    const Node *n = g->nodes[i];
+    int v = p->vstage_of_node[i];
+    for (int k = 0; k < n->nout; k++) {
+      const Tensor *t = n->out[k];
+      bool any = false;
+      for (int w = 0; w < S; w++) mark[w] = 0;
+      for (int j = 0; j < t->nuses; j++) {
+        const Node *c2 = t->uses[j].node;
+        int w = p->vstage_of_node[c2->id];
+        if (c2->role != ROLE_FWD || w == v || mark[w]) continue;
+        if (!any) fprintf(out, "send '%s' %s stage %d ->", t->name, fmt_shape(g, &t->shape), v);
+        mark[w] = any = true;
+        fprintf(out, " %d", w);
+      }
+      if (any) fputc('\n', out);
+    }
+  }
+}

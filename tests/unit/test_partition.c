@@ -1,0 +1,278 @@
+// Unit tests of the partition pass (compiler/partition.c): the dynamic program against brute
+// force over every cut set on generated problems (chains, DAGs with skip connections and
+// fan-out, shared parameters, random integer costs, memory caps, restricted cut points), each
+// with the same optimum; the stage cost against an independent evaluation; and the pass on a
+// small model: B/W nodes with their forward node, a shared weight listed on both stages, the
+// checker rejecting a backward edge.
+#include <math.h>
+
+#include "../../compiler/pipeline.h"
+#include "testutil.h"
+
+// ---- Generated problems
+
+static unsigned rnd_state;
+static unsigned rnd(unsigned n) { // uniform in [0, n)
+  rnd_state = rnd_state * 1103515245u + 12345u;
+  return (rnd_state >> 16) % n;
+}
+
+// A problem of n units: a chain (u -> u + 1) and, when dag, skip tensors from random units to
+// random sets of later units. Integer costs and power-of-two rates keep every sum exact.
+static void gen(CutProblem *cp, Arena *a, int n, bool dag, bool cap, bool restrict_cuts) {
+  *cp = (CutProblem){.n = n, .rate = 2, .bandwidth = 4, .M = 1 + (int)rnd(4)};
+  cp->flops = ARENA_ARRAY(a, double, n);
+  cp->act_bytes = ARENA_ARRAY(a, double, n);
+  for (int u = 0; u < n; u++) cp->flops[u] = rnd(40), cp->act_bytes[u] = rnd(10);
+  cp->t = ARENA_ARRAY(a, CutTensor, 3 * n);
+  for (int u = 0; u + 1 < n; u++) {
+    CutTensor *t = &cp->t[cp->nt++];
+    *t = (CutTensor){.from = u, .nto = 1, .bytes = rnd(30), .grad = rnd(3) != 0};
+    t->to = ARENA_ARRAY(a, int, 1);
+    t->to[0] = u + 1;
+  }
+  if (dag && n > 1)
+    for (int k = 0, extra = (int)rnd((unsigned)n + 1); k < extra; k++) {
+      int from = (int)rnd((unsigned)n - 1);
+      CutTensor *t = &cp->t[cp->nt++];
+      *t = (CutTensor){.from = from, .bytes = 1 + rnd(30), .grad = rnd(2)};
+      t->to = ARENA_ARRAY(a, int, n);
+      for (int u = from + 1; u < n; u++)
+        if (rnd(3) == 0 || (u == n - 1 && t->nto == 0)) t->to[t->nto++] = u;
+    }
+  cp->np = 1 + (int)rnd(4);
+  cp->p = ARENA_ARRAY(a, CutParam, cp->np);
+  for (int i = 0; i < cp->np; i++) {
+    CutParam *q = &cp->p[i];
+    q->bytes = 1 + rnd(50);
+    q->units = ARENA_ARRAY(a, int, n);
+    for (int u = 0; u < n; u++)
+      if (rnd(3) == 0) q->units[q->nunits++] = u; // shared by several units (tied, reused)
+  }
+  if (cap) cp->mem_cap = 40 + rnd(120);
+  if (restrict_cuts) {
+    bool *ok = ARENA_ARRAY(a, bool, n);
+    for (int u = 0; u < n; u++) ok[u] = u == 0 || rnd(2);
+    cp->cut_ok = ok;
+  }
+}
+
+// Stage r of S over [a, b), evaluated independently of partition.c: per tensor, whether it is
+// made before a and read in [a, b); per parameter, whether it is read in [a, b).
+static double naive_cost(const CutProblem *cp, int S, int r, int a, int b) {
+  double fl = 0, act = 0, comm = 0, mem = 0;
+  for (int u = a; u < b; u++) fl += cp->flops[u], act += cp->act_bytes[u];
+  for (int i = 0; i < cp->nt; i++) {
+    bool read = false;
+    for (int k = 0; k < cp->t[i].nto; k++) read |= cp->t[i].to[k] >= a && cp->t[i].to[k] < b;
+    if (cp->t[i].from < a && read) comm += cp->t[i].bytes + (cp->t[i].grad ? cp->t[i].bytes : 0);
+  }
+  for (int i = 0; i < cp->np; i++) {
+    bool read = false;
+    for (int k = 0; k < cp->p[i].nunits; k++)
+      read |= cp->p[i].units[k] >= a && cp->p[i].units[k] < b;
+    if (read) mem += cp->p[i].bytes;
+  }
+  int inflight = S - r < cp->M ? S - r : cp->M;
+  if (cp->mem_cap > 0 && mem + act * inflight > cp->mem_cap) return INFINITY;
+  return fl / cp->rate + comm / cp->bandwidth;
+}
+
+// The slowest stage of the cut set given as starts[0..S) (starts[0] = 0).
+static double eval(const CutProblem *cp, int S, const int *starts) {
+  double worst = 0;
+  for (int r = 0; r < S; r++) {
+    double c = naive_cost(cp, S, r, starts[r], r + 1 < S ? starts[r + 1] : cp->n);
+    if (c > worst) worst = c;
+  }
+  return worst;
+}
+
+// The optimum over every set of S - 1 cut points among units 1..n-1 (where cut_ok allows).
+static double brute(const CutProblem *cp, int S) {
+  double best = INFINITY;
+  int n = cp->n, starts[16];
+  for (unsigned mask = 0; mask < 1u << (n - 1); mask++) {
+    if (__builtin_popcount(mask) != S - 1) continue;
+    int k = 0;
+    starts[k++] = 0;
+    bool ok = true;
+    for (int u = 1; u < n; u++)
+      if (mask & 1u << (u - 1)) {
+        ok &= !cp->cut_ok || cp->cut_ok[u];
+        starts[k++] = u;
+      }
+    if (!ok) continue;
+    double c = eval(cp, S, starts);
+    if (c < best) best = c;
+  }
+  return best;
+}
+
+static void check_many(bool dag, bool cap, bool restrict_cuts, unsigned seed) {
+  rnd_state = seed;
+  int feasible = 0, infeasible = 0;
+  for (int iter = 0; iter < 400; iter++) {
+    Arena a;
+    arena_init(&a);
+    int n = 1 + (int)rnd(9);
+    CutProblem cp;
+    gen(&cp, &a, n, dag, cap, restrict_cuts);
+    for (int S = 1; S <= n; S++) {
+      int starts[16];
+      double want = brute(&cp, S), got = partition_dp(&cp, S, starts, &a);
+      ck_assert_msg(got == want, "iter %d n %d S %d: dp %g, brute force %g", iter, n, S, got, want);
+      if (got == INFINITY) {
+        infeasible++;
+        continue;
+      }
+      feasible++;
+      // The cut it returns is valid and reaches the optimum.
+      ck_assert_int_eq(starts[0], 0);
+      for (int r = 1; r < S; r++) {
+        ck_assert_int_gt(starts[r], starts[r - 1]);
+        ck_assert(!cp.cut_ok || cp.cut_ok[starts[r]]);
+      }
+      ck_assert_msg(eval(&cp, S, starts) == want, "iter %d: the returned cut costs %g, not %g",
+                    iter, eval(&cp, S, starts), want);
+      for (int r = 0; r < S; r++) {
+        int b = r + 1 < S ? starts[r + 1] : n;
+        ck_assert(partition_stage_cost(&cp, S, r, starts[r], b) ==
+                  naive_cost(&cp, S, r, starts[r], b));
+      }
+    }
+    arena_free(&a);
+  }
+  ck_assert_int_gt(feasible, 100); // the generator covers both outcomes
+  if (cap || restrict_cuts) ck_assert_int_gt(infeasible, 10);
+}
+
+START_TEST(test_dp_chains) {
+  check_many(false, false, false, 1);
+}
+END_TEST
+
+START_TEST(test_dp_dags) {
+  check_many(true, false, false, 2);
+}
+END_TEST
+
+START_TEST(test_dp_memory_cap) {
+  check_many(true, true, false, 3);
+}
+END_TEST
+
+START_TEST(test_dp_restricted_cuts) {
+  check_many(true, false, true, 4);
+}
+END_TEST
+
+// A skip tensor read by two later stages is received by each: counted once per reading stage.
+START_TEST(test_fanout_counted_per_stage) {
+  int to[2] = {1, 2};
+  CutTensor t = {.from = 0, .to = to, .nto = 2, .bytes = 8, .grad = false};
+  double fl[3] = {0, 0, 0}, act[3] = {0, 0, 0};
+  CutProblem cp = {
+      .n = 3, .flops = fl, .act_bytes = act, .t = &t, .nt = 1, .rate = 1, .bandwidth = 1, .M = 1};
+  ck_assert(partition_stage_cost(&cp, 3, 1, 1, 2) == 8);
+  ck_assert(partition_stage_cost(&cp, 3, 2, 2, 3) == 8);
+  ck_assert(partition_stage_cost(&cp, 2, 1, 1, 3) == 8); // one stage reads it once
+  ck_assert(partition_stage_cost(&cp, 1, 0, 0, 3) == 0);
+}
+END_TEST
+
+// ---- The pass on a model: x -> a = linear(w) -> r = relu -> b = linear(w) (w shared) -> loss.
+
+static const char *NET =
+    "{'format': 'pipec-model', 'version': 1, 'name': 'net',\n"
+    " 'inputs': [{'name': 'x', 'shape': ['B', 4]}, {'name': 'y', 'dtype': 'i32', 'shape': ['B'],"
+    " 'target': true}],\n"
+    " 'params': [{'name': 'w', 'shape': [4, 4], 'init': 'xavier'}],\n"
+    " 'nodes': [{'name': 'a', 'op': 'linear', 'inputs': ['x', 'w']},\n"
+    "           {'name': 'r', 'op': 'relu', 'inputs': ['a']},\n"
+    "           {'name': 'b', 'op': 'linear', 'inputs': ['r', 'w']},\n"
+    "           {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['b', 'y']}],\n"
+    " 'loss': 'loss'}";
+
+START_TEST(test_pass_split_shared_weight) {
+  Model m;
+  ck_assert(model_run(&m, NET));
+  ck_assert(pass_autodiff(&m.g, 2, &m.cap.d));
+  TrainConfig tc = {.batch = 4, .microbatches = 2, .mb_size = 2, .opt = OPT_ADAMW};
+  const char *split[] = {"b"};
+  PartitionOptions o = {
+      .stages = 2, .split = split, .nsplit = 1, .flops_rate = 1e9, .bandwidth = 1e9};
+  Program p;
+  ck_assert_msg(pass_partition(&m.g, &tc, &o, &p, &m.cap.d), "%s", cap_text(&m.cap));
+  ck_assert_msg(partition_check(&p, &m.cap.d), "%s", cap_text(&m.cap));
+  ck_assert_int_eq(p.nv, 2);
+  const Graph *g = &m.g;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->role == ROLE_STEP) continue;
+    const Node *f = n->fwd ? n->fwd : n;
+    if (n->role == ROLE_FWD || n->fwd) {
+      bool late = strcmp(f->name, "b") == 0 || strcmp(f->name, "loss") == 0;
+      ck_assert_msg(p.vstage_of_node[i] == (late ? 1 : 0), "%s on %d", n->name,
+                    p.vstage_of_node[i]);
+    }
+  }
+  // w is used on both stages: each lists it, and the step-end sum of its two uses is in both
+  // stages' step segments.
+  ck_assert_int_eq(p.vs[0].nparams, 1);
+  ck_assert_int_eq(p.vs[1].nparams, 1);
+  ck_assert_ptr_eq(p.vs[0].params[0], p.vs[1].params[0]);
+  ck_assert_int_eq(p.vs[0].step.n, 1);
+  ck_assert_int_eq(p.vs[1].step.n, 1);
+  ck_assert_ptr_eq(p.vs[0].step.nodes[0], p.vs[1].step.nodes[0]);
+  ck_assert(p.vs[0].loads && p.vs[1].loads); // x on stage 0, the targets on stage 1
+  ck_assert(!p.vs[0].has_loss && p.vs[1].has_loss);
+  ck_assert_int_eq(p.vs[0].K, 2); // min(S - r, M)
+  ck_assert_int_eq(p.vs[1].K, 1);
+  // The checker: a forward edge going back is an error.
+  p.vstage_of_node[graph_find(g, "a")->producer->id] = 1;
+  ck_assert(!partition_check(&p, &m.cap.d));
+  ck_assert_str_eq(cap_text(&m.cap), "m.json: error: partition: edge 'a' goes back from stage 1 "
+                                     "to stage 0\n");
+  model_free(&m);
+}
+END_TEST
+
+// Stage hints: a hint beyond S is an error at the node, with its position.
+START_TEST(test_pass_hint_out_of_range) {
+  Model m;
+  const char *hinted =
+      "{'format': 'pipec-model', 'version': 1, 'name': 'net',\n"
+      " 'inputs': [{'name': 'x', 'shape': ['B', 4]}, {'name': 'y', 'dtype': "
+      "'i32', 'shape': ['B'], 'target': true}],\n"
+      " 'params': [{'name': 'w', 'shape': [4, 4], 'init': 'xavier'}],\n"
+      " 'nodes': [{'name': 'a', 'op': 'linear', 'inputs': ['x', 'w']},\n"
+      "           {'name': 'r', 'op': 'relu', 'inputs': ['a'], 'stage': 5},\n"
+      "           {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['r', 'y']}],\n"
+      " 'loss': 'loss'}";
+  ck_assert(model_run(&m, hinted));
+  ck_assert(pass_autodiff(&m.g, 1, &m.cap.d));
+  TrainConfig tc = {.batch = 2, .microbatches = 1, .mb_size = 2, .opt = OPT_SGD};
+  PartitionOptions o = {.stages = 2, .flops_rate = 1e9, .bandwidth = 1e9};
+  Program p;
+  ck_assert(!pass_partition(&m.g, &tc, &o, &p, &m.cap.d));
+  ck_assert_str_eq(cap_text(&m.cap), "m.json:5:12: error: nodes[1] \"r\": stage 5, but there are "
+                                     "2 stages (--stages 2: 0 to 1)\n");
+  model_free(&m);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("partition");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_dp_chains);
+  tcase_add_test(tc, test_dp_dags);
+  tcase_add_test(tc, test_dp_memory_cap);
+  tcase_add_test(tc, test_dp_restricted_cuts);
+  tcase_add_test(tc, test_fanout_counted_per_stage);
+  tcase_add_test(tc, test_pass_split_shared_weight);
+  tcase_add_test(tc, test_pass_hint_out_of_range);
+  suite_add_tcase(s, tc);
+  return run_suite(s);
+}
