@@ -87,6 +87,10 @@ static bool run_partition(Driver *dr) {
   return pass_partition(&dr->graph, &dr->tc, &dr->po, &dr->prog, &dr->diag);
 }
 
+static bool run_comm(Driver *dr) {
+  return pass_comm(&dr->graph, &dr->prog, &dr->diag);
+}
+
 // S > 1 ends at the partition: no schedule, memory plan or code for several stages exists yet.
 static bool run_schedule(Driver *dr) {
   if (dr->prog.nv > 1) {
@@ -133,6 +137,10 @@ static bool check_partition(Driver *dr) {
   return partition_check(&dr->prog, &dr->diag);
 }
 
+static bool check_comm(Driver *dr) {
+  return comm_check(&dr->prog, &dr->diag);
+}
+
 static bool check_schedule(Driver *dr) {
   return schedule_check(&dr->prog, &dr->diag);
 }
@@ -147,6 +155,10 @@ static void dump_training(Driver *dr, FILE *out) {
 
 static void dump_partition(Driver *dr, FILE *out) {
   partition_print(&dr->prog, out);
+}
+
+static void dump_comm(Driver *dr, FILE *out) {
+  comm_print(&dr->prog, out);
 }
 
 static void dump_schedule(Driver *dr, FILE *out) {
@@ -187,6 +199,8 @@ static const Pass passes[] = {
     {"autodiff", run_autodiff, check_ir, dump_ir, "the IR with the backward and step-end nodes"},
     {"partition", run_partition, check_partition, dump_partition,
      "the stage of every node: the partition table (--stages)"},
+    {"comm", run_comm, check_comm, dump_comm,
+     "the channels between stages and the exchange groups of shared parameters"},
     {"schedule", run_schedule, check_schedule, dump_schedule, "each rank's action list"},
     {"memplan", run_memplan, NULL, dump_plan, "the memory plan (= pipec plan)"},
     {"codegen", run_codegen, NULL, dump_codegen, "the generated program (OUT/rank0.c)"},
@@ -622,8 +636,8 @@ int main(int argc, char **argv) {
     rc = usage_error("arguments after '--' are for 'run' only (got '%s')", dr.prog_args[0]);
   else
     rc = select_passes(&dr, cmd);
-  // check and print with several stages run the partition too (its errors, its dump).
-  int part = find_pass("partition", strlen("partition"));
+  // check and print with several stages run the partition and comm passes too (errors, dumps).
+  int part = find_pass("comm", strlen("comm"));
   if (!rc && (dr.po.stages > 1 || dr.po.nsplit) && dr.last < part && !dr.stop_after) dr.last = part;
   if (rc) {
     RETURN(rc);

@@ -69,13 +69,22 @@ typedef struct VStage {
 } VStage;
 
 typedef struct Channel {
-  int id;     // index in Program.ch
-  Tensor *t;  // the tensor sent (one gradient contribution is a tensor of its own)
-  int from_v; // stage that produces it
-  int to_v;   // stage that reads it
-  bool grad;  // a gradient (sent after B, backward) rather than an activation (after F)
-  int tag;    // message tag, unique per channel (a transport's match key with m)
+  int id;        // index in Program.ch
+  Tensor *t;     // the tensor sent (one gradient contribution is a tensor of its own)
+  int from_v;    // stage that produces it
+  int to_v;      // stage that reads it
+  bool grad;     // a gradient (sent after B, backward) rather than an activation (after F)
+  int tag;       // message tag, unique per channel (a transport's match key with m)
+  int64_t bytes; // bytes per microbatch (the tensor at the microbatch size; comm pass)
 } Channel;
+
+// A parameter used on several stages (tied or shared): each of them holds it and sums its own
+// uses' gradients; the partial sums are exchanged and combined in use order (comm pass).
+typedef struct Exchange {
+  Tensor *param; // the owner parameter (storage owner of its ties)
+  int *stages;   // the stages holding a partial sum, in use order (first use first)
+  int n;         // count (>= 2)
+} Exchange;
 
 typedef struct RankProgram {
   int rank;     // rank id 0..nranks-1
@@ -96,6 +105,8 @@ typedef struct Program {
   int nv;                // count (S * V)
   Channel *ch;           // tensors crossing between stages
   int nch;               // count
+  Exchange *ex;          // parameters whose gradient partial sums are exchanged (comm pass)
+  int nex;               // count
   RankProgram *ranks;    // one program per rank
   int nranks;            // S
   // Filled by the partition pass (read by its dump):
@@ -185,6 +196,25 @@ bool partition_check(const Program *p, Diag *d);
 // The partition table (--dump-after=partition): per stage its nodes (block instances compacted,
 // transformer.h.0..3), parameters, FLOPs, activation bytes, bytes sent per microbatch.
 void partition_print(const Program *p, FILE *out);
+
+// ---- Communication (comm pass, compiler/comm.c)
+
+// comm pass: from the partition, the channels (Program.ch) and exchange groups (Program.ex).
+// Each tensor produced on stage v and read (by an F, B or W node) on v' != v gets one channel per
+// consuming stage: activations forward, each gradient contribution (a tensor of its own, made by
+// a consumer's B node) backward to the producer's stage; sent directly, never relayed. Model
+// inputs, targets and parameters have no producer: read locally, no channel. Channels are in
+// producer graph order, then first-use order; tag = id. O(nodes + uses + uses x S).
+bool pass_comm(Graph *g, Program *p, Diag *d);
+
+// Checks the channels independently: every cross-stage edge (producer stage != reader stage,
+// reader not step-end) has exactly one channel with its tensor and stages, every channel is
+// such an edge, from_v is the producer's stage, grad iff the producer is not a forward node.
+bool comm_check(const Program *p, Diag *d);
+
+// The channels (--dump-after=comm): one line per channel (tensor, from -> to, bytes per
+// microbatch, fwd / grad), then one line per exchange group.
+void comm_print(const Program *p, FILE *out);
 
 // schedule pass: places every node on a virtual stage and builds each rank's action list. Today
 // one rank and one stage (V = 1) with M microbatches in the order the program has always run them:

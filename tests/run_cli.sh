@@ -76,7 +76,7 @@ expect list-ops 0 '' "$pipec" --list-ops
 
 # The pass table: --dump-after takes a list, --stop-after caps the passes; the passes run are the
 # ones up to the last the command, --dump-after and --stop-after ask for, and no further.
-passes="expand, shape, training, autodiff, partition, schedule, memplan, codegen"
+passes="expand, shape, training, autodiff, partition, comm, schedule, memplan, codegen"
 expect bad-stop-pass 2 "^pipec: --stop-after: unknown pass 'nope' \(passes: $passes\)$" "$pipec" check --stop-after=nope samples/mlp_digits.json
 expect bad-pass-in-list 2 "^pipec: --dump-after: unknown pass 'plan' \(passes: $passes\)$" "$pipec" print --dump-after=expand,plan samples/mlp_digits.json
 expect dump-after-stop 2 "^pipec: --dump-after=memplan: the pass comes after --stop-after=shape$" "$pipec" print --dump-after=memplan --stop-after=shape samples/mlp_digits.json
@@ -108,7 +108,7 @@ grep -q 'memplan' /tmp/pipec_cli_err.$$ && { echo "FAIL --dump-after=autodiff ra
 # --time-passes: one line per pass run, and one per checker, in table order.
 expect time-plan 0 '' "$pipec" plan --time-passes samples/mlp_digits.json
 [ "$(sed -E 's/^pipec: (pass|check) +([a-z]+) .*/\1 \2/' /tmp/pipec_cli_err.$$ | paste -sd,)" = \
-  "pass parse,pass expand,check expand,pass shape,check shape,pass training,pass autodiff,check autodiff,pass partition,check partition,pass schedule,check schedule,pass memplan" ] &&
+  "pass parse,pass expand,check expand,pass shape,check shape,pass training,pass autodiff,check autodiff,pass partition,check partition,pass comm,check comm,pass schedule,check schedule,pass memplan" ] &&
   pass=$((pass + 1)) || { echo "FAIL plan --time-passes: $(paste -sd, /tmp/pipec_cli_err.$$)"; fail=$((fail + 1)); }
 # Pipeline stages (docs/pipeline.md): the partition runs for check and print; every command that
 # needs a pass after it stops there with one error (no pipeline back end yet); usage errors exit 2.
@@ -137,6 +137,15 @@ expect memcap-tight 1 "^samples/gpt_char.json: error: --mem-cap 1000: no cut int
 expect split-fanout 0 '' "$pipec" print --split gate,narrow --dump-after=partition samples/skip_net.json
 grep -qx "send 'a0' (B,64) stage 0 -> 1 2" <<<"$LAST_OUT" && grep -q "^  sends     6.14 KB activations, 0 B gradients" <<<"$LAST_OUT" &&
   pass=$((pass + 1)) || { echo "FAIL --split gate,narrow (fan-out): $LAST_OUT"; fail=$((fail + 1)); }
+# The comm pass on the same cut: a0 goes directly to both later stages (never relayed by stage 1),
+# each of its gradient contributions comes back as a channel of its own, the shared weight's two
+# stages exchange their partial sums.
+expect comm-fanout 0 '' "$pipec" print --split gate,narrow --dump-after=comm samples/skip_net.json
+grep -qx "c0 'a0' v0 -> v1 2048 B per microbatch fwd" <<<"$LAST_OUT" && grep -qx "c1 'a0' v0 -> v2 2048 B per microbatch fwd" <<<"$LAST_OUT" &&
+  ! grep -q "'a0' v1 -> v2" <<<"$LAST_OUT" && grep -qx "c5 'd:skip@body2#0' v2 -> v0 2048 B per microbatch grad" <<<"$LAST_OUT" &&
+  grep -qx "c9 'd:a0@gate#0' v1 -> v0 2048 B per microbatch grad" <<<"$LAST_OUT" &&
+  grep -qx "exchange 'shared.weight' stages v0 v2 (partial sums, in use order)" <<<"$LAST_OUT" &&
+  pass=$((pass + 1)) || { echo "FAIL comm --split gate,narrow: $LAST_OUT"; fail=$((fail + 1)); }
 # Hints: split_before marks restrict the automatic cut to them; a stage hint pins, and a hint that
 # sends an edge backwards is an error at the node with its caret.
 hint=$(mktemp -d)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Golden tests: every sample checks with exit 0 and no diagnostics, and its `check` summary,
 # `print` IR, memory `plan` and the dumps of the passes listed below (`print --dump-after=PASS`:
-# the IR after autodiff, the schedule's per-rank action lists; the partition table at two stages,
-# `print --stages 2 --dump-after=partition`) equal the files in tests/golden/ (regenerate with
+# the IR after autodiff, the schedule's per-rank action lists; at two stages the partition table
+# and the channels, `print --stages 2 --dump-after=partition` and `--dump-after=comm`) equal the files in tests/golden/ (regenerate with
 # UPDATE=1 after a deliberate change).
 set -u
 pipec=$1
@@ -11,11 +11,11 @@ cd "$root" || exit 1
 pass=0 fail=0
 for m in samples/*.json; do
   base=$(basename "$m" .json)
-  for cmd in check print plan autodiff schedule partition; do
+  for cmd in check print plan autodiff schedule partition comm; do
     want=tests/golden/$base.$cmd
     case $cmd in
       check | print | plan) got=$("$pipec" "$cmd" "$m" 2>/tmp/pipec_golden_err.$$) ;;
-      partition) got=$("$pipec" print --stages 2 --dump-after=partition "$m" 2>/tmp/pipec_golden_err.$$) ;;
+      partition | comm) got=$("$pipec" print --stages 2 --dump-after="$cmd" "$m" 2>/tmp/pipec_golden_err.$$) ;;
       *) got=$("$pipec" print --dump-after="$cmd" "$m" 2>/tmp/pipec_golden_err.$$) ;; # a pass's dump
     esac
     rc=$?

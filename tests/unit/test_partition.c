@@ -238,6 +238,46 @@ START_TEST(test_pass_split_shared_weight) {
 }
 END_TEST
 
+// The comm pass on the same cut: r crosses forward, its gradient contribution from b comes back
+// as a tensor of its own, w's two stages form its exchange group; the checker rejects a
+// duplicated and a missing channel.
+START_TEST(test_pass_comm) {
+  Model m;
+  ck_assert(model_run(&m, NET));
+  ck_assert(pass_autodiff(&m.g, 2, &m.cap.d));
+  TrainConfig tc = {.batch = 4, .microbatches = 2, .mb_size = 2, .opt = OPT_ADAMW};
+  const char *split[] = {"b"};
+  PartitionOptions o = {
+      .stages = 2, .split = split, .nsplit = 1, .flops_rate = 1e9, .bandwidth = 1e9};
+  Program p;
+  ck_assert_msg(pass_partition(&m.g, &tc, &o, &p, &m.cap.d), "%s", cap_text(&m.cap));
+  ck_assert(pass_comm(&m.g, &p, &m.cap.d));
+  ck_assert_msg(comm_check(&p, &m.cap.d), "%s", cap_text(&m.cap));
+  const Tensor *r = graph_find(&m.g, "r");
+  ck_assert_int_eq(p.nch, 2);
+  ck_assert_ptr_eq(p.ch[0].t, r);
+  ck_assert(p.ch[0].from_v == 0 && p.ch[0].to_v == 1 && !p.ch[0].grad);
+  ck_assert_int_eq(p.ch[0].bytes, 2 * 4 * 4); // (B, 4) f32 at a microbatch of 2 rows
+  ck_assert_ptr_eq(p.ch[1].t->grad_of, r);    // the contribution of b's use of r
+  ck_assert(p.ch[1].from_v == 1 && p.ch[1].to_v == 0 && p.ch[1].grad);
+  ck_assert_int_eq(p.ch[1].tag, 1);
+  ck_assert_int_eq(p.nex, 1);
+  ck_assert_str_eq(p.ex[0].param->name, "w");
+  ck_assert(p.ex[0].n == 2 && p.ex[0].stages[0] == 0 && p.ex[0].stages[1] == 1);
+  Channel two[3] = {p.ch[0], p.ch[0], p.ch[1]};
+  two[1].id = 1, two[2].id = 2;
+  Channel *saved = p.ch;
+  p.ch = two, p.nch = 3;
+  ck_assert(!comm_check(&p, &m.cap.d));
+  ck_assert_str_eq(cap_text(&m.cap), "m.json: error: comm: 'r' has more than one channel to "
+                                     "stage v1\n");
+  p.ch = saved, p.nch = 1;
+  ck_assert(!comm_check(&p, &m.cap.d));
+  ck_assert(strstr(cap_text(&m.cap), "is read on stage v0 but has no channel to it"));
+  model_free(&m);
+}
+END_TEST
+
 // Stage hints: a hint beyond S is an error at the node, with its position.
 START_TEST(test_pass_hint_out_of_range) {
   Model m;
@@ -272,6 +312,7 @@ int main(void) {
   tcase_add_test(tc, test_dp_restricted_cuts);
   tcase_add_test(tc, test_fanout_counted_per_stage);
   tcase_add_test(tc, test_pass_split_shared_weight);
+  tcase_add_test(tc, test_pass_comm);
   tcase_add_test(tc, test_pass_hint_out_of_range);
   suite_add_tcase(s, tc);
   return run_suite(s);
