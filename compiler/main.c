@@ -55,6 +55,9 @@ typedef struct Driver {
   PartitionOptions po;    // --stages, --split, --flops-rate, --bandwidth, --mem-cap
   Program prog;           // per-rank action lists (schedule pass) and each rank's memory plan
                           // (memplan pass: prog.ranks[r].plan)
+  SchedKind sched;        // --schedule (S > 1; default 1f1b)
+  int virt;               // --virtual V: stages per rank (interleaved; the partition cuts S x V)
+  SchedStats stats;       // S > 1: the lock-step simulation's prediction (schedule's checker)
 } Driver;
 
 static double now(void) {
@@ -91,22 +94,33 @@ static bool run_comm(Driver *dr) {
   return pass_comm(&dr->graph, &dr->prog, &dr->diag);
 }
 
-// S > 1 ends at the partition: no schedule, memory plan or code for several stages exists yet.
+// S = 1: the one-stage program exactly as always (--schedule does not apply). S > 1: the chosen
+// schedule over the partition's S x V stages (stage v on rank v mod S) and the comm pass's
+// channels.
 static bool run_schedule(Driver *dr) {
-  if (dr->prog.nv > 1) {
+  if (dr->prog.nv == 1) return pass_schedule(&dr->graph, &dr->tc, &dr->prog, &dr->diag);
+  if (dr->prog.nv % dr->virt) {
     diag_error(&dr->diag, (Loc){0, 0},
-               "%d stages: the pipeline back end (schedules, memory plans and programs for more "
-               "than one stage) is not built yet; the partition pass ran "
-               "(pipec print --stages %d --dump-after=partition shows it)",
-               dr->prog.nv, dr->prog.nv);
+               "--virtual %d: the partition has %d stages, not a multiple of %d (with --split, "
+               "name S x V - 1 cuts)",
+               dr->virt, dr->prog.nv, dr->virt);
     return false;
   }
-  return pass_schedule(&dr->graph, &dr->tc, &dr->prog, &dr->diag);
+  return sched_build(&dr->prog, dr->sched, dr->prog.nv / dr->virt, dr->virt, &dr->arena, &dr->diag);
 }
 
+// S > 1 ends at the schedule: no per-rank memory plan or code for several stages exists yet.
 // The plan is the target's: its buffers hold what the target computes in. plan_memory checks
 // its placement itself (an independent sweep, in every build).
 static bool run_memplan(Driver *dr) {
+  if (dr->prog.nranks > 1) {
+    diag_error(&dr->diag, (Loc){0, 0},
+               "%d stages: the pipeline back end (per-rank memory plans and programs for more "
+               "than one stage) is not built yet; the partition, comm and schedule passes ran "
+               "(pipec plan --stages %d shows them)",
+               dr->prog.nranks, dr->prog.nranks);
+    return false;
+  }
   if (!codegen_check_target(&dr->graph, dr->target, &dr->diag)) return false;
   if (!plan_memory(&dr->prog, &dr->diag)) return false;
   plan_warn_memory(&dr->prog.ranks[0].plan, &dr->diag);
@@ -141,8 +155,10 @@ static bool check_comm(Driver *dr) {
   return comm_check(&dr->prog, &dr->diag);
 }
 
+// S > 1: the lock-step simulation too (schedule_verify), which keeps its prediction for plan.
 static bool check_schedule(Driver *dr) {
-  return schedule_check(&dr->prog, &dr->diag);
+  if (dr->prog.nranks <= 1) return schedule_check(&dr->prog, &dr->diag);
+  return schedule_verify(&dr->prog, NULL, &dr->stats, &dr->arena, &dr->diag);
 }
 
 static void dump_ir(Driver *dr, FILE *out) {
@@ -282,7 +298,9 @@ static void usage(FILE *f) {
       "      --microbatches M     = --set microbatches=M\n"
       "      --steps N            = --set steps=N\n"
       "      --stages S           cut the model into S pipeline stages (default 1; S > 1:\n"
-      "                           check and print only for now, docs/pipeline.md)\n"
+      "                           check, print and plan only for now, docs/pipeline.md)\n"
+      "      --schedule X         pipeline schedule: gpipe, 1f1b (default), interleaved, zb-h1\n"
+      "      --virtual V          interleaved: V stages per rank (the partition cuts S x V)\n"
       "      --split NAME[,NAME...]\n"
       "                           cut before these nodes or block instances (transformer.h.2)\n"
       "      --flops-rate GFLOPS  the automatic partitioner's compute rate, GFLOP/s (default 50)\n"
@@ -402,7 +420,28 @@ static int finish_print(Driver *dr) {
   return 0;
 }
 
+// plan at S > 1 (it stops after the schedule): the partition table, the channels, the grid,
+// the predicted bubble and the peak microbatches in flight per stage.
+static int finish_plan_pipeline(Driver *dr) {
+  Program *p = &dr->prog;
+  partition_print(p, stdout);
+  printf("\n");
+  comm_print(p, stdout);
+  printf("\nschedule %s: %d ranks, %d stage%s per rank, %d microbatch%s\n", sched_name(dr->sched),
+         p->nranks, dr->virt, dr->virt == 1 ? "" : "s", p->M, p->M == 1 ? "" : "es");
+  fflush(stdout);
+  if (!schedule_print_grid(p, stdout, &dr->diag)) return EXIT_MODEL;
+  printf("predicted bubble: %.1f%% of the ranks' time (unit costs F 1, B %s)\n",
+         dr->stats.bubble * 100, p->split_bw ? "1, W 1" : "2");
+  printf("peak microbatches in flight:");
+  for (int v = 0; v < p->nv; v++) printf(" v%d %d", v, dr->stats.peak[v]);
+  printf("\nper-rank memory plans and code generation for more than one stage are planned "
+         "(docs/pipeline.md)\n");
+  return 0;
+}
+
 static int finish_plan(Driver *dr) {
+  if (dr->prog.nranks > 1) return finish_plan_pipeline(dr);
   plan_print(&dr->graph, &dr->tc, &dr->prog.ranks[0].plan, stdout);
   return 0;
 }
@@ -490,9 +529,13 @@ int main(int argc, char **argv) {
       {"flops-rate", required_argument, NULL, 'F'},
       {"bandwidth", required_argument, NULL, 'W'},
       {"mem-cap", required_argument, NULL, 'C'},
+      {"schedule", required_argument, NULL, 'K'},
+      {"virtual", required_argument, NULL, 'v'},
       {NULL, 0, NULL, 0},
   };
   Driver dr = {0};
+  dr.sched = SCHED_1F1B;
+  dr.virt = 1;
   arena_init(&dr.arena); // everything below is freed at once by arena_free on every exit path
   dr.defines = ARENA_ARRAY(&dr.arena, const char *, argc + 1);
   dr.sets = ARENA_ARRAY(&dr.arena, const char *, argc + 1);
@@ -561,6 +604,18 @@ int main(int argc, char **argv) {
         RETURN(
             usage_error("--stages: expected a number of stages from 1 to 65536, got '%s'", optarg));
       dr.po.stages = (int)v;
+      break;
+    }
+    case 'K':
+      if (!sched_parse(optarg, &dr.sched))
+        RETURN(usage_error("--schedule: unknown schedule '%s' (gpipe, 1f1b, interleaved, zb-h1)",
+                           optarg));
+      break;
+    case 'v': {
+      int64_t v;
+      if (!parse_count(optarg, 1, 64, &v))
+        RETURN(usage_error("--virtual: expected stages per rank from 1 to 64, got '%s'", optarg));
+      dr.virt = (int)v;
       break;
     }
     case 'X': // repeated: the lists add up
@@ -636,9 +691,17 @@ int main(int argc, char **argv) {
     rc = usage_error("arguments after '--' are for 'run' only (got '%s')", dr.prog_args[0]);
   else
     rc = select_passes(&dr, cmd);
-  // check and print with several stages run the partition and comm passes too (errors, dumps).
-  int part = find_pass("comm", strlen("comm"));
-  if (!rc && (dr.po.stages > 1 || dr.po.nsplit) && dr.last < part && !dr.stop_after) dr.last = part;
+  if (!rc && dr.virt > 1 && dr.sched != SCHED_INTERLEAVED)
+    rc = usage_error("--virtual %d: only --schedule interleaved runs several stages per rank",
+                     dr.virt);
+  if (!rc && dr.virt > 1 && dr.po.stages) dr.po.stages *= dr.virt; // the partition cuts S x V
+  // check and print with several stages run the partition and comm passes too (errors, dumps);
+  // plan stops after the schedule (no per-rank memory plan yet).
+  bool multi = dr.po.stages > 1 || dr.po.nsplit;
+  int part = find_pass("comm", strlen("comm")), sched = find_pass("schedule", strlen("schedule"));
+  if (!rc && multi && dr.last < part && !dr.stop_after) dr.last = part;
+  if (!rc && multi && cmd && strcmp(cmd->name, "plan") == 0 && dr.last > sched && !dr.stop_after)
+    dr.last = sched;
   if (rc) {
     RETURN(rc);
   }
@@ -654,7 +717,10 @@ int main(int argc, char **argv) {
   if (dr.time_passes) fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", "parse", (now() - t0) * 1e3);
   ok = ok && run_passes(&dr);
   int status = ok ? 0 : EXIT_MODEL;
-  if (ok && dr.last >= find_pass(cmd->needs, strlen(cmd->needs))) status = cmd->finish(&dr);
+  if (ok && dr.last >= find_pass(cmd->needs, strlen(cmd->needs)))
+    status = cmd->finish(&dr);
+  else if (ok && multi && cmd && strcmp(cmd->name, "plan") == 0 && dr.last == sched)
+    status = finish_plan_pipeline(&dr);
   source_free(&dr.src);
   RETURN(status);
 }

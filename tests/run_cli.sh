@@ -110,10 +110,32 @@ expect time-plan 0 '' "$pipec" plan --time-passes samples/mlp_digits.json
 [ "$(sed -E 's/^pipec: (pass|check) +([a-z]+) .*/\1 \2/' /tmp/pipec_cli_err.$$ | paste -sd,)" = \
   "pass parse,pass expand,check expand,pass shape,check shape,pass training,pass autodiff,check autodiff,pass partition,check partition,pass comm,check comm,pass schedule,check schedule,pass memplan" ] &&
   pass=$((pass + 1)) || { echo "FAIL plan --time-passes: $(paste -sd, /tmp/pipec_cli_err.$$)"; fail=$((fail + 1)); }
-# Pipeline stages (docs/pipeline.md): the partition runs for check and print; every command that
-# needs a pass after it stops there with one error (no pipeline back end yet); usage errors exit 2.
-expect stages-plan 1 "^samples/gpt_char.json: error: 2 stages: the pipeline back end .* is not built yet" "$pipec" plan --stages 2 samples/gpt_char.json
-expect stages-compile 1 "^samples/mlp_digits.json: error: 3 stages: the pipeline back end" "$pipec" compile --stages 3 samples/mlp_digits.json -o "$(mktemp -d)/x"
+# Pipeline stages (docs/pipeline.md): the partition and comm passes run for check and print, plan
+# runs the schedule too and prints it; compile and run stop at the memory plan with one error (no
+# per-rank plans or programs yet); usage errors exit 2.
+expect plan-s2 0 '' "$pipec" plan --stages 2 --microbatches 4 --schedule 1f1b samples/mlp_digits.json
+[[ "$LAST_OUT" == "partition of mlp_digits: 2 stages"* ]] && grep -qx "c0 'relu1' v0 -> v1 8192 B per microbatch fwd" <<<"$LAST_OUT" &&
+  grep -qx "schedule 1f1b: 2 ranks, 1 stage per rank, 4 microbatches" <<<"$LAST_OUT" &&
+  grep -qx "  rank 0: ld F0 s> ld F1 s> .  .  .  r< B0 ld F2 s> .  r< B1 ld F3 s> .  r< B2 .  .  .  .  r< B3 T  N  O" <<<"$LAST_OUT" &&
+  grep -qx "predicted bubble: 20.0% of the ranks' time (unit costs F 1, B 2)" <<<"$LAST_OUT" &&
+  grep -qx "peak microbatches in flight: v0 2 v1 1" <<<"$LAST_OUT" &&
+  [ "$(tail -n 1 <<<"$LAST_OUT")" = "per-rank memory plans and code generation for more than one stage are planned (docs/pipeline.md)" ] &&
+  pass=$((pass + 1)) || { echo "FAIL plan --stages 2: $LAST_OUT"; fail=$((fail + 1)); }
+expect plan-s4 0 '' "$pipec" plan --stages 4 --microbatches 8 --schedule zb-h1 samples/skip_net.json
+grep -qx "schedule zb-h1: 4 ranks, 1 stage per rank, 8 microbatches" <<<"$LAST_OUT" && grep -q "^  rank 3: " <<<"$LAST_OUT" &&
+  ! grep -q "^  rank 4: " <<<"$LAST_OUT" && grep -qx "peak microbatches in flight: v0 4 v1 3 v2 2 v3 1" <<<"$LAST_OUT" &&
+  grep -qx "predicted bubble: 22.6% of the ranks' time (unit costs F 1, B 1, W 1)" <<<"$LAST_OUT" &&
+  pass=$((pass + 1)) || { echo "FAIL plan --stages 4 zb-h1: $LAST_OUT"; fail=$((fail + 1)); }
+expect plan-interleaved 0 '' "$pipec" plan --stages 2 --microbatches 4 --schedule interleaved --virtual 2 samples/skip_net.json
+[[ "$LAST_OUT" == "partition of skip_net: 4 stages"* ]] && grep -qx "schedule interleaved: 2 ranks, 2 stages per rank, 4 microbatches" <<<"$LAST_OUT" &&
+  grep -q "^  rank 1: .* F0.1 " <<<"$LAST_OUT" && pass=$((pass + 1)) || { echo "FAIL plan interleaved: $LAST_OUT"; fail=$((fail + 1)); }
+expect plan-bad-schedule 2 "^pipec: --schedule: unknown schedule 'pipedream' \(gpipe, 1f1b, interleaved, zb-h1\)$" "$pipec" plan --stages 2 --schedule pipedream samples/mlp_digits.json
+expect plan-virtual-not-interleaved 2 "^pipec: --virtual 2: only --schedule interleaved runs several stages per rank$" "$pipec" plan --stages 2 --virtual 2 samples/mlp_digits.json
+expect plan-interleaved-bad-m 1 "^samples/mlp_digits.json: error: schedule interleaved: needs the microbatches M a multiple of the stages S \(M = 4, S = 3\)$" "$pipec" plan --stages 3 --microbatches 4 --schedule interleaved --virtual 2 samples/mlp_digits.json
+[ -z "$LAST_OUT" ] && [ "$(wc -l </tmp/pipec_cli_err.$$)" -eq 1 ] && pass=$((pass + 1)) || { echo "FAIL interleaved bad M: not one error, no output"; fail=$((fail + 1)); }
+expect plan-s1-schedule 0 '' "$pipec" plan --schedule gpipe samples/mlp_digits.json
+[ "$LAST_OUT" = "$(cat tests/golden/mlp_digits.plan)" ] && pass=$((pass + 1)) || { echo "FAIL plan at S = 1 with --schedule: not the one-stage plan"; fail=$((fail + 1)); }
+expect stages-compile 1 "^samples/mlp_digits.json: error: 3 stages: the pipeline back end \(per-rank memory plans and programs for more than one stage\) is not built yet" "$pipec" compile --stages 3 samples/mlp_digits.json -o "$(mktemp -d)/x"
 expect stages-check 0 '' "$pipec" check --stages 2 samples/gpt_char.json
 [ "$LAST_OUT" = "$(cat tests/golden/gpt_char.check)" ] && pass=$((pass + 1)) || { echo "FAIL check --stages 2: not the summary"; fail=$((fail + 1)); }
 expect stages-one 0 '' "$pipec" print --stages 1 --dump-after=partition samples/skip_net.json
