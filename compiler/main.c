@@ -86,8 +86,14 @@ static bool run_autodiff(Driver *dr) {
   return pass_autodiff(&dr->graph, (int)dr->tc.microbatches, &dr->diag);
 }
 
+// With --virtual V the partition cuts S x V stages; stage v runs on rank v mod S (as sched_build
+// sets it again), so the partition table names the right ranks.
 static bool run_partition(Driver *dr) {
-  return pass_partition(&dr->graph, &dr->tc, &dr->po, &dr->prog, &dr->diag);
+  if (!pass_partition(&dr->graph, &dr->tc, &dr->po, &dr->prog, &dr->diag)) return false;
+  Program *p = &dr->prog;
+  if (dr->virt > 1 && p->nv % dr->virt == 0)
+    for (int v = 0; v < p->nv; v++) p->vs[v].rank = v % (p->nv / dr->virt);
+  return true;
 }
 
 static bool run_comm(Driver *dr) {

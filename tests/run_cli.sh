@@ -127,7 +127,7 @@ grep -qx "schedule zb-h1: 4 ranks, 1 stage per rank, 8 microbatches" <<<"$LAST_O
   grep -qx "predicted bubble: 22.6% of the ranks' time (unit costs F 1, B 1, W 1)" <<<"$LAST_OUT" &&
   pass=$((pass + 1)) || { echo "FAIL plan --stages 4 zb-h1: $LAST_OUT"; fail=$((fail + 1)); }
 expect plan-interleaved 0 '' "$pipec" plan --stages 2 --microbatches 4 --schedule interleaved --virtual 2 samples/skip_net.json
-[[ "$LAST_OUT" == "partition of skip_net: 4 stages"* ]] && grep -qx "schedule interleaved: 2 ranks, 2 stages per rank, 4 microbatches" <<<"$LAST_OUT" &&
+[[ "$LAST_OUT" == "partition of skip_net: 4 stages"* ]] && grep -qx "stage 2 (rank 0)" <<<"$LAST_OUT" && grep -qx "schedule interleaved: 2 ranks, 2 stages per rank, 4 microbatches" <<<"$LAST_OUT" &&
   grep -q "^  rank 1: .* F0.1 " <<<"$LAST_OUT" && pass=$((pass + 1)) || { echo "FAIL plan interleaved: $LAST_OUT"; fail=$((fail + 1)); }
 expect plan-bad-schedule 2 "^pipec: --schedule: unknown schedule 'pipedream' \(gpipe, 1f1b, interleaved, zb-h1\)$" "$pipec" plan --stages 2 --schedule pipedream samples/mlp_digits.json
 expect plan-virtual-not-interleaved 2 "^pipec: --virtual 2: only --schedule interleaved runs several stages per rank$" "$pipec" plan --stages 2 --virtual 2 samples/mlp_digits.json
