@@ -89,7 +89,12 @@ static bool run_autodiff(Driver *dr) {
 // With --virtual V the partition cuts S x V stages; stage v runs on rank v mod S (as sched_build
 // sets it again), so the partition table names the right ranks.
 static bool run_partition(Driver *dr) {
-  if (!pass_partition(&dr->graph, &dr->tc, &dr->po, &dr->prog, &dr->diag)) return false;
+  if (!pass_partition(&dr->graph, &dr->tc, &dr->po, &dr->prog, &dr->diag)) {
+    if (dr->virt > 1) // its message counts the S x V stages it was asked for
+      fprintf(stderr, "pipec: note: with --virtual %d the partition cuts S x V = %d stages\n",
+              dr->virt, dr->po.stages);
+    return false;
+  }
   Program *p = &dr->prog;
   if (dr->virt > 1 && p->nv % dr->virt == 0)
     for (int v = 0; v < p->nv; v++) p->vs[v].rank = v % (p->nv / dr->virt);

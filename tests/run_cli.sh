@@ -133,6 +133,8 @@ expect plan-bad-schedule 2 "^pipec: --schedule: unknown schedule 'pipedream' \(g
 expect plan-virtual-not-interleaved 2 "^pipec: --virtual 2: only --schedule interleaved runs several stages per rank$" "$pipec" plan --stages 2 --virtual 2 samples/mlp_digits.json
 expect plan-interleaved-bad-m 1 "^samples/mlp_digits.json: error: schedule interleaved: needs the microbatches M a multiple of the stages S \(M = 4, S = 3\)$" "$pipec" plan --stages 3 --microbatches 4 --schedule interleaved --virtual 2 samples/mlp_digits.json
 [ -z "$LAST_OUT" ] && [ "$(wc -l </tmp/pipec_cli_err.$$)" -eq 1 ] && pass=$((pass + 1)) || { echo "FAIL interleaved bad M: not one error, no output"; fail=$((fail + 1)); }
+expect plan-virtual-too-many 1 "^samples/mlp_digits.json: error: --stages 8: the model has only 6 forward nodes$" "$pipec" plan --stages 4 --microbatches 8 --schedule interleaved --virtual 2 samples/mlp_digits.json
+[ "$(sed -n 2p /tmp/pipec_cli_err.$$)" = "pipec: note: with --virtual 2 the partition cuts S x V = 8 stages" ] && pass=$((pass + 1)) || { echo "FAIL --virtual: no note on the S x V stages"; fail=$((fail + 1)); }
 expect plan-s1-schedule 0 '' "$pipec" plan --schedule gpipe samples/mlp_digits.json
 [ "$LAST_OUT" = "$(cat tests/golden/mlp_digits.plan)" ] && pass=$((pass + 1)) || { echo "FAIL plan at S = 1 with --schedule: not the one-stage plan"; fail=$((fail + 1)); }
 expect stages-compile 1 "^samples/mlp_digits.json: error: 3 stages: the pipeline back end \(per-rank memory plans and programs for more than one stage\) is not built yet" "$pipec" compile --stages 3 samples/mlp_digits.json -o "$(mktemp -d)/x"
