@@ -108,20 +108,9 @@ START_TEST(test_verify_finds_overlaps) {
 }
 END_TEST
 
-// x -> linear(w) -> relu -> cross_entropy(y), and a tied parameter pair not needed here.
-static const char *NET = "{'format': 'pipec-model', 'version': 1, 'name': 'net',\n"
-                         " 'inputs': [{'name': 'x', 'shape': ['B', 4]}, {'name': 'y', 'dtype': "
-                         "'i32', 'shape': ['B'], 'target': true}],\n"
-                         " 'params': [{'name': 'w', 'shape': [3, 4], 'init': 'xavier'}],\n"
-                         " 'nodes': [{'name': 'h', 'op': 'linear', 'inputs': ['x', 'w']},\n"
-                         "           {'name': 'r', 'op': 'relu', 'inputs': ['h']},\n"
-                         "           {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['r', "
-                         "'y']}],\n"
-                         " 'loss': 'loss'}";
-
 START_TEST(test_plan_classes_and_slots) {
   Model m;
-  ck_assert(model_run(&m, NET));
+  ck_assert(model_run(&m, TINY_NET));
   TrainConfig tc = {.batch = 4, .microbatches = 2, .mb_size = 2, .opt = OPT_ADAMW};
   Program p;
   ck_assert(pass_autodiff(&m.g, 2, &m.cap.d));
@@ -162,7 +151,7 @@ START_TEST(test_plan_classes_and_slots) {
   model_free(&m);
 
   // SGD: one slot per parameter, the second offset absent.
-  ck_assert(model_run(&m, NET));
+  ck_assert(model_run(&m, TINY_NET));
   tc.opt = OPT_SGD;
   ck_assert(pass_autodiff(&m.g, 2, &m.cap.d));
   ck_assert(pass_schedule(&m.g, &tc, &p, &m.cap.d) && plan_memory(&p, &m.cap.d));
@@ -176,7 +165,7 @@ END_TEST
 START_TEST(test_plan_k_slots) {
   // A stage holding two microbatches in flight gets two slots of the same layout.
   Model m;
-  ck_assert(model_run(&m, NET));
+  ck_assert(model_run(&m, TINY_NET));
   TrainConfig tc = {.batch = 4, .microbatches = 2, .mb_size = 2, .opt = OPT_SGD};
   Program p;
   ck_assert(pass_autodiff(&m.g, 2, &m.cap.d));

@@ -265,19 +265,9 @@ END_TEST
 
 // ---- The pass on a model: one rank, one stage, the order the program has always run.
 
-static const char *NET = "{'format': 'pipec-model', 'version': 1, 'name': 'net',\n"
-                         " 'inputs': [{'name': 'x', 'shape': ['B', 4]}, {'name': 'y', 'dtype': "
-                         "'i32', 'shape': ['B'], 'target': true}],\n"
-                         " 'params': [{'name': 'w', 'shape': [3, 4], 'init': 'xavier'}],\n"
-                         " 'nodes': [{'name': 'h', 'op': 'linear', 'inputs': ['x', 'w']},\n"
-                         "           {'name': 'r', 'op': 'relu', 'inputs': ['h']},\n"
-                         "           {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['r', "
-                         "'y']}],\n"
-                         " 'loss': 'loss'}";
-
 START_TEST(test_pass_one_rank) {
   Model m;
-  ck_assert(model_run(&m, NET));
+  ck_assert(model_run(&m, TINY_NET));
   TrainConfig tc = {.batch = 4, .microbatches = 2, .mb_size = 2, .opt = OPT_SGD};
   Program p;
   ck_assert(pass_autodiff(&m.g, 2, &m.cap.d));

@@ -127,6 +127,19 @@ static inline const char *type_str(char *buf, int cap, const Graph *g, const Ten
 // ---- running a suite
 
 // Runs one suite in CK_NORMAL mode; the process exit status is 1 when any test failed.
+// x -> linear(w) -> relu -> cross_entropy(y): the smallest trainable model, for the tests of the
+// back-end passes (schedule, memory plan).
+static const char *const TINY_NET =
+    "{'format': 'pipec-model', 'version': 1, 'name': 'net',\n"
+    " 'inputs': [{'name': 'x', 'shape': ['B', 4]}, {'name': 'y', 'dtype': "
+    "'i32', 'shape': ['B'], 'target': true}],\n"
+    " 'params': [{'name': 'w', 'shape': [3, 4], 'init': 'xavier'}],\n"
+    " 'nodes': [{'name': 'h', 'op': 'linear', 'inputs': ['x', 'w']},\n"
+    "           {'name': 'r', 'op': 'relu', 'inputs': ['h']},\n"
+    "           {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['r', "
+    "'y']}],\n"
+    " 'loss': 'loss'}";
+
 static inline int run_suite(Suite *s) {
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
