@@ -7,6 +7,9 @@
   st_tool.py drop FILE TENSOR            remove a tensor (the data section repacked)
   st_tool.py same-tensors A B            exit 0 when A and B hold the same tensors, byte for byte
                                          (names, dtypes, shapes, data; metadata ignored)
+  st_tool.py diff A B                    print where A and B differ (metadata keys, tensors missing
+                                         or of another dtype/shape, the first differing element of
+                                         each tensor and the count); exit 1 when they differ
 """
 import json
 import struct
@@ -27,6 +30,36 @@ def write(path, header, data):
 def tensors(header, data):
     return {k: (v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]])
             for k, v in header.items() if k != "__metadata__"}
+
+
+def diff(path_a, ha, da, path_b):
+    hb, db = read(path_b)
+    n = 0
+    ma, mb = ha.get("__metadata__", {}), hb.get("__metadata__", {})
+    for k in sorted(set(ma) | set(mb)):
+        if ma.get(k) != mb.get(k):
+            print("metadata %s: %r vs %r" % (k, ma.get(k), mb.get(k)))
+            n += 1
+    ta, tb = tensors(ha, da), tensors(hb, db)
+    for k in sorted(set(ta) | set(tb)):
+        if k not in ta or k not in tb:
+            print("tensor %s: only in %s" % (k, path_a if k in ta else path_b))
+        elif ta[k][:2] != tb[k][:2]:
+            print("tensor %s: %s%s vs %s%s" % (k, ta[k][0], ta[k][1], tb[k][0], tb[k][1]))
+        elif ta[k][2] != tb[k][2]:
+            a, b = ta[k][2], tb[k][2]
+            w = 4 if ta[k][0] in ("F32", "I32") else 1
+            idx = [i for i in range(0, len(a), w) if a[i:i + w] != b[i:i + w]]
+            i = idx[0]
+            va, vb = (struct.unpack("<f", x[i:i + 4])[0] for x in (a, b)) if ta[k][0] == "F32" else (a[i:i + w], b[i:i + w])
+            print("tensor %s: %d of %d elements differ, first [%d] %r vs %r" % (k, len(idx), len(a) // w, i // w, va, vb))
+        else:
+            continue
+        n += 1
+    if n == 0 and (ha, da) != (hb, db):
+        print("same tensors and metadata, other bytes (header layout or order)")
+        n = 1
+    return 1 if n else 0
 
 
 def main(argv):
@@ -54,6 +87,8 @@ def main(argv):
     elif cmd == "same-tensors":
         h2, d2 = read(argv[3])
         return 0 if tensors(h, d) == tensors(h2, d2) else 1
+    elif cmd == "diff":
+        return diff(path, h, d, argv[3])
     else:
         raise SystemExit("unknown command " + cmd)
     return 0
