@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Failures of a pipeline job never hang it (docs/pipeline.md): a rank killed (SIGKILL) mid-run, a
+# rank stopped (SIGSTOP: the others' watchdog, --timeout 3, fires on the receive it waits for), a
+# NaN loss, and bad data read by one rank alone each make every rank exit within 30 s of the
+# event, the job's exit status non-zero, with a message naming the rank and the cause. Every
+# launch runs under `timeout 60`, so a hang fails the test instead of blocking ctest.
+pipec=$1
+root=$2
+. "$root/tests/e2e/lib.sh"
+cd "$root" || exit 1
+export OMPI_MCA_mpi_yield_when_idle=1 OMP_WAIT_POLICY=PASSIVE
+"$pipec" compile samples/mlp_digits.json --stages 2 --microbatches 2 -o "$tmp/s2" >/dev/null 2>"$tmp/err" ||
+  { bad "compile S = 2: $(head -3 "$tmp/err")"; finish; exit 1; }
+"$pipec" compile samples/mlp_digits.json --stages 3 --microbatches 4 -o "$tmp/s3" >/dev/null 2>"$tmp/err" ||
+  { bad "compile S = 3: $(head -3 "$tmp/err")"; finish; exit 1; }
+long=(--steps 100000000 --threads 1 --quiet --eval-every 0 --log-every 1000000)
+
+# pids_of OUT R: the pids of OUT/bin/rankR (by executable, not by name: other jobs run ranks too).
+pids_of() {
+  local exe p
+  exe=$(realpath "$1/bin/rank$2")
+  for p in $(pgrep -x "rank$2"); do
+    [ "$(readlink "/proc/$p/exe" 2>/dev/null)" = "$exe" ] && echo "$p"
+  done
+}
+# alive OUT S: the pids of OUT's ranks still running (zombies count as gone).
+alive() {
+  local r p
+  for r in $(seq 0 $(($2 - 1))); do
+    for p in $(pids_of "$1" "$r"); do
+      [ "$(awk '{ print $3 }' "/proc/$p/stat" 2>/dev/null)" != Z ] && echo "$p"
+    done
+  done
+}
+# start OUT S ARGS...: launch OUT/launch.sh in the background (pid in $job), output in
+# $tmp/job.*; returns once its S ranks run (or fails when they do not within 30 s).
+start() {
+  local o=$1 s=$2
+  shift 2
+  timeout -k 5 60 "$o/launch.sh" "$@" </dev/null >"$tmp/job.out" 2>"$tmp/job.err" &
+  job=$!
+  local n=0
+  for _ in $(seq 300); do
+    n=$(alive "$o" "$s" | wc -l)
+    [ "$n" -eq "$s" ] && return 0
+    sleep 0.1
+  done
+  bad "$o: the $s ranks did not start within 30 s ($n running): $(head -3 "$tmp/job.err")"
+  return 1
+}
+# ended NAME OUT S T0: wait for the job; it ended within 30 s of T0 (date +%s.%N), non-zero and
+# not by the timeout, with no rank left behind. Prints the time taken.
+ended() {
+  local name=$1 o=$2 S=$3 t0=$4
+  wait "$job"
+  local rc=$? t
+  t=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  echo "$name: job ended $t s after the event, exit $rc"
+  if [ $rc -eq 0 ]; then
+    bad "$name: exit 0"
+  elif [ $rc -eq 124 ] || [ $rc -eq 137 ] && awk -v t="$t" 'BEGIN { exit !(t >= 55) }'; then
+    bad "$name: hung until timeout 60 killed it"
+  else
+    ok
+  fi
+  check "$name: every rank gone within 30 s (took $t s)" awk -v t="$t" 'BEGIN { exit !(t < 30) }'
+  local left
+  mapfile -t left < <(alive "$o" "$S")
+  if [ ${#left[@]} -gt 0 ]; then
+    bad "$name: ranks left running: ${left[*]}"
+    kill -CONT "${left[@]}" 2>/dev/null
+    kill -9 "${left[@]}" 2>/dev/null
+  else
+    ok
+  fi
+}
+# said NAME REGEX: some line of the job's stdout or stderr matches REGEX (extended).
+said() {
+  if grep -qE -- "$2" "$tmp/job.out" "$tmp/job.err"; then
+    ok
+  else
+    bad "$1: no line matches '$2'; stderr: $(grep -v '^-*$' "$tmp/job.err" | head -4 | tr '\n' ' ')"
+  fi
+}
+
+# ---- SIGKILL of the middle rank of three, mid-run: mpirun reports the rank and the signal.
+if start "$tmp/s3" 3 "${long[@]}"; then
+  sleep 1
+  t0=$(date +%s.%N)
+  kill -9 "$(pids_of "$tmp/s3" 1)"
+  ended "SIGKILL rank 1 of 3" "$tmp/s3" 3 "$t0"
+  said "SIGKILL rank 1 of 3" 'process rank 1 with PID [0-9]+ on node .* exited on signal 9 \(Killed\)'
+fi
+
+# ---- SIGSTOP of rank 1 of two: rank 0 waits on a receive from it; the watchdog (--timeout 3)
+# names the tensor, the microbatch, the peer rank and the action, and the job aborts.
+if start "$tmp/s2" 2 "${long[@]}" --timeout 3; then
+  sleep 1
+  t0=$(date +%s.%N)
+  kill -STOP "$(pids_of "$tmp/s2" 1)"
+  ended "SIGSTOP rank 1 of 2 (watchdog)" "$tmp/s2" 2 "$t0"
+  said "SIGSTOP rank 1 of 2 (watchdog)" \
+    "^\[rank 0\] [a-z_]+\.c:[0-9]+: rank 0: error: .*'[^']+'.*microbatch [0-9]+.*rank 1.*[FBW]\(v[0-9]+, m[0-9]+\)"
+fi
+
+# ---- A NaN loss: a learning rate of 1e308 makes the parameters infinite in step 1, so step 2's
+# loss is NaN (as at S = 1, tests/e2e/numerics.sh); every rank stops, nothing is saved.
+t0=$(date +%s.%N)
+timeout -k 5 60 "$tmp/s2/launch.sh" --lr 1e308 --steps 10 --threads 1 --quiet --save "$tmp/nan.st" </dev/null \
+  >"$tmp/job.out" 2>"$tmp/job.err" &
+job=$!
+ended "NaN loss" "$tmp/s2" 2 "$t0"
+said "NaN loss" '^\[rank ([01])\] train\.c:[0-9]+: rank \1: error: step 2: the loss is NaN; stopped before the update$'
+check "NaN loss: nothing saved" test ! -e "$tmp/nan.st"
+
+# ---- Bad data read by one rank alone: rank 1 of two gets a table whose row 7 has a field that
+# is not a number (mpirun's MPMD line by hand: launch.sh gives every rank the same arguments).
+zcat "$root/../shared/data/digits.csv.gz" | awk -F, 'NR == 7 { $3 = "abc" } 1' OFS=, >"$tmp/bad.csv"
+mpi=(mpirun --oversubscribe --bind-to none)
+[ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root)
+t0=$(date +%s.%N)
+timeout -k 5 60 "${mpi[@]}" -np 1 "$tmp/s2/bin/rank0" "${long[@]}" : -np 1 "$tmp/s2/bin/rank1" "${long[@]}" \
+  --data "$tmp/bad.csv" </dev/null >"$tmp/job.out" 2>"$tmp/job.err" &
+job=$!
+ended "bad data on rank 1" "$tmp/s2" 2 "$t0"
+said "bad data on rank 1" "^\[rank 1\] data\.c:[0-9]+: rank 1: error: $tmp/bad\.csv:7:5: field 3 is not a number: 'abc'$"
+finish

@@ -1,0 +1,244 @@
+#!/usr/bin/env bash
+# The equality matrix of pipeline parallelism (docs/pipeline.md): for one MODEL (mlp_digits,
+# gpt_char: a 2-layer flat character GPT, or skip_net), every schedule (gpipe, 1f1b, interleaved
+# with --virtual 2, zb-h1) x S in {1, 2, 3, 4} x M in {1, 2, 3, 4, 8} where legal is compiled
+# once, launched through OUT/launch.sh (mpirun, one process per rank) for 3 steps with --save and
+# --loss-log, and its per-step losses, saved parameters (F) and optimizer state (F.optim) must be
+# byte for byte those of the one-stage program (bin/train) with the same M; so must the final
+# evaluation line, printed once, by the last rank. Illegal combinations must fail to compile with
+# their message (interleaved at S = 1; M not a multiple of S; more stages than the model has
+# places to cut). skip_net is cut by --split lists chosen so that every cut crosses the skip span
+# (a0 -> skip) and separates the two uses of shared.weight; gpt_char is flat, so the automatic
+# partition can cut inside a layer (its residual adds then cross stages too) and at S > 1 always
+# separates the tied embedding (first stage) from the head (last stage). The test asserts these
+# properties of each cut from the comm pass's dump, so an easy cut cannot pass silently.
+# In the sanitizer tree (the programs are built with AddressSanitizer) a reduced matrix runs:
+# one schedule per S. PIPELINE_MATRIX=full|reduced overrides the choice.
+#
+# Usage: pipeline_matrix.sh PIPEC ROOT MODEL
+pipec=$1
+root=$2
+model=$3
+. "$root/tests/e2e/lib.sh"
+cd "$root" || exit 1
+st() { python3 "$root/tests/e2e/st_tool.py" "$@"; }
+export OMPI_MCA_mpi_yield_when_idle=1 # ranks exceed the cores: yield while waiting
+export OMP_WAIT_POLICY=PASSIVE        # (the program would re-execute itself to set it)
+# Every global batch is a multiple of every M of the matrix.
+case $model in
+mlp_digits)
+  file=samples/mlp_digits.json
+  ;;
+gpt_char)
+  file=$tmp/gpt_char_l2.json
+  python3 samples/gen_gpt.py --layers 2 --heads 2 --embd 32 --context 16 --flat --name gpt_char_l2 |
+    sed "s#\"../../shared/data/#\"$root/../shared/data/#" >"$file"
+  ;;
+skip_net)
+  file=$tmp/skip_net.json
+  python3 "$root/tests/skip_net_table.py" samples/skip_net.json "$file" "$tmp/skip.csv"
+  ;;
+*)
+  echo "usage: pipeline_matrix.sh PIPEC ROOT mlp_digits|gpt_char|skip_net" >&2
+  exit 2
+  ;;
+esac
+common=(--batch 24)
+run_args=(--steps 3 --threads 1 --quiet --eval-every 0 --eval-batches 1)
+
+# skip_net's cuts, per S and V (stage v on rank v mod S). Each cut puts a0 and skip on different
+# stages and body1 and body2 (the two uses of shared.weight) on different stages; at S = 2, V = 2
+# stages 0 and 2 (rank 0) hold both uses and both ends of the skip: a channel and an exchange
+# between two stages of one rank.
+skip_split() {
+  case "$1.$2" in
+  2.1) echo gate ;;                                    # stem..t1 | gate..loss
+  3.1) echo gate,skip ;;                               # a0 to two stages; shared on v0 and v2
+  4.1) echo t1,parts,skip ;;                           # body1 on v0, body2 on v3
+  2.2) echo t1,skip,t2 ;;                              # a0 v0 -> skip v2, both on rank 0
+  3.2) echo body1,gate,parts,wide,skip ;;              # 6 stages
+  4.2) echo a0,body1,gate,gated,p0,wide.relu,skip ;;   # 8 stages
+  esac
+}
+
+# stage_of DUMP NODE: the stage whose node list names NODE (the partition table of the dump).
+stage_of() {
+  awk -v n="$2" '/^stage [0-9]+ \(rank/ { s = $2 }
+    /^  nodes / { sub(/^  nodes +/, ""); k = split($0, a, ", "); for (i = 1; i <= k; i++) if (a[i] == n) print s }' "$1"
+}
+
+# cut_ok NAME ARGS...: the comm pass's dump for these arguments shows the cut this model must
+# test (skip_net: a0 sent to skip's stage, shared.weight exchanged between the stages of body1
+# and body2; gpt_char: the tied pair exchanged between the first and the last stage).
+cut_ok() {
+  local name=$1
+  shift
+  local d=$tmp/dump.txt
+  if ! "$pipec" print "$@" --dump-after=partition,comm "$file" >"$d" 2>"$tmp/err"; then
+    bad "$name: --dump-after=comm: $(head -1 "$tmp/err")"
+    return
+  fi
+  local nst
+  nst=$(grep -c '^stage [0-9]* (rank' "$d")
+  case $model in
+  skip_net)
+    local a s b1 b2
+    a=$(stage_of "$d" a0) s=$(stage_of "$d" skip) b1=$(stage_of "$d" body1) b2=$(stage_of "$d" body2)
+    check "$name: the cut is inside the skip span (a0 on v$a, skip on v$s)" \
+      test -n "$a" -a -n "$s" -a "$a" != "$s"
+    check "$name: a0 is sent from v$a to skip's stage v$s" grep -qE "^c[0-9]+ 'a0' v$a -> v$s .* fwd$" "$d"
+    check "$name: the uses of shared.weight are apart (body1 on v$b1, body2 on v$b2) and exchanged" \
+      grep -qE "^exchange 'shared.weight' stages (v[0-9]+ )*v$b1 (v[0-9]+ )*v$b2 " "$d"
+    check "$name: body1 and body2 on different stages" test -n "$b1" -a "$b1" != "$b2"
+    ;;
+  gpt_char)
+    check "$name: the tied embedding (v0) and head (v$((nst - 1))) are apart and exchanged" \
+      grep -qE "^exchange 'transformer.wte.weight' stages v0 v$((nst - 1)) " "$d"
+    check "$name: the head is on the last stage" test "$(stage_of "$d" logits)" = $((nst - 1))
+    ;;
+  esac
+}
+
+# The reference of each M: the one-stage program, bin/train, run directly.
+declare -A ref_ok
+ref() {
+  local M=$1 o=$tmp/ref$1
+  if ! "$pipec" compile "$file" "${common[@]}" --microbatches "$M" -o "$o" >/dev/null 2>"$tmp/err"; then
+    bad "reference M=$M: compile: $(head -3 "$tmp/err")"
+    return
+  fi
+  if ! "$o/bin/train" "${run_args[@]}" --save "$o/p.st" --loss-log "$o/loss.txt" </dev/null >"$o/out" 2>"$o/err"; then
+    bad "reference M=$M: run: $(head -3 "$o/err")"
+    return
+  fi
+  grep '^eval ' "$o/out" >"$o/eval"
+  if [ "$(wc -l <"$o/loss.txt")" -ne 3 ] || [ "$(wc -l <"$o/eval")" -ne 1 ] || grep -qiE 'nan|inf' "$o/loss.txt"; then
+    bad "reference M=$M: not 3 finite losses and one eval line: $(tr '\n' ' ' <"$o/loss.txt") / $(cat "$o/eval")"
+    return
+  fi
+  ref_ok[$M]=1
+}
+
+# same NAME DIR M: DIR's run (in DIR/run) equals the reference of M; mismatches say which bytes.
+same() {
+  local name=$1 d=$2 M=$3 r=$tmp/ref$3 e=0
+  if ! cmp -s "$d/loss.txt" "$r/loss.txt"; then
+    bad "$name: loss log differs from S = 1: $(diff "$r/loss.txt" "$d/loss.txt" | grep '^[<>]' | tr '\n' ' ')"
+    e=1
+  fi
+  local f
+  for f in p.st p.st.optim; do
+    if ! cmp -s "$d/$f" "$r/$f"; then
+      bad "$name: $f differs from S = 1: $(cmp "$r/$f" "$d/$f" 2>&1 | head -1); $(st diff "$r/$f" "$d/$f" 2>&1 | head -5 | tr '\n' ';')"
+      e=1
+    fi
+  done
+  if ! cmp -s "$d/eval" "$r/eval"; then
+    bad "$name: eval line '$(cat "$d/eval")', S = 1: '$(cat "$r/eval")'"
+    e=1
+  fi
+  [ $e -eq 0 ] && ok
+}
+
+# one SCHEDULE S M: compile the configuration once, launch it, compare.
+declare -A cfg_time
+one() {
+  local sch=$1 S=$2 M=$3 V=1
+  [ "$sch" = interleaved ] && V=2
+  local name="$model $sch S=$S M=$M" o=$tmp/$sch.$S.$M
+  [ -n "${ref_ok[$M]:-}" ] || { bad "$name: no reference for M=$M"; return; }
+  local args=("${common[@]}" --microbatches "$M" --stages "$S" --schedule "$sch")
+  [ "$V" -gt 1 ] && args+=(--virtual "$V")
+  if [ "$model" = skip_net ] && [ "$S" -gt 1 ]; then args+=(--split "$(skip_split "$S" "$V")"); fi
+  [ "$S" -gt 1 ] && cut_ok "$name" "${args[@]}"
+  local t0
+  t0=$(date +%s.%N)
+  if ! "$pipec" compile "$file" "${args[@]}" -o "$o" >/dev/null 2>"$tmp/err"; then
+    bad "$name: compile: $(head -3 "$tmp/err")"
+    return
+  fi
+  local r
+  for r in $(seq 0 $((S - 1))); do
+    [ -x "$o/bin/rank$r" ] || { bad "$name: no $o/bin/rank$r"; return; }
+  done
+  [ -x "$o/launch.sh" ] || { bad "$name: no launch.sh"; return; }
+  mkdir -p "$o/run"
+  timeout -k 5 120 "$o/launch.sh" "${run_args[@]}" --save "$o/run/p.st" --loss-log "$o/run/loss.txt" \
+    </dev/null >"$o/run/out" 2>"$o/run/err"
+  local rc=$?
+  cfg_time[$name]=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  if [ $rc -ne 0 ]; then
+    bad "$name: launch.sh exit $rc: $(grep -v '^$' "$o/run/err" | head -3 | tr '\n' ' ')"
+    return
+  fi
+  # The evaluation: one line, by the last rank (prefixed when S > 1), equal to S = 1's.
+  if [ "$S" -gt 1 ]; then
+    check "$name: one eval line, by rank $((S - 1))" \
+      test "$(grep -c '^\[rank [0-9]*\] eval ' "$o/run/out")" = 1 -a "$(grep -c "^\[rank $((S - 1))\] eval " "$o/run/out")" = 1
+    sed -n "s/^\[rank $((S - 1))\] \(eval .*\)/\1/p" "$o/run/out" >"$o/run/eval"
+  else
+    grep '^eval ' "$o/run/out" >"$o/run/eval"
+  fi
+  same "$name" "$o/run" "$M"
+  echo "ran $name: ${cfg_time[$name]} s"
+}
+
+# err_is NAME REGEX ARGS...: compiling with ARGS fails with exit 1 and REGEX in its first line.
+err_is() {
+  local name=$1 re=$2
+  shift 2
+  "$pipec" compile "$file" "${common[@]}" "$@" -o "$tmp/illegal" >/dev/null 2>"$tmp/err"
+  local rc=$?
+  if [ $rc -ne 1 ]; then
+    bad "$name: exit $rc, want 1 ($(head -1 "$tmp/err"))"
+  elif ! head -1 "$tmp/err" | grep -qE -- "$re"; then
+    bad "$name: '$(head -1 "$tmp/err")' does not match '$re'"
+  else
+    ok
+  fi
+}
+
+# The configurations: SCHEDULE S M. Full: every legal one. Reduced: one schedule per S.
+mode=${PIPELINE_MATRIX:-}
+Ms=(1 2 3 4 8)
+for M in "${Ms[@]}"; do ref "$M"; done
+if [ -z "$mode" ]; then
+  mode=full
+  nm "$tmp/ref1/bin/train" 2>/dev/null | grep -q __asan_init && mode=reduced
+fi
+[ "$model" = mlp_digits ] && vmax_s=3 || vmax_s=4 # mlp_digits has 6 forward nodes: S x 2 <= 6
+configs=()
+if [ "$mode" = full ]; then
+  for S in 1 2 3 4; do
+    for M in "${Ms[@]}"; do
+      for sch in gpipe 1f1b interleaved zb-h1; do
+        if [ "$sch" = interleaved ] && { [ "$S" -lt 2 ] || [ $((M % S)) -ne 0 ] || [ "$S" -gt "$vmax_s" ]; }; then
+          continue
+        fi
+        configs+=("$sch $S $M")
+      done
+    done
+  done
+else
+  configs=("zb-h1 1 4" "gpipe 2 3" "interleaved 2 4" "zb-h1 3 4" "1f1b 4 8")
+fi
+echo "$model: ${#configs[@]} configurations ($mode matrix)"
+t_all=$(date +%s)
+for c in "${configs[@]}"; do
+  # shellcheck disable=SC2086 # three words
+  one $c
+done
+
+# Illegal combinations: the compile error names what is needed.
+err_is "interleaved at S = 1" '--virtual 2 needs --stages >= 2: interleaving runs the stages of several ranks' \
+  --stages 1 --schedule interleaved --virtual 2 --microbatches 2
+split=()
+[ "$model" = skip_net ] && split=(--split "$(skip_split 3 2)")
+err_is "interleaved S=3 M=4" '^error: schedule interleaved: needs the microbatches M a multiple of the stages S \(M = 4, S = 3\)$|: error: schedule interleaved: needs the microbatches M a multiple of the stages S \(M = 4, S = 3\)$' \
+  --stages 3 --schedule interleaved --virtual 2 --microbatches 4 "${split[@]}"
+if [ "$model" = mlp_digits ]; then
+  err_is "interleaved S=4 (8 stages)" ': error: --stages 8: the model has only 6 forward nodes$' \
+    --stages 4 --schedule interleaved --virtual 2 --microbatches 4
+fi
+echo "$model: ${#configs[@]} configurations in $(($(date +%s) - t_all)) s"
+finish
