@@ -110,6 +110,12 @@ static bool run_comm(Driver *dr) {
 // channels.
 static bool run_schedule(Driver *dr) {
   if (dr->prog.nv == 1) return pass_schedule(&dr->graph, &dr->tc, &dr->prog, &dr->diag);
+  if (dr->virt > 1 && dr->prog.nv <= dr->virt) { // --split made S x V stages with S = 1
+    diag_error(&dr->diag, (Loc){0, 0},
+               "--virtual %d needs --stages >= 2: interleaving runs the stages of several ranks",
+               dr->virt);
+    return false;
+  }
   if (dr->prog.nv % dr->virt) {
     diag_error(&dr->diag, (Loc){0, 0},
                "--virtual %d: the partition has %d stages, not a multiple of %d (with --split, "
@@ -704,6 +710,10 @@ int main(int argc, char **argv) {
     rc = select_passes(&dr, cmd);
   if (!rc && dr.virt > 1 && dr.sched != SCHED_INTERLEAVED)
     rc = usage_error("--virtual %d: only --schedule interleaved runs several stages per rank",
+                     dr.virt);
+  if (!rc && dr.virt > 1 && dr.po.stages <= 1 && !dr.po.nsplit)
+    rc = usage_error("--virtual %d needs --stages >= 2: interleaving runs the stages of several "
+                     "ranks",
                      dr.virt);
   if (!rc && dr.virt > 1 && dr.po.stages) dr.po.stages *= dr.virt; // the partition cuts S x V
   // check and print with several stages run the partition and comm passes too (errors, dumps);

@@ -76,14 +76,20 @@ typedef struct Channel {
   bool grad;     // a gradient (sent after B, backward) rather than an activation (after F)
   int tag;       // message tag, unique per channel (a transport's match key with m)
   int64_t bytes; // bytes per microbatch (the tensor at the microbatch size; comm pass)
+  Tensor *dst;   // its receive-side copy on to_v (T_RECV "<t name>@v<to_v>", same dtype and
+                 // shape): every F/B/W node of to_v that read t reads dst instead (comm pass)
 } Channel;
 
 // A parameter used on several stages (tied or shared): each of them holds it and sums its own
 // uses' gradients; the partial sums are exchanged and combined in use order (comm pass).
 typedef struct Exchange {
-  Tensor *param; // the owner parameter (storage owner of its ties)
-  int *stages;   // the stages holding a partial sum, in use order (first use first)
-  int n;         // count (>= 2)
+  Tensor *param;  // the owner parameter (storage owner of its ties)
+  int *stages;    // the stages holding a partial sum, in use order (first use first)
+  int n;          // count (>= 2)
+  Tensor **bufs;  // the per-use gradient buffers (per-step, REG_GRADS) its step-end sum reads,
+                  // in use order: every holder stage's rank has storage for each of them
+  int *buf_stage; // per buf: the stage whose W (or unsplit B) node accumulates it
+  int nbufs;      // count
 } Exchange;
 
 typedef struct RankProgram {
@@ -204,16 +210,23 @@ void partition_print(const Program *p, FILE *out);
 // consuming stage: activations forward, each gradient contribution (a tensor of its own, made by
 // a consumer's B node) backward to the producer's stage; sent directly, never relayed. Model
 // inputs, targets and parameters have no producer: read locally, no channel. Channels are in
-// producer graph order, then first-use order; tag = id. O(nodes + uses + uses x S).
+// producer graph order, then first-use order; tag = id. Each channel gets its receive-side
+// tensor (Channel.dst, kind T_RECV, appended to the graph) and the reads of t on to_v are
+// rewired to it, so afterwards every tensor a stage's F/B/W nodes touch is its own (or a
+// parameter, a per-step gradient buffer, a constant, a model input). Each exchange group lists
+// the use buffers its step-end sum reads (Exchange.bufs). O(nodes + uses + uses x S).
 bool pass_comm(Graph *g, Program *p, Diag *d);
 
-// Checks the channels independently: every cross-stage edge (producer stage != reader stage,
-// reader not step-end) has exactly one channel with its tensor and stages, every channel is
-// such an edge, from_v is the producer's stage, grad iff the producer is not a forward node.
+// Checks the channels independently: every channel's dst is a T_RECV of t's dtype and shape
+// read only on to_v (and every T_RECV is one channel's dst), no F/B/W node reads a tensor made
+// on another stage, every channel is an edge from its producer's stage to a stage reading its
+// dst, from_v is the producer's stage, grad iff the producer is not a forward node, no tensor
+// has two channels to one stage; every exchange's bufs are the use buffers its sum reads.
 bool comm_check(const Program *p, Diag *d);
 
-// The channels (--dump-after=comm): one line per channel (tensor, from -> to, bytes per
-// microbatch, fwd / grad), then one line per exchange group.
+// The channels (--dump-after=comm): one line per channel (tensor, from -> to, its receive-side
+// tensor, bytes per microbatch, fwd / grad), then one line per exchange group followed by one
+// line per use buffer of its sum (name, producing stage).
 void comm_print(const Program *p, FILE *out);
 
 // schedule pass: places every node on a virtual stage and builds each rank's action list. Today

@@ -114,7 +114,7 @@ expect time-plan 0 '' "$pipec" plan --time-passes samples/mlp_digits.json
 # runs the schedule too and prints it; compile and run stop at the memory plan with one error (no
 # per-rank plans or programs yet); usage errors exit 2.
 expect plan-s2 0 '' "$pipec" plan --stages 2 --microbatches 4 --schedule 1f1b samples/mlp_digits.json
-[[ "$LAST_OUT" == "partition of mlp_digits: 2 stages"* ]] && grep -qx "c0 'relu1' v0 -> v1 8192 B per microbatch fwd" <<<"$LAST_OUT" &&
+[[ "$LAST_OUT" == "partition of mlp_digits: 2 stages"* ]] && grep -qx "c0 'relu1' v0 -> v1 as 'relu1@v1' 8192 B per microbatch fwd" <<<"$LAST_OUT" &&
   grep -qx "schedule 1f1b: 2 ranks, 1 stage per rank, 4 microbatches" <<<"$LAST_OUT" &&
   grep -qx "  rank 0: ld F0 s> ld F1 s> .  .  .  r< B0 ld F2 s> .  r< B1 ld F3 s> .  r< B2 .  .  .  .  r< B3 T  N  O" <<<"$LAST_OUT" &&
   grep -qx "predicted bubble: 20.0% of the ranks' time (unit costs F 1, B 2)" <<<"$LAST_OUT" &&
@@ -130,6 +130,9 @@ expect plan-interleaved 0 '' "$pipec" plan --stages 2 --microbatches 4 --schedul
 [[ "$LAST_OUT" == "partition of skip_net: 4 stages"* ]] && grep -qx "stage 2 (rank 0)" <<<"$LAST_OUT" && grep -qx "schedule interleaved: 2 ranks, 2 stages per rank, 4 microbatches" <<<"$LAST_OUT" &&
   grep -q "^  rank 1: .* F0.1 " <<<"$LAST_OUT" && pass=$((pass + 1)) || { echo "FAIL plan interleaved: $LAST_OUT"; fail=$((fail + 1)); }
 expect plan-bad-schedule 2 "^pipec: --schedule: unknown schedule 'pipedream' \(gpipe, 1f1b, interleaved, zb-h1\)$" "$pipec" plan --stages 2 --schedule pipedream samples/mlp_digits.json
+expect plan-virtual-one-stage 2 "^pipec: --virtual 2 needs --stages >= 2: interleaving runs the stages of several ranks$" "$pipec" plan --stages 1 --schedule interleaved --virtual 2 samples/mlp_digits.json
+expect plan-virtual-no-stages 2 "^pipec: --virtual 2 needs --stages >= 2: interleaving runs the stages of several ranks$" "$pipec" check --schedule interleaved --virtual 2 samples/mlp_digits.json
+expect plan-virtual-split-one 1 "^samples/mlp_digits.json: error: --virtual 2 needs --stages >= 2: interleaving runs the stages of several ranks$" "$pipec" plan --split relu1 --schedule interleaved --virtual 2 samples/mlp_digits.json
 expect plan-virtual-not-interleaved 2 "^pipec: --virtual 2: only --schedule interleaved runs several stages per rank$" "$pipec" plan --stages 2 --virtual 2 samples/mlp_digits.json
 expect plan-interleaved-bad-m 1 "^samples/mlp_digits.json: error: schedule interleaved: needs the microbatches M a multiple of the stages S \(M = 4, S = 3\)$" "$pipec" plan --stages 3 --microbatches 4 --schedule interleaved --virtual 2 samples/mlp_digits.json
 [ -z "$LAST_OUT" ] && [ "$(wc -l </tmp/pipec_cli_err.$$)" -eq 1 ] && pass=$((pass + 1)) || { echo "FAIL interleaved bad M: not one error, no output"; fail=$((fail + 1)); }
@@ -165,10 +168,11 @@ grep -qx "send 'a0' (B,64) stage 0 -> 1 2" <<<"$LAST_OUT" && grep -q "^  sends  
 # each of its gradient contributions comes back as a channel of its own, the shared weight's two
 # stages exchange their partial sums.
 expect comm-fanout 0 '' "$pipec" print --split gate,narrow --dump-after=comm samples/skip_net.json
-grep -qx "c0 'a0' v0 -> v1 2048 B per microbatch fwd" <<<"$LAST_OUT" && grep -qx "c1 'a0' v0 -> v2 2048 B per microbatch fwd" <<<"$LAST_OUT" &&
-  ! grep -q "'a0' v1 -> v2" <<<"$LAST_OUT" && grep -qx "c5 'd:skip@body2#0' v2 -> v0 2048 B per microbatch grad" <<<"$LAST_OUT" &&
-  grep -qx "c9 'd:a0@gate#0' v1 -> v0 2048 B per microbatch grad" <<<"$LAST_OUT" &&
+grep -qx "c0 'a0' v0 -> v1 as 'a0@v1' 2048 B per microbatch fwd" <<<"$LAST_OUT" && grep -qx "c1 'a0' v0 -> v2 as 'a0@v2' 2048 B per microbatch fwd" <<<"$LAST_OUT" &&
+  ! grep -q "'a0' v1 -> v2" <<<"$LAST_OUT" && grep -qx "c5 'd:skip@body2#0' v2 -> v0 as 'd:skip@body2#0@v0' 2048 B per microbatch grad" <<<"$LAST_OUT" &&
+  grep -qx "c9 'd:a0@gate#0' v1 -> v0 as 'd:a0@gate#0@v0' 2048 B per microbatch grad" <<<"$LAST_OUT" &&
   grep -qx "exchange 'shared.weight' stages v0 v2 (partial sums, in use order)" <<<"$LAST_OUT" &&
+  [ "$(grep '^  use buffer' <<<"$LAST_OUT" | paste -sd'|')" = "  use buffer 'd:shared.weight@body1#1' v0|  use buffer 'd:shared.weight@body2#1' v2" ] &&
   pass=$((pass + 1)) || { echo "FAIL comm --split gate,narrow: $LAST_OUT"; fail=$((fail + 1)); }
 # Hints: split_before marks restrict the automatic cut to them; a stage hint pins, and a hint that
 # sends an edge backwards is an error at the node with its caret.

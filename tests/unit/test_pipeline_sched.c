@@ -36,18 +36,18 @@ static void chain_init(Chain *c, int S, int V, int M) {
     snprintf(a, 16, "h%d", v);
     snprintf(g, 16, "d:h%d", v);
     c->t[n].name = a;
-    p->ch[n] = (Channel){n, &c->t[n], v, v + 1, false, n, 0};
+    p->ch[n] = (Channel){n, &c->t[n], v, v + 1, false, n, 0, NULL};
     n++;
     c->t[n].name = g;
-    p->ch[n] = (Channel){n, &c->t[n], v + 1, v, true, n, 0};
+    p->ch[n] = (Channel){n, &c->t[n], v + 1, v, true, n, 0, NULL};
     n++;
   }
   if (nv >= 3) {
     c->t[n].name = "skip";
-    p->ch[n] = (Channel){n, &c->t[n], 0, 2, false, n, 0};
+    p->ch[n] = (Channel){n, &c->t[n], 0, 2, false, n, 0, NULL};
     n++;
     c->t[n].name = "d:skip";
-    p->ch[n] = (Channel){n, &c->t[n], 2, 0, true, n, 0};
+    p->ch[n] = (Channel){n, &c->t[n], 2, 0, true, n, 0, NULL};
     n++;
   }
 }
