@@ -99,8 +99,11 @@ if start "$tmp/s2" 2 "${long[@]}" --timeout 3; then
   t0=$(date +%s.%N)
   kill -STOP "$(pids_of "$tmp/s2" 1)"
   ended "SIGSTOP rank 1 of 2 (watchdog)" "$tmp/s2" 2 "$t0"
+  # (runtime/comm_mpi.c: a receive or a send names its tensor, microbatch, peer and action; the
+  # step end's all-gather, where rank 0 may be waiting when rank 1 stops, names no peer.)
   said "SIGSTOP rank 1 of 2 (watchdog)" \
-    "^\[rank 0\] [a-z_]+\.c:[0-9]+: rank 0: error: .*'[^']+'.*microbatch [0-9]+.*rank 1.*[FBW]\(v[0-9]+, m[0-9]+\)"
+    "^\[rank 0\] comm_mpi\.c:[0-9]+: rank 0: error: timeout: waited 3 s (for tensor '[^']+' microbatch [0-9]+ from rank 1 \([A-Z]+\(v[0-9]+, m[0-9]+\)\)|to send tensor '[^']+' microbatch [0-9]+ to rank 1|in the all-gather of the step end \(every rank takes part\))$"
+  grep -h 'error: timeout' "$tmp/job.out" "$tmp/job.err" | head -1
 fi
 
 # ---- A NaN loss: a learning rate of 1e308 makes the parameters infinite in step 1, so step 2's

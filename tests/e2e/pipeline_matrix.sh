@@ -183,14 +183,15 @@ one() {
   echo "ran $name: ${cfg_time[$name]} s"
 }
 
-# err_is NAME REGEX ARGS...: compiling with ARGS fails with exit 1 and REGEX in its first line.
+# err_is NAME RC REGEX ARGS...: compiling with ARGS fails with exit RC (1: the model, 2: usage)
+# and REGEX matches its first line.
 err_is() {
-  local name=$1 re=$2
-  shift 2
+  local name=$1 want=$2 re=$3
+  shift 3
   "$pipec" compile "$file" "${common[@]}" "$@" -o "$tmp/illegal" >/dev/null 2>"$tmp/err"
   local rc=$?
-  if [ $rc -ne 1 ]; then
-    bad "$name: exit $rc, want 1 ($(head -1 "$tmp/err"))"
+  if [ $rc -ne "$want" ]; then
+    bad "$name: exit $rc, want $want ($(head -1 "$tmp/err"))"
   elif ! head -1 "$tmp/err" | grep -qE -- "$re"; then
     bad "$name: '$(head -1 "$tmp/err")' does not match '$re'"
   else
@@ -230,14 +231,14 @@ for c in "${configs[@]}"; do
 done
 
 # Illegal combinations: the compile error names what is needed.
-err_is "interleaved at S = 1" '--virtual 2 needs --stages >= 2: interleaving runs the stages of several ranks' \
+err_is "interleaved at S = 1" 2 '^pipec: --virtual 2 needs --stages >= 2: interleaving runs the stages of several ranks$' \
   --stages 1 --schedule interleaved --virtual 2 --microbatches 2
 split=()
 [ "$model" = skip_net ] && split=(--split "$(skip_split 3 2)")
-err_is "interleaved S=3 M=4" '^error: schedule interleaved: needs the microbatches M a multiple of the stages S \(M = 4, S = 3\)$|: error: schedule interleaved: needs the microbatches M a multiple of the stages S \(M = 4, S = 3\)$' \
+err_is "interleaved S=3 M=4" 1 '^error: schedule interleaved: needs the microbatches M a multiple of the stages S \(M = 4, S = 3\)$|: error: schedule interleaved: needs the microbatches M a multiple of the stages S \(M = 4, S = 3\)$' \
   --stages 3 --schedule interleaved --virtual 2 --microbatches 4 "${split[@]}"
 if [ "$model" = mlp_digits ]; then
-  err_is "interleaved S=4 (8 stages)" ': error: --stages 8: the model has only 6 forward nodes$' \
+  err_is "interleaved S=4 (8 stages)" 1 ': error: --stages 8: the model has only 6 forward nodes$' \
     --stages 4 --schedule interleaved --virtual 2 --microbatches 4
 fi
 echo "$model: ${#configs[@]} configurations in $(($(date +%s) - t_all)) s"
