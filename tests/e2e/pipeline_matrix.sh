@@ -235,7 +235,7 @@ err_is "interleaved at S = 1" 2 '^pipec: --virtual 2 needs --stages >= 2: interl
   --stages 1 --schedule interleaved --virtual 2 --microbatches 2
 split=()
 [ "$model" = skip_net ] && split=(--split "$(skip_split 3 2)")
-err_is "interleaved S=3 M=4" 1 '^error: schedule interleaved: needs the microbatches M a multiple of the stages S \(M = 4, S = 3\)$|: error: schedule interleaved: needs the microbatches M a multiple of the stages S \(M = 4, S = 3\)$' \
+err_is "interleaved S=3 M=4" 1 ': error: schedule interleaved: needs the microbatches M a multiple of the stages S \(M = 4, S = 3\)$' \
   --stages 3 --schedule interleaved --virtual 2 --microbatches 4 "${split[@]}"
 if [ "$model" = mlp_digits ]; then
   err_is "interleaved S=4 (8 stages)" 1 ': error: --stages 8: the model has only 6 forward nodes$' \
