@@ -157,7 +157,9 @@ static bool run_codegen(Driver *dr) {
   if (!dr->out)
     dr->out = arena_printf(&dr->arena, "out/%s", mangle_dir(&dr->arena, dr->graph.name));
   CodegenOptions co = {dr->out, dr->cmdline, dr->model, dr->target, dr->build, dr->march_native};
-  return codegen_c(&dr->prog, 0, &co, &dr->diag);
+  for (int r = 0; r < dr->prog.nranks; r++)
+    if (!codegen_c(&dr->prog, r, &co, &dr->diag)) return false;
+  return codegen_launch(&dr->prog, &co, &dr->diag);
 }
 
 static bool check_ir(Driver *dr) {
@@ -202,18 +204,20 @@ static void dump_plan(Driver *dr, FILE *out) {
   plan_print(&dr->graph, &dr->tc, &dr->prog.ranks[0].plan, out);
 }
 
-// The generated program, as written.
+// The generated programs, as written: rank0.c, rank1.c, ... one after the other.
 static void dump_codegen(Driver *dr, FILE *out) {
-  const char *path = arena_printf(&dr->arena, "%s/rank0.c", dr->out);
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    diag_error(&dr->diag, (Loc){0, 0}, "cannot read '%s': %s", path, strerror(errno));
-    return;
+  for (int r = 0; r < dr->prog.nranks; r++) {
+    const char *path = arena_printf(&dr->arena, "%s/rank%d.c", dr->out, r);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+      diag_error(&dr->diag, (Loc){0, 0}, "cannot read '%s': %s", path, strerror(errno));
+      return;
+    }
+    char buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, n, out);
+    fclose(f);
   }
-  char buf[1 << 16];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, n, out);
-  fclose(f);
 }
 
 // One row per pass, in the order they run. A pass reads what the rows above it produced.
@@ -236,7 +240,8 @@ static const Pass passes[] = {
      "the channels between stages and the exchange groups of shared parameters"},
     {"schedule", run_schedule, check_schedule, dump_schedule, "each rank's action list"},
     {"memplan", run_memplan, NULL, dump_plan, "the memory plan (= pipec plan)"},
-    {"codegen", run_codegen, NULL, dump_codegen, "the generated program (OUT/rank0.c)"},
+    {"codegen", run_codegen, NULL, dump_codegen,
+     "the generated programs (OUT/rank0.c, OUT/rank1.c, ...)"},
 };
 enum { NPASSES = sizeof passes / sizeof passes[0] };
 _Static_assert((int)NPASSES <= (int)MAX_PASSES, "Driver.dump has a flag per pass");
@@ -292,6 +297,8 @@ static void usage(FILE *f) {
       "  print MODEL     print the IR of the model\n"
       "  plan MODEL      print the static memory plan (bytes per region)\n"
       "  compile MODEL   generate the training program and build it into OUT/bin/train\n"
+      "                  (--stages S > 1: one program per rank, OUT/bin/rank0 .., run by\n"
+      "                  OUT/launch.sh [PROGRAM-OPTIONS] under mpirun)\n"
       "  run MODEL [-- PROGRAM-OPTIONS]   compile, build and run it (pass --help after -- for\n"
       "                  the program's own options: --steps, --lr, --data, --init, --save, ...)\n"
       "\n"
@@ -314,8 +321,8 @@ static void usage(FILE *f) {
       "      --batch N            = --set batch=N (rows per step)\n"
       "      --microbatches M     = --set microbatches=M\n"
       "      --steps N            = --set steps=N\n"
-      "      --stages S           cut the model into S pipeline stages (default 1; S > 1:\n"
-      "                           check, print and plan only for now, docs/pipeline.md)\n"
+      "      --stages S           cut the model into S pipeline stages, one rank each\n"
+      "                           (default 1; docs/pipeline.md)\n"
       "      --schedule X         pipeline schedule: gpipe, 1f1b (default), interleaved, zb-h1\n"
       "      --virtual V          interleaved: V stages per rank (the partition cuts S x V)\n"
       "      --split NAME[,NAME...]\n"
@@ -464,14 +471,23 @@ static int finish_plan(Driver *dr) {
 }
 
 static int finish_compile(Driver *dr) {
-  fprintf(stderr, "pipec: wrote %s/rank0.c and %s/bin/train\n", dr->out, dr->out);
+  int S = dr->prog.nranks;
+  if (S == 1)
+    fprintf(stderr, "pipec: wrote %s/rank0.c and %s/bin/train\n", dr->out, dr->out);
+  else
+    fprintf(stderr,
+            "pipec: wrote %s/rank0.c .. rank%d.c, %s/bin/rank0 .. rank%d and %s/launch.sh (%d "
+            "ranks)\n",
+            dr->out, S - 1, dr->out, S - 1, dr->out, S);
   return 0;
 }
 
+// S = 1 runs bin/train itself, S > 1 launch.sh (mpirun over the ranks); either replaces pipec,
+// so the exit status is the program's (or mpirun's).
 static int finish_run(Driver *dr) {
   fflush(stdout);
   char **pa = ARENA_ARRAY(&dr->arena, char *, dr->nprog_args + 2);
-  pa[0] = arena_printf(&dr->arena, "%s/bin/train", dr->out);
+  pa[0] = arena_printf(&dr->arena, dr->prog.nranks == 1 ? "%s/bin/train" : "%s/launch.sh", dr->out);
   for (int i = 0; i < dr->nprog_args; i++) pa[i + 1] = dr->prog_args[i];
   execv(pa[0], pa);
   fprintf(stderr, "pipec: cannot run %s: %s\n", pa[0], strerror(errno));

@@ -103,6 +103,8 @@ typedef struct Plan {
   int64_t *slot_stride;     // per virtual stage: bytes of one slot (0: not on this rank)
   int *slots;               // per virtual stage: its K (0: not on this rank)
   int64_t const_bytes;      // bytes of the constants at the bottom of REG_ACTS
+  int *vstage;              // per tensor id: the virtual stage whose slots hold it (SAVED/TEMP
+                            // classes), -1 otherwise (params, grads, consts, no storage)
 } Plan;
 
 struct Program;
