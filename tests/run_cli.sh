@@ -142,7 +142,16 @@ expect plan-virtual-too-many 1 "^samples/mlp_digits.json: error: --stages 8: the
 [ "$(sed -n 2p /tmp/pipec_cli_err.$$)" = "pipec: note: with --virtual 2 the partition cuts S x V = 8 stages" ] && pass=$((pass + 1)) || { echo "FAIL --virtual: no note on the S x V stages"; fail=$((fail + 1)); }
 expect plan-s1-schedule 0 '' "$pipec" plan --schedule gpipe samples/mlp_digits.json
 [ "$LAST_OUT" = "$(cat tests/golden/mlp_digits.plan)" ] && pass=$((pass + 1)) || { echo "FAIL plan at S = 1 with --schedule: not the one-stage plan"; fail=$((fail + 1)); }
-expect stages-compile 1 "^samples/mlp_digits.json: error: the cpu target runs one rank only \(this program has 3\)$" "$pipec" compile --stages 3 samples/mlp_digits.json -o "$(mktemp -d)/x"
+# compile at S > 1: a program per rank and launch.sh (an MPMD mpirun line over the ranks).
+s3=$(mktemp -d)
+expect stages-compile 0 "^pipec: wrote $s3/x/rank0.c .. rank2.c, $s3/x/bin/rank0 .. rank2 and $s3/x/launch.sh \(3 ranks\)$" "$pipec" compile --stages 3 samples/mlp_digits.json -o "$s3/x"
+[ -x "$s3/x/bin/rank0" ] && [ -x "$s3/x/bin/rank2" ] && [ ! -e "$s3/x/bin/rank3" ] && [ -x "$s3/x/launch.sh" ] &&
+  [ "$(grep -c -- '-np 1 "$here/bin/rank[0-2]" "$@"' "$s3/x/launch.sh")" -eq 3 ] &&
+  pass=$((pass + 1)) || { echo "FAIL compile --stages 3: the rank programs and launch.sh"; fail=$((fail + 1)); }
+expect stages-dump-codegen 0 '' "$pipec" compile --stages 2 --dump-after=codegen samples/mlp_digits.json -o "$s3/y"
+[ "$(grep -c '^// Training program for model mlp_digits, rank [01] of 2 (cpu target).$' <<<"$LAST_OUT")" -eq 2 ] &&
+  pass=$((pass + 1)) || { echo "FAIL --dump-after=codegen at S = 2: both ranks' programs"; fail=$((fail + 1)); }
+rm -rf "$s3"
 expect stages-check 0 '' "$pipec" check --stages 2 samples/gpt_char.json
 [ "$LAST_OUT" = "$(cat tests/golden/gpt_char.check)" ] && pass=$((pass + 1)) || { echo "FAIL check --stages 2: not the summary"; fail=$((fail + 1)); }
 expect stages-one 0 '' "$pipec" print --stages 1 --dump-after=partition samples/skip_net.json
