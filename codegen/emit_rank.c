@@ -107,7 +107,7 @@ void emit_rank_comm(E *e) {
   out(e,
       "// ---- Message streams of this rank (runtime/comm.h): tensor, peer rank, tag, bytes per\n"
       "// message, sent by this rank\n");
-  out(e, "static const PrChannel CH[%d] = {\n", st->n + 1);
+  out(e, "static const PrChannel CH[%d] = {\n", st->n > 0 ? st->n : 1);
   for (int i = 0; i < st->n; i++) {
     const Stream *s = &st->s[i];
     out(e, "    {%s, %d, %d, %lld, %s}, // %d: %s\n", cstring(e, s->name), s->peer, s->tag,

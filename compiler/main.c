@@ -126,21 +126,12 @@ static bool run_schedule(Driver *dr) {
   return sched_build(&dr->prog, dr->sched, dr->prog.nv / dr->virt, dr->virt, &dr->arena, &dr->diag);
 }
 
-// S > 1 ends at the schedule: no per-rank memory plan or code for several stages exists yet.
-// The plan is the target's: its buffers hold what the target computes in. plan_memory checks
-// its placement itself (an independent sweep, in every build).
+// One memory plan per rank. The plan is the target's: its buffers hold what the target
+// computes in. plan_memory checks every rank's plan itself (plan_check, in every build).
 static bool run_memplan(Driver *dr) {
-  if (dr->prog.nranks > 1) {
-    diag_error(&dr->diag, (Loc){0, 0},
-               "%d stages: the pipeline back end (per-rank memory plans and programs for more "
-               "than one stage) is not built yet; the partition, comm and schedule passes ran "
-               "(pipec plan --stages %d shows them)",
-               dr->prog.nranks, dr->prog.nranks);
-    return false;
-  }
   if (!codegen_check_target(&dr->graph, dr->target, &dr->diag)) return false;
   if (!plan_memory(&dr->prog, &dr->diag)) return false;
-  plan_warn_memory(&dr->prog.ranks[0].plan, &dr->diag);
+  for (int r = 0; r < dr->prog.nranks; r++) plan_warn_memory(&dr->prog.ranks[r].plan, &dr->diag);
   return true;
 }
 
@@ -200,8 +191,19 @@ static void dump_schedule(Driver *dr, FILE *out) {
   schedule_print(&dr->prog, out);
 }
 
+// S = 1: the one plan as always; S > 1: a heading and one line per rank.
 static void dump_plan(Driver *dr, FILE *out) {
-  plan_print(&dr->graph, &dr->tc, &dr->prog.ranks[0].plan, out);
+  const Program *p = &dr->prog;
+  if (p->nranks == 1) {
+    plan_print(&dr->graph, &dr->tc, &p->ranks[0].plan, out);
+    return;
+  }
+  const TrainConfig *tc = &dr->tc;
+  fprintf(out, "memory plans of %s: batch %lld = %lld microbatch%s of %lld, %s, %d ranks\n",
+          dr->graph.name, (long long)tc->batch, (long long)tc->microbatches,
+          tc->microbatches == 1 ? "" : "es", (long long)tc->mb_size,
+          tc->opt == OPT_ADAMW ? "adamw" : "sgd", p->nranks);
+  for (int r = 0; r < p->nranks; r++) plan_print_rank(p, r, out);
 }
 
 // The generated programs, as written: rank0.c, rank1.c, ... one after the other.
@@ -444,8 +446,8 @@ static int finish_print(Driver *dr) {
   return 0;
 }
 
-// plan at S > 1 (it stops after the schedule): the partition table, the channels, the grid,
-// the predicted bubble and the peak microbatches in flight per stage.
+// plan at S > 1: the partition table, the channels, the grid, the predicted bubble, the peak
+// microbatches in flight per stage and each rank's memory plan (not with --stop-after=schedule).
 static int finish_plan_pipeline(Driver *dr) {
   Program *p = &dr->prog;
   partition_print(p, stdout);
@@ -459,8 +461,11 @@ static int finish_plan_pipeline(Driver *dr) {
          dr->stats.bubble * 100, p->split_bw ? "1, W 1" : "2");
   printf("peak microbatches in flight:");
   for (int v = 0; v < p->nv; v++) printf(" v%d %d", v, dr->stats.peak[v]);
-  printf("\nper-rank memory plans and code generation for more than one stage are planned "
-         "(docs/pipeline.md)\n");
+  printf("\n");
+  if (p->ranks[0].plan.region) { // the memplan pass ran (not --stop-after=schedule)
+    printf("\n");
+    dump_plan(dr, stdout);
+  }
   return 0;
 }
 
@@ -732,13 +737,10 @@ int main(int argc, char **argv) {
                      "ranks",
                      dr.virt);
   if (!rc && dr.virt > 1 && dr.po.stages) dr.po.stages *= dr.virt; // the partition cuts S x V
-  // check and print with several stages run the partition and comm passes too (errors, dumps);
-  // plan stops after the schedule (no per-rank memory plan yet).
+  // check and print with several stages run the partition and comm passes too (errors, dumps).
   bool multi = dr.po.stages > 1 || dr.po.nsplit;
   int part = find_pass("comm", strlen("comm")), sched = find_pass("schedule", strlen("schedule"));
   if (!rc && multi && dr.last < part && !dr.stop_after) dr.last = part;
-  if (!rc && multi && cmd && strcmp(cmd->name, "plan") == 0 && dr.last > sched && !dr.stop_after)
-    dr.last = sched;
   if (rc) {
     RETURN(rc);
   }
