@@ -459,7 +459,8 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
       "// logging) is the runtime's pr_main (trainloop.c) over the functions below.\n",
       (long long)tc->batch, (long long)tc->microbatches, (long long)tc->mb_size, e->rp->nvs,
       e->rp->nacts);
-  out(e, "#include <stdbool.h>\n#include <stdint.h>\n\n#include \"pipert.h\"\n\n");
+  out(e, "#include <stdbool.h>\n#include <stdint.h>\n%s\n#include \"pipert.h\"\n\n",
+      e->multi ? "#include <string.h>\n" : "");
   out(e, "#define MB %lld // microbatch size (the batch symbol %s)\n", (long long)tc->mb_size,
       comment(e, g->batch_sym));
   out(e, "#define NMICRO %lld // microbatches per step\n\n", (long long)tc->microbatches);

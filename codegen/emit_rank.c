@@ -4,8 +4,11 @@
 // the stages. The one-rank program (emit_c.c) never calls these: it has no MPI at all.
 //
 // Message streams. Each channel of the Program (compiler/comm.c) is one stream on its sender's
-// rank and one on its receiver's (both on one rank when a skip joins two stages of the same rank
-// under --virtual: MPI delivers it to itself), tagged with the channel's tag on both sides. Each
+// rank and one on its receiver's, tagged with the channel's tag on both sides. A channel between
+// two stages of one rank (a skip under --virtual) is no stream: its RECV copies the tensor
+// (memcpy), which the verifier's rule makes safe there: the sender's buffer still holds
+// microbatch m (the action that rewrites it for m + K runs after RECV(c, m)) and the receiving
+// slot is free (everything of m - K on the receiving stage ran before). Each
 // exchange group (a parameter held on several ranks) adds one stream per use buffer and holder
 // rank other than the buffer's: the buffer's rank sends it at step end, the holder receives it into
 // its own copy. Their tags follow the channels' (the largest channel tag + 1, counting over the
@@ -63,6 +66,7 @@ static Streams *streams(E *e) {
     int from = rank_of(e, ch->from_v), to = rank_of(e, ch->to_v);
     st->send_of[c] = st->recv_of[c] = -1;
     if (ch->tag > maxtag) maxtag = ch->tag;
+    if (from == to) continue; // on one rank: copied at its RECV
     if (from == me) {
       st->send_of[c] = st->n;
       st->s[st->n++] =
@@ -163,11 +167,31 @@ static const char *in_slot(E *e, int v, int m, const char *text) {
   return arena_printf(e->a, "{ const int slot = %d; %s }", m % e->p->slots[v], text);
 }
 
+// The address of tensor t in slot k of its stage, as a constant offset (no `slot` variable).
+static const char *addr_at(E *e, const Tensor *t, int k) {
+  const Plan *p = e->p;
+  int v = p->vstage ? p->vstage[t->id] : -1;
+  int64_t off = p->offset[t->id] + (v >= 0 && p->slots[v] > 1 ? k * p->slot_stride[v] : 0);
+  return arena_printf(e->a, "(%s + %lld)", region_ptr[p->region[t->id]], (long long)off);
+}
+
+// The copy that is a channel between two stages of this rank: microbatch m (slots m mod K).
+static const char *local_copy(E *e, const Channel *c, int m) {
+  const Program *P = e->prog;
+  return arena_printf(e->a, "memcpy(%s, %s, %lld);", addr_at(e, c->dst, m % P->vs[c->to_v].K),
+                      addr_at(e, c->t, m % P->vs[c->from_v].K), (long long)c->bytes);
+}
+
+static bool is_local(const E *e, const Channel *c) {
+  return rank_of(e, c->from_v) == rank_of(e, c->to_v);
+}
+
 static void append(E *e, char **s, const char *fmt_text) {
   *s = arena_printf(e->a, "%s  %s\n", *s ? *s : "", fmt_text);
 }
 
 static const char *act_label(E *e, const Action *x) {
+  if (x->ch) return arena_printf(e->a, "%s(c%d, m%d)", action_name(x->kind), x->ch->id, x->m);
   if (x->m < 0) return arena_printf(e->a, "%s(v%d)", action_name(x->kind), x->v);
   return arena_printf(e->a, "%s(v%d, m%d)", action_name(x->kind), x->v, x->m);
 }
@@ -202,16 +226,20 @@ bool emit_rank_train_step(E *e, Diag *d) {
     const Action *x = &rp->acts[i];
     if (x->kind == ACT_RECV) { // post as early as the slot allows
       const Channel *c = x->ch;
+      bool local = is_local(e, c);
       int s = st->recv_of[c->id], K = P->vs[c->to_v].K;
-      if (s < 0 || e->p->offset[c->dst->id] < 0)
+      if ((!local && s < 0) || e->p->offset[c->dst->id] < 0)
         return internal(e, d, arena_printf(e->a, "RECV of '%s' without its buffer", c->dst->name));
-      const char *text =
-          in_slot(e, c->to_v, x->m,
-                  arena_printf(e->a, "pr_comm_post_recv(%d, %d, %s);", s, x->m, tid(e, c->dst)));
+      const char *text = local ? NULL
+                               : in_slot(e, c->to_v, x->m,
+                                         arena_printf(e->a, "pr_comm_post_recv(%d, %d, %s);", s,
+                                                      x->m, tid(e, c->dst)));
       if (x->m < K) {
-        append(e, &start, text);
+        if (text) append(e, &start, text);
         continue;
       }
+      // The slot is free after the last action of m - K on the stage; the RECV (a local copy,
+      // or the wait of a posted receive) must come after it.
       int last = -1;
       for (int j = 0; j < n; j++)
         if (rp->acts[j].v == c->to_v && rp->acts[j].m == x->m - K) last = j;
@@ -219,8 +247,8 @@ bool emit_rank_train_step(E *e, Diag *d) {
         return internal(e, d,
                         arena_printf(e->a, "%s of '%s' comes before the last action of m%d",
                                      act_label(e, x), c->dst->name, x->m - K));
-      append(e, &post[last], text);
-    } else if (x->kind == ACT_SEND) { // the buffer's next write waits for this send
+      if (text) append(e, &post[last], text);
+    } else if (x->kind == ACT_SEND && !is_local(e, x->ch)) { // the next write waits for it
       const Channel *c = x->ch;
       int s = st->send_of[c->id], K = P->vs[c->from_v].K;
       if (s < 0 || e->p->offset[c->t->id] < 0)
@@ -273,6 +301,11 @@ bool emit_rank_train_step(E *e, Diag *d) {
       out(e, "  W_%d(%d, %d); // m%d\n", x->v, slot, acc, x->m);
       break;
     case ACT_SEND:
+      if (is_local(e, x->ch)) {
+        out(e, "  // SEND(%s, m%d) to stage %d of this rank: copied at its RECV\n",
+            comment(e, x->ch->t->name), x->m, x->ch->to_v);
+        break;
+      }
       out(e, "  %s // SEND(%s, m%d)\n",
           in_slot(e, x->ch->from_v, x->m,
                   arena_printf(e->a, "pr_comm_send(%d, %d, %s);", st->send_of[x->ch->id], x->m,
@@ -280,6 +313,11 @@ bool emit_rank_train_step(E *e, Diag *d) {
           comment(e, x->ch->t->name), x->m);
       break;
     case ACT_RECV: {
+      if (is_local(e, x->ch)) {
+        out(e, "  %s // RECV(%s, m%d) from stage %d of this rank\n", local_copy(e, x->ch, x->m),
+            comment(e, x->ch->dst->name), x->m, x->ch->from_v);
+        break;
+      }
       const char *what = "RECV";
       for (int j = i + 1; j < n; j++) {
         const Action *y = &rp->acts[j];
@@ -367,6 +405,10 @@ void emit_rank_eval(E *e) {
     for (int c = 0; c < P->nch; c++) {
       const Channel *ch = &P->ch[c];
       if (ch->grad || ch->to_v != v) continue;
+      if (is_local(e, ch)) {
+        out(e, "  %s // from stage %d of this rank\n", local_copy(e, ch, 0), ch->from_v);
+        continue;
+      }
       const char *what = cstring(e, arena_printf(e->a, "eval F(v%d)", v));
       out(e, "  pr_comm_post_recv(%d, 0, %s);\n  pr_comm_wait_recv(%d, 0, %s);\n", st->recv_of[c],
           tid(e, ch->dst), st->recv_of[c], what);
@@ -374,7 +416,7 @@ void emit_rank_eval(E *e) {
     out(e, "  F_%d(0);\n", v);
     for (int c = 0; c < P->nch; c++) {
       const Channel *ch = &P->ch[c];
-      if (ch->grad || ch->from_v != v) continue;
+      if (ch->grad || ch->from_v != v || is_local(e, ch)) continue;
       out(e, "  pr_comm_send(%d, 0, %s);\n", st->send_of[c], tid(e, ch->t));
     }
   }

@@ -277,8 +277,9 @@ int sched_order(SchedKind k, int S, int V, int M, int r, Action *out, Diag *d);
 // after the action that makes its tensor (channels in id order), each RECV in the sender's order
 // no later than the action that reads it (posted before the earliest reader among it and the
 // messages after it on the same pair of ranks), and then TIED_SUM per stage, NORM, OPT. Sets
-// p->split_bw (zb-h1) and each stage's K to its peak microbatches in flight. Arena a holds the
-// lists. False after reporting through d.
+// p->split_bw (zb-h1; then each stage's W segment takes the weight-gradient nodes of its B
+// segment) and each stage's K to its peak microbatches in flight. Arena a holds the lists.
+// False after reporting through d.
 bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d);
 
 // What the simulation predicts (schedule_verify).

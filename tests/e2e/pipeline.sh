@@ -69,8 +69,12 @@ pipe_same mlp-s2-m4-interleaved samples/mlp_digits.json 2 4 'interleaved --virtu
 pipe_same mlp-s2-m1-1f1b samples/mlp_digits.json 2 1 1f1b
 pipe_same mlp-s3-m2-1f1b samples/mlp_digits.json 3 2 1f1b
 pipe_same gpt2-s2-m2-1f1b samples/gpt_char.json 2 2 1f1b -D L=2
-pipe_same skip-s2-m2-zbh1 samples/skip_net.json 2 2 zb-h1
-pipe_same skip-s3-m3-gpipe samples/skip_net.json 3 3 gpipe
+# skip_net has no data binding: the synthetic table of the parity and hashes tests (batch 16).
+python3 "$root/tests/skip_net_table.py" samples/skip_net.json "$tmp/skip.json" "$tmp/skip.csv"
+pipe_same skip-s2-m2-zbh1 "$tmp/skip.json" 2 2 zb-h1
+pipe_same skip-s3-m4-gpipe "$tmp/skip.json" 3 4 gpipe
+pipe_same skip-s2-m4-interleaved "$tmp/skip.json" 2 4 'interleaved --virtual 2'
+pipe_same skip-s4-m8-1f1b "$tmp/skip.json" 4 8 1f1b
 
 # ---- launch.sh: nothing of the model reaches it raw (a name with quotes, $(...) and a line
 # break); it runs the job all the same.
