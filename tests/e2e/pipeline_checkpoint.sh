@@ -31,18 +31,21 @@ build s4 --stages 4 --schedule interleaved --virtual 2
 
 # go NAME LOG-NAME ARGS...: run configuration NAME (launch.sh), outputs under $tmp/LOG-NAME.*.
 go() {
-  local name=$1 out=$tmp/$2
+  local name=$1 label=$2 out=$tmp/$2
   shift 2
   timeout -k 5 120 "$tmp/$name/launch.sh" "${run_args[@]}" --loss-log "$out.loss" "$@" </dev/null \
     >"$out.out" 2>"$out.err"
   local rc=$?
-  [ $rc -eq 0 ] || bad "$2: launch.sh exit $rc: $(grep -v '^$' "$out.err" | head -3 | tr '\n' ' ')"
+  [ $rc -eq 0 ] || bad "$label ($name): launch.sh exit $rc: $(grep -v '^-*$' "$out.err" | head -2 | tr '\n' ' ')"
 }
 # pair_is A B: the pairs A, A.optim and B, B.optim are byte for byte equal (else say where).
 pair_is() {
   local f ok=0
   for f in "" .optim; do
-    if ! cmp -s "$1$f" "$2$f"; then
+    if [ ! -e "$1$f" ] || [ ! -e "$2$f" ]; then
+      echo "  $1$f or $2$f: missing"
+      ok=1
+    elif ! cmp -s "$1$f" "$2$f"; then
       echo "  $1$f vs $2$f: $(cmp "$1$f" "$2$f" 2>&1 | head -1); $(st diff "$1$f" "$2$f" 2>&1 | head -3 | tr '\n' ';')"
       ok=1
     fi
@@ -63,11 +66,14 @@ check "S = 2 saves the one-stage pair after 2 steps" pair_is "$tmp/s2.st" "$tmp/
 
 # Resume that pair at S = 3, 1, 2 and 4: steps 2..4 and the final pair as if never stopped.
 for r in s3 s1 s2 s4; do
-  cp "$tmp/s2.st" "$tmp/r_$r.st" && cp "$tmp/s2.st.optim" "$tmp/r_$r.st.optim"
+  if ! cp "$tmp/s2.st" "$tmp/r_$r.st" 2>/dev/null || ! cp "$tmp/s2.st.optim" "$tmp/r_$r.st.optim"; then
+    bad "resume at ${r#s} stage(s): no pair saved at S = 2 to resume"
+    continue
+  fi
   go "$r" "res_$r" --steps 5 --resume "$tmp/r_$r.st" --save "$tmp/r_$r.st"
   check "resume at ${r#s} stage(s) from S = 2: final pair as the uninterrupted run" pair_is "$tmp/r_$r.st" "$tmp/full.st"
-  if ! diff <(tail_of "$tmp/full.loss" 2) "$tmp/res_$r.loss" >/dev/null; then
-    bad "resume at ${r#s} stage(s): losses $(tr '\n' ' ' <"$tmp/res_$r.loss"), uninterrupted $(tail_of "$tmp/full.loss" 2 | tr '\n' ' ')"
+  if ! diff <(tail_of "$tmp/full.loss" 2) "$tmp/res_$r.loss" >/dev/null 2>&1; then
+    bad "resume at ${r#s} stage(s): losses $(tr '\n' ' ' <"$tmp/res_$r.loss" 2>/dev/null), uninterrupted $(tail_of "$tmp/full.loss" 2 | tr '\n' ' ')"
   else
     ok
   fi
