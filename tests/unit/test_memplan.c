@@ -413,6 +413,45 @@ START_TEST(test_plan_check_rejects) {
 }
 END_TEST
 
+// An input read by two stages of one rank (interleaved: x by a on v0 and by c on v2, both rank
+// 0) would need a copy per stage: one clear error, not a plan that shares one buffer.
+START_TEST(test_input_on_two_stages_of_a_rank) {
+  static const char *const NET2 =
+      "{'format': 'pipec-model', 'version': 1, 'name': 'net',\n"
+      " 'inputs': [{'name': 'x', 'shape': ['B', 4]}, {'name': 'y', 'dtype': 'i32', 'shape': ['B'],"
+      " 'target': true}],\n"
+      " 'params': [{'name': 'w', 'shape': [4, 4], 'init': 'xavier'},"
+      " {'name': 'u', 'shape': [4, 4], 'init': 'xavier'}],\n"
+      " 'nodes': [{'name': 'a', 'op': 'linear', 'inputs': ['x', 'w']},\n"
+      "           {'name': 'r', 'op': 'relu', 'inputs': ['a']},\n"
+      "           {'name': 'b', 'op': 'linear', 'inputs': ['r', 'u']},\n"
+      "           {'name': 'c', 'op': 'add', 'inputs': ['b', 'x']},\n"
+      "           {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['c', 'y']}],\n"
+      " 'loss': 'loss'}";
+  Model m;
+  ck_assert_msg(model_run(&m, NET2), "%s", cap_text(&m.cap));
+  TrainConfig tc = {.batch = 4, .microbatches = 2, .mb_size = 2, .opt = OPT_ADAMW};
+  Diag *d = &m.cap.d;
+  ck_assert(pass_autodiff(&m.g, 2, d));
+  const char *split[] = {"r", "b", "loss"};
+  PartitionOptions o = {
+      .stages = 4, .split = split, .nsplit = 3, .flops_rate = 50e9, .bandwidth = 10e9};
+  Program p;
+  ck_assert_msg(pass_partition(&m.g, &tc, &o, &p, d) && pass_comm(&m.g, &p, d) &&
+                    sched_build(&p, SCHED_INTERLEAVED, 2, 2, &m.arena, d) &&
+                    schedule_verify(&p, NULL, NULL, NULL, d),
+                "%s", cap_text(&m.cap));
+  ck_assert_int_eq(p.vstage_of_node[graph_find(&m.g, "c")->producer->id], 2);
+  ck_assert(!plan_memory(&p, d));
+  ck_assert_msg(strstr(cap_text(&m.cap),
+                       ": error: inputs[0]: input 'x' is read by two stages of rank 0 (--virtual): "
+                       "each stage would need its own copy, which is not supported; cut "
+                       "elsewhere\n"),
+                "%s", cap_text(&m.cap));
+  model_free(&m);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("memplan");
   TCase *tc = tcase_create("memplan");
@@ -424,6 +463,7 @@ int main(void) {
   tcase_add_test(tc, test_plan_k_slots);
   tcase_add_test(tc, test_pipeline_plans);
   tcase_add_test(tc, test_plan_check_rejects);
+  tcase_add_test(tc, test_input_on_two_stages_of_a_rank);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
