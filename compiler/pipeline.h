@@ -301,7 +301,10 @@ typedef struct StageCost {
 // schedule_check, then the lock-step simulation of all ranks: a RECV can run once its SEND has
 // run (on an earlier step) and the message is the next one on its pair of ranks (the same
 // message order on both sides); if no rank can move before all are done, a deadlock, reported
-// with the grid (schedule_grid) and the blocked actions marked. Also no saved-activation slot
+// with the grid (schedule_grid) and the blocked actions marked. The send-buffer rule: the F or
+// B that makes channel c's tensor for microbatch m + K (K of c's from_v) runs only after
+// RECV(c, m) has run (the generated code waits for send (c, m) to complete there); a wait that
+// never ends is a deadlock, its line naming the rule. Also no saved-activation slot
 // (m mod K of its stage) reused while live (from its F to its B, or W when split). cost: nv
 // entries or NULL. st (may be NULL) receives the prediction (peak from arena a, may be NULL when
 // st is). False after reporting the first violation through d.

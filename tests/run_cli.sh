@@ -185,6 +185,10 @@ grep -qx "c0 'a0' v0 -> v1 as 'a0@v1' 2048 B per microbatch fwd" <<<"$LAST_OUT" 
   grep -qx "exchange 'shared.weight' stages v0 v2 (partial sums, in use order)" <<<"$LAST_OUT" &&
   [ "$(grep '^  use buffer' <<<"$LAST_OUT" | paste -sd'|')" = "  use buffer 'd:shared.weight@body1#1' v0|  use buffer 'd:shared.weight@body2#1' v2" ] &&
   pass=$((pass + 1)) || { echo "FAIL comm --split gate,narrow: $LAST_OUT"; fail=$((fail + 1)); }
+# The IR after the comm pass: each received copy declared, its stage's reads rewired to it.
+expect print-recv 0 '' "$pipec" print --stages 2 samples/mlp_digits.json
+grep -qx 'recv "relu1@v1": f32(B,128)' <<<"$LAST_OUT" && grep -qx 'node fc2 = linear("relu1@v1", fc2.weight, fc2.bias): f32(B,128)' <<<"$LAST_OUT" &&
+  pass=$((pass + 1)) || { echo "FAIL print --stages 2: no received copy of relu1: $LAST_OUT"; fail=$((fail + 1)); }
 # Hints: split_before marks restrict the automatic cut to them; a stage hint pins, and a hint that
 # sends an edge backwards is an error at the node with its caret.
 hint=$(mktemp -d)

@@ -75,6 +75,20 @@ pipe_same skip-s2-m2-zbh1 "$tmp/skip.json" 2 2 zb-h1
 pipe_same skip-s3-m4-gpipe "$tmp/skip.json" 3 4 gpipe
 pipe_same skip-s2-m4-interleaved "$tmp/skip.json" 2 4 'interleaved --virtual 2'
 pipe_same skip-s4-m8-1f1b "$tmp/skip.json" 4 8 1f1b
+# Cuts by name: inside the skip span (3 stages), and between the tied embedding and the head.
+pipe_same skip-split-zbh1 "$tmp/skip.json" 3 4 'zb-h1 --split gated,skip'
+pipe_same gpt2-split-1f1b samples/gpt_char.json 2 4 '1f1b --split transformer.ln_f' -D L=2
+
+# ---- pipec run --stages S: compiles and replaces itself with launch.sh; the job's exit status.
+"$pipec" run samples/mlp_digits.json --stages 2 --microbatches 2 -o "$tmp/run" -- \
+  "${run_opts[@]}" --steps 2 --loss-log "$tmp/run.loss" >"$tmp/run.out" 2>&1
+check "run --stages 2: exit 0" test $? -eq 0
+check "run --stages 2: 2 loss lines" test "$(wc -l <"$tmp/run.loss" 2>/dev/null)" = 2
+"$pipec" run samples/mlp_digits.json --stages 2 --microbatches 2 -o "$tmp/run" -- --steps x \
+  >"$tmp/run.out" 2>&1
+check "run --stages 2 with a bad program option: the program's exit status 2" test $? -eq 2
+check "run --stages 2 with a bad program option: its message, rank-prefixed" \
+  grep -q "^\[rank [01]\] .*--steps: expected a non-negative integer, got 'x'" "$tmp/run.out"
 
 # ---- launch.sh: nothing of the model reaches it raw (a name with quotes, $(...) and a line
 # break); it runs the job all the same.
