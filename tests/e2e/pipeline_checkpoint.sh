@@ -10,7 +10,7 @@ root=$2
 . "$root/tests/e2e/lib.sh"
 cd "$root" || exit 1
 st() { python3 "$root/tests/e2e/st_tool.py" "$@"; }
-export OMPI_MCA_mpi_yield_when_idle=1 OMP_WAIT_POLICY=PASSIVE
+. "$root/tests/e2e/mpi_env.sh"
 file=$tmp/gpt_char_l2.json
 python3 samples/gen_gpt.py --layers 2 --heads 2 --embd 32 --context 16 --flat --name gpt_char_l2 |
   sed "s#\"../../shared/data/#\"$root/../shared/data/#" >"$file"

@@ -8,7 +8,7 @@ pipec=$1
 root=$2
 . "$root/tests/e2e/lib.sh"
 cd "$root" || exit 1
-export OMPI_MCA_mpi_yield_when_idle=1 OMP_WAIT_POLICY=PASSIVE
+. "$root/tests/e2e/mpi_env.sh"
 "$pipec" compile samples/mlp_digits.json --stages 2 --microbatches 8 -o "$tmp/s2" >/dev/null 2>"$tmp/err" ||
   { bad "compile S = 2: $(head -3 "$tmp/err")"; finish; exit 1; }
 "$pipec" compile samples/mlp_digits.json --stages 3 --microbatches 4 -o "$tmp/s3" >/dev/null 2>"$tmp/err" ||
@@ -50,7 +50,7 @@ start() {
   return 1
 }
 # ended NAME OUT S T0: wait for the job; it ended within 30 s of T0 (date +%s.%N), non-zero and
-# not by the timeout, with no rank left behind. Prints the time taken.
+# not by the timeout, with no rank left behind and no sanitizer report. Prints the time taken.
 ended() {
   local name=$1 o=$2 S=$3 t0=$4
   wait "$job"
@@ -63,6 +63,9 @@ ended() {
     bad "$name: hung until timeout 60 killed it"
   else
     ok
+  fi
+  if grep -qE 'Sanitizer|runtime error: ' "$tmp/job.out" "$tmp/job.err"; then
+    bad "$name: sanitizer report: $(grep -hE -m1 'Sanitizer|runtime error: ' "$tmp/job.out" "$tmp/job.err")"
   fi
   check "$name: every rank gone within 30 s (took $t s)" awk -v t="$t" 'BEGIN { exit !(t < 30) }'
   local left

@@ -22,8 +22,7 @@ model=$3
 . "$root/tests/e2e/lib.sh"
 cd "$root" || exit 1
 st() { python3 "$root/tests/e2e/st_tool.py" "$@"; }
-export OMPI_MCA_mpi_yield_when_idle=1 # ranks exceed the cores: yield while waiting
-export OMP_WAIT_POLICY=PASSIVE        # (the program would re-execute itself to set it)
+. "$root/tests/e2e/mpi_env.sh"
 # Every global batch is a multiple of every M of the matrix.
 case $model in
 mlp_digits)
