@@ -22,6 +22,29 @@ pipe_run "$tmp/one-launch" "$tmp/one" || bad "S = 1: launch.sh: $(tail -n 3 "$tm
   >/dev/null 2>&1 || bad "S = 1: bin/train"
 same_bits "S = 1: launch.sh = bin/train" "$tmp/one-train" "$tmp/one-launch"
 
+# ---- Rank 0's train_step as printed, against golden files: receives posted at step start for
+# m < K and right after the last action of m - K, send waits before the action that rewrites the
+# buffer for m + K, all sends waited for before the step end, then the exchange (skip_net: its
+# shared weight) and, under --virtual, the copies of the channels between two stages of one rank.
+golden_step() {
+  local name=$1 dir="$tmp/golden-$1"
+  shift
+  if ! "$pipec" compile "$@" -o "$dir" >/dev/null 2>"$tmp/golden.err"; then
+    bad "$name: compile: $(head -n 3 "$tmp/golden.err")"
+    return
+  fi
+  sed -n '/^static double train_step/,/^}/p' "$dir/rank0.c" >"$tmp/$name.train_step"
+  if diff -u "tests/golden/$name.train_step" "$tmp/$name.train_step" >"$tmp/golden.diff"; then
+    ok
+  else
+    bad "$name: rank 0's train_step differs from tests/golden/$name.train_step:"
+    head -n 20 "$tmp/golden.diff"
+  fi
+}
+golden_step mlp_digits_s2_m4_1f1b samples/mlp_digits.json --stages 2 --microbatches 4
+golden_step skip_net_s2_m2_interleaved samples/skip_net.json --stages 2 --microbatches 2 \
+  --schedule interleaved --virtual 2
+
 # ---- The equality matrix (a small one: the full matrix reuses pipe_same).
 pipe_same mlp-s2-m4-gpipe samples/mlp_digits.json 2 4 gpipe
 pipe_same mlp-s2-m4-1f1b samples/mlp_digits.json 2 4 1f1b
