@@ -416,6 +416,10 @@ void emit_rank_eval(E *e) {
     }
   }
   out(e, "  pr_comm_wait_sends();\n  loss_rows = MB;\n  r->weight = weight;\n");
+  // The logits the accuracy counts: the loss stage's own, or its received copy (a cut between
+  // them and the loss).
+  for (int c = 0; lv >= 0 && logits && e->p->offset[logits->id] < 0 && c < P->nch; c++)
+    if (P->ch[c].t == logits && P->ch[c].to_v == lv) logits = P->ch[c].dst;
   if (lv >= 0) {
     out(e, "  r->loss = %s[0];\n", tid(e, loss));
     if (classify && e->p->offset[logits->id] >= 0 && e->p->offset[y->id] >= 0)

@@ -63,6 +63,14 @@ pipe_same skip-s4-m8-1f1b "$tmp/skip.json" 4 8 1f1b
 pipe_same skip-split-zbh1 "$tmp/skip.json" 3 4 'zb-h1 --split gated,skip'
 pipe_same gpt2-split-1f1b samples/gpt_char.json 2 4 '1f1b --split transformer.ln_f' -D L=2
 
+# ---- Evaluation across the stages reports what the one-stage program does: the validation loss
+# and, with the loss cut from the logits (--split loss), the accuracy from the received logits.
+eval_line() { "$@" "${pipe_opts[@]}" --quiet --eval-batches 2 2>&1 | sed -n 's/^\(\[rank [0-9]*\] \)\{0,1\}\(eval .*\)/\2/p'; }
+want=$(eval_line "$tmp/one/bin/train")
+"$pipec" compile samples/mlp_digits.json --split loss -o "$tmp/eval" >/dev/null 2>&1 || bad "compile --split loss"
+check "eval at S = 2, the loss cut from the logits: '$want'" \
+  test -n "$want" -a "$(eval_line "$tmp/eval/launch.sh")" = "$want"
+
 # ---- A checkpoint of S = 2 resumed at S = 3 (zb-h1) continues bit for bit: 3 + 2 steps equal the
 # one-stage program's 5.
 g2=(samples/gpt_char.json -D L=2 --microbatches 2)
