@@ -14,7 +14,6 @@ if ! command -v mpirun >/dev/null; then
   exit 77
 fi
 export OMPI_MCA_mpi_yield_when_idle=1 # more ranks than cores here
-export ASAN_OPTIONS=${ASAN_OPTIONS:-}${ASAN_OPTIONS:+:}detect_leaks=0 # Open MPI's own allocations
 mpi=(mpirun --oversubscribe --bind-to none)
 [ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root)
 cd "$tmp" || exit 1
