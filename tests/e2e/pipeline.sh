@@ -10,9 +10,6 @@ root=$2
 . "$root/tests/e2e/lib.sh"
 cd "$root" || exit 1
 export OMPI_MCA_mpi_yield_when_idle=1 # more ranks than cores here: ranks yield while they wait
-# In the ASan tree: Open MPI's own allocations at exit are not the program's leaks (the other
-# sanitizer checks stay on; the one-rank programs' leaks are checked by the other e2e tests).
-export ASAN_OPTIONS=${ASAN_OPTIONS:-}${ASAN_OPTIONS:+:}detect_leaks=0
 
 # ---- launch.sh at S = 1 runs the one program (bin/rank0 is bin/train): the same bits.
 "$pipec" compile samples/mlp_digits.json -o "$tmp/one" >/dev/null 2>&1 || bad "compile S = 1"
