@@ -14,6 +14,7 @@ export OMPI_MCA_mpi_yield_when_idle=1 # more ranks than cores here: ranks yield 
 # ---- launch.sh at S = 1 runs the one program (bin/rank0 is bin/train): the same bits.
 "$pipec" compile samples/mlp_digits.json -o "$tmp/one" >/dev/null 2>&1 || bad "compile S = 1"
 check "S = 1: bin/rank0 is bin/train" test "$tmp/one/bin/rank0" -ef "$tmp/one/bin/train"
+check "S = 1: no MPI in the program" eval '! ldd "$tmp/one/bin/train" | grep -q libmpi'
 pipe_run "$tmp/one-launch" "$tmp/one" || bad "S = 1: launch.sh: $(tail -n 3 "$tmp/one-launch.out")"
 "$tmp/one/bin/train" "${pipe_opts[@]}" --save "$tmp/one-train.st" --loss-log "$tmp/one-train.loss" \
   >/dev/null 2>&1 || bad "S = 1: bin/train"
@@ -108,6 +109,7 @@ json.dump(m, open(sys.argv[1], "w"))
 PY
 "$pipec" compile "$tmp/evil.json" --stages 2 --microbatches 2 -o "$tmp/evil" >/dev/null 2>&1 || bad "compile the odd name"
 check "launch.sh is executable" test -x "$tmp/evil/launch.sh"
+check "S = 2: the rank programs link MPI" eval 'ldd "$tmp/evil/bin/rank1" | grep -q libmpi'
 check "launch.sh holds the name only in a comment, defused" \
   grep -qxF "# Runs the training job of model x'\"; touch PWNED; \$(touch PWNED2)_\`touch PWNED3\`: 2 ranks, one program per rank (bin/rank<r>) under mpirun." "$tmp/evil/launch.sh"
 check "launch.sh: the name in no other line" test "$(grep -c PWNED "$tmp/evil/launch.sh")" -eq 1
