@@ -8,10 +8,10 @@
 // two stages of one rank (a skip under --virtual) is no stream: its RECV copies the tensor
 // (memcpy), which the verifier's rule makes safe there: the sender's buffer still holds
 // microbatch m (the action that rewrites it for m + K runs after RECV(c, m)) and the receiving
-// slot is free (everything of m - K on the receiving stage ran before). Each
-// exchange group (a parameter held on several ranks) adds one stream per use buffer and holder
-// rank other than the buffer's: the buffer's rank sends it at step end, the holder receives it into
-// its own copy. Their tags follow the channels' (the largest channel tag + 1, counting over the
+// slot is free (everything of m - K on the receiving stage ran before). Each exchange group (a
+// parameter held on several ranks) adds one stream per use buffer and holder rank other than the
+// buffer's: the buffer's rank sends it at step end, the holder receives it into its own copy.
+// Their tags follow the channels' (the largest channel tag + 1, counting over the
 // groups in order, their buffers in use order, the holder ranks ascending), computed from the
 // Program alone, so that both ranks of a stream number it the same.
 //
@@ -33,7 +33,6 @@ typedef struct Stream {
   int64_t bytes;     // bytes per message
   bool send;         // this rank sends on it
   const Tensor *buf; // this rank's buffer (send: the source; receive: the destination)
-  int v;             // the stage whose slots hold buf (channels), -1 for exchange buffers
   bool waited;       // train_step: an exchange receive already waited for
 } Stream;
 
@@ -69,13 +68,11 @@ static Streams *streams(E *e) {
     if (from == to) continue; // on one rank: copied at its RECV
     if (from == me) {
       st->send_of[c] = st->n;
-      st->s[st->n++] =
-          (Stream){ch->t->name, to, ch->tag, ch->bytes, true, ch->t, ch->from_v, false};
+      st->s[st->n++] = (Stream){ch->t->name, to, ch->tag, ch->bytes, true, ch->t, false};
     }
     if (to == me) {
       st->recv_of[c] = st->n;
-      st->s[st->n++] =
-          (Stream){ch->dst->name, from, ch->tag, ch->bytes, false, ch->dst, ch->to_v, false};
+      st->s[st->n++] = (Stream){ch->dst->name, from, ch->tag, ch->bytes, false, ch->dst, false};
     }
   }
   st->ex_first = st->n;
@@ -91,10 +88,8 @@ static Streams *streams(E *e) {
       for (int r = 0; r < P->nranks; r++) {
         if (!holds[r] || r == src) continue;
         const Tensor *b = x->bufs[j];
-        if (src == me)
-          st->s[st->n++] = (Stream){b->name, r, tag, bytes_of(e, b), true, b, -1, false};
-        if (r == me)
-          st->s[st->n++] = (Stream){b->name, src, tag, bytes_of(e, b), false, b, -1, false};
+        if (src == me) st->s[st->n++] = (Stream){b->name, r, tag, bytes_of(e, b), true, b, false};
+        if (r == me) st->s[st->n++] = (Stream){b->name, src, tag, bytes_of(e, b), false, b, false};
         tag++;
       }
     }
@@ -421,6 +416,10 @@ void emit_rank_eval(E *e) {
     }
   }
   out(e, "  pr_comm_wait_sends();\n  loss_rows = MB;\n  r->weight = weight;\n");
+  // The logits the accuracy counts: the loss stage's own, or its received copy (a cut between
+  // them and the loss).
+  for (int c = 0; lv >= 0 && logits && e->p->offset[logits->id] < 0 && c < P->nch; c++)
+    if (P->ch[c].t == logits && P->ch[c].to_v == lv) logits = P->ch[c].dst;
   if (lv >= 0) {
     out(e, "  r->loss = %s[0];\n", tid(e, loss));
     if (classify && e->p->offset[logits->id] >= 0 && e->p->offset[y->id] >= 0)

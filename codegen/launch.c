@@ -2,9 +2,9 @@
 // bin/rank0; at S > 1 one MPMD mpirun line, `mpirun -np 1 bin/rank0 ARGS : -np 1 bin/rank1 ARGS
 // ...`, every rank getting the same program options. `--allow-run-as-root` when run as root,
 // `--oversubscribe --bind-to none` and OMPI_MCA_mpi_yield_when_idle=1 when the ranks exceed the
-// online cores; $PIPEC_MPIRUN_OPTS adds mpirun options (a hostfile, ...), $PIPEC_MPIRUN names
-// another mpirun. The programs are found beside the script (its own directory), so the output
-// directory can move.
+// online cores (the physical ones where lscpu tells fewer: mpirun's default slots);
+// $PIPEC_MPIRUN_OPTS adds mpirun options (a hostfile, ...), $PIPEC_MPIRUN names another mpirun.
+// The programs are found beside the script (its own directory), so the output directory can move.
 //
 // Nothing from the user reaches the script raw: the model name and the pipec command line appear
 // only in comments, through sh_comment (printable ASCII, no line break, so nothing can end the
@@ -56,6 +56,9 @@ static void print_script(FILE *f, Arena *a, const Program *prog, const CodegenOp
           "# PIPEC_MPIRUN: the mpirun to run (default: mpirun on the PATH).\n"
           "ranks=%d\n"
           "cores=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)\n"
+          "# mpirun's slots are physical cores: fewer than nproc with hyperthreads\n"
+          "phys=$(lscpu -p=Core,Socket 2>/dev/null | grep -v '^#' | sort -u | wc -l)\n"
+          "[ \"${phys:-0}\" -gt 0 ] && [ \"$phys\" -lt \"$cores\" ] && cores=$phys\n"
           "root=\n"
           "[ \"$(id -u)\" = 0 ] && root=--allow-run-as-root\n"
           "over=\n"

@@ -14,7 +14,6 @@ if ! command -v mpirun >/dev/null; then
   exit 77
 fi
 export OMPI_MCA_mpi_yield_when_idle=1 # more ranks than cores here
-export ASAN_OPTIONS=${ASAN_OPTIONS:-}${ASAN_OPTIONS:+:}detect_leaks=0 # Open MPI's own allocations
 mpi=(mpirun --oversubscribe --bind-to none)
 [ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root)
 cd "$tmp" || exit 1
@@ -31,6 +30,7 @@ job() {
     TEST_COMM_MODE=$mode TEST_COMM_RANKS=$s timeout 60 "${mpi[@]}" -np "$s" "$bin" "$@" >out 2>err
   fi
   rc=$?
+  if grep -q 'Sanitizer' err; then bad "$mode S=$s: sanitizer report: $(grep -m1 Sanitizer err)"; fi
   secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 }
 # Every line of out and err starts with "[rank R] " for R < $1.
@@ -83,6 +83,18 @@ check "fail: the message ($(grep -m1 error err))" has err \
   "^\[rank 1\] test_comm\.c:[0-9]+: rank 1: error: a deliberate failure$"
 check "fail: the hint" has err "^\[rank 1\] HINT: nothing to fix: the test fails on purpose$"
 check "fail: stdout before it" has out "^\[rank 1\] about to fail$"
+
+# A rank stopped (SIGSTOP): the waiting rank's watchdog ends the job; a rank killed (SIGKILL):
+# mpirun ends the job. Both within seconds, non-zero.
+job 2 stop 3
+check "stop: non-zero exit" [ $rc -ne 0 ]
+check "stop: within seconds ($secs s)" fast 15
+check "stop: the watchdog's message ($(grep -m1 error err))" has err \
+  "^\[rank 0\] comm_mpi\.c:[0-9]+: rank 0: error: timeout: waited 3 s for tensor 'blocks\.1\.h' microbatch 3 from rank 1 \(F\(v1, m3\)\)$"
+job 2 kill 3
+check "kill: non-zero exit" [ $rc -ne 0 ]
+check "kill: within seconds ($secs s)" fast 15
+check "kill: mpirun names the rank" has err "process rank 1 .*signal 9"
 
 # 5. The rank and size are checked against the compiled ones.
 job 1 messages # a 1-rank test program is fine alone; a 2-rank one started without mpirun is not

@@ -12,6 +12,8 @@
 //             for bit ("norm ok 0x...").
 //   watchdog  rank 1 waits for a message rank 0 never sends (--timeout from argv[1]).
 //   fail      rank 1 fails a prCheck while rank 0 waits for it (the job must go at once).
+//   stop      rank 1 stops (SIGSTOP) while rank 0 waits for it (rank 0's watchdog ends the job).
+//   kill      rank 1 dies of SIGKILL while rank 0 waits for it (mpirun ends the job).
 //   train     pr_main over a toy model (five parameters, one tied, one held by two ranks,
 //             AdamW with clipping): the loss log and --save file must be byte-identical at any
 //             S, and --resume / --init work across S. TEST_COMM_NAN_STEP makes a gradient NaN.
@@ -20,6 +22,7 @@
 
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -323,8 +326,8 @@ int main(int argc, char **argv) {
   pr_prefix_start(R);
   if (strcmp(mode, "messages") == 0) return run_messages(R, S);
   if (strcmp(mode, "norm") == 0) return run_norm();
-  // watchdog: rank 1 waits for a message rank 0 never sends; fail: rank 0 waits for one from
-  // rank 1, which fails first.
+  // watchdog: rank 1 waits for a message rank 0 never sends; fail, stop, kill: rank 0 waits for
+  // one from rank 1, which fails a prCheck, stops itself (SIGSTOP) or kills itself (SIGKILL).
   bool watchdog = strcmp(mode, "watchdog") == 0;
   int waiter = watchdog ? 1 : 0;
   static PrChannel ch[1];
@@ -338,6 +341,11 @@ int main(int argc, char **argv) {
     pr_comm_wait_recv(0, 3, "F(v1, m3)");
   } else if (watchdog) {
     sleep(60); // never sends (the abort ends it)
+  } else if (strcmp(mode, "stop") == 0 || strcmp(mode, "kill") == 0) {
+    printf("stopping\n");
+    fflush(stdout);
+    sleep(1); // the line is out
+    raise(mode[0] == 's' ? SIGSTOP : SIGKILL);
   } else {
     printf("about to fail\n");
     prCheck(argc < 0, "nothing to fix: the test fails on purpose", "a deliberate failure");

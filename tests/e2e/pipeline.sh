@@ -14,10 +14,34 @@ export OMPI_MCA_mpi_yield_when_idle=1 # more ranks than cores here: ranks yield 
 # ---- launch.sh at S = 1 runs the one program (bin/rank0 is bin/train): the same bits.
 "$pipec" compile samples/mlp_digits.json -o "$tmp/one" >/dev/null 2>&1 || bad "compile S = 1"
 check "S = 1: bin/rank0 is bin/train" test "$tmp/one/bin/rank0" -ef "$tmp/one/bin/train"
+check "S = 1: no MPI in the program" eval '! ldd "$tmp/one/bin/train" | grep -q libmpi'
 pipe_run "$tmp/one-launch" "$tmp/one" || bad "S = 1: launch.sh: $(tail -n 3 "$tmp/one-launch.out")"
 "$tmp/one/bin/train" "${pipe_opts[@]}" --save "$tmp/one-train.st" --loss-log "$tmp/one-train.loss" \
   >/dev/null 2>&1 || bad "S = 1: bin/train"
 same_bits "S = 1: launch.sh = bin/train" "$tmp/one-train" "$tmp/one-launch"
+
+# ---- Rank 0's train_step as printed, against golden files: receives posted at step start for
+# m < K and right after the last action of m - K, send waits before the action that rewrites the
+# buffer for m + K, all sends waited for before the step end, then the exchange (skip_net: its
+# shared weight) and, under --virtual, the copies of the channels between two stages of one rank.
+golden_step() {
+  local name=$1 dir="$tmp/golden-$1"
+  shift
+  if ! "$pipec" compile "$@" -o "$dir" >/dev/null 2>"$tmp/golden.err"; then
+    bad "$name: compile: $(head -n 3 "$tmp/golden.err")"
+    return
+  fi
+  sed -n '/^static double train_step/,/^}/p' "$dir/rank0.c" >"$tmp/$name.train_step"
+  if diff -u "tests/golden/$name.train_step" "$tmp/$name.train_step" >"$tmp/golden.diff"; then
+    ok
+  else
+    bad "$name: rank 0's train_step differs from tests/golden/$name.train_step:"
+    head -n 20 "$tmp/golden.diff"
+  fi
+}
+golden_step mlp_digits_s2_m4_1f1b samples/mlp_digits.json --stages 2 --microbatches 4
+golden_step skip_net_s2_m2_interleaved samples/skip_net.json --stages 2 --microbatches 2 \
+  --schedule interleaved --virtual 2
 
 # ---- The equality matrix (a small one: the full matrix reuses pipe_same).
 pipe_same mlp-s2-m4-gpipe samples/mlp_digits.json 2 4 gpipe
@@ -36,6 +60,14 @@ pipe_same skip-s4-m8-1f1b "$tmp/skip.json" 4 8 1f1b
 # Cuts by name: inside the skip span (3 stages), and between the tied embedding and the head.
 pipe_same skip-split-zbh1 "$tmp/skip.json" 3 4 'zb-h1 --split gated,skip'
 pipe_same gpt2-split-1f1b samples/gpt_char.json 2 4 '1f1b --split transformer.ln_f' -D L=2
+
+# ---- Evaluation across the stages reports what the one-stage program does: the validation loss
+# and, with the loss cut from the logits (--split loss), the accuracy from the received logits.
+eval_line() { "$@" "${pipe_opts[@]}" --quiet --eval-batches 2 2>&1 | sed -n 's/^\(\[rank [0-9]*\] \)\{0,1\}\(eval .*\)/\2/p'; }
+want=$(eval_line "$tmp/one/bin/train")
+"$pipec" compile samples/mlp_digits.json --split loss -o "$tmp/eval" >/dev/null 2>&1 || bad "compile --split loss"
+check "eval at S = 2, the loss cut from the logits: '$want'" \
+  test -n "$want" -a "$(eval_line "$tmp/eval/launch.sh")" = "$want"
 
 # ---- A checkpoint of S = 2 resumed at S = 3 (zb-h1) continues bit for bit: 3 + 2 steps equal the
 # one-stage program's 5.
@@ -77,6 +109,7 @@ json.dump(m, open(sys.argv[1], "w"))
 PY
 "$pipec" compile "$tmp/evil.json" --stages 2 --microbatches 2 -o "$tmp/evil" >/dev/null 2>&1 || bad "compile the odd name"
 check "launch.sh is executable" test -x "$tmp/evil/launch.sh"
+check "S = 2: the rank programs link MPI" eval 'ldd "$tmp/evil/bin/rank1" | grep -q libmpi'
 check "launch.sh holds the name only in a comment, defused" \
   grep -qxF "# Runs the training job of model x'\"; touch PWNED; \$(touch PWNED2)_\`touch PWNED3\`: 2 ranks, one program per rank (bin/rank<r>) under mpirun." "$tmp/evil/launch.sh"
 check "launch.sh: the name in no other line" test "$(grep -c PWNED "$tmp/evil/launch.sh")" -eq 1

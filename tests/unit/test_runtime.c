@@ -399,6 +399,49 @@ START_TEST(test_tokens_text) {
 }
 END_TEST
 
+// A pipeline stage loads only what it reads: NULL x or y is skipped, the other is the same batch.
+START_TEST(test_batches_null) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/tinyshakespeare.txt", data_dir());
+  PrTokens t;
+  pr_tokens_open_text(&t, path, 0.9);
+  enum { B = 4, T = 16 };
+  int32_t x[B * T], y[B * T], x2[B * T], y2[B * T];
+  for (int split = PR_TRAIN; split <= PR_VAL; split++) {
+    pr_tokens_batch(&t, split, 5, 2, 1, B, T, x, y);
+    memset(x2, 0x7f, sizeof x2), memset(y2, 0x7f, sizeof y2);
+    pr_tokens_batch(&t, split, 5, 2, 1, B, T, NULL, y2);
+    pr_tokens_batch(&t, split, 5, 2, 1, B, T, x2, NULL);
+    ck_assert_mem_eq(x, x2, sizeof x);
+    ck_assert_mem_eq(y, y2, sizeof y);
+  }
+  int64_t real = pr_tokens_val_seq_batch(&t, 3, B, T, x, y);
+  ck_assert_int_eq(pr_tokens_val_seq_batch(&t, 3, B, T, NULL, y2), real);
+  ck_assert_int_eq(pr_tokens_val_seq_batch(&t, 3, B, T, x2, NULL), real);
+  ck_assert_mem_eq(x, x2, sizeof x);
+  ck_assert_mem_eq(y, y2, sizeof y);
+  pr_tokens_close(&t);
+
+  snprintf(path, sizeof path, "%s/digits.csv.gz", data_dir());
+  PrTable tb;
+  pr_table_open_csv(&tb, path, 0.8, 42, 1.0 / 16.0);
+  float f[B * 64], f2[B * 64];
+  int32_t l[B], l2[B];
+  pr_table_batch(&tb, 7, 3, 1, B, f, l);
+  memset(f2, 0x7f, sizeof f2), memset(l2, 0x7f, sizeof l2);
+  pr_table_batch(&tb, 7, 3, 1, B, NULL, l2);
+  pr_table_batch(&tb, 7, 3, 1, B, f2, NULL);
+  ck_assert_mem_eq(f, f2, sizeof f);
+  ck_assert_mem_eq(l, l2, sizeof l);
+  real = pr_table_val_batch(&tb, 2, B, f, l);
+  ck_assert_int_eq(pr_table_val_batch(&tb, 2, B, NULL, l2), real);
+  ck_assert_int_eq(pr_table_val_batch(&tb, 2, B, f2, NULL), real);
+  ck_assert_mem_eq(f, f2, sizeof f);
+  ck_assert_mem_eq(l, l2, sizeof l);
+  pr_table_close(&tb);
+}
+END_TEST
+
 static void tokens_short_child(void *arg) {
   PrTokens t;
   pr_tokens_open_text(&t, arg, 0.5);
@@ -1265,6 +1308,7 @@ int main(void) {
   tcase_add_test(tc, test_sumsq_scale);
   tcase_add_test(tc, test_grad_norm2);
   tcase_add_test(tc, test_tokens_text);
+  tcase_add_test(tc, test_batches_null);
   tcase_add_test(tc, test_tokens_u16);
   tcase_add_test(tc, test_tokens_val_windows);
   tcase_add_test(tc, test_digits_csv);
