@@ -100,10 +100,10 @@ fi
 # ---- SIGSTOP of rank 1 of two: rank 0 waits for it, its watchdog (--timeout 3) fires and the job
 # aborts. The message (runtime/comm_mpi.c) names the tensor, microbatch, peer rank and action of
 # a receive or a send; where rank 0 happens to wait in the step end's all-gather (rank 1 stopped
-# inside its own), it names that instead (no peer: any rank may be missing). The receive form
+# inside its own), it names the all-gather instead (no peer: any rank may be missing). The receive form
 # must show in one of up to 6 stops (rank 0 waits on receives most of a step).
 recv_re="^\\[rank 0\\] comm_mpi\\.c:[0-9]+: rank 0: error: timeout: waited 3 s for tensor '[^']+' microbatch [0-9]+ from rank 1 \\([A-Z]+\\(v[0-9]+, m[0-9]+\\)\\)$"
-other_re="^\\[rank 0\\] comm_mpi\\.c:[0-9]+: rank 0: error: timeout: waited 3 s (to send tensor '[^']+' microbatch [0-9]+ to rank 1|in the all-gather of the step end \\(every rank takes part\\))$"
+other_re="^\\[rank 0\\] comm_mpi\\.c:[0-9]+: rank 0: error: timeout: waited 3 s (to send tensor '[^']+' microbatch [0-9]+ to rank 1|in an all-gather with every rank \\(the start, or a step's end\\))$"
 hint_re='^\[rank 0\] HINT: a rank is stopped, crashed or deadlocked, or merely slower than --timeout allows: raise --timeout SECONDS \(0 = off\) if it is only slow$'
 seen_recv=0
 for try in 1 2 3 4 5 6; do
