@@ -89,6 +89,11 @@ cut_ok() {
     check "$name: the uses of shared.weight are apart (body1 on v$b1, body2 on v$b2) and exchanged" \
       grep -qE "^exchange 'shared.weight' stages (v[0-9]+ )*v$b1 (v[0-9]+ )*v$b2 " "$d"
     check "$name: body1 and body2 on different stages" test -n "$b1" -a "$b1" != "$b2"
+    # S = 2, V = 2: both ends of the skip and both uses of shared.weight on rank 0 (v0, v2).
+    if [[ " $* " == *" --stages 2 "*" --virtual 2 "* ]]; then
+      check "$name: a0 (v$a), skip (v$s), body1 (v$b1), body2 (v$b2) all on rank 0" \
+        test $((a % 2)) = 0 -a $((s % 2)) = 0 -a $((b1 % 2)) = 0 -a $((b2 % 2)) = 0
+    fi
     ;;
   gpt_char)
     check "$name: the tied embedding (v0) and head (v$((nst - 1))) are apart and exchanged" \
