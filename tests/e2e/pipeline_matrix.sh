@@ -66,8 +66,8 @@ stage_of() {
     /^  nodes / { sub(/^  nodes +/, ""); k = split($0, a, ", "); for (i = 1; i <= k; i++) if (a[i] == n) print s }' "$1"
 }
 
-# cut_ok NAME ARGS...: the comm pass's dump for these arguments shows the cut this model must
-# test (skip_net: a0 sent to skip's stage, shared.weight exchanged between the stages of body1
+# cut_ok NAME ARGS...: the comm pass's dump for these arguments (of one(), whose S and V it reads)
+# shows S x V stages and the cut this model must test (skip_net: a0 sent to skip's stage, shared.weight exchanged between the stages of body1
 # and body2; gpt_char: the tied pair exchanged between the first and the last stage).
 cut_ok() {
   local name=$1
@@ -77,8 +77,9 @@ cut_ok() {
     bad "$name: --dump-after=comm: $(head -1 "$tmp/err")"
     return
   fi
-  local nst
+  local nst want=$((S * V))
   nst=$(grep -c '^stage [0-9]* (rank' "$d")
+  check "$name: the partition has S x V = $want stages ($nst)" test "$nst" = "$want"
   case $model in
   skip_net)
     local a s b1 b2
