@@ -47,6 +47,8 @@ start() {
     sleep 0.1
   done
   bad "$o: the $s ranks did not start within 30 s ($n running): $(head -3 "$tmp/job.err")"
+  kill "$job" 2>/dev/null
+  wait "$job"
   return 1
 }
 # ended NAME OUT S T0: wait for the job; it ended within 30 s of T0 (date +%s.%N), non-zero and
