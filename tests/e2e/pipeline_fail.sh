@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Failures of a pipeline job never hang it (docs/pipeline.md): a rank killed (SIGKILL) mid-run, a
-# rank stopped (SIGSTOP: the others' watchdog, --timeout 3, fires on the receive it waits for), a
-# NaN loss, and bad data read by one rank alone each make every rank exit within 30 s of the
-# event, the job's exit status non-zero, with a message naming the rank and the cause. Every
-# launch runs under `timeout 60`, so a hang fails the test instead of blocking ctest.
+# Failures of a pipeline job never hang it (docs/pipeline.md): a rank killed (SIGKILL) or crashed
+# (SIGSEGV) mid-run, a rank stopped (SIGSTOP: the other's watchdog, --timeout 3, fires on the
+# message it waits for), a NaN loss, and bad data read by one rank alone each make every rank
+# exit within 30 s of the event, the job's exit status non-zero, with a message naming the rank
+# and the cause. Every launch runs under `timeout 60`, so a hang fails the test instead of
+# blocking ctest.
 pipec=$1
 root=$2
 . "$root/tests/e2e/lib.sh"
@@ -11,6 +12,8 @@ cd "$root" || exit 1
 . "$root/tests/e2e/mpi_env.sh"
 "$pipec" compile samples/mlp_digits.json --stages 2 --microbatches 8 -o "$tmp/s2" >/dev/null 2>"$tmp/err" ||
   { bad "compile S = 2: $(head -3 "$tmp/err")"; finish; exit 1; }
+"$pipec" compile samples/mlp_digits.json --stages 2 --microbatches 32 -o "$tmp/s2m" >/dev/null 2>"$tmp/err" ||
+  { bad "compile S = 2, M = 32: $(head -3 "$tmp/err")"; finish; exit 1; }
 "$pipec" compile samples/mlp_digits.json --stages 3 --microbatches 4 -o "$tmp/s3" >/dev/null 2>"$tmp/err" ||
   { bad "compile S = 3: $(head -3 "$tmp/err")"; finish; exit 1; }
 long=(--steps 100000000 --threads 1 --quiet --eval-every 0 --log-every 1000000)
@@ -99,30 +102,42 @@ if start "$tmp/s3" 3 "${long[@]}"; then
   said "SIGKILL rank 1 of 3" 'process rank 1 with PID [0-9]+ on node .* exited on signal 9 \(Killed\)'
 fi
 
-# ---- SIGSTOP of rank 1 of two: rank 0 waits for it, its watchdog (--timeout 3) fires and the job
-# aborts. The message (runtime/comm_mpi.c) names the tensor, microbatch, peer rank and action of
-# a receive or a send; where rank 0 happens to wait in the step end's all-gather (rank 1 stopped
-# inside its own), it names the all-gather instead (no peer: any rank may be missing). The receive form
-# must show in one of up to 6 stops (rank 0 waits on receives most of a step).
-recv_re="^\\[rank 0\\] comm_mpi\\.c:[0-9]+: rank 0: error: timeout: waited 3 s for tensor '[^']+' microbatch [0-9]+ from rank 1 \\([A-Z]+\\(v[0-9]+, m[0-9]+\\)\\)$"
-other_re="^\\[rank 0\\] comm_mpi\\.c:[0-9]+: rank 0: error: timeout: waited 3 s (to send tensor '[^']+' microbatch [0-9]+ to rank 1|in an all-gather with every rank \\(the start, or a step's end\\))$"
-hint_re='^\[rank 0\] HINT: a rank is stopped, crashed or deadlocked, or merely slower than --timeout allows: raise --timeout SECONDS \(0 = off\) if it is only slow$'
-seen_recv=0
-for try in 1 2 3 4 5 6; do
-  start "$tmp/s2" 2 "${long[@]}" --timeout 3 || break
+# ---- A crash (SIGSEGV) of rank 0 of two, mid-run: the same, signal 11.
+if start "$tmp/s2" 2 "${long[@]}"; then
   sleep 1
   t0=$(date +%s.%N)
-  kill -STOP "$(pids_of "$tmp/s2" 1)"
-  ended "SIGSTOP rank 1 of 2, try $try (watchdog)" "$tmp/s2" 2 "$t0"
-  said "SIGSTOP rank 1 of 2, try $try (watchdog)" "$recv_re|$other_re"
-  said "SIGSTOP rank 1 of 2, try $try: the hint" "$hint_re"
+  kill -SEGV "$(pids_of "$tmp/s2" 0)"
+  ended "SIGSEGV rank 0 of 2" "$tmp/s2" 2 "$t0"
+  said "SIGSEGV rank 0 of 2" 'process rank 0 with PID [0-9]+ on node .* exited on signal 11 \(Segmentation fault\)'
+fi
+
+# ---- SIGSTOP of rank 0 of two (32 microbatches of 2 rows): rank 1 waits for it, its watchdog
+# (--timeout 3) fires and the job aborts. The message (runtime/comm_mpi.c) names the tensor,
+# microbatch and peer rank of the message rank 1 waits for: a receive (and its action) or a send
+# (rank 1 must see its gradient's send complete before it rewrites the buffer, and the stopped
+# rank takes no more). Where rank 1 happens to wait in the step end's all-gather (rank 0 stopped
+# in its last backward or its own all-gather, about 1/64 of its step), it names the all-gather
+# instead (no peer: any rank may be missing). A message naming the peer must show in one of up to
+# 4 stops.
+recv_re="^\\[rank 1\\] comm_mpi\\.c:[0-9]+: rank 1: error: timeout: waited 3 s (for tensor '[^']+' microbatch [0-9]+ from rank 0 \\([A-Z]+\\(v[0-9]+, m[0-9]+\\)\\)|to send tensor '[^']+' microbatch [0-9]+ to rank 0)$"
+other_re="^\\[rank 1\\] comm_mpi\\.c:[0-9]+: rank 1: error: timeout: waited 3 s in an all-gather with every rank \\(the start, or a step's end\\)$"
+hint_re='^\[rank 1\] HINT: a rank is stopped, crashed or deadlocked, or merely slower than --timeout allows: raise --timeout SECONDS \(0 = off\) if it is only slow$'
+seen_peer=0
+for try in 1 2 3 4; do
+  start "$tmp/s2m" 2 "${long[@]}" --timeout 3 || break
+  sleep 1
+  t0=$(date +%s.%N)
+  kill -STOP "$(pids_of "$tmp/s2m" 0)"
+  ended "SIGSTOP rank 0 of 2, try $try (watchdog)" "$tmp/s2m" 2 "$t0"
+  said "SIGSTOP rank 0 of 2, try $try (watchdog)" "$recv_re|$other_re"
+  said "SIGSTOP rank 0 of 2, try $try: the hint" "$hint_re"
   if grep -qE -- "$recv_re" "$tmp/job.out" "$tmp/job.err"; then
-    seen_recv=$try
+    seen_peer=$try
     break
   fi
 done
-check "SIGSTOP: the watchdog named a receive's tensor, microbatch, peer and action (in $seen_recv tries)" \
-  test "$seen_recv" -gt 0
+check "SIGSTOP: the watchdog named the message's tensor, microbatch and peer (in $seen_peer tries)" \
+  test "$seen_peer" -gt 0
 
 # ---- A NaN loss: a learning rate of 1e308 makes the parameters infinite in step 1, so step 2's
 # loss is NaN (as at S = 1, tests/e2e/numerics.sh); every rank stops, nothing is saved.
