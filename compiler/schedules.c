@@ -270,15 +270,28 @@ bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
     rp->acts[rp->nacts++] = (Action){ACT_NORM, -1, -1, NULL};
     rp->acts[rp->nacts++] = (Action){ACT_OPT, -1, -1, NULL};
   }
-  // K: peak microbatches in flight per stage (F done, the releasing B or W not yet).
+  // K: peak microbatches in flight per stage over the final lists. Microbatch m holds its slot
+  // of stage v from the first of its forward RECVs into v, its LOAD and its F (whichever the
+  // rank runs first: a receive can be lowered ahead of the previous microbatch's B) until the
+  // releasing B (or W when split), so a received tensor never lands in a slot still in use.
   int *live = ARENA_ARRAY(a, int, nv);
+  bool *held = ARENA_ARRAY(a, bool, (size_t)nv * p->M + 1);
   for (int v = 0; v < nv; v++) p->vs[v].K = 0;
   ActionKind rel = p->split_bw ? ACT_W : ACT_B;
   for (int r = 0; r < S; r++)
-    for (int i = 0; i < ncomp[r]; i++) {
-      const Action *x = &comp[r][i];
-      if (x->kind == ACT_F && ++live[x->v] > p->vs[x->v].K) p->vs[x->v].K = live[x->v];
-      if (x->kind == rel) live[x->v]--;
+    for (int i = 0; i < p->ranks[r].nacts; i++) {
+      const Action *x = &p->ranks[r].acts[i];
+      int v = x->kind == ACT_RECV && !x->ch->grad                         ? x->ch->to_v
+              : x->kind == ACT_LOAD || x->kind == ACT_F || x->kind == rel ? x->v
+                                                                          : -1;
+      if (v < 0) continue;
+      bool *h = &held[(size_t)v * p->M + x->m];
+      if (x->kind == rel) {
+        live[v]--;
+      } else if (!*h) {
+        *h = true;
+        if (++live[v] > p->vs[v].K) p->vs[v].K = live[v];
+      }
     }
   return true;
 }

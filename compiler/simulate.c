@@ -8,11 +8,14 @@
 // another message is blocked for good). If no rank can move before all are done, it is a
 // deadlock: the error prints the grid with each rank's blocked action marked. The send-buffer
 // rule: the F or B that makes channel c's tensor for microbatch m + K (K of c's from_v) waits
-// until RECV(c, m) has run (on an earlier step), because the generated code waits there for send
-// (c, m) to complete before it overwrites the slot's buffer; a schedule in which that wait never
-// ends is a deadlock like any other, reported with the rule. Along the way each
-// F takes slot m mod K of its stage, which must be free (the last microbatch in it released by
-// its B, or W when split), and the peak in flight per stage is counted. The prediction times the
+// until send (c, m) can have completed, because the generated code waits there for it before it
+// overwrites the slot's buffer: until the receiver has posted the receive (right after the last
+// action of (to_v, m - K_to) on its rank, at step start for m < K_to), or for a copy between
+// two stages of one rank until its RECV has run (send_done). A schedule in which that wait never
+// ends is a deadlock like any other, reported with the rule. Along the way microbatch m takes
+// slot m mod K of a stage at the first of its forward RECVs into the stage, its LOAD and its F;
+// the slot must be free (the last microbatch in it released by its B, or W when split), and the
+// peak in flight per stage is counted. The prediction times the
 // same lists with per-stage costs (each rank's clock; a RECV waits for its SEND's time; SEND,
 // RECV, LOAD, LOSS and the step end cost 0): the bubble is 1 - busy / (S * span). Steps are at
 // most the number of actions (one moves per step or it is a deadlock): O(steps * S).
@@ -88,6 +91,22 @@ static void name_of(const Action *x, char *buf, size_t cap) {
     snprintf(buf, cap, "%s", action_name(x->kind));
 }
 
+// Whether send (c, m) has surely completed by step t, so that the producer of (c, m + K) may
+// overwrite its buffer: a channel between two stages of one rank is a copy at its RECV, which
+// must have run; a message to another rank completes once the receiver has posted its receive,
+// which the generated code does right after the last action of (to_v, m - K_to) on the receiver
+// (at step start when m < K_to), not at the RECV's wait.
+static bool send_done(const Program *p, int c, int m, int t, int *const *at, const int *recv_at,
+                      const int *last) {
+  const Channel *ch = &p->ch[c];
+  int rr = p->vs[ch->to_v].rank, M = p->M;
+  if (p->vs[ch->from_v].rank == rr) return recv_at[c * M + m] >= 0 && recv_at[c * M + m] < t;
+  int K = p->vs[ch->to_v].K > 0 ? p->vs[ch->to_v].K : 1;
+  if (m < K) return true;
+  int i = last[(size_t)ch->to_v * M + m - K];
+  return at[rr][i] >= 0 && at[rr][i] < t;
+}
+
 static double cost_of(const Program *p, const StageCost *cost, const Action *x) {
   if (x->kind != ACT_F && x->kind != ACT_B && x->kind != ACT_W) return 0;
   StageCost c = cost ? cost[x->v] : (StageCost){1, p->split_bw ? 1 : 2, p->split_bw ? 1 : 0};
@@ -146,6 +165,13 @@ static bool simulate(const Program *p, const StageCost *cost, SchedStats *st, Ar
     for (int k = 0; k < K; k++) slot[v][k] = -1;
   }
   ActionKind rel = p->split_bw ? ACT_W : ACT_B;
+  bool *held = ARENA_ARRAY(&scratch, bool, (size_t)p->nv *M + 1); // per (v, m): slot taken
+  int *last = ARENA_ARRAY(&scratch, int, (size_t)p->nv *M + 1);   // per (v, m): its last action
+  for (int r = 0; r < S; r++)
+    for (int i = 0; i < p->ranks[r].nacts; i++) {
+      const Action *x = &p->ranks[r].acts[i];
+      if (x->v >= 0 && x->m >= 0) last[(size_t)x->v * M + x->m] = i;
+    }
   double busy = 0;
   bool ok = true;
   int done = 0, t = 0;
@@ -166,10 +192,8 @@ static bool simulate(const Program *p, const StageCost *cost, SchedStats *st, Ar
       }
       if (x->kind == ACT_F || x->kind == ACT_B) {
         int K = p->vs[x->v].K > 0 ? p->vs[x->v].K : 1, k = 2 * x->v + (x->kind == ACT_B), j;
-        for (j = mk[k]; j < mk[k + 1] && x->m >= K; j++) {
-          int id = mch[j] * M + x->m - K;
-          if (recv_at[id] < 0 || recv_at[id] >= t) break; // send (c, m - K) may be in flight
-        }
+        for (j = mk[k]; j < mk[k + 1] && x->m >= K; j++)
+          if (!send_done(p, mch[j], x->m - K, t, at, recv_at, last)) break; // may be in flight
         if (x->m >= K && j < mk[k + 1]) continue;
       }
       moved[r] = pc[r];
@@ -191,22 +215,30 @@ static bool simulate(const Program *p, const StageCost *cost, SchedStats *st, Ar
         nrecv[src * S + r]++;
         recv_at[id] = t;
         if (sent[id] > clock[r]) clock[r] = sent[id];
-      } else if (x->kind == ACT_F) {
-        int K = p->vs[x->v].K > 0 ? p->vs[x->v].K : 1, *s = &slot[x->v][x->m % K];
+      }
+      // The slot of (v, m) is taken by the first of its forward RECVs into v, its LOAD and its F
+      // (sched_build's K counts the same way) and released by B, or W when split.
+      int hv = x->kind == ACT_RECV && !x->ch->grad       ? x->ch->to_v
+               : x->kind == ACT_LOAD || x->kind == ACT_F ? x->v
+                                                         : -1;
+      if (hv >= 0 && !held[(size_t)hv * M + x->m]) {
+        held[(size_t)hv * M + x->m] = true;
+        int K = p->vs[hv].K > 0 ? p->vs[hv].K : 1, *s = &slot[hv][x->m % K];
         if (*s >= 0) {
           char t1[64], why[256];
           name_of(x, t1, sizeof t1);
           snprintf(why, sizeof why,
                    "schedule: rank %d action %d %s: reuses slot %d of stage v%d (K = %d) while "
                    "m%d is live (until its %s)",
-                   r, moved[r], t1, x->m % K, x->v, K, *s, action_name(rel));
+                   r, moved[r], t1, x->m % K, hv, K, *s, action_name(rel));
           diag_error(d, (Loc){0, 0}, "%s", why);
           ok = false;
           break;
         }
         *s = x->m;
-        if (++live[x->v] > peak[x->v]) peak[x->v] = live[x->v];
-      } else if (x->kind == rel) {
+        if (++live[hv] > peak[hv]) peak[hv] = live[hv];
+      }
+      if (x->kind == rel) {
         int K = p->vs[x->v].K > 0 ? p->vs[x->v].K : 1;
         slot[x->v][x->m % K] = -1;
         live[x->v]--;
@@ -238,11 +270,11 @@ static bool simulate(const Program *p, const StageCost *cost, SchedStats *st, Ar
       if (x->kind != ACT_RECV) { // F or B held by the send-buffer rule
         int K = p->vs[x->v].K > 0 ? p->vs[x->v].K : 1, k = 2 * x->v + (x->kind == ACT_B), c = -1;
         for (int j = mk[k]; j < mk[k + 1] && c < 0; j++)
-          if (recv_at[mch[j] * M + x->m - K] < 0) c = mch[j];
+          if (!send_done(p, mch[j], x->m - K, t, at, recv_at, last)) c = mch[j];
         if (c < 0) c = mch[mk[k]]; // not reached: the rule is its only wait
         fprintf(f,
-                "  rank %d action %d %s: waits for send (c%d, m%d) to complete, whose RECV on "
-                "rank %d has not run (send-buffer rule: it reuses that send's slot, K = %d)\n",
+                "  rank %d action %d %s: waits for send (c%d, m%d) to complete, whose receive "
+                "rank %d has not posted (send-buffer rule: it reuses that send's slot, K = %d)\n",
                 r, pc[r], t1, c, x->m - K, p->vs[p->ch[c].to_v].rank, K);
         continue;
       }
