@@ -13,7 +13,9 @@ pipec's exchange does), the gradient norm for clipping is that of the whole mode
 once).
 
 usage: torch_pipeline.py DATA MODE WARMUP STEPS
-  MODE  pipe             torch.distributed.pipeline.sync.Pipe (PyTorch <= 2.3, e.g. Debian's 1.13):
+  MODE  one              the reference: one process, the same two stages run one after the other
+                         on each of the 8 microbatches, gradients accumulated (as pipec at S = 1)
+        pipe             torch.distributed.pipeline.sync.Pipe (PyTorch <= 2.3, e.g. Debian's 1.13):
                          one process, RPC initialised with world size 1, chunks = 8,
                          checkpoint = "never", both partitions on the CPU
         gpipe | 1f1b     torch.distributed.pipelining (PyTorch >= 2.4): 2 processes over gloo,
@@ -184,6 +186,35 @@ def run_pipe(path, warmup, steps):
     print("%.2f" % (1000 * times[len(times) // 2]))
 
 
+def run_one(path, warmup, steps):
+    """One process, no pipeline: per microbatch stage 0 then stage 1, loss / M, backward."""
+    setup_threads()
+    sys.stderr.write("torch %s | %s | threads %d | one process, %d microbatches accumulated\n"
+                     % (torch.__version__, blas_info(), torch.get_num_threads(), M))
+    data, V = load_data(path)
+    wte, wpe, blocks, ln_f = build_blocks(V)
+    s0 = Stage0(wte, wpe, blocks[:CUT])
+    s1 = Stage1(blocks[CUT:], ln_f, wte.weight)  # one process: the tie is the same tensor
+    params = list(s0.parameters()) + [p for p in s1.parameters() if p is not wte.weight]
+    opt = make_optimizer(params)
+    times = []
+    for it, (x, y) in enumerate(batches(data, warmup + steps)):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for m in range(M):
+            loss = loss_fn(s1(s0(x[m * B:(m + 1) * B])), y[m * B:(m + 1) * B]) / M
+            loss.backward()
+            total += float(loss.detach())
+        sumsq = sum(float(p.grad.double().pow(2).sum()) for p in params)
+        clip_and_step(opt, sumsq, params, it)
+        if it >= warmup:
+            times.append(time.perf_counter() - t0)
+        sys.stderr.write("loss %d %.6f\n" % (it, total))
+    times.sort()
+    print("%.2f" % (1000 * times[len(times) // 2]))
+
+
 def run_stage(path, sched_name, warmup, steps, rank, rdv):
     """One process of torch.distributed.pipelining: stage `rank` of 2."""
     import torch.distributed as dist
@@ -250,9 +281,12 @@ def main():
         run_stage(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[6]),
                   sys.argv[7])
         return
-    if len(sys.argv) != 5 or sys.argv[2] not in ("pipe", "gpipe", "1f1b"):
-        sys.exit("usage: torch_pipeline.py DATA pipe|gpipe|1f1b WARMUP STEPS")
+    if len(sys.argv) != 5 or sys.argv[2] not in ("one", "pipe", "gpipe", "1f1b"):
+        sys.exit("usage: torch_pipeline.py DATA one|pipe|gpipe|1f1b WARMUP STEPS")
     path, mode, warmup, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    if mode == "one":
+        run_one(path, warmup, steps)
+        return
     if mode == "pipe":
         try:
             import torch.distributed.pipeline.sync  # noqa: F401
