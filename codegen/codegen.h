@@ -20,7 +20,13 @@ typedef struct CodegenOptions {
 bool codegen_check_target(const Graph *g, const char *target, Diag *d);
 
 // Prints rank `rank`'s program of prog (its action list over its stages, its memory plan) as
-// out_dir/rank<rank>.c and builds it into out_dir/bin/train. Errors are reported through d.
+// out_dir/rank<rank>.c and builds it into out_dir/bin/rank<rank> (S > 1: linked with
+// libpipert_mpi and MPI) or, at S = 1, out_dir/bin/train with bin/rank0 a link to it. Errors
+// are reported through d.
 bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d);
+
+// Writes out_dir/launch.sh, which runs the job (launch.c): bin/rank0 at S = 1, an MPMD mpirun
+// line over bin/rank0 .. bin/rank<S-1> at S > 1, the script's arguments given to every rank.
+bool codegen_launch(const Program *prog, const CodegenOptions *o, Diag *d);
 
 #endif

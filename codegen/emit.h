@@ -9,6 +9,8 @@
 
 #include "codegen.h"
 
+typedef struct Streams Streams; // a rank's message streams at S > 1 (emit_rank.c)
+
 typedef struct E {
   FILE *f;               // output
   const Program *prog;   // the program (stages, channels, every rank's actions)
@@ -20,6 +22,8 @@ typedef struct E {
   char **ident;          // per tensor id: C identifier (a macro over its region and offset)
   bool *used;            // per tensor id: some straight-line code names its identifier
   int nloops;            // loops printed so far (names their offset tables)
+  bool multi;            // the program has several ranks (PrComm, channels; S = 1: none)
+  Streams *st;           // multi: this rank's message streams (built on first use)
 } E;
 
 void out(E *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -31,6 +35,13 @@ const char *cstring(E *e, const char *s);
 const char *flit(E *e, double v);
 // t's identifier, marked used (its macro is printed).
 const char *tid(E *e, const Tensor *t);
+// The virtual stage whose slots hold tensor id (its address adds slot * STRIDE_v), or -1 when
+// the tensor is at one address (not slotted, or its stage has K = 1).
+int slot_stage(const E *e, int id);
+// The same for node n's workspace (slot-relative in the node's stage).
+int ws_slot_stage(const E *e, const Node *n);
+// " + (int64_t)slot * STRIDE_v" for stage v (v >= 0), "" for v < 0.
+const char *slot_term(E *e, int v);
 // Region base pointer names, as the generated program calls them.
 extern const char *const region_ptr[REG_COUNT];
 const char *ctype(DType t);
@@ -40,6 +51,13 @@ const char *ctype(DType t);
 // structurally identical (the same calls but for their pointers) become one loop over the
 // instances with per-instance offsets (segment.c); the rest is straight-line.
 void emit_segment(E *e, Node *const *nodes, int n, const char *acc);
+
+// S > 1 only (emit_rank.c): the PrChannel table CH and the PrComm `comm`; the per-stage data
+// loaders load_<v>; train_step with the channel traffic; eval_batches and eval_batch.
+void emit_rank_comm(E *e);
+void emit_rank_loaders(E *e);
+bool emit_rank_train_step(E *e, Diag *d);
+void emit_rank_eval(E *e);
 
 // Prints the parameter table P (setup_params) and init_params (params.c), looped over the
 // instances of a repeat block where they match.

@@ -107,6 +107,21 @@ const char *tid(E *e, const Tensor *t) {
   return e->ident[t->id];
 }
 
+int slot_stage(const E *e, int id) {
+  const Plan *p = e->p;
+  if (!p->vstage || p->vstage[id] < 0) return -1;
+  return p->slots[p->vstage[id]] > 1 ? p->vstage[id] : -1;
+}
+
+int ws_slot_stage(const E *e, const Node *n) {
+  int v = e->prog->vstage_of_node ? e->prog->vstage_of_node[n->id] : -1;
+  return v >= 0 && e->p->slots && e->p->slots[v] > 1 ? v : -1;
+}
+
+const char *slot_term(E *e, int v) {
+  return v < 0 ? "" : arena_printf(e->a, " + (int64_t)slot * STRIDE_%d", v);
+}
+
 const char *ctype(DType t) {
   return t == DT_I32 ? "int32_t" : "float";
 }
@@ -115,24 +130,31 @@ static void emit_tensors(E *e) {
   const Graph *g = e->g;
   out(e, "// ---- Tensors: pointers into the regions at the offsets planned by pipec (those named\n"
          "// outside the loops over repeat-block instances)\n");
+  for (int v = 0; v < e->prog->nv; v++) // stages with several slots: slot k adds k * STRIDE_v
+    if (e->p->slots && e->p->slots[v] > 1)
+      out(e, "#define STRIDE_%d %lldLL // stage %d: bytes of one of its %d slots\n", v,
+          (long long)e->p->slot_stride[v], v, e->p->slots[v]);
   for (int i = 0; i < g->ntensors; i++) {
     const Tensor *t = g->tensors[i];
     if (e->p->offset[i] < 0 || !e->used[i]) continue; // only what straight-line code names
     char sh[256];
-    out(e, "#define %s ((%s *)(%s + %lld)) // %s %s%s\n", e->ident[i], ctype(t->dtype),
-        region_ptr[e->p->region[i]], (long long)e->p->offset[i], comment(e, t->name),
-        dtype_name(t->dtype), comment(e, shape_str(sh, sizeof sh, &t->shape, g->batch_sym)));
+    out(e, "#define %s ((%s *)(%s + %lld%s)) // %s %s%s\n", e->ident[i], ctype(t->dtype),
+        region_ptr[e->p->region[i]], (long long)e->p->offset[i], slot_term(e, slot_stage(e, i)),
+        comment(e, t->name), dtype_name(t->dtype),
+        comment(e, shape_str(sh, sizeof sh, &t->shape, g->batch_sym)));
   }
   out(e, "\n");
 }
 
 // One function per (stage, phase) of the rank: F_v(slot), B_v(slot, acc), W_v(slot, acc) (when
 // B and W are split) and step_end_v() (the stage's TIED_SUM), each the segment's nodes in graph
-// order. slot is the microbatch's memory slot (m mod K); with K = 1, the only case codegen
-// prints today (codegen_c refuses others), every buffer is at its slot-0 offset.
+// order. slot is the microbatch's memory slot (m mod K): a buffer of a stage with K > 1 is at
+// its slot-0 offset + slot * STRIDE_v (its macro names slot), with K = 1 at its one offset.
 static void emit_functions(E *e) {
-  out(e, "// Batch rows the losses average over: MB, or the real rows of a partial validation "
-         "batch.\nstatic int64_t loss_rows = MB;\n\n");
+  out(e,
+      "// Batch rows the losses average over: MB, or the real rows of a partial validation "
+      "batch.\nstatic int64_t loss_rows%s = MB;\n\n",
+      e->multi ? " __attribute__((unused))" : ""); // a rank without the loss
   for (int i = 0; i < e->rp->nvs; i++) {
     const VStage *s = &e->prog->vs[e->rp->vs[i]];
     int v = s->v;
@@ -263,7 +285,7 @@ static const char *data_kind_name(DataKind k) {
 }
 
 // The data functions: open_data (open and check o->data), load_batch (one training microbatch
-// into the input and target tensors).
+// into the input and target tensors; S > 1: load_<v> per stage, emit_rank.c).
 static void emit_data(E *e) {
   const TrainConfig *tc = e->tc;
   const Tensor *x = tc->input, *y = tc->target;
@@ -280,10 +302,11 @@ static void emit_data(E *e) {
         tc->data == DATA_TEXT ? "text" : "u16", tc->train_fraction);
     emit_token_id_checks(e, x, y);
     out(e, "}\n");
-    out(e,
-        "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
-        "  pr_tokens_batch(&data, split, seed, step, m, MB, SEQ, %s, %s);\n}\n",
-        tid(e, x), tid(e, y));
+    if (!e->multi)
+      out(e,
+          "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
+          "  pr_tokens_batch(&data, split, seed, step, m, MB, SEQ, %s, %s);\n}\n",
+          tid(e, x), tid(e, y));
   } else if (table) {
     out(e, "static PrTable data;\n#define FEATURES %lld\n", (long long)x->shape.d[1].n);
     out(e, "static void open_data(const PrOptions *o) {\n  const char *path = o->data;\n");
@@ -309,16 +332,18 @@ static void emit_data(E *e) {
           (long long)classes, (long long)classes - 1, (long long)classes,
           tc->data == DATA_NPY ? "labels" : "path");
     out(e, "}\n");
-    out(e,
-        "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
-        "  (void)split;\n  pr_table_batch(&data, seed, step, m, MB, %s, %s);\n}\n",
-        tid(e, x), tid(e, y));
-  } else {
+    if (!e->multi)
+      out(e,
+          "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
+          "  (void)split;\n  pr_table_batch(&data, seed, step, m, MB, %s, %s);\n}\n",
+          tid(e, x), tid(e, y));
+  } else if (!e->multi) {
     // No data binding: pr_main stops before training (the program is still good for --gradcheck).
     out(e, "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
            "  (void)split, (void)seed, (void)step, (void)m;\n}\n");
   }
   out(e, "\n");
+  if (e->multi) emit_rank_loaders(e); // S > 1: each stage loads what it holds
 }
 
 // Evaluation batches: how many, and one batch's loss (and correct predictions for classifiers).
@@ -423,8 +448,8 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
   const Graph *g = e->g;
   const TrainConfig *tc = e->tc;
   const Plan *p = e->p;
-  out(e, "// Training program for model %s, rank 0 of 1 (%s target).\n", comment(e, g->name),
-      comment(e, o->target));
+  out(e, "// Training program for model %s, rank %d of %d (%s target).\n", comment(e, g->name),
+      e->rp->rank, e->prog->nranks, comment(e, o->target));
   out(e, "// Generated by pipec %s; do not edit.\n// Command: %s\n", PIPEC_VERSION,
       comment(e, o->cmdline));
   out(e,
@@ -434,7 +459,8 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
       "// logging) is the runtime's pr_main (trainloop.c) over the functions below.\n",
       (long long)tc->batch, (long long)tc->microbatches, (long long)tc->mb_size, e->rp->nvs,
       e->rp->nacts);
-  out(e, "#include <stdbool.h>\n#include <stdint.h>\n\n#include \"pipert.h\"\n\n");
+  out(e, "#include <stdbool.h>\n#include <stdint.h>\n%s\n#include \"pipert.h\"\n\n",
+      e->multi ? "#include <string.h>\n" : "");
   out(e, "#define MB %lld // microbatch size (the batch symbol %s)\n", (long long)tc->mb_size,
       comment(e, g->batch_sym));
   out(e, "#define NMICRO %lld // microbatches per step\n\n", (long long)tc->microbatches);
@@ -463,7 +489,7 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
   // Constants
   out(e, "static void fill_constants(void) {\n");
   for (int i = 0; i < g->ntensors; i++)
-    if (g->tensors[i]->kind == T_CONST)
+    if (g->tensors[i]->kind == T_CONST && p->offset[i] >= 0) // those this rank holds
       out(e, "  pr_fill(%s, %lld, %s);\n", tid(e, g->tensors[i]),
           (long long)numel(e, g->tensors[i]), flit(e, g->tensors[i]->const_value));
   out(e, "}\n\n");
@@ -473,18 +499,22 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
   bool table = tc->data == DATA_CSV || tc->data == DATA_NPY;
   bool has_data = tokens || table;
   emit_data(e);
-  if (!emit_train_step(e, d)) {
+  if (e->multi) emit_rank_comm(e);
+  if (!(e->multi ? emit_rank_train_step(e, d) : emit_train_step(e, d))) {
     fclose(e->f);
     free(body);
     e->f = file;
     return false;
   }
   if (has_data) {
-    emit_eval(e);
+    if (e->multi)
+      emit_rank_eval(e);
+    else
+      emit_eval(e);
     out(e, "static void release_data(void) {\n  if (%s) pr_%s_close(&data);\n}\n\n",
         tokens ? "data.tokens" : "data.x", tokens ? "tokens" : "table");
   }
-  emit_gradcheck(e, has_data);
+  if (!e->multi) emit_gradcheck(e, has_data); // S > 1: the runtime refuses --gradcheck
 
   // The program as the runtime sees it.
   out(e, "static const PrProgram program = {\n");
@@ -524,8 +554,11 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
   if (has_data)
     out(e, "    .open_data = open_data,\n    .release_data = release_data,\n"
            "    .eval_batches = eval_batches,\n    .eval_batch = eval_batch,\n");
-  out(e, "    .gradcheck_begin = gradcheck_begin,\n    .gradcheck_grads = gradcheck_grads,\n"
-         "    .gradcheck_loss = gradcheck_loss,\n};\n\n");
+  if (e->multi)
+    out(e, "    .comm = &comm,\n};\n\n");
+  else
+    out(e, "    .gradcheck_begin = gradcheck_begin,\n    .gradcheck_grads = gradcheck_grads,\n"
+           "    .gradcheck_loss = gradcheck_loss,\n};\n\n");
   out(e, "int main(int argc, char **argv) {\n  return pr_main(&program, argc, argv);\n}\n");
   bool ok = fclose(e->f) == 0;
   e->f = file;
@@ -564,6 +597,12 @@ static const char *runtime_dir(void) {
 static const char *runtime_lib(bool native) {
   const char *h = getenv(native ? "PIPEC_RUNTIME_NATIVE_LIB" : "PIPEC_RUNTIME_LIB");
   return h && *h ? h : native ? PIPEC_RUNTIME_NATIVE_LIB : PIPEC_RUNTIME_LIB;
+}
+
+// libpipert_mpi.a: the MPI transport of rank programs at S > 1 (environment override first).
+static const char *runtime_mpi_lib(void) {
+  const char *h = getenv("PIPEC_RUNTIME_MPI_LIB");
+  return h && *h ? h : PIPEC_RUNTIME_MPI_LIB;
 }
 
 bool codegen_check_target(const Graph *g, const char *target, Diag *d) {
@@ -612,18 +651,6 @@ bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d) 
   const Graph *g = prog->g;
   const RankProgram *rp = &prog->ranks[rank];
   Arena *a = g->arena;
-  if (prog->nranks != 1) {
-    diag_error(d, (Loc){0, 0}, "the %s target runs one rank only (this program has %d)", o->target,
-               prog->nranks);
-    return false;
-  }
-  for (int i = 0; i < rp->nvs; i++)
-    if (prog->vs[rp->vs[i]].K != 1) {
-      diag_error(d, (Loc){0, 0},
-                 "the %s target runs one microbatch in flight per stage only (stage %d has K = %d)",
-                 o->target, rp->vs[i], prog->vs[rp->vs[i]].K);
-      return false;
-    }
   if (!make_dirs(a, o->out_dir, d)) return false;
   const char *src = arena_printf(a, "%s/rank%d.c", o->out_dir, rank),
              *tmp = arena_printf(a, "%s/.rank%d.c.tmp", o->out_dir, rank);
@@ -632,7 +659,14 @@ bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d) 
     diag_error(d, (Loc){0, 0}, "cannot write '%s': %s", tmp, strerror(errno));
     return false;
   }
-  E e = {.f = f, .prog = prog, .rp = rp, .g = g, .tc = prog->tc, .p = &rp->plan, .a = a};
+  E e = {.f = f,
+         .prog = prog,
+         .rp = rp,
+         .g = g,
+         .tc = prog->tc,
+         .p = &rp->plan,
+         .a = a,
+         .multi = prog->nranks > 1};
   e.ident = ARENA_ARRAY(a, char *, g->ntensors);
   e.used = ARENA_ARRAY(a, bool, g->ntensors);
   for (int i = 0; i < g->ntensors; i++) e.ident[i] = (char *)mangle(&e, g->tensors[i]);
@@ -654,7 +688,9 @@ bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d) 
     diag_error(d, (Loc){0, 0}, "cannot create '%s': %s", bindir, strerror(errno));
     return false;
   }
-  const char *exe = arena_printf(a, "%s/train", bindir);
+  bool mpi = prog->nranks > 1; // S = 1: no MPI at all
+  const char *exe =
+      mpi ? arena_printf(a, "%s/rank%d", bindir, rank) : arena_printf(a, "%s/train", bindir);
   char *argv[64];
   int n = 0;
   const char *cc = getenv("CC");
@@ -669,10 +705,26 @@ bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d) 
   argv[n++] = (char *)src;
   argv[n++] = "-o";
   argv[n++] = (char *)exe;
+  if (mpi && !*runtime_mpi_lib()) {
+    diag_error(d, (Loc){0, 0},
+               "%d stages: the rank programs need Open MPI, which pipec was built without "
+               "(apt-get install libopenmpi-dev openmpi-bin, then rebuild pipec)",
+               prog->nranks);
+    return false;
+  }
+  if (mpi) argv[n++] = (char *)runtime_mpi_lib(); // before libpipert: it calls into it
   argv[n++] = (char *)runtime_lib(o->march_native);
-  // Libraries libpipert needs (from pkg-config at pipec's build time).
-  char *libs = arena_strdup(a, PIPEC_RUNTIME_LIBS);
+  // Libraries libpipert (and libpipert_mpi: MPI's) needs, from pkg-config at pipec's build time.
+  char *libs = arena_strdup(a, mpi ? PIPEC_MPI_LIBS " " PIPEC_RUNTIME_LIBS : PIPEC_RUNTIME_LIBS);
   for (char *tok = strtok(libs, " "); tok && n < 60; tok = strtok(NULL, " ")) argv[n++] = tok;
   argv[n] = NULL;
-  return run(argv, d);
+  if (!run(argv, d)) return false;
+  if (mpi) return true;
+  // S = 1: bin/rank0 is the same program (launch.sh runs it).
+  const char *r0 = arena_printf(a, "%s/rank0", bindir);
+  if ((unlink(r0) != 0 && errno != ENOENT) || symlink("train", r0) != 0) {
+    diag_error(d, (Loc){0, 0}, "cannot create '%s': %s", r0, strerror(errno));
+    return false;
+  }
+  return true;
 }

@@ -21,6 +21,15 @@ typedef struct Slots {
   int64_t data, grad, m, v; // in params, grads, optimizer state, optimizer state
 } Slots;
 
+// The parameter's home: the lowest rank whose plan holds its owner (it counts the parameter in
+// the gradient norm and sends it for checkpoints; 0 at S = 1).
+static int home(const E *e, const Tensor *t) {
+  const Tensor *o = t->tied_to ? t->tied_to : t;
+  for (int r = 0; r < e->prog->nranks; r++)
+    if (e->prog->ranks[r].plan.offset[o->id] >= 0) return r;
+  return 0;
+}
+
 static Slots slots(const E *e, const Tensor *t) {
   const Tensor *o = t->tied_to ? t->tied_to : t;
   Slots s = {e->p->offset[o->id], -1, -1, -1};
@@ -96,6 +105,7 @@ static int loop_length(E *e, PGroup *g, int n) {
       const Tensor *t0 = G->params[g[0].start + q], *t = G->params[g[j].start + q];
       Slots s0 = slots(e, t0), s1 = slots(e, G->params[g[1].start + q]), s = slots(e, t);
       ok = same_param(e, t0, t) && fmt_matches(fmt[q], g[j].inst, t->name) &&
+           home(e, t) == home(e, t0) && (s.data < 0) == (s0.data < 0) &&
            s.data == s0.data + j * (s1.data - s0.data) &&
            (s.grad < 0 || s.grad == s0.grad + j * (s1.grad - s0.grad)) &&
            (s.m < 0 || s.m == s0.m + j * (s1.m - s0.m)) &&
@@ -143,7 +153,8 @@ static void print_entry(E *e, const char *indent, const char *index, const char 
   out(e, "%lld, %d, {", (long long)numel(e, t), t->shape.rank);
   for (int k = 0; k < t->shape.rank; k++)
     out(e, "%s%lld", k ? ", " : "", (long long)t->shape.d[k].n);
-  out(e, "}, %s, %s};\n", t->tied_to ? "true" : "false", t->shape.rank >= 2 ? "true" : "false");
+  out(e, "}, %s, %s, %d};\n", t->tied_to ? "true" : "false", t->shape.rank >= 2 ? "true" : "false",
+      home(e, t));
 }
 
 // One fresh-initialisation call (tied parameters share their owner's values: none).
@@ -179,7 +190,7 @@ void emit_params(E *e) {
   PGroup *g = param_groups(e, &ng);
   out(e,
       "// ---- Parameters in canonical order: name, storage, gradient, optimizer state, elements,\n"
-      "// shape, tied, weight decay (PrParam)\n");
+      "// shape, tied, weight decay, home rank (PrParam; storage NULL: not held by this rank)\n");
   out(e, "#define NPARAMS %d\nstatic PrParam P[NPARAMS];\n\n", G->nparams);
   out(e, "static void setup_params(void) {\n");
   for (int i = 0; i < ng; i += g[i].count) {
@@ -224,12 +235,13 @@ void emit_params(E *e) {
     if (g[i].count == 1) {
       for (int q = 0; q < g[i].len; q++) {
         const Tensor *t = G->params[g[i].start + q];
-        if (t->tied_to) continue;
+        if (t->tied_to || e->p->offset[t->id] < 0) continue; // tied, or not held here
         seeded |= print_init(e, "  ", arena_printf(e->a, "P[%d].data", g[i].start + q),
                              cstring(e, t->name), t);
       }
       continue;
     }
+    if (e->p->offset[G->params[g[i].start]->id] < 0) continue; // none of the loop held here
     out(e, "  for (int l = 0; l < %d; l++) { // repeat block %s, instances %d to %d\n", g[i].count,
         comment(e, g[i].blk), g[i].inst, g[i].inst + g[i].count - 1);
     for (int q = 0; q < g[i].len; q++) {

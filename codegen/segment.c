@@ -22,9 +22,10 @@ enum { HOLE = '\1' }; // a pointer argument in a call's template
 
 typedef struct Arg {
   Region r;          // region of the buffer
-  int64_t off;       // byte offset in it
+  int64_t off;       // byte offset in it (in slot 0 of its stage when slotted)
   const char *ctype; // element type ("float", "int32_t"); NULL: a workspace (void *)
   const Tensor *t;   // the tensor (NULL: workspace)
+  int sv;            // the stage whose slots hold it (its address adds slot * STRIDE_sv); -1 none
 } Arg;
 
 typedef struct Call {
@@ -40,7 +41,7 @@ static void hole(FILE *f, Call *c, Arg a) {
 }
 
 static Arg tensor_arg(const E *e, const Tensor *t) {
-  return (Arg){e->p->region[t->id], e->p->offset[t->id], ctype(t->dtype), t};
+  return (Arg){e->p->region[t->id], e->p->offset[t->id], ctype(t->dtype), t, slot_stage(e, t->id)};
 }
 
 // One kernel call: outputs, inputs (absent optional ones as NULL), workspace, scalars, acc.
@@ -86,7 +87,7 @@ static void render(E *e, const Node *n, const char *acc, Call *c) {
   }
   if (op->workspace) {
     fprintf(f, "%s(void *)", SEP());
-    hole(f, c, (Arg){REG_ACTS, e->p->ws_offset[n->id], NULL, NULL});
+    hole(f, c, (Arg){REG_ACTS, e->p->ws_offset[n->id], NULL, NULL, ws_slot_stage(e, n)});
   }
   KArgs ka = {.n = 0};
   op->kargs(n, e->tc->mb_size, e->a, &ka);
@@ -133,7 +134,7 @@ static void print_straight(E *e, const Call *c) {
     if (a->t)
       out(e, "%s", tid(e, a->t));
     else
-      out(e, "(acts + %lld)", (long long)a->off);
+      out(e, "(acts + %lld%s)", (long long)a->off, slot_term(e, a->sv));
   }
   out(e, " // %s\n", comment(e, c->n->name));
 }
@@ -159,7 +160,9 @@ typedef struct Group {
 static bool same_call(const Call *a, const Call *b) {
   if (a->nargs != b->nargs || strcmp(a->text, b->text)) return false;
   for (int k = 0; k < a->nargs; k++)
-    if (a->args[k].r != b->args[k].r || a->args[k].ctype != b->args[k].ctype) return false;
+    if (a->args[k].r != b->args[k].r || a->args[k].ctype != b->args[k].ctype ||
+        a->args[k].sv != b->args[k].sv)
+      return false;
   return true;
 }
 
@@ -234,9 +237,9 @@ static void print_loop(E *e, const Call *c, const Group *g, int count) {
                            (long long)(stride[col] < 0 ? -stride[col] : stride[col]));
       col++;
       if (a->ctype)
-        out(e, "(%s *)(%s + %s)", a->ctype, region_ptr[a->r], off);
+        out(e, "(%s *)(%s + %s%s)", a->ctype, region_ptr[a->r], off, slot_term(e, a->sv));
       else
-        out(e, "(%s + %s)", region_ptr[a->r], off);
+        out(e, "(%s + %s%s)", region_ptr[a->r], off, slot_term(e, a->sv));
     }
     out(e, " // %s\n", comment(e, c0->n->name));
   }

@@ -110,6 +110,12 @@ static bool run_comm(Driver *dr) {
 // channels.
 static bool run_schedule(Driver *dr) {
   if (dr->prog.nv == 1) return pass_schedule(&dr->graph, &dr->tc, &dr->prog, &dr->diag);
+  if (dr->virt > 1 && dr->prog.nv <= dr->virt) { // --split made S x V stages with S = 1
+    diag_error(&dr->diag, (Loc){0, 0},
+               "--virtual %d needs --stages >= 2: interleaving runs the stages of several ranks",
+               dr->virt);
+    return false;
+  }
   if (dr->prog.nv % dr->virt) {
     diag_error(&dr->diag, (Loc){0, 0},
                "--virtual %d: the partition has %d stages, not a multiple of %d (with --split, "
@@ -120,21 +126,12 @@ static bool run_schedule(Driver *dr) {
   return sched_build(&dr->prog, dr->sched, dr->prog.nv / dr->virt, dr->virt, &dr->arena, &dr->diag);
 }
 
-// S > 1 ends at the schedule: no per-rank memory plan or code for several stages exists yet.
-// The plan is the target's: its buffers hold what the target computes in. plan_memory checks
-// its placement itself (an independent sweep, in every build).
+// One memory plan per rank. The plan is the target's: its buffers hold what the target
+// computes in. plan_memory checks every rank's plan itself (plan_check, in every build).
 static bool run_memplan(Driver *dr) {
-  if (dr->prog.nranks > 1) {
-    diag_error(&dr->diag, (Loc){0, 0},
-               "%d stages: the pipeline back end (per-rank memory plans and programs for more "
-               "than one stage) is not built yet; the partition, comm and schedule passes ran "
-               "(pipec plan --stages %d shows them)",
-               dr->prog.nranks, dr->prog.nranks);
-    return false;
-  }
   if (!codegen_check_target(&dr->graph, dr->target, &dr->diag)) return false;
   if (!plan_memory(&dr->prog, &dr->diag)) return false;
-  plan_warn_memory(&dr->prog.ranks[0].plan, &dr->diag);
+  for (int r = 0; r < dr->prog.nranks; r++) plan_warn_memory(&dr->prog.ranks[r].plan, &dr->diag);
   return true;
 }
 
@@ -151,7 +148,9 @@ static bool run_codegen(Driver *dr) {
   if (!dr->out)
     dr->out = arena_printf(&dr->arena, "out/%s", mangle_dir(&dr->arena, dr->graph.name));
   CodegenOptions co = {dr->out, dr->cmdline, dr->model, dr->target, dr->build, dr->march_native};
-  return codegen_c(&dr->prog, 0, &co, &dr->diag);
+  for (int r = 0; r < dr->prog.nranks; r++)
+    if (!codegen_c(&dr->prog, r, &co, &dr->diag)) return false;
+  return codegen_launch(&dr->prog, &co, &dr->diag);
 }
 
 static bool check_ir(Driver *dr) {
@@ -192,22 +191,35 @@ static void dump_schedule(Driver *dr, FILE *out) {
   schedule_print(&dr->prog, out);
 }
 
+// S = 1: the one plan as always; S > 1: a heading and one line per rank.
 static void dump_plan(Driver *dr, FILE *out) {
-  plan_print(&dr->graph, &dr->tc, &dr->prog.ranks[0].plan, out);
-}
-
-// The generated program, as written.
-static void dump_codegen(Driver *dr, FILE *out) {
-  const char *path = arena_printf(&dr->arena, "%s/rank0.c", dr->out);
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    diag_error(&dr->diag, (Loc){0, 0}, "cannot read '%s': %s", path, strerror(errno));
+  const Program *p = &dr->prog;
+  if (p->nranks == 1) {
+    plan_print(&dr->graph, &dr->tc, &p->ranks[0].plan, out);
     return;
   }
-  char buf[1 << 16];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, n, out);
-  fclose(f);
+  const TrainConfig *tc = &dr->tc;
+  fprintf(out, "memory plans of %s: batch %lld = %lld microbatch%s of %lld, %s, %d ranks\n",
+          dr->graph.name, (long long)tc->batch, (long long)tc->microbatches,
+          tc->microbatches == 1 ? "" : "es", (long long)tc->mb_size,
+          tc->opt == OPT_ADAMW ? "adamw" : "sgd", p->nranks);
+  for (int r = 0; r < p->nranks; r++) plan_print_rank(p, r, out);
+}
+
+// The generated programs, as written: rank0.c, rank1.c, ... one after the other.
+static void dump_codegen(Driver *dr, FILE *out) {
+  for (int r = 0; r < dr->prog.nranks; r++) {
+    const char *path = arena_printf(&dr->arena, "%s/rank%d.c", dr->out, r);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+      diag_error(&dr->diag, (Loc){0, 0}, "cannot read '%s': %s", path, strerror(errno));
+      return;
+    }
+    char buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, n, out);
+    fclose(f);
+  }
 }
 
 // One row per pass, in the order they run. A pass reads what the rows above it produced.
@@ -230,7 +242,8 @@ static const Pass passes[] = {
      "the channels between stages and the exchange groups of shared parameters"},
     {"schedule", run_schedule, check_schedule, dump_schedule, "each rank's action list"},
     {"memplan", run_memplan, NULL, dump_plan, "the memory plan (= pipec plan)"},
-    {"codegen", run_codegen, NULL, dump_codegen, "the generated program (OUT/rank0.c)"},
+    {"codegen", run_codegen, NULL, dump_codegen,
+     "the generated programs (OUT/rank0.c, OUT/rank1.c, ...)"},
 };
 enum { NPASSES = sizeof passes / sizeof passes[0] };
 _Static_assert((int)NPASSES <= (int)MAX_PASSES, "Driver.dump has a flag per pass");
@@ -286,6 +299,8 @@ static void usage(FILE *f) {
       "  print MODEL     print the IR of the model\n"
       "  plan MODEL      print the static memory plan (bytes per region)\n"
       "  compile MODEL   generate the training program and build it into OUT/bin/train\n"
+      "                  (--stages S > 1: one program per rank, OUT/bin/rank0 .., run by\n"
+      "                  OUT/launch.sh [PROGRAM-OPTIONS] under mpirun)\n"
       "  run MODEL [-- PROGRAM-OPTIONS]   compile, build and run it (pass --help after -- for\n"
       "                  the program's own options: --steps, --lr, --data, --init, --save, ...)\n"
       "\n"
@@ -308,8 +323,8 @@ static void usage(FILE *f) {
       "      --batch N            = --set batch=N (rows per step)\n"
       "      --microbatches M     = --set microbatches=M\n"
       "      --steps N            = --set steps=N\n"
-      "      --stages S           cut the model into S pipeline stages (default 1; S > 1:\n"
-      "                           check, print and plan only for now, docs/pipeline.md)\n"
+      "      --stages S           cut the model into S pipeline stages, one rank each\n"
+      "                           (default 1; docs/pipeline.md)\n"
       "      --schedule X         pipeline schedule: gpipe, 1f1b (default), interleaved, zb-h1\n"
       "      --virtual V          interleaved: V stages per rank (the partition cuts S x V)\n"
       "      --split NAME[,NAME...]\n"
@@ -433,9 +448,9 @@ static int finish_print(Driver *dr) {
   return 0;
 }
 
-// plan at S > 1 (it stops after the schedule): the partition table, the channels, the grid,
-// the predicted bubble (unit costs), the predicted step time and bubble at the stage costs, and
-// the peak microbatches in flight per stage.
+// plan at S > 1: the partition table, the channels, the grid, the predicted bubble (unit
+// costs), the predicted step time and bubble at the stage costs, the peak microbatches in flight
+// per stage and each rank's memory plan (not with --stop-after=schedule).
 static int finish_plan_pipeline(Driver *dr) {
   Program *p = &dr->prog;
   partition_print(p, stdout);
@@ -450,8 +465,11 @@ static int finish_plan_pipeline(Driver *dr) {
   if (!schedule_print_prediction(p, stdout, &dr->diag)) return EXIT_MODEL;
   printf("peak microbatches in flight:");
   for (int v = 0; v < p->nv; v++) printf(" v%d %d", v, dr->stats.peak[v]);
-  printf("\nper-rank memory plans and code generation for more than one stage are planned "
-         "(docs/pipeline.md)\n");
+  printf("\n");
+  if (p->ranks[0].plan.region) { // the memplan pass ran (not --stop-after=schedule)
+    printf("\n");
+    dump_plan(dr, stdout);
+  }
   return 0;
 }
 
@@ -462,14 +480,23 @@ static int finish_plan(Driver *dr) {
 }
 
 static int finish_compile(Driver *dr) {
-  fprintf(stderr, "pipec: wrote %s/rank0.c and %s/bin/train\n", dr->out, dr->out);
+  int S = dr->prog.nranks;
+  if (S == 1)
+    fprintf(stderr, "pipec: wrote %s/rank0.c and %s/bin/train\n", dr->out, dr->out);
+  else
+    fprintf(stderr,
+            "pipec: wrote %s/rank0.c .. rank%d.c, %s/bin/rank0 .. rank%d and %s/launch.sh (%d "
+            "ranks)\n",
+            dr->out, S - 1, dr->out, S - 1, dr->out, S);
   return 0;
 }
 
+// S = 1 runs bin/train itself, S > 1 launch.sh (mpirun over the ranks); either replaces pipec,
+// so the exit status is the program's (or mpirun's).
 static int finish_run(Driver *dr) {
   fflush(stdout);
   char **pa = ARENA_ARRAY(&dr->arena, char *, dr->nprog_args + 2);
-  pa[0] = arena_printf(&dr->arena, "%s/bin/train", dr->out);
+  pa[0] = arena_printf(&dr->arena, dr->prog.nranks == 1 ? "%s/bin/train" : "%s/launch.sh", dr->out);
   for (int i = 0; i < dr->nprog_args; i++) pa[i + 1] = dr->prog_args[i];
   execv(pa[0], pa);
   fprintf(stderr, "pipec: cannot run %s: %s\n", pa[0], strerror(errno));
@@ -709,14 +736,15 @@ int main(int argc, char **argv) {
   if (!rc && dr.virt > 1 && dr.sched != SCHED_INTERLEAVED)
     rc = usage_error("--virtual %d: only --schedule interleaved runs several stages per rank",
                      dr.virt);
+  if (!rc && dr.virt > 1 && dr.po.stages <= 1 && !dr.po.nsplit)
+    rc = usage_error("--virtual %d needs --stages >= 2: interleaving runs the stages of several "
+                     "ranks",
+                     dr.virt);
   if (!rc && dr.virt > 1 && dr.po.stages) dr.po.stages *= dr.virt; // the partition cuts S x V
-  // check and print with several stages run the partition and comm passes too (errors, dumps);
-  // plan stops after the schedule (no per-rank memory plan yet).
+  // check and print with several stages run the partition and comm passes too (errors, dumps).
   bool multi = dr.po.stages > 1 || dr.po.nsplit;
   int part = find_pass("comm", strlen("comm")), sched = find_pass("schedule", strlen("schedule"));
   if (!rc && multi && dr.last < part && !dr.stop_after) dr.last = part;
-  if (!rc && multi && cmd && strcmp(cmd->name, "plan") == 0 && dr.last > sched && !dr.stop_after)
-    dr.last = sched;
   if (rc) {
     RETURN(rc);
   }

@@ -9,14 +9,22 @@
 // microbatch m on that stage. A slot's layout is planned once over the stage's one-microbatch
 // timeline, read off the action list: the actions of the stage's first microbatch in list order,
 // one position per node of a compute action (F, B, W) and one for LOAD and LOSS, the step end
-// after them. (Channels are refused for now: a received tensor will start at its RECV's
-// position and a sent one live until its SEND's, when partitioning makes them.) A buffer live
+// after them. A received tensor (Channel.dst) is live from the timeline's start (its receive is
+// posted before F runs, as soon as the slot's previous microbatch is done) to its last read; a
+// sent tensor (Channel.t) over the whole timeline, so nothing else of its slot overwrites it
+// while its send may be in flight (the generated code waits for send (c, m) before the action
+// that makes (c, m + K), the verifier's send-buffer rule). A buffer live
 // across actions (a loaded input, a forward activation kept for B, the loss until LOSS, a dy kept
 // for W) is SAVED; one live within one action (most gradients, kernel workspaces) is TEMP. Both are
 // placed together in the slot by a sweep over the timeline (place.c), so a temporary reuses bytes
 // of saved buffers already dead; this holds for any K as long as K is what the schedule keeps in
 // flight (microbatch m + K starts on the slot only after m's last action there: the simulator's job
-// when K > 1). The placement is checked by an independent sweep in every build.
+// when K > 1). At S > 1 a rank holds only what its stages touch: the parameters its nodes read
+// (owner storage; a tied entry at its owner's bytes) with their optimizer state, the gradient
+// buffers its stages make plus, for a parameter held by several stages, every use buffer of its
+// step-end sum (the remote ones are received at step end) and the sum, the constants it reads and
+// per stage the inputs it reads. At S = 1 the plan is what it always was. Every rank's plan is
+// checked by plan_check (plan_check.c), independent of the placement, in every build.
 //
 // Every size, sum, alignment and offset is computed with checked arithmetic: a plan whose regions
 // together would exceed 2^63 - 1 bytes is an error naming the tensor (or node workspace) that
@@ -128,19 +136,30 @@ static bool on_rank(const Program *prog, const RankProgram *r, int v) {
   return v >= 0 && v < prog->nv && prog->vs[v].rank == r->rank;
 }
 
-// The virtual stage a tensor's per-microbatch buffer belongs to (-1: none): its producer's, or
-// for an input its first consumer's (stage 0's when none reads it: the loader still fills it).
-static int stage_of(const Program *prog, const Tensor *t) {
-  if (t->kind == T_ACT) return prog->vstage_of_node[t->producer->id];
-  if (t->kind == T_INPUT) return t->nuses ? prog->vstage_of_node[t->uses[0].node->id] : 0;
-  return -1;
-}
-
 // Whether any node of rank r reads t.
 static bool used_on(const Program *prog, const RankProgram *r, const Tensor *t) {
   for (int u = 0; u < t->nuses; u++)
     if (on_rank(prog, r, prog->vstage_of_node[t->uses[u].node->id])) return true;
   return false;
+}
+
+// The virtual stage of rank r whose slots hold a tensor's per-microbatch buffer (-1: none on the
+// rank; -2: an input two stages of the rank read): an activation's producer's stage, a received
+// tensor's to_v (recv_v: per tensor id, 1 + to_v of the channel it is the dst of), an input's
+// first consumer on the rank (one rank: stage 0's when none reads it; the loader still fills it).
+static int stage_of(const Program *prog, const RankProgram *r, const int *recv_v, const Tensor *t) {
+  if (t->kind == T_ACT) return prog->vstage_of_node[t->producer->id];
+  if (t->kind == T_RECV) return recv_v[t->id] - 1;
+  if (t->kind != T_INPUT) return -1;
+  if (prog->nranks == 1) return t->nuses ? prog->vstage_of_node[t->uses[0].node->id] : 0;
+  int v = -1;
+  for (int u = 0; u < t->nuses; u++) {
+    int w = prog->vstage_of_node[t->uses[u].node->id];
+    if (!on_rank(prog, r, w) || w == v) continue;
+    if (v >= 0) return -2;
+    v = w;
+  }
+  return v;
 }
 
 static bool overlap_error(Diag *d, const Graph *g, int x, int y) {
@@ -172,9 +191,29 @@ static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
   for (int i = 0; i < g->ntensors; i++) p->offset[i] = p->opt_offset[i] = -1;
   for (int i = 0; i < g->ntensors * PLAN_OPT_SLOTS; i++) p->opt_offsets[i] = -1;
   for (int i = 0; i < g->nnodes; i++) p->ws_offset[i] = -1;
-  if (prog->nch > 0) {
-    diag_error(d, (Loc){0, 0}, "internal error: memplan: channels between stages are not planned");
-    return false;
+  p->vstage = ARENA_ARRAY(a, int, g->ntensors);
+  for (int i = 0; i < g->ntensors; i++) p->vstage[i] = -1;
+  // Per tensor: 1 + to_v of the channel it is received by, 1 + from_v of one it is sent by.
+  int *recv_v = ARENA_ARRAY(a, int, g->ntensors + 1), *sent_v = ARENA_ARRAY(a, int, g->ntensors);
+  for (int c = 0; c < prog->nch; c++) {
+    const Channel *ch = &prog->ch[c];
+    if (ch->dst) recv_v[ch->dst->id] = ch->to_v + 1;
+    sent_v[ch->t->id] = ch->from_v + 1;
+  }
+  // Owner parameters the rank holds (its nodes read them or one of their ties), and the
+  // per-step buffers of the exchanges it takes part in (every use buffer and the sum).
+  bool *holds = ARENA_ARRAY(a, bool, g->ntensors), *exbuf = ARENA_ARRAY(a, bool, g->ntensors);
+  for (int i = 0; i < g->nparams; i++) {
+    Tensor *t = g->params[i];
+    if (prog->nranks == 1 || used_on(prog, r, t)) holds[t->tied_to ? t->tied_to->id : t->id] = true;
+  }
+  for (int i = 0; i < prog->nex; i++) {
+    const Exchange *e = &prog->ex[i];
+    bool here = false;
+    for (int j = 0; j < e->n; j++) here |= on_rank(prog, r, e->stages[j]);
+    if (!here) continue;
+    for (int j = 0; j < e->nbufs; j++) exbuf[e->bufs[j]->id] = true;
+    if (e->param->grad) exbuf[e->param->grad->id] = true;
   }
 
   // Every tensor's size is known to fit before anything is summed.
@@ -185,7 +224,7 @@ static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
   // all of them).
   for (int i = 0; i < g->nparams; i++) {
     Tensor *t = g->params[i];
-    if (t->tied_to || (prog->nranks > 1 && !used_on(prog, r, t))) continue;
+    if (t->tied_to || !holds[t->id]) continue;
     int64_t sz = align_up(tensor_bytes(t, B)), opt;
     p->region[t->id] = REG_PARAMS;
     p->cls[t->id] = BUF_PARAM;
@@ -209,7 +248,9 @@ static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
   // Per-step gradient buffers of the rank's stages.
   for (int i = 0; i < g->ntensors; i++) {
     Tensor *t = g->tensors[i];
-    if (t->kind != T_ACT || !t->per_step || !on_rank(prog, r, stage_of(prog, t))) continue;
+    if (t->kind != T_ACT || !t->per_step ||
+        (!on_rank(prog, r, stage_of(prog, r, recv_v, t)) && !exbuf[t->id]))
+      continue;
     p->region[t->id] = REG_GRADS;
     p->cls[t->id] = BUF_GRAD;
     p->offset[t->id] = p->bytes[REG_GRADS];
@@ -236,9 +277,21 @@ static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
     int n = 0;
     for (int i = 0; i < g->ntensors; i++) {
       Tensor *t = g->tensors[i];
-      if ((t->kind != T_ACT && t->kind != T_INPUT) || t->per_step || stage_of(prog, t) != v)
-        continue;
-      int lo = t->kind == T_INPUT ? tl.load : tl.pos[t->producer->id], hi = lo;
+      if ((t->kind != T_ACT && t->kind != T_INPUT && t->kind != T_RECV) || t->per_step) continue;
+      int sv = stage_of(prog, r, recv_v, t);
+      if (sv == -2 && k == 0) {
+        diag_error(d, t->loc,
+                   "%s: input '%s' is read by two stages of rank %d (--virtual): each stage "
+                   "would need its own copy, which is not supported; cut elsewhere",
+                   t->path ? t->path : "model", t->name, r->rank);
+        return false;
+      }
+      if (sv != v) continue;
+      bool sent = sent_v[t->id] == v + 1;
+      int lo = t->kind == T_INPUT  ? tl.load
+               : t->kind == T_RECV ? 0 // posted before the stage's first action
+                                   : tl.pos[t->producer->id],
+          hi = lo;
       if (lo < 0) {
         diag_error(d, t->loc,
                    "internal error: memplan: per-microbatch tensor '%s' made by a step node",
@@ -254,8 +307,11 @@ static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
         hi = hi > tl.after_f ? hi : tl.after_f; // read by the host after F
       for (int o = 0; o < g->noutputs; o++)
         if (g->outputs[o] == t && hi < tl.after_f) hi = tl.after_f;
+      if (sent) lo = 0, hi = tl.end; // the whole timeline: its send may still be in flight
       p->region[t->id] = REG_ACTS;
-      p->cls[t->id] = tl.act_of[lo] == tl.act_of[hi] ? BUF_TEMP : BUF_SAVED;
+      p->vstage[t->id] = v;
+      p->cls[t->id] =
+          tl.act_of[lo] == tl.act_of[hi] && !sent && t->kind != T_RECV ? BUF_TEMP : BUF_SAVED;
       items[n++] = (PlaceItem){tensor_bytes(t, B), lo, hi, i, 0};
     }
     for (int i = 0; i < g->nnodes; i++) {
@@ -303,7 +359,7 @@ static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
 
 bool plan_memory(Program *prog, Diag *d) {
   for (int r = 0; r < prog->nranks; r++)
-    if (!plan_rank(prog, &prog->ranks[r], d)) return false;
+    if (!plan_rank(prog, &prog->ranks[r], d) || !plan_check(prog, r, d)) return false;
   return true;
 }
 
@@ -325,6 +381,23 @@ void plan_print(const Graph *g, const TrainConfig *tc, const Plan *p, FILE *out)
     total += p->bytes[r];
   }
   fprintf(out, "  %-12s %s  (%lld bytes)\n", "total", mib(b, sizeof b, total), (long long)total);
+}
+
+void plan_print_rank(const Program *prog, int r, FILE *out) {
+  const RankProgram *rp = &prog->ranks[r];
+  const Plan *p = &rp->plan;
+  int64_t total = 0;
+  for (int k = 0; k < REG_COUNT; k++) total += p->bytes[k];
+  fprintf(out, "rank %d: params %lld B, grads %lld B, optimizer %lld B, activations %lld B (", r,
+          (long long)p->bytes[REG_PARAMS], (long long)p->bytes[REG_GRADS],
+          (long long)p->bytes[REG_OPT], (long long)p->bytes[REG_ACTS]);
+  fprintf(out, "constants %lld B", (long long)p->const_bytes);
+  for (int k = 0; k < rp->nvs; k++) {
+    int v = rp->vs[k];
+    fprintf(out, "; v%d: %d slot%s of %lld B", v, p->slots[v], p->slots[v] == 1 ? "" : "s",
+            (long long)p->slot_stride[v]);
+  }
+  fprintf(out, "), total %lld B (%.3f MiB)\n", (long long)total, (double)total / (1 << 20));
 }
 
 void plan_warn_memory(const Plan *p, Diag *d) {

@@ -766,6 +766,29 @@ void partition_stage_costs(const Program *p, StageCost *cost, double *flops) {
   arena_free(&scratch);
 }
 
+// The stages other than v whose forward nodes read t, in first-use order, into out (count
+// returned); once the comm pass ran, the reads of t's received copies (its channels' dst) count
+// as reads of t. chs: per tensor id 1 + its first channel, next: per channel 1 + the next one of
+// its tensor (NULL before the comm pass). mark: S entries, cleared here.
+static int fwd_readers(const Program *p, const Tensor *t, int v, const int *chs, const int *next,
+                       int *mark, int *out) {
+  int S = p->nv, n = 0;
+  for (int w = 0; w < S; w++) mark[w] = 0;
+  const Tensor *x = t;
+  for (int c = chs ? chs[t->id] : 0;; c = next[c - 1]) {
+    for (int j = 0; x && j < x->nuses; j++) {
+      const Node *c2 = x->uses[j].node;
+      int w = p->vstage_of_node[c2->id];
+      if (c2->role != ROLE_FWD || w == v || mark[w]) continue;
+      mark[w] = 1;
+      out[n++] = w;
+    }
+    if (!c) break;
+    x = p->ch[c - 1].dst; // the next channel's received copy
+  }
+  return n;
+}
+
 void partition_print(const Program *p, FILE *out) {
   const Graph *g = p->g;
   Arena *a = g->arena;
@@ -778,7 +801,13 @@ void partition_print(const Program *p, FILE *out) {
   double *flops = ARENA_ARRAY(a, double, S), *act = ARENA_ARRAY(a, double, S),
          *sent = ARENA_ARRAY(a, double, S), *gsent = ARENA_ARRAY(a, double, S),
          *recv = ARENA_ARRAY(a, double, S), *pbytes = ARENA_ARRAY(a, double, S);
-  int *mark = ARENA_ARRAY(a, int, S);
+  int *mark = ARENA_ARRAY(a, int, S), *rd = ARENA_ARRAY(a, int, S), *chs = NULL, *next = NULL;
+  if (p->nch > 0) { // after the comm pass: each tensor's channels
+    chs = ARENA_ARRAY(a, int, g->ntensors + 1);
+    next = ARENA_ARRAY(a, int, p->nch + 1);
+    for (int c = p->nch - 1; c >= 0; c--)
+      next[c] = chs[p->ch[c].t->id], chs[p->ch[c].t->id] = c + 1;
+  }
   bool *has_grad = ARENA_ARRAY(a, bool, g->ntensors + 1);
   for (int i = 0; i < g->ntensors; i++)
     if (g->tensors[i]->grad_of) has_grad[g->tensors[i]->grad_of->id] = true;
@@ -793,12 +822,9 @@ void partition_print(const Program *p, FILE *out) {
       const Tensor *t = n->out[k];
       double bytes = (double)shape_numel(&t->shape, mb) * dtype_size(t->dtype);
       act[v] += bytes;
-      for (int w = 0; w < S; w++) mark[w] = 0;
-      for (int j = 0; j < t->nuses; j++) {
-        const Node *c2 = t->uses[j].node;
-        int w = p->vstage_of_node[c2->id];
-        if (c2->role != ROLE_FWD || w == v || mark[w]) continue;
-        mark[w] = 1;
+      int nr = fwd_readers(p, t, v, chs, next, mark, rd);
+      for (int j = 0; j < nr; j++) {
+        int w = rd[j];
         sent[v] += bytes; // sent to each consuming stage
         recv[w] += bytes * (has_grad[t->id] ? 2 : 1);
         if (has_grad[t->id]) gsent[w] += bytes; // its gradient contribution comes back
@@ -836,17 +862,10 @@ void partition_print(const Program *p, FILE *out) {
     int v = p->vstage_of_node[i];
     for (int k = 0; k < n->nout; k++) {
       const Tensor *t = n->out[k];
-      bool any = false;
-      for (int w = 0; w < S; w++) mark[w] = 0;
-      for (int j = 0; j < t->nuses; j++) {
-        const Node *c2 = t->uses[j].node;
-        int w = p->vstage_of_node[c2->id];
-        if (c2->role != ROLE_FWD || w == v || mark[w]) continue;
-        if (!any) fprintf(out, "send '%s' %s stage %d ->", t->name, fmt_shape(g, &t->shape), v);
-        mark[w] = any = true;
-        fprintf(out, " %d", w);
-      }
-      if (any) fputc('\n', out);
+      int nr = fwd_readers(p, t, v, chs, next, mark, rd);
+      if (nr) fprintf(out, "send '%s' %s stage %d ->", t->name, fmt_shape(g, &t->shape), v);
+      for (int j = 0; j < nr; j++) fprintf(out, " %d", rd[j]);
+      if (nr) fputc('\n', out);
     }
   }
 }

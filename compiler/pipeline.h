@@ -76,14 +76,20 @@ typedef struct Channel {
   bool grad;     // a gradient (sent after B, backward) rather than an activation (after F)
   int tag;       // message tag, unique per channel (a transport's match key with m)
   int64_t bytes; // bytes per microbatch (the tensor at the microbatch size; comm pass)
+  Tensor *dst;   // its receive-side copy on to_v (T_RECV "<t name>@v<to_v>", same dtype and
+                 // shape): every F/B/W node of to_v that read t reads dst instead (comm pass)
 } Channel;
 
 // A parameter used on several stages (tied or shared): each of them holds it and sums its own
 // uses' gradients; the partial sums are exchanged and combined in use order (comm pass).
 typedef struct Exchange {
-  Tensor *param; // the owner parameter (storage owner of its ties)
-  int *stages;   // the stages holding a partial sum, in use order (first use first)
-  int n;         // count (>= 2)
+  Tensor *param;  // the owner parameter (storage owner of its ties)
+  int *stages;    // the stages holding a partial sum, in use order (first use first)
+  int n;          // count (>= 2)
+  Tensor **bufs;  // the per-use gradient buffers (per-step, REG_GRADS) its step-end sum reads,
+                  // in use order: every holder stage's rank has storage for each of them
+  int *buf_stage; // per buf: the stage whose W (or unsplit B) node accumulates it
+  int nbufs;      // count
 } Exchange;
 
 typedef struct RankProgram {
@@ -204,16 +210,23 @@ void partition_print(const Program *p, FILE *out);
 // consuming stage: activations forward, each gradient contribution (a tensor of its own, made by
 // a consumer's B node) backward to the producer's stage; sent directly, never relayed. Model
 // inputs, targets and parameters have no producer: read locally, no channel. Channels are in
-// producer graph order, then first-use order; tag = id. O(nodes + uses + uses x S).
+// producer graph order, then first-use order; tag = id. Each channel gets its receive-side
+// tensor (Channel.dst, kind T_RECV, appended to the graph) and the reads of t on to_v are
+// rewired to it, so afterwards every tensor a stage's F/B/W nodes touch is its own (or a
+// parameter, a per-step gradient buffer, a constant, a model input). Each exchange group lists
+// the use buffers its step-end sum reads (Exchange.bufs). O(nodes + uses + uses x S).
 bool pass_comm(Graph *g, Program *p, Diag *d);
 
-// Checks the channels independently: every cross-stage edge (producer stage != reader stage,
-// reader not step-end) has exactly one channel with its tensor and stages, every channel is
-// such an edge, from_v is the producer's stage, grad iff the producer is not a forward node.
+// Checks the channels independently: every channel's dst is a T_RECV of t's dtype and shape
+// read only on to_v (and every T_RECV is one channel's dst), no F/B/W node reads a tensor made
+// on another stage, every channel is an edge from its producer's stage to a stage reading its
+// dst, from_v is the producer's stage, grad iff the producer is not a forward node, no tensor
+// has two channels to one stage; every exchange's bufs are the use buffers its sum reads.
 bool comm_check(const Program *p, Diag *d);
 
-// The channels (--dump-after=comm): one line per channel (tensor, from -> to, bytes per
-// microbatch, fwd / grad), then one line per exchange group.
+// The channels (--dump-after=comm): one line per channel (tensor, from -> to, its receive-side
+// tensor, bytes per microbatch, fwd / grad), then one line per exchange group followed by one
+// line per use buffer of its sum (name, producing stage).
 void comm_print(const Program *p, FILE *out);
 
 // schedule pass: places every node on a virtual stage and builds each rank's action list. Today
@@ -264,8 +277,9 @@ int sched_order(SchedKind k, int S, int V, int M, int r, Action *out, Diag *d);
 // after the action that makes its tensor (channels in id order), each RECV in the sender's order
 // no later than the action that reads it (posted before the earliest reader among it and the
 // messages after it on the same pair of ranks), and then TIED_SUM per stage, NORM, OPT. Sets
-// p->split_bw (zb-h1) and each stage's K to its peak microbatches in flight. Arena a holds the
-// lists. False after reporting through d.
+// p->split_bw (zb-h1; then each stage's W segment takes the weight-gradient nodes of its B
+// segment) and each stage's K to its peak microbatches in flight. Arena a holds the lists.
+// False after reporting through d.
 bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d);
 
 // What the simulation predicts (schedule_verify).
@@ -296,7 +310,10 @@ void partition_stage_costs(const Program *p, StageCost *cost, double *flops);
 // schedule_check, then the lock-step simulation of all ranks: a RECV can run once its SEND has
 // run (on an earlier step) and the message is the next one on its pair of ranks (the same
 // message order on both sides); if no rank can move before all are done, a deadlock, reported
-// with the grid (schedule_grid) and the blocked actions marked. Also no saved-activation slot
+// with the grid (schedule_grid) and the blocked actions marked. The send-buffer rule: the F or
+// B that makes channel c's tensor for microbatch m + K (K of c's from_v) runs only after
+// RECV(c, m) has run (the generated code waits for send (c, m) to complete there); a wait that
+// never ends is a deadlock, its line naming the rule. Also no saved-activation slot
 // (m mod K of its stage) reused while live (from its F to its B, or W when split). cost: nv
 // entries or NULL. st (may be NULL) receives the prediction (peak from arena a, may be NULL when
 // st is). False after reporting the first violation through d.

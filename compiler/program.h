@@ -82,7 +82,13 @@ enum { PLAN_OPT_SLOTS = 2 }; // most optimizer state tensors per parameter (Adam
 // the rank K slots of slot_stride bytes each: slot k holds everything of the microbatches m with
 // m mod K == k on that stage (saved buffers and the temporaries of its actions, placed over the
 // stage's one-microbatch timeline LOAD, F, LOSS, B, W). offset[] of a saved or temporary buffer
-// is its address in slot 0; slot k adds k * slot_stride[v].
+// (and ws_offset[] of a node's workspace) is its address in slot 0 of stage vstage[]; slot k
+// adds k * slot_stride[v]. With channels: a received tensor (Channel.dst) is live from the start
+// of its stage's timeline (its receive is posted before F runs) to its last read; a sent tensor
+// (Channel.t) is live for the whole timeline, so no other buffer of its slot shares its bytes
+// while the send may be in flight. The rank holds the parameters its nodes read (a tied
+// parameter at its owner's bytes), their optimizer state, the gradient buffers its stages make
+// and, for a parameter several stages hold, every use buffer of its step-end sum and its sum.
 typedef struct Plan {
   Node **fwd;               // forward nodes of one microbatch, in order (stage 0's F segment)
   int nfwd;                 // count
@@ -103,14 +109,31 @@ typedef struct Plan {
   int64_t *slot_stride;     // per virtual stage: bytes of one slot (0: not on this rank)
   int *slots;               // per virtual stage: its K (0: not on this rank)
   int64_t const_bytes;      // bytes of the constants at the bottom of REG_ACTS
+  int *vstage;              // per tensor id: the virtual stage whose slots hold it (SAVED and
+                            // TEMP), -1 otherwise (params, grads, constants, no storage)
 } Plan;
 
 struct Program;
 // memplan pass: one plan per rank (prog->ranks[r].plan) from the rank's action list: the order
 // of nodes is the schedule's, never decided here. Batch symbol bound to tc->mb_size. Places with
-// a sweep over time and checks the placement with a second, independent sweep (every build).
+// a sweep over time and checks every rank's plan with plan_check (every build).
 bool plan_memory(struct Program *prog, Diag *d);
+// The independent checker of rank r's plan (compiler/plan_check.c), from the program and the
+// plan alone: every tensor a node of the rank reads or writes, every exchange buffer of a
+// parameter it holds, has storage inside its region (slotted ones in a slot of their stage);
+// tied parameters at their owner's bytes; no two buffers of one slot share a byte while both
+// are live, the live intervals recomputed here (a received tensor from the timeline's start, a
+// sent one over the whole timeline, an input from its LOAD, the loss until LOSS); slots and
+// strides as the stages' K. False after reporting the first violation ("internal error:
+// memplan: ...").
+bool plan_check(const struct Program *prog, int r, Diag *d);
+// One rank's plan (pipec plan, --dump-after=memplan at S = 1): the bytes of each region and the
+// total, in MiB and bytes.
 void plan_print(const Graph *g, const TrainConfig *tc, const Plan *p, FILE *out);
+// Rank r's plan on one line (pipec plan --stages S, one per rank): "rank r: params X B, grads
+// Y B, optimizer Z B, activations W B (constants C B; vV: K slots of N B; ...), total T B (...
+// MiB)".
+void plan_print_rank(const struct Program *prog, int r, FILE *out);
 // Warns when the plan's bytes exceed this machine's physical memory (where the generated program
 // refuses to start).
 void plan_warn_memory(const Plan *p, Diag *d);

@@ -157,6 +157,24 @@ static void made_by(const Made *mk, const Action *x, int *b, int *e) {
   *e = mk->key[k + 1];
 }
 
+// Splits stage s's backward segment (B and W nodes in graph order, as the partition made it)
+// into B (input gradients) and W (weight gradients), each in graph order: with split_bw the W
+// actions run the weight-gradient nodes and accumulate them over the microbatches.
+static void split_segment(VStage *s, Arena *a) {
+  Node **w = ARENA_ARRAY(a, Node *, s->b.n + s->w.n + 1);
+  int nb = 0, nw = 0;
+  for (int i = 0; i < s->b.n; i++) {
+    Node *n = s->b.nodes[i];
+    if (n->role == ROLE_WGT)
+      w[nw++] = n;
+    else
+      s->b.nodes[nb++] = n;
+  }
+  for (int i = 0; i < s->w.n; i++) w[nw++] = s->w.nodes[i];
+  s->b.n = nb;
+  s->w = (Segment){w, nw};
+}
+
 bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
   int M = p->M, nv = S * V;
   if (p->nv != nv) {
@@ -166,6 +184,8 @@ bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
   }
   for (int v = 0; v < nv; v++) p->vs[v].rank = v % S;
   p->split_bw = k == SCHED_ZBH1;
+  if (p->split_bw)
+    for (int v = 0; v < nv; v++) split_segment(&p->vs[v], a);
   p->nranks = S;
   p->ranks = ARENA_ARRAY(a, RankProgram, S);
   // Per rank its compute order (F, B, W).

@@ -6,7 +6,11 @@
 // SEND ran on an earlier step and it is the next message of its pair of ranks (a FIFO per ordered
 // pair: both sides must see the same message order, as NCCL needs; a receive waiting behind
 // another message is blocked for good). If no rank can move before all are done, it is a
-// deadlock: the error prints the grid with each rank's blocked action marked. Along the way each
+// deadlock: the error prints the grid with each rank's blocked action marked. The send-buffer
+// rule: the F or B that makes channel c's tensor for microbatch m + K (K of c's from_v) waits
+// until RECV(c, m) has run (on an earlier step), because the generated code waits there for send
+// (c, m) to complete before it overwrites the slot's buffer; a schedule in which that wait never
+// ends is a deadlock like any other, reported with the rule. Along the way each
 // F takes slot m mod K of its stage, which must be free (the last microbatch in it released by
 // its B, or W when split), and the peak in flight per stage is counted. The prediction times the
 // same lists with per-stage costs (each rank's clock; a RECV waits for its SEND's time; SEND,
@@ -111,7 +115,17 @@ static bool simulate(const Program *p, const StageCost *cost, SchedStats *st, Ar
     at[r] = ARENA_ARRAY(&scratch, int, p->ranks[r].nacts + 1);
     for (int i = 0; i < p->ranks[r].nacts; i++) at[r][i] = -1;
   }
-  for (int i = 0; i < p->nch * M; i++) sent_at[i] = -1;
+  int *recv_at = ARENA_ARRAY(&scratch, int, (size_t)p->nch *M + 1); // RECV's step (-1)
+  for (int i = 0; i < p->nch * M; i++) sent_at[i] = recv_at[i] = -1;
+  // Per (stage, F or B): the channels its action makes (the send-buffer rule), counting sort.
+  int *mk = ARENA_ARRAY(&scratch, int, 2 * (size_t)p->nv + 2);
+  int *mch = ARENA_ARRAY(&scratch, int, p->nch + 1), *fill = ARENA_ARRAY(&scratch, int, 2 * p->nv);
+  for (int c = 0; c < p->nch; c++) mk[2 * p->ch[c].from_v + p->ch[c].grad + 1]++;
+  for (int k = 0; k < 2 * p->nv; k++) mk[k + 1] += mk[k];
+  for (int c = 0; c < p->nch; c++) {
+    int k = 2 * p->ch[c].from_v + p->ch[c].grad;
+    mch[mk[k] + fill[k]++] = c;
+  }
   // Each pair's queue sized by its sends (S * S pointers, not S * S * actions).
   for (int r = 0; r < S; r++)
     for (int i = 0; i < p->ranks[r].nacts; i++) {
@@ -150,6 +164,14 @@ static bool simulate(const Program *p, const StageCost *cost, SchedStats *st, Ar
             (queue[q][nrecv[q]]->ch != x->ch || queue[q][nrecv[q]]->m != x->m))
           continue; // another message is ahead of it on the pair
       }
+      if (x->kind == ACT_F || x->kind == ACT_B) {
+        int K = p->vs[x->v].K > 0 ? p->vs[x->v].K : 1, k = 2 * x->v + (x->kind == ACT_B), j;
+        for (j = mk[k]; j < mk[k + 1] && x->m >= K; j++) {
+          int id = mch[j] * M + x->m - K;
+          if (recv_at[id] < 0 || recv_at[id] >= t) break; // send (c, m - K) may be in flight
+        }
+        if (x->m >= K && j < mk[k + 1]) continue;
+      }
       moved[r] = pc[r];
       nmoved++;
     }
@@ -167,6 +189,7 @@ static bool simulate(const Program *p, const StageCost *cost, SchedStats *st, Ar
       } else if (x->kind == ACT_RECV) {
         int src = p->vs[x->ch->from_v].rank, id = x->ch->id * M + x->m;
         nrecv[src * S + r]++;
+        recv_at[id] = t;
         if (sent[id] > clock[r]) clock[r] = sent[id];
       } else if (x->kind == ACT_F) {
         int K = p->vs[x->v].K > 0 ? p->vs[x->v].K : 1, *s = &slot[x->v][x->m % K];
@@ -212,6 +235,17 @@ static bool simulate(const Program *p, const StageCost *cost, SchedStats *st, Ar
       const Action *x = &rp->acts[pc[r]];
       char t1[64], t2[64];
       name_of(x, t1, sizeof t1);
+      if (x->kind != ACT_RECV) { // F or B held by the send-buffer rule
+        int K = p->vs[x->v].K > 0 ? p->vs[x->v].K : 1, k = 2 * x->v + (x->kind == ACT_B), c = -1;
+        for (int j = mk[k]; j < mk[k + 1] && c < 0; j++)
+          if (recv_at[mch[j] * M + x->m - K] < 0) c = mch[j];
+        if (c < 0) c = mch[mk[k]]; // not reached: the rule is its only wait
+        fprintf(f,
+                "  rank %d action %d %s: waits for send (c%d, m%d) to complete, whose RECV on "
+                "rank %d has not run (send-buffer rule: it reuses that send's slot, K = %d)\n",
+                r, pc[r], t1, c, x->m - K, p->vs[p->ch[c].to_v].rank, K);
+        continue;
+      }
       int src = p->vs[x->ch->from_v].rank, q = src * S + r, id = x->ch->id * M + x->m;
       if (sent_at[id] < 0)
         fprintf(f, "  rank %d action %d %s: waits for its SEND on rank %d, which has not run", r,

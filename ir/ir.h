@@ -1,7 +1,8 @@
 // The pipec IR: dtypes, shapes with a symbolic batch factor, tensors, nodes and the graph.
 //
 // A Graph owns every Tensor and Node (all in one arena). Tensors are model inputs, parameters or
-// activations (node outputs). Shapes are static except for the batch: each dimension is n or n*B,
+// activations (node outputs); after the comm pass also received copies of tensors made on
+// another pipeline stage. Shapes are static except for the batch: each dimension is n or n*B,
 // where B is the batch symbol bound later by the training configuration (the microbatch size).
 // After the expand pass the node list is in a stable topological order (file order where the file
 // allows it), every tensor knows its producer and its uses, and the verifier checks all of this.
@@ -43,7 +44,8 @@ typedef enum TensorKind {
   T_INPUT, // model input (data or target), fed by the data loader
   T_PARAM, // trainable parameter
   T_ACT,   // activation: output of a node (gradients included)
-  T_CONST  // constant filled once at start (the loss gradient seed 1/M, zeros)
+  T_CONST, // constant filled once at start (the loss gradient seed 1/M, zeros)
+  T_RECV   // received from another stage: no producer; filled by the channel's RECV (comm pass)
 } TensorKind;
 
 typedef enum InitKind {

@@ -5,6 +5,7 @@
 //   dims B=batch T=64 C=128
 //   input idx: i32(B,64)
 //   param lm_head.weight: f32(65,128) tied_to=transformer.wte.weight
+//   recv transformer.h.1.out@v1: f32(B,64,128)      (after the comm pass, --stages S)
 //   node h.0.fc = linear(x, h.0.fc.weight): f32(B,128)  ; stage=1 block=layer[0]
 //   loss loss
 #include <ctype.h>
@@ -121,6 +122,15 @@ void graph_print(const Graph *g, FILE *f) {
       fputs(" init=", f);
       put_init(f, &t->init);
     }
+    fputc('\n', f);
+  }
+  for (int i = 0; i < g->ntensors; i++) { // after the comm pass: the received copies
+    const Tensor *t = g->tensors[i];
+    if (t->kind != T_RECV) continue;
+    fputs("recv ", f);
+    put_name(f, t->name);
+    fputs(": ", f);
+    put_type(f, g, t);
     fputc('\n', f);
   }
   for (int i = 0; i < g->nnodes; i++) {

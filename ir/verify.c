@@ -27,7 +27,8 @@ bool graph_verify(const Graph *g, Diag *d) {
       if (!p || t->out_index < 0 || t->out_index >= p->nout || p->out[t->out_index] != t)
         FAIL("activation '%s' does not match its producer's outputs", t->name);
     } else if (t->producer) {
-      FAIL("%s '%s' has a producer", t->kind == T_PARAM ? "param" : "input", t->name);
+      static const char *const kinds[] = {"input", "param", "activation", "constant", "received"};
+      FAIL("%s '%s' has a producer", kinds[t->kind], t->name);
     }
     if (t->tied_to && (t->kind != T_PARAM || t->tied_to->kind != T_PARAM || t->tied_to->tied_to))
       FAIL("param '%s' is tied to a non-owner", t->name);

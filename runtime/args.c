@@ -94,6 +94,9 @@ static void print_usage(const PrOptions *o, const char *doc) {
          o->threads);
   printf("  --loss-log F       write \"step loss\" per step to F\n");
   printf("  --quiet            no progress lines\n");
+  printf("  --timeout SECONDS  pipelines: stop the job when a message takes longer, 0 = never "
+         "[%g]\n",
+         o->timeout);
   printf("  --gradcheck        compare every parameter gradient with central finite differences\n"
          "                     on one batch and exit (0: all within 1e-3 relative)\n");
   printf("  --help             this text\n");
@@ -121,6 +124,7 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
     O_LOSS_LOG,
     O_QUIET,
     O_GRADCHECK,
+    O_TIMEOUT,
     O_HELP
   };
   static const struct option longopts[] = {
@@ -140,8 +144,11 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
       {"loss-log", required_argument, NULL, O_LOSS_LOG},
       {"quiet", no_argument, NULL, O_QUIET},
       {"gradcheck", no_argument, NULL, O_GRADCHECK},
+      {"timeout", required_argument, NULL, O_TIMEOUT},
       {"help", no_argument, NULL, O_HELP},
       {NULL, 0, NULL, 0}};
+  // The model file has no watchdog setting: the default is the runtime's.
+  if (!o->timeout_set) o->timeout = PR_DEFAULT_TIMEOUT, o->timeout_set = true;
   opterr = 0;
   optind = 0; // full re-initialisation (GNU), so that the parser can run more than once
   const int64_t BIG = INT64_MAX;
@@ -196,6 +203,7 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
       break;
     case O_THREADS:
       o->threads = (int)parse_int("threads", a, 0, 4096, "an integer from 0 to 4096");
+      o->threads_given = true;
       break;
     case O_LOSS_LOG:
       o->loss_log = parse_path("loss-log", a);
@@ -205,6 +213,10 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
       break;
     case O_GRADCHECK:
       o->gradcheck = true;
+      break;
+    case O_TIMEOUT:
+      o->timeout = parse_double("timeout", a, false);
+      o->timeout_set = true;
       break;
     case O_HELP:
       print_usage(o, program_doc);

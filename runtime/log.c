@@ -4,7 +4,8 @@
 //     FILE:LINE: rank R: error: MSG
 //     HINT: HINT
 // to stderr (FILE without its directories; the HINT line only when a hint is given) and exits
-// with status 1. stdout is flushed first so that progress lines and the error stay in order.
+// with status 1. stdout is flushed first so that progress lines and the error stay in order. In a
+// pipeline job (pr_transport set) it aborts the whole job instead, after the message is out.
 #include "pipert.h"
 
 #include <math.h>
@@ -18,6 +19,7 @@
 extern void openblas_set_num_threads(int num_threads);
 
 int pr_rank = 0;
+const PrTransport *pr_transport = NULL;
 
 void pr_fail(const char *file, int line, const char *hint, const char *fmt, ...) {
   fflush(stdout);
@@ -34,6 +36,7 @@ void pr_fail(const char *file, int line, const char *hint, const char *fmt, ...)
   else
     fprintf(stderr, "%s:%d: rank %d: error: %s\n", base, line, pr_rank, msg);
   fflush(stderr);
+  if (pr_transport) pr_transport->abort(1); // a pipeline: the whole job goes (never returns)
   exit(1);
 }
 

@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "comm.h" // PrComm, PrChannel, pr_comm_*: the messages of a pipeline
+
 // ---------------------------------------------------------------------------------------------
 // Errors and logging (log.c)
 
@@ -31,6 +33,12 @@ void pr_fail(const char *file, int line, const char *hint, const char *fmt, ...)
   } while (0)
 
 double pr_now(void); // monotonic seconds
+
+// "[rank R] " before every line this process writes to stdout and stderr (descriptors 1 and 2,
+// through pipes and a reader thread) from pr_prefix_start on; pr_prefix_stop flushes and ends
+// it (also run at exit; idempotent, any thread) (prefix.c).
+void pr_prefix_start(int rank);
+void pr_prefix_stop(void);
 
 // ---------------------------------------------------------------------------------------------
 // Memory (mem.c): one allocation per region, 64-byte aligned, zeroed; prCheck on failure.
@@ -377,6 +385,9 @@ typedef struct PrOptions {
   const char *loss_log; // --loss-log FILE: one line per step "step loss" (tests, parity)
   bool quiet;           // --quiet: no progress lines
   bool gradcheck;       // --gradcheck: finite-difference check of the gradients, then exit
+  double timeout;       // --timeout SECONDS: the longest wait for a message (0 = off)
+  bool timeout_set;     // timeout holds a choice (else pr_parse_args sets PR_DEFAULT_TIMEOUT)
+  bool threads_given;   // --threads was on the command line (else ranks share the cores)
 } PrOptions;
 
 // Finite-difference check of one parameter (gradcheck.c): for up to `max_checks` elements of p,
@@ -385,6 +396,8 @@ typedef struct PrOptions {
 // ||fd - g|| / max(||fd||, ||g||, 1e-6) over the checked elements.
 double pr_gradcheck_param(float *p, const float *g, int64_t n, int64_t max_checks, double h,
                           double (*loss)(void));
+
+enum { PR_DEFAULT_TIMEOUT = 300 }; // --timeout's default, seconds
 
 // Parses argv over defaults (the model's training section); --help prints usage and exits 0;
 // a bad flag prints a one-line error and exits 2.
@@ -436,6 +449,8 @@ typedef struct PrParam {
   int64_t shape[8]; // sizes, outermost first
   bool tied;        // shares an earlier parameter's storage: neither initialised nor updated
   bool decay;       // weight decay applies (parameters of rank >= 2)
+  int home;         // the rank that counts it in the gradient norm and sends it for the checkpoint
+                    // (the lowest rank holding its owner); data == NULL where it is not held
 } PrParam;
 
 enum { PR_ADAMW = 0, PR_SGD = 1 };
@@ -488,6 +503,7 @@ typedef struct PrProgram {
   void (*gradcheck_begin)(const PrOptions *o);
   void (*gradcheck_grads)(void);
   double (*gradcheck_loss)(void);
+  const PrComm *comm; // the pipeline's messages (NULL: one rank, no communication at all)
 } PrProgram;
 
 // The whole run of a generated program: arguments, regions, --gradcheck, data, resume/init, the

@@ -111,16 +111,18 @@ expect time-plan 0 '' "$pipec" plan --time-passes samples/mlp_digits.json
   "pass parse,pass expand,check expand,pass shape,check shape,pass training,pass autodiff,check autodiff,pass partition,check partition,pass comm,check comm,pass schedule,check schedule,pass memplan" ] &&
   pass=$((pass + 1)) || { echo "FAIL plan --time-passes: $(paste -sd, /tmp/pipec_cli_err.$$)"; fail=$((fail + 1)); }
 # Pipeline stages (docs/pipeline.md): the partition and comm passes run for check and print, plan
-# runs the schedule too and prints it; compile and run stop at the memory plan with one error (no
-# per-rank plans or programs yet); usage errors exit 2.
+# runs the schedule and the per-rank memory plans too and prints them; compile and run stop at
+# codegen with one error (no per-rank programs yet); usage errors exit 2.
 expect plan-s2 0 '' "$pipec" plan --stages 2 --microbatches 4 --schedule 1f1b samples/mlp_digits.json
-[[ "$LAST_OUT" == "partition of mlp_digits: 2 stages"* ]] && grep -qx "c0 'relu1' v0 -> v1 8192 B per microbatch fwd" <<<"$LAST_OUT" &&
+[[ "$LAST_OUT" == "partition of mlp_digits: 2 stages"* ]] && grep -qx "c0 'relu1' v0 -> v1 as 'relu1@v1' 8192 B per microbatch fwd" <<<"$LAST_OUT" &&
   grep -qx "schedule 1f1b: 2 ranks, 1 stage per rank, 4 microbatches" <<<"$LAST_OUT" &&
   grep -qx "  rank 0: ld F0 s> ld F1 s> .  .  .  r< B0 ld F2 s> .  r< B1 ld F3 s> .  r< B2 .  .  .  .  r< B3 T  N  O" <<<"$LAST_OUT" &&
   grep -qx "predicted bubble: 20.0% of the ranks' time (unit costs F 1, B 2)" <<<"$LAST_OUT" &&
   grep -qx "predicted step time 0.202 ms, bubble 37.6% (stage costs: 0.01229 GFLOP per step at 50 GFLOP/s, 0.06554 MB through channels at 10 GB/s)" <<<"$LAST_OUT" &&
   grep -qx "peak microbatches in flight: v0 2 v1 1" <<<"$LAST_OUT" &&
-  [ "$(tail -n 1 <<<"$LAST_OUT")" = "per-rank memory plans and code generation for more than one stage are planned (docs/pipeline.md)" ] &&
+  grep -qx "memory plans of mlp_digits: batch 64 = 4 microbatches of 16, adamw, 2 ranks" <<<"$LAST_OUT" &&
+  grep -q "^rank 0: params 33280 B, grads 33280 B, optimizer 66560 B, activations 57344 B (constants 0 B; v0: 2 slots of 28672 B), total " <<<"$LAST_OUT" &&
+  [[ "$(tail -n 1 <<<"$LAST_OUT")" == "rank 1: params 71232 B, grads 71232 B, optimizer 142464 B, activations 41024 B (constants 64 B; v1: 1 slot of 40960 B), total "* ]] &&
   pass=$((pass + 1)) || { echo "FAIL plan --stages 2: $LAST_OUT"; fail=$((fail + 1)); }
 # The predicted step time scales with --flops-rate and --bandwidth (the costs are seconds).
 expect plan-s2-rates 0 '' "$pipec" plan --stages 2 --microbatches 4 --schedule 1f1b --flops-rate 25 --bandwidth 5 samples/mlp_digits.json
@@ -135,6 +137,9 @@ expect plan-interleaved 0 '' "$pipec" plan --stages 2 --microbatches 4 --schedul
 [[ "$LAST_OUT" == "partition of skip_net: 4 stages"* ]] && grep -qx "stage 2 (rank 0)" <<<"$LAST_OUT" && grep -qx "schedule interleaved: 2 ranks, 2 stages per rank, 4 microbatches" <<<"$LAST_OUT" &&
   grep -q "^  rank 1: .* F0.1 " <<<"$LAST_OUT" && pass=$((pass + 1)) || { echo "FAIL plan interleaved: $LAST_OUT"; fail=$((fail + 1)); }
 expect plan-bad-schedule 2 "^pipec: --schedule: unknown schedule 'pipedream' \(gpipe, 1f1b, interleaved, zb-h1\)$" "$pipec" plan --stages 2 --schedule pipedream samples/mlp_digits.json
+expect plan-virtual-one-stage 2 "^pipec: --virtual 2 needs --stages >= 2: interleaving runs the stages of several ranks$" "$pipec" plan --stages 1 --schedule interleaved --virtual 2 samples/mlp_digits.json
+expect plan-virtual-no-stages 2 "^pipec: --virtual 2 needs --stages >= 2: interleaving runs the stages of several ranks$" "$pipec" check --schedule interleaved --virtual 2 samples/mlp_digits.json
+expect plan-virtual-split-one 1 "^samples/mlp_digits.json: error: --virtual 2 needs --stages >= 2: interleaving runs the stages of several ranks$" "$pipec" plan --split relu1 --schedule interleaved --virtual 2 samples/mlp_digits.json
 expect plan-virtual-not-interleaved 2 "^pipec: --virtual 2: only --schedule interleaved runs several stages per rank$" "$pipec" plan --stages 2 --virtual 2 samples/mlp_digits.json
 expect plan-interleaved-bad-m 1 "^samples/mlp_digits.json: error: schedule interleaved: needs the microbatches M a multiple of the stages S \(M = 4, S = 3\)$" "$pipec" plan --stages 3 --microbatches 4 --schedule interleaved --virtual 2 samples/mlp_digits.json
 [ -z "$LAST_OUT" ] && [ "$(wc -l </tmp/pipec_cli_err.$$)" -eq 1 ] && pass=$((pass + 1)) || { echo "FAIL interleaved bad M: not one error, no output"; fail=$((fail + 1)); }
@@ -142,7 +147,16 @@ expect plan-virtual-too-many 1 "^samples/mlp_digits.json: error: --stages 8: the
 [ "$(sed -n 2p /tmp/pipec_cli_err.$$)" = "pipec: note: with --virtual 2 the partition cuts S x V = 8 stages" ] && pass=$((pass + 1)) || { echo "FAIL --virtual: no note on the S x V stages"; fail=$((fail + 1)); }
 expect plan-s1-schedule 0 '' "$pipec" plan --schedule gpipe samples/mlp_digits.json
 [ "$LAST_OUT" = "$(cat tests/golden/mlp_digits.plan)" ] && pass=$((pass + 1)) || { echo "FAIL plan at S = 1 with --schedule: not the one-stage plan"; fail=$((fail + 1)); }
-expect stages-compile 1 "^samples/mlp_digits.json: error: 3 stages: the pipeline back end \(per-rank memory plans and programs for more than one stage\) is not built yet" "$pipec" compile --stages 3 samples/mlp_digits.json -o "$(mktemp -d)/x"
+# compile at S > 1: a program per rank and launch.sh (an MPMD mpirun line over the ranks).
+s3=$(mktemp -d)
+expect stages-compile 0 "^pipec: wrote $s3/x/rank0.c .. rank2.c, $s3/x/bin/rank0 .. rank2 and $s3/x/launch.sh \(3 ranks\)$" "$pipec" compile --stages 3 samples/mlp_digits.json -o "$s3/x"
+[ -x "$s3/x/bin/rank0" ] && [ -x "$s3/x/bin/rank2" ] && [ ! -e "$s3/x/bin/rank3" ] && [ -x "$s3/x/launch.sh" ] &&
+  [ "$(grep -c -- '-np 1 "$here/bin/rank[0-2]" "$@"' "$s3/x/launch.sh")" -eq 3 ] &&
+  pass=$((pass + 1)) || { echo "FAIL compile --stages 3: the rank programs and launch.sh"; fail=$((fail + 1)); }
+expect stages-dump-codegen 0 '' "$pipec" compile --stages 2 --dump-after=codegen samples/mlp_digits.json -o "$s3/y"
+[ "$(grep -c '^// Training program for model mlp_digits, rank [01] of 2 (cpu target).$' <<<"$LAST_OUT")" -eq 2 ] &&
+  pass=$((pass + 1)) || { echo "FAIL --dump-after=codegen at S = 2: both ranks' programs"; fail=$((fail + 1)); }
+rm -rf "$s3"
 expect stages-check 0 '' "$pipec" check --stages 2 samples/gpt_char.json
 [ "$LAST_OUT" = "$(cat tests/golden/gpt_char.check)" ] && pass=$((pass + 1)) || { echo "FAIL check --stages 2: not the summary"; fail=$((fail + 1)); }
 expect stages-one 0 '' "$pipec" print --stages 1 --dump-after=partition samples/skip_net.json
@@ -170,11 +184,16 @@ grep -qx "send 'a0' (B,64) stage 0 -> 1 2" <<<"$LAST_OUT" && grep -q "^  sends  
 # each of its gradient contributions comes back as a channel of its own, the shared weight's two
 # stages exchange their partial sums.
 expect comm-fanout 0 '' "$pipec" print --split gate,narrow --dump-after=comm samples/skip_net.json
-grep -qx "c0 'a0' v0 -> v1 2048 B per microbatch fwd" <<<"$LAST_OUT" && grep -qx "c1 'a0' v0 -> v2 2048 B per microbatch fwd" <<<"$LAST_OUT" &&
-  ! grep -q "'a0' v1 -> v2" <<<"$LAST_OUT" && grep -qx "c5 'd:skip@body2#0' v2 -> v0 2048 B per microbatch grad" <<<"$LAST_OUT" &&
-  grep -qx "c9 'd:a0@gate#0' v1 -> v0 2048 B per microbatch grad" <<<"$LAST_OUT" &&
+grep -qx "c0 'a0' v0 -> v1 as 'a0@v1' 2048 B per microbatch fwd" <<<"$LAST_OUT" && grep -qx "c1 'a0' v0 -> v2 as 'a0@v2' 2048 B per microbatch fwd" <<<"$LAST_OUT" &&
+  ! grep -q "'a0' v1 -> v2" <<<"$LAST_OUT" && grep -qx "c5 'd:skip@body2#0' v2 -> v0 as 'd:skip@body2#0@v0' 2048 B per microbatch grad" <<<"$LAST_OUT" &&
+  grep -qx "c9 'd:a0@gate#0' v1 -> v0 as 'd:a0@gate#0@v0' 2048 B per microbatch grad" <<<"$LAST_OUT" &&
   grep -qx "exchange 'shared.weight' stages v0 v2 (partial sums, in use order)" <<<"$LAST_OUT" &&
+  [ "$(grep '^  use buffer' <<<"$LAST_OUT" | paste -sd'|')" = "  use buffer 'd:shared.weight@body1#1' v0|  use buffer 'd:shared.weight@body2#1' v2" ] &&
   pass=$((pass + 1)) || { echo "FAIL comm --split gate,narrow: $LAST_OUT"; fail=$((fail + 1)); }
+# The IR after the comm pass: each received copy declared, its stage's reads rewired to it.
+expect print-recv 0 '' "$pipec" print --stages 2 samples/mlp_digits.json
+grep -qx 'recv "relu1@v1": f32(B,128)' <<<"$LAST_OUT" && grep -qx 'node fc2 = linear("relu1@v1", fc2.weight, fc2.bias): f32(B,128)' <<<"$LAST_OUT" &&
+  pass=$((pass + 1)) || { echo "FAIL print --stages 2: no received copy of relu1: $LAST_OUT"; fail=$((fail + 1)); }
 # Hints: split_before marks restrict the automatic cut to them; a stage hint pins, and a hint that
 # sends an edge backwards is an error at the node with its caret.
 hint=$(mktemp -d)

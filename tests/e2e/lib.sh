@@ -41,3 +41,15 @@ finish() {
   echo "$pass passed, $fail failed"
   [ "$fail" -eq 0 ]
 }
+# same_bits NAME REF RUN: the loss log, the parameters and the optimizer state of a run
+# (RUN.loss, RUN.st, RUN.st.optim) are byte for byte the reference run's (REF.*).
+same_bits() {
+  local name=$1 ref=$2 run=$3 f
+  for f in loss st st.optim; do
+    if ! cmp -s "$ref.$f" "$run.$f"; then
+      bad "$name: $f differs from the reference: $(cmp "$ref.$f" "$run.$f" 2>&1 | head -n 1)"
+      return 1
+    fi
+  done
+  ok
+}

@@ -1,7 +1,12 @@
 // Unit tests of the memory planner: the placement (compiler/place.c) on hand-made and random
 // intervals, its independent checker on overlapping placements, and the plan over a schedule
 // (compiler/memplan.c) of a small model: buffer classes (SAVED / TEMP / CONST / PARAM / GRAD),
-// slots, optimizer-state offsets, node lists read off the action list.
+// slots, optimizer-state offsets, node lists read off the action list. Then the per-rank plans
+// of pipelines: every built-in schedule over a grid of (S, V, M) on four models (TINY_NET, a net
+// sharing a weight between stages, samples/skip_net, a 3-layer samples/gpt_char with its tied
+// embedding), each built, verified (the lock-step simulation with its send-buffer rule) and
+// planned, every rank's plan checked here against the properties the rank programs rely on; and
+// plan_check rejecting hand-broken plans with its message.
 #include "../../compiler/pipeline.h"
 #include "../../compiler/place.h"
 #include "testutil.h"
@@ -180,6 +185,273 @@ START_TEST(test_plan_k_slots) {
 }
 END_TEST
 
+// ---- Per-rank plans of pipelines
+
+// A weight read on both sides of a cut (split before b): an exchange group across ranks.
+static const char *const SHARED_NET =
+    "{'format': 'pipec-model', 'version': 1, 'name': 'net',\n"
+    " 'inputs': [{'name': 'x', 'shape': ['B', 4]}, {'name': 'y', 'dtype': 'i32', 'shape': ['B'],"
+    " 'target': true}],\n"
+    " 'params': [{'name': 'w', 'shape': [4, 4], 'init': 'xavier'}],\n"
+    " 'nodes': [{'name': 'a', 'op': 'linear', 'inputs': ['x', 'w']},\n"
+    "           {'name': 'r', 'op': 'relu', 'inputs': ['a']},\n"
+    "           {'name': 'b', 'op': 'linear', 'inputs': ['r', 'w']},\n"
+    "           {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['b', 'y']}],\n"
+    " 'loss': 'loss'}";
+
+// A sample's text (malloc'd), from PIPEC_SOURCE_DIR.
+static char *sample(const char *name) {
+  const char *src = getenv("PIPEC_SOURCE_DIR");
+  ck_assert_ptr_nonnull(src);
+  char path[512];
+  snprintf(path, sizeof path, "%s/samples/%s", src, name);
+  FILE *f = fopen(path, "rb");
+  ck_assert_msg(f != NULL, "%s", path);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *t = malloc((size_t)n + 1);
+  ck_assert_uint_eq(fread(t, 1, (size_t)n, f), (size_t)n);
+  t[n] = 0;
+  fclose(f);
+  return t;
+}
+
+// One model of the grid: its text, -D overrides, and the most stages its partition can cut.
+typedef struct GridModel {
+  const char *name;  // for messages
+  const char *json;  // the model (single quotes allowed)
+  const char **defs; // -D overrides
+  int ndefs;         // count
+  int max_stages;    // S x V up to this cut
+  const char *split; // with two stages: cut before this node (NULL: the automatic cut)
+} GridModel;
+
+// A pipeline built and planned: the model, its configuration and program.
+typedef struct Pipe {
+  Model m;        // the model (its arena holds the program)
+  TrainConfig tc; // batch 2 M, M microbatches of 2 rows, AdamW
+  Program p;      // partition, channels, schedule, plans
+} Pipe;
+
+// Builds schedule k at (S, V, M) on gm through partition, comm, sched_build, schedule_verify and
+// plan_memory, asserting every step.
+static void pipe_build(Pipe *x, const GridModel *gm, SchedKind k, int S, int V, int M) {
+  ck_assert_msg(model_run_defs(&x->m, gm->json, gm->defs, gm->ndefs), "%s: %s", gm->name,
+                cap_text(&x->m.cap));
+  x->tc = (TrainConfig){.batch = 2 * M, .microbatches = M, .mb_size = 2, .opt = OPT_ADAMW};
+  Graph *g = &x->m.g;
+  Diag *d = &x->m.cap.d;
+  ck_assert(pass_autodiff(g, M, d));
+  PartitionOptions o = {.stages = S * V, .flops_rate = 50e9, .bandwidth = 10e9};
+  const char *split[1] = {gm->split};
+  if (gm->split && S * V == 2) o.split = split, o.nsplit = 1;
+  bool ok = pass_partition(g, &x->tc, &o, &x->p, d) && partition_check(&x->p, d) &&
+            pass_comm(g, &x->p, d) && comm_check(&x->p, d) && graph_verify(g, d) &&
+            sched_build(&x->p, k, S, V, &x->m.arena, d) &&
+            schedule_verify(&x->p, NULL, NULL, NULL, d) && plan_memory(&x->p, d);
+  ck_assert_msg(ok, "%s %s S=%d V=%d M=%d: %s", gm->name, sched_name(k), S, V, M,
+                cap_text(&x->m.cap));
+}
+
+static int64_t tbytes(const Pipe *x, const Tensor *t) {
+  return shape_numel(&t->shape, x->tc.mb_size) * (int64_t)dtype_size(t->dtype);
+}
+
+static bool overlaps(int64_t a, int64_t na, int64_t b, int64_t nb) {
+  return na > 0 && nb > 0 && a < b + nb && b < a + na;
+}
+
+// What every rank's plan must give the rank programs (brute force, independent of plan_check).
+static void check_rank(const Pipe *x, int r, SchedKind k, int S, int V, int M) {
+  const Program *p = &x->p;
+  const Graph *g = p->g;
+  const RankProgram *rp = &p->ranks[r];
+  const Plan *pl = &rp->plan;
+  Capture cap;
+  cap_open(&cap, "m.json");
+  ck_assert_msg(plan_check(p, r, &cap.d), "%s", cap_text(&cap));
+  cap_close(&cap);
+  int64_t acts = pl->const_bytes;
+  for (int v = 0; v < p->nv; v++) {
+    bool mine = p->vs[v].rank == r;
+    // K slots per stage of the rank, from the schedule: 1f1b and zb-h1 min(S - r, M), gpipe M.
+    ck_assert_int_eq(pl->slots[v], mine ? p->vs[v].K : 0);
+    if (mine && (k == SCHED_1F1B || k == SCHED_ZBH1))
+      ck_assert_int_eq(pl->slots[v], S - r < M ? S - r : M);
+    if (mine && k == SCHED_GPIPE) ck_assert_int_eq(pl->slots[v], M);
+    if (mine) acts += pl->slots[v] * pl->slot_stride[v];
+  }
+  ck_assert_int_eq(acts, pl->bytes[REG_ACTS]);
+  (void)V;
+  for (int c = 0; c < p->nch; c++) {
+    const Channel *ch = &p->ch[c];
+    if (p->vs[ch->to_v].rank == r) { // received: in a slot of its stage
+      ck_assert_int_eq(pl->vstage[ch->dst->id], ch->to_v);
+      ck_assert_int_ge(pl->offset[ch->dst->id], pl->const_bytes);
+      ck_assert_int_eq(pl->cls[ch->dst->id], BUF_SAVED);
+    }
+    if (p->vs[ch->from_v].rank != r) continue;
+    // Sent: no byte shared with any other buffer of its slot (tensors and workspaces).
+    const Tensor *t = ch->t;
+    int v = ch->from_v;
+    int64_t o = pl->offset[t->id], n = tbytes(x, t);
+    ck_assert_int_eq(pl->vstage[t->id], v);
+    for (int i = 0; i < g->ntensors; i++)
+      if (i != t->id && pl->vstage[i] == v)
+        ck_assert_msg(!overlaps(o, n, pl->offset[i], tbytes(x, g->tensors[i])),
+                      "sent '%s' shares bytes with '%s' on rank %d", t->name, g->tensors[i]->name,
+                      r);
+    for (int i = 0; i < g->nnodes; i++) {
+      const Node *nd = g->nodes[i];
+      if (pl->ws_offset[i] < 0 || p->vstage_of_node[i] != v || !nd->op->workspace) continue;
+      ck_assert(!overlaps(o, n, pl->ws_offset[i], nd->op->workspace(nd, x->tc.mb_size)));
+    }
+  }
+  // Exchanges: every use buffer (and the sum) in REG_GRADS on every holder rank.
+  for (int i = 0; i < p->nex; i++) {
+    const Exchange *e = &p->ex[i];
+    bool here = false;
+    for (int j = 0; j < e->n; j++) here |= p->vs[e->stages[j]].rank == r;
+    for (int j = 0; j < e->nbufs && here; j++) {
+      ck_assert_int_eq(pl->region[e->bufs[j]->id], REG_GRADS);
+      ck_assert_int_ge(pl->offset[e->bufs[j]->id], 0);
+    }
+    if (here) ck_assert_int_ge(pl->offset[e->param->grad->id], 0);
+    if (here) ck_assert_int_ge(pl->offset[e->param->id], 0);
+  }
+  // Parameters: those the rank's nodes read are held (ties at their owner's bytes), no other.
+  for (int i = 0; i < g->nparams; i++) {
+    const Tensor *q = g->params[i], *own = q->tied_to ? q->tied_to : q;
+    bool read = false;
+    for (int u = 0; u < q->nuses; u++)
+      read |= p->vs[p->vstage_of_node[q->uses[u].node->id]].rank == r;
+    if (read) ck_assert_int_ge(pl->offset[q->id], 0);
+    if (q->tied_to && pl->offset[q->id] >= 0)
+      ck_assert_int_eq(pl->offset[q->id], pl->offset[own->id]);
+  }
+}
+
+START_TEST(test_pipeline_plans) {
+  static const char *gdefs[] = {"T=8", "C=16", "L=3"};
+  char *skip = sample("skip_net.json"), *gpt = sample("gpt_char.json");
+  const GridModel models[] = {{"TINY_NET", TINY_NET, NULL, 0, 3, NULL},
+                              {"SHARED_NET", SHARED_NET, NULL, 0, 4, "b"},
+                              {"skip_net", skip, NULL, 0, 8, NULL},
+                              {"gpt_char", gpt, gdefs, 3, 4, NULL}};
+  int planned = 0;
+  for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++)
+    for (int k = 0; k < SCHED_COUNT; k++)
+      for (int S = 1; S <= 4; S++)
+        for (int V = 1; V <= 2; V++)
+          for (int M = 1; M <= 8; M++) {
+            bool legal = k == SCHED_INTERLEAVED ? M % S == 0 && (V == 1 || S > 1) : V == 1;
+            if (!legal || S * V > models[mi].max_stages) continue;
+            Pipe x;
+            pipe_build(&x, &models[mi], (SchedKind)k, S, V, M);
+            for (int r = 0; r < S; r++) check_rank(&x, r, (SchedKind)k, S, V, M);
+            planned++;
+            model_free(&x.m);
+          }
+  free(skip);
+  free(gpt);
+  ck_assert_int_eq(planned, 438); // the legal cells: no cell skipped silently
+}
+END_TEST
+
+// plan_check's message on rank r of x (which must be rejected).
+static const char *check_msg(const Pipe *x, int r) {
+  static char buf[1024];
+  Capture cap;
+  cap_open(&cap, "m.json");
+  ck_assert(!plan_check(&x->p, r, &cap.d));
+  snprintf(buf, sizeof buf, "%s", cap_text(&cap));
+  cap_close(&cap);
+  return buf;
+}
+
+// plan_check on hand-broken plans of SHARED_NET, 1f1b, S = 2, M = 2 (stage 0: a, r; r sent).
+START_TEST(test_plan_check_rejects) {
+  const GridModel gm = {"SHARED_NET", SHARED_NET, NULL, 0, 4, "b"};
+  Pipe x;
+  pipe_build(&x, &gm, SCHED_1F1B, 2, 1, 2);
+  Graph *g = &x.m.g;
+  Plan *p0 = &x.p.ranks[0].plan, *p1 = &x.p.ranks[1].plan;
+  ck_assert_ptr_eq(x.p.ch[0].t, graph_find(g, "r"));
+  // The sent r at the bytes of another buffer of its slot: r is live over the whole timeline.
+  int r = graph_find(g, "r")->id, other = -1;
+  for (int i = 0; i < g->ntensors && other < 0; i++)
+    if (i != r && p0->vstage[i] == 0 && tbytes(&x, g->tensors[i]) > 0) other = i;
+  ck_assert_int_ge(other, 0);
+  int64_t keep = p0->offset[r];
+  p0->offset[r] = p0->offset[other];
+  const char *msg = check_msg(&x, 0);
+  ck_assert_msg(strstr(msg, "m.json: error: internal error: memplan: rank 0: buffers '") == msg &&
+                    strstr(msg, "' of stage v0 overlap while both are live\n") &&
+                    strstr(msg, "'r'") && strstr(msg, g->tensors[other]->name),
+                "%s", msg);
+  p0->offset[r] = keep;
+  // K slots from the schedule: rank 0 holds 2.
+  p0->slots[0] = 1;
+  ck_assert_str_eq(
+      check_msg(&x, 0),
+      "m.json: error: internal error: memplan: rank 0: stage v0 has 1 slots, its K is 2\n");
+  p0->slots[0] = 2;
+  // The exchange's remote use buffer (a's use of w, accumulated on stage 0) on rank 1.
+  int buf = graph_find(g, "d:w@a#1")->id;
+  ck_assert_int_ge(p1->offset[buf], 0);
+  p1->offset[buf] = -1;
+  ck_assert_str_eq(check_msg(&x, 1), "m.json: error: internal error: memplan: rank 1: gradient "
+                                     "buffer 'd:w@a#1' has no storage in the grads region\n");
+  p1->offset[buf] = p0->offset[buf];
+  // The received copy of r out of its stage's slot.
+  int rr = x.p.ch[0].dst->id;
+  p1->vstage[rr] = -1;
+  ck_assert_str_eq(check_msg(&x, 1), "m.json: error: internal error: memplan: rank 1: 'r@v1' has "
+                                     "no storage in slot 0 of stage v1\n");
+  model_free(&x.m);
+}
+END_TEST
+
+// An input read by two stages of one rank (interleaved: x by a on v0 and by c on v2, both rank
+// 0) would need a copy per stage: one clear error, not a plan that shares one buffer.
+START_TEST(test_input_on_two_stages_of_a_rank) {
+  static const char *const NET2 =
+      "{'format': 'pipec-model', 'version': 1, 'name': 'net',\n"
+      " 'inputs': [{'name': 'x', 'shape': ['B', 4]}, {'name': 'y', 'dtype': 'i32', 'shape': ['B'],"
+      " 'target': true}],\n"
+      " 'params': [{'name': 'w', 'shape': [4, 4], 'init': 'xavier'},"
+      " {'name': 'u', 'shape': [4, 4], 'init': 'xavier'}],\n"
+      " 'nodes': [{'name': 'a', 'op': 'linear', 'inputs': ['x', 'w']},\n"
+      "           {'name': 'r', 'op': 'relu', 'inputs': ['a']},\n"
+      "           {'name': 'b', 'op': 'linear', 'inputs': ['r', 'u']},\n"
+      "           {'name': 'c', 'op': 'add', 'inputs': ['b', 'x']},\n"
+      "           {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['c', 'y']}],\n"
+      " 'loss': 'loss'}";
+  Model m;
+  ck_assert_msg(model_run(&m, NET2), "%s", cap_text(&m.cap));
+  TrainConfig tc = {.batch = 4, .microbatches = 2, .mb_size = 2, .opt = OPT_ADAMW};
+  Diag *d = &m.cap.d;
+  ck_assert(pass_autodiff(&m.g, 2, d));
+  const char *split[] = {"r", "b", "loss"};
+  PartitionOptions o = {
+      .stages = 4, .split = split, .nsplit = 3, .flops_rate = 50e9, .bandwidth = 10e9};
+  Program p;
+  ck_assert_msg(pass_partition(&m.g, &tc, &o, &p, d) && pass_comm(&m.g, &p, d) &&
+                    sched_build(&p, SCHED_INTERLEAVED, 2, 2, &m.arena, d) &&
+                    schedule_verify(&p, NULL, NULL, NULL, d),
+                "%s", cap_text(&m.cap));
+  ck_assert_int_eq(p.vstage_of_node[graph_find(&m.g, "c")->producer->id], 2);
+  ck_assert(!plan_memory(&p, d));
+  ck_assert_msg(strstr(cap_text(&m.cap),
+                       ": error: inputs[0]: input 'x' is read by two stages of rank 0 (--virtual): "
+                       "each stage would need its own copy, which is not supported; cut "
+                       "elsewhere\n"),
+                "%s", cap_text(&m.cap));
+  model_free(&m);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("memplan");
   TCase *tc = tcase_create("memplan");
@@ -189,6 +461,9 @@ int main(void) {
   tcase_add_test(tc, test_verify_finds_overlaps);
   tcase_add_test(tc, test_plan_classes_and_slots);
   tcase_add_test(tc, test_plan_k_slots);
+  tcase_add_test(tc, test_pipeline_plans);
+  tcase_add_test(tc, test_plan_check_rejects);
+  tcase_add_test(tc, test_input_on_two_stages_of_a_rank);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -264,6 +264,28 @@ START_TEST(test_pass_comm) {
   ck_assert_int_eq(p.nex, 1);
   ck_assert_str_eq(p.ex[0].param->name, "w");
   ck_assert(p.ex[0].n == 2 && p.ex[0].stages[0] == 0 && p.ex[0].stages[1] == 1);
+  // Receive-side tensors: r's reads on stage 1 (b and its backward) now read 'r@v1', r keeps
+  // only stage 0's; the gradient's copy on stage 0 is read by relu's backward there.
+  const Tensor *rr = p.ch[0].dst;
+  ck_assert_ptr_nonnull(rr);
+  ck_assert_str_eq(rr->name, "r@v1");
+  ck_assert_int_eq(rr->kind, T_RECV);
+  ck_assert(rr->dtype == r->dtype && shape_eq(&rr->shape, &r->shape) && !rr->producer);
+  ck_assert_ptr_eq(graph_find(&m.g, "b")->producer->in[0], rr);
+  ck_assert_int_ge(rr->nuses, 2); // b's forward and its weight gradient
+  for (int u = 0; u < rr->nuses; u++) ck_assert_int_eq(p.vstage_of_node[rr->uses[u].node->id], 1);
+  for (int u = 0; u < r->nuses; u++) ck_assert_int_eq(p.vstage_of_node[r->uses[u].node->id], 0);
+  ck_assert_str_eq(p.ch[1].dst->name, arena_printf(&m.arena, "%s@v0", p.ch[1].t->name));
+  ck_assert_int_eq(p.ch[1].dst->nuses, 1);
+  ck_assert_int_eq(p.vstage_of_node[p.ch[1].dst->uses[0].node->id], 0);
+  ck_assert_msg(graph_verify(&m.g, &m.cap.d), "%s", cap_text(&m.cap));
+  // The exchange's use buffers: a's use of w (stage 0), then b's (stage 1), as the sum reads.
+  const Tensor *wg = graph_find(&m.g, "w")->grad;
+  ck_assert_int_eq(p.ex[0].nbufs, 2);
+  ck_assert_str_eq(p.ex[0].bufs[0]->name, "d:w@a#1");
+  ck_assert_str_eq(p.ex[0].bufs[1]->name, "d:w@b#1");
+  ck_assert(p.ex[0].buf_stage[0] == 0 && p.ex[0].buf_stage[1] == 1);
+  ck_assert_ptr_eq(wg->producer->in[0], p.ex[0].bufs[0]);
   Channel two[3] = {p.ch[0], p.ch[0], p.ch[1]};
   two[1].id = 1, two[2].id = 2;
   Channel *saved = p.ch;
@@ -273,7 +295,24 @@ START_TEST(test_pass_comm) {
                                      "stage v1\n");
   p.ch = saved, p.nch = 1;
   ck_assert(!comm_check(&p, &m.cap.d));
-  ck_assert(strstr(cap_text(&m.cap), "is read on stage v0 but has no channel to it"));
+  ck_assert(strstr(cap_text(&m.cap), arena_printf(&m.arena, "reads '%s@v0', not received for it\n",
+                                                  p.ch[1].t->name)));
+  // A read of r left on stage 1 (not rewired to its received copy): an edge with no channel.
+  p.nch = 2;
+  Node *b = graph_find(&m.g, "b")->producer;
+  b->in[0] = (Tensor *)r;
+  ck_assert(!comm_check(&p, &m.cap.d));
+  ck_assert(strstr(cap_text(&m.cap),
+                   "error: comm: 'r' is read on stage v1 (by 'b') but made on v0: "
+                   "no channel brings it\n"));
+  b->in[0] = (Tensor *)rr;
+  // The exchange's buffers out of use order.
+  Exchange *e = &p.ex[0];
+  Tensor *t0 = e->bufs[0];
+  e->bufs[0] = e->bufs[1], e->bufs[1] = t0;
+  ck_assert(!comm_check(&p, &m.cap.d));
+  ck_assert(strstr(cap_text(&m.cap), "error: comm: exchange 'w': its use buffers are not those its "
+                                     "sum reads\n"));
   model_free(&m);
 }
 END_TEST

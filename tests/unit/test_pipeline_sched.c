@@ -36,18 +36,18 @@ static void chain_init(Chain *c, int S, int V, int M) {
     snprintf(a, 16, "h%d", v);
     snprintf(g, 16, "d:h%d", v);
     c->t[n].name = a;
-    p->ch[n] = (Channel){n, &c->t[n], v, v + 1, false, n, 0};
+    p->ch[n] = (Channel){n, &c->t[n], v, v + 1, false, n, 0, NULL};
     n++;
     c->t[n].name = g;
-    p->ch[n] = (Channel){n, &c->t[n], v + 1, v, true, n, 0};
+    p->ch[n] = (Channel){n, &c->t[n], v + 1, v, true, n, 0, NULL};
     n++;
   }
   if (nv >= 3) {
     c->t[n].name = "skip";
-    p->ch[n] = (Channel){n, &c->t[n], 0, 2, false, n, 0};
+    p->ch[n] = (Channel){n, &c->t[n], 0, 2, false, n, 0, NULL};
     n++;
     c->t[n].name = "d:skip";
-    p->ch[n] = (Channel){n, &c->t[n], 2, 0, true, n, 0};
+    p->ch[n] = (Channel){n, &c->t[n], 2, 0, true, n, 0, NULL};
     n++;
   }
 }
@@ -345,6 +345,57 @@ START_TEST(test_reused_slot) {
 }
 END_TEST
 
+// Index of action (kind, v or channel, m) in rank r's list (-1: none).
+static int find_act(const Chain *c, int r, ActionKind k, int vc, int m) {
+  const RankProgram *rp = &c->p.ranks[r];
+  for (int i = 0; i < rp->nacts; i++) {
+    const Action *x = &rp->acts[i];
+    if (x->kind == k && x->m == m && (k == ACT_SEND || k == ACT_RECV ? x->ch->id : x->v) == vc)
+      return i;
+  }
+  return -1;
+}
+
+// Moves rank r's action at index from to index to (to < from), shifting those between.
+static void move_act(Chain *c, int r, int from, int to) {
+  Action *a = c->p.ranks[r].acts, x = a[from];
+  memmove(a + to + 1, a + to, sizeof(Action) * (size_t)(from - to));
+  a[to] = x;
+}
+
+// The send-buffer rule: 1f1b, S = 3, M = 2, on the chain with the skip (c4: v0 -> v2, its
+// gradient c5 back). Rank 2 (K = 1) makes c5 of m1 in B(v2, m1), over the buffer whose send of
+// m0 is complete only once rank 0 has run RECV(c5, m0). Rank 0 edited to receive both of rank
+// 1's gradients (c1, m0 and m1) before c5 of m0: every count and order holds and both sides
+// keep their message orders, but RECV(c1, m1) needs rank 1's B(v1, m1), which needs c3 of m1 from
+// rank 2's B(v2, m1), which waits for RECV(c5, m0): a cycle only the rule sees.
+START_TEST(test_send_buffer_rule) {
+  Chain c;
+  chain_init(&c, 3, 1, 2);
+  bool ok;
+  SchedStats st;
+  const char *msg = build_verify(&c, SCHED_1F1B, 3, 1, &ok, &st);
+  ck_assert_msg(ok, "%s", msg);
+  ck_assert_int_eq(c.p.vs[2].K, 1);
+  // Rank 0: ... SEND(c4, m1) RECV(c1, m0) RECV(c5, m0) B(v0, m0) RECV(c1, m1) ...: RECV(c1, m1)
+  // moved before RECV(c5, m0).
+  int skip0 = find_act(&c, 0, ACT_RECV, 5, 0), at = find_act(&c, 0, ACT_RECV, 1, 1);
+  ck_assert_int_eq(find_act(&c, 0, ACT_RECV, 1, 0), skip0 - 1);
+  ck_assert_int_eq(at, skip0 + 2);
+  move_act(&c, 0, at, skip0);
+  expect(&c, "m.json: error: schedule: deadlock after 16 steps (no rank can move); the grid, "
+             "blocked actions marked '*':\n"
+             "  rank 0: ld F0 s> s> ld F1 s> s> .  .  .  .  .  .  r< .  r<*\n"
+             "  rank 1: .  .  .  r> F0 s> .  r> F1 s> .  r< B0 s< .  .  r<*\n"
+             "  rank 2: .  .  .  .  r> .  r> F0 ls B0 s< s< r> r> F1 ls B1*\n"
+             "  rank 0 action 9 RECV(c1, m1): waits for its SEND on rank 1, which has not run\n"
+             "  rank 1 action 9 RECV(c3, m1): waits for its SEND on rank 2, which has not run\n"
+             "  rank 2 action 11 B(v2, m1): waits for send (c5, m0) to complete, whose RECV on "
+             "rank 0 has not run (send-buffer rule: it reuses that send's slot, K = 1)\n");
+  arena_free(&c.a);
+}
+END_TEST
+
 // Per-stage costs: 1f1b, S = 2, M = 1, stage v1 three times as slow. Rank 0's F runs [0, 1],
 // rank 1's F [1, 4] and B [4, 10], rank 0's B [10, 12]: span 12, busy 3 + 9 of 2 * 12.
 START_TEST(test_costs) {
@@ -424,6 +475,7 @@ int main(void) {
   tcase_add_test(tc, test_missing_backward);
   tcase_add_test(tc, test_w_before_b);
   tcase_add_test(tc, test_reused_slot);
+  tcase_add_test(tc, test_send_buffer_rule);
   tcase_add_test(tc, test_costs);
   tcase_add_test(tc, test_golden_1f1b);
   suite_add_tcase(s, tc);

@@ -30,8 +30,8 @@ static void hand_init(Hand *h) {
   h->vs[0] = (VStage){.v = 0, .rank = 0, .K = 2, .loads = true};
   h->vs[1] = (VStage){.v = 1, .rank = 1, .K = 1, .has_loss = true};
   static Tensor t = {.name = "h"}, dt = {.name = "d:h"};
-  h->ch[0] = (Channel){0, &t, 0, 1, false, 0, 0};
-  h->ch[1] = (Channel){1, &dt, 1, 0, true, 1, 0};
+  h->ch[0] = (Channel){0, &t, 0, 1, false, 0, 0, NULL};
+  h->ch[1] = (Channel){1, &dt, 1, 0, true, 1, 0, NULL};
   Action r0[] = {A(LOAD, 0, 0), A(F, 0, 0),    C(SEND, 0, 0),     A(LOAD, 0, 1),  A(F, 0, 1),
                  C(SEND, 0, 1), C(RECV, 1, 0), A(B, 0, 0),        A(W, 0, 0),     C(RECV, 1, 1),
                  A(B, 0, 1),    A(W, 0, 1),    STEP(TIED_SUM, 0), STEP(NORM, -1), STEP(OPT, -1)};

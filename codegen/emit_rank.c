@@ -1,0 +1,433 @@
+// emit_rank.c: the parts of a rank's program that exist only when the pipeline has several ranks
+// (S > 1; docs/pipeline.md): its message streams (the PrComm table), its per-stage data loaders,
+// its train_step with the channel traffic of the action list, and its evaluation forward across
+// the stages. The one-rank program (emit_c.c) never calls these: it has no MPI at all.
+//
+// Message streams. Each channel of the Program (compiler/comm.c) is one stream on its sender's
+// rank and one on its receiver's, tagged with the channel's tag on both sides. A channel between
+// two stages of one rank (a skip under --virtual) is no stream: its RECV copies the tensor
+// (memcpy), which the verifier's rule makes safe there: the sender's buffer still holds
+// microbatch m (the action that rewrites it for m + K runs after RECV(c, m)) and the receiving
+// slot is free (everything of m - K on the receiving stage ran before). Each
+// exchange group (a parameter held on several ranks) adds one stream per use buffer and holder
+// rank other than the buffer's: the buffer's rank sends it at step end, the holder receives it into
+// its own copy. Their tags follow the channels' (the largest channel tag + 1, counting over the
+// groups in order, their buffers in use order, the holder ranks ascending), computed from the
+// Program alone, so that both ranks of a stream number it the same.
+//
+// Channel traffic in train_step (pipeline.h's actions, one line each): SEND(c, m) is
+// pr_comm_send; RECV(c, m) is pr_comm_wait_recv, its pr_comm_post_recv printed as early as the
+// receiving stage's slot allows: right after the last action of (to_v, m - K) on this rank, or at
+// step start for m < K. Before the action that makes channel c's tensor for microbatch m + K,
+// pr_comm_wait_send(c, m) (the slot's buffer is about to be written again). Before the first
+// TIED_SUM every send is waited for; then the exchange receives are posted and the rank's use
+// buffers sent; each stage's step end waits for the buffers its sums read.
+#include <string.h>
+
+#include "emit.h"
+
+typedef struct Stream {
+  const char *name;  // the tensor's name (the buffer's on this rank)
+  int peer;          // the other rank
+  int tag;           // stream tag, the same on both sides
+  int64_t bytes;     // bytes per message
+  bool send;         // this rank sends on it
+  const Tensor *buf; // this rank's buffer (send: the source; receive: the destination)
+  int v;             // the stage whose slots hold buf (channels), -1 for exchange buffers
+  bool waited;       // train_step: an exchange receive already waited for
+} Stream;
+
+struct Streams {
+  Stream *s;    // this rank's streams: channels in id order (send before receive), exchanges
+  int n;        // count
+  int *send_of; // per channel id: its send stream on this rank (-1: none)
+  int *recv_of; // per channel id: its receive stream on this rank (-1: none)
+  int ex_first; // index of the first exchange stream
+};
+
+static int64_t bytes_of(const E *e, const Tensor *t) {
+  return shape_numel(&t->shape, e->tc->mb_size) * dtype_size(t->dtype);
+}
+
+static int rank_of(const E *e, int v) {
+  return e->prog->vs[v].rank;
+}
+
+static Streams *streams(E *e) {
+  if (e->st) return e->st;
+  const Program *P = e->prog;
+  int me = e->rp->rank, cap = 2 * P->nch + 1, maxtag = -1;
+  for (int i = 0; i < P->nex; i++) cap += P->ex[i].nbufs * P->nranks;
+  Streams *st = arena_alloc(e->a, sizeof *st);
+  *st = (Streams){ARENA_ARRAY(e->a, Stream, cap), 0, ARENA_ARRAY(e->a, int, P->nch + 1),
+                  ARENA_ARRAY(e->a, int, P->nch + 1), 0};
+  for (int c = 0; c < P->nch; c++) {
+    const Channel *ch = &P->ch[c];
+    int from = rank_of(e, ch->from_v), to = rank_of(e, ch->to_v);
+    st->send_of[c] = st->recv_of[c] = -1;
+    if (ch->tag > maxtag) maxtag = ch->tag;
+    if (from == to) continue; // on one rank: copied at its RECV
+    if (from == me) {
+      st->send_of[c] = st->n;
+      st->s[st->n++] =
+          (Stream){ch->t->name, to, ch->tag, ch->bytes, true, ch->t, ch->from_v, false};
+    }
+    if (to == me) {
+      st->recv_of[c] = st->n;
+      st->s[st->n++] =
+          (Stream){ch->dst->name, from, ch->tag, ch->bytes, false, ch->dst, ch->to_v, false};
+    }
+  }
+  st->ex_first = st->n;
+  int tag = maxtag + 1;
+  bool *holds = ARENA_ARRAY(e->a, bool, P->nranks + 1);
+  for (int i = 0; i < P->nex; i++) {
+    const Exchange *x = &P->ex[i];
+    memset(holds, 0, sizeof(bool) * (size_t)P->nranks);
+    for (int k = 0; k < x->n; k++) holds[rank_of(e, x->stages[k])] = true;
+    for (int j = 0; j < x->nbufs; j++) {
+      if (x->buf_stage[j] < 0) continue;
+      int src = rank_of(e, x->buf_stage[j]);
+      for (int r = 0; r < P->nranks; r++) {
+        if (!holds[r] || r == src) continue;
+        const Tensor *b = x->bufs[j];
+        if (src == me)
+          st->s[st->n++] = (Stream){b->name, r, tag, bytes_of(e, b), true, b, -1, false};
+        if (r == me)
+          st->s[st->n++] = (Stream){b->name, src, tag, bytes_of(e, b), false, b, -1, false};
+        tag++;
+      }
+    }
+  }
+  return e->st = st;
+}
+
+void emit_rank_comm(E *e) {
+  Streams *st = streams(e);
+  const Program *P = e->prog;
+  int report = 0;
+  for (int v = 0; v < P->nv; v++)
+    if (P->vs[v].has_loss) report = P->vs[v].rank;
+  out(e,
+      "// ---- Message streams of this rank (runtime/comm.h): tensor, peer rank, tag, bytes per\n"
+      "// message, sent by this rank\n");
+  out(e, "static const PrChannel CH[%d] = {\n", st->n > 0 ? st->n : 1);
+  for (int i = 0; i < st->n; i++) {
+    const Stream *s = &st->s[i];
+    out(e, "    {%s, %d, %d, %lld, %s}, // %d: %s\n", cstring(e, s->name), s->peer, s->tag,
+        (long long)s->bytes, s->send ? "true" : "false", i,
+        i < st->ex_first ? "channel" : "exchange (step end)");
+  }
+  out(e, "};\n");
+  out(e,
+      "static const PrComm comm = {.rank = %d, .nranks = %d, .report_rank = %d, .save_rank = 0,\n"
+      "                            .ch = CH, .nch = %d, .nmicro = NMICRO,\n"
+      "                            .transport = &pr_transport_mpi};\n\n",
+      e->rp->rank, P->nranks, report, st->n);
+}
+
+// Whether stage v of this rank holds tensor t (has storage for it, in v's slots when slotted).
+static bool holds(const E *e, const Tensor *t, int v) {
+  if (!t || e->p->offset[t->id] < 0) return false;
+  return !e->p->vstage || e->p->vstage[t->id] < 0 || e->p->vstage[t->id] == v;
+}
+
+static const char *held(E *e, const Tensor *t, int v) {
+  return holds(e, t, v) ? tid(e, t) : "NULL";
+}
+
+void emit_rank_loaders(E *e) {
+  const TrainConfig *tc = e->tc;
+  bool tokens = tc->data == DATA_TEXT || tc->data == DATA_U16;
+  bool table = tc->data == DATA_CSV || tc->data == DATA_NPY;
+  for (int i = 0; i < e->rp->nvs; i++) {
+    const VStage *s = &e->prog->vs[e->rp->vs[i]];
+    if (!s->loads) continue;
+    out(e,
+        "// Stage %d's data inputs of one training microbatch into its slot (those it holds).\n"
+        "static void load_%d(int split, uint64_t seed, int64_t step, int m, int slot) {\n"
+        "  (void)split, (void)slot;\n",
+        s->v, s->v);
+    if (tokens)
+      out(e, "  pr_tokens_batch(&data, split, seed, step, m, MB, SEQ, %s, %s);\n",
+          held(e, tc->input, s->v), held(e, tc->target, s->v));
+    else if (table)
+      out(e, "  pr_table_batch(&data, seed, step, m, MB, %s, %s);\n", held(e, tc->input, s->v),
+          held(e, tc->target, s->v));
+    else
+      out(e, "  (void)seed, (void)step, (void)m;\n");
+    out(e, "}\n");
+  }
+  out(e, "\n");
+}
+
+// "{ const int slot = k; TEXT }" when stage v's buffers are slotted, else TEXT.
+static const char *in_slot(E *e, int v, int m, const char *text) {
+  if (v < 0 || e->p->slots[v] <= 1) return text;
+  return arena_printf(e->a, "{ const int slot = %d; %s }", m % e->p->slots[v], text);
+}
+
+// The address of tensor t in slot k of its stage, as a constant offset (no `slot` variable).
+static const char *addr_at(E *e, const Tensor *t, int k) {
+  const Plan *p = e->p;
+  int v = p->vstage ? p->vstage[t->id] : -1;
+  int64_t off = p->offset[t->id] + (v >= 0 && p->slots[v] > 1 ? k * p->slot_stride[v] : 0);
+  return arena_printf(e->a, "(%s + %lld)", region_ptr[p->region[t->id]], (long long)off);
+}
+
+// The copy that is a channel between two stages of this rank: microbatch m (slots m mod K).
+static const char *local_copy(E *e, const Channel *c, int m) {
+  const Program *P = e->prog;
+  return arena_printf(e->a, "memcpy(%s, %s, %lld);", addr_at(e, c->dst, m % P->vs[c->to_v].K),
+                      addr_at(e, c->t, m % P->vs[c->from_v].K), (long long)c->bytes);
+}
+
+static bool is_local(const E *e, const Channel *c) {
+  return rank_of(e, c->from_v) == rank_of(e, c->to_v);
+}
+
+static void append(E *e, char **s, const char *fmt_text) {
+  *s = arena_printf(e->a, "%s  %s\n", *s ? *s : "", fmt_text);
+}
+
+static const char *act_label(E *e, const Action *x) {
+  if (x->ch) return arena_printf(e->a, "%s(c%d, m%d)", action_name(x->kind), x->ch->id, x->m);
+  if (x->m < 0) return arena_printf(e->a, "%s(v%d)", action_name(x->kind), x->v);
+  return arena_printf(e->a, "%s(v%d, m%d)", action_name(x->kind), x->v, x->m);
+}
+
+// The action of this rank's list that makes channel c's tensor for microbatch m: F for an
+// activation; B for a gradient contribution (W when B and W are split and a W node makes it).
+static int producing_action(const E *e, const Channel *c, int m) {
+  const Node *pn = c->t->producer;
+  ActionKind k = !c->grad ? ACT_F : e->prog->split_bw && pn && pn->role == ROLE_WGT ? ACT_W : ACT_B;
+  for (int i = 0; i < e->rp->nacts; i++) {
+    const Action *x = &e->rp->acts[i];
+    if (x->kind == k && x->v == c->from_v && x->m == m) return i;
+  }
+  return -1;
+}
+
+static bool internal(E *e, Diag *d, const char *what) {
+  diag_error(d, (Loc){0, 0}, "internal error: codegen: rank %d: %s", e->rp->rank, what);
+  return false;
+}
+
+bool emit_rank_train_step(E *e, Diag *d) {
+  const RankProgram *rp = e->rp;
+  const Program *P = e->prog;
+  Streams *st = streams(e);
+  int n = rp->nacts;
+  if (n < 2 || rp->acts[n - 2].kind != ACT_NORM || rp->acts[n - 1].kind != ACT_OPT)
+    return internal(e, d, "its actions do not end with NORM, OPT");
+  char **pre = ARENA_ARRAY(e->a, char *, n + 1), **post = ARENA_ARRAY(e->a, char *, n + 1);
+  char *start = NULL;
+  for (int i = 0; i < n; i++) {
+    const Action *x = &rp->acts[i];
+    if (x->kind == ACT_RECV) { // post as early as the slot allows
+      const Channel *c = x->ch;
+      bool local = is_local(e, c);
+      int s = st->recv_of[c->id], K = P->vs[c->to_v].K;
+      if ((!local && s < 0) || e->p->offset[c->dst->id] < 0)
+        return internal(e, d, arena_printf(e->a, "RECV of '%s' without its buffer", c->dst->name));
+      const char *text = local ? NULL
+                               : in_slot(e, c->to_v, x->m,
+                                         arena_printf(e->a, "pr_comm_post_recv(%d, %d, %s);", s,
+                                                      x->m, tid(e, c->dst)));
+      if (x->m < K) {
+        if (text) append(e, &start, text);
+        continue;
+      }
+      // The slot is free after the last action of m - K on the stage; the RECV (a local copy,
+      // or the wait of a posted receive) must come after it.
+      int last = -1;
+      for (int j = 0; j < n; j++)
+        if (rp->acts[j].v == c->to_v && rp->acts[j].m == x->m - K) last = j;
+      if (last < 0 || last >= i)
+        return internal(e, d,
+                        arena_printf(e->a, "%s of '%s' comes before the last action of m%d",
+                                     act_label(e, x), c->dst->name, x->m - K));
+      if (text) append(e, &post[last], text);
+    } else if (x->kind == ACT_SEND && !is_local(e, x->ch)) { // the next write waits for it
+      const Channel *c = x->ch;
+      int s = st->send_of[c->id], K = P->vs[c->from_v].K;
+      if (s < 0 || e->p->offset[c->t->id] < 0)
+        return internal(e, d, arena_printf(e->a, "SEND of '%s' without its buffer", c->t->name));
+      if (x->m + K >= P->M) continue; // waited for at step end
+      int p = producing_action(e, c, x->m + K);
+      if (p < 0)
+        return internal(e, d,
+                        arena_printf(e->a, "no action makes '%s' for m%d", c->t->name, x->m + K));
+      append(e, &pre[p], arena_printf(e->a, "pr_comm_wait_send(%d, %d);", s, x->m));
+    }
+  }
+  bool *accumulated = ARENA_ARRAY(e->a, bool, P->nv + 1);
+  out(e,
+      "// One training step, from the action list: %d microbatch(es) with the channel traffic,\n"
+      "// then the stage step ends; returns the mean of the losses this rank computed (0 where\n"
+      "// it has none). NORM and OPT follow in the runtime (pr_main).\n"
+      "static double train_step(int64_t step, uint64_t seed) {\n  double loss = 0;\n",
+      P->M);
+  out(e, "  (void)step, (void)seed;\n%s", start ? start : "");
+  bool tied_first = true;
+  int last_tied = -1;
+  for (int i = 0; i < n - 2; i++)
+    if (rp->acts[i].kind == ACT_TIED_SUM) last_tied = i;
+  for (int i = 0; i < n - 2; i++) {
+    const Action *x = &rp->acts[i];
+    const VStage *s = x->v >= 0 ? &P->vs[x->v] : NULL;
+    int slot = s && x->m >= 0 ? x->m % s->K : 0;
+    bool acc_action = x->kind == (P->split_bw ? ACT_W : ACT_B);
+    int acc = 0;
+    if (acc_action) acc = accumulated[x->v], accumulated[x->v] = true;
+    if (pre[i]) out(e, "%s", pre[i]);
+    switch (x->kind) {
+    case ACT_LOAD:
+      out(e, "  load_%d(PR_TRAIN, seed, step, %d, %d); // LOAD(v%d, m%d)\n", x->v, x->m, slot, x->v,
+          x->m);
+      break;
+    case ACT_F:
+      out(e, "  F_%d(%d); // m%d\n", x->v, slot, x->m);
+      break;
+    case ACT_LOSS:
+      out(e, "  %s // LOSS(v%d, m%d)\n",
+          in_slot(e, x->v, x->m, arena_printf(e->a, "loss += %s[0];", tid(e, e->g->loss))), x->v,
+          x->m);
+      break;
+    case ACT_B:
+      out(e, "  B_%d(%d, %d); // m%d\n", x->v, slot, acc, x->m);
+      break;
+    case ACT_W:
+      out(e, "  W_%d(%d, %d); // m%d\n", x->v, slot, acc, x->m);
+      break;
+    case ACT_SEND:
+      if (is_local(e, x->ch)) {
+        out(e, "  // SEND(%s, m%d) to stage %d of this rank: copied at its RECV\n",
+            comment(e, x->ch->t->name), x->m, x->ch->to_v);
+        break;
+      }
+      out(e, "  %s // SEND(%s, m%d)\n",
+          in_slot(e, x->ch->from_v, x->m,
+                  arena_printf(e->a, "pr_comm_send(%d, %d, %s);", st->send_of[x->ch->id], x->m,
+                               tid(e, x->ch->t))),
+          comment(e, x->ch->t->name), x->m);
+      break;
+    case ACT_RECV: {
+      if (is_local(e, x->ch)) {
+        out(e, "  %s // RECV(%s, m%d) from stage %d of this rank\n", local_copy(e, x->ch, x->m),
+            comment(e, x->ch->dst->name), x->m, x->ch->from_v);
+        break;
+      }
+      const char *what = "RECV";
+      for (int j = i + 1; j < n; j++) {
+        const Action *y = &rp->acts[j];
+        if (y->v == x->ch->to_v && y->m == x->m &&
+            (y->kind == ACT_F || y->kind == ACT_B || y->kind == ACT_W)) {
+          what = act_label(e, y);
+          break;
+        }
+      }
+      out(e, "  pr_comm_wait_recv(%d, %d, %s); // RECV(%s, m%d)\n", st->recv_of[x->ch->id], x->m,
+          cstring(e, what), comment(e, x->ch->dst->name), x->m);
+      break;
+    }
+    case ACT_TIED_SUM:
+      if (tied_first) { // every send done; the exchange messages of the step end
+        tied_first = false;
+        out(e, "  pr_comm_wait_sends();\n");
+        for (int k = st->ex_first; k < st->n; k++)
+          if (!st->s[k].send) out(e, "  pr_comm_post_recv(%d, 0, %s);\n", k, tid(e, st->s[k].buf));
+        for (int k = st->ex_first; k < st->n; k++)
+          if (st->s[k].send) out(e, "  pr_comm_send(%d, 0, %s);\n", k, tid(e, st->s[k].buf));
+      }
+      for (int k = st->ex_first; k < st->n; k++) {
+        Stream *q = &st->s[k];
+        bool read = false;
+        for (int j = 0; j < s->step.n && !read; j++)
+          for (int a = 0; a < s->step.nodes[j]->nin; a++) read |= s->step.nodes[j]->in[a] == q->buf;
+        if (q->send || q->waited || (!read && i != last_tied)) continue;
+        q->waited = true;
+        out(e, "  pr_comm_wait_recv(%d, 0, %s);\n", k, cstring(e, act_label(e, x)));
+      }
+      out(e, "  step_end_%d();\n", x->v);
+      if (i == last_tied && st->n > st->ex_first) out(e, "  pr_comm_wait_sends();\n");
+      break;
+    default:
+      return internal(e, d, arena_printf(e->a, "unexpected action %s", action_name(x->kind)));
+    }
+    if (post[i]) out(e, "%s", post[i]);
+  }
+  out(e, "  return loss / NMICRO;\n}\n\n");
+  return true;
+}
+
+// Evaluation at S > 1: every rank reads the batch's inputs it holds, then runs its stages in
+// ascending order, each receiving its forward channels (m = 0, blocking), its forward segment
+// and its forward sends; the rank with the loss reports it (the others' results are unused).
+void emit_rank_eval(E *e) {
+  const TrainConfig *tc = e->tc;
+  const Program *P = e->prog;
+  const Tensor *x = tc->input, *y = tc->target, *loss = e->g->loss;
+  const Tensor *logits = e->g->noutputs ? e->g->outputs[0] : NULL;
+  bool tokens = tc->data == DATA_TEXT || tc->data == DATA_U16;
+  bool classify = !tokens && logits && logits->shape.rank == 2 && logits->dtype == DT_F32;
+  Streams *st = streams(e);
+  int lv = -1; // the stage of this rank with the loss
+  for (int i = 0; i < e->rp->nvs; i++)
+    if (P->vs[e->rp->vs[i]].has_loss) lv = e->rp->vs[i];
+  const char *X = e->p->offset[x->id] >= 0 ? tid(e, x) : "NULL",
+             *Y = e->p->offset[y->id] >= 0 ? tid(e, y) : "NULL";
+  out(e, "// ---- Validation: batches of one evaluation, and one batch's forward across the "
+         "stages.\n");
+  out(e, "static int64_t eval_batches(int64_t requested) {\n");
+  if (tokens)
+    out(e, "  return requested == 0 ? pr_tokens_val_batches(&data, MB, SEQ) : requested;\n}\n\n");
+  else
+    out(e, "  return pr_table_val_batches(&data, MB, requested);\n}\n\n");
+  out(e, "static void eval_batch(int64_t k, bool whole, PrEvalBatch *r) {\n"
+         "  const int slot = 0; // every stage's slot 0\n  (void)slot;\n");
+  if (tokens)
+    out(e,
+        "  double weight = 1;\n"
+        "  if (!whole) {\n"
+        "    pr_tokens_batch(&data, PR_VAL, 0x5eed, k, 0, MB, SEQ, %s, %s);\n"
+        "  } else {\n"
+        "    int64_t valid = pr_tokens_val_seq_batch(&data, k, MB, SEQ, %s, %s);\n"
+        "    loss_rows = valid;\n    weight = (double)valid;\n  }\n",
+        X, Y, X, Y);
+  else
+    out(e,
+        "  (void)whole;\n  int64_t valid = pr_table_val_batch(&data, k, MB, %s, %s);\n"
+        "  loss_rows = valid;\n  double weight = (double)valid;\n",
+        X, Y);
+  for (int i = 0; i < e->rp->nvs; i++) {
+    int v = e->rp->vs[i];
+    for (int c = 0; c < P->nch; c++) {
+      const Channel *ch = &P->ch[c];
+      if (ch->grad || ch->to_v != v) continue;
+      if (is_local(e, ch)) {
+        out(e, "  %s // from stage %d of this rank\n", local_copy(e, ch, 0), ch->from_v);
+        continue;
+      }
+      const char *what = cstring(e, arena_printf(e->a, "eval F(v%d)", v));
+      out(e, "  pr_comm_post_recv(%d, 0, %s);\n  pr_comm_wait_recv(%d, 0, %s);\n", st->recv_of[c],
+          tid(e, ch->dst), st->recv_of[c], what);
+    }
+    out(e, "  F_%d(0);\n", v);
+    for (int c = 0; c < P->nch; c++) {
+      const Channel *ch = &P->ch[c];
+      if (ch->grad || ch->from_v != v || is_local(e, ch)) continue;
+      out(e, "  pr_comm_send(%d, 0, %s);\n", st->send_of[c], tid(e, ch->t));
+    }
+  }
+  out(e, "  pr_comm_wait_sends();\n  loss_rows = MB;\n  r->weight = weight;\n");
+  if (lv >= 0) {
+    out(e, "  r->loss = %s[0];\n", tid(e, loss));
+    if (classify && e->p->offset[logits->id] >= 0 && e->p->offset[y->id] >= 0)
+      out(e, "  r->correct = pr_count_correct(%s, %s, valid, %lld);\n  r->seen = valid;\n",
+          tid(e, logits), tid(e, y), (long long)logits->shape.d[1].n);
+  } else {
+    out(e, "  r->loss = 0; // the loss is rank %d's\n", e->prog->nranks - 1);
+  }
+  out(e, "}\n\n");
+}

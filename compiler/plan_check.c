@@ -1,0 +1,206 @@
+// The memory plan's independent checker (program.h's plan_check): one rank's Plan against the
+// program, sharing no code with the planner (memplan.c) but the overlap sweep (place_verify).
+//
+// It recomputes what the plan must hold from the rank's stages and action list: the tensors the
+// nodes of its segments (F, B, W, step end) read and write, the exchange buffers of the
+// parameters it holds, each slotted buffer's stage and live interval over the stage's
+// one-microbatch timeline (one position per node of the stage's first microbatch's F, B and W
+// actions and per LOAD and LOSS, in list order; the step end one past the last). A tensor lives
+// from its producer's position, a received one (Channel.dst) from 0, an input from its LOAD; to
+// its last reader's position (the step end when a step node reads it), the loss, the inputs and
+// the outputs at least to LOSS, a sent one (Channel.t) to the step end and from 0. Then every
+// buffer lies inside its region (a slotted one inside its stage's slot 0, the stages' slots back
+// to back after the constants), tied parameters at their owner's bytes, and no two buffers of a
+// slot live at a common position share a byte (place_verify over the recomputed intervals).
+// O(tensors + nodes + actions) plus the sweep's O(n log n).
+#include "../ir/ops.h"
+#include "pipeline.h"
+#include "place.h"
+
+// Reports a violation of rank r's plan; FAIL returns false, BAD leaves plan_check (its scratch
+// freed at out).
+#define FAIL(...)                                                                                  \
+  do {                                                                                             \
+    diag_error(d, (Loc){0, 0}, "internal error: memplan: rank %d: " __VA_ARGS__);                  \
+    return false;                                                                                  \
+  } while (0)
+#define BAD(...)                                                                                   \
+  do {                                                                                             \
+    diag_error(d, (Loc){0, 0}, "internal error: memplan: rank %d: " __VA_ARGS__);                  \
+    goto out;                                                                                      \
+  } while (0)
+
+static int64_t nbytes(const Program *prog, const Tensor *t) {
+  return shape_numel(&t->shape, prog->tc->mb_size) * (int64_t)dtype_size(t->dtype);
+}
+
+// t has storage in region reg, inside it.
+static bool stored(const Program *prog, const Plan *p, const Tensor *t, Region reg) {
+  return p->offset[t->id] >= 0 && p->region[t->id] == reg &&
+         p->offset[t->id] + nbytes(prog, t) <= p->bytes[reg];
+}
+
+// Unslotted tensors a node touches: parameters (tied at the owner's bytes), per-step buffers in
+// REG_GRADS, constants below the slots; slotted ones are checked with their stage.
+static bool check_fixed(const Program *prog, const Plan *p, int r, const Tensor *t, Diag *d) {
+  if (t->kind == T_PARAM) {
+    const Tensor *o = t->tied_to ? t->tied_to : t;
+    if (!stored(prog, p, t, REG_PARAMS) || p->offset[t->id] != p->offset[o->id])
+      FAIL("parameter '%s' has no storage of its owner's in the params region", r, t->name);
+  } else if (t->per_step) {
+    if (!stored(prog, p, t, REG_GRADS))
+      FAIL("gradient buffer '%s' has no storage in the grads region", r, t->name);
+  } else if (t->kind == T_CONST) {
+    if (!stored(prog, p, t, REG_ACTS) || p->offset[t->id] + nbytes(prog, t) > p->const_bytes)
+      FAIL("constant '%s' has no storage below the slots", r, t->name);
+  }
+  return true;
+}
+
+static const Segment *seg_of(const VStage *s, ActionKind k) {
+  return k == ACT_F ? &s->f : k == ACT_B ? &s->b : &s->w;
+}
+
+bool plan_check(const Program *prog, int r, Diag *d) {
+  const Graph *g = prog->g;
+  const RankProgram *rp = &prog->ranks[r];
+  const Plan *p = &rp->plan;
+  Arena scratch;
+  arena_init(&scratch);
+  Arena *a = &scratch;
+  bool ok = false;
+  int nt = g->ntensors, nn = g->nnodes;
+  int *pos = ARENA_ARRAY(a, int, nn + 1);    // per node: its timeline position on its stage
+  int *want_v = ARENA_ARRAY(a, int, nt + 1); // per tensor: 1 + the stage that must slot it
+  int *lo = ARENA_ARRAY(a, int, nt + 1), *hi = ARENA_ARRAY(a, int, nt + 1);
+  int *sent = ARENA_ARRAY(a, int, nt + 1);         // per tensor: 1 + a stage that sends it
+  int *recv = ARENA_ARRAY(a, int, nt + 1);         // per tensor: 1 + the stage it is received on
+  bool *mine = ARENA_ARRAY(a, bool, prog->nv + 1); // per stage: on this rank
+  PlaceItem *items = ARENA_ARRAY(a, PlaceItem, nt + nn + 1);
+  for (int k = 0; k < rp->nvs; k++) mine[rp->vs[k]] = true;
+  for (int c = 0; c < prog->nch; c++) {
+    sent[prog->ch[c].t->id] = prog->ch[c].from_v + 1;
+    if (prog->ch[c].dst) recv[prog->ch[c].dst->id] = prog->ch[c].to_v + 1;
+  }
+  // Slots: K per stage of the rank, 0 elsewhere; back to back after the constants.
+  int64_t base = p->const_bytes;
+  for (int v = 0; v < prog->nv; v++)
+    if ((mine[v] ? prog->vs[v].K : 0) != p->slots[v] || (!mine[v] && p->slot_stride[v] != 0))
+      BAD("stage v%d has %d slots, its K is %d", r, v, p->slots[v], mine[v] ? prog->vs[v].K : 0);
+  for (int k = 0; k < rp->nvs; k++) {
+    int v = rp->vs[k];
+    const VStage *s = &prog->vs[v];
+    // The timeline of the stage's first microbatch.
+    for (int i = 0; i < nn; i++) pos[i] = -1;
+    int q = 0, m0 = -1, load = 0, loss = -1, endf = -1;
+    for (int i = 0; i < rp->nacts; i++) {
+      const Action *x = &rp->acts[i];
+      if (x->v != v || x->m < 0) continue;
+      if (m0 < 0) m0 = x->m;
+      if (x->m != m0) continue;
+      if (x->kind == ACT_F || x->kind == ACT_B || x->kind == ACT_W) {
+        const Segment *sg = seg_of(s, x->kind);
+        for (int j = 0; j < sg->n; j++) pos[sg->nodes[j]->id] = q++;
+        if (x->kind == ACT_F) endf = q;
+      } else if (x->kind == ACT_LOAD) {
+        load = q++;
+      } else if (x->kind == ACT_LOSS) {
+        loss = q++;
+      }
+    }
+    int end = q, host = loss >= 0 ? loss : endf >= 0 ? endf : end; // where the host reads
+    // Which tensors the stage slots, and their intervals.
+    for (int i = 0; i < nt; i++) want_v[i] = 0, lo[i] = end + 1, hi[i] = -1;
+    const Segment *segs[4] = {&s->f, &s->b, &s->w, &s->step};
+    for (int sg = 0; sg < 4; sg++)
+      for (int j = 0; j < segs[sg]->n; j++) {
+        const Node *n = segs[sg]->nodes[j];
+        int at = sg == 3 ? end : pos[n->id];
+        if (sg < 3 && at < 0) BAD("node '%s' of stage v%d is not on its timeline", r, n->name, v);
+        for (int io = 0; io < 2; io++)
+          for (int e = 0; e < (io ? n->nout : n->nin); e++) {
+            const Tensor *t = io ? n->out[e] : n->in[e];
+            if (!check_fixed(prog, p, r, t, d)) goto out;
+            if (t->kind == T_PARAM || t->per_step || t->kind == T_CONST) continue;
+            if (sg == 3) BAD("step node '%s' reads per-microbatch '%s'", r, n->name, t->name);
+            if (t->kind == T_RECV && recv[t->id] != v + 1)
+              BAD("node '%s' of stage v%d reads '%s', received for another stage", r, n->name, v,
+                  t->name);
+            want_v[t->id] = v + 1;
+            int start = t->kind == T_RECV ? 0 : t->kind == T_INPUT ? load : at;
+            if (io || t->kind != T_ACT) lo[t->id] = lo[t->id] < start ? lo[t->id] : start;
+            if (at > hi[t->id]) hi[t->id] = at;
+          }
+      }
+    // Step-end reads of per-microbatch tensors (none today) and host reads; sent tensors.
+    int n = 0;
+    for (int i = 0; i < nt; i++) {
+      const Tensor *t = g->tensors[i];
+      if (!want_v[i]) continue;
+      if (t == g->loss || t->kind == T_INPUT) hi[i] = hi[i] > host ? hi[i] : host;
+      for (int o = 0; o < g->noutputs; o++)
+        if (g->outputs[o] == t && hi[i] < host) hi[i] = host;
+      if (sent[i] == v + 1) lo[i] = 0, hi[i] = end;
+      if (t->kind == T_ACT && lo[i] > end)
+        BAD("'%s' is read on stage v%d but made elsewhere", r, t->name, v);
+      if (p->vstage[i] != v || p->region[i] != REG_ACTS || p->offset[i] < base ||
+          p->offset[i] + nbytes(prog, t) > base + p->slot_stride[v] ||
+          (p->cls[i] != BUF_SAVED && p->cls[i] != BUF_TEMP))
+        BAD("'%s' has no storage in slot 0 of stage v%d", r, t->name, v);
+      items[n++] = (PlaceItem){nbytes(prog, t), lo[i], hi[i], i, p->offset[i]};
+    }
+    // Sent tensors the stage makes but none of its nodes reads are still the stage's.
+    for (int c = 0; c < prog->nch; c++) {
+      const Tensor *t = prog->ch[c].t;
+      if (prog->ch[c].from_v == v && !want_v[t->id])
+        BAD("sent tensor '%s' is not made by stage v%d's nodes", r, t->name, v);
+    }
+    for (int j = 0; j < s->f.n + s->b.n + s->w.n; j++) {
+      const Node *nd = j < s->f.n            ? s->f.nodes[j]
+                       : j < s->f.n + s->b.n ? s->b.nodes[j - s->f.n]
+                                             : s->w.nodes[j - s->f.n - s->b.n];
+      int64_t ws = nd->op->workspace ? nd->op->workspace(nd, prog->tc->mb_size) : 0;
+      if (ws <= 0) continue;
+      if (p->ws_offset[nd->id] < base || p->ws_offset[nd->id] + ws > base + p->slot_stride[v])
+        BAD("the workspace of '%s' is not in slot 0 of stage v%d", r, nd->name, v);
+      items[n++] = (PlaceItem){ws, pos[nd->id], pos[nd->id], nt + nd->id, p->ws_offset[nd->id]};
+    }
+    int x = -1, y = -1;
+    if (!place_verify(items, n, a, &x, &y)) {
+      const char *nx = x < nt ? g->tensors[x]->name : g->nodes[x - nt]->name;
+      const char *ny = y < nt ? g->tensors[y]->name : g->nodes[y - nt]->name;
+      BAD("buffers '%s' and '%s' of stage v%d overlap while both are live", r, nx, ny, v);
+    }
+    base += (int64_t)p->slots[v] * p->slot_stride[v];
+  }
+  if (base != p->bytes[REG_ACTS])
+    BAD("the activations region has %lld bytes, its constants and slots %lld", r,
+        (long long)p->bytes[REG_ACTS], (long long)base);
+  // Exchanges the rank takes part in: every use buffer and the sum, in REG_GRADS.
+  for (int i = 0; i < prog->nex; i++) {
+    const Exchange *e = &prog->ex[i];
+    bool here = false;
+    for (int j = 0; j < e->n; j++) here |= mine[e->stages[j]];
+    if (!here) continue;
+    for (int j = 0; j < e->nbufs; j++)
+      if (!stored(prog, p, e->bufs[j], REG_GRADS))
+        BAD("use buffer '%s' of exchanged '%s' has no storage in the grads region", r,
+            e->bufs[j]->name, e->param->name);
+    if (e->param->grad && !stored(prog, p, e->param->grad, REG_GRADS))
+      BAD("the gradient of exchanged '%s' has no storage", r, e->param->name);
+  }
+  // Held owner parameters with a gradient: their optimizer state.
+  for (int i = 0; i < g->nparams; i++) {
+    const Tensor *t = g->params[i];
+    if (t->tied_to || p->offset[t->id] < 0 || !t->grad) continue;
+    for (int k = 0; k < p->opt_slots; k++) {
+      int64_t o = p->opt_offsets[t->id * PLAN_OPT_SLOTS + k];
+      if (o < 0 || o + nbytes(prog, t) > p->bytes[REG_OPT])
+        BAD("parameter '%s' has no optimizer state %d", r, t->name, k);
+    }
+  }
+  ok = true;
+out:
+  arena_free(&scratch);
+  return ok;
+}

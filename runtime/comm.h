@@ -1,0 +1,74 @@
+// comm.h: how the rank programs of a pipeline (S > 1) talk to each other.
+//
+// A rank program describes its message streams in a PrComm (PrProgram.comm; NULL for a one-rank
+// program, which then needs no MPI at all). Each stream carries one message per microbatch m
+// (0 .. nmicro-1) per step, always of the same size, between this rank and one peer; its wire
+// tag is tag * nmicro + m, so that messages of different streams and microbatches never match
+// each other and each (stream, m) has one preallocated request. The generated code posts
+// receives early (pr_comm_post_recv), sends without blocking (pr_comm_send) and waits where the
+// schedule needs the data (pr_comm_wait_recv) or the buffer back (pr_comm_wait_send); a wait that
+// lasts longer than --timeout seconds stops the job naming the tensor, microbatch, peer and action.
+//
+// The transport (comm_mpi.c, in libpipert_mpi.a, over Open MPI) also serves the training loop
+// (trainloop.c): the step end's all-gather of the loss and the per-parameter sums of squares, the
+// checkpoint's transfers to the saving rank, barriers, and aborting the whole job on an error.
+#ifndef PIPERT_COMM_H
+#define PIPERT_COMM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct PrChannel { // one message stream of this rank
+  const char *tensor;      // the tensor's name (watchdog and error messages)
+  int peer;                // the other rank
+  int tag;                 // stream tag, the same on both sides (wire tag = tag * nmicro + m)
+  int64_t bytes;           // bytes per message
+  bool send;               // this rank sends on it (else receives)
+} PrChannel;
+
+typedef struct PrTransport PrTransport;    // a transport's operations (comm_mpi.c defines one)
+extern const PrTransport pr_transport_mpi; // in libpipert_mpi.a
+
+typedef struct PrComm {         // how a rank program talks to the others (PrProgram.comm)
+  int rank, nranks;             // this program's rank and the job's size, fixed at compile time
+  int report_rank;              // the rank that computes the loss: prints progress and evaluation
+  int save_rank;                // the rank that writes checkpoints and the loss log (0)
+  const PrChannel *ch;          // its message streams: channels and exchange messages
+  int nch;                      // count
+  int nmicro;                   // M (messages per stream per step: m = 0..M-1; eval uses m = 0)
+  const PrTransport *transport; // &pr_transport_mpi
+} PrComm;
+
+// Called by generated code (comm_mpi.c implements; all check errors and never allocate):
+void pr_comm_post_recv(int c, int m, void *buf); // MPI_Irecv into buf
+void pr_comm_wait_recv(int c, int m,
+                       const char *action);       // wait (watchdog); action e.g. "F(v1, m3)"
+void pr_comm_send(int c, int m, const void *buf); // MPI_Isend from buf
+void pr_comm_wait_send(int c, int m);             // wait for that send to complete
+void pr_comm_wait_sends(void);                    // wait for all outstanding sends
+
+// What the training loop needs of a transport. Every operation is collective over the job
+// unless it says otherwise, and every wait in it obeys the watchdog (--timeout).
+struct PrTransport {
+  const char *name; // "mpi"
+  // Joins the job as c->rank of c->nranks (stops, telling to use launch.sh, when the launcher
+  // started it otherwise), preallocates a request per (stream, m) and arms the watchdog
+  // (timeout seconds; 0 = off). Returns how many ranks of the job run on this machine.
+  int (*start)(const PrComm *c, int *argc, char ***argv, double timeout);
+  // all[r * n + i] = rank r's mine[i], for every rank r.
+  void (*allgather)(const double *mine, double *all, int n);
+  void (*barrier)(void);
+  // Point to point: rank `from` sends bytes of buf, rank `to` receives them into buf; the other
+  // ranks do nothing (a no-op when from == to). Called in the same order on both sides.
+  void (*gather)(void *buf, int64_t bytes, int from, int to);
+  // Ends the whole job now with status (every rank exits non-zero); never returns.
+  void (*abort)(int status) __attribute__((noreturn));
+  // Waits for outstanding sends, leaves the job (collective).
+  void (*finish)(void);
+};
+
+// The transport of the running program once pr_main has started it (NULL: one rank, or not yet):
+// pr_fail aborts the whole job through it.
+extern const PrTransport *pr_transport;
+
+#endif

@@ -1,0 +1,226 @@
+// comm_mpi.c: the pipeline's transport over Open MPI (libpipert_mpi.a; comm.h has the contract).
+//
+// start joins MPI_COMM_WORLD (MPI_Init_thread, FUNNELED: only the main thread calls MPI), checks
+// that mpirun gave this program the rank and job size it was compiled for, and preallocates one
+// request per (stream, microbatch): a stream's message m travels with wire tag tag * nmicro + m
+// on MPI_COMM_WORLD. The training loop's own traffic (all-gather, barrier, checkpoint transfers)
+// runs on a duplicate communicator, so it can never match a stream's message.
+//
+// Every wait polls with MPI_Test (with sched_yield between polls when Open MPI is told the cores
+// are oversubscribed, OMPI_MCA_mpi_yield_when_idle=1) and obeys the watchdog: a wait longer than
+// --timeout seconds is an error naming the tensor, microbatch, peer rank and action, which aborts
+// the job (pr_fail -> abort -> MPI_Abort) instead of hanging it.
+#include "pipert.h"
+
+#include <mpi.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct {
+  const PrComm *c;  // the program's streams (NULL until start)
+  MPI_Request *req; // req[c * nmicro + m]: the request of (stream c, microbatch m)
+  MPI_Comm ctl;     // duplicate of MPI_COMM_WORLD for the training loop's traffic
+  double timeout;   // watchdog, seconds (0 = off)
+  bool yield;       // sched_yield between polls (oversubscribed cores)
+  bool started;     // MPI is initialised and not finalized
+} mpi;
+
+static const char *const HINT_TIMEOUT =
+    "a rank is stopped, crashed or deadlocked, or merely slower than --timeout allows: raise "
+    "--timeout SECONDS (0 = off) if it is only slow";
+
+// Stops on an MPI error code with the call's name and MPI's text.
+static void mpi_check(int rc, const char *call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "code %d", rc);
+  pr_fail(__FILE__, __LINE__, "check the MPI installation and the launcher (OUT/launch.sh)",
+          "%s failed: %s", call, text);
+}
+
+// Polls *r until it completes, or stops the job once the watchdog runs out; fmt... says what the
+// wait is for ("timeout: waited 2 s " precedes it), formatted only then.
+__attribute__((format(printf, 2, 3))) static void wait_request(MPI_Request *r, const char *fmt,
+                                                               ...) {
+  double t0 = mpi.timeout > 0 ? pr_now() : 0;
+  for (long polls = 0;; polls++) {
+    int done = 0;
+    mpi_check(MPI_Test(r, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (done) return;
+    if (mpi.yield) sched_yield();
+    if (mpi.timeout > 0 && (polls & 63) == 63 && pr_now() - t0 > mpi.timeout) {
+      char what[1024];
+      va_list ap;
+      va_start(ap, fmt);
+      vsnprintf(what, sizeof what, fmt, ap);
+      va_end(ap);
+      pr_fail(__FILE__, __LINE__, HINT_TIMEOUT, "timeout: waited %g s %s", mpi.timeout, what);
+    }
+  }
+}
+
+// The stream c's request for microbatch m, checked.
+static MPI_Request *request(int c, int m, bool send, const char *fn) {
+  prCheck(mpi.c != NULL, "call pr_main first (it starts the transport)",
+          "%s: the transport is not started", fn);
+  prCheck(c >= 0 && c < mpi.c->nch && m >= 0 && m < mpi.c->nmicro, "a bug in the generated program",
+          "%s: no stream %d, microbatch %d (the program has %d streams of %d microbatches)", fn, c,
+          m, mpi.c->nch, mpi.c->nmicro);
+  prCheck(mpi.c->ch[c].send == send, "a bug in the generated program",
+          "%s: stream %d ('%s') is a %s stream", fn, c, mpi.c->ch[c].tensor,
+          mpi.c->ch[c].send ? "send" : "receive");
+  return &mpi.req[(int64_t)c * mpi.c->nmicro + m];
+}
+
+void pr_comm_post_recv(int c, int m, void *buf) {
+  MPI_Request *r = request(c, m, false, "pr_comm_post_recv");
+  const PrChannel *ch = &mpi.c->ch[c];
+  prCheck(*r == MPI_REQUEST_NULL, "a bug in the generated program",
+          "pr_comm_post_recv: '%s' microbatch %d is already posted", ch->tensor, m);
+  mpi_check(MPI_Irecv(buf, (int)ch->bytes, MPI_BYTE, ch->peer, ch->tag * mpi.c->nmicro + m,
+                      MPI_COMM_WORLD, r),
+            "MPI_Irecv");
+}
+
+void pr_comm_wait_recv(int c, int m, const char *action) {
+  MPI_Request *r = request(c, m, false, "pr_comm_wait_recv");
+  const PrChannel *ch = &mpi.c->ch[c];
+  prCheck(*r != MPI_REQUEST_NULL, "a bug in the generated program",
+          "pr_comm_wait_recv: '%s' microbatch %d was never posted (%s)", ch->tensor, m, action);
+  wait_request(r, "for tensor '%s' microbatch %d from rank %d (%s)", ch->tensor, m, ch->peer,
+               action);
+}
+
+void pr_comm_send(int c, int m, const void *buf) {
+  MPI_Request *r = request(c, m, true, "pr_comm_send");
+  const PrChannel *ch = &mpi.c->ch[c];
+  prCheck(*r == MPI_REQUEST_NULL, "a bug in the generated program",
+          "pr_comm_send: '%s' microbatch %d is still being sent", ch->tensor, m);
+  mpi_check(MPI_Isend(buf, (int)ch->bytes, MPI_BYTE, ch->peer, ch->tag * mpi.c->nmicro + m,
+                      MPI_COMM_WORLD, r),
+            "MPI_Isend");
+}
+
+void pr_comm_wait_send(int c, int m) {
+  MPI_Request *r = request(c, m, true, "pr_comm_wait_send");
+  if (*r == MPI_REQUEST_NULL) return; // never sent, or already completed
+  const PrChannel *ch = &mpi.c->ch[c];
+  wait_request(r, "to send tensor '%s' microbatch %d to rank %d", ch->tensor, m, ch->peer);
+}
+
+void pr_comm_wait_sends(void) {
+  prCheck(mpi.c != NULL, "call pr_main first (it starts the transport)",
+          "pr_comm_wait_sends: the transport is not started");
+  for (int c = 0; c < mpi.c->nch; c++)
+    if (mpi.c->ch[c].send)
+      for (int m = 0; m < mpi.c->nmicro; m++) pr_comm_wait_send(c, m);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The training loop's operations
+
+__attribute__((noreturn)) static void t_abort(int status) {
+  fflush(stdout);
+  fflush(stderr);
+  pr_prefix_stop(); // every line printed so far is out before the job goes
+  if (mpi.started) MPI_Abort(MPI_COMM_WORLD, status ? status : 1);
+  _Exit(status ? status : 1);
+}
+
+static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
+  int provided = 0;
+  mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  mpi.started = true;
+  // From here an error on this rank takes the whole job down (pr_fail -> t_abort).
+  pr_transport = &pr_transport_mpi;
+  prCheck(provided >= MPI_THREAD_FUNNELED, "use an MPI built with thread support",
+          "MPI provides thread level %d, below MPI_THREAD_FUNNELED", provided);
+  int rank = -1, size = 0;
+  mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "MPI_Comm_rank");
+  mpi_check(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
+  prCheck(rank == c->rank && size == c->nranks,
+          "run the job with OUT/launch.sh, which starts every rank's program in order",
+          "this program is rank %d of a %d-rank job, but mpirun started it as rank %d of %d",
+          c->rank, c->nranks, rank, size);
+  void *ub = NULL;
+  int flag = 0;
+  mpi_check(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag), "MPI_Comm_get_attr");
+  int64_t tag_ub = flag ? *(int *)ub : 32767, top = 0;
+  for (int k = 0; k < c->nch; k++) {
+    prCheck(c->ch[k].tag >= 0 && c->ch[k].peer >= 0 && c->ch[k].peer < c->nranks &&
+                c->ch[k].peer != c->rank && c->ch[k].bytes >= 0 && c->ch[k].bytes <= INT32_MAX,
+            "a bug in the generated program",
+            "stream %d ('%s'): peer %d, tag %d, %lld bytes are not valid here", k, c->ch[k].tensor,
+            c->ch[k].peer, c->ch[k].tag, (long long)c->ch[k].bytes);
+    int64_t t = ((int64_t)c->ch[k].tag + 1) * c->nmicro - 1;
+    if (t > top) top = t;
+  }
+  prCheck(top <= tag_ub, "use fewer microbatches or an MPI with a larger MPI_TAG_UB",
+          "the streams need tags up to %lld, beyond this MPI's MPI_TAG_UB %lld", (long long)top,
+          (long long)tag_ub);
+  int64_t nreq = (int64_t)c->nch * c->nmicro;
+  mpi.req = malloc((size_t)(nreq > 0 ? nreq : 1) * sizeof *mpi.req);
+  prCheck(mpi.req != NULL, "the machine is out of memory", "cannot allocate the MPI requests");
+  for (int64_t i = 0; i < nreq; i++) mpi.req[i] = MPI_REQUEST_NULL;
+  mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mpi.ctl), "MPI_Comm_dup");
+  mpi.timeout = timeout;
+  const char *y = getenv("OMPI_MCA_mpi_yield_when_idle");
+  mpi.yield = y && strcmp(y, "1") == 0;
+  mpi.c = c;
+  MPI_Comm node;
+  int local = 1;
+  mpi_check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
+            "MPI_Comm_split_type");
+  mpi_check(MPI_Comm_size(node, &local), "MPI_Comm_size");
+  MPI_Comm_free(&node);
+  return local;
+}
+
+static void t_allgather(const double *mine, double *all, int n) {
+  MPI_Request r;
+  mpi_check(MPI_Iallgather(mine, n, MPI_DOUBLE, all, n, MPI_DOUBLE, mpi.ctl, &r), "MPI_Iallgather");
+  wait_request(&r, "in the all-gather of the step end (every rank takes part)");
+}
+
+static void t_barrier(void) {
+  MPI_Request r;
+  mpi_check(MPI_Ibarrier(mpi.ctl, &r), "MPI_Ibarrier");
+  wait_request(&r, "at a barrier (every rank takes part)");
+}
+
+// Chunks of at most 1 GiB (MPI counts are int).
+static void t_gather(void *buf, int64_t bytes, int from, int to) {
+  int me = mpi.c->rank;
+  if (from == to || (me != from && me != to)) return;
+  const int64_t chunk = (int64_t)1 << 30;
+  for (int64_t off = 0; off < bytes; off += chunk) {
+    int n = (int)(bytes - off < chunk ? bytes - off : chunk);
+    MPI_Request r;
+    if (me == from) {
+      mpi_check(MPI_Isend((char *)buf + off, n, MPI_BYTE, to, 0, mpi.ctl, &r), "MPI_Isend");
+      wait_request(&r, "to send checkpoint data to rank %d", to);
+    } else {
+      mpi_check(MPI_Irecv((char *)buf + off, n, MPI_BYTE, from, 0, mpi.ctl, &r), "MPI_Irecv");
+      wait_request(&r, "for checkpoint data from rank %d", from);
+    }
+  }
+}
+
+static void t_finish(void) {
+  if (!mpi.started) return;
+  pr_comm_wait_sends();
+  t_barrier();
+  MPI_Comm_free(&mpi.ctl);
+  mpi_check(MPI_Finalize(), "MPI_Finalize");
+  mpi.started = false;
+  pr_transport = NULL;
+  free(mpi.req);
+  mpi.req = NULL;
+  mpi.c = NULL;
+}
+
+const PrTransport pr_transport_mpi = {"mpi",    t_start, t_allgather, t_barrier,
+                                      t_gather, t_abort, t_finish};
