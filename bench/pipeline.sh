@@ -17,8 +17,9 @@
 #   pipec S = 2    the same with `--stages 2 --split transformer.h.2 --schedule 1f1b | zb-h1`
 #                  (the automatic partitioner's cut, pinned so that the prediction, the program
 #                  and the PyTorch peer cut the same place), `launch.sh --threads 1`: 2 ranks
-#   PyTorch        torch.distributed.pipelining Schedule1F1B and ScheduleGPipe, 2 processes over
-#                  gloo (PyTorch 2.x), torch.distributed.pipeline.sync.Pipe (Debian's 1.13), and
+#   PyTorch        torch.distributed.pipelining Schedule1F1B, ScheduleGPipe and
+#                  ScheduleZBVZeroBubble (its zero-bubble schedule: 2 stages per rank in a V), 2
+#                  processes over gloo (PyTorch 2.x), torch.distributed.pipeline.sync.Pipe (Debian's 1.13), and
 #                  each torch's one-process run of the same 8 microbatches (its own speedup)
 # The prediction: --flops-rate calibrated on the measured one-rank step (the FLOPs per step that
 # `pipec plan` counts / pipec S = 1's median step time), --bandwidth left at its default; then
@@ -101,6 +102,8 @@ v1, v2 = torch_version("/usr/bin/python3"), torch_version(torch2)
 if v2 and has_module(torch2, "torch.distributed.pipelining"):
     configs += [("PyTorch %s pipelining Schedule1F1B" % v2, "torch", [torch2, script, data, "1f1b"], S),
                 ("PyTorch %s pipelining ScheduleGPipe" % v2, "torch", [torch2, script, data, "gpipe"], S),
+                ("PyTorch %s pipelining ScheduleZBVZeroBubble (4 stages in a V)" % v2, "torch",
+                 [torch2, script, data, "zbv"], S),
                 ("PyTorch %s one process" % v2, "torch", [torch2, script, data, "one"], 1)]
 else:
     missing.append("PyTorch 2.x with torch.distributed.pipelining (bench/setup-torch2.sh)")

@@ -21,6 +21,9 @@ usage: torch_pipeline.py DATA MODE WARMUP STEPS
         gpipe | 1f1b     torch.distributed.pipelining (PyTorch >= 2.4): 2 processes over gloo,
                          one stage each, ScheduleGPipe / Schedule1F1B with 8 microbatches; the
                          script starts them itself (a file:// rendezvous in a temp dir)
+        zbv              the same with ScheduleZBVZeroBubble, PyTorch's zero-bubble schedule
+                         (B and W split), which needs 2 stages per rank in a V: 4 stages of one
+                         layer each (run_stage says where)
 Each process runs torch.set_num_threads(1) and set_num_interop_threads(1); the caller sets
 OMP_NUM_THREADS=1 before Python starts (Debian's torch 1.13 links the pthread OpenBLAS).
 
@@ -215,32 +218,59 @@ def run_one(path, warmup, steps):
     print("%.2f" % (1000 * times[len(times) // 2]))
 
 
+class Mid(nn.Module):
+    """Blocks only (the middle stages of the zbv cut)."""
+
+    def __init__(self, blocks):
+        super().__init__()
+        self.h = nn.ModuleList(blocks)
+
+    def forward(self, x):
+        for blk in self.h:
+            x = blk(x)
+        return x
+
+
 def run_stage(path, sched_name, warmup, steps, rank, rdv):
-    """One process of torch.distributed.pipelining: stage `rank` of 2."""
+    """One process of torch.distributed.pipelining: rank `rank` of 2. gpipe / 1f1b: stage `rank`
+    of pipec's 2-stage cut. zbv: 4 stages of one layer each in a V (rank 0 runs stages 0 and 3:
+    wte, wpe, h.0 and h.3, ln_f, the head; rank 1 stages 1 and 2: h.1 and h.2), the layout
+    ScheduleZBVZeroBubble needs; each rank holds the same layers' weight as in the 2-stage cut
+    but one block each way, and the tied pair is on rank 0."""
     import torch.distributed as dist
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleZBVZeroBubble
 
     setup_threads()
     dist.init_process_group("gloo", init_method="file://" + rdv, rank=rank, world_size=2)
     data, V = load_data(path)
     wte, wpe, blocks, ln_f = build_blocks(V)
-    if rank == 0:
-        mod = Stage0(wte, wpe, blocks[:CUT])
-        tied = mod.wte.weight
-        example = torch.zeros(B, T, dtype=torch.long)
+    head = nn.Parameter(wte.weight.detach().clone())  # the tied head's copy (the last stage's)
+    act = lambda: torch.zeros(B, T, C)
+    if sched_name == "zbv":
+        if rank == 0:
+            mods = [(0, Stage0(wte, wpe, blocks[:1]), torch.zeros(B, T, dtype=torch.long)),
+                    (3, Stage1(blocks[3:], ln_f, head), act())]
+        else:
+            mods = [(1, Mid(blocks[1:2]), act()), (2, Mid(blocks[2:3]), act())]
+        nstages = 4
     else:
-        mod = Stage1(blocks[CUT:], ln_f, nn.Parameter(wte.weight.detach().clone()))
-        tied = mod.head
-        example = torch.zeros(B, T, C)
-    stage = PipelineStage(mod, rank, 2, torch.device("cpu"), input_args=(example,))
-    kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[sched_name]
+        mods = [(0, Stage0(wte, wpe, blocks[:CUT]), torch.zeros(B, T, dtype=torch.long))] if rank == 0 else \
+            [(1, Stage1(blocks[CUT:], ln_f, head), act())]
+        nstages = 2
+    stages = [PipelineStage(m, i, nstages, torch.device("cpu"), input_args=(ex,)) for i, m, ex in mods]
     # Every rank passes loss_fn: without it a schedule runs no backward on that rank.
-    sched = kind(stage, n_microbatches=M, loss_fn=loss_fn)  # scale_grads (default): mean over M
-    params = list(mod.parameters())
+    if sched_name == "zbv":
+        sched = ScheduleZBVZeroBubble(stages, n_microbatches=M, loss_fn=loss_fn)
+    else:
+        kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[sched_name]
+        sched = kind(stages[0], n_microbatches=M, loss_fn=loss_fn)  # scale_grads (default): mean over M
+    params = [p for _, m, _ in mods for p in m.parameters()]
+    has_first = any(i == 0 for i, _, _ in mods)
+    has_last = any(i == nstages - 1 for i, _, _ in mods)
     opt = make_optimizer(params)
     if rank == 0:
-        sys.stderr.write("torch %s | %s | threads %d | pipelining %s, 2 processes (gloo)\n"
-                         % (torch.__version__, blas_info(), torch.get_num_threads(), kind.__name__))
+        sys.stderr.write("torch %s | %s | threads %d | pipelining %s, 2 processes (gloo), %d stages\n"
+                         % (torch.__version__, blas_info(), torch.get_num_threads(), type(sched).__name__, nstages))
 
     def allreduce(v):
         t = torch.tensor([v], dtype=torch.float64)
@@ -253,17 +283,21 @@ def run_stage(path, sched_name, warmup, steps, rank, rdv):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         losses = []
-        if rank == 0:
-            sched.step(x)
-        else:
-            sched.step(target=y, losses=losses)
-        dist.all_reduce(tied.grad)  # the tied weight: both uses' gradients, on both copies
-        sumsq = sum(float(p.grad.double().pow(2).sum()) for p in params
-                    if p.grad is not None and not (rank == 1 and p is tied))
+        args = (x,) if has_first else ()
+        kw = {"target": y, "losses": losses} if has_last else {}
+        sched.step(*args, **kw)
+        # The tied weight: both uses' gradients, on both copies (across the ranks, or on rank 0).
+        if has_first and has_last:
+            g = wte.weight.grad + head.grad
+            wte.weight.grad.copy_(g)
+            head.grad.copy_(g)
+        elif has_first or has_last:
+            dist.all_reduce(wte.weight.grad if has_first else head.grad)
+        sumsq = sum(float(p.grad.double().pow(2).sum()) for p in params if p.grad is not None and p is not head)
         clip_and_step(opt, sumsq, params, it, allreduce)
         if it >= warmup:
             times.append(time.perf_counter() - t0)
-        if rank == 1:
+        if has_last:
             sys.stderr.write("loss %d %.6f\n" % (it, float(sum(x.detach() for x in losses)) / len(losses)))
     times.sort()
     med = 1000 * times[len(times) // 2]
@@ -281,8 +315,8 @@ def main():
         run_stage(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[6]),
                   sys.argv[7])
         return
-    if len(sys.argv) != 5 or sys.argv[2] not in ("one", "pipe", "gpipe", "1f1b"):
-        sys.exit("usage: torch_pipeline.py DATA one|pipe|gpipe|1f1b WARMUP STEPS")
+    if len(sys.argv) != 5 or sys.argv[2] not in ("one", "pipe", "gpipe", "1f1b", "zbv"):
+        sys.exit("usage: torch_pipeline.py DATA one|pipe|gpipe|1f1b|zbv WARMUP STEPS")
     path, mode, warmup, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     if mode == "one":
         run_one(path, warmup, steps)
