@@ -19,7 +19,9 @@
 // complete pair of temporaries with equal ids becomes the pair. Every F.tmp.* and F.optim.tmp.*
 // left is then an orphan and is removed, except those of another process that is still running
 // (a concurrent save). --resume refuses a pair that stays inconsistent, naming both files and
-// both ids; --init reads F alone and needs no id. Both refuse a vocabulary that differs from the
+// both ids; --init reads F alone and needs no id. In a pipeline job only the save rank recovers,
+// before a barrier, and then every rank reads the tensors it holds (refs with data NULL are
+// skipped, their names and shapes still checked). Both refuse a vocabulary that differs from the
 // data's (the character ids would shift).
 #define _FILE_OFFSET_BITS 64
 #include "pipert.h"
@@ -280,6 +282,12 @@ void pr_checkpoint_check_writable(const char *path) {
   unlink(probe);
 }
 
+void pr_checkpoint_recover(const char *path) {
+  char o[PATH_CAP];
+  optim_path(o, path);
+  recover(path, o);
+}
+
 void pr_checkpoint_init(const char *path, const PrCheckpoint *c) {
   pr_safetensors_load(path, c->params, c->nparams, c->tied, false);
   check_vocab(path, c);
@@ -288,7 +296,7 @@ void pr_checkpoint_init(const char *path, const PrCheckpoint *c) {
 int64_t pr_checkpoint_resume(const char *path, const PrCheckpoint *c) {
   char o[PATH_CAP], pid[ID_CAP], oid[ID_CAP], pstep[64], ostep[64];
   optim_path(o, path);
-  recover(path, o);
+  if (!c->recovered) recover(path, o);
   if (access(path, F_OK) == 0) pr_check_regular(path, "checkpoint"); // a FIFO would block
   prCheck(access(path, F_OK) == 0, "check the checkpoint path", "cannot open '%s': %s", path,
           strerror(errno));

@@ -161,8 +161,8 @@ void pr_tokens_batch(const PrTokens *t, int split, uint64_t seed, int64_t step, 
   for (int64_t r = 0; r < B; r++) {
     int64_t off = base + (int64_t)(batch_draw(seed, (uint64_t)split, step, mb, r) % range);
     const int32_t *w = t->tokens + off;
-    memcpy(x + r * T, w, (size_t)T * sizeof(int32_t));
-    memcpy(y + r * T, w + 1, (size_t)T * sizeof(int32_t));
+    if (x) memcpy(x + r * T, w, (size_t)T * sizeof(int32_t));
+    if (y) memcpy(y + r * T, w + 1, (size_t)T * sizeof(int32_t));
   }
 }
 
@@ -210,8 +210,8 @@ int64_t pr_tokens_val_seq_batch(const PrTokens *t, int64_t k, int64_t B, int64_t
     int64_t w = k * B + r;
     if (w >= windows) w = 0; // padding rows of the last batch: not counted
     const int32_t *p = t->tokens + t->n_train + w * T;
-    memcpy(x + r * T, p, (size_t)T * sizeof(int32_t));
-    memcpy(y + r * T, p + 1, (size_t)T * sizeof(int32_t));
+    if (x) memcpy(x + r * T, p, (size_t)T * sizeof(int32_t));
+    if (y) memcpy(y + r * T, p + 1, (size_t)T * sizeof(int32_t));
   }
   int64_t real = windows - k * B;
   return real > B ? B : real;
@@ -637,8 +637,8 @@ void pr_table_batch(const PrTable *t, uint64_t seed, int64_t step, int64_t mb, i
   int64_t F = t->features;
   for (int64_t r = 0; r < B; r++) {
     int64_t k = (int64_t)(batch_draw(seed, PR_TRAIN, step, mb, r) % (uint64_t)t->n_train);
-    memcpy(x + r * F, t->x + k * F, (size_t)F * sizeof(float));
-    y[r] = t->y[k];
+    if (x) memcpy(x + r * F, t->x + k * F, (size_t)F * sizeof(float));
+    if (y) y[r] = t->y[k];
   }
 }
 
@@ -652,8 +652,8 @@ int64_t pr_table_val_batch(const PrTable *t, int64_t k, int64_t B, float *x, int
   int64_t F = t->features;
   for (int64_t i = 0; i < B; i++) {
     int64_t src = t->n_train + (k * B + i) % n_val;
-    memcpy(x + i * F, t->x + src * F, (size_t)F * sizeof(float));
-    y[i] = t->y[src];
+    if (x) memcpy(x + i * F, t->x + src * F, (size_t)F * sizeof(float));
+    if (y) y[i] = t->y[src];
   }
   int64_t real = n_val - k * B;
   return real < 0 ? 0 : (real > B ? B : real);

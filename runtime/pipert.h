@@ -229,6 +229,8 @@ double pr_grad_norm2(const PrGrad *p, int count);
 int pr_first_nonfinite_grad(const PrGrad *p, int count);
 // prCheck that step's (counted from 1) loss and squared gradient norm are finite.
 void pr_check_step(int64_t step, double loss, double norm2, const PrGrad *p, int count);
+// The same, the first non-finite gradient found by the caller (NULL: none, the sum overflows).
+void pr_check_step_named(int64_t step, double loss, double norm2, const char *first_bad);
 // prCheck that the validation loss of the evaluation after step is finite.
 void pr_check_val_loss(int64_t step, double loss);
 // File checks (files.c), made before any work.
@@ -246,6 +248,8 @@ void pr_check_writable(const char *path, const char *flag);
 
 // ---------------------------------------------------------------------------------------------
 // Data (data.c). Batches are a pure function of (seed, split, step, microbatch).
+// The batch functions take NULL for the x or y a pipeline stage does not read: it is skipped, the
+// rows drawn are the same.
 
 enum { PR_TRAIN = 0, PR_VAL = 1 };
 
@@ -321,7 +325,7 @@ typedef struct PrTensorRef {
 // error unless optional[i] is set (tied parameters). Extra tensors in the file are an error
 // unless allow_extra; a tied tensor present in the file must equal its owner (the earlier ref with
 // the same data pointer). Values must be finite. Bad files stop the program with the file name
-// and the reason.
+// and the reason. A ref with data NULL is checked (name, dtype, shape) but not read.
 void pr_safetensors_load(const char *path, PrTensorRef *refs, int n, const bool *optional,
                          bool allow_extra);
 // Writes refs (F32) plus string metadata atomically: a temporary file in the same directory,
@@ -345,6 +349,7 @@ void pr_fsync_dir_of(const char *path);
 // Checkpoints (checkpoint.c): F (parameters) and F.optim (optimizer state) saved and resumed as
 // one pair, tied by a save id and the step in both headers; text data's vocabulary in F.
 
+// A ref with data NULL (a tensor another rank of a pipeline holds) is skipped by the loads.
 typedef struct PrCheckpoint {
   PrTensorRef *params; // every parameter in canonical order (tied ones share their owner's data)
   const bool *tied;    // per parameter: tied to an earlier one (may be absent from a file)
@@ -353,12 +358,16 @@ typedef struct PrCheckpoint {
   int noptim;          // entries of optim
   const char *vocab;   // character vocabulary of text data (vocab[id]), or NULL
   int nvocab;          // characters in vocab
+  bool recovered;      // resume: an interrupted save was completed already (by a pipeline's
+                       // save rank): do not recover again
 } PrCheckpoint;
 
 // Stops the program unless files can be created beside path (called before training).
 void pr_checkpoint_check_writable(const char *path);
 // Parameters from any safetensors file (PyTorch's too); refuses a different vocabulary.
 void pr_checkpoint_init(const char *path, const PrCheckpoint *c);
+// Completes an interrupted save of the pair path, path.optim (what resume and save do first).
+void pr_checkpoint_recover(const char *path);
 // Parameters, optimizer state and step of the pair path, path.optim (completing an interrupted
 // save first); refuses a pair of two saves, a bad step and a different vocabulary.
 int64_t pr_checkpoint_resume(const char *path, const PrCheckpoint *c);

@@ -5,9 +5,10 @@
 // prefix in one write(2) (so the lines of several ranks sharing a terminal never interleave
 // mid-line). It catches everything: stdio, the kernels' OpenMP threads, MPI's own messages.
 // pr_prefix_stop (also run at exit, and by the transport before it aborts the job) flushes stdio,
-// gives the original descriptors back, lets the reader drain both pipes (a last line without a
-// newline gets one) and joins it: no message is lost on the way out. Both are no-ops when
-// prefixing is off; stop is idempotent and safe to call from any thread.
+// gives the original descriptors back, wakes the reader to drain both pipes (a last line without
+// a newline gets one) and joins it: no message is lost on the way out. (The reader cannot wait
+// for EOF: a child such as a singleton MPI process's daemon may hold the pipes' write ends.) Both
+// are no-ops when prefixing is off; stop is idempotent and safe to call from any thread.
 #define _GNU_SOURCE // pipe2
 #include "pipert.h"
 
@@ -36,6 +37,7 @@ static struct {
   pthread_t reader; // the copying thread
   atomic_int state; // 0 off, 1 running, 2 stopping or stopped
   int saved[2];     // dups of the original descriptors 1 and 2
+  int wake[2];      // a pipe that tells the reader to drain the others and finish
 } px = {.s = {{.in = -1}, {.in = -1}}};
 
 // Writes all of buf to fd (retrying short writes and EINTR); gives up on other errors.
@@ -60,31 +62,49 @@ static void emit(Stream *s, bool add_newline) {
   s->len = 0;
 }
 
+// Copies what one read returns from s; false at EOF or on an error (or nothing left to read of a
+// non-blocking descriptor).
+static bool pump(Stream *s) {
+  char buf[4096];
+  ssize_t n = read(s->in, buf, sizeof buf);
+  if (n < 0 && errno == EINTR) return true;
+  if (n <= 0) return false;
+  for (ssize_t i = 0; i < n; i++) {
+    s->line[s->len++] = buf[i];
+    if (buf[i] == '\n' || s->len == LINE_CAP) emit(s, false);
+  }
+  return true;
+}
+
 static void *reader(void *arg) {
   (void)arg;
-  char buf[4096];
-  while (px.s[0].in >= 0 || px.s[1].in >= 0) {
-    struct pollfd fds[2] = {{px.s[0].in, POLLIN, 0}, {px.s[1].in, POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0) {
+  for (;;) {
+    struct pollfd fds[3] = {
+        {px.s[0].in, POLLIN, 0}, {px.s[1].in, POLLIN, 0}, {px.wake[0], POLLIN, 0}};
+    if (poll(fds, 3, -1) < 0) {
       if (errno == EINTR) continue;
       break;
     }
-    for (int k = 0; k < 2; k++) {
-      Stream *s = &px.s[k];
-      if (s->in < 0 || !(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      ssize_t n = read(s->in, buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) { // EOF: the writers are gone
-        if (s->len) emit(s, true);
-        close(s->in);
-        s->in = -1;
-        continue;
+    if (fds[2].revents) break; // stop: drain below
+    for (int k = 0; k < 2; k++)
+      if (px.s[k].in >= 0 && (fds[k].revents & (POLLIN | POLLHUP | POLLERR)) && !pump(&px.s[k])) {
+        if (px.s[k].len) emit(&px.s[k], true); // EOF
+        close(px.s[k].in);
+        px.s[k].in = -1;
       }
-      for (ssize_t i = 0; i < n; i++) {
-        s->line[s->len++] = buf[i];
-        if (buf[i] == '\n' || s->len == LINE_CAP) emit(s, false);
-      }
+  }
+  // Everything this process wrote is in the pipes by now (stop flushed stdio first, and the
+  // descriptors point elsewhere): read until they are empty. A child holding a write end (MPI's
+  // daemon of a singleton) would keep them from ever reaching EOF.
+  for (int k = 0; k < 2; k++) {
+    Stream *s = &px.s[k];
+    if (s->in < 0) continue;
+    fcntl(s->in, F_SETFL, fcntl(s->in, F_GETFL) | O_NONBLOCK);
+    while (pump(s)) {
     }
+    if (s->len) emit(s, true);
+    close(s->in);
+    s->in = -1;
   }
   return NULL;
 }
@@ -97,18 +117,24 @@ void pr_prefix_start(int rank) {
   int expected = 0;
   if (!atomic_compare_exchange_strong(&px.state, &expected, 1)) return;
   px.plen = (size_t)snprintf(px.prefix, sizeof px.prefix, "[rank %d] ", rank);
+  // Every descriptor first: prefixing is a convenience, and without them the program runs on
+  // without it.
+  int p[2][2] = {{-1, -1}, {-1, -1}};
+  bool ok = pipe2(px.wake, O_CLOEXEC) == 0;
+  for (int k = 0; k < 2; k++) {
+    px.saved[k] = ok ? fcntl(1 + k, F_DUPFD_CLOEXEC, 3) : -1;
+    ok = ok && px.saved[k] >= 0 && pipe2(p[k], O_CLOEXEC) == 0;
+  }
+  if (!ok) {
+    atomic_store(&px.state, 0);
+    return; // (a few descriptors leak: the process is out of them anyway)
+  }
   fflush(stdout);
   fflush(stderr);
   for (int k = 0; k < 2; k++) {
-    int p[2];
-    px.saved[k] = fcntl(1 + k, F_DUPFD_CLOEXEC, 3);
-    if (px.saved[k] < 0 || pipe2(p, O_CLOEXEC) != 0) {
-      atomic_store(&px.state, 0);
-      return; // prefixing is a convenience: without descriptors, run on without it
-    }
-    px.s[k] = (Stream){.in = p[0], .out = px.saved[k]};
-    dup2(p[1], 1 + k); // the pipe's only write end is now descriptor 1 (2)
-    close(p[1]);
+    px.s[k] = (Stream){.in = p[k][0], .out = px.saved[k]};
+    dup2(p[k][1], 1 + k); // the pipe's write end is now descriptor 1 (2)
+    close(p[k][1]);
   }
   setvbuf(stdout, NULL, _IOLBF, 0); // a pipe would make stdout fully buffered
   if (pthread_create(&px.reader, NULL, reader, NULL) != 0) {
@@ -124,8 +150,9 @@ void pr_prefix_stop(void) {
   if (!atomic_compare_exchange_strong(&px.state, &expected, 2)) return;
   fflush(stdout);
   fflush(stderr);
-  // Giving descriptors 1 and 2 back closes the pipes' write ends: the reader drains and exits.
+  // Descriptors 1 and 2 back to the originals, then the reader drains the pipes and exits.
   for (int k = 0; k < 2; k++) dup2(px.saved[k], 1 + k);
+  write_all(px.wake[1], "x", 1);
   pthread_join(px.reader, NULL);
   for (int k = 0; k < 2; k++) close(px.saved[k]);
 }

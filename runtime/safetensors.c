@@ -448,7 +448,7 @@ static bool st_load(StFile *s, PrTensorRef *refs, int n, const bool *optional, b
                "%s: tensor '%s' is in the file but not in the model", path, s->e[i].name);
   for (int i = 0; i < n; i++) {
     const StEntry *e = s->found[i];
-    if (!e) continue;
+    if (!e || !refs[i].data) continue; // data NULL: held by another rank of the pipeline
     int64_t numel = (int64_t)((e->end - e->begin) / (uint64_t)e->dsize);
     // A tied tensor (one storage with an earlier, loaded one) is read aside and compared.
     int owner = -1;

@@ -34,14 +34,18 @@ static const char *const hint_train =
     "(training.grad_clip)";
 
 void pr_check_step(int64_t step, double loss, double norm2, const PrGrad *p, int count) {
+  if (isfinite(loss) && isfinite(norm2)) return;
+  int bad = isfinite(loss) ? pr_first_nonfinite_grad(p, count) : -1;
+  pr_check_step_named(step, loss, norm2, bad >= 0 ? p[bad].name : NULL);
+}
+
+void pr_check_step_named(int64_t step, double loss, double norm2, const char *first_bad) {
   prCheck(isfinite(loss), hint_train, "step %lld: the loss is %s; stopped before the update",
           (long long)step, nonfinite(loss));
-  if (isfinite(norm2)) return;
-  int bad = pr_first_nonfinite_grad(p, count);
-  prCheck(0, hint_train,
+  prCheck(isfinite(norm2), hint_train,
           "step %lld: the gradient norm is %s (first non-finite gradient: '%s'); stopped before "
           "the update",
-          (long long)step, nonfinite(norm2), bad >= 0 ? p[bad].name : "none, the sum overflows");
+          (long long)step, nonfinite(norm2), first_bad ? first_bad : "none, the sum overflows");
 }
 
 void pr_check_val_loss(int64_t step, double loss) {

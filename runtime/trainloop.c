@@ -7,29 +7,48 @@
 // non-finite check (train.c), clipping as torch.nn.utils.clip_grad_norm_, then AdamW or SGD per
 // parameter (optim.c). It logs progress, the loss log and the median step time, saves at the end.
 //
+// In a pipeline job (PrProgram.comm set, S > 1 ranks) the same loop runs on every rank through
+// the transport (pipeline.c): the step end's loss and norm come from one all-gather (the same
+// bits as one rank's), every rank checks, clips and steps the parameters it holds; the report
+// rank prints progress and evaluations, the save rank writes the loss log and the checkpoint
+// (gathered from the home ranks into a staging buffer allocated before training); --init and
+// --resume read on every rank what it holds. Every line is prefixed "[rank r] " (prefix.c).
+//
 // The runtime knows no graph: every generated function is straight-line kernel calls. Everything
 // this file allocates is allocated before the first step (no heap allocation inside a step).
+#include "pipeline.h"
 #include "pipert.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 // Per-run state the step end reads: the gradients of the table as the step checks take them.
 typedef struct Trainer {
   const PrProgram *p; // the program
   PrGrad *grads;      // per parameter: name, gradient (NULL: not trained here), elements
+  PrPipe *pipe;       // a pipeline job's step end (NULL: one rank)
 } Trainer;
 
 // The end of a step (counting from 0) after the generated train_step: norm, checks, clipping,
-// optimizer, over the parameter table in canonical order.
-static void step_end(const Trainer *t, int64_t step, double loss, double lr) {
+// optimizer, over the parameter table in canonical order. Returns the step's loss (in a pipeline,
+// the report rank's).
+static double step_end(const Trainer *t, int64_t step, double loss, double lr) {
   const PrProgram *p = t->p;
   const PrOptimizer *o = &p->opt;
   // Squared global norm over all parameters, summed in canonical order; a non-finite loss or
   // norm stops the program before the update.
-  double norm2 = pr_grad_norm2(t->grads, p->nparams);
-  pr_check_step(step + 1, loss, norm2, t->grads, p->nparams);
+  double norm2;
+  if (t->pipe) {
+    int bad;
+    pr_pipe_step_end(t->pipe, loss, &loss, &norm2, &bad);
+    if (!isfinite(loss) || !isfinite(norm2)) pr_pipe_await_abort(p->comm);
+    pr_check_step_named(step + 1, loss, norm2, bad >= 0 ? p->params[bad].name : NULL);
+  } else {
+    norm2 = pr_grad_norm2(t->grads, p->nparams);
+    pr_check_step(step + 1, loss, norm2, t->grads, p->nparams);
+  }
   if (o->grad_clip > 0) { // as torch.nn.utils.clip_grad_norm_
     double norm = sqrt(norm2), coef = o->grad_clip / (norm + 1e-6);
     if (coef < 1)
@@ -38,7 +57,7 @@ static void step_end(const Trainer *t, int64_t step, double loss, double lr) {
   }
   for (int i = 0; i < p->nparams; i++) {
     const PrParam *q = &p->params[i];
-    if (!q->grad) continue;
+    if (!q->grad || !q->data) continue;
     double wd = q->decay ? o->weight_decay : 0.0;
     if (o->kind == PR_ADAMW)
       pr_adamw_step(q->data, q->grad, q->m, q->v, q->n, lr, o->beta1, o->beta2, o->eps, wd,
@@ -46,6 +65,7 @@ static void step_end(const Trainer *t, int64_t step, double loss, double lr) {
     else
       pr_sgd_step(q->data, q->grad, q->m, q->n, lr, o->momentum, wd, step + 1);
   }
+  return loss;
 }
 
 // Validation after step: the mean loss over the evaluation batches (weighted by each batch's
@@ -56,12 +76,13 @@ static void evaluate(const PrProgram *p, int64_t requested, int64_t step) {
   int64_t batches = p->eval_batches(requested);
   for (int64_t k = 0; k < batches; k++) {
     PrEvalBatch r = {0};
-    p->eval_batch(k, requested == 0, &r);
+    p->eval_batch(k, requested == 0, &r); // in a pipeline: every rank, its stages' forward
     loss += r.loss * r.weight;
     weight += r.weight;
     correct += r.correct;
     seen += r.seen;
   }
+  if (p->comm && p->comm->rank != p->comm->report_rank) return; // only the loss's rank knows it
   pr_check_val_loss(step, loss / weight);
   printf("eval  step %lld | val loss %.4f", (long long)step, loss / weight);
   if (seen)
@@ -91,6 +112,11 @@ static struct {
   PrGrad *grads;      // the step checks' view of the gradients
   char *names;        // the optimizer state's names
   double *step_ms;    // step times
+  int *oparam;        // pipeline: the parameter of each optimizer ref
+  PrTensorRef *srefs; // pipeline, --save: refs and orefs (the save rank's staged, save_refs)
+  int *sparam;        // pipeline, --save: the parameter of each of srefs
+  float *staging;     // pipeline, save rank: the staging buffer
+  PrPipe pipe;        // pipeline: the step end's state
 } run;
 
 static void release(const PrProgram *p) {
@@ -99,10 +125,58 @@ static void release(const PrProgram *p) {
   pr_release_scratch();
 }
 
+static int64_t numel_of(const PrTensorRef *r) {
+  int64_t n = 1;
+  for (int d = 0; d < r->rank; d++) n *= r->shape[d];
+  return n;
+}
+
+// A pipeline's save: the checkpoint's refs in file order (parameters, then optimizer state), each
+// with its parameter (param_of); on the save rank every tensor it does not hold points into one
+// staging buffer. Allocated before training.
+static PrTensorRef *save_refs(const PrTensorRef *refs, int n, const PrTensorRef *orefs,
+                              const int *oparam, int nopt, bool stage) {
+  int total = n + nopt;
+  int64_t floats = 0;
+  PrTensorRef *s = run.srefs = calloc((size_t)total + 1, sizeof *s);
+  int *pof = run.sparam = calloc((size_t)total + 1, sizeof *pof);
+  prCheck(s && pof, "the machine is out of memory", "cannot allocate the checkpoint's table");
+  for (int k = 0; k < total; k++) {
+    s[k] = k < n ? refs[k] : orefs[k - n];
+    pof[k] = k < n ? k : oparam[k - n];
+    if (!s[k].data) floats += numel_of(&s[k]);
+  }
+  if (!stage) return s;
+  float *buf = run.staging = pr_alloc_region("checkpoint staging", (size_t)floats * sizeof(float));
+  for (int k = 0; k < total; k++)
+    if (!s[k].data) s[k].data = buf, buf += numel_of(&s[k]);
+  return s;
+}
+
 int pr_main(const PrProgram *p, int argc, char **argv) {
   pr_start(argc, argv);
+  const PrComm *comm = p->comm;
+  if (comm) { // every line of this rank prefixed, errors naming it, from the first one on
+    pr_rank = comm->rank;
+    pr_prefix_start(comm->rank);
+  }
   PrOptions o = p->defaults;
   pr_parse_args(argc, argv, &o, p->doc);
+  // Roles: one rank has the loss (progress, evaluation), one writes the files.
+  const bool reporter = !comm || comm->rank == comm->report_rank;
+  const bool saver = !comm || comm->rank == comm->save_rank;
+  if (comm) {
+    prCheck(!o.gradcheck,
+            "run --gradcheck on the one-stage program of the model (pipec compile without "
+            "--stages): the gradients are the same",
+            "--gradcheck works on one stage; this program is rank %d of a %d-stage pipeline",
+            comm->rank, comm->nranks);
+    int local = comm->transport->start(comm, &argc, &argv, o.timeout);
+    if (!o.threads_given) { // the ranks on this machine share its cores
+      long cores = sysconf(_SC_NPROCESSORS_ONLN);
+      o.threads = cores / local > 1 ? (int)(cores / local) : 1;
+    }
+  }
   pr_set_threads(o.threads);
   if (!o.quiet) fputs(p->plan, stdout);
   uint64_t plan_bytes = 0;
@@ -119,21 +193,24 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
     return rc;
   }
   // Outputs are checked before any work: a run must not train for hours, then fail to save.
-  if (o.save) pr_checkpoint_check_writable(o.save);
-  if (o.loss_log) pr_check_writable(o.loss_log, "--loss-log");
+  if (o.save && saver) pr_checkpoint_check_writable(o.save);
+  if (o.loss_log && saver) pr_check_writable(o.loss_log, "--loss-log");
   if (p->open_data) {
     prCheck(o.data != NULL, "pass --data FILE", "no training data");
     p->open_data(&o);
   } else {
     prCheck(0, "add a training.data section to the model", "this model has no data binding");
   }
+  // What each parameter carries, from its home rank: the whole checkpoint layout on every rank.
+  if (comm) pr_pipe_start(&run.pipe, p);
   // Checkpoint: parameters (tied ones share their owner's storage), optimizer state, vocabulary.
   int n = p->nparams;
   PrTensorRef *refs = run.refs = calloc((size_t)n + 1, sizeof *refs);
   PrTensorRef *orefs = run.orefs = calloc(2 * (size_t)n + 1, sizeof *orefs);
+  int *oparam = run.oparam = calloc(2 * (size_t)n + 1, sizeof *oparam);
   bool *tied = run.tied = calloc((size_t)n + 1, sizeof *tied);
-  Trainer t = {p, run.grads = calloc((size_t)n + 1, sizeof(PrGrad))};
-  prCheck(refs && orefs && tied && t.grads, "the machine is out of memory",
+  Trainer t = {p, run.grads = calloc((size_t)n + 1, sizeof(PrGrad)), comm ? &run.pipe : NULL};
+  prCheck(refs && orefs && oparam && tied && t.grads, "the machine is out of memory",
           "cannot allocate the parameter table");
   // The optimizer state's names ("m.NAME", "v.NAME") in one block.
   size_t bytes = 1;
@@ -147,26 +224,37 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
     memcpy(refs[i].shape, q->shape, sizeof refs[i].shape);
     tied[i] = q->tied;
     t.grads[i] = (PrGrad){q->name, q->grad, q->n};
-    if (!q->m) continue;
+    unsigned char has = comm ? run.pipe.layout[i] : pr_pipe_flags(q);
+    if (!(has & PR_PIPE_M)) continue;
+    oparam[nopt] = i;
     orefs[nopt] = (PrTensorRef){state_name(&names, "m.", q->name), q->m, q->rank, {0}};
     memcpy(orefs[nopt++].shape, q->shape, sizeof q->shape);
-    if (q->v) {
+    if (has & PR_PIPE_V) {
+      oparam[nopt] = i;
       orefs[nopt] = (PrTensorRef){state_name(&names, "v.", q->name), q->v, q->rank, {0}};
       memcpy(orefs[nopt++].shape, q->shape, sizeof q->shape);
     }
   }
-  PrCheckpoint ck = {refs, tied, n, orefs, nopt, p->vocab, p->nvocab ? *p->nvocab : 0};
+  PrCheckpoint ck = {refs, tied, n, orefs, nopt, p->vocab, p->nvocab ? *p->nvocab : 0, false};
+  // The save rank's view of the file (staging for what other ranks hold) exists before training.
+  PrTensorRef *srefs = comm && o.save ? save_refs(refs, n, orefs, oparam, nopt, saver) : NULL;
   int64_t start = 0;
-  if (o.resume)
+  if (o.resume) {
+    if (comm) { // one rank completes an interrupted save; then all read the consistent pair
+      if (saver) pr_checkpoint_recover(o.resume);
+      comm->transport->barrier();
+      ck.recovered = true;
+    }
     start = pr_checkpoint_resume(o.resume, &ck);
-  else if (o.init)
+  } else if (o.init) {
     pr_checkpoint_init(o.init, &ck);
-  else
+  } else {
     p->init_params(o.seed);
+  }
   PrLrSchedule lrs = {o.lr, o.min_lr, p->warmup, p->decay_steps};
-  FILE *loss_log = o.loss_log ? fopen(o.loss_log, "w") : NULL;
-  prCheck(!o.loss_log || loss_log, "check the directory exists and is writable", "cannot open %s",
-          o.loss_log);
+  FILE *loss_log = o.loss_log && saver ? fopen(o.loss_log, "w") : NULL;
+  prCheck(!o.loss_log || !saver || loss_log, "check the directory exists and is writable",
+          "cannot open %s", o.loss_log);
   pr_blas_report(o.quiet); // BLAS and kernel; warns of a slow one (blas_info.c)
   // A first step without its step end, results discarded, so that the steps allocate nothing
   // (tests/alloc): kernel scratch, OpenBLAS and the OpenMP pool reach their sizes here. The steps
@@ -182,11 +270,12 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   for (int64_t step = start; step < o.steps; step++) {
     double ts = pr_now(), lr = pr_lr_at(&lrs, step);
     double loss = p->train_step(step, o.seed);
-    step_end(&t, step, loss, lr);
+    loss = step_end(&t, step, loss, lr);
     if (done < timed) step_ms[done] = (pr_now() - ts) * 1e3;
     done++;
     if (loss_log) fprintf(loss_log, "%lld %.9g\n", (long long)step, loss);
-    if (!o.quiet && ((step + 1) % o.log_every == 0 || step + 1 == o.steps || step == start)) {
+    if (!o.quiet && reporter &&
+        ((step + 1) % o.log_every == 0 || step + 1 == o.steps || step == start)) {
       double el = pr_now() - t0;
       pr_log_step(step + 1, o.steps, loss, lr, (double)done * p->items_per_step / el, p->item_unit,
                   el, el / (double)done * (double)(o.steps - step - 1));
@@ -200,25 +289,39 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
     loss_log_bad = ferror(loss_log) != 0;
     loss_log_bad = (fclose(loss_log) != 0) || loss_log_bad;
   }
-  if (!o.quiet && done > 10) // the median step after a warm-up of 5 steps (eval excluded)
+  if (!o.quiet && reporter &&
+      done > 10) // the median step after a warm-up of 5 steps (eval excluded)
     printf("median step time %.2f ms over %lld steps\n",
            pr_median(step_ms + 5, (done < timed ? done : timed) - 5),
            (long long)((done < timed ? done : timed) - 5));
   free(step_ms);
   run.step_ms = NULL;
   if (o.save) {
-    pr_checkpoint_save(o.save, &ck, start + done);
-    if (!o.quiet) printf("saved %s (and its optimizer state %s.optim)\n", o.save, o.save);
+    // Every tensor the save rank lacks comes from its home rank, in file order.
+    if (comm) pr_pipe_transfer(&run.pipe, srefs, run.sparam, n + nopt);
+    if (saver) {
+      PrCheckpoint sck = ck;
+      if (srefs) sck.params = srefs, sck.optim = srefs + n;
+      pr_checkpoint_save(o.save, &sck, start + done);
+      if (!o.quiet) printf("saved %s (and its optimizer state %s.optim)\n", o.save, o.save);
+    }
   }
   prCheck(!loss_log_bad, "check that the disk has room (the log is incomplete)",
           "--loss-log: writing '%s' failed", o.loss_log);
   if (!o.quiet) printf("peak RSS %.1f MiB\n", (double)pr_peak_rss_bytes() / (1 << 20));
+  if (comm) comm->transport->finish(); // after the save: the others wait for it here
   free(run.names);
   free(run.refs);
   free(run.orefs);
+  free(run.oparam);
   free(run.tied);
   free(run.grads);
-  run.names = NULL, run.refs = run.orefs = NULL, run.tied = NULL, run.grads = NULL;
+  free(run.srefs);
+  free(run.sparam);
+  pr_free_region(run.staging);
+  if (comm) pr_pipe_free(&run.pipe);
+  run.names = NULL, run.refs = run.orefs = run.srefs = NULL, run.tied = NULL, run.grads = NULL;
+  run.oparam = run.sparam = NULL, run.staging = NULL;
   release(p);
   return 0;
 }

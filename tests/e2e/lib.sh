@@ -53,3 +53,48 @@ same_bits() {
   done
   ok
 }
+
+# ---- Pipelines (pipeline.sh and the equality matrix): the one-stage reference and the run at S
+# stages, compared by same_bits. They use $pipec, $tmp and pipe_opts (the program's options).
+pipe_opts=(--steps 3 --threads 1 --quiet --eval-every 0 --eval-batches 1)
+
+# pipe_run PREFIX DIR: DIR/launch.sh for 3 steps, saving PREFIX.st (and .optim), PREFIX.loss.
+pipe_run() { "$2/launch.sh" "${pipe_opts[@]}" --save "$1.st" --loss-log "$1.loss" >"$1.out" 2>&1; }
+
+# pipe_ref MODEL M [PIPEC-OPTIONS...]: the one-stage reference run (built once per arguments);
+# prints its prefix.
+pipe_ref() {
+  local model=$1 M=$2 key
+  shift 2
+  key=ref-$(echo "$model $M $*" | md5sum | cut -c1-10)
+  if [ ! -e "$tmp/$key.loss" ]; then
+    "$pipec" compile "$model" --microbatches "$M" "$@" -o "$tmp/$key.d" >/dev/null 2>"$tmp/$key.cerr" &&
+      pipe_run "$tmp/$key" "$tmp/$key.d" || rm -f "$tmp/$key.loss"
+  fi
+  echo "$tmp/$key"
+}
+
+# pipe_same NAME MODEL S M 'SCHEDULE-OPTIONS' [PIPEC-OPTIONS...]: compiled with --stages S
+# --microbatches M and the schedule options (word-split: 'interleaved --virtual 2'), run under
+# launch.sh, the bits of the one-stage run with the same M and PIPEC-OPTIONS.
+pipe_same() {
+  local name=$1 model=$2 S=$3 M=$4 sched=$5 ref dir
+  shift 5
+  ref=$(pipe_ref "$model" "$M" "$@")
+  if [ ! -e "$ref.loss" ]; then
+    bad "$name: the one-stage reference failed: $(tail -n 2 "$ref.cerr" "$ref.out" 2>/dev/null)"
+    return 1
+  fi
+  dir="$tmp/$name.d"
+  # shellcheck disable=SC2086 # the schedule options are words
+  if ! "$pipec" compile "$model" --stages "$S" --microbatches "$M" --schedule $sched "$@" \
+    -o "$dir" >/dev/null 2>"$tmp/$name.cerr"; then
+    bad "$name: compile: $(head -n 3 "$tmp/$name.cerr")"
+    return 1
+  fi
+  if ! pipe_run "$tmp/$name" "$dir"; then
+    bad "$name: run: $(tail -n 3 "$tmp/$name.out")"
+    return 1
+  fi
+  same_bits "$name" "$ref" "$tmp/$name"
+}

@@ -1,0 +1,34 @@
+// pipeline.h: the training loop's side of a pipeline job (pipeline.c; used by trainloop.c only).
+#ifndef PIPERT_PIPELINE_H
+#define PIPERT_PIPELINE_H
+
+#include "pipert.h"
+
+enum { PR_PIPE_GRAD = 1, PR_PIPE_M = 2, PR_PIPE_V = 4 }; // what a parameter carries (layout)
+
+typedef struct PrPipe {
+  const PrComm *c;       // the job
+  const PrParam *params; // the parameter table (every parameter, canonical order)
+  int n;                 // its entries
+  double *mine;          // this rank's all-gather contribution (n + 2)
+  double *all;           // every rank's (nranks * (n + 2))
+  unsigned char *layout; // per parameter: PR_PIPE_* flags, as its home rank has them
+} PrPipe;
+
+// What q carries on this rank: PR_PIPE_* flags.
+unsigned char pr_pipe_flags(const PrParam *q);
+// Checks the homes and learns the layout from the home ranks (collective; allocates).
+void pr_pipe_start(PrPipe *pp, const PrProgram *p);
+// The step end's all-gather (collective): the report rank's loss, the squared global gradient
+// norm summed in canonical order (bitwise pr_grad_norm2's at S = 1), and the first parameter
+// with a non-finite gradient (-1: none).
+void pr_pipe_step_end(PrPipe *pp, double local_loss, double *loss, double *norm2, int *first_bad);
+// After a failed check that every rank found: the report rank returns at once (to print the error
+// and abort the job); the others wait for that abort for some seconds, then return.
+void pr_pipe_await_abort(const PrComm *c);
+// Moves refs[k] (of parameter param_of[k]) from its home rank to save_rank, for k in order
+// (collective: every rank passes the same list; data NULL where a rank neither sends nor receives).
+void pr_pipe_transfer(const PrPipe *pp, const PrTensorRef *refs, const int *param_of, int count);
+void pr_pipe_free(PrPipe *pp);
+
+#endif
