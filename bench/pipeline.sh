@@ -142,8 +142,11 @@ log(f"{len(configs)} configurations x {rounds} rounds of {steps} steps; pending:
 if load0 > 0.5:
     log(f"warning: load average {load0:.2f} at start: the machine is not quiet, timings will be off")
 times = {c[0]: [] for c in configs}
+byround = [dict() for _ in range(rounds)]  # per round: configuration -> ms
+rload = []  # load average at each round's start
 losses = {}
 for r in range(rounds):
+    rload.append(os.getloadavg()[0])
     for cfg in configs:
         if cfg[0] in pending:
             continue
@@ -155,6 +158,7 @@ for r in range(rounds):
             log(f"round {r + 1}: {cfg[0]}: FAILED ({err})")
             continue
         times[cfg[0]].append(t)
+        byround[r][cfg[0]] = t
         losses.setdefault(cfg[0], l)
         log(f"round {r + 1}: {cfg[0]}: {t:.1f} ms/step")
 load1 = os.getloadavg()[0]
@@ -241,6 +245,27 @@ if rate:
           f"node at 12 rows, x {M}); pipec S = 1 took {one:.1f} ms: --flops-rate {rate:.2f} (GFLOP/s), "
           f"--bandwidth left at 10 GB/s.")
     print()
+# Each round on its own: the same-round ratios (the configurations of a round ran back to back, so
+# a load that comes and goes shows here as one bad round rather than as a spread in every row).
+pp = lambda d: {n: t for n, t in d.items() if "pipelining" in n or n.endswith(" Pipe")}
+print("Per round (load average at the round's start; speedups and errors within the round):")
+print()
+print("| round | load | pipec S = 1 | 1f1b | zb-h1 | 1f1b speedup | zb-h1 / 1f1b | best PyTorch pipeline | "
+      "pipec 1f1b vs it | predicted 1f1b, zb-h1 vs measured |")
+print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+for r, d in enumerate(byround):
+    a1, b1, z1 = d.get("pipec S = 1"), d.get("pipec S = 2 1f1b"), d.get("pipec S = 2 zb-h1")
+    f = lambda x: f"{x:.1f}" if x else "–"
+    tpr = pp(d)
+    bp = min(tpr, key=tpr.get) if tpr else None
+    rr = gflop / (a1 / 1e3) if a1 else None
+    # The prediction calibrated on this round's S = 1 step.
+    pe = [f"{100 * (plan(s, rr)[0] - t) / t:+.1f}%" if rr and t else "–" for s, t in (("1f1b", b1), ("zb-h1", z1))]
+    print(f"| {r + 1} | {rload[r]:.2f} | {f(a1)} | {f(b1)} | {f(z1)} | " +
+          (f"{a1 / b1:.2f}x" if a1 and b1 else "–") + " | " + (f"{z1 / b1:.2f}" if z1 and b1 else "–") + " | " +
+          (f"{tpr[bp]:.1f} ({bp.split(' ', 2)[2]})" if bp else "–") + " | " +
+          (f"{tpr[bp] / b1:.2f}x" if bp and b1 else "–") + " | " + ", ".join(pe) + " |")
+print()
 # PyTorch's best pipeline against pipec's.
 tp = {n: t for n, t in ms.items() if "pipelining" in n or n.endswith("Pipe")}
 if tp:
