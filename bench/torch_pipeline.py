@@ -34,6 +34,7 @@ optimizer step (pipe: from the batch to the end of the optimizer step).
 """
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -185,6 +186,7 @@ def run_pipe(path, warmup, steps):
             times.append(time.perf_counter() - t0)
         sys.stderr.write("loss %d %.6f\n" % (it, float(loss)))
     rpc.shutdown()
+    shutil.rmtree(tmp, ignore_errors=True)
     times.sort()
     print("%.2f" % (1000 * times[len(times) // 2]))
 
