@@ -9,7 +9,7 @@ if [[ $# -ne 1 ]]; then
   exit 2
 fi
 here=$(cd "$(dirname "$0")" && pwd)
-benches=(frontend train_step) # add new benchmarks here: bench/NAME.sh PIPEC
+benches=(frontend train_step pipeline) # add new benchmarks here: bench/NAME.sh PIPEC
 status=0
 for b in "${benches[@]}"; do
   echo "## $b"

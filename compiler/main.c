@@ -329,8 +329,10 @@ static void usage(FILE *f) {
       "      --virtual V          interleaved: V stages per rank (the partition cuts S x V)\n"
       "      --split NAME[,NAME...]\n"
       "                           cut before these nodes or block instances (transformer.h.2)\n"
-      "      --flops-rate GFLOPS  the automatic partitioner's compute rate, GFLOP/s (default 50)\n"
-      "      --bandwidth GBS      its transfer rate between two ranks, GB/s (default 10)\n"
+      "      --flops-rate GFLOPS  one rank's compute rate, GFLOP/s (default 50): the automatic\n"
+      "                           partitioner's cost model and plan's predicted step time\n"
+      "      --bandwidth GBS      the transfer rate between two ranks, GB/s (default 10), the\n"
+      "                           same two uses\n"
       "      --mem-cap BYTES      its per-stage memory cap (an estimate; default none)\n"
       "      --time-passes        print the time each pass and its checker took to stderr\n"
       "      --list-ops           list the ops of the registry and exit\n"
@@ -446,8 +448,9 @@ static int finish_print(Driver *dr) {
   return 0;
 }
 
-// plan at S > 1: the partition table, the channels, the grid, the predicted bubble, the peak
-// microbatches in flight per stage and each rank's memory plan (not with --stop-after=schedule).
+// plan at S > 1: the partition table, the channels, the grid, the predicted bubble (unit
+// costs), the predicted step time and bubble at the stage costs, the peak microbatches in flight
+// per stage and each rank's memory plan (not with --stop-after=schedule).
 static int finish_plan_pipeline(Driver *dr) {
   Program *p = &dr->prog;
   partition_print(p, stdout);
@@ -459,6 +462,7 @@ static int finish_plan_pipeline(Driver *dr) {
   if (!schedule_print_grid(p, stdout, &dr->diag)) return EXIT_MODEL;
   printf("predicted bubble: %.1f%% of the ranks' time (unit costs F 1, B %s)\n",
          dr->stats.bubble * 100, p->split_bw ? "1, W 1" : "2");
+  if (!schedule_print_prediction(p, stdout, &dr->diag)) return EXIT_MODEL;
   printf("peak microbatches in flight:");
   for (int v = 0; v < p->nv; v++) printf(" v%d %d", v, dr->stats.peak[v]);
   printf("\n");

@@ -725,6 +725,47 @@ static void print_nodes(const Program *p, const VStage *s, FILE *out) {
   fputc('\n', out);
 }
 
+// FLOPs per microbatch of each stage's nodes by role: fbw[3v] forward, fbw[3v + 1] input
+// gradient, fbw[3v + 2] weight gradient (the registry's OpCost at the microbatch size; step-end
+// nodes, run once per step, not counted). The partition table and the predicted step time count the
+// same.
+static void stage_flops(const Program *p, double *fbw) {
+  const Graph *g = p->g;
+  for (int k = 0; k < 3 * p->nv; k++) fbw[k] = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->role == ROLE_STEP) continue;
+    OpCost c = {0, 0};
+    n->op->cost(n, p->tc->mb_size, &c);
+    fbw[3 * p->vstage_of_node[i] + (n->role == ROLE_FWD   ? 0
+                                    : n->role == ROLE_BWD ? 1
+                                                          : 2)] += c.flops;
+  }
+}
+
+void partition_stage_costs(const Program *p, StageCost *cost, double *flops) {
+  Arena scratch;
+  arena_init(&scratch);
+  double *fbw = ARENA_ARRAY(&scratch, double, 3 * p->nv);
+  stage_flops(p, fbw);
+  for (int v = 0; v < p->nv; v++) {
+    double w = fbw[3 * v + 2] / p->part_rate;
+    cost[v] = (StageCost){.f = fbw[3 * v] / p->part_rate,
+                          .b = fbw[3 * v + 1] / p->part_rate + (p->split_bw ? 0 : w),
+                          .w = p->split_bw ? w : 0};
+    if (flops) flops[v] = fbw[3 * v] + fbw[3 * v + 1] + fbw[3 * v + 2];
+  }
+  for (int i = 0; i < p->nch; i++) {
+    const Channel *c = &p->ch[i];
+    double t = (double)c->bytes / p->part_bandwidth;
+    if (c->grad)
+      cost[c->to_v].b += t;
+    else
+      cost[c->to_v].f += t;
+  }
+  arena_free(&scratch);
+}
+
 // The stages other than v whose forward nodes read t, in first-use order, into out (count
 // returned); once the comm pass ran, the reads of t's received copies (its channels' dst) count
 // as reads of t. chs: per tensor id 1 + its first channel, next: per channel 1 + the next one of
@@ -770,13 +811,12 @@ void partition_print(const Program *p, FILE *out) {
   bool *has_grad = ARENA_ARRAY(a, bool, g->ntensors + 1);
   for (int i = 0; i < g->ntensors; i++)
     if (g->tensors[i]->grad_of) has_grad[g->tensors[i]->grad_of->id] = true;
-  for (int i = 0; i < g->nnodes; i++) {
+  double *fbw = ARENA_ARRAY(a, double, 3 * S);
+  stage_flops(p, fbw);
+  for (int v = 0; v < S; v++) flops[v] = fbw[3 * v] + fbw[3 * v + 1] + fbw[3 * v + 2];
+  for (int i = 0; i < g->nfwd; i++) {
     const Node *n = g->nodes[i];
     int v = p->vstage_of_node[i];
-    if (n->role == ROLE_STEP) continue;
-    OpCost c = {0, 0};
-    n->op->cost(n, mb, &c);
-    flops[v] += c.flops;
     if (n->role != ROLE_FWD) continue;
     for (int k = 0; k < n->nout; k++) {
       const Tensor *t = n->out[k];

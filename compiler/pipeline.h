@@ -291,12 +291,21 @@ typedef struct SchedStats {
 } SchedStats;
 
 // Per-stage costs of F, B and W in arbitrary units (NULL in schedule_verify: unit costs F = 1,
-// B = 2, or B = W = 1 when B and W are split).
+// B = 2, or B = W = 1 when B and W are split); seconds from partition_stage_costs.
 typedef struct StageCost {
   double f; // forward segment
   double b; // input-gradient segment (unsplit: the whole backward)
   double w; // weight-gradient segment (0 when not split)
 } StageCost;
+
+// Each stage's costs in seconds per microbatch (cost: p->nv entries; compiler/partition.c): the
+// FLOPs of its F, B and W nodes (the registry's OpCost at the microbatch size, as the partition
+// table counts them) at p->part_rate (--flops-rate), plus each channel it receives at
+// p->part_bandwidth (--bandwidth): an activation in the F that reads it, a gradient in the B
+// (the receiver copies the message). Unsplit (not p->split_bw), W's FLOPs are in b and w is 0.
+// flops (NULL, or p->nv entries) receives each stage's FLOPs per microbatch. After the comm pass
+// (the channels) and sched_build (split_bw).
+void partition_stage_costs(const Program *p, StageCost *cost, double *flops);
 
 // schedule_check, then the lock-step simulation of all ranks: a RECV can run once its SEND has
 // run (on an earlier step) and the message is the next one on its pair of ranks (the same
@@ -312,6 +321,15 @@ bool schedule_verify(const Program *p, const StageCost *cost, SchedStats *st, Ar
 
 // schedule_verify, printing the grid (schedule_grid) of the completed run to out.
 bool schedule_print_grid(const Program *p, FILE *out, Diag *d);
+
+// schedule_verify at partition_stage_costs's costs: st->span is the predicted step time in
+// seconds (the step end, TIED_SUM / NORM / OPT, costs 0), st->bubble the idle fraction at those
+// costs. False after reporting through d.
+bool schedule_predict(const Program *p, SchedStats *st, Arena *a, Diag *d);
+
+// schedule_predict, printed as one line (pipec plan at S > 1): "predicted step time X ms,
+// bubble Y% (stage costs: F GFLOP per step at R GFLOP/s, B MB through channels at W GB/s)".
+bool schedule_print_prediction(const Program *p, FILE *out, Diag *d);
 
 // The grid: one row per rank, one column per lock-step step, each cell the action run then
 // ("F3", "B1", "W0", "s>" / "s<": SEND of an activation / gradient, "r>" / "r<": RECV, "ld",

@@ -319,3 +319,31 @@ bool schedule_verify(const Program *p, const StageCost *cost, SchedStats *st, Ar
 bool schedule_print_grid(const Program *p, FILE *out, Diag *d) {
   return simulate(p, NULL, NULL, NULL, out, d);
 }
+
+bool schedule_predict(const Program *p, SchedStats *st, Arena *a, Diag *d) {
+  StageCost *cost = ARENA_ARRAY(a, StageCost, p->nv);
+  partition_stage_costs(p, cost, NULL);
+  return simulate(p, cost, st, a, NULL, d);
+}
+
+bool schedule_print_prediction(const Program *p, FILE *out, Diag *d) {
+  Arena a;
+  arena_init(&a);
+  SchedStats st;
+  StageCost *cost = ARENA_ARRAY(&a, StageCost, p->nv);
+  double *fl = ARENA_ARRAY(&a, double, p->nv);
+  partition_stage_costs(p, cost, fl);
+  bool ok = simulate(p, cost, &st, &a, NULL, d);
+  if (ok) {
+    double flops = 0, bytes = 0;
+    for (int v = 0; v < p->nv; v++) flops += fl[v] * p->M;
+    for (int i = 0; i < p->nch; i++) bytes += (double)p->ch[i].bytes * p->M;
+    fprintf(out,
+            "predicted step time %.3f ms, bubble %.1f%% (stage costs: %.4g GFLOP per step at %g "
+            "GFLOP/s, %.4g MB through channels at %g GB/s)\n",
+            st.span * 1e3, st.bubble * 100, flops / 1e9, p->part_rate / 1e9, bytes / 1e6,
+            p->part_bandwidth / 1e9);
+  }
+  arena_free(&a);
+  return ok;
+}

@@ -118,11 +118,16 @@ expect plan-s2 0 '' "$pipec" plan --stages 2 --microbatches 4 --schedule 1f1b sa
   grep -qx "schedule 1f1b: 2 ranks, 1 stage per rank, 4 microbatches" <<<"$LAST_OUT" &&
   grep -qx "  rank 0: ld F0 s> ld F1 s> .  .  .  r< B0 ld F2 s> .  r< B1 ld F3 s> .  r< B2 .  .  .  .  r< B3 T  N  O" <<<"$LAST_OUT" &&
   grep -qx "predicted bubble: 20.0% of the ranks' time (unit costs F 1, B 2)" <<<"$LAST_OUT" &&
+  grep -qx "predicted step time 0.202 ms, bubble 37.6% (stage costs: 0.01229 GFLOP per step at 50 GFLOP/s, 0.06554 MB through channels at 10 GB/s)" <<<"$LAST_OUT" &&
   grep -qx "peak microbatches in flight: v0 2 v1 1" <<<"$LAST_OUT" &&
   grep -qx "memory plans of mlp_digits: batch 64 = 4 microbatches of 16, adamw, 2 ranks" <<<"$LAST_OUT" &&
   grep -q "^rank 0: params 33280 B, grads 33280 B, optimizer 66560 B, activations 57344 B (constants 0 B; v0: 2 slots of 28672 B), total " <<<"$LAST_OUT" &&
   [[ "$(tail -n 1 <<<"$LAST_OUT")" == "rank 1: params 71232 B, grads 71232 B, optimizer 142464 B, activations 41024 B (constants 64 B; v1: 1 slot of 40960 B), total "* ]] &&
   pass=$((pass + 1)) || { echo "FAIL plan --stages 2: $LAST_OUT"; fail=$((fail + 1)); }
+# The predicted step time scales with --flops-rate and --bandwidth (the costs are seconds).
+expect plan-s2-rates 0 '' "$pipec" plan --stages 2 --microbatches 4 --schedule 1f1b --flops-rate 25 --bandwidth 5 samples/mlp_digits.json
+grep -qx "predicted step time 0.404 ms, bubble 37.6% (stage costs: 0.01229 GFLOP per step at 25 GFLOP/s, 0.06554 MB through channels at 5 GB/s)" <<<"$LAST_OUT" &&
+  pass=$((pass + 1)) || { echo "FAIL plan --flops-rate 25 --bandwidth 5: $(grep predicted <<<"$LAST_OUT")"; fail=$((fail + 1)); }
 expect plan-s4 0 '' "$pipec" plan --stages 4 --microbatches 8 --schedule zb-h1 samples/skip_net.json
 grep -qx "schedule zb-h1: 4 ranks, 1 stage per rank, 8 microbatches" <<<"$LAST_OUT" && grep -q "^  rank 3: " <<<"$LAST_OUT" &&
   ! grep -q "^  rank 4: " <<<"$LAST_OUT" && grep -qx "peak microbatches in flight: v0 4 v1 3 v2 2 v3 1" <<<"$LAST_OUT" &&

@@ -317,6 +317,50 @@ START_TEST(test_pass_comm) {
 }
 END_TEST
 
+// The predicted step time (partition_stage_costs, schedule_predict) on the same cut at M = 2, by
+// hand. FLOPs per microbatch of 2 rows (ir/ops.c): a = linear 2*8*4 = 64, r = relu 8, its dx 8,
+// the dw of a 64; b = linear 64, loss = cross_entropy 4*8 = 32, its dx 32, b's dx 64, b's dw 64.
+// At 8 FLOP/s and 32 B/s each 32-byte message costs its receiver 1 s: stage 0 F 72/8 = 9,
+// B 8/8 + 1 (the gradient of r received) = 2, W 64/8 = 8; stage 1 F 96/8 + 1 (r received) = 13,
+// B 96/8 = 12, W 8. 1f1b (B = B + W: 10 and 20): rank 0 F0 [0, 9] F1 [9, 18]; rank 1 F0 [9, 22]
+// B0 [22, 42] F1 [42, 55] B1 [55, 75]; rank 0 B0 [42, 52] B1 [75, 85]: 85 s, busy 2 * 19 + 2 * 33
+// = 104 of 2 * 85. zb-h1: rank 1 F0 [9, 22] B0 [22, 34] W0 [34, 42] F1 [42, 55] B1 [55, 67]
+// W1 [67, 75]; rank 0 B0 [34, 36] W0 [36, 44] B1 [67, 69] W1 [69, 77]: 77 s.
+START_TEST(test_predicted_step_time) {
+  for (int split = 0; split < 2; split++) {
+    Model m;
+    ck_assert(model_run(&m, NET));
+    ck_assert(pass_autodiff(&m.g, 2, &m.cap.d));
+    TrainConfig tc = {.batch = 4, .microbatches = 2, .mb_size = 2, .opt = OPT_ADAMW};
+    const char *cut[] = {"b"};
+    PartitionOptions o = {.stages = 2, .split = cut, .nsplit = 1, .flops_rate = 8, .bandwidth = 32};
+    Program p;
+    ck_assert_msg(pass_partition(&m.g, &tc, &o, &p, &m.cap.d), "%s", cap_text(&m.cap));
+    ck_assert(pass_comm(&m.g, &p, &m.cap.d));
+    Arena a;
+    arena_init(&a);
+    ck_assert_msg(sched_build(&p, split ? SCHED_ZBH1 : SCHED_1F1B, 2, 1, &a, &m.cap.d), "%s",
+                  cap_text(&m.cap));
+    StageCost c[2];
+    double fl[2];
+    partition_stage_costs(&p, c, fl);
+    ck_assert(fl[0] == 144 && fl[1] == 256);
+    if (split)
+      ck_assert(c[0].f == 9 && c[0].b == 2 && c[0].w == 8 && c[1].f == 13 && c[1].b == 12 &&
+                c[1].w == 8);
+    else
+      ck_assert(c[0].f == 9 && c[0].b == 10 && c[0].w == 0 && c[1].f == 13 && c[1].b == 20 &&
+                c[1].w == 0);
+    SchedStats st;
+    ck_assert_msg(schedule_predict(&p, &st, &a, &m.cap.d), "%s", cap_text(&m.cap));
+    ck_assert_msg(st.span == (split ? 77 : 85), "span %g", st.span);
+    ck_assert_msg(fabs(st.bubble - (1 - 104.0 / (2 * st.span))) < 1e-12, "bubble %g", st.bubble);
+    arena_free(&a);
+    model_free(&m);
+  }
+}
+END_TEST
+
 // Stage hints: a hint beyond S is an error at the node, with its position.
 START_TEST(test_pass_hint_out_of_range) {
   Model m;
@@ -352,6 +396,7 @@ int main(void) {
   tcase_add_test(tc, test_fanout_counted_per_stage);
   tcase_add_test(tc, test_pass_split_shared_weight);
   tcase_add_test(tc, test_pass_comm);
+  tcase_add_test(tc, test_predicted_step_time);
   tcase_add_test(tc, test_pass_hint_out_of_range);
   suite_add_tcase(s, tc);
   return run_suite(s);
