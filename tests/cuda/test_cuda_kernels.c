@@ -3,14 +3,18 @@
 // CUDA kernel run twice for bitwise equal results (determinism). Exits 77 with one line when
 // there is no usable CUDA device (CI, this project's build machines), so ctest counts it skipped.
 //
-// Tolerances (checked per element: |gpu - cpu| <= tol * (|cpu| + max|cpu| * 1e-3)):
-//   EXACT 0      data movement (copy, permute, split, concat, slice, embedding forward)
+// Tolerances, per element: |gpu - cpu| <= tol * (|cpu| + max|cpu| / 100) (the floor keeps
+// elements that are small after a cancellation, e.g. y (dy - dot) in softmax's backward, from
+// failing on rounding alone; a wrong index or formula is off by the element's whole size):
+//   EXACT 0      data movement (copy, permute, split, concat, slice, embedding forward, fill)
 //   BITWISE 1e-6 elementwise, the optimizers, embedding backward: the same formula and rounding
 //                (--fmad=false, the CPU's polynomials); expected bitwise, 1e-6 leaves a margin
-//                for a device libm ulp (sqrtf, log) we have not seen on hardware yet
-//   REDUCE 1e-5  row reductions in another fixed order (softmax, layernorm, losses, sum_rows,
-//                sumsq, attention)
-//   GEMM 1e-4    cuBLAS against OpenBLAS, fp32 with no TF32 (TF32 would miss this by ~1e-3)
+//                for a device libm ulp (sqrtf, log) not yet seen on hardware
+//   REDUCE 1e-4  row reductions in another fixed order (softmax, layernorm, losses, attention)
+//   GEMM 1e-4    cuBLAS against OpenBLAS, fp32 with no TF32 (TF32's 10-bit mantissa misses this
+//                by several times on these K of 29..67)
+// sumsq (double) within 1e-10 relative. Each tolerance has a margin because none has been measured
+// on a GPU yet; scripts/gpu-check.sh prints the worst error of every check.
 // Nothing here has been run on a GPU yet (docs/cuda.md); scripts/gpu-check.sh runs it.
 #include "pipert.h"
 #include "pipert_cuda.h"
@@ -22,7 +26,7 @@
 
 #define EXACT   0.0
 #define BITWISE 1e-6
-#define REDUCE  1e-5
+#define REDUCE  1e-4
 #define GEMM    1e-4
 
 static int failures, checks;
@@ -58,9 +62,9 @@ static void compare(const char *what, const float *d, const float *c, int64_t n,
   int64_t bad = -1;
   for (int64_t i = 0; i < n; i++) maxabs = fmax(maxabs, fabs(c[i]));
   for (int64_t i = 0; i < n; i++) {
-    double err = fabs((double)g[i] - c[i]), lim = tol * (fabs(c[i]) + maxabs * 1e-3);
+    double err = fabs((double)g[i] - c[i]), lim = tol * (fabs(c[i]) + maxabs * 1e-2);
     if (!(err <= lim) && bad < 0) bad = i;
-    double rel = err / (fabs(c[i]) + maxabs * 1e-3 + 1e-30);
+    double rel = err / (fabs(c[i]) + maxabs * 1e-2 + 1e-30);
     if (rel > worst || isnan(g[i])) worst = isnan(g[i]) ? INFINITY : rel;
   }
   checks++;
@@ -446,9 +450,9 @@ static void test_optim(void) {
   pr_cu_download(&gs2, ss, 8);
   double cs = pr_sumsq(hg, n);
   checks += 2;
-  int ok = fabs(gs - cs) <= 1e-12 * cs, same = memcmp(&gs, &gs2, 8) == 0;
+  int ok = fabs(gs - cs) <= 1e-10 * cs, same = memcmp(&gs, &gs2, 8) == 0;
   failures += !ok + !same;
-  printf("%s sumsq: gpu %.17g cpu %.17g (tolerance 1e-12 relative, double)\n", ok ? "ok  " : "FAIL",
+  printf("%s sumsq: gpu %.17g cpu %.17g (tolerance 1e-10 relative, double)\n", ok ? "ok  " : "FAIL",
          gs, cs);
   printf("%s sumsq: a second run gives the same bits\n", same ? "ok  " : "FAIL");
   free(hp), free(hg), free(hm), free(hv);
