@@ -127,12 +127,29 @@ static bool run_schedule(Driver *dr) {
 }
 
 // One memory plan per rank. The plan is the target's: its buffers hold what the target
-// computes in. plan_memory checks every rank's plan itself (plan_check, in every build).
+// computes in. plan_memory checks every rank's plan itself (plan_check, in every build). With
+// --mem-cap, every rank's planned bytes (the sum of its regions) must fit under the cap: the
+// partitioner chose its cut from an estimate (partition.c), this is the real plan.
 static bool run_memplan(Driver *dr) {
   if (!codegen_check_target(&dr->graph, dr->target, &dr->diag)) return false;
   if (!plan_memory(&dr->prog, &dr->diag)) return false;
-  for (int r = 0; r < dr->prog.nranks; r++) plan_warn_memory(&dr->prog.ranks[r].plan, &dr->diag);
-  return true;
+  bool fits = true;
+  for (int r = 0; r < dr->prog.nranks; r++) {
+    const Plan *pl = &dr->prog.ranks[r].plan;
+    plan_warn_memory(pl, &dr->diag);
+    int64_t total = 0; // fits: plan_memory checked the sum
+    for (int k = 0; k < REG_COUNT; k++) total += pl->bytes[k];
+    if (dr->po.mem_cap <= 0 || total <= dr->po.mem_cap) continue;
+    diag_error(&dr->diag, (Loc){0, 0},
+               "--mem-cap %lld: rank %d's memory plan needs %lld bytes (params %lld, grads %lld, "
+               "optimizer %lld, activations %lld): use more --stages, a schedule that keeps fewer "
+               "microbatches in flight (1f1b or zb-h1 rather than gpipe), or a larger cap",
+               (long long)dr->po.mem_cap, r, (long long)total, (long long)pl->bytes[REG_PARAMS],
+               (long long)pl->bytes[REG_GRADS], (long long)pl->bytes[REG_OPT],
+               (long long)pl->bytes[REG_ACTS]);
+    fits = false;
+  }
+  return fits;
 }
 
 // The model name as a directory name: letters, digits, '-', '_', '.'.
@@ -333,7 +350,8 @@ static void usage(FILE *f) {
       "                           partitioner's cost model and plan's predicted step time\n"
       "      --bandwidth GBS      the transfer rate between two ranks, GB/s (default 10), the\n"
       "                           same two uses\n"
-      "      --mem-cap BYTES      its per-stage memory cap (an estimate; default none)\n"
+      "      --mem-cap BYTES      memory cap per rank: the partitioner's estimate, then every\n"
+      "                           rank's memory plan (plan, compile, run; default none)\n"
       "      --time-passes        print the time each pass and its checker took to stderr\n"
       "      --list-ops           list the ops of the registry and exit\n"
       "  -h, --help               show this help and exit\n"

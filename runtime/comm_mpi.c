@@ -6,6 +6,14 @@
 // on MPI_COMM_WORLD. The training loop's own traffic (all-gather, barrier, checkpoint transfers)
 // runs on a duplicate communicator, so it can never match a stream's message.
 //
+// Nothing here allocates inside a step (tests/alloc counts it at S > 1): the streams' MPI_Isend
+// and MPI_Irecv take their requests from Open MPI's free lists, and the step end's all-gather is
+// made of persistent point-to-point requests (MPI_Send_init / MPI_Recv_init to and from every
+// other rank, created at its first call, pr_pipe_start's, and restarted with MPI_Startall at every
+// step end) because Open MPI's MPI_Iallgather (coll/libnbc) mallocs a schedule of about 8 blocks
+// at every call (a blocking MPI_Allgather could not obey the watchdog). What Open MPI allocates
+// at the first uses of a peer happens at the start (t_start: the shared memory's fast boxes).
+//
 // Every wait polls with MPI_Test (with sched_yield between polls when Open MPI is told the cores
 // are oversubscribed, OMPI_MCA_mpi_yield_when_idle=1) and obeys the watchdog: a wait longer than
 // --timeout seconds is an error naming the tensor, microbatch, peer rank and action, which aborts
@@ -25,7 +33,15 @@ static struct {
   double timeout;   // watchdog, seconds (0 = off)
   bool yield;       // sched_yield between polls (oversubscribed cores)
   bool started;     // MPI is initialised and not finalized
+  // The all-gather's persistent requests, made for one set of buffers (ag_n == 0: none yet):
+  // ag_req[2k] receives from and ag_req[2k + 1] sends to the k-th other rank.
+  const double *ag_mine; // the caller's contribution
+  double *ag_all;        // the caller's result buffer
+  int ag_n;              // doubles per rank
+  MPI_Request *ag_req;   // 2 * (nranks - 1) requests
 } mpi;
+
+enum { TAG_ALLGATHER = 1 }; // on ctl (checkpoint transfers use tag 0)
 
 static const char *const HINT_TIMEOUT =
     "a rank is stopped, crashed or deadlocked, or merely slower than --timeout allows: raise "
@@ -131,6 +147,18 @@ __attribute__((noreturn)) static void t_abort(int status) {
 }
 
 static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
+  // Open MPI allocates in a step unless told otherwise (a setting in the environment wins):
+  // - its shared-memory transport (btl/vader) sets up a "fast box" for a peer at the 16th message
+  //   to it, from a free list that then mallocs: in one of the first steps, which one depending
+  //   on the model. At the first message instead, each peer's is set up by the start's all-gather
+  //   (pr_pipe_start), before the steps;
+  // - a message that arrives before its receive is posted (which depends on timing: the all-gather,
+  //   a rendezvous' header) is kept in the fragment itself up to pml_ob1_unexpected_limit bytes
+  //   (128), beyond that in a buffer of ob1's bucket allocator, which mallocs whenever more such
+  //   messages wait at once than ever before. Up to vader's eager limit (4096 bytes, the largest
+  //   fragment it delivers) they stay in the fragment.
+  setenv("OMPI_MCA_btl_vader_fbox_threshold", "1", 0);
+  setenv("OMPI_MCA_pml_ob1_unexpected_limit", "4096", 0);
   int provided = 0;
   mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
   mpi.started = true;
@@ -170,6 +198,9 @@ static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
   mpi.req = malloc((size_t)(nreq > 0 ? nreq : 1) * sizeof *mpi.req);
   prCheck(mpi.req != NULL, "the machine is out of memory", "cannot allocate the MPI requests");
   for (int64_t i = 0; i < nreq; i++) mpi.req[i] = MPI_REQUEST_NULL;
+  mpi.ag_req = malloc(2 * (size_t)c->nranks * sizeof *mpi.ag_req);
+  prCheck(mpi.ag_req != NULL, "the machine is out of memory", "cannot allocate the MPI requests");
+  mpi.ag_n = 0;
   mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mpi.ctl), "MPI_Comm_dup");
   mpi.timeout = timeout;
   const char *y = getenv("OMPI_MCA_mpi_yield_when_idle");
@@ -184,10 +215,31 @@ static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
   return local;
 }
 
+// Frees the all-gather's persistent requests (inactive: every all-gather waits for its own).
+static void allgather_free(void) {
+  for (int k = 0; mpi.ag_n > 0 && k < 2 * (mpi.c->nranks - 1); k++)
+    mpi_check(MPI_Request_free(&mpi.ag_req[k]), "MPI_Request_free");
+  mpi.ag_n = 0;
+}
+
 static void t_allgather(const double *mine, double *all, int n) {
-  MPI_Request r;
-  mpi_check(MPI_Iallgather(mine, n, MPI_DOUBLE, all, n, MPI_DOUBLE, mpi.ctl, &r), "MPI_Iallgather");
-  wait_request(&r, "in an all-gather with every rank (the start, or a step's end)");
+  const int me = mpi.c->rank, size = mpi.c->nranks;
+  if (mine != mpi.ag_mine || all != mpi.ag_all || n != mpi.ag_n) { // new buffers: new requests
+    allgather_free();
+    for (int r = 0, k = 0; r < size; r++) {
+      if (r == me) continue;
+      mpi_check(MPI_Recv_init(all + (size_t)r * (size_t)n, n, MPI_DOUBLE, r, TAG_ALLGATHER, mpi.ctl,
+                              &mpi.ag_req[k++]),
+                "MPI_Recv_init");
+      mpi_check(MPI_Send_init(mine, n, MPI_DOUBLE, r, TAG_ALLGATHER, mpi.ctl, &mpi.ag_req[k++]),
+                "MPI_Send_init");
+    }
+    mpi.ag_mine = mine, mpi.ag_all = all, mpi.ag_n = n;
+  }
+  memcpy(all + (size_t)me * (size_t)n, mine, (size_t)n * sizeof *all);
+  mpi_check(MPI_Startall(2 * (size - 1), mpi.ag_req), "MPI_Startall");
+  for (int k = 0; k < 2 * (size - 1); k++)
+    wait_request(&mpi.ag_req[k], "in an all-gather with every rank (the start, or a step's end)");
 }
 
 static void t_barrier(void) {
@@ -218,12 +270,14 @@ static void t_finish(void) {
   if (!mpi.started) return;
   pr_comm_wait_sends();
   t_barrier();
+  allgather_free();
   MPI_Comm_free(&mpi.ctl);
   mpi_check(MPI_Finalize(), "MPI_Finalize");
   mpi.started = false;
   pr_transport = NULL;
   free(mpi.req);
-  mpi.req = NULL;
+  free(mpi.ag_req);
+  mpi.req = NULL, mpi.ag_req = NULL;
   mpi.c = NULL;
 }
 
