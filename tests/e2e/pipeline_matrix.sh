@@ -173,7 +173,7 @@ one() {
   local rc=$?
   cfg_time[$name]=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
   if [ $rc -ne 0 ]; then
-    bad "$name: launch.sh exit $rc: $(grep -v '^$' "$o/run/err" | head -3 | tr '\n' ' ')"
+    bad "$name: launch.sh exit $rc: stderr: $(grep -v '^$' "$o/run/err" | head -3 | tr '\n' ' ') stdout: $(grep -v '^$' "$o/run/out" | tail -3 | tr '\n' ' ')"
     return
   fi
   # The evaluation: one line, by the last rank (prefixed when S > 1), equal to S = 1's.
