@@ -682,10 +682,23 @@ static bool build_cuda(const Program *prog, const CodegenOptions *o, const char 
   argv[n++] = (char *)runtime_lib(false);
   char *libs = arena_printf(a, "%s %s %s", cuda_setting("PIPEC_CUDA_LIBS", PIPEC_CUDA_LIBS),
                             mpi ? PIPEC_MPI_LIBS : "", PIPEC_RUNTIME_LIBS);
-  for (char *tok = strtok(libs, " "); tok && n < 120; tok = strtok(NULL, " "))
-    argv[n++] = tok[0] == '-' && tok[1] != 'l' && tok[1] != 'L'
-                    ? arena_printf(a, "-Xcompiler=%s", tok)
-                    : tok;
+  for (char *tok = strtok(libs, " "); tok && n < 120; tok = strtok(NULL, " ")) {
+    if (tok[0] != '-' || tok[1] == 'l' || tok[1] == 'L') {
+      argv[n++] = tok;
+      continue;
+    }
+    // nvcc splits -Xcompiler's value at commas: -fsanitize=address,undefined becomes one
+    // -Xcompiler=-fsanitize=V per value.
+    char *eq = strchr(tok, '=');
+    if (!eq || !strchr(eq, ',')) {
+      argv[n++] = arena_printf(a, "-Xcompiler=%s", tok);
+      continue;
+    }
+    int prefix = (int)(eq - tok + 1); // "-fsanitize="
+    char *save = NULL;
+    for (char *v = strtok_r(eq + 1, ",", &save); v && n < 120; v = strtok_r(NULL, ",", &save))
+      argv[n++] = arena_printf(a, "-Xcompiler=%.*s%s", prefix, tok, v);
+  }
   argv[n] = NULL;
   return run(argv, d);
 }
