@@ -669,9 +669,24 @@ static bool build_cuda(const Program *prog, const CodegenOptions *o, const char 
   const char *archs = o->cuda_arch && *o->cuda_arch
                           ? o->cuda_arch
                           : cuda_setting("PIPEC_CUDA_ARCHS", PIPEC_CUDA_ARCHS);
+  // The kernels are libpipert_cuda.a's, built for PIPEC_CUDA_ARCHS: an architecture outside that
+  // list would link a program with no kernels for its GPU.
+  const char *built = cuda_setting("PIPEC_CUDA_ARCHS", PIPEC_CUDA_ARCHS);
   char *list = arena_strdup(a, archs);
-  for (char *tok = strtok(list, ","); tok && n < 40; tok = strtok(NULL, ","))
+  for (char *tok = strtok(list, ","); tok && n < 40; tok = strtok(NULL, ",")) {
+    bool found = false;
+    char *have = arena_strdup(a, built), *save = NULL;
+    for (char *h = strtok_r(have, ",", &save); h && !found; h = strtok_r(NULL, ",", &save))
+      found = !strcmp(h, tok);
+    if (!found) {
+      diag_error(d, (Loc){0, 0},
+                 "--cuda-arch %s: the CUDA runtime (libpipert_cuda.a) was built for %s only; "
+                 "rebuild pipec with -DPIPEC_CUDA_ARCHS=\"...;%s\" (CMake) to add it",
+                 tok, built, tok);
+      return false;
+    }
     argv[n++] = arena_printf(a, "-gencode=arch=compute_%s,code=sm_%s", tok, tok);
+  }
   argv[n++] = arena_printf(a, "-I%s", runtime_dir());
   argv[n++] = arena_printf(a, "-I%s/cuda", runtime_dir());
   argv[n++] = (char *)src;

@@ -45,6 +45,17 @@ for model in samples/*.json; do
     check "$name S=$S: the program's table names the device" grep -q '\.device = &pr_device_cuda' "$out/rank0.cu"
   done
 done
+# --cuda-arch: one of the runtime's architectures builds; another is refused (the kernels are the
+# library's, built for PIPEC_CUDA_ARCHS, default 80;90).
+expect "--cuda-arch 90" 0 '' "$pipec" compile samples/mlp_digits.json --target cuda --cuda-arch 90 \
+  -o "$tmp/arch90"
+check "--cuda-arch 90: built" test -x "$tmp/arch90/bin/train"
+"$pipec" compile samples/mlp_digits.json --target cuda --cuda-arch 80,75 -o "$tmp/arch75" \
+  >/dev/null 2>"$tmp/err"
+check "--cuda-arch 80,75: exit 1 (got $?)" test $? -eq 1
+check "--cuda-arch 80,75: the error names 75 and the runtime's list" grep -qE \
+  '^samples/mlp_digits.json: error: --cuda-arch 75: the CUDA runtime \(libpipert_cuda.a\) was built for [0-9,]+ only; rebuild pipec with -DPIPEC_CUDA_ARCHS=' \
+  "$tmp/err"
 # Without a GPU the programs stop before any work with the runtime's no-device error (rank 0 of
 # a one-rank program; each rank of a pipeline run directly, as mpirun would start them).
 if [ "$no_gpu" -eq 1 ]; then
