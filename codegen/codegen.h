@@ -11,18 +11,23 @@ typedef struct CodegenOptions {
   const char *out_dir;    // output directory (created)
   const char *cmdline;    // the pipec command line, stamped into the sources
   const char *model_path; // model file (stamped; data paths resolved against it)
-  const char *target;     // "cpu"
+  const char *target;     // "cpu" or "cuda" (docs/cuda.md)
   bool build;             // also compile it into out_dir/bin/
   bool march_native;      // build for this machine (-march=native, libpipert-native.a)
+  const char *cuda_arch;  // cuda: --cuda-arch, compute capabilities "80,90" (NULL: CMake's)
 } CodegenOptions;
+
+// Why pipec cannot build programs for target (the cuda target without the CUDA toolkit at pipec's
+// build time), or NULL when it can.
+const char *codegen_target_missing(const char *target);
 
 // Whether the target can run every tensor of g (the cpu target: f32 and i32 only).
 bool codegen_check_target(const Graph *g, const char *target, Diag *d);
 
 // Prints rank `rank`'s program of prog (its action list over its stages, its memory plan) as
-// out_dir/rank<rank>.c and builds it into out_dir/bin/rank<rank> (S > 1: linked with
-// libpipert_mpi and MPI) or, at S = 1, out_dir/bin/train with bin/rank0 a link to it. Errors
-// are reported through d.
+// out_dir/rank<rank>.c (the cuda target: rank<rank>.cu, built with nvcc) and builds it into
+// out_dir/bin/rank<rank> (S > 1: linked with libpipert_mpi and MPI) or, at S = 1, out_dir/bin/train
+// with bin/rank0 a link to it. Errors are reported through d.
 bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d);
 
 // Writes out_dir/launch.sh, which runs the job (launch.c): bin/rank0 at S = 1, an MPMD mpirun

@@ -23,6 +23,7 @@ typedef struct E {
   bool *used;            // per tensor id: some straight-line code names its identifier
   int nloops;            // loops printed so far (names their offset tables)
   bool multi;            // the program has several ranks (PrComm, channels; S = 1: none)
+  bool cuda;             // the CUDA target: pr_cu_ kernels over device regions (emit_cuda.c)
   Streams *st;           // multi: this rank's message streams (built on first use)
 } E;
 
@@ -58,6 +59,18 @@ void emit_rank_comm(E *e);
 void emit_rank_loaders(E *e);
 bool emit_rank_train_step(E *e, Diag *d);
 void emit_rank_eval(E *e);
+
+// The CUDA target (emit_cuda.c): the kernel's name on the target (pr_X -> pr_cu_X; the CPU's
+// unchanged); the device helpers (dev_scalar, scratch_bytes, cu_ws and ws_bytes, the data
+// inputs' host staging stage_x / stage_y); the pointer a data loader writes input t into (its
+// staging on the GPU, NULL when not held); the uploads of the staged inputs after a load ("" on
+// the CPU).
+const char *kernel_name(E *e, const char *kernel);
+void emit_cuda_support(E *e);
+const char *cu_in(E *e, const Tensor *t, bool held);
+const char *cu_upload_inputs(E *e, bool hx, bool hy);
+// The value of the scalar tensor t on the host: "t[0]", or its download on the GPU.
+const char *cu_scalar(E *e, const Tensor *t);
 
 // Prints the parameter table P (setup_params) and init_params (params.c), looped over the
 // instances of a repeat block where they match.

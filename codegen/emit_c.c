@@ -305,8 +305,8 @@ static void emit_data(E *e) {
     if (!e->multi)
       out(e,
           "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
-          "  pr_tokens_batch(&data, split, seed, step, m, MB, SEQ, %s, %s);\n}\n",
-          tid(e, x), tid(e, y));
+          "  pr_tokens_batch(&data, split, seed, step, m, MB, SEQ, %s, %s);%s\n}\n",
+          cu_in(e, x, true), cu_in(e, y, true), cu_upload_inputs(e, true, true));
   } else if (table) {
     out(e, "static PrTable data;\n#define FEATURES %lld\n", (long long)x->shape.d[1].n);
     out(e, "static void open_data(const PrOptions *o) {\n  const char *path = o->data;\n");
@@ -335,8 +335,8 @@ static void emit_data(E *e) {
     if (!e->multi)
       out(e,
           "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
-          "  (void)split;\n  pr_table_batch(&data, seed, step, m, MB, %s, %s);\n}\n",
-          tid(e, x), tid(e, y));
+          "  (void)split;\n  pr_table_batch(&data, seed, step, m, MB, %s, %s);%s\n}\n",
+          cu_in(e, x, true), cu_in(e, y, true), cu_upload_inputs(e, true, true));
   } else if (!e->multi) {
     // No data binding: pr_main stops before training (the program is still good for --gradcheck).
     out(e, "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
@@ -366,25 +366,26 @@ static void emit_eval(E *e) {
     // losses (loss_rows), as for tables. Random batches weigh 1 each.
     out(e,
         "  if (!whole) {\n"
-        "    pr_tokens_batch(&data, PR_VAL, 0x5eed, k, 0, MB, SEQ, %s, %s);\n",
-        tid(e, x), tid(e, y));
+        "    pr_tokens_batch(&data, PR_VAL, 0x5eed, k, 0, MB, SEQ, %s, %s);%s\n",
+        cu_in(e, x, true), cu_in(e, y, true), cu_upload_inputs(e, true, true));
     print_forward(e, "    ");
     out(e,
-        "    r->loss = %s[0];\n    r->weight = 1;\n    return;\n  }\n"
-        "  int64_t valid = pr_tokens_val_seq_batch(&data, k, MB, SEQ, %s, %s);\n",
-        tid(e, loss), tid(e, x), tid(e, y));
+        "    r->loss = %s;\n    r->weight = 1;\n    return;\n  }\n"
+        "  int64_t valid = pr_tokens_val_seq_batch(&data, k, MB, SEQ, %s, %s);%s\n",
+        cu_scalar(e, loss), cu_in(e, x, true), cu_in(e, y, true), cu_upload_inputs(e, true, true));
   } else {
-    out(e, "  (void)whole;\n  int64_t valid = pr_table_val_batch(&data, k, MB, %s, %s);\n",
-        tid(e, x), tid(e, y));
+    out(e, "  (void)whole;\n  int64_t valid = pr_table_val_batch(&data, k, MB, %s, %s);%s\n",
+        cu_in(e, x, true), cu_in(e, y, true), cu_upload_inputs(e, true, true));
   }
   // The last batch wraps around: its losses are means over its real rows (loss_rows), weighted
   // by them.
   out(e, "  loss_rows = valid;\n");
   print_forward(e, "  ");
-  out(e, "  loss_rows = MB;\n  r->loss = %s[0];\n  r->weight = (double)valid;\n", tid(e, loss));
+  out(e, "  loss_rows = MB;\n  r->loss = %s;\n  r->weight = (double)valid;\n", cu_scalar(e, loss));
   if (classify)
-    out(e, "  r->correct = pr_count_correct(%s, %s, valid, %lld);\n  r->seen = valid;\n",
-        tid(e, logits), tid(e, y), (long long)logits->shape.d[1].n);
+    out(e, "  r->correct = %s(%s, %s, valid, %lld);\n  r->seen = valid;\n",
+        kernel_name(e, "pr_count_correct"), tid(e, logits), tid(e, y),
+        (long long)logits->shape.d[1].n);
   out(e, "}\n\n");
 }
 
@@ -423,7 +424,7 @@ static bool emit_train_step(E *e, Diag *d) {
       out(e, "  F_%d(%d);\n", x->v, slot);
       break;
     case ACT_LOSS:
-      out(e, "  loss += %s[0]; // LOSS(v%d, m%d)\n", tid(e, e->g->loss), x->v, x->m);
+      out(e, "  loss += %s; // LOSS(v%d, m%d)\n", cu_scalar(e, e->g->loss), x->v, x->m);
       break;
     case ACT_B:
       out(e, "  B_%d(%d, %d);\n", x->v, slot, acc);
@@ -459,8 +460,12 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
       "// logging) is the runtime's pr_main (trainloop.c) over the functions below.\n",
       (long long)tc->batch, (long long)tc->microbatches, (long long)tc->mb_size, e->rp->nvs,
       e->rp->nacts);
-  out(e, "#include <stdbool.h>\n#include <stdint.h>\n%s\n#include \"pipert.h\"\n\n",
-      e->multi ? "#include <string.h>\n" : "");
+  if (e->cuda) // C++ for nvcc: the runtime's C headers with C linkage
+    out(e, "#include <stdbool.h>\n#include <stdint.h>\n#include <string.h>\n\n"
+           "extern \"C\" {\n#include \"pipert.h\"\n}\n#include \"pipert_cuda.h\"\n\n");
+  else
+    out(e, "#include <stdbool.h>\n#include <stdint.h>\n%s\n#include \"pipert.h\"\n\n",
+        e->multi ? "#include <string.h>\n" : "");
   out(e, "#define MB %lld // microbatch size (the batch symbol %s)\n", (long long)tc->mb_size,
       comment(e, g->batch_sym));
   out(e, "#define NMICRO %lld // microbatches per step\n\n", (long long)tc->microbatches);
@@ -483,6 +488,7 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
   size_t body_len = 0;
   e->f = open_memstream(&body, &body_len);
   if (!e->f) return false;
+  if (e->cuda) emit_cuda_support(e);
   emit_functions(e);
   emit_params(e);
 
@@ -490,10 +496,11 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
   out(e, "static void fill_constants(void) {\n");
   for (int i = 0; i < g->ntensors; i++)
     if (g->tensors[i]->kind == T_CONST && p->offset[i] >= 0) // those this rank holds
-      out(e, "  pr_fill(%s, %lld, %s);\n", tid(e, g->tensors[i]),
+      out(e, "  %s(%s, %lld, %s);\n", kernel_name(e, "pr_fill"), tid(e, g->tensors[i]),
           (long long)numel(e, g->tensors[i]), flit(e, g->tensors[i]->const_value));
   out(e, "}\n\n");
-  out(e, "static void setup(void) {\n  setup_params();\n  fill_constants();\n}\n\n");
+  out(e, "static void setup(void) {\n  setup_params();\n%s  fill_constants();\n}\n\n",
+      e->cuda ? "  cu_ws = pr_cu_alloc_region(\"the attention workspace\", ws_bytes());\n" : "");
 
   bool tokens = tc->data == DATA_TEXT || tc->data == DATA_U16;
   bool table = tc->data == DATA_CSV || tc->data == DATA_NPY;
@@ -514,15 +521,16 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
     out(e, "static void release_data(void) {\n  if (%s) pr_%s_close(&data);\n}\n\n",
         tokens ? "data.tokens" : "data.x", tokens ? "tokens" : "table");
   }
-  if (!e->multi) emit_gradcheck(e, has_data); // S > 1: the runtime refuses --gradcheck
+  if (!e->multi && !e->cuda) emit_gradcheck(e, has_data); // else the runtime refuses it
 
   // The program as the runtime sees it.
   out(e, "static const PrProgram program = {\n");
   out(e, "    .doc = %s,\n",
       cstring(e, arena_printf(e->a, "Train model %s (generated by pipec %s; built for %s).",
                               g->name, PIPEC_VERSION,
-                              o->march_native ? "this machine's CPU, --march=native"
-                                              : "any x86-64 CPU")));
+                              e->cuda           ? "CUDA GPUs"
+                              : o->march_native ? "this machine's CPU, --march=native"
+                                                : "any x86-64 CPU")));
   out(e,
       "    .plan = PLAN,\n"
       "    .defaults = {.steps = %lld, .lr = %.17g, .min_lr = %.17g, .seed = %lluULL,\n"
@@ -542,23 +550,25 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
         tc->beta1, tc->beta2, tc->eps, tc->weight_decay, tc->grad_clip);
   else
     out(e,
-        "    .opt = {.kind = PR_SGD, .momentum = %.17g, .weight_decay = %.17g, .grad_clip = "
+        "    .opt = {.kind = PR_SGD, .weight_decay = %.17g, .momentum = %.17g, .grad_clip = "
         "%.17g},\n",
-        tc->momentum, tc->weight_decay, tc->grad_clip);
+        tc->weight_decay, tc->momentum, tc->grad_clip);
   out(e, "    .warmup = %lld,\n    .decay_steps = %lld,\n", (long long)tc->warmup,
       (long long)tc->decay_steps);
   out(e, "    .items_per_step = (double)MB * NMICRO%s,\n    .item_unit = \"%s\",\n",
       tokens ? " * SEQ" : "", tokens ? "tok" : "samples");
   if (tc->data == DATA_TEXT) out(e, "    .vocab = data.chars,\n    .nvocab = &data.vocab,\n");
-  out(e, "    .setup = setup,\n    .init_params = init_params,\n    .train_step = train_step,\n");
-  if (has_data)
-    out(e, "    .open_data = open_data,\n    .release_data = release_data,\n"
-           "    .eval_batches = eval_batches,\n    .eval_batch = eval_batch,\n");
-  if (e->multi)
-    out(e, "    .comm = &comm,\n};\n\n");
-  else
+  // Fields in declaration order (C++ designated initializers, for nvcc).
+  out(e, "    .setup = setup,\n    .init_params = init_params,\n");
+  if (has_data) out(e, "    .open_data = open_data,\n    .release_data = release_data,\n");
+  out(e, "    .train_step = train_step,\n");
+  if (has_data) out(e, "    .eval_batches = eval_batches,\n    .eval_batch = eval_batch,\n");
+  if (!e->multi && !e->cuda)
     out(e, "    .gradcheck_begin = gradcheck_begin,\n    .gradcheck_grads = gradcheck_grads,\n"
-           "    .gradcheck_loss = gradcheck_loss,\n};\n\n");
+           "    .gradcheck_loss = gradcheck_loss,\n");
+  if (e->multi) out(e, "    .comm = &comm,\n");
+  if (e->cuda) out(e, "    .device = &pr_device_cuda,\n    .device_scratch = scratch_bytes,\n");
+  out(e, "};\n\n");
   out(e, "int main(int argc, char **argv) {\n  return pr_main(&program, argc, argv);\n}\n");
   bool ok = fclose(e->f) == 0;
   e->f = file;
@@ -605,6 +615,23 @@ static const char *runtime_mpi_lib(void) {
   return h && *h ? h : PIPEC_RUNTIME_MPI_LIB;
 }
 
+// nvcc, the device runtime, its link flags and the default architectures, as CMake found them
+// ("" without the CUDA toolkit; the environment overrides first).
+static const char *cuda_setting(const char *env, const char *built) {
+  const char *h = getenv(env);
+  return h && *h ? h : built;
+}
+
+const char *codegen_target_missing(const char *target) {
+  if (strcmp(target, "cuda") != 0) return NULL;
+  if (!*cuda_setting("PIPEC_NVCC", PIPEC_NVCC) ||
+      !*cuda_setting("PIPEC_RUNTIME_CUDA_LIB", PIPEC_RUNTIME_CUDA_LIB))
+    return "pipec was built without the CUDA toolkit (CMake found no nvcc and cuBLAS), so it "
+           "cannot build CUDA programs: install the toolkit (nvcc on PATH or /usr/local/cuda), "
+           "then rebuild pipec";
+  return NULL;
+}
+
 bool codegen_check_target(const Graph *g, const char *target, Diag *d) {
   // The CPU kernels compute in float32 (ids in int32): refuse what they would misread.
   for (int i = 0; i < g->ntensors; i++) {
@@ -615,6 +642,116 @@ bool codegen_check_target(const Graph *g, const char *target, Diag *d) {
     return false;
   }
   return true;
+}
+
+// nvcc over the generated rank<r>.cu: a fat binary for o->cuda_arch (default PIPEC_CUDA_ARCHS),
+// warnings as errors, linked with the device runtime before libpipert (it calls into it), MPI's
+// transport first at S > 1, then cuBLAS / the CUDA runtime and libpipert's libraries (host-compiler
+// flags such as -fopenmp go through -Xcompiler).
+static bool build_cuda(const Program *prog, const CodegenOptions *o, const char *src,
+                       const char *exe, Diag *d) {
+  Arena *a = prog->g->arena;
+  bool mpi = prog->nranks > 1;
+  if (mpi && !*runtime_mpi_lib()) {
+    diag_error(d, (Loc){0, 0},
+               "%d stages: the rank programs need Open MPI, which pipec was built without "
+               "(apt-get install libopenmpi-dev openmpi-bin, then rebuild pipec)",
+               prog->nranks);
+    return false;
+  }
+  char *argv[128];
+  int n = 0;
+  argv[n++] = (char *)cuda_setting("PIPEC_NVCC", PIPEC_NVCC);
+  argv[n++] = "-std=c++17";
+  argv[n++] = "-O2";
+  argv[n++] = "-Xcompiler=-Wall,-Werror";
+  argv[n++] = "--Werror=all-warnings";
+  const char *archs = o->cuda_arch && *o->cuda_arch
+                          ? o->cuda_arch
+                          : cuda_setting("PIPEC_CUDA_ARCHS", PIPEC_CUDA_ARCHS);
+  // The kernels are libpipert_cuda.a's, built for PIPEC_CUDA_ARCHS: an architecture outside that
+  // list would link a program with no kernels for its GPU.
+  const char *built = cuda_setting("PIPEC_CUDA_ARCHS", PIPEC_CUDA_ARCHS);
+  char *list = arena_strdup(a, archs);
+  for (char *tok = strtok(list, ","); tok && n < 40; tok = strtok(NULL, ",")) {
+    bool found = false;
+    char *have = arena_strdup(a, built), *save = NULL;
+    for (char *h = strtok_r(have, ",", &save); h && !found; h = strtok_r(NULL, ",", &save))
+      found = !strcmp(h, tok);
+    if (!found) {
+      diag_error(d, (Loc){0, 0},
+                 "--cuda-arch %s: the CUDA runtime (libpipert_cuda.a) was built for %s only; "
+                 "rebuild pipec with -DPIPEC_CUDA_ARCHS=\"...;%s\" (CMake) to add it",
+                 tok, built, tok);
+      return false;
+    }
+    argv[n++] = arena_printf(a, "-gencode=arch=compute_%s,code=sm_%s", tok, tok);
+  }
+  argv[n++] = arena_printf(a, "-I%s", runtime_dir());
+  argv[n++] = arena_printf(a, "-I%s/cuda", runtime_dir());
+  argv[n++] = (char *)src;
+  argv[n++] = "-o";
+  argv[n++] = (char *)exe;
+  if (mpi) argv[n++] = (char *)runtime_mpi_lib();
+  argv[n++] = (char *)cuda_setting("PIPEC_RUNTIME_CUDA_LIB", PIPEC_RUNTIME_CUDA_LIB);
+  argv[n++] = (char *)runtime_lib(false);
+  char *libs = arena_printf(a, "%s %s %s", cuda_setting("PIPEC_CUDA_LIBS", PIPEC_CUDA_LIBS),
+                            mpi ? PIPEC_MPI_LIBS : "", PIPEC_RUNTIME_LIBS);
+  for (char *tok = strtok(libs, " "); tok && n < 120; tok = strtok(NULL, " ")) {
+    if (tok[0] != '-' || tok[1] == 'l' || tok[1] == 'L') {
+      argv[n++] = tok;
+      continue;
+    }
+    // nvcc splits -Xcompiler's value at commas: -fsanitize=address,undefined becomes one
+    // -Xcompiler=-fsanitize=V per value.
+    char *eq = strchr(tok, '=');
+    if (!eq || !strchr(eq, ',')) {
+      argv[n++] = arena_printf(a, "-Xcompiler=%s", tok);
+      continue;
+    }
+    int prefix = (int)(eq - tok + 1); // "-fsanitize="
+    char *save = NULL;
+    for (char *v = strtok_r(eq + 1, ",", &save); v && n < 120; v = strtok_r(NULL, ",", &save))
+      argv[n++] = arena_printf(a, "-Xcompiler=%.*s%s", prefix, tok, v);
+  }
+  argv[n] = NULL;
+  return run(argv, d);
+}
+
+// The system's C compiler over the generated rank<r>.c, linked with libpipert (and, at S > 1, the
+// MPI transport before it).
+static bool build_c(const Program *prog, const CodegenOptions *o, const char *src, const char *exe,
+                    Diag *d) {
+  Arena *a = prog->g->arena;
+  bool mpi = prog->nranks > 1;
+  char *argv[64];
+  int n = 0;
+  const char *cc = getenv("CC");
+  argv[n++] = (char *)(cc && *cc ? cc : "cc");
+  argv[n++] = "-std=gnu11";
+  argv[n++] = "-O2";
+  argv[n++] = "-ffp-contract=off"; // no FMA contraction: the same bits with or without -march
+  if (o->march_native) argv[n++] = "-march=native";
+  argv[n++] = "-Wall";
+  argv[n++] = "-Werror";
+  argv[n++] = arena_printf(a, "-I%s", runtime_dir());
+  argv[n++] = (char *)src;
+  argv[n++] = "-o";
+  argv[n++] = (char *)exe;
+  if (mpi && !*runtime_mpi_lib()) {
+    diag_error(d, (Loc){0, 0},
+               "%d stages: the rank programs need Open MPI, which pipec was built without "
+               "(apt-get install libopenmpi-dev openmpi-bin, then rebuild pipec)",
+               prog->nranks);
+    return false;
+  }
+  if (mpi) argv[n++] = (char *)runtime_mpi_lib(); // before libpipert: it calls into it
+  argv[n++] = (char *)runtime_lib(o->march_native);
+  // Libraries libpipert (and libpipert_mpi: MPI's) needs, from pkg-config at pipec's build time.
+  char *libs = arena_strdup(a, mpi ? PIPEC_MPI_LIBS " " PIPEC_RUNTIME_LIBS : PIPEC_RUNTIME_LIBS);
+  for (char *tok = strtok(libs, " "); tok && n < 60; tok = strtok(NULL, " ")) argv[n++] = tok;
+  argv[n] = NULL;
+  return run(argv, d);
 }
 
 // mkdir -p: creates dir and its missing parents; an existing component must be a directory.
@@ -652,8 +789,10 @@ bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d) 
   const RankProgram *rp = &prog->ranks[rank];
   Arena *a = g->arena;
   if (!make_dirs(a, o->out_dir, d)) return false;
-  const char *src = arena_printf(a, "%s/rank%d.c", o->out_dir, rank),
-             *tmp = arena_printf(a, "%s/.rank%d.c.tmp", o->out_dir, rank);
+  bool cuda = !strcmp(o->target, "cuda");
+  const char *ext = cuda ? "cu" : "c";
+  const char *src = arena_printf(a, "%s/rank%d.%s", o->out_dir, rank, ext),
+             *tmp = arena_printf(a, "%s/.rank%d.%s.tmp", o->out_dir, rank, ext);
   FILE *f = fopen(tmp, "w");
   if (!f) {
     diag_error(d, (Loc){0, 0}, "cannot write '%s': %s", tmp, strerror(errno));
@@ -666,7 +805,8 @@ bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d) 
          .tc = prog->tc,
          .p = &rp->plan,
          .a = a,
-         .multi = prog->nranks > 1};
+         .multi = prog->nranks > 1,
+         .cuda = cuda};
   e.ident = ARENA_ARRAY(a, char *, g->ntensors);
   e.used = ARENA_ARRAY(a, bool, g->ntensors);
   for (int i = 0; i < g->ntensors; i++) e.ident[i] = (char *)mangle(&e, g->tensors[i]);
@@ -691,34 +831,7 @@ bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d) 
   bool mpi = prog->nranks > 1; // S = 1: no MPI at all
   const char *exe =
       mpi ? arena_printf(a, "%s/rank%d", bindir, rank) : arena_printf(a, "%s/train", bindir);
-  char *argv[64];
-  int n = 0;
-  const char *cc = getenv("CC");
-  argv[n++] = (char *)(cc && *cc ? cc : "cc");
-  argv[n++] = "-std=gnu11";
-  argv[n++] = "-O2";
-  argv[n++] = "-ffp-contract=off"; // no FMA contraction: the same bits with or without -march
-  if (o->march_native) argv[n++] = "-march=native";
-  argv[n++] = "-Wall";
-  argv[n++] = "-Werror";
-  argv[n++] = arena_printf(a, "-I%s", runtime_dir());
-  argv[n++] = (char *)src;
-  argv[n++] = "-o";
-  argv[n++] = (char *)exe;
-  if (mpi && !*runtime_mpi_lib()) {
-    diag_error(d, (Loc){0, 0},
-               "%d stages: the rank programs need Open MPI, which pipec was built without "
-               "(apt-get install libopenmpi-dev openmpi-bin, then rebuild pipec)",
-               prog->nranks);
-    return false;
-  }
-  if (mpi) argv[n++] = (char *)runtime_mpi_lib(); // before libpipert: it calls into it
-  argv[n++] = (char *)runtime_lib(o->march_native);
-  // Libraries libpipert (and libpipert_mpi: MPI's) needs, from pkg-config at pipec's build time.
-  char *libs = arena_strdup(a, mpi ? PIPEC_MPI_LIBS " " PIPEC_RUNTIME_LIBS : PIPEC_RUNTIME_LIBS);
-  for (char *tok = strtok(libs, " "); tok && n < 60; tok = strtok(NULL, " ")) argv[n++] = tok;
-  argv[n] = NULL;
-  if (!run(argv, d)) return false;
+  if (!(cuda ? build_cuda(prog, o, src, exe, d) : build_c(prog, o, src, exe, d))) return false;
   if (mpi) return true;
   // S = 1: bin/rank0 is the same program (launch.sh runs it).
   const char *r0 = arena_printf(a, "%s/rank0", bindir);

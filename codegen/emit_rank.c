@@ -22,6 +22,11 @@
 // pr_comm_wait_send(c, m) (the slot's buffer is about to be written again). Before the first
 // TIED_SUM every send is waited for; then the exchange receives are posted and the rank's use
 // buffers sent; each stage's step end waits for the buffers its sums read.
+//
+// The CUDA target (--comm mpi) stages every message on the host: each stream has a static host
+// buffer per microbatch, hb<s>[m]; a send downloads the device tensor into it and sends it, a
+// receive lands in it and is uploaded into the device tensor after its wait; a channel between two
+// stages of one rank is a device copy (pr_cu_copy).
 #include <string.h>
 
 #include "emit.h"
@@ -114,6 +119,12 @@ void emit_rank_comm(E *e) {
         i < st->ex_first ? "channel" : "exchange (step end)");
   }
   out(e, "};\n");
+  if (e->cuda) { // the host staging of each stream's messages, one per microbatch
+    out(e, "// Host staging of the messages (CUDA target, host-staged MPI): stream, microbatch.\n");
+    for (int i = 0; i < st->n; i++)
+      out(e, "static char hb%d[NMICRO][%lld];\n", i,
+          (long long)(st->s[i].bytes > 0 ? st->s[i].bytes : 1));
+  }
   out(e,
       "static const PrComm comm = {.rank = %d, .nranks = %d, .report_rank = %d, .save_rank = 0,\n"
       "                            .ch = CH, .nch = %d, .nmicro = NMICRO,\n"
@@ -143,12 +154,15 @@ void emit_rank_loaders(E *e) {
         "static void load_%d(int split, uint64_t seed, int64_t step, int m, int slot) {\n"
         "  (void)split, (void)slot;\n",
         s->v, s->v);
+    bool hx = holds(e, tc->input, s->v), hy = holds(e, tc->target, s->v);
+    const char *X = e->cuda ? cu_in(e, tc->input, hx) : held(e, tc->input, s->v),
+               *Y = e->cuda ? cu_in(e, tc->target, hy) : held(e, tc->target, s->v);
     if (tokens)
-      out(e, "  pr_tokens_batch(&data, split, seed, step, m, MB, SEQ, %s, %s);\n",
-          held(e, tc->input, s->v), held(e, tc->target, s->v));
+      out(e, "  pr_tokens_batch(&data, split, seed, step, m, MB, SEQ, %s, %s);%s\n", X, Y,
+          cu_upload_inputs(e, hx, hy));
     else if (table)
-      out(e, "  pr_table_batch(&data, seed, step, m, MB, %s, %s);\n", held(e, tc->input, s->v),
-          held(e, tc->target, s->v));
+      out(e, "  pr_table_batch(&data, seed, step, m, MB, %s, %s);%s\n", X, Y,
+          cu_upload_inputs(e, hx, hy));
     else
       out(e, "  (void)seed, (void)step, (void)m;\n");
     out(e, "}\n");
@@ -173,8 +187,30 @@ static const char *addr_at(E *e, const Tensor *t, int k) {
 // The copy that is a channel between two stages of this rank: microbatch m (slots m mod K).
 static const char *local_copy(E *e, const Channel *c, int m) {
   const Program *P = e->prog;
-  return arena_printf(e->a, "memcpy(%s, %s, %lld);", addr_at(e, c->dst, m % P->vs[c->to_v].K),
+  return arena_printf(e->a, "%s(%s, %s, %lld);", e->cuda ? "pr_cu_copy" : "memcpy",
+                      addr_at(e, c->dst, m % P->vs[c->to_v].K),
                       addr_at(e, c->t, m % P->vs[c->from_v].K), (long long)c->bytes);
+}
+
+// Where stream s's message for microbatch m is received into / sent from: the tensor itself, or
+// on the CUDA target its host staging.
+static const char *msg_buf(E *e, int s, int m, const Tensor *t) {
+  return e->cuda ? arena_printf(e->a, "hb%d[%d]", s, m) : tid(e, t);
+}
+
+// The send of tensor t on stream s for microbatch m (CUDA: downloaded into its staging first).
+static const char *send_text(E *e, int s, int m, const Tensor *t) {
+  const char *dl = e->cuda ? arena_printf(e->a, "pr_cu_download(hb%d[%d], %s, sizeof hb%d[%d]); ",
+                                          s, m, tid(e, t), s, m)
+                           : "";
+  return arena_printf(e->a, "%spr_comm_send(%d, %d, %s);", dl, s, m, msg_buf(e, s, m, t));
+}
+
+// After the wait of stream s's receive for microbatch m into tensor t: CUDA uploads the staging
+// into the tensor (NULL on the CPU: nothing to do).
+static const char *recv_upload(E *e, int s, int m, const Tensor *t) {
+  if (!e->cuda) return NULL;
+  return arena_printf(e->a, "pr_cu_upload(%s, hb%d[%d], sizeof hb%d[%d]);", tid(e, t), s, m, s, m);
 }
 
 static bool is_local(const E *e, const Channel *c) {
@@ -228,7 +264,7 @@ bool emit_rank_train_step(E *e, Diag *d) {
       const char *text = local ? NULL
                                : in_slot(e, c->to_v, x->m,
                                          arena_printf(e->a, "pr_comm_post_recv(%d, %d, %s);", s,
-                                                      x->m, tid(e, c->dst)));
+                                                      x->m, msg_buf(e, s, x->m, c->dst)));
       if (x->m < K) {
         if (text) append(e, &start, text);
         continue;
@@ -286,7 +322,7 @@ bool emit_rank_train_step(E *e, Diag *d) {
       break;
     case ACT_LOSS:
       out(e, "  %s // LOSS(v%d, m%d)\n",
-          in_slot(e, x->v, x->m, arena_printf(e->a, "loss += %s[0];", tid(e, e->g->loss))), x->v,
+          in_slot(e, x->v, x->m, arena_printf(e->a, "loss += %s;", cu_scalar(e, e->g->loss))), x->v,
           x->m);
       break;
     case ACT_B:
@@ -302,9 +338,7 @@ bool emit_rank_train_step(E *e, Diag *d) {
         break;
       }
       out(e, "  %s // SEND(%s, m%d)\n",
-          in_slot(e, x->ch->from_v, x->m,
-                  arena_printf(e->a, "pr_comm_send(%d, %d, %s);", st->send_of[x->ch->id], x->m,
-                               tid(e, x->ch->t))),
+          in_slot(e, x->ch->from_v, x->m, send_text(e, st->send_of[x->ch->id], x->m, x->ch->t)),
           comment(e, x->ch->t->name), x->m);
       break;
     case ACT_RECV: {
@@ -324,6 +358,8 @@ bool emit_rank_train_step(E *e, Diag *d) {
       }
       out(e, "  pr_comm_wait_recv(%d, %d, %s); // RECV(%s, m%d)\n", st->recv_of[x->ch->id], x->m,
           cstring(e, what), comment(e, x->ch->dst->name), x->m);
+      const char *up = recv_upload(e, st->recv_of[x->ch->id], x->m, x->ch->dst);
+      if (up) out(e, "  %s\n", in_slot(e, x->ch->to_v, x->m, up));
       break;
     }
     case ACT_TIED_SUM:
@@ -331,9 +367,10 @@ bool emit_rank_train_step(E *e, Diag *d) {
         tied_first = false;
         out(e, "  pr_comm_wait_sends();\n");
         for (int k = st->ex_first; k < st->n; k++)
-          if (!st->s[k].send) out(e, "  pr_comm_post_recv(%d, 0, %s);\n", k, tid(e, st->s[k].buf));
+          if (!st->s[k].send)
+            out(e, "  pr_comm_post_recv(%d, 0, %s);\n", k, msg_buf(e, k, 0, st->s[k].buf));
         for (int k = st->ex_first; k < st->n; k++)
-          if (st->s[k].send) out(e, "  pr_comm_send(%d, 0, %s);\n", k, tid(e, st->s[k].buf));
+          if (st->s[k].send) out(e, "  %s\n", send_text(e, k, 0, st->s[k].buf));
       }
       for (int k = st->ex_first; k < st->n; k++) {
         Stream *q = &st->s[k];
@@ -343,6 +380,8 @@ bool emit_rank_train_step(E *e, Diag *d) {
         if (q->send || q->waited || (!read && i != last_tied)) continue;
         q->waited = true;
         out(e, "  pr_comm_wait_recv(%d, 0, %s);\n", k, cstring(e, act_label(e, x)));
+        const char *up = recv_upload(e, k, 0, q->buf);
+        if (up) out(e, "  %s\n", up);
       }
       out(e, "  step_end_%d();\n", x->v);
       if (i == last_tied && st->n > st->ex_first) out(e, "  pr_comm_wait_sends();\n");
@@ -370,8 +409,9 @@ void emit_rank_eval(E *e) {
   int lv = -1; // the stage of this rank with the loss
   for (int i = 0; i < e->rp->nvs; i++)
     if (P->vs[e->rp->vs[i]].has_loss) lv = e->rp->vs[i];
-  const char *X = e->p->offset[x->id] >= 0 ? tid(e, x) : "NULL",
-             *Y = e->p->offset[y->id] >= 0 ? tid(e, y) : "NULL";
+  bool hx = e->p->offset[x->id] >= 0, hy = e->p->offset[y->id] >= 0;
+  const char *X = hx ? cu_in(e, x, true) : "NULL", *Y = hy ? cu_in(e, y, true) : "NULL";
+  const char *up = cu_upload_inputs(e, hx, hy);
   out(e, "// ---- Validation: batches of one evaluation, and one batch's forward across the "
          "stages.\n");
   out(e, "static int64_t eval_batches(int64_t requested) {\n");
@@ -385,16 +425,16 @@ void emit_rank_eval(E *e) {
     out(e,
         "  double weight = 1;\n"
         "  if (!whole) {\n"
-        "    pr_tokens_batch(&data, PR_VAL, 0x5eed, k, 0, MB, SEQ, %s, %s);\n"
+        "    pr_tokens_batch(&data, PR_VAL, 0x5eed, k, 0, MB, SEQ, %s, %s);%s\n"
         "  } else {\n"
-        "    int64_t valid = pr_tokens_val_seq_batch(&data, k, MB, SEQ, %s, %s);\n"
+        "    int64_t valid = pr_tokens_val_seq_batch(&data, k, MB, SEQ, %s, %s);%s\n"
         "    loss_rows = valid;\n    weight = (double)valid;\n  }\n",
-        X, Y, X, Y);
+        X, Y, up, X, Y, up);
   else
     out(e,
-        "  (void)whole;\n  int64_t valid = pr_table_val_batch(&data, k, MB, %s, %s);\n"
+        "  (void)whole;\n  int64_t valid = pr_table_val_batch(&data, k, MB, %s, %s);%s\n"
         "  loss_rows = valid;\n  double weight = (double)valid;\n",
-        X, Y);
+        X, Y, up);
   for (int i = 0; i < e->rp->nvs; i++) {
     int v = e->rp->vs[i];
     for (int c = 0; c < P->nch; c++) {
@@ -405,14 +445,16 @@ void emit_rank_eval(E *e) {
         continue;
       }
       const char *what = cstring(e, arena_printf(e->a, "eval F(v%d)", v));
-      out(e, "  pr_comm_post_recv(%d, 0, %s);\n  pr_comm_wait_recv(%d, 0, %s);\n", st->recv_of[c],
-          tid(e, ch->dst), st->recv_of[c], what);
+      int s = st->recv_of[c];
+      const char *upl = recv_upload(e, s, 0, ch->dst);
+      out(e, "  pr_comm_post_recv(%d, 0, %s);\n  pr_comm_wait_recv(%d, 0, %s);\n%s%s%s", s,
+          msg_buf(e, s, 0, ch->dst), s, what, upl ? "  " : "", upl ? upl : "", upl ? "\n" : "");
     }
     out(e, "  F_%d(0);\n", v);
     for (int c = 0; c < P->nch; c++) {
       const Channel *ch = &P->ch[c];
       if (ch->grad || ch->from_v != v || is_local(e, ch)) continue;
-      out(e, "  pr_comm_send(%d, 0, %s);\n", st->send_of[c], tid(e, ch->t));
+      out(e, "  %s\n", send_text(e, st->send_of[c], 0, ch->t));
     }
   }
   out(e, "  pr_comm_wait_sends();\n  loss_rows = MB;\n  r->weight = weight;\n");
@@ -421,10 +463,11 @@ void emit_rank_eval(E *e) {
   for (int c = 0; lv >= 0 && logits && e->p->offset[logits->id] < 0 && c < P->nch; c++)
     if (P->ch[c].t == logits && P->ch[c].to_v == lv) logits = P->ch[c].dst;
   if (lv >= 0) {
-    out(e, "  r->loss = %s[0];\n", tid(e, loss));
+    out(e, "  r->loss = %s;\n", cu_scalar(e, loss));
     if (classify && e->p->offset[logits->id] >= 0 && e->p->offset[y->id] >= 0)
-      out(e, "  r->correct = pr_count_correct(%s, %s, valid, %lld);\n  r->seen = valid;\n",
-          tid(e, logits), tid(e, y), (long long)logits->shape.d[1].n);
+      out(e, "  r->correct = %s(%s, %s, valid, %lld);\n  r->seen = valid;\n",
+          kernel_name(e, "pr_count_correct"), tid(e, logits), tid(e, y),
+          (long long)logits->shape.d[1].n);
   } else {
     out(e, "  r->loss = 0; // the loss is rank %d's\n", e->prog->nranks - 1);
   }

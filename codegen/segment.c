@@ -53,16 +53,21 @@ static void render(E *e, const Node *n, const char *acc, Call *c) {
   c->n = n;
   c->args = ARENA_ARRAY(e->a, Arg, n->nout + n->nin + 1);
   c->nargs = 0;
-  fprintf(f, "%s(", op->kernel);
+  fprintf(f, "%s(", kernel_name(e, op->kernel)); // pr_cu_ on the CUDA target
   bool first = true;
 #define SEP() (first ? (first = false, "") : ", ")
   if (op->nout == 0) {
-    fprintf(f, "%s(float *const[]){", SEP());
+    // C's compound literal; C++ (nvcc) has none of runtime values: a PtrList temporary
+    // (emit_cuda.c)
+    if (e->cuda)
+      fprintf(f, "%sPtrList<float *, %d>{{", SEP(), n->nout);
+    else
+      fprintf(f, "%s(float *const[]){", SEP());
     for (int k = 0; k < n->nout; k++) {
       fputs(k ? ", " : "", f);
       hole(f, c, tensor_arg(e, n->out[k]));
     }
-    fputs("}", f);
+    fputs(e->cuda ? "}}" : "}", f);
   } else {
     for (int k = 0; k < n->nout; k++) {
       fputs(SEP(), f);
@@ -70,12 +75,15 @@ static void render(E *e, const Node *n, const char *acc, Call *c) {
     }
   }
   if (op->max_in < 0) {
-    fprintf(f, "%s(const float *const[]){", SEP());
+    if (e->cuda)
+      fprintf(f, "%sPtrList<const float *, %d>{{", SEP(), n->nin);
+    else
+      fprintf(f, "%s(const float *const[]){", SEP());
     for (int j = 0; j < n->nin; j++) {
       fputs(j ? ", " : "", f);
       hole(f, c, tensor_arg(e, n->in[j]));
     }
-    fputs("}", f);
+    fputs(e->cuda ? "}}" : "}", f);
   } else {
     for (int j = 0; j < op->max_in; j++) {
       fputs(SEP(), f);
@@ -133,6 +141,8 @@ static void print_straight(E *e, const Call *c) {
     const Arg *a = &c->args[k++];
     if (a->t)
       out(e, "%s", tid(e, a->t));
+    else if (e->cuda) // the device workspace (emit_cuda.c)
+      out(e, "cu_ws");
     else
       out(e, "(acts + %lld%s)", (long long)a->off, slot_term(e, a->sv));
   }
@@ -236,7 +246,9 @@ static void print_loop(E *e, const Call *c, const Group *g, int count) {
         off = arena_printf(e->a, "%lld %s l * %lld", (long long)a->off, stride[col] < 0 ? "-" : "+",
                            (long long)(stride[col] < 0 ? -stride[col] : stride[col]));
       col++;
-      if (a->ctype)
+      if (!a->ctype && e->cuda)
+        out(e, "cu_ws");
+      else if (a->ctype)
         out(e, "(%s *)(%s + %s%s)", a->ctype, region_ptr[a->r], off, slot_term(e, a->sv));
       else
         out(e, "(%s + %s%s)", region_ptr[a->r], off, slot_term(e, a->sv));

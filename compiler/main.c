@@ -42,6 +42,7 @@ typedef struct Driver {
   const char *out_dir;    // -o DIR
   const char *out;        // where codegen writes (out_dir or out/MODEL-NAME)
   const char *target;     // --target
+  const char *cuda_arch;  // --cuda-arch LIST (cuda target; NULL: CMake's PIPEC_CUDA_ARCHS)
   bool march_native;      // --march=native: build the program for this machine
   bool build;             // codegen also builds OUT/bin/train (compile, run)
   char *cmdline;          // the command line as typed (getopt permutes argv)
@@ -164,7 +165,8 @@ static const char *mangle_dir(Arena *a, const char *name) {
 static bool run_codegen(Driver *dr) {
   if (!dr->out)
     dr->out = arena_printf(&dr->arena, "out/%s", mangle_dir(&dr->arena, dr->graph.name));
-  CodegenOptions co = {dr->out, dr->cmdline, dr->model, dr->target, dr->build, dr->march_native};
+  CodegenOptions co = {dr->out,   dr->cmdline,      dr->model,    dr->target,
+                       dr->build, dr->march_native, dr->cuda_arch};
   for (int r = 0; r < dr->prog.nranks; r++)
     if (!codegen_c(&dr->prog, r, &co, &dr->diag)) return false;
   return codegen_launch(&dr->prog, &co, &dr->diag);
@@ -223,10 +225,15 @@ static void dump_plan(Driver *dr, FILE *out) {
   for (int r = 0; r < p->nranks; r++) plan_print_rank(p, r, out);
 }
 
+// The generated programs' extension: "c", or "cu" for the cuda target.
+static const char *src_ext(const Driver *dr) {
+  return strcmp(dr->target, "cuda") == 0 ? "cu" : "c";
+}
+
 // The generated programs, as written: rank0.c, rank1.c, ... one after the other.
 static void dump_codegen(Driver *dr, FILE *out) {
   for (int r = 0; r < dr->prog.nranks; r++) {
-    const char *path = arena_printf(&dr->arena, "%s/rank%d.c", dr->out, r);
+    const char *path = arena_printf(&dr->arena, "%s/rank%d.%s", dr->out, r, src_ext(dr));
     FILE *f = fopen(path, "rb");
     if (!f) {
       diag_error(&dr->diag, (Loc){0, 0}, "cannot read '%s': %s", path, strerror(errno));
@@ -332,7 +339,12 @@ static void usage(FILE *f) {
       "  -o, --output DIR         where the codegen pass writes the program (compile, run,\n"
       "                           --dump-after=codegen; default out/MODEL-NAME; created with\n"
       "                           missing parents)\n"
-      "      --target TARGET      code generation target: cpu (default)\n"
+      "      --target TARGET      code generation target: cpu (default), cuda (one .cu\n"
+      "                           program per rank built with nvcc; docs/cuda.md)\n"
+      "      --cuda-arch LIST     cuda: GPU compute capabilities of the fat binary (default\n"
+      "                           80,90)\n"
+      "      --comm mpi           the transport of a pipeline's messages (S > 1): mpi\n"
+      "                           (default; on the cuda target host-staged)\n"
       "      --march=native       build the program for this machine's CPU (faster; the same\n"
       "                           numbers; may not run on another machine). Default: portable\n"
       "                           x86-64\n"
@@ -364,6 +376,20 @@ static void usage(FILE *f) {
         "Exit status: 0 ok, 1 error in the model, 2 usage error.\n"
         "Model format: docs/model-format.md. Ops: docs/ops.md.\n",
         f);
+}
+
+// --cuda-arch: numbers separated by single commas (each becomes -gencode arch=compute_X,code=sm_X).
+static bool arch_list_ok(const char *s) {
+  bool digit = false; // the current number has a digit
+  for (; *s; s++) {
+    if (isdigit((unsigned char)*s))
+      digit = true;
+    else if (*s == ',' && digit)
+      digit = false;
+    else
+      return false;
+  }
+  return digit;
 }
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -500,12 +526,12 @@ static int finish_plan(Driver *dr) {
 static int finish_compile(Driver *dr) {
   int S = dr->prog.nranks;
   if (S == 1)
-    fprintf(stderr, "pipec: wrote %s/rank0.c and %s/bin/train\n", dr->out, dr->out);
+    fprintf(stderr, "pipec: wrote %s/rank0.%s and %s/bin/train\n", dr->out, src_ext(dr), dr->out);
   else
     fprintf(stderr,
-            "pipec: wrote %s/rank0.c .. rank%d.c, %s/bin/rank0 .. rank%d and %s/launch.sh (%d "
+            "pipec: wrote %s/rank0.%s .. rank%d.%s, %s/bin/rank0 .. rank%d and %s/launch.sh (%d "
             "ranks)\n",
-            dr->out, S - 1, dr->out, S - 1, dr->out, S);
+            dr->out, src_ext(dr), S - 1, src_ext(dr), dr->out, S - 1, dr->out, S);
   return 0;
 }
 
@@ -591,6 +617,8 @@ int main(int argc, char **argv) {
       {"mem-cap", required_argument, NULL, 'C'},
       {"schedule", required_argument, NULL, 'K'},
       {"virtual", required_argument, NULL, 'v'},
+      {"cuda-arch", required_argument, NULL, 'G'},
+      {"comm", required_argument, NULL, 'M'},
       {NULL, 0, NULL, 0},
   };
   Driver dr = {0};
@@ -633,6 +661,18 @@ int main(int argc, char **argv) {
       break;
     case 'T':
       dr.target = optarg;
+      break;
+    case 'G':
+      if (!arch_list_ok(optarg))
+        RETURN(
+            usage_error("--cuda-arch: expected compute capabilities like 80,90, got '%s'", optarg));
+      dr.cuda_arch = optarg;
+      break;
+    case 'M':
+      if (strcmp(optarg, "mpi") != 0)
+        RETURN(usage_error("--comm: unknown transport '%s' (available: mpi; nccl is not built "
+                           "yet, docs/cuda.md)",
+                           optarg));
       break;
     case 'A':
       if (strcmp(optarg, "native") != 0)
@@ -743,8 +783,15 @@ int main(int argc, char **argv) {
     rc = usage_error("unknown command '%s' (check, print, plan, compile, run)", dr.command);
   else if (npos < 2)
     rc = usage_error("'%s' needs a model file", dr.command);
-  else if (strcmp(dr.target, "cpu") != 0)
-    rc = usage_error("--target: unknown target '%s' (available: cpu)", dr.target);
+  else if (strcmp(dr.target, "cpu") != 0 && strcmp(dr.target, "cuda") != 0)
+    rc = usage_error("--target: unknown target '%s' (available: cpu, cuda)", dr.target);
+  else if (codegen_target_missing(dr.target))
+    rc = usage_error("--target cuda: %s", codegen_target_missing(dr.target));
+  else if (dr.cuda_arch && strcmp(dr.target, "cuda") != 0)
+    rc = usage_error("%s", "--cuda-arch needs --target cuda");
+  else if (dr.march_native && strcmp(dr.target, "cuda") == 0)
+    rc = usage_error("%s", "--march=native is for the cpu target (the cuda program's host code "
+                           "is not the hot path)");
   else if (dr.out_dir && !*dr.out_dir)
     rc = usage_error("%s", "-o: the output directory is an empty string");
   else if (dr.nprog_args && strcmp(dr.command, "run") != 0)

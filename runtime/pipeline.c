@@ -20,7 +20,7 @@
 void pr_pipe_start(PrPipe *pp, const PrProgram *p) {
   const PrComm *c = p->comm;
   int n = p->nparams, w = n + 2;
-  *pp = (PrPipe){.c = c, .params = p->params, .n = n};
+  *pp = (PrPipe){.c = c, .params = p->params, .n = n, .dev = p->device};
   pp->mine = calloc((size_t)w, sizeof(double));
   pp->all = calloc((size_t)w * (size_t)c->nranks, sizeof(double));
   pp->layout = calloc((size_t)n + 1, 1);
@@ -57,9 +57,12 @@ void pr_pipe_step_end(PrPipe *pp, double local_loss, double *loss, double *norm2
   int bad = -1;
   for (int i = 0; i < n; i++) {
     const PrParam *q = &pp->params[i];
-    double s = q->home == c->rank && q->grad ? pr_sumsq(q->grad, q->n) : 0;
+    bool mine = q->home == c->rank && q->grad;
+    double s = !mine ? 0 : pp->dev ? pp->dev->sumsq(q->grad, q->n) : pr_sumsq(q->grad, q->n);
     pp->mine[1 + i] = s;
-    if (!isfinite(s) && bad < 0) { // NaN/inf in the gradient, or only an overflow of the sum
+    if (!isfinite(s) && bad < 0 && pp->dev) { // a device sum: a non-finite element (no overflow)
+      bad = i;
+    } else if (!isfinite(s) && bad < 0) { // NaN/inf in the gradient, or only an overflow of the sum
       PrGrad g = {q->name, q->grad, q->n};
       if (pr_first_nonfinite_grad(&g, 1) == 0) bad = i;
     }

@@ -13,6 +13,7 @@ typedef struct PrPipe {
   double *mine;          // this rank's all-gather contribution (n + 2)
   double *all;           // every rank's (nranks * (n + 2))
   unsigned char *layout; // per parameter: PR_PIPE_* flags, as its home rank has them
+  const PrDevice *dev;   // a device program's sums of squares (NULL: the CPU's pr_sumsq)
 } PrPipe;
 
 // What q carries on this rank: PR_PIPE_* flags.

@@ -481,6 +481,31 @@ typedef struct PrEvalBatch {
   int64_t seen;    // rows whose predictions were counted (0: no accuracy)
 } PrEvalBatch;
 
+// The device side of pr_main for a device program (a CUDA program: pr_device_cuda of
+// runtime/cuda/trainloop_cuda.cu, in libpipert_cuda.a; PrProgram.device NULL: the CPU, which
+// calls its own kernels directly). Its regions are device memory; pr_main keeps a host mirror of
+// the parameter and optimizer regions (allocated before training) for fresh initialisation and
+// the checkpoints, and runs the step end's norm, checks, clipping and optimizer through this table
+// over the device parameters. The kernels' signatures are the CPU's (pipert_cuda.h).
+typedef struct PrDevice {
+  const char *name; // "cuda"
+  // Selects this rank's device and checks it before any region: a GPU at all, plan_bytes (the
+  // regions and the scratch pool) against its free memory; creates the pool (scratch bytes).
+  void (*start)(uint64_t plan_bytes, size_t scratch);
+  void *(*alloc_region)(const char *what, size_t bytes); // zeroed device memory
+  void (*free_region)(void *p);
+  void (*upload)(void *dev, const void *host, size_t bytes);
+  void (*download)(void *host, const void *dev, size_t bytes);
+  double (*sumsq)(const float *g, int64_t n); // the sum of squares in double (waits for it)
+  void (*scale_inplace)(float *g, int64_t n, float factor);
+  void (*adamw_step)(float *p, const float *g, float *m, float *v, int64_t n, double lr,
+                     double beta1, double beta2, double eps, double weight_decay, int64_t t);
+  void (*sgd_step)(float *p, const float *g, float *buf, int64_t n, double lr, double momentum,
+                   double weight_decay, int64_t t);
+  void (*check_status)(void); // stops on a bad id a kernel found this step (before the update)
+  void (*finish)(void);       // waits for the device, frees its pool (end of the run)
+} PrDevice;
+
 typedef struct PrProgram {
   const char *doc;                       // --help's description
   const char *plan;                      // the memory plan as text (printed unless --quiet)
@@ -512,7 +537,9 @@ typedef struct PrProgram {
   void (*gradcheck_begin)(const PrOptions *o);
   void (*gradcheck_grads)(void);
   double (*gradcheck_loss)(void);
-  const PrComm *comm; // the pipeline's messages (NULL: one rank, no communication at all)
+  const PrComm *comm;     // the pipeline's messages (NULL: one rank, no communication at all)
+  const PrDevice *device; // a device program's runtime side (NULL: the CPU)
+  size_t (*device_scratch)(void); // device programs: bytes of the kernels' scratch pool
 } PrProgram;
 
 // The whole run of a generated program: arguments, regions, --gradcheck, data, resume/init, the

@@ -14,6 +14,14 @@
 // (gathered from the home ranks into a staging buffer allocated before training); --init and
 // --resume read on every rank what it holds. Every line is prefixed "[rank r] " (prefix.c).
 //
+// A device program (PrProgram.device set: the CUDA target) runs the same loop with its regions in
+// device memory: the step end's norm (a device sum of squares per parameter, summed here in
+// canonical order), checks, clipping and optimizer go through the device table over the device
+// parameters; fresh parameters are initialised into a host mirror of the parameter region (the
+// same per-name seeded values as the CPU's) and uploaded; --init, --resume and --save read and
+// write the host mirrors of the parameter and optimizer regions, uploaded after a load and
+// downloaded before a save. The mirrors are allocated before training.
+//
 // The runtime knows no graph: every generated function is straight-line kernel calls. Everything
 // this file allocates is allocated before the first step (no heap allocation inside a step).
 #include "pipeline.h"
@@ -37,6 +45,8 @@ typedef struct Trainer {
 static double step_end(const Trainer *t, int64_t step, double loss, double lr) {
   const PrProgram *p = t->p;
   const PrOptimizer *o = &p->opt;
+  const PrDevice *dv = p->device;
+  if (dv) dv->check_status(); // an id outside the vocabulary found by a kernel this step
   // Squared global norm over all parameters, summed in canonical order; a non-finite loss or
   // norm stops the program before the update.
   double norm2;
@@ -45,25 +55,38 @@ static double step_end(const Trainer *t, int64_t step, double loss, double lr) {
     pr_pipe_step_end(t->pipe, loss, &loss, &norm2, &bad);
     if (!isfinite(loss) || !isfinite(norm2)) pr_pipe_await_abort(p->comm);
     pr_check_step_named(step + 1, loss, norm2, bad >= 0 ? p->params[bad].name : NULL);
+  } else if (dv) { // a double sum of float squares cannot overflow: non-finite means a bad element
+    int bad = -1;
+    norm2 = 0;
+    for (int i = 0; i < p->nparams; i++) {
+      if (!t->grads[i].g) continue;
+      double s = dv->sumsq(t->grads[i].g, t->grads[i].n);
+      norm2 += s;
+      if (!isfinite(s) && bad < 0) bad = i;
+    }
+    pr_check_step_named(step + 1, loss, norm2, bad >= 0 ? p->params[bad].name : NULL);
   } else {
     norm2 = pr_grad_norm2(t->grads, p->nparams);
     pr_check_step(step + 1, loss, norm2, t->grads, p->nparams);
   }
+  // The CPU's kernels, or their device twins (the same arguments).
+  void (*scale)(float *, int64_t, float) = dv ? dv->scale_inplace : pr_scale_inplace;
   if (o->grad_clip > 0) { // as torch.nn.utils.clip_grad_norm_
     double norm = sqrt(norm2), coef = o->grad_clip / (norm + 1e-6);
     if (coef < 1)
       for (int i = 0; i < p->nparams; i++)
-        if (p->params[i].grad) pr_scale_inplace(p->params[i].grad, p->params[i].n, (float)coef);
+        if (p->params[i].grad) scale(p->params[i].grad, p->params[i].n, (float)coef);
   }
   for (int i = 0; i < p->nparams; i++) {
     const PrParam *q = &p->params[i];
     if (!q->grad || !q->data) continue;
     double wd = q->decay ? o->weight_decay : 0.0;
     if (o->kind == PR_ADAMW)
-      pr_adamw_step(q->data, q->grad, q->m, q->v, q->n, lr, o->beta1, o->beta2, o->eps, wd,
-                    step + 1);
+      (dv ? dv->adamw_step : pr_adamw_step)(q->data, q->grad, q->m, q->v, q->n, lr, o->beta1,
+                                            o->beta2, o->eps, wd, step + 1);
     else
-      pr_sgd_step(q->data, q->grad, q->m, q->n, lr, o->momentum, wd, step + 1);
+      (dv ? dv->sgd_step : pr_sgd_step)(q->data, q->grad, q->m, q->n, lr, o->momentum, wd,
+                                        step + 1);
   }
   return loss;
 }
@@ -106,23 +129,65 @@ static const char *state_name(char **buf, const char *prefix, const char *name) 
 // stops the program with pr_fail's exit(1) at any point, and this memory is then still in use,
 // not leaked.
 static struct {
-  PrTensorRef *refs;  // checkpoint: every parameter
-  PrTensorRef *orefs; // checkpoint: the optimizer state
-  bool *tied;         // checkpoint: per parameter, tied to an earlier one
-  PrGrad *grads;      // the step checks' view of the gradients
-  char *names;        // the optimizer state's names
-  double *step_ms;    // step times
-  int *oparam;        // pipeline: the parameter of each optimizer ref
-  PrTensorRef *srefs; // pipeline, --save: refs and orefs (the save rank's staged, save_refs)
-  int *sparam;        // pipeline, --save: the parameter of each of srefs
-  float *staging;     // pipeline, save rank: the staging buffer
-  PrPipe pipe;        // pipeline: the step end's state
+  PrTensorRef *refs;         // checkpoint: every parameter
+  PrTensorRef *orefs;        // checkpoint: the optimizer state
+  bool *tied;                // checkpoint: per parameter, tied to an earlier one
+  PrGrad *grads;             // the step checks' view of the gradients
+  char *names;               // the optimizer state's names
+  double *step_ms;           // step times
+  int *oparam;               // pipeline: the parameter of each optimizer ref
+  PrTensorRef *srefs;        // pipeline, --save: refs and orefs (the save rank's staged, save_refs)
+  int *sparam;               // pipeline, --save: the parameter of each of srefs
+  float *staging;            // pipeline, save rank: the staging buffer
+  PrPipe pipe;               // pipeline: the step end's state
+  char *mirror[PR_NREGIONS]; // device programs: host mirrors of the params and optimizer regions
 } run;
 
 static void release(const PrProgram *p) {
   if (p->release_data) p->release_data();
-  for (int r = 0; r < PR_NREGIONS; r++) pr_free_region(*p->region[r]);
+  for (int r = 0; r < PR_NREGIONS; r++) {
+    if (p->device)
+      p->device->free_region(*p->region[r]);
+    else
+      pr_free_region(*p->region[r]);
+    pr_free_region(run.mirror[r]);
+    run.mirror[r] = NULL;
+  }
+  if (p->device) p->device->finish();
   pr_release_scratch();
+}
+
+// Device programs: where the host mirror holds what dev (in region r, or NULL) points at.
+static float *host_of(const PrProgram *p, int r, float *dev) {
+  if (!dev || !p->device) return dev;
+  return (float *)(run.mirror[r] + ((char *)dev - *p->region[r]));
+}
+
+// Device programs: the parameter and optimizer regions to the device (after a load or a fresh
+// initialisation) or back from it (before a save).
+enum { MIRRORED_PARAMS = 0, MIRRORED_OPTIM = 2 }; // the regions with host mirrors
+static void sync_state(const PrProgram *p, bool to_device) {
+  static const int mirrored[2] = {MIRRORED_PARAMS, MIRRORED_OPTIM};
+  for (int k = 0; k < 2; k++) {
+    int r = mirrored[k];
+    size_t bytes = (size_t)p->region_bytes[r];
+    if (to_device)
+      p->device->upload(*p->region[r], run.mirror[r], bytes);
+    else
+      p->device->download(run.mirror[r], *p->region[r], bytes);
+  }
+}
+
+// Device programs: fresh parameters, each the CPU's pure function of (seed, name), computed by the
+// generated init_params into the host mirror (the table points there while it runs).
+static void init_on_host(const PrProgram *p, uint64_t seed) {
+  for (int i = 0; i < p->nparams; i++)
+    p->params[i].data = host_of(p, MIRRORED_PARAMS, p->params[i].data);
+  p->init_params(seed);
+  for (int i = 0; i < p->nparams; i++)
+    if (p->params[i].data)
+      p->params[i].data = (float *)(*p->region[MIRRORED_PARAMS] +
+                                    ((char *)p->params[i].data - run.mirror[MIRRORED_PARAMS]));
 }
 
 static int64_t numel_of(const PrTensorRef *r) {
@@ -178,14 +243,31 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
     }
   }
   pr_set_threads(o.threads);
+  const PrDevice *dv = p->device;
+  prCheck(!dv || !o.gradcheck,
+          "run --gradcheck on the CPU program of the model (pipec compile without --target): the "
+          "gradients are the same",
+          "--gradcheck runs on the CPU target only; this is a %s program", dv ? dv->name : "");
   if (!o.quiet) fputs(p->plan, stdout);
   uint64_t plan_bytes = 0;
   for (int r = 0; r < PR_NREGIONS; r++) plan_bytes += (uint64_t)p->region_bytes[r];
-  pr_check_plan_memory(plan_bytes);
+  if (dv) { // the device, its memory against the plan and the pool, before any region
+    size_t scratch = p->device_scratch ? p->device_scratch() : 0;
+    dv->start(plan_bytes + scratch, scratch);
+  } else {
+    pr_check_plan_memory(plan_bytes);
+  }
   static const char *const region_names[PR_NREGIONS] = {"params", "grads", "optimizer",
                                                         "activations"};
   for (int r = 0; r < PR_NREGIONS; r++)
-    *p->region[r] = pr_alloc_region(region_names[r], (size_t)p->region_bytes[r]);
+    *p->region[r] = dv ? dv->alloc_region(region_names[r], (size_t)p->region_bytes[r])
+                       : pr_alloc_region(region_names[r], (size_t)p->region_bytes[r]);
+  if (dv) { // the host mirrors of the regions the checkpoints and the initialisation read
+    run.mirror[MIRRORED_PARAMS] =
+        pr_alloc_region("params (host mirror)", (size_t)p->region_bytes[MIRRORED_PARAMS]);
+    run.mirror[MIRRORED_OPTIM] =
+        pr_alloc_region("optimizer state (host mirror)", (size_t)p->region_bytes[MIRRORED_OPTIM]);
+  }
   p->setup();
   if (o.gradcheck) {
     int rc = pr_gradcheck_program(p, &o);
@@ -220,18 +302,20 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   int nopt = 0;
   for (int i = 0; i < n; i++) {
     const PrParam *q = &p->params[i];
-    refs[i] = (PrTensorRef){q->name, q->data, q->rank, {0}};
+    refs[i] = (PrTensorRef){q->name, host_of(p, MIRRORED_PARAMS, q->data), q->rank, {0}};
     memcpy(refs[i].shape, q->shape, sizeof refs[i].shape);
     tied[i] = q->tied;
     t.grads[i] = (PrGrad){q->name, q->grad, q->n};
     unsigned char has = comm ? run.pipe.layout[i] : pr_pipe_flags(q);
     if (!(has & PR_PIPE_M)) continue;
     oparam[nopt] = i;
-    orefs[nopt] = (PrTensorRef){state_name(&names, "m.", q->name), q->m, q->rank, {0}};
+    orefs[nopt] = (PrTensorRef){
+        state_name(&names, "m.", q->name), host_of(p, MIRRORED_OPTIM, q->m), q->rank, {0}};
     memcpy(orefs[nopt++].shape, q->shape, sizeof q->shape);
     if (has & PR_PIPE_V) {
       oparam[nopt] = i;
-      orefs[nopt] = (PrTensorRef){state_name(&names, "v.", q->name), q->v, q->rank, {0}};
+      orefs[nopt] = (PrTensorRef){
+          state_name(&names, "v.", q->name), host_of(p, MIRRORED_OPTIM, q->v), q->rank, {0}};
       memcpy(orefs[nopt++].shape, q->shape, sizeof q->shape);
     }
   }
@@ -248,9 +332,12 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
     start = pr_checkpoint_resume(o.resume, &ck);
   } else if (o.init) {
     pr_checkpoint_init(o.init, &ck);
+  } else if (dv) {
+    init_on_host(p, o.seed);
   } else {
     p->init_params(o.seed);
   }
+  if (dv) sync_state(p, true);
   PrLrSchedule lrs = {o.lr, o.min_lr, p->warmup, p->decay_steps};
   FILE *loss_log = o.loss_log && saver ? fopen(o.loss_log, "w") : NULL;
   prCheck(!o.loss_log || !saver || loss_log, "check the directory exists and is writable",
@@ -297,6 +384,7 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   free(step_ms);
   run.step_ms = NULL;
   if (o.save) {
+    if (dv) sync_state(p, false);
     // Every tensor the save rank lacks comes from its home rank, in file order.
     if (comm) pr_pipe_transfer(&run.pipe, srefs, run.sparam, n + nopt);
     if (saver) {

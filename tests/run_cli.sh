@@ -66,7 +66,10 @@ expect set-unknown 1 "^samples/mlp_digits.json: error: --set frob=1: expected KE
 expect set-range 1 "^samples/mlp_digits.json: error: --set batch=0: must be from 1 to" "$pipec" plan --batch 0 samples/mlp_digits.json
 expect batch-not-multiple 1 "^samples/mlp_digits.json: error: training: batch 10 is not a multiple of microbatches 4$" \
   "$pipec" plan --batch 10 --microbatches 4 samples/mlp_digits.json
-expect bad-target 2 "^pipec: --target: unknown target 'gpu' \(available: cpu\)" "$pipec" compile --target gpu samples/mlp_digits.json
+expect bad-target 2 "^pipec: --target: unknown target 'gpu' \(available: cpu, cuda\)$" "$pipec" compile --target gpu samples/mlp_digits.json
+expect cuda-arch-bad 2 "^pipec: --cuda-arch: expected compute capabilities like 80,90, got '80,,90'$" "$pipec" compile --target cuda --cuda-arch 80,,90 samples/mlp_digits.json
+expect cuda-arch-cpu 2 "^pipec: --cuda-arch needs --target cuda$" "$pipec" compile --cuda-arch 80 samples/mlp_digits.json
+expect comm-nccl 2 "^pipec: --comm: unknown transport 'nccl' \(available: mpi; nccl is not built yet, docs/cuda.md\)$" "$pipec" compile --comm nccl samples/mlp_digits.json
 expect march-unknown 2 "^pipec: --march: unknown value 'skylake' \(available: native\)$" "$pipec" compile --march=skylake samples/mlp_digits.json
 expect march-missing 2 "^pipec: option '--march' needs an argument$" "$pipec" compile samples/mlp_digits.json --march
 "$pipec" --help | grep -q -- '--march=native' && pass=$((pass + 1)) || { echo "FAIL --help does not mention --march=native"; fail=$((fail + 1)); }

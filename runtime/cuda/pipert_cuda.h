@@ -1,6 +1,6 @@
 // pipert_cuda.h: the device side of libpipert (libpipert_cuda.a, built only where CMake finds
-// nvcc): what the CUDA programs that `pipec compile --target cuda` will emit call. Codegen does not
-// emit them yet (docs/cuda.md); tests/cuda/ checks every kernel here against its CPU twin.
+// nvcc): what the CUDA programs that `pipec compile --target cuda` emit call (docs/cuda.md);
+// tests/cuda/ checks every kernel here against its CPU twin.
 //
 // Conventions are pipert.h's, with device pointers: kernels take outputs first, then inputs, then
 // sizes and scalars; tensors are dense, row-major, float32 unless noted, ids int32; `acc` = 1
@@ -65,6 +65,11 @@ void pr_cu_upload(void *dst_dev, const void *src_host, size_t bytes);
 void pr_cu_download(void *dst_host, const void *src_dev, size_t bytes);
 // Synchronises and stops the program if a kernel raised a flag (an id outside [0, V)).
 void pr_cu_check_status(void);
+
+// The device table of pr_main (trainloop_cuda.cu; PrDevice in pipert.h): a generated CUDA
+// program sets PrProgram.device = &pr_device_cuda.
+typedef struct PrDevice PrDevice;
+extern const PrDevice pr_device_cuda;
 
 // ---------------------------------------------------------------------------------------------
 // GEMMs (cuda_gemm.cu): cuBLAS, row-major through the transposed column-major call.

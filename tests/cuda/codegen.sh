@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The CUDA target's code generation (codegen/emit_cuda.c and the shared printer), without a GPU:
+# every sample (samples/*.json) compiles with `pipec compile --target cuda` into rank<r>.cu
+# programs that nvcc builds and links with warnings as errors (pipec runs nvcc: a failure is its
+# exit status), at S = 1 (bin/train) and at S = 2 over the host-staged MPI transport
+# (--comm mpi, bin/rank0 and bin/rank1); every call of a generated program into the runtime is a
+# pr_cu_ kernel or one of the host-side functions it needs (data loaders, the fresh
+# initialisation into the host mirror, the message transport, pr_main); and, where no GPU is
+# usable (CI), the programs stop before any work with the runtime's no-device error, exit 1, and
+# its HINT (a rank of the pipeline too). Registered only where CMake found the toolkit.
+# Usage: codegen.sh PIPEC ROOT
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/../e2e/lib.sh"
+pipec=$1
+root=$2
+cd "$root" || exit 1
+data=$root/../shared/data
+# The runtime functions a generated .cu program may call besides the pr_cu_ ones.
+host_re='^pr_(cu_[a-z0-9_]+|main|comm_(post_recv|wait_recv|send|wait_send|wait_sends)|init_(zeros|ones|normal|uniform|xavier)|tokens_(open_text|open_u16|check_windows|check_ids|batch|val_batches|val_seq_batch|close)|table_(open_csv|open_npy|batch|val_batch|val_batches|close))\($'
+no_gpu=1
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  no_gpu=0
+fi
+for model in samples/*.json; do
+  name=$(basename "$model" .json)
+  for S in 1 2; do
+    out=$tmp/$name.$S
+    opts=(--target cuda -o "$out")
+    [ "$S" -gt 1 ] && opts+=(--stages "$S" --comm mpi)
+    if ! "$pipec" compile "$model" "${opts[@]}" >"$tmp/log" 2>&1; then
+      bad "$name S=$S: pipec compile --target cuda failed: $(grep -m3 -E 'error' "$tmp/log")"
+      continue
+    fi
+    ok
+    for r in $(seq 0 $((S - 1))); do
+      check "$name S=$S: rank$r.cu written" test -s "$out/rank$r.cu"
+      check "$name S=$S: bin/rank$r built" test -x "$out/bin/rank$r"
+      # Every pr_ call: a pr_cu_ kernel or an allowed host function; no CPU kernel, no memcpy.
+      others=$(grep -o '\bpr_[a-z0-9_]*(' "$out/rank$r.cu" | sort -u | grep -Ev "$host_re")
+      check "$name S=$S rank$r: only pr_cu_ kernels (found: ${others:-none})" test -z "$others"
+      check "$name S=$S rank$r: no host memcpy" bash -c "! grep -q 'memcpy(' '$out/rank$r.cu'"
+      check "$name S=$S rank$r: kernels run on the device" grep -q 'pr_cu_linear_fwd(' "$out/rank$r.cu"
+    done
+    [ "$S" -eq 1 ] && check "$name: bin/train built" test -x "$out/bin/train"
+    check "$name S=$S: the program's table names the device" grep -q '\.device = &pr_device_cuda' "$out/rank0.cu"
+  done
+done
+# --cuda-arch: one of the runtime's architectures builds; another is refused (the kernels are the
+# library's, built for PIPEC_CUDA_ARCHS, default 80;90).
+expect "--cuda-arch 90" 0 '' "$pipec" compile samples/mlp_digits.json --target cuda --cuda-arch 90 \
+  -o "$tmp/arch90"
+check "--cuda-arch 90: built" test -x "$tmp/arch90/bin/train"
+"$pipec" compile samples/mlp_digits.json --target cuda --cuda-arch 80,75 -o "$tmp/arch75" \
+  >/dev/null 2>"$tmp/err"
+check "--cuda-arch 80,75: exit 1 (got $?)" test $? -eq 1
+check "--cuda-arch 80,75: the error names 75 and the runtime's list" grep -qE \
+  '^samples/mlp_digits.json: error: --cuda-arch 75: the CUDA runtime \(libpipert_cuda.a\) was built for [0-9,]+ only; rebuild pipec with -DPIPEC_CUDA_ARCHS=' \
+  "$tmp/err"
+# Without a GPU the programs stop before any work with the runtime's no-device error (rank 0 of
+# a one-rank program; each rank of a pipeline run directly, as mpirun would start them).
+if [ "$no_gpu" -eq 1 ]; then
+  args=(--steps 2 --quiet --data "$data/tinyshakespeare.txt")
+  no_dev='^cuda_device\.cu:[0-9]+: rank 0: error: no CUDA device: '
+  expect "gpt_char S=1: no device" 1 "$no_dev" "$tmp/gpt_char.1/bin/train" "${args[@]}"
+  check "gpt_char S=1: the hint" grep -q '^HINT: run on a machine with an NVIDIA GPU' "$tmp/err"
+  expect "mlp_digits S=1: no device" 1 "$no_dev" "$tmp/mlp_digits.1/bin/train" --steps 2 --quiet \
+    --data "$data/digits.csv.gz"
+  if command -v mpirun >/dev/null 2>&1; then
+    launch=$tmp/gpt_char.2/launch.sh
+    "$launch" "${args[@]}" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    check "gpt_char S=2: the job fails (exit $rc)" test "$rc" -ne 0
+    check "gpt_char S=2: a rank names the missing device" \
+      grep -qE '^\[rank [01]\] cuda_device\.cu:[0-9]+: rank [01]: error: no CUDA device: ' "$tmp/err"
+  fi
+else
+  echo "a GPU is present: the no-device checks are scripts/gpu-check.sh's end-to-end runs"
+fi
+finish
