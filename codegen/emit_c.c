@@ -644,6 +644,16 @@ bool codegen_check_target(const Graph *g, const char *target, Diag *d) {
   return true;
 }
 
+// Whether pipec was built with Open MPI, which rank programs of several ranks link; else an error.
+static bool have_mpi(const Program *prog, Diag *d) {
+  if (*runtime_mpi_lib()) return true;
+  diag_error(d, (Loc){0, 0},
+             "%d stages: the rank programs need Open MPI, which pipec was built without "
+             "(apt-get install libopenmpi-dev openmpi-bin, then rebuild pipec)",
+             prog->nranks);
+  return false;
+}
+
 // nvcc over the generated rank<r>.cu: a fat binary for o->cuda_arch (default PIPEC_CUDA_ARCHS),
 // warnings as errors, linked with the device runtime before libpipert (it calls into it), MPI's
 // transport first at S > 1, then cuBLAS / the CUDA runtime and libpipert's libraries (host-compiler
@@ -652,13 +662,7 @@ static bool build_cuda(const Program *prog, const CodegenOptions *o, const char 
                        const char *exe, Diag *d) {
   Arena *a = prog->g->arena;
   bool mpi = prog->nranks > 1;
-  if (mpi && !*runtime_mpi_lib()) {
-    diag_error(d, (Loc){0, 0},
-               "%d stages: the rank programs need Open MPI, which pipec was built without "
-               "(apt-get install libopenmpi-dev openmpi-bin, then rebuild pipec)",
-               prog->nranks);
-    return false;
-  }
+  if (mpi && !have_mpi(prog, d)) return false;
   char *argv[128];
   int n = 0;
   argv[n++] = (char *)cuda_setting("PIPEC_NVCC", PIPEC_NVCC);
@@ -738,13 +742,7 @@ static bool build_c(const Program *prog, const CodegenOptions *o, const char *sr
   argv[n++] = (char *)src;
   argv[n++] = "-o";
   argv[n++] = (char *)exe;
-  if (mpi && !*runtime_mpi_lib()) {
-    diag_error(d, (Loc){0, 0},
-               "%d stages: the rank programs need Open MPI, which pipec was built without "
-               "(apt-get install libopenmpi-dev openmpi-bin, then rebuild pipec)",
-               prog->nranks);
-    return false;
-  }
+  if (mpi && !have_mpi(prog, d)) return false;
   if (mpi) argv[n++] = (char *)runtime_mpi_lib(); // before libpipert: it calls into it
   argv[n++] = (char *)runtime_lib(o->march_native);
   // Libraries libpipert (and libpipert_mpi: MPI's) needs, from pkg-config at pipec's build time.
