@@ -229,14 +229,11 @@ static const char *act_label(E *e, const Action *x) {
 
 // The action of this rank's list that makes channel c's tensor for microbatch m: F for an
 // activation; B for a gradient contribution (W when B and W are split and a W node makes it).
-static int producing_action(const E *e, const Channel *c, int m) {
+// at[k] holds, per (v, m) at v * M + m, the index of this rank's action of kind F, B, W (k 0..2).
+static int producing_action(const E *e, int *const at[3], const Channel *c, int m) {
   const Node *pn = c->t->producer;
-  ActionKind k = !c->grad ? ACT_F : e->prog->split_bw && pn && pn->role == ROLE_WGT ? ACT_W : ACT_B;
-  for (int i = 0; i < e->rp->nacts; i++) {
-    const Action *x = &e->rp->acts[i];
-    if (x->kind == k && x->v == c->from_v && x->m == m) return i;
-  }
-  return -1;
+  int k = !c->grad ? 0 : e->prog->split_bw && pn && pn->role == ROLE_WGT ? 2 : 1;
+  return at[k][(size_t)c->from_v * e->prog->M + m];
 }
 
 static bool internal(E *e, Diag *d, const char *what) {
@@ -253,6 +250,19 @@ bool emit_rank_train_step(E *e, Diag *d) {
     return internal(e, d, "its actions do not end with NORM, OPT");
   char **pre = ARENA_ARRAY(e->a, char *, n + 1), **post = ARENA_ARRAY(e->a, char *, n + 1);
   char *start = NULL;
+  // Per (v, m): the last action (where the slot frees) and this rank's F, B and W, in one pass.
+  size_t nvm = (size_t)P->nv * P->M;
+  int *last = ARENA_ARRAY(e->a, int, nvm + 1), *at[3];
+  schedule_last_actions(P, last);
+  for (int k = 0; k < 3; k++) {
+    at[k] = ARENA_ARRAY(e->a, int, nvm + 1);
+    for (size_t j = 0; j < nvm; j++) at[k][j] = -1;
+  }
+  for (int i = 0; i < n; i++) {
+    const Action *x = &rp->acts[i];
+    int k = x->kind == ACT_F ? 0 : x->kind == ACT_B ? 1 : x->kind == ACT_W ? 2 : -1;
+    if (k >= 0) at[k][(size_t)x->v * P->M + x->m] = i;
+  }
   for (int i = 0; i < n; i++) {
     const Action *x = &rp->acts[i];
     if (x->kind == ACT_RECV) { // post as early as the slot allows
@@ -271,21 +281,19 @@ bool emit_rank_train_step(E *e, Diag *d) {
       }
       // The slot is free after the last action of m - K on the stage; the RECV (a local copy,
       // or the wait of a posted receive) must come after it.
-      int last = -1;
-      for (int j = 0; j < n; j++)
-        if (rp->acts[j].v == c->to_v && rp->acts[j].m == x->m - K) last = j;
-      if (last < 0 || last >= i)
+      int l = last[(size_t)c->to_v * P->M + x->m - K];
+      if (l < 0 || l >= i)
         return internal(e, d,
                         arena_printf(e->a, "%s of '%s' comes before the last action of m%d",
                                      act_label(e, x), c->dst->name, x->m - K));
-      if (text) append(e, &post[last], text);
+      if (text) append(e, &post[l], text);
     } else if (x->kind == ACT_SEND && !is_local(e, x->ch)) { // the next write waits for it
       const Channel *c = x->ch;
       int s = st->send_of[c->id], K = P->vs[c->from_v].K;
       if (s < 0 || e->p->offset[c->t->id] < 0)
         return internal(e, d, arena_printf(e->a, "SEND of '%s' without its buffer", c->t->name));
       if (x->m + K >= P->M) continue; // waited for at step end
-      int p = producing_action(e, c, x->m + K);
+      int p = producing_action(e, at, c, x->m + K);
       if (p < 0)
         return internal(e, d,
                         arena_printf(e->a, "no action makes '%s' for m%d", c->t->name, x->m + K));

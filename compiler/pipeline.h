@@ -249,6 +249,12 @@ void schedule_print(const Program *p, FILE *out);
 // The action's name as printed ("F", "TIED_SUM", ...).
 const char *action_name(ActionKind k);
 
+// Per (virtual stage v, microbatch m), at index v * M + m: the index in v's rank's action list
+// of the last action of (v, m) (LOAD, F, LOSS, B or W: SEND and RECV carry no stage), -1 when it
+// has none. last has nv * M entries. Where the generated code posts the receives of m + K into
+// the slot m leaves, and what the verifier's send-buffer rule waits for. O(actions).
+void schedule_last_actions(const Program *p, int *last);
+
 // ---- Built-in schedules (compiler/schedules.c) and the lock-step verifier (compiler/simulate.c)
 // The schedules are built and verified at compile time; codegen runs S = 1 only today.
 

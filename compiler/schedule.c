@@ -303,6 +303,15 @@ bool schedule_check(const Program *p, Diag *d) {
 
 // ---- Dump
 
+void schedule_last_actions(const Program *p, int *last) {
+  for (int i = 0; i < p->nv * p->M; i++) last[i] = -1;
+  for (int r = 0; r < p->nranks; r++)
+    for (int i = 0; i < p->ranks[r].nacts; i++) {
+      const Action *x = &p->ranks[r].acts[i];
+      if (x->v >= 0 && x->m >= 0) last[(size_t)x->v * p->M + x->m] = i;
+    }
+}
+
 void schedule_print(const Program *p, FILE *out) {
   const Graph *g = p->g;
   fprintf(out, "schedule for %s: %d rank%s, %d virtual stage%s, %d microbatch%s, B and W %s\n",

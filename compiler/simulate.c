@@ -167,11 +167,7 @@ static bool simulate(const Program *p, const StageCost *cost, SchedStats *st, Ar
   ActionKind rel = p->split_bw ? ACT_W : ACT_B;
   bool *held = ARENA_ARRAY(&scratch, bool, (size_t)p->nv *M + 1); // per (v, m): slot taken
   int *last = ARENA_ARRAY(&scratch, int, (size_t)p->nv *M + 1);   // per (v, m): its last action
-  for (int r = 0; r < S; r++)
-    for (int i = 0; i < p->ranks[r].nacts; i++) {
-      const Action *x = &p->ranks[r].acts[i];
-      if (x->v >= 0 && x->m >= 0) last[(size_t)x->v * M + x->m] = i;
-    }
+  schedule_last_actions(p, last);
   double busy = 0;
   bool ok = true;
   int done = 0, t = 0;
