@@ -18,6 +18,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#ifdef __cplusplus // the CUDA transport (runtime/cuda/comm_nccl.cu) includes it from C++
+extern "C" {
+#endif
+
 typedef struct PrChannel { // one message stream of this rank
   const char *tensor;      // the tensor's name (watchdog and error messages)
   int peer;                // the other rank
@@ -70,5 +74,13 @@ struct PrTransport {
 // The transport of the running program once pr_main has started it (NULL: one rank, or not yet):
 // pr_fail aborts the whole job through it.
 extern const PrTransport *pr_transport;
+
+// For the transports built over MPI (comm_mpi.c, cuda/comm_nccl.cu): stops the job when rc, the
+// result of MPI call `call`, is not MPI_SUCCESS, naming the call and MPI's text for the error.
+void pr_mpi_check(int rc, const char *call);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

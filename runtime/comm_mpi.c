@@ -48,7 +48,7 @@ static const char *const HINT_TIMEOUT =
     "--timeout SECONDS (0 = off) if it is only slow";
 
 // Stops on an MPI error code with the call's name and MPI's text.
-static void mpi_check(int rc, const char *call) {
+void pr_mpi_check(int rc, const char *call) {
   if (rc == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
@@ -64,7 +64,7 @@ __attribute__((format(printf, 2, 3))) static void wait_request(MPI_Request *r, c
   double t0 = mpi.timeout > 0 ? pr_now() : 0;
   for (long polls = 0;; polls++) {
     int done = 0;
-    mpi_check(MPI_Test(r, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    pr_mpi_check(MPI_Test(r, &done, MPI_STATUS_IGNORE), "MPI_Test");
     if (done) return;
     if (mpi.yield) sched_yield();
     if (mpi.timeout > 0 && (polls & 63) == 63 && pr_now() - t0 > mpi.timeout) {
@@ -96,9 +96,9 @@ void pr_comm_post_recv(int c, int m, void *buf) {
   const PrChannel *ch = &mpi.c->ch[c];
   prCheck(*r == MPI_REQUEST_NULL, "a bug in the generated program",
           "pr_comm_post_recv: '%s' microbatch %d is already posted", ch->tensor, m);
-  mpi_check(MPI_Irecv(buf, (int)ch->bytes, MPI_BYTE, ch->peer, ch->tag * mpi.c->nmicro + m,
-                      MPI_COMM_WORLD, r),
-            "MPI_Irecv");
+  pr_mpi_check(MPI_Irecv(buf, (int)ch->bytes, MPI_BYTE, ch->peer, ch->tag * mpi.c->nmicro + m,
+                         MPI_COMM_WORLD, r),
+               "MPI_Irecv");
 }
 
 void pr_comm_wait_recv(int c, int m, const char *action) {
@@ -115,9 +115,9 @@ void pr_comm_send(int c, int m, const void *buf) {
   const PrChannel *ch = &mpi.c->ch[c];
   prCheck(*r == MPI_REQUEST_NULL, "a bug in the generated program",
           "pr_comm_send: '%s' microbatch %d is still being sent", ch->tensor, m);
-  mpi_check(MPI_Isend(buf, (int)ch->bytes, MPI_BYTE, ch->peer, ch->tag * mpi.c->nmicro + m,
-                      MPI_COMM_WORLD, r),
-            "MPI_Isend");
+  pr_mpi_check(MPI_Isend(buf, (int)ch->bytes, MPI_BYTE, ch->peer, ch->tag * mpi.c->nmicro + m,
+                         MPI_COMM_WORLD, r),
+               "MPI_Isend");
 }
 
 void pr_comm_wait_send(int c, int m) {
@@ -160,24 +160,25 @@ static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
   setenv("OMPI_MCA_btl_vader_fbox_threshold", "1", 0);
   setenv("OMPI_MCA_pml_ob1_unexpected_limit", "4096", 0);
   int provided = 0;
-  mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  pr_mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
   mpi.started = true;
   // From here an error on this rank takes the whole job down (pr_fail -> t_abort), MPI's own
   // errors included (reported by mpi_check rather than MPI's default handler).
   pr_transport = &pr_transport_mpi;
-  mpi_check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  pr_mpi_check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN),
+               "MPI_Comm_set_errhandler");
   prCheck(provided >= MPI_THREAD_FUNNELED, "use an MPI built with thread support",
           "MPI provides thread level %d, below MPI_THREAD_FUNNELED", provided);
   int rank = -1, size = 0;
-  mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "MPI_Comm_rank");
-  mpi_check(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
+  pr_mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "MPI_Comm_rank");
+  pr_mpi_check(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
   prCheck(rank == c->rank && size == c->nranks,
           "run the job with OUT/launch.sh, which starts every rank's program in order",
           "this program is rank %d of a %d-rank job, but mpirun started it as rank %d of %d",
           c->rank, c->nranks, rank, size);
   void *ub = NULL;
   int flag = 0;
-  mpi_check(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag), "MPI_Comm_get_attr");
+  pr_mpi_check(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag), "MPI_Comm_get_attr");
   int64_t tag_ub = flag ? *(int *)ub : 32767, top = 0;
   for (int k = 0; k < c->nch; k++) {
     prCheck(c->ch[k].tag >= 0 && c->ch[k].peer >= 0 && c->ch[k].peer < c->nranks &&
@@ -201,16 +202,17 @@ static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
   mpi.ag_req = malloc(2 * (size_t)c->nranks * sizeof *mpi.ag_req);
   prCheck(mpi.ag_req != NULL, "the machine is out of memory", "cannot allocate the MPI requests");
   mpi.ag_n = 0;
-  mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mpi.ctl), "MPI_Comm_dup");
+  pr_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mpi.ctl), "MPI_Comm_dup");
   mpi.timeout = timeout;
   const char *y = getenv("OMPI_MCA_mpi_yield_when_idle");
   mpi.yield = y && strcmp(y, "1") == 0;
   mpi.c = c;
   MPI_Comm node;
   int local = 1;
-  mpi_check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
-            "MPI_Comm_split_type");
-  mpi_check(MPI_Comm_size(node, &local), "MPI_Comm_size");
+  pr_mpi_check(
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
+      "MPI_Comm_split_type");
+  pr_mpi_check(MPI_Comm_size(node, &local), "MPI_Comm_size");
   MPI_Comm_free(&node);
   return local;
 }
@@ -218,7 +220,7 @@ static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
 // Frees the all-gather's persistent requests (inactive: every all-gather waits for its own).
 static void allgather_free(void) {
   for (int k = 0; mpi.ag_n > 0 && k < 2 * (mpi.c->nranks - 1); k++)
-    mpi_check(MPI_Request_free(&mpi.ag_req[k]), "MPI_Request_free");
+    pr_mpi_check(MPI_Request_free(&mpi.ag_req[k]), "MPI_Request_free");
   mpi.ag_n = 0;
 }
 
@@ -228,23 +230,23 @@ static void t_allgather(const double *mine, double *all, int n) {
     allgather_free();
     for (int r = 0, k = 0; r < size; r++) {
       if (r == me) continue;
-      mpi_check(MPI_Recv_init(all + (size_t)r * (size_t)n, n, MPI_DOUBLE, r, TAG_ALLGATHER, mpi.ctl,
-                              &mpi.ag_req[k++]),
-                "MPI_Recv_init");
-      mpi_check(MPI_Send_init(mine, n, MPI_DOUBLE, r, TAG_ALLGATHER, mpi.ctl, &mpi.ag_req[k++]),
-                "MPI_Send_init");
+      pr_mpi_check(MPI_Recv_init(all + (size_t)r * (size_t)n, n, MPI_DOUBLE, r, TAG_ALLGATHER,
+                                 mpi.ctl, &mpi.ag_req[k++]),
+                   "MPI_Recv_init");
+      pr_mpi_check(MPI_Send_init(mine, n, MPI_DOUBLE, r, TAG_ALLGATHER, mpi.ctl, &mpi.ag_req[k++]),
+                   "MPI_Send_init");
     }
     mpi.ag_mine = mine, mpi.ag_all = all, mpi.ag_n = n;
   }
   memcpy(all + (size_t)me * (size_t)n, mine, (size_t)n * sizeof *all);
-  mpi_check(MPI_Startall(2 * (size - 1), mpi.ag_req), "MPI_Startall");
+  pr_mpi_check(MPI_Startall(2 * (size - 1), mpi.ag_req), "MPI_Startall");
   for (int k = 0; k < 2 * (size - 1); k++)
     wait_request(&mpi.ag_req[k], "in an all-gather with every rank (the start, or a step's end)");
 }
 
 static void t_barrier(void) {
   MPI_Request r;
-  mpi_check(MPI_Ibarrier(mpi.ctl, &r), "MPI_Ibarrier");
+  pr_mpi_check(MPI_Ibarrier(mpi.ctl, &r), "MPI_Ibarrier");
   wait_request(&r, "at a barrier (every rank takes part)");
 }
 
@@ -257,10 +259,10 @@ static void t_gather(void *buf, int64_t bytes, int from, int to) {
     int n = (int)(bytes - off < chunk ? bytes - off : chunk);
     MPI_Request r;
     if (me == from) {
-      mpi_check(MPI_Isend((char *)buf + off, n, MPI_BYTE, to, 0, mpi.ctl, &r), "MPI_Isend");
+      pr_mpi_check(MPI_Isend((char *)buf + off, n, MPI_BYTE, to, 0, mpi.ctl, &r), "MPI_Isend");
       wait_request(&r, "to send checkpoint data to rank %d", to);
     } else {
-      mpi_check(MPI_Irecv((char *)buf + off, n, MPI_BYTE, from, 0, mpi.ctl, &r), "MPI_Irecv");
+      pr_mpi_check(MPI_Irecv((char *)buf + off, n, MPI_BYTE, from, 0, mpi.ctl, &r), "MPI_Irecv");
       wait_request(&r, "for checkpoint data from rank %d", from);
     }
   }
@@ -272,7 +274,7 @@ static void t_finish(void) {
   t_barrier();
   allgather_free();
   MPI_Comm_free(&mpi.ctl);
-  mpi_check(MPI_Finalize(), "MPI_Finalize");
+  pr_mpi_check(MPI_Finalize(), "MPI_Finalize");
   mpi.started = false;
   pr_transport = NULL;
   free(mpi.req);

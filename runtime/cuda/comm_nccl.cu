@@ -82,15 +82,6 @@ static const char *const HINT_BUG = "a bug in the generated program";
 static const char *const HINT_START = "call pr_main first (it starts the transport)";
 enum { TAG_NOTE = 1 }; // the announcements' MPI tag on nx.ctl
 
-static void mpi_check(int rc, const char *call) {
-  if (rc == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "code %d", rc);
-  pr_fail(__FILE__, __LINE__, "check the MPI installation and the launcher (OUT/launch.sh)",
-          "%s failed: %s", call, text);
-}
-
 static cudaStream_t compute(void) {
   return (cudaStream_t)pr_cu_stream();
 }
@@ -165,12 +156,12 @@ void pr_cu_comm_progress(void) {
     if (q->cap == 0) continue; // this rank receives nothing from p
     for (;;) {
       int done = 0;
-      mpi_check(MPI_Test(&q->req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      pr_mpi_check(MPI_Test(&q->req, &done, MPI_STATUS_IGNORE), "MPI_Test");
       if (!done) break;
       prCheck(q->count < q->cap, HINT_BUG,
               "rank %d announced more messages than this rank has slots", p);
       q->fifo[(q->head + q->count++) % q->cap] = announced_slot(p, q->note);
-      mpi_check(MPI_Irecv(&q->note, 1, MPI_INT64_T, p, TAG_NOTE, nx.ctl, &q->req), "MPI_Irecv");
+      pr_mpi_check(MPI_Irecv(&q->note, 1, MPI_INT64_T, p, TAG_NOTE, nx.ctl, &q->req), "MPI_Irecv");
     }
     while (q->count > 0 && nx.slot[q->fifo[q->head]].state == POSTED) {
       queue(q->fifo[q->head]);
@@ -265,7 +256,7 @@ void pr_cu_comm_send(int c, int m, const void *buf) {
   double t0 = nx.timeout > 0 ? pr_now() : 0;
   for (long polls = 0;; polls++) {
     int done = 0;
-    mpi_check(MPI_Test(&s->req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    pr_mpi_check(MPI_Test(&s->req, &done, MPI_STATUS_IGNORE), "MPI_Test");
     if (done) break;
     watchdog(t0, polls, "to announce tensor '%s' microbatch %d to rank %d", ch->tensor, m,
              ch->peer);
@@ -273,7 +264,8 @@ void pr_cu_comm_send(int c, int m, const void *buf) {
   s->buf = (void *)buf;
   cudaCheck(cudaEventRecord(s->ready, compute())); // after the producing kernel
   s->note = (int64_t)ch->tag * nx.c->nmicro + m;
-  mpi_check(MPI_Isend(&s->note, 1, MPI_INT64_T, ch->peer, TAG_NOTE, nx.ctl, &s->req), "MPI_Isend");
+  pr_mpi_check(MPI_Isend(&s->note, 1, MPI_INT64_T, ch->peer, TAG_NOTE, nx.ctl, &s->req),
+               "MPI_Isend");
   queue(index_of(s));
 }
 
@@ -298,7 +290,7 @@ void pr_cu_comm_wait_sends(void) {
       double t0 = nx.timeout > 0 ? pr_now() : 0;
       for (long polls = 0;; polls++) {
         int done = 0;
-        mpi_check(MPI_Test(&s->req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+        pr_mpi_check(MPI_Test(&s->req, &done, MPI_STATUS_IGNORE), "MPI_Test");
         if (done) break;
         watchdog(t0, polls, "to announce tensor '%s' microbatch %d to rank %d", ch->tensor, m,
                  ch->peer);
@@ -389,10 +381,11 @@ void *pr_cu_comm_stream(void) {
 // OMPI_COMM_WORLD_LOCAL_RANK, where set, picks the device as the launcher meant).
 static void local_rank(int rank, int *local, int *nlocal) {
   MPI_Comm node;
-  mpi_check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
-            "MPI_Comm_split_type");
-  mpi_check(MPI_Comm_rank(node, local), "MPI_Comm_rank");
-  mpi_check(MPI_Comm_size(node, nlocal), "MPI_Comm_size");
+  pr_mpi_check(
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
+      "MPI_Comm_split_type");
+  pr_mpi_check(MPI_Comm_rank(node, local), "MPI_Comm_rank");
+  pr_mpi_check(MPI_Comm_size(node, nlocal), "MPI_Comm_size");
   MPI_Comm_free(&node);
   const char *s = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
   if (s && *s) *local = atoi(s);
@@ -432,8 +425,8 @@ static void select_device(const PrComm *c) {
   memcpy(me.uuid, &prop.uuid, sizeof me.uuid);
   Where *all = (Where *)calloc((size_t)c->nranks, sizeof *all);
   prCheck(all != NULL, "the machine is out of memory", "cannot allocate the ranks' devices");
-  mpi_check(MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, nx.ctl),
-            "MPI_Allgather");
+  pr_mpi_check(MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, nx.ctl),
+               "MPI_Allgather");
   for (int r = 0; r < c->nranks; r++)
     if (r != c->rank && strcmp(all[r].host, me.host) == 0 &&
         memcmp(all[r].uuid, me.uuid, sizeof me.uuid) == 0) {
@@ -463,7 +456,7 @@ static void make_links(const PrComm *c) {
           "cannot allocate the NCCL links");
   for (int k = 0; k < c->nch; k++)
     if (c->ch[k].send) mine[c->ch[k].peer] = 1;
-  mpi_check(MPI_Allgather(mine, S, MPI_INT, sends, S, MPI_INT, nx.ctl), "MPI_Allgather");
+  pr_mpi_check(MPI_Allgather(mine, S, MPI_INT, sends, S, MPI_INT, nx.ctl), "MPI_Allgather");
   free(mine);
   for (int k = 0; k < c->nch; k++)
     prCheck(c->ch[k].send || sends[c->ch[k].peer * S + me], HINT_BUG,
@@ -510,7 +503,7 @@ static void make_links(const PrComm *c) {
 static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
   int local = pr_transport_mpi.start(c, argc, argv, timeout);
   pr_transport = &pr_transport_nccl;
-  mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &nx.ctl), "MPI_Comm_dup");
+  pr_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &nx.ctl), "MPI_Comm_dup");
   nx.timeout = timeout;
   const char *y = getenv("OMPI_MCA_mpi_yield_when_idle");
   nx.yield = y && strcmp(y, "1") == 0;
@@ -519,7 +512,7 @@ static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
   ncclUniqueId id;
   memset(&id, 0, sizeof id);
   if (c->rank == 0) ncclCheck(ncclGetUniqueId(&id));
-  mpi_check(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, nx.ctl), "MPI_Bcast");
+  pr_mpi_check(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, nx.ctl), "MPI_Bcast");
   ncclCheck(ncclCommInitRank(&nx.nc, c->nranks, id, c->rank));
   cudaCheck(cudaStreamCreateWithFlags(&nx.cs, cudaStreamNonBlocking));
   cudaCheck(cudaEventCreateWithFlags(&nx.coll, cudaEventDisableTiming));
@@ -545,7 +538,7 @@ static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
     if (q->cap == 0) continue;
     q->fifo = (int *)calloc((size_t)q->cap, sizeof *q->fifo);
     prCheck(q->fifo != NULL, "the machine is out of memory", "cannot allocate the NCCL transport");
-    mpi_check(MPI_Irecv(&q->note, 1, MPI_INT64_T, p, TAG_NOTE, nx.ctl, &q->req), "MPI_Irecv");
+    pr_mpi_check(MPI_Irecv(&q->note, 1, MPI_INT64_T, p, TAG_NOTE, nx.ctl, &q->req), "MPI_Irecv");
   }
   nx.c = c;
   return local;
@@ -572,8 +565,8 @@ static void t_finish(void) {
   for (int p = 0; p < c->nranks; p++) {
     Peer *q = &nx.peer[p];
     if (q->req != MPI_REQUEST_NULL) {
-      mpi_check(MPI_Cancel(&q->req), "MPI_Cancel");
-      mpi_check(MPI_Wait(&q->req, MPI_STATUS_IGNORE), "MPI_Wait");
+      pr_mpi_check(MPI_Cancel(&q->req), "MPI_Cancel");
+      pr_mpi_check(MPI_Wait(&q->req, MPI_STATUS_IGNORE), "MPI_Wait");
     }
     free(q->fifo);
   }
