@@ -168,10 +168,10 @@ static void emit_functions(E *e) {
         "// Stage %d, backward (B) of one microbatch: %d nodes, input gradients%s; acc = 0 for\n"
         "// the first microbatch of the step, 1 after (weight gradients accumulate over it).\n"
         "static void B_%d(int slot, int acc) {\n  (void)slot, (void)acc;\n",
-        v, s->b.n, e->prog->split_bw ? "" : " and weight gradients (W nodes, in graph order)", v);
+        v, s->b.n, s->split ? "" : " and weight gradients (W nodes, in graph order)", v);
     emit_segment(e, s->b.nodes, s->b.n, "acc");
     out(e, "}\n\n");
-    if (e->prog->split_bw) {
+    if (s->split) {
       out(e,
           "// Stage %d, weight gradients (W) of one microbatch: %d nodes.\n"
           "static void W_%d(int slot, int acc) {\n  (void)slot, (void)acc;\n",
@@ -402,7 +402,10 @@ static bool emit_train_step(E *e, Diag *d) {
                "internal error: codegen: rank %d's actions do not end with NORM, OPT", rp->rank);
     return false;
   }
-  bool *accumulated = ARENA_ARRAY(e->a, bool, e->prog->nv + 1);
+  // Per stage, B then W: whether an earlier microbatch's action accumulated its weight
+  // gradients (acc = 0 writes them, acc = 1 adds; B holds all of them unsplit, the memory-bound
+  // ones split).
+  bool *accumulated = ARENA_ARRAY(e->a, bool, 2 * e->prog->nv + 1);
   out(e,
       "// One training step, from the action list: %d microbatch(es), then the stage step ends;\n"
       "// returns the mean loss. NORM and OPT (norm, checks, clipping, optimizer) follow in the\n"
@@ -413,9 +416,12 @@ static bool emit_train_step(E *e, Diag *d) {
     const Action *x = &rp->acts[i];
     const VStage *s = x->v >= 0 ? &e->prog->vs[x->v] : NULL;
     int slot = s && x->m >= 0 ? x->m % s->K : 0;
-    bool acc_action = x->kind == (e->prog->split_bw ? ACT_W : ACT_B);
+    bool acc_action = s && (x->kind == ACT_B || x->kind == ACT_W);
     int acc = 0;
-    if (acc_action) acc = accumulated[x->v], accumulated[x->v] = true;
+    if (acc_action) {
+      bool *done = &accumulated[2 * x->v + (x->kind == ACT_W)];
+      acc = *done, *done = true;
+    }
     switch (x->kind) {
     case ACT_LOAD:
       out(e, "  load_batch(PR_TRAIN, seed, step, %d); // LOAD(v%d, m%d)\n", x->m, x->v, x->m);

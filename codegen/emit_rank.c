@@ -232,7 +232,7 @@ static const char *act_label(E *e, const Action *x) {
 // at[k] holds, per (v, m) at v * M + m, the index of this rank's action of kind F, B, W (k 0..2).
 static int producing_action(const E *e, int *const at[3], const Channel *c, int m) {
   const Node *pn = c->t->producer;
-  int k = !c->grad ? 0 : e->prog->split_bw && pn && pn->role == ROLE_WGT ? 2 : 1;
+  int k = !c->grad ? 0 : e->prog->vs[c->from_v].split && pn && pn->role == ROLE_WGT ? 2 : 1;
   return at[k][(size_t)c->from_v * e->prog->M + m];
 }
 
@@ -300,7 +300,10 @@ bool emit_rank_train_step(E *e, Diag *d) {
       append(e, &pre[p], arena_printf(e->a, "pr_comm_wait_send(%d, %d);", s, x->m));
     }
   }
-  bool *accumulated = ARENA_ARRAY(e->a, bool, P->nv + 1);
+  // Per stage, B then W: whether an earlier microbatch's action accumulated its weight
+  // gradients (acc = 0 writes them, acc = 1 adds; B holds all of them unsplit, the memory-bound
+  // ones split).
+  bool *accumulated = ARENA_ARRAY(e->a, bool, 2 * P->nv + 1);
   out(e,
       "// One training step, from the action list: %d microbatch(es) with the channel traffic,\n"
       "// then the stage step ends; returns the mean of the losses this rank computed (0 where\n"
@@ -316,9 +319,12 @@ bool emit_rank_train_step(E *e, Diag *d) {
     const Action *x = &rp->acts[i];
     const VStage *s = x->v >= 0 ? &P->vs[x->v] : NULL;
     int slot = s && x->m >= 0 ? x->m % s->K : 0;
-    bool acc_action = x->kind == (P->split_bw ? ACT_W : ACT_B);
+    bool acc_action = s && (x->kind == ACT_B || x->kind == ACT_W);
     int acc = 0;
-    if (acc_action) acc = accumulated[x->v], accumulated[x->v] = true;
+    if (acc_action) {
+      bool *done = &accumulated[2 * x->v + (x->kind == ACT_W)];
+      acc = *done, *done = true;
+    }
     if (pre[i]) out(e, "%s", pre[i]);
     switch (x->kind) {
     case ACT_LOAD:

@@ -504,8 +504,23 @@ static int finish_plan_pipeline(Driver *dr) {
          p->nranks, dr->virt, dr->virt == 1 ? "" : "s", p->M, p->M == 1 ? "" : "es");
   fflush(stdout);
   if (!schedule_print_grid(p, stdout, &dr->diag)) return EXIT_MODEL;
+  int nsplit = 0;
+  for (int v = 0; v < p->nv; v++) nsplit += p->vs[v].split;
+  if (p->split_bw) { // which stages zb-h1 splits (compiler/schedules.c, sched_build)
+    printf("B and W split on %s", nsplit ? "" : "no stage");
+    for (int v = 0; v < p->nv; v++)
+      if (p->vs[v].split) printf("v%d ", v);
+    printf("%s\n", nsplit == p->nv ? "(all)"
+                   : nsplit        ? "(elsewhere B keeps the weight gradients: nothing is sent "
+                                     "before W and no W is deferred, or none is compute-bound)"
+                                   : " (B keeps the weight gradients: none is compute-bound, or "
+                                     "the split would neither send earlier nor fill a bubble)");
+  }
   printf("predicted bubble: %.1f%% of the ranks' time (unit costs F 1, B %s)\n",
-         dr->stats.bubble * 100, p->split_bw ? "1, W 1" : "2");
+         dr->stats.bubble * 100,
+         nsplit == p->nv ? "1, W 1"
+         : nsplit        ? "2; B 1, W 1 on the stages that split them"
+                         : "2");
   if (!schedule_print_prediction(p, stdout, &dr->diag)) return EXIT_MODEL;
   printf("peak microbatches in flight:");
   for (int v = 0; v < p->nv; v++) printf(" v%d %d", v, dr->stats.peak[v]);

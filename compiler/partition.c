@@ -749,10 +749,16 @@ void partition_stage_costs(const Program *p, StageCost *cost, double *flops) {
   double *fbw = ARENA_ARRAY(&scratch, double, 3 * p->nv);
   stage_flops(p, fbw);
   for (int v = 0; v < p->nv; v++) {
-    double w = fbw[3 * v + 2] / p->part_rate;
+    // W: the nodes of its segment (empty unsplit); B: the rest of the backward.
+    double w = 0;
+    for (int i = 0; i < p->vs[v].w.n; i++) {
+      OpCost c = {0, 0};
+      p->vs[v].w.nodes[i]->op->cost(p->vs[v].w.nodes[i], p->tc->mb_size, &c);
+      w += c.flops;
+    }
     cost[v] = (StageCost){.f = fbw[3 * v] / p->part_rate,
-                          .b = fbw[3 * v + 1] / p->part_rate + (p->split_bw ? 0 : w),
-                          .w = p->split_bw ? w : 0};
+                          .b = (fbw[3 * v + 1] + fbw[3 * v + 2] - w) / p->part_rate,
+                          .w = w / p->part_rate};
     if (flops) flops[v] = fbw[3 * v] + fbw[3 * v + 1] + fbw[3 * v + 2];
   }
   for (int i = 0; i < p->nch; i++) {

@@ -60,6 +60,7 @@ typedef struct VStage {
   Segment f;       // forward nodes (role F)
   Segment b;       // input-gradient nodes (role B; when B and W are not split also role W)
   Segment w;       // weight-gradient nodes (role W) when B and W are split; empty otherwise
+  bool split;      // B and W are separate actions (zb-h1, unless every W follows its B)
   Segment step;    // step-end nodes (role step-end) of the parameters it owns
   Tensor **params; // owner parameters it updates, in canonical order
   int nparams;     // count
@@ -105,7 +106,7 @@ typedef struct Program {
   Graph *g;              // the differentiated graph (global; stable node and tensor ids)
   const TrainConfig *tc; // training configuration (M = tc->microbatches)
   int M;                 // microbatches per step
-  bool split_bw;         // B computes input gradients only and W the weight gradients
+  bool split_bw;         // the schedule splits B and W (zb-h1): stages may (VStage.split)
   int *vstage_of_node;   // per node id: its virtual stage
   VStage *vs;            // virtual stages, stage order
   int nv;                // count (S * V)
@@ -136,6 +137,7 @@ typedef struct PartitionOptions {
 } PartitionOptions;
 
 enum {
+  SPLIT_MIN_INTENSITY = 8,    // FLOP per byte from which a weight-gradient node goes to W
   PART_DEFAULT_GFLOPS = 50,   // default --flops-rate, GFLOP/s
   PART_DEFAULT_GBYTES_S = 10, // default --bandwidth, GB/s
 };
@@ -283,8 +285,12 @@ int sched_order(SchedKind k, int S, int V, int M, int r, Action *out, Diag *d);
 // after the action that makes its tensor (channels in id order), each RECV in the sender's order
 // no later than the action that reads it (posted before the earliest reader among it and the
 // messages after it on the same pair of ranks), and then TIED_SUM per stage, NORM, OPT. Sets
-// p->split_bw (zb-h1; then each stage's W segment takes the weight-gradient nodes of its B
-// segment) and each stage's K to its peak microbatches in flight. Arena a holds the lists.
+// p->split_bw (zb-h1) and each stage's split: under zb-h1 a stage's W segment takes the
+// weight-gradient nodes of its B segment, except on a stage where the split buys nothing (its B
+// sends no gradient and every W(v, m) runs right after B(v, m)): there B stays the whole
+// backward in graph order and the W actions are dropped, so each weight gradient is computed
+// while its inputs are in cache and the slot plan is 1f1b's. Sets each stage's K to its peak
+// microbatches in flight. Arena a holds the lists.
 // False after reporting through d.
 bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d);
 
@@ -308,9 +314,10 @@ typedef struct StageCost {
 // FLOPs of its F, B and W nodes (the registry's OpCost at the microbatch size, as the partition
 // table counts them) at p->part_rate (--flops-rate), plus each channel it receives at
 // p->part_bandwidth (--bandwidth): an activation in the F that reads it, a gradient in the B
-// (the receiver copies the message). Unsplit (not p->split_bw), W's FLOPs are in b and w is 0.
+// (the receiver copies the message). w counts the nodes of the stage's W segment and b the rest
+// of its backward (unsplit: all of it, w 0).
 // flops (NULL, or p->nv entries) receives each stage's FLOPs per microbatch. After the comm pass
-// (the channels) and sched_build (split_bw).
+// (the channels) and sched_build (each stage's split).
 void partition_stage_costs(const Program *p, StageCost *cost, double *flops);
 
 // schedule_check, then the lock-step simulation of all ranks: a RECV can run once its SEND has

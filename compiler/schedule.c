@@ -149,8 +149,8 @@ static bool index_rank(Check *c, const RankProgram *r) {
       snprintf(why, sizeof why, "stage v%d runs on rank %d", x->v, vs->rank);
       return err(c, r->rank, i, x, why);
     }
-    if (x->kind == ACT_W && !p->split_bw)
-      return err(c, r->rank, i, x, "W in a program that does not split B and W");
+    if (x->kind == ACT_W && !vs->split)
+      return err(c, r->rank, i, x, "W on a stage that does not split B and W");
     if (x->kind == ACT_LOAD && !vs->loads)
       return err(c, r->rank, i, x, "the stage reads no data input");
     if (x->kind == ACT_LOSS && !vs->has_loss)
@@ -202,28 +202,30 @@ bool schedule_check(const Program *p, Diag *d) {
   // Counts and orders per (v, m).
   for (int v = 0; v < p->nv && ok; v++) {
     const VStage *s = &p->vs[v];
-    int prev = -1; // action index of the accumulating action of the previous m
+    int prev[2] = {-1, -1}; // action index of the previous m's B and W
     for (int m = 0; m < p->M && ok; m++) {
       ok = need(&c, ACT_F, v, m) && need(&c, ACT_B, v, m) &&
            before(&c, ACT_F, ACT_B, v, m, "B after F");
-      if (ok && p->split_bw)
-        ok = need(&c, ACT_W, v, m) && before(&c, ACT_B, ACT_W, v, m, "W after B");
+      if (ok && s->split) ok = need(&c, ACT_W, v, m) && before(&c, ACT_B, ACT_W, v, m, "W after B");
       if (ok && s->loads)
         ok = need(&c, ACT_LOAD, v, m) && before(&c, ACT_LOAD, ACT_F, v, m, "LOAD before F");
       if (ok && s->has_loss)
         ok = need(&c, ACT_LOSS, v, m) && before(&c, ACT_F, ACT_LOSS, v, m, "LOSS after F");
       if (!ok) break;
-      ActionKind acc = p->split_bw ? ACT_W : ACT_B;
-      const Seen *x = &c.vm[acc][v * p->M + m];
-      if (x->at < prev) {
-        const RankProgram *r = &p->ranks[x->rank];
-        char why[160];
-        snprintf(why, sizeof why,
-                 "comes before %s(v%d, m%d) at action %d (%s of a stage in ascending m)",
-                 action_name(acc), v, m - 1, prev, action_name(acc));
-        ok = err(&c, x->rank, x->at, &r->acts[x->at], why);
+      // Both accumulate weight gradients (B all of them unsplit, the memory-bound ones split).
+      for (int k = 0; k < 1 + s->split && ok; k++) {
+        ActionKind acc = k ? ACT_W : ACT_B;
+        const Seen *x = &c.vm[acc][v * p->M + m];
+        if (x->at < prev[k]) {
+          const RankProgram *r = &p->ranks[x->rank];
+          char why[160];
+          snprintf(why, sizeof why,
+                   "comes before %s(v%d, m%d) at action %d (%s of a stage in ascending m)",
+                   action_name(acc), v, m - 1, prev[k], action_name(acc));
+          ok = err(&c, x->rank, x->at, &r->acts[x->at], why);
+        }
+        prev[k] = x->at;
       }
-      prev = x->at;
     }
   }
   // Channels: the SEND after the action that makes the tensor, the RECV before the one that
@@ -314,16 +316,25 @@ void schedule_last_actions(const Program *p, int *last) {
 
 void schedule_print(const Program *p, FILE *out) {
   const Graph *g = p->g;
+  int nsplit = 0;
+  for (int v = 0; v < p->nv; v++) nsplit += p->vs[v].split;
+  char how[64];
+  snprintf(how, sizeof how,
+           nsplit == 0       ? "not split"
+           : nsplit == p->nv ? "split"
+                             : "split on %d of %d stages",
+           nsplit, p->nv);
   fprintf(out, "schedule for %s: %d rank%s, %d virtual stage%s, %d microbatch%s, B and W %s\n",
           g->name, p->nranks, p->nranks == 1 ? "" : "s", p->nv, p->nv == 1 ? "" : "s", p->M,
-          p->M == 1 ? "" : "es", p->split_bw ? "split" : "not split");
+          p->M == 1 ? "" : "es", how);
   for (int v = 0; v < p->nv; v++) {
     const VStage *s = &p->vs[v];
     fprintf(out,
             "stage v%d: rank %d, K %d, F %d nodes, B %d nodes, W %d nodes, step %d nodes, %d "
-            "parameters%s%s\n",
+            "parameters%s%s%s\n",
             v, s->rank, s->K, s->f.n, s->b.n, s->w.n, s->step.n, s->nparams,
-            s->loads ? ", loads" : "", s->has_loss ? ", loss" : "");
+            s->loads ? ", loads" : "", s->has_loss ? ", loss" : "",
+            p->split_bw && !s->split ? ", B and W fused (the split buys nothing here)" : "");
   }
   for (int i = 0; i < p->nch; i++) {
     const Channel *ch = &p->ch[i];

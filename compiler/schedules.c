@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ir/ops.h"
 #include "pipeline.h"
 
 static const char *const sched_names[SCHED_COUNT] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
@@ -157,22 +158,52 @@ static void made_by(const Made *mk, const Action *x, int *b, int *e) {
   *e = mk->key[k + 1];
 }
 
+// Whether weight-gradient node n goes to W when its stage splits: a compute-bound one (a GEMM:
+// at least SPLIT_MIN_INTENSITY FLOP per byte it reads and writes, by the registry's cost) or one
+// that reads a W node's output. A memory-bound one (a norm's, a bias's, an embedding's dw) stays
+// in B: it reads the dy that B has just made, in cache, while in W it would read it again from
+// memory at several times its cost, for a share of W's time too small to fill a bubble with.
+static bool goes_to_w(const Program *p, const Node *n, const bool *in_w) {
+  for (int k = 0; k < n->nin; k++)
+    if (n->in[k]->producer && in_w[n->in[k]->producer->id]) return true;
+  OpCost c = {0, 0};
+  n->op->cost(n, p->tc->mb_size, &c);
+  return c.flops >= SPLIT_MIN_INTENSITY * c.bytes;
+}
+
 // Splits stage s's backward segment (B and W nodes in graph order, as the partition made it)
-// into B (input gradients) and W (weight gradients), each in graph order: with split_bw the W
-// actions run the weight-gradient nodes and accumulate them over the microbatches.
-static void split_segment(VStage *s, Arena *a) {
+// into B (input gradients, and the memory-bound weight gradients: goes_to_w) and W (the other
+// weight gradients), each in graph order: the W actions run their nodes and accumulate them over
+// the microbatches (as B does its own weight-gradient nodes).
+static void split_segment(const Program *p, VStage *s, bool *in_w, Arena *a) {
   Node **w = ARENA_ARRAY(a, Node *, s->b.n + s->w.n + 1);
   int nb = 0, nw = 0;
   for (int i = 0; i < s->b.n; i++) {
     Node *n = s->b.nodes[i];
-    if (n->role == ROLE_WGT)
-      w[nw++] = n;
+    if (n->role == ROLE_WGT && goes_to_w(p, n, in_w))
+      w[nw++] = n, in_w[n->id] = true;
     else
       s->b.nodes[nb++] = n;
   }
   for (int i = 0; i < s->w.n; i++) w[nw++] = s->w.nodes[i];
   s->b.n = nb;
   s->w = (Segment){w, nw};
+  s->split = true;
+}
+
+// Whether splitting stage v's backward buys nothing on this compute order of its rank: its B
+// makes no channel (nothing is sent between B and W) and every W(v, m) comes right after
+// B(v, m). Then the fused backward (each weight gradient next to the input gradient that reads
+// the same dy, while it is in cache) runs the same kernels in the same per-parameter order.
+static bool split_idle(const Made *mk, int v, const Action *comp, int n) {
+  if (mk->key[2 * v + 1] != mk->key[2 * v + 2]) return false;
+  for (int i = 0; i < n; i++) {
+    const Action *x = &comp[i];
+    if (x->v != v || x->kind != ACT_B) continue;
+    if (i + 1 >= n || comp[i + 1].kind != ACT_W || comp[i + 1].v != v || comp[i + 1].m != x->m)
+      return false;
+  }
+  return true;
 }
 
 bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
@@ -182,10 +213,8 @@ bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
                p->nv, S, V);
     return false;
   }
-  for (int v = 0; v < nv; v++) p->vs[v].rank = v % S;
+  for (int v = 0; v < nv; v++) p->vs[v].rank = v % S, p->vs[v].split = false;
   p->split_bw = k == SCHED_ZBH1;
-  if (p->split_bw)
-    for (int v = 0; v < nv; v++) split_segment(&p->vs[v], a);
   p->nranks = S;
   p->ranks = ARENA_ARRAY(a, RankProgram, S);
   // Per rank its compute order (F, B, W).
@@ -194,6 +223,22 @@ bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
   for (int r = 0; r < S; r++) {
     comp[r] = ARENA_ARRAY(a, Action, 3 * (size_t)V * M + 1);
     if ((ncomp[r] = sched_order(k, S, V, M, r, comp[r], d)) < 0) return false;
+  }
+  Made mk = made_index(p, a);
+  // zb-h1: split each stage where it buys something; elsewhere drop the W actions (B fused).
+  bool *in_w = ARENA_ARRAY(a, bool, p->g->nnodes + 1); // per node id: in a W segment
+  for (int v = 0; v < nv && p->split_bw; v++) {
+    int r = p->vs[v].rank, n = 0;
+    if (!split_idle(&mk, v, comp[r], ncomp[r])) {
+      split_segment(p, &p->vs[v], in_w, a);
+      // No weight gradient worth moving (every one memory-bound): B keeps them all, unsplit.
+      // (A stage without nodes, as the unit tests' hand-made programs, stays split.)
+      if (p->vs[v].w.n > 0 || p->vs[v].b.n == 0) continue;
+      p->vs[v].split = false;
+    }
+    for (int i = 0; i < ncomp[r]; i++)
+      if (comp[r][i].v != v || comp[r][i].kind != ACT_W) comp[r][n++] = comp[r][i];
+    ncomp[r] = n;
   }
   // Per (stage, F or B, m): position in its rank's compute order.
   int *posF = ARENA_ARRAY(a, int, (size_t)nv *M), *posB = ARENA_ARRAY(a, int, (size_t)nv *M);
@@ -208,7 +253,6 @@ bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
   Recv *rv = ARENA_ARRAY(a, Recv, (size_t)p->nch * M + 1);
   int nrv = 0;
   int *pairk = ARENA_ARRAY(a, int, (size_t)S *S); // messages so far per (src, dst)
-  Made mk = made_index(p, a);
   // Sends in each rank's compute order: the pair queues, and each message's reader position.
   for (int r = 0; r < S; r++)
     for (int i = 0; i < ncomp[r]; i++) {
@@ -277,16 +321,17 @@ bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
   int *live = ARENA_ARRAY(a, int, nv);
   bool *held = ARENA_ARRAY(a, bool, (size_t)nv * p->M + 1);
   for (int v = 0; v < nv; v++) p->vs[v].K = 0;
-  ActionKind rel = p->split_bw ? ACT_W : ACT_B;
   for (int r = 0; r < S; r++)
     for (int i = 0; i < p->ranks[r].nacts; i++) {
       const Action *x = &p->ranks[r].acts[i];
-      int v = x->kind == ACT_RECV && !x->ch->grad                         ? x->ch->to_v
-              : x->kind == ACT_LOAD || x->kind == ACT_F || x->kind == rel ? x->v
-                                                                          : -1;
+      // The releasing action of x's stage: W when split, else B.
+      bool rel = x->v >= 0 && x->kind == (p->vs[x->v].split ? ACT_W : ACT_B);
+      int v = x->kind == ACT_RECV && !x->ch->grad              ? x->ch->to_v
+              : x->kind == ACT_LOAD || x->kind == ACT_F || rel ? x->v
+                                                               : -1;
       if (v < 0) continue;
       bool *h = &held[(size_t)v * p->M + x->m];
-      if (x->kind == rel) {
+      if (rel) {
         live[v]--;
       } else if (!*h) {
         *h = true;

@@ -109,7 +109,8 @@ static bool send_done(const Program *p, int c, int m, int t, int *const *at, con
 
 static double cost_of(const Program *p, const StageCost *cost, const Action *x) {
   if (x->kind != ACT_F && x->kind != ACT_B && x->kind != ACT_W) return 0;
-  StageCost c = cost ? cost[x->v] : (StageCost){1, p->split_bw ? 1 : 2, p->split_bw ? 1 : 0};
+  bool split = p->vs[x->v].split;
+  StageCost c = cost ? cost[x->v] : (StageCost){1, split ? 1 : 2, split ? 1 : 0};
   return x->kind == ACT_F ? c.f : x->kind == ACT_B ? c.b : c.w;
 }
 
@@ -164,7 +165,6 @@ static bool simulate(const Program *p, const StageCost *cost, SchedStats *st, Ar
     slot[v] = ARENA_ARRAY(&scratch, int, K);
     for (int k = 0; k < K; k++) slot[v][k] = -1;
   }
-  ActionKind rel = p->split_bw ? ACT_W : ACT_B;
   bool *held = ARENA_ARRAY(&scratch, bool, (size_t)p->nv *M + 1); // per (v, m): slot taken
   int *last = ARENA_ARRAY(&scratch, int, (size_t)p->nv *M + 1);   // per (v, m): its last action
   schedule_last_actions(p, last);
@@ -226,7 +226,8 @@ static bool simulate(const Program *p, const StageCost *cost, SchedStats *st, Ar
           snprintf(why, sizeof why,
                    "schedule: rank %d action %d %s: reuses slot %d of stage v%d (K = %d) while "
                    "m%d is live (until its %s)",
-                   r, moved[r], t1, x->m % K, hv, K, *s, action_name(rel));
+                   r, moved[r], t1, x->m % K, hv, K, *s,
+                   action_name(p->vs[hv].split ? ACT_W : ACT_B));
           diag_error(d, (Loc){0, 0}, "%s", why);
           ok = false;
           break;
@@ -234,7 +235,7 @@ static bool simulate(const Program *p, const StageCost *cost, SchedStats *st, Ar
         *s = x->m;
         if (++live[hv] > peak[hv]) peak[hv] = live[hv];
       }
-      if (x->kind == rel) {
+      if (x->v >= 0 && x->kind == (p->vs[x->v].split ? ACT_W : ACT_B)) {
         int K = p->vs[x->v].K > 0 ? p->vs[x->v].K : 1;
         slot[x->v][x->m % K] = -1;
         live[x->v]--;

@@ -629,6 +629,13 @@ static void bwd_cost(const Node *n, int64_t batch, OpCost *c) {
   c->bytes = io_bytes(n, batch);
 }
 
+// sum_rows (a bias gradient): one add per element of dy, not its forward's FLOPs (bwd_cost would
+// count a linear's whole GEMM for it).
+static void sum_rows_cost(const Node *n, int64_t batch, OpCost *c) {
+  c->flops = numel(n->in[0], batch);
+  c->bytes = io_bytes(n, batch);
+}
+
 static const char *const layernorm_hidden[] = {"mean", "rstd"};
 static const char *const attention_hidden[] = {"att"};
 
@@ -720,7 +727,8 @@ static const OpDef ops[] = {
     BWD("matmul.db", 2, 2, "pr_matmul_bwd_b", kargs_matmul, true),
     BWD("linear.dx", 2, 2, "pr_linear_bwd_x", kargs_linear, true),
     BWD("linear.dw", 2, 2, "pr_linear_bwd_w", kargs_linear, true),
-    BWD("sum_rows", 1, 1, "pr_sum_rows", kargs_sum_rows, true),
+    {.name = "sum_rows", IN(1, 1), .nout = 1, .cost = sum_rows_cost, .internal = true, .kernel = "pr_sum_rows",
+     .kargs = kargs_sum_rows, .acc = true, .doc = "backward"},
     BWD("binary.d", 1, 2, "pr_binary_bwd", kargs_binary_d, true),
     BWD("scale.dx", 1, 1, "pr_scale_bwd", kargs_scale, true),
     BWD("relu.dx", 2, 2, "pr_relu_bwd", kargs_n, true),

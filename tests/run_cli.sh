@@ -121,7 +121,7 @@ expect plan-s2 0 '' "$pipec" plan --stages 2 --microbatches 4 --schedule 1f1b sa
   grep -qx "schedule 1f1b: 2 ranks, 1 stage per rank, 4 microbatches" <<<"$LAST_OUT" &&
   grep -qx "  rank 0: ld F0 s> ld F1 s> .  .  .  r< B0 ld F2 s> .  r< B1 ld F3 s> .  r< B2 .  .  .  .  r< B3 T  N  O" <<<"$LAST_OUT" &&
   grep -qx "predicted bubble: 20.0% of the ranks' time (unit costs F 1, B 2)" <<<"$LAST_OUT" &&
-  grep -qx "predicted step time 0.202 ms, bubble 37.6% (stage costs: 0.01229 GFLOP per step at 50 GFLOP/s, 0.06554 MB through channels at 10 GB/s)" <<<"$LAST_OUT" &&
+  grep -qx "predicted step time 0.152 ms, bubble 38.6% (stage costs: 0.008978 GFLOP per step at 50 GFLOP/s, 0.06554 MB through channels at 10 GB/s)" <<<"$LAST_OUT" &&
   grep -qx "peak microbatches in flight: v0 2 v1 1" <<<"$LAST_OUT" &&
   grep -qx "memory plans of mlp_digits: batch 64 = 4 microbatches of 16, adamw, 2 ranks" <<<"$LAST_OUT" &&
   grep -q "^rank 0: params 33280 B, grads 33280 B, optimizer 66560 B, activations 57344 B (constants 0 B; v0: 2 slots of 28672 B), total " <<<"$LAST_OUT" &&
@@ -129,13 +129,25 @@ expect plan-s2 0 '' "$pipec" plan --stages 2 --microbatches 4 --schedule 1f1b sa
   pass=$((pass + 1)) || { echo "FAIL plan --stages 2: $LAST_OUT"; fail=$((fail + 1)); }
 # The predicted step time scales with --flops-rate and --bandwidth (the costs are seconds).
 expect plan-s2-rates 0 '' "$pipec" plan --stages 2 --microbatches 4 --schedule 1f1b --flops-rate 25 --bandwidth 5 samples/mlp_digits.json
-grep -qx "predicted step time 0.404 ms, bubble 37.6% (stage costs: 0.01229 GFLOP per step at 25 GFLOP/s, 0.06554 MB through channels at 5 GB/s)" <<<"$LAST_OUT" &&
+grep -qx "predicted step time 0.303 ms, bubble 38.6% (stage costs: 0.008978 GFLOP per step at 25 GFLOP/s, 0.06554 MB through channels at 5 GB/s)" <<<"$LAST_OUT" &&
   pass=$((pass + 1)) || { echo "FAIL plan --flops-rate 25 --bandwidth 5: $(grep predicted <<<"$LAST_OUT")"; fail=$((fail + 1)); }
 expect plan-s4 0 '' "$pipec" plan --stages 4 --microbatches 8 --schedule zb-h1 samples/skip_net.json
 grep -qx "schedule zb-h1: 4 ranks, 1 stage per rank, 8 microbatches" <<<"$LAST_OUT" && grep -q "^  rank 3: " <<<"$LAST_OUT" &&
   ! grep -q "^  rank 4: " <<<"$LAST_OUT" && grep -qx "peak microbatches in flight: v0 4 v1 3 v2 2 v3 1" <<<"$LAST_OUT" &&
-  grep -qx "predicted bubble: 22.6% of the ranks' time (unit costs F 1, B 1, W 1)" <<<"$LAST_OUT" &&
+  grep -qx "B and W split on no stage (B keeps the weight gradients: none is compute-bound, or the split would neither send earlier nor fill a bubble)" <<<"$LAST_OUT" &&
+  grep -qx "predicted bubble: 27.3% of the ranks' time (unit costs F 1, B 2)" <<<"$LAST_OUT" &&
   pass=$((pass + 1)) || { echo "FAIL plan --stages 4 zb-h1: $LAST_OUT"; fail=$((fail + 1)); }
+# zb-h1 splits where it buys something: every stage of gpt_char at S = 4 (W deferred on the first
+# three, gradients sent before W on the last three); only the last at S = 2 (stage 0 sends no
+# gradient and runs each W right after its B).
+expect plan-s4-zb-gpt 0 '' "$pipec" plan --stages 4 --batch 96 --microbatches 8 --schedule zb-h1 samples/gpt_char.json
+grep -qx "B and W split on v0 v1 v2 v3 (all)" <<<"$LAST_OUT" &&
+  grep -qx "predicted bubble: 22.6% of the ranks' time (unit costs F 1, B 1, W 1)" <<<"$LAST_OUT" &&
+  pass=$((pass + 1)) || { echo "FAIL plan --stages 4 zb-h1 gpt_char: $LAST_OUT"; fail=$((fail + 1)); }
+expect plan-s2-zb-gpt 0 '' "$pipec" plan --stages 2 --batch 96 --microbatches 8 --schedule zb-h1 samples/gpt_char.json
+grep -qx "B and W split on v1 (elsewhere B keeps the weight gradients: nothing is sent before W and no W is deferred, or none is compute-bound)" <<<"$LAST_OUT" &&
+  grep -qx "  rank 0: ld F0 s> ld F1 s> .  .  .  r< r< B0 ld F2 s> .  .  r< r< B1 ld F3 s> .  .  r< r< B2 ld F4 s> .  .  r< r< B3 ld F5 s> .  .  r< r< B4 ld F6 s> .  .  r< r< B5 ld F7 s> .  .  r< r< B6 .  .  .  .  .  r< r< B7 T  N  O" <<<"$LAST_OUT" &&
+  pass=$((pass + 1)) || { echo "FAIL plan --stages 2 zb-h1 gpt_char: $LAST_OUT"; fail=$((fail + 1)); }
 expect plan-interleaved 0 '' "$pipec" plan --stages 2 --microbatches 4 --schedule interleaved --virtual 2 samples/skip_net.json
 [[ "$LAST_OUT" == "partition of skip_net: 4 stages"* ]] && grep -qx "stage 2 (rank 0)" <<<"$LAST_OUT" && grep -qx "schedule interleaved: 2 ranks, 2 stages per rank, 4 microbatches" <<<"$LAST_OUT" &&
   grep -q "^  rank 1: .* F0.1 " <<<"$LAST_OUT" && pass=$((pass + 1)) || { echo "FAIL plan interleaved: $LAST_OUT"; fail=$((fail + 1)); }

@@ -40,8 +40,9 @@ golden_step() {
   fi
 }
 golden_step mlp_digits_s2_m4_1f1b samples/mlp_digits.json --stages 2 --microbatches 4
+# (The cut pinned: stages 0 and 2 on rank 0 exchange the skip, a copy on one rank.)
 golden_step skip_net_s2_m2_interleaved samples/skip_net.json --stages 2 --microbatches 2 \
-  --schedule interleaved --virtual 2
+  --schedule interleaved --virtual 2 --split wide,wide.relu,body2
 
 # ---- The equality matrix (a small one: the full matrix reuses pipe_same).
 pipe_same mlp-s2-m4-gpipe samples/mlp_digits.json 2 4 gpipe

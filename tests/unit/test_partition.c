@@ -324,8 +324,8 @@ END_TEST
 // B 8/8 + 1 (the gradient of r received) = 2, W 64/8 = 8; stage 1 F 96/8 + 1 (r received) = 13,
 // B 96/8 = 12, W 8. 1f1b (B = B + W: 10 and 20): rank 0 F0 [0, 9] F1 [9, 18]; rank 1 F0 [9, 22]
 // B0 [22, 42] F1 [42, 55] B1 [55, 75]; rank 0 B0 [42, 52] B1 [75, 85]: 85 s, busy 2 * 19 + 2 * 33
-// = 104 of 2 * 85. zb-h1: rank 1 F0 [9, 22] B0 [22, 34] W0 [34, 42] F1 [42, 55] B1 [55, 67]
-// W1 [67, 75]; rank 0 B0 [34, 36] W0 [36, 44] B1 [67, 69] W1 [69, 77]: 77 s.
+// = 104 of 2 * 85. zb-h1 splits nothing here: each dw (64 FLOPs on 128 bytes) is memory-bound,
+// so it stays in B (schedules.c, goes_to_w) and the costs and the span are 1f1b's.
 START_TEST(test_predicted_step_time) {
   for (int split = 0; split < 2; split++) {
     Model m;
@@ -345,19 +345,71 @@ START_TEST(test_predicted_step_time) {
     double fl[2];
     partition_stage_costs(&p, c, fl);
     ck_assert(fl[0] == 144 && fl[1] == 256);
-    if (split)
-      ck_assert(c[0].f == 9 && c[0].b == 2 && c[0].w == 8 && c[1].f == 13 && c[1].b == 12 &&
-                c[1].w == 8);
-    else
-      ck_assert(c[0].f == 9 && c[0].b == 10 && c[0].w == 0 && c[1].f == 13 && c[1].b == 20 &&
-                c[1].w == 0);
+    ck_assert(!p.vs[0].split && !p.vs[1].split);
+    ck_assert(c[0].f == 9 && c[0].b == 10 && c[0].w == 0 && c[1].f == 13 && c[1].b == 20 &&
+              c[1].w == 0);
     SchedStats st;
     ck_assert_msg(schedule_predict(&p, &st, &a, &m.cap.d), "%s", cap_text(&m.cap));
-    ck_assert_msg(st.span == (split ? 77 : 85), "span %g", st.span);
+    ck_assert_msg(st.span == 85, "span %g", st.span);
     ck_assert_msg(fabs(st.bubble - (1 - 104.0 / (2 * st.span))) < 1e-12, "bubble %g", st.bubble);
     arena_free(&a);
     model_free(&m);
   }
+}
+END_TEST
+
+// Which stages zb-h1 splits, on NET widened to 64 features at 64 rows per microbatch (each dw a
+// GEMM of 2 * 64^3 FLOPs on 48 KiB: compute-bound). Stage 1 sends a gradient after its B, so it
+// splits: its W holds b's dw, the one compute-bound weight gradient there. Stage 0 sends none and
+// runs every W right after its B, so the split would buy nothing: its B keeps its weight gradients
+// (no W actions on rank 0). The predicted span is below 1f1b's.
+START_TEST(test_zbh1_split_choice) {
+  static const char *wide =
+      "{'format': 'pipec-model', 'version': 1, 'name': 'net',\n"
+      " 'inputs': [{'name': 'x', 'shape': ['B', 64]}, {'name': 'y', 'dtype': 'i32', 'shape': ['B'],"
+      " 'target': true}],\n"
+      " 'params': [{'name': 'w', 'shape': [64, 64], 'init': 'xavier'}],\n"
+      " 'nodes': [{'name': 'a', 'op': 'linear', 'inputs': ['x', 'w']},\n"
+      "           {'name': 'r', 'op': 'relu', 'inputs': ['a']},\n"
+      "           {'name': 'b', 'op': 'linear', 'inputs': ['r', 'w']},\n"
+      "           {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['b', 'y']}],\n"
+      " 'loss': 'loss'}";
+  double span[2];
+  for (int split = 0; split < 2; split++) {
+    Model m;
+    ck_assert(model_run(&m, wide));
+    ck_assert(pass_autodiff(&m.g, 2, &m.cap.d));
+    TrainConfig tc = {.batch = 128, .microbatches = 2, .mb_size = 64, .opt = OPT_ADAMW};
+    const char *cut[] = {"b"};
+    PartitionOptions o = {
+        .stages = 2, .split = cut, .nsplit = 1, .flops_rate = 1e9, .bandwidth = 1e9};
+    Program p;
+    ck_assert_msg(pass_partition(&m.g, &tc, &o, &p, &m.cap.d), "%s", cap_text(&m.cap));
+    ck_assert(pass_comm(&m.g, &p, &m.cap.d));
+    Arena a;
+    arena_init(&a);
+    ck_assert_msg(sched_build(&p, split ? SCHED_ZBH1 : SCHED_1F1B, 2, 1, &a, &m.cap.d), "%s",
+                  cap_text(&m.cap));
+    if (split) {
+      ck_assert(!p.vs[0].split && p.vs[0].w.n == 0);
+      ck_assert(p.vs[1].split && p.vs[1].w.n == 1);
+      ck_assert_str_eq(p.vs[1].w.nodes[0]->op->name, "linear.dw");
+      ck_assert_ptr_eq(p.vs[1].w.nodes[0]->fwd, graph_find(&m.g, "b")->producer);
+      for (int i = 0; i < p.ranks[0].nacts; i++) ck_assert(p.ranks[0].acts[i].kind != ACT_W);
+      int nw = 0;
+      for (int i = 0; i < p.ranks[1].nacts; i++) nw += p.ranks[1].acts[i].kind == ACT_W;
+      ck_assert_int_eq(nw, 2);
+      StageCost c[2];
+      partition_stage_costs(&p, c, NULL);
+      ck_assert(c[0].w == 0 && fabs(c[1].w * 1e9 - 2.0 * 64 * 64 * 64) < 1e-3);
+    }
+    SchedStats st;
+    ck_assert_msg(schedule_predict(&p, &st, &a, &m.cap.d), "%s", cap_text(&m.cap));
+    span[split] = st.span;
+    arena_free(&a);
+    model_free(&m);
+  }
+  ck_assert_msg(span[1] < span[0], "zb-h1 %g, 1f1b %g", span[1], span[0]);
 }
 END_TEST
 
@@ -397,6 +449,7 @@ int main(void) {
   tcase_add_test(tc, test_pass_split_shared_weight);
   tcase_add_test(tc, test_pass_comm);
   tcase_add_test(tc, test_predicted_step_time);
+  tcase_add_test(tc, test_zbh1_split_choice);
   tcase_add_test(tc, test_pass_hint_out_of_range);
   suite_add_tcase(s, tc);
   return run_suite(s);

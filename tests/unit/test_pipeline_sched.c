@@ -307,12 +307,13 @@ END_TEST
 START_TEST(test_w_before_b) {
   Chain c;
   two(&c, SCHED_ZBH1);
-  Action *a = c.p.ranks[0].acts, t = a[7]; // rank 0: B(v0, m0) at 7, W(v0, m0) at 8
-  ck_assert_int_eq(a[8].kind, ACT_W);
-  a[7] = a[8];
-  a[8] = t;
-  expect(&c, "m.json: error: schedule: rank 0 action 7 W(v0, m0): comes before B(v0, m0) at "
-             "action 8 (W after B)\n");
+  Action *a = c.p.ranks[1].acts, t = a[3]; // rank 1: r> F0 ls B0 s< W0 ...
+  ck_assert_int_eq(a[3].kind, ACT_B);
+  ck_assert_int_eq(a[5].kind, ACT_W);
+  a[3] = a[5];
+  a[5] = t;
+  expect(&c, "m.json: error: schedule: rank 1 action 3 W(v1, m0): comes before B(v1, m0) at "
+             "action 5 (W after B)\n");
   arena_free(&c.a);
 }
 END_TEST

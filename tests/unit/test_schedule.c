@@ -27,8 +27,8 @@ typedef struct Hand {
 static void hand_init(Hand *h) {
   memset(h, 0, sizeof *h);
   h->g.name = "hand";
-  h->vs[0] = (VStage){.v = 0, .rank = 0, .K = 2, .loads = true};
-  h->vs[1] = (VStage){.v = 1, .rank = 1, .K = 1, .has_loss = true};
+  h->vs[0] = (VStage){.v = 0, .rank = 0, .split = true, .K = 2, .loads = true};
+  h->vs[1] = (VStage){.v = 1, .rank = 1, .split = true, .K = 1, .has_loss = true};
   static Tensor t = {.name = "h"}, dt = {.name = "d:h"};
   h->ch[0] = (Channel){0, &t, 0, 1, false, 0, 0, NULL};
   h->ch[1] = (Channel){1, &dt, 1, 0, true, 1, 0, NULL};
@@ -155,11 +155,20 @@ START_TEST(test_orders) {
   expect(h, "error: schedule: rank 0 action 8 W(v0, m1): comes before B(v0, m1) at action 10 "
             "(W after B)\n");
   hand_init(h);
-  // W(v0, m1) at 8 right after B(v0, m1), B(v0, m0) and W(v0, m0) later: W descends in m.
+  // B(v0, m1) at 7, B(v0, m0) later: B descends in m (split, B accumulates the memory-bound
+  // weight gradients: ascending too).
   Action r0[] = {A(LOAD, 0, 0), A(F, 0, 0), C(SEND, 0, 0), A(LOAD, 0, 1), A(F, 0, 1), C(SEND, 0, 1),
                  C(RECV, 1, 1), A(B, 0, 1), A(W, 0, 1),    C(RECV, 1, 0), A(B, 0, 0), A(W, 0, 0)};
   memcpy(h->acts[0], r0, sizeof r0);
-  expect(h, "error: schedule: rank 0 action 8 W(v0, m1): comes before W(v0, m0) at action 11 "
+  expect(h, "error: schedule: rank 0 action 7 B(v0, m1): comes before B(v0, m0) at action 10 "
+            "(B of a stage in ascending m)\n");
+  hand_init(h);
+  // B ascending, W(v0, m1) at 10 before W(v0, m0) at 11: W descends in m.
+  Action r0w[] = {A(LOAD, 0, 0), A(F, 0, 0),    C(SEND, 0, 0), A(LOAD, 0, 1),
+                  A(F, 0, 1),    C(SEND, 0, 1), C(RECV, 1, 0), A(B, 0, 0),
+                  C(RECV, 1, 1), A(B, 0, 1),    A(W, 0, 1),    A(W, 0, 0)};
+  memcpy(h->acts[0], r0w, sizeof r0w);
+  expect(h, "error: schedule: rank 0 action 10 W(v0, m1): comes before W(v0, m0) at action 11 "
             "(W of a stage in ascending m)\n");
   hand_init(h);
   swap(h, 0, 0, 1); // LOAD after F
@@ -177,7 +186,7 @@ START_TEST(test_unsplit_b_ascending) {
   hand_init(h);
   // Without the split, B accumulates the weight gradients: B of a stage in ascending m. W
   // actions become no-ops replaced by the channel actions moved around.
-  h->p.split_bw = false;
+  h->p.split_bw = h->vs[0].split = h->vs[1].split = false;
   Action r0[] = {A(LOAD, 0, 0),     A(F, 0, 0),     C(SEND, 0, 0), A(LOAD, 0, 1), A(F, 0, 1),
                  C(SEND, 0, 1),     C(RECV, 1, 0),  C(RECV, 1, 1), A(B, 0, 1),    A(B, 0, 0),
                  STEP(TIED_SUM, 0), STEP(NORM, -1), STEP(OPT, -1)};
@@ -194,7 +203,7 @@ START_TEST(test_unsplit_b_ascending) {
   const char *msg = check_msg(h, &ok);
   ck_assert_msg(ok, "%s", msg);
   set(h, 0, 8, A(W, 0, 0));
-  expect(h, "error: schedule: rank 0 action 8 W(v0, m0): W in a program that does not split B "
+  expect(h, "error: schedule: rank 0 action 8 W(v0, m0): W on a stage that does not split B "
             "and W\n");
 }
 END_TEST
