@@ -238,20 +238,35 @@ START_TEST(test_pass_split_shared_weight) {
 }
 END_TEST
 
+// model_run(json) and autodiff, then the partition cut before b (two
+// stages at rate FLOP/s and bw bytes/s) and the comm pass, into p; tc outlives p (p->tc).
+static void cut_at_b(Model *m, const char *json, const TrainConfig *tc, double rate, double bw,
+                     Program *p) {
+  ck_assert(model_run(m, json));
+  ck_assert(pass_autodiff(&m->g, 2, &m->cap.d));
+  const char *cut[] = {"b"};
+  PartitionOptions o = {
+      .stages = 2, .split = cut, .nsplit = 1, .flops_rate = rate, .bandwidth = bw};
+  ck_assert_msg(pass_partition(&m->g, tc, &o, p, &m->cap.d), "%s", cap_text(&m->cap));
+  ck_assert(pass_comm(&m->g, p, &m->cap.d));
+}
+
+// cut_at_b, then schedule k on it (lists in arena a, which the caller frees).
+static void cut_and_schedule(Model *m, const char *json, const TrainConfig *tc, double rate,
+                             double bw, SchedKind k, Program *p, Arena *a) {
+  cut_at_b(m, json, tc, rate, bw, p);
+  arena_init(a);
+  ck_assert_msg(sched_build(p, k, 2, 1, a, &m->cap.d), "%s", cap_text(&m->cap));
+}
+
 // The comm pass on the same cut: r crosses forward, its gradient contribution from b comes back
 // as a tensor of its own, w's two stages form its exchange group; the checker rejects a
 // duplicated and a missing channel.
 START_TEST(test_pass_comm) {
   Model m;
-  ck_assert(model_run(&m, NET));
-  ck_assert(pass_autodiff(&m.g, 2, &m.cap.d));
   TrainConfig tc = {.batch = 4, .microbatches = 2, .mb_size = 2, .opt = OPT_ADAMW};
-  const char *split[] = {"b"};
-  PartitionOptions o = {
-      .stages = 2, .split = split, .nsplit = 1, .flops_rate = 1e9, .bandwidth = 1e9};
   Program p;
-  ck_assert_msg(pass_partition(&m.g, &tc, &o, &p, &m.cap.d), "%s", cap_text(&m.cap));
-  ck_assert(pass_comm(&m.g, &p, &m.cap.d));
+  cut_at_b(&m, NET, &tc, 1e9, 1e9, &p);
   ck_assert_msg(comm_check(&p, &m.cap.d), "%s", cap_text(&m.cap));
   const Tensor *r = graph_find(&m.g, "r");
   ck_assert_int_eq(p.nch, 2);
@@ -329,18 +344,10 @@ END_TEST
 START_TEST(test_predicted_step_time) {
   for (int split = 0; split < 2; split++) {
     Model m;
-    ck_assert(model_run(&m, NET));
-    ck_assert(pass_autodiff(&m.g, 2, &m.cap.d));
     TrainConfig tc = {.batch = 4, .microbatches = 2, .mb_size = 2, .opt = OPT_ADAMW};
-    const char *cut[] = {"b"};
-    PartitionOptions o = {.stages = 2, .split = cut, .nsplit = 1, .flops_rate = 8, .bandwidth = 32};
     Program p;
-    ck_assert_msg(pass_partition(&m.g, &tc, &o, &p, &m.cap.d), "%s", cap_text(&m.cap));
-    ck_assert(pass_comm(&m.g, &p, &m.cap.d));
     Arena a;
-    arena_init(&a);
-    ck_assert_msg(sched_build(&p, split ? SCHED_ZBH1 : SCHED_1F1B, 2, 1, &a, &m.cap.d), "%s",
-                  cap_text(&m.cap));
+    cut_and_schedule(&m, NET, &tc, 8, 32, split ? SCHED_ZBH1 : SCHED_1F1B, &p, &a);
     StageCost c[2];
     double fl[2];
     partition_stage_costs(&p, c, fl);
@@ -377,19 +384,10 @@ START_TEST(test_zbh1_split_choice) {
   double span[2];
   for (int split = 0; split < 2; split++) {
     Model m;
-    ck_assert(model_run(&m, wide));
-    ck_assert(pass_autodiff(&m.g, 2, &m.cap.d));
     TrainConfig tc = {.batch = 128, .microbatches = 2, .mb_size = 64, .opt = OPT_ADAMW};
-    const char *cut[] = {"b"};
-    PartitionOptions o = {
-        .stages = 2, .split = cut, .nsplit = 1, .flops_rate = 1e9, .bandwidth = 1e9};
     Program p;
-    ck_assert_msg(pass_partition(&m.g, &tc, &o, &p, &m.cap.d), "%s", cap_text(&m.cap));
-    ck_assert(pass_comm(&m.g, &p, &m.cap.d));
     Arena a;
-    arena_init(&a);
-    ck_assert_msg(sched_build(&p, split ? SCHED_ZBH1 : SCHED_1F1B, 2, 1, &a, &m.cap.d), "%s",
-                  cap_text(&m.cap));
+    cut_and_schedule(&m, wide, &tc, 1e9, 1e9, split ? SCHED_ZBH1 : SCHED_1F1B, &p, &a);
     if (split) {
       ck_assert(!p.vs[0].split && p.vs[0].w.n == 0);
       ck_assert(p.vs[1].split && p.vs[1].w.n == 1);
