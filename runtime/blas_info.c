@@ -51,6 +51,7 @@ void pr_blas_report(bool quiet) {
          avx512 ? "avx512"
          : avx2 ? "avx2"
                 : "no avx2");
+  printf("kernels pipert %s\n", pr_isa_name());
   fflush(stdout);
   if (!avx2 || !old_kernel(core)) return;
   const char *want = avx512 ? "SKYLAKEX" : "HASWELL", *set = getenv("OPENBLAS_CORETYPE");

@@ -429,6 +429,10 @@ int pr_threads(void);
 // without AVX2 on a CPU with AVX2 or AVX-512 (blas_info.c).
 void pr_blas_report(bool quiet);
 
+// Which build of pipert's own kernels runs: "x86-64-v4 (AVX-512)", "x86-64-v3 (AVX2)" or
+// "x86-64-v1 (SSE2)" in the portable runtime (isa.c), "native" in the --march=native one.
+const char *pr_isa_name(void);
+
 // n ids uniform in [0, bound), a pure function of (seed, name) (inputs of --gradcheck) (util.c).
 void pr_init_ids(int32_t *y, int64_t n, uint64_t seed, const char *name, int64_t bound);
 
