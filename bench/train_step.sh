@@ -18,9 +18,9 @@
 #   OpenBLAS kernel (pipec, PyTorch 1.13): the default (OPENBLAS_CORETYPE unset: what a user gets),
 #     PRESCOTT (what OpenBLAS 0.3.21 falls back to on CPUs it does not know) and SKYLAKEX, or
 #     HASWELL on a CPU without AVX-512; a forced kernel equal to the default is not run twice.
-#   OpenMP wait policy: each peer's default and the other one (pipec's programs default to PASSIVE
-#     themselves, so their other is ACTIVE; PyTorch's GNU OpenMP defaults to spinning, so its
-#     other is PASSIVE). The better is kept and named.
+#   OpenMP wait policy: each peer's default and the other one (pipec's programs set
+#     GOMP_SPINCOUNT=1000 themselves, their other is ACTIVE; PyTorch's GNU OpenMP defaults to
+#     spinning, so its other is PASSIVE). The better is kept and named.
 # Exit status: 1 if a run fails, 2 on a usage error. Where pipec as installed (default kernel) is
 # not at least 2x faster than the best peer at some thread count, the script says so on stderr: a
 # benchmark reports, it does not gate.
@@ -95,8 +95,9 @@ def importable(python):
         if os.path.exists(python) else None
     return p.stdout.strip() if p and p.returncode == 0 else None
 
-# (name, python or None for a pipec program, the program)
+# (name, python or None for a pipec program, the program[, extra environment])
 peers = [("pipec", None, os.path.join(tmp, "gpt/bin/train")),
+         ("pipec PIPEC_ISA=v1 (baseline kernels)", None, os.path.join(tmp, "gpt/bin/train"), {"PIPEC_ISA": "v1"}),
          ("pipec --march=native", None, os.path.join(tmp, "gptn/bin/train"))]
 torch_peers = lambda: [i for i, p in enumerate(peers) if p[1] is not None]
 missing = []
@@ -116,6 +117,7 @@ for i, peer in enumerate(peers):
 def run(cfg, t):
     i, k, w = cfg
     e = env_for(t, k, w)
+    e.update(peers[i][3] if len(peers[i]) > 3 else {})
     if peers[i][1] is None:
         p = subprocess.run([peers[i][2], "--steps", str(steps), "--threads", str(t), "--eval-every", str(10**9),
                             "--eval-batches", "1", "--log-every", str(10**9)], env=e, capture_output=True, text=True)
@@ -176,7 +178,7 @@ def best(i, k, t):  # (ms, wait policy kept, [per policy (wait, ms, rounds)])
     rows = [(w, med(res[(c, t)]), res[(c, t)]) for c in configs for (ci, ck, w) in [c] if ci == i and ck == k]
     b = min(rows, key=lambda x: x[1])
     return b[1], b[0], rows
-wname = lambda i, w: (w if w else "default (PASSIVE, set by the program)" if peers[i][1] is None else "default")
+wname = lambda i, w: (w if w else "default (GOMP_SPINCOUNT=1000, set by the program)" if peers[i][1] is None else "default")
 
 print(f"gpt_char training step (batch 12 x 64 tokens), median ms per step of {steps - WARMUP} steps after "
       f"{WARMUP} warm-up, median of {rounds} rounds (round robin over all configurations); "
@@ -226,9 +228,9 @@ print("| ---: | --- | --- | ---: | --- | ---: | ---: |")
 target_ok = True
 for t in threads:
     for k in kernels:
-        for pi in (0, 1):  # the portable default, then --march=native
+        for pi in (0, 1, 2):  # the portable default, its baseline kernels, then --march=native
             p_ms = best(pi, k, t)[0]
-            build = "portable (default)" if pi == 0 else "--march=native"
+            build = ("portable (default)", "portable, PIPEC_ISA=v1", "--march=native")[pi]
             cands = [(best(i, None if mkl(peers[i]) else k, t), i) for i in torch_peers()]
             if not cands:
                 print(f"| {t} | {klabel(k)} | {build} | {p_ms:.1f} | (none installed) | – | – |")

@@ -1,8 +1,9 @@
 // launch.c: OUT/launch.sh, the script that runs the job of a compiled program: at S = 1 it execs
 // bin/rank0; at S > 1 one MPMD mpirun line, `mpirun -np 1 bin/rank0 ARGS : -np 1 bin/rank1 ARGS
 // ...`, every rank getting the same program options. `--allow-run-as-root` when run as root,
-// `--oversubscribe --bind-to none` and OMPI_MCA_mpi_yield_when_idle=1 when the ranks exceed the
-// online cores (the physical ones where lscpu tells fewer: mpirun's default slots);
+// `--oversubscribe --bind-to none`, OMPI_MCA_mpi_yield_when_idle=1 and (unless set)
+// OMP_WAIT_POLICY=PASSIVE when the ranks exceed the online cores (the physical ones where lscpu
+// tells fewer: mpirun's default slots): shared cores, where no thread should spin;
 // $PIPEC_MPIRUN_OPTS adds mpirun options (a hostfile, ...), $PIPEC_MPIRUN names another mpirun.
 // The programs are found beside the script (its own directory), so the output directory can move.
 //
@@ -66,6 +67,8 @@ static void print_script(FILE *f, Arena *a, const Program *prog, const CodegenOp
           "  over='--oversubscribe --bind-to none'\n"
           "  OMPI_MCA_mpi_yield_when_idle=1\n"
           "  export OMPI_MCA_mpi_yield_when_idle\n"
+          "  OMP_WAIT_POLICY=${OMP_WAIT_POLICY-PASSIVE}\n"
+          "  export OMP_WAIT_POLICY\n"
           "fi\n"
           "set -f\n"
           "exec \"${PIPEC_MPIRUN:-mpirun}\" $root $over ${PIPEC_MPIRUN_OPTS-}",

@@ -436,8 +436,9 @@ const char *pr_isa_name(void);
 // n ids uniform in [0, bound), a pure function of (seed, name) (inputs of --gradcheck) (util.c).
 void pr_init_ids(int32_t *y, int64_t n, uint64_t seed, const char *name, int64_t bound);
 
-// First call of a generated main: makes OpenMP threads sleep rather than spin between kernels
-// unless OMP_WAIT_POLICY is set (re-executes the program once to apply it) (util.c).
+// First call of a generated main: makes OpenMP threads spin at most 1000 times before they sleep
+// between kernels unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set (re-executes the program once to
+// apply it) (util.c).
 void pr_start(int argc, char **argv);
 
 // Median of v[0..n) (sorts v) (util.c).

@@ -21,14 +21,18 @@ double pr_median(double *v, int64_t n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// OpenMP's default wait policy spins between parallel regions, which is fastest on a dedicated
-// machine but collapses when cores are shared (other ranks, other jobs): a step measured 17x
-// slower under load. libgomp reads OMP_WAIT_POLICY when it is loaded, before main, so when the
-// user has not chosen one the program re-executes itself once with PASSIVE.
+// How OpenMP's threads wait between kernels. libgomp's default spins 300,000 times before it
+// sleeps: fastest on a dedicated machine, a collapse when the cores are shared (other ranks,
+// other jobs: a 2-thread gpt_char step took 761 ms instead of 27 with a second such job on the 2
+// cores). PASSIVE (sleep at once) survives that (46 ms) but costs 25% on a dedicated machine
+// (35 ms: every kernel wakes its threads from a futex). 1,000 spins keep most of the speed (30
+// ms) and most of the robustness (49 ms). libgomp reads OMP_WAIT_POLICY and GOMP_SPINCOUNT when
+// it is loaded, before main, so when the user has set neither the program re-executes itself
+// once with GOMP_SPINCOUNT=1000 (launch.sh sets PASSIVE where the ranks exceed the cores).
 void pr_start(int argc, char **argv) {
   (void)argc;
-  if (getenv("OMP_WAIT_POLICY")) return;
-  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+  setenv("GOMP_SPINCOUNT", "1000", 1);
   execv("/proc/self/exe", argv);
   // exec failed (no /proc): run on with the default policy.
 }
