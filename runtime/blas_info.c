@@ -11,8 +11,11 @@
 //     stderr: PROG: warning: OpenBLAS runs its Prescott kernels (no AVX2) on a CPU with AVX-512 ...
 //             HINT: export OPENBLAS_CORETYPE=SKYLAKEX ...
 // the warning only when the kernel is one of 0.3.21's x86-64 kernel sets without AVX2 (old_kernel
-// below) and the CPU has AVX2. It chooses nothing itself: the kernel stays OpenBLAS's choice (or
-// the user's OPENBLAS_CORETYPE).
+// below) and the CPU has AVX2. Unless the user set OPENBLAS_CORETYPE, the program does not run
+// with such a fallback: pr_start (util.c) re-executes it with OPENBLAS_CORETYPE=SKYLAKEX (HASWELL
+// on an AVX2 CPU) from pr_blas_better_core, and the report then adds
+//     stdout: blas kernel SkylakeX chosen by the program: OpenBLAS picked Prescott (no AVX2) ...
+// The warning remains for a kernel the user forced, or a BLAS built for one CPU only.
 #define _GNU_SOURCE // program_invocation_short_name
 #include "pipert.h"
 
@@ -38,23 +41,47 @@ static bool old_kernel(const char *core) {
   return false;
 }
 
+// The CPU's vector level: 2 AVX-512 (F, BW, VL, DQ: SkylakeX's kernels), 1 AVX2 with FMA, 0.
+static int cpu_level(void) {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    return 2;
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0;
+}
+
+const char *pr_blas_core(void) {
+  return openblas_get_corename();
+}
+
+const char *pr_blas_better_core(void) {
+  int level = cpu_level();
+  if (!level || !old_kernel(openblas_get_corename()) ||
+      !strstr(openblas_get_config(), "DYNAMIC_ARCH"))
+    return NULL;
+  return level == 2 ? "SKYLAKEX" : "HASWELL";
+}
+
 void pr_blas_report(bool quiet) {
   if (quiet || pr_rank != 0) return;
   const char *config = openblas_get_config(), *core = openblas_get_corename();
-  __builtin_cpu_init();
   // SkylakeX's kernels need AVX-512 F, BW, VL and DQ (and the OS saving their state, which
   // __builtin_cpu_supports checks).
-  bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"),
-       avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  int level = cpu_level();
+  bool avx512 = level == 2, avx2 = level >= 1;
+  const char *fell = getenv("PIPEC_OPENBLAS_FALLBACK"), *set = getenv("OPENBLAS_CORETYPE");
   printf("blas %s, kernel %s, CPU %s\n", config, core,
          avx512 ? "avx512"
          : avx2 ? "avx2"
                 : "no avx2");
+  if (fell && set)
+    printf("blas kernel %s chosen by the program: OpenBLAS picked %s (no AVX2) on this CPU; "
+           "OPENBLAS_CORETYPE overrides\n",
+           core, fell);
   printf("kernels pipert %s\n", pr_isa_name());
   fflush(stdout);
   if (!avx2 || !old_kernel(core)) return;
-  const char *want = avx512 ? "SKYLAKEX" : "HASWELL", *set = getenv("OPENBLAS_CORETYPE");
+  const char *want = avx512 ? "SKYLAKEX" : "HASWELL";
   fprintf(stderr,
           "%s: warning: OpenBLAS runs its %s kernels (no AVX2) on a CPU with %s: matrix products "
           "run several times slower than they can\n",

@@ -429,6 +429,13 @@ int pr_threads(void);
 // without AVX2 on a CPU with AVX2 or AVX-512 (blas_info.c).
 void pr_blas_report(bool quiet);
 
+// The OPENBLAS_CORETYPE to load OpenBLAS with instead of the kernel set it chose: "SKYLAKEX" on
+// an AVX-512 CPU, "HASWELL" on an AVX2 one, when the chosen set has no AVX2 (its fallback on CPUs
+// it does not know) and OpenBLAS is a DYNAMIC_ARCH build; else NULL (blas_info.c). pr_start
+// applies it. pr_blas_core: the set OpenBLAS runs.
+const char *pr_blas_better_core(void);
+const char *pr_blas_core(void);
+
 // Which build of pipert's own kernels runs: "x86-64-v4 (AVX-512)", "x86-64-v3 (AVX2)" or
 // "x86-64-v1 (SSE2)" in the portable runtime (isa.c), "native" in the --march=native one.
 const char *pr_isa_name(void);

@@ -29,10 +29,23 @@ double pr_median(double *v, int64_t n) {
 // ms) and most of the robustness (49 ms). libgomp reads OMP_WAIT_POLICY and GOMP_SPINCOUNT when
 // it is loaded, before main, so when the user has set neither the program re-executes itself
 // once with GOMP_SPINCOUNT=1000 (launch.sh sets PASSIVE where the ranks exceed the cores).
+//
+// The same re-execution sets OPENBLAS_CORETYPE when OpenBLAS (initialised before main) fell back
+// to a kernel set without AVX2 on a CPU that has it (pr_blas_better_core, blas_info.c), unless
+// the user set OPENBLAS_CORETYPE: OpenBLAS too reads it only when it is loaded.
 void pr_start(int argc, char **argv) {
   (void)argc;
-  if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
-  setenv("GOMP_SPINCOUNT", "1000", 1);
-  execv("/proc/self/exe", argv);
-  // exec failed (no /proc): run on with the default policy.
+  bool again = false;
+  if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT")) {
+    setenv("GOMP_SPINCOUNT", "1000", 1);
+    again = true;
+  }
+  const char *core = getenv("OPENBLAS_CORETYPE") ? NULL : pr_blas_better_core();
+  if (core) {
+    setenv("PIPEC_OPENBLAS_FALLBACK", pr_blas_core(), 1); // for pr_blas_report's line
+    setenv("OPENBLAS_CORETYPE", core, 1);
+    again = true;
+  }
+  if (again) execv("/proc/self/exe", argv);
+  // exec failed (no /proc): run on as loaded.
 }

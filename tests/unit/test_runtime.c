@@ -95,6 +95,23 @@ static void fail_child(void *arg) {
   prCheck(1 + 1 == 3, "do the right thing", "bad thing %d", 3);
 }
 
+// The OpenBLAS kernel set pr_start would load instead of OpenBLAS's own choice: none when it chose
+// an AVX2 or AVX-512 one (this machine's default), SKYLAKEX / HASWELL when it runs Prescott on a
+// CPU with AVX-512 / AVX2 (ctest runs this suite again as unit_runtime_prescott, with
+// OPENBLAS_CORETYPE=PRESCOTT, for that branch).
+START_TEST(test_blas_better_core) {
+  const char *core = pr_blas_core(), *got = pr_blas_better_core();
+  __builtin_cpu_init();
+  bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (strcmp(core, "Prescott") == 0 && avx2)
+    ck_assert_str_eq(got ? got : "(none)", avx512 ? "SKYLAKEX" : "HASWELL");
+  else if (strcmp(core, "SkylakeX") == 0 || strcmp(core, "Haswell") == 0 || !avx2)
+    ck_assert_msg(got == NULL, "OpenBLAS runs %s: wanted no change, got %s", core, got);
+}
+END_TEST
+
 START_TEST(test_fail_format) {
   char out[4096];
   int st = run_child(fail_child, NULL, out, sizeof out);
@@ -1322,6 +1339,7 @@ int main(void) {
   tcase_add_test(tc, test_safetensors_save_error);
   tcase_add_test(tc, test_args_ok);
   tcase_add_test(tc, test_args_errors);
+  tcase_add_test(tc, test_blas_better_core);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
