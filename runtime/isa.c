@@ -59,12 +59,12 @@ NO_INSTRUMENT static int isa_level(void) {
   return want && want < have ? want : have;
 }
 
-#define PR_ISA_KERNEL(f)                                                                          \
-  extern __typeof__(f) f##__v1, f##__v3, f##__v4;                                                 \
-  NO_INSTRUMENT static __typeof__(f) *f##__pick(void) {                                           \
-    int l = isa_level();                                                                          \
-    return l >= 4 ? f##__v4 : l >= 3 ? f##__v3 : f##__v1;                                         \
-  }                                                                                               \
+#define PR_ISA_KERNEL(f)                                                                           \
+  extern __typeof__(f) f##__v1, f##__v3, f##__v4;                                                  \
+  NO_INSTRUMENT static __typeof__(f) *f##__pick(void) {                                            \
+    int l = isa_level();                                                                           \
+    return l >= 4 ? f##__v4 : l >= 3 ? f##__v3 : f##__v1;                                          \
+  }                                                                                                \
   extern __typeof__(f) f __attribute__((ifunc(#f "__pick")));
 #include "isa_kernels.h"
 #undef PR_ISA_KERNEL
