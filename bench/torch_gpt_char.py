@@ -2,7 +2,7 @@
 """PyTorch eager training loop of gpt_char (nanoGPT's baby config), the peer of bench/train_step.sh.
 
 Same model as samples/gpt_char.json (4 layers, 4 heads, C 128, T 64, V 65, no biases, layernorm
-without bias, tanh GELU, tied head), same step (forward, backward, clip 1.0, AdamW with weight
+without bias, exact (erf) GELU, tied head), same step (forward, backward, clip 1.0, AdamW with weight
 decay on >= 2-D params), same batch (12 x 64 tokens of tinyshakespeare). Prints the median
 milliseconds per step over the timed steps after warm-up on stdout, and one line on stderr naming
 the torch, its BLAS and (where it is OpenBLAS) the kernel set OpenBLAS chose:
@@ -47,7 +47,7 @@ class Block(nn.Module):
         att = F.softmax(att.masked_fill(~self.mask, float("-inf")), dim=-1)
         y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
         x = x + self.c_proj(y)
-        return x + self.mlp_proj(F.gelu(self.c_fc(F.layer_norm(x, (C,), self.ln_2)), approximate="tanh"))
+        return x + self.mlp_proj(F.gelu(self.c_fc(F.layer_norm(x, (C,), self.ln_2)), approximate="none"))
 
 
 class GPT(nn.Module):

@@ -23,6 +23,25 @@ static bool parse_attr(X *x, const AttrDef *ad, const cJSON *it, const char *pat
     v->i = b;
     return true;
   }
+  case ATTR_ENUM: {
+    if (!cJSON_IsString(it)) {
+      diag_error(x->j.d, json_loc(&x->j, it), "%s: expected a string, got %s", path, json_type(it));
+      return false;
+    }
+    char names[256] = "";
+    size_t len = 0;
+    for (int k = 0; ad->choices[k]; k++) {
+      if (strcmp(it->valuestring, ad->choices[k]) == 0) {
+        v->i = k;
+        return true;
+      }
+      len += (size_t)snprintf(names + len, len < sizeof names ? sizeof names - len : 0, "%s'%s'",
+                              k ? ", " : "", ad->choices[k]);
+    }
+    diag_error(x->j.d, json_loc(&x->j, it), "%s: unknown value '%.64s' (one of %s)", path,
+               it->valuestring, names);
+    return false;
+  }
   case ATTR_FLOAT:
     if (!cJSON_IsNumber(it)) {
       diag_error(x->j.d, json_loc(&x->j, it), "%s: expected a number, got %s", path, json_type(it));

@@ -96,12 +96,13 @@ typedef enum AttrType {
   ATTR_FLOAT, // number
   ATTR_BOOL,  // true / false
   ATTR_INTS,  // list of integers
-  ATTR_SHAPE  // list of dimensions (ints, dims expressions, batch symbol, -1 = infer)
+  ATTR_SHAPE, // list of dimensions (ints, dims expressions, batch symbol, -1 = infer)
+  ATTR_ENUM   // one of the names in AttrDef.choices (a string in the file; its index in i)
 } AttrType;
 
 typedef struct AttrValue {
   bool present;  // given in the file (else the schema default applies and is stored here)
-  int64_t i;     // ATTR_INT, ATTR_BOOL
+  int64_t i;     // ATTR_INT, ATTR_BOOL, ATTR_ENUM (index in the choices)
   double f;      // ATTR_FLOAT
   int count;     // ATTR_INTS, ATTR_SHAPE: list length
   int64_t *ints; // ATTR_INTS

@@ -120,8 +120,8 @@ static bool broadcast(const Shape *a, const Shape *b, Shape *out) {
 // matmul
 
 static const AttrDef matmul_attrs[] = {
-    {"transpose_a", ATTR_BOOL, false, 0, 0, "use a's last two dims transposed"},
-    {"transpose_b", ATTR_BOOL, false, 0, 0, "use b's last two dims transposed"},
+    {"transpose_a", ATTR_BOOL, false, 0, 0, "use a's last two dims transposed", NULL},
+    {"transpose_b", ATTR_BOOL, false, 0, 0, "use b's last two dims transposed", NULL},
 };
 
 static bool matmul_infer(const Graph *g, Node *n, Diag *d) {
@@ -241,7 +241,13 @@ static void cost0(const Node *n, int64_t batch, OpCost *c) {
 // Elementwise unary ops: scale, relu, gelu, tanh, sigmoid
 
 static const AttrDef scale_attrs[] = {
-    {"factor", ATTR_FLOAT, true, 0, 0, "multiplier"},
+    {"factor", ATTR_FLOAT, true, 0, 0, "multiplier", NULL},
+};
+
+static const char *const gelu_approx[] = {"none", "tanh", NULL};
+static const AttrDef gelu_attrs[] = {
+    {"approximate", ATTR_ENUM, false, 1, 0, "none: exact (erf); tanh: the tanh approximation",
+     gelu_approx},
 };
 
 static bool unary_infer(const Graph *g, Node *n, Diag *d) {
@@ -254,7 +260,7 @@ static bool unary_infer(const Graph *g, Node *n, Diag *d) {
 // softmax along an axis
 
 static const AttrDef softmax_attrs[] = {
-    {"axis", ATTR_INT, false, -1, 0, "axis to normalise"},
+    {"axis", ATTR_INT, false, -1, 0, "axis to normalise", NULL},
 };
 
 static bool softmax_infer(const Graph *g, Node *n, Diag *d) {
@@ -268,7 +274,7 @@ static bool softmax_infer(const Graph *g, Node *n, Diag *d) {
 // layernorm over the last dim, weight (C), optional bias (C)
 
 static const AttrDef layernorm_attrs[] = {
-    {"eps", ATTR_FLOAT, false, 0, 1e-5, "added to the variance"},
+    {"eps", ATTR_FLOAT, false, 0, 1e-5, "added to the variance", NULL},
 };
 
 static bool layernorm_infer(const Graph *g, Node *n, Diag *d) {
@@ -327,7 +333,7 @@ static bool embedding_infer(const Graph *g, Node *n, Diag *d) {
 // reshape: same elements, new shape; one -1 is inferred
 
 static const AttrDef reshape_attrs[] = {
-    {"shape", ATTR_SHAPE, true, 0, 0, "new shape; one entry may be -1"},
+    {"shape", ATTR_SHAPE, true, 0, 0, "new shape; one entry may be -1", NULL},
 };
 
 static bool reshape_infer(const Graph *g, Node *n, Diag *d) {
@@ -390,8 +396,8 @@ mismatch:
 // transpose (swap two dims) and permute (any order)
 
 static const AttrDef transpose_attrs[] = {
-    {"dim0", ATTR_INT, true, 0, 0, "first dim to swap"},
-    {"dim1", ATTR_INT, true, 0, 0, "second dim to swap"},
+    {"dim0", ATTR_INT, true, 0, 0, "first dim to swap", NULL},
+    {"dim1", ATTR_INT, true, 0, 0, "second dim to swap", NULL},
 };
 
 static bool transpose_infer(const Graph *g, Node *n, Diag *d) {
@@ -409,7 +415,7 @@ static bool transpose_infer(const Graph *g, Node *n, Diag *d) {
 }
 
 static const AttrDef permute_attrs[] = {
-    {"perm", ATTR_INTS, true, 0, 0, "output dim i is input dim perm[i]"},
+    {"perm", ATTR_INTS, true, 0, 0, "output dim i is input dim perm[i]", NULL},
 };
 
 static bool permute_infer(const Graph *g, Node *n, Diag *d) {
@@ -440,8 +446,8 @@ static bool permute_infer(const Graph *g, Node *n, Diag *d) {
 // split along an axis into len(sizes) outputs
 
 static const AttrDef split_attrs[] = {
-    {"axis", ATTR_INT, false, -1, 0, "axis to split"},
-    {"sizes", ATTR_INTS, true, 0, 0, "size of each part along the axis"},
+    {"axis", ATTR_INT, false, -1, 0, "axis to split", NULL},
+    {"sizes", ATTR_INTS, true, 0, 0, "size of each part along the axis", NULL},
 };
 
 static int split_count(const Node *n) {
@@ -489,7 +495,7 @@ static bool split_infer(const Graph *g, Node *n, Diag *d) {
 // concat along an axis
 
 static const AttrDef concat_attrs[] = {
-    {"axis", ATTR_INT, false, -1, 0, "axis to join"},
+    {"axis", ATTR_INT, false, -1, 0, "axis to join", NULL},
 };
 
 static bool concat_infer(const Graph *g, Node *n, Diag *d) {
@@ -529,7 +535,7 @@ static bool concat_infer(const Graph *g, Node *n, Diag *d) {
 // causal_self_attention: packed qkv (B,T,3C) -> (B,T,C), n_head heads, causal mask
 
 static const AttrDef attention_attrs[] = {
-    {"n_head", ATTR_INT, true, 0, 0, "number of heads; C % n_head == 0"},
+    {"n_head", ATTR_INT, true, 0, 0, "number of heads; C % n_head == 0", NULL},
 };
 
 static bool attention_infer(const Graph *g, Node *n, Diag *d) {
@@ -680,8 +686,9 @@ static const OpDef ops[] = {
      .kernel = "pr_scale_fwd", .kargs = kargs_scale, GRADS(GRAD(0, "scale.dx", GDY)), .doc = "x * factor"},
     {.name = "relu", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost1, .kernel = "pr_relu_fwd",
      .kargs = kargs_n, GRADS(GRAD(0, "relu.dx", GDY, GY(0))), .doc = "max(x, 0)"},
-    {.name = "gelu", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost8, .kernel = "pr_gelu_fwd",
-     .kargs = kargs_n, GRADS(GRAD(0, "gelu.dx", GDY, GX(0))), .doc = "GELU, tanh approximation"},
+    {.name = "gelu", IN(1, 1), .nout = 1, ATTRS(gelu_attrs), .infer = unary_infer, .cost = cost8,
+     .kernel = "pr_gelu_fwd", .kargs = kargs_gelu, GRADS(GRAD(0, "gelu.dx", GDY, GX(0))),
+     .doc = "GELU, exact (erf) or tanh approximation"},
     {.name = "tanh", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost5, .kernel = "pr_tanh_fwd",
      .kargs = kargs_n, GRADS(GRAD(0, "tanh.dx", GDY, GY(0))), .doc = "tanh(x)"},
     {.name = "sigmoid", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost4, .kernel = "pr_sigmoid_fwd",
@@ -732,7 +739,7 @@ static const OpDef ops[] = {
     BWD("binary.d", 1, 2, "pr_binary_bwd", kargs_binary_d, true),
     BWD("scale.dx", 1, 1, "pr_scale_bwd", kargs_scale, true),
     BWD("relu.dx", 2, 2, "pr_relu_bwd", kargs_n, true),
-    BWD("gelu.dx", 2, 2, "pr_gelu_bwd", kargs_n, true),
+    BWD("gelu.dx", 2, 2, "pr_gelu_bwd", kargs_gelu, true),
     BWD("tanh.dx", 2, 2, "pr_tanh_bwd", kargs_n, true),
     BWD("sigmoid.dx", 2, 2, "pr_sigmoid_bwd", kargs_n, true),
     BWD("softmax.dx", 2, 2, "pr_softmax_bwd", kargs_softmax, true),

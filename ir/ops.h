@@ -11,12 +11,13 @@
 #include "ir.h"
 
 typedef struct AttrDef {
-  const char *name; // attribute name in the model file
-  AttrType type;    // value type
-  bool required;    // must be given
-  int64_t def_i;    // default for ATTR_INT / ATTR_BOOL
-  double def_f;     // default for ATTR_FLOAT
-  const char *doc;  // one-line description
+  const char *name;           // attribute name in the model file
+  AttrType type;              // value type
+  bool required;              // must be given
+  int64_t def_i;              // default for ATTR_INT / ATTR_BOOL
+  double def_f;               // default for ATTR_FLOAT
+  const char *doc;            // one-line description
+  const char *const *choices; // ATTR_ENUM: the names it takes, NULL-terminated (def_i indexes them)
 } AttrDef;
 
 typedef struct OpCost {

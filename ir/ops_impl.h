@@ -16,6 +16,7 @@ void kargs_binary(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_binary_d(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_n(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_scale(const Node *n, int64_t batch, Arena *a, KArgs *o);
+void kargs_gelu(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_softmax(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_layernorm(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_embedding(const Node *n, int64_t batch, Arena *a, KArgs *o);

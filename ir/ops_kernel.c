@@ -121,6 +121,13 @@ void kargs_n(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   ki(o, "n", nel(n->out[0], batch));
 }
 
+// gelu and its gradient: n, and exact = 1 for approximate "none" (the forward's attribute).
+void kargs_gelu(const Node *n, int64_t batch, Arena *a, KArgs *o) {
+  (void)a;
+  ki(o, "n", nel(n->out[0], batch));
+  ki(o, "exact", fw(n)->attrs[0].i == 0);
+}
+
 void kargs_scale(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   (void)a;
   ki(o, "n", nel(n->out[0], batch));

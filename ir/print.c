@@ -72,6 +72,9 @@ static void put_attr(FILE *f, const Graph *g, const AttrDef *ad, const AttrValue
   case ATTR_BOOL:
     fputs(v->i ? "true" : "false", f);
     break;
+  case ATTR_ENUM:
+    fputs(ad->choices[v->i], f);
+    break;
   case ATTR_FLOAT:
     fprintf(f, "%.9g", v->f);
     break;

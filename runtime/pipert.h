@@ -88,13 +88,14 @@ void pr_binary_bwd(float *dx, const float *dy, const float *other, int op, int w
                    const int64_t *ydims, const int64_t *xdims, const int64_t *ostr, int acc);
 
 // Elementwise unary ops over n elements. Backward takes what it needs: relu/tanh/sigmoid the
-// output y, gelu (tanh approximation) the input x.
+// output y, gelu (exact or tanh approximation) the input x.
 void pr_scale_fwd(float *y, const float *x, int64_t n, float factor);
 void pr_scale_bwd(float *dx, const float *dy, int64_t n, float factor, int acc);
 void pr_relu_fwd(float *y, const float *x, int64_t n);
 void pr_relu_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc);
-void pr_gelu_fwd(float *y, const float *x, int64_t n);
-void pr_gelu_bwd(float *dx, const float *dy, const float *x, int64_t n, int acc);
+// gelu: exact = 1 the erf form (approximate "none"), 0 the tanh approximation.
+void pr_gelu_fwd(float *y, const float *x, int64_t n, int exact);
+void pr_gelu_bwd(float *dx, const float *dy, const float *x, int64_t n, int exact, int acc);
 void pr_tanh_fwd(float *y, const float *x, int64_t n);
 void pr_tanh_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc);
 void pr_sigmoid_fwd(float *y, const float *x, int64_t n);

@@ -64,7 +64,8 @@ def build(a):
             {"name": h + ".resid_1", "op": "add", "inputs": ["x", h + ".attn.c_proj"]},
             {"name": h + ".ln_2", "op": "layernorm", "inputs": [h + ".resid_1"] + wb(h + ".ln_2")},
             {"name": h + ".mlp.c_fc", "op": "linear", "inputs": [h + ".ln_2"] + wb(h + ".mlp.c_fc")},
-            {"name": h + ".mlp.gelu", "op": "gelu", "inputs": [h + ".mlp.c_fc"]},
+            {"name": h + ".mlp.gelu", "op": "gelu", "inputs": [h + ".mlp.c_fc"],
+             "attrs": {"approximate": a.gelu}},
             {"name": h + ".mlp.c_proj", "op": "linear", "inputs": [h + ".mlp.gelu"] + wb(h + ".mlp.c_proj")},
             {"name": h + ".out", "op": "add", "inputs": [h + ".resid_1", h + ".mlp.c_proj"]},
         ],
@@ -137,6 +138,8 @@ def main():
     p.add_argument("--context", type=int, default=64, help="context length T (default 64)")
     p.add_argument("--mlp-ratio", type=int, default=4, help="MLP hidden width / C (default 4)")
     p.add_argument("--bias", action="store_true", help="biases in linear and layernorm layers")
+    p.add_argument("--gelu", choices=("none", "tanh"), default="none",
+                   help="the MLP's GELU: none = exact erf, as nanoGPT's nn.GELU() (default), or tanh")
     p.add_argument("--tied", dest="tied", action="store_true", default=True,
                    help="lm_head.weight tied to transformer.wte.weight (default)")
     p.add_argument("--no-tied", dest="tied", action="store_false", help="separate lm_head.weight")

@@ -109,6 +109,27 @@ __device__ inline float cu_gelu_grad(float v) {
   return s + (v * (s * (1.0f - s))) *
                  ((2.0f * CU_GELU_BETA) * (1.0f + (3.0f * CU_GELU_KAPPA) * (v * v)));
 }
+// The exact gelu's Phi(x) and gradient, the CPU's formulas (kernels_elementwise.c, gelu_phi):
+// erfc by Numerical Recipes' erfcc fit, each product and sum rounded as written there.
+__device__ inline float cu_gelu_phi(float v) {
+  float z = fabsf(v) * 0.70710678118654752f;
+  float t = 1.0f / (0.5f * z + 1.0f);
+  float p = 0.17087277f;
+  p = p * t + -0.82215223f;
+  p = p * t + 1.48851587f;
+  p = p * t + -1.13520398f;
+  p = p * t + 0.27886807f;
+  p = p * t + -0.18628806f;
+  p = p * t + 0.09678418f;
+  p = p * t + 0.37409196f;
+  p = p * t + 1.00002368f;
+  p = p * t + -1.26551223f;
+  float q = 0.5f * (t * cu_exp_f(p - z * z));
+  return v >= 0.0f ? 1.0f - q : q;
+}
+__device__ inline float cu_gelu_exact_grad(float v) {
+  return cu_gelu_phi(v) + v * (0.3989422804014327f * cu_exp_f(-0.5f * (v * v)));
+}
 
 // out = acc ? out + t : t over n (the accumulate step of a GEMM computed into scratch).
 void pr_cu_add_into(float *out, const float *t, int64_t n);

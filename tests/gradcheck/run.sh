@@ -4,7 +4,8 @@
 # and its program's --gradcheck mode (every parameter's analytic gradient against central finite
 # differences, norm-wise relative error <= 1e-3) must pass for each seed in SEEDS.
 # An op without a model, a model that is not an op (or does not use its op), a compiler warning,
-# or a parameter the check skips (no gradient) fails the suite.
+# or a parameter the check skips (no gradient) fails the suite. OP.VARIANT.json is another model
+# of OP (gelu.exact.json: approximate "none"), checked the same way.
 # Usage: run.sh PIPEC ROOT   (environment: SEEDS="1 2", JOBS=2 parallel compiles)
 #
 # Writing a model: the program sets every parameter to N(0, 0.5) and every float input to N(0, 1),
@@ -39,7 +40,8 @@ ops=$("$pipec" --list-ops) && [ -n "$ops" ] || {
 for f in "$dir"/*.json; do
   [ -e "$f" ] || continue
   op=$(basename "$f" .json)
-  grep -qxF -- "$op" <<<"$ops" || bad "$op" "tests/gradcheck/$op.json is not an op of the registry (pipec --list-ops)"
+  op=${op%%.*} # OP.VARIANT.json: another model of OP (an attribute's other value)
+  grep -qxF -- "$op" <<<"$ops" || bad "$op" "tests/gradcheck/$(basename "$f") is not of an op of the registry (pipec --list-ops)"
 done
 
 # Compile the models two at a time; each leaves OP.rc and OP.log.
@@ -48,32 +50,38 @@ compile_one() {
   echo $? >"$TMP/$1.rc"
 }
 export -f compile_one
-for op in $ops; do [ -f "$dir/$op.json" ] && printf '%s\n' "$op"; done |
+for f in "$dir"/*.json; do [ -e "$f" ] && basename "$f" .json; done |
   PIPEC=$pipec DIR=$dir TMP=$tmp xargs -P "${JOBS:-2}" -I{} bash -c 'compile_one "$1"' _ {}
 
+# Each op's model OP.json, then its variants OP.VARIANT.json (m: the model's name).
+models=
 for op in $ops; do
-  model=$dir/$op.json
+  models+=" $op"
+  for v in "$dir/$op".*.json; do [ -e "$v" ] && models+=" $(basename "$v" .json)"; done
+done
+for m in $models; do
+  op=${m%%.*} model=$dir/$m.json
   if [ ! -f "$model" ]; then
     bad "$op" "no model: add tests/gradcheck/$op.json (a small model whose gradient flows through $op)"
     continue
   fi
-  if [ "$(cat "$tmp/$op.rc" 2>/dev/null)" != 0 ]; then
-    bad "$op" "pipec compile failed: $(grep -m1 'error' "$tmp/$op.log" || tail -1 "$tmp/$op.log")"
+  if [ "$(cat "$tmp/$m.rc" 2>/dev/null)" != 0 ]; then
+    bad "$m" "pipec compile failed: $(grep -m1 'error' "$tmp/$m.log" || tail -1 "$tmp/$m.log")"
     continue
   fi
-  if grep -q 'warning' "$tmp/$op.log"; then
-    bad "$op" "pipec compile warns: $(grep -m1 'warning' "$tmp/$op.log")"
+  if grep -q 'warning' "$tmp/$m.log"; then
+    bad "$m" "pipec compile warns: $(grep -m1 'warning' "$tmp/$m.log")"
     continue
   fi
   ir=$("$pipec" print "$model" 2>/dev/null)
   if ! grep -q "^node .* = $op(" <<<"$ir"; then
-    bad "$op" "tests/gradcheck/$op.json has no $op node"
+    bad "$m" "tests/gradcheck/$m.json has no $op node"
     continue
   fi
   params=$(sed -n 's/^param \([^:]*\): .*/\1/p' <<<"$ir")
   worst=0 msg=
   for seed in $seeds; do
-    out=$("$tmp/$op/bin/train" --gradcheck --quiet --seed "$seed" 2>&1)
+    out=$("$tmp/$m/bin/train" --gradcheck --quiet --seed "$seed" 2>&1)
     rc=$?
     w=$(sed -n 's/^gradcheck worst relative error \([^ ]*\) .*/\1/p' <<<"$out")
     if [ $rc -ne 0 ] || [ -z "$w" ]; then
@@ -89,9 +97,9 @@ for op in $ops; do
     worst=$(awk -v a="$worst" -v b="$w" 'BEGIN { print (b + 0 > a + 0) ? b : a }')
   done
   if [ -n "$msg" ]; then
-    bad "$op" "$msg"
+    bad "$m" "$msg"
   else
-    printf 'ok   %-24s worst relative error %s (seeds %s)\n' "$op" "$worst" "$seeds"
+    printf 'ok   %-24s worst relative error %s (seeds %s)\n' "$m" "$worst" "$seeds"
     pass=$((pass + 1))
   fi
 done

@@ -121,7 +121,7 @@ def run_node(op, xs, a, batch):
     if op == "relu":
         return [F.relu(xs[0])]
     if op == "gelu":
-        return [F.gelu(xs[0], approximate="tanh")]
+        return [F.gelu(xs[0], approximate=a.get("approximate", "tanh"))]
     if op == "tanh":
         return [torch.tanh(xs[0])]
     if op == "sigmoid":

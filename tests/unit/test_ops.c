@@ -70,8 +70,15 @@ START_TEST(test_registry_row) {
     const AttrDef *ad = &op->attrs[a];
     ck_assert_msg(ad->name && *ad->name, "%s: attribute %d has no name", op->name, a);
     ck_assert_msg(ad->doc && *ad->doc, "%s.%s: no doc", op->name, ad->name);
-    ck_assert_msg(ad->type >= ATTR_INT && ad->type <= ATTR_SHAPE, "%s.%s: bad type", op->name,
+    ck_assert_msg(ad->type >= ATTR_INT && ad->type <= ATTR_ENUM, "%s.%s: bad type", op->name,
                   ad->name);
+    if (ad->type == ATTR_ENUM) { // its names, and a default among them
+      int nc = 0;
+      while (ad->choices && ad->choices[nc]) nc++;
+      ck_assert_msg(nc > 0 && ad->def_i >= 0 && ad->def_i < nc, "%s.%s: choices", op->name,
+                    ad->name);
+    } else
+      ck_assert_msg(ad->choices == NULL, "%s.%s: choices on a non-enum", op->name, ad->name);
     ck_assert_int_eq(op_attr_index(op, ad->name), a);
     for (int b = 0; b < a; b++)
       ck_assert_msg(strcmp(op->attrs[b].name, ad->name) != 0, "%s: attribute '%s' twice", op->name,
@@ -238,6 +245,8 @@ static const char *attr_type_name(AttrType t) {
     return "ints";
   case ATTR_SHAPE:
     return "shape";
+  case ATTR_ENUM:
+    return "string";
   }
   return "?";
 }
@@ -327,6 +336,10 @@ START_TEST(test_registry_matches_docs) {
       case ATTR_FLOAT:
         ck_assert_msg(ad->def_f == strtod(v, NULL), "%s.%s: default %g, docs say %s", d->name,
                       da->name, ad->def_f, v);
+        break;
+      case ATTR_ENUM:
+        ck_assert_msg(strcmp(ad->choices[ad->def_i], v) == 0, "%s.%s: default %s, docs say %s",
+                      d->name, da->name, ad->choices[ad->def_i], v);
         break;
       default:
         ck_abort_msg("%s.%s: list attributes have no default", d->name, da->name);
@@ -693,6 +706,12 @@ static void set_attrs(Graph *g, Node *n, const char *spec) {
       break;
     case ATTR_FLOAT:
       av->f = strtod(v, NULL);
+      break;
+    case ATTR_ENUM:
+      av->i = -1;
+      for (int c = 0; op->attrs[k].choices[c]; c++)
+        if (strcmp(op->attrs[k].choices[c], v) == 0) av->i = c;
+      ck_assert_msg(av->i >= 0, "%s.%s: no choice '%s'", op->name, t, v);
       break;
     case ATTR_INTS:
     case ATTR_SHAPE: {
