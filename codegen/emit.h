@@ -53,6 +53,12 @@ const char *ctype(DType t);
 // instances with per-instance offsets (segment.c); the rest is straight-line.
 void emit_segment(E *e, Node *const *nodes, int n, const char *acc);
 
+// The acc argument of action x's B_v / W_v call in train_step's order: 0 for the first B (or W)
+// of its stage in the step, 1 after (B holds the stage's weight gradients unsplit, its
+// memory-bound ones split, and both accumulate over the microbatches); 0 for any other action.
+// done: per stage, B then W (2 * nv flags, false at the start of train_step).
+int emit_acc(bool *done, const Action *x);
+
 // S > 1 only (emit_rank.c): the PrChannel table CH and the PrComm `comm`; the per-stage data
 // loaders load_<v>; train_step with the channel traffic; eval_batches and eval_batch.
 void emit_rank_comm(E *e);

@@ -402,10 +402,7 @@ static bool emit_train_step(E *e, Diag *d) {
                "internal error: codegen: rank %d's actions do not end with NORM, OPT", rp->rank);
     return false;
   }
-  // Per stage, B then W: whether an earlier microbatch's action accumulated its weight
-  // gradients (acc = 0 writes them, acc = 1 adds; B holds all of them unsplit, the memory-bound
-  // ones split).
-  bool *accumulated = ARENA_ARRAY(e->a, bool, 2 * e->prog->nv + 1);
+  bool *accumulated = ARENA_ARRAY(e->a, bool, 2 * e->prog->nv + 1); // emit_acc's flags
   out(e,
       "// One training step, from the action list: %d microbatch(es), then the stage step ends;\n"
       "// returns the mean loss. NORM and OPT (norm, checks, clipping, optimizer) follow in the\n"
@@ -416,12 +413,7 @@ static bool emit_train_step(E *e, Diag *d) {
     const Action *x = &rp->acts[i];
     const VStage *s = x->v >= 0 ? &e->prog->vs[x->v] : NULL;
     int slot = s && x->m >= 0 ? x->m % s->K : 0;
-    bool acc_action = s && (x->kind == ACT_B || x->kind == ACT_W);
-    int acc = 0;
-    if (acc_action) {
-      bool *done = &accumulated[2 * x->v + (x->kind == ACT_W)];
-      acc = *done, *done = true;
-    }
+    int acc = emit_acc(accumulated, x);
     switch (x->kind) {
     case ACT_LOAD:
       out(e, "  load_batch(PR_TRAIN, seed, step, %d); // LOAD(v%d, m%d)\n", x->m, x->v, x->m);

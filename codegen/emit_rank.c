@@ -300,10 +300,7 @@ bool emit_rank_train_step(E *e, Diag *d) {
       append(e, &pre[p], arena_printf(e->a, "pr_comm_wait_send(%d, %d);", s, x->m));
     }
   }
-  // Per stage, B then W: whether an earlier microbatch's action accumulated its weight
-  // gradients (acc = 0 writes them, acc = 1 adds; B holds all of them unsplit, the memory-bound
-  // ones split).
-  bool *accumulated = ARENA_ARRAY(e->a, bool, 2 * P->nv + 1);
+  bool *accumulated = ARENA_ARRAY(e->a, bool, 2 * P->nv + 1); // emit_acc's flags
   out(e,
       "// One training step, from the action list: %d microbatch(es) with the channel traffic,\n"
       "// then the stage step ends; returns the mean of the losses this rank computed (0 where\n"
@@ -319,12 +316,7 @@ bool emit_rank_train_step(E *e, Diag *d) {
     const Action *x = &rp->acts[i];
     const VStage *s = x->v >= 0 ? &P->vs[x->v] : NULL;
     int slot = s && x->m >= 0 ? x->m % s->K : 0;
-    bool acc_action = s && (x->kind == ACT_B || x->kind == ACT_W);
-    int acc = 0;
-    if (acc_action) {
-      bool *done = &accumulated[2 * x->v + (x->kind == ACT_W)];
-      acc = *done, *done = true;
-    }
+    int acc = emit_acc(accumulated, x);
     if (pre[i]) out(e, "%s", pre[i]);
     switch (x->kind) {
     case ACT_LOAD:

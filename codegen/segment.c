@@ -258,6 +258,14 @@ static void print_loop(E *e, const Call *c, const Group *g, int count) {
   out(e, "  }\n");
 }
 
+int emit_acc(bool *done, const Action *x) {
+  if (x->v < 0 || (x->kind != ACT_B && x->kind != ACT_W)) return 0;
+  bool *d = &done[2 * x->v + (x->kind == ACT_W)];
+  int acc = *d;
+  *d = true;
+  return acc;
+}
+
 void emit_segment(E *e, Node *const *nodes, int n, const char *acc) {
   if (n <= 0) return;
   Call *c = ARENA_ARRAY(e->a, Call, n);

@@ -504,8 +504,7 @@ static int finish_plan_pipeline(Driver *dr) {
          p->nranks, dr->virt, dr->virt == 1 ? "" : "s", p->M, p->M == 1 ? "" : "es");
   fflush(stdout);
   if (!schedule_print_grid(p, stdout, &dr->diag)) return EXIT_MODEL;
-  int nsplit = 0;
-  for (int v = 0; v < p->nv; v++) nsplit += p->vs[v].split;
+  int nsplit = split_stages(p);
   if (p->split_bw) { // which stages zb-h1 splits (compiler/schedules.c, sched_build)
     printf("B and W split on %s", nsplit ? "" : "no stage");
     for (int v = 0; v < p->nv; v++)

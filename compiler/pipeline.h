@@ -294,6 +294,19 @@ int sched_order(SchedKind k, int S, int V, int M, int r, Action *out, Diag *d);
 // False after reporting through d.
 bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d);
 
+// The action that releases a microbatch's slot on stage s (its last compute action): W when the
+// stage splits B and W, else B.
+static inline ActionKind stage_release(const VStage *s) {
+  return s->split ? ACT_W : ACT_B;
+}
+
+// How many of p's stages split B and W (sched_build sets each stage's split).
+static inline int split_stages(const Program *p) {
+  int n = 0;
+  for (int v = 0; v < p->nv; v++) n += p->vs[v].split;
+  return n;
+}
+
 // What the simulation predicts (schedule_verify).
 typedef struct SchedStats {
   double bubble; // idle fraction of the ranks' time between step start and the last action

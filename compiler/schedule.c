@@ -316,8 +316,7 @@ void schedule_last_actions(const Program *p, int *last) {
 
 void schedule_print(const Program *p, FILE *out) {
   const Graph *g = p->g;
-  int nsplit = 0;
-  for (int v = 0; v < p->nv; v++) nsplit += p->vs[v].split;
+  int nsplit = split_stages(p);
   char how[64];
   snprintf(how, sizeof how,
            nsplit == 0       ? "not split"

@@ -324,8 +324,7 @@ bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
   for (int r = 0; r < S; r++)
     for (int i = 0; i < p->ranks[r].nacts; i++) {
       const Action *x = &p->ranks[r].acts[i];
-      // The releasing action of x's stage: W when split, else B.
-      bool rel = x->v >= 0 && x->kind == (p->vs[x->v].split ? ACT_W : ACT_B);
+      bool rel = x->v >= 0 && x->kind == stage_release(&p->vs[x->v]);
       int v = x->kind == ACT_RECV && !x->ch->grad              ? x->ch->to_v
               : x->kind == ACT_LOAD || x->kind == ACT_F || rel ? x->v
                                                                : -1;

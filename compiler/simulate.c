@@ -226,8 +226,7 @@ static bool simulate(const Program *p, const StageCost *cost, SchedStats *st, Ar
           snprintf(why, sizeof why,
                    "schedule: rank %d action %d %s: reuses slot %d of stage v%d (K = %d) while "
                    "m%d is live (until its %s)",
-                   r, moved[r], t1, x->m % K, hv, K, *s,
-                   action_name(p->vs[hv].split ? ACT_W : ACT_B));
+                   r, moved[r], t1, x->m % K, hv, K, *s, action_name(stage_release(&p->vs[hv])));
           diag_error(d, (Loc){0, 0}, "%s", why);
           ok = false;
           break;
@@ -235,7 +234,7 @@ static bool simulate(const Program *p, const StageCost *cost, SchedStats *st, Ar
         *s = x->m;
         if (++live[hv] > peak[hv]) peak[hv] = live[hv];
       }
-      if (x->v >= 0 && x->kind == (p->vs[x->v].split ? ACT_W : ACT_B)) {
+      if (x->v >= 0 && x->kind == stage_release(&p->vs[x->v])) {
         int K = p->vs[x->v].K > 0 ? p->vs[x->v].K : 1;
         slot[x->v][x->m % K] = -1;
         live[x->v]--;
