@@ -23,22 +23,8 @@
 # fails; 2 on a usage error.
 set -euo pipefail
 
-if [[ $# -ne 1 ]]; then
-  echo "usage: $0 PIPEC" >&2
-  exit 2
-fi
-pipec=$1
-if [[ ! -x $pipec ]]; then
-  echo "$0: '$pipec' is not an executable (build it first: make build)" >&2
-  exit 2
-fi
-pipec=$(cd "$(dirname "$pipec")" && pwd)/$(basename "$pipec")
-root=$(cd "$(dirname "$0")/.." && pwd)
-py=/usr/bin/python3
-[[ -x $py ]] || py=python3
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/pipec-bench.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+bench_init "$@"
 
 gpt=("--heads" "12" "--embd" "768")
 echo "generating models in $tmp" >&2

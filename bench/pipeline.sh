@@ -30,24 +30,9 @@
 # error. A PyTorch peer that is not installed is named and left out.
 set -euo pipefail
 
-if [[ $# -ne 1 ]]; then
-  echo "usage: $0 PIPEC" >&2
-  exit 2
-fi
-pipec=$1
-if [[ ! -x $pipec ]]; then
-  echo "$0: '$pipec' is not an executable (build it first: make build)" >&2
-  exit 2
-fi
-pipec=$(cd "$(dirname "$pipec")" && pwd)/$(basename "$pipec")
-root=$(cd "$(dirname "$0")/.." && pwd)
-data="$root/../shared/data/tinyshakespeare.txt"
-[[ -r $data ]] || { echo "$0: cannot read $data" >&2; exit 2; }
-py=/usr/bin/python3
-[[ -x $py ]] || py=python3
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/pipec-bench-pipe.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+bench_init "$@"
+bench_text
 commit=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)
 
 "$py" - "$pipec" "$tmp" "$data" "$commit" "$root" <<'EOF'

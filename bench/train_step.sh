@@ -26,24 +26,9 @@
 # benchmark reports, it does not gate.
 set -euo pipefail
 
-if [[ $# -ne 1 ]]; then
-  echo "usage: $0 PIPEC" >&2
-  exit 2
-fi
-pipec=$1
-if [[ ! -x $pipec ]]; then
-  echo "$0: '$pipec' is not an executable (build it first: make build)" >&2
-  exit 2
-fi
-pipec=$(cd "$(dirname "$pipec")" && pwd)/$(basename "$pipec")
-root=$(cd "$(dirname "$0")/.." && pwd)
-data="$root/../shared/data/tinyshakespeare.txt"
-[[ -r $data ]] || { echo "$0: cannot read $data" >&2; exit 2; }
-py=/usr/bin/python3
-[[ -x $py ]] || py=python3
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/pipec-bench.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+bench_init "$@"
+bench_text
 "$pipec" compile "$root/samples/gpt_char.json" -o "$tmp/gpt" >/dev/null 2>"$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
 "$pipec" compile --march=native "$root/samples/gpt_char.json" -o "$tmp/gptn" >/dev/null 2>"$tmp/err" ||
   { cat "$tmp/err" >&2; exit 1; }
