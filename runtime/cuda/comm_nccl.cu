@@ -247,12 +247,9 @@ void pr_cu_comm_wait_recv(int c, int m, const char *action) {
   s->state = WAITED;
 }
 
-void pr_cu_comm_send(int c, int m, const void *buf) {
-  Slot *s = slot_of(c, m, true, "pr_cu_comm_send");
-  const PrChannel *ch = &nx.c->ch[c];
-  prCheck(s->state == IDLE || s->state == WAITED, HINT_BUG,
-          "pr_cu_comm_send: '%s' microbatch %d is still being sent", ch->tensor, m);
-  // The previous announcement of this slot is out (MPI's eager path: at once).
+// Waits (under the watchdog) until send slot s's announcement of (ch, m) to the peer is out:
+// MPI's eager path, at once unless the control messages back up.
+static void wait_announced(Slot *s, const PrChannel *ch, int m) {
   double t0 = nx.timeout > 0 ? pr_now() : 0;
   for (long polls = 0;; polls++) {
     int done = 0;
@@ -261,6 +258,14 @@ void pr_cu_comm_send(int c, int m, const void *buf) {
     watchdog(t0, polls, "to announce tensor '%s' microbatch %d to rank %d", ch->tensor, m,
              ch->peer);
   }
+}
+
+void pr_cu_comm_send(int c, int m, const void *buf) {
+  Slot *s = slot_of(c, m, true, "pr_cu_comm_send");
+  const PrChannel *ch = &nx.c->ch[c];
+  prCheck(s->state == IDLE || s->state == WAITED, HINT_BUG,
+          "pr_cu_comm_send: '%s' microbatch %d is still being sent", ch->tensor, m);
+  wait_announced(s, ch, m); // the previous announcement of this slot
   s->buf = (void *)buf;
   cudaCheck(cudaEventRecord(s->ready, compute())); // after the producing kernel
   s->note = (int64_t)ch->tag * nx.c->nmicro + m;
@@ -286,16 +291,7 @@ void pr_cu_comm_wait_sends(void) {
     Slot *s = &nx.slot[i];
     const PrChannel *ch = chan_of(i);
     int m = i % nx.c->nmicro;
-    if (ch->send) {
-      double t0 = nx.timeout > 0 ? pr_now() : 0;
-      for (long polls = 0;; polls++) {
-        int done = 0;
-        pr_mpi_check(MPI_Test(&s->req, &done, MPI_STATUS_IGNORE), "MPI_Test");
-        if (done) break;
-        watchdog(t0, polls, "to announce tensor '%s' microbatch %d to rank %d", ch->tensor, m,
-                 ch->peer);
-      }
-    }
+    if (ch->send) wait_announced(s, ch, m);
     if (s->state != ISSUED && s->state != WAITED) continue;
     // A receive issued but not waited for stays (its wait makes compute wait for it).
     if (!ch->send && s->state == ISSUED) continue;
