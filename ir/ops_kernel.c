@@ -285,7 +285,7 @@ int64_t ws_attention(const Node *n, int64_t batch) {
   int64_t B = dimv(y->d[0], batch), T = dimv(y->d[1], batch), C = y->d[2].n, NH = f->attrs[0].i;
   if (NH <= 0 || C % NH != 0 || B * T * C == 0) return 64;
   int64_t hs = C / NH, ld = (T + 31) & ~(int64_t)31;
-  int64_t slice = ((hs * ld + T * ld + ld + 2 * hs) * 4 + 63) & ~(int64_t)63;
+  int64_t slice = ((hs * ld + T * ld + 4 * ld + 4 * hs) * 4 + 63) & ~(int64_t)63;
   return slice * (B * NH < 64 ? B * NH : 64);
 }
 

@@ -1,120 +1,194 @@
 // kernels_attention.c: causal multi-head self-attention on packed qkv (B,T,3C), forward (which
 // saves the attention weights) and backward.
 //
-// NH heads of hs = C/NH; one (b,h) per iteration of an OpenMP loop. The inner products are
-// register-blocked in 8-float vectors (32 or 8 outputs, several independent accumulator chains;
-// fma8 is a multiply and an add rounded separately, as FMA) but every output is still one sum in
-// ascending order.
+// NH heads of hs = C/NH; one (b,h) per iteration of an OpenMP loop. Rows are taken four at a
+// time and the inner products register-blocked in vectors of VW floats (16 with AVX-512, else 8):
+// four rows by two vectors, eight independent accumulator chains; fmav is a multiply and an add
+// rounded separately, as FMA. Every output is still one sum in ascending order, so the blocking
+// and the vector width change the speed only: the bits are those of the row-at-a-time loops.
+// Keys and values are transposed into (hs,ld) tiles in 8 x 8 register blocks.
 #pragma GCC optimize("fp-contract=off", "no-trapping-math")
 
 #include "kernels_common.h"
 
 #include <omp.h>
 
-// 8-float vectors (GCC vector extension) for the register-blocked attention loops.
-typedef float v8 __attribute__((vector_size(32)));
-typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias)); // unaligned access
-static inline v8 ld8(const float *p) {
-  return *(const v8u *)p;
+// Vectors of VW floats (GCC vector extension): 16 where the build has AVX-512 (one zmm), else 8
+// (one ymm, or two xmm on the baseline). Every operation is lane-wise, so the width changes the
+// speed only, never a bit of the result.
+#if defined(__AVX512F__)
+#define VW 16
+#else
+#define VW 8
+#endif
+typedef float vf __attribute__((vector_size(VW * 4)));
+typedef float vfu __attribute__((vector_size(VW * 4), aligned(4), may_alias)); // unaligned access
+static inline vf ldv(const float *p) {
+  return *(const vfu *)p;
 }
-static inline void st8(float *p, v8 x) {
-  *(v8u *)p = x;
+static inline void stv(float *p, vf x) {
+  *(vfu *)p = x;
 }
-static inline v8 bc8(float x) {
-  return (v8){x, x, x, x, x, x, x, x};
+static inline vf bcv(float x) {
+#if VW == 16
+  return (vf){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
+#else
+  return (vf){x, x, x, x, x, x, x, x};
+#endif
 }
-static inline v8 fma8(v8 a, v8 b, v8 c) {
+static inline vf fmav(vf a, vf b, vf c) {
   return a * b + c; // two roundings, as FMA
 }
 
-// Scores of rows q0 (and q1 unless NULL) against kT (hs,ld), zero-padded to ld (a multiple of
-// 32): sc0[s] = sum_d q0[d] kT[d*ld + s], d ascending, for s in [0, n rounded up to 32).
-static void dots_kT(float *restrict sc0, float *restrict sc1, const float *restrict q0,
-                    const float *restrict q1, const float *restrict kT, int64_t ld, int64_t hs,
-                    int64_t n) {
-  for (int64_t s0 = 0; s0 < n; s0 += 32) {
+// Scores of rows q_r = q + r*qs (r < 4) against kT (hs,ld), zero-padded to ld (a multiple of 32):
+// sc[r*ld + s] = sum_d q_r[d] kT[d*ld + s], d ascending, for s in [0, n rounded up to 2 VW).
+// Four rows by two vectors: eight independent accumulator chains.
+static void dots4_kT(float *restrict sc, const float *restrict q, int64_t qs,
+                     const float *restrict kT, int64_t ld, int64_t hs, int64_t n) {
+  const float *q0 = q, *q1 = q + qs, *q2 = q + 2 * qs, *q3 = q + 3 * qs;
+  for (int64_t s0 = 0; s0 < n; s0 += 2 * VW) {
     const float *kb = kT + s0;
-    v8 a0 = bc8(0), a1 = bc8(0), a2 = bc8(0), a3 = bc8(0);
-    if (q1) {
-      v8 b0 = bc8(0), b1 = bc8(0), b2 = bc8(0), b3 = bc8(0);
-      for (int64_t d = 0; d < hs; d++) {
-        const float *kd = kb + d * ld;
-        v8 k0 = ld8(kd), k1 = ld8(kd + 8), k2 = ld8(kd + 16), k3 = ld8(kd + 24);
-        v8 x = bc8(q0[d]), z = bc8(q1[d]);
-        a0 = fma8(x, k0, a0), a1 = fma8(x, k1, a1), a2 = fma8(x, k2, a2), a3 = fma8(x, k3, a3);
-        b0 = fma8(z, k0, b0), b1 = fma8(z, k1, b1), b2 = fma8(z, k2, b2), b3 = fma8(z, k3, b3);
-      }
-      st8(sc1 + s0, b0), st8(sc1 + s0 + 8, b1), st8(sc1 + s0 + 16, b2), st8(sc1 + s0 + 24, b3);
-    } else {
-      for (int64_t d = 0; d < hs; d++) {
-        const float *kd = kb + d * ld;
-        v8 x = bc8(q0[d]);
-        a0 = fma8(x, ld8(kd), a0), a1 = fma8(x, ld8(kd + 8), a1);
-        a2 = fma8(x, ld8(kd + 16), a2), a3 = fma8(x, ld8(kd + 24), a3);
-      }
+    vf a0 = bcv(0), a1 = bcv(0), b0 = bcv(0), b1 = bcv(0);
+    vf c0 = bcv(0), c1 = bcv(0), e0 = bcv(0), e1 = bcv(0);
+    for (int64_t d = 0; d < hs; d++) {
+      const float *kd = kb + d * ld;
+      vf k0 = ldv(kd), k1 = ldv(kd + VW);
+      vf x = bcv(q0[d]), y = bcv(q1[d]), z = bcv(q2[d]), w = bcv(q3[d]);
+      a0 = fmav(x, k0, a0), a1 = fmav(x, k1, a1), b0 = fmav(y, k0, b0), b1 = fmav(y, k1, b1);
+      c0 = fmav(z, k0, c0), c1 = fmav(z, k1, c1), e0 = fmav(w, k0, e0), e1 = fmav(w, k1, e1);
     }
-    st8(sc0 + s0, a0), st8(sc0 + s0 + 8, a1), st8(sc0 + s0 + 16, a2), st8(sc0 + s0 + 24, a3);
+    float *o = sc + s0;
+    stv(o, a0), stv(o + VW, a1), stv(o + ld, b0), stv(o + ld + VW, b1);
+    stv(o + 2 * ld, c0), stv(o + 2 * ld + VW, c1), stv(o + 3 * ld, e0), stv(o + 3 * ld + VW, e1);
   }
 }
 
-// y[d] = sum_{i in [i0,i1)} w[i*ws] x[i*xs + d] (i ascending) for d in [0, m)
-static void wsum_rows(float *restrict y, const float *restrict w, int64_t ws,
-                      const float *restrict x, int64_t xs, int64_t i0, int64_t i1, int64_t m) {
-  int64_t d0 = 0;
-  for (; d0 + 32 <= m; d0 += 32) {
-    v8 a0 = bc8(0), a1 = bc8(0), a2 = bc8(0), a3 = bc8(0);
-    for (int64_t i = i0; i < i1; i++) {
-      v8 wi = bc8(w[i * ws]);
-      const float *xr = x + i * xs + d0;
-      a0 = fma8(wi, ld8(xr), a0), a1 = fma8(wi, ld8(xr + 8), a1);
-      a2 = fma8(wi, ld8(xr + 16), a2), a3 = fma8(wi, ld8(xr + 24), a3);
+// The same for one row q0: sc[s] for s in [0, n rounded up to 2 VW).
+static void dots1_kT(float *restrict sc, const float *restrict q0, const float *restrict kT,
+                     int64_t ld, int64_t hs, int64_t n) {
+  for (int64_t s0 = 0; s0 < n; s0 += 2 * VW) {
+    const float *kb = kT + s0;
+    vf a0 = bcv(0), a1 = bcv(0);
+    for (int64_t d = 0; d < hs; d++) {
+      vf x = bcv(q0[d]);
+      a0 = fmav(x, ldv(kb + d * ld), a0), a1 = fmav(x, ldv(kb + d * ld + VW), a1);
     }
-    st8(y + d0, a0), st8(y + d0 + 8, a1), st8(y + d0 + 16, a2), st8(y + d0 + 24, a3);
+    stv(sc + s0, a0), stv(sc + s0 + VW, a1);
   }
-  for (; d0 + 8 <= m; d0 += 8) {
-    v8 a0 = bc8(0);
-    for (int64_t i = i0; i < i1; i++) a0 = fma8(bc8(w[i * ws]), ld8(x + i * xs + d0), a0);
-    st8(y + d0, a0);
+}
+
+// One weighted sum of rows: y[d] = y[d] + sum_{i in [i0,i1)} w[i*ws] x[i*xs + d] for d < m, the
+// terms added in ascending i onto y's values (callers zero y to start a sum; a sum continued over
+// a later range is bitwise the sum over both).
+static void wsum1(float *restrict y, const float *restrict w, int64_t ws, const float *restrict x,
+                  int64_t xs, int64_t i0, int64_t i1, int64_t m) {
+  int64_t d0 = 0;
+  for (; d0 + VW <= m; d0 += VW) {
+    vf acc = ldv(y + d0);
+    for (int64_t i = i0; i < i1; i++) acc = fmav(bcv(w[i * ws]), ldv(x + i * xs + d0), acc);
+    stv(y + d0, acc);
   }
   for (; d0 < m; d0++) {
-    float acc = 0.0f;
+    float acc = y[d0];
     for (int64_t i = i0; i < i1; i++) acc = FMA(w[i * ws], x[i * xs + d0], acc);
     y[d0] = acc;
   }
 }
 
-// Two such sums over the same i range at once (independent chains, shared loop):
-// y[d] = sum_i w[i*ws] x[i*xs + d] and z[d] = sum_i u[i*us] r[i*rs + d].
-static void wsum2_rows(float *restrict y, const float *restrict w, int64_t ws,
-                       const float *restrict x, int64_t xs, float *restrict z,
-                       const float *restrict u, int64_t us, const float *restrict r, int64_t rs,
-                       int64_t i0, int64_t i1, int64_t m) {
+// Four such sums over one i range at once, rows sharing x: y + r*m (r < 4) accumulates
+// sum_i w[r*wld + i] x[i*xs + d]. Two vectors per row: eight independent chains.
+static void wsum4_x(float *restrict y, const float *restrict w, int64_t wld,
+                    const float *restrict x, int64_t xs, int64_t i0, int64_t i1, int64_t m) {
   int64_t d0 = 0;
-  for (; d0 + 32 <= m; d0 += 32) {
-    v8 a0 = bc8(0), a1 = bc8(0), a2 = bc8(0), a3 = bc8(0);
-    v8 b0 = bc8(0), b1 = bc8(0), b2 = bc8(0), b3 = bc8(0);
-    for (int64_t i = i0; i < i1; i++) {
-      v8 wi = bc8(w[i * ws]), ui = bc8(u[i * us]);
-      const float *xr = x + i * xs + d0, *rr = r + i * rs + d0;
-      a0 = fma8(wi, ld8(xr), a0), a1 = fma8(wi, ld8(xr + 8), a1);
-      a2 = fma8(wi, ld8(xr + 16), a2), a3 = fma8(wi, ld8(xr + 24), a3);
-      b0 = fma8(ui, ld8(rr), b0), b1 = fma8(ui, ld8(rr + 8), b1);
-      b2 = fma8(ui, ld8(rr + 16), b2), b3 = fma8(ui, ld8(rr + 24), b3);
+  const float *w0 = w, *w1 = w + wld, *w2 = w + 2 * wld, *w3 = w + 3 * wld;
+  float *y0 = y, *y1 = y + m, *y2 = y + 2 * m, *y3 = y + 3 * m;
+  for (; d0 + 2 * VW <= m; d0 += 2 * VW) {
+    vf p0 = ldv(y0 + d0), p1 = ldv(y0 + d0 + VW), q0 = ldv(y1 + d0), q1 = ldv(y1 + d0 + VW);
+    vf r0 = ldv(y2 + d0), r1 = ldv(y2 + d0 + VW), u0 = ldv(y3 + d0), u1 = ldv(y3 + d0 + VW);
+    const float *xr = x + i0 * xs + d0;
+    for (int64_t i = i0; i < i1; i++, xr += xs) {
+      vf xa = ldv(xr), xb = ldv(xr + VW);
+      vf a = bcv(w0[i]), b = bcv(w1[i]), c = bcv(w2[i]), e = bcv(w3[i]);
+      p0 = fmav(a, xa, p0), p1 = fmav(a, xb, p1), q0 = fmav(b, xa, q0), q1 = fmav(b, xb, q1);
+      r0 = fmav(c, xa, r0), r1 = fmav(c, xb, r1), u0 = fmav(e, xa, u0), u1 = fmav(e, xb, u1);
     }
-    st8(y + d0, a0), st8(y + d0 + 8, a1), st8(y + d0 + 16, a2), st8(y + d0 + 24, a3);
-    st8(z + d0, b0), st8(z + d0 + 8, b1), st8(z + d0 + 16, b2), st8(z + d0 + 24, b3);
+    stv(y0 + d0, p0), stv(y0 + d0 + VW, p1), stv(y1 + d0, q0), stv(y1 + d0 + VW, q1);
+    stv(y2 + d0, r0), stv(y2 + d0 + VW, r1), stv(y3 + d0, u0), stv(y3 + d0 + VW, u1);
+  }
+  if (d0 < m)
+    for (int r = 0; r < 4; r++) wsum1(y + r * m + d0, w + r * wld, 1, x + d0, xs, i0, i1, m - d0);
+}
+
+// The backward's dk and dv of keys s and s+1 over t in [i0,i1): y rows (4,m) = dk_s, dv_s,
+// dk_{s+1}, dv_{s+1} accumulate dpre[t*ld + s(+1)] q_t and att[t*T + s(+1)] dy_t; pd = dpre + s,
+// pa = att + s. Two vectors per row: eight independent chains.
+static void wsum_dkdv(float *restrict y, const float *restrict pd, int64_t ld,
+                      const float *restrict pa, int64_t T, const float *restrict q, int64_t qs,
+                      const float *restrict g, int64_t gs, int64_t i0, int64_t i1, int64_t m) {
+  int64_t d0 = 0;
+  float *y0 = y, *y1 = y + m, *y2 = y + 2 * m, *y3 = y + 3 * m;
+  for (; d0 + 2 * VW <= m; d0 += 2 * VW) {
+    vf p0 = ldv(y0 + d0), p1 = ldv(y0 + d0 + VW), q0 = ldv(y1 + d0), q1 = ldv(y1 + d0 + VW);
+    vf r0 = ldv(y2 + d0), r1 = ldv(y2 + d0 + VW), u0 = ldv(y3 + d0), u1 = ldv(y3 + d0 + VW);
+    const float *qr = q + i0 * qs + d0, *gr = g + i0 * gs + d0;
+    const float *dr = pd + i0 * ld, *ar = pa + i0 * T;
+    for (int64_t i = i0; i < i1; i++, qr += qs, gr += gs, dr += ld, ar += T) {
+      vf qa = ldv(qr), qb = ldv(qr + VW), ga = ldv(gr), gb = ldv(gr + VW);
+      vf a = bcv(dr[0]), b = bcv(ar[0]), c = bcv(dr[1]), e = bcv(ar[1]);
+      p0 = fmav(a, qa, p0), p1 = fmav(a, qb, p1), q0 = fmav(b, ga, q0), q1 = fmav(b, gb, q1);
+      r0 = fmav(c, qa, r0), r1 = fmav(c, qb, r1), u0 = fmav(e, ga, u0), u1 = fmav(e, gb, u1);
+    }
+    stv(y0 + d0, p0), stv(y0 + d0 + VW, p1), stv(y1 + d0, q0), stv(y1 + d0 + VW, q1);
+    stv(y2 + d0, r0), stv(y2 + d0 + VW, r1), stv(y3 + d0, u0), stv(y3 + d0 + VW, u1);
   }
   if (d0 < m) {
-    wsum_rows(y + d0, w, ws, x + d0, xs, i0, i1, m - d0);
-    wsum_rows(z + d0, u, us, r + d0, rs, i0, i1, m - d0);
+    wsum1(y0 + d0, pd, ld, q + d0, qs, i0, i1, m - d0);
+    wsum1(y1 + d0, pa, T, g + d0, gs, i0, i1, m - d0);
+    wsum1(y2 + d0, pd + 1, ld, q + d0, qs, i0, i1, m - d0);
+    wsum1(y3 + d0, pa + 1, T, g + d0, gs, i0, i1, m - d0);
   }
 }
 
-// kT (hs,ld) = the head's rows x[s*xs + 0..hs) for s < T, transposed; zeros for s in [T, ld)
+// 8-float vectors for the transposes (data movement only).
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias)); // unaligned access
+#define SHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+
+// kT (hs,ld) = the head's rows x[s*xs + 0..hs) for s < T, transposed; zeros for s in [T, ld).
+// 8 x 8 blocks are transposed in registers (three rounds of shuffles), the edges one by one.
 static void pack_T(float *restrict kT, const float *restrict x, int64_t xs, int64_t T, int64_t ld,
                    int64_t hs) {
+  int64_t s0 = 0, d8 = hs & ~(int64_t)7;
+  for (; s0 + 8 <= T; s0 += 8) {
+    const float *xb = x + s0 * xs;
+    for (int64_t d0 = 0; d0 < d8; d0 += 8) {
+      v8 r0 = *(const v8u *)(xb + d0), r1 = *(const v8u *)(xb + xs + d0);
+      v8 r2 = *(const v8u *)(xb + 2 * xs + d0), r3 = *(const v8u *)(xb + 3 * xs + d0);
+      v8 r4 = *(const v8u *)(xb + 4 * xs + d0), r5 = *(const v8u *)(xb + 5 * xs + d0);
+      v8 r6 = *(const v8u *)(xb + 6 * xs + d0), r7 = *(const v8u *)(xb + 7 * xs + d0);
+      v8 t0 = SHUF(r0, r1, 0, 8, 1, 9, 4, 12, 5, 13), t1 = SHUF(r0, r1, 2, 10, 3, 11, 6, 14, 7, 15);
+      v8 t2 = SHUF(r2, r3, 0, 8, 1, 9, 4, 12, 5, 13), t3 = SHUF(r2, r3, 2, 10, 3, 11, 6, 14, 7, 15);
+      v8 t4 = SHUF(r4, r5, 0, 8, 1, 9, 4, 12, 5, 13), t5 = SHUF(r4, r5, 2, 10, 3, 11, 6, 14, 7, 15);
+      v8 t6 = SHUF(r6, r7, 0, 8, 1, 9, 4, 12, 5, 13), t7 = SHUF(r6, r7, 2, 10, 3, 11, 6, 14, 7, 15);
+      v8 u0 = SHUF(t0, t2, 0, 1, 8, 9, 4, 5, 12, 13), u1 = SHUF(t0, t2, 2, 3, 10, 11, 6, 7, 14, 15);
+      v8 u2 = SHUF(t1, t3, 0, 1, 8, 9, 4, 5, 12, 13), u3 = SHUF(t1, t3, 2, 3, 10, 11, 6, 7, 14, 15);
+      v8 u4 = SHUF(t4, t6, 0, 1, 8, 9, 4, 5, 12, 13), u5 = SHUF(t4, t6, 2, 3, 10, 11, 6, 7, 14, 15);
+      v8 u6 = SHUF(t5, t7, 0, 1, 8, 9, 4, 5, 12, 13), u7 = SHUF(t5, t7, 2, 3, 10, 11, 6, 7, 14, 15);
+      float *o = kT + d0 * ld + s0;
+      *(v8u *)o = SHUF(u0, u4, 0, 1, 2, 3, 8, 9, 10, 11);
+      *(v8u *)(o + ld) = SHUF(u1, u5, 0, 1, 2, 3, 8, 9, 10, 11);
+      *(v8u *)(o + 2 * ld) = SHUF(u2, u6, 0, 1, 2, 3, 8, 9, 10, 11);
+      *(v8u *)(o + 3 * ld) = SHUF(u3, u7, 0, 1, 2, 3, 8, 9, 10, 11);
+      *(v8u *)(o + 4 * ld) = SHUF(u0, u4, 4, 5, 6, 7, 12, 13, 14, 15);
+      *(v8u *)(o + 5 * ld) = SHUF(u1, u5, 4, 5, 6, 7, 12, 13, 14, 15);
+      *(v8u *)(o + 6 * ld) = SHUF(u2, u6, 4, 5, 6, 7, 12, 13, 14, 15);
+      *(v8u *)(o + 7 * ld) = SHUF(u3, u7, 4, 5, 6, 7, 12, 13, 14, 15);
+    }
+    for (int64_t d = d8; d < hs; d++)
+      for (int64_t s = s0; s < s0 + 8; s++) kT[d * ld + s] = x[s * xs + d];
+  }
   for (int64_t d = 0; d < hs; d++) {
-    for (int64_t s = 0; s < T; s++) kT[d * ld + s] = x[s * xs + d];
+    for (int64_t s = s0; s < T; s++) kT[d * ld + s] = x[s * xs + d];
     for (int64_t s = T; s < ld; s++) kT[d * ld + s] = 0.0f;
   }
 }
@@ -126,6 +200,24 @@ static void write_acc(float *restrict out, const float *restrict t, int64_t n, i
     memcpy(out, t, (size_t)n * sizeof(float));
 }
 
+// Rows t0 .. t0+nr-1 (nr <= 4) of a causal weighted sum, row t over s in [0, t+1):
+// y_t[d] = sum_{s<=t} w_t[s] x[s*xs + d], w_t = w + (t-t0)*wld, into y + (t-t0)*m (zeroed here).
+// The s that every row has are summed four rows at once, the rest of each row continues alone.
+// Always inlined: GCC inlines it in some ISA builds only, and tests/e2e/march.sh tells the
+// baseline build's static helpers from the others' by name.
+static inline __attribute__((always_inline)) void causal_rows(float *restrict y, const float *w,
+                                                              int64_t wld, const float *x,
+                                                              int64_t xs, int64_t t0, int nr,
+                                                              int64_t m) {
+  memset(y, 0, (size_t)(nr * m) * sizeof(float));
+  int64_t common = 0;
+  if (nr == 4) {
+    wsum4_x(y, w, wld, x, xs, 0, t0 + 1, m);
+    common = t0 + 1;
+  }
+  for (int r = 0; r < nr; r++) wsum1(y + r * m, w + r * wld, 1, x, xs, common, t0 + r + 1, m);
+}
+
 void pr_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t T, int64_t C,
                       int64_t NH) {
   prCheck(NH > 0 && C % NH == 0, "this is a pipec bug",
@@ -134,34 +226,48 @@ void pr_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t
   float scale = 1.0f / sqrtf((float)hs);
   if (B * T * C == 0) return;
   PR_PARALLEL(B * NH > 1 && B * NH * T * T * hs >= 8 * PAR_MIN, {
-    float *buf = pr_scratch((size_t)(hs * ld + 2 * ld) * sizeof(float));
-    float *kT = buf, *sc = buf + hs * ld; // kT (hs,ld); scores of two rows (2,ld)
+    float *buf = pr_scratch((size_t)(hs * ld + 4 * ld + 4 * hs) * sizeof(float));
+    // kT (hs,ld); scores of four rows (4,ld); their outputs (4,hs)
+    float *kT = buf, *sc = buf + hs * ld, *out = sc + 4 * ld;
     _Pragma("omp for schedule(static)") for (int64_t bh = 0; bh < B * NH; bh++) {
       int64_t b = bh / NH, h = bh % NH;
       const float *q = qkv + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+      float *ab = att + bh * T * T;
       pack_T(kT, k, C3, T, ld, hs);
-      for (int64_t t0 = 0; t0 < T; t0 += 2) { // query rows in pairs
-        const float *q1 = t0 + 1 < T ? q + (t0 + 1) * C3 : NULL;
-        dots_kT(sc, sc + ld, q + t0 * C3, q1, kT, ld, hs, q1 ? t0 + 2 : t0 + 1);
-        for (int64_t t = t0; t < T && t < t0 + 2; t++) {
-          int64_t n = t + 1;
-          float *st = sc + (t - t0) * ld, *arow = att + (bh * T + t) * T;
-          for (int64_t s = 0; s < n; s++) st[s] = st[s] * scale; // q_t . k_s / sqrt(hs)
-          softmax_row(arow, st, n);
+      for (int64_t t0 = 0; t0 < T; t0 += 4) { // query rows in fours
+        int nr = T - t0 < 4 ? (int)(T - t0) : 4;
+        if (nr == 4)
+          dots4_kT(sc, q + t0 * C3, C3, kT, ld, hs, t0 + 4);
+        else
+          for (int r = 0; r < nr; r++)
+            dots1_kT(sc + r * ld, q + (t0 + r) * C3, kT, ld, hs, t0 + r + 1);
+        for (int r = 0; r < nr; r++) {
+          // softmax_row's arithmetic, its elementwise loops run over n rounded up to VW (the
+          // scores are defined up to ld; the ones past n are never read) so that no scalar tail
+          // is left; the max and the sum stay over [0,n)
+          int64_t t = t0 + r, n = t + 1, npad = (n + VW - 1) & ~(int64_t)(VW - 1);
+          float *st = sc + r * ld, *arow = ab + t * T;
+          for (int64_t s = 0; s < npad; s++) st[s] = st[s] * scale; // q_t . k_s / sqrt(hs)
+          float mx = max_f(st, n);
+          for (int64_t s = 0; s < npad; s++) st[s] = exp_f(st[s] - mx);
+          float inv = 1.0f / sum_f(st, n);
+          for (int64_t s = 0; s < n; s++) arow[s] = st[s] * inv;
           for (int64_t s = n; s < T; s++) arow[s] = 0.0f;
-          wsum_rows(y + (b * T + t) * C + h * hs, arow, 1, v, C3, 0, n, hs); // sum_s att v_s
         }
+        causal_rows(out, ab + t0 * T, T, v, C3, t0, nr, hs); // sum_s att v_s
+        for (int r = 0; r < nr; r++)
+          memcpy(y + (b * T + t0 + r) * C + h * hs, out + r * hs, (size_t)hs * sizeof(float));
       }
     }
     pr_scratch_free(buf);
   });
 }
 
-// Per-thread slice of the backward's workspace: vT (hs,ld), dpre (T,ld), one row of datt (ld) and
-// two of results (2,hs), floats, rounded up to 64 bytes (slices do not share cache lines).
+// Per-thread slice of the backward's workspace: vT (hs,ld), dpre (T,ld), four rows of datt (4,ld)
+// and four of results (4,hs), floats, rounded up to 64 bytes (slices do not share cache lines).
 static size_t bwd_slice_bytes(int64_t T, int64_t C, int64_t NH) {
   int64_t hs = C / NH, ld = (T + 31) & ~(int64_t)31;
-  size_t bytes = (size_t)(hs * ld + T * ld + ld + 2 * hs) * sizeof(float);
+  size_t bytes = (size_t)(hs * ld + T * ld + 4 * ld + 4 * hs) * sizeof(float);
   return (bytes + 63) & ~(size_t)63;
 }
 
@@ -197,9 +303,9 @@ void pr_attention_bwd(float *dqkv, const float *dy, const float *qkv, const floa
     int tid = omp_get_thread_num(), nt = omp_get_num_threads();
     nt = nt < bwd_slices(B, NH) ? nt : bwd_slices(B, NH);
     if (tid < nt) {
-      // vT (hs,ld); dpre (T,ld); one row of datt (ld) and two of results (2,hs)
+      // vT (hs,ld); dpre (T,ld); datt of four rows (4,ld) and four result rows (4,hs)
       float *buf = (float *)((char *)ws + (size_t)tid * slice);
-      float *vT = buf, *dpre = vT + hs * ld, *da = dpre + T * ld, *row = da + ld;
+      float *vT = buf, *dpre = vT + hs * ld, *da = dpre + T * ld, *row = da + 4 * ld;
       int64_t per = (B * NH + nt - 1) / nt, bh0 = tid * per; // a block of (b,h) pairs each
       int64_t bh1 = bh0 + per < B * NH ? bh0 + per : B * NH;
       for (int64_t bh = bh0; bh < bh1; bh++) {
@@ -208,21 +314,35 @@ void pr_attention_bwd(float *dqkv, const float *dy, const float *qkv, const floa
         const float *g = dy + b * T * C + h * hs, *a = att + bh * T * T;
         float *dq = dqkv + b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
         pack_T(vT, v, C3, T, ld, hs);
-        for (int64_t t = 0; t < T; t++) {
-          int64_t n = t + 1;
-          const float *arow = a + t * T;
-          dots_kT(da, NULL, g + t * C, NULL, vT, ld, hs, n); // datt[s] = dy_t . v_s
-          float dot = dot_f(arow, da, n);
-          float *prow = dpre + t * ld;
-          for (int64_t s = 0; s < n; s++) prow[s] = scale * (arow[s] * (da[s] - dot));
-          wsum_rows(row, prow, 1, k, C3, 0, n, hs); // dq_t
-          write_acc(dq + t * C3, row, hs, acc);
+        for (int64_t t0 = 0; t0 < T; t0 += 4) { // rows in fours
+          int nr = T - t0 < 4 ? (int)(T - t0) : 4;
+          if (nr == 4) // datt[s] = dy_t . v_s
+            dots4_kT(da, g + t0 * C, C, vT, ld, hs, t0 + 4);
+          else
+            for (int r = 0; r < nr; r++)
+              dots1_kT(da + r * ld, g + (t0 + r) * C, vT, ld, hs, t0 + r + 1);
+          for (int r = 0; r < nr; r++) {
+            int64_t t = t0 + r, n = t + 1;
+            const float *arow = a + t * T, *dr = da + r * ld;
+            float dot = dot_f(arow, dr, n);
+            float *prow = dpre + t * ld;
+            for (int64_t s = 0; s < n; s++) prow[s] = scale * (arow[s] * (dr[s] - dot));
+          }
+          causal_rows(row, dpre + t0 * ld, ld, k, C3, t0, nr, hs); // dq_t = sum_s dpre[t,s] k_s
+          for (int r = 0; r < nr; r++) write_acc(dq + (t0 + r) * C3, row + r * hs, hs, acc);
         }
-        for (int64_t s = 0; s < T; s++) {
-          // dk_s = sum_{t>=s} dpre[t,s] q_t and dv_s = sum_{t>=s} att[t,s] dy_t
-          wsum2_rows(row, dpre + s, ld, q, C3, row + hs, a + s, T, g, C, s, T, hs);
-          write_acc(dk + s * C3, row, hs, acc);
-          write_acc(dv + s * C3, row + hs, hs, acc);
+        // dk_s = sum_{t>=s} dpre[t,s] q_t and dv_s = sum_{t>=s} att[t,s] dy_t, for two s at once:
+        // s's first term alone, then t in [s+1,T) for both
+        for (int64_t s = 0; s < T; s += 2) {
+          int two = s + 1 < T;
+          memset(row, 0, (size_t)(4 * hs) * sizeof(float));
+          wsum1(row, dpre + s, ld, q, C3, s, s + 1, hs);
+          wsum1(row + hs, a + s, T, g, C, s, s + 1, hs);
+          if (two) wsum_dkdv(row, dpre + s, ld, a + s, T, q, C3, g, C, s + 1, T, hs);
+          for (int r = 0; r <= two; r++) {
+            write_acc(dk + (s + r) * C3, row + 2 * r * hs, hs, acc);
+            write_acc(dv + (s + r) * C3, row + (2 * r + 1) * hs, hs, acc);
+          }
         }
       }
     }

@@ -1063,7 +1063,7 @@ START_TEST(test_attention_bwd_workspace) {
   for (int k = 0; k < 2; k++) {
     int64_t B = shapes[k][0], T = shapes[k][1], C = shapes[k][2], NH = shapes[k][3];
     int64_t hs = C / NH, ld = (T + 31) / 32 * 32;
-    size_t slice = ((size_t)(hs * ld + T * ld + ld + 2 * hs) * 4 + 63) / 64 * 64;
+    size_t slice = ((size_t)(hs * ld + T * ld + 4 * ld + 4 * hs) * 4 + 63) / 64 * 64;
     size_t ws = pr_attention_bwd_ws(B, T, C, NH);
     ck_assert_uint_eq(ws, slice * (size_t)(B * NH < PR_ATTENTION_MAX_THREADS ? B * NH : 64));
     float *qkv = frand(B * T * 3 * C, -1, 1), *dy = frand(B * T * C, -1, 1);
