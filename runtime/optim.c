@@ -16,7 +16,8 @@
 // tensor operation at a time, with the scalars computed in double as Python does and rounded to
 // float as ATen does. In ATen's CPU kernels `add_(x, alpha=a)` is a fused multiply-add
 // (vec::fmadd(x, a, self)) and addcmul's `self + s*t1*t2` is compiled to fma(s*t1, t2, self);
-// mul/div/sqrt/addcdiv round each operation. So, per element (f() rounds a double to float):
+// mul/div/sqrt/addcdiv round each operation. So, per element (f() rounds a double to float; g is
+// the gradient times gscale, rounded: clip_grad_norm_'s in-place scale, 1 without clipping):
 //   AdamW (t >= 1):
 //     p = p * f(1 - lr*wd)
 //     m = fmaf(g, f(1 - b1), m * f(b1))
@@ -47,8 +48,8 @@ double pr_lr_at(const PrLrSchedule *s, int64_t step) {
   return s->min_lr + coeff * (s->lr - s->min_lr);
 }
 
-void pr_adamw_step(float *p, const float *g, float *m, float *v, int64_t n, double lr, double beta1,
-                   double beta2, double eps, double weight_decay, int64_t t) {
+void pr_adamw_step(float *p, const float *g, float gscale, float *m, float *v, int64_t n, double lr,
+                   double beta1, double beta2, double eps, double weight_decay, int64_t t) {
   prCheck(t >= 1, "the optimizer step counts from 1", "pr_adamw_step: t = %lld", (long long)t);
   const float decay = (float)(1.0 - lr * weight_decay);
   const float b1 = (float)beta1, omb1 = (float)(1.0 - beta1);
@@ -61,7 +62,7 @@ void pr_adamw_step(float *p, const float *g, float *m, float *v, int64_t n, doub
   // Elementwise: splitting over threads cannot change any element's result.
   PR_PARALLEL_FOR(n >= 65536, (int64_t i = 0; i < n; i++), {
     float pi = p[i] * decay;
-    float gi = g[i];
+    float gi = g[i] * gscale;
     float mi = fmaf(gi, omb1, m[i] * b1);
     float vi = fmaf(omb2 * gi, gi, v[i] * b2);
     float denom = sqrtf(vi) / bc2_sqrt + epsf;
@@ -71,13 +72,14 @@ void pr_adamw_step(float *p, const float *g, float *m, float *v, int64_t n, doub
   });
 }
 
-void pr_sgd_step(float *p, const float *g, float *buf, int64_t n, double lr, double momentum,
-                 double weight_decay, int64_t t) {
+void pr_sgd_step(float *p, const float *g, float gscale, float *buf, int64_t n, double lr,
+                 double momentum, double weight_decay, int64_t t) {
   prCheck(t >= 1, "the optimizer step counts from 1", "pr_sgd_step: t = %lld", (long long)t);
   const float wd = (float)weight_decay, mom = (float)momentum, neg_lr = (float)(-lr);
   const int use_wd = weight_decay != 0.0, use_mom = momentum != 0.0;
   for (int64_t i = 0; i < n; i++) {
-    float d = use_wd ? fmaf(p[i], wd, g[i]) : g[i];
+    float gi = g[i] * gscale;
+    float d = use_wd ? fmaf(p[i], wd, gi) : gi;
     if (use_mom) {
       d = (t == 1) ? d : buf[i] * mom + d;
       buf[i] = d;
@@ -87,8 +89,16 @@ void pr_sgd_step(float *p, const float *g, float *buf, int64_t n, double lr, dou
 }
 
 double pr_sumsq(const float *g, int64_t n) {
-  double s = 0.0;
-  for (int64_t i = 0; i < n; i++) s += (double)g[i] * (double)g[i];
+  // 16 independent chains (one addition's latency each per 16 elements, not per element); the
+  // combination is fixed: pairs (j, j+8), then (j, j+4), (j, j+2), (0, 1).
+  double l[16] = {0};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; j++) l[j] += (double)g[i + j] * (double)g[i + j];
+  for (int w = 8; w >= 1; w /= 2)
+    for (int j = 0; j < w; j++) l[j] += l[j + w];
+  double s = l[0];
+  for (; i < n; i++) s += (double)g[i] * (double)g[i];
   return s;
 }
 

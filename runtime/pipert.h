@@ -204,14 +204,19 @@ typedef struct PrLrSchedule {
 // The learning rate of step `step` (counting from 0, as nanoGPT's get_lr).
 double pr_lr_at(const PrLrSchedule *s, int64_t step);
 
-// AdamW (decoupled weight decay, PyTorch's torch.optim.AdamW formula); t counts from 1.
-void pr_adamw_step(float *p, const float *g, float *m, float *v, int64_t n, double lr, double beta1,
-                   double beta2, double eps, double weight_decay, int64_t t);
+// AdamW (decoupled weight decay, PyTorch's torch.optim.AdamW formula); t counts from 1. The
+// gradient is g[i] * gscale, rounded (gradient clipping's scale, 1 without clipping: exactly what
+// scaling g in place first would give, without the pass over g).
+void pr_adamw_step(float *p, const float *g, float gscale, float *m, float *v, int64_t n, double lr,
+                   double beta1, double beta2, double eps, double weight_decay, int64_t t);
 // SGD with momentum (PyTorch's formula: buf = momentum*buf + g (buf = g at t == 1); p -= lr*buf),
-// weight decay added to g. buf may be NULL when momentum == 0.
-void pr_sgd_step(float *p, const float *g, float *buf, int64_t n, double lr, double momentum,
-                 double weight_decay, int64_t t);
-// Sum of squares of g in ascending order, in double (one parameter's share of the norm).
+// weight decay added to g; the gradient is g[i] * gscale as for AdamW. buf may be NULL when
+// momentum == 0.
+void pr_sgd_step(float *p, const float *g, float gscale, float *buf, int64_t n, double lr,
+                 double momentum, double weight_decay, int64_t t);
+// Sum of squares of g in double (one parameter's share of the norm): 16 lanes (lane j takes the
+// elements i = j mod 16 of the leading multiple of 16, in ascending order) combined in a fixed
+// tree, then the tail in ascending order. The order depends on n alone.
 double pr_sumsq(const float *g, int64_t n);
 void pr_scale_inplace(float *g, int64_t n, float factor);
 
@@ -510,11 +515,11 @@ typedef struct PrDevice {
   void (*upload)(void *dev, const void *host, size_t bytes);
   void (*download)(void *host, const void *dev, size_t bytes);
   double (*sumsq)(const float *g, int64_t n); // the sum of squares in double (waits for it)
-  void (*scale_inplace)(float *g, int64_t n, float factor);
-  void (*adamw_step)(float *p, const float *g, float *m, float *v, int64_t n, double lr,
-                     double beta1, double beta2, double eps, double weight_decay, int64_t t);
-  void (*sgd_step)(float *p, const float *g, float *buf, int64_t n, double lr, double momentum,
-                   double weight_decay, int64_t t);
+  void (*adamw_step)(float *p, const float *g, float gscale, float *m, float *v, int64_t n,
+                     double lr, double beta1, double beta2, double eps, double weight_decay,
+                     int64_t t);
+  void (*sgd_step)(float *p, const float *g, float gscale, float *buf, int64_t n, double lr,
+                   double momentum, double weight_decay, int64_t t);
   void (*check_status)(void); // stops on a bad id a kernel found this step (before the update)
   void (*finish)(void);       // waits for the device, frees its pool (end of the run)
 } PrDevice;

@@ -69,23 +69,23 @@ static double step_end(const Trainer *t, int64_t step, double loss, double lr) {
     norm2 = pr_grad_norm2(t->grads, p->nparams);
     pr_check_step(step + 1, loss, norm2, t->grads, p->nparams);
   }
-  // The CPU's kernels, or their device twins (the same arguments).
-  void (*scale)(float *, int64_t, float) = dv ? dv->scale_inplace : pr_scale_inplace;
-  if (o->grad_clip > 0) { // as torch.nn.utils.clip_grad_norm_
+  // Clipping as torch.nn.utils.clip_grad_norm_ (g *= coef where coef < 1), applied by the
+  // optimizer as it reads g (the same rounding, one pass less over the gradients).
+  float gscale = 1.0f;
+  if (o->grad_clip > 0) {
     double norm = sqrt(norm2), coef = o->grad_clip / (norm + 1e-6);
-    if (coef < 1)
-      for (int i = 0; i < p->nparams; i++)
-        if (p->params[i].grad) scale(p->params[i].grad, p->params[i].n, (float)coef);
+    if (coef < 1) gscale = (float)coef;
   }
+  // The CPU's kernels, or their device twins (the same arguments).
   for (int i = 0; i < p->nparams; i++) {
     const PrParam *q = &p->params[i];
     if (!q->grad || !q->data) continue;
     double wd = q->decay ? o->weight_decay : 0.0;
     if (o->kind == PR_ADAMW)
-      (dv ? dv->adamw_step : pr_adamw_step)(q->data, q->grad, q->m, q->v, q->n, lr, o->beta1,
-                                            o->beta2, o->eps, wd, step + 1);
+      (dv ? dv->adamw_step : pr_adamw_step)(q->data, q->grad, gscale, q->m, q->v, q->n, lr,
+                                            o->beta1, o->beta2, o->eps, wd, step + 1);
     else
-      (dv ? dv->sgd_step : pr_sgd_step)(q->data, q->grad, q->m, q->n, lr, o->momentum, wd,
+      (dv ? dv->sgd_step : pr_sgd_step)(q->data, q->grad, gscale, q->m, q->n, lr, o->momentum, wd,
                                         step + 1);
   }
   return loss;

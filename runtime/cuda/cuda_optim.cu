@@ -8,12 +8,12 @@
 
 #define CHUNK ((int64_t)PR_CU_THREADS * 8) // elements per block of the reduction
 
-__global__ void adamw_k(float *p, const float *g, float *m, float *v, int64_t n, float decay,
-                        float b1, float omb1, float b2, float omb2, float neg_step, float bc2_sqrt,
-                        float epsf) {
+__global__ void adamw_k(float *p, const float *g, float gscale, float *m, float *v, int64_t n,
+                        float decay, float b1, float omb1, float b2, float omb2, float neg_step,
+                        float bc2_sqrt, float epsf) {
   GRID_FOR(i, n) {
     float pi = p[i] * decay;
-    float gi = g[i];
+    float gi = g[i] * gscale;
     float mi = fmaf(gi, omb1, m[i] * b1);
     float vi = fmaf(omb2 * gi, gi, v[i] * b2);
     float denom = sqrtf(vi) / bc2_sqrt + epsf;
@@ -22,21 +22,23 @@ __global__ void adamw_k(float *p, const float *g, float *m, float *v, int64_t n,
     v[i] = vi;
   }
 }
-void pr_cu_adamw_step(float *p, const float *g, float *m, float *v, int64_t n, double lr,
-                      double beta1, double beta2, double eps, double weight_decay, int64_t t) {
+void pr_cu_adamw_step(float *p, const float *g, float gscale, float *m, float *v, int64_t n,
+                      double lr, double beta1, double beta2, double eps, double weight_decay,
+                      int64_t t) {
   prCheck(t >= 1, "the optimizer step counts from 1", "pr_cu_adamw_step: t = %lld", (long long)t);
   if (n <= 0) return;
   const double bc1 = 1.0 - pow(beta1, (double)t), bc2 = 1.0 - pow(beta2, (double)t);
   adamw_k<<<pr_cu_blocks(n), PR_CU_THREADS, 0, pr_cu_s()>>>(
-      p, g, m, v, n, (float)(1.0 - lr * weight_decay), (float)beta1, (float)(1.0 - beta1),
+      p, g, gscale, m, v, n, (float)(1.0 - lr * weight_decay), (float)beta1, (float)(1.0 - beta1),
       (float)beta2, (float)(1.0 - beta2), (float)(-(lr / bc1)), (float)sqrt(bc2), (float)eps);
   cudaCheckLaunch();
 }
 
-__global__ void sgd_k(float *p, const float *g, float *buf, int64_t n, float wd, float mom,
-                      float neg_lr, int use_wd, int use_mom, int first) {
+__global__ void sgd_k(float *p, const float *g, float gscale, float *buf, int64_t n, float wd,
+                      float mom, float neg_lr, int use_wd, int use_mom, int first) {
   GRID_FOR(i, n) {
-    float d = use_wd ? fmaf(p[i], wd, g[i]) : g[i];
+    float gi = g[i] * gscale;
+    float d = use_wd ? fmaf(p[i], wd, gi) : gi;
     if (use_mom) {
       d = first ? d : buf[i] * mom + d;
       buf[i] = d;
@@ -44,12 +46,12 @@ __global__ void sgd_k(float *p, const float *g, float *buf, int64_t n, float wd,
     p[i] = fmaf(d, neg_lr, p[i]);
   }
 }
-void pr_cu_sgd_step(float *p, const float *g, float *buf, int64_t n, double lr, double momentum,
-                    double weight_decay, int64_t t) {
+void pr_cu_sgd_step(float *p, const float *g, float gscale, float *buf, int64_t n, double lr,
+                    double momentum, double weight_decay, int64_t t) {
   prCheck(t >= 1, "the optimizer step counts from 1", "pr_cu_sgd_step: t = %lld", (long long)t);
   if (n <= 0) return;
   sgd_k<<<pr_cu_blocks(n), PR_CU_THREADS, 0, pr_cu_s()>>>(
-      p, g, buf, n, (float)weight_decay, (float)momentum, (float)(-lr), weight_decay != 0.0,
+      p, g, gscale, buf, n, (float)weight_decay, (float)momentum, (float)(-lr), weight_decay != 0.0,
       momentum != 0.0, t == 1);
   cudaCheckLaunch();
 }

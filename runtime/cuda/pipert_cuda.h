@@ -204,10 +204,11 @@ int64_t pr_cu_count_correct(const float *logits, const int32_t *tgt, int64_t row
 // Optimizers and norms (cuda_optim.cu): the CPU formulas element for element (bitwise with
 // --fmad=false and fmaf where the CPU has fmaf).
 
-void pr_cu_adamw_step(float *p, const float *g, float *m, float *v, int64_t n, double lr,
-                      double beta1, double beta2, double eps, double weight_decay, int64_t t);
-void pr_cu_sgd_step(float *p, const float *g, float *buf, int64_t n, double lr, double momentum,
-                    double weight_decay, int64_t t);
+void pr_cu_adamw_step(float *p, const float *g, float gscale, float *m, float *v, int64_t n,
+                      double lr, double beta1, double beta2, double eps, double weight_decay,
+                      int64_t t);
+void pr_cu_sgd_step(float *p, const float *g, float gscale, float *buf, int64_t n, double lr,
+                    double momentum, double weight_decay, int64_t t);
 // *out (a device double) = sum of g^2 in double: blocks of PR_CU_THREADS*8 elements in a fixed
 // tree, block sums in ascending order (a fixed split, not the CPU's sequential order). Scratch:
 // pr_cu_reduce_scratch(n) bytes.

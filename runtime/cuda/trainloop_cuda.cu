@@ -42,7 +42,6 @@ static void cu_download(void *host, const void *dev, size_t bytes) {
 }
 
 extern "C" const PrDevice pr_device_cuda = {
-    "cuda",           cu_start,       pr_cu_alloc_region, pr_cu_free_region,
-    cu_upload,        cu_download,    cu_sumsq,           pr_cu_scale_inplace,
-    pr_cu_adamw_step, pr_cu_sgd_step, pr_cu_check_status, cu_finish,
+    "cuda",   cu_start,         pr_cu_alloc_region, pr_cu_free_region,  cu_upload, cu_download,
+    cu_sumsq, pr_cu_adamw_step, pr_cu_sgd_step,     pr_cu_check_status, cu_finish,
 };

@@ -430,15 +430,15 @@ static void test_optim(void) {
   for (int64_t i = 0; i < n; i++) hv[i] = fabsf(hv[i]);
   pr_cu_upload(v, hv, (size_t)n * 4);
   for (int t = 1; t <= 3; t++) {
-    pr_cu_adamw_step(p, g, m, v, n, 3e-4 * t, 0.9, 0.95, 1e-8, 0.1, t);
-    pr_adamw_step(hp, hg, hm, hv, n, 3e-4 * t, 0.9, 0.95, 1e-8, 0.1, t);
+    pr_cu_adamw_step(p, g, 0.75f, m, v, n, 3e-4 * t, 0.9, 0.95, 1e-8, 0.1, t);
+    pr_adamw_step(hp, hg, 0.75f, hm, hv, n, 3e-4 * t, 0.9, 0.95, 1e-8, 0.1, t);
   }
   compare("adamw_step p (3 steps)", p, hp, n, BITWISE);
   compare("adamw_step m", m, hm, n, BITWISE);
   compare("adamw_step v", v, hv, n, BITWISE);
   for (int t = 1; t <= 3; t++) {
-    pr_cu_sgd_step(p, g, m, n, 0.01, 0.9, 1e-4, t);
-    pr_sgd_step(hp, hg, hm, n, 0.01, 0.9, 1e-4, t);
+    pr_cu_sgd_step(p, g, 0.75f, m, n, 0.01, 0.9, 1e-4, t);
+    pr_sgd_step(hp, hg, 0.75f, hm, n, 0.01, 0.9, 1e-4, t);
   }
   compare("sgd_step p (3 steps, momentum)", p, hp, n, BITWISE);
   compare("sgd_step buf", m, hm, n, BITWISE);

@@ -272,7 +272,7 @@ static void assert_rel(const float *got, const double *want, int n, double tol) 
 START_TEST(test_adamw) {
   float p[8], m[8] = {0}, v[8] = {0};
   memcpy(p, P0, sizeof p);
-  pr_adamw_step(p, G1, m, v, 8, 1e-2, 0.9, 0.999, 1e-8, 0.1, 1);
+  pr_adamw_step(p, G1, 1.0f, m, v, 8, 1e-2, 0.9, 0.999, 1e-8, 0.1, 1);
   // Double-precision reference of the textbook formula, step 1 then step 2.
   double dp[8], dm[8] = {0}, dv[8] = {0};
   const float *gs[2] = {G1, G2};
@@ -289,7 +289,7 @@ START_TEST(test_adamw) {
     }
     if (t == 1) assert_rel(p, dp, 8, 1e-6);
   }
-  pr_adamw_step(p, G2, m, v, 8, 5e-3, 0.9, 0.999, 1e-8, 0.1, 2);
+  pr_adamw_step(p, G2, 1.0f, m, v, 8, 5e-3, 0.9, 0.999, 1e-8, 0.1, 2);
   assert_rel(p, dp, 8, 1e-6);
   assert_rel(m, dm, 8, 1e-6);
   assert_rel(v, dv, 8, 1e-6);
@@ -314,8 +314,8 @@ START_TEST(test_sgd) {
   float p[8], buf[8];
   memcpy(p, P0, sizeof p);
   for (int i = 0; i < 8; i++) buf[i] = 12345.0f; // ignored at t == 1
-  pr_sgd_step(p, G1, buf, 8, 0.1, 0.9, 0.01, 1);
-  pr_sgd_step(p, G2, buf, 8, 0.1, 0.9, 0.01, 2);
+  pr_sgd_step(p, G1, 1.0f, buf, 8, 0.1, 0.9, 0.01, 1);
+  pr_sgd_step(p, G2, 1.0f, buf, 8, 0.1, 0.9, 0.01, 2);
   double dp[8], db[8];
   const float *gs[2] = {G1, G2};
   for (int i = 0; i < 8; i++) dp[i] = P0[i];
@@ -338,7 +338,7 @@ START_TEST(test_sgd) {
   }
   // No momentum: plain p -= lr * g, buffer unused.
   float q[2] = {1.0f, 2.0f}, g[2] = {0.5f, -0.5f};
-  pr_sgd_step(q, g, NULL, 2, 0.1, 0.0, 0.0, 1);
+  pr_sgd_step(q, g, 1.0f, NULL, 2, 0.1, 0.0, 0.0, 1);
   ck_assert_float_eq(q[0], 0.95f);
   ck_assert_float_eq(q[1], 2.05f);
 }
@@ -353,6 +353,53 @@ START_TEST(test_sumsq_scale) {
   ck_assert_double_eq(pr_sumsq(h, 3), 14.0);
   pr_scale_inplace(h, 3, 0.5f);
   ck_assert(h[0] == 0.5f && h[1] == 1.0f && h[2] == 1.5f);
+  // 37 elements: lane j sums elements j and j + 16, the lanes combine (j, j+8), (j, j+4),
+  // (j, j+2), (0, 1), then elements 32..36 in order. Two squares of 2^52 and ones: in order, every
+  // 1 added to 2^53 is rounded away; in lanes the ones meet each other first.
+  float x[37];
+  for (int i = 0; i < 37; i++) x[i] = i < 2 ? 67108864.0f : 1.0f;
+  double l[16];
+  for (int j = 0; j < 16; j++) l[j] = (double)x[j] * x[j] + (double)x[j + 16] * x[j + 16];
+  for (int j = 0; j < 8; j++) l[j] += l[j + 8];
+  for (int j = 0; j < 4; j++) l[j] += l[j + 4];
+  for (int j = 0; j < 2; j++) l[j] += l[j + 2];
+  double ref = l[0] + l[1], seq = 0;
+  for (int i = 32; i < 37; i++) ref += (double)x[i] * x[i];
+  for (int i = 0; i < 37; i++) seq += (double)x[i] * x[i];
+  ck_assert_msg(memcmp(&ref, &seq, 8) != 0, "the test's values do not tell the orders apart");
+  double got = pr_sumsq(x, 37);
+  ck_assert_msg(memcmp(&got, &ref, 8) == 0, "sumsq %.17g, want %.17g", got, ref);
+}
+END_TEST
+
+// The optimizers' gscale is clipping's in-place scale folded in: the same bits as scaling g
+// first and stepping with gscale 1.
+START_TEST(test_optim_gscale) {
+  float pa[8], pb[8], ma[8] = {0}, mb[8] = {0}, va[8] = {0}, vb[8] = {0}, g[8];
+  memcpy(pa, P0, sizeof pa), memcpy(pb, P0, sizeof pb);
+  for (int t = 1; t <= 2; t++) {
+    const float *gt = t == 1 ? G1 : G2;
+    memcpy(g, gt, sizeof g);
+    pr_scale_inplace(g, 8, 0.3f);
+    pr_adamw_step(pa, g, 1.0f, ma, va, 8, 1e-2, 0.9, 0.999, 1e-8, 0.1, t);
+    pr_adamw_step(pb, gt, 0.3f, mb, vb, 8, 1e-2, 0.9, 0.999, 1e-8, 0.1, t);
+  }
+  ck_assert(memcmp(pa, pb, sizeof pa) == 0 && memcmp(ma, mb, sizeof ma) == 0 &&
+            memcmp(va, vb, sizeof va) == 0);
+  float sa[8], sb[8], ba[8], bb[8];
+  memcpy(sa, P0, sizeof sa), memcpy(sb, P0, sizeof sb);
+  for (int t = 1; t <= 2; t++) {
+    const float *gt = t == 1 ? G1 : G2;
+    memcpy(g, gt, sizeof g);
+    pr_scale_inplace(g, 8, 0.3f);
+    pr_sgd_step(sa, g, 1.0f, ba, 8, 0.1, 0.9, 0.01, t);
+    pr_sgd_step(sb, gt, 0.3f, bb, 8, 0.1, 0.9, 0.01, t);
+  }
+  ck_assert(memcmp(sa, sb, sizeof sa) == 0 && memcmp(ba, bb, sizeof ba) == 0);
+  // and it is applied: a different scale gives a different step
+  pr_adamw_step(pb, G1, 0.5f, mb, vb, 8, 1e-2, 0.9, 0.999, 1e-8, 0.1, 3);
+  pr_adamw_step(pa, G1, 1.0f, ma, va, 8, 1e-2, 0.9, 0.999, 1e-8, 0.1, 3);
+  ck_assert(memcmp(ma, mb, sizeof ma) != 0);
 }
 END_TEST
 
@@ -1323,6 +1370,7 @@ int main(void) {
   tcase_add_test(tc, test_adamw);
   tcase_add_test(tc, test_sgd);
   tcase_add_test(tc, test_sumsq_scale);
+  tcase_add_test(tc, test_optim_gscale);
   tcase_add_test(tc, test_grad_norm2);
   tcase_add_test(tc, test_tokens_text);
   tcase_add_test(tc, test_batches_null);
