@@ -17,6 +17,7 @@
 #include <limits.h>
 
 #define GEMM_SPLIT_MIN  ((int64_t)1 << 21) // M*N*K below this: one call
+#define GEMM_HALVE_MIN  ((int64_t)1 << 23) // M*N*K from which a product is at least two blocks
 #define GEMM_BLOCKS_MAX 16                 // blocks of >= 384 rows (or columns) of C
 
 static void blas_single_thread(void) {
@@ -44,7 +45,11 @@ static void check_blas_dims(int64_t M, int64_t N, int64_t K, int64_t lda, int64_
 // C (M,N) = op(A) (M,K) . op(B) (K,N) + beta * C (beta 0 or 1); ta/tb: A/B stored transposed.
 // Large products are split along the longer of M and N into equal blocks (multiples of 16) of at
 // least 384: each block repacks the other operand, so smaller blocks cost more than they gain on
-// 2 cores (gpt_char step, 1 thread: 66 ms with 384, 83 ms with 64).
+// 2 cores (gpt_char step, 1 thread: 66 ms with 384, 83 ms with 64). A product of at least
+// GEMM_HALVE_MIN whose longer side is under 768 (a weight gradient: C is the weight, the long
+// side K the rows) is still cut in two, so that two threads share it: the repacking of the other
+// operand (K x the shorter side) costs about 1% of the 1-thread step, one thread alone on a third
+// of the step's FLOPs cost 15% of the 2-thread one (gpt_char).
 static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
   if (M == 0 || N == 0) return;
@@ -59,6 +64,7 @@ static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A
   if (M * N * K >= GEMM_SPLIT_MIN) {
     nblk = split / 384;
     nblk = nblk > GEMM_BLOCKS_MAX ? GEMM_BLOCKS_MAX : nblk < 1 ? 1 : nblk;
+    if (nblk < 2 && M * N * K >= GEMM_HALVE_MIN && split >= 128) nblk = 2;
   }
   int64_t bs = ((split + nblk - 1) / nblk + 15) & ~(int64_t)15;
   nblk = (split + bs - 1) / bs;
