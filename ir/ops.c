@@ -256,6 +256,14 @@ static bool unary_infer(const Graph *g, Node *n, Diag *d) {
   return true;
 }
 
+// gelu: y, and its factor c (y = x * c, the normal CDF or the tanh form's) saved for backward,
+// which then costs no erf or exp of the forward's again.
+static bool gelu_infer(const Graph *g, Node *n, Diag *d) {
+  if (!unary_infer(g, n, d)) return false;
+  set_out(n, 1, &n->in[0]->shape, n->in[0]->dtype);
+  return true;
+}
+
 // ---------------------------------------------------------------------------------------------
 // softmax along an axis
 
@@ -644,6 +652,7 @@ static void sum_rows_cost(const Node *n, int64_t batch, OpCost *c) {
 
 static const char *const layernorm_hidden[] = {"mean", "rstd"};
 static const char *const attention_hidden[] = {"att"};
+static const char *const gelu_hidden[] = {"cdf"};
 
 // clang-format off
 #define ATTRS(a) .attrs = a, .nattrs = (int)(sizeof(a) / sizeof((a)[0]))
@@ -686,8 +695,8 @@ static const OpDef ops[] = {
      .kernel = "pr_scale_fwd", .kargs = kargs_scale, GRADS(GRAD(0, "scale.dx", GDY)), .doc = "x * factor"},
     {.name = "relu", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost1, .kernel = "pr_relu_fwd",
      .kargs = kargs_n, GRADS(GRAD(0, "relu.dx", GDY, GY(0))), .doc = "max(x, 0)"},
-    {.name = "gelu", IN(1, 1), .nout = 1, ATTRS(gelu_attrs), .infer = unary_infer, .cost = cost8,
-     .kernel = "pr_gelu_fwd", .kargs = kargs_gelu, GRADS(GRAD(0, "gelu.dx", GDY, GX(0))),
+    {.name = "gelu", IN(1, 1), .nout = 1, ATTRS(gelu_attrs), HIDDEN(gelu_hidden), .infer = gelu_infer,
+     .cost = cost8, .kernel = "pr_gelu_fwd", .kargs = kargs_gelu, GRADS(GRAD(0, "gelu.dx", GDY, GX(0), GY(1))),
      .doc = "GELU, exact (erf) or tanh approximation"},
     {.name = "tanh", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost5, .kernel = "pr_tanh_fwd",
      .kargs = kargs_n, GRADS(GRAD(0, "tanh.dx", GDY, GY(0))), .doc = "tanh(x)"},
@@ -739,7 +748,7 @@ static const OpDef ops[] = {
     BWD("binary.d", 1, 2, "pr_binary_bwd", kargs_binary_d, true),
     BWD("scale.dx", 1, 1, "pr_scale_bwd", kargs_scale, true),
     BWD("relu.dx", 2, 2, "pr_relu_bwd", kargs_n, true),
-    BWD("gelu.dx", 2, 2, "pr_gelu_bwd", kargs_gelu, true),
+    BWD("gelu.dx", 3, 3, "pr_gelu_bwd", kargs_gelu, true),
     BWD("tanh.dx", 2, 2, "pr_tanh_bwd", kargs_n, true),
     BWD("sigmoid.dx", 2, 2, "pr_sigmoid_bwd", kargs_n, true),
     BWD("softmax.dx", 2, 2, "pr_softmax_bwd", kargs_softmax, true),

@@ -245,12 +245,18 @@ static inline float gelu_phi(float v) {
 }
 // d/dx x Phi(x) = Phi(x) + x phi(x), phi(x) = e^{-x^2/2} / sqrt(2 pi)
 static inline float gelu_exact_grad(float v) {
-  return gelu_phi(v) + v * (0.3989422804014327f * exp_f(-0.5f * (v * v)));
+  return gelu_phi(v) + v * (0.3989422804014327f * exp_f(-0.5f * (v * v))); // = gelu_exact_grad_c
 }
 
-void pr_gelu_fwd(float *restrict y, const float *restrict x, int64_t n, int exact) {
-  if (exact)
+// y = x * c with c = Phi(x) (exact) or s (tanh); c saved for the backward unless cdf is NULL.
+void pr_gelu_fwd(float *restrict y, float *restrict cdf, const float *restrict x, int64_t n,
+                 int exact) {
+  if (exact && cdf)
+    UNARY_FOR(float c = gelu_phi(x[i]); cdf[i] = c; y[i] = x[i] * c;);
+  else if (exact)
     UNARY_FOR(y[i] = x[i] * gelu_phi(x[i]));
+  else if (cdf)
+    UNARY_FOR(float c = gelu_s(x[i]); cdf[i] = c; y[i] = x[i] * c;);
   else
     UNARY_FOR(y[i] = x[i] * gelu_s(x[i]));
 }
@@ -260,9 +266,27 @@ static inline float gelu_grad(float v) {
   float s = gelu_s(v);
   return s + (v * (s * (1.0f - s))) * ((2.0f * GELU_BETA) * (1.0f + (3.0f * GELU_KAPPA) * (v * v)));
 }
-void pr_gelu_bwd(float *restrict dx, const float *restrict dy, const float *restrict x, int64_t n,
-                 int exact, int acc) {
-  if (exact && acc)
+// The gradients from the forward's saved c (the same expressions with c read, not recomputed:
+// the same bits).
+static inline float gelu_exact_grad_c(float v, float c) {
+  return c + v * (0.3989422804014327f * exp_f(-0.5f * (v * v)));
+}
+static inline float gelu_grad_c(float v, float s) {
+  return s + (v * (s * (1.0f - s))) * ((2.0f * GELU_BETA) * (1.0f + (3.0f * GELU_KAPPA) * (v * v)));
+}
+// cdf: the forward's saved c, or NULL to recompute it.
+void pr_gelu_bwd(float *restrict dx, const float *restrict dy, const float *restrict x,
+                 const float *restrict cdf, int64_t n, int exact, int acc) {
+  if (cdf) {
+    if (exact && acc)
+      UNARY_FOR(dx[i] = dx[i] + dy[i] * gelu_exact_grad_c(x[i], cdf[i]));
+    else if (exact)
+      UNARY_FOR(dx[i] = dy[i] * gelu_exact_grad_c(x[i], cdf[i]));
+    else if (acc)
+      UNARY_FOR(dx[i] = dx[i] + dy[i] * gelu_grad_c(x[i], cdf[i]));
+    else
+      UNARY_FOR(dx[i] = dy[i] * gelu_grad_c(x[i], cdf[i]));
+  } else if (exact && acc)
     UNARY_FOR(dx[i] = dx[i] + dy[i] * gelu_exact_grad(x[i]));
   else if (exact)
     UNARY_FOR(dx[i] = dy[i] * gelu_exact_grad(x[i]));

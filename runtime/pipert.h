@@ -93,9 +93,13 @@ void pr_scale_fwd(float *y, const float *x, int64_t n, float factor);
 void pr_scale_bwd(float *dx, const float *dy, int64_t n, float factor, int acc);
 void pr_relu_fwd(float *y, const float *x, int64_t n);
 void pr_relu_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc);
-// gelu: exact = 1 the erf form (approximate "none"), 0 the tanh approximation.
-void pr_gelu_fwd(float *y, const float *x, int64_t n, int exact);
-void pr_gelu_bwd(float *dx, const float *dy, const float *x, int64_t n, int exact, int acc);
+// gelu: exact = 1 the erf form (approximate "none"), 0 the tanh approximation. y = x * c, c the
+// normal CDF Phi(x) (exact) or the tanh form's 0.5 (1 + tanh(u)); the forward saves c in cdf (the
+// op's hidden output; NULL: not saved) and the backward reads it instead of recomputing it (NULL:
+// recomputed; the same bits either way).
+void pr_gelu_fwd(float *y, float *cdf, const float *x, int64_t n, int exact);
+void pr_gelu_bwd(float *dx, const float *dy, const float *x, const float *cdf, int64_t n, int exact,
+                 int acc);
 void pr_tanh_fwd(float *y, const float *x, int64_t n);
 void pr_tanh_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc);
 void pr_sigmoid_fwd(float *y, const float *x, int64_t n);

@@ -104,8 +104,8 @@ __device__ inline float cu_gelu_s(float v) {
   float s = 1.0f / (1.0f + cu_exp_f(m2u));
   return m2u > 80.0f ? 0.0f : s;
 }
-__device__ inline float cu_gelu_grad(float v) {
-  float s = cu_gelu_s(v);
+// The gradients given the forward's factor (s, or Phi for the exact form).
+__device__ inline float cu_gelu_grad_c(float v, float s) {
   return s + (v * (s * (1.0f - s))) *
                  ((2.0f * CU_GELU_BETA) * (1.0f + (3.0f * CU_GELU_KAPPA) * (v * v)));
 }
@@ -127,8 +127,8 @@ __device__ inline float cu_gelu_phi(float v) {
   float q = 0.5f * (t * cu_exp_f(p - z * z));
   return v >= 0.0f ? 1.0f - q : q;
 }
-__device__ inline float cu_gelu_exact_grad(float v) {
-  return cu_gelu_phi(v) + v * (0.3989422804014327f * cu_exp_f(-0.5f * (v * v)));
+__device__ inline float cu_gelu_exact_grad_c(float v, float c) {
+  return c + v * (0.3989422804014327f * cu_exp_f(-0.5f * (v * v)));
 }
 
 // out = acc ? out + t : t over n (the accumulate step of a GEMM computed into scratch).

@@ -122,12 +122,18 @@ UNARY(relu_bwd, (float *dx, const float *dy, const float *y, int64_t n, int acc)
   float v = y[i] <= 0.0f ? 0.0f : dy[i];
   dx[i] = acc ? dx[i] + v : v;
 })
-UNARY(gelu_fwd, (float *y, const float *x, int64_t n, int exact),
-      y[i] = x[i] * (exact ? cu_gelu_phi(x[i]) : cu_gelu_s(x[i])))
-UNARY(gelu_bwd, (float *dx, const float *dy, const float *x, int64_t n, int exact, int acc), {
-  float v = dy[i] * (exact ? cu_gelu_exact_grad(x[i]) : cu_gelu_grad(x[i]));
-  dx[i] = acc ? dx[i] + v : v;
+UNARY(gelu_fwd, (float *y, float *cdf, const float *x, int64_t n, int exact), {
+  float c = exact ? cu_gelu_phi(x[i]) : cu_gelu_s(x[i]);
+  if (cdf) cdf[i] = c;
+  y[i] = x[i] * c;
 })
+UNARY(gelu_bwd,
+      (float *dx, const float *dy, const float *x, const float *cdf, int64_t n, int exact, int acc),
+      {
+        float c = cdf ? cdf[i] : exact ? cu_gelu_phi(x[i]) : cu_gelu_s(x[i]);
+        float v = dy[i] * (exact ? cu_gelu_exact_grad_c(x[i], c) : cu_gelu_grad_c(x[i], c));
+        dx[i] = acc ? dx[i] + v : v;
+      })
 UNARY(tanh_fwd, (float *y, const float *x, int64_t n), y[i] = cu_tanh_f(x[i]))
 UNARY(tanh_bwd, (float *dx, const float *dy, const float *y, int64_t n, int acc), {
   float v = dy[i] * (1.0f - y[i] * y[i]);
@@ -153,11 +159,12 @@ void pr_cu_relu_fwd(float *y, const float *x, int64_t n) {
 void pr_cu_relu_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc) {
   LAUNCH(relu_bwd, dx, dy, y, n, acc);
 }
-void pr_cu_gelu_fwd(float *y, const float *x, int64_t n, int exact) {
-  LAUNCH(gelu_fwd, y, x, n, exact);
+void pr_cu_gelu_fwd(float *y, float *cdf, const float *x, int64_t n, int exact) {
+  LAUNCH(gelu_fwd, y, cdf, x, n, exact);
 }
-void pr_cu_gelu_bwd(float *dx, const float *dy, const float *x, int64_t n, int exact, int acc) {
-  LAUNCH(gelu_bwd, dx, dy, x, n, exact, acc);
+void pr_cu_gelu_bwd(float *dx, const float *dy, const float *x, const float *cdf, int64_t n,
+                    int exact, int acc) {
+  LAUNCH(gelu_bwd, dx, dy, x, cdf, n, exact, acc);
 }
 void pr_cu_tanh_fwd(float *y, const float *x, int64_t n) {
   LAUNCH(tanh_fwd, y, x, n);

@@ -111,8 +111,10 @@ void pr_cu_scale_fwd(float *y, const float *x, int64_t n, float factor);
 void pr_cu_scale_bwd(float *dx, const float *dy, int64_t n, float factor, int acc);
 void pr_cu_relu_fwd(float *y, const float *x, int64_t n);
 void pr_cu_relu_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc);
-void pr_cu_gelu_fwd(float *y, const float *x, int64_t n, int exact); // exact: erf, else tanh
-void pr_cu_gelu_bwd(float *dx, const float *dy, const float *x, int64_t n, int exact, int acc);
+// exact: erf, else tanh; cdf: the saved factor c of y = x * c (NULL: not saved / recomputed)
+void pr_cu_gelu_fwd(float *y, float *cdf, const float *x, int64_t n, int exact);
+void pr_cu_gelu_bwd(float *dx, const float *dy, const float *x, const float *cdf, int64_t n,
+                    int exact, int acc);
 void pr_cu_tanh_fwd(float *y, const float *x, int64_t n);
 void pr_cu_tanh_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc);
 void pr_cu_sigmoid_fwd(float *y, const float *x, int64_t n);

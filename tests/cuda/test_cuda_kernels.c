@@ -179,10 +179,10 @@ static void test_elementwise(void) {
      pr_scale_bwd(hdx, hdy, n, 0.37f, acc), pr_cu_scale_bwd(dx, dy, n, 0.37f, acc));
   UN("relu", pr_relu_fwd(cy, hx, n), pr_cu_relu_fwd(y, x, n), pr_relu_bwd(hdx, hdy, cy, n, acc),
      pr_cu_relu_bwd(dx, dy, y, n, acc));
-  UN("gelu", pr_gelu_fwd(cy, hx, n, 0), pr_cu_gelu_fwd(y, x, n, 0),
-     pr_gelu_bwd(hdx, hdy, hx, n, 0, acc), pr_cu_gelu_bwd(dx, dy, x, n, 0, acc));
-  UN("gelu exact", pr_gelu_fwd(cy, hx, n, 1), pr_cu_gelu_fwd(y, x, n, 1),
-     pr_gelu_bwd(hdx, hdy, hx, n, 1, acc), pr_cu_gelu_bwd(dx, dy, x, n, 1, acc));
+  UN("gelu", pr_gelu_fwd(cy, NULL, hx, n, 0), pr_cu_gelu_fwd(y, NULL, x, n, 0),
+     pr_gelu_bwd(hdx, hdy, hx, NULL, n, 0, acc), pr_cu_gelu_bwd(dx, dy, x, NULL, n, 0, acc));
+  UN("gelu exact", pr_gelu_fwd(cy, NULL, hx, n, 1), pr_cu_gelu_fwd(y, NULL, x, n, 1),
+     pr_gelu_bwd(hdx, hdy, hx, NULL, n, 1, acc), pr_cu_gelu_bwd(dx, dy, x, NULL, n, 1, acc));
   UN("tanh", pr_tanh_fwd(cy, hx, n), pr_cu_tanh_fwd(y, x, n), pr_tanh_bwd(hdx, hdy, cy, n, acc),
      pr_cu_tanh_bwd(dx, dy, y, n, acc));
   UN("sigmoid", pr_sigmoid_fwd(cy, hx, n), pr_cu_sigmoid_fwd(y, x, n),
@@ -209,7 +209,7 @@ static void test_elementwise(void) {
     pr_cu_bias_gelu_fwd(y, pre, x, x2, rows, C);
     int64_t yd[2] = {rows, C}, as[2] = {C, 1}, bs[2] = {0, 1};
     pr_binary_fwd(cpre, hx, h2, 0, 2, yd, as, bs);
-    pr_gelu_fwd(cy, cpre, rows * C, 0); // the fused kernel is the tanh form
+    pr_gelu_fwd(cy, NULL, cpre, rows * C, 0); // the fused kernel is the tanh form
     compare("bias_gelu_fwd (pre)", pre, cpre, rows * C, BITWISE);
     compare("bias_gelu_fwd", y, cy, rows * C, BITWISE);
     free(h2), free(h3), free(cpre);

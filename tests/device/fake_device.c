@@ -44,8 +44,8 @@ static void finish(void) {
 }
 
 static const PrDevice fake = {
-    "fake",           start,         alloc_region, pr_free_region, upload, download, sumsq,
-    pr_scale_inplace, pr_adamw_step, pr_sgd_step,  check_status,   finish,
+    "fake", start,         alloc_region, pr_free_region, upload, download,
+    sumsq,  pr_adamw_step, pr_sgd_step,  check_status,   finish,
 };
 
 int fake_pr_main(const PrProgram *p, int argc, char **argv);

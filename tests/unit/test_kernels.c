@@ -366,7 +366,7 @@ static void f_unary(void *p) {
     pr_relu_fwd(c->y, c->x, n);
     break;
   case 2:
-    pr_gelu_fwd(c->y, c->x, n, 0);
+    pr_gelu_fwd(c->y, NULL, c->x, n, 0);
     break;
   case 3:
     pr_tanh_fwd(c->y, c->x, n);
@@ -375,7 +375,7 @@ static void f_unary(void *p) {
     pr_sigmoid_fwd(c->y, c->x, n);
     break;
   default:
-    pr_gelu_fwd(c->y, c->x, n, 1);
+    pr_gelu_fwd(c->y, NULL, c->x, n, 1);
     break;
   }
 }
@@ -390,7 +390,7 @@ static void unary_bwd(int kind, float *dx, const float *dy, const float *x, cons
     pr_relu_bwd(dx, dy, y, n, acc);
     break;
   case 2:
-    pr_gelu_bwd(dx, dy, x, n, 0, acc);
+    pr_gelu_bwd(dx, dy, x, NULL, n, 0, acc);
     break;
   case 3:
     pr_tanh_bwd(dx, dy, y, n, acc);
@@ -399,7 +399,7 @@ static void unary_bwd(int kind, float *dx, const float *dy, const float *x, cons
     pr_sigmoid_bwd(dx, dy, y, n, acc);
     break;
   default:
-    pr_gelu_bwd(dx, dy, x, n, 1, acc);
+    pr_gelu_bwd(dx, dy, x, NULL, n, 1, acc);
     break;
   }
 }
@@ -431,6 +431,35 @@ START_TEST(test_unary) {
 }
 END_TEST
 
+// gelu's saved factor: the forward writes c with y = x * c bit for bit (c = Phi(x), or the tanh
+// form's s); the backward from the saved c gives the bits of the backward that recomputes it, with
+// and without acc, threaded or not (n above the threading threshold), NaN and saturation included.
+START_TEST(test_gelu_saved_cdf) {
+  int64_t n = 70001;
+  float *x = frand(n, -12, 12), *dy = frand(n, -1, 1);
+  x[0] = NAN, x[1] = 1000.0f, x[2] = -1000.0f, x[3] = 0.0f, x[4] = -0.0f;
+  float *y = fzeros(n), *y2 = fzeros(n), *c = fzeros(n), *a = fzeros(n), *b = fzeros(n);
+  for (int exact = 0; exact < 2; exact++) {
+    pr_gelu_fwd(y, c, x, n, exact);
+    pr_gelu_fwd(y2, NULL, x, n, exact);
+    ck_assert(memcmp(y, y2, (size_t)n * 4) == 0);
+    for (int64_t i = 0; i < n; i++) {
+      float xc = x[i] * c[i];
+      ck_assert_msg(memcmp(&xc, &y[i], 4) == 0, "exact %d: y[%lld] != x * cdf", exact,
+                    (long long)i);
+      if (i >= 5) ck_assert(c[i] >= 0.0f && c[i] <= 1.0f);
+    }
+    for (int acc = 0; acc < 2; acc++) {
+      for (int64_t i = 0; i < n; i++) a[i] = b[i] = 0.25f * (float)(i % 7);
+      pr_gelu_bwd(a, dy, x, c, n, exact, acc);
+      pr_gelu_bwd(b, dy, x, NULL, n, exact, acc);
+      ck_assert_msg(memcmp(a, b, (size_t)n * 4) == 0, "exact %d acc %d: saved cdf changes bits",
+                    exact, acc);
+    }
+  }
+}
+END_TEST
+
 // exp/tanh/sigmoid accuracy over their whole useful range (dense sweep, float vs double)
 START_TEST(test_unary_accuracy) {
   int64_t n = 200001;
@@ -453,7 +482,7 @@ START_TEST(test_unary_accuracy) {
   }
   ck_assert_msg(worst <= 4 * 1.2e-7, "sigmoid: worst relative error %.3g", worst);
   for (int64_t i = 0; i < n; i++) x[i] = (float)(-10.0 + 20.0 * (double)i / (double)(n - 1));
-  pr_gelu_fwd(y, x, n, 0);
+  pr_gelu_fwd(y, NULL, x, n, 0);
   worst = 0;
   for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(y[i] - gelu_ref(x[i])));
   ck_assert_msg(worst <= 2e-6, "gelu: worst absolute error %.3g", worst);
@@ -461,7 +490,7 @@ START_TEST(test_unary_accuracy) {
   // the middle; in the tail (x < -3, where y is tiny) relative to y too, there bounded by the
   // rounding of z^2 in e^{-z^2} (an error of one ulp in z^2 ~ 40 is 5e-6 of the exponential;
   // PyTorch's float 1 + erf(z) loses the whole tail there).
-  pr_gelu_fwd(y, x, n, 1);
+  pr_gelu_fwd(y, NULL, x, n, 1);
   worst = 0;
   double worst_tail = 0;
   for (int64_t i = 0; i < n; i++) {
@@ -478,9 +507,9 @@ START_TEST(test_unary_accuracy) {
   ck_assert(isnan(so[0]) && so[1] == 1.0f && so[2] == -1.0f && so[3] == 0.0f);
   pr_sigmoid_fwd(so, sp, 4);
   ck_assert(isnan(so[0]) && so[1] == 1.0f && so[2] == 0.0f && so[3] == 0.5f);
-  pr_gelu_fwd(so, sp, 4, 0);
+  pr_gelu_fwd(so, NULL, sp, 4, 0);
   ck_assert(isnan(so[0]) && so[1] == 1000.0f && so[2] == 0.0f && so[3] == 0.0f);
-  pr_gelu_fwd(so, sp, 4, 1);
+  pr_gelu_fwd(so, NULL, sp, 4, 1);
   ck_assert(isnan(so[0]) && so[1] == 1000.0f && so[2] == 0.0f && so[3] == 0.0f);
 }
 END_TEST
@@ -1051,7 +1080,7 @@ static void thr_misc(void *p, float *o) { // softmax fwd/bwd, binary bwd (bias),
   pr_cross_entropy_fwd(o + 2 * n + c->C, c->x, c->idx, c->rows, c->C);
   float dl = 1.0f;
   pr_cross_entropy_bwd(o + 2 * n + c->C + 1, &dl, c->x, c->idx, c->rows, c->C, 0);
-  pr_gelu_fwd(o + 3 * n + c->C + 1, c->x, n, 0);
+  pr_gelu_fwd(o + 3 * n + c->C + 1, NULL, c->x, n, 0);
 }
 
 // The backward works only inside its planned workspace: pr_attention_bwd_ws bytes followed by a
@@ -1172,7 +1201,7 @@ START_TEST(test_nan) {
     if (k < 3)
       fwd[k](y, x, 4);
     else
-      pr_gelu_fwd(y, x, 4, k - 3); // tanh approximation, exact
+      pr_gelu_fwd(y, NULL, x, 4, k - 3); // tanh approximation, exact
     ck_assert_msg(isnan(y[0]) && !isnan(y[1]) && !isnan(y[2]), "activation %d: NaN in, %g out", k,
                   (double)y[0]);
   }
@@ -1186,9 +1215,9 @@ START_TEST(test_nan) {
   float ndy[2] = {NAN, NAN}, pos[2] = {1.0f, -1.0f}, d2[2];
   pr_relu_bwd(d2, ndy, pos, 2, 0); // a NaN gradient passes where y > 0, is cut where y <= 0
   ck_assert(isnan(d2[0]) && d2[1] == 0.0f);
-  pr_gelu_bwd(dx, dy, x, 4, 0, 0);
+  pr_gelu_bwd(dx, dy, x, NULL, 4, 0, 0);
   ck_assert(isnan(dx[0]) && !isnan(dx[1]));
-  pr_gelu_bwd(dx, dy, x, 4, 1, 0);
+  pr_gelu_bwd(dx, dy, x, NULL, 4, 1, 0);
   ck_assert(isnan(dx[0]) && !isnan(dx[1]));
   pr_tanh_fwd(y, x, 4);
   pr_tanh_bwd(dx, dy, y, 4, 0);
@@ -1233,6 +1262,7 @@ int main(void) {
   tcase_add_test(tc, test_binary_strided);
   tcase_add_test(tc, test_binary_large);
   tcase_add_test(tc, test_unary);
+  tcase_add_test(tc, test_gelu_saved_cdf);
   tcase_add_test(tc, test_unary_accuracy);
   tcase_add_test(tc, test_softmax);
   tcase_add_test(tc, test_layernorm);
