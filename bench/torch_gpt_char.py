@@ -2,18 +2,25 @@
 """PyTorch eager training loop of gpt_char (nanoGPT's baby config), the peer of bench/train_step.sh.
 
 Same model as samples/gpt_char.json (4 layers, 4 heads, C 128, T 64, V 65, no biases, layernorm
-without bias, exact (erf) GELU, tied head), same step (forward, backward, clip 1.0, AdamW with weight
-decay on >= 2-D params), same batch (12 x 64 tokens of tinyshakespeare). Prints the median
-milliseconds per step over the timed steps after warm-up on stdout, and one line on stderr naming
-the torch, its BLAS and (where it is OpenBLAS) the kernel set OpenBLAS chose:
+without bias, exact (erf) GELU, tied head) and its initialisation (nanoGPT's: normal 0.02, the
+residual projections 0.02 / sqrt(2 L)), same step (forward, backward, clip 1.0, AdamW with weight
+decay on >= 2-D params), same batch (12 x 64 tokens of tinyshakespeare). Other shapes of the same
+model (bench/train_step.sh's gpt_wide, samples/gen_gpt.py's options) come from the options below;
+V is the data's (65 characters for tinyshakespeare). Prints the median milliseconds per step over
+the timed steps after warm-up on stdout, and on stderr one line naming the torch, its BLAS and
+(where it is OpenBLAS) the kernel set OpenBLAS chose, and one with the first step's loss (about
+ln V at this initialisation):
     torch 1.13.0a0 | BLAS OpenBLAS 0.3.21 ... | kernel Prescott | threads 2
+    loss at step 1 4.2361
 
-usage: torch_gpt_char.py DATA THREADS WARMUP STEPS
+usage: torch_gpt_char.py DATA THREADS WARMUP STEPS [--batch B] [--context T] [--embd C]
+                         [--heads NH] [--layers L]        (defaults gpt_char's: 12 64 128 4 4)
 
 THREADS goes to torch.set_num_threads; the caller must also set OMP_NUM_THREADS=THREADS before
 Python starts (bench/train_step.sh does): Debian's torch 1.13 links the pthread OpenBLAS, whose
 own pool otherwise takes every core whatever set_num_threads says.
 """
+import argparse
 import ctypes
 import ctypes.util
 import math
@@ -24,6 +31,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+# The shape: gpt_char's, or main()'s options (module globals, as bench/torch_pipeline.py imports them).
 B, T, C, NH, L = 12, 64, 128, 4, 4
 
 
@@ -39,6 +47,7 @@ class Block(nn.Module):
         self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)))
 
     def forward(self, x):
+        B, T, C = x.shape  # noqa: N806  (bench/torch_pipeline.py runs it on microbatches of its own)
         q, k, v = self.c_attn(F.layer_norm(x, (C,), self.ln_1)).split(C, dim=2)
         q = q.view(B, T, NH, C // NH).transpose(1, 2)
         k = k.view(B, T, NH, C // NH).transpose(1, 2)
@@ -57,6 +66,11 @@ class GPT(nn.Module):
         self.wpe = nn.Parameter(torch.randn(T, C) * 0.02)
         self.h = nn.ModuleList([Block() for _ in range(L)])
         self.ln_f = nn.Parameter(torch.ones(C))
+        nn.init.normal_(self.wte.weight, std=0.02)  # nanoGPT's init, as samples/gen_gpt.py writes it
+        for blk in self.h:
+            for lin, std in ((blk.c_attn, 0.02), (blk.c_proj, 0.02 / math.sqrt(2 * L)),
+                             (blk.c_fc, 0.02), (blk.mlp_proj, 0.02 / math.sqrt(2 * L))):
+                nn.init.normal_(lin.weight, std=std)
 
     def forward(self, idx, targets):
         x = self.wte(idx) + self.wpe
@@ -83,7 +97,24 @@ def blas_info():
 
 
 def main():
-    path, threads, warmup, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    global B, T, C, NH, L
+    ap = argparse.ArgumentParser(description="PyTorch eager training step of gpt_char (or another shape of it)")
+    ap.add_argument("data")
+    ap.add_argument("threads", type=int)
+    ap.add_argument("warmup", type=int)
+    ap.add_argument("steps", type=int)
+    ap.add_argument("--batch", type=int, default=B, help="rows per step (default %d)" % B)
+    ap.add_argument("--context", type=int, default=T, help="tokens per row T (default %d)" % T)
+    ap.add_argument("--embd", type=int, default=C, help="embedding width C (default %d)" % C)
+    ap.add_argument("--heads", type=int, default=NH, help="attention heads (default %d)" % NH)
+    ap.add_argument("--layers", type=int, default=L, help="transformer blocks (default %d)" % L)
+    a = ap.parse_args()
+    if min(a.batch, a.context, a.embd, a.heads, a.layers, a.threads) < 1 or a.steps < 1 or a.warmup < 0:
+        ap.error("sizes, threads and steps must be >= 1, warmup >= 0")
+    if a.embd % a.heads:
+        ap.error("--embd %d is not divisible by --heads %d" % (a.embd, a.heads))
+    B, T, C, NH, L = a.batch, a.context, a.embd, a.heads, a.layers
+    path, threads, warmup, steps = a.data, a.threads, a.warmup, a.steps
     torch.set_num_threads(threads)
     sys.stderr.write("torch %s | %s | threads %d\n" % (torch.__version__, blas_info(), torch.get_num_threads()))
     torch.manual_seed(0)
@@ -109,6 +140,8 @@ def main():
         opt.step()
         if it >= warmup:
             times.append(time.perf_counter() - t0)
+        if it == 0:
+            sys.stderr.write("loss at step 1 %.4f\n" % loss.item())
     times.sort()
     print("%.2f" % (1000 * times[len(times) // 2]))
 

@@ -2,53 +2,105 @@
 # Training step of gpt_char (nanoGPT's baby config: batch 12 x 64 tokens, 4 layers, C 128): the
 # pipec program against the equivalent PyTorch eager loop (bench/torch_gpt_char.py), each peer in
 # its best configuration, same machine, same thread count, round robin; plus the sgemm rate of
-# OpenBLAS at the model's GEMM shapes. Prints the whole result as markdown (docs/benchmarks.md,
-# "Training step"); progress on stderr.
+# OpenBLAS at the model's GEMM shapes. Then the same figures, in fewer configurations, for gpt_wide:
+# the same model and recipe at C 768, 12 heads, T 256, 4 layers (written by samples/gen_gpt.py at
+# run time), where the GEMMs are a larger share of the step. Prints the whole result as markdown
+# (docs/benchmarks.md, "Training step"); progress on stderr.
 #
 #   bench/train_step.sh PIPEC        e.g. bench/train_step.sh build/bin/pipec
 #
-# Environment: BENCH_STEPS (steps per run, the first 5 are warm-up; default 30), BENCH_ROUNDS
-# (default 3), BENCH_THREADS (default "1 2"), BENCH_TORCH2 (the python of a PyTorch 2.x venv;
-# default bench/.venv-torch2/bin/python, made by bench/setup-torch2.sh), SGEMM_REPS (default 100).
+# Environment: BENCH_MODELS (default "gpt_char gpt_wide"), BENCH_STEPS (gpt_char's steps per run,
+# the first 5 are warm-up; default 30), BENCH_WIDE_STEPS (gpt_wide's, the same way; default 13),
+# BENCH_WIDE_BATCH (gpt_wide's batch; default 2), BENCH_ROUNDS (default 3), BENCH_THREADS
+# (default "1 2"), BENCH_TORCH2 (the python of a PyTorch 2.x venv; default
+# bench/.venv-torch2/bin/python, made by bench/setup-torch2.sh), SGEMM_REPS (default 100). The
+# programs print their median step only past 10 steps: both step counts must be at least 11.
 #
 # Peers: pipec; PyTorch 1.13 from Debian (python3-torch, /usr/bin/python3, links Debian's
 # OpenBLAS); PyTorch 2.x from PyPI (MKL), where bench/setup-torch2.sh installed it. A peer that is
 # not installed is listed as such and left out.
-# Configurations, all run at each thread count T with OMP_NUM_THREADS=T:
+# Configurations of gpt_char, all run at each thread count T with OMP_NUM_THREADS=T:
 #   OpenBLAS kernel (pipec, PyTorch 1.13): the default (OPENBLAS_CORETYPE unset: what a user gets),
 #     PRESCOTT (what OpenBLAS 0.3.21 falls back to on CPUs it does not know) and SKYLAKEX, or
 #     HASWELL on a CPU without AVX-512; a forced kernel equal to the default is not run twice.
 #   OpenMP wait policy: each peer's default and the other one (pipec's programs set
 #     GOMP_SPINCOUNT=1000 themselves, their other is ACTIVE; PyTorch's GNU OpenMP defaults to
 #     spinning, so its other is PASSIVE). The better is kept and named.
+#   pipec's builds: portable (the default), the same with PIPEC_ISA=v1 (baseline kernels) and
+#     --march=native.
+# gpt_wide runs fewer: the default OpenBLAS kernel and pipec's portable build only; at 1 thread each
+#   peer's default wait policy only, at more both, the better kept (which one wins depends on the
+#   peer and on how busy the machine is: a fixed choice was 3-4x off in trial runs). Its batch
+#   (default 2: 92 GFLOP, about 0.9 s a step at 1 thread here) is in its table's header.
 # Exit status: 1 if a run fails, 2 on a usage error. Where pipec as installed (default kernel) is
-# not at least 2x faster than the best peer at some thread count, the script says so on stderr: a
-# benchmark reports, it does not gate.
+# not at least 2x faster than the best peer on gpt_char at some thread count, the script says so on
+# stderr: a benchmark reports, it does not gate.
 set -euo pipefail
 
 . "$(dirname "$0")/lib.sh"
 bench_init "$@"
 bench_text
-"$pipec" compile "$root/samples/gpt_char.json" -o "$tmp/gpt" >/dev/null 2>"$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
-"$pipec" compile --march=native "$root/samples/gpt_char.json" -o "$tmp/gptn" >/dev/null 2>"$tmp/err" ||
-  { cat "$tmp/err" >&2; exit 1; }
-cc -O2 "$root/bench/sgemm_rate.c" -o "$tmp/sgemm" $(pkg-config --cflags --libs openblas)
+models=${BENCH_MODELS-gpt_char gpt_wide}
+[[ -n ${models// /} ]] || { echo "$0: BENCH_MODELS is empty (want gpt_char, gpt_wide or both)" >&2; exit 2; }
+for m in $models; do
+  [[ $m == gpt_char || $m == gpt_wide ]] ||
+    { echo "$0: BENCH_MODELS: unknown model '$m' (want gpt_char, gpt_wide or both)" >&2; exit 2; }
+done
+for v in BENCH_STEPS BENCH_WIDE_STEPS; do
+  [[ ${!v-11} =~ ^[0-9]+$ && ${!v-11} -ge 11 ]] || {
+    echo "$0: $v=${!v} is not a number >= 11 (the programs print their median step after 5 warm-up steps, only past 10 steps)" >&2
+    exit 2
+  }
+done
+wide_batch=${BENCH_WIDE_BATCH-2}
+[[ $wide_batch =~ ^[1-9][0-9]*$ ]] || { echo "$0: BENCH_WIDE_BATCH=$wide_batch is not a number >= 1" >&2; exit 2; }
 # Forward FLOPs per sample, from pipec check ("forward      112.17 MFLOP per sample").
-fwd=$("$pipec" check "$root/samples/gpt_char.json" |
-  awk '/^forward/ { m = ($3 ~ /^G/) ? 1e9 : ($3 ~ /^M/) ? 1e6 : ($3 ~ /^K/) ? 1e3 : 1; print $2 * m }')
+fwd_of() {
+  "$pipec" check "$1" |
+    awk '/^forward/ { m = ($3 ~ /^G/) ? 1e9 : ($3 ~ /^M/) ? 1e6 : ($3 ~ /^K/) ? 1e3 : 1; print $2 * m }'
+}
+compile() { # MODEL OUT [pipec compile options...]
+  local model=$1 out=$2
+  shift 2
+  "$pipec" compile "$@" "$model" -o "$out" >/dev/null 2>"$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
+}
+fwd_char=0 fwd_wide=0 wide_params=0 wide_mib=0
+if [[ " $models " == *" gpt_char "* ]]; then
+  compile "$root/samples/gpt_char.json" "$tmp/gpt"
+  compile "$root/samples/gpt_char.json" "$tmp/gptn" --march=native
+  fwd_char=$(fwd_of "$root/samples/gpt_char.json")
+fi
+if [[ " $models " == *" gpt_wide "* ]]; then
+  # gpt_char's recipe (training section, tied head, exact GELU) at the wider shape; the text's path
+  # is set absolute, the generated file lying in the temp directory.
+  "$py" "$root/samples/gen_gpt.py" --embd 768 --heads 12 --context 256 --layers 4 --name gpt_wide \
+    -o "$tmp/gpt_wide.json"
+  compile "$tmp/gpt_wide.json" "$tmp/wide" --batch "$wide_batch" --set "data.path=$data"
+  fwd_wide=$(fwd_of "$tmp/gpt_wide.json")
+  wide_params=$("$pipec" check "$tmp/gpt_wide.json" | awk '/^parameters/ { gsub(",", "", $2); print $2 }')
+  wide_mib=$("$pipec" plan "$tmp/gpt_wide.json" --batch "$wide_batch" | awk '$1 == "total" { print $2 }')
+fi
+cc -O2 "$root/bench/sgemm_rate.c" -o "$tmp/sgemm" $(pkg-config --cflags --libs openblas)
 commit=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)
 
-"$py" - "$tmp" "$data" "$fwd" "$commit" "$root" <<'EOF'
+BENCH_MODELS=$models BENCH_WIDE_BATCH=$wide_batch "$py" - "$tmp" "$data" "$fwd_char" "$commit" "$root" \
+  "$fwd_wide" "$wide_params" "$wide_mib" <<'EOF'
 import os, re, statistics, subprocess, sys, time
 
 tmp, data, fwd, commit, root = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5]
+fwd_wide, wide_params, wide_mib = float(sys.argv[6]), int(sys.argv[7]), float(sys.argv[8])
+models = os.environ["BENCH_MODELS"].split()
 steps = int(os.environ.get("BENCH_STEPS", "30"))
+wide_steps = int(os.environ.get("BENCH_WIDE_STEPS", "13"))
+WB, WT, WC, WNH, WL = int(os.environ["BENCH_WIDE_BATCH"]), 256, 768, 12, 4  # gpt_wide's shape
 rounds = int(os.environ.get("BENCH_ROUNDS", "3"))
 threads = [int(t) for t in os.environ.get("BENCH_THREADS", "1 2").split()]
 torch2 = os.environ.get("BENCH_TORCH2", os.path.join(root, "bench/.venv-torch2/bin/python"))
-WARMUP = 5
+WARMUP = 5  # the programs time the steps after 5 warm-up steps; the PyTorch peer is told the same
 B, T, C, L, V = 12, 64, 128, 4, 65
 flops = 3 * fwd * B  # forward + backward (2x forward), whole batch
+wide_flops = 3 * fwd_wide * WB
+wide_args = ["--batch", str(WB), "--context", str(WT), "--embd", str(WC), "--heads", str(WNH), "--layers", str(WL)]
 sgemm, script = os.path.join(tmp, "sgemm"), os.path.join(root, "bench/torch_gpt_char.py")
 med = statistics.median
 log = lambda s: (sys.stderr.write(s + "\n"), sys.stderr.flush())
@@ -98,30 +150,36 @@ for i, peer in enumerate(peers):
     for k in ([None] if mkl(peer) else kernels):
         for w in (None, "ACTIVE" if peer[1] is None else "PASSIVE"):
             configs.append((i, k, w))
+# gpt_wide: pipec's portable build and the PyTorch peers, default kernel; at 1 thread in the peer's
+# default wait policy only (no other thread to wait for), at more in both, the better kept.
+wide_peers = [0] + torch_peers()
+other_wait = lambda i: "ACTIVE" if peers[i][1] is None else "PASSIVE"
+wide_waits = lambda i, t: [None] if t == 1 else [None, other_wait(i)]
 
-def run(cfg, t):
+def run(cfg, t, wide=False):  # -> (ms per step, the kernel the run reported, its first step's loss)
     i, k, w = cfg
     e = env_for(t, k, w)
     e.update(peers[i][3] if len(peers[i]) > 3 else {})
+    n = wide_steps if wide else steps
     if peers[i][1] is None:
-        p = subprocess.run([peers[i][2], "--steps", str(steps), "--threads", str(t), "--eval-every", str(10**9),
+        prog = os.path.join(tmp, "wide/bin/train") if wide else peers[i][2]
+        p = subprocess.run([prog, "--steps", str(n), "--threads", str(t), "--eval-every", str(10**9),
                             "--eval-batches", "1", "--log-every", str(10**9)], env=e, capture_output=True, text=True)
         m = re.search(r"^median step time ([0-9.]+) ms", p.stdout, re.M)
         info = re.search(r"^blas .*, kernel (\S+),", p.stdout, re.M)
-        info = info and info.group(1)
+        loss = re.search(r"^step 1/[0-9]+ \| loss ([0-9.]+) ", p.stdout, re.M)
     else:
-        p = subprocess.run([peers[i][1], script, data, str(t), str(WARMUP), str(steps - WARMUP)], env=e,
-                           capture_output=True, text=True)
+        p = subprocess.run([peers[i][1], script, data, str(t), str(WARMUP), str(n - WARMUP)] +
+                           (wide_args if wide else []), env=e, capture_output=True, text=True)
         m = re.search(r"^([0-9.]+)$", p.stdout, re.M)
         info = re.search(r"\| kernel ([^|]+?) \|", p.stderr)
-        info = info and info.group(1)
+        loss = re.search(r"^loss at step 1 ([0-9.]+)$", p.stderr, re.M)
     if p.returncode != 0 or not m:
         sys.stderr.write(p.stdout[-2000:] + p.stderr[-2000:])
-        sys.exit(f"bench: run {peers[i][0]} {klabel(k)} wait {w or 'default'} threads {t} failed")
-    return float(m.group(1)), info
+        sys.exit(f"bench: run {peers[i][0]}{' gpt_wide' if wide else ''} {klabel(k)} wait {w or 'default'} "
+                 f"threads {t} failed")
+    return float(m.group(1)), info and info.group(1), loss and float(loss.group(1))
 
-nruns = rounds * len(threads) * len(configs)
-log(f"{len(configs)} configurations x {len(threads)} thread counts x {rounds} rounds = {nruns} runs of {steps} steps")
 load0 = os.getloadavg()[0]
 if load0 > 0.5:
     log(f"warning: load average {load0:.2f} at start: the machine is not quiet, timings will be off")
@@ -130,33 +188,92 @@ if load0 > 0.5:
 res = {}   # (cfg, t) -> [ms per round]
 kern = {}  # (cfg, t) -> kernel the run reported
 t0 = time.time()
-for r in range(rounds):
-    for t in threads:
-        for cfg in configs:
-            ms, info = run(cfg, t)
-            res.setdefault((cfg, t), []).append(ms)
-            kern[(cfg, t)] = info
-        log(f"  round {r + 1}/{rounds}, {t} thread(s) done, {time.time() - t0:.0f} s")
+if "gpt_char" in models:
+    nruns = rounds * len(threads) * len(configs)
+    log(f"gpt_char: {len(configs)} configurations x {len(threads)} thread counts x {rounds} rounds = "
+        f"{nruns} runs of {steps} steps")
+    for r in range(rounds):
+        for t in threads:
+            for cfg in configs:
+                ms, info, _ = run(cfg, t)
+                res.setdefault((cfg, t), []).append(ms)
+                kern[(cfg, t)] = info
+            log(f"  round {r + 1}/{rounds}, {t} thread(s) done, {time.time() - t0:.0f} s")
+wres, wkern, wloss = {}, {}, {}  # gpt_wide's: (peer index, wait, t) -> [ms per round], kernel, first losses
+if "gpt_wide" in models:
+    nw = rounds * sum(len(wide_waits(i, t)) for i in wide_peers for t in threads)
+    log(f"gpt_wide: {len(wide_peers)} peers x {len(threads)} thread counts (both wait policies above 1 thread) x "
+        f"{rounds} rounds = {nw} runs of {wide_steps} steps")
+    for r in range(rounds):
+        for t in threads:
+            for i in wide_peers:
+                for w in wide_waits(i, t):
+                    ms, info, loss = run((i, None, w), t, wide=True)
+                    wres.setdefault((i, w, t), []).append(ms)
+                    wkern[(i, w, t)] = info
+                    wloss.setdefault((i, w, t), []).append(loss)
+            log(f"  gpt_wide round {r + 1}/{rounds}, {t} thread(s) done, {time.time() - t0:.0f} s")
 
-# ---- sgemm at the model's shapes: row-major C[M,N] = op(A) op(B), rows = B*T tokens.
-R = B * T
-linears = [("attn.c_attn", C, 3 * C, L), ("attn.c_proj", C, C, L), ("mlp.c_fc", C, 4 * C, L),
-           ("mlp.c_proj", 4 * C, C, L), ("lm_head (tied wte)", C, V, 1)]
-shapes = []  # (name, shape string, flops, count per step)
-for name, fin, fout, count in linears:
-    shapes += [(f"{name} forward", f"{R}x{fout}x{fin}:NT", 2 * R * fout * fin, count),
-               (f"{name} grad input", f"{R}x{fin}x{fout}:NN", 2 * R * fout * fin, count),
-               (f"{name} grad weight", f"{fout}x{fin}x{R}:TN", 2 * R * fout * fin, count)]
-gemm = {}  # (kernel, t) -> {shape: GFLOP/s}
-for k in kernels:
-    for t in threads:
-        out = subprocess.run([sgemm, str(t)] + [s[1] for s in shapes], env=env_for(t, k, None),
-                             capture_output=True, text=True, check=True).stdout.split("\n")
-        gemm[(k, t)] = dict((l.split()[0], float(l.split()[1])) for l in out[1:] if l)
-log(f"  sgemm rates done, {time.time() - t0:.0f} s")
-gemm_flops = sum(f * n for _, _, f, n in shapes)
-def step_rate(k, t):  # the step's GEMMs at these rates: total FLOPs / total time
-    return gemm_flops / sum(f * n / (gemm[(k, t)][s] * 1e9) for _, s, f, n in shapes) / 1e9
+# ---- sgemm at a model's shapes: row-major C[M,N] = op(A) op(B), rows = batch x T tokens.
+def gemm_shapes(b, t, c, l, v):  # -> [(name, shape string, flops, count per step)]
+    r = b * t
+    linears = [("attn.c_attn", c, 3 * c, l), ("attn.c_proj", c, c, l), ("mlp.c_fc", c, 4 * c, l),
+               ("mlp.c_proj", 4 * c, c, l), ("lm_head (tied wte)", c, v, 1)]
+    out = []
+    for name, fin, fout, count in linears:
+        out += [(f"{name} forward", f"{r}x{fout}x{fin}:NT", 2 * r * fout * fin, count),
+                (f"{name} grad input", f"{r}x{fin}x{fout}:NN", 2 * r * fout * fin, count),
+                (f"{name} grad weight", f"{fout}x{fin}x{r}:TN", 2 * r * fout * fin, count)]
+    return out
+
+def gemm_rates(shapes, kerns):  # -> {(kernel, t): {shape: GFLOP/s}}
+    g = {}
+    for k in kerns:
+        for t in threads:
+            out = subprocess.run([sgemm, str(t)] + [s[1] for s in shapes], env=env_for(t, k, None),
+                                 capture_output=True, text=True, check=True).stdout.split("\n")
+            g[(k, t)] = dict((l.split()[0], float(l.split()[1])) for l in out[1:] if l)
+    return g
+
+def rate_of(shapes, g):  # the step's GEMMs at the rates g: total FLOPs / total time, GFLOP/s
+    return sum(f * n for _, _, f, n in shapes) / sum(f * n / (g[s] * 1e9) for _, s, f, n in shapes) / 1e9
+
+def gemm_table(shapes, gemm, cols, rows_note):
+    print(f"sgemm GFLOP/s of OpenBLAS at the model's shapes ({rows_note}; best of "
+          f"{os.environ.get('SGEMM_REPS', '100')} after a warm-up; OpenBLAS's own threads):")
+    print()
+    print("| GEMM | M x N x K | per step | " + " | ".join(f"{klabel(k)}, {t} thr" for k, t in cols) + " |")
+    print("| --- | --- | ---: | " + " | ".join("---:" for _ in cols) + " |")
+    for name, s, f, n in shapes:
+        print(f"| {name} | {s} | {n} | " + " | ".join(f"{gemm[c][s]:.1f}" for c in cols) + " |")
+    print(f"| **the step's GEMMs** ({sum(f * n for _, _, f, n in shapes) / 1e9:.2f} GFLOP) | | | " +
+          " | ".join(f"**{rate_of(shapes, gemm[c]):.1f}**" for c in cols) + " |")
+    print()
+    print("*of T x 1-thread sgemm*: the step's GFLOP/s (3 x forward) over T times the 1-thread rate of *the step's "
+          "GEMMs* with the same kernel: the cores' GEMM rate at these shapes (pipec runs OpenBLAS single-threaded in "
+          "each of its T threads, so OpenBLAS's own T-thread rate is not its ceiling).")
+
+if "gpt_char" in models:
+    shapes = gemm_shapes(B, T, C, L, V)
+    gemm = gemm_rates(shapes, kernels)
+    log(f"  sgemm rates done, {time.time() - t0:.0f} s")
+    step_rate = lambda k, t: rate_of(shapes, gemm[(k, t)])
+if "gpt_wide" in models:
+    wshapes = gemm_shapes(WB, WT, WC, WL, V)
+    wgemm = gemm_rates(wshapes, [None])
+    log(f"  gpt_wide sgemm rates done, {time.time() - t0:.0f} s")
+
+machine = (f"Machine: {os.cpu_count()} CPUs, {field('model name')} (family {field('cpu family')} model "
+           f"{field('model')}), {'AVX-512' if avx512 else 'AVX2' if avx2 else 'no AVX2'}"
+           f"{', AMX' if 'amx_tile' in flags else ''}; OpenBLAS default kernel {default_core}; load average at start "
+           f"{load0:.2f}; commit {commit}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.")
+def print_machine():
+    print()
+    print(machine)
+    if missing:
+        print()
+        print("Not installed, left out: " + "; ".join(missing) + ".")
+    print()
 
 # ---- Tables
 def best(i, k, t):  # (ms, wait policy kept, [per policy (wait, ms, rounds)])
@@ -165,81 +282,122 @@ def best(i, k, t):  # (ms, wait policy kept, [per policy (wait, ms, rounds)])
     return b[1], b[0], rows
 wname = lambda i, w: (w if w else "default (GOMP_SPINCOUNT=1000, set by the program)" if peers[i][1] is None else "default")
 
-print(f"gpt_char training step (batch 12 x 64 tokens), median ms per step of {steps - WARMUP} steps after "
-      f"{WARMUP} warm-up, median of {rounds} rounds (round robin over all configurations); "
-      f"{flops / 1e9:.2f} GFLOP per step (3 x forward).")
-print()
-print(f"Machine: {os.cpu_count()} CPUs, {field('model name')} (family {field('cpu family')} model {field('model')}), "
-      f"{'AVX-512' if avx512 else 'AVX2' if avx2 else 'no AVX2'}{', AMX' if 'amx_tile' in flags else ''}; "
-      f"OpenBLAS default kernel {default_core}; load average at start {load0:.2f}; commit {commit}; "
-      f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.")
-if missing:
-    print()
-    print("Not installed, left out: " + "; ".join(missing) + ".")
-print()
 notes = []
-for t in threads:
-    print(f"### {t} thread{'s' if t > 1 else ''}")
-    print()
-    print("| peer | BLAS kernel | ms/step, default wait | ms/step, other wait | kept | rounds min–max | GFLOP/s | of T x 1-thread sgemm |")
-    print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: |")
-    for i, peer in enumerate(peers):
-        for k in ([None] if mkl(peer) else kernels):
-            ms, w, rows = best(i, k, t)
-            got = kern[((i, k, rows[0][0]), t)]
-            kl = "MKL" if mkl(peer) else klabel(k) + ("" if got in (None, CORE.get(k, default_core)) else f" (ran {got}!)")
-            rr = [x for x in rows if x[0] == w][0][2]
-            frac = f"{100 * flops / (ms / 1e3) / 1e9 / (t * step_rate(k, 1)):.0f}%" if not mkl(peer) and 1 in threads else "–"
-            print(f"| {peer[0]} | {kl} | {rows[0][1]:.1f} | {rows[1][1]:.1f} ({rows[1][0]}) | {wname(i, w)} "
-                  f"| {min(rr):.1f}–{max(rr):.1f} | {flops / (ms / 1e3) / 1e9:.1f} | {frac} |")
-            if max(rr) > 1.3 * min(rr):
-                notes.append(f"{t} thread(s), {peer[0]}, {kl}: rounds spread {min(rr):.1f}–{max(rr):.1f} ms (> 30%): noisy")
-            if max(x[1] for x in rows) > 2 * ms:
-                slow = max(rows, key=lambda x: x[1])
-                notes.append(f"{t} thread(s), {peer[0]}, {kl}: wait policy {wname(i, slow[0])} is "
-                             f"{slow[1] / ms:.1f}x slower ({slow[1]:.1f} ms): spinning threads fighting over the cores")
-            if t > 1 and 1 in threads and ms > best(i, k, 1)[0]:
-                notes.append(f"{peer[0]}, {kl}: slower at {t} threads ({ms:.1f} ms) than at 1 ({best(i, k, 1)[0]:.1f} ms), "
-                             f"in its best wait policy: anomalous")
-    print()
-
-print("### pipec against the best peer")
-print()
-print("Each row sets the OpenBLAS kernel for every peer that links OpenBLAS (PyTorch 2.x runs MKL in every row); "
-      "each peer in its better wait policy. Ratio = best peer's ms / pipec's ms (above 1: pipec is faster).")
-print()
-print("| threads | OpenBLAS kernel | pipec build | pipec ms/step | best peer | its ms/step | ratio |")
-print("| ---: | --- | --- | ---: | --- | ---: | ---: |")
 target_ok = True
-for t in threads:
-    for k in kernels:
-        for pi in (0, 1, 2):  # the portable default, its baseline kernels, then --march=native
-            p_ms = best(pi, k, t)[0]
-            build = ("portable (default)", "portable, PIPEC_ISA=v1", "--march=native")[pi]
-            cands = [(best(i, None if mkl(peers[i]) else k, t), i) for i in torch_peers()]
-            if not cands:
-                print(f"| {t} | {klabel(k)} | {build} | {p_ms:.1f} | (none installed) | – | – |")
-                continue
-            (b_ms, b_w, _), bi = min(cands, key=lambda x: x[0][0])
-            print(f"| {t} | {klabel(k)} | {build} | {p_ms:.1f} | {peers[bi][0]}, wait {wname(bi, b_w)} | {b_ms:.1f} "
-                  f"| {b_ms / p_ms:.2f}x |")
-            if pi == 0 and k is None and b_ms / p_ms < 2:
-                target_ok = False
-print()
-print(f"sgemm GFLOP/s of OpenBLAS at the model's shapes (rows {R} = 12 x 64 tokens; best of "
-      f"{os.environ.get('SGEMM_REPS', '100')} after a warm-up; OpenBLAS's own threads):")
-print()
-cols = [(k, t) for k in kernels for t in threads]
-print("| GEMM | M x N x K | per step | " + " | ".join(f"{klabel(k)}, {t} thr" for k, t in cols) + " |")
-print("| --- | --- | ---: | " + " | ".join("---:" for _ in cols) + " |")
-for name, s, f, n in shapes:
-    print(f"| {name} | {s} | {n} | " + " | ".join(f"{gemm[c][s]:.1f}" for c in cols) + " |")
-print(f"| **the step's GEMMs** ({gemm_flops / 1e9:.2f} GFLOP) | | | " +
-      " | ".join(f"**{step_rate(*c):.1f}**" for c in cols) + " |")
-print()
-print("*of T x 1-thread sgemm*: the step's GFLOP/s (3 x forward) over T times the 1-thread rate of *the step's GEMMs* "
-      "with the same kernel: the cores' GEMM rate at these shapes (pipec runs OpenBLAS single-threaded in each of its "
-      "T threads, so OpenBLAS's own T-thread rate is not its ceiling).")
+if "gpt_char" in models:
+    print(f"gpt_char training step (batch 12 x 64 tokens), median ms per step of {steps - WARMUP} steps after "
+          f"{WARMUP} warm-up, median of {rounds} rounds (round robin over all configurations); "
+          f"{flops / 1e9:.2f} GFLOP per step (3 x forward).")
+    print_machine()
+    for t in threads:
+        print(f"### {t} thread{'s' if t > 1 else ''}")
+        print()
+        print("| peer | BLAS kernel | ms/step, default wait | ms/step, other wait | kept | rounds min–max | GFLOP/s | of T x 1-thread sgemm |")
+        print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: |")
+        for i, peer in enumerate(peers):
+            for k in ([None] if mkl(peer) else kernels):
+                ms, w, rows = best(i, k, t)
+                got = kern[((i, k, rows[0][0]), t)]
+                kl = "MKL" if mkl(peer) else klabel(k) + ("" if got in (None, CORE.get(k, default_core)) else f" (ran {got}!)")
+                rr = [x for x in rows if x[0] == w][0][2]
+                frac = f"{100 * flops / (ms / 1e3) / 1e9 / (t * step_rate(k, 1)):.0f}%" if not mkl(peer) and 1 in threads else "–"
+                print(f"| {peer[0]} | {kl} | {rows[0][1]:.1f} | {rows[1][1]:.1f} ({rows[1][0]}) | {wname(i, w)} "
+                      f"| {min(rr):.1f}–{max(rr):.1f} | {flops / (ms / 1e3) / 1e9:.1f} | {frac} |")
+                if max(rr) > 1.3 * min(rr):
+                    notes.append(f"{t} thread(s), {peer[0]}, {kl}: rounds spread {min(rr):.1f}–{max(rr):.1f} ms (> 30%): noisy")
+                if max(x[1] for x in rows) > 2 * ms:
+                    slow = max(rows, key=lambda x: x[1])
+                    notes.append(f"{t} thread(s), {peer[0]}, {kl}: wait policy {wname(i, slow[0])} is "
+                                 f"{slow[1] / ms:.1f}x slower ({slow[1]:.1f} ms): spinning threads fighting over the cores")
+                if t > 1 and 1 in threads and ms > best(i, k, 1)[0]:
+                    notes.append(f"{peer[0]}, {kl}: slower at {t} threads ({ms:.1f} ms) than at 1 ({best(i, k, 1)[0]:.1f} ms), "
+                                 f"in its best wait policy: anomalous")
+        print()
+
+    print("### pipec against the best peer")
+    print()
+    print("Each row sets the OpenBLAS kernel for every peer that links OpenBLAS (PyTorch 2.x runs MKL in every row); "
+          "each peer in its better wait policy. Ratio = best peer's ms / pipec's ms (above 1: pipec is faster).")
+    print()
+    print("| threads | OpenBLAS kernel | pipec build | pipec ms/step | best peer | its ms/step | ratio |")
+    print("| ---: | --- | --- | ---: | --- | ---: | ---: |")
+    for t in threads:
+        for k in kernels:
+            for pi in (0, 1, 2):  # the portable default, its baseline kernels, then --march=native
+                p_ms = best(pi, k, t)[0]
+                build = ("portable (default)", "portable, PIPEC_ISA=v1", "--march=native")[pi]
+                cands = [(best(i, None if mkl(peers[i]) else k, t), i) for i in torch_peers()]
+                if not cands:
+                    print(f"| {t} | {klabel(k)} | {build} | {p_ms:.1f} | (none installed) | – | – |")
+                    continue
+                (b_ms, b_w, _), bi = min(cands, key=lambda x: x[0][0])
+                print(f"| {t} | {klabel(k)} | {build} | {p_ms:.1f} | {peers[bi][0]}, wait {wname(bi, b_w)} | {b_ms:.1f} "
+                      f"| {b_ms / p_ms:.2f}x |")
+                if pi == 0 and k is None and b_ms / p_ms < 2:
+                    target_ok = False
+    print()
+    gemm_table(shapes, gemm, [(k, t) for k in kernels for t in threads], f"rows {B * T} = 12 x 64 tokens")
+
+if "gpt_wide" in models:
+    if "gpt_char" in models:
+        print()
+        print(f"### gpt_wide")
+        print()
+    print(f"gpt_wide training step (samples/gen_gpt.py --embd {WC} --heads {WNH} --context {WT} --layers {WL}: "
+          f"gpt_char's model and recipe at C {WC}, {WNH} heads, T {WT}, {WL} layers, vocab {V}; "
+          f"{wide_params / 1e6:.2f} M parameters; **batch {WB} x {WT} tokens**; memory plan {wide_mib:.1f} MiB), "
+          f"median ms per step of {wide_steps - WARMUP} steps after {WARMUP} warm-up, median of {rounds} rounds "
+          f"(round robin); {wide_flops / 1e9:.2f} GFLOP per step (3 x forward). OpenBLAS's default kernel and pipec's "
+          f"portable build only; each peer's default wait policy, and above 1 thread also its other one, the better "
+          f"kept.")
+    if "gpt_char" not in models:
+        print_machine()
+    else:
+        print()
+    wrate = lambda t: rate_of(wshapes, wgemm[(None, t)])
+    def wbest(i, t):  # (ms, wait policy kept, its rounds)
+        return min(((med(wres[(i, w, t)]), w, wres[(i, w, t)]) for w in wide_waits(i, t)), key=lambda x: x[0])
+    wms = lambda i, t: wbest(i, t)[0]
+    print("| threads | peer | BLAS kernel | ms/step, default wait | ms/step, other wait | kept | rounds min–max "
+          "| GFLOP/s | of T x 1-thread sgemm | loss at step 1 |")
+    print("| ---: | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |")
+    for t in threads:
+        for i in wide_peers:
+            ms, w, rr = wbest(i, t)
+            got = wkern[(i, None, t)]
+            kl = "MKL" if mkl(peers[i]) else klabel(None) + ("" if got in (None, default_core) else f" (ran {got}!)")
+            frac = f"{100 * wide_flops / (ms / 1e3) / 1e9 / (t * wrate(1)):.0f}%" if not mkl(peers[i]) and 1 in threads else "–"
+            losses = sorted(set(f"{x:.4f}" if x is not None else "?" for ww in wide_waits(i, t) for x in wloss[(i, ww, t)]))
+            other = (f"{med(wres[(i, other_wait(i), t)]):.1f} ({other_wait(i)})" if t > 1 else "– (1 thread)")
+            print(f"| {t} | {peers[i][0]} | {kl} | {med(wres[(i, None, t)]):.1f} | {other} | {wname(i, w)} "
+                  f"| {min(rr):.1f}–{max(rr):.1f} | {wide_flops / (ms / 1e3) / 1e9:.1f} | {frac} | {', '.join(losses)} |")
+            if max(rr) > 1.3 * min(rr):
+                notes.append(f"gpt_wide, {t} thread(s), {peers[i][0]}: rounds spread {min(rr):.1f}–{max(rr):.1f} ms (> 30%): noisy")
+            worst, ww = max(((med(wres[(i, ww, t)]), ww) for ww in wide_waits(i, t)), key=lambda x: x[0])
+            if worst > 2 * ms:
+                notes.append(f"gpt_wide, {t} thread(s), {peers[i][0]}: wait policy {wname(i, ww)} is {worst / ms:.1f}x "
+                             f"slower ({worst:.1f} ms): spinning threads fighting over the cores")
+            if t > 1 and 1 in threads and ms > wms(i, 1):
+                notes.append(f"gpt_wide, {peers[i][0]}: slower at {t} threads ({ms:.1f} ms) than at 1 ({wms(i, 1):.1f} ms): "
+                             f"anomalous")
+    print()
+    print("pipec against the best peer on gpt_wide (ratio = best peer's ms / pipec's ms; above 1: pipec is faster):")
+    print()
+    print("| threads | pipec ms/step | of T x 1-thread sgemm | best peer | its ms/step | ratio |")
+    print("| ---: | ---: | ---: | --- | ---: | ---: |")
+    for t in threads:
+        p_ms = wms(0, t)
+        frac = f"{100 * wide_flops / (p_ms / 1e3) / 1e9 / (t * wrate(1)):.0f}%" if 1 in threads else "–"
+        cands = [(wms(i, t), i) for i in torch_peers()]
+        if not cands:
+            print(f"| {t} | {p_ms:.1f} | {frac} | (none installed) | – | – |")
+            continue
+        b_ms, bi = min(cands)
+        print(f"| {t} | {p_ms:.1f} | {frac} | {peers[bi][0]}, wait {wname(bi, wbest(bi, t)[1])} | {b_ms:.1f} "
+              f"| {b_ms / p_ms:.2f}x |")
+    print()
+    gemm_table(wshapes, wgemm, [(None, t) for t in threads], f"rows {WB * WT} = {WB} x {WT} tokens")
+
 if notes:
     print()
     print("Notes (printed by the script):")
