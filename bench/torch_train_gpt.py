@@ -329,6 +329,8 @@ def main():
             loss_log.write("%d %.9g\n" % (it, loss.item()))
         if (a.eval_every and (it + 1) % a.eval_every == 0) or it + 1 == a.steps:
             evaluate(it + 1, t0)
+    if loss_log:
+        loss_log.close()
     if step_s:
         step_s.sort()
         print("median step time %.2f ms over %d steps" % (1e3 * step_s[len(step_s) // 2], len(step_s)), flush=True)
