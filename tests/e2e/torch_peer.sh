@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The PyTorch peer of bench/time_to_loss.sh (bench/torch_train_gpt.py) runs pipec's gpt_char with
+# pipec's recipe and evaluates on pipec's validation batches, so that the benchmark's two val
+# losses compare:
+#   - its model and recipe constants are samples/gpt_char.json's;
+#   - its own initialisation has pipec's distributions (per parameter: mean, std);
+#   - from pipec's initial parameters (train --steps 0 --save, read with --init), with pipec's
+#     training batches (--sampling pipec) and a shortened schedule (warmup 5, cosine to step 15,
+#     then min lr: every branch of the learning rate), each step's training loss is pipec's to
+#     1e-5 relative and the val losses at steps 10 and 20 to 1e-4;
+#   - the step-0 val loss of the same parameters is pipec's to 1e-4: pipec's initial ones on the 50
+#     random validation batches, those it trained for 20 steps on the 50 batches and on the whole
+#     split (pipec evaluates them after one step of lr 1e-300, which leaves every parameter bit
+#     for bit unchanged). At 4 printed decimals, a window more or less of the whole split's 1742
+#     cannot show; another window start or another batch can.
+# Skips (exit 77) with a clear message where Debian's python3-torch is not importable.
+pipec=$1
+root=$2
+. "$root/tests/e2e/lib.sh"
+cd "$root" || exit 1
+py=/usr/bin/python3
+if ! $py -c 'import torch' 2>/dev/null; then
+  echo "skip: the PyTorch peer needs python3-torch (Debian's /usr/bin/python3); scripts/install-deps.sh --with-torch installs it"
+  exit 77
+fi
+data=$(cd "$root/../shared/data" 2>/dev/null && pwd)/tinyshakespeare.txt
+[ -r "$data" ] || { echo "FAIL: ../shared/data/tinyshakespeare.txt not found"; exit 1; }
+peer=(env OMP_NUM_THREADS=1 "$py" "$root/bench/torch_train_gpt.py" --data "$data" --threads 1)
+train=$tmp/gpt/bin/train
+"$pipec" compile samples/gpt_char.json -o "$tmp/gpt" >/dev/null 2>"$tmp/cerr" || { bad "compile: $(cat "$tmp/cerr")"; finish; exit; }
+"$pipec" compile samples/gpt_char.json --set schedule.warmup=5 --set schedule.decay_steps=15 -o "$tmp/short" \
+  >/dev/null 2>"$tmp/cerr" || { bad "compile (short schedule): $(cat "$tmp/cerr")"; finish; exit; }
+"$train" --steps 0 --save "$tmp/init.st" --quiet || bad "train --steps 0 --save"
+
+# val LOSS-LINE: the loss of the program's or the peer's line for step N
+val() { sed -nE "s/^(eval +)?step $1 \| val loss ([0-9.]+).*/\2/p" "$2"; }
+near() { # near NAME A B TOL: |A - B| <= TOL, both present
+  if [ -n "$2" ] && [ -n "$3" ] && awk -v a="$2" -v b="$3" -v t="$4" 'BEGIN { d = a - b; exit !((d < 0 ? -d : d) <= t + 1e-9) }'; then
+    ok
+  else
+    bad "$1: pipec '$2', PyTorch peer '$3' (tolerance $4)"
+  fi
+}
+
+# Constants and initial distributions
+check "model and recipe constants are samples/gpt_char.json's" $py - "$root" "$tmp/init.st" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[1] + "/bench")
+import torch, torch_train_gpt as m
+j = json.load(open(sys.argv[1] + "/samples/gpt_char.json"))
+t, o, s = j["training"], j["training"]["optimizer"], j["training"]["schedule"]
+want = {"batch": t["batch"], "steps": t["steps"], "seed": t["seed"], "lr": o["lr"], "betas": tuple(o["betas"]),
+        "eps": o["eps"], "weight_decay": o["weight_decay"], "warmup": s["warmup"], "decay_steps": s["decay_steps"],
+        "min_lr": s["min_lr"], "grad_clip": t["grad_clip"], "eval_every": t["eval_every"],
+        "eval_batches": t["eval_batches"], "train_fraction": t["data"]["train_fraction"]}
+bad = [k for k in want if m.RECIPE[k] != want[k]] + [k for k in j["dims"] if m.MODEL[k] != j["dims"][k]]
+bad += [] if t["microbatches"] == 1 else ["microbatches"]
+heads = {n["attrs"]["n_head"] for b in j["blocks"] for n in b["nodes"] if n["op"] == "causal_self_attention"}
+bad += [] if heads == {m.MODEL["n_head"]} else ["n_head"]
+gelu = {n["attrs"].get("approximate") for b in j["blocks"] for n in b["nodes"] if n["op"] == "gelu"}
+bad += [] if gelu == {"none"} else ["gelu"]
+# Initial distributions: the peer's own init against pipec's, parameter by parameter.
+torch.manual_seed(1337)
+mine = dict(m.GPT(**m.MODEL).named_parameters())
+theirs = m.load_safetensors(sys.argv[2])
+for name, p in mine.items():
+    q = theirs[name]
+    if p.shape != q.shape or abs(p.mean().item() - q.mean().item()) > 0.01 or \
+       abs(p.std().item() - q.std().item()) > 0.05 * max(q.std().item(), 1e-3):
+        bad.append("%s (mean %.4g std %.4g; pipec mean %.4g std %.4g)" % (name, p.mean(), p.std(), q.mean(), q.std()))
+if bad:
+    print("differs from samples/gpt_char.json / pipec's init:", ", ".join(bad))
+sys.exit(1 if bad else 0)
+PY
+
+# 20 steps on pipec's batches, every branch of the schedule
+"$tmp/short/bin/train" --init "$tmp/init.st" --steps 20 --seed 7 --eval-every 10 --eval-batches 10 --threads 1 \
+  --quiet --loss-log "$tmp/p.loss" --save "$tmp/trained.st" >"$tmp/p20" 2>&1 || bad "pipec 20 steps: $(tail -2 "$tmp/p20")"
+"${peer[@]}" --init "$tmp/init.st" --steps 20 --seed 7 --eval-every 10 --eval-batches 10 --sampling pipec \
+  --warmup 5 --decay-steps 15 --loss-log "$tmp/t.loss" >"$tmp/t20" 2>"$tmp/t20.err" ||
+  bad "peer 20 steps: $(tail -2 "$tmp/t20.err")"
+check "20 training losses from both" test "$(wc -l <"$tmp/p.loss")" -eq 20 -a "$(wc -l <"$tmp/t.loss" 2>/dev/null)" -eq 20
+worst=$(paste "$tmp/p.loss" "$tmp/t.loss" | awk '{ r = ($2 - $4) / $4; if (r < 0) r = -r; if (r > w) { w = r; s = $1 } }
+  END { printf "%.3g (step %d)", w, s }')
+echo "20 steps on pipec's batches: worst relative training-loss difference $worst"
+check "per-step training loss within 1e-5 of pipec's" awk '
+  NR == FNR { a[$1] = $2; next }
+  { r = (a[$1] - $2) / $2; if (r < 0) r = -r; if (r > 1e-5) bad = 1 }
+  END { exit bad }' "$tmp/p.loss" "$tmp/t.loss"
+for s in 10 20; do near "val loss at step $s" "$(val $s "$tmp/p20")" "$(val $s "$tmp/t20")" 1e-4; done
+
+# The val loss of the same parameters on the same batches: pipec's initial ones on the 50 random
+# batches; those pipec trained for 20 steps (further from uniform, so that another batch shows) on
+# the 50 random batches and on the whole split.
+for run in init:50 trained:50 trained:0; do
+  st=$tmp/${run%:*}.st nb=${run#*:}
+  "$train" --init "$st" --steps 1 --lr 1e-300 --min-lr 1e-300 --eval-batches "$nb" --threads 1 --quiet \
+    >"$tmp/p$run" 2>&1 || bad "pipec $run: $(tail -2 "$tmp/p$run")"
+  "${peer[@]}" --init "$st" --steps 0 --eval-batches "$nb" >"$tmp/t$run" 2>"$tmp/t$run.err" ||
+    bad "peer $run: $(tail -2 "$tmp/t$run.err")"
+  near "val loss of the ${run%:*} parameters, --eval-batches $nb" "$(val 1 "$tmp/p$run")" "$(val 0 "$tmp/t$run")" 1e-4
+done
+check "the peer's lines: 'step S | val loss X | elapsed_s Y', then its median step time" \
+  grep -qzE '^step 10 \| val loss [0-9.]+ \| elapsed_s [0-9.]+
+step 20 \| val loss [0-9.]+ \| elapsed_s [0-9.]+
+median step time [0-9.]+ ms over 20 steps
+$' "$tmp/t20"
+finish
