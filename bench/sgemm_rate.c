@@ -7,10 +7,19 @@
 //
 // Prints one line per shape, "SHAPE GFLOP/s", and on the first line "kernel NAME" (OpenBLAS's
 // openblas_get_corename()). Environment: SGEMM_REPS (default 100). Exit 2 on a usage error.
+// Built with -DSGEMM_BLIS and linked with BLIS instead (bench/blas_compare.sh): BLIS's cblas_sgemm,
+// its single-threaded (serial) library, THREADS must be 1, the kernel named by BLIS's
+// bli_arch_string(bli_arch_query_id()).
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+
+#ifdef SGEMM_BLIS
+// BLIS's (blis.h is not needed for these two; arch_t is an enum)
+int bli_arch_query_id(void);
+const char *bli_arch_string(int id);
+#endif
 
 static double now(void) {
   struct timespec ts;
@@ -49,10 +58,18 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: sgemm_rate THREADS [MxNxK:AB ...]\n");
     return 2;
   }
+#ifdef SGEMM_BLIS
+  if (atoi(argv[1]) != 1) {
+    fprintf(stderr, "sgemm_rate: the BLIS build runs BLIS's serial library: THREADS must be 1\n");
+    return 2;
+  }
+  printf("kernel %s\n", bli_arch_string(bli_arch_query_id()));
+#else
   openblas_set_num_threads(atoi(argv[1]));
+  printf("kernel %s\n", openblas_get_corename());
+#endif
   const char *env = getenv("SGEMM_REPS");
   int reps = env && atoi(env) > 0 ? atoi(env) : 100;
-  printf("kernel %s\n", openblas_get_corename());
   const char *dflt[] = {"768x512x128:NT"};
   const char **shapes = argc > 2 ? (const char **)argv + 2 : dflt;
   int nshapes = argc > 2 ? argc - 2 : 1;

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages pipec needs to build and test, and only those that are missing.
 #
-# Usage: scripts/install-deps.sh [--with-torch]
+# Usage: scripts/install-deps.sh [--with-torch] [--with-blis]
 #   --with-torch  also install python3-torch and python3-numpy (PyTorch parity tests, benchmarks).
+#   --with-blis   also install BLIS (libblis-dev, libblis4-serial: bench/blas_compare.sh's candidate;
+#                 pipec itself links OpenBLAS).
 #
 # Each package is checked with dpkg-query first; apt-get runs only when something is missing. When
 # something is missing and we are not root (and sudo is not available without a password), the
@@ -11,9 +13,13 @@ set -euo pipefail
 
 pkgs=(cmake make gcc pkg-config libcjson-dev libxml2-dev zlib1g-dev check libopenblas-dev libopenmpi-dev openmpi-bin valgrind)
 optional=()
-if [ "${1:-}" = "--with-torch" ]; then
-  optional=(python3-torch python3-numpy)
-fi
+for arg in "$@"; do
+  case $arg in
+  --with-torch) optional+=(python3-torch python3-numpy) ;;
+  --with-blis) optional+=(libblis-dev libblis4-serial) ;;
+  *) echo "usage: $0 [--with-torch] [--with-blis]" >&2 && exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -40,7 +46,7 @@ else
     echo "pipec: run as root: apt-get install -y ${missing[*]}" >&2
     exit 1
   fi
-  echo "pipec: note: optional packages missing (PyTorch parity tests will be skipped): ${opt_missing[*]}" >&2
+  echo "pipec: note: optional packages missing (PyTorch parity tests or a benchmark's candidate will be skipped): ${opt_missing[*]}" >&2
   exit 0
 fi
 
@@ -51,7 +57,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 if [ ${#opt_missing[@]} -gt 0 ]; then
-  # Optional: PyTorch parity tests print a skip when these cannot be installed.
+  # Optional: PyTorch parity tests print a skip, the benchmarks leave a candidate out, when these
+  # cannot be installed.
   $SUDO apt-get install -y -qq --no-install-recommends "${opt_missing[@]}" >/dev/null ||
-    echo "pipec: note: could not install ${opt_missing[*]}; PyTorch parity tests will be skipped" >&2
+    echo "pipec: note: could not install ${opt_missing[*]}; PyTorch parity tests (or the benchmark's candidate) will be skipped" >&2
 fi
