@@ -1,7 +1,8 @@
 // kernels_norm.c: the normalisations: softmax over the middle dim of (outer,dim,inner) and
 // layernorm over the last dim, forward and backward.
 //
-// Moments, sums and dots of a row use the fixed 8-lane reductions of kernels_common.h; a strided
+// Moments, sums and dots of a row use the fixed 8-lane reductions of kernels_common.h (layernorm
+// reduces four rows at once, each in its own lanes: the same bits); a strided
 // softmax (inner > 1) vectorises across a block of the inner dim and walks dim in order;
 // layernorm's weight gradient reduces over rows in ascending order with threads owning column
 // blocks. The row softmax itself (softmax_row) is shared with attention and cross-entropy.
@@ -79,46 +80,134 @@ void pr_softmax_bwd(float *dx, const float *dy, const float *y, int64_t outer, i
 // ---------------------------------------------------------------------------------------------
 // layernorm over the last dim C of (rows,C); mean, rstd (rows) saved
 
+// Four rows' fixed-lane reductions at once: per row the lanes, tree and tail of sum_f,
+// sumsq_centered_f and dot_f (kernels_common.h), so the bits of four calls, with their add chains
+// interleaved instead of one row's latency after another's.
+static inline float tree8(const float *l) {
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+static inline void sum4_f(float *s, const float *const *x, int64_t n) {
+  float l[4][8] = {{0}};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int r = 0; r < 4; r++)
+      for (int j = 0; j < 8; j++) l[r][j] += x[r][i + j];
+  for (int r = 0; r < 4; r++) {
+    float t = tree8(l[r]);
+    for (int64_t k = i; k < n; k++) t += x[r][k];
+    s[r] = t;
+  }
+}
+static inline void sumsq4_centered_f(float *s, const float *const *x, const float *m, int64_t n) {
+  float l[4][8] = {{0}};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int r = 0; r < 4; r++)
+      for (int j = 0; j < 8; j++) {
+        float d = x[r][i + j] - m[r];
+        l[r][j] = FMA(d, d, l[r][j]);
+      }
+  for (int r = 0; r < 4; r++) {
+    float t = tree8(l[r]);
+    for (int64_t k = i; k < n; k++) {
+      float d = x[r][k] - m[r];
+      t = FMA(d, d, t);
+    }
+    s[r] = t;
+  }
+}
+static inline void dot4_f(float *s, const float *const *x, const float *const *y, int64_t n) {
+  float l[4][8] = {{0}};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int r = 0; r < 4; r++)
+      for (int j = 0; j < 8; j++) l[r][j] = FMA(x[r][i + j], y[r][i + j], l[r][j]);
+  for (int r = 0; r < 4; r++) {
+    float t = tree8(l[r]);
+    for (int64_t k = i; k < n; k++) t = FMA(x[r][k], y[r][k], t);
+    s[r] = t;
+  }
+}
+
+// One row of the forward from its moments' sums.
+static inline void ln_row_out(float *restrict yr, float *mean, float *rstd,
+                              const float *restrict xr, const float *w, const float *b, int64_t C,
+                              float m, float var, float eps) {
+  float s = 1.0f / sqrtf(var + eps);
+  if (b)
+    for (int64_t i = 0; i < C; i++) yr[i] = ((xr[i] - m) * s) * w[i] + b[i];
+  else
+    for (int64_t i = 0; i < C; i++) yr[i] = ((xr[i] - m) * s) * w[i];
+  *mean = m;
+  *rstd = s;
+}
+
+// Rows in groups of four (the last group may be shorter: its rows one by one), threads owning
+// groups; every row's arithmetic is the one-row loop's.
 void pr_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const float *w,
                       const float *b, int64_t rows, int64_t C, float eps) {
   if (C == 0) return;
-  PR_PARALLEL_FOR(rows * C >= PAR_MIN, (int64_t r = 0; r < rows; r++), {
-    const float *restrict xr = x + r * C;
-    float *restrict yr = y + r * C;
-    float m = sum_f(xr, C) / (float)C;
-    float var = sumsq_centered_f(xr, m, C) / (float)C; // biased, like PyTorch
-    float s = 1.0f / sqrtf(var + eps);
-    if (b)
-      for (int64_t i = 0; i < C; i++) yr[i] = ((xr[i] - m) * s) * w[i] + b[i];
-    else
-      for (int64_t i = 0; i < C; i++) yr[i] = ((xr[i] - m) * s) * w[i];
-    mean[r] = m;
-    rstd[r] = s;
+  int64_t groups = (rows + 3) / 4;
+  PR_PARALLEL_FOR(rows * C >= PAR_MIN, (int64_t g = 0; g < groups; g++), {
+    int64_t r0 = 4 * g;
+    if (r0 + 4 <= rows) {
+      const float *xs[4] = {x + r0 * C, x + (r0 + 1) * C, x + (r0 + 2) * C, x + (r0 + 3) * C};
+      float m[4], var[4];
+      sum4_f(m, xs, C);
+      for (int r = 0; r < 4; r++) m[r] = m[r] / (float)C;
+      sumsq4_centered_f(var, xs, m, C);
+      for (int r = 0; r < 4; r++)
+        ln_row_out(y + (r0 + r) * C, mean + r0 + r, rstd + r0 + r, xs[r], w, b, C, m[r],
+                   var[r] / (float)C, eps); // biased variance, like PyTorch
+    } else
+      for (int64_t r = r0; r < rows; r++) {
+        const float *restrict xr = x + r * C;
+        float m = sum_f(xr, C) / (float)C;
+        float var = sumsq_centered_f(xr, m, C) / (float)C;
+        ln_row_out(y + r * C, mean + r, rstd + r, xr, w, b, C, m, var, eps);
+      }
   });
 }
 
-// dx (rows,C) = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dy * w
+// dx (rows,C) = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dy * w; rows in
+// groups of four as the forward's.
 void pr_layernorm_bwd_x(float *dx, const float *dy, const float *x, const float *w,
                         const float *mean, const float *rstd, int64_t rows, int64_t C, int acc) {
   if (C == 0) return;
+  int64_t groups = (rows + 3) / 4;
   PR_PARALLEL(rows * C >= PAR_MIN, {
-    float *buf = pr_scratch((size_t)(2 * C) * sizeof(float));
-    float *restrict dn = buf, *restrict nm = buf + C;
-    _Pragma("omp for schedule(static)") for (int64_t r = 0; r < rows; r++) {
-      const float *restrict xr = x + r * C, *restrict dr = dy + r * C;
-      float *restrict out = dx + r * C;
-      float m = mean[r], s = rstd[r];
-      for (int64_t i = 0; i < C; i++) {
-        nm[i] = (xr[i] - m) * s;
-        dn[i] = dr[i] * w[i];
+    float *buf = pr_scratch((size_t)(8 * C) * sizeof(float)); // dn, nm of four rows
+    _Pragma("omp for schedule(static)") for (int64_t g = 0; g < groups; g++) {
+      int64_t r0 = 4 * g, nr = rows - r0 < 4 ? rows - r0 : 4;
+      const float *dns[4], *nms[4];
+      for (int64_t q = 0; q < nr; q++) {
+        int64_t r = r0 + q;
+        const float *restrict xr = x + r * C, *restrict dr = dy + r * C;
+        float *restrict dn = buf + 2 * q * C, *restrict nm = dn + C;
+        float m = mean[r], s = rstd[r];
+        for (int64_t i = 0; i < C; i++) {
+          nm[i] = (xr[i] - m) * s;
+          dn[i] = dr[i] * w[i];
+        }
+        dns[q] = dn, nms[q] = nm;
       }
-      float dn_mean = sum_f(dn, C) / (float)C;
-      float dnn_mean = dot_f(dn, nm, C) / (float)C;
-      if (acc)
-        for (int64_t i = 0; i < C; i++)
-          out[i] = out[i] + ((dn[i] - dn_mean) - nm[i] * dnn_mean) * s;
-      else
-        for (int64_t i = 0; i < C; i++) out[i] = ((dn[i] - dn_mean) - nm[i] * dnn_mean) * s;
+      float dsum[4], dnn[4];
+      if (nr == 4) {
+        sum4_f(dsum, dns, C);
+        dot4_f(dnn, dns, nms, C);
+      } else
+        for (int64_t q = 0; q < nr; q++)
+          dsum[q] = sum_f(dns[q], C), dnn[q] = dot_f(dns[q], nms[q], C);
+      for (int64_t q = 0; q < nr; q++) {
+        const float *restrict dn = dns[q], *restrict nm = nms[q];
+        float *restrict out = dx + (r0 + q) * C;
+        float s = rstd[r0 + q], dn_mean = dsum[q] / (float)C, dnn_mean = dnn[q] / (float)C;
+        if (acc)
+          for (int64_t i = 0; i < C; i++)
+            out[i] = out[i] + ((dn[i] - dn_mean) - nm[i] * dnn_mean) * s;
+        else
+          for (int64_t i = 0; i < C; i++) out[i] = ((dn[i] - dn_mean) - nm[i] * dnn_mean) * s;
+      }
     }
     pr_scratch_free(buf);
   });
