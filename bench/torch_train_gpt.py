@@ -56,7 +56,6 @@ starts (bench/time_to_loss.sh does): Debian's torch 1.13 links the pthread OpenB
 pool otherwise takes every core.
 """
 import argparse
-import ctypes
 import json
 import math
 import os
@@ -66,6 +65,9 @@ import time
 
 import torch
 import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_gpt_char import blas_info  # noqa: E402  (the BLAS line, as the step benchmark prints it)
 import torch.nn.functional as F
 
 # samples/gpt_char.json (tests/e2e/torch_peer.sh checks these against the file)
@@ -222,20 +224,6 @@ def init_from(model, path):
         sys.exit("%s: tensors the model does not have: %s" % (path, ", ".join(sorted(extra))))
     if "lm_head.weight" in tensors and not torch.equal(tensors["lm_head.weight"], tensors["transformer.wte.weight"]):
         sys.exit("%s: lm_head.weight differs from transformer.wte.weight (tied)" % path)
-
-
-def blas_info():
-    config = torch.__config__.show()
-    if "BLAS_INFO=mkl" in config or "Math Kernel Library" in config:
-        return "BLAS MKL"
-    for name in ("libblas.so.3", "libopenblas.so.0"):
-        try:
-            lib = ctypes.CDLL(name)  # already loaded by torch: the same handle
-            lib.openblas_get_config.restype = lib.openblas_get_corename.restype = ctypes.c_char_p
-            return "BLAS %s | kernel %s" % (lib.openblas_get_config().decode(), lib.openblas_get_corename().decode())
-        except (OSError, AttributeError):
-            continue
-    return "BLAS unknown"
 
 
 def main():
