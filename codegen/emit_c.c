@@ -584,6 +584,9 @@ static bool run(char *const argv[], Diag *d) {
     return false;
   }
   if (pid == 0) {
+    // stderr holds only the diagnostics document in the machine-readable formats: the
+    // compiler's messages go to stdout there.
+    if (d->format != DIAG_TEXT) dup2(STDOUT_FILENO, STDERR_FILENO);
     execvp(argv[0], argv);
     fprintf(stderr, "pipec: cannot run %s: %s\n", argv[0], strerror(errno));
     _exit(127);
