@@ -633,6 +633,10 @@ const char *codegen_target_missing(const char *target) {
   return NULL;
 }
 
+const char *codegen_targets(void) {
+  return *PIPEC_NVCC && *PIPEC_RUNTIME_CUDA_LIB ? "cpu, cuda" : "cpu";
+}
+
 bool codegen_check_target(const Graph *g, const char *target, Diag *d) {
   // The CPU kernels compute in float32 (ids in int32): refuse what they would misread.
   for (int i = 0; i < g->ntensors; i++) {

@@ -375,7 +375,7 @@ static void usage(FILE *f) {
       "                           (a SARIF 2.1.0 log); docs/diagnostics.md\n"
       "      --list-ops           list the ops of the registry and exit\n"
       "  -h, --help               show this help and exit\n"
-      "  -V, --version            show the version and exit\n"
+      "  -V, --version            show the version, the model format it reads and its targets\n"
       "\n"
       "Passes, in order (what --dump-after prints):\n",
       f);
@@ -793,7 +793,8 @@ int main(int argc, char **argv) {
         if (!op_at(i)->internal) printf("%s\n", op_at(i)->name);
       RETURN(0);
     case 'V':
-      printf("pipec %s\n", PIPEC_VERSION);
+      printf("pipec %s\nmodel format: version %d\ntargets: %s\n", PIPEC_VERSION,
+             MODEL_FORMAT_VERSION, codegen_targets());
       RETURN(0);
     case ':':
       RETURN(usage_error("option '%s' needs an argument", argv[optind - 1]));

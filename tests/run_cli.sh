@@ -31,7 +31,15 @@ expect() {
 expect help 0 '' "$pipec" --help
 [[ "$LAST_OUT" == Usage:* ]] && pass=$((pass + 1)) || { echo "FAIL help text"; fail=$((fail + 1)); }
 expect version 0 '' "$pipec" --version
-[[ "$LAST_OUT" =~ ^pipec\ [0-9]+\.[0-9]+\.[0-9]+$ ]] && pass=$((pass + 1)) || { echo "FAIL version '$LAST_OUT'"; fail=$((fail + 1)); }
+# The version, the model format version it reads (docs/model-format.md's title says which) and the
+# targets: cuda exactly where --target cuda is not refused for a pipec built without the toolkit.
+fmt_version=$(sed -n '1s/^# pipec model format, version \([0-9]*\)$/\1/p' docs/model-format.md)
+targets=cpu
+"$pipec" compile --target cuda --stop-after=expand samples/mlp_digits.json >/dev/null 2>&1 && targets="cpu, cuda"
+want_version="^pipec [0-9]+\.[0-9]+\.[0-9]+
+model format: version $fmt_version
+targets: $targets\$"
+[ -n "$fmt_version" ] && [[ "$LAST_OUT" =~ $want_version ]] && pass=$((pass + 1)) || { echo "FAIL version '$LAST_OUT' (want model format $fmt_version, targets $targets)"; fail=$((fail + 1)); }
 expect no-command 2 "^pipec: no command given" "$pipec"
 expect unknown-command 2 "^pipec: unknown command 'frobnicate'" "$pipec" frobnicate samples/mlp_digits.json
 expect no-model 2 "^pipec: 'check' needs a model file" "$pipec" check
