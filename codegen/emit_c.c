@@ -535,8 +535,11 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
       "                 .data = %s, .labels = %s, .eval_every = %lld, .eval_batches = %lld,\n"
       "                 .log_every = %lld},\n",
       (long long)tc->steps, tc->lr, tc->min_lr, (unsigned long long)tc->seed,
-      tc->data_path ? cstring(e, tc->data_path) : "NULL",
-      tc->data == DATA_NPY && tc->data_path2 ? cstring(e, tc->data_path2) : "NULL",
+      tc->data_path ? cstring(e, codegen_data_path(e->a, tc->data_path, tc->data_rel, o->out_dir))
+                    : "NULL",
+      tc->data == DATA_NPY && tc->data_path2
+          ? cstring(e, codegen_data_path(e->a, tc->data_path2, tc->data_rel2, o->out_dir))
+          : "NULL",
       (long long)tc->eval_every, (long long)tc->eval_batches, (long long)tc->log_every);
   out(e, "    .region_bytes = {PARAMS_BYTES, GRADS_BYTES, OPTST_BYTES, ACTS_BYTES},\n"
          "    .region = {&params, &grads, &optst, &acts},\n"

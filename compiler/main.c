@@ -479,11 +479,28 @@ static bool parse_count(const char *s, int64_t lo, int64_t hi, int64_t *out) {
   return true;
 }
 
+// The command line as typed, stamped into the generated sources: the arguments joined by spaces,
+// each that a shell would split or expand in single quotes (a quote inside as '\''), so the line
+// runs the same command again.
 static char *join_args(Arena *a, int argc, char **argv) {
   size_t n = 1;
-  for (int i = 0; i < argc; i++) n += strlen(argv[i]) + 1;
+  for (int i = 0; i < argc; i++) n += 4 * strlen(argv[i]) + 3;
   char *s = arena_alloc(a, n), *p = s;
-  for (int i = 0; i < argc; i++) p += sprintf(p, "%s%s", i ? " " : "", argv[i]);
+  for (int i = 0; i < argc; i++) {
+    const char *w = argv[i];
+    if (i) *p++ = ' ';
+    bool plain = *w != 0;
+    for (const char *c = w; *c && plain; c++)
+      plain = isalnum((unsigned char)*c) || strchr("_@%+=:,./-", *c);
+    if (plain) {
+      p = stpcpy(p, w);
+      continue;
+    }
+    *p++ = '\'';
+    for (const char *c = w; *c; c++) p = *c == '\'' ? stpcpy(p, "'\\''") : (*p = *c, p + 1);
+    *p++ = '\'';
+  }
+  *p = 0;
   return s;
 }
 
