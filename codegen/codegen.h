@@ -21,6 +21,10 @@ typedef struct CodegenOptions {
 // build time), or NULL when it can.
 const char *codegen_target_missing(const char *target);
 
+// The targets pipec was built to generate programs for: "cpu", or "cpu, cuda" where CMake found
+// the CUDA toolkit (nvcc and the device runtime) at pipec's build time (pipec --version).
+const char *codegen_targets(void);
+
 // Whether the target can run every tensor of g (the cpu target: f32 and i32 only).
 bool codegen_check_target(const Graph *g, const char *target, Diag *d);
 

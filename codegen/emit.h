@@ -32,6 +32,9 @@ void out(E *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 const char *comment(E *e, const char *s);
 // A C string literal with the string's exact bytes (see emit_c.c).
 const char *cstring(E *e, const char *s);
+// A data path as the program is given it (paths.c): path itself, or when rel (the model gave it
+// relative) "$ORIGIN/" and the way from out_dir/bin to it.
+const char *codegen_data_path(Arena *a, const char *path, bool rel, const char *out_dir);
 // A float literal that round-trips the value ("1.0f", "1e-05f").
 const char *flit(E *e, double v);
 // t's identifier, marked used (its macro is printed).

@@ -535,8 +535,11 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
       "                 .data = %s, .labels = %s, .eval_every = %lld, .eval_batches = %lld,\n"
       "                 .log_every = %lld},\n",
       (long long)tc->steps, tc->lr, tc->min_lr, (unsigned long long)tc->seed,
-      tc->data_path ? cstring(e, tc->data_path) : "NULL",
-      tc->data == DATA_NPY && tc->data_path2 ? cstring(e, tc->data_path2) : "NULL",
+      tc->data_path ? cstring(e, codegen_data_path(e->a, tc->data_path, tc->data_rel, o->out_dir))
+                    : "NULL",
+      tc->data == DATA_NPY && tc->data_path2
+          ? cstring(e, codegen_data_path(e->a, tc->data_path2, tc->data_rel2, o->out_dir))
+          : "NULL",
       (long long)tc->eval_every, (long long)tc->eval_batches, (long long)tc->log_every);
   out(e, "    .region_bytes = {PARAMS_BYTES, GRADS_BYTES, OPTST_BYTES, ACTS_BYTES},\n"
          "    .region = {&params, &grads, &optst, &acts},\n"
@@ -584,6 +587,9 @@ static bool run(char *const argv[], Diag *d) {
     return false;
   }
   if (pid == 0) {
+    // stderr holds only the diagnostics document in the machine-readable formats: the
+    // compiler's messages go to stdout there.
+    if (d->format != DIAG_TEXT) dup2(STDOUT_FILENO, STDERR_FILENO);
     execvp(argv[0], argv);
     fprintf(stderr, "pipec: cannot run %s: %s\n", argv[0], strerror(errno));
     _exit(127);
@@ -628,6 +634,10 @@ const char *codegen_target_missing(const char *target) {
            "cannot build CUDA programs: install the toolkit (nvcc on PATH or /usr/local/cuda), "
            "then rebuild pipec";
   return NULL;
+}
+
+const char *codegen_targets(void) {
+  return *PIPEC_NVCC && *PIPEC_RUNTIME_CUDA_LIB ? "cpu, cuda" : "cpu";
 }
 
 bool codegen_check_target(const Graph *g, const char *target, Diag *d) {

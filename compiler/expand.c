@@ -41,10 +41,10 @@ static bool parse_header(X *x, const cJSON *root) {
   }
   if (!json_need(&x->j, root, "model", "version", &v) || !json_want_int(&x->j, v, "version", &ver))
     return false;
-  if (ver != 1) {
+  if (ver != MODEL_FORMAT_VERSION) {
     diag_error(x->j.d, json_loc(&x->j, v),
-               "version: this pipec reads model format version 1, the file has version %lld",
-               (long long)ver);
+               "version: this pipec reads model format version %d, the file has version %lld",
+               MODEL_FORMAT_VERSION, (long long)ver);
     return false;
   }
   if (!json_need(&x->j, root, "model", "name", &nm) ||

@@ -18,6 +18,7 @@
 
 #include "../codegen/codegen.h"
 #include "../ir/ops.h"
+#include "diag_out.h"
 #include "passes.h"
 #include "pipeline.h"
 
@@ -26,6 +27,7 @@
 #endif
 
 enum { EXIT_MODEL = 1, EXIT_USAGE = 2, MAX_PASSES = 16 };
+enum { OPT_DIAG_FORMAT = 256 }; // long options without a short letter (getopt_long's values)
 
 typedef struct Driver {
   const char *command;    // check, print, ...
@@ -35,6 +37,7 @@ typedef struct Driver {
   bool dump[MAX_PASSES];  // per pass row: print its result after it ran
   int last;               // the last pass row to run
   bool time_passes;       // print pass timings to stderr
+  DiagFormat diag_format; // --diagnostics-format (text, json, sarif)
   const char **defines;   // -D NAME=VALUE
   int ndefines;           // entries in defines
   const char **sets;      // --set KEY=VALUE (training overrides)
@@ -92,8 +95,8 @@ static bool run_autodiff(Driver *dr) {
 static bool run_partition(Driver *dr) {
   if (!pass_partition(&dr->graph, &dr->tc, &dr->po, &dr->prog, &dr->diag)) {
     if (dr->virt > 1) // its message counts the S x V stages it was asked for
-      fprintf(stderr, "pipec: note: with --virtual %d the partition cuts S x V = %d stages\n",
-              dr->virt, dr->po.stages);
+      diag_note(&dr->diag, "with --virtual %d the partition cuts S x V = %d stages", dr->virt,
+                dr->po.stages);
     return false;
   }
   Program *p = &dr->prog;
@@ -289,6 +292,7 @@ static const char *pass_list(Arena *a) {
 static bool run_passes(Driver *dr) {
   for (int i = 0; i <= dr->last; i++) {
     const Pass *p = &passes[i];
+    dr->diag.pass = p->name; // the rule of its messages in the machine-readable formats
     double t0 = now();
     bool ok = p->run(dr) && !dr->diag.errors;
     if (dr->time_passes)
@@ -365,9 +369,13 @@ static void usage(FILE *f) {
       "      --mem-cap BYTES      memory cap per rank: the partitioner's estimate, then every\n"
       "                           rank's memory plan (plan, compile, run; default none)\n"
       "      --time-passes        print the time each pass and its checker took to stderr\n"
+      "      --diagnostics-format=FORMAT\n"
+      "                           how errors and warnings about the model are written to\n"
+      "                           stderr: text (default), json (an array of records) or sarif\n"
+      "                           (a SARIF 2.1.0 log); docs/diagnostics.md\n"
       "      --list-ops           list the ops of the registry and exit\n"
       "  -h, --help               show this help and exit\n"
-      "  -V, --version            show the version and exit\n"
+      "  -V, --version            show the version, the model format it reads and its targets\n"
       "\n"
       "Passes, in order (what --dump-after prints):\n",
       f);
@@ -471,11 +479,28 @@ static bool parse_count(const char *s, int64_t lo, int64_t hi, int64_t *out) {
   return true;
 }
 
+// The command line as typed, stamped into the generated sources: the arguments joined by spaces,
+// each that a shell would split or expand in single quotes (a quote inside as '\''), so the line
+// runs the same command again.
 static char *join_args(Arena *a, int argc, char **argv) {
   size_t n = 1;
-  for (int i = 0; i < argc; i++) n += strlen(argv[i]) + 1;
+  for (int i = 0; i < argc; i++) n += 4 * strlen(argv[i]) + 3;
   char *s = arena_alloc(a, n), *p = s;
-  for (int i = 0; i < argc; i++) p += sprintf(p, "%s%s", i ? " " : "", argv[i]);
+  for (int i = 0; i < argc; i++) {
+    const char *w = argv[i];
+    if (i) *p++ = ' ';
+    bool plain = *w != 0;
+    for (const char *c = w; *c && plain; c++)
+      plain = isalnum((unsigned char)*c) || strchr("_@%+=:,./-", *c);
+    if (plain) {
+      p = stpcpy(p, w);
+      continue;
+    }
+    *p++ = '\'';
+    for (const char *c = w; *c; c++) p = *c == '\'' ? stpcpy(p, "'\\''") : (*p = *c, p + 1);
+    *p++ = '\'';
+  }
+  *p = 0;
   return s;
 }
 
@@ -538,6 +563,7 @@ static int finish_plan(Driver *dr) {
 }
 
 static int finish_compile(Driver *dr) {
+  if (dr->diag.format != DIAG_TEXT) return 0; // stderr holds the diagnostics document only
   int S = dr->prog.nranks;
   if (S == 1)
     fprintf(stderr, "pipec: wrote %s/rank0.%s and %s/bin/train\n", dr->out, src_ext(dr), dr->out);
@@ -556,6 +582,13 @@ static int finish_run(Driver *dr) {
   char **pa = ARENA_ARRAY(&dr->arena, char *, dr->nprog_args + 2);
   pa[0] = arena_printf(&dr->arena, dr->prog.nranks == 1 ? "%s/bin/train" : "%s/launch.sh", dr->out);
   for (int i = 0; i < dr->nprog_args; i++) pa[i + 1] = dr->prog_args[i];
+  if (dr->diag.format != DIAG_TEXT) { // the document is complete before the program's output
+    if (access(pa[0], X_OK) != 0) {
+      diag_error(&dr->diag, (Loc){0, 0}, "cannot run %s: %s", pa[0], strerror(errno));
+      return EXIT_MODEL;
+    }
+    diag_write(&dr->diag, PIPEC_VERSION);
+  }
   execv(pa[0], pa);
   fprintf(stderr, "pipec: cannot run %s: %s\n", pa[0], strerror(errno));
   return EXIT_MODEL;
@@ -633,6 +666,7 @@ int main(int argc, char **argv) {
       {"virtual", required_argument, NULL, 'v'},
       {"cuda-arch", required_argument, NULL, 'G'},
       {"comm", required_argument, NULL, 'M'},
+      {"diagnostics-format", required_argument, NULL, OPT_DIAG_FORMAT},
       {NULL, 0, NULL, 0},
   };
   Driver dr = {0};
@@ -763,6 +797,11 @@ int main(int argc, char **argv) {
     case 't':
       dr.time_passes = true;
       break;
+    case OPT_DIAG_FORMAT:
+      if (!diag_format_parse(optarg, &dr.diag_format))
+        RETURN(
+            usage_error("--diagnostics-format: unknown format '%s' (text, json, sarif)", optarg));
+      break;
     case 'h':
       usage(stdout);
       RETURN(0);
@@ -771,7 +810,8 @@ int main(int argc, char **argv) {
         if (!op_at(i)->internal) printf("%s\n", op_at(i)->name);
       RETURN(0);
     case 'V':
-      printf("pipec %s\n", PIPEC_VERSION);
+      printf("pipec %s\nmodel format: version %d\ntargets: %s\n", PIPEC_VERSION,
+             MODEL_FORMAT_VERSION, codegen_targets());
       RETURN(0);
     case ':':
       RETURN(usage_error("option '%s' needs an argument", argv[optind - 1]));
@@ -812,6 +852,9 @@ int main(int argc, char **argv) {
     rc = usage_error("arguments after '--' are for 'run' only (got '%s')", dr.prog_args[0]);
   else
     rc = select_passes(&dr, cmd);
+  if (!rc && dr.time_passes && dr.diag_format != DIAG_TEXT)
+    rc = usage_error("%s", "--time-passes prints text to stderr, where --diagnostics-format "
+                           "writes its document: use one of them");
   if (!rc && dr.virt > 1 && dr.sched != SCHED_INTERLEAVED)
     rc = usage_error("--virtual %d: only --schedule interleaved runs several stages per rank",
                      dr.virt);
@@ -833,6 +876,8 @@ int main(int argc, char **argv) {
 
   diag_init(&dr.diag, dr.model, stderr);
   dr.diag.excerpts = true; // the source line and a caret under each located message
+  dr.diag.format = dr.diag_format;
+  dr.diag.pass = "parse";
   graph_init(&dr.graph, &dr.arena);
   double t0 = now();
   bool ok = source_load(&dr.src, &dr.arena, dr.model, &dr.diag);
@@ -843,6 +888,7 @@ int main(int argc, char **argv) {
     status = cmd->finish(&dr);
   else if (ok && multi && cmd && strcmp(cmd->name, "plan") == 0 && dr.last == sched)
     status = finish_plan_pipeline(&dr);
+  diag_write(&dr.diag, PIPEC_VERSION); // the machine-readable formats' document (text: nothing)
   source_free(&dr.src);
   RETURN(status);
 }

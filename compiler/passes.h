@@ -10,6 +10,9 @@ typedef struct ExpandOptions {
   int ndefines;         // entries in defines
 } ExpandOptions;
 
+// The model format version pass_expand reads (the file's "version"; docs/model-format.md).
+enum { MODEL_FORMAT_VERSION = 1 };
+
 // expand: model JSON -> IR graph. Checks the document's structure and names, binds dims,
 // instantiates blocks, parses attributes against the op registry, links every input to its
 // tensor and sorts the nodes topologically (file order where possible). Shapes of activations

@@ -43,6 +43,8 @@ typedef struct TrainConfig {
   DataKind data;          // data binding
   const char *data_path;  // data file (resolved against the model file's directory)
   const char *data_path2; // npy: labels file
+  bool data_rel;          // data_path was relative in the model (codegen writes it relative)
+  bool data_rel2;         // data_path2 likewise
   double train_fraction;  // first fraction for training, rest validation
   double scale;           // tables: features multiplied by this
   Tensor *input;          // model input fed with data

@@ -318,21 +318,23 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
                  "training.data: table data needs an f32 input (B,F) and an i32 target (B)");
       return false;
     }
-    // Data paths are relative to the model file; the program gets them absolute, so it can run
-    // from any directory.
+    // Data paths are relative to the model file; here they are made absolute. Codegen writes one
+    // that was relative relative to the program again (codegen/paths.c), so the generated source
+    // does not depend on the directories, and the program finds it from any working directory.
     char *dir = arena_strdup(a, src->path), *real = realpath(dirname(dir), NULL);
     if (real) {
       dir = arena_strdup(a, real);
       free(real);
     }
-    if (tc->data_path[0] != '/') tc->data_path = arena_printf(a, "%s/%s", dir, tc->data_path);
+    tc->data_rel = tc->data_path[0] != '/';
+    tc->data_rel2 = tc->data_path2 && tc->data_path2[0] != '/';
+    if (tc->data_rel) tc->data_path = arena_printf(a, "%s/%s", dir, tc->data_path);
     char *canon = realpath(tc->data_path, NULL); // tidy "a/../b" when the file exists
     if (canon) {
       tc->data_path = arena_strdup(a, canon);
       free(canon);
     }
-    if (tc->data_path2 && tc->data_path2[0] != '/')
-      tc->data_path2 = arena_printf(a, "%s/%s", dir, tc->data_path2);
+    if (tc->data_rel2) tc->data_path2 = arena_printf(a, "%s/%s", dir, tc->data_path2);
     if (tc->data_path2 && (canon = realpath(tc->data_path2, NULL))) { // the labels likewise
       tc->data_path2 = arena_strdup(a, canon);
       free(canon);

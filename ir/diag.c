@@ -9,6 +9,7 @@
 
 #include <stdarg.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 void diag_init(Diag *d, const char *file, FILE *out) {
   *d = (Diag){.file = file, .out = out};
@@ -199,7 +200,34 @@ static void excerpt_at(const Diag *d, Loc loc) {
   diag_excerpt(d->out, d->text + b, e - b, loc.col);
 }
 
+// A machine-readable format's record of the message (printed as text if memory runs out).
+static void record(Diag *d, Loc loc, const char *kind, const char *fmt, va_list ap) {
+  va_list aq;
+  va_copy(aq, ap);
+  int n = vsnprintf(NULL, 0, fmt, aq);
+  va_end(aq);
+  char *msg = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  if (d->nrecs == d->caprecs) {
+    int cap = d->caprecs ? 2 * d->caprecs : 16;
+    DiagRecord *r = realloc(d->recs, (size_t)cap * sizeof *r);
+    if (r) d->recs = r, d->caprecs = cap;
+  }
+  if (!msg || d->nrecs == d->caprecs) {
+    free(msg);
+    fprintf(d->out, "%s: %s: (out of memory for the diagnostics) ", d->file, kind);
+    vfprintf(d->out, fmt, ap);
+    fputc('\n', d->out);
+    return;
+  }
+  vsnprintf(msg, (size_t)n + 1, fmt, ap);
+  d->recs[d->nrecs++] = (DiagRecord){kind, loc, msg, d->pass};
+}
+
 static void vreport(Diag *d, Loc loc, const char *kind, const char *fmt, va_list ap) {
+  if (d->format != DIAG_TEXT) {
+    record(d, loc, kind, fmt, ap);
+    return;
+  }
   if (loc.line > 0)
     fprintf(d->out, "%s:%d:%d: %s: ", d->file, loc.line, loc.col, kind);
   else
@@ -223,4 +251,24 @@ void diag_warning(Diag *d, Loc loc, const char *fmt, ...) {
   vreport(d, loc, "warning", fmt, ap);
   va_end(ap);
   d->warnings++;
+}
+
+void diag_note(Diag *d, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (d->format != DIAG_TEXT) {
+    record(d, (Loc){0, 0}, "note", fmt, ap);
+  } else {
+    fputs("pipec: note: ", d->out);
+    vfprintf(d->out, fmt, ap);
+    fputc('\n', d->out);
+  }
+  va_end(ap);
+}
+
+void diag_free(Diag *d) {
+  for (int i = 0; i < d->nrecs; i++) free(d->recs[i].message);
+  free(d->recs);
+  d->recs = NULL;
+  d->nrecs = d->caprecs = 0;
 }

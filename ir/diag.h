@@ -15,6 +15,10 @@
 // two for East Asian wide characters and emoji; none for combining marks), and control bytes
 // and invalid UTF-8 are shown as '?'. A line wider than DIAG_EXCERPT_WIDTH columns is shown as
 // a window around the column with "..." where it is cut.
+//
+// Machine-readable formats (--diagnostics-format=json|sarif): each message is kept as a record
+// instead (its kind, position, text and the pass that reported it) and diag_out.c
+// (compiler/diag_out.h) writes them all at the end as one JSON document; nothing else is printed.
 #ifndef PIPEC_DIAG_H
 #define PIPEC_DIAG_H
 
@@ -31,6 +35,21 @@ typedef struct Loc {
   int col;  // 1-based column (bytes); 0 = unknown
 } Loc;
 
+// How messages are written.
+typedef enum DiagFormat {
+  DIAG_TEXT,  // as above, each message when it is reported
+  DIAG_JSON,  // records, written at the end as a JSON array (diag_out.c)
+  DIAG_SARIF, // records, written at the end as a SARIF 2.1.0 log (diag_out.c)
+} DiagFormat;
+
+// One message of a machine-readable format.
+typedef struct DiagRecord {
+  const char *kind; // "error", "warning" or "note"
+  Loc loc;          // position in the model file ({0, 0}: none)
+  char *message;    // the text after "error: " (malloc'd; NULL if out of memory)
+  const char *pass; // the pass that reported it (Diag.pass then; NULL: none)
+} DiagRecord;
+
 typedef struct Diag {
   const char *file;    // model file name as given on the command line
   FILE *out;           // where messages go (stderr; a memstream in unit tests)
@@ -41,6 +60,11 @@ typedef struct Diag {
   size_t len;          // bytes in text
   const size_t *lines; // byte offset of the start of each line of text
   int nlines;          // entries in lines
+  DiagFormat format;   // DIAG_TEXT prints; the other formats keep records
+  const char *pass;    // the pass running now (the driver sets it; records carry it)
+  DiagRecord *recs;    // the records so far (machine-readable formats; malloc'd)
+  int nrecs;           // entries in recs
+  int caprecs;         // capacity of recs
 } Diag;
 
 void diag_init(Diag *d, const char *file, FILE *out);
@@ -48,6 +72,11 @@ void diag_init(Diag *d, const char *file, FILE *out);
 void diag_set_source(Diag *d, const char *text, size_t len, const size_t *lines, int nlines);
 void diag_error(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void diag_warning(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+// A note about the run rather than a place in the file, printed as "pipec: note: MESSAGE" (a
+// record of kind "note" in the machine-readable formats); counts as neither error nor warning.
+void diag_note(Diag *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// Frees the records (a Diag in the text format holds nothing to free).
+void diag_free(Diag *d);
 // Prints the excerpt of one line (len bytes at line, no line break in it) with a caret under
 // byte column col (1-based; past the end: after the last character): two lines, each ending in
 // '\n' (the line as it is, then the caret line).

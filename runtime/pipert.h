@@ -255,6 +255,10 @@ void pr_check_regular(const char *path, const char *what);
 // file, if it exists, is a regular file; its name is at most NAME_MAX - 32 bytes (room for a
 // temporary's suffix). flag names it in messages ("--save").
 void pr_check_writable(const char *path, const char *flag);
+// A default path of the program (origin.c): "$ORIGIN/REL" (pipec's form of a data path the model
+// gave relative) resolved against the running executable's directory, written into buf (cap
+// bytes); any other path (NULL too) as it is.
+const char *pr_origin_path(const char *path, char *buf, size_t cap);
 
 // ---------------------------------------------------------------------------------------------
 // Data (data.c). Batches are a pure function of (seed, split, step, microbatch).

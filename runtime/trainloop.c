@@ -27,6 +27,7 @@
 #include "pipeline.h"
 #include "pipert.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -226,6 +227,9 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
     pr_prefix_start(comm->rank);
   }
   PrOptions o = p->defaults;
+  static char data_path[PATH_MAX + 1], labels_path[PATH_MAX + 1]; // the defaults resolved
+  o.data = pr_origin_path(o.data, data_path, sizeof data_path);
+  o.labels = pr_origin_path(o.labels, labels_path, sizeof labels_path);
   pr_parse_args(argc, argv, &o, p->doc);
   // Roles: one rank has the loss (progress, evaluation), one writes the files.
   const bool reporter = !comm || comm->rank == comm->report_rank;

@@ -21,6 +21,10 @@ for arg in "$@"; do
   esac
 done
 
+# python3-jsonschema: the JSON Schema tests (the samples against docs/model.schema.json, pipec's
+# SARIF logs against the SARIF 2.1.0 schema); they are skipped without it.
+pkgs+=(python3-jsonschema)
+
 missing=()
 for p in "${pkgs[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

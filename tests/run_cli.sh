@@ -31,7 +31,15 @@ expect() {
 expect help 0 '' "$pipec" --help
 [[ "$LAST_OUT" == Usage:* ]] && pass=$((pass + 1)) || { echo "FAIL help text"; fail=$((fail + 1)); }
 expect version 0 '' "$pipec" --version
-[[ "$LAST_OUT" =~ ^pipec\ [0-9]+\.[0-9]+\.[0-9]+$ ]] && pass=$((pass + 1)) || { echo "FAIL version '$LAST_OUT'"; fail=$((fail + 1)); }
+# The version, the model format version it reads (docs/model-format.md's title says which) and the
+# targets: cuda exactly where --target cuda is not refused for a pipec built without the toolkit.
+fmt_version=$(sed -n '1s/^# pipec model format, version \([0-9]*\)$/\1/p' docs/model-format.md)
+targets=cpu
+"$pipec" compile --target cuda --stop-after=expand samples/mlp_digits.json >/dev/null 2>&1 && targets="cpu, cuda"
+want_version="^pipec [0-9]+\.[0-9]+\.[0-9]+
+model format: version $fmt_version
+targets: $targets\$"
+[ -n "$fmt_version" ] && [[ "$LAST_OUT" =~ $want_version ]] && pass=$((pass + 1)) || { echo "FAIL version '$LAST_OUT' (want model format $fmt_version, targets $targets)"; fail=$((fail + 1)); }
 expect no-command 2 "^pipec: no command given" "$pipec"
 expect unknown-command 2 "^pipec: unknown command 'frobnicate'" "$pipec" frobnicate samples/mlp_digits.json
 expect no-model 2 "^pipec: 'check' needs a model file" "$pipec" check
@@ -74,6 +82,14 @@ expect march-unknown 2 "^pipec: --march: unknown value 'skylake' \(available: na
 expect march-missing 2 "^pipec: option '--march' needs an argument$" "$pipec" compile samples/mlp_digits.json --march
 "$pipec" --help | grep -q -- '--march=native' && pass=$((pass + 1)) || { echo "FAIL --help does not mention --march=native"; fail=$((fail + 1)); }
 expect args-not-run 2 "^pipec: arguments after '--' are for 'run' only" "$pipec" check samples/mlp_digits.json -- --steps 3
+# --diagnostics-format: a bad or missing value is a usage error; both GNU spellings take a value.
+expect diag-format-bad 2 "^pipec: --diagnostics-format: unknown format 'xml' \(text, json, sarif\)$" "$pipec" check --diagnostics-format=xml samples/mlp_digits.json
+expect diag-format-missing 2 "^pipec: option '--diagnostics-format' needs an argument$" "$pipec" check samples/mlp_digits.json --diagnostics-format
+expect diag-format-time 2 "^pipec: --time-passes prints text to stderr, where --diagnostics-format writes its document: use one of them$" \
+  "$pipec" check --time-passes --diagnostics-format=json samples/mlp_digits.json
+expect diag-format-space 1 '^\[\{"kind":"error","file":"samples/mlp_digits.json","line":null,"column":null,"path":null,"message":"-D Q=3: the model has no dim .Q.","hint":null,"pass":"expand"\}\]$' \
+  "$pipec" check -D Q=3 --diagnostics-format json samples/mlp_digits.json
+"$pipec" --help | grep -q -- '--diagnostics-format=FORMAT' && pass=$((pass + 1)) || { echo "FAIL --help does not mention --diagnostics-format"; fail=$((fail + 1)); }
 expect list-ops 0 '' "$pipec" --list-ops
 [ "$(printf '%s\n' "$LAST_OUT" | wc -l)" -eq 21 ] && [[ "$LAST_OUT" == matmul* ]] && pass=$((pass + 1)) || { echo "FAIL --list-ops: $LAST_OUT"; fail=$((fail + 1)); }
 

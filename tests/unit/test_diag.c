@@ -1,7 +1,10 @@
 // Unit tests of the diagnostics' source excerpt (ir/diag.c): the line under a message and the
 // caret under its column with tabs, UTF-8 (two-byte, wide, combining, 4-byte), a column inside a
 // character or past the end, control bytes and invalid UTF-8, long lines cut to a window, and the
-// excerpt through source_parse (last line without a newline, CRLF, warnings, no position).
+// excerpt through source_parse (last line without a newline, CRLF, warnings, no position); the
+// machine-readable formats (compiler/diag_out.c): the JSON path and the hint a message carries,
+// and the documents of records (CRLF lines, a column after UTF-8, a line too long to copy).
+#include "../../compiler/diag_out.h"
 #include "testutil.h"
 
 // diag_excerpt of (line, len, col) as a string (free it).
@@ -216,6 +219,128 @@ START_TEST(test_source_messages) {
 }
 END_TEST
 
+static void expect_path(const char *msg, const char *want) {
+  char *got = diag_message_path(msg);
+  if (want) {
+    ck_assert_ptr_nonnull(got);
+    ck_assert_str_eq(got, want);
+  } else {
+    ck_assert_ptr_null(got);
+  }
+  free(got);
+}
+
+START_TEST(test_message_path) {
+  expect_path("nodes[2] \"c\": concat takes at least 1 input, got 0", "nodes[2]");
+  expect_path("params[1].shape[0]: expected a dim", "params[1].shape[0]");
+  expect_path("training.optimizer.betas: expected [beta1, beta2]", "training.optimizer.betas");
+  expect_path("blocks[0].nodes[1] \"h{i}\": x", "blocks[0].nodes[1]");
+  expect_path("model: missing required key 'format'", "model");
+  expect_path("dims.K: a cycle", "dims.K");
+  expect_path("blocks[0].params[0] (instance 1): duplicate name 'l.1.weight'",
+              "blocks[0].params[0]");
+  // Not a path of the model: a syntax error, an option, the pipeline's own checks, no ": ".
+  expect_path("JSON syntax error: unexpected 't'", NULL);
+  expect_path("-D Q=3: the model has no dim 'Q'", NULL);
+  expect_path("schedule: rank 0: OPT is missing", NULL);
+  expect_path("nodes[x]: y", NULL);
+  expect_path("nodes[1]", NULL);
+  expect_path("dims.K.: y", NULL);
+  expect_path("nodesX: y", NULL);
+}
+END_TEST
+
+static void expect_hint(const char *msg, const char *want) {
+  char *got = diag_message_hint(msg);
+  if (want) {
+    ck_assert_ptr_nonnull(got);
+    ck_assert_str_eq(got, want);
+  } else {
+    ck_assert_ptr_null(got);
+  }
+  free(got);
+}
+
+START_TEST(test_message_hint) {
+  expect_hint("nodes[1] \"a\": unknown op 'rellu' (did you mean 'relu'?)", "did you mean 'relu'?");
+  expect_hint("a (did you mean 'b'?) then (did you mean 'c'?)", "did you mean 'c'?");
+  expect_hint("a (did you mean 'b'?) and more", NULL);
+  expect_hint("unknown init 'x' (expected zeros, ones, normal, uniform or xavier)", NULL);
+  expect_hint("(did you mean '", NULL);
+}
+END_TEST
+
+// The document of the messages reported on text through a Diag in format f.
+static char *document(const char *text, DiagFormat f, void (*report)(Doc *doc)) {
+  Doc doc;
+  parse_text(&doc, text, true);
+  doc.cap.d.format = f;
+  report(&doc);
+  ck_assert(diag_write(&doc.cap.d, "9.9.9"));
+  char *got = strdup(cap_text(&doc.cap));
+  doc_free(&doc);
+  return got;
+}
+
+static void report_two(Doc *doc) {
+  doc->cap.d.pass = "expand";
+  diag_error(&doc->cap.d, (Loc){2, 9}, "nodes[0] \"\xc3\xa9\": bad (did you mean 'x'?)");
+  doc->cap.d.pass = NULL;
+  diag_warning(&doc->cap.d, (Loc){0, 0}, "no position");
+}
+
+START_TEST(test_documents) {
+  const char *text = "{\"nodes\": [\r\n {\"\xc3\xa9\": 1}]}\r\n";
+  char *got = document(text, DIAG_JSON, report_two);
+  ck_assert_str_eq(got,
+                   "[{\"kind\":\"error\",\"file\":\"m.json\",\"line\":2,\"column\":9,"
+                   "\"path\":\"nodes[0]\",\"message\":\"nodes[0] \\\"\xc3\xa9\\\": bad (did you "
+                   "mean 'x'?)\",\"hint\":\"did you mean 'x'?\",\"pass\":\"expand\"},"
+                   "{\"kind\":\"warning\",\"file\":\"m.json\",\"line\":null,\"column\":null,"
+                   "\"path\":null,\"message\":\"no position\",\"hint\":null,\"pass\":null}]\n");
+  free(got);
+  got = document(text, DIAG_SARIF, report_two);
+  cJSON *log = cJSON_Parse(got);
+  ck_assert_ptr_nonnull(log);
+  cJSON *run = cJSON_GetArrayItem(cJSON_GetObjectItem(log, "runs"), 0);
+  cJSON *rules =
+      cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(run, "tool"), "driver"), "rules");
+  ck_assert_int_eq(cJSON_GetArraySize(rules), 1); // the warning has no pass
+  cJSON *res = cJSON_GetObjectItem(run, "results");
+  ck_assert_int_eq(cJSON_GetArraySize(res), 2);
+  cJSON *loc = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(res, 0), "locations"), 0);
+  cJSON *reg = cJSON_GetObjectItem(cJSON_GetObjectItem(loc, "physicalLocation"), "region");
+  // Column 9 in bytes is the 8th character (é is 2 bytes); the snippet is the line without \r.
+  ck_assert_int_eq(cJSON_GetObjectItem(reg, "startColumn")->valueint, 8);
+  ck_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(reg, "snippet"), "text")->valuestring,
+                   " {\"\xc3\xa9\": 1}]}");
+  cJSON *w = cJSON_GetArrayItem(res, 1);
+  ck_assert_ptr_null(cJSON_GetObjectItem(w, "ruleId"));
+  loc = cJSON_GetArrayItem(cJSON_GetObjectItem(w, "locations"), 0);
+  ck_assert_ptr_null(cJSON_GetObjectItem(cJSON_GetObjectItem(loc, "physicalLocation"), "region"));
+  cJSON_Delete(log);
+  free(got);
+}
+END_TEST
+
+// A line longer than a SARIF snippet keeps its region, without the snippet.
+static void report_long(Doc *doc) {
+  diag_error(&doc->cap.d, (Loc){1, 5000}, "long");
+}
+
+START_TEST(test_document_long_line) {
+  char *text = malloc(6002);
+  ck_assert_ptr_nonnull(text);
+  memset(text, ' ', 6000);
+  text[0] = '[', text[5998] = '1', text[5999] = ']', text[6000] = '\n', text[6001] = 0;
+  char *got = document(text, DIAG_SARIF, report_long);
+  ck_assert_ptr_nonnull(strstr(got, "\"startColumn\":\t5000"));
+  ck_assert_ptr_null(strstr(got, "snippet"));
+  free(got);
+  free(text);
+}
+END_TEST
+
 static Suite *diag_suite(void) {
   Suite *s = suite_create("diag");
   TCase *tc = tcase_create("excerpt");
@@ -234,6 +359,12 @@ static Suite *diag_suite(void) {
   tcase_add_test(src, test_source_utf8_key);
   tcase_add_test(src, test_source_messages);
   suite_add_tcase(s, src);
+  TCase *fmt = tcase_create("formats");
+  tcase_add_test(fmt, test_message_path);
+  tcase_add_test(fmt, test_message_hint);
+  tcase_add_test(fmt, test_documents);
+  tcase_add_test(fmt, test_document_long_line);
+  suite_add_tcase(s, fmt);
   return s;
 }
 
