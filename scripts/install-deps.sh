@@ -21,6 +21,9 @@ for arg in "$@"; do
   esac
 done
 
+# Ninja: the depfile and install tests build with it (tests/e2e/no_build.sh, install.sh).
+pkgs+=(ninja-build)
+
 missing=()
 for p in "${pkgs[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
