@@ -598,7 +598,8 @@ static bool run(char *const argv[], Diag *d) {
   return false;
 }
 
-// The runtime's headers and libraries (runtime_paths.c).
+// The runtime's headers and libraries: the environment's, an installed pipec's own prefix's, or
+// the build tree's (runtime_paths.c).
 static const char *runtime_dir(void) {
   return runtime_include_dir();
 }

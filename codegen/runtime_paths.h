@@ -6,6 +6,9 @@
 
 #include <stdbool.h>
 
+// The prefix of an installed pipec (PREFIX/bin/pipec beside PREFIX/include/pipec/pipert.h, found
+// from the running executable), or NULL when pipec runs from its build tree.
+const char *runtime_install_prefix(void);
 // The directory of pipert.h (the generated programs' -I; the CUDA header is in its cuda/).
 const char *runtime_include_dir(void);
 // libpipert.a, or with native the one built with -march=native.

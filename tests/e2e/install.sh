@@ -4,7 +4,8 @@
 # source or the build tree):
 #   - the layout: bin/pipec, the runtime libraries and headers, the CMake package, pkg-config,
 #     docs and samples under share/pipec;
-#   - the moved pipec builds and its program runs;
+#   - the moved pipec builds against the runtime under its own prefix (the compiler's argv logged
+#     through CC: -I and libpipert.a from the prefix), its manifest says so, and the program runs;
 #   - pkg-config: the --no-build source of gpt_char (S = 1) built with `pkg-config pipert` alone;
 #   - the installed samples/cmake project, configured against the moved package in a fresh build
 #     tree (Ninja), builds gpt_char at S = 2 with the project's flags, installs it, and its
@@ -49,14 +50,35 @@ check "the package and .pc files name neither the source, the build tree nor /op
   eval '! grep -rlE "$root|$build|/opt/pipec" "$p/lib/cmake" "$p/lib/pkgconfig"'
 ipipec=$p/bin/pipec
 
-# ---- The moved pipec's one-stage build: the reference of the runs below.
-if "$ipipec" compile samples/gpt_char.json --microbatches 2 -o "$tmp/one" >/dev/null 2>"$tmp/one.err"; then
+# ---- The moved pipec builds with its own prefix's runtime.
+cat >"$tmp/cc" <<CC
+#!/bin/sh
+printf '%s\n' "\$@" >>"$tmp/cc.log"
+exec cc "\$@"
+CC
+chmod +x "$tmp/cc"
+if CC="$tmp/cc" "$ipipec" compile samples/gpt_char.json --microbatches 2 -o "$tmp/one" \
+  >/dev/null 2>"$tmp/one.err"; then
   ok
 else
   bad "installed pipec compile: $(head -n 3 "$tmp/one.err")"
 fi
+check "installed pipec: -I$p/include/pipec" grep -qx -- "-I$p/include/pipec" "$tmp/cc.log"
+check "installed pipec: links $p/lib/libpipert.a" grep -qx -- "$p/lib/libpipert.a" "$tmp/cc.log"
+check "installed pipec: nothing of the source or build tree: $(grep -E "^-I|\.a$" "$tmp/cc.log" | tr '\n' ' ')" \
+  eval '! grep -qE "$root/runtime|$build/lib" "$tmp/cc.log"'
 "$tmp/one/bin/train" "${opts[@]}" --save "$tmp/one.st" --loss-log "$tmp/one.loss" >"$tmp/one.out" 2>&1 ||
   bad "installed pipec's program: $(tail -n 3 "$tmp/one.out")"
+"$ipipec" compile samples/gpt_char.json --stages 2 --no-build -o "$tmp/man2" 2>/dev/null ||
+  bad "installed pipec --no-build"
+check "installed pipec's manifest: the prefix's include directory and libraries" python3 - \
+  "$tmp/man2/pipec-manifest.json" "$p" <<'PY'
+import json, sys
+m, p = json.load(open(sys.argv[1])), sys.argv[2]
+link = m["programs"][1]["link"]
+sys.exit(not (m["include_dirs"] == [p + "/include/pipec"] and
+              link[:2] == [p + "/lib/libpipert_mpi.a", p + "/lib/libpipert.a"]))
+PY
 
 # ---- pkg-config: pipert.pc alone builds the one-stage source.
 "$ipipec" compile samples/gpt_char.json --microbatches 2 --no-build -o "$tmp/pc" 2>/dev/null ||
@@ -157,9 +179,10 @@ newer "$src/README.md" "$mk/gpt_char/bin/rank0"
 make -C "$mk" -j2 >"$tmp/mk4" 2>&1
 check "make: README.md touched: nothing ($(runs "$tmp/mk4") runs, $(built "$tmp/mk4") steps)" \
   test "$(runs "$tmp/mk4")" = 0 -a "$(built "$tmp/mk4")" = 0
-# ---- Where pipec was built with the CUDA toolkit: a project with TARGET cuda at S = 2 builds
-# with the package; without a GPU it stops with the runtime's no-device error, with one it runs a
-# step.
+# ---- Where pipec was built with the CUDA toolkit: the moved pipec builds --target cuda against
+# the prefix's device runtime and headers (nvcc's argv logged through PIPEC_NVCC), and a project
+# with TARGET cuda at S = 2 builds with the package; without a GPU both stop with the runtime's
+# no-device error, with one they run a step.
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 if [ -e "$p/lib/libpipert_cuda.a" ] && [ -x "$nvcc" ]; then
   gpu=0
@@ -177,6 +200,22 @@ if [ -e "$p/lib/libpipert_cuda.a" ] && [ -x "$nvcc" ]; then
         eval 'test $rc -eq 1 && grep -q "error: no CUDA device" "$tmp/dev.out"'
     fi
   }
+  cat >"$tmp/nvcc" <<NVCC
+#!/bin/sh
+printf '%s\n' "\$@" >>"$tmp/nvcc.log"
+exec "$nvcc" "\$@"
+NVCC
+  chmod +x "$tmp/nvcc"
+  if PIPEC_NVCC="$tmp/nvcc" "$ipipec" compile samples/mlp_digits.json --target cuda -o "$tmp/cu1" \
+    >/dev/null 2>"$tmp/cu1.err"; then
+    ok
+  else
+    bad "installed pipec --target cuda: $(grep -m 3 error "$tmp/cu1.err")"
+  fi
+  for w in "-I$p/include/pipec" "-I$p/include/pipec/cuda" "$p/lib/libpipert_cuda.a" "$p/lib/libpipert.a"; do
+    check "installed pipec --target cuda: nvcc gets $w" grep -qx -- "$w" "$tmp/nvcc.log"
+  done
+  runs_on_device "installed pipec --target cuda" "$tmp/cu1/bin/train"
   mkdir -p "$tmp/cuproj"
   cat >"$tmp/cuproj/CMakeLists.txt" <<'CMAKE'
 cmake_minimum_required(VERSION 3.20)
