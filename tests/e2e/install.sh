@@ -6,7 +6,8 @@
 #     docs and samples under share/pipec;
 #   - the moved pipec builds against the runtime under its own prefix (the compiler's argv logged
 #     through CC: -I and libpipert.a from the prefix), its manifest says so, and the program runs;
-#   - pkg-config: the --no-build source of gpt_char (S = 1) built with `pkg-config pipert` alone;
+#   - pkg-config: the --no-build sources of gpt_char built with `pkg-config pipert` (S = 1) and
+#     `pipert-mpi` (S = 2) alone, the bits of the installed pipec's own one-stage build;
 #   - the installed samples/cmake project, configured against the moved package in a fresh build
 #     tree (Ninja), builds gpt_char at S = 2 with the project's flags, installs it, and its
 #     launch.sh runs 2 steps under mpirun: the bits (losses, parameters, optimizer state) of the
@@ -69,7 +70,7 @@ check "installed pipec: nothing of the source or build tree: $(grep -E "^-I|\.a$
   eval '! grep -qE "$root/runtime|$build/lib" "$tmp/cc.log"'
 "$tmp/one/bin/train" "${opts[@]}" --save "$tmp/one.st" --loss-log "$tmp/one.loss" >"$tmp/one.out" 2>&1 ||
   bad "installed pipec's program: $(tail -n 3 "$tmp/one.out")"
-"$ipipec" compile samples/gpt_char.json --stages 2 --no-build -o "$tmp/man2" 2>/dev/null ||
+"$ipipec" compile samples/gpt_char.json --stages 2 --microbatches 2 --no-build -o "$tmp/man2" 2>/dev/null ||
   bad "installed pipec --no-build"
 check "installed pipec's manifest: the prefix's include directory and libraries" python3 - \
   "$tmp/man2/pipec-manifest.json" "$p" <<'PY'
@@ -97,6 +98,17 @@ fi
 "$tmp/pc/launch.sh" "${opts[@]}" --save "$tmp/pc.st" --loss-log "$tmp/pc.loss" >"$tmp/pc.run" 2>&1 ||
   bad "the pkg-config build: $(tail -n 3 "$tmp/pc.run")"
 same_bits "pkg-config's build = the installed pipec's build" "$tmp/one" "$tmp/pc"
+# S = 2: pipert-mpi.pc (the transport before the runtime, Open MPI after).
+mkdir -p "$tmp/man2/bin"
+for r in 0 1; do
+  # shellcheck disable=SC2046 # pkg-config's flags are words
+  cc -std=gnu11 -O2 -ffp-contract=off "$tmp/man2/rank$r.c" -o "$tmp/man2/bin/rank$r" \
+    $(pkg-config --cflags --libs pipert-mpi) >"$tmp/pc2.out" 2>&1 ||
+    bad "cc rank$r with pkg-config pipert-mpi: $(head -n 3 "$tmp/pc2.out")"
+done
+"$tmp/man2/launch.sh" "${opts[@]}" --save "$tmp/pc2.st" --loss-log "$tmp/pc2.loss" >"$tmp/pc2.run" 2>&1 ||
+  bad "the pkg-config build at S = 2: $(tail -n 3 "$tmp/pc2.run")"
+same_bits "pkg-config's build at S = 2 (pipert-mpi) = the one-stage program" "$tmp/one" "$tmp/pc2"
 
 # ---- The installed example project, against the moved package, with Ninja.
 ex=$tmp/example
