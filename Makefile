@@ -3,9 +3,10 @@
 BUILD      ?= build
 BUILD_ASAN ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+PREFIX     ?= /usr/local
 MAKEFLAGS  += --no-print-directory
 
-.PHONY: all deps deps-test build asan test demo bench clean format
+.PHONY: all deps deps-test build asan test demo bench clean format install
 
 all: build
 
@@ -29,6 +30,11 @@ test: deps-test build asan
 	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	@echo "== tests (ASan + UBSan build)"
 	@ctest --test-dir $(BUILD_ASAN) --output-on-failure -j $(JOBS)
+
+# pipec, the runtime, the CMake package and pkg-config files, docs and samples under PREFIX
+# (DESTDIR=DIR stages them under DIR; docs/build-integration.md).
+install: build
+	@DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix "$(PREFIX)"
 
 demo: build
 	@scripts/demo.sh $(BUILD)/bin/pipec

@@ -38,4 +38,12 @@ bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d);
 // line over bin/rank0 .. bin/rank<S-1> at S > 1, the script's arguments given to every rank.
 bool codegen_launch(const Program *prog, const CodegenOptions *o, Diag *d);
 
+// --no-build's OUT/pipec-manifest.json: per rank its source, program and link line, and the
+// include directories and compile flags of all (manifest.c; docs/build-integration.md).
+bool codegen_manifest(const Program *prog, const CodegenOptions *o, Diag *d);
+
+// --depfile PATH: a Make-style dependency file, what this compile wrote (o->build: the programs
+// first) depending on every file pipec read (the model file).
+bool codegen_depfile(const Program *prog, const CodegenOptions *o, const char *path, Diag *d);
+
 #endif

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "emit.h"
+#include "runtime_paths.h"
 #include "../ir/ops.h"
 
 #ifndef PIPEC_VERSION
@@ -603,20 +604,19 @@ static bool run(char *const argv[], Diag *d) {
   return false;
 }
 
+// The runtime's headers and libraries: the environment's, an installed pipec's own prefix's, or
+// the build tree's (runtime_paths.c).
 static const char *runtime_dir(void) {
-  const char *h = getenv("PIPEC_RUNTIME_DIR");
-  return h && *h ? h : PIPEC_RUNTIME_DIR;
+  return runtime_include_dir();
 }
-// The portable runtime, or the one built with -march=native (environment overrides first).
+// The portable runtime, or the one built with -march=native.
 static const char *runtime_lib(bool native) {
-  const char *h = getenv(native ? "PIPEC_RUNTIME_NATIVE_LIB" : "PIPEC_RUNTIME_LIB");
-  return h && *h ? h : native ? PIPEC_RUNTIME_NATIVE_LIB : PIPEC_RUNTIME_LIB;
+  return runtime_lib_path(native);
 }
 
-// libpipert_mpi.a: the MPI transport of rank programs at S > 1 (environment override first).
+// libpipert_mpi.a: the MPI transport of rank programs at S > 1.
 static const char *runtime_mpi_lib(void) {
-  const char *h = getenv("PIPEC_RUNTIME_MPI_LIB");
-  return h && *h ? h : PIPEC_RUNTIME_MPI_LIB;
+  return runtime_mpi_lib_path();
 }
 
 // nvcc, the device runtime, its link flags and the default architectures, as CMake found them
@@ -628,8 +628,7 @@ static const char *cuda_setting(const char *env, const char *built) {
 
 const char *codegen_target_missing(const char *target) {
   if (strcmp(target, "cuda") != 0) return NULL;
-  if (!*cuda_setting("PIPEC_NVCC", PIPEC_NVCC) ||
-      !*cuda_setting("PIPEC_RUNTIME_CUDA_LIB", PIPEC_RUNTIME_CUDA_LIB))
+  if (!*cuda_setting("PIPEC_NVCC", PIPEC_NVCC) || !*runtime_cuda_lib_path())
     return "pipec was built without the CUDA toolkit (CMake found no nvcc and cuBLAS), so it "
            "cannot build CUDA programs: install the toolkit (nvcc on PATH or /usr/local/cuda), "
            "then rebuild pipec";
@@ -705,7 +704,7 @@ static bool build_cuda(const Program *prog, const CodegenOptions *o, const char 
   argv[n++] = "-o";
   argv[n++] = (char *)exe;
   if (mpi) argv[n++] = (char *)runtime_mpi_lib();
-  argv[n++] = (char *)cuda_setting("PIPEC_RUNTIME_CUDA_LIB", PIPEC_RUNTIME_CUDA_LIB);
+  argv[n++] = (char *)runtime_cuda_lib_path();
   argv[n++] = (char *)runtime_lib(false);
   char *libs = arena_printf(a, "%s %s %s", cuda_setting("PIPEC_CUDA_LIBS", PIPEC_CUDA_LIBS),
                             mpi ? PIPEC_MPI_LIBS : "", PIPEC_RUNTIME_LIBS);

@@ -27,7 +27,8 @@
 #endif
 
 enum { EXIT_MODEL = 1, EXIT_USAGE = 2, MAX_PASSES = 16 };
-enum { OPT_DIAG_FORMAT = 256 }; // long options without a short letter (getopt_long's values)
+// getopt values of the long options without a letter.
+enum { OPT_DIAG_FORMAT = 256, OPT_NO_BUILD, OPT_DEPFILE };
 
 typedef struct Driver {
   const char *command;    // check, print, ...
@@ -48,6 +49,8 @@ typedef struct Driver {
   const char *cuda_arch;  // --cuda-arch LIST (cuda target; NULL: CMake's PIPEC_CUDA_ARCHS)
   bool march_native;      // --march=native: build the program for this machine
   bool build;             // codegen also builds OUT/bin/train (compile, run)
+  bool no_build;          // --no-build: compile writes the sources and a manifest, builds nothing
+  const char *depfile;    // --depfile FILE: a Make-style dependency file (compile, run) or NULL
   char *cmdline;          // the command line as typed (getopt permutes argv)
   char **prog_args;       // run: arguments after "--" for the program
   int nprog_args;         // count
@@ -165,6 +168,13 @@ static const char *mangle_dir(Arena *a, const char *name) {
   return s;
 }
 
+// The files for build systems (docs/build-integration.md): --no-build's manifest, then the
+// --depfile (last: it lists what was written).
+static bool run_build_files(Driver *dr, const CodegenOptions *co) {
+  if (dr->no_build && !codegen_manifest(&dr->prog, co, &dr->diag)) return false;
+  return !dr->depfile || codegen_depfile(&dr->prog, co, dr->depfile, &dr->diag);
+}
+
 static bool run_codegen(Driver *dr) {
   if (!dr->out)
     dr->out = arena_printf(&dr->arena, "out/%s", mangle_dir(&dr->arena, dr->graph.name));
@@ -172,7 +182,8 @@ static bool run_codegen(Driver *dr) {
                        dr->build, dr->march_native, dr->cuda_arch};
   for (int r = 0; r < dr->prog.nranks; r++)
     if (!codegen_c(&dr->prog, r, &co, &dr->diag)) return false;
-  return codegen_launch(&dr->prog, &co, &dr->diag);
+  if (!codegen_launch(&dr->prog, &co, &dr->diag)) return false;
+  return run_build_files(dr, &co);
 }
 
 static bool check_ir(Driver *dr) {
@@ -343,6 +354,11 @@ static void usage(FILE *f) {
       "  -o, --output DIR         where the codegen pass writes the program (compile, run,\n"
       "                           --dump-after=codegen; default out/MODEL-NAME; created with\n"
       "                           missing parents)\n"
+      "      --no-build           compile: write the sources, launch.sh and a manifest\n"
+      "                           (OUT/pipec-manifest.json: what each rank links) and build\n"
+      "                           nothing (for build systems; docs/build-integration.md)\n"
+      "      --depfile FILE       compile, run: also write FILE, a Make-style dependency file\n"
+      "                           (the files written, depending on the model file)\n"
       "      --target TARGET      code generation target: cpu (default), cuda (one .cu\n"
       "                           program per rank built with nvcc; docs/cuda.md)\n"
       "      --cuda-arch LIST     cuda: GPU compute capabilities of the fat binary (default\n"
@@ -565,6 +581,15 @@ static int finish_plan(Driver *dr) {
 static int finish_compile(Driver *dr) {
   if (dr->diag.format != DIAG_TEXT) return 0; // stderr holds the diagnostics document only
   int S = dr->prog.nranks;
+  if (dr->no_build) {
+    fprintf(stderr,
+            "pipec: wrote %s/rank0.%s%s, %s/launch.sh and %s/pipec-manifest.json (%d rank%s, not "
+            "built)\n",
+            dr->out, src_ext(dr),
+            S == 1 ? "" : arena_printf(&dr->arena, " .. rank%d.%s", S - 1, src_ext(dr)), dr->out,
+            dr->out, S, S == 1 ? "" : "s");
+    return 0;
+  }
   if (S == 1)
     fprintf(stderr, "pipec: wrote %s/rank0.%s and %s/bin/train\n", dr->out, src_ext(dr), dr->out);
   else
@@ -652,6 +677,8 @@ int main(int argc, char **argv) {
       {"batch", required_argument, NULL, 'b'},
       {"microbatches", required_argument, NULL, 'm'},
       {"steps", required_argument, NULL, 'S'},
+      {"no-build", no_argument, NULL, OPT_NO_BUILD},
+      {"depfile", required_argument, NULL, OPT_DEPFILE},
       {"list-ops", no_argument, NULL, 'L'},
       {"time-passes", no_argument, NULL, 't'},
       {"help", no_argument, NULL, 'h'},
@@ -738,6 +765,12 @@ int main(int argc, char **argv) {
       break;
     case 'S':
       dr.sets[dr.nsets++] = arena_printf(&dr.arena, "steps=%s", optarg);
+      break;
+    case OPT_NO_BUILD:
+      dr.no_build = true;
+      break;
+    case OPT_DEPFILE:
+      dr.depfile = optarg;
       break;
     case 'd': // repeated: the lists add up
       dr.dump_after =
@@ -863,6 +896,14 @@ int main(int argc, char **argv) {
                      "ranks",
                      dr.virt);
   if (!rc && dr.virt > 1 && dr.po.stages) dr.po.stages *= dr.virt; // the partition cuts S x V
+  // --no-build and --depfile: for the commands that write programs (docs/build-integration.md).
+  if (!rc && dr.no_build && strcmp(cmd->name, "compile") != 0)
+    rc = usage_error("--no-build is for 'compile' (got '%s', which builds the program)", cmd->name);
+  if (!rc && dr.depfile && !cmd->build)
+    rc = usage_error("--depfile is for 'compile' and 'run' (got '%s', which writes no files)",
+                     cmd->name);
+  if (!rc && dr.depfile && !*dr.depfile)
+    rc = usage_error("%s", "--depfile: the file name is an empty string");
   // check and print with several stages run the partition and comm passes too (errors, dumps).
   bool multi = dr.po.stages > 1 || dr.po.nsplit;
   int part = find_pass("comm", strlen("comm")), sched = find_pass("schedule", strlen("schedule"));
@@ -872,7 +913,7 @@ int main(int argc, char **argv) {
   }
   dr.model = positional[1];
   dr.out = dr.out_dir;
-  dr.build = cmd->build;
+  dr.build = cmd->build && !dr.no_build;
 
   diag_init(&dr.diag, dr.model, stderr);
   dr.diag.excerpts = true; // the source line and a caret under each located message

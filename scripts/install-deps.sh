@@ -24,6 +24,8 @@ done
 # python3-jsonschema: the JSON Schema tests (the samples against docs/model.schema.json, pipec's
 # SARIF logs against the SARIF 2.1.0 schema); they are skipped without it.
 pkgs+=(python3-jsonschema)
+# Ninja: the depfile and install tests build with it (tests/e2e/no_build.sh, install.sh).
+pkgs+=(ninja-build)
 
 missing=()
 for p in "${pkgs[@]}"; do

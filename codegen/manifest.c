@@ -1,0 +1,186 @@
+// The files for build systems that `pipec compile` writes beside the programs
+// (docs/build-integration.md):
+//
+//   OUT/pipec-manifest.json (--no-build): what it takes to build the sources pipec wrote without
+//   building them: per rank its source, the program launch.sh runs (bin/rank<r>) and the link line
+//   (the runtime libraries in link order, then their system libraries), and for all ranks the
+//   include directories and the compile flags the numbers depend on. Paths of the runtime are
+//   those pipec itself would build with (runtime_paths.c); sources and programs are relative to
+//   OUT. Printed by cJSON (every string escaped), written atomically.
+//
+//   --depfile FILE: a Make-style dependency file, "TARGETS: INPUTS", for Make's include and
+//   Ninja's depfile: the targets are what this compile wrote (--no-build: the sources, launch.sh,
+//   the manifest; else the programs first, then the sources and launch.sh), the inputs every file
+//   pipec read to write them: the model file (the format has no includes; data files are read by
+//   the programs at run time, not by pipec). Paths as given on the command line; spaces, '#' and
+//   '$' escaped as GCC escapes them. Written atomically after everything else.
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "codegen.h"
+#include "runtime_paths.h"
+
+#ifndef PIPEC_VERSION
+#define PIPEC_VERSION "0.0.0"
+#endif
+
+// Writes text to path through path.tmp renamed over it; false (reported) on an error.
+static bool write_atomic(Arena *a, const char *path, const char *text, Diag *d) {
+  const char *tmp = arena_printf(a, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (!f) {
+    diag_error(d, (Loc){0, 0}, "cannot write '%s': %s", tmp, strerror(errno));
+    return false;
+  }
+  bool ok = fputs(text, f) >= 0;
+  ok = fclose(f) == 0 && ok;
+  if (!ok || rename(tmp, path) != 0) {
+    diag_error(d, (Loc){0, 0}, "cannot write '%s': %s", path, strerror(errno));
+    unlink(tmp);
+    return false;
+  }
+  return true;
+}
+
+// A setting CMake gave pipec, unless the environment overrides it (as emit_c.c reads them).
+static const char *setting(const char *env, const char *built) {
+  const char *h = getenv(env);
+  return h && *h ? h : built;
+}
+
+// Appends each blank-separated word of words to the array.
+static void add_words(cJSON *arr, Arena *a, const char *words) {
+  char *s = arena_strdup(a, words), *save = NULL;
+  for (char *w = strtok_r(s, " ", &save); w; w = strtok_r(NULL, " ", &save))
+    cJSON_AddItemToArray(arr, cJSON_CreateString(w));
+}
+
+// The link line of every rank, in the order emit_c.c's builds use: the MPI transport (S > 1),
+// the device runtime (cuda), libpipert, then their system libraries.
+static cJSON *link_line(const Program *prog, const CodegenOptions *o, bool cuda, Arena *a) {
+  bool mpi = prog->nranks > 1;
+  cJSON *l = cJSON_CreateArray();
+  if (mpi) cJSON_AddItemToArray(l, cJSON_CreateString(runtime_mpi_lib_path()));
+  if (cuda) cJSON_AddItemToArray(l, cJSON_CreateString(runtime_cuda_lib_path()));
+  cJSON_AddItemToArray(l, cJSON_CreateString(runtime_lib_path(o->march_native && !cuda)));
+  if (cuda) add_words(l, a, setting("PIPEC_CUDA_LIBS", PIPEC_CUDA_LIBS));
+  if (mpi) add_words(l, a, PIPEC_MPI_LIBS);
+  add_words(l, a, PIPEC_RUNTIME_LIBS);
+  return l;
+}
+
+bool codegen_manifest(const Program *prog, const CodegenOptions *o, Diag *d) {
+  Arena *a = prog->g->arena;
+  bool cuda = !strcmp(o->target, "cuda");
+  if (prog->nranks > 1 && !*runtime_mpi_lib_path()) {
+    diag_error(d, (Loc){0, 0},
+               "%d stages: the rank programs need Open MPI, which pipec was built without "
+               "(apt-get install libopenmpi-dev openmpi-bin, then rebuild pipec)",
+               prog->nranks);
+    return false;
+  }
+  cJSON *m = cJSON_CreateObject();
+  cJSON_AddStringToObject(m, "format", "pipec-manifest");
+  cJSON_AddNumberToObject(m, "version", 1);
+  cJSON_AddStringToObject(m, "pipec", PIPEC_VERSION);
+  cJSON_AddStringToObject(m, "model", o->model_path);
+  cJSON_AddStringToObject(m, "name", prog->g->name);
+  cJSON_AddStringToObject(m, "target", o->target);
+  cJSON_AddNumberToObject(m, "ranks", prog->nranks);
+  cJSON_AddNumberToObject(m, "microbatches", prog->M);
+  cJSON_AddStringToObject(m, "launch", "launch.sh");
+  cJSON *inc = cJSON_AddArrayToObject(m, "include_dirs");
+  cJSON_AddItemToArray(inc, cJSON_CreateString(runtime_include_dir()));
+  if (cuda)
+    cJSON_AddItemToArray(inc,
+                         cJSON_CreateString(arena_printf(a, "%s/cuda", runtime_include_dir())));
+  // The flags the numbers depend on (no FMA contraction; the program's language); the rest
+  // (optimisation, warnings) is the build's choice.
+  cJSON *fl = cJSON_AddArrayToObject(m, "compile_flags");
+  if (cuda) {
+    add_words(fl, a, "-std=c++17");
+    const char *archs = o->cuda_arch && *o->cuda_arch
+                            ? o->cuda_arch
+                            : setting("PIPEC_CUDA_ARCHS", PIPEC_CUDA_ARCHS);
+    char *list = arena_strdup(a, archs), *save = NULL;
+    for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save))
+      cJSON_AddItemToArray(
+          fl, cJSON_CreateString(arena_printf(a, "-gencode=arch=compute_%s,code=sm_%s", t, t)));
+  } else {
+    add_words(fl, a,
+              o->march_native ? "-std=gnu11 -ffp-contract=off -march=native"
+                              : "-std=gnu11 -ffp-contract=off");
+  }
+  cJSON *progs = cJSON_AddArrayToObject(m, "programs");
+  for (int r = 0; r < prog->nranks; r++) {
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddNumberToObject(p, "rank", r);
+    cJSON_AddStringToObject(p, "source", arena_printf(a, "rank%d.%s", r, cuda ? "cu" : "c"));
+    cJSON_AddStringToObject(p, "program", arena_printf(a, "bin/rank%d", r));
+    cJSON_AddItemToObject(p, "link", link_line(prog, o, cuda, a));
+    cJSON_AddItemToArray(progs, p);
+  }
+  char *text = cJSON_Print(m);
+  cJSON_Delete(m);
+  if (!text) {
+    diag_error(d, (Loc){0, 0}, "out of memory writing the manifest");
+    return false;
+  }
+  bool ok = write_atomic(a, arena_printf(a, "%s/pipec-manifest.json", o->out_dir),
+                         arena_printf(a, "%s\n", text), d);
+  free(text);
+  return ok;
+}
+
+// A path in a Make rule: ' ', '#' backslash-escaped, '$' doubled (as GCC's -MD writes them); NULL
+// for a path with a line break, which no Make-style rule can hold.
+static const char *make_path(Arena *a, const char *s) {
+  char *o = arena_alloc(a, 2 * strlen(s) + 1), *q = o;
+  for (; *s; s++) {
+    if (*s == '\n' || *s == '\r') return NULL;
+    if (*s == ' ' || *s == '#') *q++ = '\\';
+    if (*s == '$') *q++ = '$';
+    *q++ = *s;
+  }
+  *q = 0;
+  return o;
+}
+
+bool codegen_depfile(const Program *prog, const CodegenOptions *o, const char *path, Diag *d) {
+  Arena *a = prog->g->arena;
+  const char *ext = strcmp(o->target, "cuda") == 0 ? "cu" : "c";
+  int S = prog->nranks, n = 0;
+  const char **targets = ARENA_ARRAY(a, const char *, 2 * S + 4);
+  if (o->build) {
+    if (S == 1) targets[n++] = arena_printf(a, "%s/bin/train", o->out_dir);
+    for (int r = 0; r < S; r++) targets[n++] = arena_printf(a, "%s/bin/rank%d", o->out_dir, r);
+  }
+  for (int r = 0; r < S; r++) targets[n++] = arena_printf(a, "%s/rank%d.%s", o->out_dir, r, ext);
+  targets[n++] = arena_printf(a, "%s/launch.sh", o->out_dir);
+  if (!o->build) targets[n++] = arena_printf(a, "%s/pipec-manifest.json", o->out_dir);
+  const char *inputs[] = {o->model_path}; // every file pipec read (see the top)
+  char *text = arena_strdup(a, "");
+  for (int i = 0; i < n; i++) {
+    const char *t = make_path(a, targets[i]);
+    if (!t) {
+      diag_error(d, (Loc){0, 0}, "--depfile: the output path '%s' has a line break", targets[i]);
+      return false;
+    }
+    text = arena_printf(a, "%s%s%s", text, i ? " \\\n " : "", t);
+  }
+  text = arena_printf(a, "%s:", text);
+  for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; i++) {
+    const char *p = make_path(a, inputs[i]);
+    if (!p) {
+      diag_error(d, (Loc){0, 0}, "--depfile: the input path '%s' has a line break", inputs[i]);
+      return false;
+    }
+    text = arena_printf(a, "%s \\\n %s", text, p);
+  }
+  return write_atomic(a, path, arena_printf(a, "%s\n", text), d);
+}
