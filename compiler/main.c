@@ -21,6 +21,7 @@
 #include "diag_out.h"
 #include "passes.h"
 #include "pipeline.h"
+#include "plan_out.h"
 
 #ifndef PIPEC_VERSION
 #define PIPEC_VERSION "0.0.0"
@@ -28,7 +29,7 @@
 
 enum { EXIT_MODEL = 1, EXIT_USAGE = 2, MAX_PASSES = 16 };
 // getopt values of the long options without a letter.
-enum { OPT_DIAG_FORMAT = 256, OPT_NO_BUILD, OPT_DEPFILE };
+enum { OPT_DIAG_FORMAT = 256, OPT_NO_BUILD, OPT_DEPFILE, OPT_SVG, OPT_JSON };
 
 typedef struct Driver {
   const char *command;    // check, print, ...
@@ -65,6 +66,8 @@ typedef struct Driver {
   SchedKind sched;        // --schedule (S > 1; default 1f1b)
   int virt;               // --virtual V: stages per rank (interleaved; the partition cuts S x V)
   SchedStats stats;       // S > 1: the lock-step simulation's prediction (schedule's checker)
+  const char *svg;        // plan --svg FILE: the schedule's picture (compiler/plan_out.c) or NULL
+  const char *json;       // plan --json FILE: the plan as data or NULL
 } Driver;
 
 static double now(void) {
@@ -359,6 +362,8 @@ static void usage(FILE *f) {
       "                           nothing (for build systems; docs/build-integration.md)\n"
       "      --depfile FILE       compile, run: also write FILE, a Make-style dependency file\n"
       "                           (the files written, depending on the model file)\n"
+      "      --svg FILE           plan at S > 1: draw the schedule (ranks x predicted time)\n"
+      "      --json FILE          plan at S > 1: the plan as JSON (docs/pipeline.md)\n"
       "      --target TARGET      code generation target: cpu (default), cuda (one .cu\n"
       "                           program per rank built with nvcc; docs/cuda.md)\n"
       "      --cuda-arch LIST     cuda: GPU compute capabilities of the fat binary (default\n"
@@ -569,6 +574,13 @@ static int finish_plan_pipeline(Driver *dr) {
     printf("\n");
     dump_plan(dr, stdout);
   }
+  if (dr->svg || dr->json) { // the picture and the data, at the predicted times
+    SchedStats st;
+    if (!schedule_predict(p, &st, &dr->arena, &dr->diag)) return EXIT_MODEL;
+    const char *name = sched_name(dr->sched);
+    if (dr->svg && !plan_write_svg(p, name, &st, dr->svg, &dr->diag)) return EXIT_MODEL;
+    if (dr->json && !plan_write_json(p, name, &st, dr->json, &dr->diag)) return EXIT_MODEL;
+  }
   return 0;
 }
 
@@ -679,6 +691,8 @@ int main(int argc, char **argv) {
       {"steps", required_argument, NULL, 'S'},
       {"no-build", no_argument, NULL, OPT_NO_BUILD},
       {"depfile", required_argument, NULL, OPT_DEPFILE},
+      {"svg", required_argument, NULL, OPT_SVG},
+      {"json", required_argument, NULL, OPT_JSON},
       {"list-ops", no_argument, NULL, 'L'},
       {"time-passes", no_argument, NULL, 't'},
       {"help", no_argument, NULL, 'h'},
@@ -771,6 +785,13 @@ int main(int argc, char **argv) {
       break;
     case OPT_DEPFILE:
       dr.depfile = optarg;
+      break;
+    case OPT_SVG:
+    case OPT_JSON:
+      if (!*optarg)
+        RETURN(
+            usage_error("--%s: the file name is an empty string", c == OPT_SVG ? "svg" : "json"));
+      *(c == OPT_SVG ? &dr.svg : &dr.json) = optarg;
       break;
     case 'd': // repeated: the lists add up
       dr.dump_after =
@@ -904,6 +925,11 @@ int main(int argc, char **argv) {
                      cmd->name);
   if (!rc && dr.depfile && !*dr.depfile)
     rc = usage_error("%s", "--depfile: the file name is an empty string");
+  if (!rc && (dr.svg || dr.json) && strcmp(cmd->name, "plan") != 0)
+    rc = usage_error("--%s is for 'plan' (got '%s')", dr.svg ? "svg" : "json", cmd->name);
+  if (!rc && (dr.svg || dr.json) && dr.po.stages <= 1 && !dr.po.nsplit)
+    rc = usage_error("--%s draws a pipeline plan: it needs --stages >= 2 (or --split)",
+                     dr.svg ? "svg" : "json");
   // check and print with several stages run the partition and comm passes too (errors, dumps).
   bool multi = dr.po.stages > 1 || dr.po.nsplit;
   int part = find_pass("comm", strlen("comm")), sched = find_pass("schedule", strlen("schedule"));

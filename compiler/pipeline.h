@@ -313,6 +313,8 @@ typedef struct SchedStats {
   double span;   // predicted step time in cost units (the last rank's finishing time)
   int *peak;     // per stage: peak microbatches in flight (F done, B, or W when split, not yet)
   int steps;     // lock-step steps until every rank is done
+  double **t0;   // per rank per action: its predicted start (a RECV: when it completes)
+  double **t1;   // per rank per action: its predicted end (t0 + its cost; 0 for non-compute)
 } SchedStats;
 
 // Per-stage costs of F, B and W in arbitrary units (NULL in schedule_verify: unit costs F = 1,

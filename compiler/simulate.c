@@ -168,6 +168,13 @@ static bool simulate(const Program *p, const StageCost *cost, SchedStats *st, Ar
   bool *held = ARENA_ARRAY(&scratch, bool, (size_t)p->nv *M + 1); // per (v, m): slot taken
   int *last = ARENA_ARRAY(&scratch, int, (size_t)p->nv *M + 1);   // per (v, m): its last action
   schedule_last_actions(p, last);
+  // Per rank per action: predicted start and end (st->t0, t1; from arena a when st wants them).
+  double **t0 = ARENA_ARRAY(st && a ? a : &scratch, double *, S);
+  double **t1 = ARENA_ARRAY(st && a ? a : &scratch, double *, S);
+  for (int r = 0; r < S; r++) {
+    t0[r] = ARENA_ARRAY(st && a ? a : &scratch, double, p->ranks[r].nacts + 1);
+    t1[r] = ARENA_ARRAY(st && a ? a : &scratch, double, p->ranks[r].nacts + 1);
+  }
   double busy = 0;
   bool ok = true;
   int done = 0, t = 0;
@@ -239,7 +246,9 @@ static bool simulate(const Program *p, const StageCost *cost, SchedStats *st, Ar
         slot[x->v][x->m % K] = -1;
         live[x->v]--;
       }
+      t0[r][moved[r]] = clock[r];
       clock[r] += c;
+      t1[r][moved[r]] = clock[r];
       busy += c;
       at[r][moved[r]] = t;
       pc[r]++;
@@ -301,7 +310,9 @@ static bool simulate(const Program *p, const StageCost *cost, SchedStats *st, Ar
     *st = (SchedStats){.bubble = span > 0 ? 1 - busy / (S * span) : 0,
                        .span = span,
                        .peak = a ? peak : NULL,
-                       .steps = t};
+                       .steps = t,
+                       .t0 = a ? t0 : NULL,
+                       .t1 = a ? t1 : NULL};
   }
   if (ok && grid) schedule_grid(p, t, at, NULL, grid);
   arena_free(&scratch);
