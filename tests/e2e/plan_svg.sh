@@ -4,7 +4,8 @@
 # schedule's (--dump-after=schedule) with the printed predicted step and memory, the SVG parses
 # and draws exactly each rank's F / B / W in order at the JSON's predicted times with one arrow
 # per send (plan_check.py); the same input writes the same bytes; bad usage and an unwritable
-# file are one-line errors (exit 2 and 1) that leave no FILE.tmp behind.
+# file are one-line errors (exit 2 and 1) that leave no FILE.tmp behind; docs/img's pictures are
+# what this pipec draws.
 # Usage: plan_svg.sh PIPEC SOURCE_DIR
 source "$(dirname "$0")/lib.sh"
 pipec=$1
@@ -32,6 +33,15 @@ run s2_interleaved --stages 2 --schedule interleaved --virtual 2 --microbatches 
   --json "$tmp/again.json" >/dev/null 2>&1 || bad "again: plan failed"
 check "svg deterministic" cmp -s "$tmp/s2_zbh1.svg" "$tmp/again.svg"
 check "json deterministic" cmp -s "$tmp/s2_zbh1.json" "$tmp/again.json"
+
+# The pictures in docs/img are this pipec's output (regenerate them with the command in
+# docs/pipeline.md, "Pictures and plan data", when the schedules or the cost model change).
+for s in 1f1b zb-h1; do
+  "$pipec" plan $model --stages 2 --batch 96 --microbatches 8 --schedule $s --svg "$tmp/doc_$s.svg" \
+    >/dev/null 2>&1 || bad "docs $s: plan failed"
+  check "docs/img/gpt_char_$s.svg is current" cmp -s docs/img/gpt_char_$s.svg "$tmp/doc_$s.svg"
+done
+check "--help names --svg and --json" bash -c "'$pipec' --help | grep -q -- '--svg FILE' && '$pipec' --help | grep -q -- '--json FILE'"
 
 # Bad usage (exit 2) and write failures (exit 1): one line, no FILE.tmp left.
 hint_re=': error: ' # the compiler's write errors have no HINT line (like codegen's)
