@@ -791,6 +791,9 @@ int main(int argc, char **argv) {
       if (!*optarg)
         RETURN(
             usage_error("--%s: the file name is an empty string", c == OPT_SVG ? "svg" : "json"));
+      if (strncmp(optarg, "--", 2) == 0) // "--svg --json F": the file name was forgotten
+        RETURN(usage_error("--%s: expected a file name, got the option '%s'",
+                           c == OPT_SVG ? "svg" : "json", optarg));
       *(c == OPT_SVG ? &dr.svg : &dr.json) = optarg;
       break;
     case 'd': // repeated: the lists add up

@@ -47,6 +47,9 @@ check "--help names --svg and --json" bash -c "'$pipec' --help | grep -q -- '--s
 hint_re=': error: ' # the compiler's write errors have no HINT line (like codegen's)
 expect "--svg without a file" 2 "^pipec: option '--svg' needs an argument$" \
   "$pipec" plan $model --stages 2 --svg
+expect "--svg followed by an option" 2 "^pipec: --svg: expected a file name, got the option '--json'$" \
+  "$pipec" plan $model --stages 2 --svg --json "$tmp/j.json"
+check "--svg followed by an option: nothing written" test ! -e "$tmp/j.json"
 expect "--json empty" 2 "^pipec: --json: the file name is an empty string$" \
   "$pipec" plan $model --stages 2 --json ""
 expect "--svg at S = 1" 2 "^pipec: --svg draws a pipeline plan: it needs --stages >= 2 \(or --split\)$" \
