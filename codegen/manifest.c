@@ -23,29 +23,12 @@
 #include <cjson/cJSON.h>
 
 #include "codegen.h"
+#include "../compiler/files.h"
 #include "runtime_paths.h"
 
 #ifndef PIPEC_VERSION
 #define PIPEC_VERSION "0.0.0"
 #endif
-
-// Writes text to path through path.tmp renamed over it; false (reported) on an error.
-static bool write_atomic(Arena *a, const char *path, const char *text, Diag *d) {
-  const char *tmp = arena_printf(a, "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
-  if (!f) {
-    diag_error(d, (Loc){0, 0}, "cannot write '%s': %s", tmp, strerror(errno));
-    return false;
-  }
-  bool ok = fputs(text, f) >= 0;
-  ok = fclose(f) == 0 && ok;
-  if (!ok || rename(tmp, path) != 0) {
-    diag_error(d, (Loc){0, 0}, "cannot write '%s': %s", path, strerror(errno));
-    unlink(tmp);
-    return false;
-  }
-  return true;
-}
 
 // A setting CMake gave pipec, unless the environment overrides it (as emit_c.c reads them).
 static const char *setting(const char *env, const char *built) {
@@ -131,8 +114,9 @@ bool codegen_manifest(const Program *prog, const CodegenOptions *o, Diag *d) {
     diag_error(d, (Loc){0, 0}, "out of memory writing the manifest");
     return false;
   }
-  bool ok = write_atomic(a, arena_printf(a, "%s/pipec-manifest.json", o->out_dir),
-                         arena_printf(a, "%s\n", text), d);
+  const char *body = arena_printf(a, "%s\n", text);
+  bool ok = write_file_atomic(arena_printf(a, "%s/pipec-manifest.json", o->out_dir), body,
+                              strlen(body), d);
   free(text);
   return ok;
 }
@@ -182,5 +166,6 @@ bool codegen_depfile(const Program *prog, const CodegenOptions *o, const char *p
     }
     text = arena_printf(a, "%s \\\n %s", text, p);
   }
-  return write_atomic(a, path, arena_printf(a, "%s\n", text), d);
+  const char *line = arena_printf(a, "%s\n", text);
+  return write_file_atomic(path, line, strlen(line), d);
 }

@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 #include <libxml/xmlwriter.h>
 
+#include "files.h"
 #include "plan_out.h"
 
 enum {
@@ -22,28 +23,6 @@ enum {
   SVG_ROW = 40,    // px per rank row
   SVG_BOX = 28,    // px of a box's height
 };
-
-// Writes len bytes to path through path.tmp; false (reported) on an error.
-static bool write_atomic(const char *path, const char *text, size_t len, Diag *d) {
-  char tmp[4096];
-  if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
-    diag_error(d, (Loc){0, 0}, "cannot write '%s': the path is too long", path);
-    return false;
-  }
-  FILE *f = fopen(tmp, "w");
-  if (!f) {
-    diag_error(d, (Loc){0, 0}, "cannot write '%s': %s", path, strerror(errno));
-    return false;
-  }
-  bool ok = fwrite(text, 1, len, f) == len;
-  ok = fclose(f) == 0 && ok;
-  if (!ok || rename(tmp, path) != 0) {
-    diag_error(d, (Loc){0, 0}, "cannot write '%s': %s", path, strerror(errno));
-    unlink(tmp);
-    return false;
-  }
-  return true;
-}
 
 static bool compute(ActionKind k) {
   return k == ACT_F || k == ACT_B || k == ACT_W;
@@ -304,7 +283,8 @@ bool plan_write_svg(const Program *p, const char *sched, const SchedStats *st, c
   if (!ok)
     diag_error(d, (Loc){0, 0}, "cannot write '%s': the SVG writer failed", path);
   else
-    ok = write_atomic(path, (const char *)xmlBufferContent(buf), (size_t)xmlBufferLength(buf), d);
+    ok = write_file_atomic(path, (const char *)xmlBufferContent(buf), (size_t)xmlBufferLength(buf),
+                           d);
   xmlBufferFree(buf);
   return ok;
 }
@@ -402,7 +382,7 @@ bool plan_write_json(const Program *p, const char *sched, const SchedStats *st, 
   }
   size_t n = strlen(txt);
   txt[n] = '\n'; // cJSON_Print's terminator becomes the final newline
-  bool ok = write_atomic(path, txt, n + 1, d);
+  bool ok = write_file_atomic(path, txt, n + 1, d);
   cJSON_free(txt);
   return ok;
 }
