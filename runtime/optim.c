@@ -101,7 +101,3 @@ double pr_sumsq(const float *g, int64_t n) {
   for (; i < n; i++) s += (double)g[i] * (double)g[i];
   return s;
 }
-
-void pr_scale_inplace(float *g, int64_t n, float factor) {
-  for (int64_t i = 0; i < n; i++) g[i] *= factor;
-}

@@ -222,7 +222,6 @@ void pr_sgd_step(float *p, const float *g, float gscale, float *buf, int64_t n, 
 // elements i = j mod 16 of the leading multiple of 16, in ascending order) combined in a fixed
 // tree, then the tail in ascending order. The order depends on n alone.
 double pr_sumsq(const float *g, int64_t n);
-void pr_scale_inplace(float *g, int64_t n, float factor);
 
 // ---------------------------------------------------------------------------------------------
 // Step checks (train.c): a non-finite loss or gradient stops the program before the update.

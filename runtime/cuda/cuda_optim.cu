@@ -1,9 +1,9 @@
 // cuda_optim.cu: AdamW and SGD (optim.c's formulas element for element: float arithmetic, the
-// scalars computed in double on the host and rounded to float, fmaf where optim.c has fmaf), the
-// sum of squares of a gradient and in-place scaling. The sum of squares is a fixed-split double
-// reduction: block i (of PR_CU_THREADS threads) owns elements [i*CHUNK, (i+1)*CHUNK), thread j of
-// it the elements j, j + PR_CU_THREADS, ... in order, combined in block_sum's tree; the block
-// sums are then added in ascending block order by one thread. The split depends on n alone.
+// scalars computed in double on the host and rounded to float, fmaf where optim.c has fmaf) and
+// the sum of squares of a gradient, a fixed-split double reduction: block i (of PR_CU_THREADS
+// threads) owns elements [i*CHUNK, (i+1)*CHUNK), thread j of it the elements j, j +
+// PR_CU_THREADS, ... in order, combined in block_sum's tree; the block sums are then added in
+// ascending block order by one thread. The split depends on n alone.
 #include "cuda_common.cuh"
 
 #define CHUNK ((int64_t)PR_CU_THREADS * 8) // elements per block of the reduction
@@ -100,14 +100,5 @@ __global__ void d2f_k(float *dst, const double *src) {
 }
 void pr_cu_double_to_float(float *dst, const double *src) {
   d2f_k<<<1, 1, 0, pr_cu_s()>>>(dst, src);
-  cudaCheckLaunch();
-}
-
-__global__ void scale_inplace_k(float *g, int64_t n, float f) {
-  GRID_FOR(i, n) g[i] *= f;
-}
-void pr_cu_scale_inplace(float *g, int64_t n, float factor) {
-  if (n <= 0) return;
-  scale_inplace_k<<<pr_cu_blocks(n), PR_CU_THREADS, 0, pr_cu_s()>>>(g, n, factor);
   cudaCheckLaunch();
 }

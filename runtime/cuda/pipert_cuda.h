@@ -216,7 +216,6 @@ void pr_cu_sgd_step(float *p, const float *g, float gscale, float *buf, int64_t 
 // pr_cu_reduce_scratch(n) bytes.
 void pr_cu_sumsq(double *out, const float *g, int64_t n);
 size_t pr_cu_reduce_scratch(int64_t n);
-void pr_cu_scale_inplace(float *g, int64_t n, float factor);
 
 #ifdef __cplusplus
 }

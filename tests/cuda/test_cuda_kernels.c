@@ -442,9 +442,6 @@ static void test_optim(void) {
   }
   compare("sgd_step p (3 steps, momentum)", p, hp, n, BITWISE);
   compare("sgd_step buf", m, hm, n, BITWISE);
-  pr_cu_scale_inplace(p, n, 0.5f);
-  pr_scale_inplace(hp, n, 0.5f);
-  compare("scale_inplace", p, hp, n, BITWISE);
   double *ss = pr_cu_alloc_region("sumsq", 8), gs = 0, gs2 = 0;
   pr_cu_sumsq(ss, g, n);
   pr_cu_download(&gs, ss, 8);
