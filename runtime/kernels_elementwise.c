@@ -243,9 +243,10 @@ static inline float gelu_phi(float v) {
   float q = 0.5f * (t * exp_f(p - z * z));
   return v >= 0.0f ? 1.0f - q : q;
 }
-// d/dx x Phi(x) = Phi(x) + x phi(x), phi(x) = e^{-x^2/2} / sqrt(2 pi)
-static inline float gelu_exact_grad(float v) {
-  return gelu_phi(v) + v * (0.3989422804014327f * exp_f(-0.5f * (v * v))); // = gelu_exact_grad_c
+// d/dx x Phi(x) = Phi(x) + x phi(x), phi(x) = e^{-x^2/2} / sqrt(2 pi); c = Phi(x), the forward's
+// saved factor or recomputed.
+static inline float gelu_exact_grad_c(float v, float c) {
+  return c + v * (0.3989422804014327f * exp_f(-0.5f * (v * v)));
 }
 
 // y = x * c with c = Phi(x) (exact) or s (tanh); c saved for the backward unless cdf is NULL.
@@ -261,20 +262,12 @@ void pr_gelu_fwd(float *restrict y, float *restrict cdf, const float *restrict x
     UNARY_FOR(y[i] = x[i] * gelu_s(x[i]));
 }
 // dy/dx = s + x * s (1 - s) * 2 sqrt(2/pi) (1 + 3 * 0.044715 x^2)
-// (= PyTorch's 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2) with t = 2s - 1)
-static inline float gelu_grad(float v) {
-  float s = gelu_s(v);
-  return s + (v * (s * (1.0f - s))) * ((2.0f * GELU_BETA) * (1.0f + (3.0f * GELU_KAPPA) * (v * v)));
-}
-// The gradients from the forward's saved c (the same expressions with c read, not recomputed:
-// the same bits).
-static inline float gelu_exact_grad_c(float v, float c) {
-  return c + v * (0.3989422804014327f * exp_f(-0.5f * (v * v)));
-}
+// (= PyTorch's 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2) with t = 2s - 1);
+// s the forward's saved factor or recomputed.
 static inline float gelu_grad_c(float v, float s) {
   return s + (v * (s * (1.0f - s))) * ((2.0f * GELU_BETA) * (1.0f + (3.0f * GELU_KAPPA) * (v * v)));
 }
-// cdf: the forward's saved c, or NULL to recompute it.
+// cdf: the forward's saved c, or NULL to recompute it (the same expressions: the same bits).
 void pr_gelu_bwd(float *restrict dx, const float *restrict dy, const float *restrict x,
                  const float *restrict cdf, int64_t n, int exact, int acc) {
   if (cdf) {
@@ -287,13 +280,13 @@ void pr_gelu_bwd(float *restrict dx, const float *restrict dy, const float *rest
     else
       UNARY_FOR(dx[i] = dy[i] * gelu_grad_c(x[i], cdf[i]));
   } else if (exact && acc)
-    UNARY_FOR(dx[i] = dx[i] + dy[i] * gelu_exact_grad(x[i]));
+    UNARY_FOR(dx[i] = dx[i] + dy[i] * gelu_exact_grad_c(x[i], gelu_phi(x[i])));
   else if (exact)
-    UNARY_FOR(dx[i] = dy[i] * gelu_exact_grad(x[i]));
+    UNARY_FOR(dx[i] = dy[i] * gelu_exact_grad_c(x[i], gelu_phi(x[i])));
   else if (acc)
-    UNARY_FOR(dx[i] = dx[i] + dy[i] * gelu_grad(x[i]));
+    UNARY_FOR(dx[i] = dx[i] + dy[i] * gelu_grad_c(x[i], gelu_s(x[i])));
   else
-    UNARY_FOR(dx[i] = dy[i] * gelu_grad(x[i]));
+    UNARY_FOR(dx[i] = dy[i] * gelu_grad_c(x[i], gelu_s(x[i])));
 }
 
 // y (n) = tanh(x); backward from y: dy (1 - y^2)

@@ -219,8 +219,8 @@ START_TEST(test_source_messages) {
 }
 END_TEST
 
-static void expect_path(const char *msg, const char *want) {
-  char *got = diag_message_path(msg);
+// got (malloc'd, freed here) equals want, or both are NULL.
+static void expect_owned(char *got, const char *want) {
   if (want) {
     ck_assert_ptr_nonnull(got);
     ck_assert_str_eq(got, want);
@@ -228,6 +228,10 @@ static void expect_path(const char *msg, const char *want) {
     ck_assert_ptr_null(got);
   }
   free(got);
+}
+
+static void expect_path(const char *msg, const char *want) {
+  expect_owned(diag_message_path(msg), want);
 }
 
 START_TEST(test_message_path) {
@@ -251,14 +255,7 @@ START_TEST(test_message_path) {
 END_TEST
 
 static void expect_hint(const char *msg, const char *want) {
-  char *got = diag_message_hint(msg);
-  if (want) {
-    ck_assert_ptr_nonnull(got);
-    ck_assert_str_eq(got, want);
-  } else {
-    ck_assert_ptr_null(got);
-  }
-  free(got);
+  expect_owned(diag_message_hint(msg), want);
 }
 
 START_TEST(test_message_hint) {
