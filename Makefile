@@ -15,6 +15,7 @@ deps:
 
 deps-test:
 	@scripts/install-deps.sh --with-torch
+	@scripts/setup-test-venv.sh
 
 build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -81,9 +81,11 @@ static void print_usage(const PrOptions *o, const char *doc) {
   if (o->labels)
     printf("  --labels PATH      .npy labels of the --data features (required with --data) [%s]\n",
            o->labels);
-  printf("  --init F           initial parameters from a safetensors file\n");
-  printf("  --save F           write the parameters to a safetensors file at the end\n");
-  printf("  --resume F         resume from a checkpoint (parameters, optimizer state, step)\n");
+  printf(
+      "  --init F|DIR       initial parameters from a safetensors file or a sharded directory\n");
+  printf("  --save F|DIR/      write the parameters to a safetensors file at the end (DIR/: one\n"
+         "                     shard per rank and model.safetensors.index.json)\n");
+  printf("  --resume F|DIR     resume from a checkpoint (parameters, optimizer state, step)\n");
   printf("  --eval-every N     evaluate every N steps, 0 = only at the end [%lld]\n",
          (long long)o->eval_every);
   printf("  --eval-batches N   batches per evaluation, 0 = the whole validation split [%lld]\n",

@@ -24,6 +24,7 @@
 // skipped, their names and shapes still checked). Both refuse a vocabulary that differs from the
 // data's (the character ids would shift).
 #define _FILE_OFFSET_BITS 64
+#include "checkpoint_impl.h"
 #include "pipert.h"
 
 #include <dirent.h>
@@ -38,7 +39,7 @@
 
 #define PATH_CAP 4096
 #define ID_CAP   32
-#define MAX_STEP 9007199254740992LL // 2^53: steps stay exact in the schedule's doubles
+#define MAX_STEP PR_CK_MAX_STEP
 
 static const char *HINT_PAIR =
     "resume from a pair written by one --save (F and F.optim together), or start from the "
@@ -53,38 +54,38 @@ static void optim_path(char *out, const char *f) {
 // ---------------------------------------------------------------------------------------------
 // The save id
 
-static uint64_t mix(uint64_t h, uint64_t w) {
+uint64_t pr_ck_mix(uint64_t h, uint64_t w) {
   h ^= w;
   h *= 0x9e3779b97f4a7c15ULL;
   return h ^ (h >> 29);
 }
 
-static uint64_t hash_refs(uint64_t h, const PrTensorRef *r, int n) {
+uint64_t pr_ck_hash_refs(uint64_t h, const PrTensorRef *r, int n) {
   for (int i = 0; i < n; i++) {
     int64_t numel = 1;
     for (int d = 0; d < r[i].rank; d++) numel *= r[i].shape[d];
-    h = mix(h, pr_hash_name(r[i].name));
-    h = mix(h, (uint64_t)numel);
+    h = pr_ck_mix(h, pr_hash_name(r[i].name));
+    h = pr_ck_mix(h, (uint64_t)numel);
     const float *x = r[i].data;
     int64_t k = 0;
     for (; k + 2 <= numel; k += 2) {
       uint64_t w;
       memcpy(&w, x + k, 8);
-      h = mix(h, w);
+      h = pr_ck_mix(h, w);
     }
     if (k < numel) {
       uint32_t w;
       memcpy(&w, x + k, 4);
-      h = mix(h, w);
+      h = pr_ck_mix(h, w);
     }
   }
   return h;
 }
 
 static void save_id(char *out, const PrCheckpoint *c, int64_t step) {
-  uint64_t h = mix(0x70697065635f636bULL, (uint64_t)step);
-  h = hash_refs(h, c->params, c->nparams);
-  h = hash_refs(mix(h, 0x6f7074696d), c->optim, c->noptim);
+  uint64_t h = pr_ck_mix(0x70697065635f636bULL, (uint64_t)step);
+  h = pr_ck_hash_refs(h, c->params, c->nparams);
+  h = pr_ck_hash_refs(pr_ck_mix(h, 0x6f7074696d), c->optim, c->noptim);
   snprintf(out, ID_CAP, "%016llx", (unsigned long long)h);
 }
 
@@ -154,7 +155,7 @@ static bool roll_forward(Member *tmp, Member *dst) {
 }
 
 // Another running process (a save in progress there).
-static bool alive_elsewhere(long pid) {
+bool pr_ck_alive_elsewhere(long pid) {
   if (pid <= 0 || pid == (long)getpid()) return false;
   return kill((pid_t)pid, 0) == 0 || errno == EPERM;
 }
@@ -187,7 +188,7 @@ static void recover(const char *f, const char *o) {
   Temps *all[2] = {&tp, &to};
   for (int k = 0; k < 2; k++) {
     for (int i = 0; i < all[k]->n; i++)
-      if (!all[k]->m[i].keep && !alive_elsewhere(all[k]->m[i].pid)) unlink(all[k]->m[i].path);
+      if (!all[k]->m[i].keep && !pr_ck_alive_elsewhere(all[k]->m[i].pid)) unlink(all[k]->m[i].path);
     free(all[k]->m);
   }
   if (moved || tp.n || to.n) pr_fsync_dir_of(f);
@@ -197,7 +198,7 @@ static void recover(const char *f, const char *o) {
 // Metadata: step and vocabulary
 
 // A step: decimal digits only, at most MAX_STEP.
-static int64_t parse_step(const char *file, const char *s) {
+int64_t pr_ck_parse_step(const char *file, const char *s) {
   bool ok = s[0] != '\0';
   int64_t v = 0;
   for (const char *p = s; ok && *p; p++) {
@@ -210,7 +211,7 @@ static int64_t parse_step(const char *file, const char *s) {
   return v;
 }
 
-static void vocab_hex(char *out, const char *v, int n) {
+void pr_ck_vocab_hex(char *out, const char *v, int n) {
   for (int i = 0; i < n; i++) snprintf(out + 2 * i, 3, "%02x", (unsigned char)v[i]);
   out[2 * n] = '\0';
 }
@@ -237,7 +238,7 @@ static void fmt_only(char *out, size_t cap, const bool *set, const bool *other) 
 }
 
 // The file's "vocab" (when it has one) against the data's character vocabulary.
-static void check_vocab(const char *path, const PrCheckpoint *c) {
+void pr_ck_check_vocab(const char *path, const PrCheckpoint *c) {
   if (!c->vocab) return;
   char hex[600];
   if (!pr_safetensors_meta(path, "vocab", hex, sizeof hex)) return; // a file from elsewhere
@@ -290,7 +291,7 @@ void pr_checkpoint_recover(const char *path) {
 
 void pr_checkpoint_init(const char *path, const PrCheckpoint *c) {
   pr_safetensors_load(path, c->params, c->nparams, c->tied, false);
-  check_vocab(path, c);
+  pr_ck_check_vocab(path, c);
 }
 
 int64_t pr_checkpoint_resume(const char *path, const PrCheckpoint *c) {
@@ -312,15 +313,15 @@ int64_t pr_checkpoint_resume(const char *path, const PrCheckpoint *c) {
           "%s (save id %s) and %s (save id %s) are not from the same save", path, pid, o, oid);
   prCheck(pr_safetensors_meta(o, "step", ostep, sizeof ostep), HINT_PAIR,
           "%s: no 'step' in its metadata", o);
-  int64_t step = parse_step(o, ostep);
+  int64_t step = pr_ck_parse_step(o, ostep);
   prCheck(pr_safetensors_meta(path, "step", pstep, sizeof pstep), HINT_PAIR,
           "%s: no 'step' in its metadata", path);
-  prCheck(parse_step(path, pstep) == step, HINT_PAIR,
+  prCheck(pr_ck_parse_step(path, pstep) == step, HINT_PAIR,
           "%s (step %s) and %s (step %s) have the same save id but different steps", path, pstep, o,
           ostep);
   pr_safetensors_load(path, c->params, c->nparams, c->tied, false);
   pr_safetensors_load(o, c->optim, c->noptim, NULL, false);
-  check_vocab(path, c);
+  pr_ck_check_vocab(path, c);
   return step;
 }
 
@@ -334,7 +335,7 @@ void pr_checkpoint_save(const char *path, const PrCheckpoint *c, int64_t step) {
   save_id(id, c, step);
   snprintf(stepbuf, sizeof stepbuf, "%lld", (long long)step);
   int nv = c->vocab ? c->nvocab : 0;
-  vocab_hex(hex, c->vocab ? c->vocab : "", nv < 0 ? 0 : nv > 256 ? 256 : nv);
+  pr_ck_vocab_hex(hex, c->vocab ? c->vocab : "", nv < 0 ? 0 : nv > 256 ? 256 : nv);
   const char *meta[6] = {"save_id", id, "step", stepbuf, "vocab", hex};
   snprintf(tp, sizeof tp, "%s.tmp.%ld", path, (long)getpid());
   snprintf(to, sizeof to, "%s.tmp.%ld", o, (long)getpid());

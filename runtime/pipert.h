@@ -387,6 +387,24 @@ int64_t pr_checkpoint_resume(const char *path, const PrCheckpoint *c);
 // Writes the pair so that a crash at any moment leaves the old pair or the new one.
 void pr_checkpoint_save(const char *path, const PrCheckpoint *c, int64_t step);
 
+// Sharded checkpoints (shards.c): a directory of per-rank shards and two indexes in the Hugging
+// Face convention (model.safetensors.index.json, optimizer.safetensors.index.json), readable at
+// any rank count. Paths that name one: a path ending in '/', an index, and to read, a directory.
+// True when path names a sharded checkpoint; dir receives its directory (no trailing '/').
+bool pr_shards_dir(const char *path, bool reading, char *dir, size_t cap);
+// Creates dir when missing; stops the program unless files can be created in it.
+void pr_shards_check_writable(const char *dir);
+// Completes an interrupted save in dir and removes what earlier saves left (the save rank only).
+void pr_shards_recover(const char *dir);
+// This rank's parameters from dir's shards (any save, PyTorch's too; no save id needed).
+void pr_shards_init(const char *dir, const PrCheckpoint *c);
+// Parameters, optimizer state and step; refuses shards and indexes of different saves.
+int64_t pr_shards_resume(const char *dir, const PrCheckpoint *c);
+// Collective over comm (NULL: one rank): each rank writes the tensors owner_p / owner_o assign
+// to it (NULL: all to rank 0), the save rank the indexes and the commit.
+void pr_shards_save(const char *dir, const PrCheckpoint *c, const int *owner_p, const int *owner_o,
+                    int64_t step, const PrComm *comm);
+
 // ---------------------------------------------------------------------------------------------
 // Command line of generated programs (args.c)
 

@@ -279,7 +279,17 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
     return rc;
   }
   // Outputs are checked before any work: a run must not train for hours, then fail to save.
-  if (o.save && saver) pr_checkpoint_check_writable(o.save);
+  // A directory (--save DIR/) is a sharded checkpoint: every rank writes its own tensors.
+  static char save_dir[PATH_MAX + 1], load_dir[PATH_MAX + 1];
+  const char *load = o.resume ? o.resume : o.init;
+  const bool sharded_save = o.save && pr_shards_dir(o.save, false, save_dir, sizeof save_dir);
+  const bool sharded_load = load && pr_shards_dir(load, true, load_dir, sizeof load_dir);
+  if (o.save && saver) {
+    if (sharded_save)
+      pr_shards_check_writable(save_dir);
+    else
+      pr_checkpoint_check_writable(o.save);
+  }
   if (o.loss_log && saver) pr_check_writable(o.loss_log, "--loss-log");
   if (p->open_data) {
     prCheck(o.data != NULL, "pass --data FILE", "no training data");
@@ -325,17 +335,24 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   }
   PrCheckpoint ck = {refs, tied, n, orefs, nopt, p->vocab, p->nvocab ? *p->nvocab : 0, false};
   // The save rank's view of the file (staging for what other ranks hold) exists before training.
-  PrTensorRef *srefs = comm && o.save ? save_refs(refs, n, orefs, oparam, nopt, saver) : NULL;
+  PrTensorRef *srefs =
+      comm && o.save && !sharded_save ? save_refs(refs, n, orefs, oparam, nopt, saver) : NULL;
   int64_t start = 0;
   if (o.resume) {
     if (comm) { // one rank completes an interrupted save; then all read the consistent pair
-      if (saver) pr_checkpoint_recover(o.resume);
+      if (saver && sharded_load)
+        pr_shards_recover(load_dir);
+      else if (saver)
+        pr_checkpoint_recover(o.resume);
       comm->transport->barrier();
       ck.recovered = true;
     }
-    start = pr_checkpoint_resume(o.resume, &ck);
+    start = sharded_load ? pr_shards_resume(load_dir, &ck) : pr_checkpoint_resume(o.resume, &ck);
   } else if (o.init) {
-    pr_checkpoint_init(o.init, &ck);
+    if (sharded_load)
+      pr_shards_init(load_dir, &ck);
+    else
+      pr_checkpoint_init(o.init, &ck);
   } else if (dv) {
     init_on_host(p, o.seed);
   } else {
@@ -389,9 +406,20 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   run.step_ms = NULL;
   if (o.save) {
     if (dv) sync_state(p, false);
+    if (sharded_save) { // each tensor in its home rank's shard
+      int *owner = comm ? calloc((size_t)(n + nopt) + 1, sizeof *owner) : NULL;
+      prCheck(!comm || owner, "the machine is out of memory", "cannot build the checkpoint");
+      for (int k = 0; comm && k < n + nopt; k++)
+        owner[k] = p->params[k < n ? k : oparam[k - n]].home;
+      pr_shards_save(save_dir, &ck, owner, owner ? owner + n : NULL, start + done, comm);
+      free(owner);
+      if (!o.quiet && saver)
+        printf("saved %s/ (%d shards and model.safetensors.index.json, optimizer state beside)\n",
+               save_dir, comm ? comm->nranks : 1);
+    }
     // Every tensor the save rank lacks comes from its home rank, in file order.
-    if (comm) pr_pipe_transfer(&run.pipe, srefs, run.sparam, n + nopt);
-    if (saver) {
+    if (comm && !sharded_save) pr_pipe_transfer(&run.pipe, srefs, run.sparam, n + nopt);
+    if (saver && !sharded_save) {
       PrCheckpoint sck = ck;
       if (srefs) sck.params = srefs, sck.optim = srefs + n;
       pr_checkpoint_save(o.save, &sck, start + done);

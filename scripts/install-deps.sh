@@ -2,7 +2,8 @@
 # Installs the Debian packages pipec needs to build and test, and only those that are missing.
 #
 # Usage: scripts/install-deps.sh [--with-torch] [--with-blis]
-#   --with-torch  also install python3-torch and python3-numpy (PyTorch parity tests, benchmarks).
+#   --with-torch  also install python3-torch, python3-numpy (PyTorch parity tests, benchmarks) and
+#                 python3-venv (scripts/setup-test-venv.sh).
 #   --with-blis   also install BLIS (libblis-dev, libblis4-serial: bench/blas_compare.sh's candidate;
 #                 pipec itself links OpenBLAS).
 #
@@ -15,7 +16,7 @@ pkgs=(cmake make gcc pkg-config libcjson-dev libxml2-dev zlib1g-dev check libope
 optional=()
 for arg in "$@"; do
   case $arg in
-  --with-torch) optional+=(python3-torch python3-numpy) ;;
+  --with-torch) optional+=(python3-torch python3-numpy python3-venv) ;;
   --with-blis) optional+=(libblis-dev libblis4-serial) ;;
   *) echo "usage: $0 [--with-torch] [--with-blis]" >&2 && exit 2 ;;
   esac
