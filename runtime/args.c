@@ -96,6 +96,9 @@ static void print_usage(const PrOptions *o, const char *doc) {
          o->threads);
   printf("  --loss-log F       write \"step loss\" per step to F\n");
   printf("  --quiet            no progress lines\n");
+  printf(
+      "  --stats            pipeline: per-rank statistics every log interval (compute, waits,\n"
+      "                     bytes); the whole run's table is printed at the end unless --quiet\n");
   printf("  --timeout SECONDS  pipelines: stop the job when a message takes longer, 0 = never "
          "[%g]\n",
          o->timeout);
@@ -125,6 +128,7 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
     O_THREADS,
     O_LOSS_LOG,
     O_QUIET,
+    O_STATS,
     O_GRADCHECK,
     O_TIMEOUT,
     O_HELP
@@ -145,6 +149,7 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
       {"threads", required_argument, NULL, O_THREADS},
       {"loss-log", required_argument, NULL, O_LOSS_LOG},
       {"quiet", no_argument, NULL, O_QUIET},
+      {"stats", no_argument, NULL, O_STATS},
       {"gradcheck", no_argument, NULL, O_GRADCHECK},
       {"timeout", required_argument, NULL, O_TIMEOUT},
       {"help", no_argument, NULL, O_HELP},
@@ -212,6 +217,9 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
       break;
     case O_QUIET:
       o->quiet = true;
+      break;
+    case O_STATS:
+      o->stats = true;
       break;
     case O_GRADCHECK:
       o->gradcheck = true;

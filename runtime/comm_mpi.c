@@ -106,8 +106,11 @@ void pr_comm_wait_recv(int c, int m, const char *action) {
   const PrChannel *ch = &mpi.c->ch[c];
   prCheck(*r != MPI_REQUEST_NULL, "a bug in the generated program",
           "pr_comm_wait_recv: '%s' microbatch %d was never posted (%s)", ch->tensor, m, action);
+  double t = pr_now();
   wait_request(r, "for tensor '%s' microbatch %d from rank %d (%s)", ch->tensor, m, ch->peer,
                action);
+  pr_stats.recv_wait += pr_now() - t;
+  pr_stats.received += ch->bytes;
 }
 
 void pr_comm_send(int c, int m, const void *buf) {
@@ -118,13 +121,16 @@ void pr_comm_send(int c, int m, const void *buf) {
   pr_mpi_check(MPI_Isend(buf, (int)ch->bytes, MPI_BYTE, ch->peer, ch->tag * mpi.c->nmicro + m,
                          MPI_COMM_WORLD, r),
                "MPI_Isend");
+  pr_stats.sent += ch->bytes;
 }
 
 void pr_comm_wait_send(int c, int m) {
   MPI_Request *r = request(c, m, true, "pr_comm_wait_send");
   if (*r == MPI_REQUEST_NULL) return; // never sent, or already completed
   const PrChannel *ch = &mpi.c->ch[c];
+  double t = pr_now();
   wait_request(r, "to send tensor '%s' microbatch %d to rank %d", ch->tensor, m, ch->peer);
+  pr_stats.send_wait += pr_now() - t;
 }
 
 void pr_comm_wait_sends(void) {

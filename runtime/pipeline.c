@@ -8,7 +8,8 @@
 // others), the first of those with a non-finite gradient (-1)] to one all-gather; then every rank
 // sums the squared norm over all parameters in canonical order, each term from its home, adding
 // exactly the terms pr_grad_norm2 adds at S = 1 (the zeros of the others change no bit), so the
-// norm, the checks and the clipping decide the same everywhere and the same as one rank. The
+// norm, the checks and the clipping decide the same everywhere and the same as one rank. Each
+// rank's runtime statistics (pr_stats_snapshot) follow its entries, for the --stats table. The
 // checkpoint transfers move every tensor save_rank does not hold from its home, in table order.
 #include "pipeline.h"
 
@@ -19,7 +20,7 @@
 
 void pr_pipe_start(PrPipe *pp, const PrProgram *p) {
   const PrComm *c = p->comm;
-  int n = p->nparams, w = n + 2;
+  int n = p->nparams, w = n + 2 + PR_STAT_N;
   *pp = (PrPipe){.c = c, .params = p->params, .n = n, .dev = p->device};
   pp->mine = calloc((size_t)w, sizeof(double));
   pp->all = calloc((size_t)w * (size_t)c->nranks, sizeof(double));
@@ -52,7 +53,7 @@ unsigned char pr_pipe_flags(const PrParam *q) {
 
 void pr_pipe_step_end(PrPipe *pp, double local_loss, double *loss, double *norm2, int *first_bad) {
   const PrComm *c = pp->c;
-  int n = pp->n, w = n + 2;
+  int n = pp->n, w = n + 2 + PR_STAT_N;
   pp->mine[0] = local_loss;
   int bad = -1;
   for (int i = 0; i < n; i++) {
@@ -68,7 +69,10 @@ void pr_pipe_step_end(PrPipe *pp, double local_loss, double *loss, double *norm2
     }
   }
   pp->mine[n + 1] = bad;
+  pr_stats_snapshot(pp->mine + n + 2); // every rank's statistics ride along (stats.c)
+  double t = pr_now();
   c->transport->allgather(pp->mine, pp->all, w);
+  pr_stats.sync += pr_now() - t;
   double sum = 0;
   for (int i = 0; i < n; i++) sum += pp->all[(size_t)pp->params[i].home * (size_t)w + 1 + i];
   *norm2 = sum;

@@ -23,7 +23,13 @@ void pr_pipe_start(PrPipe *pp, const PrProgram *p);
 // The step end's all-gather (collective): the report rank's loss, the squared global gradient
 // norm summed in canonical order (bitwise pr_grad_norm2's at S = 1), and the first parameter
 // with a non-finite gradient (-1: none).
+// Rank r's statistics snapshot (PR_STAT_N entries, taken before the all-gather) is at
+// pp->all + r * pr_pipe_width(pp) + pp->n + 2 afterwards.
 void pr_pipe_step_end(PrPipe *pp, double local_loss, double *loss, double *norm2, int *first_bad);
+// Doubles per rank in pp->all.
+static inline int pr_pipe_width(const PrPipe *pp) {
+  return pp->n + 2 + PR_STAT_N;
+}
 // After a failed check that every rank found: the report rank returns at once (to print the error
 // and abort the job); the others wait for that abort for some seconds, then return.
 void pr_pipe_await_abort(const PrComm *c);

@@ -406,6 +406,38 @@ void pr_shards_save(const char *dir, const PrCheckpoint *c, const int *owner_p, 
                     int64_t step, const PrComm *comm);
 
 // ---------------------------------------------------------------------------------------------
+// Runtime statistics of a pipeline job (stats.c): the transports add to pr_stats.
+
+typedef struct PrStats {
+  double t0;        // pr_now() at the last reset
+  double recv_wait; // seconds the host waited for receives (pr_comm_wait_recv)
+  double send_wait; // seconds the host waited for sends to complete (pr_comm_wait_send[s])
+  double sync;      // seconds in the step end's all-gather (loss, norm, checks)
+  int64_t sent;     // bytes sent (activations, gradients, tied-parameter exchanges)
+  int64_t received; // bytes received
+} PrStats;
+extern PrStats pr_stats;
+
+enum {               // a snapshot's entries (pr_stats_snapshot)
+  PR_STAT_ELAPSED,   // seconds since the reset
+  PR_STAT_RECV_WAIT, // pr_stats.recv_wait
+  PR_STAT_SEND_WAIT, // pr_stats.send_wait
+  PR_STAT_SYNC,      // pr_stats.sync
+  PR_STAT_SENT,      // pr_stats.sent (bytes)
+  PR_STAT_RECEIVED,  // pr_stats.received (bytes)
+  PR_STAT_N
+};
+
+// Zeroes the counters and starts the clock (after the warm-up step).
+void pr_stats_reset(void);
+// The counters now: PR_STAT_N doubles.
+void pr_stats_snapshot(double *out);
+// The table of (now - before) / steps for every rank: rank r's snapshot at now + r * now_stride
+// (before: NULL for zeros), "statistics WHAT, per step: N steps" above it.
+void pr_stats_print(FILE *out, const char *what, int64_t steps, int nranks, const double *now,
+                    int now_stride, const double *before, int before_stride);
+
+// ---------------------------------------------------------------------------------------------
 // Command line of generated programs (args.c)
 
 typedef struct PrOptions {
@@ -424,6 +456,7 @@ typedef struct PrOptions {
   int threads;          // --threads (OpenBLAS and kernels), 0 = leave as is
   const char *loss_log; // --loss-log FILE: one line per step "step loss" (tests, parity)
   bool quiet;           // --quiet: no progress lines
+  bool stats;           // --stats: a pipeline's per-rank statistics every log interval
   bool gradcheck;       // --gradcheck: finite-difference check of the gradients, then exit
   double timeout;       // --timeout SECONDS: the longest wait for a message (0 = off)
   bool timeout_set;     // timeout holds a choice (else pr_parse_args sets PR_DEFAULT_TIMEOUT)

@@ -140,6 +140,7 @@ static struct {
   PrTensorRef *srefs;        // pipeline, --save: refs and orefs (the save rank's staged, save_refs)
   int *sparam;               // pipeline, --save: the parameter of each of srefs
   float *staging;            // pipeline, save rank: the staging buffer
+  double *stats_prev;        // pipeline, --stats: every rank's snapshot at the last table
   PrPipe pipe;               // pipeline: the step end's state
   char *mirror[PR_NREGIONS]; // device programs: host mirrors of the params and optimizer regions
 } run;
@@ -369,6 +370,13 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   // overwrite every buffer it writes (microbatch 0 does not accumulate, the step-end sums
   // overwrite); parameters and optimizer state are untouched, so no number changes.
   (void)p->train_step(start, o.seed);
+  // Statistics from here (pipeline jobs): the snapshot of the last --stats table, per rank.
+  const int sw = comm ? pr_pipe_width(&run.pipe) : 0, nr = comm ? comm->nranks : 0;
+  double *stats_prev = run.stats_prev =
+      comm ? calloc((size_t)nr * PR_STAT_N + 1, sizeof(double)) : NULL;
+  prCheck(!comm || stats_prev, "the machine is out of memory", "cannot allocate the statistics");
+  int64_t stats_step = start;
+  pr_stats_reset();
   double t0 = pr_now();
   int64_t done = 0;
   // Step times of at most the first 2^20 steps (8 MiB): --steps may be up to 2^63 - 1.
@@ -388,8 +396,25 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
       pr_log_step(step + 1, o.steps, loss, lr, (double)done * p->items_per_step / el, p->item_unit,
                   el, el / (double)done * (double)(o.steps - step - 1));
     }
-    if ((o.eval_every && (step + 1) % o.eval_every == 0) || step + 1 == o.steps)
+    if (o.stats && comm && reporter && (step + 1) % o.log_every == 0) {
+      // Every rank's snapshot came with this step's end (up to its all-gather): the interval's.
+      const double *now = run.pipe.all + run.pipe.n + 2;
+      char what[64];
+      snprintf(what, sizeof what, "of steps %lld..%lld", (long long)stats_step + 1,
+               (long long)step + 1);
+      pr_stats_print(stdout, what, step + 1 - stats_step, nr, now, sw,
+                     stats_step > start ? stats_prev : NULL, PR_STAT_N);
+      for (int r = 0; r < nr; r++)
+        memcpy(stats_prev + r * PR_STAT_N, now + (size_t)r * sw, sizeof(double) * PR_STAT_N);
+      stats_step = step + 1;
+    }
+    if ((o.eval_every && (step + 1) % o.eval_every == 0) || step + 1 == o.steps) {
+      PrStats keep = pr_stats; // evaluation is not training: out of the statistics
+      double te = pr_now();
       evaluate(p, o.eval_batches, step + 1);
+      pr_stats = keep;
+      pr_stats.t0 += pr_now() - te;
+    }
   }
   // A loss log that could not be written in full (disk full) fails the run, after the save.
   bool loss_log_bad = false;
@@ -404,6 +429,17 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
            (long long)((done < timed ? done : timed) - 5));
   free(step_ms);
   run.step_ms = NULL;
+  if (comm && done > 0) { // the whole run's statistics, exact to the last step's end
+    double mine[PR_STAT_N], *all = calloc((size_t)nr * PR_STAT_N, sizeof(double));
+    prCheck(all != NULL, "the machine is out of memory", "cannot allocate the statistics");
+    pr_stats_snapshot(mine);
+    comm->transport->allgather(mine, all, PR_STAT_N);
+    if (!o.quiet && reporter)
+      pr_stats_print(stdout, "of the run", done, nr, all, PR_STAT_N, NULL, 0);
+    free(all);
+  }
+  free(stats_prev);
+  run.stats_prev = NULL;
   if (o.save) {
     if (dv) sync_state(p, false);
     if (sharded_save) { // each tensor in its home rank's shard

@@ -223,7 +223,7 @@ void pr_cu_comm_wait_recv(int c, int m, const char *action) {
   prCheck(s->state != IDLE && s->state != WAITED, HINT_BUG,
           "pr_cu_comm_wait_recv: '%s' microbatch %d was never posted (%s)", ch->tensor, m, action);
   s->action = action;
-  double t0 = nx.timeout > 0 ? pr_now() : 0;
+  double t0 = nx.timeout > 0 ? pr_now() : 0, tw = pr_now();
   for (long polls = 0; s->state == POSTED; polls++) {
     pr_cu_comm_progress();
     if (s->state != POSTED) break;
@@ -245,6 +245,8 @@ void pr_cu_comm_wait_recv(int c, int m, const char *action) {
   flush(); // this receive and the sends queued since the last flush, one group per link
   cudaCheck(cudaStreamWaitEvent(compute(), s->done, 0));
   s->state = WAITED;
+  pr_stats.recv_wait += pr_now() - tw; // the host's wait for the announcement; the data's is the
+  pr_stats.received += ch->bytes;      // device's (compute waits for the receive's event)
 }
 
 // Waits (under the watchdog) until send slot s's announcement of (ch, m) to the peer is out:
@@ -272,6 +274,7 @@ void pr_cu_comm_send(int c, int m, const void *buf) {
   pr_mpi_check(MPI_Isend(&s->note, 1, MPI_INT64_T, ch->peer, TAG_NOTE, nx.ctl, &s->req),
                "MPI_Isend");
   queue(index_of(s));
+  pr_stats.sent += ch->bytes;
 }
 
 void pr_cu_comm_wait_send(int c, int m) {
