@@ -69,6 +69,14 @@ void emit_rank_loaders(E *e);
 bool emit_rank_train_step(E *e, Diag *d);
 void emit_rank_eval(E *e);
 
+// --predict: the tensor this rank copies into PrEvalBatch.out after eval_batch's forward (the
+// model's first output, or its received copy on the loss stage; a float32 tensor whose first
+// dimension alone carries the batch), NULL on every rank but the one that holds it; *name
+// receives the output's name either way (NULL when the model has no such output). emit_c.c.
+const Tensor *predict_output(E *e, const Tensor **name);
+// The line that copies it ("" for NULL), after the forward of a batch of `valid` samples.
+const char *predict_copy(E *e, const Tensor *t);
+
 // The CUDA target (emit_cuda.c): the kernel's name on the target (pr_X -> pr_cu_X; the CPU's
 // unchanged); the device helpers (dev_scalar, scratch_bytes, cu_ws and ws_bytes, the data
 // inputs' host staging stage_x / stage_y); the pointer a data loader writes input t into (its

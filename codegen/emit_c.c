@@ -347,6 +347,38 @@ static void emit_data(E *e) {
   if (e->multi) emit_rank_loaders(e); // S > 1: each stage loads what it holds
 }
 
+const Tensor *predict_output(E *e, const Tensor **name) {
+  const Tensor *t = e->g->noutputs ? e->g->outputs[0] : NULL;
+  bool ok = t && t->dtype == DT_F32 && t->shape.rank >= 1 && t->shape.d[0].b == 1;
+  for (int d = 1; ok && d < t->shape.rank; d++) ok = t->shape.d[d].b == 0;
+  *name = ok ? t : NULL;
+  if (!ok) return NULL;
+  if (!e->multi) return t;
+  // S > 1: the loss stage's copy when it has one (its own or received), else the producer's.
+  const Program *P = e->prog;
+  int lv = -1, home = -1;
+  for (int v = 0; v < P->nv; v++)
+    if (P->vs[v].has_loss) lv = v;
+  const Tensor *at_loss = NULL;
+  if (lv >= 0 && t->producer && P->vstage_of_node[t->producer->id] == lv) at_loss = t;
+  for (int c = 0; !at_loss && lv >= 0 && c < P->nch; c++)
+    if (P->ch[c].t == t && P->ch[c].to_v == lv) at_loss = P->ch[c].dst;
+  if (at_loss)
+    home = P->vs[lv].rank;
+  else if (t->producer)
+    home = P->vs[P->vstage_of_node[t->producer->id]].rank;
+  if (home != e->rp->rank) return NULL;
+  return at_loss ? at_loss : t;
+}
+
+const char *predict_copy(E *e, const Tensor *t) {
+  if (!t) return "";
+  int64_t per = 1; // floats per sample
+  for (int d = 0; d < t->shape.rank; d++) per *= t->shape.d[d].n;
+  return arena_printf(e->a, "  if (r->out) %s(r->out, %s, (size_t)valid * %lld * sizeof(float));\n",
+                      e->cuda ? "pr_cu_download" : "memcpy", tid(e, t), (long long)per);
+}
+
 // Evaluation batches: how many, and one batch's loss (and correct predictions for classifiers).
 static void emit_eval(E *e) {
   const TrainConfig *tc = e->tc;
@@ -382,6 +414,8 @@ static void emit_eval(E *e) {
   // by them.
   out(e, "  loss_rows = valid;\n");
   print_forward(e, "  ");
+  const Tensor *pname;
+  out(e, "%s", predict_copy(e, predict_output(e, &pname)));
   out(e, "  loss_rows = MB;\n  r->loss = %s;\n  r->weight = (double)valid;\n", cu_scalar(e, loss));
   if (classify)
     out(e, "  r->correct = %s(%s, %s, valid, %lld);\n  r->seen = valid;\n",
@@ -463,8 +497,8 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
     out(e, "#include <stdbool.h>\n#include <stdint.h>\n#include <string.h>\n\n"
            "extern \"C\" {\n#include \"pipert.h\"\n}\n#include \"pipert_cuda.h\"\n\n");
   else
-    out(e, "#include <stdbool.h>\n#include <stdint.h>\n%s\n#include \"pipert.h\"\n\n",
-        e->multi ? "#include <string.h>\n" : "");
+    out(e, "#include <stdbool.h>\n#include <stdint.h>\n#include <string.h>\n\n#include "
+           "\"pipert.h\"\n\n");
   out(e, "#define MB %lld // microbatch size (the batch symbol %s)\n", (long long)tc->mb_size,
       comment(e, g->batch_sym));
   out(e, "#define NMICRO %lld // microbatches per step\n\n", (long long)tc->microbatches);
@@ -568,6 +602,14 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
   if (!e->multi && !e->cuda)
     out(e, "    .gradcheck_begin = gradcheck_begin,\n    .gradcheck_grads = gradcheck_grads,\n"
            "    .gradcheck_loss = gradcheck_loss,\n");
+  const Tensor *pname, *pt = predict_output(e, &pname);
+  if (pname) { // --predict: the first output, per sample
+    out(e, "    .output_name = %s,\n    .output_dims = %d,\n    .output_shape = {",
+        cstring(e, pname->name), pname->shape.rank);
+    for (int d = 0; d < pname->shape.rank; d++)
+      out(e, "%s%lld", d ? ", " : "", (long long)pname->shape.d[d].n);
+    out(e, "},\n    .output_batch = MB,\n    .output_here = %s,\n", pt ? "true" : "false");
+  }
   if (e->multi) out(e, "    .comm = &comm,\n");
   if (e->cuda) out(e, "    .device = &pr_device_cuda,\n    .device_scratch = scratch_bytes,\n");
   out(e, "};\n\n");

@@ -430,11 +430,12 @@ void emit_rank_eval(E *e) {
   if (tokens)
     out(e,
         "  double weight = 1;\n"
+        "  int64_t valid = MB;\n"
         "  if (!whole) {\n"
         "    pr_tokens_batch(&data, PR_VAL, 0x5eed, k, 0, MB, SEQ, %s, %s);%s\n"
         "  } else {\n"
-        "    int64_t valid = pr_tokens_val_seq_batch(&data, k, MB, SEQ, %s, %s);%s\n"
-        "    loss_rows = valid;\n    weight = (double)valid;\n  }\n",
+        "    valid = pr_tokens_val_seq_batch(&data, k, MB, SEQ, %s, %s);%s\n"
+        "    loss_rows = valid;\n    weight = (double)valid;\n  }\n  (void)valid;\n",
         X, Y, up, X, Y, up);
   else
     out(e,
@@ -463,6 +464,8 @@ void emit_rank_eval(E *e) {
       out(e, "  %s\n", send_text(e, st->send_of[c], 0, ch->t));
     }
   }
+  const Tensor *pname;
+  out(e, "%s", predict_copy(e, predict_output(e, &pname)));
   out(e, "  pr_comm_wait_sends();\n  loss_rows = MB;\n  r->weight = weight;\n");
   // The logits the accuracy counts: the loss stage's own, or its received copy (a cut between
   // them and the loss).

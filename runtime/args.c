@@ -129,6 +129,8 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
     O_LOSS_LOG,
     O_QUIET,
     O_STATS,
+    O_PREDICT,
+    O_OUT,
     O_GRADCHECK,
     O_TIMEOUT,
     O_HELP
@@ -150,6 +152,8 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
       {"loss-log", required_argument, NULL, O_LOSS_LOG},
       {"quiet", no_argument, NULL, O_QUIET},
       {"stats", no_argument, NULL, O_STATS},
+      {"predict", required_argument, NULL, O_PREDICT},
+      {"out", required_argument, NULL, O_OUT},
       {"gradcheck", no_argument, NULL, O_GRADCHECK},
       {"timeout", required_argument, NULL, O_TIMEOUT},
       {"help", no_argument, NULL, O_HELP},
@@ -221,6 +225,12 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
     case O_STATS:
       o->stats = true;
       break;
+    case O_PREDICT:
+      o->predict = parse_path("predict", a);
+      break;
+    case O_OUT:
+      o->out = parse_path("out", a);
+      break;
     case O_GRADCHECK:
       o->gradcheck = true;
       break;
@@ -247,4 +257,13 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
     usage_error("--data: give --labels FILE too (the model's labels '%s' belong to its own "
                 "features)",
                 o->labels);
+  if (has_labels && o->predict && !labels_given)
+    usage_error("--predict: give --labels FILE too (the .npy table's labels; they are read and "
+                "checked, not used)");
+  if (o->predict && !o->out) usage_error("--predict: give --out FILE.npy (where the outputs go)");
+  if (o->out && !o->predict) usage_error("--out: only --predict DATA writes outputs");
+  if (o->predict && o->save) usage_error("--predict trains nothing: drop --save");
+  if (o->predict && o->gradcheck) usage_error("--predict and --gradcheck: choose one");
+  if (o->predict && !o->init && !o->resume)
+    usage_error("--predict: give the trained parameters with --init F (or --resume F)");
 }

@@ -84,7 +84,15 @@ static unsigned char *read_all(const char *path, const char *what, size_t *size)
 // ---------------------------------------------------------------------------------------------
 // Token streams
 
+bool pr_data_predict;
+char pr_data_predict_vocab[256];
+int pr_data_predict_nvocab;
+
 static void split_tokens(PrTokens *t, const char *path, double frac) {
+  if (pr_data_predict) { // the whole stream in order
+    t->n_train = 0;
+    return;
+  }
   double nt = floor((double)t->n * frac);
   t->n_train = (int64_t)nt;
   prCheck(t->n_train >= 1, "use a larger file or a larger training fraction",
@@ -100,6 +108,30 @@ void pr_tokens_open_text(PrTokens *t, const char *path, double train_frac) {
   prCheck(n > 0, "give a non-empty text file", "%s: the file is empty", path);
   int present[256] = {0};
   for (size_t i = 0; i < n; i++) present[buf[i]] = 1;
+  if (pr_data_predict && pr_data_predict_nvocab > 0) { // the checkpoint's vocabulary
+    bool in[256] = {false};
+    for (int k = 0; k < pr_data_predict_nvocab; k++)
+      in[(unsigned char)pr_data_predict_vocab[k]] = true;
+    for (size_t i = 0; i < n; i++)
+      if (!in[buf[i]]) {
+        unsigned char c = buf[i];
+        free(buf);
+        if (c > 0x20 && c < 0x7f)
+          pr_fail(__FILE__, __LINE__,
+                  "predict on text made of the characters the model was trained on",
+                  "%s: byte offset %zu: character '%c' is not in the checkpoint's vocabulary (%d "
+                  "characters)",
+                  path, i, c, pr_data_predict_nvocab);
+        pr_fail(__FILE__, __LINE__,
+                "predict on text made of the characters the model was trained on",
+                "%s: byte offset %zu: byte 0x%02x is not in the checkpoint's vocabulary (%d "
+                "characters)",
+                path, i, c, pr_data_predict_nvocab);
+      }
+    memcpy(present, (int[256]){0}, sizeof present);
+    for (int k = 0; k < pr_data_predict_nvocab; k++)
+      present[(unsigned char)pr_data_predict_vocab[k]] = 1;
+  }
   int id[256];
   int vocab = 0;
   for (int c = 0; c < 256; c++) {
@@ -167,7 +199,7 @@ void pr_tokens_batch(const PrTokens *t, int split, uint64_t seed, int64_t step, 
 }
 
 void pr_tokens_check_windows(const PrTokens *t, const char *path, int64_t T) {
-  for (int split = PR_TRAIN; split <= PR_VAL; split++) {
+  for (int split = pr_data_predict ? PR_VAL : PR_TRAIN; split <= PR_VAL; split++) {
     int64_t n_split = split == PR_TRAIN ? t->n_train : t->n - t->n_train;
     prCheck(n_split >= T + 1,
             "use more data, a smaller context length, or a different training fraction",
@@ -236,7 +268,7 @@ static void shuffle_split(PrTable *t, const char *path, double frac, uint64_t se
           "out of memory shuffling '%s'", path);
   for (int64_t i = 0; i < rows; i++) perm[i] = i;
   uint64_t s = seed ^ K_SHUFFLE;
-  for (int64_t i = rows - 1; i >= 1; i--) {
+  for (int64_t i = rows - 1; !pr_data_predict && i >= 1; i--) { // --predict: file order
     int64_t j = (int64_t)(pr_splitmix64(&s) % (uint64_t)(i + 1));
     int64_t tmp = perm[i];
     perm[i] = perm[j];
@@ -254,6 +286,10 @@ static void shuffle_split(PrTable *t, const char *path, double frac, uint64_t se
   t->x = x;
   t->y = y;
   t->classes = maxl + 1;
+  if (pr_data_predict) { // every row, in file order, is "validation"
+    t->n_train = 0;
+    return;
+  }
   t->n_train = (int64_t)floor((double)rows * frac);
   prCheck(t->n_train >= 1, "use more rows or a larger training fraction",
           "%s: the training split is empty (%lld rows, fraction %g)", path, (long long)rows, frac);

@@ -266,6 +266,15 @@ const char *pr_origin_path(const char *path, char *buf, size_t cap);
 
 enum { PR_TRAIN = 0, PR_VAL = 1 };
 
+// --predict (set by pr_main before it opens the data): the opens keep the whole file as the
+// "validation split", in file order (tokens from 0; table rows unshuffled), for the evaluation
+// forward to run over it.
+extern bool pr_data_predict;
+// With it, a text file's characters are ids in this vocabulary (the checkpoint's: sorted bytes),
+// not in the file's own; pr_data_predict_nvocab 0: the file's own.
+extern char pr_data_predict_vocab[256];
+extern int pr_data_predict_nvocab;
+
 typedef struct PrTokens {
   int32_t *tokens; // the whole stream
   int64_t n;       // tokens in the stream
@@ -392,6 +401,9 @@ void pr_checkpoint_save(const char *path, const PrCheckpoint *c, int64_t step);
 // any rank count. Paths that name one: a path ending in '/', an index, and to read, a directory.
 // True when path names a sharded checkpoint; dir receives its directory (no trailing '/').
 bool pr_shards_dir(const char *path, bool reading, char *dir, size_t cap);
+// The "vocab" metadata (hex bytes) of a checkpoint, a file or a sharded directory; false when it
+// has none or cannot be read (the load that follows says why).
+bool pr_checkpoint_vocab(const char *path, char *out, size_t cap);
 // Creates dir when missing; stops the program unless files can be created in it.
 void pr_shards_check_writable(const char *dir);
 // Completes an interrupted save in dir and removes what earlier saves left (the save rank only).
@@ -457,6 +469,8 @@ typedef struct PrOptions {
   const char *loss_log; // --loss-log FILE: one line per step "step loss" (tests, parity)
   bool quiet;           // --quiet: no progress lines
   bool stats;           // --stats: a pipeline's per-rank statistics every log interval
+  const char *predict;  // --predict DATA: the forward over DATA instead of training
+  const char *out;      // --out FILE.npy: where --predict writes the outputs
   bool gradcheck;       // --gradcheck: finite-difference check of the gradients, then exit
   double timeout;       // --timeout SECONDS: the longest wait for a message (0 = off)
   bool timeout_set;     // timeout holds a choice (else pr_parse_args sets PR_DEFAULT_TIMEOUT)
@@ -555,6 +569,8 @@ typedef struct PrEvalBatch {
   double weight;   // its weight in the mean: its real rows, or 1 for a random batch
   int64_t correct; // correct predictions (classifiers; else 0)
   int64_t seen;    // rows whose predictions were counted (0: no accuracy)
+  float *out;      // --predict: receives the batch's real rows of the model's first output on
+                   // the rank with PrProgram.output_here (NULL: not wanted)
 } PrEvalBatch;
 
 // The device side of pr_main for a device program (a CUDA program: pr_device_cuda of
@@ -613,14 +629,25 @@ typedef struct PrProgram {
   void (*gradcheck_begin)(const PrOptions *o);
   void (*gradcheck_grads)(void);
   double (*gradcheck_loss)(void);
-  const PrComm *comm;     // the pipeline's messages (NULL: one rank, no communication at all)
-  const PrDevice *device; // a device program's runtime side (NULL: the CPU)
+  // --predict: the model's first output ("outputs"[0]) at the microbatch size, and whether this
+  // rank holds it after eval_batch's forward (exactly one rank does; NULL name: no output).
+  const char *output_name; // its name (for messages)
+  int output_dims;         // its dims
+  int64_t output_shape[8]; // per sample: rows (its first size / the microbatch), then the rest
+  int64_t output_batch;    // samples per evaluation batch (the microbatch)
+  bool output_here;        // eval_batch fills PrEvalBatch.out on this rank
+  const PrComm *comm;      // the pipeline's messages (NULL: one rank, no communication at all)
+  const PrDevice *device;  // a device program's runtime side (NULL: the CPU)
   size_t (*device_scratch)(void); // device programs: bytes of the kernels' scratch pool
 } PrProgram;
 
 // The whole run of a generated program: arguments, regions, --gradcheck, data, resume/init, the
 // training loop with its evaluations, the save. Returns main's exit status.
 int pr_main(const PrProgram *p, int argc, char **argv);
+
+// --predict DATA --out FILE.npy (predict.c): the evaluation forward over all of DATA, the first
+// output's real rows written in data order by the rank that holds them. Returns the exit status.
+int pr_predict(const PrProgram *p, const PrOptions *o);
 
 // --gradcheck (gradcheck.c): every untied parameter drawn from N(0, 0.5) (seed, name), one
 // microbatch's gradients, then pr_gradcheck_param for each trained parameter; prints one line

@@ -417,6 +417,19 @@ int64_t pr_shards_resume(const char *dir, const PrCheckpoint *c) {
   return step;
 }
 
+bool pr_checkpoint_vocab(const char *path, char *out, size_t cap) {
+  char dir[SH_PATH], ipath[SH_PATH], why[256];
+  out[0] = '\0';
+  if (!pr_shards_dir(path, true, dir, sizeof dir))
+    return pr_safetensors_peek(path, "vocab", out, cap) && out[0];
+  Index ix;
+  index_path(ipath, dir, SH_MODEL);
+  if (!index_read(ipath, &ix, why, sizeof why)) return false;
+  meta_str(cJSON_GetObjectItemCaseSensitive(ix.root, "metadata"), "vocab", out, cap);
+  index_free(&ix);
+  return out[0] != '\0';
+}
+
 // ---------------------------------------------------------------------------------------------
 // Saving
 

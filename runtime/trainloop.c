@@ -292,6 +292,27 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
       pr_checkpoint_check_writable(o.save);
   }
   if (o.loss_log && saver) pr_check_writable(o.loss_log, "--loss-log");
+  if (o.predict) { // the whole of DATA, in order, instead of the training data
+    pr_check_writable(o.out, "--out");
+    pr_data_predict = true;
+    o.data = o.predict;
+    // Text: the characters' ids are the checkpoint's (its training text's vocabulary).
+    char hex[2 * 256 + 1];
+    const char *ck = o.resume ? o.resume : o.init;
+    if (p->vocab && pr_checkpoint_vocab(ck, hex, sizeof hex)) {
+      size_t len = strlen(hex);
+      for (size_t i = 0; i + 1 < len && i / 2 < 256; i += 2) {
+        unsigned v = 0;
+        prCheck(sscanf(hex + i, "%2x", &v) == 1, "the checkpoint is damaged",
+                "%s: metadata 'vocab' is not a list of hex bytes", ck);
+        pr_data_predict_vocab[pr_data_predict_nvocab++] = (char)v;
+      }
+    }
+    prCheck(!p->vocab || pr_data_predict_nvocab > 0,
+            "--init a checkpoint saved by a pipec program (its metadata holds the characters)",
+            "--predict: %s records no character vocabulary: the text's character ids are unknown",
+            ck);
+  }
   if (p->open_data) {
     prCheck(o.data != NULL, "pass --data FILE", "no training data");
     p->open_data(&o);
@@ -360,6 +381,12 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
     p->init_params(o.seed);
   }
   if (dv) sync_state(p, true);
+  int rc = 0;
+  if (o.predict) { // inference instead of training (predict.c)
+    rc = pr_predict(p, &o);
+    if (comm) comm->transport->finish();
+    goto done;
+  }
   PrLrSchedule lrs = {o.lr, o.min_lr, p->warmup, p->decay_steps};
   FILE *loss_log = o.loss_log && saver ? fopen(o.loss_log, "w") : NULL;
   prCheck(!o.loss_log || !saver || loss_log, "check the directory exists and is writable",
@@ -372,8 +399,9 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   (void)p->train_step(start, o.seed);
   // Statistics from here (pipeline jobs): the snapshot of the last --stats table, per rank.
   const int sw = comm ? pr_pipe_width(&run.pipe) : 0, nr = comm ? comm->nranks : 0;
+  // (and, after it, of the whole run's table: 2 nr snapshots, allocated before the steps)
   double *stats_prev = run.stats_prev =
-      comm ? calloc((size_t)nr * PR_STAT_N + 1, sizeof(double)) : NULL;
+      comm ? calloc(2 * (size_t)nr * PR_STAT_N + 1, sizeof(double)) : NULL;
   prCheck(!comm || stats_prev, "the machine is out of memory", "cannot allocate the statistics");
   int64_t stats_step = start;
   pr_stats_reset();
@@ -429,14 +457,12 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
            (long long)((done < timed ? done : timed) - 5));
   free(step_ms);
   run.step_ms = NULL;
-  if (comm && done > 0) { // the whole run's statistics, exact to the last step's end
-    double mine[PR_STAT_N], *all = calloc((size_t)nr * PR_STAT_N, sizeof(double));
-    prCheck(all != NULL, "the machine is out of memory", "cannot allocate the statistics");
+  if (comm) { // the whole run's statistics, exact to the last step's end (collective)
+    double mine[PR_STAT_N], *all = stats_prev + (size_t)nr * PR_STAT_N;
     pr_stats_snapshot(mine);
     comm->transport->allgather(mine, all, PR_STAT_N);
-    if (!o.quiet && reporter)
+    if (!o.quiet && reporter && done > 0)
       pr_stats_print(stdout, "of the run", done, nr, all, PR_STAT_N, NULL, 0);
-    free(all);
   }
   free(stats_prev);
   run.stats_prev = NULL;
@@ -466,6 +492,7 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
           "--loss-log: writing '%s' failed", o.loss_log);
   if (!o.quiet) printf("peak RSS %.1f MiB\n", (double)pr_peak_rss_bytes() / (1 << 20));
   if (comm) comm->transport->finish(); // after the save: the others wait for it here
+done:
   free(run.names);
   free(run.refs);
   free(run.orefs);
@@ -479,5 +506,5 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   run.names = NULL, run.refs = run.orefs = run.srefs = NULL, run.tied = NULL, run.grads = NULL;
   run.oparam = run.sparam = NULL, run.staging = NULL;
   release(p);
-  return 0;
+  return rc;
 }

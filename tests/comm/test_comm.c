@@ -214,7 +214,7 @@ static int64_t eval_batches(int64_t requested) {
 
 static void eval_batch(int64_t k, bool whole, PrEvalBatch *r) {
   (void)whole;
-  if (R == S - 1) *r = (PrEvalBatch){1.5 + 0.25 * (double)k, 1, 0, 0};
+  if (R == S - 1) *r = (PrEvalBatch){1.5 + 0.25 * (double)k, 1, 0, 0, NULL};
 }
 
 static int run_train(int argc, char **argv) {
