@@ -106,11 +106,11 @@ check "a save interrupted before its commit: no temporaries left" test -z "$(ls 
 hint_re='^(\[rank [0-9]\] )?HINT: '
 bad_dir() { rm -rf "$tmp/b" && cp -r "$tmp/sh4" "$tmp/b"; }
 bad_dir && cp "$tmp/new/model-00002-of-00004.safetensors" "$tmp/b/"
-expect "a shard of another save" 1 "rank [0-9]: error: .*/b/model-00002-of-00004.safetensors \(save id [0-9a-f]{16}\) is not from the save of .*/b/model.safetensors.index.json \(save id [0-9a-f]{16}\)" \
-  "$tmp/s2/launch.sh" "${run_args[@]}" --steps 3 --resume "$tmp/b"
+expect "a shard of another save" 1 "rank 0: error: .*/b/model-00002-of-00004.safetensors \(save id [0-9a-f]{16}\) is not from the save of .*/b/model.safetensors.index.json \(save id [0-9a-f]{16}\)" \
+  "$tmp/s1/bin/train" "${run_args[@]}" --steps 3 --resume "$tmp/b"
 bad_dir && rm "$tmp/b/optimizer-00003-of-00004.safetensors"
-expect "a missing shard" 1 "rank [0-9]: error: .*/b/optimizer.safetensors.index.json: its shard '.*/b/optimizer-00003-of-00004.safetensors' is missing" \
-  "$tmp/s2/launch.sh" "${run_args[@]}" --steps 3 --resume "$tmp/b"
+expect "a missing shard" 1 "rank 0: error: .*/b/optimizer.safetensors.index.json: its shard '.*/b/optimizer-00003-of-00004.safetensors' is missing" \
+  "$tmp/s1/bin/train" "${run_args[@]}" --steps 3 --resume "$tmp/b"
 bad_dir && echo '{"weight_map": ' >"$tmp/b/model.safetensors.index.json"
 expect "an index that is not JSON" 1 "rank [0-9]: error: .*/b/model.safetensors.index.json: not valid JSON" \
   "$tmp/s1/bin/train" "${run_args[@]}" --steps 3 --init "$tmp/b"
