@@ -294,6 +294,15 @@ int sched_order(SchedKind k, int S, int V, int M, int r, Action *out, Diag *d);
 // False after reporting through d.
 bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d);
 
+// sched_build's lowering of given compute orders (a custom schedule's, compiler/sched_csv.c):
+// comp[r] (ncomp[r] actions, F, B and W with v = chunk * S + r: stage v on rank v mod S) is
+// rank r's order; split[v] (nv = S * V entries) offers stage v the split of B and W as zb-h1 does
+// (its order then has a W per B; split or fused as above), p->split_bw is whether any stage is
+// offered it. comp and ncomp are rewritten (the dropped W actions). False after reporting
+// through d.
+bool sched_lower(Program *p, int S, int V, Action **comp, int *ncomp, const bool *split, Arena *a,
+                 Diag *d);
+
 // The action that releases a microbatch's slot on stage s (its last compute action): W when the
 // stage splits B and W, else B.
 static inline ActionKind stage_release(const VStage *s) {
