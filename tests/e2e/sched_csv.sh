@@ -115,6 +115,16 @@ expect_usage schedule-unknown "^pipec: --schedule: unknown schedule 'zb-h2' \(gp
 "$pipec" plan $mlp --schedule "$tmp/none.csv" >"$tmp/out" 2>"$tmp/err"
 check "a missing CSV: exit 1" test $? -eq 1
 check "a missing CSV: one line naming it" test "$(cat "$tmp/err")" = "$tmp/none.csv: error: cannot read the schedule: No such file or directory"
+# In the machine-readable formats a CSV error's position is in its message (a record's position
+# is the model file's).
+printf '0F0,0X0\n1F0\n' >"$tmp/bad.csv"
+"$pipec" check $mlp --schedule "$tmp/bad.csv" --diagnostics-format=json >/dev/null 2>"$tmp/err"
+check "json: the record names the CSV's cell" /usr/bin/python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert len(r) == 1 and r[0]["line"] is None and r[0]["pass"] == "schedule", r
+assert r[0]["message"].startswith(sys.argv[2] + ":1:5: '"'"'0X0'"'"': unknown action type"), r
+' "$tmp/err" "$tmp/bad.csv"
 mkdir -p "$tmp/ro" && chmod a-w "$tmp/ro"
 "$pipec" plan $mlp --stages 2 --export-csv "$tmp/ro/x.csv" >/dev/null 2>"$tmp/err"
 rc=$?
