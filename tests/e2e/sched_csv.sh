@@ -4,10 +4,10 @@
 # FILE.csv` lowers them to the same plan (the schedule dump, the whole --json plan and every
 # rank's generated program) for gpipe, 1f1b, zb-h1 at S = 2 and 4 and interleaved (V = 2) at S =
 # 2 and 4; the exported file read back exports the same file. Under mpirun a CSV schedule's
-# program trains bit for bit as the built-in's, and two hand-written schedules that no built-in
-# makes (a gpipe/1f1b hybrid that splits B and W on one stage only; one with idle cells, quoted
-# cells, spaces, CRLF line ends and an OVERLAP_F_B pair) train bit for bit as the one-stage
-# program. The bad CSVs are tests/bad_schedule (tests/run_bad_schedule.sh).
+# program trains bit for bit as the built-in's, and three hand-written schedules that no built-in
+# makes (a gpipe/1f1b hybrid that splits B and W on one stage only; looped BFS over two stages
+# per rank; one with idle cells, quoted cells, spaces, CRLF line ends and an OVERLAP_F_B pair)
+# train bit for bit as the one-stage program. The bad CSVs are tests/bad_schedule (tests/run_bad_schedule.sh).
 pipec=$1
 root=$2
 . "$root/tests/e2e/lib.sh"
@@ -85,6 +85,11 @@ printf '%s\n' 0F0,0F1,0F2,0B0,0F3,0B1,0B2,0B3 1F0,1I0,1F1,1I1,1W0,1F2,1I2,1W1,1F
 check "hybrid: B and W split on stage 1 only" grep -qx 'B and W split on v1 (elsewhere.*' "$tmp/hybrid.plan"
 check "hybrid: the plan names the CSV" grep -q "^schedule $tmp/hybrid.csv: 2 ranks, 1 stage per rank, 4 microbatches" "$tmp/hybrid.plan"
 pipe_same hybrid "${g2[0]}" 2 4 "$tmp/hybrid.csv" "${g2[@]:1}"
+# Looped BFS (torch's ScheduleLoopedBFS): every forward of a rank's first stage, then of its
+# second, the backwards in reverse.
+printf '%s\n' 0F0,0F1,0F2,0F3,2F0,2F1,2F2,2F3,2B0,2B1,2B2,2B3,0B0,0B1,0B2,0B3 \
+  1F0,1F1,1F2,1F3,3F0,3F1,3F2,3F3,3B0,3B1,3B2,3B3,1B0,1B1,1B2,1B3 >"$tmp/bfs.csv"
+pipe_same looped-bfs $mlp 2 4 "$tmp/bfs.csv"
 # Three ranks written as a person might: idle cells, a quoted cell, spaces, CRLF line ends and
 # rank 1's F3 and B2 as an overlapped pair (run in that order).
 printf '0F0,0F1,0F2,0B0,0F3,0B1,0B2,0B3\r\n,1F0,1F1,1B0,"1F2", 1B1 ,(1F3;1B2)OVERLAP_F_B,1B3\r\n,,2F0,2B0,2F1,2B1,2F2,2B2,2F3,2B3\r\n' \
