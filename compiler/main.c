@@ -629,11 +629,29 @@ static int finish_plan_pipeline(Driver *dr) {
     printf("B and W split on %s", nsplit ? "" : "no stage");
     for (int v = 0; v < p->nv; v++)
       if (p->vs[v].split) printf("v%d ", v);
-    printf("%s\n", nsplit == p->nv ? "(all)"
-                   : nsplit        ? "(elsewhere B keeps the weight gradients: nothing is sent "
-                                     "before W and no W is deferred, or none is compute-bound)"
-                                   : " (B keeps the weight gradients: none is compute-bound, or "
-                                     "the split would neither send earlier nor fill a bubble)");
+    int written_b = 0; // stages a CSV schedule writes with B (unsplit by its choice)
+    for (int v = 0; v < p->nv && dr->sched_csv; v++) written_b += !dr->csv.split[v];
+    if (written_b) { // the file's choice, then the split's own
+      const char *sep = nsplit ? "(" : " (";
+      for (int k = 0; k < 2; k++) {
+        bool any = false;
+        for (int v = 0; v < p->nv; v++)
+          if (k ? dr->csv.split[v] && !p->vs[v].split : !dr->csv.split[v]) {
+            printf("%s%sv%d", any ? " " : sep,
+                   any ? ""
+                   : k ? "fused, the split buys nothing: "
+                       : "written with B: ",
+                   v);
+            any = true, sep = "; ";
+          }
+      }
+      printf(")\n");
+    } else
+      printf("%s\n", nsplit == p->nv ? "(all)"
+                     : nsplit        ? "(elsewhere B keeps the weight gradients: nothing is sent "
+                                       "before W and no W is deferred, or none is compute-bound)"
+                                     : " (B keeps the weight gradients: none is compute-bound, or "
+                                       "the split would neither send earlier nor fill a bubble)");
   }
   printf("predicted bubble: %.1f%% of the ranks' time (unit costs F 1, B %s)\n",
          dr->stats.bubble * 100,
