@@ -560,12 +560,9 @@ static int finish_print(Driver *dr) {
   return 0;
 }
 
-// --schedule FILE.csv: reads the schedule (compiler/sched_csv.c) before the passes: its rows are
-// the ranks S and its stages S x V, which --stages, --virtual and --split, when given, must agree
-// with.
-static bool load_schedule_csv(Driver *dr) {
-  dr->diag.pass = "schedule";
-  if (!sched_csv_load(&dr->csv, dr->sched_csv, &dr->arena, &dr->diag)) return false;
+// The CSV schedule's S and V against --stages, --virtual and --split (when given), then made the
+// partition's: S x V stages, V per rank.
+static bool csv_agrees(Driver *dr) {
   const CsvSchedule *cs = &dr->csv;
   if (dr->po.stages && dr->po.stages != cs->S)
     return sched_csv_error(cs, &dr->diag, (Loc){0, 0},
@@ -585,6 +582,15 @@ static bool load_schedule_csv(Driver *dr) {
   dr->virt = cs->V;
   dr->po.stages = cs->S * cs->V; // the partition cuts S x V stages
   return true;
+}
+
+// --schedule FILE.csv: reads the schedule (compiler/sched_csv.c) before the passes: its rows are
+// the ranks S and its stages the S x V stages of the partition.
+static bool load_schedule_csv(Driver *dr) {
+  dr->diag.pass = "schedule"; // (the records' rule; the model's parse follows)
+  bool ok = sched_csv_load(&dr->csv, dr->sched_csv, &dr->arena, &dr->diag) && csv_agrees(dr);
+  dr->diag.pass = "parse";
+  return ok;
 }
 
 // The schedule's name in plan's output: the built-in's, or the CSV file's as given.

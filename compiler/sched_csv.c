@@ -36,9 +36,9 @@ typedef struct Cell {
 typedef struct Reader {
   CsvSchedule *cs;
   Diag *d;
-  Cell *cells; // in file order
-  int ncells;  // count
-  int capcells;
+  Cell *cells;  // in file order
+  int ncells;   // count
+  int capcells; // room in cells (malloc'd: a file's cells are not counted in advance)
 } Reader;
 
 static bool csv_verror(const CsvSchedule *cs, Diag *d, Loc loc, const char *fmt, va_list ap) {
@@ -297,6 +297,7 @@ static bool check_layout(Reader *rd, Arena *a) {
         "which pipec does not lower",
         v, rank[v], v % S, place);
   }
+  cs->stage_rank = rank;
   cs->split = ARENA_ARRAY(a, bool, nst);
   for (int v = 0; v < nst; v++) cs->split[v] = bwd[v] >= 0 && rd->cells[bwd[v]].form != 'B';
   // Per rank its actions in order.

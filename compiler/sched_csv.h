@@ -19,6 +19,7 @@ typedef struct CsvSchedule {
   int *n;           // per rank: its actions
   int *line;        // per rank: the line of its row
   bool *split;      // per stage: its backward is I then W (else B, the whole backward)
+  int *stage_rank;  // per stage: the rank whose row names it (today always v mod S)
   char *text;       // the file's bytes, NUL-terminated (the excerpts of its messages)
   size_t len;       // bytes in text
   size_t *lines;    // byte offset of each line's start

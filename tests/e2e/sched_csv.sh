@@ -130,6 +130,14 @@ r = json.load(open(sys.argv[1]))
 assert len(r) == 1 and r[0]["line"] is None and r[0]["pass"] == "schedule", r
 assert r[0]["message"].startswith(sys.argv[2] + ":1:5: '"'"'0X0'"'"': unknown action type"), r
 ' "$tmp/err" "$tmp/bad.csv"
+printf '{"name": \n' >"$tmp/broken.json" # the model's own errors stay the parse's
+"$pipec" check "$tmp/broken.json" --schedule "$tmp/1f1b-s2.csv" --diagnostics-format=json \
+  >/dev/null 2>"$tmp/err"
+check "json: a model error after the CSV was read is the parse's" /usr/bin/python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert len(r) == 1 and r[0]["pass"] == "parse", r
+' "$tmp/err"
 mkdir -p "$tmp/ro" && chmod a-w "$tmp/ro"
 "$pipec" plan $mlp --stages 2 --export-csv "$tmp/ro/x.csv" >/dev/null 2>"$tmp/err"
 rc=$?
