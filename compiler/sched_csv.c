@@ -33,14 +33,16 @@ typedef struct Cell {
   char form; // 'F', 'B', 'I' or 'W' as written
 } Cell;
 
+// The reading of one file: the schedule it fills, where errors go, the actions so far.
 typedef struct Reader {
-  CsvSchedule *cs;
-  Diag *d;
-  Cell *cells;  // in file order
-  int ncells;   // count
-  int capcells; // room in cells (malloc'd: a file's cells are not counted in advance)
+  CsvSchedule *cs; // the schedule (its text and lines already read)
+  Diag *d;         // errors (sched_csv_error)
+  Cell *cells;     // in file order
+  int ncells;      // count
+  int capcells;    // room in cells (malloc'd: a file's cells are not counted in advance)
 } Reader;
 
+// sched_csv_error's body: d reports as the CSV file for one message.
 static bool csv_verror(const CsvSchedule *cs, Diag *d, Loc loc, const char *fmt, va_list ap) {
   char msg[1024];
   vsnprintf(msg, sizeof msg, fmt, ap);
@@ -114,7 +116,8 @@ static bool push_cell(Reader *rd, Cell c) {
   return true;
 }
 
-// One compute action at text[b..e) (trimmed, non-empty) of row rank, at column col of line.
+// One compute action at text[b..e) (trimmed, non-empty) of row rank, on line `line` (which
+// starts at byte ls: the columns).
 static bool parse_one(Reader *rd, int rank, int line, size_t ls, size_t b, size_t e) {
   const char *t = rd->cs->text;
   Loc loc = {line, (int)(b - ls) + 1};
@@ -147,10 +150,15 @@ static bool parse_one(Reader *rd, int rank, int line, size_t ls, size_t b, size_
                            n, t + b, more, type >= 7 ? "a communication" : "an FSDP");
   i += 1;
   size_t mb_at = i;
-  if (!read_index(t, &i, e, &mb, &big))
+  if (!read_index(t, &i, e, &mb, &big) && i == e)
     return sched_csv_error(rd->cs, rd->d, (Loc){line, (int)(mb_at - ls) + 1},
                            "'%.*s%s': the action has no microbatch (write %.*s0 for microbatch 0)",
                            n, t + b, more, n, t + b);
+  if (i == mb_at)
+    return sched_csv_error(rd->cs, rd->d, (Loc){line, (int)(i - ls) + 1},
+                           "'%.*s%s': unexpected '%.*s' after %.*s (expected its microbatch)", n,
+                           t + b, more, (int)(e - i) > CSV_SHOW ? CSV_SHOW : (int)(e - i), t + i,
+                           (int)(i - b), t + b);
   if (big)
     return sched_csv_error(rd->cs, rd->d, (Loc){line, (int)(mb_at - ls) + 1},
                            "'%.*s%s': microbatch number too large (at most %d)", n, t + b, more,
