@@ -107,6 +107,7 @@ typedef struct Program {
   const TrainConfig *tc; // training configuration (M = tc->microbatches)
   int M;                 // microbatches per step
   bool split_bw;         // the schedule splits B and W (zb-h1): stages may (VStage.split)
+  const bool *offer;     // per stage: offered that split (sched_lower's split; NULL: every one)
   int *vstage_of_node;   // per node id: its virtual stage
   VStage *vs;            // virtual stages, stage order
   int nv;                // count (S * V)

@@ -233,6 +233,7 @@ bool sched_lower(Program *p, int S, int V, Action **comp, int *ncomp, const bool
     return false;
   }
   p->split_bw = false;
+  p->offer = split;
   for (int v = 0; v < nv; v++) {
     p->vs[v].rank = v % S, p->vs[v].split = false;
     p->split_bw |= split[v];

@@ -83,6 +83,10 @@ printf '%s\n' 0F0,0F1,0F2,0B0,0F3,0B1,0B2,0B3 1F0,1I0,1F1,1I1,1W0,1F2,1I2,1W1,1F
 "$pipec" plan "${g2[@]}" --microbatches 4 --schedule "$tmp/hybrid.csv" >"$tmp/hybrid.plan" 2>&1 ||
   bad "hybrid: plan: $(head -n 3 "$tmp/hybrid.plan")"
 check "hybrid: B and W split on stage 1 only, stage 0 as written" grep -qx 'B and W split on v1 (written with B: v0)' "$tmp/hybrid.plan"
+"$pipec" print "${g2[@]}" --microbatches 4 --schedule "$tmp/hybrid.csv" --dump-after=schedule \
+  >"$tmp/hybrid.dump" 2>&1 || bad "hybrid: --dump-after=schedule"
+check "hybrid: the dump says stage 0's B is whole as written" \
+  grep -q '^stage v0: rank 0, .*, B whole (as the schedule writes it)$' "$tmp/hybrid.dump"
 check "hybrid: the plan names the CSV" grep -q "^schedule $tmp/hybrid.csv: 2 ranks, 1 stage per rank, 4 microbatches" "$tmp/hybrid.plan"
 pipe_same hybrid "${g2[0]}" 2 4 "$tmp/hybrid.csv" "${g2[@]:1}"
 # Looped BFS (torch's ScheduleLoopedBFS): every forward of a rank's first stage, then of its
