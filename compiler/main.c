@@ -22,6 +22,7 @@
 #include "passes.h"
 #include "pipeline.h"
 #include "plan_out.h"
+#include "sched_csv.h"
 
 #ifndef PIPEC_VERSION
 #define PIPEC_VERSION "0.0.0"
@@ -29,7 +30,7 @@
 
 enum { EXIT_MODEL = 1, EXIT_USAGE = 2, MAX_PASSES = 16 };
 // getopt values of the long options without a letter.
-enum { OPT_DIAG_FORMAT = 256, OPT_NO_BUILD, OPT_DEPFILE, OPT_SVG, OPT_JSON };
+enum { OPT_DIAG_FORMAT = 256, OPT_NO_BUILD, OPT_DEPFILE, OPT_SVG, OPT_JSON, OPT_EXPORT_CSV };
 
 typedef struct Driver {
   const char *command;    // check, print, ...
@@ -68,6 +69,9 @@ typedef struct Driver {
   SchedStats stats;       // S > 1: the lock-step simulation's prediction (schedule's checker)
   const char *svg;        // plan --svg FILE: the schedule's picture (compiler/plan_out.c) or NULL
   const char *json;       // plan --json FILE: the plan as data or NULL
+  const char *sched_csv;  // --schedule FILE.csv: a custom schedule (compiler/sched_csv.c) or NULL
+  CsvSchedule csv;        // that schedule, read before the passes (its rows give S and V)
+  const char *export_csv; // plan --export-csv FILE: the schedule in that CSV form, or NULL
 } Driver;
 
 static double now(void) {
@@ -132,6 +136,17 @@ static bool run_schedule(Driver *dr) {
                "name S x V - 1 cuts)",
                dr->virt, dr->prog.nv, dr->virt);
     return false;
+  }
+  if (dr->sched_csv) { // the CSV's rows, checked against M, lowered like a built-in's
+    Action **comp;
+    int *ncomp;
+    if (!sched_csv_orders(&dr->csv, dr->prog.M, &comp, &ncomp, &dr->arena, &dr->diag)) return false;
+    if (!sched_lower(&dr->prog, dr->csv.S, dr->csv.V, comp, ncomp, dr->csv.split, &dr->arena,
+                     &dr->diag)) {
+      diag_note(&dr->diag, "in the schedule %s", dr->sched_csv);
+      return false;
+    }
+    return true;
   }
   return sched_build(&dr->prog, dr->sched, dr->prog.nv / dr->virt, dr->virt, &dr->arena, &dr->diag);
 }
@@ -204,7 +219,9 @@ static bool check_comm(Driver *dr) {
 // S > 1: the lock-step simulation too (schedule_verify), which keeps its prediction for plan.
 static bool check_schedule(Driver *dr) {
   if (dr->prog.nranks <= 1) return schedule_check(&dr->prog, &dr->diag);
-  return schedule_verify(&dr->prog, NULL, &dr->stats, &dr->arena, &dr->diag);
+  if (schedule_verify(&dr->prog, NULL, &dr->stats, &dr->arena, &dr->diag)) return true;
+  if (dr->sched_csv) diag_note(&dr->diag, "in the schedule %s", dr->sched_csv);
+  return false;
 }
 
 static void dump_ir(Driver *dr, FILE *out) {
@@ -364,6 +381,8 @@ static void usage(FILE *f) {
       "                           (the files written, depending on the model file)\n"
       "      --svg FILE           plan at S > 1: draw the schedule (ranks x predicted time)\n"
       "      --json FILE          plan at S > 1: the plan as JSON (docs/pipeline.md)\n"
+      "      --export-csv FILE    plan at S > 1: write the schedule in that CSV form (for\n"
+      "                           --schedule FILE.csv)\n"
       "      --target TARGET      code generation target: cpu (default), cuda (one .cu\n"
       "                           program per rank built with nvcc; docs/cuda.md)\n"
       "      --cuda-arch LIST     cuda: GPU compute capabilities of the fat binary (default\n"
@@ -379,7 +398,10 @@ static void usage(FILE *f) {
       "      --steps N            = --set steps=N\n"
       "      --stages S           cut the model into S pipeline stages, one rank each\n"
       "                           (default 1; docs/pipeline.md)\n"
-      "      --schedule X         pipeline schedule: gpipe, 1f1b (default), interleaved, zb-h1\n"
+      "      --schedule X         pipeline schedule: gpipe, 1f1b (default), interleaved, zb-h1,\n"
+      "                           or FILE.csv: a custom one, one row of compute actions (0F0,\n"
+      "                           0B0, 1I0, 1W0) per rank, torch.distributed.pipelining's\n"
+      "                           CSV form; its rows give S and V (docs/pipeline.md)\n"
       "      --virtual V          interleaved: V stages per rank (the partition cuts S x V)\n"
       "      --split NAME[,NAME...]\n"
       "                           cut before these nodes or block instances (transformer.h.2)\n"
@@ -538,6 +560,64 @@ static int finish_print(Driver *dr) {
   return 0;
 }
 
+// The CSV schedule's S and V against --stages, --virtual and --split (when given), then made the
+// partition's: S x V stages, V per rank.
+static bool csv_agrees(Driver *dr) {
+  const CsvSchedule *cs = &dr->csv;
+  if (dr->po.stages && dr->po.stages != cs->S)
+    return sched_csv_error(cs, &dr->diag, (Loc){0, 0},
+                           "--stages %d, but the schedule has %d rows (one per rank): leave "
+                           "--stages out or make them agree",
+                           dr->po.stages, cs->S);
+  if (dr->virt > 1 && dr->virt != cs->V)
+    return sched_csv_error(cs, &dr->diag, (Loc){0, 0},
+                           "--virtual %d, but the schedule runs %d stage%s per rank: leave "
+                           "--virtual out or make them agree",
+                           dr->virt, cs->V, cs->V == 1 ? "" : "s");
+  if (dr->po.nsplit && dr->po.nsplit + 1 != cs->S * cs->V)
+    return sched_csv_error(cs, &dr->diag, (Loc){0, 0},
+                           "--split names %d cuts, but the schedule runs %d stages (S = %d ranks "
+                           "x V = %d): name S x V - 1 = %d cuts",
+                           dr->po.nsplit, cs->S * cs->V, cs->S, cs->V, cs->S * cs->V - 1);
+  dr->virt = cs->V;
+  dr->po.stages = cs->S * cs->V; // the partition cuts S x V stages
+  return true;
+}
+
+// --schedule FILE.csv: reads the schedule (compiler/sched_csv.c) before the passes: its rows are
+// the ranks S and its stages the S x V stages of the partition.
+static bool load_schedule_csv(Driver *dr) {
+  dr->diag.pass = "schedule"; // (the records' rule; the model's parse follows)
+  bool ok = sched_csv_load(&dr->csv, dr->sched_csv, &dr->arena, &dr->diag) && csv_agrees(dr);
+  dr->diag.pass = "parse";
+  return ok;
+}
+
+// The schedule's name in plan's output: the built-in's, or the CSV file's as given.
+static const char *sched_label(const Driver *dr) {
+  return dr->sched_csv ? dr->sched_csv : sched_name(dr->sched);
+}
+
+// plan --export-csv FILE: the compute orders (a built-in's sched_order, zb-h1's B as I on every
+// stage; a CSV schedule's rows as read) in torch's CSV form, so that --schedule FILE lowers to
+// the same program.
+static bool export_schedule_csv(Driver *dr) {
+  const Program *p = &dr->prog;
+  if (dr->sched_csv)
+    return sched_csv_write(dr->export_csv, dr->csv.S, dr->csv.order, dr->csv.n, dr->csv.split,
+                           &dr->diag);
+  int S = p->nranks, V = p->nv / S, M = p->M;
+  Action **order = ARENA_ARRAY(&dr->arena, Action *, S);
+  int *n = ARENA_ARRAY(&dr->arena, int, S);
+  bool *split = ARENA_ARRAY(&dr->arena, bool, p->nv);
+  for (int v = 0; v < p->nv; v++) split[v] = dr->sched == SCHED_ZBH1;
+  for (int r = 0; r < S; r++) {
+    order[r] = ARENA_ARRAY(&dr->arena, Action, 3 * (size_t)V * M + 1);
+    if ((n[r] = sched_order(dr->sched, S, V, M, r, order[r], &dr->diag)) < 0) return false;
+  }
+  return sched_csv_write(dr->export_csv, S, order, n, split, &dr->diag);
+}
+
 // plan at S > 1: the partition table, the channels, the grid, the predicted bubble (unit
 // costs), the predicted step time and bubble at the stage costs, the peak microbatches in flight
 // per stage and each rank's memory plan (not with --stop-after=schedule).
@@ -546,7 +626,7 @@ static int finish_plan_pipeline(Driver *dr) {
   partition_print(p, stdout);
   printf("\n");
   comm_print(p, stdout);
-  printf("\nschedule %s: %d ranks, %d stage%s per rank, %d microbatch%s\n", sched_name(dr->sched),
+  printf("\nschedule %s: %d ranks, %d stage%s per rank, %d microbatch%s\n", sched_label(dr),
          p->nranks, dr->virt, dr->virt == 1 ? "" : "s", p->M, p->M == 1 ? "" : "es");
   fflush(stdout);
   if (!schedule_print_grid(p, stdout, &dr->diag)) return EXIT_MODEL;
@@ -555,11 +635,29 @@ static int finish_plan_pipeline(Driver *dr) {
     printf("B and W split on %s", nsplit ? "" : "no stage");
     for (int v = 0; v < p->nv; v++)
       if (p->vs[v].split) printf("v%d ", v);
-    printf("%s\n", nsplit == p->nv ? "(all)"
-                   : nsplit        ? "(elsewhere B keeps the weight gradients: nothing is sent "
-                                     "before W and no W is deferred, or none is compute-bound)"
-                                   : " (B keeps the weight gradients: none is compute-bound, or "
-                                     "the split would neither send earlier nor fill a bubble)");
+    int written_b = 0; // stages a CSV schedule writes with B (unsplit by its choice)
+    for (int v = 0; v < p->nv && dr->sched_csv; v++) written_b += !dr->csv.split[v];
+    if (written_b) { // the file's choice, then the split's own
+      const char *sep = nsplit ? "(" : " (";
+      for (int k = 0; k < 2; k++) {
+        bool any = false;
+        for (int v = 0; v < p->nv; v++)
+          if (k ? dr->csv.split[v] && !p->vs[v].split : !dr->csv.split[v]) {
+            printf("%s%sv%d", any ? " " : sep,
+                   any ? ""
+                   : k ? "fused, the split buys nothing: "
+                       : "written with B: ",
+                   v);
+            any = true, sep = "; ";
+          }
+      }
+      printf(")\n");
+    } else
+      printf("%s\n", nsplit == p->nv ? "(all)"
+                     : nsplit        ? "(elsewhere B keeps the weight gradients: nothing is sent "
+                                       "before W and no W is deferred, or none is compute-bound)"
+                                     : " (B keeps the weight gradients: none is compute-bound, or "
+                                       "the split would neither send earlier nor fill a bubble)");
   }
   printf("predicted bubble: %.1f%% of the ranks' time (unit costs F 1, B %s)\n",
          dr->stats.bubble * 100,
@@ -577,10 +675,11 @@ static int finish_plan_pipeline(Driver *dr) {
   if (dr->svg || dr->json) { // the picture and the data, at the predicted times
     SchedStats st;
     if (!schedule_predict(p, &st, &dr->arena, &dr->diag)) return EXIT_MODEL;
-    const char *name = sched_name(dr->sched);
+    const char *name = sched_label(dr);
     if (dr->svg && !plan_write_svg(p, name, &st, dr->svg, &dr->diag)) return EXIT_MODEL;
     if (dr->json && !plan_write_json(p, name, &st, dr->json, &dr->diag)) return EXIT_MODEL;
   }
+  if (dr->export_csv && !export_schedule_csv(dr)) return EXIT_MODEL;
   return 0;
 }
 
@@ -693,6 +792,7 @@ int main(int argc, char **argv) {
       {"depfile", required_argument, NULL, OPT_DEPFILE},
       {"svg", required_argument, NULL, OPT_SVG},
       {"json", required_argument, NULL, OPT_JSON},
+      {"export-csv", required_argument, NULL, OPT_EXPORT_CSV},
       {"list-ops", no_argument, NULL, 'L'},
       {"time-passes", no_argument, NULL, 't'},
       {"help", no_argument, NULL, 'h'},
@@ -788,14 +888,14 @@ int main(int argc, char **argv) {
       break;
     case OPT_SVG:
     case OPT_JSON:
-      if (!*optarg)
-        RETURN(
-            usage_error("--%s: the file name is an empty string", c == OPT_SVG ? "svg" : "json"));
+    case OPT_EXPORT_CSV: {
+      const char *opt = c == OPT_SVG ? "svg" : c == OPT_JSON ? "json" : "export-csv";
+      if (!*optarg) RETURN(usage_error("--%s: the file name is an empty string", opt));
       if (strncmp(optarg, "--", 2) == 0) // "--svg --json F": the file name was forgotten
-        RETURN(usage_error("--%s: expected a file name, got the option '%s'",
-                           c == OPT_SVG ? "svg" : "json", optarg));
-      *(c == OPT_SVG ? &dr.svg : &dr.json) = optarg;
+        RETURN(usage_error("--%s: expected a file name, got the option '%s'", opt, optarg));
+      *(c == OPT_SVG ? &dr.svg : c == OPT_JSON ? &dr.json : &dr.export_csv) = optarg;
       break;
+    }
     case 'd': // repeated: the lists add up
       dr.dump_after =
           dr.dump_after ? arena_printf(&dr.arena, "%s,%s", dr.dump_after, optarg) : optarg;
@@ -811,11 +911,18 @@ int main(int argc, char **argv) {
       dr.po.stages = (int)v;
       break;
     }
-    case 'K':
-      if (!sched_parse(optarg, &dr.sched))
-        RETURN(usage_error("--schedule: unknown schedule '%s' (gpipe, 1f1b, interleaved, zb-h1)",
-                           optarg));
-      break;
+    case 'K': {
+      size_t n = strlen(optarg);
+      dr.sched_csv = NULL;
+      if (sched_parse(optarg, &dr.sched)) break;
+      if (n > 4 && strcasecmp(optarg + n - 4, ".csv") == 0) { // a custom schedule's file
+        dr.sched_csv = optarg;
+        break;
+      }
+      RETURN(usage_error("--schedule: unknown schedule '%s' (gpipe, 1f1b, interleaved, zb-h1, or "
+                         "a FILE.csv)",
+                         optarg));
+    }
     case 'v': {
       int64_t v;
       if (!parse_count(optarg, 1, 64, &v))
@@ -912,14 +1019,15 @@ int main(int argc, char **argv) {
   if (!rc && dr.time_passes && dr.diag_format != DIAG_TEXT)
     rc = usage_error("%s", "--time-passes prints text to stderr, where --diagnostics-format "
                            "writes its document: use one of them");
-  if (!rc && dr.virt > 1 && dr.sched != SCHED_INTERLEAVED)
+  if (!rc && dr.virt > 1 && dr.sched != SCHED_INTERLEAVED && !dr.sched_csv)
     rc = usage_error("--virtual %d: only --schedule interleaved runs several stages per rank",
                      dr.virt);
-  if (!rc && dr.virt > 1 && dr.po.stages <= 1 && !dr.po.nsplit)
+  if (!rc && dr.virt > 1 && dr.po.stages <= 1 && !dr.po.nsplit && !dr.sched_csv)
     rc = usage_error("--virtual %d needs --stages >= 2: interleaving runs the stages of several "
                      "ranks",
                      dr.virt);
-  if (!rc && dr.virt > 1 && dr.po.stages) dr.po.stages *= dr.virt; // the partition cuts S x V
+  if (!rc && dr.virt > 1 && dr.po.stages && !dr.sched_csv)
+    dr.po.stages *= dr.virt; // the partition cuts S x V (a CSV's: once it is read, below)
   // --no-build and --depfile: for the commands that write programs (docs/build-integration.md).
   if (!rc && dr.no_build && strcmp(cmd->name, "compile") != 0)
     rc = usage_error("--no-build is for 'compile' (got '%s', which builds the program)", cmd->name);
@@ -930,13 +1038,14 @@ int main(int argc, char **argv) {
     rc = usage_error("%s", "--depfile: the file name is an empty string");
   if (!rc && (dr.svg || dr.json) && strcmp(cmd->name, "plan") != 0)
     rc = usage_error("--%s is for 'plan' (got '%s')", dr.svg ? "svg" : "json", cmd->name);
-  if (!rc && (dr.svg || dr.json) && dr.po.stages <= 1 && !dr.po.nsplit)
+  if (!rc && dr.export_csv && strcmp(cmd->name, "plan") != 0)
+    rc = usage_error("--export-csv is for 'plan' (got '%s')", cmd->name);
+  if (!rc && dr.export_csv && dr.po.stages <= 1 && !dr.po.nsplit && !dr.sched_csv)
+    rc = usage_error("%s", "--export-csv writes a pipeline schedule: it needs --stages >= 2 (or "
+                           "--split)");
+  if (!rc && (dr.svg || dr.json) && dr.po.stages <= 1 && !dr.po.nsplit && !dr.sched_csv)
     rc = usage_error("--%s draws a pipeline plan: it needs --stages >= 2 (or --split)",
                      dr.svg ? "svg" : "json");
-  // check and print with several stages run the partition and comm passes too (errors, dumps).
-  bool multi = dr.po.stages > 1 || dr.po.nsplit;
-  int part = find_pass("comm", strlen("comm")), sched = find_pass("schedule", strlen("schedule"));
-  if (!rc && multi && dr.last < part && !dr.stop_after) dr.last = part;
   if (rc) {
     RETURN(rc);
   }
@@ -949,8 +1058,14 @@ int main(int argc, char **argv) {
   dr.diag.format = dr.diag_format;
   dr.diag.pass = "parse";
   graph_init(&dr.graph, &dr.arena);
+  bool ok = !dr.sched_csv || load_schedule_csv(&dr);
+  // check and print with several stages run the partition and comm passes too (errors, dumps),
+  // and with a custom schedule the schedule pass (its checks and the verifier).
+  bool multi = dr.po.stages > 1 || dr.po.nsplit;
+  int part = find_pass("comm", strlen("comm")), sched = find_pass("schedule", strlen("schedule"));
+  if (multi && dr.last < part && !dr.stop_after) dr.last = dr.sched_csv ? sched : part;
   double t0 = now();
-  bool ok = source_load(&dr.src, &dr.arena, dr.model, &dr.diag);
+  ok = ok && source_load(&dr.src, &dr.arena, dr.model, &dr.diag);
   if (dr.time_passes) fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", "parse", (now() - t0) * 1e3);
   ok = ok && run_passes(&dr);
   int status = ok ? 0 : EXIT_MODEL;

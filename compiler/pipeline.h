@@ -107,6 +107,7 @@ typedef struct Program {
   const TrainConfig *tc; // training configuration (M = tc->microbatches)
   int M;                 // microbatches per step
   bool split_bw;         // the schedule splits B and W (zb-h1): stages may (VStage.split)
+  const bool *offer;     // per stage: offered that split (sched_lower's split; NULL: every one)
   int *vstage_of_node;   // per node id: its virtual stage
   VStage *vs;            // virtual stages, stage order
   int nv;                // count (S * V)
@@ -293,6 +294,15 @@ int sched_order(SchedKind k, int S, int V, int M, int r, Action *out, Diag *d);
 // microbatches in flight. Arena a holds the lists.
 // False after reporting through d.
 bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d);
+
+// sched_build's lowering of given compute orders (a custom schedule's, compiler/sched_csv.c):
+// comp[r] (ncomp[r] actions, F, B and W with v = chunk * S + r: stage v on rank v mod S) is
+// rank r's order; split[v] (nv = S * V entries) offers stage v the split of B and W as zb-h1 does
+// (its order then has a W per B; split or fused as above), p->split_bw is whether any stage is
+// offered it. comp and ncomp are rewritten (the dropped W actions). False after reporting
+// through d.
+bool sched_lower(Program *p, int S, int V, Action **comp, int *ncomp, const bool *split, Arena *a,
+                 Diag *d);
 
 // The action that releases a microbatch's slot on stage s (its last compute action): W when the
 // stage splits B and W, else B.

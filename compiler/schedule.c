@@ -333,7 +333,9 @@ void schedule_print(const Program *p, FILE *out) {
             "parameters%s%s%s\n",
             v, s->rank, s->K, s->f.n, s->b.n, s->w.n, s->step.n, s->nparams,
             s->loads ? ", loads" : "", s->has_loss ? ", loss" : "",
-            p->split_bw && !s->split ? ", B and W fused (the split buys nothing here)" : "");
+            !p->split_bw || s->split   ? ""
+            : !p->offer || p->offer[v] ? ", B and W fused (the split buys nothing here)"
+                                       : ", B whole (as the schedule writes it)");
   }
   for (int i = 0; i < p->nch; i++) {
     const Channel *ch = &p->ch[i];

@@ -207,27 +207,45 @@ static bool split_idle(const Made *mk, int v, const Action *comp, int n) {
 }
 
 bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
-  int M = p->M, nv = S * V;
-  if (p->nv != nv) {
+  int M = p->M;
+  if (p->nv != S * V) {
     diag_error(d, (Loc){0, 0}, "schedule %s: %d stages given for S = %d, V = %d", sched_name(k),
                p->nv, S, V);
     return false;
   }
-  for (int v = 0; v < nv; v++) p->vs[v].rank = v % S, p->vs[v].split = false;
-  p->split_bw = k == SCHED_ZBH1;
-  p->nranks = S;
-  p->ranks = ARENA_ARRAY(a, RankProgram, S);
-  // Per rank its compute order (F, B, W).
+  // Per rank its compute order (F, B, W); zb-h1 offers every stage the split.
   Action **comp = ARENA_ARRAY(a, Action *, S);
   int *ncomp = ARENA_ARRAY(a, int, S);
   for (int r = 0; r < S; r++) {
     comp[r] = ARENA_ARRAY(a, Action, 3 * (size_t)V * M + 1);
     if ((ncomp[r] = sched_order(k, S, V, M, r, comp[r], d)) < 0) return false;
   }
+  bool *split = ARENA_ARRAY(a, bool, S *V);
+  for (int v = 0; v < S * V; v++) split[v] = k == SCHED_ZBH1;
+  return sched_lower(p, S, V, comp, ncomp, split, a, d);
+}
+
+bool sched_lower(Program *p, int S, int V, Action **comp, int *ncomp, const bool *split, Arena *a,
+                 Diag *d) {
+  int M = p->M, nv = S * V;
+  if (p->nv != nv) {
+    diag_error(d, (Loc){0, 0}, "schedule: %d stages given for S = %d, V = %d", p->nv, S, V);
+    return false;
+  }
+  p->split_bw = false;
+  p->offer = split;
+  for (int v = 0; v < nv; v++) {
+    p->vs[v].rank = v % S, p->vs[v].split = false;
+    p->split_bw |= split[v];
+  }
+  p->nranks = S;
+  p->ranks = ARENA_ARRAY(a, RankProgram, S);
   Made mk = made_index(p, a);
-  // zb-h1: split each stage where it buys something; elsewhere drop the W actions (B fused).
+  // Split each stage offered the split where it buys something; elsewhere drop its W actions (B
+  // fused).
   bool *in_w = ARENA_ARRAY(a, bool, p->g->nnodes + 1); // per node id: in a W segment
-  for (int v = 0; v < nv && p->split_bw; v++) {
+  for (int v = 0; v < nv; v++) {
+    if (!split[v]) continue;
     int r = p->vs[v].rank, n = 0;
     if (!split_idle(&mk, v, comp[r], ncomp[r])) {
       split_segment(p, &p->vs[v], in_w, a);

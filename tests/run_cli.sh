@@ -167,7 +167,7 @@ grep -qx "B and W split on v1 (elsewhere B keeps the weight gradients: nothing i
 expect plan-interleaved 0 '' "$pipec" plan --stages 2 --microbatches 4 --schedule interleaved --virtual 2 samples/skip_net.json
 [[ "$LAST_OUT" == "partition of skip_net: 4 stages"* ]] && grep -qx "stage 2 (rank 0)" <<<"$LAST_OUT" && grep -qx "schedule interleaved: 2 ranks, 2 stages per rank, 4 microbatches" <<<"$LAST_OUT" &&
   grep -q "^  rank 1: .* F0.1 " <<<"$LAST_OUT" && pass=$((pass + 1)) || { echo "FAIL plan interleaved: $LAST_OUT"; fail=$((fail + 1)); }
-expect plan-bad-schedule 2 "^pipec: --schedule: unknown schedule 'pipedream' \(gpipe, 1f1b, interleaved, zb-h1\)$" "$pipec" plan --stages 2 --schedule pipedream samples/mlp_digits.json
+expect plan-bad-schedule 2 "^pipec: --schedule: unknown schedule 'pipedream' \(gpipe, 1f1b, interleaved, zb-h1, or a FILE.csv\)$" "$pipec" plan --stages 2 --schedule pipedream samples/mlp_digits.json
 expect plan-virtual-one-stage 2 "^pipec: --virtual 2 needs --stages >= 2: interleaving runs the stages of several ranks$" "$pipec" plan --stages 1 --schedule interleaved --virtual 2 samples/mlp_digits.json
 expect plan-virtual-no-stages 2 "^pipec: --virtual 2 needs --stages >= 2: interleaving runs the stages of several ranks$" "$pipec" check --schedule interleaved --virtual 2 samples/mlp_digits.json
 expect plan-virtual-split-one 1 "^samples/mlp_digits.json: error: --virtual 2 needs --stages >= 2: interleaving runs the stages of several ranks$" "$pipec" plan --split relu1 --schedule interleaved --virtual 2 samples/mlp_digits.json
