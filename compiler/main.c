@@ -22,6 +22,7 @@
 #include "passes.h"
 #include "pipeline.h"
 #include "plan_out.h"
+#include "topology.h"
 
 #ifndef PIPEC_VERSION
 #define PIPEC_VERSION "0.0.0"
@@ -29,7 +30,7 @@
 
 enum { EXIT_MODEL = 1, EXIT_USAGE = 2, MAX_PASSES = 16 };
 // getopt values of the long options without a letter.
-enum { OPT_DIAG_FORMAT = 256, OPT_NO_BUILD, OPT_DEPFILE, OPT_SVG, OPT_JSON };
+enum { OPT_DIAG_FORMAT = 256, OPT_NO_BUILD, OPT_DEPFILE, OPT_SVG, OPT_JSON, OPT_TOPOLOGY };
 
 typedef struct Driver {
   const char *command;    // check, print, ...
@@ -68,6 +69,9 @@ typedef struct Driver {
   SchedStats stats;       // S > 1: the lock-step simulation's prediction (schedule's checker)
   const char *svg;        // plan --svg FILE: the schedule's picture (compiler/plan_out.c) or NULL
   const char *json;       // plan --json FILE: the plan as data or NULL
+  const char *topology;   // --topology FILE.xml: the machine's NCCL topology or NULL
+  Topology topo;          // that file read (compiler/topology.c)
+  int *gpu_of_rank;       // per rank its GPU (index into topo.gpu): the placement
 } Driver;
 
 static double now(void) {
@@ -387,6 +391,9 @@ static void usage(FILE *f) {
       "                           partitioner's cost model and plan's predicted step time\n"
       "      --bandwidth GBS      the transfer rate between two ranks, GB/s (default 10), the\n"
       "                           same two uses\n"
+      "      --topology FILE.xml  the machine's NCCL topology (NCCL_TOPO_DUMP_FILE's format): one\n"
+      "                           GPU per rank, placed so consecutive stages get the fastest\n"
+      "                           links, whose bandwidths then replace --bandwidth\n"
       "      --mem-cap BYTES      memory cap per rank: the partitioner's estimate, then every\n"
       "                           rank's memory plan (plan, compile, run; default none)\n"
       "      --time-passes        print the time each pass and its checker took to stderr\n"
@@ -543,6 +550,10 @@ static int finish_print(Driver *dr) {
 // per stage and each rank's memory plan (not with --stop-after=schedule).
 static int finish_plan_pipeline(Driver *dr) {
   Program *p = &dr->prog;
+  if (dr->topology) {
+    topology_print(&dr->topo, dr->virt > 1, dr->gpu_of_rank, stdout);
+    printf("\n");
+  }
   partition_print(p, stdout);
   printf("\n");
   comm_print(p, stdout);
@@ -678,6 +689,37 @@ static int select_passes(Driver *dr, const Command *cmd) {
   return 0;
 }
 
+// --topology: reads the file, checks it has one GPU per rank, places the ranks
+// (topology_place) and gives the partitioner the links between the ranks in bytes/s.
+static bool load_topology(Driver *dr) {
+  Topology *t = &dr->topo;
+  if (!topology_load(t, dr->topology, &dr->arena, stderr)) return false;
+  int nv = dr->po.stages ? dr->po.stages : dr->po.nsplit ? dr->po.nsplit + 1 : 1;
+  int S = nv / dr->virt; // the partition cuts S x V stages
+  if (t->ngpu != S) {
+    fprintf(stderr,
+            "%s: error: the topology has %d GPU%s but the pipeline runs %d rank%s (%s): pipec "
+            "places one rank per GPU\n",
+            dr->topology, t->ngpu, t->ngpu == 1 ? "" : "s", S, S == 1 ? "" : "s",
+            dr->po.stages   ? arena_printf(&dr->arena, "--stages %d", dr->po.stages / dr->virt)
+            : dr->po.nsplit ? "--split"
+                            : "no --stages");
+    return false;
+  }
+  dr->gpu_of_rank = ARENA_ARRAY(&dr->arena, int, S);
+  topology_place(t, dr->virt > 1, dr->gpu_of_rank, &dr->arena);
+  double *bw = ARENA_ARRAY(&dr->arena, double, (size_t)S *S);
+  int *device = ARENA_ARRAY(&dr->arena, int, S);
+  for (int a = 0; a < S; a++) {
+    device[a] = t->gpu[dr->gpu_of_rank[a]].dev;
+    for (int b = 0; b < S; b++)
+      bw[a * S + b] = a == b ? dr->po.bandwidth
+                             : topology_link(t, dr->gpu_of_rank[a], dr->gpu_of_rank[b]) * 1e9;
+  }
+  dr->po.rank_bw = bw, dr->po.rank_device = device, dr->po.nranks = S;
+  return true;
+}
+
 int main(int argc, char **argv) {
   static const struct option longopts[] = {
       {"define", required_argument, NULL, 'D'},
@@ -693,6 +735,7 @@ int main(int argc, char **argv) {
       {"depfile", required_argument, NULL, OPT_DEPFILE},
       {"svg", required_argument, NULL, OPT_SVG},
       {"json", required_argument, NULL, OPT_JSON},
+      {"topology", required_argument, NULL, OPT_TOPOLOGY},
       {"list-ops", no_argument, NULL, 'L'},
       {"time-passes", no_argument, NULL, 't'},
       {"help", no_argument, NULL, 'h'},
@@ -785,6 +828,10 @@ int main(int argc, char **argv) {
       break;
     case OPT_DEPFILE:
       dr.depfile = optarg;
+      break;
+    case OPT_TOPOLOGY:
+      if (!*optarg) RETURN(usage_error("%s", "--topology: the file name is an empty string"));
+      dr.topology = optarg;
       break;
     case OPT_SVG:
     case OPT_JSON:
@@ -944,6 +991,7 @@ int main(int argc, char **argv) {
   dr.out = dr.out_dir;
   dr.build = cmd->build && !dr.no_build;
 
+  if (dr.topology && !load_topology(&dr)) RETURN(EXIT_MODEL);
   diag_init(&dr.diag, dr.model, stderr);
   dr.diag.excerpts = true; // the source line and a caret under each located message
   dr.diag.format = dr.diag_format;
