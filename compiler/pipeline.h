@@ -177,7 +177,7 @@ typedef struct CutProblem {
   double rate;        // FLOP/s
   double bandwidth;   // bytes/s
   double *stage_bw;   // per stage r of S: bytes/s of what it receives, the link from stage r - 1
-                      // (--topology; NULL: bandwidth for every stage)
+                      // (--topology; > 0, stage 0's too; NULL: bandwidth for every stage)
   double mem_cap;     // bytes per stage (0: none)
   int M;              // microbatches per step (1F1B keeps min(S - r, M) in flight on stage r)
   const bool *cut_ok; // per unit u: a stage may start at u (NULL: every unit)
