@@ -693,17 +693,36 @@ static int select_passes(Driver *dr, const Command *cmd) {
 // (topology_place) and gives the partitioner the links between the ranks in bytes/s.
 static bool load_topology(Driver *dr) {
   Topology *t = &dr->topo;
-  if (!topology_load(t, dr->topology, &dr->arena, stderr)) return false;
+  char *msg = NULL;
+  size_t len = 0;
+  FILE *err = dr->diag.format == DIAG_TEXT ? stderr : open_memstream(&msg, &len);
+  bool ok = err && topology_load(t, dr->topology, &dr->arena, err);
+  if (err && err != stderr) { // json, sarif: the line becomes one record of the document
+    fclose(err);
+    if (!ok) {
+      while (len && msg[len - 1] == '\n') msg[--len] = 0;
+      char *e = strstr(msg, ": error: "); // FILE:LINE: MESSAGE (the record's kind says error)
+      if (e) memmove(e + 2, e + 9, strlen(e + 9) + 1);
+      diag_error(&dr->diag, (Loc){0, 0}, "--topology %s", msg);
+    }
+    free(msg);
+  }
+  if (!ok) return false;
   int nv = dr->po.stages ? dr->po.stages : dr->po.nsplit ? dr->po.nsplit + 1 : 1;
   int S = nv / dr->virt; // the partition cuts S x V stages
   if (t->ngpu != S) {
-    fprintf(stderr,
-            "%s: error: the topology has %d GPU%s but the pipeline runs %d rank%s (%s): pipec "
-            "places one rank per GPU\n",
-            dr->topology, t->ngpu, t->ngpu == 1 ? "" : "s", S, S == 1 ? "" : "s",
-            dr->po.stages   ? arena_printf(&dr->arena, "--stages %d", dr->po.stages / dr->virt)
-            : dr->po.nsplit ? "--split"
-                            : "no --stages");
+    const char *why = arena_printf(
+        &dr->arena,
+        "the topology has %d GPU%s but the pipeline runs %d rank%s (%s): pipec places "
+        "one rank per GPU",
+        t->ngpu, t->ngpu == 1 ? "" : "s", S, S == 1 ? "" : "s",
+        dr->po.stages   ? arena_printf(&dr->arena, "--stages %d", dr->po.stages / dr->virt)
+        : dr->po.nsplit ? "--split"
+                        : "no --stages");
+    if (dr->diag.format == DIAG_TEXT)
+      fprintf(stderr, "%s: error: %s\n", dr->topology, why);
+    else
+      diag_error(&dr->diag, (Loc){0, 0}, "--topology %s: %s", dr->topology, why);
     return false;
   }
   dr->gpu_of_rank = ARENA_ARRAY(&dr->arena, int, S);
@@ -991,10 +1010,13 @@ int main(int argc, char **argv) {
   dr.out = dr.out_dir;
   dr.build = cmd->build && !dr.no_build;
 
-  if (dr.topology && !load_topology(&dr)) RETURN(EXIT_MODEL);
   diag_init(&dr.diag, dr.model, stderr);
   dr.diag.excerpts = true; // the source line and a caret under each located message
   dr.diag.format = dr.diag_format;
+  if (dr.topology && !load_topology(&dr)) {
+    diag_write(&dr.diag, PIPEC_VERSION); // the machine-readable formats' document
+    RETURN(EXIT_MODEL);
+  }
   dr.diag.pass = "parse";
   graph_init(&dr.graph, &dr.arena);
   double t0 = now();

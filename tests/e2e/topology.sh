@@ -32,6 +32,15 @@ done
 rc=$?
 check "missing file: exit 1" test $rc -eq 1
 check "missing file: message" grep -qx "$tmp/none.xml: error: cannot read the topology file: No such file or directory" "$tmp/err"
+# --diagnostics-format=json: the error is a record of the document, nothing else on stderr.
+"$pipec" plan $gpt --stages 4 --topology tests/bad_topology/gpu_no_sm.xml --diagnostics-format=json \
+  >/dev/null 2>"$tmp/err"
+check "json format: exit 1" test $? -eq 1
+check "json format: one record" python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert [r['message'] for r in d] == [\"--topology tests/bad_topology/gpu_no_sm.xml:18: <gpu> has no attribute 'sm'\"], d
+" "$tmp/err"
 "$pipec" plan $gpt --stages 4 --topology "" >/dev/null 2>"$tmp/err"
 check "empty name: usage error" test $? -eq 2
 
