@@ -735,7 +735,9 @@ static bool load_topology(Driver *dr) {
       bw[a * S + b] = a == b ? dr->po.bandwidth
                              : topology_link(t, dr->gpu_of_rank[a], dr->gpu_of_rank[b]) * 1e9;
   }
-  dr->po.rank_bw = bw, dr->po.rank_device = device, dr->po.nranks = S;
+  // One machine: launch.sh gives each rank its GPU. Several: where a rank runs is mpirun's
+  // hostfile's business, so the plan only names the machines (docs/pipeline.md, "Topology").
+  dr->po.rank_bw = bw, dr->po.rank_device = t->nsys == 1 ? device : NULL, dr->po.nranks = S;
   return true;
 }
 

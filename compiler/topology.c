@@ -35,6 +35,7 @@
 enum { TN_CPU, TN_PCI, TN_GPU, TN_NIC, TN_NVS };     // node kinds
 enum { TL_PCI, TL_NVL, TL_SYS, TL_C2C, TL_LOC };     // link kinds
 enum { TOPO_EXACT_MAX = 16, TOPO_MAX_NODES = 4096 }; // exact placement; nodes of a file
+#define TOPO_CROSS 1e6 // the placement's price of a link between machines (place_exact)
 
 typedef struct TNode {
   int kind;                // TN_*
@@ -46,6 +47,7 @@ typedef struct TNode {
   int dev;                 // TN_GPU: dev
   double net;              // TN_NIC: its fastest net's GB/s
   int numa;                // TN_CPU: numaid
+  int sys;                 // its machine: its cpu's host_hash among the file's (0: the first)
   int arch, vendor, model; // TN_CPU: what its interconnect rate depends on (CPU_*)
 } TNode;
 
@@ -61,17 +63,19 @@ typedef struct Pending { // an nvlink, c2c or pcilink resolved once every node e
 } Pending;
 
 typedef struct Parse {
-  const char *file; // for messages
-  FILE *err;        // where the message goes
-  Arena *a;         // memory
-  TNode *n;         // nodes
-  int nn, capn;     // count, capacity
-  TLink *l;         // links
-  int nl, capl;     // count, capacity
-  Pending *pend;    // deferred links
-  int np, capp;     // count, capacity
-  int nvs;          // the NVSwitch node (-1: none yet)
-  bool failed;      // an error was printed
+  const char *file;   // for messages
+  FILE *err;          // where the message goes
+  Arena *a;           // memory
+  TNode *n;           // nodes
+  int nn, capn;       // count, capacity
+  TLink *l;           // links
+  int nl, capl;       // count, capacity
+  Pending *pend;      // deferred links
+  int np, capp;       // count, capacity
+  int nvs;            // the NVSwitch node (-1: none yet)
+  const char **hosts; // the cpu elements' distinct host_hash values (machines), in file order
+  int nhosts;         // count
+  bool failed;        // an error was printed
 } Parse;
 
 enum { CPU_X86 = 1, CPU_ARM, CPU_POWER };              // arch
@@ -138,7 +142,11 @@ static int add_node(Parse *p, int kind, xmlNodePtr el, int cpu) {
     if (p->nn) memcpy(n, p->n, sizeof *n * (size_t)p->nn);
     p->n = n, p->capn = cap;
   }
-  p->n[p->nn] = (TNode){.kind = kind, .line = line_of(el), .cpu = cpu, .gpu = -1};
+  p->n[p->nn] = (TNode){.kind = kind,
+                        .line = line_of(el),
+                        .cpu = cpu,
+                        .gpu = -1,
+                        .sys = cpu >= 0 ? p->n[cpu].sys : 0};
   return p->nn++;
 }
 
@@ -316,6 +324,17 @@ static bool parse_cpu(Parse *p, xmlNodePtr el) {
   if (c < 0) return false;
   p->n[c].cpu = c;
   p->n[c].numa = numa;
+  const char *host = get(p, el, "host_hash"); // NCCL's machine, in a multi-node file
+  if (!host) host = "";
+  int sys = 0;
+  while (sys < p->nhosts && strcmp(p->hosts[sys], host) != 0) sys++;
+  if (sys == p->nhosts) {
+    const char **h = ARENA_ARRAY(p->a, const char *, p->nhosts + 1);
+    if (p->nhosts) memcpy(h, p->hosts, sizeof *h * (size_t)p->nhosts);
+    h[p->nhosts++] = host;
+    p->hosts = h;
+  }
+  p->n[c].sys = sys;
   const char *arch = need(p, el, "arch");
   if (!arch) return false;
   TNode *n = &p->n[c];
@@ -365,9 +384,11 @@ static bool parse_cpu(Parse *p, xmlNodePtr el) {
   return true;
 }
 
-static int find_busid(const Parse *p, const char *busid, int kind) {
+static int find_busid(const Parse *p, const char *busid, int kind, int sys) {
   for (int i = 0; i < p->nn; i++)
-    if (p->n[i].kind == kind && p->n[i].busid && strcmp(p->n[i].busid, busid) == 0) return i;
+    if (p->n[i].kind == kind && p->n[i].sys == sys && p->n[i].busid &&
+        strcmp(p->n[i].busid, busid) == 0)
+      return i;
   return -1;
 }
 
@@ -379,7 +400,7 @@ static bool resolve(Parse *p) {
     if (is(el, "pcilink")) {
       const char *target = need(p, el, "target");
       if (!target) return false;
-      int t = find_busid(p, lower(p->a, target), TN_PCI);
+      int t = find_busid(p, lower(p->a, target), TN_PCI, p->n[node].sys);
       if (t < 0)
         return fail(p, line, "<pcilink target=\"%s\">: no PCIe switch has that busid", target);
       add_link(p, node, t, 5000.0, TL_LOC);
@@ -411,7 +432,7 @@ static bool resolve(Parse *p) {
     } else if (strncmp(tclass, "0x03", 4) == 0) { // another GPU
       const char *target = need(p, el, "target");
       if (!target) return false;
-      int t = find_busid(p, lower(p->a, target), TN_GPU);
+      int t = find_busid(p, lower(p->a, target), TN_GPU, p->n[node].sys);
       if (t < 0)
         return fail(p, line, "<nvlink target=\"%s\">: no GPU of the file has that busid", target);
       if (t == node) return fail(p, line, "<nvlink target=\"%s\">: the GPU's own busid", target);
@@ -535,7 +556,7 @@ bool topology_load(Topology *t, const char *path, Arena *a, FILE *err) {
   // The CPUs pairwise at their interconnect's rate.
   for (int i = 0; i < p.nn; i++)
     for (int j = 0; j < p.nn; j++)
-      if (i != j && p.n[i].kind == TN_CPU && p.n[j].kind == TN_CPU)
+      if (i != j && p.n[i].kind == TN_CPU && p.n[j].kind == TN_CPU && p.n[i].sys == p.n[j].sys)
         add_link(&p, i, j, cpu_bw(&p.n[i]), TL_SYS);
   // The GPUs, in dev order.
   int ng = 0, ncpu = 0, nnic = 0;
@@ -548,18 +569,25 @@ bool topology_load(Topology *t, const char *path, Arena *a, FILE *err) {
   }
   t->ngpu = ng, t->ncpu = ncpu, t->nnic = nnic, t->nnvs = p.nvs >= 0;
   t->gpu = ARENA_ARRAY(a, TopoGpu, ng);
-  int *node_of = ARENA_ARRAY(a, int, ng); // per GPU (dev order): its node
+  int *node_of = ARENA_ARRAY(a, int, ng); // per GPU (machine, then dev order): its node
   for (int i = 0, k = 0; i < p.nn; i++) {
     if (p.n[i].kind != TN_GPU) continue;
-    int j = k++; // insertion by dev
-    while (j > 0 && p.n[node_of[j - 1]].dev > p.n[i].dev) node_of[j] = node_of[j - 1], j--;
+    int j = k++; // insertion by machine and dev
+    while (j > 0 &&
+           (p.n[node_of[j - 1]].sys > p.n[i].sys ||
+            (p.n[node_of[j - 1]].sys == p.n[i].sys && p.n[node_of[j - 1]].dev > p.n[i].dev)))
+      node_of[j] = node_of[j - 1], j--;
     node_of[j] = i;
   }
   for (int i = 0; i < ng; i++) {
     const TNode *x = &p.n[node_of[i]];
-    t->gpu[i] = (TopoGpu){
-        .dev = x->dev, .sm = x->sm, .busid = x->busid, .line = x->line, .numa = p.n[x->cpu].numa};
-    if (i && t->gpu[i].dev == t->gpu[i - 1].dev) {
+    t->gpu[i] = (TopoGpu){.dev = x->dev,
+                          .sm = x->sm,
+                          .busid = x->busid,
+                          .line = x->line,
+                          .numa = p.n[x->cpu].numa,
+                          .sys = x->sys};
+    if (i && t->gpu[i].dev == t->gpu[i - 1].dev && t->gpu[i].sys == t->gpu[i - 1].sys) {
       const TopoGpu *y = &t->gpu[i - 1], *z = &t->gpu[i];
       fail(&p, y->line > z->line ? y->line : z->line,
            "<gpu dev=\"%d\">: a second GPU with that dev (line %d)", z->dev,
@@ -583,7 +611,8 @@ bool topology_load(Topology *t, const char *path, Arena *a, FILE *err) {
     for (int j = 0; j < ng; j++) {
       if (j == i) continue;
       int dst = node_of[j];
-      if (dist[dst] < 0) {
+      if (dist[dst] < 0) { // another machine (below), or an error
+        if (p.n[dst].sys != p.n[node_of[i]].sys) continue;
         fail(&p, t->gpu[i].line, "GPU dev %d cannot reach GPU dev %d (line %d): no path of links",
              t->gpu[i].dev, t->gpu[j].dev, t->gpu[j].line);
         goto out;
@@ -597,6 +626,23 @@ bool topology_load(Topology *t, const char *path, Arena *a, FILE *err) {
         if (b > t->gpu[i].net_bw) t->gpu[i].net_bw = b;
       }
   }
+  // GPUs of different machines talk over the network: each side's best NIC, the slower one.
+  for (int i = 0; i < ng; i++)
+    for (int j = 0; j < ng; j++) {
+      if (j == i || p.n[node_of[i]].sys == p.n[node_of[j]].sys) continue;
+      const TopoGpu *x = &t->gpu[i], *y = &t->gpu[j];
+      if (x->net_bw <= 0 || y->net_bw <= 0) {
+        const TopoGpu *z = x->net_bw <= 0 ? x : y;
+        fail(&p, z->line,
+             "GPU dev %d reaches no <net>, but GPUs of another machine (host_hash) "
+             "are in the file",
+             z->dev);
+        goto out;
+      }
+      t->bw[(size_t)i * ng + j] = x->net_bw < y->net_bw ? x->net_bw : y->net_bw;
+      t->kind[(size_t)i * ng + j] = "NET";
+    }
+  t->nsys = p.nhosts;
   ok = true;
 out:
   xmlFreeDoc(doc);
@@ -620,7 +666,10 @@ double topology_bottleneck(const Topology *t, bool cycle, const int *g) {
 
 // The subset dynamic program: h[mask * n + v] is the best completion from GPU v (the last
 // placed) when the GPUs in mask are placed. Phase 0 maximises the slowest link, phase 1
-// minimises the sum of 1 / bandwidth over links at least as fast as phase 0's optimum.
+// minimises, over links at least as fast as phase 0's optimum, first the links between machines
+// (each counts TOPO_CROSS, far above any sum of inverse bandwidths) and then the sum of
+// 1 / bandwidth. A completion is recomputed by the same expression when the placement is read
+// back, so the equality tests there are exact.
 static void place_exact(const Topology *t, bool cycle, int *g, Arena *a) {
   int n = t->ngpu;
   size_t full = ((size_t)1 << n) - 1;
@@ -632,7 +681,10 @@ static void place_exact(const Topology *t, bool cycle, int *g, Arena *a) {
   for (int phase = 0; phase < 2; phase++) {
     // The value of the link v -> u in this phase, and how values combine along a path.
 #define LINKV(v, u)                                                                                \
-  (phase == 0 ? w[(v)*n + (u)] : w[(v)*n + (u)] >= limit ? 1.0 / w[(v)*n + (u)] : INFINITY)
+  (phase == 0 ? w[(v)*n + (u)]                                                                     \
+   : w[(v)*n + (u)] >= limit                                                                       \
+       ? (t->gpu[v].sys != t->gpu[u].sys ? TOPO_CROSS : 0) + 1.0 / w[(v)*n + (u)]                  \
+       : INFINITY)
 #define COMB(x, y)   (phase == 0 ? ((x) < (y) ? (x) : (y)) : (x) + (y))
 #define BETTER(x, y) (phase == 0 ? (x) > (y) : (x) < (y))
     double worst = phase == 0 ? -INFINITY : INFINITY;
@@ -703,17 +755,30 @@ double topology_place(const Topology *t, bool cycle, int *g, Arena *a) {
   return topology_bottleneck(t, cycle, g);
 }
 
+// "3", or "1/3" (machine 1's GPU 3) when the file has several machines.
+static const char *gpu_name(const Topology *t, int i, char *buf, size_t cap) {
+  if (t->nsys > 1)
+    snprintf(buf, cap, "%d/%d", t->gpu[i].sys, t->gpu[i].dev);
+  else
+    snprintf(buf, cap, "%d", t->gpu[i].dev);
+  return buf;
+}
+
 void topology_print(const Topology *t, bool cycle, const int *g, FILE *out) {
   int n = t->ngpu;
-  fprintf(out, "topology %s: %d GPU%s, %d CPU%s, %d NIC%s%s (GB/s by NCCL's rules)\n", t->file, n,
-          n == 1 ? "" : "s", t->ncpu, t->ncpu == 1 ? "" : "s", t->nnic, t->nnic == 1 ? "" : "s",
+  char b1[32];
+  fprintf(out, "topology %s: %d GPU%s, %d CPU%s, %d NIC%s%s", t->file, n, n == 1 ? "" : "s",
+          t->ncpu, t->ncpu == 1 ? "" : "s", t->nnic, t->nnic == 1 ? "" : "s",
           t->nnvs ? ", an NVSwitch" : "");
+  if (t->nsys > 1) fprintf(out, " on %d machines (GPU M/D: machine M's dev D)", t->nsys);
+  fprintf(out, " (GB/s by NCCL's rules)\n");
   fprintf(out, "  gpu  busid          sm  numa    net");
-  for (int j = 0; j < n; j++) fprintf(out, "  %9s%-2d", "to dev ", t->gpu[j].dev);
+  for (int j = 0; j < n; j++) fprintf(out, "  %7s%-4s", "to dev ", gpu_name(t, j, b1, sizeof b1));
   fputc('\n', out);
   for (int i = 0; i < n; i++) {
     const TopoGpu *x = &t->gpu[i];
-    fprintf(out, "  %3d  %-13s %3d  %4d %6.2f", x->dev, x->busid, x->sm, x->numa, x->net_bw);
+    fprintf(out, "  %3s  %-13s %3d  %4d %6.2f", gpu_name(t, i, b1, sizeof b1), x->busid, x->sm,
+            x->numa, x->net_bw);
     for (int j = 0; j < n; j++)
       if (j == i)
         fprintf(out, "  %11s", "-");
@@ -723,7 +788,7 @@ void topology_print(const Topology *t, bool cycle, const int *g, FILE *out) {
   }
   fprintf(out, "placement:");
   for (int r = 0; r < n; r++)
-    fprintf(out, " rank %d on GPU %d%s", r, t->gpu[g[r]].dev, r + 1 < n ? "," : "");
+    fprintf(out, " rank %d on GPU %s%s", r, gpu_name(t, g[r], b1, sizeof b1), r + 1 < n ? "," : "");
   int *id = malloc(sizeof(int) * (size_t)n);
   for (int r = 0; r < n && id; r++) id[r] = r;
   fprintf(out,

@@ -83,6 +83,19 @@ want_lines nvlink_mesh "$tmp/mesh" \
   "    6  0000:89:00.0   70     1  12.00    20.00 NVB    40.00 NVB    20.00 NVL    20.00 NVB    20.00 NVL    40.00 NVL            -    40.00 NVL" \
   "placement: rank 0 on GPU 0, rank 1 on GPU 3, rank 2 on GPU 2, rank 3 on GPU 1, rank 4 on GPU 5, rank 5 on GPU 6, rank 6 on GPU 7, rank 7 on GPU 4" \
   "  slowest link between consecutive ranks: 40.00 GB/s (rank r on GPU r: 20.00 GB/s)"
+# two_boxes: pcie_box twice, machines told apart by host_hash: across machines the slower of the
+# two GPUs' NIC bandwidth (GPU 0: min(24 to the NIC, 25) = 24; GPU 2 reaches it over UPI: 10). The
+# placement crosses the network once, between the NICs' GPUs, not three times at the same sum.
+"$pipec" plan $gpt -D L=8 --stages 8 --topology $topo/two_boxes.xml --stop-after=schedule >"$tmp/two" 2>&1 ||
+  bad "two_boxes plan: $(head -n 3 "$tmp/two")"
+want_lines two_boxes "$tmp/two" \
+  "topology $topo/two_boxes.xml: 8 GPUs, 4 CPUs, 2 NICs on 2 machines (GPU M/D: machine M's dev D) (GB/s by NCCL's rules)" \
+  "  0/1  0000:19:00.0   80     0  24.00    24.00 PIX            -    10.00 SYS    10.00 SYS    24.00 NET    24.00 NET    10.00 NET    10.00 NET" \
+  "placement: rank 0 on GPU 0/2, rank 1 on GPU 0/3, rank 2 on GPU 0/0, rank 3 on GPU 0/1, rank 4 on GPU 1/0, rank 5 on GPU 1/1, rank 6 on GPU 1/2, rank 7 on GPU 1/3"
+"$pipec" compile $gpt -D L=8 --stages 8 --topology $topo/two_boxes.xml --no-build -o "$tmp/two.d" 2>/dev/null ||
+  bad "compile two_boxes"
+check "two machines: launch.sh leaves the devices to mpirun's hostfile" \
+  bash -c "! grep -q CUDA_VISIBLE_DEVICES '$tmp/two.d/launch.sh'"
 # Interleaved stages wrap around (the last rank sends to the first): the placement is a cycle.
 "$pipec" plan $gpt -D L=16 --stages 8 --schedule interleaved --virtual 2 --microbatches 8 --batch 16 \
   --topology $topo/nvlink_mesh.xml --stop-after=schedule >"$tmp/cyc" 2>&1 || bad "interleaved plan: $(head -n 3 "$tmp/cyc")"
