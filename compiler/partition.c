@@ -19,14 +19,16 @@
 // W nodes (the registry's OpCost at the microbatch size) / rate, plus the bytes of the
 // cross-stage tensors it reads / bandwidth: each activation it receives from an earlier stage (a
 // tensor read by several later stages is sent to each of them, never relayed) and the gradient
-// contribution it sends back for it. With --topology the bandwidth is the link's between the two
-// ranks (the dynamic program charges all of stage r's receives at the link from stage r - 1).
-// Charging a transfer to the stage that reads it makes a stage's cost a function of its own range,
-// which is what lets the dynamic program be exact; the dump prints the bytes each stage sends,
-// counted on the sender. The memory estimate of stage r is its parameters' bytes (value, gradient,
-// optimizer state; a parameter used on several stages counts on each) + its forward activations x
-// min(S - r, M), the microbatches 1F1B keeps in flight: an estimate until per-rank memory plans
-// exist.
+// contribution it sends back for it. Charging a transfer to the stage that reads it makes a
+// stage's cost a function of its own range, which is what lets the dynamic program be exact;
+// the dump prints the bytes each stage sends, counted on the sender. The memory estimate of stage
+// r is its parameters' bytes (value, gradient, optimizer state; a parameter used on several
+// stages counts on each) + its forward activations x min(S - r, M), the microbatches 1F1B keeps
+// in flight: an estimate until per-rank memory plans exist.
+//
+// With --topology the bandwidth is the link's between the two ranks (CutProblem.stage_bw,
+// Program.rank_bw): the dynamic program charges all of stage r's receives at the link from
+// stage r - 1, the channel costs and the table each transfer at its own link.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -832,7 +834,8 @@ void partition_print(const Program *p, FILE *out) {
             p->part_rate / 1e9, p->part_bandwidth / 1e9);
   double *flops = ARENA_ARRAY(a, double, S), *act = ARENA_ARRAY(a, double, S),
          *sent = ARENA_ARRAY(a, double, S), *gsent = ARENA_ARRAY(a, double, S),
-         *recv = ARENA_ARRAY(a, double, S), *pbytes = ARENA_ARRAY(a, double, S);
+         *recv = ARENA_ARRAY(a, double, S), *pbytes = ARENA_ARRAY(a, double, S),
+         *recv_s = ARENA_ARRAY(a, double, S); // --topology: seconds of what each stage receives
   int *mark = ARENA_ARRAY(a, int, S), *rd = ARENA_ARRAY(a, int, S), *chs = NULL, *next = NULL;
   if (p->nch > 0) { // after the comm pass: each tensor's channels
     chs = ARENA_ARRAY(a, int, g->ntensors + 1);
@@ -858,7 +861,8 @@ void partition_print(const Program *p, FILE *out) {
       for (int j = 0; j < nr; j++) {
         int w = rd[j];
         sent[v] += bytes; // sent to each consuming stage
-        recv[w] += bytes * (has_grad[t->id] ? 2 : 1) / program_link_bw(p, v, w); // seconds
+        recv[w] += bytes * (has_grad[t->id] ? 2 : 1);
+        if (p->rank_bw) recv_s[w] += bytes * (has_grad[t->id] ? 2 : 1) / program_link_bw(p, v, w);
         if (has_grad[t->id]) gsent[w] += bytes; // its gradient contribution comes back
       }
     }
@@ -886,7 +890,8 @@ void partition_print(const Program *p, FILE *out) {
     fprintf(out, "  memory    %s estimated (params, grads, optimizer state; acts x %d in flight)\n",
             human(b1, sizeof b1, pbytes[v] + act[v] * inflight, "B"), inflight);
     fprintf(out, "  time      %.3f ms per microbatch predicted\n",
-            1e3 * (flops[v] / p->part_rate + recv[v]));
+            1e3 *
+                (flops[v] / p->part_rate + (p->rank_bw ? recv_s[v] : recv[v] / p->part_bandwidth)));
   }
   // The tensors that cross, each with its consuming stages.
   for (int i = 0; i < g->nfwd; i++) {
