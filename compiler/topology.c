@@ -9,10 +9,12 @@
 //   SM80 20, SM86 12, SM90 20.6, SM100 40.1 GB/s) towards its target: another GPU (one way: the
 //   target lists its own nvlink back), the NVSwitch (tclass 0x068000, both ways) or the local CPU
 //   (0x068001, both ways); a c2c link count x bw / 1000 GB/s to the local CPU, both ways;
-// - the CPUs of the file are linked pairwise at their interconnect's rate: Intel QPI/UPI by model
+// - the CPUs of a machine are linked pairwise at their interconnect's rate: Intel QPI/UPI by model
 //   (family 6: from 0xCF 40, from 0x8F 22, from 0x55 10, else 6), AMD 16, Zhaoxin 9 (YongFeng,
 //   family 7 model 0x5B) or 6, POWER 32, ARM 6 GB/s; a pcilink between two switches 5000 GB/s;
-// - a net's speed (Mbps; <= 0 counts as 10000) / 8000 GB/s is its NIC's network rate.
+// - a net's speed (Mbps; <= 0 counts as 10000) / 8000 GB/s is its NIC's network rate; GPUs of
+//   different machines (cpu elements with different host_hash) talk at the slower of the two
+//   GPUs' network rates (each: its best NIC, the slower of the path to it and the NIC's rate).
 // The path between two GPUs is NCCL's: a breadth-first search from the sender with the fewest
 // hops, among those the one whose slowest link is fastest, never through a NIC and through a GPU
 // only as NCCL's NVB (NVLink into a GPU one hop from the sender and NVLink out to another GPU).
@@ -20,7 +22,8 @@
 // Intel P2P overhead its channel search charges) are left out: they do not change a pair's path.
 //
 // Malformed XML is reported with libxml2's first error and line; everything else with the line
-// of the element at fault. Nothing is guessed: an attribute the rules need must be there.
+// of the element at fault. Beyond NCCL's own fallbacks above, nothing is guessed: an attribute
+// the rules need must be there.
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -42,7 +45,6 @@ typedef struct TNode {
   int line;                // line of its element
   const char *busid;       // pci busid, lowercase (NULL: CPU, NVS)
   int cpu;                 // the node index of the cpu it sits under
-  int gpu;                 // TN_GPU: index in the parse order of GPUs
   int sm;                  // TN_GPU: sm
   int dev;                 // TN_GPU: dev
   double net;              // TN_NIC: its fastest net's GB/s
@@ -142,11 +144,8 @@ static int add_node(Parse *p, int kind, xmlNodePtr el, int cpu) {
     if (p->nn) memcpy(n, p->n, sizeof *n * (size_t)p->nn);
     p->n = n, p->capn = cap;
   }
-  p->n[p->nn] = (TNode){.kind = kind,
-                        .line = line_of(el),
-                        .cpu = cpu,
-                        .gpu = -1,
-                        .sys = cpu >= 0 ? p->n[cpu].sys : 0};
+  p->n[p->nn] =
+      (TNode){.kind = kind, .line = line_of(el), .cpu = cpu, .sys = cpu >= 0 ? p->n[cpu].sys : 0};
   return p->nn++;
 }
 
