@@ -772,7 +772,11 @@ void topology_print(const Topology *t, bool cycle, const int *g, FILE *out) {
   if (t->nsys > 1) fprintf(out, " on %d machines (GPU M/D: machine M's dev D)", t->nsys);
   fprintf(out, " (GB/s by NCCL's rules)\n");
   fprintf(out, "  gpu  busid          sm  numa    net");
-  for (int j = 0; j < n; j++) fprintf(out, "  %7s%-4s", "to dev ", gpu_name(t, j, b1, sizeof b1));
+  for (int j = 0; j < n; j++) {
+    char h[48];
+    snprintf(h, sizeof h, "to dev %s", gpu_name(t, j, b1, sizeof b1));
+    fprintf(out, "  %11s", h);
+  }
   fputc('\n', out);
   for (int i = 0; i < n; i++) {
     const TopoGpu *x = &t->gpu[i];
