@@ -30,7 +30,8 @@
 
 enum { EXIT_MODEL = 1, EXIT_USAGE = 2, MAX_PASSES = 16 };
 // getopt values of the long options without a letter.
-enum { OPT_DIAG_FORMAT = 256, OPT_NO_BUILD, OPT_DEPFILE, OPT_SVG, OPT_JSON, OPT_TOPOLOGY };
+enum { OPT_DIAG_FORMAT = 256, OPT_NO_BUILD, OPT_DEPFILE, OPT_SVG, OPT_JSON };
+enum { OPT_TOPOLOGY = 320 }; // --topology (its own line: other options extend the one above)
 
 typedef struct Driver {
   const char *command;    // check, print, ...
