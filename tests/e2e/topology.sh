@@ -3,7 +3,8 @@
 # (tests/bad_topology/NAME.xml is rejected with exactly NAME.err on stderr, exit 1, nothing on
 # stdout), a missing file, the link bandwidths derived from the samples (exact numbers by NCCL's
 # rules), the placement on a box where rank r on GPU r is worse, the partition moving off a slow
-# link, launch.sh's device list, and plan --json's rank links.
+# link, launch.sh's device list (and a job run under it: the one-stage bits), plan --json's
+# rank links.
 pipec=$1
 root=$2
 . "$root/tests/e2e/lib.sh"
@@ -121,6 +122,17 @@ want_lines launch.sh "$tmp/mesh.d/launch.sh" "#   rank 1 on GPU 3" "  CUDA_VISIB
 check "launch.sh is valid sh" sh -n "$tmp/mesh.d/launch.sh"
 "$pipec" compile $gpt --stages 4 --no-build -o "$tmp/plain.d" 2>/dev/null || bad "compile without"
 check "no topology: launch.sh leaves the devices alone" bash -c "! grep -q CUDA_VISIBLE_DEVICES '$tmp/plain.d/launch.sh'"
+# The job runs under that launch.sh (CPU ranks: the device list is inert) and trains the bits of
+# the one-stage program.
+ref=$(pipe_ref $gpt 4)
+if "$pipec" compile $gpt --stages 4 --microbatches 4 --topology $topo/pcie_box.xml -o "$tmp/run.d" \
+  >/dev/null 2>"$tmp/run.cerr"; then
+  if pipe_run "$tmp/run" "$tmp/run.d"; then same_bits "run with a topology" "$ref" "$tmp/run"; else
+    bad "run with a topology: $(tail -n 3 "$tmp/run.out")"
+  fi
+else
+  bad "compile with a topology: $(head -n 3 "$tmp/run.cerr")"
+fi
 "$pipec" plan $gpt --stages 4 --topology $topo/pcie_box.xml --json "$tmp/p.json" >/dev/null 2>&1 || bad "plan --json"
 check "plan --json: rank devices and links" python3 -c "
 import json, sys
