@@ -5,6 +5,8 @@
 // OMP_WAIT_POLICY=PASSIVE when the ranks exceed the online cores (the physical ones where lscpu
 // tells fewer: mpirun's default slots): shared cores, where no thread should spin;
 // $PIPEC_MPIRUN_OPTS adds mpirun options (a hostfile, ...), $PIPEC_MPIRUN names another mpirun.
+// With --topology's placement, CUDA_VISIBLE_DEVICES (unless set) lists the ranks' GPUs in rank
+// order under CUDA_DEVICE_ORDER=PCI_BUS_ID: local rank r's device is then rank r's GPU.
 // The programs are found beside the script (its own directory), so the output directory can move.
 //
 // Nothing from the user reaches the script raw: the model name and the pipec command line appear
@@ -69,10 +71,24 @@ static void print_script(FILE *f, Arena *a, const Program *prog, const CodegenOp
           "  export OMPI_MCA_mpi_yield_when_idle\n"
           "  OMP_WAIT_POLICY=${OMP_WAIT_POLICY-PASSIVE}\n"
           "  export OMP_WAIT_POLICY\n"
-          "fi\n"
-          "set -f\n"
-          "exec \"${PIPEC_MPIRUN:-mpirun}\" $root $over ${PIPEC_MPIRUN_OPTS-}",
+          "fi\n",
           S);
+  if (prog->rank_device) { // --topology's placement (compiler/topology.c)
+    fputs("# The placement (--topology): each rank's GPU, by the topology's dev (PCI bus order):\n",
+          f);
+    for (int r = 0; r < S; r++) fprintf(f, "#   rank %d on GPU %d\n", r, prog->rank_device[r]);
+    fputs("# A rank uses the device of its local rank, so the list orders the GPUs by rank (an\n"
+          "# exported CUDA_VISIBLE_DEVICES wins).\n"
+          "if [ -z \"${CUDA_VISIBLE_DEVICES+x}\" ]; then\n"
+          "  CUDA_DEVICE_ORDER=PCI_BUS_ID\n"
+          "  CUDA_VISIBLE_DEVICES=",
+          f);
+    for (int r = 0; r < S; r++) fprintf(f, "%s%d", r ? "," : "", prog->rank_device[r]);
+    fputs("\n  export CUDA_DEVICE_ORDER CUDA_VISIBLE_DEVICES\nfi\n", f);
+  }
+  fputs("set -f\n"
+        "exec \"${PIPEC_MPIRUN:-mpirun}\" $root $over ${PIPEC_MPIRUN_OPTS-}",
+        f);
   for (int r = 0; r < S; r++)
     fprintf(f, "%s \\\n  -np 1 \"$here/bin/rank%d\" \"$@\"", r ? " :" : "", r);
   fputs("\n", f);

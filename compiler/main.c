@@ -23,6 +23,7 @@
 #include "pipeline.h"
 #include "plan_out.h"
 #include "sched_csv.h"
+#include "topology.h"
 
 #ifndef PIPEC_VERSION
 #define PIPEC_VERSION "0.0.0"
@@ -31,6 +32,7 @@
 enum { EXIT_MODEL = 1, EXIT_USAGE = 2, MAX_PASSES = 16 };
 // getopt values of the long options without a letter.
 enum { OPT_DIAG_FORMAT = 256, OPT_NO_BUILD, OPT_DEPFILE, OPT_SVG, OPT_JSON, OPT_EXPORT_CSV };
+enum { OPT_TOPOLOGY = 320 }; // --topology (its own line: other options extend the one above)
 
 typedef struct Driver {
   const char *command;    // check, print, ...
@@ -72,6 +74,9 @@ typedef struct Driver {
   const char *sched_csv;  // --schedule FILE.csv: a custom schedule (compiler/sched_csv.c) or NULL
   CsvSchedule csv;        // that schedule, read before the passes (its rows give S and V)
   const char *export_csv; // plan --export-csv FILE: the schedule in that CSV form, or NULL
+  const char *topology;   // --topology FILE.xml: the machine's NCCL topology or NULL
+  Topology topo;          // that file read (compiler/topology.c)
+  int *gpu_of_rank;       // per rank its GPU (index into topo.gpu): the placement
 } Driver;
 
 static double now(void) {
@@ -409,6 +414,9 @@ static void usage(FILE *f) {
       "                           partitioner's cost model and plan's predicted step time\n"
       "      --bandwidth GBS      the transfer rate between two ranks, GB/s (default 10), the\n"
       "                           same two uses\n"
+      "      --topology FILE.xml  the machine's NCCL topology (NCCL_TOPO_DUMP_FILE's format): one\n"
+      "                           GPU per rank, placed so consecutive stages get the fastest\n"
+      "                           links, whose bandwidths then replace --bandwidth\n"
       "      --mem-cap BYTES      memory cap per rank: the partitioner's estimate, then every\n"
       "                           rank's memory plan (plan, compile, run; default none)\n"
       "      --time-passes        print the time each pass and its checker took to stderr\n"
@@ -623,6 +631,10 @@ static bool export_schedule_csv(Driver *dr) {
 // per stage and each rank's memory plan (not with --stop-after=schedule).
 static int finish_plan_pipeline(Driver *dr) {
   Program *p = &dr->prog;
+  if (dr->topology) {
+    topology_print(&dr->topo, dr->virt > 1, dr->gpu_of_rank, stdout);
+    printf("\n");
+  }
   partition_print(p, stdout);
   printf("\n");
   comm_print(p, stdout);
@@ -777,6 +789,58 @@ static int select_passes(Driver *dr, const Command *cmd) {
   return 0;
 }
 
+// --topology: reads the file, checks it has one GPU per rank, places the ranks
+// (topology_place) and gives the partitioner the links between the ranks in bytes/s.
+static bool load_topology(Driver *dr) {
+  Topology *t = &dr->topo;
+  char *msg = NULL;
+  size_t len = 0;
+  FILE *err = dr->diag.format == DIAG_TEXT ? stderr : open_memstream(&msg, &len);
+  bool ok = err && topology_load(t, dr->topology, &dr->arena, err);
+  if (err && err != stderr) { // json, sarif: the line becomes one record of the document
+    fclose(err);
+    if (!ok) {
+      while (len && msg[len - 1] == '\n') msg[--len] = 0;
+      char *e = strstr(msg, ": error: "); // FILE:LINE: MESSAGE (the record's kind says error)
+      if (e) memmove(e + 2, e + 9, strlen(e + 9) + 1);
+      diag_error(&dr->diag, (Loc){0, 0}, "--topology %s", msg);
+    }
+    free(msg);
+  }
+  if (!ok) return false;
+  int nv = dr->po.stages ? dr->po.stages : dr->po.nsplit ? dr->po.nsplit + 1 : 1;
+  int S = nv / dr->virt; // the partition cuts S x V stages
+  if (t->ngpu != S) {
+    const char *why = arena_printf(
+        &dr->arena,
+        "the topology has %d GPU%s but the pipeline runs %d rank%s (%s): pipec places "
+        "one rank per GPU",
+        t->ngpu, t->ngpu == 1 ? "" : "s", S, S == 1 ? "" : "s",
+        dr->po.stages   ? arena_printf(&dr->arena, "--stages %d", dr->po.stages / dr->virt)
+        : dr->po.nsplit ? "--split"
+                        : "no --stages");
+    if (dr->diag.format == DIAG_TEXT)
+      fprintf(stderr, "%s: error: %s\n", dr->topology, why);
+    else
+      diag_error(&dr->diag, (Loc){0, 0}, "--topology %s: %s", dr->topology, why);
+    return false;
+  }
+  dr->gpu_of_rank = ARENA_ARRAY(&dr->arena, int, S);
+  topology_place(t, dr->virt > 1, dr->gpu_of_rank, &dr->arena);
+  double *bw = ARENA_ARRAY(&dr->arena, double, (size_t)S *S);
+  int *device = ARENA_ARRAY(&dr->arena, int, S);
+  for (int a = 0; a < S; a++) {
+    device[a] = t->gpu[dr->gpu_of_rank[a]].dev;
+    for (int b = 0; b < S; b++)
+      bw[a * S + b] = a == b ? dr->po.bandwidth
+                             : topology_link(t, dr->gpu_of_rank[a], dr->gpu_of_rank[b]) * 1e9;
+  }
+  // One machine: launch.sh gives each rank its GPU. Several: where a rank runs is mpirun's
+  // hostfile's business, so the plan only names the machines (docs/pipeline.md, "Topology").
+  dr->po.rank_bw = bw, dr->po.rank_device = t->nsys == 1 ? device : NULL, dr->po.nranks = S;
+  return true;
+}
+
 int main(int argc, char **argv) {
   static const struct option longopts[] = {
       {"define", required_argument, NULL, 'D'},
@@ -793,6 +857,7 @@ int main(int argc, char **argv) {
       {"svg", required_argument, NULL, OPT_SVG},
       {"json", required_argument, NULL, OPT_JSON},
       {"export-csv", required_argument, NULL, OPT_EXPORT_CSV},
+      {"topology", required_argument, NULL, OPT_TOPOLOGY},
       {"list-ops", no_argument, NULL, 'L'},
       {"time-passes", no_argument, NULL, 't'},
       {"help", no_argument, NULL, 'h'},
@@ -885,6 +950,10 @@ int main(int argc, char **argv) {
       break;
     case OPT_DEPFILE:
       dr.depfile = optarg;
+      break;
+    case OPT_TOPOLOGY:
+      if (!*optarg) RETURN(usage_error("%s", "--topology: the file name is an empty string"));
+      dr.topology = optarg;
       break;
     case OPT_SVG:
     case OPT_JSON:
@@ -1056,6 +1125,10 @@ int main(int argc, char **argv) {
   diag_init(&dr.diag, dr.model, stderr);
   dr.diag.excerpts = true; // the source line and a caret under each located message
   dr.diag.format = dr.diag_format;
+  if (dr.topology && !load_topology(&dr)) {
+    diag_write(&dr.diag, PIPEC_VERSION); // the machine-readable formats' document
+    RETURN(EXIT_MODEL);
+  }
   dr.diag.pass = "parse";
   graph_init(&dr.graph, &dr.arena);
   bool ok = !dr.sched_csv || load_schedule_csv(&dr);

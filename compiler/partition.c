@@ -25,6 +25,10 @@
 // r is its parameters' bytes (value, gradient, optimizer state; a parameter used on several
 // stages counts on each) + its forward activations x min(S - r, M), the microbatches 1F1B keeps
 // in flight: an estimate until per-rank memory plans exist.
+//
+// With --topology the bandwidth is the link's between the two ranks (CutProblem.stage_bw,
+// Program.rank_bw): the dynamic program charges all of stage r's receives at the link from
+// stage r - 1, the channel costs and the table each transfer at its own link.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +58,7 @@ double partition_stage_cost(const CutProblem *cp, int S, int r, int a, int b) {
       }
   int inflight = S - r < cp->M ? S - r : cp->M;
   if (cp->mem_cap > 0 && pbytes + act * inflight > cp->mem_cap) return INFINITY;
-  return flops / cp->rate + comm / cp->bandwidth;
+  return flops / cp->rate + comm / (cp->stage_bw ? cp->stage_bw[r] : cp->bandwidth);
 }
 
 double partition_dp(const CutProblem *cp, int S, int *starts, Arena *a) {
@@ -129,6 +133,9 @@ double partition_dp(const CutProblem *cp, int S, int *starts, Arena *a) {
   for (int b = 1; b <= n; b++) klo[b] = S + 1, khi[b] = -1;
   // stamp[t] == b: tensor t counted in the stage [a, b) being grown; -b: made inside it.
   int *tstamp = ARENA_ARRAY(a, int, cp->nt + 1), *pstamp = ARENA_ARRAY(a, int, cp->np + 1);
+  double bw_max = cp->bandwidth; // --topology: the fastest stage link bounds every stage's time
+  for (int r = 1; cp->stage_bw && r < S; r++)
+    if (r == 1 || cp->stage_bw[r] > bw_max) bw_max = cp->stage_bw[r];
   for (int b = 1; b <= n; b++) {
     if (b < n && cp->cut_ok && !cp->cut_ok[b]) continue; // no stage ends here
     // The stage counts k for which [0, b) in k stages and [b, n) in S - k could all cost under
@@ -163,7 +170,8 @@ double partition_dp(const CutProblem *cp, int S, int *starts, Arena *a) {
       }
       if ((pfl[b] - pfl[s]) / cp->rate >= U) break; // and for every stage starting further left
       if (s > 0 && cp->cut_ok && !cp->cut_ok[s]) continue; // no stage starts here
-      double time = (pfl[b] - pfl[s]) / cp->rate + comm / cp->bandwidth, act = pact[b] - pact[s];
+      double ftime = (pfl[b] - pfl[s]) / cp->rate, time = ftime + comm / bw_max,
+             act = pact[b] - pact[s];
       if (time >= U) continue;
       int k1 = klo[s] + 1 > kb_lo ? klo[s] + 1 : kb_lo,
           k2 = khi[s] + 1 < kb_hi ? khi[s] + 1 : kb_hi;
@@ -172,7 +180,9 @@ double partition_dp(const CutProblem *cp, int S, int *starts, Arena *a) {
         if (prev == INFINITY) continue;
         int r = k - 1, inflight = S - r < cp->M ? S - r : cp->M;
         if (cp->mem_cap > 0 && pbytes + act * inflight > cp->mem_cap) continue;
-        double v = prev > time ? prev : time;
+        double tk = cp->stage_bw ? ftime + comm / cp->stage_bw[r] : time;
+        if (tk >= U) continue;
+        double v = prev > tk ? prev : tk;
         size_t at = (size_t)k * (n + 1) + b;
         if (v < f[at]) f[at] = v, arg[at] = s;
         if (k < klo[b]) klo[b] = k;
@@ -428,6 +438,13 @@ static bool place_auto(Part *pt, const PartitionOptions *o, int S) {
   if (!marks && pt->nunits < S) make_units(pt, true);
   CutProblem cp;
   build_problem(pt, o, &cp);
+  if (o->rank_bw) { // --topology: stage r receives over the link from stage r - 1's rank
+    double *sbw = ARENA_ARRAY(pt->a, double, S);
+    int nr = o->nranks;
+    sbw[0] = o->bandwidth;
+    for (int r = 1; r < S; r++) sbw[r] = o->rank_bw[((r - 1) % nr) * nr + r % nr];
+    cp.stage_bw = sbw;
+  }
   bool *ok = NULL;
   int nok = 1;
   if (marks) {
@@ -477,6 +494,7 @@ bool pass_partition(Graph *g, const TrainConfig *tc, const PartitionOptions *o, 
   p->M = (int)tc->microbatches;
   p->part_rate = o->flops_rate;
   p->part_bandwidth = o->bandwidth;
+  p->rank_bw = o->rank_bw, p->rank_device = o->rank_device, p->nrank_bw = o->nranks;
   if (o->nsplit && S != o->nsplit + 1) {
     diag_error(d, (Loc){0, 0}, "--split names %d cut%s, which make %d stages, but --stages is %d",
                o->nsplit, o->nsplit == 1 ? "" : "s", o->nsplit + 1, S);
@@ -763,13 +781,19 @@ void partition_stage_costs(const Program *p, StageCost *cost, double *flops) {
   }
   for (int i = 0; i < p->nch; i++) {
     const Channel *c = &p->ch[i];
-    double t = (double)c->bytes / p->part_bandwidth;
+    double t = (double)c->bytes / program_link_bw(p, c->from_v, c->to_v);
     if (c->grad)
       cost[c->to_v].b += t;
     else
       cost[c->to_v].f += t;
   }
   arena_free(&scratch);
+}
+
+double program_link_bw(const Program *p, int from_v, int to_v) {
+  if (!p->rank_bw) return p->part_bandwidth;
+  int n = p->nrank_bw, a = p->vs[from_v].rank % n, b = p->vs[to_v].rank % n;
+  return p->rank_bw[a * n + b];
 }
 
 // The stages other than v whose forward nodes read t, in first-use order, into out (count
@@ -802,11 +826,16 @@ void partition_print(const Program *p, FILE *out) {
   int64_t mb = p->tc->mb_size;
   fprintf(out, "partition of %s: %d stage%s (%s), microbatch of %lld rows, M %d\n", g->name, S,
           S == 1 ? "" : "s", p->part_how, (long long)mb, p->M);
-  fprintf(out, "cost model: FLOPs at %g GFLOP/s, transfers at %g GB/s (per rank)\n",
-          p->part_rate / 1e9, p->part_bandwidth / 1e9);
+  if (p->rank_bw)
+    fprintf(out, "cost model: FLOPs at %g GFLOP/s, transfers at the --topology links (per rank)\n",
+            p->part_rate / 1e9);
+  else
+    fprintf(out, "cost model: FLOPs at %g GFLOP/s, transfers at %g GB/s (per rank)\n",
+            p->part_rate / 1e9, p->part_bandwidth / 1e9);
   double *flops = ARENA_ARRAY(a, double, S), *act = ARENA_ARRAY(a, double, S),
          *sent = ARENA_ARRAY(a, double, S), *gsent = ARENA_ARRAY(a, double, S),
-         *recv = ARENA_ARRAY(a, double, S), *pbytes = ARENA_ARRAY(a, double, S);
+         *recv = ARENA_ARRAY(a, double, S), *pbytes = ARENA_ARRAY(a, double, S),
+         *recv_s = ARENA_ARRAY(a, double, S); // --topology: seconds of what each stage receives
   int *mark = ARENA_ARRAY(a, int, S), *rd = ARENA_ARRAY(a, int, S), *chs = NULL, *next = NULL;
   if (p->nch > 0) { // after the comm pass: each tensor's channels
     chs = ARENA_ARRAY(a, int, g->ntensors + 1);
@@ -833,6 +862,7 @@ void partition_print(const Program *p, FILE *out) {
         int w = rd[j];
         sent[v] += bytes; // sent to each consuming stage
         recv[w] += bytes * (has_grad[t->id] ? 2 : 1);
+        if (p->rank_bw) recv_s[w] += bytes * (has_grad[t->id] ? 2 : 1) / program_link_bw(p, v, w);
         if (has_grad[t->id]) gsent[w] += bytes; // its gradient contribution comes back
       }
     }
@@ -860,7 +890,8 @@ void partition_print(const Program *p, FILE *out) {
     fprintf(out, "  memory    %s estimated (params, grads, optimizer state; acts x %d in flight)\n",
             human(b1, sizeof b1, pbytes[v] + act[v] * inflight, "B"), inflight);
     fprintf(out, "  time      %.3f ms per microbatch predicted\n",
-            1e3 * (flops[v] / p->part_rate + recv[v] / p->part_bandwidth));
+            1e3 *
+                (flops[v] / p->part_rate + (p->rank_bw ? recv_s[v] : recv[v] / p->part_bandwidth)));
   }
   // The tensors that cross, each with its consuming stages.
   for (int i = 0; i < g->nfwd; i++) {

@@ -122,6 +122,10 @@ typedef struct Program {
   double part_rate;      // FLOP/s the cost model used
   double part_bandwidth; // bytes/s the cost model used
   double part_cost;      // the slowest stage's predicted seconds per microbatch (F + B + W)
+  double *rank_bw;       // --topology: bytes/s from rank a to rank b at [a * nrank_bw + b]
+                         // (NULL: part_bandwidth between any two; program_link_bw reads it)
+  int *rank_device;      // --topology: per rank the GPU (its dev) it runs on (NULL: not placed)
+  int nrank_bw;          // ranks rank_bw and rank_device cover (the pipeline's S)
 } Program;
 
 // ---- Partition (partition pass, compiler/partition.c)
@@ -135,6 +139,10 @@ typedef struct PartitionOptions {
   double flops_rate;  // FLOP/s of one rank (the automatic partitioner's compute rate)
   double bandwidth;   // bytes/s of one transfer between two ranks
   int64_t mem_cap;    // per-stage memory cap in bytes (estimate; 0: none)
+  double *rank_bw;    // --topology: bytes/s from rank a to rank b at [a * nranks + b], stage v
+                      // on rank v mod nranks (NULL: bandwidth between any two)
+  int *rank_device;   // --topology: per rank the GPU (its dev) it runs on (NULL: none)
+  int nranks;         // ranks rank_bw and rank_device cover
 } PartitionOptions;
 
 enum {
@@ -169,6 +177,8 @@ typedef struct CutProblem {
   int np;             // count
   double rate;        // FLOP/s
   double bandwidth;   // bytes/s
+  double *stage_bw;   // per stage r of S: bytes/s of what it receives, the link from stage r - 1
+                      // (--topology; > 0, stage 0's too; NULL: bandwidth for every stage)
   double mem_cap;     // bytes per stage (0: none)
   int M;              // microbatches per step (1F1B keeps min(S - r, M) in flight on stage r)
   const bool *cut_ok; // per unit u: a stage may start at u (NULL: every unit)
@@ -176,8 +186,10 @@ typedef struct CutProblem {
 
 // Seconds of stage r of S covering units [a, b): FLOPs / rate + the bytes of the cross-stage
 // tensors it reads (each activation received, and its gradient contribution sent back when it
-// has one) / bandwidth; INFINITY when its estimated memory (parameter bytes + activation bytes
-// x min(S - r, M)) exceeds the cap. The reference definition: O(tensors + params) per call.
+// has one) / bandwidth (stage_bw[r] where given: a tensor from a stage before r - 1 is charged
+// at that link too, which keeps the cost a function of the stage's own range); INFINITY when its
+// estimated memory (parameter bytes + activation bytes x min(S - r, M)) exceeds the cap. The
+// reference definition: O(tensors + params) per call.
 double partition_stage_cost(const CutProblem *cp, int S, int r, int a, int b);
 
 // The exact optimum: S stages (contiguous, non-empty unit ranges starting where cut_ok allows)
@@ -338,12 +350,16 @@ typedef struct StageCost {
 // Each stage's costs in seconds per microbatch (cost: p->nv entries; compiler/partition.c): the
 // FLOPs of its F, B and W nodes (the registry's OpCost at the microbatch size, as the partition
 // table counts them) at p->part_rate (--flops-rate), plus each channel it receives at
-// p->part_bandwidth (--bandwidth): an activation in the F that reads it, a gradient in the B
-// (the receiver copies the message). w counts the nodes of the stage's W segment and b the rest
-// of its backward (unsplit: all of it, w 0).
-// flops (NULL, or p->nv entries) receives each stage's FLOPs per microbatch. After the comm pass
-// (the channels) and sched_build (each stage's split).
+// program_link_bw (--bandwidth, or the --topology link between the two ranks): an activation in the
+// F that reads it, a gradient in the B (the receiver copies the message). w counts the nodes of the
+// stage's W segment and b the rest of its backward (unsplit: all of it, w 0). flops (NULL, or p->nv
+// entries) receives each stage's FLOPs per microbatch. After the comm pass (the channels) and
+// sched_build (each stage's split).
 void partition_stage_costs(const Program *p, StageCost *cost, double *flops);
+
+// Bytes/s of a transfer from stage from_v to stage to_v: the --topology link between their
+// ranks (Program.rank_bw), else p->part_bandwidth.
+double program_link_bw(const Program *p, int from_v, int to_v);
 
 // schedule_check, then the lock-step simulation of all ranks: a RECV can run once its SEND has
 // run (on an earlier step) and the message is the next one on its pair of ranks (the same

@@ -301,6 +301,17 @@ bool plan_write_json(const Program *p, const char *sched, const SchedStats *st, 
   cJSON_AddNumberToObject(root, "predicted_bubble", st->bubble);
   cJSON_AddNumberToObject(root, "flops_rate", p->part_rate);
   cJSON_AddNumberToObject(root, "bandwidth", p->part_bandwidth);
+  if (p->rank_bw) { // --topology: each rank's GPU (one machine) and the links between the ranks
+    cJSON *dev = p->rank_device ? cJSON_AddArrayToObject(root, "rank_devices") : NULL,
+          *bw = cJSON_AddArrayToObject(root, "rank_bandwidth");
+    for (int a = 0; a < p->nrank_bw; a++) {
+      if (dev) cJSON_AddItemToArray(dev, cJSON_CreateNumber(p->rank_device[a]));
+      cJSON *row = cJSON_CreateArray();
+      for (int b = 0; b < p->nrank_bw; b++)
+        cJSON_AddItemToArray(row, cJSON_CreateNumber(a == b ? 0 : p->rank_bw[a * p->nrank_bw + b]));
+      cJSON_AddItemToArray(bw, row);
+    }
+  }
   cJSON *stages = cJSON_AddArrayToObject(root, "stages");
   for (int v = 0; v < p->nv; v++) {
     const VStage *s = &p->vs[v];

@@ -345,11 +345,15 @@ bool schedule_print_prediction(const Program *p, FILE *out, Diag *d) {
     double flops = 0, bytes = 0;
     for (int v = 0; v < p->nv; v++) flops += fl[v] * p->M;
     for (int i = 0; i < p->nch; i++) bytes += (double)p->ch[i].bytes * p->M;
+    char at[64];
+    if (p->rank_bw)
+      snprintf(at, sizeof at, "the --topology links");
+    else
+      snprintf(at, sizeof at, "%g GB/s", p->part_bandwidth / 1e9);
     fprintf(out,
             "predicted step time %.3f ms, bubble %.1f%% (stage costs: %.4g GFLOP per step at %g "
-            "GFLOP/s, %.4g MB through channels at %g GB/s)\n",
-            st.span * 1e3, st.bubble * 100, flops / 1e9, p->part_rate / 1e9, bytes / 1e6,
-            p->part_bandwidth / 1e9);
+            "GFLOP/s, %.4g MB through channels at %s)\n",
+            st.span * 1e3, st.bubble * 100, flops / 1e9, p->part_rate / 1e9, bytes / 1e6, at);
   }
   arena_free(&a);
   return ok;

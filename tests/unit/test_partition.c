@@ -19,8 +19,14 @@ static unsigned rnd(unsigned n) { // uniform in [0, n)
 
 // A problem of n units: a chain (u -> u + 1) and, when dag, skip tensors from random units to
 // random sets of later units. Integer costs and power-of-two rates keep every sum exact.
+static bool gen_links; // gen gives each stage its own link bandwidth (--topology's stage_bw)
+
 static void gen(CutProblem *cp, Arena *a, int n, bool dag, bool cap, bool restrict_cuts) {
   *cp = (CutProblem){.n = n, .rate = 2, .bandwidth = 4, .M = 1 + (int)rnd(4)};
+  if (gen_links) { // powers of two from 1/2 to 8: sums stay exact
+    cp->stage_bw = ARENA_ARRAY(a, double, 16);
+    for (int r = 0; r < 16; r++) cp->stage_bw[r] = 0.5 * (double)(1u << rnd(5));
+  }
   cp->flops = ARENA_ARRAY(a, double, n);
   cp->act_bytes = ARENA_ARRAY(a, double, n);
   for (int u = 0; u < n; u++) cp->flops[u] = rnd(40), cp->act_bytes[u] = rnd(10);
@@ -75,7 +81,7 @@ static double naive_cost(const CutProblem *cp, int S, int r, int a, int b) {
   }
   int inflight = S - r < cp->M ? S - r : cp->M;
   if (cp->mem_cap > 0 && mem + act * inflight > cp->mem_cap) return INFINITY;
-  return fl / cp->rate + comm / cp->bandwidth;
+  return fl / cp->rate + comm / (cp->stage_bw ? cp->stage_bw[r] : cp->bandwidth);
 }
 
 // The slowest stage of the cut set given as starts[0..S) (starts[0] = 0).
@@ -146,6 +152,50 @@ static void check_many(bool dag, bool cap, bool restrict_cuts, unsigned seed) {
   ck_assert_int_gt(feasible, 100); // the generator covers both outcomes
   if (cap || restrict_cuts) ck_assert_int_gt(infeasible, 10);
 }
+
+// Per-stage links (--topology): the program stays exact against brute force.
+START_TEST(test_dp_stage_links) {
+  gen_links = true;
+  check_many(true, false, false, 77);
+  check_many(false, true, false, 78);
+  gen_links = false;
+}
+END_TEST
+
+// A slow link moves the cut to where fewer bytes cross it: four units of 4 FLOPs (rate 1), the
+// middle tensor 64 bytes, the others 1. Over a fast link the balanced cut (after unit 1) costs
+// 8 + 64 / 64 = 9; over a 4 B/s link it would cost 8 + 16, so the cut moves after unit 2, where
+// 1 byte crosses: max(12, 4 + 1 / 4) = 12.
+START_TEST(test_dp_slow_link_moves_cut) {
+  double fl[4] = {4, 4, 4, 4}, act[4] = {0}, bytes[3] = {1, 64, 1},
+         bw[2] = {64, 64}; // stage 0 receives nothing
+  int to[3] = {1, 2, 3};
+  CutTensor t[3];
+  for (int i = 0; i < 3; i++)
+    t[i] = (CutTensor){.from = i, .to = &to[i], .nto = 1, .bytes = bytes[i]};
+  CutProblem cp = {.n = 4,
+                   .flops = fl,
+                   .act_bytes = act,
+                   .t = t,
+                   .nt = 3,
+                   .rate = 1,
+                   .bandwidth = 64,
+                   .stage_bw = bw,
+                   .M = 1};
+  Arena a;
+  arena_init(&a);
+  int starts[2];
+  ck_assert(partition_dp(&cp, 2, starts, &a) == 9);
+  ck_assert_int_eq(starts[1], 2);
+  bw[1] = 4;
+  ck_assert(partition_dp(&cp, 2, starts, &a) == 12);
+  ck_assert_int_eq(starts[1], 3);
+  cp.stage_bw = NULL, cp.bandwidth = 4; // the same with every link slow: --bandwidth alone
+  ck_assert(partition_dp(&cp, 2, starts, &a) == 12);
+  ck_assert_int_eq(starts[1], 3);
+  arena_free(&a);
+}
+END_TEST
 
 START_TEST(test_dp_chains) {
   check_many(false, false, false, 1);
@@ -443,6 +493,8 @@ int main(void) {
   tcase_add_test(tc, test_dp_dags);
   tcase_add_test(tc, test_dp_memory_cap);
   tcase_add_test(tc, test_dp_restricted_cuts);
+  tcase_add_test(tc, test_dp_stage_links);
+  tcase_add_test(tc, test_dp_slow_link_moves_cut);
   tcase_add_test(tc, test_fanout_counted_per_stage);
   tcase_add_test(tc, test_pass_split_shared_weight);
   tcase_add_test(tc, test_pass_comm);
