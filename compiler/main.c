@@ -65,6 +65,7 @@ typedef struct Driver {
                           // (memplan pass: prog.ranks[r].plan)
   SchedKind sched;        // --schedule (S > 1; default 1f1b)
   int virt;               // --virtual V: stages per rank (interleaved; the partition cuts S x V)
+  bool virt_given;        // --virtual was on the command line (zb-v implies V = 2 without it)
   SchedStats stats;       // S > 1: the lock-step simulation's prediction (schedule's checker)
   const char *svg;        // plan --svg FILE: the schedule's picture (compiler/plan_out.c) or NULL
   const char *json;       // plan --json FILE: the plan as data or NULL
@@ -96,18 +97,24 @@ static bool run_autodiff(Driver *dr) {
   return pass_autodiff(&dr->graph, (int)dr->tc.microbatches, &dr->diag);
 }
 
-// With --virtual V the partition cuts S x V stages; stage v runs on rank v mod S (as sched_build
-// sets it again), so the partition table names the right ranks.
+// With --virtual V the partition cuts S x V stages; stage v runs on the schedule's rank for it
+// (sched_rank_of, as sched_build sets it again), so the partition table names the right ranks.
 static bool run_partition(Driver *dr) {
   if (!pass_partition(&dr->graph, &dr->tc, &dr->po, &dr->prog, &dr->diag)) {
-    if (dr->virt > 1) // its message counts the S x V stages it was asked for
+    if (dr->virt > 1 && !dr->virt_given) // zb-v: V = 2 implied
+      diag_note(&dr->diag,
+                "with --schedule zb-v (two stages per rank) the partition cuts S x 2 = "
+                "%d stages",
+                dr->po.stages);
+    else if (dr->virt > 1) // its message counts the S x V stages it was asked for
       diag_note(&dr->diag, "with --virtual %d the partition cuts S x V = %d stages", dr->virt,
                 dr->po.stages);
     return false;
   }
   Program *p = &dr->prog;
   if (dr->virt > 1 && p->nv % dr->virt == 0)
-    for (int v = 0; v < p->nv; v++) p->vs[v].rank = v % (p->nv / dr->virt);
+    for (int v = 0; v < p->nv; v++)
+      p->vs[v].rank = sched_rank_of(dr->sched, p->nv / dr->virt, dr->virt, v);
   return true;
 }
 
@@ -116,7 +123,7 @@ static bool run_comm(Driver *dr) {
 }
 
 // S = 1: the one-stage program exactly as always (--schedule does not apply). S > 1: the chosen
-// schedule over the partition's S x V stages (stage v on rank v mod S) and the comm pass's
+// schedule over the partition's S x V stages (placed by sched_rank_of) and the comm pass's
 // channels.
 static bool run_schedule(Driver *dr) {
   if (dr->prog.nv == 1) return pass_schedule(&dr->graph, &dr->tc, &dr->prog, &dr->diag);
@@ -379,8 +386,10 @@ static void usage(FILE *f) {
       "      --steps N            = --set steps=N\n"
       "      --stages S           cut the model into S pipeline stages, one rank each\n"
       "                           (default 1; docs/pipeline.md)\n"
-      "      --schedule X         pipeline schedule: gpipe, 1f1b (default), interleaved, zb-h1\n"
-      "      --virtual V          interleaved: V stages per rank (the partition cuts S x V)\n"
+      "      --schedule X         pipeline schedule: gpipe, 1f1b (default), interleaved, zb-h1,\n"
+      "                           zb-v (two stages per rank in a V; docs/pipeline.md)\n"
+      "      --virtual V          interleaved: V stages per rank (the partition cuts S x V);\n"
+      "                           zb-v: 2, implied\n"
       "      --split NAME[,NAME...]\n"
       "                           cut before these nodes or block instances (transformer.h.2)\n"
       "      --flops-rate GFLOPS  one rank's compute rate, GFLOP/s (default 50): the automatic\n"
@@ -813,14 +822,15 @@ int main(int argc, char **argv) {
     }
     case 'K':
       if (!sched_parse(optarg, &dr.sched))
-        RETURN(usage_error("--schedule: unknown schedule '%s' (gpipe, 1f1b, interleaved, zb-h1)",
-                           optarg));
+        RETURN(usage_error(
+            "--schedule: unknown schedule '%s' (gpipe, 1f1b, interleaved, zb-h1, zb-v)", optarg));
       break;
     case 'v': {
       int64_t v;
       if (!parse_count(optarg, 1, 64, &v))
         RETURN(usage_error("--virtual: expected stages per rank from 1 to 64, got '%s'", optarg));
       dr.virt = (int)v;
+      dr.virt_given = true;
       break;
     }
     case 'X': // repeated: the lists add up
@@ -912,8 +922,16 @@ int main(int argc, char **argv) {
   if (!rc && dr.time_passes && dr.diag_format != DIAG_TEXT)
     rc = usage_error("%s", "--time-passes prints text to stderr, where --diagnostics-format "
                            "writes its document: use one of them");
-  if (!rc && dr.virt > 1 && dr.sched != SCHED_INTERLEAVED)
-    rc = usage_error("--virtual %d: only --schedule interleaved runs several stages per rank",
+  // zb-v runs two stages per rank: V = 2 implied at S > 1 (at S = 1 the one-stage program).
+  if (!rc && dr.sched == SCHED_ZBV && dr.virt_given && dr.virt != 2)
+    rc = usage_error("--virtual %d: --schedule zb-v runs two stages per rank in a V (--virtual 2, "
+                     "or none)",
+                     dr.virt);
+  if (!rc && dr.sched == SCHED_ZBV && !dr.virt_given && (dr.po.stages > 1 || dr.po.nsplit))
+    dr.virt = 2;
+  if (!rc && dr.virt > 1 && dr.sched != SCHED_INTERLEAVED && dr.sched != SCHED_ZBV)
+    rc = usage_error("--virtual %d: only --schedule interleaved (or zb-v, V = 2) runs several "
+                     "stages per rank",
                      dr.virt);
   if (!rc && dr.virt > 1 && dr.po.stages <= 1 && !dr.po.nsplit)
     rc = usage_error("--virtual %d needs --stages >= 2: interleaving runs the stages of several "

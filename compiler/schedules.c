@@ -15,7 +15,8 @@
 #include "../ir/ops.h"
 #include "pipeline.h"
 
-static const char *const sched_names[SCHED_COUNT] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+static const char *const sched_names[SCHED_COUNT] = {"gpipe", "1f1b", "interleaved", "zb-h1",
+                                                     "zb-v"};
 
 const char *sched_name(SchedKind k) {
   return k >= 0 && k < SCHED_COUNT ? sched_names[k] : "?";
@@ -73,13 +74,86 @@ static int order_interleaved(int S, int V, int M, int r, Action *out) {
   return n;
 }
 
+int sched_rank_of(SchedKind k, int S, int V, int v) {
+  if (k == SCHED_ZBV) return v < S ? v : V * S - 1 - v;
+  return v % S;
+}
+
+// The stage of chunk c (0..V-1) of rank r: the one sched_rank_of maps to r, c-th in ascending
+// order (zb-v: r and 2S - 1 - r; otherwise c S + r).
+static int stage_of_chunk(SchedKind k, int S, int r, int c) {
+  return k == SCHED_ZBV && c == 1 ? 2 * S - 1 - r : c * S + r;
+}
+
+// zb-v (Qi et al., "Zero Bubble Pipeline Parallelism" §6; the order of torch's
+// ScheduleZBVZeroBubble but one move): rank r runs chunk 0 (stage r, the way down the V) and
+// chunk 1 (stage 2S - 1 - r, the way back up), B split into B and W. The order, over
+// n = max(M, 2S - 1) microbatches per chunk, those from M on dropped (so a small M keeps the
+// warm-up's shape):
+//   warm-up    2 (S - r) - 1 times F0;  r times F1 F0;  S - r times F1 B1 W1
+//   steady     while chunk 0 has forwards left or chunk 1's lag behind: B0 W0, F0 (if any
+//              left), F1 B1 W1
+//   cool-down  r times B0 B1;  S - r times B0 W0;  the W1 left, then the W0 left
+// The move: torch runs the steady phase's F0 before B0 W0; after them it takes the slot W0 has
+// just freed, so chunk 0 keeps one microbatch fewer in flight (rank 0: 2S - 1, not 2S), and the
+// lock-step simulation's bubble and step time are the same (unit and stage costs, S 2..4, M
+// 1..12: the W0 fills the same wait). Each chunk's B and W in ascending m (as
+// pipeline-semantics.md §1 needs).
+typedef struct ZbvCount {
+  int f[2], b[2], w[2]; // per chunk: the next F, B and W microbatch
+} ZbvCount;
+
+static void zbv_put(int S, int M, int r, ActionKind kind, int c, ZbvCount *z, Action *out, int *n) {
+  int *next = kind == ACT_F ? z->f : kind == ACT_B ? z->b : z->w;
+  int m = next[c]++;
+  if (m < M) out[(*n)++] = (Action){kind, stage_of_chunk(SCHED_ZBV, S, r, c), m, NULL};
+}
+
+static int order_zbv(int S, int M, int r, Action *out) {
+  int n = 0, nm = M > 2 * S - 1 ? M : 2 * S - 1;
+  ZbvCount z = {{0, 0}, {0, 0}, {0, 0}};
+  for (int i = 0; i < 2 * (S - r) - 1; i++) zbv_put(S, M, r, ACT_F, 0, &z, out, &n);
+  for (int i = 0; i < r; i++) {
+    zbv_put(S, M, r, ACT_F, 1, &z, out, &n);
+    zbv_put(S, M, r, ACT_F, 0, &z, out, &n);
+  }
+  for (int i = 0; i < S - r; i++) {
+    zbv_put(S, M, r, ACT_F, 1, &z, out, &n);
+    zbv_put(S, M, r, ACT_B, 1, &z, out, &n);
+    zbv_put(S, M, r, ACT_W, 1, &z, out, &n);
+  }
+  while (z.f[0] < nm || z.f[1] < z.f[0]) {
+    zbv_put(S, M, r, ACT_B, 0, &z, out, &n);
+    zbv_put(S, M, r, ACT_W, 0, &z, out, &n);
+    if (z.f[0] < nm) zbv_put(S, M, r, ACT_F, 0, &z, out, &n);
+    zbv_put(S, M, r, ACT_F, 1, &z, out, &n);
+    zbv_put(S, M, r, ACT_B, 1, &z, out, &n);
+    zbv_put(S, M, r, ACT_W, 1, &z, out, &n);
+  }
+  for (int i = 0; i < r; i++) {
+    zbv_put(S, M, r, ACT_B, 0, &z, out, &n);
+    zbv_put(S, M, r, ACT_B, 1, &z, out, &n);
+  }
+  for (int i = 0; i < S - r; i++) {
+    zbv_put(S, M, r, ACT_B, 0, &z, out, &n);
+    zbv_put(S, M, r, ACT_W, 0, &z, out, &n);
+  }
+  while (z.w[1] < nm) zbv_put(S, M, r, ACT_W, 1, &z, out, &n);
+  while (z.w[0] < nm) zbv_put(S, M, r, ACT_W, 0, &z, out, &n);
+  return n;
+}
+
 int sched_order(SchedKind k, int S, int V, int M, int r, Action *out, Diag *d) {
   if (S < 1 || V < 1 || M < 1 || r < 0 || r >= S) {
     diag_error(d, (Loc){0, 0}, "schedule %s: needs S >= 1, V >= 1, M >= 1 and 0 <= rank < S",
                sched_name(k));
     return -1;
   }
-  if (k != SCHED_INTERLEAVED && V != 1) {
+  if (k == SCHED_ZBV && V != 2) {
+    diag_error(d, (Loc){0, 0}, "schedule zb-v: runs two stages per rank in a V (V = 2, not %d)", V);
+    return -1;
+  }
+  if (k != SCHED_INTERLEAVED && k != SCHED_ZBV && V != 1) {
     diag_error(d, (Loc){0, 0},
                "schedule %s: runs one stage per rank (V = 1, not %d); interleaved runs several",
                sched_name(k), V);
@@ -105,6 +179,8 @@ int sched_order(SchedKind k, int S, int V, int M, int r, Action *out, Diag *d) {
       return -1;
     }
     return order_interleaved(S, V, M, r, out);
+  case SCHED_ZBV:
+    return order_zbv(S, M, r, out);
   default:
     diag_error(d, (Loc){0, 0}, "schedule: unknown schedule kind %d", (int)k);
     return -1;
@@ -213,8 +289,8 @@ bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
                p->nv, S, V);
     return false;
   }
-  for (int v = 0; v < nv; v++) p->vs[v].rank = v % S, p->vs[v].split = false;
-  p->split_bw = k == SCHED_ZBH1;
+  for (int v = 0; v < nv; v++) p->vs[v].rank = sched_rank_of(k, S, V, v), p->vs[v].split = false;
+  p->split_bw = k == SCHED_ZBH1 || k == SCHED_ZBV;
   p->nranks = S;
   p->ranks = ARENA_ARRAY(a, RankProgram, S);
   // Per rank its compute order (F, B, W).
@@ -262,6 +338,11 @@ bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
         const Channel *ch = mk.chs[j];
         int m = comp[r][i].m, dst = p->vs[ch->to_v].rank;
         int pos = (ch->grad ? posB : posF)[ch->to_v * M + m];
+        // Between two stages of one rank the RECV is the copy out of the sender's buffer: no
+        // later than the action that makes the next microbatch's into it (zb-v: the last
+        // stage's gradient to the first, both on rank 0, read only after the next one is made).
+        int next = m + 1 < M ? (ch->grad ? posB : posF)[ch->from_v * M + m + 1] : pos;
+        if (dst == r && next < pos) pos = next;
         rv[nrv++] = (Recv){pos, r, pairk[r * S + dst]++, ch, m};
       }
     }
@@ -292,7 +373,7 @@ bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
     RankProgram *rp = &p->ranks[r];
     *rp = (RankProgram){.rank = r};
     rp->vs = ARENA_ARRAY(a, int, V);
-    for (int c = 0; c < V; c++) rp->vs[rp->nvs++] = c * S + r;
+    for (int c = 0; c < V; c++) rp->vs[rp->nvs++] = stage_of_chunk(k, S, r, c);
     rp->acts = ARENA_ARRAY(a, Action, cap);
     int j = 0;
     for (int i = 0; i < ncomp[r]; i++) {
