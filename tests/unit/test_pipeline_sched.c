@@ -3,8 +3,8 @@
 // activation forward and one gradient backward, plus a skip channel from stage 0 to stage 2 (and
 // its gradient back) when there are three stages or more. Every built-in schedule is accepted
 // over a grid of (S, V, M) with its K and bubble checked against the known formulas; broken
-// lists are rejected with their exact message and grid; the dump of 1f1b at S = 4, M = 8 is a
-// golden file.
+// lists are rejected with their exact message and grid; the dump of 1f1b at S = 4, M = 8 and the
+// grid of zb-v there are golden files.
 #include <math.h>
 
 #include "../../compiler/pipeline.h"
@@ -534,6 +534,30 @@ START_TEST(test_golden_1f1b) {
 }
 END_TEST
 
+// The grid of zb-v at S = 4, M = 8 on the chain (tests/golden/zbv_s4_m8.grid): the V placement
+// (rank 0 runs chunks 0 and 1 = stages 0 and 7), the local copies between stages 3 and 4 on rank
+// 3, W filling the drain.
+START_TEST(test_golden_zbv) {
+  Chain c;
+  chain_init(&c, 4, 2, 8);
+  bool ok;
+  SchedStats st;
+  const char *msg = build_verify(&c, SCHED_ZBV, 4, 2, &ok, &st);
+  ck_assert_msg(ok, "%s", msg);
+  char *text = NULL;
+  size_t len = 0;
+  Capture cap;
+  cap_open(&cap, "m.json");
+  FILE *f = open_memstream(&text, &len);
+  ck_assert_msg(schedule_print_grid(&c.p, f, &cap.d), "%s", cap_text(&cap));
+  fclose(f);
+  cap_close(&cap);
+  golden(text, "zbv_s4_m8.grid");
+  free(text);
+  arena_free(&c.a);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("pipeline_sched");
   TCase *tc = tcase_create("pipeline_sched");
@@ -551,6 +575,7 @@ int main(void) {
   tcase_add_test(tc, test_send_buffer_rule);
   tcase_add_test(tc, test_costs);
   tcase_add_test(tc, test_golden_1f1b);
+  tcase_add_test(tc, test_golden_zbv);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
