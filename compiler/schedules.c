@@ -282,48 +282,14 @@ static bool split_idle(const Made *mk, int v, const Action *comp, int n) {
   return true;
 }
 
-bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
+// Lowers the compute orders onto the channels (sched_build's second half): the RECVs, LOADs,
+// LOSSes, SENDs and the step end into p->ranks, then each stage's K. kfrom (per stage, or NULL):
+// a K to keep each copy between two stages of one rank before (NULL: no constraint). Returns
+// whether a copy comes too late for the K it computed: its RECV (c, m) after the action that
+// makes (c, m + K of c's sender), which overwrites the buffer it copies from.
+static bool lower(Program *p, SchedKind k, int S, int V, Action *const *comp, const int *ncomp,
+                  const Made *mk, const int *posF, const int *posB, const int *kfrom, Arena *a) {
   int M = p->M, nv = S * V;
-  if (p->nv != nv) {
-    diag_error(d, (Loc){0, 0}, "schedule %s: %d stages given for S = %d, V = %d", sched_name(k),
-               p->nv, S, V);
-    return false;
-  }
-  for (int v = 0; v < nv; v++) p->vs[v].rank = sched_rank_of(k, S, V, v), p->vs[v].split = false;
-  p->split_bw = k == SCHED_ZBH1 || k == SCHED_ZBV;
-  p->nranks = S;
-  p->ranks = ARENA_ARRAY(a, RankProgram, S);
-  // Per rank its compute order (F, B, W).
-  Action **comp = ARENA_ARRAY(a, Action *, S);
-  int *ncomp = ARENA_ARRAY(a, int, S);
-  for (int r = 0; r < S; r++) {
-    comp[r] = ARENA_ARRAY(a, Action, 3 * (size_t)V * M + 1);
-    if ((ncomp[r] = sched_order(k, S, V, M, r, comp[r], d)) < 0) return false;
-  }
-  Made mk = made_index(p, a);
-  // zb-h1: split each stage where it buys something; elsewhere drop the W actions (B fused).
-  bool *in_w = ARENA_ARRAY(a, bool, p->g->nnodes + 1); // per node id: in a W segment
-  for (int v = 0; v < nv && p->split_bw; v++) {
-    int r = p->vs[v].rank, n = 0;
-    if (!split_idle(&mk, v, comp[r], ncomp[r])) {
-      split_segment(p, &p->vs[v], in_w, a);
-      // No weight gradient worth moving (every one memory-bound): B keeps them all, unsplit.
-      // (A stage without nodes, as the unit tests' hand-made programs, stays split.)
-      if (p->vs[v].w.n > 0 || p->vs[v].b.n == 0) continue;
-      p->vs[v].split = false;
-    }
-    for (int i = 0; i < ncomp[r]; i++)
-      if (comp[r][i].v != v || comp[r][i].kind != ACT_W) comp[r][n++] = comp[r][i];
-    ncomp[r] = n;
-  }
-  // Per (stage, F or B, m): position in its rank's compute order.
-  int *posF = ARENA_ARRAY(a, int, (size_t)nv *M), *posB = ARENA_ARRAY(a, int, (size_t)nv *M);
-  for (int r = 0; r < S; r++)
-    for (int i = 0; i < ncomp[r]; i++) {
-      const Action *x = &comp[r][i];
-      if (x->kind == ACT_F) posF[x->v * M + x->m] = i;
-      if (x->kind == ACT_B) posB[x->v * M + x->m] = i;
-    }
   // Room for a rank's list: its F/B/W, a LOAD and a LOSS per F, its channels, the step end.
   size_t cap = 3 * (size_t)V * M + 2 * (size_t)p->nch * M + 2 * (size_t)V * M + (size_t)V + 3;
   Recv *rv = ARENA_ARRAY(a, Recv, (size_t)p->nch * M + 1);
@@ -333,16 +299,16 @@ bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
   for (int r = 0; r < S; r++)
     for (int i = 0; i < ncomp[r]; i++) {
       int b, e;
-      made_by(&mk, &comp[r][i], &b, &e);
+      made_by(mk, &comp[r][i], &b, &e);
       for (int j = b; j < e; j++) {
-        const Channel *ch = mk.chs[j];
+        const Channel *ch = mk->chs[j];
         int m = comp[r][i].m, dst = p->vs[ch->to_v].rank;
-        int pos = (ch->grad ? posB : posF)[ch->to_v * M + m];
-        // Between two stages of one rank the RECV is the copy out of the sender's buffer: no
-        // later than the action that makes the next microbatch's into it (zb-v: the last
-        // stage's gradient to the first, both on rank 0, read only after the next one is made).
-        int next = m + 1 < M ? (ch->grad ? posB : posF)[ch->from_v * M + m + 1] : pos;
-        if (dst == r && next < pos) pos = next;
+        const int *at = ch->grad ? posB : posF;
+        int pos = at[ch->to_v * M + m];
+        if (dst == r && kfrom && m + kfrom[ch->from_v] < M) { // a copy before its source is reused
+          int reuse = at[ch->from_v * M + m + kfrom[ch->from_v]];
+          if (reuse < pos) pos = reuse;
+        }
         rv[nrv++] = (Recv){pos, r, pairk[r * S + dst]++, ch, m};
       }
     }
@@ -387,9 +353,9 @@ bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
       if (x->kind == ACT_F && s->has_loss)
         rp->acts[rp->nacts++] = (Action){ACT_LOSS, x->v, x->m, NULL};
       int b, e;
-      made_by(&mk, x, &b, &e);
+      made_by(mk, x, &b, &e);
       for (int jj = b; jj < e; jj++)
-        rp->acts[rp->nacts++] = (Action){ACT_SEND, -1, x->m, mk.chs[jj]};
+        rp->acts[rp->nacts++] = (Action){ACT_SEND, -1, x->m, mk->chs[jj]};
     }
     for (int c = 0; c < V; c++) rp->acts[rp->nacts++] = (Action){ACT_TIED_SUM, rp->vs[c], -1, NULL};
     rp->acts[rp->nacts++] = (Action){ACT_NORM, -1, -1, NULL};
@@ -418,5 +384,66 @@ bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
         if (++live[v] > p->vs[v].K) p->vs[v].K = live[v];
       }
     }
+  for (int j = 0; j < nrv; j++) { // the copies between two stages of one rank, against K
+    const Channel *ch = rv[j].ch;
+    int r = p->vs[ch->from_v].rank, m = rv[j].m + p->vs[ch->from_v].K;
+    if (r == p->vs[ch->to_v].rank && m < M &&
+        rv[j].pos > (ch->grad ? posB : posF)[ch->from_v * M + m])
+      return true;
+  }
+  return false;
+}
+
+bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
+  int M = p->M, nv = S * V;
+  if (p->nv != nv) {
+    diag_error(d, (Loc){0, 0}, "schedule %s: %d stages given for S = %d, V = %d", sched_name(k),
+               p->nv, S, V);
+    return false;
+  }
+  for (int v = 0; v < nv; v++) p->vs[v].rank = sched_rank_of(k, S, V, v), p->vs[v].split = false;
+  p->split_bw = k == SCHED_ZBH1 || k == SCHED_ZBV;
+  p->nranks = S;
+  p->ranks = ARENA_ARRAY(a, RankProgram, S);
+  // Per rank its compute order (F, B, W).
+  Action **comp = ARENA_ARRAY(a, Action *, S);
+  int *ncomp = ARENA_ARRAY(a, int, S);
+  for (int r = 0; r < S; r++) {
+    comp[r] = ARENA_ARRAY(a, Action, 3 * (size_t)V * M + 1);
+    if ((ncomp[r] = sched_order(k, S, V, M, r, comp[r], d)) < 0) return false;
+  }
+  Made mk = made_index(p, a);
+  // zb-h1: split each stage where it buys something; elsewhere drop the W actions (B fused).
+  bool *in_w = ARENA_ARRAY(a, bool, p->g->nnodes + 1); // per node id: in a W segment
+  for (int v = 0; v < nv && p->split_bw; v++) {
+    int r = p->vs[v].rank, n = 0;
+    if (!split_idle(&mk, v, comp[r], ncomp[r])) {
+      split_segment(p, &p->vs[v], in_w, a);
+      // No weight gradient worth moving (every one memory-bound): B keeps them all, unsplit.
+      // (A stage without nodes, as the unit tests' hand-made programs, stays split.)
+      if (p->vs[v].w.n > 0 || p->vs[v].b.n == 0) continue;
+      p->vs[v].split = false;
+    }
+    for (int i = 0; i < ncomp[r]; i++)
+      if (comp[r][i].v != v || comp[r][i].kind != ACT_W) comp[r][n++] = comp[r][i];
+    ncomp[r] = n;
+  }
+  // Per (stage, F or B, m): position in its rank's compute order.
+  int *posF = ARENA_ARRAY(a, int, (size_t)nv *M), *posB = ARENA_ARRAY(a, int, (size_t)nv *M);
+  for (int r = 0; r < S; r++)
+    for (int i = 0; i < ncomp[r]; i++) {
+      const Action *x = &comp[r][i];
+      if (x->kind == ACT_F) posF[x->v * M + x->m] = i;
+      if (x->kind == ACT_B) posB[x->v * M + x->m] = i;
+    }
+  // Lowered with no constraint on the copies between two stages of one rank; where one then
+  // comes after the action that reuses its source buffer (zb-v: the last stage's skip gradient
+  // to stage 0, both on rank 0, is read only after the next is made), again with each such copy
+  // kept before that action, at the first lowering's K.
+  if (lower(p, k, S, V, comp, ncomp, &mk, posF, posB, NULL, a)) {
+    int *kfrom = ARENA_ARRAY(a, int, nv);
+    for (int v = 0; v < nv; v++) kfrom[v] = p->vs[v].K > 0 ? p->vs[v].K : 1;
+    lower(p, k, S, V, comp, ncomp, &mk, posF, posB, kfrom, a);
+  }
   return true;
 }
