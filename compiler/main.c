@@ -64,7 +64,7 @@ typedef struct Driver {
   Program prog;           // per-rank action lists (schedule pass) and each rank's memory plan
                           // (memplan pass: prog.ranks[r].plan)
   SchedKind sched;        // --schedule (S > 1; default 1f1b)
-  int virt;               // --virtual V: stages per rank (interleaved; the partition cuts S x V)
+  int virt;               // --virtual V: stages per rank (interleaved, zb-v; partition cuts S x V)
   bool virt_given;        // --virtual was on the command line (zb-v implies V = 2 without it)
   SchedStats stats;       // S > 1: the lock-step simulation's prediction (schedule's checker)
   const char *svg;        // plan --svg FILE: the schedule's picture (compiler/plan_out.c) or NULL

@@ -292,7 +292,9 @@ int sched_order(SchedKind k, int S, int V, int M, int r, Action *out, Diag *d);
 // its compute order (sched_order) with LOAD before and LOSS after each F where the stage has them,
 // each SEND right after the action that makes its tensor (channels in id order), each RECV in the
 // sender's order no later than the action that reads it (posted before the earliest reader among it
-// and the messages after it on the same pair of ranks), and then TIED_SUM per stage, NORM, OPT.
+// and the messages after it on the same pair of ranks; a copy between two stages of one rank
+// also before the action that makes microbatch m + K's tensor into its source buffer), and then
+// TIED_SUM per stage, NORM, OPT.
 // Sets p->split_bw (zb-h1, zb-v) and each stage's split: under zb-h1 and zb-v a stage's W segment
 // takes the weight-gradient nodes of its B segment, except on a stage where the split buys nothing
 // (its B sends no gradient and every W(v, m) runs right after B(v, m)): there B stays the whole

@@ -7,8 +7,10 @@
 // on its pair of ranks (so both sides see the same message order) and no later than the action
 // that reads it: RECV k of a pair goes before the earliest reader of messages k, k+1, ... (a
 // suffix minimum over the pair's queue), then the step-end actions. Every stage's K is its peak
-// microbatches in flight in that list. Linear in the number of actions (one sort of the
-// receives).
+// microbatches in flight in that list. A copy between two stages of one rank that comes after
+// the action reusing its source buffer gets a second lowering that keeps it before. Linear in
+// the number of actions (one sort of the receives, at most twice). The placement of the stages
+// on the ranks is the schedule's too (sched_rank_of: v mod S, or zb-v's V).
 #include <stdlib.h>
 #include <string.h>
 
