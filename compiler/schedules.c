@@ -81,10 +81,9 @@ int sched_rank_of(SchedKind k, int S, int V, int v) {
   return v % S;
 }
 
-// The stage of chunk c (0..V-1) of rank r: the one sched_rank_of maps to r, c-th in ascending
-// order (zb-v: r and 2S - 1 - r; otherwise c S + r).
-static int stage_of_chunk(SchedKind k, int S, int r, int c) {
-  return k == SCHED_ZBV && c == 1 ? 2 * S - 1 - r : c * S + r;
+// zb-v's stage of chunk c (0, 1) of rank r: r and 2S - 1 - r (as sched_rank_of places them).
+static int zbv_stage(int S, int r, int c) {
+  return c == 1 ? 2 * S - 1 - r : r;
 }
 
 // zb-v (Qi et al., "Zero Bubble Pipeline Parallelism" §6; the order of torch's
@@ -108,7 +107,7 @@ typedef struct ZbvCount {
 static void zbv_put(int S, int M, int r, ActionKind kind, int c, ZbvCount *z, Action *out, int *n) {
   int *next = kind == ACT_F ? z->f : kind == ACT_B ? z->b : z->w;
   int m = next[c]++;
-  if (m < M) out[(*n)++] = (Action){kind, stage_of_chunk(SCHED_ZBV, S, r, c), m, NULL};
+  if (m < M) out[(*n)++] = (Action){kind, zbv_stage(S, r, c), m, NULL};
 }
 
 static int order_zbv(int S, int M, int r, Action *out) {
@@ -289,8 +288,8 @@ static bool split_idle(const Made *mk, int v, const Action *comp, int n) {
 // a K to keep each copy between two stages of one rank before (NULL: no constraint). Returns
 // whether a copy comes too late for the K it computed: its RECV (c, m) after the action that
 // makes (c, m + K of c's sender), which overwrites the buffer it copies from.
-static bool lower(Program *p, SchedKind k, int S, int V, Action *const *comp, const int *ncomp,
-                  const Made *mk, const int *posF, const int *posB, const int *kfrom, Arena *a) {
+static bool lower(Program *p, int S, int V, Action *const *comp, const int *ncomp, const Made *mk,
+                  const int *posF, const int *posB, const int *kfrom, Arena *a) {
   int M = p->M, nv = S * V;
   // Room for a rank's list: its F/B/W, a LOAD and a LOSS per F, its channels, the step end.
   size_t cap = 3 * (size_t)V * M + 2 * (size_t)p->nch * M + 2 * (size_t)V * M + (size_t)V + 3;
@@ -341,7 +340,8 @@ static bool lower(Program *p, SchedKind k, int S, int V, Action *const *comp, co
     RankProgram *rp = &p->ranks[r];
     *rp = (RankProgram){.rank = r};
     rp->vs = ARENA_ARRAY(a, int, V);
-    for (int c = 0; c < V; c++) rp->vs[rp->nvs++] = stage_of_chunk(k, S, r, c);
+    for (int v = 0; v < nv; v++) // its stages, ascending, as placed
+      if (p->vs[v].rank == r && rp->nvs < V) rp->vs[rp->nvs++] = v;
     rp->acts = ARENA_ARRAY(a, Action, cap);
     int j = 0;
     for (int i = 0; i < ncomp[r]; i++) {
@@ -442,10 +442,10 @@ bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
   // comes after the action that reuses its source buffer (zb-v: the last stage's skip gradient
   // to stage 0, both on rank 0, is read only after the next is made), again with each such copy
   // kept before that action, at the first lowering's K.
-  if (lower(p, k, S, V, comp, ncomp, &mk, posF, posB, NULL, a)) {
+  if (lower(p, S, V, comp, ncomp, &mk, posF, posB, NULL, a)) {
     int *kfrom = ARENA_ARRAY(a, int, nv);
     for (int v = 0; v < nv; v++) kfrom[v] = p->vs[v].K > 0 ? p->vs[v].K : 1;
-    lower(p, k, S, V, comp, ncomp, &mk, posF, posB, kfrom, a);
+    lower(p, S, V, comp, ncomp, &mk, posF, posB, kfrom, a);
   }
   return true;
 }
