@@ -445,11 +445,12 @@ START_TEST(test_input_on_two_stages_of_a_rank) {
                 "%s", cap_text(&m.cap));
   ck_assert_int_eq(p.vstage_of_node[graph_find(&m.g, "c")->producer->id], 2);
   ck_assert(!plan_memory(&p, d));
-  ck_assert_msg(strstr(cap_text(&m.cap),
-                       ": error: inputs[0]: input 'x' is read by two stages of rank 0 (--virtual): "
-                       "each stage would need its own copy, which is not supported; cut "
-                       "elsewhere\n"),
-                "%s", cap_text(&m.cap));
+  ck_assert_msg(
+      strstr(cap_text(&m.cap),
+             ": error: inputs[0]: input 'x' is read by two stages of rank 0 (--virtual, zb-v): "
+             "each stage would need its own copy, which is not supported; cut "
+             "elsewhere\n"),
+      "%s", cap_text(&m.cap));
   model_free(&m);
 }
 END_TEST
