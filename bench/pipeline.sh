@@ -14,7 +14,9 @@
 #
 # Runs (every one with OMP_NUM_THREADS=1):
 #   pipec S = 1    `pipec compile --batch 96 --microbatches 8`, `bin/train --threads 1`
-#   pipec S = 2    the same with `--stages 2 --split transformer.h.2 --schedule 1f1b | zb-h1`
+#   pipec S = 2    the same with `--stages 2 --split transformer.h.2 --schedule 1f1b | zb-h1`, and
+#                  `--stages 2 --split transformer.h.1,transformer.h.2,transformer.h.3 --schedule
+#                  zb-v` (4 stages in a V, as the PyTorch ZBV peer)
 #                  (the automatic partitioner's cut, pinned so that the prediction, the program
 #                  and the PyTorch peer cut the same place), `launch.sh --threads 1`: 2 ranks
 #   PyTorch        torch.distributed.pipelining Schedule1F1B, ScheduleGPipe and
@@ -49,8 +51,11 @@ med = statistics.median
 log = lambda s: (sys.stderr.write(s + "\n"), sys.stderr.flush())
 env = dict(os.environ, OMP_NUM_THREADS="1")
 common = ["--batch", str(BATCH), "--microbatches", str(M)]
-staged = lambda sched: ["--stages", str(S), "--split", CUT, "--schedule", sched]
-SCHEDS = ("1f1b", "zb-h1")
+# zb-v: 4 stages of one layer each in a V (rank 0 stages 0 and 3), the automatic cut and the
+# PyTorch zbv peer's, pinned like the others
+ZBV_CUT = "transformer.h.1,transformer.h.2,transformer.h.3"
+staged = lambda sched: ["--stages", str(S), "--split", ZBV_CUT if sched == "zb-v" else CUT, "--schedule", sched]
+SCHEDS = ("1f1b", "zb-h1", "zb-v")
 
 # ---- pipec's programs: compile each; one that does not compile is pending, with its reason
 pending = {}  # configuration name -> why it did not run

@@ -478,7 +478,10 @@ void emit_rank_eval(E *e) {
           kernel_name(e, "pr_count_correct"), tid(e, logits), tid(e, y),
           (long long)logits->shape.d[1].n);
   } else {
-    out(e, "  r->loss = 0; // the loss is rank %d's\n", e->prog->nranks - 1);
+    int lr = 0; // the rank of the stage with the loss (the last; zb-v: rank 0)
+    for (int v = 0; v < P->nv; v++)
+      if (P->vs[v].has_loss) lr = P->vs[v].rank;
+    out(e, "  r->loss = 0; // the loss is rank %d's\n", lr);
   }
   out(e, "}\n\n");
 }

@@ -67,7 +67,8 @@ typedef struct Driver {
   Program prog;           // per-rank action lists (schedule pass) and each rank's memory plan
                           // (memplan pass: prog.ranks[r].plan)
   SchedKind sched;        // --schedule (S > 1; default 1f1b)
-  int virt;               // --virtual V: stages per rank (interleaved; the partition cuts S x V)
+  int virt;               // --virtual V: stages per rank (interleaved, zb-v; partition cuts S x V)
+  bool virt_given;        // --virtual was on the command line (zb-v implies V = 2 without it)
   SchedStats stats;       // S > 1: the lock-step simulation's prediction (schedule's checker)
   const char *svg;        // plan --svg FILE: the schedule's picture (compiler/plan_out.c) or NULL
   const char *json;       // plan --json FILE: the plan as data or NULL
@@ -105,18 +106,24 @@ static bool run_autodiff(Driver *dr) {
   return pass_autodiff(&dr->graph, (int)dr->tc.microbatches, &dr->diag);
 }
 
-// With --virtual V the partition cuts S x V stages; stage v runs on rank v mod S (as sched_build
-// sets it again), so the partition table names the right ranks.
+// With --virtual V the partition cuts S x V stages; stage v runs on the schedule's rank for it
+// (sched_rank_of, as sched_build sets it again), so the partition table names the right ranks.
 static bool run_partition(Driver *dr) {
   if (!pass_partition(&dr->graph, &dr->tc, &dr->po, &dr->prog, &dr->diag)) {
-    if (dr->virt > 1) // its message counts the S x V stages it was asked for
+    if (dr->virt > 1 && !dr->virt_given) // zb-v: V = 2 implied
+      diag_note(&dr->diag,
+                "with --schedule zb-v (two stages per rank) the partition cuts S x 2 = "
+                "%d stages",
+                dr->po.stages);
+    else if (dr->virt > 1) // its message counts the S x V stages it was asked for
       diag_note(&dr->diag, "with --virtual %d the partition cuts S x V = %d stages", dr->virt,
                 dr->po.stages);
     return false;
   }
   Program *p = &dr->prog;
   if (dr->virt > 1 && p->nv % dr->virt == 0)
-    for (int v = 0; v < p->nv; v++) p->vs[v].rank = v % (p->nv / dr->virt);
+    for (int v = 0; v < p->nv; v++)
+      p->vs[v].rank = sched_rank_of(dr->sched, p->nv / dr->virt, dr->virt, v);
   return true;
 }
 
@@ -125,7 +132,7 @@ static bool run_comm(Driver *dr) {
 }
 
 // S = 1: the one-stage program exactly as always (--schedule does not apply). S > 1: the chosen
-// schedule over the partition's S x V stages (stage v on rank v mod S) and the comm pass's
+// schedule over the partition's S x V stages (placed by sched_rank_of) and the comm pass's
 // channels.
 static bool run_schedule(Driver *dr) {
   if (dr->prog.nv == 1) return pass_schedule(&dr->graph, &dr->tc, &dr->prog, &dr->diag);
@@ -146,8 +153,8 @@ static bool run_schedule(Driver *dr) {
     Action **comp;
     int *ncomp;
     if (!sched_csv_orders(&dr->csv, dr->prog.M, &comp, &ncomp, &dr->arena, &dr->diag)) return false;
-    if (!sched_lower(&dr->prog, dr->csv.S, dr->csv.V, comp, ncomp, dr->csv.split, &dr->arena,
-                     &dr->diag)) {
+    if (!sched_lower(&dr->prog, dr->csv.S, dr->csv.V, comp, ncomp, dr->csv.split,
+                     dr->csv.stage_rank, &dr->arena, &dr->diag)) {
       diag_note(&dr->diag, "in the schedule %s", dr->sched_csv);
       return false;
     }
@@ -404,10 +411,12 @@ static void usage(FILE *f) {
       "      --stages S           cut the model into S pipeline stages, one rank each\n"
       "                           (default 1; docs/pipeline.md)\n"
       "      --schedule X         pipeline schedule: gpipe, 1f1b (default), interleaved, zb-h1,\n"
-      "                           or FILE.csv: a custom one, one row of compute actions (0F0,\n"
-      "                           0B0, 1I0, 1W0) per rank, torch.distributed.pipelining's\n"
-      "                           CSV form; its rows give S and V (docs/pipeline.md)\n"
-      "      --virtual V          interleaved: V stages per rank (the partition cuts S x V)\n"
+      "                           zb-v (two stages per rank in a V), or FILE.csv: a custom one,\n"
+      "                           one row of compute actions (0F0, 0B0, 1I0, 1W0) per rank,\n"
+      "                           torch.distributed.pipelining's CSV form; its rows give S and V\n"
+      "                           (docs/pipeline.md)\n"
+      "      --virtual V          interleaved: V stages per rank (the partition cuts S x V);\n"
+      "                           zb-v: 2, implied\n"
       "      --split NAME[,NAME...]\n"
       "                           cut before these nodes or block instances (transformer.h.2)\n"
       "      --flops-rate GFLOPS  one rank's compute rate, GFLOP/s (default 50): the automatic\n"
@@ -988,8 +997,8 @@ int main(int argc, char **argv) {
         dr.sched_csv = optarg;
         break;
       }
-      RETURN(usage_error("--schedule: unknown schedule '%s' (gpipe, 1f1b, interleaved, zb-h1, or "
-                         "a FILE.csv)",
+      RETURN(usage_error("--schedule: unknown schedule '%s' (gpipe, 1f1b, interleaved, zb-h1, "
+                         "zb-v, or a FILE.csv)",
                          optarg));
     }
     case 'v': {
@@ -997,6 +1006,7 @@ int main(int argc, char **argv) {
       if (!parse_count(optarg, 1, 64, &v))
         RETURN(usage_error("--virtual: expected stages per rank from 1 to 64, got '%s'", optarg));
       dr.virt = (int)v;
+      dr.virt_given = true;
       break;
     }
     case 'X': // repeated: the lists add up
@@ -1088,8 +1098,18 @@ int main(int argc, char **argv) {
   if (!rc && dr.time_passes && dr.diag_format != DIAG_TEXT)
     rc = usage_error("%s", "--time-passes prints text to stderr, where --diagnostics-format "
                            "writes its document: use one of them");
-  if (!rc && dr.virt > 1 && dr.sched != SCHED_INTERLEAVED && !dr.sched_csv)
-    rc = usage_error("--virtual %d: only --schedule interleaved runs several stages per rank",
+  // zb-v runs two stages per rank: V = 2 implied at S > 1 (at S = 1 the one-stage program).
+  if (!rc && dr.sched == SCHED_ZBV && !dr.sched_csv && dr.virt_given && dr.virt != 2)
+    rc = usage_error("--virtual %d: --schedule zb-v runs two stages per rank in a V (--virtual 2, "
+                     "or none)",
+                     dr.virt);
+  if (!rc && dr.sched == SCHED_ZBV && !dr.sched_csv && !dr.virt_given &&
+      (dr.po.stages > 1 || dr.po.nsplit))
+    dr.virt = 2;
+  if (!rc && dr.virt > 1 && dr.sched != SCHED_INTERLEAVED && dr.sched != SCHED_ZBV &&
+      !dr.sched_csv)
+    rc = usage_error("--virtual %d: only --schedule interleaved (or zb-v, V = 2) runs several "
+                     "stages per rank",
                      dr.virt);
   if (!rc && dr.virt > 1 && dr.po.stages <= 1 && !dr.po.nsplit && !dr.sched_csv)
     rc = usage_error("--virtual %d needs --stages >= 2: interleaving runs the stages of several "

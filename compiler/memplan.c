@@ -281,7 +281,7 @@ static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
       int sv = stage_of(prog, r, recv_v, t);
       if (sv == -2 && k == 0) {
         diag_error(d, t->loc,
-                   "%s: input '%s' is read by two stages of rank %d (--virtual): each stage "
+                   "%s: input '%s' is read by two stages of rank %d (--virtual, zb-v): each stage "
                    "would need its own copy, which is not supported; cut elsewhere",
                    t->path ? t->path : "model", t->name, r->rank);
         return false;

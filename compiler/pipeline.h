@@ -278,29 +278,39 @@ typedef enum SchedKind {
   SCHED_1F1B,        // warm-up min(S-1-r, M) F, then alternate F and B, then drain B; V = 1
   SCHED_INTERLEAVED, // Megatron's depth-first order over V stages per rank; M a multiple of S
   SCHED_ZBH1,        // 1f1b with B split into B (input gradient) and W (weight gradient); V = 1
+  SCHED_ZBV,         // zero bubble V: two stages per rank (r and 2S - 1 - r), B and W split
   SCHED_COUNT
 } SchedKind;
 
-// The schedule's name as on the command line ("gpipe", "1f1b", "interleaved", "zb-h1").
+// The schedule's name as on the command line ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v").
 const char *sched_name(SchedKind k);
 // Parses a name; false when it is none of them.
 bool sched_parse(const char *name, SchedKind *k);
 
+// The placement of schedule k: the rank (0..S-1) of stage v (0..S V - 1). The loop placement
+// v mod S (interleaved: rank r holds stages r, S + r, 2S + r, ...), or zb-v's V: stage v < S on
+// rank v, stage v >= S on rank 2S - 1 - v (rank r holds r and 2S - 1 - r: rank 0 the first and
+// the last stage, rank S - 1 the two middle ones). sched_build sets VStage.rank from it; every
+// later pass reads VStage.rank (and RankProgram.vs), never a formula.
+int sched_rank_of(SchedKind k, int S, int V, int v);
+
 // The compute order of rank r (0..S-1) of schedule k with V stages per rank and M microbatches:
-// F, B and W actions only (stage index v = chunk * S + r), no LOAD, LOSS or channels. Writes at
-// most 3 * V * M actions to out and returns their count; -1 after reporting through d when the
-// schedule cannot run these (S, V, M) (the message names the need). A pure function.
+// F, B and W actions only (on the stages sched_rank_of puts on r), no LOAD, LOSS or channels.
+// Writes at most 3 * V * M actions to out and returns their count; -1 after reporting through d
+// when the schedule cannot run these (S, V, M) (the message names the need). A pure function.
 int sched_order(SchedKind k, int S, int V, int M, int r, Action *out, Diag *d);
 
-// Builds p->ranks for schedule k: p->M, p->vs (nv = S * V stages, stage v on rank v mod S,
-// with loads / has_loss), p->ch and p->nch are given. Each rank's list is its compute order
-// (sched_order) with LOAD before and LOSS after each F where the stage has them, each SEND right
-// after the action that makes its tensor (channels in id order), each RECV in the sender's order
-// no later than the action that reads it (posted before the earliest reader among it and the
-// messages after it on the same pair of ranks), and then TIED_SUM per stage, NORM, OPT. Sets
-// p->split_bw (zb-h1) and each stage's split: under zb-h1 a stage's W segment takes the
-// weight-gradient nodes of its B segment, except on a stage where the split buys nothing (its B
-// sends no gradient and every W(v, m) runs right after B(v, m)): there B stays the whole
+// Builds p->ranks for schedule k: p->M, p->vs (nv = S * V stages, with loads / has_loss), p->ch
+// and p->nch are given; it places stage v on rank sched_rank_of(k, S, V, v). Each rank's list is
+// its compute order (sched_order) with LOAD before and LOSS after each F where the stage has them,
+// each SEND right after the action that makes its tensor (channels in id order), each RECV in the
+// sender's order no later than the action that reads it (posted before the earliest reader among it
+// and the messages after it on the same pair of ranks; a copy between two stages of one rank
+// also before the action that makes microbatch m + K's tensor into its source buffer), and then
+// TIED_SUM per stage, NORM, OPT.
+// Sets p->split_bw (zb-h1, zb-v) and each stage's split: under zb-h1 and zb-v a stage's W segment
+// takes the weight-gradient nodes of its B segment, except on a stage where the split buys nothing
+// (its B sends no gradient and every W(v, m) runs right after B(v, m)): there B stays the whole
 // backward in graph order and the W actions are dropped, so each weight gradient is computed
 // while its inputs are in cache and the slot plan is 1f1b's. Sets each stage's K to its peak
 // microbatches in flight. Arena a holds the lists.
@@ -308,18 +318,28 @@ int sched_order(SchedKind k, int S, int V, int M, int r, Action *out, Diag *d);
 bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d);
 
 // sched_build's lowering of given compute orders (a custom schedule's, compiler/sched_csv.c):
-// comp[r] (ncomp[r] actions, F, B and W with v = chunk * S + r: stage v on rank v mod S) is
-// rank r's order; split[v] (nv = S * V entries) offers stage v the split of B and W as zb-h1 does
+// comp[r] (ncomp[r] actions, F, B and W) is rank r's order; rank[v] (nv = S * V entries; NULL:
+// v mod S) is where stage v runs; split[v] offers stage v the split of B and W as zb-h1 does
 // (its order then has a W per B; split or fused as above), p->split_bw is whether any stage is
 // offered it. comp and ncomp are rewritten (the dropped W actions). False after reporting
 // through d.
-bool sched_lower(Program *p, int S, int V, Action **comp, int *ncomp, const bool *split, Arena *a,
+bool sched_lower(Program *p, int S, int V, Action **comp, int *ncomp, const bool *split,
+                 const int *rank, Arena *a,
                  Diag *d);
 
 // The action that releases a microbatch's slot on stage s (its last compute action): W when the
 // stage splits B and W, else B.
 static inline ActionKind stage_release(const VStage *s) {
   return s->split ? ACT_W : ACT_B;
+}
+
+// Stage v's chunk: its index among its rank's stages (RankProgram.vs, ascending), as the grid and
+// the picture name it ("F3.1": microbatch 3 of chunk 1). After sched_build.
+static inline int stage_chunk(const Program *p, int v) {
+  const RankProgram *r = &p->ranks[p->vs[v].rank];
+  for (int i = 0; i < r->nvs; i++)
+    if (r->vs[i] == v) return i;
+  return 0;
 }
 
 // How many of p's stages split B and W (sched_build sets each stage's split).

@@ -167,7 +167,7 @@ bool plan_write_svg(const Program *p, const char *sched, const SchedStats *st, c
       }
       if (!compute(x->kind)) continue;
       double x0 = xof(&s, st->t0[r][i]), w = (st->t1[r][i] - st->t0[r][i]) * s.scale;
-      int chunk = x->v / S;
+      int chunk = stage_chunk(p, x->v);
       start(&s, "rect");
       attr(&s, "class", "%s", action_name(x->kind));
       attr(&s, "x", "%.2f", x0);

@@ -288,22 +288,18 @@ static bool check_layout(Reader *rd, Arena *a) {
         "stages, V per rank)",
         nst, S);
   cs->V = nst / S;
-  for (int v = 0; v < nst; v++) {
+  // The loop placement (stage v on rank v mod S) or the V placement (zb-v's: rank r runs stages
+  // r and 2S - 1 - r): the two the built-ins lower and the equality matrix proves.
+  bool loop = true, vshape = cs->V == 2;
+  for (int u = 0; u < nst; u++) loop &= rank[u] == u % S, vshape &= rank[u] == v_rank(S, u);
+  for (int v = 0; v < nst && !loop && !vshape; v++) {
     if (rank[v] == v % S) continue;
-    bool vshape = cs->V == 2;
-    for (int u = 0; u < nst && vshape; u++) vshape = rank[u] == v_rank(S, u);
-    char place[160];
-    if (vshape)
-      snprintf(place, sizeof place, "the V placement (rank r runs stages r and %d - r, as zb-v)",
-               2 * S - 1);
-    else
-      snprintf(place, sizeof place, "a placement of its own");
     return sched_csv_error(
         cs, d, rd->cells[first[v]].loc,
-        "stage %d on rank %d: pipec runs stage v on rank v mod S (the loop placement "
-        "of gpipe, 1f1b, interleaved and zb-h1: here rank %d); this schedule uses %s, "
-        "which pipec does not lower",
-        v, rank[v], v % S, place);
+        "stage %d on rank %d: pipec runs stage v on rank v mod S (the loop placement of gpipe, "
+        "1f1b, interleaved and zb-h1: here rank %d) or, with 2 stages per rank, rank r runs "
+        "stages r and %d - r (the V placement of zb-v); this schedule uses a placement of its own",
+        v, rank[v], v % S, 2 * S - 1);
   }
   cs->stage_rank = rank;
   cs->split = ARENA_ARRAY(a, bool, nst);

@@ -7,15 +7,18 @@
 // on its pair of ranks (so both sides see the same message order) and no later than the action
 // that reads it: RECV k of a pair goes before the earliest reader of messages k, k+1, ... (a
 // suffix minimum over the pair's queue), then the step-end actions. Every stage's K is its peak
-// microbatches in flight in that list. Linear in the number of actions (one sort of the
-// receives).
+// microbatches in flight in that list. A copy between two stages of one rank that comes after
+// the action reusing its source buffer gets a second lowering that keeps it before. Linear in
+// the number of actions (one sort of the receives, at most twice). The placement of the stages
+// on the ranks is the schedule's too (sched_rank_of: v mod S, or zb-v's V).
 #include <stdlib.h>
 #include <string.h>
 
 #include "../ir/ops.h"
 #include "pipeline.h"
 
-static const char *const sched_names[SCHED_COUNT] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+static const char *const sched_names[SCHED_COUNT] = {"gpipe", "1f1b", "interleaved", "zb-h1",
+                                                     "zb-v"};
 
 const char *sched_name(SchedKind k) {
   return k >= 0 && k < SCHED_COUNT ? sched_names[k] : "?";
@@ -73,13 +76,85 @@ static int order_interleaved(int S, int V, int M, int r, Action *out) {
   return n;
 }
 
+int sched_rank_of(SchedKind k, int S, int V, int v) {
+  if (k == SCHED_ZBV) return v < S ? v : V * S - 1 - v;
+  return v % S;
+}
+
+// zb-v's stage of chunk c (0, 1) of rank r: r and 2S - 1 - r (as sched_rank_of places them).
+static int zbv_stage(int S, int r, int c) {
+  return c == 1 ? 2 * S - 1 - r : r;
+}
+
+// zb-v (Qi et al., "Zero Bubble Pipeline Parallelism" §6; the order of torch's
+// ScheduleZBVZeroBubble but one move): rank r runs chunk 0 (stage r, the way down the V) and
+// chunk 1 (stage 2S - 1 - r, the way back up), B split into B and W. The order, over
+// n = max(M, 2S - 1) microbatches per chunk, those from M on dropped (so a small M keeps the
+// warm-up's shape):
+//   warm-up    2 (S - r) - 1 times F0;  r times F1 F0;  S - r times F1 B1 W1
+//   steady     while chunk 0 has forwards left or chunk 1's lag behind: B0 W0, F0 (if any
+//              left), F1 B1 W1
+//   cool-down  r times B0 B1;  S - r times B0 W0;  the W1 left, then the W0 left
+// The move: torch runs the steady phase's F0 before B0 W0; after them it takes the slot W0 has
+// just freed, so chunk 0 keeps one microbatch fewer in flight (rank 0: 2S - 1, not 2S), and the
+// lock-step simulation's bubble and step time are the same (unit and stage costs, S 2..4, M
+// 1..12: the W0 fills the same wait). Each chunk's B and W in ascending m (as
+// pipeline-semantics.md §1 needs).
+typedef struct ZbvCount {
+  int f[2], b[2], w[2]; // per chunk: the next F, B and W microbatch
+} ZbvCount;
+
+static void zbv_put(int S, int M, int r, ActionKind kind, int c, ZbvCount *z, Action *out, int *n) {
+  int *next = kind == ACT_F ? z->f : kind == ACT_B ? z->b : z->w;
+  int m = next[c]++;
+  if (m < M) out[(*n)++] = (Action){kind, zbv_stage(S, r, c), m, NULL};
+}
+
+static int order_zbv(int S, int M, int r, Action *out) {
+  int n = 0, nm = M > 2 * S - 1 ? M : 2 * S - 1;
+  ZbvCount z = {{0, 0}, {0, 0}, {0, 0}};
+  for (int i = 0; i < 2 * (S - r) - 1; i++) zbv_put(S, M, r, ACT_F, 0, &z, out, &n);
+  for (int i = 0; i < r; i++) {
+    zbv_put(S, M, r, ACT_F, 1, &z, out, &n);
+    zbv_put(S, M, r, ACT_F, 0, &z, out, &n);
+  }
+  for (int i = 0; i < S - r; i++) {
+    zbv_put(S, M, r, ACT_F, 1, &z, out, &n);
+    zbv_put(S, M, r, ACT_B, 1, &z, out, &n);
+    zbv_put(S, M, r, ACT_W, 1, &z, out, &n);
+  }
+  while (z.f[0] < nm || z.f[1] < z.f[0]) {
+    zbv_put(S, M, r, ACT_B, 0, &z, out, &n);
+    zbv_put(S, M, r, ACT_W, 0, &z, out, &n);
+    if (z.f[0] < nm) zbv_put(S, M, r, ACT_F, 0, &z, out, &n);
+    zbv_put(S, M, r, ACT_F, 1, &z, out, &n);
+    zbv_put(S, M, r, ACT_B, 1, &z, out, &n);
+    zbv_put(S, M, r, ACT_W, 1, &z, out, &n);
+  }
+  for (int i = 0; i < r; i++) {
+    zbv_put(S, M, r, ACT_B, 0, &z, out, &n);
+    zbv_put(S, M, r, ACT_B, 1, &z, out, &n);
+  }
+  for (int i = 0; i < S - r; i++) {
+    zbv_put(S, M, r, ACT_B, 0, &z, out, &n);
+    zbv_put(S, M, r, ACT_W, 0, &z, out, &n);
+  }
+  while (z.w[1] < nm) zbv_put(S, M, r, ACT_W, 1, &z, out, &n);
+  while (z.w[0] < nm) zbv_put(S, M, r, ACT_W, 0, &z, out, &n);
+  return n;
+}
+
 int sched_order(SchedKind k, int S, int V, int M, int r, Action *out, Diag *d) {
   if (S < 1 || V < 1 || M < 1 || r < 0 || r >= S) {
     diag_error(d, (Loc){0, 0}, "schedule %s: needs S >= 1, V >= 1, M >= 1 and 0 <= rank < S",
                sched_name(k));
     return -1;
   }
-  if (k != SCHED_INTERLEAVED && V != 1) {
+  if (k == SCHED_ZBV && V != 2) {
+    diag_error(d, (Loc){0, 0}, "schedule zb-v: runs two stages per rank in a V (V = 2, not %d)", V);
+    return -1;
+  }
+  if (k != SCHED_INTERLEAVED && k != SCHED_ZBV && V != 1) {
     diag_error(d, (Loc){0, 0},
                "schedule %s: runs one stage per rank (V = 1, not %d); interleaved runs several",
                sched_name(k), V);
@@ -105,6 +180,8 @@ int sched_order(SchedKind k, int S, int V, int M, int r, Action *out, Diag *d) {
       return -1;
     }
     return order_interleaved(S, V, M, r, out);
+  case SCHED_ZBV:
+    return order_zbv(S, M, r, out);
   default:
     diag_error(d, (Loc){0, 0}, "schedule: unknown schedule kind %d", (int)k);
     return -1;
@@ -206,66 +283,14 @@ static bool split_idle(const Made *mk, int v, const Action *comp, int n) {
   return true;
 }
 
-bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
-  int M = p->M;
-  if (p->nv != S * V) {
-    diag_error(d, (Loc){0, 0}, "schedule %s: %d stages given for S = %d, V = %d", sched_name(k),
-               p->nv, S, V);
-    return false;
-  }
-  // Per rank its compute order (F, B, W); zb-h1 offers every stage the split.
-  Action **comp = ARENA_ARRAY(a, Action *, S);
-  int *ncomp = ARENA_ARRAY(a, int, S);
-  for (int r = 0; r < S; r++) {
-    comp[r] = ARENA_ARRAY(a, Action, 3 * (size_t)V * M + 1);
-    if ((ncomp[r] = sched_order(k, S, V, M, r, comp[r], d)) < 0) return false;
-  }
-  bool *split = ARENA_ARRAY(a, bool, S *V);
-  for (int v = 0; v < S * V; v++) split[v] = k == SCHED_ZBH1;
-  return sched_lower(p, S, V, comp, ncomp, split, a, d);
-}
-
-bool sched_lower(Program *p, int S, int V, Action **comp, int *ncomp, const bool *split, Arena *a,
-                 Diag *d) {
+// Lowers the compute orders onto the channels (sched_build's second half): the RECVs, LOADs,
+// LOSSes, SENDs and the step end into p->ranks, then each stage's K. kfrom (per stage, or NULL):
+// a K to keep each copy between two stages of one rank before (NULL: no constraint). Returns
+// whether a copy comes too late for the K it computed: its RECV (c, m) after the action that
+// makes (c, m + K of c's sender), which overwrites the buffer it copies from.
+static bool lower(Program *p, int S, int V, Action *const *comp, const int *ncomp, const Made *mk,
+                  const int *posF, const int *posB, const int *kfrom, Arena *a) {
   int M = p->M, nv = S * V;
-  if (p->nv != nv) {
-    diag_error(d, (Loc){0, 0}, "schedule: %d stages given for S = %d, V = %d", p->nv, S, V);
-    return false;
-  }
-  p->split_bw = false;
-  p->offer = split;
-  for (int v = 0; v < nv; v++) {
-    p->vs[v].rank = v % S, p->vs[v].split = false;
-    p->split_bw |= split[v];
-  }
-  p->nranks = S;
-  p->ranks = ARENA_ARRAY(a, RankProgram, S);
-  Made mk = made_index(p, a);
-  // Split each stage offered the split where it buys something; elsewhere drop its W actions (B
-  // fused).
-  bool *in_w = ARENA_ARRAY(a, bool, p->g->nnodes + 1); // per node id: in a W segment
-  for (int v = 0; v < nv; v++) {
-    if (!split[v]) continue;
-    int r = p->vs[v].rank, n = 0;
-    if (!split_idle(&mk, v, comp[r], ncomp[r])) {
-      split_segment(p, &p->vs[v], in_w, a);
-      // No weight gradient worth moving (every one memory-bound): B keeps them all, unsplit.
-      // (A stage without nodes, as the unit tests' hand-made programs, stays split.)
-      if (p->vs[v].w.n > 0 || p->vs[v].b.n == 0) continue;
-      p->vs[v].split = false;
-    }
-    for (int i = 0; i < ncomp[r]; i++)
-      if (comp[r][i].v != v || comp[r][i].kind != ACT_W) comp[r][n++] = comp[r][i];
-    ncomp[r] = n;
-  }
-  // Per (stage, F or B, m): position in its rank's compute order.
-  int *posF = ARENA_ARRAY(a, int, (size_t)nv *M), *posB = ARENA_ARRAY(a, int, (size_t)nv *M);
-  for (int r = 0; r < S; r++)
-    for (int i = 0; i < ncomp[r]; i++) {
-      const Action *x = &comp[r][i];
-      if (x->kind == ACT_F) posF[x->v * M + x->m] = i;
-      if (x->kind == ACT_B) posB[x->v * M + x->m] = i;
-    }
   // Room for a rank's list: its F/B/W, a LOAD and a LOSS per F, its channels, the step end.
   size_t cap = 3 * (size_t)V * M + 2 * (size_t)p->nch * M + 2 * (size_t)V * M + (size_t)V + 3;
   Recv *rv = ARENA_ARRAY(a, Recv, (size_t)p->nch * M + 1);
@@ -275,11 +300,16 @@ bool sched_lower(Program *p, int S, int V, Action **comp, int *ncomp, const bool
   for (int r = 0; r < S; r++)
     for (int i = 0; i < ncomp[r]; i++) {
       int b, e;
-      made_by(&mk, &comp[r][i], &b, &e);
+      made_by(mk, &comp[r][i], &b, &e);
       for (int j = b; j < e; j++) {
-        const Channel *ch = mk.chs[j];
+        const Channel *ch = mk->chs[j];
         int m = comp[r][i].m, dst = p->vs[ch->to_v].rank;
-        int pos = (ch->grad ? posB : posF)[ch->to_v * M + m];
+        const int *at = ch->grad ? posB : posF;
+        int pos = at[ch->to_v * M + m];
+        if (dst == r && kfrom && m + kfrom[ch->from_v] < M) { // a copy before its source is reused
+          int reuse = at[ch->from_v * M + m + kfrom[ch->from_v]];
+          if (reuse < pos) pos = reuse;
+        }
         rv[nrv++] = (Recv){pos, r, pairk[r * S + dst]++, ch, m};
       }
     }
@@ -310,7 +340,8 @@ bool sched_lower(Program *p, int S, int V, Action **comp, int *ncomp, const bool
     RankProgram *rp = &p->ranks[r];
     *rp = (RankProgram){.rank = r};
     rp->vs = ARENA_ARRAY(a, int, V);
-    for (int c = 0; c < V; c++) rp->vs[rp->nvs++] = c * S + r;
+    for (int v = 0; v < nv; v++) // its stages, ascending, as placed
+      if (p->vs[v].rank == r && rp->nvs < V) rp->vs[rp->nvs++] = v;
     rp->acts = ARENA_ARRAY(a, Action, cap);
     int j = 0;
     for (int i = 0; i < ncomp[r]; i++) {
@@ -324,9 +355,9 @@ bool sched_lower(Program *p, int S, int V, Action **comp, int *ncomp, const bool
       if (x->kind == ACT_F && s->has_loss)
         rp->acts[rp->nacts++] = (Action){ACT_LOSS, x->v, x->m, NULL};
       int b, e;
-      made_by(&mk, x, &b, &e);
+      made_by(mk, x, &b, &e);
       for (int jj = b; jj < e; jj++)
-        rp->acts[rp->nacts++] = (Action){ACT_SEND, -1, x->m, mk.chs[jj]};
+        rp->acts[rp->nacts++] = (Action){ACT_SEND, -1, x->m, mk->chs[jj]};
     }
     for (int c = 0; c < V; c++) rp->acts[rp->nacts++] = (Action){ACT_TIED_SUM, rp->vs[c], -1, NULL};
     rp->acts[rp->nacts++] = (Action){ACT_NORM, -1, -1, NULL};
@@ -355,5 +386,87 @@ bool sched_lower(Program *p, int S, int V, Action **comp, int *ncomp, const bool
         if (++live[v] > p->vs[v].K) p->vs[v].K = live[v];
       }
     }
+  for (int j = 0; j < nrv; j++) { // the copies between two stages of one rank, against K
+    const Channel *ch = rv[j].ch;
+    int r = p->vs[ch->from_v].rank, m = rv[j].m + p->vs[ch->from_v].K;
+    if (r == p->vs[ch->to_v].rank && m < M &&
+        rv[j].pos > (ch->grad ? posB : posF)[ch->from_v * M + m])
+      return true;
+  }
+  return false;
+}
+
+bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
+  int M = p->M;
+  if (p->nv != S * V) {
+    diag_error(d, (Loc){0, 0}, "schedule %s: %d stages given for S = %d, V = %d", sched_name(k),
+               p->nv, S, V);
+    return false;
+  }
+  // Per rank its compute order (F, B, W); zb-h1 and zb-v offer every stage the split, and the
+  // schedule says where each stage runs (sched_rank_of).
+  Action **comp = ARENA_ARRAY(a, Action *, S);
+  int *ncomp = ARENA_ARRAY(a, int, S);
+  for (int r = 0; r < S; r++) {
+    comp[r] = ARENA_ARRAY(a, Action, 3 * (size_t)V * M + 1);
+    if ((ncomp[r] = sched_order(k, S, V, M, r, comp[r], d)) < 0) return false;
+  }
+  bool *split = ARENA_ARRAY(a, bool, S *V);
+  int *rank = ARENA_ARRAY(a, int, S *V);
+  for (int v = 0; v < S * V; v++)
+    split[v] = k == SCHED_ZBH1 || k == SCHED_ZBV, rank[v] = sched_rank_of(k, S, V, v);
+  return sched_lower(p, S, V, comp, ncomp, split, rank, a, d);
+}
+
+bool sched_lower(Program *p, int S, int V, Action **comp, int *ncomp, const bool *split,
+                 const int *rank, Arena *a, Diag *d) {
+  int M = p->M, nv = S * V;
+  if (p->nv != nv) {
+    diag_error(d, (Loc){0, 0}, "schedule: %d stages given for S = %d, V = %d", p->nv, S, V);
+    return false;
+  }
+  p->split_bw = false;
+  p->offer = split;
+  for (int v = 0; v < nv; v++) {
+    p->vs[v].rank = rank ? rank[v] : v % S, p->vs[v].split = false;
+    p->split_bw |= split[v];
+  }
+  p->nranks = S;
+  p->ranks = ARENA_ARRAY(a, RankProgram, S);
+  Made mk = made_index(p, a);
+  // Split each stage offered the split where it buys something; elsewhere drop its W actions (B
+  // fused).
+  bool *in_w = ARENA_ARRAY(a, bool, p->g->nnodes + 1); // per node id: in a W segment
+  for (int v = 0; v < nv; v++) {
+    if (!split[v]) continue;
+    int r = p->vs[v].rank, n = 0;
+    if (!split_idle(&mk, v, comp[r], ncomp[r])) {
+      split_segment(p, &p->vs[v], in_w, a);
+      // No weight gradient worth moving (every one memory-bound): B keeps them all, unsplit.
+      // (A stage without nodes, as the unit tests' hand-made programs, stays split.)
+      if (p->vs[v].w.n > 0 || p->vs[v].b.n == 0) continue;
+      p->vs[v].split = false;
+    }
+    for (int i = 0; i < ncomp[r]; i++)
+      if (comp[r][i].v != v || comp[r][i].kind != ACT_W) comp[r][n++] = comp[r][i];
+    ncomp[r] = n;
+  }
+  // Per (stage, F or B, m): position in its rank's compute order.
+  int *posF = ARENA_ARRAY(a, int, (size_t)nv *M), *posB = ARENA_ARRAY(a, int, (size_t)nv *M);
+  for (int r = 0; r < S; r++)
+    for (int i = 0; i < ncomp[r]; i++) {
+      const Action *x = &comp[r][i];
+      if (x->kind == ACT_F) posF[x->v * M + x->m] = i;
+      if (x->kind == ACT_B) posB[x->v * M + x->m] = i;
+    }
+  // Lowered with no constraint on the copies between two stages of one rank; where one then
+  // comes after the action that reuses its source buffer (zb-v: the last stage's skip gradient
+  // to stage 0, both on rank 0, is read only after the next is made), again with each such copy
+  // kept before that action, at the first lowering's K.
+  if (lower(p, S, V, comp, ncomp, &mk, posF, posB, NULL, a)) {
+    int *kfrom = ARENA_ARRAY(a, int, nv);
+    for (int v = 0; v < nv; v++) kfrom[v] = p->vs[v].K > 0 ? p->vs[v].K : 1;
+    lower(p, S, V, comp, ncomp, &mk, posF, posB, kfrom, a);
+  }
   return true;
 }

@@ -32,7 +32,7 @@ static void cell(const Program *p, const Action *x, char *buf, size_t cap) {
   case ACT_B:
   case ACT_W:
     if (nvs > 1)
-      snprintf(buf, cap, "%s%d.%d", action_name(x->kind), x->m, x->v / p->nranks);
+      snprintf(buf, cap, "%s%d.%d", action_name(x->kind), x->m, stage_chunk(p, x->v));
     else
       snprintf(buf, cap, "%s%d", action_name(x->kind), x->m);
     break;

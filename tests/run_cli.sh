@@ -167,11 +167,29 @@ grep -qx "B and W split on v1 (elsewhere B keeps the weight gradients: nothing i
 expect plan-interleaved 0 '' "$pipec" plan --stages 2 --microbatches 4 --schedule interleaved --virtual 2 samples/skip_net.json
 [[ "$LAST_OUT" == "partition of skip_net: 4 stages"* ]] && grep -qx "stage 2 (rank 0)" <<<"$LAST_OUT" && grep -qx "schedule interleaved: 2 ranks, 2 stages per rank, 4 microbatches" <<<"$LAST_OUT" &&
   grep -q "^  rank 1: .* F0.1 " <<<"$LAST_OUT" && pass=$((pass + 1)) || { echo "FAIL plan interleaved: $LAST_OUT"; fail=$((fail + 1)); }
-expect plan-bad-schedule 2 "^pipec: --schedule: unknown schedule 'pipedream' \(gpipe, 1f1b, interleaved, zb-h1, or a FILE.csv\)$" "$pipec" plan --stages 2 --schedule pipedream samples/mlp_digits.json
+expect plan-bad-schedule 2 "^pipec: --schedule: unknown schedule 'pipedream' \(gpipe, 1f1b, interleaved, zb-h1, zb-v, or a FILE.csv\)$" "$pipec" plan --stages 2 --schedule pipedream samples/mlp_digits.json
 expect plan-virtual-one-stage 2 "^pipec: --virtual 2 needs --stages >= 2: interleaving runs the stages of several ranks$" "$pipec" plan --stages 1 --schedule interleaved --virtual 2 samples/mlp_digits.json
 expect plan-virtual-no-stages 2 "^pipec: --virtual 2 needs --stages >= 2: interleaving runs the stages of several ranks$" "$pipec" check --schedule interleaved --virtual 2 samples/mlp_digits.json
 expect plan-virtual-split-one 1 "^samples/mlp_digits.json: error: --virtual 2 needs --stages >= 2: interleaving runs the stages of several ranks$" "$pipec" plan --split relu1 --schedule interleaved --virtual 2 samples/mlp_digits.json
-expect plan-virtual-not-interleaved 2 "^pipec: --virtual 2: only --schedule interleaved runs several stages per rank$" "$pipec" plan --stages 2 --virtual 2 samples/mlp_digits.json
+expect plan-virtual-not-interleaved 2 "^pipec: --virtual 2: only --schedule interleaved \(or zb-v, V = 2\) runs several stages per rank$" "$pipec" plan --stages 2 --virtual 2 samples/mlp_digits.json
+# zb-v: two stages per rank in a V (rank 0 the first and the last, rank 1 the middle two), V = 2
+# implied; --virtual 2 the same program; another V a usage error; at S = 1 the one-stage plan.
+expect plan-zbv 0 '' "$pipec" plan --stages 2 --microbatches 4 --schedule zb-v samples/skip_net.json
+zbv_out=$LAST_OUT
+[[ "$LAST_OUT" == "partition of skip_net: 4 stages"* ]] && grep -qx "stage 3 (rank 0)" <<<"$LAST_OUT" && grep -qx "stage 2 (rank 1)" <<<"$LAST_OUT" &&
+  grep -qx "schedule zb-v: 2 ranks, 2 stages per rank, 4 microbatches" <<<"$LAST_OUT" &&
+  grep -q "^  rank 0: ld   F0.0 s>  .* F0.1 .* B0.1 .* B0.0 " <<<"$LAST_OUT" &&
+  grep -qx "peak microbatches in flight: v0 3 v1 3 v2 2 v3 2" <<<"$LAST_OUT" &&
+  pass=$((pass + 1)) || { echo "FAIL plan zb-v: $LAST_OUT"; fail=$((fail + 1)); }
+expect plan-zbv-virtual-2 0 '' "$pipec" plan --stages 2 --microbatches 4 --schedule zb-v --virtual 2 samples/skip_net.json
+[ "$LAST_OUT" = "$zbv_out" ] && pass=$((pass + 1)) || { echo "FAIL plan zb-v --virtual 2: not the implied V's plan"; fail=$((fail + 1)); }
+expect plan-zbv-virtual-3 2 "^pipec: --virtual 3: --schedule zb-v runs two stages per rank in a V \(--virtual 2, or none\)$" "$pipec" plan --stages 2 --schedule zb-v --virtual 3 samples/skip_net.json
+expect plan-zbv-virtual-1 2 "^pipec: --virtual 1: --schedule zb-v runs two stages per rank in a V \(--virtual 2, or none\)$" "$pipec" plan --stages 2 --schedule zb-v --virtual 1 samples/skip_net.json
+expect plan-zbv-too-many 1 "^samples/mlp_digits.json: error: --stages 8: the model has only 6 forward nodes$" "$pipec" plan --stages 4 --schedule zb-v samples/mlp_digits.json
+[ "$(sed -n 2p /tmp/pipec_cli_err.$$)" = "pipec: note: with --schedule zb-v (two stages per rank) the partition cuts S x 2 = 8 stages" ] && pass=$((pass + 1)) || { echo "FAIL zb-v: no note on the S x 2 stages: $(sed -n 2p /tmp/pipec_cli_err.$$)"; fail=$((fail + 1)); }
+expect plan-zbv-s1 0 '' "$pipec" plan --schedule zb-v samples/mlp_digits.json
+[ "$LAST_OUT" = "$(cat tests/golden/mlp_digits.plan)" ] && pass=$((pass + 1)) || { echo "FAIL plan zb-v at S = 1: not the one-stage plan"; fail=$((fail + 1)); }
+grep -q "zb-v (two stages per rank in a V" <<<"$("$pipec" --help)" && pass=$((pass + 1)) || { echo "FAIL --help: no zb-v"; fail=$((fail + 1)); }
 expect plan-interleaved-bad-m 1 "^samples/mlp_digits.json: error: schedule interleaved: needs the microbatches M a multiple of the stages S \(M = 4, S = 3\)$" "$pipec" plan --stages 3 --microbatches 4 --schedule interleaved --virtual 2 samples/mlp_digits.json
 [ -z "$LAST_OUT" ] && [ "$(wc -l </tmp/pipec_cli_err.$$)" -eq 1 ] && pass=$((pass + 1)) || { echo "FAIL interleaved bad M: not one error, no output"; fail=$((fail + 1)); }
 expect plan-virtual-too-many 1 "^samples/mlp_digits.json: error: --stages 8: the model has only 6 forward nodes$" "$pipec" plan --stages 4 --microbatches 8 --schedule interleaved --virtual 2 samples/mlp_digits.json

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The equality matrix of pipeline parallelism (docs/pipeline.md): for one MODEL (mlp_digits,
 # gpt_char: a 2-layer flat character GPT, or skip_net), every schedule (gpipe, 1f1b, interleaved
-# with --virtual 2, zb-h1) x S in {1, 2, 3, 4} x M in {1, 2, 3, 4, 8} where legal is compiled
+# with --virtual 2, zb-h1; zb-v, V = 2 implied, at S = 2 and 4) x S in {1, 2, 3, 4} x M in
+# {1, 2, 3, 4, 8} where legal is compiled
 # once, launched through OUT/launch.sh (mpirun, one process per rank) for 3 steps with --save and
 # --loss-log, and its per-step losses, saved parameters (F) and optimizer state (F.optim) must be
 # byte for byte those of the one-stage program (bin/train) with the same M; so must the final
-# evaluation line, printed once, by the last rank. Illegal combinations must fail to compile with
+# evaluation line, printed once, by the rank with the loss (the last; zb-v: rank 0, which holds the
+# first and the last stage). Illegal combinations must fail to compile with
 # their message (interleaved at S = 1; M not a multiple of S; more stages than the model has
 # places to cut). skip_net is cut by --split lists chosen so that every cut crosses the skip span
 # (a0 -> skip) and separates the two uses of shared.weight; gpt_char is flat, so the automatic
@@ -148,12 +150,13 @@ same() {
 # one SCHEDULE S M: compile the configuration once, launch it, compare.
 declare -A cfg_time
 one() {
-  local sch=$1 S=$2 M=$3 V=1
+  local sch=$1 S=$2 M=$3 V=1 lr=$(($2 - 1)) # lr: the loss's rank
   [ "$sch" = interleaved ] && V=2
+  [ "$sch" = zb-v ] && [ "$S" -gt 1 ] && V=2 lr=0 # V = 2 implied (no --virtual)
   local name="$model $sch S=$S M=$M" o=$tmp/$sch.$S.$M
   [ -n "${ref_ok[$M]:-}" ] || { bad "$name: no reference for M=$M"; return; }
   local args=("${common[@]}" --microbatches "$M" --stages "$S" --schedule "$sch")
-  [ "$V" -gt 1 ] && args+=(--virtual "$V")
+  [ "$V" -gt 1 ] && [ "$sch" = interleaved ] && args+=(--virtual "$V")
   if [ "$model" = skip_net ] && [ "$S" -gt 1 ]; then args+=(--split "$(skip_split "$S" "$V")"); fi
   [ "$S" -gt 1 ] && cut_ok "$name" "${args[@]}"
   local t0
@@ -176,11 +179,11 @@ one() {
     bad "$name: launch.sh exit $rc: stderr: $(grep -v '^$' "$o/run/err" | head -3 | tr '\n' ' ') stdout: $(grep -v '^$' "$o/run/out" | tail -3 | tr '\n' ' ')"
     return
   fi
-  # The evaluation: one line, by the last rank (prefixed when S > 1), equal to S = 1's.
+  # The evaluation: one line, by the loss's rank (prefixed when S > 1), equal to S = 1's.
   if [ "$S" -gt 1 ]; then
-    check "$name: one eval line, by rank $((S - 1))" \
-      test "$(grep -c '^\[rank [0-9]*\] eval ' "$o/run/out")" = 1 -a "$(grep -c "^\[rank $((S - 1))\] eval " "$o/run/out")" = 1
-    sed -n "s/^\[rank $((S - 1))\] \(eval .*\)/\1/p" "$o/run/out" >"$o/run/eval"
+    check "$name: one eval line, by rank $lr" \
+      test "$(grep -c '^\[rank [0-9]*\] eval ' "$o/run/out")" = 1 -a "$(grep -c "^\[rank $lr\] eval " "$o/run/out")" = 1
+    sed -n "s/^\[rank $lr\] \(eval .*\)/\1/p" "$o/run/out" >"$o/run/eval"
   else
     grep '^eval ' "$o/run/out" >"$o/run/eval"
   fi
@@ -223,6 +226,8 @@ if [ "$mode" = full ]; then
         fi
         configs+=("$sch $S $M")
       done
+      # zb-v at S = 2 and 4 (its 2S stages where the model has them)
+      if { [ "$S" = 2 ] || [ "$S" = 4 ]; } && [ "$S" -le "$vmax_s" ]; then configs+=("zb-v $S $M"); fi
     done
   done
 else
@@ -231,6 +236,9 @@ else
     "gpipe 3 8" "1f1b 3 4" "zb-h1 3 2" "interleaved 3 3"
     "gpipe 4 2" "1f1b 4 8" "zb-h1 4 3" "interleaved 4 4")
   [ "$model" = mlp_digits ] && unset 'configs[12]' # 6 forward nodes: no 8 stages
+  # zb-v at S = 2 (M < 2S - 1: the warm-up cut short) and at S = 4 (mlp_digits: S = 3)
+  configs+=("zb-v 2 2")
+  if [ "$model" = mlp_digits ]; then configs+=("zb-v 3 8"); else configs+=("zb-v 4 8"); fi
 fi
 echo "$model: ${#configs[@]} configurations ($mode matrix)"
 t_all=$(date +%s)
@@ -249,6 +257,10 @@ err_is "interleaved S=3 M=4" 1 ': error: schedule interleaved: needs the microba
 if [ "$model" = mlp_digits ]; then
   err_is "interleaved S=4 (8 stages)" 1 ': error: --stages 8: the model has only 6 forward nodes$' \
     --stages 4 --schedule interleaved --virtual 2 --microbatches 4
+  err_is "zb-v S=4 (8 stages)" 1 ': error: --stages 8: the model has only 6 forward nodes$' \
+    --stages 4 --schedule zb-v --microbatches 4
 fi
+err_is "zb-v --virtual 3" 2 '^pipec: --virtual 3: --schedule zb-v runs two stages per rank in a V \(--virtual 2, or none\)$' \
+  --stages 2 --schedule zb-v --virtual 3 --microbatches 4
 echo "$model: ${#configs[@]} configurations in $(($(date +%s) - t_all)) s"
 finish

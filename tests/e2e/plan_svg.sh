@@ -27,6 +27,7 @@ run s2_1f1b --stages 2 --schedule 1f1b --microbatches 4
 run s2_zbh1 --stages 2 --schedule zb-h1 --microbatches 4
 run s4_gpipe --stages 4 --schedule gpipe --microbatches 4
 run s2_interleaved --stages 2 --schedule interleaved --virtual 2 --microbatches 4
+run s2_zbv --stages 2 --schedule zb-v --microbatches 4 # rank 0: stages 0 and 3
 
 # Deterministic: the same command writes the same bytes.
 "$pipec" plan $model --stages 2 --schedule zb-h1 --microbatches 4 --svg "$tmp/again.svg" \
@@ -36,7 +37,7 @@ check "json deterministic" cmp -s "$tmp/s2_zbh1.json" "$tmp/again.json"
 
 # The pictures in docs/img are this pipec's output (regenerate them with the command in
 # docs/pipeline.md, "Pictures and plan data", when the schedules or the cost model change).
-for s in 1f1b zb-h1; do
+for s in 1f1b zb-h1 zb-v; do
   "$pipec" plan $model --stages 2 --batch 96 --microbatches 8 --schedule $s --svg "$tmp/doc_$s.svg" \
     >/dev/null 2>&1 || bad "docs $s: plan failed"
   check "docs/img/gpt_char_$s.svg is current" cmp -s docs/img/gpt_char_$s.svg "$tmp/doc_$s.svg"

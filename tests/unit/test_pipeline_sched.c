@@ -3,8 +3,8 @@
 // activation forward and one gradient backward, plus a skip channel from stage 0 to stage 2 (and
 // its gradient back) when there are three stages or more. Every built-in schedule is accepted
 // over a grid of (S, V, M) with its K and bubble checked against the known formulas; broken
-// lists are rejected with their exact message and grid; the dump of 1f1b at S = 4, M = 8 is a
-// golden file.
+// lists are rejected with their exact message and grid; the dump of 1f1b at S = 4, M = 8 and the
+// grid of zb-v there are golden files.
 #include <math.h>
 
 #include "../../compiler/pipeline.h"
@@ -77,7 +77,7 @@ static const char *verify(Chain *c, bool *ok) {
 
 // Whether schedule k runs (S, V, M).
 static bool legal(SchedKind k, int S, int V, int M) {
-  return k == SCHED_INTERLEAVED ? M % S == 0 : V == 1;
+  return k == SCHED_INTERLEAVED ? M % S == 0 : k == SCHED_ZBV ? V == 2 : V == 1;
 }
 
 START_TEST(test_grid_accepted) {
@@ -111,7 +111,9 @@ START_TEST(test_grid_accepted) {
                             st.bubble, f11);
             else
               want = 0;
-          } else
+          } else if (k == SCHED_ZBV)
+            ; // test_zbv_grid
+          else
             want = (double)(S - 1) / (V * M + S - 1); // Megatron's interleaved bubble
           if (want >= 0)
             ck_assert_msg(fabs(st.bubble - want) < 1e-9, "%s S=%d V=%d M=%d: bubble %g, want %g",
@@ -119,8 +121,60 @@ START_TEST(test_grid_accepted) {
           arena_free(&c.a);
         }
   // Legal cells: gpipe, 1f1b, zb-h1 at V = 1 (4 S x 5 M each); interleaved at V = 1, 2 where S
-  // divides M (S = 1: 5, S = 2: 3, S = 3: 1, S = 4: 2).
-  ck_assert_int_eq(accepted, 3 * 4 * 5 + 2 * (5 + 3 + 1 + 2));
+  // divides M (S = 1: 5, S = 2: 3, S = 3: 1, S = 4: 2); zb-v at V = 2 (4 S x 5 M).
+  ck_assert_int_eq(accepted, 3 * 4 * 5 + 2 * (5 + 3 + 1 + 2) + 4 * 5);
+}
+END_TEST
+
+// zb-v over S 1..6 and every M 1..16 (no M is refused): the V placement (rank r holds stages r
+// and 2S - 1 - r, ascending; the channel between the two middle stages is local to rank S - 1,
+// and at S = 2 the skip's gradient from v2 to v0 crosses back), K the simulated peak, and the
+// memory against 1f1b's: 1f1b's rank 0 keeps min(S, M) microbatches of one stage, 2 min(S, M)
+// in halves, and zb-v's stages are halves. zb-v's rank 0 keeps at most that; every other rank
+// at most one more (2 S - r of its first stage, not 2 S - r - 1: the first-stage activation the
+// previous rank sends before its first gradient is received, in the pair's message order, before
+// that gradient) and at S = 2 two more (the skip's activation into v2 the same way). The bubble
+// is below zb-h1's at the same S and M (M = 1: no W to move, the same).
+START_TEST(test_zbv_grid) {
+  for (int S = 1; S <= 6; S++)
+    for (int M = 1; M <= 16; M++) {
+      Chain c;
+      chain_init(&c, S, 2, M);
+      bool ok;
+      SchedStats st;
+      const char *msg = build_verify(&c, SCHED_ZBV, S, 2, &ok, &st);
+      ck_assert_msg(ok, "zb-v S=%d M=%d: %s", S, M, msg);
+      int f11 = S < M ? S : M;
+      for (int r = 0; r < S; r++) {
+        const RankProgram *rp = &c.p.ranks[r];
+        ck_assert_int_eq(rp->nvs, 2);
+        ck_assert_int_eq(rp->vs[0], r);
+        ck_assert_int_eq(rp->vs[1], 2 * S - 1 - r);
+        ck_assert_int_eq(c.p.vs[r].rank, r);
+        ck_assert_int_eq(c.p.vs[2 * S - 1 - r].rank, r);
+        ck_assert_int_eq(sched_rank_of(SCHED_ZBV, S, 2, 2 * S - 1 - r), r);
+        int k = c.p.vs[r].K + c.p.vs[2 * S - 1 - r].K;
+        ck_assert_int_eq(c.p.vs[r].K, st.peak[r]);
+        ck_assert_int_eq(c.p.vs[2 * S - 1 - r].K, st.peak[2 * S - 1 - r]);
+        ck_assert_msg(k <= 2 * f11 + (r == 0   ? 0
+                                      : S == 2 ? 2
+                                               : 1),
+                      "zb-v S=%d M=%d rank %d: K %d + %d", S, M, r, c.p.vs[r].K,
+                      c.p.vs[2 * S - 1 - r].K);
+      }
+      arena_free(&c.a);
+      chain_init(&c, S, 1, M);
+      SchedStats h1;
+      msg = build_verify(&c, SCHED_ZBH1, S, 1, &ok, &h1);
+      ck_assert_msg(ok, "zb-h1 S=%d M=%d: %s", S, M, msg);
+      if (S > 1)
+        ck_assert_msg(M == 1 ? st.bubble < h1.bubble + 1e-12 : st.bubble < h1.bubble - 1e-9,
+                      "S=%d M=%d: zb-v bubble %g, zb-h1 %g", S, M, st.bubble, h1.bubble);
+      arena_free(&c.a);
+    }
+  ck_assert_int_eq(sched_rank_of(SCHED_INTERLEAVED, 3, 2, 4), 1);
+  ck_assert_int_eq(sched_rank_of(SCHED_ZBV, 3, 2, 4), 1);
+  ck_assert_int_eq(sched_rank_of(SCHED_ZBV, 3, 2, 3), 2);
 }
 END_TEST
 
@@ -140,8 +194,15 @@ START_TEST(test_needs_named) {
   ck_assert_str_eq(msg, "m.json: error: schedule 1f1b: runs one stage per rank (V = 1, not 2); "
                         "interleaved runs several\n");
   arena_free(&c.a);
+  chain_init(&c, 2, 1, 4);
+  msg = build_verify(&c, SCHED_ZBV, 2, 1, &ok, &st);
+  ck_assert(!ok);
+  ck_assert_str_eq(msg, "m.json: error: schedule zb-v: runs two stages per rank in a V (V = 2, not "
+                        "1)\n");
+  arena_free(&c.a);
   SchedKind k;
   ck_assert(sched_parse("zb-h1", &k) && k == SCHED_ZBH1);
+  ck_assert(sched_parse("zb-v", &k) && k == SCHED_ZBV);
   ck_assert(!sched_parse("zbh1", &k));
 }
 END_TEST
@@ -174,6 +235,17 @@ START_TEST(test_orders) {
   ck_assert_str_eq(order_text(SCHED_INTERLEAVED, 2, 2, 4, 0),
                    "F0.0 F0.1 F2.0 F2.1 F0.2 B2.0 F0.3 B2.1 F2.2 B0.0 F2.3 B0.1 B2.2 B2.3 "
                    "B0.2 B0.3");
+  // zb-v S = 2, M = 4: rank 0 holds stages 0 and 3, rank 1 stages 1 and 2. Rank 0: 3 F0; no F1
+  // F0 pair; 2 x F1 B1 W1; then B0 W0 F0 F1 B1 W1; the cool-down B0 W0 twice.
+  ck_assert_str_eq(order_text(SCHED_ZBV, 2, 2, 4, 0),
+                   "F0.0 F0.1 F0.2 F3.0 B3.0 W3.0 F3.1 B3.1 W3.1 B0.0 W0.0 F0.3 F3.2 B3.2 W3.2 "
+                   "B0.1 W0.1 F3.3 B3.3 W3.3 B0.2 W0.2 B0.3 W0.3");
+  // Rank 1: F0; F1 F0; F1 B1 W1; B0 W0 F0 F1 B1 W1; cool-down B0 B1, B0 W0, then W1, W0.
+  ck_assert_str_eq(order_text(SCHED_ZBV, 2, 2, 4, 1),
+                   "F1.0 F2.0 F1.1 F2.1 B2.0 W2.0 B1.0 W1.0 F1.2 F2.2 B2.1 W2.1 B1.1 W1.1 F1.3 "
+                   "F2.3 B2.2 W2.2 B1.2 B2.3 B1.3 W1.2 W2.3 W1.3");
+  // M = 1 < 2S - 1: the order of n = 3 microbatches with those from 1 on dropped.
+  ck_assert_str_eq(order_text(SCHED_ZBV, 2, 2, 1, 1), "F1.0 F2.0 B2.0 W2.0 B1.0 W1.0");
 }
 END_TEST
 
@@ -462,10 +534,35 @@ START_TEST(test_golden_1f1b) {
 }
 END_TEST
 
+// The grid of zb-v at S = 4, M = 8 on the chain (tests/golden/zbv_s4_m8.grid): the V placement
+// (rank 0 runs chunks 0 and 1 = stages 0 and 7), the local copies between stages 3 and 4 on rank
+// 3, W filling the drain.
+START_TEST(test_golden_zbv) {
+  Chain c;
+  chain_init(&c, 4, 2, 8);
+  bool ok;
+  SchedStats st;
+  const char *msg = build_verify(&c, SCHED_ZBV, 4, 2, &ok, &st);
+  ck_assert_msg(ok, "%s", msg);
+  char *text = NULL;
+  size_t len = 0;
+  Capture cap;
+  cap_open(&cap, "m.json");
+  FILE *f = open_memstream(&text, &len);
+  ck_assert_msg(schedule_print_grid(&c.p, f, &cap.d), "%s", cap_text(&cap));
+  fclose(f);
+  cap_close(&cap);
+  golden(text, "zbv_s4_m8.grid");
+  free(text);
+  arena_free(&c.a);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("pipeline_sched");
   TCase *tc = tcase_create("pipeline_sched");
   tcase_add_test(tc, test_grid_accepted);
+  tcase_add_test(tc, test_zbv_grid);
   tcase_add_test(tc, test_needs_named);
   tcase_add_test(tc, test_orders);
   tcase_add_test(tc, test_recv_in_sender_order);
@@ -478,6 +575,7 @@ int main(void) {
   tcase_add_test(tc, test_send_buffer_rule);
   tcase_add_test(tc, test_costs);
   tcase_add_test(tc, test_golden_1f1b);
+  tcase_add_test(tc, test_golden_zbv);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
