@@ -627,7 +627,7 @@ static bool export_schedule_csv(Driver *dr) {
   Action **order = ARENA_ARRAY(&dr->arena, Action *, S);
   int *n = ARENA_ARRAY(&dr->arena, int, S);
   bool *split = ARENA_ARRAY(&dr->arena, bool, p->nv);
-  for (int v = 0; v < p->nv; v++) split[v] = dr->sched == SCHED_ZBH1;
+  for (int v = 0; v < p->nv; v++) split[v] = dr->sched == SCHED_ZBH1 || dr->sched == SCHED_ZBV;
   for (int r = 0; r < S; r++) {
     order[r] = ARENA_ARRAY(&dr->arena, Action, 3 * (size_t)V * M + 1);
     if ((n[r] = sched_order(dr->sched, S, V, M, r, order[r], &dr->diag)) < 0) return false;
@@ -1106,8 +1106,7 @@ int main(int argc, char **argv) {
   if (!rc && dr.sched == SCHED_ZBV && !dr.sched_csv && !dr.virt_given &&
       (dr.po.stages > 1 || dr.po.nsplit))
     dr.virt = 2;
-  if (!rc && dr.virt > 1 && dr.sched != SCHED_INTERLEAVED && dr.sched != SCHED_ZBV &&
-      !dr.sched_csv)
+  if (!rc && dr.virt > 1 && dr.sched != SCHED_INTERLEAVED && dr.sched != SCHED_ZBV && !dr.sched_csv)
     rc = usage_error("--virtual %d: only --schedule interleaved (or zb-v, V = 2) runs several "
                      "stages per rank",
                      dr.virt);

@@ -324,8 +324,7 @@ bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d);
 // offered it. comp and ncomp are rewritten (the dropped W actions). False after reporting
 // through d.
 bool sched_lower(Program *p, int S, int V, Action **comp, int *ncomp, const bool *split,
-                 const int *rank, Arena *a,
-                 Diag *d);
+                 const int *rank, Arena *a, Diag *d);
 
 // The action that releases a microbatch's slot on stage s (its last compute action): W when the
 // stage splits B and W, else B.

@@ -60,11 +60,14 @@ roundtrip gpipe-s4 4 6 gpipe $gpt -D L=3
 roundtrip 1f1b-s4 4 6 1f1b $gpt -D L=3
 roundtrip zbh1-s4 4 6 zb-h1 $gpt -D L=3
 roundtrip interleaved-s4 4 8 'interleaved --virtual 2' $gpt -D L=7 --batch 16
+roundtrip zbv-s2 2 4 zb-v $mlp
+roundtrip zbv-s4 4 8 zb-v $gpt -D L=7 --batch 16
 # The form itself: 1f1b at S = 2, M = 4 as torch's Schedule1F1B orders it (without its idle cells).
 check "1f1b at S = 2, M = 4: the rows" test "$(cat "$tmp/1f1b-s2.csv")" = "0F0,0F1,0B0,0F2,0B1,0F3,0B2,0B3
 1F0,1B0,1F1,1B1,1F2,1B2,1F3,1B3"
 check "zb-h1: the backward as I and W" grep -qx '1F0,1I0,1W0,1F1,1I1,1W1,1F2,1I2,1W2,1F3,1I3,1W3' "$tmp/zbh1-s2.csv"
 check "interleaved S = 2: stages 0 and 2 on rank 0" grep -q '^0F0,0F1,2F0,' "$tmp/interleaved-s2.csv"
+check "zb-v S = 2: stages 0 and 3 on rank 0, 1 and 2 on rank 1 (the V)" test "$(tr -d '0-9' <"$tmp/zbv-s2.csv" | head -c0; cut -d, -f1 "$tmp/zbv-s2.csv" | tr '\n' ' ')" = "0F0 1F0 "
 
 # ---- Training: a CSV schedule's program against the built-in's run, and against S = 1.
 g2=($gpt -D L=2)
@@ -119,7 +122,7 @@ expect_usage export-one-stage "^pipec: --export-csv writes a pipeline schedule: 
   "$pipec" plan $mlp --export-csv "$tmp/x.csv"
 expect_usage export-no-file "^pipec: --export-csv: expected a file name, got the option '--json'$" \
   "$pipec" plan $mlp --stages 2 --export-csv --json "$tmp/x.json"
-expect_usage schedule-unknown "^pipec: --schedule: unknown schedule 'zb-h2' \(gpipe, 1f1b, interleaved, zb-h1, or a FILE.csv\)$" \
+expect_usage schedule-unknown "^pipec: --schedule: unknown schedule 'zb-h2' \(gpipe, 1f1b, interleaved, zb-h1, zb-v, or a FILE.csv\)$" \
   "$pipec" plan $mlp --stages 2 --schedule zb-h2
 "$pipec" plan $mlp --schedule "$tmp/none.csv" >"$tmp/out" 2>"$tmp/err"
 check "a missing CSV: exit 1" test $? -eq 1
