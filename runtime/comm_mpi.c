@@ -14,6 +14,8 @@
 // at every call (a blocking MPI_Allgather could not obey the watchdog). What Open MPI allocates
 // at the first uses of a peer happens at the start (t_start: the shared memory's fast boxes).
 //
+// With --trace, each message's post and the end of its wait are reported to trace.c.
+//
 // Every wait polls with MPI_Test (with sched_yield between polls when Open MPI is told the cores
 // are oversubscribed, OMPI_MCA_mpi_yield_when_idle=1) and obeys the watchdog: a wait longer than
 // --timeout seconds is an error naming the tensor, microbatch, peer rank and action, which aborts
@@ -99,6 +101,7 @@ void pr_comm_post_recv(int c, int m, void *buf) {
   pr_mpi_check(MPI_Irecv(buf, (int)ch->bytes, MPI_BYTE, ch->peer, ch->tag * mpi.c->nmicro + m,
                          MPI_COMM_WORLD, r),
                "MPI_Irecv");
+  pr_trace_post(c, m);
 }
 
 void pr_comm_wait_recv(int c, int m, const char *action) {
@@ -108,6 +111,7 @@ void pr_comm_wait_recv(int c, int m, const char *action) {
           "pr_comm_wait_recv: '%s' microbatch %d was never posted (%s)", ch->tensor, m, action);
   wait_request(r, "for tensor '%s' microbatch %d from rank %d (%s)", ch->tensor, m, ch->peer,
                action);
+  pr_trace_done(c, m);
 }
 
 void pr_comm_send(int c, int m, const void *buf) {
@@ -118,6 +122,7 @@ void pr_comm_send(int c, int m, const void *buf) {
   pr_mpi_check(MPI_Isend(buf, (int)ch->bytes, MPI_BYTE, ch->peer, ch->tag * mpi.c->nmicro + m,
                          MPI_COMM_WORLD, r),
                "MPI_Isend");
+  pr_trace_post(c, m);
 }
 
 void pr_comm_wait_send(int c, int m) {
@@ -125,6 +130,7 @@ void pr_comm_wait_send(int c, int m) {
   if (*r == MPI_REQUEST_NULL) return; // never sent, or already completed
   const PrChannel *ch = &mpi.c->ch[c];
   wait_request(r, "to send tensor '%s' microbatch %d to rank %d", ch->tensor, m, ch->peer);
+  pr_trace_done(c, m);
 }
 
 void pr_comm_wait_sends(void) {
