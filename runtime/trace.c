@@ -20,9 +20,9 @@
 // id (step - first) * 2^31 + tag * M + m + 1, which both sides compute alike (the wire tag below
 // 2^31; ids stay below 2^53 up to 2^22 traced steps). The save rank gathers the other ranks' text
 // over the transport and writes FILE.tmp, then renames it over FILE.
-#define _GNU_SOURCE // open_memstream
 #include "pipert.h"
 
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -138,32 +138,61 @@ void pr_trace_step_done(void) {
 // ---------------------------------------------------------------------------------------------
 // Writing
 
-static void json_string(FILE *f, const char *s) {
-  fputc('"', f);
+// A text buffer of a fixed capacity.
+typedef struct Buf {
+  char *p;       // the text
+  size_t n, cap; // its length, its capacity
+} Buf;
+
+__attribute__((format(printf, 2, 3))) static void bprintf(Buf *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
+  va_end(ap);
+  prCheck(k >= 0 && (size_t)k < b->cap - b->n, "a bug in pipert (trace.c)",
+          "--trace: the text outgrew its bound of %zu bytes", b->cap);
+  b->n += (size_t)k;
+}
+
+static void bputc(Buf *b, char ch) {
+  bprintf(b, "%c", ch);
+}
+
+static void json_string(Buf *f, const char *s) {
+  bputc(f, '"');
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
     if (*p == '"' || *p == '\\')
-      fprintf(f, "\\%c", *p);
+      bprintf(f, "\\%c", *p);
     else if (*p < 0x20)
-      fprintf(f, "\\u%04x", *p);
+      bprintf(f, "\\u%04x", *p);
     else
-      fputc(*p, f);
+      bputc(f, *p);
   }
-  fputc('"', f);
+  bputc(f, '"');
 }
 
 // Microseconds with 3 decimals from integer nanoseconds.
-static void micros(FILE *f, int64_t ns) {
-  if (ns < 0) fputc('-', f), ns = -ns;
-  fprintf(f, "%lld.%03lld", (long long)(ns / 1000), (long long)(ns % 1000));
+static void micros(Buf *f, int64_t ns) {
+  if (ns < 0) bputc(f, '-'), ns = -ns;
+  bprintf(f, "%lld.%03lld", (long long)(ns / 1000), (long long)(ns % 1000));
 }
 
 static int64_t ns_of(double t, double base) {
   return (int64_t)((t - base) * 1e9 + 0.5);
 }
 
-static int by_start(const void *a, const void *b) {
-  const Event *x = *(const Event *const *)a, *y = *(const Event *const *)b;
-  return x->t0 < y->t0 ? -1 : x->t0 > y->t0;
+// Sorts a[0..n) by start (stable, bottom-up merges through tmp: no allocation of its own).
+static void sort_by_start(Event **a, Event **tmp, int64_t n) {
+  for (int64_t w = 1; w < n; w *= 2) {
+    for (int64_t lo = 0; lo < n; lo += 2 * w) {
+      int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+      int64_t i = lo, j = mid, k = lo;
+      while (i < mid && j < hi) tmp[k++] = a[j]->t0 < a[i]->t0 ? a[j++] : a[i++];
+      while (i < mid) tmp[k++] = a[i++];
+      while (j < hi) tmp[k++] = a[j++];
+    }
+    memcpy(a, tmp, (size_t)n * sizeof *a);
+  }
 }
 
 // Lays events (sorted by start) on as few lanes as keep each lane's slices apart; returns the
@@ -180,8 +209,8 @@ static int lay_out(Event **events, int64_t n, int *lane, double *lane_end) {
   return lanes;
 }
 
-static void thread_meta(FILE *f, int rank, int tid, const char *name, int n) {
-  fprintf(f, ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":",
+static void thread_meta(Buf *f, int rank, int tid, const char *name, int n) {
+  bprintf(f, ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":",
           rank, tid);
   char buf[32];
   if (n > 0)
@@ -189,40 +218,44 @@ static void thread_meta(FILE *f, int rank, int tid, const char *name, int n) {
   else
     snprintf(buf, sizeof buf, "%s", name);
   json_string(f, buf);
-  fprintf(f,
+  bprintf(f,
           "}},\n{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":%d,\"tid\":%d,"
           "\"args\":{\"sort_index\":%d}}",
           rank, tid, tid);
 }
 
-// This rank's events as trace-event objects joined by ",\n" (no brackets), malloc'ed.
+// This rank's events as trace-event objects joined by ",\n" (no brackets), malloc'ed. Every
+// buffer has a size known from the events beforehand (one allocation each, however many steps
+// were traced: tests/alloc counts them).
 static char *format_rank(double base, size_t *len) {
-  char *text = NULL;
-  FILE *f = open_memstream(&text, len);
-  prCheck(f != NULL, "the machine is out of memory", "--trace: cannot format the events");
   const PrComm *c = tr.c;
   int rank = c ? c->rank : 0;
-  fprintf(f,
+  int64_t nmsg = 0;
+  for (int64_t k = 0; k < tr.n; k++) nmsg += tr.ev[k].kind == EV_MSG;
+  size_t bound = 1024 + (size_t)tr.n * 400; // metadata, compute events, lanes
+  for (int64_t k = 0; k < tr.n; k++)
+    if (tr.ev[k].kind == EV_MSG) bound += 400 + 6 * strlen(c->ch[tr.ev[k].stream].tensor);
+  Buf buf = {malloc(bound), 0, bound}, *f = &buf;
+  Event **msg = malloc((size_t)(nmsg + 1) * sizeof *msg),
+        **tmp = malloc((size_t)(nmsg + 1) * sizeof *tmp);
+  int *lane = malloc((size_t)(nmsg + 1) * sizeof *lane);
+  double *lane_end = malloc((size_t)(nmsg + 1) * sizeof *lane_end);
+  prCheck(buf.p && msg && tmp && lane && lane_end, "the machine is out of memory",
+          "--trace: cannot format the events");
+  bprintf(f,
           "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}},\n"
           "{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"args\":{\"sort_index\":%d}}",
           rank, rank, rank, rank);
   thread_meta(f, rank, 0, "compute", 0);
   // The messages: sends, then receives, each sorted by start and laid out on lanes.
-  int64_t nmsg = 0;
-  for (int64_t k = 0; k < tr.n; k++) nmsg += tr.ev[k].kind == EV_MSG;
-  Event **msg = malloc((size_t)(nmsg + 1) * sizeof *msg);
-  int *lane = malloc((size_t)(nmsg + 1) * sizeof *lane);
-  double *lane_end = malloc((size_t)(nmsg + 1) * sizeof *lane_end);
-  prCheck(msg && lane && lane_end, "the machine is out of memory",
-          "--trace: cannot format the events");
   int64_t sends = 0, j;
   for (int64_t k = 0; k < tr.n; k++)
     if (tr.ev[k].kind == EV_MSG && c->ch[tr.ev[k].stream].send) msg[sends++] = &tr.ev[k];
   j = sends;
   for (int64_t k = 0; k < tr.n; k++)
     if (tr.ev[k].kind == EV_MSG && !c->ch[tr.ev[k].stream].send) msg[j++] = &tr.ev[k];
-  qsort(msg, (size_t)sends, sizeof *msg, by_start);
-  qsort(msg + sends, (size_t)(nmsg - sends), sizeof *msg, by_start);
+  sort_by_start(msg, tmp, sends);
+  sort_by_start(msg + sends, tmp, nmsg - sends);
   int send_lanes = lay_out(msg, sends, lane, lane_end);
   int recv_lanes = lay_out(msg + sends, nmsg - sends, lane + sends, lane_end);
   for (int l = 0; l < send_lanes; l++) thread_meta(f, rank, 1 + l, "send", l);
@@ -232,18 +265,18 @@ static char *format_rank(double base, size_t *len) {
     if (e->kind == EV_MSG) continue;
     int64_t t0 = ns_of(e->t0, base), t1 = ns_of(e->t1, base);
     const char *kn = KIND_NAMES[e->kind];
-    fprintf(f, ",\n{\"name\":\"");
+    bprintf(f, ",\n{\"name\":\"");
     if (e->v < 0)
-      fprintf(f, "%s", kn);
+      bprintf(f, "%s", kn);
     else if (e->m < 0)
-      fprintf(f, "%s(v%d)", kn, e->v);
+      bprintf(f, "%s(v%d)", kn, e->v);
     else
-      fprintf(f, "%s(v%d, m%d)", kn, e->v, e->m);
-    fprintf(f, "\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,\"ts\":", kn, rank);
+      bprintf(f, "%s(v%d, m%d)", kn, e->v, e->m);
+    bprintf(f, "\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,\"ts\":", kn, rank);
     micros(f, t0);
-    fprintf(f, ",\"dur\":");
+    bprintf(f, ",\"dur\":");
     micros(f, t1 - t0);
-    fprintf(f, ",\"args\":{\"rank\":%d,\"v\":%d,\"m\":%d,\"step\":%lld}}", rank, e->v, e->m,
+    bprintf(f, ",\"args\":{\"rank\":%d,\"v\":%d,\"m\":%d,\"step\":%lld}}", rank, e->v, e->m,
             (long long)e->step);
   }
   for (int64_t k = 0; k < nmsg; k++) {
@@ -254,30 +287,31 @@ static char *format_rank(double base, size_t *len) {
     int64_t id =
         (e->step - tr.first) * ((int64_t)1 << 31) + (int64_t)ch->tag * c->nmicro + e->m + 1;
     const char *kn = ch->send ? "SEND" : "RECV";
-    fprintf(f, ",\n{\"name\":\"%s m%d ", kn, e->m);
-    fprintf(f, "%s rank %d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":",
+    bprintf(f, ",\n{\"name\":\"%s m%d ", kn, e->m);
+    bprintf(f, "%s rank %d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":",
             ch->send ? "to" : "from", ch->peer, kn, rank, tid);
     micros(f, t0);
-    fprintf(f, ",\"dur\":");
+    bprintf(f, ",\"dur\":");
     micros(f, t1 - t0);
-    fprintf(f, ",\"args\":{\"rank\":%d,\"peer\":%d,\"tensor\":", rank, ch->peer);
+    bprintf(f, ",\"args\":{\"rank\":%d,\"peer\":%d,\"tensor\":", rank, ch->peer);
     json_string(f, ch->tensor);
-    fprintf(f, ",\"tag\":%d,\"m\":%d,\"step\":%lld,\"bytes\":%lld,\"flow\":%lld}}", ch->tag, e->m,
+    bprintf(f, ",\"tag\":%d,\"m\":%d,\"step\":%lld,\"bytes\":%lld,\"flow\":%lld}}", ch->tag, e->m,
             (long long)e->step, (long long)ch->bytes, (long long)id);
     // The flow's end just before the receive's end, inside its slice.
     int64_t at = ch->send ? t0 : t1 - t0 >= 2 ? t1 - 1 : t0;
-    fprintf(f,
+    bprintf(f,
             ",\n{\"name\":\"message\",\"cat\":\"flow\",\"ph\":\"%s\",%s\"id\":%lld,\"pid\":%d,"
             "\"tid\":%d,\"ts\":",
             ch->send ? "s" : "f", ch->send ? "" : "\"bp\":\"e\",", (long long)id, rank, tid);
     micros(f, at);
-    fprintf(f, "}");
+    bprintf(f, "}");
   }
   free(msg);
+  free(tmp);
   free(lane);
   free(lane_end);
-  prCheck(fclose(f) == 0, "the machine is out of memory", "--trace: cannot format the events");
-  return text;
+  *len = buf.n;
+  return buf.p;
 }
 
 void pr_trace_finish(void) {
