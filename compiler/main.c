@@ -22,6 +22,7 @@
 #include "passes.h"
 #include "pipeline.h"
 #include "plan_out.h"
+#include "trace_in.h"
 
 #ifndef PIPEC_VERSION
 #define PIPEC_VERSION "0.0.0"
@@ -30,6 +31,7 @@
 enum { EXIT_MODEL = 1, EXIT_USAGE = 2, MAX_PASSES = 16 };
 // getopt values of the long options without a letter.
 enum { OPT_DIAG_FORMAT = 256, OPT_NO_BUILD, OPT_DEPFILE, OPT_SVG, OPT_JSON };
+enum { OPT_TRACE = 400, OPT_TRACE_STEP }; // plan --trace FILE [--trace-step N] (trace_in.c)
 
 typedef struct Driver {
   const char *command;    // check, print, ...
@@ -68,6 +70,8 @@ typedef struct Driver {
   SchedStats stats;       // S > 1: the lock-step simulation's prediction (schedule's checker)
   const char *svg;        // plan --svg FILE: the schedule's picture (compiler/plan_out.c) or NULL
   const char *json;       // plan --json FILE: the plan as data or NULL
+  const char *trace;      // plan --trace FILE: --svg draws this --trace file's times, or NULL
+  int trace_step;         // plan --trace-step N: its step to draw (-1: the first traced)
 } Driver;
 
 static double now(void) {
@@ -364,6 +368,8 @@ static void usage(FILE *f) {
       "                           (the files written, depending on the model file)\n"
       "      --svg FILE           plan at S > 1: draw the schedule (ranks x predicted time)\n"
       "      --json FILE          plan at S > 1: the plan as JSON (docs/pipeline.md)\n"
+      "      --trace FILE         plan --svg: draw the times of a run's --trace FILE instead\n"
+      "      --trace-step N       ... of its step N (default: the first traced)\n"
       "      --target TARGET      code generation target: cpu (default), cuda (one .cu\n"
       "                           program per rank built with nvcc; docs/cuda.md)\n"
       "      --cuda-arch LIST     cuda: GPU compute capabilities of the fat binary (default\n"
@@ -578,7 +584,17 @@ static int finish_plan_pipeline(Driver *dr) {
     SchedStats st;
     if (!schedule_predict(p, &st, &dr->arena, &dr->diag)) return EXIT_MODEL;
     const char *name = sched_name(dr->sched);
-    if (dr->svg && !plan_write_svg(p, name, &st, dr->svg, &dr->diag)) return EXIT_MODEL;
+    if (dr->svg && dr->trace) { // the measured times of one step of a run, drawn alike
+      int step;
+      SchedStats mt;
+      if (!trace_read_step(p, dr->trace, dr->trace_step, &mt, &step, &dr->arena, &dr->diag))
+        return EXIT_MODEL;
+      const char *b = strrchr(dr->trace, '/'),
+                 *what = arena_printf(&dr->arena, "step %d of %s", step, b ? b + 1 : dr->trace);
+      if (!plan_write_measured_svg(p, name, &mt, what, dr->svg, &dr->diag)) return EXIT_MODEL;
+    } else if (dr->svg && !plan_write_svg(p, name, &st, dr->svg, &dr->diag)) {
+      return EXIT_MODEL;
+    }
     if (dr->json && !plan_write_json(p, name, &st, dr->json, &dr->diag)) return EXIT_MODEL;
   }
   return 0;
@@ -693,6 +709,8 @@ int main(int argc, char **argv) {
       {"depfile", required_argument, NULL, OPT_DEPFILE},
       {"svg", required_argument, NULL, OPT_SVG},
       {"json", required_argument, NULL, OPT_JSON},
+      {"trace", required_argument, NULL, OPT_TRACE},
+      {"trace-step", required_argument, NULL, OPT_TRACE_STEP},
       {"list-ops", no_argument, NULL, 'L'},
       {"time-passes", no_argument, NULL, 't'},
       {"help", no_argument, NULL, 'h'},
@@ -711,6 +729,7 @@ int main(int argc, char **argv) {
       {NULL, 0, NULL, 0},
   };
   Driver dr = {0};
+  dr.trace_step = -1;
   dr.sched = SCHED_1F1B;
   dr.virt = 1;
   arena_init(&dr.arena); // everything below is freed at once by arena_free on every exit path
@@ -786,6 +805,18 @@ int main(int argc, char **argv) {
     case OPT_DEPFILE:
       dr.depfile = optarg;
       break;
+    case OPT_TRACE:
+      if (!*optarg) RETURN(usage_error("%s", "--trace: the file name is an empty string"));
+      dr.trace = optarg;
+      break;
+    case OPT_TRACE_STEP: {
+      char *end;
+      long v = strtol(optarg, &end, 10);
+      if (!*optarg || *end || v < 0 || v > INT32_MAX)
+        RETURN(usage_error("--trace-step: expected a step number (0, 1, ...), got '%s'", optarg));
+      dr.trace_step = (int)v;
+      break;
+    }
     case OPT_SVG:
     case OPT_JSON:
       if (!*optarg)
@@ -928,6 +959,11 @@ int main(int argc, char **argv) {
                      cmd->name);
   if (!rc && dr.depfile && !*dr.depfile)
     rc = usage_error("%s", "--depfile: the file name is an empty string");
+  if (!rc && (dr.trace || dr.trace_step >= 0) && (strcmp(cmd->name, "plan") != 0 || !dr.svg))
+    rc = usage_error("--%s draws a run's times: it is for 'plan' with --svg FILE",
+                     dr.trace ? "trace" : "trace-step");
+  if (!rc && dr.trace_step >= 0 && !dr.trace)
+    rc = usage_error("%s", "--trace-step: give --trace FILE too");
   if (!rc && (dr.svg || dr.json) && strcmp(cmd->name, "plan") != 0)
     rc = usage_error("--%s is for 'plan' (got '%s')", dr.svg ? "svg" : "json", cmd->name);
   if (!rc && (dr.svg || dr.json) && dr.po.stages <= 1 && !dr.po.nsplit)

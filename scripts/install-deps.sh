@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages pipec needs to build and test, and only those that are missing.
 #
-# Usage: scripts/install-deps.sh [--with-torch] [--with-blis]
+# Usage: scripts/install-deps.sh [--with-torch] [--with-blis] [--with-chromium]
 #   --with-torch  also install python3-torch and python3-numpy (PyTorch parity tests, benchmarks).
 #   --with-blis   also install BLIS (libblis-dev, libblis4-serial: bench/blas_compare.sh's candidate;
 #                 pipec itself links OpenBLAS).
+#   --with-chromium  also install Chromium (headless screenshots of the schedule pictures:
+#                 scripts/screenshot.sh, bench/trace_pictures.sh).
 #
 # Each package is checked with dpkg-query first; apt-get runs only when something is missing. When
 # something is missing and we are not root (and sudo is not available without a password), the
@@ -17,7 +19,8 @@ for arg in "$@"; do
   case $arg in
   --with-torch) optional+=(python3-torch python3-numpy) ;;
   --with-blis) optional+=(libblis-dev libblis4-serial) ;;
-  *) echo "usage: $0 [--with-torch] [--with-blis]" >&2 && exit 2 ;;
+  --with-chromium) optional+=(chromium fonts-dejavu-core) ;;
+  *) echo "usage: $0 [--with-torch] [--with-blis] [--with-chromium]" >&2 && exit 2 ;;
   esac
 done
 

@@ -52,6 +52,49 @@ traced s2-interleaved 2 0,1 --stages 2 --schedule interleaved --virtual 2 -- --t
 traced s2-default 3 1,2 --stages 2 --schedule 1f1b
 traced s2-range 4 2,3 --stages 2 --schedule zb-h1 -- --trace-steps 2:9
 
+# ---- pipec plan --svg --trace: the picture of a traced step at its measured times (the picture's
+# box of each F, B and W where the trace's slice is, its step's first event at x0); options that
+# compiled another schedule, a step not traced and --trace without --svg are one-line errors.
+t=$tmp/s4-1f1b/trace.json
+s4=("${model[@]}" --stages 4 --schedule 1f1b)
+if "$pipec" plan "${s4[@]}" --svg "$tmp/m.svg" --trace "$t" --trace-step 1 >/dev/null 2>"$tmp/m.err"; then
+  check "plan --trace: the title says what was measured" \
+    grep -q "measured step [0-9.]* ms (step 1 of trace.json)" "$tmp/m.svg"
+  if $py - "$tmp/m.svg" "$t" >"$tmp/m.out" 2>&1 <<'PY'; then ok; else bad "plan --trace: boxes are not at the trace's times: $(head -n 3 "$tmp/m.out")"; fi
+import json, re, sys
+svg = open(sys.argv[1]).read()
+x0 = float(re.search(r'data-x0="([0-9.]+)"', svg).group(1))
+scale = float(re.search(r'data-px-per-s="([0-9.e+]+)"', svg).group(1))
+ev = [e for e in json.load(open(sys.argv[2]))["traceEvents"]
+      if e.get("ph") == "X" and e["args"]["step"] == 1]
+origin = min(e["ts"] for e in ev)
+want = {(e["pid"], e["args"]["v"], e["args"]["m"], e["cat"]): e for e in ev
+        if e["tid"] == 0 and e["cat"] in ("F", "B", "W")}
+boxes = re.findall(r'<rect class="([FBW])" x="([0-9.]+)" y="[0-9.]+" width="([0-9.]+)"[^>]*'
+                   r'data-v="(\d+)" data-m="(\d+)"', svg)
+assert len(boxes) == len(want), (len(boxes), len(want))
+for k, x, w, v, m in boxes:
+    e = want[(int(v) // 1, int(v), int(m), k)]  # v = the rank at V = 1
+    for got, exp in ((float(x), x0 + (e["ts"] - origin) * 1e-6 * scale),
+                     (float(w), e["dur"] * 1e-6 * scale)):
+        assert abs(got - exp) < 0.02, (k, v, m, got, exp)
+print(len(boxes), "boxes")
+PY
+else
+  bad "plan --trace: $(head -n 3 "$tmp/m.err")"
+fi
+hint_re=': error: ' # the compiler's errors about files have no HINT line (as in plan_svg.sh)
+expect plan-trace-other-schedule 1 "^samples/gpt_char.json: error: trace '$t', step 0: rank [0-9]+'s action [0-9]+ is [A-Z_]+\(v[0-9].*\), the trace's .* \(compile and plan with the same options\)$" \
+  "$pipec" plan "${model[@]}" --stages 4 --schedule zb-h1 --svg "$tmp/z.svg" --trace "$t"
+expect plan-trace-no-step 1 "^samples/gpt_char.json: error: trace '$t' has no events of step 7$" \
+  "$pipec" plan "${s4[@]}" --svg "$tmp/z.svg" --trace "$t" --trace-step 7
+expect plan-trace-not-a-trace 1 "^samples/gpt_char.json: error: trace 'samples/gpt_char.json' is not a --trace file \(no traceEvents array\)$" \
+  "$pipec" plan "${s4[@]}" --svg "$tmp/z.svg" --trace samples/gpt_char.json
+expect plan-trace-without-svg 2 "^pipec: --trace draws a run's times: it is for 'plan' with --svg FILE" \
+  "$pipec" plan "${s4[@]}" --trace "$t"
+check "plan --trace: no picture after an error" test ! -e "$tmp/z.svg"
+unset hint_re
+
 # ---- The one-stage program (bin/train, no MPI): one process, compute only, in the order of the
 # compiled schedule as `pipec print --dump-after=schedule` lists it.
 dir="$tmp/one"
