@@ -22,7 +22,8 @@ export OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1
 model=(samples/gpt_char.json --stages 4 --batch 96 --microbatches 8)
 for sched in 1f1b zb-h1; do
   dir="$tmp/$sched"
-  "$pipec" compile "${model[@]}" --schedule "$sched" -o "$dir" >/dev/null
+  "$pipec" compile "${model[@]}" --schedule "$sched" -o "$dir" >"$tmp/compile.out" 2>&1 ||
+    { tail -n 5 "$tmp/compile.out" >&2 && exit 1; }
   echo "$sched: $steps steps with --trace" >&2
   "$dir/launch.sh" --steps "$steps" --threads 1 --quiet --eval-every 0 --eval-batches 1 \
     --trace "$dir/trace.json" --trace-steps 2:3 >"$dir/run.out" 2>&1 ||
