@@ -3,7 +3,9 @@
 # M = 8 microbatches, 1 thread per rank) with 1f1b and zb-h1, each trained for 4 steps with
 # --trace; then per schedule the predicted picture (`pipec plan --svg`) above the measured one
 # (`pipec plan --svg --trace`, step 2 of the run) on one HTML page, screenshotted by headless
-# Chromium (scripts/screenshot.sh) into docs/img/gpt_char_s4_SCHEDULE_trace.png. The times are
+# Chromium (scripts/screenshot.sh) into docs/img/gpt_char_s4_SCHEDULE_trace.png; and the 1f1b
+# run's step 2 as a timeline viewer shows it (scripts/trace_svg.py: every rank's compute, send and
+# receive threads, the flows), docs/img/gpt_char_s4_1f1b_timeline.svg. The times are
 # this machine's at the moment: run it on a quiet machine (no test depends on them).
 #
 #   bench/trace_pictures.sh PIPEC      e.g. bench/trace_pictures.sh build/bin/pipec
@@ -49,3 +51,8 @@ for sched in 1f1b zb-h1; do
     cp "$dir/trace.json" "$out/gpt_char_s4_${sched}_trace.json"
   fi
 done
+# The 1f1b trace as a timeline viewer draws it (Perfetto's tracks, offline: scripts/trace_svg.py):
+# every thread of every rank, the messages' slices and their flows, step 2 (an SVG: its PNG would
+# be some 300 KB).
+$py scripts/trace_svg.py "$tmp/1f1b/trace.json" "$out/gpt_char_s4_1f1b_timeline.svg" 2
+echo "wrote $out/gpt_char_s4_1f1b_timeline.svg" >&2

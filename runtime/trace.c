@@ -287,7 +287,7 @@ static char *format_rank(double base, size_t *len) {
     int64_t id =
         (e->step - tr.first) * ((int64_t)1 << 31) + (int64_t)ch->tag * c->nmicro + e->m + 1;
     const char *kn = ch->send ? "SEND" : "RECV";
-    bprintf(f, ",\n{\"name\":\"%s m%d ", kn, e->m);
+    bprintf(f, ",\n{\"name\":\"%s(c%d, m%d) ", kn, ch->tag, e->m);
     bprintf(f, "%s rank %d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":",
             ch->send ? "to" : "from", ch->peer, kn, rank, tid);
     micros(f, t0);

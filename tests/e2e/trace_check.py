@@ -7,7 +7,8 @@ PLAN.json: `pipec plan ... --json` of the same model and options; STEPS: the tra
 separated. Checks: the file is JSON of the trace-event format with one process per rank; per rank
 and traced step, the compute thread's actions in time order are the plan's actions of that rank
 (LOAD F LOSS B W TIED_SUM NORM OPT, with stage and microbatch); every message of the plan between
-two ranks (SEND, RECV) is one slice on the rank's send or receive threads; every slice lasts
+two ranks (SEND, RECV) is one slice on the rank's send or receive threads, named for its channel,
+microbatch and peer; every slice lasts
 longer than 0, the slices of one thread do not overlap (they must nest to be drawn); every flow
 has one start ("s", inside its send's slice) and one end ("f", inside its receive's slice), and
 the send starts before the receive ends. Prints one line per failure; exits 1 on any.
@@ -37,6 +38,10 @@ def main():
     local = {c["id"] for c in plan["channels"] if c["from_rank"] == c["to_rank"]}
     nch = len(plan["channels"])
     for e in slices:
+        a = e["args"]
+        if e["cat"] in ("SEND", "RECV") and e["name"] != "%s(c%d, m%d) %s rank %d" % (
+                e["cat"], a["tag"], a["m"], "to" if e["cat"] == "SEND" else "from", a["peer"]):
+            bad.append(f"rank {e['pid']}: message slice named {e['name']!r}")
         if not e["dur"] > 0:
             bad.append(f"rank {e['pid']}: {e['name']} (step {e['args']['step']}) lasts {e['dur']} us")
     # Per rank and step: the compute actions, the messages.
