@@ -3,7 +3,8 @@
 //     pr_trace_begin(PR_TR_F, 1, 3); F_1(1); pr_trace_end();
 // kind, stage and microbatch as constants (m = -1 for TIED_SUM). Both hooks test one flag of the
 // runtime, false unless the step is traced. SEND and RECV are the transport's to report
-// (comm_mpi.c); NORM and OPT the training loop's (trainloop.c).
+// (comm_mpi.c); NORM and OPT the training loop's (trainloop.c). The CUDA target prints no hooks:
+// its times would be kernel launches, and its runtime refuses --trace.
 #include "emit.h"
 
 static const char *kind_name(ActionKind k) {
@@ -27,7 +28,7 @@ static const char *kind_name(ActionKind k) {
 
 const char *emit_traced(E *e, const Action *x, const char *call) {
   const char *k = kind_name(x->kind);
-  if (!k) return call;
+  if (!k || e->cuda) return call; // the CUDA program has none (its runtime refuses --trace)
   return arena_printf(e->a, "pr_trace_begin(%s, %d, %d); %s pr_trace_end();", k, x->v,
                       x->kind == ACT_TIED_SUM ? -1 : x->m, call);
 }

@@ -63,7 +63,7 @@ void pr_trace_begin_(int kind, int v, int m) {
     return;
   }
   if (tr.n >= tr.cap) {
-    tr.overflow = true;
+    tr.overflow = true, tr.open = -1;
     return;
   }
   tr.ev[tr.n] = (Event){pr_now(), 0, tr.step, kind, v, m, -1};
