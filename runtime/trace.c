@@ -16,9 +16,9 @@
 // message lasts from its post to its wait, and several are in flight at once; slices of one
 // thread must nest, so the sends are laid out greedily on as few threads as overlap ("send",
 // "send 2", ...), the receives likewise ("recv", ...). A flow pairs each send with its receive:
-// "s" at the send's start, "f" (bound to the enclosing slice) just before the receive's end, with
-// id (step - first) * 2^31 + tag * M + m + 1, which both sides compute alike (the wire tag below
-// 2^31; ids stay below 2^53 up to 2^22 traced steps). The save rank gathers the other ranks' text
+// "s" just after the send's start, "f" (bound to the enclosing slice) just before the receive's
+// end, with id (step - first) * 2^31 + tag * M + m + 1, which both sides compute alike (the wire
+// tag below 2^31; ids stay below 2^53 up to 2^22 traced steps). The save rank gathers the other ranks' text
 // over the transport and writes FILE.tmp, then renames it over FILE.
 #include "pipert.h"
 
@@ -297,8 +297,9 @@ static char *format_rank(double base, size_t *len) {
     json_string(f, ch->tensor);
     bprintf(f, ",\"tag\":%d,\"m\":%d,\"step\":%lld,\"bytes\":%lld,\"flow\":%lld}}", ch->tag, e->m,
             (long long)e->step, (long long)ch->bytes, (long long)id);
-    // The flow's end just before the receive's end, inside its slice.
-    int64_t at = ch->send ? t0 : t1 - t0 >= 2 ? t1 - 1 : t0;
+    // The flow's ends 1 ns inside the slices (the send's start, the receive's end), so that a
+    // viewer binds each to its slice whatever it does with equal timestamps.
+    int64_t in = t1 - t0 >= 2 ? 1 : 0, at = ch->send ? t0 + in : t1 - in;
     bprintf(f,
             ",\n{\"name\":\"message\",\"cat\":\"flow\",\"ph\":\"%s\",%s\"id\":%lld,\"pid\":%d,"
             "\"tid\":%d,\"ts\":",
