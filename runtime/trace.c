@@ -18,8 +18,8 @@
 // "send 2", ...), the receives likewise ("recv", ...). A flow pairs each send with its receive:
 // "s" just after the send's start, "f" (bound to the enclosing slice) just before the receive's
 // end, with id (step - first) * 2^31 + tag * M + m + 1, which both sides compute alike (the wire
-// tag below 2^31; ids stay below 2^53 up to 2^22 traced steps). The save rank gathers the other ranks' text
-// over the transport and writes FILE.tmp, then renames it over FILE.
+// tag below 2^31; ids stay below 2^53 up to 2^22 traced steps). The save rank gathers the other
+// ranks' text over the transport and writes FILE.tmp, then renames it over FILE.
 #include "pipert.h"
 
 #include <stdarg.h>
