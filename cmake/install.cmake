@@ -4,7 +4,8 @@
 #                                      (codegen/runtime_paths.c), so a moved prefix still works
 #   lib/libpipert.a, libpipert-native.a, libpipert_mpi.a (with Open MPI), libpipert_cuda.a and
 #   libpipert_nccl.a (with the CUDA toolkit, NCCL)
-#   include/pipec/pipert.h, comm.h     what generated programs include (cuda/pipert_cuda.h: .cu)
+#   include/pipec/pipert.h, comm.h,    what generated programs include (cuda/pipert_cuda.h: .cu)
+#   trace.h
 #   lib/cmake/pipec/                   the CMake package: pipecConfig.cmake (+ version file), the
 #                                      imported targets pipec::pipec, pipec::pipert, ... and
 #                                      pipecModel.cmake (pipec_add_model)
@@ -34,7 +35,7 @@ install(TARGETS pipec EXPORT pipecTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BI
 install(TARGETS ${pipec_runtime_targets} EXPORT pipecTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 # The headers a generated program includes: pipert.h and what it includes; the CUDA program's.
-install(FILES runtime/pipert.h runtime/comm.h DESTINATION ${PIPEC_INSTALL_INCDIR})
+install(FILES runtime/pipert.h runtime/comm.h runtime/trace.h DESTINATION ${PIPEC_INSTALL_INCDIR})
 if(PIPEC_CUDA)
   install(FILES runtime/cuda/pipert_cuda.h DESTINATION ${PIPEC_INSTALL_INCDIR}/cuda)
 endif()

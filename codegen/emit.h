@@ -62,6 +62,10 @@ void emit_segment(E *e, Node *const *nodes, int n, const char *acc);
 // done: per stage, B then W (2 * nv flags, false at the start of train_step).
 int emit_acc(bool *done, const Action *x);
 
+// call ("F_1(1);") between the --trace hooks of action x (emit_trace.c); call itself for an action
+// the runtime reports.
+const char *emit_traced(E *e, const Action *x, const char *call);
+
 // S > 1 only (emit_rank.c): the PrChannel table CH and the PrComm `comm`; the per-stage data
 // loaders load_<v>; train_step with the channel traffic; eval_batches and eval_batch.
 void emit_rank_comm(E *e);

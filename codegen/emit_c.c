@@ -425,10 +425,11 @@ static void emit_eval(E *e) {
 }
 
 // train_step(), printed from the rank's action list: one line per action, no interpretation at
-// run time. The rank-wide step end (NORM: the global gradient norm, its check and the clip; OPT:
-// the optimizer) is the runtime's, after train_step returns (pr_main): the list must end with
-// them. A stage's accumulating action (W when B and W are split, else B) overwrites the gradient
-// buffers on its first microbatch of the step (acc 0) and adds into them after (acc 1).
+// run time, between its --trace hooks (emit_traced). The rank-wide step end (NORM: the global
+// gradient norm, its check and the clip; OPT: the optimizer) is the runtime's, after train_step
+// returns (pr_main): the list must end with them. A stage's accumulating action (W when B and W are
+// split, else B) overwrites the gradient buffers on its first microbatch of the step (acc 0) and
+// adds into them after (acc 1).
 static bool emit_train_step(E *e, Diag *d) {
   const RankProgram *rp = e->rp;
   int n = rp->nacts;
@@ -449,24 +450,25 @@ static bool emit_train_step(E *e, Diag *d) {
     const VStage *s = x->v >= 0 ? &e->prog->vs[x->v] : NULL;
     int slot = s && x->m >= 0 ? x->m % s->K : 0;
     int acc = emit_acc(accumulated, x);
+    const char *call = "";
     switch (x->kind) {
     case ACT_LOAD:
-      out(e, "  load_batch(PR_TRAIN, seed, step, %d); // LOAD(v%d, m%d)\n", x->m, x->v, x->m);
+      call = arena_printf(e->a, "load_batch(PR_TRAIN, seed, step, %d);", x->m);
       break;
     case ACT_F:
-      out(e, "  F_%d(%d);\n", x->v, slot);
+      call = arena_printf(e->a, "F_%d(%d);", x->v, slot);
       break;
     case ACT_LOSS:
-      out(e, "  loss += %s; // LOSS(v%d, m%d)\n", cu_scalar(e, e->g->loss), x->v, x->m);
+      call = arena_printf(e->a, "loss += %s;", cu_scalar(e, e->g->loss));
       break;
     case ACT_B:
-      out(e, "  B_%d(%d, %d);\n", x->v, slot, acc);
+      call = arena_printf(e->a, "B_%d(%d, %d);", x->v, slot, acc);
       break;
     case ACT_W:
-      out(e, "  W_%d(%d, %d);\n", x->v, slot, acc);
+      call = arena_printf(e->a, "W_%d(%d, %d);", x->v, slot, acc);
       break;
     case ACT_TIED_SUM:
-      out(e, "  step_end_%d();\n", x->v);
+      call = arena_printf(e->a, "step_end_%d();", x->v);
       break;
     default:
       diag_error(d, (Loc){0, 0},
@@ -474,6 +476,8 @@ static bool emit_train_step(E *e, Diag *d) {
                  action_name(x->kind));
       return false;
     }
+    out(e, "  %s // %s(v%d%s)\n", emit_traced(e, x, call), action_name(x->kind), x->v,
+        x->m >= 0 ? arena_printf(e->a, ", m%d", x->m) : "");
   }
   out(e, "  return loss / NMICRO;\n}\n\n");
   return true;

@@ -15,7 +15,8 @@
 // groups in order, their buffers in use order, the holder ranks ascending), computed from the
 // Program alone, so that both ranks of a stream number it the same.
 //
-// Channel traffic in train_step (pipeline.h's actions, one line each): SEND(c, m) is
+// Every compute action sits between its --trace hooks (emit_traced; the transport reports the
+// messages). Channel traffic in train_step (pipeline.h's actions, one line each): SEND(c, m) is
 // pr_comm_send; RECV(c, m) is pr_comm_wait_recv, its pr_comm_post_recv printed as early as the
 // receiving stage's slot allows: right after the last action of (to_v, m - K) on this rank, or at
 // step start for m < K. Before the action that makes channel c's tensor for microbatch m + K,
@@ -320,22 +321,28 @@ bool emit_rank_train_step(E *e, Diag *d) {
     if (pre[i]) out(e, "%s", pre[i]);
     switch (x->kind) {
     case ACT_LOAD:
-      out(e, "  load_%d(PR_TRAIN, seed, step, %d, %d); // LOAD(v%d, m%d)\n", x->v, x->m, slot, x->v,
-          x->m);
+      out(e, "  %s // LOAD(v%d, m%d)\n",
+          emit_traced(
+              e, x, arena_printf(e->a, "load_%d(PR_TRAIN, seed, step, %d, %d);", x->v, x->m, slot)),
+          x->v, x->m);
       break;
     case ACT_F:
-      out(e, "  F_%d(%d); // m%d\n", x->v, slot, x->m);
+      out(e, "  %s // m%d\n", emit_traced(e, x, arena_printf(e->a, "F_%d(%d);", x->v, slot)), x->m);
       break;
     case ACT_LOSS:
       out(e, "  %s // LOSS(v%d, m%d)\n",
-          in_slot(e, x->v, x->m, arena_printf(e->a, "loss += %s;", cu_scalar(e, e->g->loss))), x->v,
-          x->m);
+          emit_traced(
+              e, x,
+              in_slot(e, x->v, x->m, arena_printf(e->a, "loss += %s;", cu_scalar(e, e->g->loss)))),
+          x->v, x->m);
       break;
     case ACT_B:
-      out(e, "  B_%d(%d, %d); // m%d\n", x->v, slot, acc, x->m);
+      out(e, "  %s // m%d\n",
+          emit_traced(e, x, arena_printf(e->a, "B_%d(%d, %d);", x->v, slot, acc)), x->m);
       break;
     case ACT_W:
-      out(e, "  W_%d(%d, %d); // m%d\n", x->v, slot, acc, x->m);
+      out(e, "  %s // m%d\n",
+          emit_traced(e, x, arena_printf(e->a, "W_%d(%d, %d);", x->v, slot, acc)), x->m);
       break;
     case ACT_SEND:
       if (is_local(e, x->ch)) {
@@ -389,7 +396,7 @@ bool emit_rank_train_step(E *e, Diag *d) {
         const char *up = recv_upload(e, k, 0, q->buf);
         if (up) out(e, "  %s\n", up);
       }
-      out(e, "  step_end_%d();\n", x->v);
+      out(e, "  %s\n", emit_traced(e, x, arena_printf(e->a, "step_end_%d();", x->v)));
       if (i == last_tied && st->n > st->ex_first) out(e, "  pr_comm_wait_sends();\n");
       break;
     default:

@@ -24,6 +24,7 @@
 #include "plan_out.h"
 #include "sched_csv.h"
 #include "topology.h"
+#include "trace_in.h"
 
 #ifndef PIPEC_VERSION
 #define PIPEC_VERSION "0.0.0"
@@ -33,6 +34,7 @@ enum { EXIT_MODEL = 1, EXIT_USAGE = 2, MAX_PASSES = 16 };
 // getopt values of the long options without a letter.
 enum { OPT_DIAG_FORMAT = 256, OPT_NO_BUILD, OPT_DEPFILE, OPT_SVG, OPT_JSON, OPT_EXPORT_CSV };
 enum { OPT_TOPOLOGY = 320 }; // --topology (its own line: other options extend the one above)
+enum { OPT_TRACE = 400, OPT_TRACE_STEP }; // plan --trace FILE [--trace-step N] (trace_in.c)
 
 typedef struct Driver {
   const char *command;    // check, print, ...
@@ -78,6 +80,8 @@ typedef struct Driver {
   const char *topology;   // --topology FILE.xml: the machine's NCCL topology or NULL
   Topology topo;          // that file read (compiler/topology.c)
   int *gpu_of_rank;       // per rank its GPU (index into topo.gpu): the placement
+  const char *trace;      // plan --trace FILE: --svg draws this --trace file's times, or NULL
+  int trace_step;         // plan --trace-step N: its step to draw (-1: the first traced)
 } Driver;
 
 static double now(void) {
@@ -395,6 +399,8 @@ static void usage(FILE *f) {
       "      --json FILE          plan at S > 1: the plan as JSON (docs/pipeline.md)\n"
       "      --export-csv FILE    plan at S > 1: write the schedule in that CSV form (for\n"
       "                           --schedule FILE.csv)\n"
+      "      --trace FILE         plan --svg: draw the times of a run's --trace FILE instead\n"
+      "      --trace-step N       ... of its step N (default: the first traced)\n"
       "      --target TARGET      code generation target: cpu (default), cuda (one .cu\n"
       "                           program per rank built with nvcc; docs/cuda.md)\n"
       "      --cuda-arch LIST     cuda: GPU compute capabilities of the fat binary (default\n"
@@ -697,7 +703,17 @@ static int finish_plan_pipeline(Driver *dr) {
     SchedStats st;
     if (!schedule_predict(p, &st, &dr->arena, &dr->diag)) return EXIT_MODEL;
     const char *name = sched_label(dr);
-    if (dr->svg && !plan_write_svg(p, name, &st, dr->svg, &dr->diag)) return EXIT_MODEL;
+    if (dr->svg && dr->trace) { // the measured times of one step of a run, drawn alike
+      int step;
+      SchedStats mt;
+      if (!trace_read_step(p, dr->trace, dr->trace_step, &mt, &step, &dr->arena, &dr->diag))
+        return EXIT_MODEL;
+      const char *b = strrchr(dr->trace, '/'),
+                 *what = arena_printf(&dr->arena, "step %d of %s", step, b ? b + 1 : dr->trace);
+      if (!plan_write_measured_svg(p, name, &mt, what, dr->svg, &dr->diag)) return EXIT_MODEL;
+    } else if (dr->svg && !plan_write_svg(p, name, &st, dr->svg, &dr->diag)) {
+      return EXIT_MODEL;
+    }
     if (dr->json && !plan_write_json(p, name, &st, dr->json, &dr->diag)) return EXIT_MODEL;
   }
   if (dr->export_csv && !export_schedule_csv(dr)) return EXIT_MODEL;
@@ -867,6 +883,8 @@ int main(int argc, char **argv) {
       {"json", required_argument, NULL, OPT_JSON},
       {"export-csv", required_argument, NULL, OPT_EXPORT_CSV},
       {"topology", required_argument, NULL, OPT_TOPOLOGY},
+      {"trace", required_argument, NULL, OPT_TRACE},
+      {"trace-step", required_argument, NULL, OPT_TRACE_STEP},
       {"list-ops", no_argument, NULL, 'L'},
       {"time-passes", no_argument, NULL, 't'},
       {"help", no_argument, NULL, 'h'},
@@ -885,6 +903,7 @@ int main(int argc, char **argv) {
       {NULL, 0, NULL, 0},
   };
   Driver dr = {0};
+  dr.trace_step = -1;
   dr.sched = SCHED_1F1B;
   dr.virt = 1;
   arena_init(&dr.arena); // everything below is freed at once by arena_free on every exit path
@@ -964,6 +983,18 @@ int main(int argc, char **argv) {
       if (!*optarg) RETURN(usage_error("%s", "--topology: the file name is an empty string"));
       dr.topology = optarg;
       break;
+    case OPT_TRACE:
+      if (!*optarg) RETURN(usage_error("%s", "--trace: the file name is an empty string"));
+      dr.trace = optarg;
+      break;
+    case OPT_TRACE_STEP: {
+      char *end;
+      long v = strtol(optarg, &end, 10);
+      if (!*optarg || *end || v < 0 || v > INT32_MAX)
+        RETURN(usage_error("--trace-step: expected a step number (0, 1, ...), got '%s'", optarg));
+      dr.trace_step = (int)v;
+      break;
+    }
     case OPT_SVG:
     case OPT_JSON:
     case OPT_EXPORT_CSV: {
@@ -1124,6 +1155,11 @@ int main(int argc, char **argv) {
                      cmd->name);
   if (!rc && dr.depfile && !*dr.depfile)
     rc = usage_error("%s", "--depfile: the file name is an empty string");
+  if (!rc && (dr.trace || dr.trace_step >= 0) && (strcmp(cmd->name, "plan") != 0 || !dr.svg))
+    rc = usage_error("--%s draws a run's times: it is for 'plan' with --svg FILE",
+                     dr.trace ? "trace" : "trace-step");
+  if (!rc && dr.trace_step >= 0 && !dr.trace)
+    rc = usage_error("%s", "--trace-step: give --trace FILE too");
   if (!rc && (dr.svg || dr.json) && strcmp(cmd->name, "plan") != 0)
     rc = usage_error("--%s is for 'plan' (got '%s')", dr.svg ? "svg" : "json", cmd->name);
   if (!rc && dr.export_csv && strcmp(cmd->name, "plan") != 0)

@@ -93,8 +93,10 @@ static void find_recv(const Program *p, int c, int m, int *rank, int *at) {
   }
 }
 
-bool plan_write_svg(const Program *p, const char *sched, const SchedStats *st, const char *path,
-                    Diag *d) {
+// measured: NULL for the prediction, else what the times are ("step 1 of T.json"): the title and
+// the axis say so.
+static bool write_svg(const Program *p, const char *sched, const SchedStats *st, const char *path,
+                      const char *measured, Diag *d) {
   xmlBufferPtr buf = xmlBufferCreate();
   Svg s = {xmlNewTextWriterMemory(buf, 0), false, st->span > 0 ? SVG_PLOT / st->span : 1};
   if (!s.w) {
@@ -129,12 +131,13 @@ bool plan_write_svg(const Program *p, const char *sched, const SchedStats *st, c
   end(&s);
   end(&s);
   end(&s);
-  char t[160];
+  char t[512];
   snprintf(t, sizeof t,
-           "%s: %d ranks, %d stage%s per rank, %d microbatch%s, predicted step %.3f ms, "
+           "%s: %d ranks, %d stage%s per rank, %d microbatch%s, %s step %.3f ms%s%s%s, "
            "bubble %.1f%%",
-           sched, S, V, V == 1 ? "" : "s", p->M, p->M == 1 ? "" : "es", st->span * 1e3,
-           st->bubble * 100);
+           sched, S, V, V == 1 ? "" : "s", p->M, p->M == 1 ? "" : "es",
+           measured ? "measured" : "predicted", st->span * 1e3, measured ? " (" : "",
+           measured ? measured : "", measured ? ")" : "", st->bubble * 100);
   label(&s, SVG_LEFT, 20, "start", t);
   // Rows: a label, a faint band (idle time shows as the band), the compute boxes.
   for (int r = 0; r < S && !s.bad; r++) {
@@ -245,7 +248,8 @@ bool plan_write_svg(const Program *p, const char *sched, const SchedStats *st, c
       label(&s, x, axis_y + 16, "middle", t);
     }
   }
-  label(&s, SVG_LEFT + SVG_PLOT / 2.0, axis_y + 30, "middle", "predicted time (ms)");
+  label(&s, SVG_LEFT + SVG_PLOT / 2.0, axis_y + 30, "middle",
+        measured ? "measured time (ms)" : "predicted time (ms)");
   end(&s);
   // The legend.
   start(&s, "g");
@@ -287,6 +291,16 @@ bool plan_write_svg(const Program *p, const char *sched, const SchedStats *st, c
                            d);
   xmlBufferFree(buf);
   return ok;
+}
+
+bool plan_write_svg(const Program *p, const char *sched, const SchedStats *st, const char *path,
+                    Diag *d) {
+  return write_svg(p, sched, st, path, NULL, d);
+}
+
+bool plan_write_measured_svg(const Program *p, const char *sched, const SchedStats *st,
+                             const char *what, const char *path, Diag *d) {
+  return write_svg(p, sched, st, path, what, d);
 }
 
 bool plan_write_json(const Program *p, const char *sched, const SchedStats *st, const char *path,

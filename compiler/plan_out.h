@@ -13,6 +13,11 @@
 bool plan_write_svg(const Program *p, const char *sched, const SchedStats *st, const char *path,
                     Diag *d);
 
+// The same picture at the times a real run measured (st from trace_read_step, trace_in.c); what
+// says which ("step 1 of trace.json"), in the title.
+bool plan_write_measured_svg(const Program *p, const char *sched, const SchedStats *st,
+                             const char *what, const char *path, Diag *d);
+
 // The plan as JSON (docs/pipeline.md, "Pictures and plan data"): partition, channels, per-rank
 // actions with predicted start and end, per-rank memory (when the memplan pass ran). Atomic
 // like plan_write_svg.

@@ -67,6 +67,31 @@ static const char *parse_path(const char *flag, const char *s) {
   return s;
 }
 
+// --trace-steps A:B, 0 <= A < B (whole numbers).
+static void parse_steps(const char *s, int64_t *first, int64_t *end) {
+  const char *colon = strchr(s, ':');
+  char a[32], b[32];
+  bool ok = colon && colon - s < (ptrdiff_t)sizeof a && strlen(colon + 1) < sizeof b;
+  if (ok) {
+    memcpy(a, s, (size_t)(colon - s));
+    a[colon - s] = '\0';
+    strcpy(b, colon + 1);
+    for (const char *p = a; *p && ok; p++) ok = *p >= '0' && *p <= '9';
+    for (const char *p = b; *p && ok; p++) ok = *p >= '0' && *p <= '9';
+    ok = ok && a[0] && b[0];
+  }
+  if (ok) {
+    errno = 0;
+    *first = (int64_t)strtoll(a, NULL, 10);
+    *end = (int64_t)strtoll(b, NULL, 10);
+    ok = errno == 0 && *first < *end;
+  }
+  if (!ok)
+    usage_error("--trace-steps: expected FIRST:END with 0 <= FIRST < END (steps counted from 0, "
+                "END not traced), got '%s'",
+                s);
+}
+
 static void print_usage(const PrOptions *o, const char *doc) {
   printf("Usage: %s [options]\n", prog_name);
   if (doc && doc[0]) printf("%s%s", doc, doc[strlen(doc) - 1] == '\n' ? "" : "\n");
@@ -102,6 +127,10 @@ static void print_usage(const PrOptions *o, const char *doc) {
   printf("  --timeout SECONDS  pipelines: stop the job when a message takes longer, 0 = never "
          "[%g]\n",
          o->timeout);
+  printf(
+      "  --trace FILE       write a Chrome trace (Perfetto) of some steps to FILE\n"
+      "  --trace-steps A:B  the steps --trace records: A to B - 1, counting from 0 [the 3 after\n"
+      "                     the first]\n");
   printf("  --gradcheck        compare every parameter gradient with central finite differences\n"
          "                     on one batch and exit (0: all within 1e-3 relative)\n");
   printf("  --help             this text\n");
@@ -133,6 +162,8 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
     O_OUT,
     O_GRADCHECK,
     O_TIMEOUT,
+    O_TRACE,
+    O_TRACE_STEPS,
     O_HELP
   };
   static const struct option longopts[] = {
@@ -156,6 +187,8 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
       {"out", required_argument, NULL, O_OUT},
       {"gradcheck", no_argument, NULL, O_GRADCHECK},
       {"timeout", required_argument, NULL, O_TIMEOUT},
+      {"trace", required_argument, NULL, O_TRACE},
+      {"trace-steps", required_argument, NULL, O_TRACE_STEPS},
       {"help", no_argument, NULL, O_HELP},
       {NULL, 0, NULL, 0}};
   // The model file has no watchdog setting: the default is the runtime's.
@@ -238,6 +271,12 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
       o->timeout = parse_double("timeout", a, false);
       o->timeout_set = true;
       break;
+    case O_TRACE:
+      o->trace = parse_path("trace", a);
+      break;
+    case O_TRACE_STEPS:
+      parse_steps(a, &o->trace_first, &o->trace_end);
+      break;
     case O_HELP:
       print_usage(o, program_doc);
       exit(0);
@@ -253,6 +292,7 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
     }
   }
   if (optind < argc) usage_error("unexpected argument '%s'", argv[optind]);
+  if (o->trace_end > 0 && !o->trace) usage_error("--trace-steps: give --trace FILE too");
   if (has_labels && data_given && !labels_given)
     usage_error("--data: give --labels FILE too (the model's labels '%s' belong to its own "
                 "features)",

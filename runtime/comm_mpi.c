@@ -14,6 +14,8 @@
 // at every call (a blocking MPI_Allgather could not obey the watchdog). What Open MPI allocates
 // at the first uses of a peer happens at the start (t_start: the shared memory's fast boxes).
 //
+// With --trace, each message's post and the end of its wait are reported to trace.c.
+//
 // Every wait polls with MPI_Test (with sched_yield between polls when Open MPI is told the cores
 // are oversubscribed, OMPI_MCA_mpi_yield_when_idle=1) and obeys the watchdog: a wait longer than
 // --timeout seconds is an error naming the tensor, microbatch, peer rank and action, which aborts
@@ -99,6 +101,7 @@ void pr_comm_post_recv(int c, int m, void *buf) {
   pr_mpi_check(MPI_Irecv(buf, (int)ch->bytes, MPI_BYTE, ch->peer, ch->tag * mpi.c->nmicro + m,
                          MPI_COMM_WORLD, r),
                "MPI_Irecv");
+  pr_trace_post(c, m);
 }
 
 void pr_comm_wait_recv(int c, int m, const char *action) {
@@ -111,6 +114,7 @@ void pr_comm_wait_recv(int c, int m, const char *action) {
                action);
   pr_stats.recv_wait += pr_now() - t;
   pr_stats.received += ch->bytes;
+  pr_trace_done(c, m);
 }
 
 void pr_comm_send(int c, int m, const void *buf) {
@@ -122,6 +126,7 @@ void pr_comm_send(int c, int m, const void *buf) {
                          MPI_COMM_WORLD, r),
                "MPI_Isend");
   pr_stats.sent += ch->bytes;
+  pr_trace_post(c, m);
 }
 
 void pr_comm_wait_send(int c, int m) {
@@ -131,6 +136,7 @@ void pr_comm_wait_send(int c, int m) {
   double t = pr_now();
   wait_request(r, "to send tensor '%s' microbatch %d to rank %d", ch->tensor, m, ch->peer);
   pr_stats.send_wait += pr_now() - t;
+  pr_trace_done(c, m);
 }
 
 void pr_comm_wait_sends(void) {

@@ -17,7 +17,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "comm.h" // PrComm, PrChannel, pr_comm_*: the messages of a pipeline
+#include "comm.h"  // PrComm, PrChannel, pr_comm_*: the messages of a pipeline
+#include "trace.h" // pr_trace_*: --trace, the hooks around each action
 
 // ---------------------------------------------------------------------------------------------
 // Errors and logging (log.c)
@@ -475,6 +476,9 @@ typedef struct PrOptions {
   double timeout;       // --timeout SECONDS: the longest wait for a message (0 = off)
   bool timeout_set;     // timeout holds a choice (else pr_parse_args sets PR_DEFAULT_TIMEOUT)
   bool threads_given;   // --threads was on the command line (else ranks share the cores)
+  const char *trace;    // --trace FILE: a Chrome trace of some steps (trace.c), or NULL
+  int64_t trace_first;  // --trace-steps FIRST:END: the first traced step (counting from 0)
+  int64_t trace_end;    // ... and the step after the last (0: the default, a few after the first)
 } PrOptions;
 
 // Finite-difference check of one parameter (gradcheck.c): for up to `max_checks` elements of p,

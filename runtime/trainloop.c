@@ -50,6 +50,7 @@ static double step_end(const Trainer *t, int64_t step, double loss, double lr) {
   if (dv) dv->check_status(); // an id outside the vocabulary found by a kernel this step
   // Squared global norm over all parameters, summed in canonical order; a non-finite loss or
   // norm stops the program before the update.
+  pr_trace_begin(PR_TR_NORM, -1, -1);
   double norm2;
   if (t->pipe) {
     int bad;
@@ -77,6 +78,8 @@ static double step_end(const Trainer *t, int64_t step, double loss, double lr) {
     double norm = sqrt(norm2), coef = o->grad_clip / (norm + 1e-6);
     if (coef < 1) gscale = (float)coef;
   }
+  pr_trace_end();
+  pr_trace_begin(PR_TR_OPT, -1, -1);
   // The CPU's kernels, or their device twins (the same arguments).
   for (int i = 0; i < p->nparams; i++) {
     const PrParam *q = &p->params[i];
@@ -89,6 +92,7 @@ static double step_end(const Trainer *t, int64_t step, double loss, double lr) {
       (dv ? dv->sgd_step : pr_sgd_step)(q->data, q->grad, gscale, q->m, q->n, lr, o->momentum, wd,
                                         step + 1);
   }
+  pr_trace_end();
   return loss;
 }
 
@@ -223,7 +227,8 @@ static PrTensorRef *save_refs(const PrTensorRef *refs, int n, const PrTensorRef 
 int pr_main(const PrProgram *p, int argc, char **argv) {
   pr_start(argc, argv);
   const PrComm *comm = p->comm;
-  if (comm) { // every line of this rank prefixed, errors naming it, from the first one on
+  int local = 1; // ranks of the job on this machine
+  if (comm) {    // every line of this rank prefixed, errors naming it, from the first one on
     pr_rank = comm->rank;
     pr_prefix_start(comm->rank);
   }
@@ -241,7 +246,7 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
             "--stages): the gradients are the same",
             "--gradcheck works on one stage; this program is rank %d of a %d-stage pipeline",
             comm->rank, comm->nranks);
-    int local = comm->transport->start(comm, &argc, &argv, o.timeout);
+    local = comm->transport->start(comm, &argc, &argv, o.timeout);
     if (!o.threads_given) { // the ranks on this machine share its cores
       long cores = sysconf(_SC_NPROCESSORS_ONLN);
       o.threads = cores / local > 1 ? (int)(cores / local) : 1;
@@ -313,6 +318,10 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
             "--predict: %s records no character vocabulary: the text's character ids are unknown",
             ck);
   }
+  if (o.trace && saver) pr_check_writable(o.trace, "--trace");
+  prCheck(!o.trace || !dv,
+          "run --trace with the CPU program of the model (a device's times would be its launches)",
+          "--trace works on the CPU target only for now");
   if (p->open_data) {
     prCheck(o.data != NULL, "pass --data FILE", "no training data");
     p->open_data(&o);
@@ -396,6 +405,13 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   // (tests/alloc): kernel scratch, OpenBLAS and the OpenMP pool reach their sizes here. The steps
   // overwrite every buffer it writes (microbatch 0 does not accumulate, the step-end sums
   // overwrite); parameters and optimizer state are untouched, so no number changes.
+  // With --trace, the hooks count this step's events: the buffer of the traced steps is allocated
+  // here, before the loop (by default the 3 steps after the first of this run).
+  if (o.trace) {
+    int64_t first = o.trace_first, end = o.trace_end;
+    if (end == 0) first = o.steps - start > 1 ? start + 1 : start, end = first + 3;
+    pr_trace_setup(o.trace, first, end, comm, local);
+  }
   (void)p->train_step(start, o.seed);
   // Statistics from here (pipeline jobs): the snapshot of the last --stats table, per rank.
   const int sw = comm ? pr_pipe_width(&run.pipe) : 0, nr = comm ? comm->nranks : 0;
@@ -405,6 +421,7 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   prCheck(!comm || stats_prev, "the machine is out of memory", "cannot allocate the statistics");
   int64_t stats_step = start;
   pr_stats_reset();
+  if (o.trace) pr_trace_ready();
   double t0 = pr_now();
   int64_t done = 0;
   // Step times of at most the first 2^20 steps (8 MiB): --steps may be up to 2^63 - 1.
@@ -413,8 +430,10 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   prCheck(step_ms != NULL, "the machine is out of memory", "cannot allocate the step timer");
   for (int64_t step = start; step < o.steps; step++) {
     double ts = pr_now(), lr = pr_lr_at(&lrs, step);
+    if (o.trace) pr_trace_step(step);
     double loss = p->train_step(step, o.seed);
     loss = step_end(&t, step, loss, lr);
+    if (o.trace) pr_trace_step_done();
     if (done < timed) step_ms[done] = (pr_now() - ts) * 1e3;
     done++;
     if (loss_log) fprintf(loss_log, "%lld %.9g\n", (long long)step, loss);
@@ -466,6 +485,7 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   }
   free(stats_prev);
   run.stats_prev = NULL;
+  if (o.trace) pr_trace_finish(); // every rank's events to the save rank, which writes the file
   if (o.save) {
     if (dv) sync_state(p, false);
     if (sharded_save) { // each tensor in its home rank's shard

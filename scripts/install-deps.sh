@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs the Debian packages pipec needs to build and test, and only those that are missing.
 #
-# Usage: scripts/install-deps.sh [--with-torch] [--with-blis]
+# Usage: scripts/install-deps.sh [--with-torch] [--with-blis] [--with-chromium]
 #   --with-torch  also install python3-torch, python3-numpy (PyTorch parity tests, benchmarks) and
 #                 python3-venv (scripts/setup-test-venv.sh).
 #   --with-blis   also install BLIS (libblis-dev, libblis4-serial: bench/blas_compare.sh's candidate;
 #                 pipec itself links OpenBLAS).
+#   --with-chromium  also install Chromium (headless screenshots of the schedule pictures:
+#                 scripts/screenshot.sh, bench/trace_pictures.sh).
 #
 # Each package is checked with dpkg-query first; apt-get runs only when something is missing. When
 # something is missing and we are not root (and sudo is not available without a password), the
@@ -18,7 +20,8 @@ for arg in "$@"; do
   case $arg in
   --with-torch) optional+=(python3-torch python3-numpy python3-venv) ;;
   --with-blis) optional+=(libblis-dev libblis4-serial) ;;
-  *) echo "usage: $0 [--with-torch] [--with-blis]" >&2 && exit 2 ;;
+  --with-chromium) optional+=(chromium fonts-dejavu-core) ;;
+  *) echo "usage: $0 [--with-torch] [--with-blis] [--with-chromium]" >&2 && exit 2 ;;
   esac
 done
 

@@ -105,4 +105,36 @@ for m in "${pipes[@]}"; do
       "${counts[0]} /${counts[1]} /${counts[2]} (the step allocates)"
   fi
 done
+
+# --trace (runtime/trace.c) as well: its buffer is allocated before the first step and its file
+# written after the last, each with a count of allocations that does not depend on the steps
+# traced, so every traced step too must allocate nothing: 0, 1 and 11 steps, all traced.
+for name in gpt_char_m4 gpt_char_s2_1f1b_m4; do
+  counts=()
+  for steps in 0 1 11; do
+    rm -f "$tmp"/count.*
+    run=("$tmp/$name/launch.sh" --steps "$steps" --threads 1 --eval-every 0 --eval-batches 2
+      --log-every 1000 --trace "$tmp/trace.json" --trace-steps 0:11)
+    # (One rank: launch.sh execs the program; else the ranks get the shim through mpirun.)
+    env=(OMPI_MCA_mca_base_env_list="LD_PRELOAD=$shim;ALLOC_COUNT_FILE=$tmp/count.%r")
+    [ "$name" = gpt_char_m4 ] && env=(ALLOC_COUNT_FILE="$tmp/count.0" LD_PRELOAD="$shim")
+    if ! env "${env[@]}" "${run[@]}" >"$tmp/out" 2>"$tmp/err"; then
+      bad "$name --trace --steps $steps: $(grep -m3 . "$tmp/err")"
+      continue 2
+    fi
+    line=
+    for f in "$tmp"/count.*; do
+      read -r n gomp _ <"$f"
+      line+=" $n+$gomp"
+    done
+    echo "$name --trace --steps $steps: allocations per rank (+ libgomp's):$line"
+    counts+=("$line")
+  done
+  if [ "${counts[0]}" = "${counts[1]}" ] && [ "${counts[1]}" = "${counts[2]}" ]; then
+    ok
+  else
+    bad "$name --trace: allocations per rank with --steps 0, 1, 11:" \
+      "${counts[0]} /${counts[1]} /${counts[2]} (a traced step allocates)"
+  fi
+done
 finish

@@ -3,7 +3,8 @@
 # and M = 4, mlp_digits, skip_net) is, line for line, the schedule pass's actions of rank 0
 # (`pipec print --dump-after=schedule`) but for NORM and OPT, which the runtime runs after it:
 # LOAD -> load_batch(..., m), F -> F_v(slot), LOSS -> loss += ..., B -> B_v(slot, acc) with acc
-# 0 on the stage's first microbatch and 1 after, TIED_SUM -> step_end_v(). The per-(stage, phase)
+# 0 on the stage's first microbatch and 1 after, TIED_SUM -> step_end_v(), each between its
+# --trace hooks (pr_trace_begin(PR_TR_F, v, m); ... pr_trace_end();). The per-(stage, phase)
 # functions exist. (That these programs compute the old numbers is the hashes test.)
 pipec=$1
 root=$2
@@ -33,13 +34,17 @@ for a in acts:
     v = re.search(r"v(\d+)", args)
     m = re.search(r"m(\d+)", args)
     v, m = (v.group(1) if v else None), (m.group(1) if m else None)
-    if k == "LOAD": want.append("load_batch(PR_TRAIN, seed, step, %s); // %s" % (m, a))
-    elif k == "F": want.append("F_%s(0);" % v)
-    elif k == "LOSS": want.append(re.compile(r"loss \+= t\d+_\w+\[0\]; // " + re.escape(a) + "$"))
+    # Each line: the call between its --trace hooks, the action as a comment.
+    hook = "pr_trace_begin(PR_TR_%s, %s, %s); " % (k, v, m if m is not None else -1)
+    line = lambda call: hook + call + " pr_trace_end(); // " + a
+    if k == "LOAD": want.append(line("load_batch(PR_TRAIN, seed, step, %s);" % m))
+    elif k == "F": want.append(line("F_%s(0);" % v))
+    elif k == "LOSS": want.append(re.compile(re.escape(hook) + r"loss \+= t\d+_\w+\[0\]; "
+                                             r"pr_trace_end\(\); // " + re.escape(a) + "$"))
     elif k in ("B", "W"):
-        want.append("%s_%s(0, %d);" % (k, v, 1 if (k, v) in seen else 0))
+        want.append(line("%s_%s(0, %d);" % (k, v, 1 if (k, v) in seen else 0)))
         seen.add((k, v))
-    elif k == "TIED_SUM": want.append("step_end_%s();" % v)
+    elif k == "TIED_SUM": want.append(line("step_end_%s();" % v))
     elif k in ("NORM", "OPT"): pass
     else: sys.exit("unexpected action " + a)
 src = open(sys.argv[2]).read()

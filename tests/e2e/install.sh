@@ -38,7 +38,7 @@ mkdir -p "$tmp/elsewhere"
 mv "$tmp/stage/opt/pipec" "$tmp/elsewhere/pipec" && rm -rf "$tmp/stage"
 p=$(cd "$tmp/elsewhere/pipec" && pwd -P)
 for f in bin/pipec lib/libpipert.a lib/libpipert-native.a lib/libpipert_mpi.a \
-  include/pipec/pipert.h include/pipec/comm.h lib/cmake/pipec/pipecConfig.cmake \
+  include/pipec/pipert.h include/pipec/comm.h include/pipec/trace.h lib/cmake/pipec/pipecConfig.cmake \
   lib/cmake/pipec/pipecConfigVersion.cmake lib/cmake/pipec/pipecTargets.cmake \
   lib/cmake/pipec/pipecModel.cmake lib/pkgconfig/pipert.pc lib/pkgconfig/pipert-mpi.pc \
   share/pipec/README.md share/pipec/docs/build-integration.md share/pipec/samples/gpt_char.json \
