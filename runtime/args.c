@@ -99,6 +99,8 @@ static void print_usage(const PrOptions *o, const char *doc) {
          o->timeout);
   printf("  --gradcheck        compare every parameter gradient with central finite differences\n"
          "                     on one batch and exit (0: all within 1e-3 relative)\n");
+  printf("  --profile F        programs built by `pipec profile`: time every action and the\n"
+         "                     links, write the medians to F (JSON; docs/pipeline.md)\n");
   printf("  --help             this text\n");
 }
 
@@ -125,6 +127,7 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
     O_QUIET,
     O_GRADCHECK,
     O_TIMEOUT,
+    O_PROFILE,
     O_HELP
   };
   static const struct option longopts[] = {
@@ -145,6 +148,7 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
       {"quiet", no_argument, NULL, O_QUIET},
       {"gradcheck", no_argument, NULL, O_GRADCHECK},
       {"timeout", required_argument, NULL, O_TIMEOUT},
+      {"profile", required_argument, NULL, O_PROFILE},
       {"help", no_argument, NULL, O_HELP},
       {NULL, 0, NULL, 0}};
   // The model file has no watchdog setting: the default is the runtime's.
@@ -217,6 +221,9 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
     case O_TIMEOUT:
       o->timeout = parse_double("timeout", a, false);
       o->timeout_set = true;
+      break;
+    case O_PROFILE:
+      o->profile = parse_path("profile", a);
       break;
     case O_HELP:
       print_usage(o, program_doc);

@@ -78,6 +78,7 @@ static double step_end(const Trainer *t, int64_t step, double loss, double lr) {
     if (coef < 1) gscale = (float)coef;
   }
   // The CPU's kernels, or their device twins (the same arguments).
+  double t_opt = pr_now();
   for (int i = 0; i < p->nparams; i++) {
     const PrParam *q = &p->params[i];
     if (!q->grad || !q->data) continue;
@@ -89,6 +90,7 @@ static double step_end(const Trainer *t, int64_t step, double loss, double lr) {
       (dv ? dv->sgd_step : pr_sgd_step)(q->data, q->grad, gscale, q->m, q->n, lr, o->momentum, wd,
                                         step + 1);
   }
+  pr_prof_opt(pr_now() - t_opt);
   return loss;
 }
 
@@ -352,6 +354,7 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   // overwrite every buffer it writes (microbatch 0 does not accumulate, the step-end sums
   // overwrite); parameters and optimizer state are untouched, so no number changes.
   (void)p->train_step(start, o.seed);
+  if (o.profile) pr_prof_begin(o.profile);
   double t0 = pr_now();
   int64_t done = 0;
   // Step times of at most the first 2^20 steps (8 MiB): --steps may be up to 2^63 - 1.
@@ -401,6 +404,7 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   prCheck(!loss_log_bad, "check that the disk has room (the log is incomplete)",
           "--loss-log: writing '%s' failed", o.loss_log);
   if (!o.quiet) printf("peak RSS %.1f MiB\n", (double)pr_peak_rss_bytes() / (1 << 20));
+  if (o.profile) pr_prof_finish(comm);
   if (comm) comm->transport->finish(); // after the save: the others wait for it here
   free(run.names);
   free(run.refs);
