@@ -398,7 +398,10 @@ bool emit_rank_train_step(E *e, Diag *d) {
       return internal(e, d, arena_printf(e->a, "unexpected action %s", action_name(x->kind)));
     }
     if (timed)
-      out(e, "  pr_prof_act(%d, %d, t_); }\n", x->kind == ACT_F ? 0 : x->kind == ACT_B ? 1 : 2,
+      out(e, "  pr_prof_act(%d, %d, t_); }\n",
+          x->kind == ACT_F   ? 0
+          : x->kind == ACT_B ? 1
+                             : 2,
           x->v);
     if (post[i]) out(e, "%s", post[i]);
   }

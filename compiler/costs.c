@@ -36,8 +36,7 @@ static bool want_seconds(const JsonIn *j, const cJSON *it, const char *path, boo
     char num[64];
     diag_error(j->d, json_loc(j, it), "%s: expected a %s number (%s), got %s", path,
                positive ? "positive" : "non-negative", what,
-               cJSON_IsNumber(it) ? source_number_str(j->src, it, num, sizeof num)
-                                  : json_type(it));
+               cJSON_IsNumber(it) ? source_number_str(j->src, it, num, sizeof num) : json_type(it));
     return false;
   }
   *out = it->valuedouble;
@@ -52,8 +51,8 @@ bool costs_load(Costs *c, const char *path, Arena *a, Diag *d) {
   if (!source_load(src, a, path, d)) return false;
   JsonIn j = {src, d, a};
   const cJSON *root = src->root, *it;
-  static const char *const top[] = {"pipec_costs", "model", "measured", "link", "optimizer",
-                                    "units"};
+  static const char *const top[] = {"pipec_costs", "model",     "measured",
+                                    "link",        "optimizer", "units"};
   if (!json_check_keys(&j, root, "costs", top, 6)) return false;
   int64_t version;
   if (!json_need(&j, root, "costs", "pipec_costs", &it) ||
@@ -169,7 +168,8 @@ void costs_stage_costs(const Costs *c, const Program *p, StageCost *cost, double
   for (int v = 0; v < p->nv; v++) {
     const VStage *s = &p->vs[v];
     cost[v] = (StageCost){seg_seconds(c, &s->f), seg_seconds(c, &s->b), seg_seconds(c, &s->w)};
-    for (int k = 0; k < s->nparams; k++) opt[s->rank] += param_bytes(s->params[k]) * c->opt_per_byte;
+    for (int k = 0; k < s->nparams; k++)
+      opt[s->rank] += param_bytes(s->params[k]) * c->opt_per_byte;
   }
   for (int i = 0; i < p->nch; i++) {
     const Channel *ch = &p->ch[i];
@@ -195,14 +195,13 @@ static void share(const Segment *s, double T, int64_t mb, double *node_s) {
     node_s[s->nodes[i]->id] = sum > 0 ? T * costs_weight(s->nodes[i], mb) / sum : T / s->n;
 }
 
-bool costs_from_profile(const Program *p, const char *sched, const char *raw_path,
-                        const char *out, Diag *d) {
+bool costs_from_profile(const Program *p, const char *sched, const char *raw_path, const char *out,
+                        Diag *d) {
   Graph *g = p->g;
   Arena *a = g->arena;
   FILE *f = fopen(raw_path, "rb");
   if (!f) {
-    diag_error(d, (Loc){0, 0}, "the profiled program wrote no '%s': %s", raw_path,
-               strerror(errno));
+    diag_error(d, (Loc){0, 0}, "the profiled program wrote no '%s': %s", raw_path, strerror(errno));
     return false;
   }
   char *text = NULL;
@@ -220,8 +219,8 @@ bool costs_from_profile(const Program *p, const char *sched, const char *raw_pat
   double lat = 0, bw = 0;
   if (!cJSON_IsArray(stages) || !cJSON_IsArray(optv) || !raw_num(raw, "latency", &lat) ||
       !raw_num(raw, "bandwidth", &bw) || !(bw > 0)) {
-    diag_error(d, (Loc){0, 0}, "'%s': not a profile of the program (stages, opt, latency, bandwidth)",
-               raw_path);
+    diag_error(d, (Loc){0, 0},
+               "'%s': not a profile of the program (stages, opt, latency, bandwidth)", raw_path);
     cJSON_Delete(raw);
     return false;
   }
@@ -271,8 +270,9 @@ bool costs_from_profile(const Program *p, const char *sched, const char *raw_pat
   cJSON_Delete(jn);
   fprintf(o, "%s,\n", name);
   free(name);
-  fprintf(o, "  \"measured\": {\"stages\": %d, \"schedule\": \"%s\", \"microbatch\": %lld, "
-             "\"microbatches\": %d, \"stage\": [",
+  fprintf(o,
+          "  \"measured\": {\"stages\": %d, \"schedule\": \"%s\", \"microbatch\": %lld, "
+          "\"microbatches\": %d, \"stage\": [",
           p->nranks, sched, (long long)mb, p->M);
   for (int v = 0; v < p->nv; v++)
     fprintf(o, "%s{\"f\": %.9g, \"b\": %.9g, \"w\": %.9g}", v ? ", " : "", meas[3 * v],

@@ -18,15 +18,15 @@ typedef struct UnitCost {
 } UnitCost;
 
 typedef struct Costs {
-  const char *path;     // the file, as given
-  const char *model;    // the model it was measured on
-  UnitCost *u;          // per unit, in the model's forward order
-  int nu;               // count
-  double latency;       // seconds of an empty message between two ranks
-  double bandwidth;     // bytes per second between two ranks
-  double opt_per_byte;  // optimizer seconds per byte of parameter values at the step end
-  double *node_s;       // per node id (after costs_bind): its seconds per microbatch (0: step)
-  struct Source *src;   // the parsed file (costs_free)
+  const char *path;    // the file, as given
+  const char *model;   // the model it was measured on
+  UnitCost *u;         // per unit, in the model's forward order
+  int nu;              // count
+  double latency;      // seconds of an empty message between two ranks
+  double bandwidth;    // bytes per second between two ranks
+  double opt_per_byte; // optimizer seconds per byte of parameter values at the step end
+  double *node_s;      // per node id (after costs_bind): its seconds per microbatch (0: step)
+  struct Source *src;  // the parsed file (costs_free)
 } Costs;
 
 // Frees what costs_load parsed (the arena holds the rest).
@@ -51,7 +51,7 @@ void costs_stage_costs(const Costs *c, const Program *p, StageCost *cost, double
 // `pipec profile`: from the program's measurement (the generated program's --profile FILE at
 // raw_path) and the profiled Program p (its partition and segments), the costs file at out
 // (atomic). False after reporting through d.
-bool costs_from_profile(const Program *p, const char *sched, const char *raw_path,
-                        const char *out, Diag *d);
+bool costs_from_profile(const Program *p, const char *sched, const char *raw_path, const char *out,
+                        Diag *d);
 
 #endif

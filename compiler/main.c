@@ -35,46 +35,46 @@ enum { EXIT_MODEL = 1, EXIT_USAGE = 2, MAX_PASSES = 16 };
 enum { OPT_DIAG_FORMAT = 256, OPT_NO_BUILD, OPT_DEPFILE, OPT_SVG, OPT_JSON, OPT_COSTS };
 
 typedef struct Driver {
-  const char *command;    // check, print, ...
-  const char *model;      // model file path
-  const char *dump_after; // --dump-after's list of pass names (comma-separated) or NULL
-  const char *stop_after; // --stop-after's pass name or NULL
-  bool dump[MAX_PASSES];  // per pass row: print its result after it ran
-  int last;               // the last pass row to run
-  bool time_passes;       // print pass timings to stderr
-  DiagFormat diag_format; // --diagnostics-format (text, json, sarif)
-  const char **defines;   // -D NAME=VALUE
-  int ndefines;           // entries in defines
-  const char **sets;      // --set KEY=VALUE (training overrides)
-  int nsets;              // entries in sets
-  const char *out_dir;    // -o DIR
-  const char *out;        // where codegen writes (out_dir or out/MODEL-NAME)
-  const char *target;     // --target
-  const char *cuda_arch;  // --cuda-arch LIST (cuda target; NULL: CMake's PIPEC_CUDA_ARCHS)
-  bool march_native;      // --march=native: build the program for this machine
-  bool build;             // codegen also builds OUT/bin/train (compile, run)
-  bool no_build;          // --no-build: compile writes the sources and a manifest, builds nothing
-  const char *depfile;    // --depfile FILE: a Make-style dependency file (compile, run) or NULL
-  char *cmdline;          // the command line as typed (getopt permutes argv)
-  char **prog_args;       // run: arguments after "--" for the program
-  int nprog_args;         // count
-  Diag diag;              // diagnostics for the model file
-  Arena arena;            // compiler memory
-  Source src;             // the model file, parsed (source_load)
-  Graph graph;            // the IR
-  TrainConfig tc;         // training configuration (training pass)
-  PartitionOptions po;    // --stages, --split, --flops-rate, --bandwidth, --mem-cap
-  Program prog;           // per-rank action lists (schedule pass) and each rank's memory plan
-                          // (memplan pass: prog.ranks[r].plan)
-  SchedKind sched;        // --schedule (S > 1; default 1f1b)
-  int virt;               // --virtual V: stages per rank (interleaved; the partition cuts S x V)
-  SchedStats stats;       // S > 1: the lock-step simulation's prediction (schedule's checker)
-  const char *svg;        // plan --svg FILE: the schedule's picture (compiler/plan_out.c) or NULL
-  const char *json;       // plan --json FILE: the plan as data or NULL
-  const char *costs_path; // --costs FILE: measured costs (costs.h) or NULL
-  Costs costs;            // the costs file, read before the passes
-  Diag costs_diag;        // its diagnostics (FILE:LINE:COL of the costs file)
-  bool profile;           // the profile command: codegen with timing hooks, into a temporary dir
+  const char *command;     // check, print, ...
+  const char *model;       // model file path
+  const char *dump_after;  // --dump-after's list of pass names (comma-separated) or NULL
+  const char *stop_after;  // --stop-after's pass name or NULL
+  bool dump[MAX_PASSES];   // per pass row: print its result after it ran
+  int last;                // the last pass row to run
+  bool time_passes;        // print pass timings to stderr
+  DiagFormat diag_format;  // --diagnostics-format (text, json, sarif)
+  const char **defines;    // -D NAME=VALUE
+  int ndefines;            // entries in defines
+  const char **sets;       // --set KEY=VALUE (training overrides)
+  int nsets;               // entries in sets
+  const char *out_dir;     // -o DIR
+  const char *out;         // where codegen writes (out_dir or out/MODEL-NAME)
+  const char *target;      // --target
+  const char *cuda_arch;   // --cuda-arch LIST (cuda target; NULL: CMake's PIPEC_CUDA_ARCHS)
+  bool march_native;       // --march=native: build the program for this machine
+  bool build;              // codegen also builds OUT/bin/train (compile, run)
+  bool no_build;           // --no-build: compile writes the sources and a manifest, builds nothing
+  const char *depfile;     // --depfile FILE: a Make-style dependency file (compile, run) or NULL
+  char *cmdline;           // the command line as typed (getopt permutes argv)
+  char **prog_args;        // run: arguments after "--" for the program
+  int nprog_args;          // count
+  Diag diag;               // diagnostics for the model file
+  Arena arena;             // compiler memory
+  Source src;              // the model file, parsed (source_load)
+  Graph graph;             // the IR
+  TrainConfig tc;          // training configuration (training pass)
+  PartitionOptions po;     // --stages, --split, --flops-rate, --bandwidth, --mem-cap
+  Program prog;            // per-rank action lists (schedule pass) and each rank's memory plan
+                           // (memplan pass: prog.ranks[r].plan)
+  SchedKind sched;         // --schedule (S > 1; default 1f1b)
+  int virt;                // --virtual V: stages per rank (interleaved; the partition cuts S x V)
+  SchedStats stats;        // S > 1: the lock-step simulation's prediction (schedule's checker)
+  const char *svg;         // plan --svg FILE: the schedule's picture (compiler/plan_out.c) or NULL
+  const char *json;        // plan --json FILE: the plan as data or NULL
+  const char *costs_path;  // --costs FILE: measured costs (costs.h) or NULL
+  Costs costs;             // the costs file, read before the passes
+  Diag costs_diag;         // its diagnostics (FILE:LINE:COL of the costs file)
+  bool profile;            // the profile command: codegen with timing hooks, into a temporary dir
   const char *profile_out; // profile: the costs file written (-o; default costs.json)
 } Driver;
 
@@ -683,8 +683,7 @@ static int finish_profile(Driver *dr) {
     fprintf(stderr, "pipec: profile: the profiled program failed (%s %d)\n",
             WIFEXITED(ws) ? "exit status" : "signal",
             WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws));
-  else if (costs_from_profile(&dr->prog, sched_name(dr->sched), raw, dr->profile_out,
-                              &dr->diag)) {
+  else if (costs_from_profile(&dr->prog, sched_name(dr->sched), raw, dr->profile_out, &dr->diag)) {
     fprintf(stderr, "pipec: wrote %s (%d stages, %s)\n", dr->profile_out, dr->prog.nranks,
             sched_name(dr->sched));
     status = 0;
@@ -959,8 +958,8 @@ int main(int argc, char **argv) {
   for (int i = 0; i < NCOMMANDS; i++)
     if (strcmp(dr.command, commands[i].name) == 0) cmd = &commands[i];
   if (!cmd)
-    rc = usage_error("unknown command '%s' (check, print, plan, compile, run, profile)",
-                     dr.command);
+    rc =
+        usage_error("unknown command '%s' (check, print, plan, compile, run, profile)", dr.command);
   else if (npos < 2)
     rc = usage_error("'%s' needs a model file", dr.command);
   else if (strcmp(dr.target, "cpu") != 0 && strcmp(dr.target, "cuda") != 0)
@@ -1031,8 +1030,7 @@ int main(int argc, char **argv) {
   if (dr.profile) { // the program lives in a temporary directory (finish_profile removes it)
     char *tmpl = arena_strdup(&dr.arena, "/tmp/pipec-profile-XXXXXX");
     if (!mkdtemp(tmpl)) {
-      fprintf(stderr, "pipec: profile: cannot create a temporary directory: %s\n",
-              strerror(errno));
+      fprintf(stderr, "pipec: profile: cannot create a temporary directory: %s\n", strerror(errno));
       RETURN(EXIT_MODEL);
     }
     dr.out = tmpl;

@@ -16,10 +16,10 @@
 #include "pipeline.h"
 
 typedef struct SimStage {
-  double f, b, w;   // compute seconds
-  double xf, xg;    // seconds of the activations arriving at it, of the gradients it sends back
-  double opt;       // optimizer seconds of its parameters
-  bool fits;        // under the memory cap
+  double f, b, w; // compute seconds
+  double xf, xg;  // seconds of the activations arriving at it, of the gradients it sends back
+  double opt;     // optimizer seconds of its parameters
+  bool fits;      // under the memory cap
 } SimStage;
 
 // Stage r of nv covering units [a, b) (partition_stage_cost's sums, kept apart).
@@ -136,8 +136,8 @@ static double replay(const Orders *o, int S, int nv, int M, const SimStage *st) 
   return span;
 }
 
-static double simulate_with(const CutProblem *cp, const Orders *o, int S, int V,
-                            const int *starts, SimStage *st) {
+static double simulate_with(const CutProblem *cp, const Orders *o, int S, int V, const int *starts,
+                            SimStage *st) {
   int nv = S * V;
   for (int v = 0; v < nv; v++) {
     st[v] = stage_of(cp, nv, v, starts[v], v + 1 < nv ? starts[v + 1] : cp->n);

@@ -342,8 +342,7 @@ bool schedule_print_grid(const Program *p, FILE *out, Diag *d) {
 }
 
 // With a costs file (p->costs): its stage costs, transfers and optimizer seconds.
-static bool predict_measured(const Program *p, SchedStats *st, Arena *a, double *opt_max,
-                             Diag *d) {
+static bool predict_measured(const Program *p, SchedStats *st, Arena *a, double *opt_max, Diag *d) {
   StageCost *cost = ARENA_ARRAY(a, StageCost, p->nv);
   double *xfer = ARENA_ARRAY(a, double, p->nch + 1), *opt = ARENA_ARRAY(a, double, p->nranks);
   costs_stage_costs(p->costs, p, cost, xfer, opt);

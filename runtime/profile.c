@@ -30,11 +30,11 @@ typedef struct Samples {
 } Samples;
 
 static struct {
-  bool on;              // recording (between pr_prof_begin and pr_prof_finish)
-  const char *path;     // --profile FILE
+  bool on;                 // recording (between pr_prof_begin and pr_prof_finish)
+  const char *path;        // --profile FILE
   Samples s[PROF_MAXV][3]; // per (stage, F / B / W)
-  Samples opt;          // the step end's optimizer, per step
-  bool any;             // a pr_prof_act call was seen (the program has the hooks)
+  Samples opt;             // the step end's optimizer, per step
+  bool any;                // a pr_prof_act call was seen (the program has the hooks)
 } prof;
 
 static void push(Samples *s, double x) {
@@ -149,7 +149,8 @@ void pr_prof_finish(const PrComm *c) {
       fprintf(f, "%s%.9g", r ? ", " : "", o > 0 ? o : 0);
     }
     fprintf(f, "],\n  \"pingpong_bytes\": [");
-    for (int k = 0; k < PROF_SIZES; k++) fprintf(f, "%s%lld", k ? ", " : "", (long long)prof_bytes[k]);
+    for (int k = 0; k < PROF_SIZES; k++)
+      fprintf(f, "%s%lld", k ? ", " : "", (long long)prof_bytes[k]);
     fprintf(f, "],\n  \"pingpong_seconds\": [");
     for (int r = 0; r + 1 < S; r++) {
       fprintf(f, "%s[", r ? ", " : "");
