@@ -35,47 +35,47 @@ enum { EXIT_MODEL = 1, EXIT_USAGE = 2, MAX_PASSES = 16 };
 enum { OPT_DIAG_FORMAT = 256, OPT_NO_BUILD, OPT_DEPFILE, OPT_SVG, OPT_JSON, OPT_COSTS };
 
 typedef struct Driver {
-  const char *command;     // check, print, ...
-  const char *model;       // model file path
-  const char *dump_after;  // --dump-after's list of pass names (comma-separated) or NULL
-  const char *stop_after;  // --stop-after's pass name or NULL
-  bool dump[MAX_PASSES];   // per pass row: print its result after it ran
-  int last;                // the last pass row to run
-  bool time_passes;        // print pass timings to stderr
-  DiagFormat diag_format;  // --diagnostics-format (text, json, sarif)
-  const char **defines;    // -D NAME=VALUE
-  int ndefines;            // entries in defines
-  const char **sets;       // --set KEY=VALUE (training overrides)
-  int nsets;               // entries in sets
-  const char *out_dir;     // -o DIR
-  const char *out;         // where codegen writes (out_dir or out/MODEL-NAME)
-  const char *target;      // --target
-  const char *cuda_arch;   // --cuda-arch LIST (cuda target; NULL: CMake's PIPEC_CUDA_ARCHS)
-  bool march_native;       // --march=native: build the program for this machine
-  bool build;              // codegen also builds OUT/bin/train (compile, run)
-  bool no_build;           // --no-build: compile writes the sources and a manifest, builds nothing
-  const char *depfile;     // --depfile FILE: a Make-style dependency file (compile, run) or NULL
-  char *cmdline;           // the command line as typed (getopt permutes argv)
-  char **prog_args;        // run: arguments after "--" for the program
-  int nprog_args;          // count
-  Diag diag;               // diagnostics for the model file
-  Arena arena;             // compiler memory
-  Source src;              // the model file, parsed (source_load)
-  Graph graph;             // the IR
-  TrainConfig tc;          // training configuration (training pass)
-  PartitionOptions po;     // --stages, --split, --flops-rate, --bandwidth, --mem-cap
-  Program prog;            // per-rank action lists (schedule pass) and each rank's memory plan
-                           // (memplan pass: prog.ranks[r].plan)
-  SchedKind sched;         // --schedule (S > 1; default 1f1b)
-  int virt;                // --virtual V: stages per rank (interleaved; the partition cuts S x V)
-  SchedStats stats;        // S > 1: the lock-step simulation's prediction (schedule's checker)
-  const char *svg;         // plan --svg FILE: the schedule's picture (compiler/plan_out.c) or NULL
-  const char *json;        // plan --json FILE: the plan as data or NULL
-  const char *costs_path;  // --costs FILE: measured costs (costs.h) or NULL
-  Costs costs;             // the costs file, read before the passes
-  Diag costs_diag;         // its diagnostics (FILE:LINE:COL of the costs file)
-  bool profile;            // the profile command: codegen with timing hooks, into a temporary dir
-  const char *profile_out; // profile: the costs file written (-o; default costs.json)
+  const char *command;    // check, print, ...
+  const char *model;      // model file path
+  const char *dump_after; // --dump-after's list of pass names (comma-separated) or NULL
+  const char *stop_after; // --stop-after's pass name or NULL
+  bool dump[MAX_PASSES];  // per pass row: print its result after it ran
+  int last;               // the last pass row to run
+  bool time_passes;       // print pass timings to stderr
+  DiagFormat diag_format; // --diagnostics-format (text, json, sarif)
+  const char **defines;   // -D NAME=VALUE
+  int ndefines;           // entries in defines
+  const char **sets;      // --set KEY=VALUE (training overrides)
+  int nsets;              // entries in sets
+  const char *out_dir;    // -o DIR
+  const char *out;        // where codegen writes (out_dir or out/MODEL-NAME)
+  const char *target;     // --target
+  const char *cuda_arch;  // --cuda-arch LIST (cuda target; NULL: CMake's PIPEC_CUDA_ARCHS)
+  bool march_native;      // --march=native: build the program for this machine
+  bool build;             // codegen also builds OUT/bin/train (compile, run)
+  bool no_build;          // --no-build: compile writes the sources and a manifest, builds nothing
+  const char *depfile;    // --depfile FILE: a Make-style dependency file (compile, run) or NULL
+  char *cmdline;          // the command line as typed (getopt permutes argv)
+  char **prog_args;       // run: arguments after "--" for the program
+  int nprog_args;         // count
+  Diag diag;              // diagnostics for the model file
+  Arena arena;            // compiler memory
+  Source src;             // the model file, parsed (source_load)
+  Graph graph;            // the IR
+  TrainConfig tc;         // training configuration (training pass)
+  PartitionOptions po;    // --stages, --split, --flops-rate, --bandwidth, --mem-cap
+  Program prog;           // per-rank action lists (schedule pass) and each rank's memory plan
+                          // (memplan pass: prog.ranks[r].plan)
+  SchedKind sched;        // --schedule (S > 1; default 1f1b)
+  int virt;               // --virtual V: stages per rank (interleaved; the partition cuts S x V)
+  SchedStats stats;       // S > 1: the lock-step simulation's prediction (schedule's checker)
+  const char *svg;        // plan --svg FILE: the schedule's picture (compiler/plan_out.c) or NULL
+  const char *json;       // plan --json FILE: the plan as data or NULL
+  const char *costs_path; // --costs FILE: measured costs (costs.h) or NULL
+  Costs costs;            // the costs file, read before the passes
+  Diag costs_diag;        // its diagnostics (FILE:LINE:COL of the costs file)
+  bool profile;           // the profile command: codegen with timing hooks, into a temporary dir
+  const char *prof_out;   // profile: the costs file written (-o; default costs.json)
 } Driver;
 
 static double now(void) {
@@ -193,8 +193,9 @@ static bool run_build_files(Driver *dr, const CodegenOptions *co) {
 static bool run_codegen(Driver *dr) {
   if (!dr->out)
     dr->out = arena_printf(&dr->arena, "out/%s", mangle_dir(&dr->arena, dr->graph.name));
-  CodegenOptions co = {dr->out,   dr->cmdline,      dr->model,     dr->target,
-                       dr->build, dr->march_native, dr->cuda_arch, dr->profile};
+  CodegenOptions co = {dr->out,   dr->cmdline,      dr->model,    dr->target,
+                       dr->build, dr->march_native, dr->cuda_arch};
+  co.profile = dr->profile;
   for (int r = 0; r < dr->prog.nranks; r++)
     if (!codegen_c(&dr->prog, r, &co, &dr->diag)) return false;
   if (!codegen_launch(&dr->prog, &co, &dr->diag)) return false;
@@ -683,8 +684,8 @@ static int finish_profile(Driver *dr) {
     fprintf(stderr, "pipec: profile: the profiled program failed (%s %d)\n",
             WIFEXITED(ws) ? "exit status" : "signal",
             WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws));
-  else if (costs_from_profile(&dr->prog, sched_name(dr->sched), raw, dr->profile_out, &dr->diag)) {
-    fprintf(stderr, "pipec: wrote %s (%d stages, %s)\n", dr->profile_out, dr->prog.nranks,
+  else if (costs_from_profile(&dr->prog, sched_name(dr->sched), raw, dr->prof_out, &dr->diag)) {
+    fprintf(stderr, "pipec: wrote %s (%d stages, %s)\n", dr->prof_out, dr->prog.nranks,
             sched_name(dr->sched));
     status = 0;
   }
@@ -996,7 +997,7 @@ int main(int argc, char **argv) {
     else if (dr.no_build || dr.depfile)
       rc = usage_error("%s", "profile builds and runs its own program: no --no-build, --depfile");
     dr.profile = true;
-    dr.profile_out = dr.out_dir ? dr.out_dir : "costs.json";
+    dr.prof_out = dr.out_dir ? dr.out_dir : "costs.json";
     dr.out_dir = NULL;
   }
   if (!rc && dr.costs_path && (strcmp(cmd->name, "profile") == 0 || !multi_given(&dr)))

@@ -41,6 +41,7 @@ typedef enum ActionKind {
 } ActionKind;
 
 struct Channel;
+typedef struct Costs Costs; // a costs file (compiler/costs.h)
 
 typedef struct Action {
   ActionKind kind;          // what runs
@@ -121,7 +122,7 @@ typedef struct Program {
   double part_rate;      // FLOP/s the cost model used
   double part_bandwidth; // bytes/s the cost model used
   double part_cost;      // the slowest stage's predicted seconds per microbatch (F + B + W)
-  const struct Costs *costs; // --costs FILE (measured costs; costs.h) or NULL: the cost model
+  const Costs *costs;    // --costs FILE (measured costs; costs.h) or NULL: the cost model
 } Program;
 
 // ---- Partition (partition pass, compiler/partition.c)
@@ -135,7 +136,7 @@ typedef struct PartitionOptions {
   double flops_rate;  // FLOP/s of one rank (the automatic partitioner's compute rate)
   double bandwidth;   // bytes/s of one transfer between two ranks
   int64_t mem_cap;    // per-stage memory cap in bytes (estimate; 0: none)
-  const struct Costs *costs; // --costs FILE, bound to the graph (costs.h), or NULL
+  const Costs *costs; // --costs FILE, bound to the graph (costs.h), or NULL
   int sched;          // the schedule (SchedKind) the automatic partitioner simulates
   int virt;           // its stages per rank (V; 0 or 1: one)
 } PartitionOptions;
