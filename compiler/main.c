@@ -193,9 +193,8 @@ static bool run_build_files(Driver *dr, const CodegenOptions *co) {
 static bool run_codegen(Driver *dr) {
   if (!dr->out)
     dr->out = arena_printf(&dr->arena, "out/%s", mangle_dir(&dr->arena, dr->graph.name));
-  CodegenOptions co = {dr->out,   dr->cmdline,      dr->model,    dr->target,
-                       dr->build, dr->march_native, dr->cuda_arch};
-  co.profile = dr->profile;
+  CodegenOptions co = {dr->out,   dr->cmdline,      dr->model,     dr->target,
+                       dr->build, dr->march_native, dr->cuda_arch, dr->profile};
   for (int r = 0; r < dr->prog.nranks; r++)
     if (!codegen_c(&dr->prog, r, &co, &dr->diag)) return false;
   if (!codegen_launch(&dr->prog, &co, &dr->diag)) return false;
