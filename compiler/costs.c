@@ -281,6 +281,11 @@ bool costs_from_profile(const Program *p, const char *sched, const char *raw_pat
   int r = 0;
   for (const cJSON *x = optv->child; x; x = x->next, r++)
     fprintf(o, "%s%.9g", r ? ", " : "", cJSON_IsNumber(x) ? x->valuedouble : 0);
+  fprintf(o, "], \"step\": [");
+  const cJSON *stepv = cJSON_GetObjectItemCaseSensitive(raw, "step");
+  r = 0;
+  for (const cJSON *x = cJSON_IsArray(stepv) ? stepv->child : NULL; x; x = x->next, r++)
+    fprintf(o, "%s%.9g", r ? ", " : "", cJSON_IsNumber(x) ? x->valuedouble : 0);
   fprintf(o, "]},\n  \"link\": {\"latency\": %.9g, \"bandwidth\": %.9g},\n", lat, bw);
   fprintf(o, "  \"optimizer\": %.9g,\n  \"units\": [\n", pbytes > 0 ? opt_s / pbytes : 0);
   for (int u = 0; u < n; u++) {

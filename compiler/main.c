@@ -1040,6 +1040,8 @@ int main(int argc, char **argv) {
     dr.costs_diag.excerpts = true;
     if (!costs_load(&dr.costs, dr.costs_path, &dr.arena, &dr.costs_diag)) {
       costs_free(&dr.costs);
+      diag_free(&dr.costs_diag);
+  if (dr.costs_path) diag_free(&dr.costs_diag);
       RETURN(EXIT_MODEL);
     }
   }

@@ -471,6 +471,7 @@ double pr_median(double *v, int64_t n);
 // pr_prof_finish measures the links and writes FILE on rank 0 (comm NULL: one rank).
 void pr_prof_act(int kind, int v, double t0);
 void pr_prof_opt(double seconds);
+void pr_prof_step(double seconds); // a whole step (train_step and its step end)
 void pr_prof_begin(const char *path);
 void pr_prof_finish(const PrComm *comm);
 

@@ -3,13 +3,14 @@
 // optimizer seconds per rank, and the time of a message between neighbouring ranks at a few
 // sizes. The generated program of `pipec profile` brackets each F, B and W call with
 // pr_prof_act (a program compiled otherwise has no such calls: --profile then stops with an
-// error); nothing is recorded before pr_prof_begin (after the warm-up step). At the end
-// pr_prof_finish measures a ping-pong between ranks r and r + 1 for each r (the transport's
-// blocking point-to-point gather, every other rank idle), takes the medians, collects them on
-// rank 0 with one all-gather and writes there one JSON document (atomically: FILE.tmp renamed)
-// that `pipec profile` turns into a costs file (docs/pipeline.md, "Profiling and the
-// simulator"). Samples are kept in arrays grown by doubling: profiling runs are not the
-// allocation-free training runs tests/alloc checks.
+// error); nothing is recorded before pr_prof_begin (after the warm-up step). Each (stage, kind)
+// and the optimizer are summarised by a trimmed mean (trimmed_mean), the step by its median. At
+// the end pr_prof_finish measures a ping-pong between ranks r and r + 1 for each r (the transport's
+// blocking point-to-point gather, every other rank idle; the median round trip per size),
+// collects the summaries on rank 0 with one all-gather and writes there one JSON document
+// (atomically: FILE.tmp renamed) that `pipec profile` turns into a costs file (docs/pipeline.md,
+// "Profiling and the simulator"). Samples are kept in arrays grown by doubling: profiling runs are
+// not the allocation-free training runs tests/alloc checks.
 #include "pipert.h"
 
 #include <stdlib.h>
@@ -34,6 +35,7 @@ static struct {
   const char *path;        // --profile FILE
   Samples s[PROF_MAXV][3]; // per (stage, F / B / W)
   Samples opt;             // the step end's optimizer, per step
+  Samples step;            // whole steps (train_step and step end)
   bool any;                // a pr_prof_act call was seen (the program has the hooks)
 } prof;
 
@@ -60,6 +62,10 @@ void pr_prof_opt(double seconds) {
   if (prof.on) push(&prof.opt, seconds);
 }
 
+void pr_prof_step(double seconds) {
+  if (prof.on) push(&prof.step, seconds);
+}
+
 void pr_prof_begin(const char *path) {
   prCheck(prof.any,
           "compile the model with `pipec profile` (it builds the program with the timing hooks "
@@ -71,6 +77,17 @@ void pr_prof_begin(const char *path) {
 
 static double median_of(Samples *s) {
   return s->n ? pr_median(s->v, s->n) : -1;
+}
+
+// The mean without the lowest and highest tenth: robust to a rare stall, while it still counts
+// the regular sharing of a core (a median of actions shorter than a time slice would not).
+static double trimmed_mean(Samples *s) {
+  if (!s->n) return -1;
+  pr_median(s->v, s->n); // sorts
+  int64_t k = s->n / 10, n = 0;
+  double sum = 0;
+  for (int64_t i = k; i < s->n - k; i++) sum += s->v[i], n++;
+  return sum / (double)n;
 }
 
 // Rank `from` sends `bytes` to rank `to` and back, reps times; its median one-way seconds
@@ -90,15 +107,17 @@ void pr_prof_finish(const PrComm *c) {
   if (!prof.on) return;
   prof.on = false;
   int S = c ? c->nranks : 1, me = c ? c->rank : 0;
-  // Per rank: 3 medians per stage, the optimizer's median, one-way seconds per size to r + 1.
-  int n = 3 * PROF_MAXV + 1 + PROF_SIZES;
+  // Per rank: 3 means per stage, the optimizer's, one-way seconds per size to r + 1, the step's
+  // median.
+  int n = 3 * PROF_MAXV + 2 + PROF_SIZES;
   double *mine = calloc((size_t)n, sizeof(double)), *all = calloc((size_t)n * S, sizeof(double));
   char *buf = malloc((size_t)prof_bytes[PROF_SIZES - 1]);
   prCheck(mine && all && buf, "the machine is out of memory", "--profile: cannot allocate");
   memset(buf, 0, (size_t)prof_bytes[PROF_SIZES - 1]);
   for (int v = 0; v < PROF_MAXV; v++)
-    for (int k = 0; k < 3; k++) mine[3 * v + k] = median_of(&prof.s[v][k]);
-  mine[3 * PROF_MAXV] = median_of(&prof.opt);
+    for (int k = 0; k < 3; k++) mine[3 * v + k] = trimmed_mean(&prof.s[v][k]);
+  mine[3 * PROF_MAXV] = trimmed_mean(&prof.opt);
+  mine[3 * PROF_MAXV + 1 + PROF_SIZES] = median_of(&prof.step);
   for (int k = 0; k < PROF_SIZES; k++) mine[3 * PROF_MAXV + 1 + k] = -1;
   if (c) {
     c->transport->barrier();
@@ -148,6 +167,9 @@ void pr_prof_finish(const PrComm *c) {
       double o = all[(size_t)r * n + 3 * PROF_MAXV];
       fprintf(f, "%s%.9g", r ? ", " : "", o > 0 ? o : 0);
     }
+    fprintf(f, "],\n  \"step\": [");
+    for (int r = 0; r < S; r++)
+      fprintf(f, "%s%.9g", r ? ", " : "", all[(size_t)r * n + 3 * PROF_MAXV + 1 + PROF_SIZES]);
     fprintf(f, "],\n  \"pingpong_bytes\": [");
     for (int k = 0; k < PROF_SIZES; k++)
       fprintf(f, "%s%lld", k ? ", " : "", (long long)prof_bytes[k]);
@@ -171,4 +193,5 @@ void pr_prof_finish(const PrComm *c) {
   for (int v = 0; v < PROF_MAXV; v++)
     for (int k = 0; k < 3; k++) free(prof.s[v][k].v);
   free(prof.opt.v);
+  free(prof.step.v);
 }

@@ -366,6 +366,7 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
     double loss = p->train_step(step, o.seed);
     loss = step_end(&t, step, loss, lr);
     if (done < timed) step_ms[done] = (pr_now() - ts) * 1e3;
+    pr_prof_step(pr_now() - ts);
     done++;
     if (loss_log) fprintf(loss_log, "%lld %.9g\n", (long long)step, loss);
     if (!o.quiet && reporter &&
