@@ -94,6 +94,13 @@ for S in $stages; do
     fi
     extra=()
     [[ $sched == interleaved ]] && extra=(--virtual 2)
+    # A V-shaped schedule (zb-v) may want two stages per rank said explicitly.
+    if ! "$pipec" plan "$tmp/gpt_bench.json" --stages "$S" --schedule "$sched" --microbatches "$M" \
+      --batch $((2 * M)) "${extra[@]}" >/dev/null 2>&1 &&
+      "$pipec" plan "$tmp/gpt_bench.json" --stages "$S" --schedule "$sched" --microbatches "$M" \
+        --batch $((2 * M)) --virtual 2 >/dev/null 2>&1; then
+      extra=(--virtual 2)
+    fi
     if run_case "$tmp/gpt_bench.json" "$S" "$sched" "${extra[@]}"; then
       echo "| $sched | $S | $pred | $meas | $(err "$pred" "$meas") | $prof |"
     else
