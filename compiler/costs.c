@@ -48,6 +48,12 @@ bool costs_load(Costs *c, const char *path, Arena *a, Diag *d) {
   Source *src = arena_alloc(a, sizeof *src);
   memset(src, 0, sizeof *src);
   c->src = src;
+  FILE *f = fopen(path, "rb"); // source_load's message would call it the model file
+  if (!f) {
+    diag_error(d, (Loc){0, 0}, "cannot open the costs file: %s", strerror(errno));
+    return false;
+  }
+  fclose(f);
   if (!source_load(src, a, path, d)) return false;
   JsonIn j = {src, d, a};
   const cJSON *root = src->root, *it;
@@ -120,9 +126,9 @@ bool costs_bind(Costs *c, Graph *g, const TrainConfig *tc, Diag *d) {
     }
     if (found < 0) {
       diag_error(d, (Loc){0, 0},
-                 "has no unit '%s' of model '%s' (it was measured on '%s'): run pipec profile "
-                 "on this model",
-                 label[u], g->name, c->model);
+                 "has no unit '%s' of model '%s'%s: run pipec profile on this model", label[u],
+                 g->name,
+                 *c->model ? arena_printf(g->arena, " (it was measured on '%s')", c->model) : "");
       return false;
     }
     idx[u] = found;

@@ -358,7 +358,8 @@ static void usage(FILE *f) {
       "  run MODEL [-- PROGRAM-OPTIONS]   compile, build and run it (pass --help after -- for\n"
       "                  the program's own options: --steps, --lr, --data, --init, --save, ...)\n"
       "  profile MODEL --stages S [-o COSTS] [-- PROGRAM-OPTIONS]\n"
-      "                  build the pipeline with timing hooks in a temporary directory, run it\n"
+      "                  build the pipeline with timing hooks in a temporary directory ($TMPDIR), "
+      "run it\n"
       "                  (20 steps unless -- --steps N) and write the measured F, B and W\n"
       "                  seconds per unit, link latency and bandwidth and optimizer rate to\n"
       "                  COSTS (default costs.json), for --costs (docs/pipeline.md)\n"
@@ -1028,7 +1029,8 @@ int main(int argc, char **argv) {
   dr.po.sched = (int)dr.sched;
   dr.po.virt = dr.virt;
   if (dr.profile) { // the program lives in a temporary directory (finish_profile removes it)
-    char *tmpl = arena_strdup(&dr.arena, "/tmp/pipec-profile-XXXXXX");
+    const char *td = getenv("TMPDIR");
+    char *tmpl = arena_printf(&dr.arena, "%s/pipec-profile-XXXXXX", td && *td ? td : "/tmp");
     if (!mkdtemp(tmpl)) {
       fprintf(stderr, "pipec: profile: cannot create a temporary directory: %s\n", strerror(errno));
       RETURN(EXIT_MODEL);
@@ -1038,10 +1040,12 @@ int main(int argc, char **argv) {
   if (dr.costs_path) {
     diag_init(&dr.costs_diag, dr.costs_path, stderr);
     dr.costs_diag.excerpts = true;
+    dr.costs_diag.format = dr.diag_format; // its errors are the document (the model has none)
     if (!costs_load(&dr.costs, dr.costs_path, &dr.arena, &dr.costs_diag)) {
+      diag_write(&dr.costs_diag, PIPEC_VERSION);
       costs_free(&dr.costs);
       diag_free(&dr.costs_diag);
-  if (dr.costs_path) diag_free(&dr.costs_diag);
+      if (dr.costs_path) diag_free(&dr.costs_diag);
       RETURN(EXIT_MODEL);
     }
   }
@@ -1061,7 +1065,9 @@ int main(int argc, char **argv) {
     status = cmd->finish(&dr);
   else if (ok && multi && cmd && strcmp(cmd->name, "plan") == 0 && dr.last == sched)
     status = finish_plan_pipeline(&dr);
-  diag_write(&dr.diag, PIPEC_VERSION); // the machine-readable formats' document (text: nothing)
+  // The machine-readable formats' document (text: nothing): the costs file's when it stopped
+  // the passes (costs_bind), else the model's.
+  diag_write(dr.costs_path && dr.costs_diag.errors ? &dr.costs_diag : &dr.diag, PIPEC_VERSION);
   source_free(&dr.src);
   costs_free(&dr.costs);
   if (dr.profile) remove_tree(dr.out); // (finish_profile did, unless a pass failed)

@@ -80,7 +80,16 @@ expect costs-other-model 1 "^$tmp/short.json: error: has no unit 'loss' of model
   "$pipec" plan $mlp --stages 2 --costs "$tmp/short.json"
 printf '{"pipec_costs": 1,' >"$tmp/trunc.json"
 expect costs-not-json 1 "^$tmp/trunc.json:1:" "$pipec" plan $mlp --stages 2 --costs "$tmp/trunc.json"
-expect costs-missing 1 "$tmp/none.json" "$pipec" plan $mlp --stages 2 --costs "$tmp/none.json"
+expect costs-missing 1 "^$tmp/none.json: error: cannot open the costs file: No such file or directory$" \
+  "$pipec" plan $mlp --stages 2 --costs "$tmp/none.json"
+# --diagnostics-format json: stderr is the costs file's document, one record with its position.
+"$pipec" plan $mlp --stages 2 --costs "$tmp/typo.json" --diagnostics-format json 2>"$tmp/doc.json" >/dev/null
+check "costs error as a JSON document" python3 - "$tmp/doc.json" "$tmp/typo.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert len(d) == 1 and d[0]["file"] == sys.argv[2] and d[0]["line"] == 1, d
+assert d[0]["message"] == "link: unknown key 'bandwith' (did you mean 'bandwidth'?)", d
+PY
 expect costs-one-stage 2 "^pipec: --costs is for a pipeline's plan, compile or run \(--stages >= 2\)$" \
   "$pipec" plan $mlp --costs "$tmp/hand.json"
 expect profile-one-stage 2 "^pipec: profile measures a pipeline: it needs --stages >= 2 \(or --split\)$" \
@@ -95,7 +104,8 @@ check "program not profiled: the hint" grep -qE '^\[rank [01]\] HINT: compile th
 
 # ---- pipec profile end to end (S = 2): the file's structure, every measurement positive where
 # it must be, and plan reads it.
-if "$pipec" profile $mlp --stages 2 --microbatches 2 -o "$tmp/mlp-costs.json" -- --steps 6 >"$tmp/prof.out" 2>&1; then
+mkdir "$tmp/t"
+if TMPDIR=$tmp/t "$pipec" profile $mlp --stages 2 --microbatches 2 -o "$tmp/mlp-costs.json" -- --steps 6 >"$tmp/prof.out" 2>&1; then
   ok
   check "profile: structure and positive values" python3 - "$tmp/mlp-costs.json" <<'PY'
 import json, sys
@@ -117,5 +127,5 @@ PY
 else
   bad "pipec profile: $(tail -n 5 "$tmp/prof.out")"
 fi
-check "profile leaves no temporary directory" test -z "$(find /tmp -maxdepth 1 -name 'pipec-profile-*' -newer "$tmp/hand.json" 2>/dev/null)"
+check "profile leaves no temporary directory" test -z "$(ls -A "$tmp/t")"
 finish
