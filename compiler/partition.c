@@ -844,8 +844,12 @@ void partition_print(const Program *p, FILE *out) {
   int64_t mb = p->tc->mb_size;
   fprintf(out, "partition of %s: %d stage%s (%s), microbatch of %lld rows, M %d\n", g->name, S,
           S == 1 ? "" : "s", p->part_how, (long long)mb, p->M);
-  fprintf(out, "cost model: FLOPs at %g GFLOP/s, transfers at %g GB/s (per rank)\n",
-          p->part_rate / 1e9, p->part_bandwidth / 1e9);
+  if (p->costs) // measured seconds (costs.h) in the time lines
+    fprintf(out, "cost model: measured (%s), transfers %.1f us + bytes at %.3g GB/s\n",
+            p->costs->path, p->costs->latency * 1e6, p->costs->bandwidth / 1e9);
+  else
+    fprintf(out, "cost model: FLOPs at %g GFLOP/s, transfers at %g GB/s (per rank)\n",
+            p->part_rate / 1e9, p->part_bandwidth / 1e9);
   double *flops = ARENA_ARRAY(a, double, S), *act = ARENA_ARRAY(a, double, S),
          *sent = ARENA_ARRAY(a, double, S), *gsent = ARENA_ARRAY(a, double, S),
          *recv = ARENA_ARRAY(a, double, S), *pbytes = ARENA_ARRAY(a, double, S);
@@ -901,8 +905,14 @@ void partition_print(const Program *p, FILE *out) {
     int inflight = S - v < p->M ? S - v : p->M;
     fprintf(out, "  memory    %s estimated (params, grads, optimizer state; acts x %d in flight)\n",
             human(b1, sizeof b1, pbytes[v] + act[v] * inflight, "B"), inflight);
-    fprintf(out, "  time      %.3f ms per microbatch predicted\n",
-            1e3 * (flops[v] / p->part_rate + recv[v] / p->part_bandwidth));
+    double sec = flops[v] / p->part_rate + recv[v] / p->part_bandwidth;
+    if (p->costs) { // its nodes' measured seconds, its received messages at the measured link
+      sec = recv[v] > 0 ? p->costs->latency + recv[v] / p->costs->bandwidth : 0;
+      const Segment *sg[3] = {&s->f, &s->b, &s->w};
+      for (int k = 0; k < 3; k++)
+        for (int i = 0; i < sg[k]->n; i++) sec += p->costs->node_s[sg[k]->nodes[i]->id];
+    }
+    fprintf(out, "  time      %.3f ms per microbatch predicted\n", 1e3 * sec);
   }
   // The tensors that cross, each with its consuming stages.
   for (int i = 0; i < g->nfwd; i++) {

@@ -37,6 +37,10 @@ for s in gpipe 1f1b; do
   out=$("$pipec" plan $mlp --stages 2 --split fc2 --microbatches 2 --schedule $s --costs "$tmp/hand.json" 2>&1)
   check "hand $s: $(pred "$out")" test "$(pred "$out")" = "9.000 ms"
 done
+# The partition table's time lines are the measured seconds too: F + B + W = 3 ms per stage.
+times=$(grep -E '^(cost model|  time)' <<<"$out" | paste -sd'|' -)
+check "partition table at the costs: $times" test "$times" = \
+  "cost model: measured ($tmp/hand.json), transfers 0.0 us + bytes at 1e+21 GB/s|  time      3.000 ms per microbatch predicted|  time      3.000 ms per microbatch predicted"
 costs "$tmp/hand-opt.json" 1 2 1 1 1 0 0 0 0 0 1e-8
 out=$("$pipec" plan $mlp --stages 2 --split fc2 --microbatches 2 --schedule gpipe --costs "$tmp/hand-opt.json" 2>&1)
 check "hand with the optimizer: $(pred "$out")" test "$(pred "$out")" = "9.712 ms"
