@@ -182,6 +182,17 @@ void costs_stage_costs(const Costs *c, const Program *p, StageCost *cost, double
     bool local = p->vs[ch->from_v].rank == p->vs[ch->to_v].rank;
     xfer[i] = local ? 0 : c->latency + (double)ch->bytes / c->bandwidth;
   }
+  // The step end's messages, which every rank waits for before its optimizer: each tied
+  // parameter's gradient partial sums between its holders' ranks (one transfer of its bytes,
+  // both ways at once), then the loss and norm all-gather (a latency).
+  double ex = p->nranks > 1 ? c->latency : 0;
+  for (int i = 0; i < p->nex; i++) {
+    const Exchange *e = &p->ex[i];
+    bool remote = false;
+    for (int k = 1; k < e->n; k++) remote |= p->vs[e->stages[k]].rank != p->vs[e->stages[0]].rank;
+    if (remote) ex += c->latency + param_bytes(e->param) / c->bandwidth;
+  }
+  for (int r = 0; r < p->nranks; r++) opt[r] += ex;
 }
 
 // ---- pipec profile

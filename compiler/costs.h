@@ -44,7 +44,9 @@ double costs_weight(const Node *n, int64_t mb);
 
 // Per stage F / B / W seconds from the bound costs (sums over each stage's segments), per channel
 // the transfer seconds (latency + bytes / bandwidth; 0 between two stages of one rank) and per
-// rank the step end's optimizer seconds. xfer: p->nch entries, opt: p->nranks entries.
+// rank the step end's seconds after the last compute action: its optimizer over its parameters'
+// bytes plus the step end's messages (tied gradients between ranks, the norm's all-gather).
+// xfer: p->nch entries, opt: p->nranks entries.
 void costs_stage_costs(const Costs *c, const Program *p, StageCost *cost, double *xfer,
                        double *opt);
 

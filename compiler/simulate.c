@@ -370,7 +370,7 @@ bool schedule_print_prediction(const Program *p, FILE *out, Diag *d) {
     if (ok)
       fprintf(out,
               "predicted step time %.3f ms, bubble %.1f%% (measured costs from %s: links %.1f us "
-              "+ bytes at %.3g GB/s, optimizer %.3f ms)\n",
+              "+ bytes at %.3g GB/s, step end %.3f ms)\n",
               st.span * 1e3, st.bubble * 100, p->costs->path, p->costs->latency * 1e6,
               p->costs->bandwidth / 1e9, om * 1e3);
     arena_free(&a);

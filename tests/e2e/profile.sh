@@ -9,6 +9,8 @@ root=$2
 . "$root/tests/e2e/lib.sh"
 cd "$root" || exit 1
 mlp=samples/mlp_digits.json
+py=/usr/bin/python3
+[ -x $py ] || py=python3
 
 # costs FILE F1 W1 F2 B2 W2 FL BL WL FLOSS BLOSS OPT: a costs file for mlp_digits (units fc1,
 # relu1, fc2, relu2, logits, loss), in ms per microbatch; links free; OPT s per parameter byte.
@@ -44,7 +46,18 @@ check "partition table at the costs: $times" test "$times" = \
 costs "$tmp/hand-opt.json" 1 2 1 1 1 0 0 0 0 0 1e-8
 out=$("$pipec" plan $mlp --stages 2 --split fc2 --microbatches 2 --schedule gpipe --costs "$tmp/hand-opt.json" 2>&1)
 check "hand with the optimizer: $(pred "$out")" test "$(pred "$out")" = "9.712 ms"
-[[ "$out" == *"measured costs from $tmp/hand-opt.json: links 0.0 us"*"optimizer 0.712 ms"* ]] && ok || bad "prediction line: $out"
+[[ "$out" == *"measured costs from $tmp/hand-opt.json: links 0.0 us"*"step end 0.712 ms)"* ]] && ok || bad "prediction line: $out"
+
+# The step end's messages: gpt_char at --split transformer.h.2, M = 1, free compute, a latency of
+# 1 ms on every message: the activation (1), its gradients back (2), then the tied embedding's
+# gradient exchange between the ranks (3) and the loss and norm all-gather (4): 4 ms.
+"$py" -c '
+import json, sys
+u = ["transformer.wte", "transformer.emb"] + ["transformer.h.%d" % i for i in range(4)] + ["transformer.ln_f", "logits", "loss"]
+json.dump({"pipec_costs": 1, "link": {"latency": 0.001, "bandwidth": 1e30}, "optimizer": 0,
+           "units": [{"name": n, "f": 0, "b": 0, "w": 0} for n in u]}, open(sys.argv[1], "w"))' "$tmp/tied.json"
+out=$("$pipec" plan samples/gpt_char.json --stages 2 --split transformer.h.2 --schedule gpipe --costs "$tmp/tied.json" 2>&1)
+check "step end's messages: $(pred "$out")" test "$(pred "$out")" = "4.000 ms"
 
 # ---- The partitioner: units of 3 ms each (fc1, fc2, logits, loss): the dynamic program's best
 # slowest stage is the 6 | 6 cut before relu2, but stage 0 then updates fc1 and fc2 (99328
