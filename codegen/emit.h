@@ -25,6 +25,7 @@ typedef struct E {
   bool multi;            // the program has several ranks (PrComm, channels; S = 1: none)
   bool cuda;             // the CUDA target: pr_cu_ kernels over device regions (emit_cuda.c)
   Streams *st;           // multi: this rank's message streams (built on first use)
+  bool profile;          // time each F, B and W call (pr_prof_act; `pipec profile`)
 } E;
 
 void out(E *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

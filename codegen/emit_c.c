@@ -857,7 +857,8 @@ bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d) 
          .p = &rp->plan,
          .a = a,
          .multi = prog->nranks > 1,
-         .cuda = cuda};
+         .cuda = cuda,
+         .profile = o->profile};
   e.ident = ARENA_ARRAY(a, char *, g->ntensors);
   e.used = ARENA_ARRAY(a, bool, g->ntensors);
   for (int i = 0; i < g->ntensors; i++) e.ident[i] = (char *)mangle(&e, g->tensors[i]);

@@ -319,6 +319,8 @@ bool emit_rank_train_step(E *e, Diag *d) {
     int slot = s && x->m >= 0 ? x->m % s->K : 0;
     int acc = emit_acc(accumulated, x);
     if (pre[i]) out(e, "%s", pre[i]);
+    bool timed = e->profile && (x->kind == ACT_F || x->kind == ACT_B || x->kind == ACT_W);
+    if (timed) out(e, "  { double t_ = pr_now();\n");
     switch (x->kind) {
     case ACT_LOAD:
       out(e, "  %s // LOAD(v%d, m%d)\n",
@@ -402,6 +404,12 @@ bool emit_rank_train_step(E *e, Diag *d) {
     default:
       return internal(e, d, arena_printf(e->a, "unexpected action %s", action_name(x->kind)));
     }
+    if (timed)
+      out(e, "  pr_prof_act(%d, %d, t_); }\n",
+          x->kind == ACT_F   ? 0
+          : x->kind == ACT_B ? 1
+                             : 2,
+          x->v);
     if (post[i]) out(e, "%s", post[i]);
   }
   out(e, "  return loss / NMICRO;\n}\n\n");

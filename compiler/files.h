@@ -11,4 +11,8 @@
 // or the new one, never a part); false after reporting "cannot write 'path': why" through d.
 bool write_file_atomic(const char *path, const char *text, size_t len, Diag *d);
 
+// Removes path and, for a directory, everything under it (links not followed); quiet: for a
+// temporary directory (pipec profile).
+void remove_tree(const char *path);
+
 #endif

@@ -10,6 +10,7 @@
 #include <getopt.h>
 #include <stdarg.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +19,9 @@
 
 #include "../codegen/codegen.h"
 #include "../ir/ops.h"
+#include "costs.h"
 #include "diag_out.h"
+#include "files.h"
 #include "passes.h"
 #include "pipeline.h"
 #include "plan_out.h"
@@ -32,7 +35,8 @@
 
 enum { EXIT_MODEL = 1, EXIT_USAGE = 2, MAX_PASSES = 16 };
 // getopt values of the long options without a letter.
-enum { OPT_DIAG_FORMAT = 256, OPT_NO_BUILD, OPT_DEPFILE, OPT_SVG, OPT_JSON, OPT_EXPORT_CSV };
+enum { OPT_DIAG_FORMAT = 256, OPT_NO_BUILD, OPT_DEPFILE, OPT_SVG, OPT_JSON, OPT_EXPORT_CSV,
+       OPT_COSTS };
 enum { OPT_TOPOLOGY = 320 }; // --topology (its own line: other options extend the one above)
 enum { OPT_TRACE = 400, OPT_TRACE_STEP }; // plan --trace FILE [--trace-step N] (trace_in.c)
 
@@ -82,6 +86,11 @@ typedef struct Driver {
   int *gpu_of_rank;       // per rank its GPU (index into topo.gpu): the placement
   const char *trace;      // plan --trace FILE: --svg draws this --trace file's times, or NULL
   int trace_step;         // plan --trace-step N: its step to draw (-1: the first traced)
+  const char *costs_path; // --costs FILE: measured costs (costs.h) or NULL
+  Costs costs;            // the costs file, read before the passes
+  Diag costs_diag;        // its diagnostics (FILE:LINE:COL of the costs file)
+  bool profile;           // the profile command: codegen with timing hooks, into a temporary dir
+  const char *prof_out;   // profile: the costs file written (-o; default costs.json)
 } Driver;
 
 static double now(void) {
@@ -113,6 +122,10 @@ static bool run_autodiff(Driver *dr) {
 // With --virtual V the partition cuts S x V stages; stage v runs on the schedule's rank for it
 // (sched_rank_of, as sched_build sets it again), so the partition table names the right ranks.
 static bool run_partition(Driver *dr) {
+  if (dr->costs_path) { // the measured costs, bound to this graph's nodes
+    if (!costs_bind(&dr->costs, &dr->graph, &dr->tc, &dr->costs_diag)) return false;
+    dr->po.costs = &dr->costs;
+  }
   if (!pass_partition(&dr->graph, &dr->tc, &dr->po, &dr->prog, &dr->diag)) {
     if (dr->virt > 1 && !dr->virt_given) // zb-v: V = 2 implied
       diag_note(&dr->diag,
@@ -212,8 +225,8 @@ static bool run_build_files(Driver *dr, const CodegenOptions *co) {
 static bool run_codegen(Driver *dr) {
   if (!dr->out)
     dr->out = arena_printf(&dr->arena, "out/%s", mangle_dir(&dr->arena, dr->graph.name));
-  CodegenOptions co = {dr->out,   dr->cmdline,      dr->model,    dr->target,
-                       dr->build, dr->march_native, dr->cuda_arch};
+  CodegenOptions co = {dr->out,   dr->cmdline,      dr->model,     dr->target,
+                       dr->build, dr->march_native, dr->cuda_arch, dr->profile};
   for (int r = 0; r < dr->prog.nranks; r++)
     if (!codegen_c(&dr->prog, r, &co, &dr->diag)) return false;
   if (!codegen_launch(&dr->prog, &co, &dr->diag)) return false;
@@ -378,6 +391,12 @@ static void usage(FILE *f) {
       "                  OUT/launch.sh [PROGRAM-OPTIONS] under mpirun)\n"
       "  run MODEL [-- PROGRAM-OPTIONS]   compile, build and run it (pass --help after -- for\n"
       "                  the program's own options: --steps, --lr, --data, --init, --save, ...)\n"
+      "  profile MODEL --stages S [-o COSTS] [-- PROGRAM-OPTIONS]\n"
+      "                  build the pipeline with timing hooks in a temporary directory\n"
+      "                  (under $TMPDIR), run it (20 steps unless -- --steps N) and write\n"
+      "                  the measured F, B and W seconds per unit, link latency and\n"
+      "                  bandwidth and optimizer rate to COSTS (default costs.json), for\n"
+      "                  --costs (docs/pipeline.md)\n"
       "\n"
       "Options:\n"
       "  -D, --define NAME=VALUE  override the model's dims entry NAME (integer or expression)\n"
@@ -432,6 +451,9 @@ static void usage(FILE *f) {
       "      --topology FILE.xml  the machine's NCCL topology (NCCL_TOPO_DUMP_FILE's format): one\n"
       "                           GPU per rank, placed so consecutive stages get the fastest\n"
       "                           links, whose bandwidths then replace --bandwidth\n"
+      "      --costs FILE         measured costs (pipec profile's file): the automatic\n"
+      "                           partitioner and plan's predicted step time use them\n"
+      "                           instead of --flops-rate and --bandwidth\n"
       "      --mem-cap BYTES      memory cap per rank: the partitioner's estimate, then every\n"
       "                           rank's memory plan (plan, compile, run; default none)\n"
       "      --time-passes        print the time each pass and its checker took to stderr\n"
@@ -467,6 +489,11 @@ static bool arch_list_ok(const char *s) {
 }
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// The command line asks for a pipeline (--stages S > 1, or --split).
+static bool multi_given(const Driver *dr) {
+  return dr->po.stages > 1 || dr->po.nsplit;
+}
 static int usage_error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -767,6 +794,42 @@ static int finish_run(Driver *dr) {
   return EXIT_MODEL;
 }
 
+// profile: runs the program built with timing hooks (launch.sh --profile RAW), then turns its
+// measurement into the costs file; the temporary directory goes in every case.
+static int finish_profile(Driver *dr) {
+  fflush(stdout);
+  const char *raw = arena_printf(&dr->arena, "%s/profile.json", dr->out);
+  char **pa = ARENA_ARRAY(&dr->arena, char *, dr->nprog_args + 10);
+  int n = 0;
+  pa[n++] = arena_printf(&dr->arena, "%s/launch.sh", dr->out);
+  pa[n++] = "--steps", pa[n++] = "20", pa[n++] = "--eval-batches", pa[n++] = "1";
+  pa[n++] = "--quiet";
+  for (int i = 0; i < dr->nprog_args; i++) pa[n++] = dr->prog_args[i];
+  pa[n++] = "--profile", pa[n++] = (char *)raw;
+  pa[n] = NULL;
+  int status = EXIT_MODEL;
+  pid_t pid = fork();
+  if (pid == 0) {
+    execv(pa[0], pa);
+    fprintf(stderr, "pipec: cannot run %s: %s\n", pa[0], strerror(errno));
+    _exit(127);
+  }
+  int ws = 0;
+  if (pid < 0 || waitpid(pid, &ws, 0) < 0)
+    fprintf(stderr, "pipec: profile: cannot run %s: %s\n", pa[0], strerror(errno));
+  else if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+    fprintf(stderr, "pipec: profile: the profiled program failed (%s %d)\n",
+            WIFEXITED(ws) ? "exit status" : "signal",
+            WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws));
+  else if (costs_from_profile(&dr->prog, sched_name(dr->sched), raw, dr->prof_out, &dr->diag)) {
+    fprintf(stderr, "pipec: wrote %s (%d stages, %s)\n", dr->prof_out, dr->prog.nranks,
+            sched_name(dr->sched));
+    status = 0;
+  }
+  remove_tree(dr->out);
+  return status;
+}
+
 typedef struct Command {
   const char *name;          // check, print, ...
   const char *last;          // the last pass it runs (unless --dump-after/--stop-after say)
@@ -781,6 +844,7 @@ static const Command commands[] = {
     {"plan", "memplan", "memplan", false, finish_plan},
     {"compile", "codegen", "codegen", true, finish_compile},
     {"run", "codegen", "codegen", true, finish_run},
+    {"profile", "codegen", "codegen", true, finish_profile},
 };
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
 
@@ -895,6 +959,7 @@ int main(int argc, char **argv) {
       {"flops-rate", required_argument, NULL, 'F'},
       {"bandwidth", required_argument, NULL, 'W'},
       {"mem-cap", required_argument, NULL, 'C'},
+      {"costs", required_argument, NULL, OPT_COSTS},
       {"schedule", required_argument, NULL, 'K'},
       {"virtual", required_argument, NULL, 'v'},
       {"cuda-arch", required_argument, NULL, 'G'},
@@ -995,6 +1060,10 @@ int main(int argc, char **argv) {
       dr.trace_step = (int)v;
       break;
     }
+    case OPT_COSTS:
+      if (!*optarg) RETURN(usage_error("%s", "--costs: the file name is an empty string"));
+      dr.costs_path = optarg;
+      break;
     case OPT_SVG:
     case OPT_JSON:
     case OPT_EXPORT_CSV: {
@@ -1101,14 +1170,15 @@ int main(int argc, char **argv) {
   }
   int rc = 0;
   if (npos == 0) {
-    RETURN(usage_error("%s", "no command given (check, print, plan, compile, run)"));
+    RETURN(usage_error("%s", "no command given (check, print, plan, compile, run, profile)"));
   }
   dr.command = positional[0];
   const Command *cmd = NULL;
   for (int i = 0; i < NCOMMANDS; i++)
     if (strcmp(dr.command, commands[i].name) == 0) cmd = &commands[i];
   if (!cmd)
-    rc = usage_error("unknown command '%s' (check, print, plan, compile, run)", dr.command);
+    rc =
+        usage_error("unknown command '%s' (check, print, plan, compile, run, profile)", dr.command);
   else if (npos < 2)
     rc = usage_error("'%s' needs a model file", dr.command);
   else if (strcmp(dr.target, "cpu") != 0 && strcmp(dr.target, "cuda") != 0)
@@ -1122,8 +1192,9 @@ int main(int argc, char **argv) {
                            "is not the hot path)");
   else if (dr.out_dir && !*dr.out_dir)
     rc = usage_error("%s", "-o: the output directory is an empty string");
-  else if (dr.nprog_args && strcmp(dr.command, "run") != 0)
-    rc = usage_error("arguments after '--' are for 'run' only (got '%s')", dr.prog_args[0]);
+  else if (dr.nprog_args && strcmp(dr.command, "run") != 0 && strcmp(dr.command, "profile") != 0)
+    rc = usage_error("arguments after '--' are for 'run' and 'profile' only (got '%s')",
+                     dr.prog_args[0]);
   else
     rc = select_passes(&dr, cmd);
   if (!rc && dr.time_passes && dr.diag_format != DIAG_TEXT)
@@ -1145,6 +1216,20 @@ int main(int argc, char **argv) {
     rc = usage_error("--virtual %d needs --stages >= 2: interleaving runs the stages of several "
                      "ranks",
                      dr.virt);
+  if (!rc && strcmp(cmd->name, "profile") == 0) {
+    if (dr.po.stages <= 1 && !dr.po.nsplit)
+      rc = usage_error("%s", "profile measures a pipeline: it needs --stages >= 2 (or --split)");
+    else if (strcmp(dr.target, "cpu") != 0)
+      rc = usage_error("%s", "profile runs the cpu target only");
+    else if (dr.no_build || dr.depfile)
+      rc = usage_error("%s", "profile builds and runs its own program: no --no-build, --depfile");
+    dr.profile = true;
+    dr.prof_out = dr.out_dir ? dr.out_dir : "costs.json";
+    dr.out_dir = NULL;
+  }
+  if (!rc && dr.costs_path && (strcmp(cmd->name, "profile") == 0 || !multi_given(&dr)))
+    rc = usage_error("--costs is for a pipeline's plan, compile or run (--stages >= 2)%s",
+                     strcmp(cmd->name, "profile") == 0 ? ", not profile (it writes one)" : "");
   if (!rc && dr.virt > 1 && dr.po.stages && !dr.sched_csv)
     dr.po.stages *= dr.virt; // the partition cuts S x V (a CSV's: once it is read, below)
   // --no-build and --depfile: for the commands that write programs (docs/build-integration.md).
@@ -1175,6 +1260,29 @@ int main(int argc, char **argv) {
   }
   dr.model = positional[1];
   dr.out = dr.out_dir;
+  dr.po.sched = (int)dr.sched;
+  dr.po.virt = dr.virt;
+  if (dr.profile) { // the program lives in a temporary directory (finish_profile removes it)
+    const char *td = getenv("TMPDIR");
+    char *tmpl = arena_printf(&dr.arena, "%s/pipec-profile-XXXXXX", td && *td ? td : "/tmp");
+    if (!mkdtemp(tmpl)) {
+      fprintf(stderr, "pipec: profile: cannot create a temporary directory: %s\n", strerror(errno));
+      RETURN(EXIT_MODEL);
+    }
+    dr.out = tmpl;
+  }
+  if (dr.costs_path) {
+    diag_init(&dr.costs_diag, dr.costs_path, stderr);
+    dr.costs_diag.excerpts = true;
+    dr.costs_diag.format = dr.diag_format; // its errors are the document (the model has none)
+    if (!costs_load(&dr.costs, dr.costs_path, &dr.arena, &dr.costs_diag)) {
+      diag_write(&dr.costs_diag, PIPEC_VERSION);
+      costs_free(&dr.costs);
+      diag_free(&dr.costs_diag);
+      if (dr.costs_path) diag_free(&dr.costs_diag);
+      RETURN(EXIT_MODEL);
+    }
+  }
   dr.build = cmd->build && !dr.no_build;
 
   diag_init(&dr.diag, dr.model, stderr);
@@ -1201,7 +1309,11 @@ int main(int argc, char **argv) {
     status = cmd->finish(&dr);
   else if (ok && multi && cmd && strcmp(cmd->name, "plan") == 0 && dr.last == sched)
     status = finish_plan_pipeline(&dr);
-  diag_write(&dr.diag, PIPEC_VERSION); // the machine-readable formats' document (text: nothing)
+  // The machine-readable formats' document (text: nothing): the costs file's when it stopped
+  // the passes (costs_bind), else the model's.
+  diag_write(dr.costs_path && dr.costs_diag.errors ? &dr.costs_diag : &dr.diag, PIPEC_VERSION);
   source_free(&dr.src);
+  costs_free(&dr.costs);
+  if (dr.profile) remove_tree(dr.out); // (finish_profile did, unless a pass failed)
   RETURN(status);
 }

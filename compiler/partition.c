@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "../ir/ops.h"
+#include "costs.h"
 #include "pipeline.h"
 
 // ---- The dynamic program
@@ -216,6 +217,7 @@ typedef struct Part {
   int *unit_start;       // per unit: its first forward node (nunits + 1 entries)
   const char **label;    // per unit: block instance label or node name (--split)
   int *fstage;           // per forward node: its stage
+  bool refined;          // the simulated step moved the dynamic program's cut (place_auto)
 } Part;
 
 // The forward node a backward or step node follows: its forward node, or for a gradient sum the
@@ -270,6 +272,17 @@ static void make_units(Part *pt, bool by_node) {
         block_label(g->nodes + pt->unit_start[u], pt->unit_start[u + 1] - pt->unit_start[u], pt->a);
 }
 
+int partition_units(Graph *g, int *unit_of_node, const char ***label) {
+  Part pt = {.g = g, .a = g->arena, .nf = g->nfwd};
+  make_units(&pt, false);
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *f = anchor(g->nodes[i]);
+    unit_of_node[i] = f && f->id < pt.nf ? pt.unit_of[f->id] : -1;
+  }
+  *label = pt.label;
+  return pt.nunits;
+}
+
 static double tensor_bytes(const Part *pt, const Tensor *t) {
   return (double)shape_numel(&t->shape, pt->tc->mb_size) * dtype_size(t->dtype);
 }
@@ -290,12 +303,21 @@ static void build_problem(Part *pt, const PartitionOptions *o, CutProblem *cp) {
                      .M = (int)pt->tc->microbatches};
   cp->flops = ARENA_ARRAY(a, double, n + 1);
   cp->act_bytes = ARENA_ARRAY(a, double, n + 1);
+  cp->uf = ARENA_ARRAY(a, double, n + 1);
+  cp->ub = ARENA_ARRAY(a, double, n + 1);
+  cp->uw = ARENA_ARRAY(a, double, n + 1);
+  const Costs *cs = o->costs;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n0 = g->nodes[i], *f = anchor(n0);
     if (!f) continue;
     OpCost c = {0, 0};
     n0->op->cost(n0, pt->tc->mb_size, &c);
-    cp->flops[pt->unit_of[f->id]] += c.flops;
+    int u = pt->unit_of[f->id];
+    // Seconds: measured (the costs file's share of this node), else FLOPs at the rate.
+    double sec = cs ? cs->node_s[i] : c.flops / o->flops_rate;
+    double *role = n0->role == ROLE_FWD ? cp->uf : n0->role == ROLE_BWD ? cp->ub : cp->uw;
+    role[u] += sec;
+    cp->flops[u] += cs ? sec * o->flops_rate : c.flops; // the program's FLOPs / rate = seconds
     if (n0->role == ROLE_FWD)
       for (int k = 0; k < n0->nout; k++)
         cp->act_bytes[pt->unit_of[i]] += tensor_bytes(pt, n0->out[k]);
@@ -325,6 +347,11 @@ static void build_problem(Part *pt, const PartitionOptions *o, CutProblem *cp) {
   }
   // Parameters: value + gradient + optimizer state, on every unit that reads them.
   int slots = pt->tc->opt == OPT_ADAMW ? 2 : 1;
+  if (cs) {
+    cp->bandwidth = cs->bandwidth;
+    cp->latency = cs->latency;
+    cp->opt_per_byte = cs->opt_per_byte / (2 + slots); // CutParam.bytes counts 2 + slots copies
+  }
   int *pindex = ARENA_ARRAY(a, int, g->ntensors + 1);
   cp->p = ARENA_ARRAY(a, CutParam, g->nparams + 1);
   for (int i = 0; i < g->nparams; i++) {
@@ -465,6 +492,19 @@ static bool place_auto(Part *pt, const PartitionOptions *o, int S) {
   int *starts = ARENA_ARRAY(pt->a, int, S + 1);
   double best = partition_dp(&cp, S, starts, &scratch);
   arena_free(&scratch);
+  // With measured costs (--costs), the schedule's simulated step: keep the cut that shortens it.
+  // Without, the registry's estimate keeps the dynamic program's cut (its step would weigh
+  // guessed transfers against guessed FLOPs).
+  if (best < INFINITY && o->costs) {
+    int V = o->virt > 1 ? o->virt : 1, *ref = ARENA_ARRAY(pt->a, int, S + 1);
+    for (int v = 0; v < S; v++) ref[v] = starts[v];
+    double dp = partition_simulate(&cp, o->sched, S / V, V, starts);
+    double t = S % V == 0 ? partition_refine(&cp, o->sched, S / V, V, ref) : INFINITY;
+    if (t < dp * (1 - 1e-9)) {
+      starts = ref;
+      pt->refined = true;
+    }
+  }
   if (best == INFINITY) {
     diag_error(pt->d, (Loc){0, 0},
                "--mem-cap %lld: no cut into %d stages keeps every stage's estimated memory under "
@@ -495,6 +535,7 @@ bool pass_partition(Graph *g, const TrainConfig *tc, const PartitionOptions *o, 
   p->part_rate = o->flops_rate;
   p->part_bandwidth = o->bandwidth;
   p->rank_bw = o->rank_bw, p->rank_device = o->rank_device, p->nrank_bw = o->nranks;
+  p->costs = o->costs;
   if (o->nsplit && S != o->nsplit + 1) {
     diag_error(d, (Loc){0, 0}, "--split names %d cut%s, which make %d stages, but --stages is %d",
                o->nsplit, o->nsplit == 1 ? "" : "s", o->nsplit + 1, S);
@@ -518,6 +559,7 @@ bool pass_partition(Graph *g, const TrainConfig *tc, const PartitionOptions *o, 
   else
     p->part_how = "automatic", ok = place_auto(&pt, o, S);
   if (!ok) return false;
+  if (pt.refined) p->part_how = "automatic, moved for the simulated step";
   // Every node on a stage: forward nodes as placed, the rest after their anchor.
   p->nv = p->nranks = S;
   p->vstage_of_node = ARENA_ARRAY(a, int, g->nnodes + 1);
@@ -826,7 +868,10 @@ void partition_print(const Program *p, FILE *out) {
   int64_t mb = p->tc->mb_size;
   fprintf(out, "partition of %s: %d stage%s (%s), microbatch of %lld rows, M %d\n", g->name, S,
           S == 1 ? "" : "s", p->part_how, (long long)mb, p->M);
-  if (p->rank_bw)
+  if (p->costs) // measured seconds (costs.h) in the time lines
+    fprintf(out, "cost model: measured (%s), transfers %.1f us + bytes at %.3g GB/s\n",
+            p->costs->path, p->costs->latency * 1e6, p->costs->bandwidth / 1e9);
+  else if (p->rank_bw)
     fprintf(out, "cost model: FLOPs at %g GFLOP/s, transfers at the --topology links (per rank)\n",
             p->part_rate / 1e9);
   else
@@ -889,9 +934,14 @@ void partition_print(const Program *p, FILE *out) {
     int inflight = S - v < p->M ? S - v : p->M;
     fprintf(out, "  memory    %s estimated (params, grads, optimizer state; acts x %d in flight)\n",
             human(b1, sizeof b1, pbytes[v] + act[v] * inflight, "B"), inflight);
-    fprintf(out, "  time      %.3f ms per microbatch predicted\n",
-            1e3 *
-                (flops[v] / p->part_rate + (p->rank_bw ? recv_s[v] : recv[v] / p->part_bandwidth)));
+    double sec = flops[v] / p->part_rate + (p->rank_bw ? recv_s[v] : recv[v] / p->part_bandwidth);
+    if (p->costs) { // its nodes' measured seconds, its received messages at the measured link
+      sec = recv[v] > 0 ? p->costs->latency + recv[v] / p->costs->bandwidth : 0;
+      const Segment *sg[3] = {&s->f, &s->b, &s->w};
+      for (int k = 0; k < 3; k++)
+        for (int i = 0; i < sg[k]->n; i++) sec += p->costs->node_s[sg[k]->nodes[i]->id];
+    }
+    fprintf(out, "  time      %.3f ms per microbatch predicted\n", 1e3 * sec);
   }
   // The tensors that cross, each with its consuming stages.
   for (int i = 0; i < g->nfwd; i++) {

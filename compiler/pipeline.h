@@ -41,6 +41,7 @@ typedef enum ActionKind {
 } ActionKind;
 
 struct Channel;
+typedef struct Costs Costs; // a costs file (compiler/costs.h)
 
 typedef struct Action {
   ActionKind kind;          // what runs
@@ -126,6 +127,7 @@ typedef struct Program {
                          // (NULL: part_bandwidth between any two; program_link_bw reads it)
   int *rank_device;      // --topology: per rank the GPU (its dev) it runs on (NULL: not placed)
   int nrank_bw;          // ranks rank_bw and rank_device cover (the pipeline's S)
+  const Costs *costs;    // --costs FILE (measured costs; costs.h) or NULL: the cost model
 } Program;
 
 // ---- Partition (partition pass, compiler/partition.c)
@@ -143,6 +145,9 @@ typedef struct PartitionOptions {
                       // on rank v mod nranks (NULL: bandwidth between any two)
   int *rank_device;   // --topology: per rank the GPU (its dev) it runs on (NULL: none)
   int nranks;         // ranks rank_bw and rank_device cover
+  const Costs *costs; // --costs FILE, bound to the graph (costs.h), or NULL
+  int sched;          // the schedule (SchedKind) the automatic partitioner simulates
+  int virt;           // its stages per rank (V; 0 or 1: one)
 } PartitionOptions;
 
 enum {
@@ -182,7 +187,33 @@ typedef struct CutProblem {
   double mem_cap;     // bytes per stage (0: none)
   int M;              // microbatches per step (1F1B keeps min(S - r, M) in flight on stage r)
   const bool *cut_ok; // per unit u: a stage may start at u (NULL: every unit)
+  // The simulated step (compiler/partition_sim.c; NULL or 0 where a test builds a problem):
+  double *uf, *ub, *uw; // per unit: seconds of its F, B (input gradient), W (weight gradient)
+  double latency;       // seconds per message between two ranks
+  double opt_per_byte;  // step-end optimizer seconds per byte of CutParam.bytes
 } CutProblem;
+
+// The predicted step time of schedule sched (SchedKind) with V stages per rank over the S x V
+// stages that start at starts (nv = S * V entries): each stage's F, B and W the sums of its
+// units' uf, ub, uw (W kept apart only where the schedule has W actions), every message
+// latency + its stage's crossing bytes / bandwidth, each rank's compute order from sched_order
+// run as soon as its inputs arrived, then the slowest rank's optimizer after the step end.
+// INFINITY when a stage's memory estimate exceeds the cap or the schedule cannot run (S, V, M).
+// O(actions + S x V x (tensors + params)).
+double partition_simulate(const CutProblem *cp, int sched, int S, int V, const int *starts);
+
+// Improves the cut at starts (nv = S x V stage starts, a feasible one: the dynamic program's)
+// for the simulated step: moves one cut at a time by 1, 2, 4, ... units (where cut_ok allows)
+// while the best move shortens partition_simulate's step, from starts and from the even split
+// (equal unit counts), keeping the better end point. Returns the simulated step of the result
+// (INFINITY when the schedule cannot be simulated: starts unchanged).
+double partition_refine(const CutProblem *cp, int sched, int S, int V, int *starts);
+
+// The units (block instances and the nodes outside blocks, in forward order) of the
+// differentiated graph g: per node id its unit (the unit of its forward node; -1 for step-end
+// nodes) into unit_of_node (g->nnodes entries), their labels (as --split names them) into *label
+// (g's arena). Returns the count. What a costs file's units are (compiler/costs.c).
+int partition_units(Graph *g, int *unit_of_node, const char ***label);
 
 // Seconds of stage r of S covering units [a, b): FLOPs / rate + the bytes of the cross-stage
 // tensors it reads (each activation received, and its gradient contribution sent back when it

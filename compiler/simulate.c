@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "costs.h"
 #include "pipeline.h"
 
 static void cell(const Program *p, const Action *x, char *buf, size_t cap) {
@@ -114,9 +115,11 @@ static double cost_of(const Program *p, const StageCost *cost, const Action *x) 
   return x->kind == ACT_F ? c.f : x->kind == ACT_B ? c.b : c.w;
 }
 
-// The simulation; grid (may be NULL) receives the grid of a run that completes.
-static bool simulate(const Program *p, const StageCost *cost, SchedStats *st, Arena *a, FILE *grid,
-                     Diag *d) {
+// The simulation; grid (may be NULL) receives the grid of a run that completes. xfer (NULL: 0)
+// delays each channel's message by its seconds; opt (NULL: 0) is each rank's optimizer seconds
+// after the step end's synchronisation (NORM: every rank's last action done).
+static bool simulate(const Program *p, const StageCost *cost, const double *xfer, const double *opt,
+                     SchedStats *st, Arena *a, FILE *grid, Diag *d) {
   if (!schedule_check(p, d)) return false;
   Arena scratch;
   arena_init(&scratch);
@@ -217,7 +220,8 @@ static bool simulate(const Program *p, const StageCost *cost, SchedStats *st, Ar
         int src = p->vs[x->ch->from_v].rank, id = x->ch->id * M + x->m;
         nrecv[src * S + r]++;
         recv_at[id] = t;
-        if (sent[id] > clock[r]) clock[r] = sent[id];
+        double arrive = sent[id] + (xfer ? xfer[x->ch->id] : 0);
+        if (arrive > clock[r]) clock[r] = arrive;
       }
       // The slot of (v, m) is taken by the first of its forward RECVs into v, its LOAD and its F
       // (sched_build's K counts the same way) and released by B, or W when split.
@@ -303,6 +307,16 @@ static bool simulate(const Program *p, const StageCost *cost, SchedStats *st, Ar
     free(text);
     ok = false;
   }
+  if (ok && opt) { // the step end: every rank's clock at the slowest one's, then its OPT
+    double sync = 0;
+    for (int r = 0; r < S; r++)
+      if (clock[r] > sync) sync = clock[r];
+    for (int r = 0; r < S; r++) {
+      int i = p->ranks[r].nacts - 1; // OPT (schedule_check: NORM, OPT end every list)
+      t0[r][i] = sync, t1[r][i] = clock[r] = sync + opt[r];
+      busy += opt[r];
+    }
+  }
   if (ok && st) {
     double span = 0;
     for (int r = 0; r < S; r++)
@@ -320,27 +334,52 @@ static bool simulate(const Program *p, const StageCost *cost, SchedStats *st, Ar
 }
 
 bool schedule_verify(const Program *p, const StageCost *cost, SchedStats *st, Arena *a, Diag *d) {
-  return simulate(p, cost, st, a, NULL, d);
+  return simulate(p, cost, NULL, NULL, st, a, NULL, d);
 }
 
 bool schedule_print_grid(const Program *p, FILE *out, Diag *d) {
-  return simulate(p, NULL, NULL, NULL, out, d);
+  return simulate(p, NULL, NULL, NULL, NULL, NULL, out, d);
+}
+
+// With a costs file (p->costs): its stage costs, transfers and optimizer seconds.
+static bool predict_measured(const Program *p, SchedStats *st, Arena *a, double *opt_max, Diag *d) {
+  StageCost *cost = ARENA_ARRAY(a, StageCost, p->nv);
+  double *xfer = ARENA_ARRAY(a, double, p->nch + 1), *opt = ARENA_ARRAY(a, double, p->nranks);
+  costs_stage_costs(p->costs, p, cost, xfer, opt);
+  *opt_max = 0;
+  for (int r = 0; r < p->nranks; r++)
+    if (opt[r] > *opt_max) *opt_max = opt[r];
+  return simulate(p, cost, xfer, opt, st, a, NULL, d);
 }
 
 bool schedule_predict(const Program *p, SchedStats *st, Arena *a, Diag *d) {
+  double om;
+  if (p->costs) return predict_measured(p, st, a, &om, d);
   StageCost *cost = ARENA_ARRAY(a, StageCost, p->nv);
   partition_stage_costs(p, cost, NULL);
-  return simulate(p, cost, st, a, NULL, d);
+  return simulate(p, cost, NULL, NULL, st, a, NULL, d);
 }
 
 bool schedule_print_prediction(const Program *p, FILE *out, Diag *d) {
   Arena a;
   arena_init(&a);
   SchedStats st;
+  if (p->costs) {
+    double om;
+    bool ok = predict_measured(p, &st, &a, &om, d);
+    if (ok)
+      fprintf(out,
+              "predicted step time %.3f ms, bubble %.1f%% (measured costs from %s: links %.1f us "
+              "+ bytes at %.3g GB/s, step end %.3f ms)\n",
+              st.span * 1e3, st.bubble * 100, p->costs->path, p->costs->latency * 1e6,
+              p->costs->bandwidth / 1e9, om * 1e3);
+    arena_free(&a);
+    return ok;
+  }
   StageCost *cost = ARENA_ARRAY(&a, StageCost, p->nv);
   double *fl = ARENA_ARRAY(&a, double, p->nv);
   partition_stage_costs(p, cost, fl);
-  bool ok = simulate(p, cost, &st, &a, NULL, d);
+  bool ok = simulate(p, cost, NULL, NULL, &st, &a, NULL, d);
   if (ok) {
     double flops = 0, bytes = 0;
     for (int v = 0; v < p->nv; v++) flops += fl[v] * p->M;

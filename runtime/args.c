@@ -133,6 +133,8 @@ static void print_usage(const PrOptions *o, const char *doc) {
       "                     the first]\n");
   printf("  --gradcheck        compare every parameter gradient with central finite differences\n"
          "                     on one batch and exit (0: all within 1e-3 relative)\n");
+  printf("  --profile F        programs built by `pipec profile`: time every action and the\n"
+         "                     links, write the medians to F (JSON; docs/pipeline.md)\n");
   printf("  --help             this text\n");
 }
 
@@ -164,6 +166,7 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
     O_TIMEOUT,
     O_TRACE,
     O_TRACE_STEPS,
+    O_PROFILE,
     O_HELP
   };
   static const struct option longopts[] = {
@@ -189,6 +192,7 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
       {"timeout", required_argument, NULL, O_TIMEOUT},
       {"trace", required_argument, NULL, O_TRACE},
       {"trace-steps", required_argument, NULL, O_TRACE_STEPS},
+      {"profile", required_argument, NULL, O_PROFILE},
       {"help", no_argument, NULL, O_HELP},
       {NULL, 0, NULL, 0}};
   // The model file has no watchdog setting: the default is the runtime's.
@@ -276,6 +280,9 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
       break;
     case O_TRACE_STEPS:
       parse_steps(a, &o->trace_first, &o->trace_end);
+      break;
+    case O_PROFILE:
+      o->profile = parse_path("profile", a);
       break;
     case O_HELP:
       print_usage(o, program_doc);

@@ -479,6 +479,7 @@ typedef struct PrOptions {
   const char *trace;    // --trace FILE: a Chrome trace of some steps (trace.c), or NULL
   int64_t trace_first;  // --trace-steps FIRST:END: the first traced step (counting from 0)
   int64_t trace_end;    // ... and the step after the last (0: the default, a few after the first)
+  const char *profile;  // --profile FILE: per-action timings and ping-pongs (profile.c)
 } PrOptions;
 
 // Finite-difference check of one parameter (gradcheck.c): for up to `max_checks` elements of p,
@@ -532,6 +533,16 @@ void pr_start(int argc, char **argv);
 
 // Median of v[0..n) (sorts v) (util.c).
 double pr_median(double *v, int64_t n);
+
+// Profiling (profile.c; programs built by `pipec profile`): pr_prof_act records the seconds since
+// t0 (pr_now) of compute action kind (0 F, 1 B, 2 W) of stage v; pr_prof_opt a step end's
+// optimizer seconds; pr_prof_begin (after the warm-up step) starts recording for --profile FILE,
+// pr_prof_finish measures the links and writes FILE on rank 0 (comm NULL: one rank).
+void pr_prof_act(int kind, int v, double t0);
+void pr_prof_opt(double seconds);
+void pr_prof_step(double seconds); // a whole step (train_step and its step end)
+void pr_prof_begin(const char *path);
+void pr_prof_finish(const PrComm *comm);
 
 // ---------------------------------------------------------------------------------------------
 // The generated program's main (trainloop.c): what is the same in every program. The program

@@ -81,6 +81,7 @@ static double step_end(const Trainer *t, int64_t step, double loss, double lr) {
   pr_trace_end();
   pr_trace_begin(PR_TR_OPT, -1, -1);
   // The CPU's kernels, or their device twins (the same arguments).
+  double t_opt = pr_now();
   for (int i = 0; i < p->nparams; i++) {
     const PrParam *q = &p->params[i];
     if (!q->grad || !q->data) continue;
@@ -93,6 +94,7 @@ static double step_end(const Trainer *t, int64_t step, double loss, double lr) {
                                         step + 1);
   }
   pr_trace_end();
+  pr_prof_opt(pr_now() - t_opt);
   return loss;
 }
 
@@ -422,6 +424,7 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   int64_t stats_step = start;
   pr_stats_reset();
   if (o.trace) pr_trace_ready();
+  if (o.profile) pr_prof_begin(o.profile);
   double t0 = pr_now();
   int64_t done = 0;
   // Step times of at most the first 2^20 steps (8 MiB): --steps may be up to 2^63 - 1.
@@ -435,6 +438,7 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
     loss = step_end(&t, step, loss, lr);
     if (o.trace) pr_trace_step_done();
     if (done < timed) step_ms[done] = (pr_now() - ts) * 1e3;
+    pr_prof_step(pr_now() - ts);
     done++;
     if (loss_log) fprintf(loss_log, "%lld %.9g\n", (long long)step, loss);
     if (!o.quiet && reporter &&
@@ -511,6 +515,7 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   prCheck(!loss_log_bad, "check that the disk has room (the log is incomplete)",
           "--loss-log: writing '%s' failed", o.loss_log);
   if (!o.quiet) printf("peak RSS %.1f MiB\n", (double)pr_peak_rss_bytes() / (1 << 20));
+  if (o.profile) pr_prof_finish(comm);
   if (comm) comm->transport->finish(); // after the save: the others wait for it here
 done:
   free(run.names);

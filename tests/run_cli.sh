@@ -81,7 +81,7 @@ expect comm-nccl 2 "^pipec: --comm: unknown transport 'nccl' \(available: mpi; n
 expect march-unknown 2 "^pipec: --march: unknown value 'skylake' \(available: native\)$" "$pipec" compile --march=skylake samples/mlp_digits.json
 expect march-missing 2 "^pipec: option '--march' needs an argument$" "$pipec" compile samples/mlp_digits.json --march
 "$pipec" --help | grep -q -- '--march=native' && pass=$((pass + 1)) || { echo "FAIL --help does not mention --march=native"; fail=$((fail + 1)); }
-expect args-not-run 2 "^pipec: arguments after '--' are for 'run' only" "$pipec" check samples/mlp_digits.json -- --steps 3
+expect args-not-run 2 "^pipec: arguments after '--' are for 'run' and 'profile' only" "$pipec" check samples/mlp_digits.json -- --steps 3
 # --diagnostics-format: a bad or missing value is a usage error; both GNU spellings take a value.
 expect diag-format-bad 2 "^pipec: --diagnostics-format: unknown format 'xml' \(text, json, sarif\)$" "$pipec" check --diagnostics-format=xml samples/mlp_digits.json
 expect diag-format-missing 2 "^pipec: option '--diagnostics-format' needs an argument$" "$pipec" check samples/mlp_digits.json --diagnostics-format

@@ -231,6 +231,67 @@ START_TEST(test_fanout_counted_per_stage) {
 }
 END_TEST
 
+// The simulated step (partition_sim.c) on hand-computed cases: two units of F = 1, B = 2 (s),
+// free links, M = 2: gpipe and 1f1b at S = 2 take 9 (rank 0 F0 [0,1] F1 [1,2], rank 1 F0 [1,2]
+// F1 [2,3] B0 [3,5] B1 [5,7], rank 0 B0 [5,7] B1 [7,9]); a message of 1 byte at 1 byte/s plus a
+// latency of 0.5 on each of the four messages' paths delays the critical path by 2 x 1.5 = 3.
+START_TEST(test_simulated_step) {
+  double fl[2] = {3, 3}, act[2] = {0, 0}, uf[2] = {1, 1}, ub[2] = {2, 2}, uw[2] = {0, 0};
+  int to[1] = {1};
+  CutTensor t = {.from = 0, .to = to, .nto = 1, .bytes = 1, .grad = true};
+  CutProblem cp = {.n = 2,
+                   .flops = fl,
+                   .act_bytes = act,
+                   .t = &t,
+                   .nt = 0,
+                   .rate = 1,
+                   .bandwidth = 1,
+                   .M = 2,
+                   .uf = uf,
+                   .ub = ub,
+                   .uw = uw};
+  int starts[2] = {0, 1};
+  ck_assert_double_eq_tol(partition_simulate(&cp, SCHED_GPIPE, 2, 1, starts), 9, 1e-9);
+  ck_assert_double_eq_tol(partition_simulate(&cp, SCHED_1F1B, 2, 1, starts), 9, 1e-9);
+  cp.nt = 1, cp.latency = 0.5; // F1 on rank 1 waits 1.5, B0 on rank 0 too: 9 + 3
+  ck_assert_double_eq_tol(partition_simulate(&cp, SCHED_GPIPE, 2, 1, starts), 12, 1e-9);
+  cp.nt = 0, cp.latency = 0;
+  // Three units of F = 1 (B and W free); unit 1 and unit 0 each hold 100 parameter bytes whose
+  // optimizer costs 0.1 s per byte: the step end favours the cut that leaves unit 1 alone with
+  // unit 2 over the one that puts both parameters on rank 0, whatever the compute.
+  double fl3[3] = {1, 1, 1}, act3[3] = {0, 0, 0}, f3[3] = {1, 1, 1}, z3[3] = {0, 0, 0};
+  int u1[1] = {1}, u0[1] = {0};
+  CutParam ps[2] = {{.units = u1, .nunits = 1, .bytes = 100},
+                    {.units = u0, .nunits = 1, .bytes = 100}};
+  CutProblem c3 = {.n = 3,
+                   .flops = fl3,
+                   .act_bytes = act3,
+                   .p = ps,
+                   .np = 2,
+                   .rate = 1,
+                   .bandwidth = 1,
+                   .M = 2,
+                   .uf = f3,
+                   .ub = z3,
+                   .uw = z3,
+                   .opt_per_byte = 0.1};
+  int a[2] = {0, 1}, b[2] = {0, 2};
+  // [0] [1, 2]: F 1 | 2, M = 2: rank 1 F0 [1,3] F1 [3,5]; opt 10 each: 5 + 10 = 15.
+  ck_assert_double_eq_tol(partition_simulate(&c3, SCHED_GPIPE, 2, 1, a), 15, 1e-9);
+  // [0, 1] [2]: rank 0 F0 [0,2] F1 [2,4], rank 1 F1 [4,5]; rank 0 holds both: 5 + 20 = 25.
+  ck_assert_double_eq_tol(partition_simulate(&c3, SCHED_GPIPE, 2, 1, b), 25, 1e-9);
+  ck_assert_double_eq_tol(partition_refine(&c3, SCHED_GPIPE, 2, 1, b), 15, 1e-9);
+  ck_assert_int_eq(b[1], 1);
+  // A memory cap of 150 bytes: with unit 1's and unit 2's parameters (100 bytes each) on one
+  // stage, the cut [0] [1, 2] no longer fits; [0, 1] [2] does.
+  c3.mem_cap = 150;
+  ps[0].units = (int[]){2}, ps[1].units = (int[]){1};
+  int c[2] = {0, 2};
+  ck_assert(partition_simulate(&c3, SCHED_GPIPE, 2, 1, c) < INFINITY);
+  ck_assert(partition_simulate(&c3, SCHED_GPIPE, 2, 1, a) == INFINITY);
+}
+END_TEST
+
 // ---- The pass on a model: x -> a = linear(w) -> r = relu -> b = linear(w) (w shared) -> loss.
 
 static const char *NET =
@@ -496,6 +557,7 @@ int main(void) {
   tcase_add_test(tc, test_dp_stage_links);
   tcase_add_test(tc, test_dp_slow_link_moves_cut);
   tcase_add_test(tc, test_fanout_counted_per_stage);
+  tcase_add_test(tc, test_simulated_step);
   tcase_add_test(tc, test_pass_split_shared_weight);
   tcase_add_test(tc, test_pass_comm);
   tcase_add_test(tc, test_predicted_step_time);

@@ -1,0 +1,322 @@
+// costs.c: the costs file (costs.h): reading and checking it, binding it to a graph's nodes,
+// the stage costs the simulator uses, and `pipec profile`'s conversion of a program's
+// measurement into one.
+//
+// Why per unit and not per stage: a stage's measured seconds hold only for the partition it was
+// measured with, and the partitioner tries others. The units (block instances, nodes outside
+// blocks) are what it moves, so a unit's F, B and W seconds carry over to any cut; within the
+// profiled stage they are its measured seconds shared by the registry's roofline estimate
+// (FLOPs and bytes both count: an embedding or a layer norm moves bytes, a GEMM computes), the
+// one assumption. The link is latency + bytes / bandwidth (a ping-pong fit), the optimizer
+// linear in parameter bytes (AdamW and SGD stream over them).
+#include "costs.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../ir/ops.h"
+#include "files.h"
+#include "json.h"
+
+enum { ROOF_GFLOPS = 50, ROOF_GBYTES = 10 }; // the roofline weights of costs_weight
+
+double costs_weight(const Node *n, int64_t mb) {
+  OpCost c = {0, 0};
+  n->op->cost(n, mb, &c);
+  return c.flops / (ROOF_GFLOPS * 1e9) + c.bytes / (ROOF_GBYTES * 1e9);
+}
+
+// A number >= 0 (positive: > 0) at it, else an error naming path.
+static bool want_seconds(const JsonIn *j, const cJSON *it, const char *path, bool positive,
+                         const char *what, double *out) {
+  if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble < 0 ||
+      (positive && !(it->valuedouble > 0))) {
+    char num[64];
+    diag_error(j->d, json_loc(j, it), "%s: expected a %s number (%s), got %s", path,
+               positive ? "positive" : "non-negative", what,
+               cJSON_IsNumber(it) ? source_number_str(j->src, it, num, sizeof num) : json_type(it));
+    return false;
+  }
+  *out = it->valuedouble;
+  return true;
+}
+
+bool costs_load(Costs *c, const char *path, Arena *a, Diag *d) {
+  *c = (Costs){.path = path};
+  Source *src = arena_alloc(a, sizeof *src);
+  memset(src, 0, sizeof *src);
+  c->src = src;
+  FILE *f = fopen(path, "rb"); // source_load's message would call it the model file
+  if (!f) {
+    diag_error(d, (Loc){0, 0}, "cannot open the costs file: %s", strerror(errno));
+    return false;
+  }
+  fclose(f);
+  if (!source_load(src, a, path, d)) return false;
+  JsonIn j = {src, d, a};
+  const cJSON *root = src->root, *it;
+  static const char *const top[] = {"pipec_costs", "model",     "measured",
+                                    "link",        "optimizer", "units"};
+  if (!json_check_keys(&j, root, "costs", top, 6)) return false;
+  int64_t version;
+  if (!json_need(&j, root, "costs", "pipec_costs", &it) ||
+      !json_want_int(&j, it, "pipec_costs", &version))
+    return false;
+  if (version != 1) {
+    diag_error(d, json_loc(&j, it), "pipec_costs: version %lld, this pipec reads version 1",
+               (long long)version);
+    return false;
+  }
+  c->model = "";
+  if ((it = json_get(root, "model")) && !json_want_string(&j, it, "model", &c->model)) return false;
+  const cJSON *link;
+  if (!json_need(&j, root, "costs", "link", &link)) return false;
+  static const char *const lk[] = {"latency", "bandwidth"};
+  if (!json_check_keys(&j, link, "link", lk, 2)) return false;
+  if (!json_need(&j, link, "link", "latency", &it) ||
+      !want_seconds(&j, it, "link.latency", false, "seconds", &c->latency))
+    return false;
+  if (!json_need(&j, link, "link", "bandwidth", &it) ||
+      !want_seconds(&j, it, "link.bandwidth", true, "bytes per second", &c->bandwidth))
+    return false;
+  if (!json_need(&j, root, "costs", "optimizer", &it) ||
+      !want_seconds(&j, it, "optimizer", false, "seconds per parameter byte", &c->opt_per_byte))
+    return false;
+  const cJSON *units;
+  if (!json_need(&j, root, "costs", "units", &units) || !json_want_array(&j, units, "units"))
+    return false;
+  c->nu = cJSON_GetArraySize(units);
+  c->u = ARENA_ARRAY(a, UnitCost, c->nu + 1);
+  int k = 0;
+  for (const cJSON *u = units->child; u; u = u->next, k++) {
+    const char *p = arena_printf(a, "units[%d]", k);
+    static const char *const uk[] = {"name", "f", "b", "w"};
+    if (!json_check_keys(&j, u, p, uk, 4)) return false;
+    UnitCost *x = &c->u[k];
+    const char *kinds[3] = {"f", "b", "w"};
+    double *dst[3] = {&x->f, &x->b, &x->w};
+    if (!json_need(&j, u, p, "name", &it) ||
+        !json_want_string(&j, it, arena_printf(a, "%s.name", p), &x->name))
+      return false;
+    for (int q = 0; q < 3; q++)
+      if (!json_need(&j, u, p, kinds[q], &it) ||
+          !want_seconds(&j, it, arena_printf(a, "%s.%s", p, kinds[q]), false, "seconds", dst[q]))
+        return false;
+  }
+  return true;
+}
+
+void costs_free(Costs *c) {
+  if (c->src) source_free(c->src);
+  c->src = NULL;
+}
+
+bool costs_bind(Costs *c, Graph *g, const TrainConfig *tc, Diag *d) {
+  int *unit = ARENA_ARRAY(g->arena, int, g->nnodes + 1);
+  const char **label;
+  int n = partition_units(g, unit, &label);
+  int *idx = ARENA_ARRAY(g->arena, int, n + 1); // per graph unit: its entry in c->u
+  for (int u = 0, at = 0; u < n; u++) {
+    int found = -1;
+    for (int t = 0; t < c->nu && found < 0; t++) { // forward order on both sides: from the last
+      int q = (at + t) % c->nu;
+      if (strcmp(c->u[q].name, label[u]) == 0) found = q;
+    }
+    if (found < 0) {
+      diag_error(d, (Loc){0, 0},
+                 "has no unit '%s' of model '%s'%s: run pipec profile on this model", label[u],
+                 g->name,
+                 *c->model ? arena_printf(g->arena, " (it was measured on '%s')", c->model) : "");
+      return false;
+    }
+    idx[u] = found;
+    at = found + 1;
+  }
+  // Each unit's seconds of a role shared by its nodes of that role, by weight.
+  double *sum = ARENA_ARRAY(g->arena, double, 3 * (size_t)n + 3);
+  int *cnt = ARENA_ARRAY(g->arena, int, 3 * (size_t)n + 3);
+  double *wt = ARENA_ARRAY(g->arena, double, g->nnodes + 1);
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *x = g->nodes[i];
+    if (unit[i] < 0 || x->role == ROLE_STEP) continue;
+    int r = x->role == ROLE_FWD ? 0 : x->role == ROLE_BWD ? 1 : 2;
+    wt[i] = costs_weight(x, tc->mb_size);
+    sum[3 * unit[i] + r] += wt[i];
+    cnt[3 * unit[i] + r]++;
+  }
+  c->node_s = ARENA_ARRAY(g->arena, double, g->nnodes + 1);
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *x = g->nodes[i];
+    if (unit[i] < 0 || x->role == ROLE_STEP) continue;
+    int r = x->role == ROLE_FWD ? 0 : x->role == ROLE_BWD ? 1 : 2, k = 3 * unit[i] + r;
+    const UnitCost *uc = &c->u[idx[unit[i]]];
+    double s = r == 0 ? uc->f : r == 1 ? uc->b : uc->w;
+    c->node_s[i] = sum[k] > 0 ? s * wt[i] / sum[k] : s / cnt[k];
+  }
+  return true;
+}
+
+static double seg_seconds(const Costs *c, const Segment *s) {
+  double t = 0;
+  for (int i = 0; i < s->n; i++) t += c->node_s[s->nodes[i]->id];
+  return t;
+}
+
+static double param_bytes(const Tensor *q) {
+  return (double)shape_numel(&q->shape, 1) * dtype_size(q->dtype);
+}
+
+void costs_stage_costs(const Costs *c, const Program *p, StageCost *cost, double *xfer,
+                       double *opt) {
+  for (int r = 0; r < p->nranks; r++) opt[r] = 0;
+  for (int v = 0; v < p->nv; v++) {
+    const VStage *s = &p->vs[v];
+    cost[v] = (StageCost){seg_seconds(c, &s->f), seg_seconds(c, &s->b), seg_seconds(c, &s->w)};
+    for (int k = 0; k < s->nparams; k++)
+      opt[s->rank] += param_bytes(s->params[k]) * c->opt_per_byte;
+  }
+  for (int i = 0; i < p->nch; i++) {
+    const Channel *ch = &p->ch[i];
+    bool local = p->vs[ch->from_v].rank == p->vs[ch->to_v].rank;
+    xfer[i] = local ? 0 : c->latency + (double)ch->bytes / c->bandwidth;
+  }
+  // The step end's messages, which every rank waits for before its optimizer: each tied
+  // parameter's gradient partial sums between its holders' ranks (one transfer of its bytes,
+  // both ways at once), then the loss and norm all-gather (a latency).
+  double ex = p->nranks > 1 ? c->latency : 0;
+  for (int i = 0; i < p->nex; i++) {
+    const Exchange *e = &p->ex[i];
+    bool remote = false;
+    for (int k = 1; k < e->n; k++) remote |= p->vs[e->stages[k]].rank != p->vs[e->stages[0]].rank;
+    if (remote) ex += c->latency + param_bytes(e->param) / c->bandwidth;
+  }
+  for (int r = 0; r < p->nranks; r++) opt[r] += ex;
+}
+
+// ---- pipec profile
+
+static bool raw_num(const cJSON *o, const char *key, double *out) {
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble)) return false;
+  *out = it->valuedouble;
+  return true;
+}
+
+// Shares T seconds over the segment's nodes by weight (node_s).
+static void share(const Segment *s, double T, int64_t mb, double *node_s) {
+  double sum = 0;
+  for (int i = 0; i < s->n; i++) sum += costs_weight(s->nodes[i], mb);
+  for (int i = 0; i < s->n; i++)
+    node_s[s->nodes[i]->id] = sum > 0 ? T * costs_weight(s->nodes[i], mb) / sum : T / s->n;
+}
+
+bool costs_from_profile(const Program *p, const char *sched, const char *raw_path, const char *out,
+                        Diag *d) {
+  Graph *g = p->g;
+  Arena *a = g->arena;
+  FILE *f = fopen(raw_path, "rb");
+  if (!f) {
+    diag_error(d, (Loc){0, 0}, "the profiled program wrote no '%s': %s", raw_path, strerror(errno));
+    return false;
+  }
+  char *text = NULL;
+  size_t len = 0;
+  FILE *m = open_memstream(&text, &len);
+  char buf[1 << 14];
+  size_t k;
+  while ((k = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, k, m);
+  fclose(f);
+  fclose(m);
+  cJSON *raw = cJSON_Parse(text);
+  free(text);
+  const cJSON *stages = raw ? cJSON_GetObjectItemCaseSensitive(raw, "stages") : NULL;
+  const cJSON *optv = raw ? cJSON_GetObjectItemCaseSensitive(raw, "opt") : NULL;
+  double lat = 0, bw = 0;
+  if (!cJSON_IsArray(stages) || !cJSON_IsArray(optv) || !raw_num(raw, "latency", &lat) ||
+      !raw_num(raw, "bandwidth", &bw) || !(bw > 0)) {
+    diag_error(d, (Loc){0, 0},
+               "'%s': not a profile of the program (stages, opt, latency, bandwidth)", raw_path);
+    cJSON_Delete(raw);
+    return false;
+  }
+  int64_t mb = p->tc->mb_size;
+  double *meas = ARENA_ARRAY(a, double, 3 * (size_t)p->nv + 3);
+  bool *seen = ARENA_ARRAY(a, bool, p->nv + 1);
+  for (const cJSON *s = stages->child; s; s = s->next) {
+    double v, x[3];
+    if (!raw_num(s, "v", &v) || v < 0 || v >= p->nv || !raw_num(s, "f", &x[0]) ||
+        !raw_num(s, "b", &x[1]) || !raw_num(s, "w", &x[2]))
+      continue;
+    for (int q = 0; q < 3; q++) meas[3 * (int)v + q] = x[q];
+    seen[(int)v] = true;
+  }
+  for (int v = 0; v < p->nv; v++)
+    if (!seen[v]) {
+      diag_error(d, (Loc){0, 0}, "'%s' has no timings of stage %d", raw_path, v);
+      cJSON_Delete(raw);
+      return false;
+    }
+  double opt_s = 0, pbytes = 0;
+  for (const cJSON *o = optv->child; o; o = o->next)
+    if (cJSON_IsNumber(o) && o->valuedouble > 0) opt_s += o->valuedouble;
+  double *node_s = ARENA_ARRAY(a, double, g->nnodes + 1);
+  for (int v = 0; v < p->nv; v++) {
+    const VStage *s = &p->vs[v];
+    share(&s->f, meas[3 * v], mb, node_s);
+    share(&s->b, meas[3 * v + 1], mb, node_s);
+    share(&s->w, meas[3 * v + 2], mb, node_s);
+    for (int q = 0; q < s->nparams; q++) pbytes += param_bytes(s->params[q]);
+  }
+  int *unit = ARENA_ARRAY(a, int, g->nnodes + 1);
+  const char **label;
+  int n = partition_units(g, unit, &label);
+  double *us = ARENA_ARRAY(a, double, 3 * (size_t)n + 3);
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *x = g->nodes[i];
+    if (unit[i] < 0 || x->role == ROLE_STEP) continue;
+    us[3 * unit[i] + (x->role == ROLE_FWD ? 0 : x->role == ROLE_BWD ? 1 : 2)] += node_s[i];
+  }
+  char *doc = NULL;
+  size_t dlen = 0;
+  FILE *o = open_memstream(&doc, &dlen);
+  fprintf(o, "{\n  \"pipec_costs\": 1,\n  \"model\": ");
+  cJSON *jn = cJSON_CreateString(g->name);
+  char *name = cJSON_PrintUnformatted(jn); // escaped
+  cJSON_Delete(jn);
+  fprintf(o, "%s,\n", name);
+  free(name);
+  fprintf(o,
+          "  \"measured\": {\"stages\": %d, \"schedule\": \"%s\", \"microbatch\": %lld, "
+          "\"microbatches\": %d, \"stage\": [",
+          p->nranks, sched, (long long)mb, p->M);
+  for (int v = 0; v < p->nv; v++)
+    fprintf(o, "%s{\"f\": %.9g, \"b\": %.9g, \"w\": %.9g}", v ? ", " : "", meas[3 * v],
+            meas[3 * v + 1], meas[3 * v + 2]);
+  fprintf(o, "], \"opt\": [");
+  int r = 0;
+  for (const cJSON *x = optv->child; x; x = x->next, r++)
+    fprintf(o, "%s%.9g", r ? ", " : "", cJSON_IsNumber(x) ? x->valuedouble : 0);
+  fprintf(o, "], \"step\": [");
+  const cJSON *stepv = cJSON_GetObjectItemCaseSensitive(raw, "step");
+  r = 0;
+  for (const cJSON *x = cJSON_IsArray(stepv) ? stepv->child : NULL; x; x = x->next, r++)
+    fprintf(o, "%s%.9g", r ? ", " : "", cJSON_IsNumber(x) ? x->valuedouble : 0);
+  fprintf(o, "]},\n  \"link\": {\"latency\": %.9g, \"bandwidth\": %.9g},\n", lat, bw);
+  fprintf(o, "  \"optimizer\": %.9g,\n  \"units\": [\n", pbytes > 0 ? opt_s / pbytes : 0);
+  for (int u = 0; u < n; u++) {
+    cJSON *js = cJSON_CreateString(label[u]);
+    char *lab = cJSON_PrintUnformatted(js);
+    cJSON_Delete(js);
+    fprintf(o, "    {\"name\": %s, \"f\": %.9g, \"b\": %.9g, \"w\": %.9g}%s\n", lab, us[3 * u],
+            us[3 * u + 1], us[3 * u + 2], u + 1 < n ? "," : "");
+    free(lab);
+  }
+  fprintf(o, "  ]\n}\n");
+  fclose(o);
+  cJSON_Delete(raw);
+  bool ok = write_file_atomic(out, doc, dlen, d);
+  free(doc);
+  return ok;
+}

@@ -1,0 +1,217 @@
+// partition_sim.c: the automatic partitioner's second step (pipeline.h): the dynamic program
+// (partition.c) minimises the slowest stage, which is the step time only when the pipeline is
+// full and the edge stages cost the same; the step of a real schedule also pays the fill and
+// drain (each stage's F and B in turn), the messages' latency and the step end's optimizer,
+// which grows with a stage's parameters (a large vocabulary's embedding and head). So the
+// partitioner simulates the schedule it will run on candidate cuts and keeps the fastest: a
+// steepest-descent walk moving one cut by 1, 2, 4, ... units, from the dynamic program's cut
+// and from the even split. The simulation is a dependency-driven replay of sched_order's
+// compute orders (F after the previous stage's F of that microbatch and its message, B after
+// the next stage's B, W after B), linear in actions, without the verifier's slot and message
+// order rules (the candidate is verified when the program is built).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "pipeline.h"
+
+typedef struct SimStage {
+  double f, b, w; // compute seconds
+  double xf, xg;  // seconds of the activations arriving at it, of the gradients it sends back
+  double opt;     // optimizer seconds of its parameters
+  bool fits;      // under the memory cap
+} SimStage;
+
+// Stage r of nv covering units [a, b) (partition_stage_cost's sums, kept apart).
+static SimStage stage_of(const CutProblem *cp, int nv, int r, int a, int b) {
+  SimStage s = {0};
+  double act = 0, fb = 0, gb = 0, pbytes = 0;
+  for (int u = a; u < b; u++) {
+    s.f += cp->uf[u], s.b += cp->ub[u], s.w += cp->uw[u];
+    act += cp->act_bytes[u];
+  }
+  for (int i = 0; i < cp->nt; i++) {
+    const CutTensor *t = &cp->t[i];
+    if (t->from >= a) continue;
+    for (int k = 0; k < t->nto; k++)
+      if (t->to[k] >= a && t->to[k] < b) {
+        fb += t->bytes;
+        if (t->grad) gb += t->bytes;
+        break;
+      }
+  }
+  for (int i = 0; i < cp->np; i++)
+    for (int k = 0; k < cp->p[i].nunits; k++)
+      if (cp->p[i].units[k] >= a && cp->p[i].units[k] < b) {
+        pbytes += cp->p[i].bytes;
+        break;
+      }
+  int inflight = nv - r < cp->M ? nv - r : cp->M;
+  s.fits = !(cp->mem_cap > 0 && pbytes + act * inflight > cp->mem_cap);
+  s.xf = fb > 0 ? cp->latency + fb / cp->bandwidth : 0;
+  s.xg = gb > 0 ? cp->latency + gb / cp->bandwidth : 0;
+  s.opt = pbytes * cp->opt_per_byte;
+  return s;
+}
+
+typedef struct Orders {
+  Action **a; // per rank: its compute order
+  int *n;     // per rank: count
+  bool split; // the schedule has W actions
+} Orders;
+
+static bool orders_of(int sched, int S, int V, int M, Orders *o, Arena *ar) {
+  FILE *null = fopen("/dev/null", "w");
+  if (!null) return false;
+  Diag d;
+  diag_init(&d, "", null);
+  o->a = ARENA_ARRAY(ar, Action *, S);
+  o->n = ARENA_ARRAY(ar, int, S);
+  o->split = false;
+  bool ok = true;
+  for (int r = 0; r < S && ok; r++) {
+    o->a[r] = ARENA_ARRAY(ar, Action, 3 * (size_t)V * M + 1);
+    o->n[r] = sched_order((SchedKind)sched, S, V, M, r, o->a[r], &d);
+    ok = o->n[r] >= 0;
+    for (int i = 0; ok && i < o->n[r]; i++) o->split |= o->a[r][i].kind == ACT_W;
+  }
+  diag_free(&d);
+  fclose(null);
+  return ok;
+}
+
+// The replay over the stages' costs; INFINITY when it cannot finish.
+static double replay(const Orders *o, int S, int nv, int M, const SimStage *st) {
+  size_t nvm = (size_t)nv * M;
+  double *ef = malloc(nvm * sizeof *ef), *eb = malloc(nvm * sizeof *eb);
+  double *clock = calloc((size_t)S, sizeof *clock);
+  int *pc = calloc((size_t)S, sizeof *pc);
+  if (!ef || !eb || !clock || !pc) {
+    free(ef), free(eb), free(clock), free(pc);
+    return INFINITY;
+  }
+  for (size_t i = 0; i < nvm; i++) ef[i] = eb[i] = -1;
+  int left = 0;
+  for (int r = 0; r < S; r++) left += o->n[r];
+  bool moved = true;
+  while (left > 0 && moved) {
+    moved = false;
+    for (int r = 0; r < S; r++)
+      while (pc[r] < o->n[r]) {
+        const Action *x = &o->a[r][pc[r]];
+        int v = x->v, m = x->m;
+        size_t k = (size_t)v * M + m;
+        double ready, c;
+        if (x->kind == ACT_F) {
+          if (v > 0 && ef[k - M] < 0) break;
+          ready = v > 0 ? ef[k - M] + st[v].xf : 0;
+          c = st[v].f;
+        } else if (x->kind == ACT_B) {
+          if (ef[k] < 0 || (v + 1 < nv && eb[k + M] < 0)) break;
+          ready = v + 1 < nv ? eb[k + M] + st[v + 1].xg : ef[k];
+          c = o->split ? st[v].b : st[v].b + st[v].w;
+        } else { // W
+          if (eb[k] < 0) break;
+          ready = eb[k];
+          c = st[v].w;
+        }
+        double t0 = clock[r] > ready ? clock[r] : ready;
+        clock[r] = t0 + c;
+        if (x->kind == ACT_F) ef[k] = clock[r];
+        if (x->kind == ACT_B) eb[k] = clock[r];
+        pc[r]++, left--, moved = true;
+      }
+  }
+  double span = INFINITY;
+  if (left == 0) {
+    double sync = 0, opt = 0;
+    for (int r = 0; r < S; r++) sync = clock[r] > sync ? clock[r] : sync;
+    double *ro = calloc((size_t)S, sizeof *ro);
+    for (int v = 0; ro && v < nv; v++) ro[v % S] += st[v].opt;
+    for (int r = 0; ro && r < S; r++) opt = ro[r] > opt ? ro[r] : opt;
+    free(ro);
+    span = sync + opt;
+  }
+  free(ef), free(eb), free(clock), free(pc);
+  return span;
+}
+
+static double simulate_with(const CutProblem *cp, const Orders *o, int S, int V, const int *starts,
+                            SimStage *st) {
+  int nv = S * V;
+  for (int v = 0; v < nv; v++) {
+    st[v] = stage_of(cp, nv, v, starts[v], v + 1 < nv ? starts[v + 1] : cp->n);
+    if (!st[v].fits) return INFINITY;
+  }
+  return replay(o, S, nv, cp->M, st);
+}
+
+double partition_simulate(const CutProblem *cp, int sched, int S, int V, const int *starts) {
+  Arena a;
+  arena_init(&a);
+  Orders o;
+  double t = INFINITY;
+  if (cp->uf && orders_of(sched, S, V, cp->M, &o, &a)) {
+    SimStage *st = ARENA_ARRAY(&a, SimStage, (size_t)S * V);
+    t = simulate_with(cp, &o, S, V, starts, st);
+  }
+  arena_free(&a);
+  return t;
+}
+
+// The walk from starts (modified in place); its simulated step.
+static double descend(const CutProblem *cp, const Orders *o, int S, int V, int *starts,
+                      SimStage *st, int *cand) {
+  int nv = S * V, n = cp->n;
+  double best = simulate_with(cp, o, S, V, starts, st);
+  for (int iter = 0; iter < 64; iter++) {
+    int bc = -1, bpos = 0;
+    double bt = best * (1 - 1e-9);
+    for (int c = 1; c < nv; c++) {
+      int lo = starts[c - 1] + 1, hi = (c + 1 < nv ? starts[c + 1] : n) - 1;
+      for (int step = 1; step <= n; step *= 2)
+        for (int dir = -1; dir <= 1; dir += 2) {
+          int pos = starts[c] + dir * step;
+          if (pos < lo || pos > hi || (cp->cut_ok && !cp->cut_ok[pos])) continue;
+          for (int v = 0; v < nv; v++) cand[v] = starts[v];
+          cand[c] = pos;
+          double t = simulate_with(cp, o, S, V, cand, st);
+          if (t < bt) bt = t, bc = c, bpos = pos;
+        }
+    }
+    if (bc < 0) break;
+    starts[bc] = bpos;
+    best = bt;
+  }
+  return best;
+}
+
+double partition_refine(const CutProblem *cp, int sched, int S, int V, int *starts) {
+  int nv = S * V, n = cp->n;
+  Arena a;
+  arena_init(&a);
+  Orders o;
+  double best = INFINITY;
+  if (cp->uf && orders_of(sched, S, V, cp->M, &o, &a)) {
+    SimStage *st = ARENA_ARRAY(&a, SimStage, nv);
+    int *cand = ARENA_ARRAY(&a, int, nv), *even = ARENA_ARRAY(&a, int, nv);
+    best = descend(cp, &o, S, V, starts, st, cand);
+    // The even split (equal unit counts), each start moved up to an allowed one.
+    bool ok = true;
+    for (int v = 0; v < nv && ok; v++) {
+      int u = (int)((long long)n * v / nv);
+      while (v > 0 && u < n && ((cp->cut_ok && !cp->cut_ok[u]) || u <= even[v - 1])) u++;
+      even[v] = u;
+      ok = u < n;
+    }
+    if (ok) {
+      double t = descend(cp, &o, S, V, even, st, cand);
+      if (t < best * (1 - 1e-9)) {
+        best = t;
+        for (int v = 0; v < nv; v++) starts[v] = even[v];
+      }
+    }
+  }
+  arena_free(&a);
+  return best;
+}

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# pipec profile and --costs (docs/pipeline.md, "Profiling and the simulator"): a costs file's
+# bad input is one error with its JSON path; the simulator at given costs predicts the exact,
+# hand-computed span; the partitioner with costs moves the dynamic program's cut when the
+# schedule's simulated step (here: the step end's optimizer) says so; pipec profile writes a
+# costs file of positive measurements that plan reads. Nothing here asserts a timing.
+pipec=$1
+root=$2
+. "$root/tests/e2e/lib.sh"
+cd "$root" || exit 1
+mlp=samples/mlp_digits.json
+py=/usr/bin/python3
+[ -x $py ] || py=python3
+
+# costs FILE F1 W1 F2 B2 W2 FL BL WL FLOSS BLOSS OPT: a costs file for mlp_digits (units fc1,
+# relu1, fc2, relu2, logits, loss), in ms per microbatch; links free; OPT s per parameter byte.
+ms() { awk "BEGIN { printf \"%.9g\", $1 / 1000 }"; }
+costs() {
+  cat >"$1" <<EOT
+{"pipec_costs": 1, "model": "mlp_digits", "link": {"latency": 0, "bandwidth": 1e30},
+ "optimizer": ${12},
+ "units": [
+  {"name": "fc1", "f": $(ms $2), "b": 0, "w": $(ms $3)},
+  {"name": "relu1", "f": 0, "b": 0, "w": 0},
+  {"name": "fc2", "f": $(ms $4), "b": $(ms $5), "w": $(ms $6)},
+  {"name": "relu2", "f": 0, "b": 0, "w": 0},
+  {"name": "logits", "f": $(ms $7), "b": $(ms $8), "w": $(ms $9)},
+  {"name": "loss", "f": $(ms ${10}), "b": $(ms ${11}), "w": 0}]}
+EOT
+}
+pred() { grep -o 'predicted step time [0-9.]* ms' <<<"$1" | grep -o '[0-9.]* ms'; }
+
+# ---- The simulator at given costs: gpipe and 1f1b, S = 2, M = 2, F = 1 ms and B = 2 ms on
+# both stages (--split fc2): rank 0 F0 [0,1] F1 [1,2], rank 1 F0 [1,2] F1 [2,3] B0 [3,5]
+# B1 [5,7], rank 0 B0 [5,7] B1 [7,9] (1f1b: rank 1 F0 B0 F1 B1 ends at 7 too): 9 ms; with the
+# optimizer at 1e-8 s per byte, rank 1's 71208 parameter bytes (fc2, fc3) add 0.712 ms.
+costs "$tmp/hand.json" 1 2 1 1 1 0 0 0 0 0 0
+for s in gpipe 1f1b; do
+  out=$("$pipec" plan $mlp --stages 2 --split fc2 --microbatches 2 --schedule $s --costs "$tmp/hand.json" 2>&1)
+  check "hand $s: $(pred "$out")" test "$(pred "$out")" = "9.000 ms"
+done
+# The partition table's time lines are the measured seconds too: F + B + W = 3 ms per stage.
+times=$(grep -E '^(cost model|  time)' <<<"$out" | paste -sd'|' -)
+check "partition table at the costs: $times" test "$times" = \
+  "cost model: measured ($tmp/hand.json), transfers 0.0 us + bytes at 1e+21 GB/s|  time      3.000 ms per microbatch predicted|  time      3.000 ms per microbatch predicted"
+costs "$tmp/hand-opt.json" 1 2 1 1 1 0 0 0 0 0 1e-8
+out=$("$pipec" plan $mlp --stages 2 --split fc2 --microbatches 2 --schedule gpipe --costs "$tmp/hand-opt.json" 2>&1)
+check "hand with the optimizer: $(pred "$out")" test "$(pred "$out")" = "9.712 ms"
+[[ "$out" == *"measured costs from $tmp/hand-opt.json: links 0.0 us"*"step end 0.712 ms)"* ]] && ok || bad "prediction line: $out"
+
+# The step end's messages: gpt_char at --split transformer.h.2, M = 1, free compute, a latency of
+# 1 ms on every message: the activation (1), its gradients back (2), then the tied embedding's
+# gradient exchange between the ranks (3) and the loss and norm all-gather (4): 4 ms.
+"$py" -c '
+import json, sys
+u = ["transformer.wte", "transformer.emb"] + ["transformer.h.%d" % i for i in range(4)] + ["transformer.ln_f", "logits", "loss"]
+json.dump({"pipec_costs": 1, "link": {"latency": 0.001, "bandwidth": 1e30}, "optimizer": 0,
+           "units": [{"name": n, "f": 0, "b": 0, "w": 0} for n in u]}, open(sys.argv[1], "w"))' "$tmp/tied.json"
+out=$("$pipec" plan samples/gpt_char.json --stages 2 --split transformer.h.2 --schedule gpipe --costs "$tmp/tied.json" 2>&1)
+check "step end's messages: $(pred "$out")" test "$(pred "$out")" = "4.000 ms"
+
+# ---- The partitioner: units of 3 ms each (fc1, fc2, logits, loss): the dynamic program's best
+# slowest stage is the 6 | 6 cut before relu2, but stage 0 then updates fc1 and fc2 (99328
+# parameter bytes; 99 ms at 1e-6 s per byte), while the cut before relu1 leaves it fc1 only:
+# the simulated step is shorter there, and the partitioner moves the cut.
+costs "$tmp/part.json" 1 2 1 1 1 1 1 1 1 2 1e-6
+auto=$("$pipec" plan $mlp --stages 2 --microbatches 2 --schedule gpipe --costs "$tmp/part.json" 2>&1)
+dp=$("$pipec" plan $mlp --stages 2 --split relu2 --microbatches 2 --schedule gpipe --costs "$tmp/part.json" 2>&1)
+[[ "$auto" == *"(automatic, moved for the simulated step)"* ]] && ok || bad "partitioner did not move: $auto"
+stage1=$(grep -A1 '^stage 1' <<<"$auto" | tail -n 1)
+check "the moved cut leaves fc2 on stage 1: $stage1" test "$stage1" = "  nodes     fc2, relu2, logits, loss"
+a=$(pred "$auto") d=$(pred "$dp")
+check "moved cut predicts less ($a < $d)" python3 -c "import sys; sys.exit(not float('${a% ms}') < float('${d% ms}'))"
+# Without the optimizer's cost the dynamic program's cut stands.
+costs "$tmp/part0.json" 1 2 1 1 1 1 1 1 1 2 0
+out=$("$pipec" plan $mlp --stages 2 --microbatches 2 --schedule gpipe --costs "$tmp/part0.json" 2>&1)
+[[ "$out" == *"2 stages (automatic), "* ]] && ok || bad "moved without a reason: $(head -n 1 <<<"$out")"
+
+# ---- Bad costs files: one error with the file, line, column and JSON path; exit 1 (a compiler
+# error: no HINT line).
+hint_re=error
+printf '{"pipec_costs": 1, "optimizer": 0, "units": []}\n' >"$tmp/nolink.json"
+expect costs-no-link 1 "^$tmp/nolink.json:1:1: error: costs: missing required key 'link'$" \
+  "$pipec" plan $mlp --stages 2 --costs "$tmp/nolink.json"
+sed 's/"f": 0.001,/"f": -1,/' "$tmp/hand.json" >"$tmp/neg.json"
+expect costs-negative 1 "^$tmp/neg.json:4:.*: error: units\[0\]\.f: expected a non-negative number \(seconds\), got -1$" \
+  "$pipec" plan $mlp --stages 2 --costs "$tmp/neg.json"
+printf '{"pipec_costs": 1, "link": {"latency": 0, "bandwith": 1}, "optimizer": 0, "units": []}\n' >"$tmp/typo.json"
+expect costs-typo 1 "^$tmp/typo.json:1:.*: error: link: unknown key 'bandwith' \(did you mean 'bandwidth'\?\)$" \
+  "$pipec" plan $mlp --stages 2 --costs "$tmp/typo.json"
+printf '{"pipec_costs": 2}\n' >"$tmp/v2.json"
+expect costs-version 1 "^$tmp/v2.json:1:.*: error: pipec_costs: version 2, this pipec reads version 1$" \
+  "$pipec" plan $mlp --stages 2 --costs "$tmp/v2.json"
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["units"].pop(); print(json.dumps(c))' \
+  "$tmp/hand.json" >"$tmp/short.json"
+expect costs-other-model 1 "^$tmp/short.json: error: has no unit 'loss' of model 'mlp_digits'" \
+  "$pipec" plan $mlp --stages 2 --costs "$tmp/short.json"
+printf '{"pipec_costs": 1,' >"$tmp/trunc.json"
+expect costs-not-json 1 "^$tmp/trunc.json:1:" "$pipec" plan $mlp --stages 2 --costs "$tmp/trunc.json"
+expect costs-missing 1 "^$tmp/none.json: error: cannot open the costs file: No such file or directory$" \
+  "$pipec" plan $mlp --stages 2 --costs "$tmp/none.json"
+# --diagnostics-format json: stderr is the costs file's document, one record with its position.
+"$pipec" plan $mlp --stages 2 --costs "$tmp/typo.json" --diagnostics-format json 2>"$tmp/doc.json" >/dev/null
+check "costs error as a JSON document" python3 - "$tmp/doc.json" "$tmp/typo.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert len(d) == 1 and d[0]["file"] == sys.argv[2] and d[0]["line"] == 1, d
+assert d[0]["message"] == "link: unknown key 'bandwith' (did you mean 'bandwidth'?)", d
+PY
+expect costs-one-stage 2 "^pipec: --costs is for a pipeline's plan, compile or run \(--stages >= 2\)$" \
+  "$pipec" plan $mlp --costs "$tmp/hand.json"
+expect profile-one-stage 2 "^pipec: profile measures a pipeline: it needs --stages >= 2 \(or --split\)$" \
+  "$pipec" profile $mlp
+# (mpirun's abort banner may come first on stderr: the error line is looked for anywhere)
+"$pipec" run $mlp --stages 2 -o "$tmp/plain" -- --steps 2 --quiet --eval-batches 1 --profile "$tmp/p.json" \
+  >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "program not profiled: exit $rc" test $rc -ne 0
+check "program not profiled: the error" grep -qE 'rank [01]: error: --profile: this program was not compiled for profiling' "$tmp/err"
+check "program not profiled: the hint" grep -qE '^\[rank [01]\] HINT: compile the model with .pipec profile.' "$tmp/err"
+
+# ---- pipec profile end to end (S = 2): the file's structure, every measurement positive where
+# it must be, and plan reads it.
+mkdir "$tmp/t"
+if TMPDIR=$tmp/t "$pipec" profile $mlp --stages 2 --microbatches 2 -o "$tmp/mlp-costs.json" -- --steps 6 >"$tmp/prof.out" 2>&1; then
+  ok
+  check "profile: structure and positive values" python3 - "$tmp/mlp-costs.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["pipec_costs"] == 1 and c["model"] == "mlp_digits", c
+assert [u["name"] for u in c["units"]] == ["fc1", "relu1", "fc2", "relu2", "logits", "loss"]
+assert all(u[k] >= 0 for u in c["units"] for k in "fbw")
+assert all(u["f"] > 0 for u in c["units"])
+assert c["link"]["latency"] >= 0 and c["link"]["bandwidth"] > 0 and c["optimizer"] > 0
+m = c["measured"]
+assert m["stages"] == 2 and m["schedule"] == "1f1b" and len(m["stage"]) == 2
+assert all(s["f"] > 0 and s["b"] > 0 for s in m["stage"]) and all(o > 0 for o in m["opt"])
+# the profiled partition's units add up to its measured stages (stage 0 = fc1, relu1)
+f0 = sum(u["f"] for u in c["units"][:2])
+assert abs(f0 - m["stage"][0]["f"]) <= 1e-6 * m["stage"][0]["f"], (f0, m["stage"][0])
+PY
+  out=$("$pipec" plan $mlp --stages 2 --microbatches 2 --costs "$tmp/mlp-costs.json" 2>&1)
+  [[ "$out" == *"predicted step time "*" (measured costs from $tmp/mlp-costs.json"* ]] && ok || bad "plan --costs: $out"
+else
+  bad "pipec profile: $(tail -n 5 "$tmp/prof.out")"
+fi
+check "profile leaves no temporary directory" test -z "$(ls -A "$tmp/t")"
+finish
