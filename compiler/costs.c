@@ -57,9 +57,9 @@ bool costs_load(Costs *c, const char *path, Arena *a, Diag *d) {
   if (!source_load(src, a, path, d)) return false;
   JsonIn j = {src, d, a};
   const cJSON *root = src->root, *it;
-  static const char *const top[] = {"pipec_costs", "model",     "measured",
-                                    "link",        "optimizer", "units"};
-  if (!json_check_keys(&j, root, "costs", top, 6)) return false;
+  static const char *const top[] = {"pipec_costs", "model", "measured", "link",
+                                    "optimizer",   "units", "machine"};
+  if (!json_check_keys(&j, root, "costs", top, 7)) return false;
   int64_t version;
   if (!json_need(&j, root, "costs", "pipec_costs", &it) ||
       !json_want_int(&j, it, "pipec_costs", &version))
@@ -84,6 +84,33 @@ bool costs_load(Costs *c, const char *path, Arena *a, Diag *d) {
   if (!json_need(&j, root, "costs", "optimizer", &it) ||
       !want_seconds(&j, it, "optimizer", false, "seconds per parameter byte", &c->opt_per_byte))
     return false;
+  // Optional: the machine the ranks shared when measured (fewer cores than ranks: they queue).
+  const cJSON *mach = json_get(root, "machine");
+  c->cores = c->threads = c->concurrent = 0;
+  if (mach) {
+    static const char *const mk[] = {"cores", "threads"};
+    int64_t cores, threads;
+    if (!json_check_keys(&j, mach, "machine", mk, 2) ||
+        !json_need(&j, mach, "machine", "cores", &it) ||
+        !json_want_int(&j, it, "machine.cores", &cores))
+      return false;
+    if (cores < 1 || cores > 1 << 20) {
+      diag_error(d, json_loc(&j, it), "machine.cores: %lld; expected a count of cores, 1 or more",
+                 (long long)cores);
+      return false;
+    }
+    if (!json_need(&j, mach, "machine", "threads", &it) ||
+        !json_want_int(&j, it, "machine.threads", &threads))
+      return false;
+    if (threads < 1 || threads > 1 << 20) {
+      diag_error(d, json_loc(&j, it),
+                 "machine.threads: %lld; expected each rank's thread count, 1 or more",
+                 (long long)threads);
+      return false;
+    }
+    c->cores = (int)cores, c->threads = (int)threads;
+    c->concurrent = cores / threads > 1 ? (int)(cores / threads) : 1;
+  }
   const cJSON *units;
   if (!json_need(&j, root, "costs", "units", &units) || !json_want_array(&j, units, "units"))
     return false;
@@ -304,6 +331,10 @@ bool costs_from_profile(const Program *p, const char *sched, const char *raw_pat
   for (const cJSON *x = cJSON_IsArray(stepv) ? stepv->child : NULL; x; x = x->next, r++)
     fprintf(o, "%s%.9g", r ? ", " : "", cJSON_IsNumber(x) ? x->valuedouble : 0);
   fprintf(o, "]},\n  \"link\": {\"latency\": %.9g, \"bandwidth\": %.9g},\n", lat, bw);
+  double cores = 0, threads = 0;
+  if (raw_num(raw, "cores", &cores) && raw_num(raw, "threads", &threads) && cores >= 1 &&
+      threads >= 1)
+    fprintf(o, "  \"machine\": {\"cores\": %.0f, \"threads\": %.0f},\n", cores, threads);
   fprintf(o, "  \"optimizer\": %.9g,\n  \"units\": [\n", pbytes > 0 ? opt_s / pbytes : 0);
   for (int u = 0; u < n; u++) {
     cJSON *js = cJSON_CreateString(label[u]);

@@ -25,6 +25,9 @@ typedef struct Costs {
   double latency;      // seconds of an empty message between two ranks
   double bandwidth;    // bytes per second between two ranks
   double opt_per_byte; // optimizer seconds per byte of parameter values at the step end
+  int cores;           // "machine": the profiled machine's online cores (0: not recorded)
+  int threads;         // ... and each rank's kernel threads there
+  int concurrent;      // ranks that compute at once there: cores / threads (0: unlimited)
   double *node_s;      // per node id (after costs_bind): its seconds per microbatch (0: step)
   struct Source *src;  // the parsed file (costs_free)
 } Costs;

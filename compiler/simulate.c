@@ -341,7 +341,75 @@ bool schedule_print_grid(const Program *p, FILE *out, Diag *d) {
   return simulate(p, NULL, NULL, NULL, NULL, NULL, out, d);
 }
 
-// With a costs file (p->costs): its stage costs, transfers and optimizer seconds.
+// The completed simulation's times again, on a machine where at most `slots` ranks compute at
+// once (their cores shared: `slots` = cores / threads per rank): each rank's actions in order,
+// each F, B, W and OPT taking the core that frees first and starting no earlier than its rank's
+// previous action and, for a RECV, its SEND plus the transfer; ranks compete for the cores in
+// the order of the unlimited run's start times (the rank that would have started first goes
+// first: a FIFO scheduler's choice). The step end's sync waits for every rank as before.
+// Rewrites st's t0 / t1 and span (bubble over the ranks as before). O(actions * (S + slots)).
+static void limit_ranks(const Program *p, const StageCost *cost, const double *xfer,
+                        const double *opt, int slots, SchedStats *st) {
+  int S = p->nranks, M = p->M;
+  double *clk = calloc((size_t)S, sizeof *clk), *core = calloc((size_t)slots, sizeof *core);
+  double *sent = calloc((size_t)p->nch * M + 1, sizeof *sent);
+  bool *sent_done = calloc((size_t)p->nch * M + 1, sizeof *sent_done);
+  int *pc = calloc((size_t)S, sizeof *pc);
+  if (!clk || !core || !sent || !sent_done || !pc) goto out; // the prediction stays unlimited
+  double busy = 0;
+  for (;;) {
+    int best = -1;
+    bool all_at_opt = true; // the step end's sync: every rank at its OPT (or done)
+    for (int r = 0; r < S; r++)
+      if (pc[r] < p->ranks[r].nacts && p->ranks[r].acts[pc[r]].kind != ACT_OPT) all_at_opt = false;
+    for (int r = 0; r < S; r++) {
+      if (pc[r] >= p->ranks[r].nacts) continue;
+      const Action *x = &p->ranks[r].acts[pc[r]];
+      if (x->kind == ACT_OPT && !all_at_opt) continue;
+      if (x->kind == ACT_RECV && !sent_done[x->ch->id * M + x->m]) continue;
+      if (best < 0 || st->t0[r][pc[r]] < st->t0[best][pc[best]]) best = r;
+    }
+    if (best < 0) break;
+    int r = best, i = pc[r]++;
+    const Action *x = &p->ranks[r].acts[i];
+    double ready = clk[r], c = x->kind == ACT_OPT ? (opt ? opt[r] : 0) : cost_of(p, cost, x);
+    if (x->kind == ACT_RECV) {
+      double arrive = sent[x->ch->id * M + x->m] + (xfer ? xfer[x->ch->id] : 0);
+      if (arrive > ready) ready = arrive;
+    }
+    if (x->kind == ACT_OPT)
+      for (int q = 0; q < S; q++)
+        if (clk[q] > ready) ready = clk[q];
+    double start = ready;
+    if (c > 0) {
+      int k = 0;
+      for (int j = 1; j < slots; j++)
+        if (core[j] < core[k]) k = j;
+      if (core[k] > start) start = core[k];
+      core[k] = start + c;
+      busy += c;
+    }
+    if (x->kind == ACT_SEND)
+      sent[x->ch->id * M + x->m] = start, sent_done[x->ch->id * M + x->m] = true;
+    st->t0[r][i] = start;
+    st->t1[r][i] = c > 0 ? start + c : 0;
+    clk[r] = start + c;
+  }
+  double span = 0;
+  for (int r = 0; r < S; r++)
+    if (clk[r] > span) span = clk[r];
+  st->span = span;
+  st->bubble = span > 0 ? 1 - busy / (S * span) : 0;
+out:
+  free(clk);
+  free(core);
+  free(sent);
+  free(sent_done);
+  free(pc);
+}
+
+// With a costs file (p->costs): its stage costs, transfers and optimizer seconds; on the
+// profiled machine's cores when fewer ranks than the pipeline's can compute at once there.
 static bool predict_measured(const Program *p, SchedStats *st, Arena *a, double *opt_max, Diag *d) {
   StageCost *cost = ARENA_ARRAY(a, StageCost, p->nv);
   double *xfer = ARENA_ARRAY(a, double, p->nch + 1), *opt = ARENA_ARRAY(a, double, p->nranks);
@@ -349,7 +417,10 @@ static bool predict_measured(const Program *p, SchedStats *st, Arena *a, double 
   *opt_max = 0;
   for (int r = 0; r < p->nranks; r++)
     if (opt[r] > *opt_max) *opt_max = opt[r];
-  return simulate(p, cost, xfer, opt, st, a, NULL, d);
+  if (!simulate(p, cost, xfer, opt, st, a, NULL, d)) return false;
+  int slots = p->costs->concurrent;
+  if (slots > 0 && slots < p->nranks && st->t0) limit_ranks(p, cost, xfer, opt, slots, st);
+  return true;
 }
 
 bool schedule_predict(const Program *p, SchedStats *st, Arena *a, Diag *d) {

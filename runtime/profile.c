@@ -15,6 +15,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum {
   PROF_MAXV = 256, // virtual stages recorded (a stage beyond it is an error)
@@ -180,7 +181,11 @@ void pr_prof_finish(const PrComm *c) {
         fprintf(f, "%s%.9g", k ? ", " : "", all[(size_t)r * n + 3 * PROF_MAXV + 1 + k]);
       fprintf(f, "]");
     }
-    fprintf(f, "],\n  \"latency\": %.9g,\n  \"bandwidth\": %.9g\n}\n", lat, 1 / slope);
+    fprintf(f, "],\n  \"latency\": %.9g,\n  \"bandwidth\": %.9g,\n", lat, 1 / slope);
+    // The machine the ranks share (one machine when pipec profile runs them): the simulator
+    // lets at most cores / threads of them compute at once.
+    fprintf(f, "  \"cores\": %ld,\n  \"threads\": %d\n}\n", sysconf(_SC_NPROCESSORS_ONLN),
+            pr_threads());
     bool bad = ferror(f) != 0;
     bad = fclose(f) != 0 || bad;
     prCheck(!bad && rename(tmp, prof.path) == 0, "check that the disk has room",

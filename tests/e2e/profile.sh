@@ -47,6 +47,23 @@ costs "$tmp/hand-opt.json" 1 2 1 1 1 0 0 0 0 0 1e-8
 out=$("$pipec" plan $mlp --stages 2 --split fc2 --microbatches 2 --schedule gpipe --costs "$tmp/hand-opt.json" 2>&1)
 check "hand with the optimizer: $(pred "$out")" test "$(pred "$out")" = "9.712 ms"
 [[ "$out" == *"measured costs from $tmp/hand-opt.json: links 0.0 us"*"step end 0.712 ms)"* ]] && ok || bad "prediction line: $out"
+# The machine the costs were measured on: with one core for both ranks (cores 1, or 2 cores and
+# 2 threads per rank) the ranks take turns, and the step is the sum of the 12 ms of actions; with
+# a core per rank it stays 9 ms.
+for m in '1 1' '2 2' '2 1'; do
+  set -- $m
+  python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["machine"] = {"cores": int(sys.argv[2]), "threads": int(sys.argv[3])}; print(json.dumps(c))' \
+    "$tmp/hand.json" "$1" "$2" >"$tmp/hand-m$1$2.json"
+  want=$([ "$1" -ge $((2 * $2)) ] && echo "9.000 ms" || echo "12.000 ms")
+  for s in gpipe 1f1b; do
+    out=$("$pipec" plan $mlp --stages 2 --split fc2 --microbatches 2 --schedule $s --costs "$tmp/hand-m$1$2.json" 2>&1)
+    check "hand $s on $1 core(s), $2 thread(s) per rank: $(pred "$out"), want $want" test "$(pred "$out")" = "$want"
+  done
+done
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["machine"] = {"cores": 0, "threads": 1}; print(json.dumps(c))' \
+  "$tmp/hand.json" >"$tmp/hand-m0.json"
+hint_re=error expect costs-no-cores 1 "^$tmp/hand-m0.json:1:.*: error: machine.cores: 0; expected a count of cores, 1 or more$" \
+  "$pipec" plan $mlp --stages 2 --costs "$tmp/hand-m0.json"
 
 # The step end's messages: gpt_char at --split transformer.h.2, M = 1, free compute, a latency of
 # 1 ms on every message: the activation (1), its gradients back (2), then the tied embedding's
