@@ -58,6 +58,7 @@ typedef struct Orders {
   Action **a; // per rank: its compute order
   int *n;     // per rank: count
   bool split; // the schedule has W actions
+  int *rank;  // per stage: its rank (sched_rank_of: the loop placement, or zb-v's V)
 } Orders;
 
 static bool orders_of(int sched, int S, int V, int M, Orders *o, Arena *ar) {
@@ -68,6 +69,8 @@ static bool orders_of(int sched, int S, int V, int M, Orders *o, Arena *ar) {
   o->a = ARENA_ARRAY(ar, Action *, S);
   o->n = ARENA_ARRAY(ar, int, S);
   o->split = false;
+  o->rank = ARENA_ARRAY(ar, int, (size_t)S * V + 1);
+  for (int v = 0; v < S * V; v++) o->rank[v] = sched_rank_of((SchedKind)sched, S, V, v);
   bool ok = true;
   for (int r = 0; r < S && ok; r++) {
     o->a[r] = ARENA_ARRAY(ar, Action, 3 * (size_t)V * M + 1);
@@ -127,7 +130,7 @@ static double replay(const Orders *o, int S, int nv, int M, const SimStage *st) 
     double sync = 0, opt = 0;
     for (int r = 0; r < S; r++) sync = clock[r] > sync ? clock[r] : sync;
     double *ro = calloc((size_t)S, sizeof *ro);
-    for (int v = 0; ro && v < nv; v++) ro[v % S] += st[v].opt;
+    for (int v = 0; ro && v < nv; v++) ro[o->rank[v]] += st[v].opt;
     for (int r = 0; ro && r < S; r++) opt = ro[r] > opt ? ro[r] : opt;
     free(ro);
     span = sync + opt;

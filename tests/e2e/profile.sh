@@ -93,6 +93,14 @@ costs "$tmp/part0.json" 1 2 1 1 1 1 1 1 1 2 0
 out=$("$pipec" plan $mlp --stages 2 --microbatches 2 --schedule gpipe --costs "$tmp/part0.json" 2>&1)
 [[ "$out" == *"2 stages (automatic), "* ]] && ok || bad "moved without a reason: $(head -n 1 <<<"$out")"
 
+# zb-v's partitioner simulation sums each rank's optimizer seconds over its own stages (rank 0
+# holds stages 0 and 3): with a costly optimizer the walk then moves the cut off the dynamic
+# program's (summed as in the loop placement, it kept that cut: 98.008 ms).
+costs "$tmp/zbv.json" 1 1 1 1 1 1 1 1 0.1 0.1 1e-6
+out=$("$pipec" plan $mlp --stages 2 --schedule zb-v --microbatches 4 --costs "$tmp/zbv.json" 2>&1)
+check "zb-v with a costly optimizer: $(pred "$out"), the cut moved" \
+  test "$(pred "$out") $(grep -c 'moved for the simulated step' <<<"$out")" = "87.848 ms 1"
+
 # ---- Bad costs files: one error with the file, line, column and JSON path; exit 1 (a compiler
 # error: no HINT line).
 hint_re=error
