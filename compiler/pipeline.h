@@ -302,7 +302,8 @@ const char *action_name(ActionKind k);
 void schedule_last_actions(const Program *p, int *last);
 
 // ---- Built-in schedules (compiler/schedules.c) and the lock-step verifier (compiler/simulate.c)
-// The schedules are built and verified at compile time; codegen runs S = 1 only today.
+// The schedules are built and verified at compile time; codegen prints each rank's list
+// (emit_rank.c).
 
 typedef enum SchedKind {
   SCHED_GPIPE,       // F(0..M-1), then B(0..M-1); V = 1

@@ -95,7 +95,7 @@ out=$("$pipec" plan $mlp --stages 2 --microbatches 2 --schedule gpipe --costs "$
 
 # zb-v's partitioner simulation sums each rank's optimizer seconds over its own stages (rank 0
 # holds stages 0 and 3): with a costly optimizer the walk then moves the cut off the dynamic
-# program's (summed as in the loop placement, it kept that cut: 98.008 ms).
+# program's (summed as in the loop placement, it kept that cut: 97.208 ms).
 costs "$tmp/zbv.json" 1 1 1 1 1 1 1 1 0.1 0.1 1e-6
 out=$("$pipec" plan $mlp --stages 2 --schedule zb-v --microbatches 4 --costs "$tmp/zbv.json" 2>&1)
 check "zb-v with a costly optimizer: $(pred "$out"), the cut moved" \
