@@ -172,13 +172,10 @@ typedef struct Line {
   size_t len;       // its bytes, without the line break
 } Line;
 
-static Line line_of(const Diag *d, Loc loc) {
-  if (!d->text || loc.line < 1 || loc.line > d->nlines) return (Line){NULL, 0};
-  size_t b = d->lines[loc.line - 1];
-  size_t e = loc.line < d->nlines ? d->lines[loc.line] - 1 : d->len;
-  if (e > b && d->text[e - 1] == '\r') e--;
-  if (loc.col < 1 || (size_t)loc.col - 1 > e - b) return (Line){NULL, 0};
-  return (Line){d->text + b, e - b};
+// The record's line at its position (kept with the record: its file's text when it was reported).
+static Line line_of(const DiagRecord *r) {
+  if (!r->line || r->loc.col < 1 || (size_t)r->loc.col - 1 > r->line_len) return (Line){NULL, 0};
+  return (Line){r->line, r->line_len};
 }
 
 // The column of byte column col in characters (UTF-8 lead bytes before it, plus one).
@@ -201,7 +198,7 @@ static cJSON *json_document(const Diag *d) {
     char *path = diag_message_path(r->message), *hint = diag_message_hint(r->message);
     bool at = r->loc.line > 0;
     bool ok = o && cJSON_AddItemToArray(arr, o) && add_str(o, "kind", r->kind) &&
-              add_str(o, "file", d->file) &&
+              add_str(o, "file", r->file ? r->file : d->file) &&
               (at ? cJSON_AddNumberToObject(o, "line", r->loc.line) != NULL
                   : cJSON_AddNullToObject(o, "line") != NULL) &&
               (at ? cJSON_AddNumberToObject(o, "column", r->loc.col) != NULL
@@ -262,12 +259,13 @@ static bool sarif_result(const Diag *d, const DiagRecord *r, int rule, cJSON *re
     if (!ok) cJSON_Delete(loc);
     cJSON *phys = ok ? add_obj(loc, "physicalLocation") : NULL;
     cJSON *art = add_obj(phys, "artifactLocation");
-    char *uri = file_uri(d->file);
+    const char *file = r->file ? r->file : d->file;
+    char *uri = file_uri(file);
     ok = ok && art && uri && add_str(art, "uri", uri) &&
-         (d->file[0] == '/' || add_str(art, "uriBaseId", "%SRCROOT%"));
+         (file[0] == '/' || add_str(art, "uriBaseId", "%SRCROOT%"));
     free(uri);
     if (ok && r->loc.line > 0) {
-      Line l = line_of(d, r->loc);
+      Line l = line_of(r);
       cJSON *reg = add_obj(phys, "region");
       ok = reg && cJSON_AddNumberToObject(reg, "startLine", r->loc.line) &&
            cJSON_AddNumberToObject(reg, "startColumn", char_column(l, r->loc.col));
@@ -352,11 +350,11 @@ bool diag_write(Diag *d, const char *version) {
   } else { // out of memory: the messages as text rather than nothing
     for (int i = 0; i < d->nrecs; i++) {
       const DiagRecord *r = &d->recs[i];
+      const char *file = r->file ? r->file : d->file;
       if (r->loc.line > 0)
-        fprintf(d->out, "%s:%d:%d: %s: %s\n", d->file, r->loc.line, r->loc.col, r->kind,
-                r->message);
+        fprintf(d->out, "%s:%d:%d: %s: %s\n", file, r->loc.line, r->loc.col, r->kind, r->message);
       else
-        fprintf(d->out, "%s: %s: %s\n", d->file, r->kind, r->message);
+        fprintf(d->out, "%s: %s: %s\n", file, r->kind, r->message);
     }
   }
   diag_free(d);

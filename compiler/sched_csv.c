@@ -52,13 +52,8 @@ static bool csv_verror(const CsvSchedule *cs, Diag *d, Loc loc, const char *fmt,
   int nlines = d->nlines;
   d->file = cs->path;
   d->text = cs->text, d->len = cs->len, d->lines = cs->lines, d->nlines = cs->nlines;
-  // A machine-readable record's position and file are the model's: the CSV's go in its text.
-  if (d->format != DIAG_TEXT && loc.line > 0)
-    diag_error(d, (Loc){0, 0}, "%s:%d:%d: %s", cs->path, loc.line, loc.col, msg);
-  else if (d->format != DIAG_TEXT)
-    diag_error(d, (Loc){0, 0}, "%s: %s", cs->path, msg);
-  else
-    diag_error(d, loc, "%s", msg);
+  diag_error(d, loc, "%s", msg); // a machine-readable record keeps the CSV's file and line
+
   d->file = file;
   d->text = text, d->len = len, d->lines = lines, d->nlines = nlines;
   return false;

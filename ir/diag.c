@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 void diag_init(Diag *d, const char *file, FILE *out) {
   *d = (Diag){.file = file, .out = out};
@@ -220,7 +221,20 @@ static void record(Diag *d, Loc loc, const char *kind, const char *fmt, va_list 
     return;
   }
   vsnprintf(msg, (size_t)n + 1, fmt, ap);
-  d->recs[d->nrecs++] = (DiagRecord){kind, loc, msg, d->pass};
+  // The located line, copied: the record may outlive the source attached now (a CSV's).
+  char *line = NULL;
+  size_t len = 0;
+  if (d->text && loc.line >= 1 && loc.line <= d->nlines) {
+    size_t b = d->lines[loc.line - 1];
+    size_t e = loc.line < d->nlines ? d->lines[loc.line] - 1 : d->len;
+    if (e > b && d->text[e - 1] == '\r') e--;
+    if ((line = malloc(e - b + 1))) {
+      memcpy(line, d->text + b, e - b);
+      line[e - b] = '\0';
+      len = e - b;
+    }
+  }
+  d->recs[d->nrecs++] = (DiagRecord){kind, loc, msg, d->pass, d->file, line, len};
 }
 
 static void vreport(Diag *d, Loc loc, const char *kind, const char *fmt, va_list ap) {
@@ -267,7 +281,7 @@ void diag_note(Diag *d, const char *fmt, ...) {
 }
 
 void diag_free(Diag *d) {
-  for (int i = 0; i < d->nrecs; i++) free(d->recs[i].message);
+  for (int i = 0; i < d->nrecs; i++) free(d->recs[i].message), free(d->recs[i].line);
   free(d->recs);
   d->recs = NULL;
   d->nrecs = d->caprecs = 0;

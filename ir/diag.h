@@ -45,9 +45,12 @@ typedef enum DiagFormat {
 // One message of a machine-readable format.
 typedef struct DiagRecord {
   const char *kind; // "error", "warning" or "note"
-  Loc loc;          // position in the model file ({0, 0}: none)
+  Loc loc;          // position in file ({0, 0}: none)
   char *message;    // the text after "error: " (malloc'd; NULL if out of memory)
   const char *pass; // the pass that reported it (Diag.pass then; NULL: none)
+  const char *file; // the file it is about (Diag.file then: the model, or a schedule's CSV)
+  char *line;       // file's line at loc.line, without its break (malloc'd; NULL: none known)
+  size_t line_len;  // its bytes
 } DiagRecord;
 
 typedef struct Diag {

@@ -3,7 +3,8 @@
 
 Usage: tests/diag_formats.py PIPEC ROOT [--schema]
 
-1. The bad-model catalogues (tests/bad with `pipec check`, tests/bad_training with `pipec plan`),
+1. The bad-model catalogues (tests/bad with `pipec check`, tests/bad_training with `pipec plan`,
+   tests/bad_schedule's CSV schedules with `pipec check`: their records name the CSV file),
    each model in every format, from inside its directory as tests/run_bad.sh runs them: text (also
    given as --diagnostics-format=text) is exactly NAME.err; the json array and the SARIF log parse,
    and hold one record / result per message of the text, in order, with the same kind, file, line,
@@ -81,17 +82,22 @@ def run(args, cwd=root, env=None):
 HEAD = re.compile(r"^(?P<file>.+?)(?::(?P<line>\d+):(?P<col>\d+))?: (?P<kind>error|warning): (?P<msg>.*)$")
 
 
-def text_records(err, file):
-    """The messages of the text format: (kind, line, col, message), excerpt lines skipped."""
+def text_records(err, files):
+    """The messages of the text format about one of files: (kind, file, line, col, message),
+    excerpt lines skipped (a note's file: None)."""
     recs = []
     for line in err.decode("utf-8", "replace").split("\n"):
         if line.startswith("pipec: note: "):
-            recs.append(("note", None, None, line[len("pipec: note: "):]))
+            recs.append(("note", None, None, None, line[len("pipec: note: "):]))
             continue
         m = HEAD.match(line)
-        if m and m["file"] == file:
-            recs.append((m["kind"], int(m["line"]) if m["line"] else None,
+        if m and m["file"] in files:
+            recs.append((m["kind"], m["file"], int(m["line"]) if m["line"] else None,
                          int(m["col"]) if m["col"] else None, m["msg"]))
+        elif not m and line and recs and recs[-1][2] is None and recs[-1][0] != "note":
+            # a message of several lines (the verifier's grid): no excerpt follows one without
+            # a position, so the lines after it are its own
+            recs[-1] = recs[-1][:4] + (recs[-1][4] + "\n" + line,)
     return recs
 
 
@@ -140,7 +146,7 @@ def load_model(path):
         return None
 
 
-def compare(name, recs, js, sarif, model_bytes, doc, file):
+def compare(name, recs, js, sarif, sources, doc, file):
     """recs (the text's) against the json records and the SARIF results."""
     if not isinstance(js, list) or len(js) != len(recs):
         bad(f"{name}: json has {len(js) if isinstance(js, list) else js!r} records, text {len(recs)}")
@@ -150,9 +156,11 @@ def compare(name, recs, js, sarif, model_bytes, doc, file):
         bad(f"{name}: sarif has {len(results)} results, text {len(recs)}")
         return
     rules = sarif["runs"][0]["tool"]["driver"]["rules"]
-    for i, ((kind, line, col, msg), j, s) in enumerate(zip(recs, js, results)):
-        want = {"kind": kind, "file": file, "line": line, "column": col, "message": msg,
-                "path": expected_path(doc, msg) if kind != "note" else None,
+    for i, ((kind, rfile, line, col, msg), j, s) in enumerate(zip(recs, js, results)):
+        rfile = rfile or file # a note: the model's
+        model_bytes = sources[rfile]
+        want = {"kind": kind, "file": rfile, "line": line, "column": col, "message": msg,
+                "path": expected_path(doc, msg) if kind != "note" and rfile == file else None,
                 "hint": expected_hint(msg)}
         got = {k: j.get(k, "<missing>") for k in want}
         if got != want:
@@ -173,7 +181,7 @@ def compare(name, recs, js, sarif, model_bytes, doc, file):
                       path=props.get("jsonPath"),
                       logical=[l["fullyQualifiedName"] for l in loc.get("logicalLocations", [])],
                       hint=props.get("hint"))
-            sw.update(uri=file, line=line, col=char_column(model_bytes, line, col), bytecol=col,
+            sw.update(uri=rfile, line=line, col=char_column(model_bytes, line, col), bytecol=col,
                       path=want["path"], logical=[want["path"]] if want["path"] else [],
                       hint=want["hint"])
         if sg != sw:
@@ -223,7 +231,35 @@ for sub, cmd in (("tests/bad", "check"), ("tests/bad_training", "plan")):
             validate(name, docs["sarif"])
             continue
         mb = open(os.path.join(d, model), "rb").read()
-        compare(name, text_records(err_t, model), docs["json"], docs["sarif"], mb, load_model(os.path.join(d, model)), model)
+        compare(name, text_records(err_t, [model]), docs["json"], docs["sarif"], {model: mb}, load_model(os.path.join(d, model)), model)
+
+# The bad-schedule catalogue (tests/run_bad_schedule.sh's runs): records about the CSV name it,
+# the verifier's (a deadlock) the model, and the note after them no file.
+d = os.path.join(root, "tests/bad_schedule")
+mlp = "../../samples/mlp_digits.json"
+for csv in sorted(f for f in os.listdir(d) if f.endswith(".csv")):
+    name = f"tests/bad_schedule/{csv}"
+    extra = open(os.path.join(d, csv[:-4] + ".args")).read().split() if os.path.exists(os.path.join(d, csv[:-4] + ".args")) else []
+    args = ["check", mlp, "--microbatches", "4", "--schedule", csv] + extra
+    want_err = open(os.path.join(d, csv[:-4] + ".err"), "rb").read()
+    rc_t, out_t, err_t = run(args[:1] + ["--diagnostics-format=text"] + args[1:], cwd=d)
+    if (rc_t, out_t, err_t) != (1, b"", want_err):
+        bad(f"{name}: --diagnostics-format=text: exit {rc_t}, stderr differs from the .err: {err_t[:300]!r}")
+        continue
+    docs = {}
+    for fmt in ("json", "sarif"):
+        rc, out, err = run(args[:1] + ["--diagnostics-format", fmt] + args[1:], cwd=d)
+        if rc != 1 or out:
+            bad(f"{name}: {fmt}: exit {rc}, stdout {out[:100]!r}")
+            continue
+        docs[fmt] = parse(name, fmt, err)
+    if None in docs.values() or len(docs) != 2:
+        continue
+    if schema_mode:
+        validate(name, docs["sarif"])
+        continue
+    sources = {csv: open(os.path.join(d, csv), "rb").read(), mlp: open(os.path.join(d, mlp), "rb").read()}
+    compare(name, text_records(err_t, [csv, mlp]), docs["json"], docs["sarif"], sources, load_model(os.path.join(d, mlp)), mlp)
 
 if schema_mode:
     print(f"{passed} passed, {failed} failed")
@@ -247,8 +283,8 @@ try:
                 return None
         file = file or args[-1]
         path = model or os.path.join(cwd, file)
-        compare(name, text_records(err_t, file), docs["json"], docs["sarif"], open(path, "rb").read(),
-                load_model(path), file)
+        compare(name, text_records(err_t, [file]), docs["json"], docs["sarif"],
+                {file: open(path, "rb").read()}, load_model(path), file)
         return docs["json"]
 
     mlp, skip = "samples/mlp_digits.json", "samples/skip_net.json"

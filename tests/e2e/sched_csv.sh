@@ -127,15 +127,25 @@ expect_usage schedule-unknown "^pipec: --schedule: unknown schedule 'zb-h2' \(gp
 "$pipec" plan $mlp --schedule "$tmp/none.csv" >"$tmp/out" 2>"$tmp/err"
 check "a missing CSV: exit 1" test $? -eq 1
 check "a missing CSV: one line naming it" test "$(cat "$tmp/err")" = "$tmp/none.csv: error: cannot read the schedule: No such file or directory"
-# In the machine-readable formats a CSV error's position is in its message (a record's position
-# is the model file's).
+# In the machine-readable formats a CSV error's record names the CSV file, its line and column
+# (SARIF: its URI, region and snippet).
 printf '0F0,0X0\n1F0\n' >"$tmp/bad.csv"
 "$pipec" check $mlp --schedule "$tmp/bad.csv" --diagnostics-format=json >/dev/null 2>"$tmp/err"
 check "json: the record names the CSV's cell" /usr/bin/python3 -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
-assert len(r) == 1 and r[0]["line"] is None and r[0]["pass"] == "schedule", r
-assert r[0]["message"].startswith(sys.argv[2] + ":1:5: '"'"'0X0'"'"': unknown action type"), r
+assert len(r) == 1 and r[0]["pass"] == "schedule", r
+assert (r[0]["file"], r[0]["line"], r[0]["column"]) == (sys.argv[2], 1, 5), r
+assert r[0]["message"].startswith("'"'"'0X0'"'"': unknown action type"), r
+' "$tmp/err" "$tmp/bad.csv"
+"$pipec" check $mlp --schedule "$tmp/bad.csv" --diagnostics-format=sarif >/dev/null 2>"$tmp/err"
+check "sarif: the result is at the CSV's cell, its line as the snippet" /usr/bin/python3 -c '
+import json, sys
+res = json.load(open(sys.argv[1]))["runs"][0]["results"]
+phys = res[0]["locations"][0]["physicalLocation"]
+assert len(res) == 1 and phys["artifactLocation"]["uri"] == "file://" + sys.argv[2], phys
+assert phys["region"]["startLine"] == 1 and phys["region"]["startColumn"] == 5, phys
+assert phys["region"]["snippet"]["text"] == "0F0,0X0", phys
 ' "$tmp/err" "$tmp/bad.csv"
 printf '{"name": \n' >"$tmp/broken.json" # the model's own errors stay the parse's
 "$pipec" check "$tmp/broken.json" --schedule "$tmp/1f1b-s2.csv" --diagnostics-format=json \
