@@ -4,7 +4,8 @@
 //   2. an installed pipec's own prefix: the executable (/proc/self/exe, links resolved) is
 //      PREFIX/BINDIR/pipec and PREFIX/INCLUDEDIR/pipec/pipert.h exists (the marker): the headers
 //      are there, the libraries in PREFIX/LIBDIR. Nothing of the build tree is used, and a prefix
-//      installed under DESTDIR or moved elsewhere works where it lies;
+//      installed under DESTDIR or moved elsewhere works where it lies (the prefix / as well:
+//      /bin/pipec with /include/pipec/pipert.h);
 //   3. else the source and build trees pipec was built in (CMake's paths: build/bin/pipec, the
 //      tests).
 // BINDIR, LIBDIR and INCLUDEDIR are CMake's (GNUInstallDirs: bin, lib, include), relative to the
@@ -30,11 +31,22 @@
 
 enum { PATH_CAP = PATH_MAX + 64 };
 
-// Removes the last component of path (in place); false when none is left to remove.
+// Removes the last component of path (in place; "/bin" becomes "", the root, which every path
+// built on it then starts with "/" of its own); false when none is left to remove.
 static bool strip_last(char *path) {
   char *s = strrchr(path, '/');
-  if (!s || s == path) return false;
+  if (!s || !path[0]) return false;
   *s = 0;
+  return true;
+}
+
+bool runtime_prefix_of(const char *exe, const char *bindir, char *prefix, size_t cap) {
+  if (snprintf(prefix, cap, "%s", exe) >= (int)cap || !strip_last(prefix)) return false;
+  for (const char *b = bindir; *b;) { // one level per component of BINDIR
+    size_t k = strcspn(b, "/");
+    if (k && !(k == 1 && b[0] == '.') && !strip_last(prefix)) return false;
+    b += k + (b[k] == '/');
+  }
   return true;
 }
 
@@ -46,15 +58,11 @@ const char *runtime_install_prefix(void) {
   if (PIPEC_INSTALL_BINDIR[0] == '/' || PIPEC_INSTALL_INCLUDEDIR[0] == '/' ||
       PIPEC_INSTALL_LIBDIR[0] == '/')
     return NULL;
-  ssize_t n = readlink("/proc/self/exe", prefix, PATH_MAX);
+  char exe[PATH_CAP];
+  ssize_t n = readlink("/proc/self/exe", exe, PATH_MAX);
   if (n <= 0 || n >= PATH_MAX) return NULL;
-  prefix[n] = 0;
-  if (!strip_last(prefix)) return NULL;             // the executable's name
-  for (const char *b = PIPEC_INSTALL_BINDIR; *b;) { // one level per component of BINDIR
-    size_t k = strcspn(b, "/");
-    if (k && !(k == 1 && b[0] == '.') && !strip_last(prefix)) return NULL;
-    b += k + (b[k] == '/');
-  }
+  exe[n] = 0;
+  if (!runtime_prefix_of(exe, PIPEC_INSTALL_BINDIR, prefix, sizeof prefix)) return NULL;
   char marker[PATH_CAP * 2];
   snprintf(marker, sizeof marker, "%s/%s/pipert.h", prefix, PIPEC_INSTALL_INCLUDEDIR);
   if (access(marker, R_OK) != 0) return NULL;
