@@ -22,6 +22,10 @@ typedef struct CodegenOptions {
 // build time), or NULL when it can.
 const char *codegen_target_missing(const char *target);
 
+// The cuda target's architectures (--cuda-arch, else PIPEC_CUDA_ARCHS), checked against those
+// the device runtime was built for; NULL after reporting one it lacks through d.
+const char *codegen_cuda_archs(const CodegenOptions *o, Arena *a, Diag *d);
+
 // The targets pipec was built to generate programs for: "cpu", or "cpu, cuda" where CMake found
 // the CUDA toolkit (nvcc and the device runtime) at pipec's build time (pipec --version).
 const char *codegen_targets(void);

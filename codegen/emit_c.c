@@ -707,6 +707,30 @@ static bool have_mpi(const Program *prog, Diag *d) {
   return false;
 }
 
+const char *codegen_cuda_archs(const CodegenOptions *o, Arena *a, Diag *d) {
+  const char *archs = o->cuda_arch && *o->cuda_arch
+                          ? o->cuda_arch
+                          : cuda_setting("PIPEC_CUDA_ARCHS", PIPEC_CUDA_ARCHS);
+  // The kernels are libpipert_cuda.a's, built for PIPEC_CUDA_ARCHS: an architecture outside that
+  // list would link a program with no kernels for its GPU.
+  const char *built = cuda_setting("PIPEC_CUDA_ARCHS", PIPEC_CUDA_ARCHS);
+  char *list = arena_strdup(a, archs), *save0 = NULL;
+  for (char *tok = strtok_r(list, ",", &save0); tok; tok = strtok_r(NULL, ",", &save0)) {
+    bool found = false;
+    char *have = arena_strdup(a, built), *save = NULL;
+    for (char *h = strtok_r(have, ",", &save); h && !found; h = strtok_r(NULL, ",", &save))
+      found = !strcmp(h, tok);
+    if (!found) {
+      diag_error(d, (Loc){0, 0},
+                 "--cuda-arch %s: the CUDA runtime (libpipert_cuda.a) was built for %s only; "
+                 "rebuild pipec with -DPIPEC_CUDA_ARCHS=\"...;%s\" (CMake) to add it",
+                 tok, built, tok);
+      return NULL;
+    }
+  }
+  return archs;
+}
+
 // nvcc over the generated rank<r>.cu: a fat binary for o->cuda_arch (default PIPEC_CUDA_ARCHS),
 // warnings as errors, linked with the device runtime before libpipert (it calls into it), MPI's
 // transport first at S > 1, then cuBLAS / the CUDA runtime and libpipert's libraries (host-compiler
@@ -723,27 +747,11 @@ static bool build_cuda(const Program *prog, const CodegenOptions *o, const char 
   argv[n++] = "-O2";
   argv[n++] = "-Xcompiler=-Wall,-Werror";
   argv[n++] = "--Werror=all-warnings";
-  const char *archs = o->cuda_arch && *o->cuda_arch
-                          ? o->cuda_arch
-                          : cuda_setting("PIPEC_CUDA_ARCHS", PIPEC_CUDA_ARCHS);
-  // The kernels are libpipert_cuda.a's, built for PIPEC_CUDA_ARCHS: an architecture outside that
-  // list would link a program with no kernels for its GPU.
-  const char *built = cuda_setting("PIPEC_CUDA_ARCHS", PIPEC_CUDA_ARCHS);
+  const char *archs = codegen_cuda_archs(o, a, d);
+  if (!archs) return false;
   char *list = arena_strdup(a, archs);
-  for (char *tok = strtok(list, ","); tok && n < 40; tok = strtok(NULL, ",")) {
-    bool found = false;
-    char *have = arena_strdup(a, built), *save = NULL;
-    for (char *h = strtok_r(have, ",", &save); h && !found; h = strtok_r(NULL, ",", &save))
-      found = !strcmp(h, tok);
-    if (!found) {
-      diag_error(d, (Loc){0, 0},
-                 "--cuda-arch %s: the CUDA runtime (libpipert_cuda.a) was built for %s only; "
-                 "rebuild pipec with -DPIPEC_CUDA_ARCHS=\"...;%s\" (CMake) to add it",
-                 tok, built, tok);
-      return false;
-    }
+  for (char *tok = strtok(list, ","); tok && n < 40; tok = strtok(NULL, ","))
     argv[n++] = arena_printf(a, "-gencode=arch=compute_%s,code=sm_%s", tok, tok);
-  }
   argv[n++] = arena_printf(a, "-I%s", runtime_dir());
   argv[n++] = arena_printf(a, "-I%s/cuda", runtime_dir());
   argv[n++] = (char *)src;

@@ -87,9 +87,11 @@ bool codegen_manifest(const Program *prog, const CodegenOptions *o, Diag *d) {
   cJSON *fl = cJSON_AddArrayToObject(m, "compile_flags");
   if (cuda) {
     add_words(fl, a, "-std=c++17");
-    const char *archs = o->cuda_arch && *o->cuda_arch
-                            ? o->cuda_arch
-                            : setting("PIPEC_CUDA_ARCHS", PIPEC_CUDA_ARCHS);
+    const char *archs = codegen_cuda_archs(o, a, d);
+    if (!archs) {
+      cJSON_Delete(m);
+      return false;
+    }
     char *list = arena_strdup(a, archs), *save = NULL;
     for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save))
       cJSON_AddItemToArray(

@@ -56,6 +56,14 @@ check "--cuda-arch 80,75: exit 1 (got $?)" test $? -eq 1
 check "--cuda-arch 80,75: the error names 75 and the runtime's list" grep -qE \
   '^samples/mlp_digits.json: error: --cuda-arch 75: the CUDA runtime \(libpipert_cuda.a\) was built for [0-9,]+ only; rebuild pipec with -DPIPEC_CUDA_ARCHS=' \
   "$tmp/err"
+# --no-build (the manifest's flags) refuses such an architecture the same way.
+"$pipec" compile samples/mlp_digits.json --target cuda --cuda-arch 80,75 --no-build \
+  -o "$tmp/arch75nb" >/dev/null 2>"$tmp/err"
+check "--cuda-arch 80,75 --no-build: exit 1 (got $?)" test $? -eq 1
+check "--cuda-arch 80,75 --no-build: the same error" grep -qE \
+  '^samples/mlp_digits.json: error: --cuda-arch 75: the CUDA runtime \(libpipert_cuda.a\) was built for [0-9,]+ only; rebuild pipec with -DPIPEC_CUDA_ARCHS=' \
+  "$tmp/err"
+check "--cuda-arch 80,75 --no-build: no manifest written" test ! -e "$tmp/arch75nb/pipec-manifest.json"
 # Without a GPU the programs stop before any work with the runtime's no-device error (rank 0 of
 # a one-rank program; each rank of a pipeline run directly, as mpirun would start them).
 if [ "$no_gpu" -eq 1 ]; then
