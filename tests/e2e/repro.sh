@@ -44,6 +44,15 @@ done
 # The command line as given, with the quoting a shell needs.
 check "the command line is stamped as given" \
   grep -qxF "// Command: pipec compile samples/skip_net.json --stages 2 -o 'out/skip net'" "$one/out/skip net/rank0.c"
+# A long command line is stamped in full, 160 characters per comment line (C and launch.sh).
+long=out/$(printf 'd%.0s' $(seq 1 250))
+(cd "$one" && PATH="$(dirname "$pipec"):$PATH" && pipec compile samples/skip_net.json --stages 2 --no-build -o "$long" >/dev/null 2>&1) ||
+  bad "compile into a 250-character directory"
+want="pipec compile samples/skip_net.json --stages 2 --no-build -o $long"
+got=$(sed -n 's|^// Command\( (continued)\)\{0,1\}: ||p' "$one/$long/rank0.c" | tr -d '\n')
+check "a command of ${#want} characters stamped in full in rank0.c" test "$got" = "$want"
+got=$(sed -n 's|^# Command\( (continued)\)\{0,1\}: ||p' "$one/$long/launch.sh" | tr -d '\n')
+check "a command of ${#want} characters stamped in full in launch.sh" test "$got" = "$want"
 check "the data path is relative to the program" \
   grep -qF '"$ORIGIN/../../../../shared/data/tinyshakespeare.txt"' "$one/out/gpt/rank0.c"
 

@@ -20,7 +20,7 @@ norm_json() {
   /usr/bin/python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); d.pop("schedule", None); print(json.dumps(d, sort_keys=True))' "$1"
 }
 # The generated sources without their "Command:" line (it names the schedule as typed).
-norm_src() { cat "$1"/rank*.c | grep -v '^// Command: '; }
+norm_src() { cat "$1"/rank*.c | grep -v '^// Command'; }
 
 # roundtrip NAME S M 'SCHEDULE-OPTIONS' MODEL [PIPEC-OPTIONS...]: the built-in exported, read
 # back without --stages or --virtual (the rows give them): the same plan, the same programs.
