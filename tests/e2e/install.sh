@@ -110,6 +110,32 @@ done
   bad "the pkg-config build at S = 2: $(tail -n 3 "$tmp/pc2.run")"
 same_bits "pkg-config's build at S = 2 (pipert-mpi) = the one-stage program" "$tmp/one" "$tmp/pc2"
 
+# ---- find_package(pipec) leaves the caller's variables alone (pkg-config's results of the
+# runtime's dependencies are under pipec's prefixes), and a caller's own pkg-config target of a
+# dependency is used as it is.
+mkdir -p "$tmp/vars"
+cat >"$tmp/vars/CMakeLists.txt" <<'EOT'
+cmake_minimum_required(VERSION 3.20)
+project(vars C)
+set(OPENBLAS_LIBRARIES mine)
+set(ZLIB_FOUND mine)
+set(OMPI_LIBRARIES mine)
+find_package(pipec REQUIRED)
+foreach(v OPENBLAS_LIBRARIES ZLIB_FOUND OMPI_LIBRARIES)
+  if(NOT "${${v}}" STREQUAL "mine")
+    message(FATAL_ERROR "find_package(pipec) changed ${v} to '${${v}}'")
+  endif()
+endforeach()
+foreach(t pipec::pipert PkgConfig::OPENBLAS PkgConfig::ZLIB PkgConfig::CJSON)
+  if(NOT TARGET ${t})
+    message(FATAL_ERROR "no target ${t}")
+  endif()
+endforeach()
+EOT
+check "find_package(pipec): the caller's OPENBLAS_*, ZLIB_*, OMPI_* untouched, the targets there" \
+  cmake -S "$tmp/vars" -B "$tmp/vars/b" -Dpipec_DIR="$p/lib/cmake/pipec" -DCMAKE_BUILD_TYPE=Release \
+  >"$tmp/vars.out" 2>&1
+
 # ---- The installed example project, against the moved package, with Ninja.
 ex=$tmp/example
 src=$p/share/pipec/samples/cmake
