@@ -39,24 +39,31 @@
 
 // ---- The dynamic program
 
-double partition_stage_cost(const CutProblem *cp, int S, int r, int a, int b) {
-  double flops = 0, act = 0, comm = 0, pbytes = 0;
-  for (int u = a; u < b; u++) flops += cp->flops[u], act += cp->act_bytes[u];
+CutSums cut_sums(const CutProblem *cp, int a, int b) {
+  CutSums s = {0};
+  for (int u = a; u < b; u++) s.flops += cp->flops[u], s.act += cp->act_bytes[u];
   for (int i = 0; i < cp->nt; i++) {
     const CutTensor *t = &cp->t[i];
     if (t->from >= a) continue;
     for (int k = 0; k < t->nto; k++)
       if (t->to[k] >= a && t->to[k] < b) {
-        comm += t->bytes * (t->grad ? 2 : 1);
+        s.fwd += t->bytes;
+        if (t->grad) s.grad += t->bytes;
         break;
       }
   }
   for (int i = 0; i < cp->np; i++)
     for (int k = 0; k < cp->p[i].nunits; k++)
       if (cp->p[i].units[k] >= a && cp->p[i].units[k] < b) {
-        pbytes += cp->p[i].bytes;
+        s.pbytes += cp->p[i].bytes;
         break;
       }
+  return s;
+}
+
+double partition_stage_cost(const CutProblem *cp, int S, int r, int a, int b) {
+  CutSums cs = cut_sums(cp, a, b);
+  double flops = cs.flops, act = cs.act, comm = cs.fwd + cs.grad, pbytes = cs.pbytes;
   int inflight = S - r < cp->M ? S - r : cp->M;
   if (cp->mem_cap > 0 && pbytes + act * inflight > cp->mem_cap) return INFINITY;
   return flops / cp->rate + comm / (cp->stage_bw ? cp->stage_bw[r] : cp->bandwidth);

@@ -25,27 +25,9 @@ typedef struct SimStage {
 // Stage r of nv covering units [a, b) (partition_stage_cost's sums, kept apart).
 static SimStage stage_of(const CutProblem *cp, int nv, int r, int a, int b) {
   SimStage s = {0};
-  double act = 0, fb = 0, gb = 0, pbytes = 0;
-  for (int u = a; u < b; u++) {
-    s.f += cp->uf[u], s.b += cp->ub[u], s.w += cp->uw[u];
-    act += cp->act_bytes[u];
-  }
-  for (int i = 0; i < cp->nt; i++) {
-    const CutTensor *t = &cp->t[i];
-    if (t->from >= a) continue;
-    for (int k = 0; k < t->nto; k++)
-      if (t->to[k] >= a && t->to[k] < b) {
-        fb += t->bytes;
-        if (t->grad) gb += t->bytes;
-        break;
-      }
-  }
-  for (int i = 0; i < cp->np; i++)
-    for (int k = 0; k < cp->p[i].nunits; k++)
-      if (cp->p[i].units[k] >= a && cp->p[i].units[k] < b) {
-        pbytes += cp->p[i].bytes;
-        break;
-      }
+  for (int u = a; u < b; u++) s.f += cp->uf[u], s.b += cp->ub[u], s.w += cp->uw[u];
+  CutSums cs = cut_sums(cp, a, b);
+  double act = cs.act, fb = cs.fwd, gb = cs.grad, pbytes = cs.pbytes;
   int inflight = nv - r < cp->M ? nv - r : cp->M;
   s.fits = !(cp->mem_cap > 0 && pbytes + act * inflight > cp->mem_cap);
   s.xf = fb > 0 ? cp->latency + fb / cp->bandwidth : 0;
@@ -69,7 +51,7 @@ static bool orders_of(int sched, int S, int V, int M, Orders *o, Arena *ar) {
   o->a = ARENA_ARRAY(ar, Action *, S);
   o->n = ARENA_ARRAY(ar, int, S);
   o->split = false;
-  o->rank = ARENA_ARRAY(ar, int, (size_t)S * V + 1);
+  o->rank = ARENA_ARRAY(ar, int, (size_t)S *V + 1);
   for (int v = 0; v < S * V; v++) o->rank[v] = sched_rank_of((SchedKind)sched, S, V, v);
   bool ok = true;
   for (int r = 0; r < S && ok; r++) {

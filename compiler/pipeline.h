@@ -223,6 +223,17 @@ int partition_units(Graph *g, int *unit_of_node, const char ***label);
 // reference definition: O(tensors + params) per call.
 double partition_stage_cost(const CutProblem *cp, int S, int r, int a, int b);
 
+// What a stage covering units [a, b) holds and reads (partition_stage_cost's and the simulated
+// partitioner's sums): O(tensors + params).
+typedef struct CutSums {
+  double flops;  // its units' FLOPs per microbatch
+  double act;    // its units' activation bytes kept for backward per microbatch
+  double fwd;    // bytes of the earlier units' tensors it reads (each once)
+  double grad;   // ... of those whose gradient goes back (sent once more)
+  double pbytes; // bytes of the parameters it reads
+} CutSums;
+CutSums cut_sums(const CutProblem *cp, int a, int b);
+
 // The exact optimum: S stages (contiguous, non-empty unit ranges starting where cut_ok allows)
 // minimising the slowest stage's partition_stage_cost. starts[r] receives stage r's first unit
 // (starts[0] = 0). Returns the optimum (INFINITY when no cut fits: memory cap, too few units).

@@ -209,57 +209,51 @@ def parse(name, fmt, err):
 
 
 # ---- 1. The catalogues
+def catalogue_case(name, d, args, want_err, model, sources):
+    """One case of a catalogue run from its directory d: args (the command first) in the three
+    formats; the text exactly want_err, the records as the text's; sources: the bytes of each
+    file the records may be about (the model's first)."""
+    rc_t, out_t, err_t = run(args[:1] + ["--diagnostics-format=text"] + args[1:], cwd=d)
+    if (rc_t, out_t, err_t) != (1, b"", want_err):
+        bad(f"{name}: --diagnostics-format=text: exit {rc_t}, stderr differs from the .err: {err_t[:300]!r}")
+        return
+    docs = {}
+    for fmt in ("json", "sarif"):
+        rc, out, err = run(args[:1] + ["--diagnostics-format", fmt] + args[1:], cwd=d)
+        if rc != 1 or out:
+            bad(f"{name}: {fmt}: exit {rc}, stdout {out[:100]!r}")
+            return
+        docs[fmt] = parse(name, fmt, err)
+    if None in docs.values():
+        return
+    if schema_mode:
+        validate(name, docs["sarif"])
+        return
+    compare(name, text_records(err_t, list(sources)), docs["json"], docs["sarif"], sources,
+            load_model(os.path.join(d, model)), model)
+
+
+def read(path):
+    return open(path, "rb").read()
+
+
 for sub, cmd in (("tests/bad", "check"), ("tests/bad_training", "plan")):
     d = os.path.join(root, sub)
     for model in sorted(f for f in os.listdir(d) if f.endswith(".json")):
-        name = f"{sub}/{model}"
-        want_err = open(os.path.join(d, model[:-5] + ".err"), "rb").read()
-        rc_t, out_t, err_t = run([cmd, "--diagnostics-format=text", model], cwd=d)
-        if (rc_t, out_t, err_t) != (1, b"", want_err):
-            bad(f"{name}: --diagnostics-format=text: exit {rc_t}, stderr differs from the .err: {err_t[:300]!r}")
-            continue
-        docs = {}
-        for fmt in ("json", "sarif"):
-            rc, out, err = run([cmd, "--diagnostics-format", fmt, model], cwd=d)
-            if rc != 1 or out:
-                bad(f"{name}: {fmt}: exit {rc}, stdout {out[:100]!r}")
-                continue
-            docs[fmt] = parse(name, fmt, err)
-        if None in docs.values() or len(docs) != 2:
-            continue
-        if schema_mode:
-            validate(name, docs["sarif"])
-            continue
-        mb = open(os.path.join(d, model), "rb").read()
-        compare(name, text_records(err_t, [model]), docs["json"], docs["sarif"], {model: mb}, load_model(os.path.join(d, model)), model)
+        catalogue_case(f"{sub}/{model}", d, [cmd, model], read(os.path.join(d, model[:-5] + ".err")),
+                       model, {model: read(os.path.join(d, model))})
 
 # The bad-schedule catalogue (tests/run_bad_schedule.sh's runs): records about the CSV name it,
 # the verifier's (a deadlock) the model, and the note after them no file.
 d = os.path.join(root, "tests/bad_schedule")
 mlp = "../../samples/mlp_digits.json"
 for csv in sorted(f for f in os.listdir(d) if f.endswith(".csv")):
-    name = f"tests/bad_schedule/{csv}"
-    extra = open(os.path.join(d, csv[:-4] + ".args")).read().split() if os.path.exists(os.path.join(d, csv[:-4] + ".args")) else []
-    args = ["check", mlp, "--microbatches", "4", "--schedule", csv] + extra
-    want_err = open(os.path.join(d, csv[:-4] + ".err"), "rb").read()
-    rc_t, out_t, err_t = run(args[:1] + ["--diagnostics-format=text"] + args[1:], cwd=d)
-    if (rc_t, out_t, err_t) != (1, b"", want_err):
-        bad(f"{name}: --diagnostics-format=text: exit {rc_t}, stderr differs from the .err: {err_t[:300]!r}")
-        continue
-    docs = {}
-    for fmt in ("json", "sarif"):
-        rc, out, err = run(args[:1] + ["--diagnostics-format", fmt] + args[1:], cwd=d)
-        if rc != 1 or out:
-            bad(f"{name}: {fmt}: exit {rc}, stdout {out[:100]!r}")
-            continue
-        docs[fmt] = parse(name, fmt, err)
-    if None in docs.values() or len(docs) != 2:
-        continue
-    if schema_mode:
-        validate(name, docs["sarif"])
-        continue
-    sources = {csv: open(os.path.join(d, csv), "rb").read(), mlp: open(os.path.join(d, mlp), "rb").read()}
-    compare(name, text_records(err_t, [csv, mlp]), docs["json"], docs["sarif"], sources, load_model(os.path.join(d, mlp)), mlp)
+    extra = os.path.join(d, csv[:-4] + ".args")
+    extra = open(extra).read().split() if os.path.exists(extra) else []
+    catalogue_case(f"tests/bad_schedule/{csv}", d,
+                   ["check", mlp, "--microbatches", "4", "--schedule", csv] + extra,
+                   read(os.path.join(d, csv[:-4] + ".err")), mlp,
+                   {mlp: read(os.path.join(d, mlp)), csv: read(os.path.join(d, csv))})
 
 if schema_mode:
     print(f"{passed} passed, {failed} failed")
