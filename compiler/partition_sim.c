@@ -25,14 +25,17 @@ typedef struct SimStage {
 // Stage r of nv covering units [a, b) (partition_stage_cost's sums, kept apart).
 static SimStage stage_of(const CutProblem *cp, int nv, int r, int a, int b) {
   SimStage s = {0};
-  double act = 0, fb = 0, gb = 0, pbytes = 0;
+  double act = 0, fb = 0, gb = 0, pbytes = 0, sb = 0; // sb: bytes sent on (--recompute)
   for (int u = a; u < b; u++) {
     s.f += cp->uf[u], s.b += cp->ub[u], s.w += cp->uw[u];
     act += cp->act_bytes[u];
   }
   for (int i = 0; i < cp->nt; i++) {
     const CutTensor *t = &cp->t[i];
-    if (t->from >= a) continue;
+    if (t->from >= a) {
+      if (t->from < b && t->nto > 0 && t->to[t->nto - 1] >= b) sb += t->bytes * (t->grad ? 2 : 1);
+      continue;
+    }
     for (int k = 0; k < t->nto; k++)
       if (t->to[k] >= a && t->to[k] < b) {
         fb += t->bytes;
@@ -47,7 +50,7 @@ static SimStage stage_of(const CutProblem *cp, int nv, int r, int a, int b) {
         break;
       }
   int inflight = nv - r < cp->M ? nv - r : cp->M;
-  s.fits = !(cp->mem_cap > 0 && pbytes + act * inflight > cp->mem_cap);
+  s.fits = !partition_over_cap(cp, r, pbytes, act, fb + gb + sb, inflight);
   s.xf = fb > 0 ? cp->latency + fb / cp->bandwidth : 0;
   s.xg = gb > 0 ? cp->latency + gb / cp->bandwidth : 0;
   s.opt = pbytes * cp->opt_per_byte;
