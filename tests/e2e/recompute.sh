@@ -103,7 +103,8 @@ for r in 0 1; do
   if [ "$k" -gt 1 ]; then
     check "rank $r (K = $k): its activations drop ($a0 -> $a1 B)" test "$a1" -lt "$a0"
   fi
-  if [ $r = 0 ]; then
+  if [ $r = 0 ]; then # the cut is between the layers: the slot holds exactly the boundary
+    check "rank 0: its slot is its boundary bytes ($s1 = $bnd0 B)" test "$s1" -eq "$bnd0"
     check "rank 0: activations <= constants + K x boundary ($bnd0 B) + one working set" \
       test "$a1" -le $((c1 + k * bnd0 + s0))
   fi
