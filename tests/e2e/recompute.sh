@@ -59,6 +59,19 @@ rc_same s2-zbh1-v1 "--microbatches 4 --stages 2 --schedule zb-h1" 1
 rc_same s4-int-all "--microbatches 4 --stages 4 --schedule interleaved --virtual 2" all
 rc_same s4-int-list "--microbatches 4 --stages 4 --schedule interleaved --virtual 2" 0,3,5
 
+# Evaluation and --predict run the forward alone (F_v, the area as in training): the logits of a
+# recomputing S = 4 program are the plain one's, byte for byte, from the same parameters.
+head -c 3000 "$root/../shared/data/tinyshakespeare.txt" | tail -c 2000 >"$tmp/text.txt"
+ref4=$tmp/ref-$(echo "--microbatches 4 --stages 4 --schedule interleaved --virtual 2" | md5sum | cut -c1-10)
+for d in "$ref4.d" "$tmp/s4-int-all.d"; do
+  timeout -k 5 120 "$d/launch.sh" --threads 1 --quiet --predict "$tmp/text.txt" --out "$d/p.npy" \
+    --init "$ref4.st" >"$d/p.out" 2>&1 || bad "--predict in $d: $(tail -n 2 "$d/p.out")"
+done
+check "--predict at S = 4 with --recompute all: the plain program's logits" \
+  cmp -s "$ref4.d/p.npy" "$tmp/s4-int-all.d/p.npy"
+check "the final evaluation line too" \
+  test -n "$(grep ' eval ' "$ref4.out")" -a "$(grep ' eval ' "$ref4.out")" = "$(grep ' eval ' "$tmp/s4-int-all.out")"
+
 # zb-h1 splits stage 1's backward into B and W; recomputing, it stays fused (no W_1).
 for rc in none 1; do
   quiet "$pipec" compile "$file" "${common[@]}" --microbatches 4 --stages 2 --schedule zb-h1 \
