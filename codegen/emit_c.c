@@ -172,7 +172,7 @@ static void emit_functions(E *e) {
         "static void B_%d(int slot, int acc) {\n  (void)slot, (void)acc;\n",
         v, s->b.n, s->split ? "" : " and weight gradients (W nodes, in graph order)", v);
     if (s->recompute) { // --recompute: the forward again, from the slot's boundary tensors
-      out(e, "  // Recompute: the forward's %d nodes that make no boundary tensor, again.\n",
+      out(e, "  // Recompute: the forward's %d nodes B needs that make no boundary tensor.\n",
           s->r.n);
       emit_segment(e, s->r.nodes, s->r.n, "0");
       out(e, "  // The backward.\n");

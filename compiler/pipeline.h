@@ -70,8 +70,8 @@ typedef struct VStage {
   bool has_loss;   // computes the loss: has a LOSS per microbatch after its F
   bool recompute;  // --recompute: its slots keep only its boundary tensors and its B reruns the
                    // forward first (segment r) into the rank's work area (compiler/recompute.c)
-  Segment r;       // recompute: the F nodes B reruns first, in graph order (every F node that
-                   // makes no boundary tensor); empty otherwise
+  Segment r;       // recompute: the F nodes B reruns first, in graph order (those that make no
+                   // boundary tensor and whose outputs B needs); empty otherwise
 } VStage;
 
 typedef struct Channel {
@@ -285,7 +285,8 @@ bool recompute_flags(const int *stages, int n, int nv, Arena *a, bool **flags, i
 bool recompute_boundary(const Program *p, int v, const Tensor *t, const int *sent);
 
 // Marks the recomputing stages (flags: p->nv entries, or NULL: none) and fills each one's r
-// segment (its F nodes that make no boundary tensor, graph order). After the comm pass (the
+// segment (its F nodes that make no boundary tensor and whose outputs its B nodes read, directly
+// or through other such nodes; graph order). After the comm pass (the
 // channels); at S = 1 after the schedule pass (which builds the one stage).
 void recompute_apply(Program *p, const bool *flags, Arena *a);
 

@@ -6,7 +6,8 @@
 // nodes that make a sent tensor, the loss or a model output (the host reads those after F, and a
 // rerun must never rewrite a buffer whose send may be in flight, so those nodes are not rerun).
 // Everything else it makes is live within one action: its B_v first reruns the other F nodes
-// (segment r, graph order) into the rank's one work area, then its B nodes. The kernels are
+// whose outputs B needs (directly or through other rerun nodes; segment r, graph order) into the
+// rank's one work area, then its B nodes. The kernels are
 // deterministic, so the rerun writes the bits the first F wrote, and B reads exactly what it
 // would have read: the results are bitwise those without recomputation. A recomputing stage
 // keeps B and W fused (sched_lower: its W would need the forward again, or the B intermediates
@@ -95,8 +96,19 @@ void recompute_apply(Program *p, const bool *flags, Arena *a) {
     s->recompute = flags && flags[v];
     s->r = (Segment){NULL, 0};
     if (!s->recompute) continue;
+    // What B reads, and backwards through the forward what the rerun nodes read: only the F
+    // nodes whose outputs are needed that way are rerun (the rest would be wasted work).
+    bool *need = ARENA_ARRAY(a, bool, g->ntensors + 1), *in_r = ARENA_ARRAY(a, bool, s->f.n + 1);
+    for (int k = 0; k < s->b.n; k++)
+      for (int e = 0; e < s->b.nodes[k]->nin; e++) need[s->b.nodes[k]->in[e]->id] = true;
+    for (int k = s->f.n - 1; k >= 0; k--) {
+      const Node *nd = s->f.nodes[k];
+      if (kept_node(p, v, nd, sent)) continue;
+      for (int o = 0; o < nd->nout && !in_r[k]; o++) in_r[k] = need[nd->out[o]->id];
+      for (int e = 0; in_r[k] && e < nd->nin; e++) need[nd->in[e]->id] = true;
+    }
     s->r.nodes = ARENA_ARRAY(a, Node *, s->f.n + 1);
     for (int k = 0; k < s->f.n; k++)
-      if (!kept_node(p, v, s->f.nodes[k], sent)) s->r.nodes[s->r.n++] = s->f.nodes[k];
+      if (in_r[k]) s->r.nodes[s->r.n++] = s->f.nodes[k];
   }
 }

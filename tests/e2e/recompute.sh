@@ -59,6 +59,11 @@ rc_same s2-zbh1-v1 "--microbatches 4 --stages 2 --schedule zb-h1" 1
 rc_same s4-int-all "--microbatches 4 --stages 4 --schedule interleaved --virtual 2" all
 rc_same s4-int-list "--microbatches 4 --stages 4 --schedule interleaved --virtual 2" 0,3,5
 
+# Only what B needs is rerun: of stage 0's 12 forward nodes, not transformer.h.0.out (it makes
+# the sent tensor) nor the mlp.c_proj only it reads.
+check "S = 2: stage 0's B reruns 10 forward nodes" \
+  grep -q "Recompute: the forward's 10 nodes B needs" "$tmp/s2-1f1b-all.d/rank0.c"
+
 # Evaluation and --predict run the forward alone (F_v, the area as in training): the logits of a
 # recomputing S = 4 program are the plain one's, byte for byte, from the same parameters.
 head -c 3000 "$root/../shared/data/tinyshakespeare.txt" | tail -c 2000 >"$tmp/text.txt"
