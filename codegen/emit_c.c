@@ -110,12 +110,13 @@ const char *tid(E *e, const Tensor *t) {
 
 int slot_stage(const E *e, int id) {
   const Plan *p = e->p;
-  if (!p->vstage || p->vstage[id] < 0) return -1;
+  if (!p->vstage || p->vstage[id] < 0 || p->cls[id] == BUF_WORK) return -1; // one address
   return p->slots[p->vstage[id]] > 1 ? p->vstage[id] : -1;
 }
 
 int ws_slot_stage(const E *e, const Node *n) {
   int v = e->prog->vstage_of_node ? e->prog->vstage_of_node[n->id] : -1;
+  if (v >= 0 && e->prog->vs[v].recompute) return -1; // in the work area (--recompute)
   return v >= 0 && e->p->slots && e->p->slots[v] > 1 ? v : -1;
 }
 
@@ -170,6 +171,12 @@ static void emit_functions(E *e) {
         "// the first microbatch of the step, 1 after (weight gradients accumulate over it).\n"
         "static void B_%d(int slot, int acc) {\n  (void)slot, (void)acc;\n",
         v, s->b.n, s->split ? "" : " and weight gradients (W nodes, in graph order)", v);
+    if (s->recompute) { // --recompute: the forward again, from the slot's boundary tensors
+      out(e, "  // Recompute: the forward's %d nodes B needs that make no boundary tensor.\n",
+          s->r.n);
+      emit_segment(e, s->r.nodes, s->r.n, "0");
+      out(e, "  // The backward.\n");
+    }
     emit_segment(e, s->b.nodes, s->b.n, "acc");
     out(e, "}\n\n");
     if (s->split) {

@@ -39,6 +39,7 @@ enum { OPT_DIAG_FORMAT = 256, OPT_NO_BUILD, OPT_DEPFILE, OPT_SVG, OPT_JSON, OPT_
        OPT_COSTS };
 enum { OPT_TOPOLOGY = 320 }; // --topology (its own line: other options extend the one above)
 enum { OPT_TRACE = 400, OPT_TRACE_STEP }; // plan --trace FILE [--trace-step N] (trace_in.c)
+enum { OPT_RECOMPUTE = 480 };             // --recompute all|none|STAGES (compiler/recompute.c)
 
 typedef struct Driver {
   const char *command;    // check, print, ...
@@ -141,6 +142,10 @@ static bool run_partition(Driver *dr) {
   if (dr->virt > 1 && p->nv % dr->virt == 0)
     for (int v = 0; v < p->nv; v++)
       p->vs[v].rank = sched_rank_of(dr->sched, p->nv / dr->virt, dr->virt, v);
+  bool *rcf; // --recompute, for the partition table's estimate (out of range: run_schedule)
+  int bad;
+  if (recompute_flags(dr->po.recomp, dr->po.nrecomp, p->nv, &dr->arena, &rcf, &bad))
+    for (int v = 0; v < p->nv; v++) p->vs[v].recompute = rcf && rcf[v];
   return true;
 }
 
@@ -152,7 +157,22 @@ static bool run_comm(Driver *dr) {
 // schedule over the partition's S x V stages (placed by sched_rank_of) and the comm pass's
 // channels.
 static bool run_schedule(Driver *dr) {
-  if (dr->prog.nv == 1) return pass_schedule(&dr->graph, &dr->tc, &dr->prog, &dr->diag);
+  // --recompute: the stages that rerun their forward (at S = 1 the schedule pass builds the one).
+  bool *rc = NULL;
+  int bad = -1;
+  int nv = dr->prog.nv > 0 ? dr->prog.nv : 1;
+  if (!recompute_flags(dr->po.recomp, dr->po.nrecomp, nv, &dr->arena, &rc, &bad)) {
+    diag_error(&dr->diag, (Loc){0, 0},
+               "--recompute %d: no such stage (the pipeline has %d stage%s: 0 to %d)", bad, nv,
+               nv == 1 ? "" : "s", nv - 1);
+    return false;
+  }
+  if (dr->prog.nv == 1) {
+    if (!pass_schedule(&dr->graph, &dr->tc, &dr->prog, &dr->diag)) return false;
+    recompute_apply(&dr->prog, rc, &dr->arena);
+    return true;
+  }
+  recompute_apply(&dr->prog, rc, &dr->arena);    // before the lowering: those stages stay fused
   if (dr->virt > 1 && dr->prog.nv <= dr->virt) { // --split made S x V stages with S = 1
     diag_error(&dr->diag, (Loc){0, 0},
                "--virtual %d needs --stages >= 2: interleaving runs the stages of several ranks",
@@ -456,6 +476,11 @@ static void usage(FILE *f) {
       "                           instead of --flops-rate and --bandwidth\n"
       "      --mem-cap BYTES      memory cap per rank: the partitioner's estimate, then every\n"
       "                           rank's memory plan (plan, compile, run; default none)\n"
+      "      --recompute all|none|STAGES\n"
+      "                           activation recomputation: these stages (indices, 0,2) keep\n"
+      "                           only their boundary tensors per microbatch and rerun their\n"
+      "                           forward before the backward (B and W then stay fused); the\n"
+      "                           same bits, one more forward per microbatch (default none)\n"
       "      --time-passes        print the time each pass and its checker took to stderr\n"
       "      --diagnostics-format=FORMAT\n"
       "                           how errors and warnings about the model are written to\n"
@@ -960,6 +985,7 @@ int main(int argc, char **argv) {
       {"bandwidth", required_argument, NULL, 'W'},
       {"mem-cap", required_argument, NULL, 'C'},
       {"costs", required_argument, NULL, OPT_COSTS},
+      {"recompute", required_argument, NULL, OPT_RECOMPUTE},
       {"schedule", required_argument, NULL, 'K'},
       {"virtual", required_argument, NULL, 'v'},
       {"cuda-arch", required_argument, NULL, 'G'},
@@ -1058,6 +1084,13 @@ int main(int argc, char **argv) {
       if (!*optarg || *end || v < 0 || v > INT32_MAX)
         RETURN(usage_error("--trace-step: expected a step number (0, 1, ...), got '%s'", optarg));
       dr.trace_step = (int)v;
+      break;
+    }
+    case OPT_RECOMPUTE: {
+      int *st, n;
+      const char *err = recompute_parse(optarg, &dr.arena, &st, &n);
+      if (err) RETURN(usage_error("%s", err));
+      dr.po.recomp = st, dr.po.nrecomp = n;
       break;
     }
     case OPT_COSTS:
@@ -1232,6 +1265,13 @@ int main(int argc, char **argv) {
                      strcmp(cmd->name, "profile") == 0 ? ", not profile (it writes one)" : "");
   if (!rc && dr.virt > 1 && dr.po.stages && !dr.sched_csv)
     dr.po.stages *= dr.virt; // the partition cuts S x V (a CSV's: once it is read, below)
+  // --recompute's stages exist (with --split or a CSV: checked once the partition has them).
+  for (int i = 0; !rc && !dr.sched_csv && !dr.po.nsplit && i < dr.po.nrecomp; i++) {
+    int nv = dr.po.stages > 1 ? dr.po.stages : 1;
+    if (dr.po.recomp[i] >= nv)
+      rc = usage_error("--recompute %d: no such stage (the pipeline has %d stage%s: 0 to %d)",
+                       dr.po.recomp[i], nv, nv == 1 ? "" : "s", nv - 1);
+  }
   // --no-build and --depfile: for the commands that write programs (docs/build-integration.md).
   if (!rc && dr.no_build && strcmp(cmd->name, "compile") != 0)
     rc = usage_error("--no-build is for 'compile' (got '%s', which builds the program)", cmd->name);

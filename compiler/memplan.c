@@ -26,6 +26,14 @@
 // per stage the inputs it reads. At S = 1 the plan is what it always was. Every rank's plan is
 // checked by plan_check (plan_check.c), independent of the placement, in every build.
 //
+// --recompute (recompute.c): a recomputing stage's slots hold only its boundary tensors
+// (recompute_boundary), on the same timeline, a tensor its rerun forward reads kept at least to
+// where B starts. Everything else of the stage (BUF_WORK) and its nodes' workspaces go to the
+// rank's one work area above the slots, laid out over the stage's work timeline (its F nodes,
+// then its B nodes: F's layout is the rerun's), each stage's from the area's start: every such
+// buffer is live within one action and one action runs at a time, so one copy serves every
+// microbatch and every recomputing stage of the rank; its size is the largest working set.
+//
 // Every size, sum, alignment and offset is computed with checked arithmetic: a plan whose regions
 // together would exceed 2^63 - 1 bytes is an error naming the tensor (or node workspace) that
 // pushes it over, never a wrapped size.
@@ -75,6 +83,7 @@ typedef struct Timeline {
   int *act_of; // per position: the action it belongs to (index in the rank's list; -1: step end)
   int load;    // LOAD's position (-1: none)
   int after_f; // where the host reads after F: LOSS's position, else the one after the F segment
+  int b_at;    // where B starts (--recompute: where its rerun forward reads the slot again)
   int end;     // the step end (one past the last position)
 } Timeline;
 
@@ -84,7 +93,7 @@ static void timeline(const Program *prog, const RankProgram *r, int v, Arena *a,
   tl->pos = ARENA_ARRAY(a, int, prog->g->nnodes + 1);
   tl->act_of = ARENA_ARRAY(a, int, npos + 1);
   for (int i = 0; i < prog->g->nnodes; i++) tl->pos[i] = -1;
-  tl->load = tl->after_f = -1;
+  tl->load = tl->after_f = tl->b_at = -1;
   int q = 0, m0 = -1;
   for (int i = 0; i < r->nacts; i++) {
     const Action *x = &r->acts[i];
@@ -96,6 +105,7 @@ static void timeline(const Program *prog, const RankProgram *r, int v, Arena *a,
     case ACT_F:
     case ACT_B:
     case ACT_W:
+      if (x->kind == ACT_B && tl->b_at < 0) tl->b_at = q;
       for (int k = 0; k < seg->n; k++) tl->pos[seg->nodes[k]->id] = q, tl->act_of[q++] = i;
       if (x->kind == ACT_F && tl->after_f < 0) tl->after_f = q;
       break;
@@ -113,6 +123,7 @@ static void timeline(const Program *prog, const RankProgram *r, int v, Arena *a,
   }
   if (tl->after_f < 0) tl->after_f = q;
   if (tl->load < 0) tl->load = 0;
+  if (tl->b_at < 0) tl->b_at = q;
   tl->end = q;
   tl->act_of[q] = -1;
 }
@@ -270,11 +281,24 @@ static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
   p->const_bytes = p->bytes[REG_ACTS];
   // Per stage: its slot's layout over the stage's timeline, then K slots.
   PlaceItem *items = ARENA_ARRAY(a, PlaceItem, g->ntensors + g->nnodes + 1);
+  // --recompute: the work area's items (every recomputing stage's, each stage's from its first).
+  PlaceItem *work = ARENA_ARRAY(a, PlaceItem, g->ntensors + g->nnodes + 1);
+  int nwork = 0;
+  int64_t work_max = 0;
+  int *apos = ARENA_ARRAY(a, int, g->nnodes + 1);    // per node: its position in the work timeline
+  bool *rerun = ARENA_ARRAY(a, bool, g->nnodes + 1); // per node: in a stage's r segment
   for (int k = 0; k < r->nvs; k++) {
     int v = r->vs[k];
+    const VStage *s = &prog->vs[v];
     Timeline tl;
     timeline(prog, r, v, a, &tl);
-    int n = 0;
+    int n = 0, w0 = nwork;
+    // The work timeline of a recomputing stage: its F nodes, then its B nodes (F's buffers in
+    // the area stay placed as in F when B reruns them, and B's after).
+    for (int i = 0; i < g->nnodes; i++) apos[i] = -1;
+    for (int j = 0; s->recompute && j < s->f.n; j++) apos[s->f.nodes[j]->id] = j;
+    for (int j = 0; s->recompute && j < s->b.n; j++) apos[s->b.nodes[j]->id] = s->f.n + j;
+    for (int j = 0; j < s->r.n; j++) rerun[s->r.nodes[j]->id] = true;
     for (int i = 0; i < g->ntensors; i++) {
       Tensor *t = g->tensors[i];
       if ((t->kind != T_ACT && t->kind != T_INPUT && t->kind != T_RECV) || t->per_step) continue;
@@ -287,6 +311,26 @@ static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
         return false;
       }
       if (sv != v) continue;
+      if (s->recompute && !recompute_boundary(prog, v, t, sent_v)) { // in the work area
+        int lo = t->producer ? apos[t->producer->id] : -1, hi = lo;
+        for (int u = 0; u < t->nuses; u++) {
+          int q = apos[t->uses[u].node->id];
+          if (q < 0) lo = -1; // read outside the stage's F and B: cannot be recomputed
+          if (q > hi) hi = q;
+        }
+        if (lo < 0) {
+          diag_error(d, t->loc,
+                     "internal error: memplan: '%s' of recomputing stage v%d is read outside its "
+                     "F and B",
+                     t->name, v);
+          return false;
+        }
+        p->region[t->id] = REG_ACTS;
+        p->vstage[t->id] = v;
+        p->cls[t->id] = BUF_WORK;
+        work[nwork++] = (PlaceItem){tensor_bytes(t, B), lo, hi, i, 0};
+        continue;
+      }
       bool sent = sent_v[t->id] == v + 1;
       int lo = t->kind == T_INPUT  ? tl.load
                : t->kind == T_RECV ? 0 // posted before the stage's first action
@@ -301,6 +345,7 @@ static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
       for (int u = 0; u < t->nuses; u++) {
         int q = tl.pos[t->uses[u].node->id];
         if (q < 0) q = tl.end; // read by a step node: must outlive the microbatch
+        if (rerun[t->uses[u].node->id] && q < tl.b_at) q = tl.b_at; // read again at B's start
         if (q > hi) hi = q;
       }
       if (t == g->loss || t->kind == T_INPUT)
@@ -323,11 +368,20 @@ static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
                    nd->path ? nd->path : "model", nd->name, (long long)ws);
         return false;
       }
-      items[n++] = (PlaceItem){ws, tl.pos[i], tl.pos[i], g->ntensors + i, 0};
+      if (apos[i] >= 0)
+        work[nwork++] = (PlaceItem){ws, apos[i], apos[i], g->ntensors + i, 0};
+      else
+        items[n++] = (PlaceItem){ws, tl.pos[i], tl.pos[i], g->ntensors + i, 0};
     }
+    for (int j = 0; j < s->r.n; j++) rerun[s->r.nodes[j]->id] = false;
     int over = -1, x = -1, y = -1;
     int64_t stride = place_items(items, n, INT64_MAX - total, a, &over), slots = 0;
-    const VStage *s = &prog->vs[v];
+    if (nwork > w0) { // the stage's working set, from the area's start
+      int64_t ws = place_items(work + w0, nwork - w0, INT64_MAX - total, a, &over);
+      if (ws < 0) stride = -1;
+      if (!place_verify(work + w0, nwork - w0, a, &x, &y)) return overlap_error(d, g, x, y);
+      if (ws > work_max) work_max = ws;
+    }
     if (stride >= 0 &&
         (__builtin_mul_overflow(stride, (int64_t)s->K, &slots) || slots > INT64_MAX - total))
       stride = -1, over = items[0].key; // K slots do not fit (n > 0: stride > 0)
@@ -354,6 +408,18 @@ static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
     p->slots[v] = s->K;
     p->bytes[REG_ACTS] += slots, total += slots; // fit: checked above
   }
+  // The work area above the slots: one copy for the rank (one action runs at a time).
+  p->work_base = p->bytes[REG_ACTS];
+  p->work_bytes = work_max;
+  for (int i = 0; i < nwork; i++) {
+    int64_t off = p->work_base + work[i].off;
+    if (work[i].key < g->ntensors)
+      p->offset[work[i].key] = off;
+    else
+      p->ws_offset[work[i].key - g->ntensors] = off;
+  }
+  if (!grow(&total, &p->bytes[REG_ACTS], work_max))
+    return too_big(d, g, g->tensors[work[0].key < g->ntensors ? work[0].key : 0], "activations");
   return true;
 }
 
@@ -380,6 +446,9 @@ void plan_print(const Graph *g, const TrainConfig *tc, const Plan *p, FILE *out)
             (long long)p->bytes[r]);
     total += p->bytes[r];
   }
+  if (p->work_bytes > 0) // --recompute: the part of the activations that is the work area
+    fprintf(out, "  %-12s %s  (%lld bytes, of the activations: --recompute)\n", "work area",
+            mib(b, sizeof b, p->work_bytes), (long long)p->work_bytes);
   fprintf(out, "  %-12s %s  (%lld bytes)\n", "total", mib(b, sizeof b, total), (long long)total);
 }
 
@@ -394,9 +463,10 @@ void plan_print_rank(const Program *prog, int r, FILE *out) {
   fprintf(out, "constants %lld B", (long long)p->const_bytes);
   for (int k = 0; k < rp->nvs; k++) {
     int v = rp->vs[k];
-    fprintf(out, "; v%d: %d slot%s of %lld B", v, p->slots[v], p->slots[v] == 1 ? "" : "s",
-            (long long)p->slot_stride[v]);
+    fprintf(out, "; v%d: %d slot%s of %lld B%s", v, p->slots[v], p->slots[v] == 1 ? "" : "s",
+            (long long)p->slot_stride[v], prog->vs[v].recompute ? " (recompute)" : "");
   }
+  if (p->work_bytes > 0) fprintf(out, "; work area %lld B", (long long)p->work_bytes);
   fprintf(out, "), total %lld B (%.3f MiB)\n", (long long)total, (double)total / (1 << 20));
 }
 

@@ -39,12 +39,24 @@
 
 // ---- The dynamic program
 
+bool partition_over_cap(const CutProblem *cp, int r, double pbytes, double act, double bnd,
+                        int inflight) {
+  if (cp->mem_cap <= 0) return false;
+  double mem =
+      cp->recomp && cp->recomp[r] ? pbytes + act + bnd * inflight : pbytes + act * inflight;
+  return mem > cp->mem_cap;
+}
+
 CutSums cut_sums(const CutProblem *cp, int a, int b) {
   CutSums s = {0};
   for (int u = a; u < b; u++) s.flops += cp->flops[u], s.act += cp->act_bytes[u];
   for (int i = 0; i < cp->nt; i++) {
     const CutTensor *t = &cp->t[i];
-    if (t->from >= a) continue;
+    if (t->from >= a) {
+      if (t->from < b && t->nto > 0 && t->to[t->nto - 1] >= b) // sent on, its gradient back
+        s.sent += t->bytes * (t->grad ? 2 : 1);
+      continue;
+    }
     for (int k = 0; k < t->nto; k++)
       if (t->to[k] >= a && t->to[k] < b) {
         s.fwd += t->bytes;
@@ -63,10 +75,10 @@ CutSums cut_sums(const CutProblem *cp, int a, int b) {
 
 double partition_stage_cost(const CutProblem *cp, int S, int r, int a, int b) {
   CutSums cs = cut_sums(cp, a, b);
-  double flops = cs.flops, act = cs.act, comm = cs.fwd + cs.grad, pbytes = cs.pbytes;
+  double comm = cs.fwd + cs.grad; // received, its gradient sent back
   int inflight = S - r < cp->M ? S - r : cp->M;
-  if (cp->mem_cap > 0 && pbytes + act * inflight > cp->mem_cap) return INFINITY;
-  return flops / cp->rate + comm / (cp->stage_bw ? cp->stage_bw[r] : cp->bandwidth);
+  if (partition_over_cap(cp, r, cs.pbytes, cs.act, comm + cs.sent, inflight)) return INFINITY;
+  return cs.flops / cp->rate + comm / (cp->stage_bw ? cp->stage_bw[r] : cp->bandwidth);
 }
 
 double partition_dp(const CutProblem *cp, int S, int *starts, Arena *a) {
@@ -157,12 +169,15 @@ double partition_dp(const CutProblem *cp, int S, int *starts, Arena *a) {
       if (b == n && pfl[b] >= S * lim) kb_lo = kb_hi + 1;
     }
     if (kb_lo > kb_hi) continue;
-    double comm = 0, pbytes = 0;
+    double comm = 0, pbytes = 0, bnd = 0; // bnd: bytes received and sent on (--recompute)
     for (int s = b - 1; s >= 0; s--) {
       // The stage becomes [s, b): unit s joins it.
       for (int j = moff[s]; j < moff[s + 1]; j++) {
         int t = midx[j];
-        if (tstamp[t] == b) comm -= cp->t[t].bytes * (cp->t[t].grad ? 2 : 1);
+        const CutTensor *ct = &cp->t[t];
+        if (tstamp[t] == b)
+          comm -= ct->bytes * (ct->grad ? 2 : 1), bnd -= ct->bytes * (ct->grad ? 2 : 1);
+        if (ct->nto > 0 && ct->to[ct->nto - 1] >= b) bnd += ct->bytes * (ct->grad ? 2 : 1);
         tstamp[t] = -b;
       }
       for (int j = roff[s]; j < roff[s + 1]; j++) {
@@ -170,6 +185,7 @@ double partition_dp(const CutProblem *cp, int S, int *starts, Arena *a) {
         if (tstamp[t] != b && tstamp[t] != -b) {
           tstamp[t] = b;
           comm += cp->t[t].bytes * (cp->t[t].grad ? 2 : 1);
+          bnd += cp->t[t].bytes * (cp->t[t].grad ? 2 : 1);
         }
       }
       for (int j = poff[s]; j < poff[s + 1]; j++) {
@@ -187,7 +203,7 @@ double partition_dp(const CutProblem *cp, int S, int *starts, Arena *a) {
         double prev = f[(size_t)(k - 1) * (n + 1) + s];
         if (prev == INFINITY) continue;
         int r = k - 1, inflight = S - r < cp->M ? S - r : cp->M;
-        if (cp->mem_cap > 0 && pbytes + act * inflight > cp->mem_cap) continue;
+        if (partition_over_cap(cp, r, pbytes, act, bnd, inflight)) continue;
         double tk = cp->stage_bw ? ftime + comm / cp->stage_bw[r] : time;
         if (tk >= U) continue;
         double v = prev > tk ? prev : tk;
@@ -472,6 +488,9 @@ static bool place_auto(Part *pt, const PartitionOptions *o, int S) {
   if (!marks && pt->nunits < S) make_units(pt, true);
   CutProblem cp;
   build_problem(pt, o, &cp);
+  bool *rcf = NULL; // --recompute (its indices checked against S on the command line)
+  int bad;
+  if (recompute_flags(o->recomp, o->nrecomp, S, pt->a, &rcf, &bad)) cp.recomp = rcf;
   if (o->rank_bw) { // --topology: stage r receives over the link from stage r - 1's rank
     double *sbw = ARENA_ARRAY(pt->a, double, S);
     int nr = o->nranks;
@@ -887,7 +906,8 @@ void partition_print(const Program *p, FILE *out) {
   double *flops = ARENA_ARRAY(a, double, S), *act = ARENA_ARRAY(a, double, S),
          *sent = ARENA_ARRAY(a, double, S), *gsent = ARENA_ARRAY(a, double, S),
          *recv = ARENA_ARRAY(a, double, S), *pbytes = ARENA_ARRAY(a, double, S),
-         *recv_s = ARENA_ARRAY(a, double, S); // --topology: seconds of what each stage receives
+         *recv_s = ARENA_ARRAY(a, double, S),  // --topology: seconds of what each stage receives
+             *bnd = ARENA_ARRAY(a, double, S); // --recompute: bytes received and sent on
   int *mark = ARENA_ARRAY(a, int, S), *rd = ARENA_ARRAY(a, int, S), *chs = NULL, *next = NULL;
   if (p->nch > 0) { // after the comm pass: each tensor's channels
     chs = ARENA_ARRAY(a, int, g->ntensors + 1);
@@ -910,9 +930,12 @@ void partition_print(const Program *p, FILE *out) {
       double bytes = (double)shape_numel(&t->shape, mb) * dtype_size(t->dtype);
       act[v] += bytes;
       int nr = fwd_readers(p, t, v, chs, next, mark, rd);
+      if (nr) bnd[v] += bytes; // kept until sent
       for (int j = 0; j < nr; j++) {
         int w = rd[j];
-        sent[v] += bytes; // sent to each consuming stage
+        bnd[v] += has_grad[t->id] ? bytes : 0;       // each reader's gradient back
+        bnd[w] += bytes * (has_grad[t->id] ? 2 : 1); // received, its gradient sent back
+        sent[v] += bytes;                            // sent to each consuming stage
         recv[w] += bytes * (has_grad[t->id] ? 2 : 1);
         if (p->rank_bw) recv_s[w] += bytes * (has_grad[t->id] ? 2 : 1) / program_link_bw(p, v, w);
         if (has_grad[t->id]) gsent[w] += bytes; // its gradient contribution comes back
@@ -939,8 +962,17 @@ void partition_print(const Program *p, FILE *out) {
     fprintf(out, "  sends     %s activations", human(b1, sizeof b1, sent[v], "B"));
     fprintf(out, ", %s gradients per microbatch\n", human(b1, sizeof b1, gsent[v], "B"));
     int inflight = S - v < p->M ? S - v : p->M;
-    fprintf(out, "  memory    %s estimated (params, grads, optimizer state; acts x %d in flight)\n",
-            human(b1, sizeof b1, pbytes[v] + act[v] * inflight, "B"), inflight);
+    char b2[64];
+    if (s->recompute) // --recompute: the boundary per microbatch in flight, the acts once
+      fprintf(out,
+              "  memory    %s estimated (params, grads, optimizer state; recompute: acts once + "
+              "boundary %s x %d in flight)\n",
+              human(b1, sizeof b1, pbytes[v] + act[v] + bnd[v] * inflight, "B"),
+              human(b2, sizeof b2, bnd[v], "B"), inflight);
+    else
+      fprintf(out,
+              "  memory    %s estimated (params, grads, optimizer state; acts x %d in flight)\n",
+              human(b1, sizeof b1, pbytes[v] + act[v] * inflight, "B"), inflight);
     double sec = flops[v] / p->part_rate + (p->rank_bw ? recv_s[v] : recv[v] / p->part_bandwidth);
     if (p->costs) { // its nodes' measured seconds, its received messages at the measured link
       sec = recv[v] > 0 ? p->costs->latency + recv[v] / p->costs->bandwidth : 0;

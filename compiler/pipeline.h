@@ -68,6 +68,10 @@ typedef struct VStage {
   int K;           // microbatches in flight: memory slots of its saved buffers (slot = m mod K)
   bool loads;      // reads a data input: has a LOAD per microbatch before its F
   bool has_loss;   // computes the loss: has a LOSS per microbatch after its F
+  bool recompute;  // --recompute: its slots keep only its boundary tensors and its B reruns the
+                   // forward first (segment r) into the rank's work area (compiler/recompute.c)
+  Segment r;       // recompute: the F nodes B reruns first, in graph order (those that make no
+                   // boundary tensor and whose outputs B needs); empty otherwise
 } VStage;
 
 typedef struct Channel {
@@ -148,6 +152,8 @@ typedef struct PartitionOptions {
   const Costs *costs; // --costs FILE, bound to the graph (costs.h), or NULL
   int sched;          // the schedule (SchedKind) the automatic partitioner simulates
   int virt;           // its stages per rank (V; 0 or 1: one)
+  const int *recomp;  // --recompute: the recomputing stages (indices of the S x V stages)
+  int nrecomp;        // count (RECOMPUTE_ALL: every stage; 0: none)
 } PartitionOptions;
 
 enum {
@@ -186,6 +192,8 @@ typedef struct CutProblem {
                       // (--topology; > 0, stage 0's too; NULL: bandwidth for every stage)
   double mem_cap;     // bytes per stage (0: none)
   int M;              // microbatches per step (1F1B keeps min(S - r, M) in flight on stage r)
+  const bool *recomp; // per stage r: it recomputes (--recompute; NULL: none), its estimate
+                      // boundary bytes x in flight + its activations once
   const bool *cut_ok; // per unit u: a stage may start at u (NULL: every unit)
   // The simulated step (compiler/partition_sim.c; NULL or 0 where a test builds a problem):
   double *uf, *ub, *uw; // per unit: seconds of its F, B (input gradient), W (weight gradient)
@@ -230,9 +238,17 @@ typedef struct CutSums {
   double act;    // its units' activation bytes kept for backward per microbatch
   double fwd;    // bytes of the earlier units' tensors it reads (each once)
   double grad;   // ... of those whose gradient goes back (sent once more)
+  double sent;   // bytes of its tensors read at later units (x 2 with a gradient coming back)
   double pbytes; // bytes of the parameters it reads
 } CutSums;
 CutSums cut_sums(const CutProblem *cp, int a, int b);
+
+// Whether stage r's memory estimate exceeds the cap (none: false): parameter bytes pbytes +
+// activation bytes act x inflight, or for a recomputing stage (cp->recomp[r]) act once (the
+// rerun's working set) + its boundary bytes bnd (received and sent on, each with its gradient
+// when it has one) x inflight.
+bool partition_over_cap(const CutProblem *cp, int r, double pbytes, double act, double bnd,
+                        int inflight);
 
 // The exact optimum: S stages (contiguous, non-empty unit ranges starting where cut_ok allows)
 // minimising the slowest stage's partition_stage_cost. starts[r] receives stage r's first unit
@@ -259,6 +275,32 @@ bool partition_check(const Program *p, Diag *d);
 // The partition table (--dump-after=partition): per stage its nodes (block instances compacted,
 // transformer.h.0..3), parameters, FLOPs, activation bytes, bytes sent per microbatch.
 void partition_print(const Program *p, FILE *out);
+
+// ---- Activation recomputation (--recompute, compiler/recompute.c)
+
+enum { RECOMPUTE_ALL = -1 }; // PartitionOptions.nrecomp: every stage recomputes
+
+// Parses --recompute's value ("all", "none", or stage indices separated by commas: "0,2") into
+// *stages (arena a) and *n (RECOMPUTE_ALL for all, 0 for none). NULL on success, else the usage
+// error's message (without "pipec: ").
+const char *recompute_parse(const char *arg, Arena *a, int **stages, int *n);
+
+// The recomputing stages of a program of nv stages as flags (nv entries, arena a; NULL when
+// none). False when an index is >= nv (*bad: the first such index).
+bool recompute_flags(const int *stages, int n, int nv, Arena *a, bool **flags, int *bad);
+
+// Whether t, a per-microbatch tensor of recomputing stage v, is one of its boundary tensors (kept
+// in its slots): received (Channel.dst) or loaded (a data input), sent (Channel.t), or made by an
+// F node that makes a sent tensor, the loss or a model output (those nodes are not rerun, so all
+// their outputs stay). Everything else of the stage lives in the rank's work area, live within one
+// action. sent: per tensor id, 1 + the stage that sends it (0: not sent).
+bool recompute_boundary(const Program *p, int v, const Tensor *t, const int *sent);
+
+// Marks the recomputing stages (flags: p->nv entries, or NULL: none) and fills each one's r
+// segment (its F nodes that make no boundary tensor and whose outputs its B nodes read, directly
+// or through other such nodes; graph order). After the comm pass (the
+// channels); at S = 1 after the schedule pass (which builds the one stage).
+void recompute_apply(Program *p, const bool *flags, Arena *a);
 
 // ---- Communication (comm pass, compiler/comm.c)
 
@@ -355,7 +397,8 @@ int sched_order(SchedKind k, int S, int V, int M, int r, Action *out, Diag *d);
 // takes the weight-gradient nodes of its B segment, except on a stage where the split buys nothing
 // (its B sends no gradient and every W(v, m) runs right after B(v, m)): there B stays the whole
 // backward in graph order and the W actions are dropped, so each weight gradient is computed
-// while its inputs are in cache and the slot plan is 1f1b's. Sets each stage's K to its peak
+// while its inputs are in cache and the slot plan is 1f1b's; a recomputing stage
+// (VStage.recompute, set before) stays fused the same way. Sets each stage's K to its peak
 // microbatches in flight. Arena a holds the lists.
 // False after reporting through d.
 bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d);

@@ -12,6 +12,12 @@
 // buffer lies inside its region (a slotted one inside its stage's slot 0, the stages' slots back
 // to back after the constants), tied parameters at their owner's bytes, and no two buffers of a
 // slot live at a common position share a byte (place_verify over the recomputed intervals).
+// A recomputing stage (--recompute): B and W fused, its r segment rerun F nodes in order that
+// remake every work-area tensor B reads before it is read (and make no boundary tensor); its
+// slots hold only what it receives, loads, sends and the outputs of the F nodes that make a sent
+// tensor, the loss or a model output (a tensor the rerun reads live to where B starts); the rest,
+// and its workspaces, in the work area above the slots without overlap over the work timeline
+// (F nodes, then B nodes).
 // O(tensors + nodes + actions) plus the sweep's O(n log n).
 #include "../ir/ops.h"
 #include "pipeline.h"
@@ -61,6 +67,66 @@ static const Segment *seg_of(const VStage *s, ActionKind k) {
   return k == ACT_F ? &s->f : k == ACT_B ? &s->b : &s->w;
 }
 
+// --recompute: whether F node nd of stage v is kept (not rerun): it makes a sent tensor, the loss
+// or a model output.
+static bool makes_boundary(const Program *prog, int v, const Node *nd, const int *sent) {
+  for (int k = 0; k < nd->nout; k++) {
+    const Tensor *t = nd->out[k];
+    if (sent[t->id] == v + 1 || t == prog->g->loss) return true;
+    for (int o = 0; o < prog->g->noutputs; o++)
+      if (prog->g->outputs[o] == t) return true;
+  }
+  return false;
+}
+
+// Whether per-microbatch tensor t of recomputing stage v stays in its slots: received, loaded,
+// an output of a kept F node, or sent by its B.
+static bool slotted(int v, const Tensor *t, const int *sent, const bool *kept) {
+  if (t->kind != T_ACT || !t->producer) return true;
+  return t->producer->role == ROLE_FWD ? kept[t->producer->id] : sent[t->id] == v + 1;
+}
+
+// Whether a per-microbatch tensor of stage v made by one of its F nodes lives in the work area.
+static bool f_work(const Program *prog, int v, const Tensor *t, const int *sent, const bool *kept) {
+  return t->kind == T_ACT && !t->per_step && t->producer && t->producer->role == ROLE_FWD &&
+         prog->vstage_of_node[t->producer->id] == v && !slotted(v, t, sent, kept);
+}
+
+// The r segment of recomputing stage v: B and W fused; its nodes are F nodes of v that are not
+// kept, in timeline order, each reading only what the slots keep or an earlier rerun node remade;
+// every F node's work-area output that B reads remade (kept, inr, remade: filled per node/tensor).
+static bool recompute_ok(const Program *prog, int r, int v, const int *pos, const int *sent,
+                         bool *kept, bool *inr, bool *remade, Diag *d) {
+  const Graph *g = prog->g;
+  const VStage *s = &prog->vs[v];
+  if (s->split) FAIL("recomputing stage v%d splits B and W", r, v);
+  for (int i = 0; i < g->nnodes; i++) kept[i] = inr[i] = false;
+  for (int i = 0; i < g->ntensors; i++) remade[i] = false;
+  for (int j = 0; j < s->f.n; j++)
+    kept[s->f.nodes[j]->id] = makes_boundary(prog, v, s->f.nodes[j], sent);
+  int last = -1;
+  for (int j = 0; j < s->r.n; j++) {
+    const Node *n = s->r.nodes[j];
+    if (n->role != ROLE_FWD || prog->vstage_of_node[n->id] != v || pos[n->id] <= last ||
+        kept[n->id])
+      FAIL("node '%s' is not a rerun F node of stage v%d in order", r, n->name, v);
+    last = pos[n->id];
+    inr[n->id] = true;
+    for (int e = 0; e < n->nin; e++)
+      if (f_work(prog, v, n->in[e], sent, kept) && !remade[n->in[e]->id])
+        FAIL("stage v%d's rerun forward reads '%s' before remaking it", r, v, n->in[e]->name);
+    for (int e = 0; e < n->nout; e++) remade[n->out[e]->id] = true;
+  }
+  for (int j = 0; j < s->b.n; j++) {
+    const Node *n = s->b.nodes[j];
+    for (int e = 0; e < n->nin; e++)
+      if (f_work(prog, v, n->in[e], sent, kept) && !remade[n->in[e]->id])
+        FAIL("B of recomputing stage v%d reads '%s', which its rerun forward does not remake", r, v,
+             n->in[e]->name);
+  }
+  return true;
+}
+
 bool plan_check(const Program *prog, int r, Diag *d) {
   const Graph *g = prog->g;
   const RankProgram *rp = &prog->ranks[r];
@@ -77,6 +143,12 @@ bool plan_check(const Program *prog, int r, Diag *d) {
   int *recv = ARENA_ARRAY(a, int, nt + 1);         // per tensor: 1 + the stage it is received on
   bool *mine = ARENA_ARRAY(a, bool, prog->nv + 1); // per stage: on this rank
   PlaceItem *items = ARENA_ARRAY(a, PlaceItem, nt + nn + 1);
+  // --recompute: per tensor its work-timeline interval, per node whether it is kept (not rerun)
+  // and in the stage's r segment, per tensor whether the rerun remade it; the area's items.
+  int *wlo = ARENA_ARRAY(a, int, nt + 1), *whi = ARENA_ARRAY(a, int, nt + 1);
+  bool *kept = ARENA_ARRAY(a, bool, nn + 1), *inr = ARENA_ARRAY(a, bool, nn + 1);
+  bool *remade = ARENA_ARRAY(a, bool, nt + 1);
+  PlaceItem *witems = ARENA_ARRAY(a, PlaceItem, nt + nn + 1);
   for (int k = 0; k < rp->nvs; k++) mine[rp->vs[k]] = true;
   for (int c = 0; c < prog->nch; c++) {
     sent[prog->ch[c].t->id] = prog->ch[c].from_v + 1;
@@ -92,7 +164,7 @@ bool plan_check(const Program *prog, int r, Diag *d) {
     const VStage *s = &prog->vs[v];
     // The timeline of the stage's first microbatch.
     for (int i = 0; i < nn; i++) pos[i] = -1;
-    int q = 0, m0 = -1, load = 0, loss = -1, endf = -1;
+    int q = 0, m0 = -1, load = 0, loss = -1, endf = -1, bstart = -1;
     for (int i = 0; i < rp->nacts; i++) {
       const Action *x = &rp->acts[i];
       if (x->v != v || x->m < 0) continue;
@@ -100,6 +172,7 @@ bool plan_check(const Program *prog, int r, Diag *d) {
       if (x->m != m0) continue;
       if (x->kind == ACT_F || x->kind == ACT_B || x->kind == ACT_W) {
         const Segment *sg = seg_of(s, x->kind);
+        if (x->kind == ACT_B && bstart < 0) bstart = q;
         for (int j = 0; j < sg->n; j++) pos[sg->nodes[j]->id] = q++;
         if (x->kind == ACT_F) endf = q;
       } else if (x->kind == ACT_LOAD) {
@@ -109,13 +182,18 @@ bool plan_check(const Program *prog, int r, Diag *d) {
       }
     }
     int end = q, host = loss >= 0 ? loss : endf >= 0 ? endf : end; // where the host reads
+    if (bstart < 0) bstart = end;
+    bool rc = s->recompute;
+    if (rc && !recompute_ok(prog, r, v, pos, sent, kept, inr, remade, d)) goto out;
     // Which tensors the stage slots, and their intervals.
-    for (int i = 0; i < nt; i++) want_v[i] = 0, lo[i] = end + 1, hi[i] = -1;
+    for (int i = 0; i < nt; i++)
+      want_v[i] = 0, lo[i] = end + 1, hi[i] = -1, wlo[i] = s->f.n + s->b.n + 1, whi[i] = -1;
     const Segment *segs[4] = {&s->f, &s->b, &s->w, &s->step};
     for (int sg = 0; sg < 4; sg++)
       for (int j = 0; j < segs[sg]->n; j++) {
         const Node *n = segs[sg]->nodes[j];
         int at = sg == 3 ? end : pos[n->id];
+        int ap = sg == 0 ? j : sg == 1 ? s->f.n + j : -1; // on the work timeline (F, then B)
         if (sg < 3 && at < 0) BAD("node '%s' of stage v%d is not on its timeline", r, n->name, v);
         for (int io = 0; io < 2; io++)
           for (int e = 0; e < (io ? n->nout : n->nin); e++) {
@@ -130,13 +208,25 @@ bool plan_check(const Program *prog, int r, Diag *d) {
             int start = t->kind == T_RECV ? 0 : t->kind == T_INPUT ? load : at;
             if (io || t->kind != T_ACT) lo[t->id] = lo[t->id] < start ? lo[t->id] : start;
             if (at > hi[t->id]) hi[t->id] = at;
+            if (rc && !io && sg == 0 && inr[n->id] && bstart > hi[t->id]) hi[t->id] = bstart;
+            if (io && ap >= 0 && ap < wlo[t->id]) wlo[t->id] = ap;
+            if (ap > whi[t->id]) whi[t->id] = ap;
           }
       }
     // Step-end reads of per-microbatch tensors (none today) and host reads; sent tensors.
-    int n = 0;
+    int n = 0, nw = 0;
     for (int i = 0; i < nt; i++) {
       const Tensor *t = g->tensors[i];
       if (!want_v[i]) continue;
+      if (rc && !slotted(v, t, sent, kept)) { // in the work area, live within one action
+        if (p->cls[i] != BUF_WORK || p->vstage[i] != v || p->region[i] != REG_ACTS ||
+            p->offset[i] < p->work_base ||
+            p->offset[i] + nbytes(prog, t) > p->work_base + p->work_bytes)
+          BAD("'%s' of recomputing stage v%d has no storage in the work area", r, t->name, v);
+        if (wlo[i] > whi[i]) BAD("'%s' of recomputing stage v%d is never made", r, t->name, v);
+        witems[nw++] = (PlaceItem){nbytes(prog, t), wlo[i], whi[i], i, p->offset[i]};
+        continue;
+      }
       if (t == g->loss || t->kind == T_INPUT) hi[i] = hi[i] > host ? hi[i] : host;
       for (int o = 0; o < g->noutputs; o++)
         if (g->outputs[o] == t && hi[i] < host) hi[i] = host;
@@ -161,21 +251,38 @@ bool plan_check(const Program *prog, int r, Diag *d) {
                                              : s->w.nodes[j - s->f.n - s->b.n];
       int64_t ws = nd->op->workspace ? nd->op->workspace(nd, prog->tc->mb_size) : 0;
       if (ws <= 0) continue;
+      if (rc) { // the work area, at its place on the work timeline
+        if (p->ws_offset[nd->id] < p->work_base ||
+            p->ws_offset[nd->id] + ws > p->work_base + p->work_bytes)
+          BAD("the workspace of '%s' is not in the work area", r, nd->name);
+        witems[nw++] = (PlaceItem){ws, j, j, nt + nd->id, p->ws_offset[nd->id]};
+        continue;
+      }
       if (p->ws_offset[nd->id] < base || p->ws_offset[nd->id] + ws > base + p->slot_stride[v])
         BAD("the workspace of '%s' is not in slot 0 of stage v%d", r, nd->name, v);
       items[n++] = (PlaceItem){ws, pos[nd->id], pos[nd->id], nt + nd->id, p->ws_offset[nd->id]};
     }
     int x = -1, y = -1;
-    if (!place_verify(items, n, a, &x, &y)) {
+    bool slot_ok = place_verify(items, n, a, &x, &y);
+    if (slot_ok && !place_verify(witems, nw, a, &x, &y)) { // the work area's items
+      const char *nx = x < nt ? g->tensors[x]->name : g->nodes[x - nt]->name;
+      const char *ny = y < nt ? g->tensors[y]->name : g->nodes[y - nt]->name;
+      BAD("buffers '%s' and '%s' of stage v%d overlap in the work area while both are live", r, nx,
+          ny, v);
+    }
+    if (!slot_ok) {
       const char *nx = x < nt ? g->tensors[x]->name : g->nodes[x - nt]->name;
       const char *ny = y < nt ? g->tensors[y]->name : g->nodes[y - nt]->name;
       BAD("buffers '%s' and '%s' of stage v%d overlap while both are live", r, nx, ny, v);
     }
     base += (int64_t)p->slots[v] * p->slot_stride[v];
   }
-  if (base != p->bytes[REG_ACTS])
-    BAD("the activations region has %lld bytes, its constants and slots %lld", r,
-        (long long)p->bytes[REG_ACTS], (long long)base);
+  if (p->work_bytes > 0 && p->work_base != base)
+    BAD("the work area starts at %lld, after the slots at %lld", r, (long long)p->work_base,
+        (long long)base);
+  if (base + p->work_bytes != p->bytes[REG_ACTS])
+    BAD("the activations region has %lld bytes, its constants, slots and work area %lld", r,
+        (long long)p->bytes[REG_ACTS], (long long)(base + p->work_bytes));
   // Exchanges the rank takes part in: every use buffer and the sum, in REG_GRADS.
   for (int i = 0; i < prog->nex; i++) {
     const Exchange *e = &prog->ex[i];

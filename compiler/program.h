@@ -75,7 +75,9 @@ typedef enum BufClass {
   BUF_CONST, // a constant, filled once at start, live for the whole run (REG_ACTS, below slots)
   BUF_SAVED, // lives across actions of one microbatch (kept for B/W, a dy kept for W, a received
              // boundary tensor, a loaded input, the loss until LOSS): one copy per slot
-  BUF_TEMP   // lives within one action (REG_ACTS, in the slot, reused by later actions)
+  BUF_TEMP,  // lives within one action (REG_ACTS, in the slot, reused by later actions)
+  BUF_WORK   // --recompute: a recomputing stage's non-boundary buffer, live within one action (F,
+             // or B with its rerun forward): in the rank's one work area above the slots
 } BufClass;
 
 enum { PLAN_OPT_SLOTS = 2 }; // most optimizer state tensors per parameter (AdamW m and v)
@@ -112,7 +114,11 @@ typedef struct Plan {
   int *slots;               // per virtual stage: its K (0: not on this rank)
   int64_t const_bytes;      // bytes of the constants at the bottom of REG_ACTS
   int *vstage;              // per tensor id: the virtual stage whose slots hold it (SAVED and
-                            // TEMP), -1 otherwise (params, grads, constants, no storage)
+                            // TEMP; WORK: the stage whose work it is), -1 otherwise (params,
+                            // grads, constants, no storage)
+  int64_t work_base;        // --recompute: offset in REG_ACTS of the work area (after the slots)
+  int64_t work_bytes;       // its bytes: the largest working set of the rank's recomputing
+                            // stages (0: none); one copy, not per slot (one action at a time)
 } Plan;
 
 struct Program;

@@ -440,7 +440,8 @@ bool sched_lower(Program *p, int S, int V, Action **comp, int *ncomp, const bool
   for (int v = 0; v < nv; v++) {
     if (!split[v]) continue;
     int r = p->vs[v].rank, n = 0;
-    if (!split_idle(&mk, v, comp[r], ncomp[r])) {
+    // A recomputing stage stays fused: its W would need the rerun forward's buffers again.
+    if (!p->vs[v].recompute && !split_idle(&mk, v, comp[r], ncomp[r])) {
       split_segment(p, &p->vs[v], in_w, a);
       // No weight gradient worth moving (every one memory-bound): B keeps them all, unsplit.
       // (A stage without nodes, as the unit tests' hand-made programs, stays split.)

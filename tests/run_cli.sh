@@ -90,6 +90,7 @@ expect diag-format-time 2 "^pipec: --time-passes prints text to stderr, where --
 expect diag-format-space 1 '^\[\{"kind":"error","file":"samples/mlp_digits.json","line":null,"column":null,"path":null,"message":"-D Q=3: the model has no dim .Q.","hint":null,"pass":"expand"\}\]$' \
   "$pipec" check -D Q=3 --diagnostics-format json samples/mlp_digits.json
 "$pipec" --help | grep -q -- '--diagnostics-format=FORMAT' && pass=$((pass + 1)) || { echo "FAIL --help does not mention --diagnostics-format"; fail=$((fail + 1)); }
+"$pipec" --help | grep -q -- '--recompute all|none|STAGES' && pass=$((pass + 1)) || { echo "FAIL --help does not mention --recompute"; fail=$((fail + 1)); }
 expect list-ops 0 '' "$pipec" --list-ops
 [ "$(printf '%s\n' "$LAST_OUT" | wc -l)" -eq 21 ] && [[ "$LAST_OUT" == matmul* ]] && pass=$((pass + 1)) || { echo "FAIL --list-ops: $LAST_OUT"; fail=$((fail + 1)); }
 

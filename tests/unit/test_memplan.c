@@ -235,8 +235,8 @@ typedef struct Pipe {
 } Pipe;
 
 // Builds schedule k at (S, V, M) on gm through partition, comm, sched_build, schedule_verify and
-// plan_memory, asserting every step.
-static void pipe_build(Pipe *x, const GridModel *gm, SchedKind k, int S, int V, int M) {
+// plan_memory, asserting every step; with rc (--recompute) every stage recomputes.
+static void pipe_build_rc(Pipe *x, const GridModel *gm, SchedKind k, int S, int V, int M, bool rc) {
   ck_assert_msg(model_run_defs(&x->m, gm->json, gm->defs, gm->ndefs), "%s: %s", gm->name,
                 cap_text(&x->m.cap));
   x->tc = (TrainConfig){.batch = 2 * M, .microbatches = M, .mb_size = 2, .opt = OPT_ADAMW};
@@ -247,11 +247,20 @@ static void pipe_build(Pipe *x, const GridModel *gm, SchedKind k, int S, int V, 
   const char *split[1] = {gm->split};
   if (gm->split && S * V == 2) o.split = split, o.nsplit = 1;
   bool ok = pass_partition(g, &x->tc, &o, &x->p, d) && partition_check(&x->p, d) &&
-            pass_comm(g, &x->p, d) && comm_check(&x->p, d) && graph_verify(g, d) &&
-            sched_build(&x->p, k, S, V, &x->m.arena, d) &&
-            schedule_verify(&x->p, NULL, NULL, NULL, d) && plan_memory(&x->p, d);
-  ck_assert_msg(ok, "%s %s S=%d V=%d M=%d: %s", gm->name, sched_name(k), S, V, M,
-                cap_text(&x->m.cap));
+            pass_comm(g, &x->p, d) && comm_check(&x->p, d) && graph_verify(g, d);
+  if (ok && rc) {
+    bool *all = ARENA_ARRAY(&x->m.arena, bool, x->p.nv);
+    for (int v = 0; v < x->p.nv; v++) all[v] = true;
+    recompute_apply(&x->p, all, &x->m.arena);
+  }
+  ok = ok && sched_build(&x->p, k, S, V, &x->m.arena, d) &&
+       schedule_verify(&x->p, NULL, NULL, NULL, d) && plan_memory(&x->p, d);
+  ck_assert_msg(ok, "%s %s S=%d V=%d M=%d%s: %s", gm->name, sched_name(k), S, V, M,
+                rc ? " --recompute all" : "", cap_text(&x->m.cap));
+}
+
+static void pipe_build(Pipe *x, const GridModel *gm, SchedKind k, int S, int V, int M) {
+  pipe_build_rc(x, gm, k, S, V, M, false);
 }
 
 static int64_t tbytes(const Pipe *x, const Tensor *t) {
@@ -282,7 +291,7 @@ static void check_rank(const Pipe *x, int r, SchedKind k, int S, int V, int M) {
     if (mine && k == SCHED_GPIPE) ck_assert_int_eq(pl->slots[v], M);
     if (mine) acts += pl->slots[v] * pl->slot_stride[v];
   }
-  ck_assert_int_eq(acts, pl->bytes[REG_ACTS]);
+  ck_assert_int_eq(acts + pl->work_bytes, pl->bytes[REG_ACTS]);
   (void)V;
   for (int c = 0; c < p->nch; c++) {
     const Channel *ch = &p->ch[c];
@@ -332,7 +341,9 @@ static void check_rank(const Pipe *x, int r, SchedKind k, int S, int V, int M) {
   }
 }
 
-START_TEST(test_pipeline_plans) {
+// The grid's cells: every built-in schedule at S 1..4, V 1..2, M 1..8 where legal, each model
+// up to its most stages; --recompute all on every stage when rc.
+static int plan_grid(bool rc) {
   static const char *gdefs[] = {"T=8", "C=16", "L=3"};
   char *skip = sample("skip_net.json"), *gpt = sample("gpt_char.json");
   const GridModel models[] = {{"TINY_NET", TINY_NET, NULL, 0, 3, NULL},
@@ -350,14 +361,35 @@ START_TEST(test_pipeline_plans) {
                                                 : V == 1;
             if (!legal || S * V > models[mi].max_stages) continue;
             Pipe x;
-            pipe_build(&x, &models[mi], (SchedKind)k, S, V, M);
+            pipe_build_rc(&x, &models[mi], (SchedKind)k, S, V, M, rc);
             for (int r = 0; r < S; r++) check_rank(&x, r, (SchedKind)k, S, V, M);
+            for (int v = 0; rc && v < x.p.nv; v++) { // fused; the rerun and the work area used
+              const VStage *st = &x.p.vs[v];
+              ck_assert(st->recompute && !st->split && st->w.n == 0);
+              ck_assert_int_le(st->r.n, st->f.n);
+              for (int j = 0; j < st->r.n; j++)
+                for (int o = 0; o < st->r.nodes[j]->nout; o++) {
+                  const Tensor *t = st->r.nodes[j]->out[o];
+                  ck_assert_int_eq(x.p.ranks[st->rank].plan.cls[t->id], BUF_WORK);
+                }
+            }
             planned++;
             model_free(&x.m);
           }
   free(skip);
   free(gpt);
-  ck_assert_int_eq(planned, 510); // the legal cells (zb-v: 72 of them): none skipped silently
+  return planned;
+}
+
+START_TEST(test_pipeline_plans) {
+  ck_assert_int_eq(plan_grid(false), 510); // the legal cells (zb-v: 72): none skipped silently
+}
+END_TEST
+
+// --recompute all over the same grid: every rank's plan passes plan_check (check_rank), every
+// stage fused, every tensor its rerun makes in the work area.
+START_TEST(test_recompute_plans) {
+  ck_assert_int_eq(plan_grid(true), 510);
 }
 END_TEST
 
@@ -415,6 +447,55 @@ START_TEST(test_plan_check_rejects) {
 }
 END_TEST
 
+// plan_check on hand-broken recomputing plans: gpt_char (2 layers), 1f1b, S = 2, M = 2.
+START_TEST(test_plan_check_rejects_recompute) {
+  static const char *gdefs[] = {"T=8", "C=16", "L=2"};
+  char *gpt = sample("gpt_char.json");
+  const GridModel gm = {"gpt_char", gpt, gdefs, 3, 4, NULL};
+  Pipe x;
+  pipe_build_rc(&x, &gm, SCHED_1F1B, 2, 1, 2, true);
+  Graph *g = &x.m.g;
+  Plan *p0 = &x.p.ranks[0].plan;
+  VStage *s0 = &x.p.vs[0];
+  ck_assert_int_gt(s0->r.n, 1);
+  // Two work tensors live together (the rerun's first output, read by the next node) at one
+  // address.
+  const Node *n0 = s0->r.nodes[0];
+  int a = n0->out[0]->id, b = -1;
+  for (int i = 0; i < g->ntensors && b < 0; i++)
+    if (i != a && p0->cls[i] == BUF_WORK && p0->vstage[i] == 0 && tbytes(&x, g->tensors[i]) > 0 &&
+        g->tensors[i]->producer == s0->r.nodes[1])
+      b = i;
+  ck_assert_int_ge(b, 0);
+  int64_t keep = p0->offset[b];
+  p0->offset[b] = p0->offset[a];
+  const char *msg = check_msg(&x, 0);
+  ck_assert_msg(strstr(msg, "m.json: error: internal error: memplan: rank 0: buffers '") == msg &&
+                    strstr(msg, "' of stage v0 overlap in the work area while both are live\n"),
+                "%s", msg);
+  p0->offset[b] = keep;
+  // A work tensor outside the area.
+  keep = p0->offset[a];
+  p0->offset[a] = p0->const_bytes;
+  ck_assert_str_eq(check_msg(&x, 0),
+                   arena_printf(&x.m.arena,
+                                "m.json: error: internal error: memplan: rank 0: '%s' of "
+                                "recomputing stage v0 has no storage in the work area\n",
+                                g->tensors[a]->name));
+  p0->offset[a] = keep;
+  // The rerun cut short: B reads a tensor it no longer remakes.
+  int n = s0->r.n;
+  s0->r.n = 0;
+  msg = check_msg(&x, 0);
+  ck_assert_msg(strstr(msg, "m.json: error: internal error: memplan: rank 0: ") == msg &&
+                    strstr(msg, "which its rerun forward does not remake\n"),
+                "%s", msg);
+  s0->r.n = n;
+  model_free(&x.m);
+  free(gpt);
+}
+END_TEST
+
 // An input read by two stages of one rank (interleaved: x by a on v0 and by c on v2, both rank
 // 0) would need a copy per stage: one clear error, not a plan that shares one buffer.
 START_TEST(test_input_on_two_stages_of_a_rank) {
@@ -466,6 +547,8 @@ int main(void) {
   tcase_add_test(tc, test_plan_k_slots);
   tcase_add_test(tc, test_pipeline_plans);
   tcase_add_test(tc, test_plan_check_rejects);
+  tcase_add_test(tc, test_recompute_plans);
+  tcase_add_test(tc, test_plan_check_rejects_recompute);
   tcase_add_test(tc, test_input_on_two_stages_of_a_rank);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
