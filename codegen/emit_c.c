@@ -714,7 +714,7 @@ static bool have_mpi(const Program *prog, Diag *d) {
 static bool build_cuda(const Program *prog, const CodegenOptions *o, const char *src,
                        const char *exe, Diag *d) {
   Arena *a = prog->g->arena;
-  bool mpi = prog->nranks > 1;
+  bool mpi = prog->nranks > 1 || prog->replicas > 1;
   if (mpi && !have_mpi(prog, d)) return false;
   char *argv[128];
   int n = 0;
@@ -780,7 +780,7 @@ static bool build_cuda(const Program *prog, const CodegenOptions *o, const char 
 static bool build_c(const Program *prog, const CodegenOptions *o, const char *src, const char *exe,
                     Diag *d) {
   Arena *a = prog->g->arena;
-  bool mpi = prog->nranks > 1;
+  bool mpi = prog->nranks > 1 || prog->replicas > 1;
   char *argv[64];
   int n = 0;
   const char *cc = getenv("CC");
@@ -856,7 +856,7 @@ bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d) 
          .tc = prog->tc,
          .p = &rp->plan,
          .a = a,
-         .multi = prog->nranks > 1,
+         .multi = prog->nranks > 1 || prog->replicas > 1, // --replicas: MPI at S = 1 too
          .cuda = cuda,
          .profile = o->profile};
   e.ident = ARENA_ARRAY(a, char *, g->ntensors);
@@ -880,7 +880,7 @@ bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d) 
     diag_error(d, (Loc){0, 0}, "cannot create '%s': %s", bindir, strerror(errno));
     return false;
   }
-  bool mpi = prog->nranks > 1; // S = 1: no MPI at all
+  bool mpi = prog->nranks > 1 || prog->replicas > 1; // S = D = 1: no MPI at all
   const char *exe =
       mpi ? arena_printf(a, "%s/rank%d", bindir, rank) : arena_printf(a, "%s/train", bindir);
   if (!(cuda ? build_cuda(prog, o, src, exe, d) : build_c(prog, o, src, exe, d))) return false;
