@@ -595,8 +595,10 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
         tc->weight_decay, tc->momentum, tc->grad_clip);
   out(e, "    .warmup = %lld,\n    .decay_steps = %lld,\n", (long long)tc->warmup,
       (long long)tc->decay_steps);
-  out(e, "    .items_per_step = (double)MB * NMICRO%s,\n    .item_unit = \"%s\",\n",
-      tokens ? " * SEQ" : "", tokens ? "tok" : "samples");
+  out(e, "    .items_per_step = (double)MB * NMICRO%s%s,\n    .item_unit = \"%s\",\n",
+      tokens ? " * SEQ" : "",
+      e->prog->replicas > 1 ? arena_printf(e->a, " * %d", e->prog->replicas) : "", // the job's
+      tokens ? "tok" : "samples");
   if (tc->data == DATA_TEXT) out(e, "    .vocab = data.chars,\n    .nvocab = &data.vocab,\n");
   // Fields in declaration order (C++ designated initializers, for nvcc).
   out(e, "    .setup = setup,\n    .init_params = init_params,\n");

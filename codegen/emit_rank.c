@@ -15,6 +15,10 @@
 // groups in order, their buffers in use order, the holder ranks ascending), computed from the
 // Program alone, so that both ranks of a stream number it the same.
 //
+// With --replicas D (Program.replicas) the same programs run in every replica, also at S = 1:
+// PrComm.replicas tells the transport, the loaders offset their microbatch by pr_replica * NMICRO
+// (NMICRO = M / D) and train_step returns its loss sum (the runtime adds the replicas', replicas.c).
+//
 // Every compute action sits between its --trace hooks (emit_traced; the transport reports the
 // messages). Channel traffic in train_step (pipeline.h's actions, one line each): SEND(c, m) is
 // pr_comm_send; RECV(c, m) is pr_comm_wait_recv, its pr_comm_post_recv printed as early as the

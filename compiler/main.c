@@ -797,17 +797,16 @@ static int finish_plan(Driver *dr) {
 
 static int finish_compile(Driver *dr) {
   if (dr->diag.format != DIAG_TEXT) return 0; // stderr holds the diagnostics document only
-  int S = dr->prog.nranks;
+  int S = dr->prog.nranks, D = dr->prog.replicas;
   if (dr->no_build) {
     fprintf(stderr,
             "pipec: wrote %s/rank0.%s%s, %s/launch.sh and %s/pipec-manifest.json (%d rank%s, not "
             "built)\n",
             dr->out, src_ext(dr),
             S == 1 ? "" : arena_printf(&dr->arena, " .. rank%d.%s", S - 1, src_ext(dr)), dr->out,
-            dr->out, S, S == 1 ? "" : "s");
+            dr->out, S * D, S * D == 1 ? "" : "s");
     return 0;
   }
-  int D = dr->prog.replicas;
   if (D > 1)
     fprintf(stderr,
             "pipec: wrote %s/rank0.%s%s, %s/bin/rank0%s and %s/launch.sh (%d ranks: %d stage%s x "

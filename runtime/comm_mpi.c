@@ -41,9 +41,9 @@ static struct {
   const PrComm *c;  // the program's streams (NULL until start)
   MPI_Request *req; // req[c * nmicro + m]: the request of (stream c, microbatch m)
   MPI_Comm ctl;     // duplicate of pipe for the training loop's traffic
-  MPI_Comm pipe;    // this replica's ranks (MPI_COMM_WORLD itself's ranks without replicas)
+  MPI_Comm pipe;    // this replica's ranks (MPI_COMM_WORLD itself without replicas)
   MPI_Comm rep;     // this pipeline rank's replicas, rank = replica d (replica_allgather)
-  MPI_Comm world;   // duplicate of MPI_COMM_WORLD (world_barrier)
+  MPI_Comm world;   // duplicate of MPI_COMM_WORLD (world_barrier; both MPI_COMM_NULL at D = 1)
   int replicas;     // D (1: none)
   double timeout;   // watchdog, seconds (0 = off)
   bool yield;       // sched_yield between polls (oversubscribed cores)
@@ -209,10 +209,13 @@ static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
           c->rank, c->nranks, D, c->nranks * D, rank, size);
   mpi.replicas = D;
   pr_replica = rank / c->nranks;
-  pr_mpi_check(MPI_Comm_split(MPI_COMM_WORLD, pr_replica, rank, &mpi.pipe), "MPI_Comm_split");
-  pr_mpi_check(MPI_Comm_split(MPI_COMM_WORLD, c->rank, rank, &mpi.rep), "MPI_Comm_split");
-  pr_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mpi.world), "MPI_Comm_dup");
-  pr_mpi_check(MPI_Comm_set_errhandler(mpi.pipe, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  mpi.pipe = MPI_COMM_WORLD, mpi.rep = mpi.world = MPI_COMM_NULL;
+  if (D > 1) { // (at D = 1 no more collectives at the start: its allocations stay those of before)
+    pr_mpi_check(MPI_Comm_split(MPI_COMM_WORLD, pr_replica, rank, &mpi.pipe), "MPI_Comm_split");
+    pr_mpi_check(MPI_Comm_split(MPI_COMM_WORLD, c->rank, rank, &mpi.rep), "MPI_Comm_split");
+    pr_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mpi.world), "MPI_Comm_dup");
+    pr_mpi_check(MPI_Comm_set_errhandler(mpi.pipe, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  }
   void *ub = NULL;
   int flag = 0;
   pr_mpi_check(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag), "MPI_Comm_get_attr");
@@ -332,9 +335,11 @@ static void t_finish(void) {
   if (mpi.replicas > 1) t_world_barrier();
   allgather_free();
   MPI_Comm_free(&mpi.ctl);
-  MPI_Comm_free(&mpi.pipe);
-  MPI_Comm_free(&mpi.rep);
-  MPI_Comm_free(&mpi.world);
+  if (mpi.replicas > 1) {
+    MPI_Comm_free(&mpi.pipe);
+    MPI_Comm_free(&mpi.rep);
+    MPI_Comm_free(&mpi.world);
+  }
   pr_mpi_check(MPI_Finalize(), "MPI_Finalize");
   mpi.started = false;
   pr_transport = NULL;

@@ -13,6 +13,9 @@
 // rank prints progress and evaluations, the save rank writes the loss log and the checkpoint
 // (gathered from the home ranks into a staging buffer allocated before training); --init and
 // --resume read on every rank what it holds. Every line is prefixed "[rank r] " (prefix.c).
+// With --replicas D (PrComm.replicas) all of that runs within each replica's S ranks; before the
+// step end each rank sums its gradients with its replicas' (replicas.c), and replica 0 alone
+// reports and saves (r in the prefix is then the job's rank d * S + s).
 //
 // A device program (PrProgram.device set: the CUDA target) runs the same loop with its regions in
 // device memory: the step end's norm (a device sum of squares per parameter, summed here in

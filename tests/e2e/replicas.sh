@@ -105,6 +105,13 @@ r1=$(st maxrel "$tmp/ref1.st" "$tmp/res1.st")
 check "resume at D = 1 from D = 2: within 1e-5 of the D = 1 run ($r1)" \
   awk -v r="$r1" 'BEGIN { exit !(r < 1e-5) }'
 
+# And the other way: the D = 1 run's 2-step checkpoint resumes at D = 2 (the file has no D).
+go d1 two1 --steps 2 --save "$tmp/two1.st"
+go d2s2 res2 --steps 5 --resume "$tmp/two1.st" --save "$tmp/res2.st"
+r2=$(st maxrel "$tmp/ref1.st" "$tmp/res2.st")
+check "resume at D = 2 from D = 1: within 1e-5 of the D = 1 run ($r2)" \
+  awk -v r="$r2" 'BEGIN { exit !(r < 1e-5) }'
+
 # The plan says how the ranks are replicated.
 "$pipec" plan "$file" "${common[@]}" --replicas 2 --stages 2 >"$tmp/plan.out" 2>&1 ||
   bad "plan --replicas 2: $(head -2 "$tmp/plan.out")"
