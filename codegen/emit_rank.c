@@ -132,8 +132,8 @@ void emit_rank_comm(E *e) {
   }
   out(e,
       "static const PrComm comm = {.rank = %d, .nranks = %d, .report_rank = %d, .save_rank = 0,\n"
-      "                            .ch = CH, .nch = %d, .nmicro = NMICRO, .replicas = %d,\n"
-      "                            .transport = &pr_transport_mpi};\n\n",
+      "                            .ch = CH, .nch = %d, .nmicro = NMICRO,\n"
+      "                            .transport = &pr_transport_mpi, .replicas = %d};\n\n",
       e->rp->rank, P->nranks, report, st->n, P->replicas > 1 ? P->replicas : 1);
 }
 
