@@ -35,15 +35,8 @@
 
 enum { EXIT_MODEL = 1, EXIT_USAGE = 2, MAX_PASSES = 16 };
 // getopt values of the long options without a letter.
-enum {
-  OPT_DIAG_FORMAT = 256,
-  OPT_NO_BUILD,
-  OPT_DEPFILE,
-  OPT_SVG,
-  OPT_JSON,
-  OPT_EXPORT_CSV,
-  OPT_COSTS
-};
+enum { OPT_DIAG_FORMAT = 256, OPT_NO_BUILD, OPT_DEPFILE, OPT_SVG, OPT_JSON, OPT_EXPORT_CSV,
+       OPT_COSTS };
 enum { OPT_TOPOLOGY = 320 }; // --topology (its own line: other options extend the one above)
 enum { OPT_TRACE = 400, OPT_TRACE_STEP }; // plan --trace FILE [--trace-step N] (trace_in.c)
 enum { OPT_REPLICAS = 480 };              // --replicas D (stage replication, docs/pipeline.md)

@@ -236,10 +236,11 @@ static PrTensorRef *save_refs(const PrTensorRef *refs, int n, const PrTensorRef 
 int pr_main(const PrProgram *p, int argc, char **argv) {
   pr_start(argc, argv);
   const PrComm *comm = p->comm;
-  int local = 1;                                      // ranks of the job on this machine
-  const bool replicated = comm && comm->replicas > 1; // --replicas: prefixed once started, below
-  if (comm &&
-      !replicated) { // every line of this rank prefixed, errors naming it, from the first on
+  int local = 1; // ranks of the job on this machine
+  // Every line of this rank prefixed, errors naming it, from the first one on (--replicas: once
+  // the transport has started, below, when the job's rank is known).
+  const bool replicated = comm && comm->replicas > 1;
+  if (comm && !replicated) {
     pr_rank = comm->rank;
     pr_prefix_start(comm->rank);
   }
