@@ -20,8 +20,9 @@
 // replica into `pipe` (ranks = pipeline ranks), on which the streams and the training loop's
 // traffic run exactly as without replicas, and by pipeline rank into `rep` (ranks = replicas),
 // on which replica_allgather moves the gradients of a stage between its replicas (replicas.c);
-// world_barrier and abort span the whole job. (Open MPI's MPI_Iallgather allocates per call:
-// the no-allocation promise of a step holds without replicas only.)
+// world_barrier and abort span the whole job. The replicas' all-gather is made of persistent
+// requests too, so that a replicated step allocates nothing either (its first call is
+// pr_replicas_start's, before the steps).
 //
 // With --trace, each message's post and the end of its wait are reported to trace.c.
 //
@@ -54,6 +55,12 @@ static struct {
   double *ag_all;        // the caller's result buffer
   int ag_n;              // doubles per rank
   MPI_Request *ag_req;   // 2 * (nranks - 1) requests
+  // The replicas' all-gather likewise (rg_bytes < 0: none yet): rg_req[2k] receives from and
+  // rg_req[2k + 1] sends to the k-th other replica, on rep.
+  const void *rg_mine; // the caller's contribution
+  void *rg_all;        // the caller's result buffer
+  int64_t rg_bytes;    // bytes per replica
+  MPI_Request *rg_req; // 2 * (replicas - 1) requests
 } mpi;
 
 enum { TAG_ALLGATHER = 1 }; // on ctl (checkpoint transfers use tag 0)
@@ -208,6 +215,9 @@ static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
           "started it as rank %d of %d",
           c->rank, c->nranks, D, c->nranks * D, rank, size);
   mpi.replicas = D;
+  mpi.rg_bytes = -1;
+  mpi.rg_req = malloc(2 * (size_t)D * sizeof *mpi.rg_req);
+  prCheck(mpi.rg_req != NULL, "the machine is out of memory", "cannot allocate the MPI requests");
   pr_replica = rank / c->nranks;
   mpi.pipe = MPI_COMM_WORLD, mpi.rep = mpi.world = MPI_COMM_NULL;
   if (D > 1) { // (at D = 1 no more collectives at the start: its allocations stay those of before)
@@ -308,18 +318,40 @@ static void t_gather(void *buf, int64_t bytes, int from, int to) {
   }
 }
 
+// Frees the replicas' all-gather's persistent requests (inactive, as allgather_free's).
+static void replica_allgather_free(void) {
+  for (int k = 0; mpi.rg_bytes >= 0 && k < 2 * (mpi.replicas - 1); k++)
+    pr_mpi_check(MPI_Request_free(&mpi.rg_req[k]), "MPI_Request_free");
+  mpi.rg_bytes = -1;
+}
+
 static void t_replica_allgather(const void *mine, void *all, int64_t bytes) {
+  const int me = pr_replica, D = mpi.replicas;
   prCheck(bytes >= 0 && bytes <= INT32_MAX, "use more stages (smaller stages) with --replicas",
           "the gradients of this rank's stages are %lld bytes; the replicas' exchange moves at "
           "most 2^31 - 1 bytes",
           (long long)bytes);
-  MPI_Request r;
-  pr_mpi_check(MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, mpi.rep, &r),
-               "MPI_Iallgather");
-  wait_request(&r, "in the gradient exchange with the %d replicas of pipeline rank %d",
-               mpi.replicas, mpi.c->rank);
-  pr_stats.sent += bytes * (mpi.replicas - 1);
-  pr_stats.received += bytes * (mpi.replicas - 1);
+  if (mine != mpi.rg_mine || all != mpi.rg_all || bytes != mpi.rg_bytes) { // new requests
+    replica_allgather_free();
+    for (int d = 0, k = 0; d < D; d++) {
+      if (d == me) continue;
+      pr_mpi_check(MPI_Recv_init((char *)all + (size_t)d * (size_t)bytes, (int)bytes, MPI_BYTE, d,
+                                 TAG_ALLGATHER, mpi.rep, &mpi.rg_req[k++]),
+                   "MPI_Recv_init");
+      pr_mpi_check(
+          MPI_Send_init(mine, (int)bytes, MPI_BYTE, d, TAG_ALLGATHER, mpi.rep, &mpi.rg_req[k++]),
+          "MPI_Send_init");
+    }
+    mpi.rg_mine = mine, mpi.rg_all = all, mpi.rg_bytes = bytes;
+  }
+  memcpy((char *)all + (size_t)me * (size_t)bytes, mine, (size_t)bytes);
+  pr_mpi_check(MPI_Startall(2 * (D - 1), mpi.rg_req), "MPI_Startall");
+  for (int k = 0; k < 2 * (D - 1); k++)
+    wait_request(&mpi.rg_req[k],
+                 "in the gradient exchange with the %d replicas of pipeline rank %d", D,
+                 mpi.c->rank);
+  pr_stats.sent += bytes * (D - 1);
+  pr_stats.received += bytes * (D - 1);
 }
 
 static void t_world_barrier(void) {
@@ -335,6 +367,9 @@ static void t_finish(void) {
   if (mpi.replicas > 1) t_world_barrier();
   allgather_free();
   MPI_Comm_free(&mpi.ctl);
+  replica_allgather_free();
+  free(mpi.rg_req);
+  mpi.rg_req = NULL;
   if (mpi.replicas > 1) {
     MPI_Comm_free(&mpi.pipe);
     MPI_Comm_free(&mpi.rep);

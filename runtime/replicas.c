@@ -9,7 +9,8 @@
 // same bits and no broadcast is needed. The loss sums are added in the same order and divided by
 // the step's M. The norm, the checks, clipping and the optimizer that follow (pipeline.c,
 // trainloop.c) then run on identical gradients in every replica, which stay bit-identical.
-// The buffers are allocated at the start (pr_replicas_start), none in a step.
+// The buffers and the transport's requests are made at the start (pr_replicas_start), none in a
+// step (tests/alloc counts a replicated job too).
 #include "pipeline.h"
 
 #include <stdlib.h>
@@ -33,6 +34,10 @@ void pr_replicas_start(PrReplicas *r, const PrProgram *p) {
   prCheck(r->mine && r->all, "the machine is out of memory",
           "cannot allocate the replicas' gradient exchange (%lld bytes)",
           (long long)r->bytes * (r->D + 1));
+  // A first exchange (of nothing yet) makes the transport's requests and whatever Open MPI
+  // allocates at the first messages between the replicas: the steps then allocate nothing.
+  memset(r->mine, 0, (size_t)r->bytes);
+  c->transport->replica_allgather(r->mine, r->all, r->bytes);
 }
 
 double pr_replicas_combine(PrReplicas *r, double loss_sum) {
