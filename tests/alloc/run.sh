@@ -69,8 +69,7 @@ done
 # name, pipec compile arguments (--threads 1: the ranks share the machine's cores)
 pipes=("gpt_char_s2 samples/gpt_char.json --stages 2"
   "gpt_char_s2_1f1b_m4 samples/gpt_char.json --stages 2 --microbatches 4 --schedule 1f1b"
-  "mlp_digits_s3_zbh1_m4 samples/mlp_digits.json --stages 3 --microbatches 4 --schedule zb-h1"
-  "gpt_char_s2_d2_m4 samples/gpt_char.json --stages 2 --replicas 2 --microbatches 4")
+  "mlp_digits_s3_zbh1_m4 samples/mlp_digits.json --stages 3 --microbatches 4 --schedule zb-h1")
 for m in "${pipes[@]}"; do
   read -r name args <<<"$m"
   # shellcheck disable=SC2086 # args are words
