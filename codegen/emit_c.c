@@ -616,8 +616,10 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
         tc->weight_decay, tc->momentum, tc->grad_clip);
   out(e, "    .warmup = %lld,\n    .decay_steps = %lld,\n", (long long)tc->warmup,
       (long long)tc->decay_steps);
-  out(e, "    .items_per_step = (double)MB * NMICRO%s,\n    .item_unit = \"%s\",\n",
-      tokens ? " * SEQ" : "", tokens ? "tok" : "samples");
+  out(e, "    .items_per_step = (double)MB * NMICRO%s%s,\n    .item_unit = \"%s\",\n",
+      tokens ? " * SEQ" : "",
+      e->prog->replicas > 1 ? arena_printf(e->a, " * %d", e->prog->replicas) : "", // the job's
+      tokens ? "tok" : "samples");
   if (tc->data == DATA_TEXT) out(e, "    .vocab = data.chars,\n    .nvocab = &data.vocab,\n");
   // Fields in declaration order (C++ designated initializers, for nvcc).
   out(e, "    .setup = setup,\n    .init_params = init_params,\n");
@@ -759,7 +761,7 @@ const char *codegen_cuda_archs(const CodegenOptions *o, Arena *a, Diag *d) {
 static bool build_cuda(const Program *prog, const CodegenOptions *o, const char *src,
                        const char *exe, Diag *d) {
   Arena *a = prog->g->arena;
-  bool mpi = prog->nranks > 1;
+  bool mpi = prog->nranks > 1 || prog->replicas > 1;
   if (mpi && !have_mpi(prog, d)) return false;
   char *argv[128];
   int n = 0;
@@ -809,7 +811,7 @@ static bool build_cuda(const Program *prog, const CodegenOptions *o, const char 
 static bool build_c(const Program *prog, const CodegenOptions *o, const char *src, const char *exe,
                     Diag *d) {
   Arena *a = prog->g->arena;
-  bool mpi = prog->nranks > 1;
+  bool mpi = prog->nranks > 1 || prog->replicas > 1;
   char *argv[64];
   int n = 0;
   const char *cc = getenv("CC");
@@ -885,7 +887,7 @@ bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d) 
          .tc = prog->tc,
          .p = &rp->plan,
          .a = a,
-         .multi = prog->nranks > 1,
+         .multi = prog->nranks > 1 || prog->replicas > 1, // --replicas: MPI at S = 1 too
          .cuda = cuda,
          .profile = o->profile};
   e.ident = ARENA_ARRAY(a, char *, g->ntensors);
@@ -909,7 +911,7 @@ bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d) 
     diag_error(d, (Loc){0, 0}, "cannot create '%s': %s", bindir, strerror(errno));
     return false;
   }
-  bool mpi = prog->nranks > 1; // S = 1: no MPI at all
+  bool mpi = prog->nranks > 1 || prog->replicas > 1; // S = D = 1: no MPI at all
   const char *exe =
       mpi ? arena_printf(a, "%s/rank%d", bindir, rank) : arena_printf(a, "%s/train", bindir);
   if (!(cuda ? build_cuda(prog, o, src, exe, d) : build_c(prog, o, src, exe, d))) return false;

@@ -15,6 +15,10 @@
 // groups in order, their buffers in use order, the holder ranks ascending), computed from the
 // Program alone, so that both ranks of a stream number it the same.
 //
+// With --replicas D (Program.replicas) the same programs run in every replica, also at S = 1:
+// PrComm.replicas tells the transport, the loaders offset their microbatch by pr_replica * NMICRO
+// (NMICRO = M / D) and train_step returns its loss sum (the runtime adds the replicas', replicas.c).
+//
 // Every compute action sits between its --trace hooks (emit_traced; the transport reports the
 // messages). Channel traffic in train_step (pipeline.h's actions, one line each): SEND(c, m) is
 // pr_comm_send; RECV(c, m) is pr_comm_wait_recv, its pr_comm_post_recv printed as early as the
@@ -129,8 +133,8 @@ void emit_rank_comm(E *e) {
   out(e,
       "static const PrComm comm = {.rank = %d, .nranks = %d, .report_rank = %d, .save_rank = 0,\n"
       "                            .ch = CH, .nch = %d, .nmicro = NMICRO,\n"
-      "                            .transport = &pr_transport_mpi};\n\n",
-      e->rp->rank, P->nranks, report, st->n);
+      "                            .transport = &pr_transport_mpi, .replicas = %d};\n\n",
+      e->rp->rank, P->nranks, report, st->n, P->replicas > 1 ? P->replicas : 1);
 }
 
 // Whether stage v of this rank holds tensor t (has storage for it, in v's slots when slotted).
@@ -155,6 +159,9 @@ void emit_rank_loaders(E *e) {
         "static void load_%d(int split, uint64_t seed, int64_t step, int m, int slot) {\n"
         "  (void)split, (void)slot;\n",
         s->v, s->v);
+    // --replicas D: replica pr_replica's microbatch m is the step's global microbatch
+    // pr_replica * NMICRO + m (NMICRO = M / D), loaded as the one-replica program loads it.
+    if (e->prog->replicas > 1) out(e, "  m += pr_replica * NMICRO;\n");
     bool hx = holds(e, tc->input, s->v), hy = holds(e, tc->target, s->v);
     const char *X = e->cuda ? cu_in(e, tc->input, hx) : held(e, tc->input, s->v),
                *Y = e->cuda ? cu_in(e, tc->target, hy) : held(e, tc->target, s->v);
@@ -412,7 +419,10 @@ bool emit_rank_train_step(E *e, Diag *d) {
           x->v);
     if (post[i]) out(e, "%s", post[i]);
   }
-  out(e, "  return loss / NMICRO;\n}\n\n");
+  if (P->replicas > 1) // the replicas add their sums in replica order (runtime/replicas.c)
+    out(e, "  return loss; // the sum of this replica's losses\n}\n\n");
+  else
+    out(e, "  return loss / NMICRO;\n}\n\n");
   return true;
 }
 

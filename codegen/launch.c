@@ -39,7 +39,7 @@ static const char *sh_comment(Arena *a, const char *s) {
 }
 
 static void print_script(FILE *f, Arena *a, const Program *prog, const CodegenOptions *o) {
-  int S = prog->nranks;
+  int S = prog->nranks * (prog->replicas > 1 ? prog->replicas : 1); // S x D ranks (--replicas)
   fprintf(f,
           "#!/bin/sh\n"
           "# Runs the training job of model %s: %d rank%s, one program per rank (bin/rank<r>)%s.\n"
@@ -98,8 +98,8 @@ static void print_script(FILE *f, Arena *a, const Program *prog, const CodegenOp
   fputs("set -f\n"
         "exec \"${PIPEC_MPIRUN:-mpirun}\" $root $over ${PIPEC_MPIRUN_OPTS-}",
         f);
-  for (int r = 0; r < S; r++)
-    fprintf(f, "%s \\\n  -np 1 \"$here/bin/rank%d\" \"$@\"", r ? " :" : "", r);
+  for (int r = 0; r < S; r++) // world rank d * S + s runs pipeline rank s's program
+    fprintf(f, "%s \\\n  -np 1 \"$here/bin/rank%d\" \"$@\"", r ? " :" : "", r % prog->nranks);
   fputs("\n", f);
 }
 

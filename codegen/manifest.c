@@ -46,7 +46,7 @@ static void add_words(cJSON *arr, Arena *a, const char *words) {
 // The link line of every rank, in the order emit_c.c's builds use: the MPI transport (S > 1),
 // the device runtime (cuda), libpipert, then their system libraries.
 static cJSON *link_line(const Program *prog, const CodegenOptions *o, bool cuda, Arena *a) {
-  bool mpi = prog->nranks > 1;
+  bool mpi = prog->nranks > 1 || prog->replicas > 1; // --replicas: MPI at S = 1 too
   cJSON *l = cJSON_CreateArray();
   if (mpi) cJSON_AddItemToArray(l, cJSON_CreateString(runtime_mpi_lib_path()));
   if (cuda) cJSON_AddItemToArray(l, cJSON_CreateString(runtime_cuda_lib_path()));
@@ -60,7 +60,7 @@ static cJSON *link_line(const Program *prog, const CodegenOptions *o, bool cuda,
 bool codegen_manifest(const Program *prog, const CodegenOptions *o, Diag *d) {
   Arena *a = prog->g->arena;
   bool cuda = !strcmp(o->target, "cuda");
-  if (prog->nranks > 1 && !*runtime_mpi_lib_path()) {
+  if ((prog->nranks > 1 || prog->replicas > 1) && !*runtime_mpi_lib_path()) {
     diag_error(d, (Loc){0, 0},
                "%d stages: the rank programs need Open MPI, which pipec was built without "
                "(apt-get install libopenmpi-dev openmpi-bin, then rebuild pipec)",
@@ -75,7 +75,8 @@ bool codegen_manifest(const Program *prog, const CodegenOptions *o, Diag *d) {
   cJSON_AddStringToObject(m, "name", prog->g->name);
   cJSON_AddStringToObject(m, "target", o->target);
   cJSON_AddNumberToObject(m, "ranks", prog->nranks);
-  cJSON_AddNumberToObject(m, "microbatches", prog->M);
+  cJSON_AddNumberToObject(m, "microbatches", prog->M); // per replica (--replicas)
+  cJSON_AddNumberToObject(m, "replicas", prog->replicas > 1 ? prog->replicas : 1);
   cJSON_AddStringToObject(m, "launch", "launch.sh");
   cJSON *inc = cJSON_AddArrayToObject(m, "include_dirs");
   cJSON_AddItemToArray(inc, cJSON_CreateString(runtime_include_dir()));

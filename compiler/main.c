@@ -40,6 +40,7 @@ enum { OPT_DIAG_FORMAT = 256, OPT_NO_BUILD, OPT_DEPFILE, OPT_SVG, OPT_JSON, OPT_
 enum { OPT_TOPOLOGY = 320 }; // --topology (its own line: other options extend the one above)
 enum { OPT_TRACE = 400, OPT_TRACE_STEP }; // plan --trace FILE [--trace-step N] (trace_in.c)
 enum { OPT_RECOMPUTE = 480 };             // --recompute all|none|STAGES (compiler/recompute.c)
+enum { OPT_REPLICAS = 500 };              // --replicas D (stage replication, docs/pipeline.md)
 
 typedef struct Driver {
   const char *command;    // check, print, ...
@@ -75,6 +76,7 @@ typedef struct Driver {
                           // (memplan pass: prog.ranks[r].plan)
   SchedKind sched;        // --schedule (S > 1; default 1f1b)
   int virt;               // --virtual V: stages per rank (interleaved, zb-v; partition cuts S x V)
+  int replicas;           // --replicas D: S x D ranks, each stage on D replicas (0: not given)
   bool virt_given;        // --virtual was on the command line (zb-v implies V = 2 without it)
   SchedStats stats;       // S > 1: the lock-step simulation's prediction (schedule's checker)
   const char *svg;        // plan --svg FILE: the schedule's picture (compiler/plan_out.c) or NULL
@@ -116,8 +118,21 @@ static bool run_training(Driver *dr) {
   return training_parse(&dr->src, &dr->graph, dr->sets, dr->nsets, &dr->tc, &dr->diag);
 }
 
+// With --replicas D the loss gradient's seed is 1/M of the whole step's M microbatches; from here
+// on the configuration is one replica's: M / D microbatches of the same size (batch / D rows).
 static bool run_autodiff(Driver *dr) {
-  return pass_autodiff(&dr->graph, (int)dr->tc.microbatches, &dr->diag);
+  TrainConfig *tc = &dr->tc;
+  int D = dr->replicas > 1 ? dr->replicas : 1;
+  if (tc->microbatches % D) {
+    diag_error(&dr->diag, (Loc){0, 0},
+               "--replicas %d: the microbatches M = %lld are not a multiple of the replicas D "
+               "(each replica takes M / D of every step's microbatches)",
+               D, (long long)tc->microbatches);
+    return false;
+  }
+  if (!pass_autodiff(&dr->graph, (int)tc->microbatches, &dr->diag)) return false;
+  tc->microbatches /= D, tc->batch /= D;
+  return true;
 }
 
 // With --virtual V the partition cuts S x V stages; stage v runs on the schedule's rank for it
@@ -205,6 +220,7 @@ static bool run_schedule(Driver *dr) {
 // --mem-cap, every rank's planned bytes (the sum of its regions) must fit under the cap: the
 // partitioner chose its cut from an estimate (partition.c), this is the real plan.
 static bool run_memplan(Driver *dr) {
+  dr->prog.replicas = dr->replicas > 1 ? dr->replicas : 1; // the schedule pass made prog anew
   if (!codegen_check_target(&dr->graph, dr->target, &dr->diag)) return false;
   if (!plan_memory(&dr->prog, &dr->diag)) return false;
   bool fits = true;
@@ -455,6 +471,8 @@ static void usage(FILE *f) {
       "      --steps N            = --set steps=N\n"
       "      --stages S           cut the model into S pipeline stages, one rank each\n"
       "                           (default 1; docs/pipeline.md)\n"
+      "      --replicas D         each stage on D replicas (hybrid data parallel): S x D ranks,\n"
+      "                           replica d takes microbatches d*M/D .. (d+1)*M/D-1 (cpu)\n"
       "      --schedule X         pipeline schedule: gpipe, 1f1b (default), interleaved, zb-h1,\n"
       "                           zb-v (two stages per rank in a V), or FILE.csv: a custom one,\n"
       "                           one row of compute actions (0F0, 0B0, 1I0, 1W0) per rank,\n"
@@ -772,25 +790,50 @@ static int finish_plan_pipeline(Driver *dr) {
   return 0;
 }
 
+// --replicas D: the line under the plan that says how the ranks' plans are replicated (the plan
+// above it is one replica's: batch and M are per replica).
+static void print_replicas(const Driver *dr) {
+  const Program *P = &dr->prog;
+  if (P->replicas <= 1) return;
+  printf("replicas: %d (each stage on %d ranks; %d ranks in all, rank d x %d + s is replica d's "
+         "rank s); replica d runs microbatches d x %d .. d x %d + %d of the step's %d; each rank "
+         "sums its gradients with its replicas' once per step, after its last backward, in "
+         "replica order\n",
+         P->replicas, P->replicas, P->nranks * P->replicas, P->nranks, P->M, P->M, P->M - 1,
+         P->M * P->replicas);
+}
+
 static int finish_plan(Driver *dr) {
-  if (dr->prog.nranks > 1) return finish_plan_pipeline(dr);
-  plan_print(&dr->graph, &dr->tc, &dr->prog.ranks[0].plan, stdout);
-  return 0;
+  int rc = 0;
+  if (dr->prog.nranks > 1)
+    rc = finish_plan_pipeline(dr);
+  else
+    plan_print(&dr->graph, &dr->tc, &dr->prog.ranks[0].plan, stdout);
+  if (!rc) print_replicas(dr);
+  return rc;
 }
 
 static int finish_compile(Driver *dr) {
   if (dr->diag.format != DIAG_TEXT) return 0; // stderr holds the diagnostics document only
-  int S = dr->prog.nranks;
+  int S = dr->prog.nranks, D = dr->prog.replicas;
   if (dr->no_build) {
     fprintf(stderr,
             "pipec: wrote %s/rank0.%s%s, %s/launch.sh and %s/pipec-manifest.json (%d rank%s, not "
             "built)\n",
             dr->out, src_ext(dr),
             S == 1 ? "" : arena_printf(&dr->arena, " .. rank%d.%s", S - 1, src_ext(dr)), dr->out,
-            dr->out, S, S == 1 ? "" : "s");
+            dr->out, S * D, S * D == 1 ? "" : "s");
     return 0;
   }
-  if (S == 1)
+  if (D > 1)
+    fprintf(stderr,
+            "pipec: wrote %s/rank0.%s%s, %s/bin/rank0%s and %s/launch.sh (%d ranks: %d stage%s x "
+            "%d replicas)\n",
+            dr->out, src_ext(dr),
+            S == 1 ? "" : arena_printf(&dr->arena, " .. rank%d.%s", S - 1, src_ext(dr)), dr->out,
+            S == 1 ? "" : arena_printf(&dr->arena, " .. rank%d", S - 1), dr->out, S * D, S,
+            S == 1 ? "" : "s", D);
+  else if (S == 1)
     fprintf(stderr, "pipec: wrote %s/rank0.%s and %s/bin/train\n", dr->out, src_ext(dr), dr->out);
   else
     fprintf(stderr,
@@ -805,7 +848,9 @@ static int finish_compile(Driver *dr) {
 static int finish_run(Driver *dr) {
   fflush(stdout);
   char **pa = ARENA_ARRAY(&dr->arena, char *, dr->nprog_args + 2);
-  pa[0] = arena_printf(&dr->arena, dr->prog.nranks == 1 ? "%s/bin/train" : "%s/launch.sh", dr->out);
+  pa[0] = arena_printf(
+      &dr->arena, dr->prog.nranks == 1 && dr->prog.replicas <= 1 ? "%s/bin/train" : "%s/launch.sh",
+      dr->out);
   for (int i = 0; i < dr->nprog_args; i++) pa[i + 1] = dr->prog_args[i];
   if (dr->diag.format != DIAG_TEXT) { // the document is complete before the program's output
     if (access(pa[0], X_OK) != 0) {
@@ -980,6 +1025,7 @@ int main(int argc, char **argv) {
       {"version", no_argument, NULL, 'V'},
       {"march", required_argument, NULL, 'A'}, // --march=native
       {"stages", required_argument, NULL, 'N'},
+      {"replicas", required_argument, NULL, OPT_REPLICAS},
       {"split", required_argument, NULL, 'X'},
       {"flops-rate", required_argument, NULL, 'F'},
       {"bandwidth", required_argument, NULL, 'W'},
@@ -1122,6 +1168,18 @@ int main(int argc, char **argv) {
       dr.po.stages = (int)v;
       break;
     }
+    case OPT_REPLICAS: {
+      int64_t v;
+      if (strchr(optarg, ','))
+        RETURN(usage_error("--replicas %s: per-stage replica counts (PipeDream's uneven form) are "
+                           "not supported yet: give one count D, the same for every stage",
+                           optarg));
+      if (!parse_count(optarg, 1, 1 << 16, &v))
+        RETURN(usage_error("--replicas: expected a number of replicas from 1 to 65536, got '%s'",
+                           optarg));
+      dr.replicas = (int)v;
+      break;
+    }
     case 'K': {
       size_t n = strlen(optarg);
       dr.sched_csv = NULL;
@@ -1260,6 +1318,13 @@ int main(int argc, char **argv) {
     dr.prof_out = dr.out_dir ? dr.out_dir : "costs.json";
     dr.out_dir = NULL;
   }
+  if (!rc && dr.replicas > 1 && strcmp(dr.target, "cpu") != 0)
+    rc = usage_error("--replicas %d: stage replication runs the cpu target only (not built yet "
+                     "for --target %s)",
+                     dr.replicas, dr.target);
+  if (!rc && dr.replicas > 1 && (dr.topology || strcmp(cmd->name, "profile") == 0))
+    rc = usage_error("--replicas %d: not supported yet with %s", dr.replicas,
+                     dr.topology ? "--topology" : "profile");
   if (!rc && dr.costs_path && (strcmp(cmd->name, "profile") == 0 || !multi_given(&dr)))
     rc = usage_error("--costs is for a pipeline's plan, compile or run (--stages >= 2)%s",
                      strcmp(cmd->name, "profile") == 0 ? ", not profile (it writes one)" : "");

@@ -122,6 +122,8 @@ typedef struct Program {
   int nex;               // count
   RankProgram *ranks;    // one program per rank
   int nranks;            // S
+  int replicas;          // D: copies of the pipeline (--replicas; 0 or 1: none); world rank of
+                         // replica d's rank s = d * S + s; M above is per replica (M / D)
   // Filled by the partition pass (read by its dump):
   const char *part_how;  // how the stages were chosen ("automatic", "--split", "stage hints")
   double part_rate;      // FLOP/s the cost model used

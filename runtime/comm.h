@@ -41,6 +41,8 @@ typedef struct PrComm {         // how a rank program talks to the others (PrPro
   int nch;                      // count
   int nmicro;                   // M (messages per stream per step: m = 0..M-1; eval uses m = 0)
   const PrTransport *transport; // &pr_transport_mpi
+  int replicas;                 // D copies of the pipeline (--replicas; 0 or 1: one): the job
+                                // has nranks x D processes, replica d's rank at d * nranks + rank
 } PrComm;
 
 // Called by generated code (comm_mpi.c implements; all check errors and never allocate):
@@ -69,7 +71,17 @@ struct PrTransport {
   void (*abort)(int status) __attribute__((noreturn));
   // Waits for outstanding sends, leaves the job (collective).
   void (*finish)(void);
+  // With replicas (PrComm.replicas D > 1; NULL in a transport without them), everything above
+  // is over this replica's nranks ranks (peers and ranks are pipeline ranks), and these two
+  // span more: all[d * bytes ..] = replica d's mine, over the D replicas of this pipeline rank
+  // (collective over them); and a barrier of the whole job (all S x D processes).
+  void (*replica_allgather)(const void *mine, void *all, int64_t bytes);
+  void (*world_barrier)(void);
 };
+
+// This process's replica d (0 .. D - 1; 0 without replicas), set by the transport's start; the
+// generated data loaders offset their microbatches by pr_replica * M / D (replicas.c).
+extern int pr_replica;
 
 // The transport of the running program once pr_main has started it (NULL: one rank, or not yet):
 // pr_fail aborts the whole job through it.

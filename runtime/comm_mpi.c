@@ -3,8 +3,9 @@
 // start joins MPI_COMM_WORLD (MPI_Init_thread, FUNNELED: only the main thread calls MPI), checks
 // that mpirun gave this program the rank and job size it was compiled for, and preallocates one
 // request per (stream, microbatch): a stream's message m travels with wire tag tag * nmicro + m
-// on MPI_COMM_WORLD. The training loop's own traffic (all-gather, barrier, checkpoint transfers)
-// runs on a duplicate communicator, so it can never match a stream's message.
+// on `pipe` (MPI_COMM_WORLD's ranks without replicas, below). The training loop's own traffic
+// (all-gather, barrier, checkpoint transfers) runs on a duplicate communicator, so it can never
+// match a stream's message.
 //
 // Nothing here allocates inside a step (tests/alloc counts it at S > 1): the streams' MPI_Isend
 // and MPI_Irecv take their requests from Open MPI's free lists, and the step end's all-gather is
@@ -13,6 +14,15 @@
 // step end) because Open MPI's MPI_Iallgather (coll/libnbc) mallocs a schedule of about 8 blocks
 // at every call (a blocking MPI_Allgather could not obey the watchdog). What Open MPI allocates
 // at the first uses of a peer happens at the start (t_start: the shared memory's fast boxes).
+//
+// With replicas (PrComm.replicas D > 1: --replicas, docs/pipeline.md) the job has S x D
+// processes, world rank d * S + s for replica d's pipeline rank s. start splits MPI_COMM_WORLD by
+// replica into `pipe` (ranks = pipeline ranks), on which the streams and the training loop's
+// traffic run exactly as without replicas, and by pipeline rank into `rep` (ranks = replicas),
+// on which replica_allgather moves the gradients of a stage between its replicas (replicas.c);
+// world_barrier and abort span the whole job. The replicas' all-gather is made of persistent
+// requests too, so that a replicated step allocates nothing either (its first call is
+// pr_replicas_start's, before the steps).
 //
 // With --trace, each message's post and the end of its wait are reported to trace.c.
 //
@@ -31,7 +41,11 @@
 static struct {
   const PrComm *c;  // the program's streams (NULL until start)
   MPI_Request *req; // req[c * nmicro + m]: the request of (stream c, microbatch m)
-  MPI_Comm ctl;     // duplicate of MPI_COMM_WORLD for the training loop's traffic
+  MPI_Comm ctl;     // duplicate of pipe for the training loop's traffic
+  MPI_Comm pipe;    // this replica's ranks (MPI_COMM_WORLD itself without replicas)
+  MPI_Comm rep;     // this pipeline rank's replicas, rank = replica d (replica_allgather)
+  MPI_Comm world;   // duplicate of MPI_COMM_WORLD (world_barrier; both MPI_COMM_NULL at D = 1)
+  int replicas;     // D (1: none)
   double timeout;   // watchdog, seconds (0 = off)
   bool yield;       // sched_yield between polls (oversubscribed cores)
   bool started;     // MPI is initialised and not finalized
@@ -41,6 +55,12 @@ static struct {
   double *ag_all;        // the caller's result buffer
   int ag_n;              // doubles per rank
   MPI_Request *ag_req;   // 2 * (nranks - 1) requests
+  // The replicas' all-gather likewise (rg_bytes < 0: none yet): rg_req[2k] receives from and
+  // rg_req[2k + 1] sends to the k-th other replica, on rep.
+  const void *rg_mine; // the caller's contribution
+  void *rg_all;        // the caller's result buffer
+  int64_t rg_bytes;    // bytes per replica
+  MPI_Request *rg_req; // 2 * (replicas - 1) requests
 } mpi;
 
 enum { TAG_ALLGATHER = 1 }; // on ctl (checkpoint transfers use tag 0)
@@ -98,9 +118,9 @@ void pr_comm_post_recv(int c, int m, void *buf) {
   const PrChannel *ch = &mpi.c->ch[c];
   prCheck(*r == MPI_REQUEST_NULL, "a bug in the generated program",
           "pr_comm_post_recv: '%s' microbatch %d is already posted", ch->tensor, m);
-  pr_mpi_check(MPI_Irecv(buf, (int)ch->bytes, MPI_BYTE, ch->peer, ch->tag * mpi.c->nmicro + m,
-                         MPI_COMM_WORLD, r),
-               "MPI_Irecv");
+  pr_mpi_check(
+      MPI_Irecv(buf, (int)ch->bytes, MPI_BYTE, ch->peer, ch->tag * mpi.c->nmicro + m, mpi.pipe, r),
+      "MPI_Irecv");
   pr_trace_post(c, m);
 }
 
@@ -122,9 +142,9 @@ void pr_comm_send(int c, int m, const void *buf) {
   const PrChannel *ch = &mpi.c->ch[c];
   prCheck(*r == MPI_REQUEST_NULL, "a bug in the generated program",
           "pr_comm_send: '%s' microbatch %d is still being sent", ch->tensor, m);
-  pr_mpi_check(MPI_Isend(buf, (int)ch->bytes, MPI_BYTE, ch->peer, ch->tag * mpi.c->nmicro + m,
-                         MPI_COMM_WORLD, r),
-               "MPI_Isend");
+  pr_mpi_check(
+      MPI_Isend(buf, (int)ch->bytes, MPI_BYTE, ch->peer, ch->tag * mpi.c->nmicro + m, mpi.pipe, r),
+      "MPI_Isend");
   pr_stats.sent += ch->bytes;
   pr_trace_post(c, m);
 }
@@ -184,10 +204,28 @@ static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
   int rank = -1, size = 0;
   pr_mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "MPI_Comm_rank");
   pr_mpi_check(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
-  prCheck(rank == c->rank && size == c->nranks,
+  const int D = c->replicas > 1 ? c->replicas : 1;
+  prCheck(D > 1 || (rank == c->rank && size == c->nranks),
           "run the job with OUT/launch.sh, which starts every rank's program in order",
           "this program is rank %d of a %d-rank job, but mpirun started it as rank %d of %d",
           c->rank, c->nranks, rank, size);
+  prCheck(D == 1 || (rank % c->nranks == c->rank && size == c->nranks * D),
+          "run the job with OUT/launch.sh, which starts every rank's program in order",
+          "this program is pipeline rank %d of %d with %d replicas (a %d-rank job), but mpirun "
+          "started it as rank %d of %d",
+          c->rank, c->nranks, D, c->nranks * D, rank, size);
+  mpi.replicas = D;
+  mpi.rg_bytes = -1;
+  mpi.rg_req = malloc(2 * (size_t)D * sizeof *mpi.rg_req);
+  prCheck(mpi.rg_req != NULL, "the machine is out of memory", "cannot allocate the MPI requests");
+  pr_replica = rank / c->nranks;
+  mpi.pipe = MPI_COMM_WORLD, mpi.rep = mpi.world = MPI_COMM_NULL;
+  if (D > 1) { // (at D = 1 no more collectives at the start: its allocations stay those of before)
+    pr_mpi_check(MPI_Comm_split(MPI_COMM_WORLD, pr_replica, rank, &mpi.pipe), "MPI_Comm_split");
+    pr_mpi_check(MPI_Comm_split(MPI_COMM_WORLD, c->rank, rank, &mpi.rep), "MPI_Comm_split");
+    pr_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mpi.world), "MPI_Comm_dup");
+    pr_mpi_check(MPI_Comm_set_errhandler(mpi.pipe, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  }
   void *ub = NULL;
   int flag = 0;
   pr_mpi_check(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag), "MPI_Comm_get_attr");
@@ -214,7 +252,7 @@ static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
   mpi.ag_req = malloc(2 * (size_t)c->nranks * sizeof *mpi.ag_req);
   prCheck(mpi.ag_req != NULL, "the machine is out of memory", "cannot allocate the MPI requests");
   mpi.ag_n = 0;
-  pr_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mpi.ctl), "MPI_Comm_dup");
+  pr_mpi_check(MPI_Comm_dup(mpi.pipe, &mpi.ctl), "MPI_Comm_dup");
   mpi.timeout = timeout;
   const char *y = getenv("OMPI_MCA_mpi_yield_when_idle");
   mpi.yield = y && strcmp(y, "1") == 0;
@@ -280,12 +318,63 @@ static void t_gather(void *buf, int64_t bytes, int from, int to) {
   }
 }
 
+// Frees the replicas' all-gather's persistent requests (inactive, as allgather_free's).
+static void replica_allgather_free(void) {
+  for (int k = 0; mpi.rg_bytes >= 0 && k < 2 * (mpi.replicas - 1); k++)
+    pr_mpi_check(MPI_Request_free(&mpi.rg_req[k]), "MPI_Request_free");
+  mpi.rg_bytes = -1;
+}
+
+static void t_replica_allgather(const void *mine, void *all, int64_t bytes) {
+  const int me = pr_replica, D = mpi.replicas;
+  prCheck(bytes >= 0 && bytes <= INT32_MAX, "use more stages (smaller stages) with --replicas",
+          "the gradients of this rank's stages are %lld bytes; the replicas' exchange moves at "
+          "most 2^31 - 1 bytes",
+          (long long)bytes);
+  if (mine != mpi.rg_mine || all != mpi.rg_all || bytes != mpi.rg_bytes) { // new requests
+    replica_allgather_free();
+    for (int d = 0, k = 0; d < D; d++) {
+      if (d == me) continue;
+      pr_mpi_check(MPI_Recv_init((char *)all + (size_t)d * (size_t)bytes, (int)bytes, MPI_BYTE, d,
+                                 TAG_ALLGATHER, mpi.rep, &mpi.rg_req[k++]),
+                   "MPI_Recv_init");
+      pr_mpi_check(
+          MPI_Send_init(mine, (int)bytes, MPI_BYTE, d, TAG_ALLGATHER, mpi.rep, &mpi.rg_req[k++]),
+          "MPI_Send_init");
+    }
+    mpi.rg_mine = mine, mpi.rg_all = all, mpi.rg_bytes = bytes;
+  }
+  memcpy((char *)all + (size_t)me * (size_t)bytes, mine, (size_t)bytes);
+  pr_mpi_check(MPI_Startall(2 * (D - 1), mpi.rg_req), "MPI_Startall");
+  for (int k = 0; k < 2 * (D - 1); k++)
+    wait_request(&mpi.rg_req[k],
+                 "in the gradient exchange with the %d replicas of pipeline rank %d", D,
+                 mpi.c->rank);
+  pr_stats.sent += bytes * (D - 1);
+  pr_stats.received += bytes * (D - 1);
+}
+
+static void t_world_barrier(void) {
+  MPI_Request r;
+  pr_mpi_check(MPI_Ibarrier(mpi.world, &r), "MPI_Ibarrier");
+  wait_request(&r, "at a barrier of every replica's ranks");
+}
+
 static void t_finish(void) {
   if (!mpi.started) return;
   pr_comm_wait_sends();
   t_barrier();
+  if (mpi.replicas > 1) t_world_barrier();
   allgather_free();
   MPI_Comm_free(&mpi.ctl);
+  replica_allgather_free();
+  free(mpi.rg_req);
+  mpi.rg_req = NULL;
+  if (mpi.replicas > 1) {
+    MPI_Comm_free(&mpi.pipe);
+    MPI_Comm_free(&mpi.rep);
+    MPI_Comm_free(&mpi.world);
+  }
   pr_mpi_check(MPI_Finalize(), "MPI_Finalize");
   mpi.started = false;
   pr_transport = NULL;
@@ -311,5 +400,6 @@ const char *__lsan_default_suppressions(void) {
          "leak:mca_\n";
 }
 
-const PrTransport pr_transport_mpi = {"mpi",    t_start, t_allgather, t_barrier,
-                                      t_gather, t_abort, t_finish};
+const PrTransport pr_transport_mpi = {"mpi",          t_start, t_allgather, t_barrier,
+                                      t_gather,       t_abort, t_finish,    t_replica_allgather,
+                                      t_world_barrier};

@@ -38,4 +38,20 @@ void pr_pipe_await_abort(const PrComm *c);
 void pr_pipe_transfer(const PrPipe *pp, const PrTensorRef *refs, const int *param_of, int count);
 void pr_pipe_free(PrPipe *pp);
 
+// Stage replication's step end (replicas.c; --replicas D).
+typedef struct PrReplicas {
+  const PrProgram *p; // the program
+  int D;              // replicas (1: none, and the functions below are not called)
+  int64_t bytes;      // one replica's message: its loss sum (a double), then its gradients
+  char *mine;         // this replica's message
+  char *all;          // every replica's, replica order (D x bytes)
+} PrReplicas;
+// Sizes and allocates the exchange (D = 1: nothing).
+void pr_replicas_start(PrReplicas *r, const PrProgram *p);
+// After this rank's train_step (collective over its D replicas): every gradient it trains
+// becomes the sum of the D replicas' in replica order; returns the step's loss, the replicas'
+// loss sums (loss_sum: this replica's) added in replica order, over M = nmicro x D.
+double pr_replicas_combine(PrReplicas *r, double loss_sum);
+void pr_replicas_free(PrReplicas *r);
+
 #endif

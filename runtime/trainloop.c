@@ -13,6 +13,9 @@
 // rank prints progress and evaluations, the save rank writes the loss log and the checkpoint
 // (gathered from the home ranks into a staging buffer allocated before training); --init and
 // --resume read on every rank what it holds. Every line is prefixed "[rank r] " (prefix.c).
+// With --replicas D (PrComm.replicas) all of that runs within each replica's S ranks; before the
+// step end each rank sums its gradients with its replicas' (replicas.c), and replica 0 alone
+// reports and saves (r in the prefix is then the job's rank d * S + s).
 //
 // A device program (PrProgram.device set: the CUDA target) runs the same loop with its regions in
 // device memory: the step end's norm (a device sum of squares per parameter, summed here in
@@ -38,6 +41,7 @@ typedef struct Trainer {
   const PrProgram *p; // the program
   PrGrad *grads;      // per parameter: name, gradient (NULL: not trained here), elements
   PrPipe *pipe;       // a pipeline job's step end (NULL: one rank)
+  PrReplicas *rep;    // --replicas D > 1: the replicas' gradient exchange (NULL: none)
 } Trainer;
 
 // The end of a step (counting from 0) after the generated train_step: norm, checks, clipping,
@@ -54,6 +58,7 @@ static double step_end(const Trainer *t, int64_t step, double loss, double lr) {
   double norm2;
   if (t->pipe) {
     int bad;
+    if (t->rep) loss = pr_replicas_combine(t->rep, loss); // the replicas' sums, in replica order
     pr_pipe_step_end(t->pipe, loss, &loss, &norm2, &bad);
     if (!isfinite(loss) || !isfinite(norm2)) pr_pipe_await_abort(p->comm);
     pr_check_step_named(step + 1, loss, norm2, bad >= 0 ? p->params[bad].name : NULL);
@@ -112,7 +117,8 @@ static void evaluate(const PrProgram *p, int64_t requested, int64_t step) {
     correct += r.correct;
     seen += r.seen;
   }
-  if (p->comm && p->comm->rank != p->comm->report_rank) return; // only the loss's rank knows it
+  if (p->comm && (p->comm->rank != p->comm->report_rank || pr_replica != 0))
+    return; // only the loss's rank knows it (replica 0's speaks)
   pr_check_val_loss(step, loss / weight);
   printf("eval  step %lld | val loss %.4f", (long long)step, loss / weight);
   if (seen)
@@ -148,6 +154,7 @@ static struct {
   float *staging;            // pipeline, save rank: the staging buffer
   double *stats_prev;        // pipeline, --stats: every rank's snapshot at the last table
   PrPipe pipe;               // pipeline: the step end's state
+  PrReplicas rep;            // --replicas: the replicas' gradient exchange (replicas.c)
   char *mirror[PR_NREGIONS]; // device programs: host mirrors of the params and optimizer regions
 } run;
 
@@ -230,7 +237,10 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   pr_start(argc, argv);
   const PrComm *comm = p->comm;
   int local = 1; // ranks of the job on this machine
-  if (comm) {    // every line of this rank prefixed, errors naming it, from the first one on
+  // Every line of this rank prefixed, errors naming it, from the first one on (--replicas: once
+  // the transport has started, below, when the job's rank is known).
+  const bool replicated = comm && comm->replicas > 1;
+  if (comm && !replicated) {
     pr_rank = comm->rank;
     pr_prefix_start(comm->rank);
   }
@@ -239,9 +249,6 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   o.data = pr_origin_path(o.data, data_path, sizeof data_path);
   o.labels = pr_origin_path(o.labels, labels_path, sizeof labels_path);
   pr_parse_args(argc, argv, &o, p->doc);
-  // Roles: one rank has the loss (progress, evaluation), one writes the files.
-  const bool reporter = !comm || comm->rank == comm->report_rank;
-  const bool saver = !comm || comm->rank == comm->save_rank;
   if (comm) {
     prCheck(!o.gradcheck,
             "run --gradcheck on the one-stage program of the model (pipec compile without "
@@ -249,11 +256,25 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
             "--gradcheck works on one stage; this program is rank %d of a %d-stage pipeline",
             comm->rank, comm->nranks);
     local = comm->transport->start(comm, &argc, &argv, o.timeout);
+    if (replicated) { // the job's rank: replica d's pipeline rank s is d * S + s
+      pr_rank = pr_replica * comm->nranks + comm->rank;
+      pr_prefix_start(pr_rank);
+      prCheck(!o.trace && !o.predict && !o.profile,
+              "run it without --replicas (the same model at D = 1)",
+              "%s is not supported yet with --replicas (this job has %d replicas)",
+              o.trace     ? "--trace"
+              : o.predict ? "--predict"
+                          : "--profile",
+              comm->replicas);
+    }
     if (!o.threads_given) { // the ranks on this machine share its cores
       long cores = sysconf(_SC_NPROCESSORS_ONLN);
       o.threads = cores / local > 1 ? (int)(cores / local) : 1;
     }
   }
+  // Roles: one rank has the loss (progress, evaluation), one writes the files (replica 0's).
+  const bool reporter = !comm || (comm->rank == comm->report_rank && pr_replica == 0);
+  const bool saver = !comm || (comm->rank == comm->save_rank && pr_replica == 0);
   pr_set_threads(o.threads);
   const PrDevice *dv = p->device;
   prCheck(!dv || !o.gradcheck,
@@ -332,13 +353,15 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   }
   // What each parameter carries, from its home rank: the whole checkpoint layout on every rank.
   if (comm) pr_pipe_start(&run.pipe, p);
+  if (replicated) pr_replicas_start(&run.rep, p);
   // Checkpoint: parameters (tied ones share their owner's storage), optimizer state, vocabulary.
   int n = p->nparams;
   PrTensorRef *refs = run.refs = calloc((size_t)n + 1, sizeof *refs);
   PrTensorRef *orefs = run.orefs = calloc(2 * (size_t)n + 1, sizeof *orefs);
   int *oparam = run.oparam = calloc(2 * (size_t)n + 1, sizeof *oparam);
   bool *tied = run.tied = calloc((size_t)n + 1, sizeof *tied);
-  Trainer t = {p, run.grads = calloc((size_t)n + 1, sizeof(PrGrad)), comm ? &run.pipe : NULL};
+  Trainer t = {p, run.grads = calloc((size_t)n + 1, sizeof(PrGrad)), comm ? &run.pipe : NULL,
+               replicated ? &run.rep : NULL};
   prCheck(refs && orefs && oparam && tied && t.grads, "the machine is out of memory",
           "cannot allocate the parameter table");
   // The optimizer state's names ("m.NAME", "v.NAME") in one block.
@@ -378,6 +401,7 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
       else if (saver)
         pr_checkpoint_recover(o.resume);
       comm->transport->barrier();
+      if (replicated) comm->transport->world_barrier(); // replica 0's saver recovered it
       ck.recovered = true;
     }
     start = sharded_load ? pr_shards_resume(load_dir, &ck) : pr_checkpoint_resume(o.resume, &ck);
@@ -489,8 +513,8 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   }
   free(stats_prev);
   run.stats_prev = NULL;
-  if (o.trace) pr_trace_finish(); // every rank's events to the save rank, which writes the file
-  if (o.save) {
+  if (o.trace) pr_trace_finish();  // every rank's events to the save rank, which writes the file
+  if (o.save && pr_replica == 0) { // replica 0 saves (the replicas hold the same bits)
     if (dv) sync_state(p, false);
     if (sharded_save) { // each tensor in its home rank's shard
       int *owner = comm ? calloc((size_t)(n + nopt) + 1, sizeof *owner) : NULL;
@@ -528,6 +552,7 @@ done:
   free(run.sparam);
   pr_free_region(run.staging);
   if (comm) pr_pipe_free(&run.pipe);
+  if (replicated) pr_replicas_free(&run.rep);
   run.names = NULL, run.refs = run.orefs = run.srefs = NULL, run.tied = NULL, run.grads = NULL;
   run.oparam = run.sparam = NULL, run.staging = NULL;
   release(p);

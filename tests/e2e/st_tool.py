@@ -10,6 +10,9 @@
   st_tool.py diff A B                    print where A and B differ (metadata keys, tensors missing
                                          or of another dtype/shape, the first differing element of
                                          each tensor and the count); exit 1 when they differ
+  st_tool.py maxrel A B                  print the largest difference of an F32 tensor of A and B
+                                         relative to that tensor's largest magnitude in A,
+                                         max over tensors of max|a - b| / max|a| (same tensors)
 """
 import json
 import struct
@@ -89,6 +92,19 @@ def main(argv):
         return 0 if tensors(h, d) == tensors(h2, d2) else 1
     elif cmd == "diff":
         return diff(path, h, d, argv[3])
+    elif cmd == "maxrel":
+        ta, tb = tensors(h, d), tensors(*read(argv[3]))
+        assert sorted(ta) == sorted(tb), "not the same tensors"
+        worst = 0.0
+        for k, (dt, shape, a) in ta.items():
+            if dt != "F32":
+                continue
+            b = tb[k][2]
+            va = struct.unpack("<%df" % (len(a) // 4), a)
+            vb = struct.unpack("<%df" % (len(b) // 4), b)
+            top = max(abs(x) for x in va) or 1.0
+            worst = max(worst, max(abs(x - y) for x, y in zip(va, vb)) / top)
+        print("%.3g" % worst)
     else:
         raise SystemExit("unknown command " + cmd)
     return 0
