@@ -7,7 +7,8 @@
 // descriptor again with fstat, so what is read is what was checked. Outputs (--save, --loss-log)
 // are checked at start by pr_check_writable: the directory exists and is writable, the file,
 // if it exists, is a regular file, and its name leaves room for a temporary's suffix, so that
-// a run does not train for hours and then fail to write its result.
+// a run does not train for hours and then fail to write its result. pr_write_full is the one
+// write loop of the runtime's own files (shards' indexes, --predict's .npy, the line prefixer).
 #include "pipert.h"
 
 #include <errno.h>
@@ -89,4 +90,15 @@ void pr_check_writable(const char *path, const char *flag) {
           "%s '%s': the file name has %zu bytes; this directory allows %ld, less 32 for the "
           "temporary file written beside it",
           flag, path, strlen(base), name_max);
+}
+
+int pr_write_full(int fd, const void *buf, size_t n) {
+  const char *p = buf;
+  while (n > 0) {
+    ssize_t k = write(fd, p, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return k < 0 ? errno : EIO;
+    p += k, n -= (size_t)k;
+  }
+  return 0;
 }

@@ -255,6 +255,9 @@ void pr_check_regular(const char *path, const char *what);
 // file, if it exists, is a regular file; its name is at most NAME_MAX - 32 bytes (room for a
 // temporary's suffix). flag names it in messages ("--save").
 void pr_check_writable(const char *path, const char *flag);
+// Writes all n bytes of buf to fd, retrying short writes and EINTR: 0, or the errno of the
+// failure (EIO for a write that wrote nothing).
+int pr_write_full(int fd, const void *buf, size_t n);
 // A default path of the program (origin.c): "$ORIGIN/REL" (pipec's form of a data path the model
 // gave relative) resolved against the running executable's directory, written into buf (cap
 // bytes); any other path (NULL too) as it is.

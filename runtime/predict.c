@@ -37,19 +37,12 @@ static void npy_header(char *h, int64_t rows, const int64_t *shape, int dims) {
 }
 
 static void write_all(int fd, const void *buf, size_t n, const char *path) {
-  const char *p = buf;
-  while (n > 0) {
-    ssize_t k = write(fd, p, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) {
-      int err = k < 0 ? errno : EIO;
-      unlink(path);
-      pr_fail(__FILE__, __LINE__,
-              "check the free disk space, the file size limit (ulimit -f) and permissions",
-              "--out: cannot write '%s': %s", path, strerror(err));
-    }
-    p += k, n -= (size_t)k;
-  }
+  int err = pr_write_full(fd, buf, n);
+  if (!err) return;
+  unlink(path);
+  pr_fail(__FILE__, __LINE__,
+          "check the free disk space, the file size limit (ulimit -f) and permissions",
+          "--out: cannot write '%s': %s", path, strerror(err));
 }
 
 int pr_predict(const PrProgram *p, const PrOptions *o) {

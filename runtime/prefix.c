@@ -40,15 +40,9 @@ static struct {
   int wake[2];      // a pipe that tells the reader to drain the others and finish
 } px = {.s = {{.in = -1}, {.in = -1}}};
 
-// Writes all of buf to fd (retrying short writes and EINTR); gives up on other errors.
+// Writes all of buf to fd; gives up on an error (the original stream is gone: nothing to tell).
 static void write_all(int fd, const char *buf, size_t n) {
-  while (n > 0) {
-    ssize_t w = write(fd, buf, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return;
-    buf += w;
-    n -= (size_t)w;
-  }
+  (void)pr_write_full(fd, buf, n);
 }
 
 // Emits the assembled line with its prefix (and a newline when it has none and ends the stream).

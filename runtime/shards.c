@@ -457,13 +457,7 @@ void pr_shards_check_writable(const char *dir) {
 static int write_text(const char *path, const char *text) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return errno;
-  size_t len = strlen(text), done = 0;
-  int err = 0;
-  while (!err && done < len) {
-    ssize_t k = write(fd, text + done, len - done);
-    if (k < 0 && errno != EINTR) err = errno;
-    if (k > 0) done += (size_t)k;
-  }
+  int err = pr_write_full(fd, text, strlen(text));
   if (!err && fsync(fd) != 0) err = errno;
   if (close(fd) != 0 && !err) err = errno;
   if (err) unlink(path);
