@@ -238,20 +238,28 @@ static void fmt_only(char *out, size_t cap, const bool *set, const bool *other) 
 }
 
 // The file's "vocab" (when it has one) against the data's character vocabulary.
+int pr_ck_vocab_parse(const char *path, const char *hex, char *chars) {
+  size_t len = strlen(hex);
+  bool ok = len % 2 == 0 && len <= 2 * 256;
+  int n = 0, prev = -1;
+  for (size_t i = 0; ok && i < len; i += 2) {
+    unsigned v;
+    ok = sscanf(hex + i, "%2x", &v) == 1 && (int)v > prev;
+    if (ok) chars[n++] = (char)v, prev = (int)v;
+  }
+  prCheck(ok, "the file is damaged or was not written by --save of a pipec program",
+          "%s: metadata 'vocab' is not a sorted list of hex bytes", path);
+  return n;
+}
+
 void pr_ck_check_vocab(const char *path, const PrCheckpoint *c) {
   if (!c->vocab) return;
   char hex[600];
   if (!pr_safetensors_meta(path, "vocab", hex, sizeof hex)) return; // a file from elsewhere
-  size_t len = strlen(hex);
-  bool in_file[256] = {false}, in_data[256] = {false}, ok = len % 2 == 0;
-  int nfile = 0, prev = -1;
-  for (size_t i = 0; ok && i < len; i += 2) {
-    unsigned v;
-    ok = sscanf(hex + i, "%2x", &v) == 1 && (int)v > prev;
-    if (ok) in_file[v] = true, prev = (int)v, nfile++;
-  }
-  prCheck(ok, "the file is damaged or was not written by --save of a pipec program",
-          "%s: metadata 'vocab' is not a sorted list of hex bytes", path);
+  char chars[256];
+  bool in_file[256] = {false}, in_data[256] = {false};
+  int nfile = pr_ck_vocab_parse(path, hex, chars);
+  for (int i = 0; i < nfile; i++) in_file[(unsigned char)chars[i]] = true;
   for (int i = 0; i < c->nvocab; i++) in_data[(unsigned char)c->vocab[i]] = true;
   bool same = nfile == c->nvocab;
   for (int b = 0; same && b < 256; b++) same = in_file[b] == in_data[b];

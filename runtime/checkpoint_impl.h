@@ -18,6 +18,9 @@ bool pr_ck_alive_elsewhere(long pid);
 int64_t pr_ck_parse_step(const char *file, const char *s);
 // The vocabulary as metadata: two hex digits per character (out: 2 n + 1 bytes).
 void pr_ck_vocab_hex(char *out, const char *v, int n);
+// The characters of "vocab" metadata hex (sorted distinct bytes, two hex digits each) into chars
+// (room for 256); their count. Stops the program naming path when hex is not such a list.
+int pr_ck_vocab_parse(const char *path, const char *hex, char *chars);
 // Refuses a file whose "vocab" metadata differs from c's (a file without one passes).
 void pr_ck_check_vocab(const char *path, const PrCheckpoint *c);
 

@@ -107,13 +107,11 @@ void pr_tokens_open_text(PrTokens *t, const char *path, double train_frac) {
   unsigned char *buf = read_all(path, "data file", &n);
   prCheck(n > 0, "give a non-empty text file", "%s: the file is empty", path);
   int present[256] = {0};
-  for (size_t i = 0; i < n; i++) present[buf[i]] = 1;
   if (pr_data_predict && pr_data_predict_nvocab > 0) { // the checkpoint's vocabulary
-    bool in[256] = {false};
     for (int k = 0; k < pr_data_predict_nvocab; k++)
-      in[(unsigned char)pr_data_predict_vocab[k]] = true;
+      present[(unsigned char)pr_data_predict_vocab[k]] = 1;
     for (size_t i = 0; i < n; i++)
-      if (!in[buf[i]]) {
+      if (!present[buf[i]]) {
         unsigned char c = buf[i];
         free(buf);
         if (c > 0x20 && c < 0x7f)
@@ -128,9 +126,8 @@ void pr_tokens_open_text(PrTokens *t, const char *path, double train_frac) {
                 "characters)",
                 path, i, c, pr_data_predict_nvocab);
       }
-    memcpy(present, (int[256]){0}, sizeof present);
-    for (int k = 0; k < pr_data_predict_nvocab; k++)
-      present[(unsigned char)pr_data_predict_vocab[k]] = 1;
+  } else {
+    for (size_t i = 0; i < n; i++) present[buf[i]] = 1;
   }
   int id[256];
   int vocab = 0;

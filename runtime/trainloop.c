@@ -27,6 +27,7 @@
 //
 // The runtime knows no graph: every generated function is straight-line kernel calls. Everything
 // this file allocates is allocated before the first step (no heap allocation inside a step).
+#include "checkpoint_impl.h"
 #include "pipeline.h"
 #include "pipert.h"
 
@@ -327,15 +328,8 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
     // Text: the characters' ids are the checkpoint's (its training text's vocabulary).
     char hex[2 * 256 + 1];
     const char *ck = o.resume ? o.resume : o.init;
-    if (p->vocab && pr_checkpoint_vocab(ck, hex, sizeof hex)) {
-      size_t len = strlen(hex);
-      for (size_t i = 0; i + 1 < len && i / 2 < 256; i += 2) {
-        unsigned v = 0;
-        prCheck(sscanf(hex + i, "%2x", &v) == 1, "the checkpoint is damaged",
-                "%s: metadata 'vocab' is not a list of hex bytes", ck);
-        pr_data_predict_vocab[pr_data_predict_nvocab++] = (char)v;
-      }
-    }
+    if (p->vocab && pr_checkpoint_vocab(ck, hex, sizeof hex))
+      pr_data_predict_nvocab = pr_ck_vocab_parse(ck, hex, pr_data_predict_vocab);
     prCheck(!p->vocab || pr_data_predict_nvocab > 0,
             "--init a checkpoint saved by a pipec program (its metadata holds the characters)",
             "--predict: %s records no character vocabulary: the text's character ids are unknown",
