@@ -191,13 +191,21 @@ void diag_excerpt(FILE *out, const char *line, size_t len, int col) {
 // ---------------------------------------------------------------------------------------------
 // Messages
 
+// Line `line` of the attached source: bytes [*b, *e), without its break; false when no source
+// is attached or it has no such line.
+static bool source_line(const Diag *d, int line, size_t *b, size_t *e) {
+  if (!d->text || line < 1 || line > d->nlines) return false;
+  *b = d->lines[line - 1];
+  *e = line < d->nlines ? d->lines[line] - 1 : d->len; // its '\n', or the end
+  if (*e > *b && d->text[*e - 1] == '\r') (*e)--;      // CRLF line breaks
+  return true;
+}
+
 // The excerpt of line loc.line, when the source is attached and the position lies in it.
 static void excerpt_at(const Diag *d, Loc loc) {
-  if (!d->excerpts || !d->text || loc.line < 1 || loc.line > d->nlines || loc.col < 1) return;
-  size_t b = d->lines[loc.line - 1];
-  size_t e = loc.line < d->nlines ? d->lines[loc.line] - 1 : d->len; // its '\n', or the end
-  if (e > b && d->text[e - 1] == '\r') e--;                          // CRLF line breaks
-  if ((size_t)loc.col - 1 > e - b) return;                           // not a position of this line
+  size_t b, e;
+  if (!d->excerpts || loc.col < 1 || !source_line(d, loc.line, &b, &e)) return;
+  if ((size_t)loc.col - 1 > e - b) return; // not a position of this line
   diag_excerpt(d->out, d->text + b, e - b, loc.col);
 }
 
@@ -223,11 +231,8 @@ static void record(Diag *d, Loc loc, const char *kind, const char *fmt, va_list 
   vsnprintf(msg, (size_t)n + 1, fmt, ap);
   // The located line, copied: the record may outlive the source attached now (a CSV's).
   char *line = NULL;
-  size_t len = 0;
-  if (d->text && loc.line >= 1 && loc.line <= d->nlines) {
-    size_t b = d->lines[loc.line - 1];
-    size_t e = loc.line < d->nlines ? d->lines[loc.line] - 1 : d->len;
-    if (e > b && d->text[e - 1] == '\r') e--;
+  size_t len = 0, b, e;
+  if (source_line(d, loc.line, &b, &e)) {
     if ((line = malloc(e - b + 1))) {
       memcpy(line, d->text + b, e - b);
       line[e - b] = '\0';
