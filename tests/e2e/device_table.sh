@@ -14,8 +14,7 @@ root=$2
 cd "$root" || exit 1
 . "$root/tests/e2e/mpi_env.sh"
 gpt=$tmp/gpt_char_l2.json
-python3 samples/gen_gpt.py --layers 2 --heads 2 --embd 32 --context 16 --flat --name gpt_char_l2 |
-  sed "s#\"../../shared/data/#\"$root/../shared/data/#" >"$gpt"
+gpt_char_l2 "$gpt"
 skip=$tmp/skip_net.json
 python3 "$root/tests/skip_net_table.py" samples/skip_net.json "$skip" "$tmp/skip.csv"
 # The C compiler pipec runs, with the fake table linked in and pr_main renamed in the program.

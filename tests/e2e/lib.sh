@@ -37,6 +37,12 @@ expect() {
     ok
   fi
 }
+# gpt_char_l2 FILE: the flat 2-layer character GPT the pipeline tests share (2 heads, width 32,
+# context 16: tied embedding and head, cuts inside its layers), its data path made absolute.
+gpt_char_l2() {
+  python3 "$root/samples/gen_gpt.py" --layers 2 --heads 2 --embd 32 --context 16 --flat \
+    --name gpt_char_l2 | sed "s#\"../../shared/data/#\"$root/../shared/data/#" >"$1"
+}
 finish() {
   echo "$pass passed, $fail failed"
   [ "$fail" -eq 0 ]

@@ -32,8 +32,7 @@ mlp_digits)
   ;;
 gpt_char)
   file=$tmp/gpt_char_l2.json
-  python3 samples/gen_gpt.py --layers 2 --heads 2 --embd 32 --context 16 --flat --name gpt_char_l2 |
-    sed "s#\"../../shared/data/#\"$root/../shared/data/#" >"$file"
+  gpt_char_l2 "$file"
   ;;
 skip_net)
   file=$tmp/skip_net.json

@@ -15,8 +15,7 @@ cd "$root" || exit 1
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 file=$tmp/gpt_char_l2.json
-python3 samples/gen_gpt.py --layers 2 --heads 2 --embd 32 --context 16 --flat --name gpt_char_l2 |
-  sed "s#\"../../shared/data/#\"$root/../shared/data/#" >"$file"
+gpt_char_l2 "$file"
 build() {
   local name=$1 model=$2
   shift 2

@@ -15,8 +15,7 @@ root=$2
 cd "$root" || exit 1
 . "$root/tests/e2e/mpi_env.sh"
 file=$tmp/gpt_char_l2.json
-python3 samples/gen_gpt.py --layers 2 --heads 2 --embd 32 --context 16 --flat --name gpt_char_l2 |
-  sed "s#\"../../shared/data/#\"$root/../shared/data/#" >"$file"
+gpt_char_l2 "$file"
 common=(--batch 24)
 quiet() { "$@" >/dev/null 2>&1; }
 

@@ -17,8 +17,7 @@ cd "$root" || exit 1
 st() { python3 "$root/tests/e2e/st_tool.py" "$@"; }
 . "$root/tests/e2e/mpi_env.sh"
 file=$tmp/gpt_char_l2.json
-python3 samples/gen_gpt.py --layers 2 --heads 2 --embd 32 --context 16 --flat --name gpt_char_l2 |
-  sed "s#\"../../shared/data/#\"$root/../shared/data/#" >"$file"
+gpt_char_l2 "$file"
 common=(--batch 24 --microbatches 4)
 run_args=(--threads 1 --quiet --eval-every 0 --eval-batches 1)
 
