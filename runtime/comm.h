@@ -43,6 +43,13 @@ typedef struct PrComm {         // how a rank program talks to the others (PrPro
   const PrTransport *transport; // &pr_transport_mpi
   int replicas;                 // D copies of the pipeline (--replicas; 0 or 1: one): the job
                                 // has nranks x D processes, replica d's rank at d * nranks + rank
+  // --replicas: the buckets of the replicas' gradient exchange, in the order their gradients
+  // become final on this rank (replicas.c): bucket k is the parameters rep_param[rep_end[k - 1]
+  // .. rep_end[k]) (rep_end[-1] = 0), each a parameter-table index; train_step calls
+  // pr_replicas_ready(k) after the action that makes them final.
+  const int *rep_param; // every parameter this rank trains, bucket by bucket
+  const int *rep_end;   // per bucket: the end of its run in rep_param
+  int rep_nbuckets;     // buckets (0: none, every gradient exchanged at the step end)
 } PrComm;
 
 // Called by generated code (comm_mpi.c implements; all check errors and never allocate):
@@ -72,16 +79,28 @@ struct PrTransport {
   // Waits for outstanding sends, leaves the job (collective).
   void (*finish)(void);
   // With replicas (PrComm.replicas D > 1; NULL in a transport without them), everything above
-  // is over this replica's nranks ranks (peers and ranks are pipeline ranks), and these two
-  // span more: all[d * bytes ..] = replica d's mine, over the D replicas of this pipeline rank
-  // (collective over them); and a barrier of the whole job (all S x D processes).
-  void (*replica_allgather)(const void *mine, void *all, int64_t bytes);
+  // is over this replica's nranks ranks (peers and ranks are pipeline ranks), and these span
+  // more. The replicas' all-gather, in buckets (collective over the D replicas of this pipeline
+  // rank): replica_setup makes the requests once for one replica's message mine of `bytes`
+  // bytes, cut in nb buckets (bucket k: bytes off[k] .. off[k + 1]), replica d's landing at
+  // all + d * bytes; each exchange is replica_recv (every receive started), replica_send(k) per
+  // bucket (its sends started, once mine holds it) and replica_wait (every request completed:
+  // then all[d * bytes ..] = replica d's mine). No allocation after the setup.
+  void (*replica_setup)(const void *mine, void *all, int64_t bytes, const int64_t *off, int nb);
+  void (*replica_recv)(void);
+  void (*replica_send)(int k);
+  void (*replica_wait)(void);
+  // A barrier of the whole job (all S x D processes).
   void (*world_barrier)(void);
 };
 
 // This process's replica d (0 .. D - 1; 0 without replicas), set by the transport's start; the
 // generated data loaders offset their microbatches by pr_replica * M / D (replicas.c).
 extern int pr_replica;
+// Called by the generated train_step with replicas, right after the action that makes bucket k's
+// gradients final on this rank (PrComm.rep_param): starts sending it to the other replicas
+// (replicas.c; nothing outside a step, or with PIPEC_REPLICAS_OVERLAP=0).
+void pr_replicas_ready(int k);
 
 // The transport of the running program once pr_main has started it (NULL: one rank, or not yet):
 // pr_fail aborts the whole job through it.

@@ -19,10 +19,13 @@
 // processes, world rank d * S + s for replica d's pipeline rank s. start splits MPI_COMM_WORLD by
 // replica into `pipe` (ranks = pipeline ranks), on which the streams and the training loop's
 // traffic run exactly as without replicas, and by pipeline rank into `rep` (ranks = replicas),
-// on which replica_allgather moves the gradients of a stage between its replicas (replicas.c);
-// world_barrier and abort span the whole job. The replicas' all-gather is made of persistent
-// requests too, so that a replicated step allocates nothing either (its first call is
-// pr_replicas_start's, before the steps).
+// on which the replicas' all-gather moves the gradients of a stage between its replicas
+// (replicas.c); world_barrier and abort span the whole job. The replicas' all-gather is made of
+// persistent requests too, one receive and one send per (bucket, other replica), tag 2 + bucket
+// on rep: replica_setup makes them (pr_replicas_start, before the steps), replica_recv starts
+// every receive, replica_send(k) a bucket's sends as soon as its gradients are final (the
+// overlap), replica_wait completes them all at the step end. A replicated step allocates
+// nothing either.
 //
 // With --trace, each message's post and the end of its wait are reported to trace.c.
 //
@@ -43,7 +46,7 @@ static struct {
   MPI_Request *req; // req[c * nmicro + m]: the request of (stream c, microbatch m)
   MPI_Comm ctl;     // duplicate of pipe for the training loop's traffic
   MPI_Comm pipe;    // this replica's ranks (MPI_COMM_WORLD itself without replicas)
-  MPI_Comm rep;     // this pipeline rank's replicas, rank = replica d (replica_allgather)
+  MPI_Comm rep;     // this pipeline rank's replicas, rank = replica d (replica_setup ..)
   MPI_Comm world;   // duplicate of MPI_COMM_WORLD (world_barrier; both MPI_COMM_NULL at D = 1)
   int replicas;     // D (1: none)
   double timeout;   // watchdog, seconds (0 = off)
@@ -55,12 +58,15 @@ static struct {
   double *ag_all;        // the caller's result buffer
   int ag_n;              // doubles per rank
   MPI_Request *ag_req;   // 2 * (nranks - 1) requests
-  // The replicas' all-gather likewise (rg_bytes < 0: none yet): rg_req[2k] receives from and
-  // rg_req[2k + 1] sends to the k-th other replica, on rep.
-  const void *rg_mine; // the caller's contribution
-  void *rg_all;        // the caller's result buffer
-  int64_t rg_bytes;    // bytes per replica
-  MPI_Request *rg_req; // 2 * (replicas - 1) requests
+  // The replicas' all-gather in buckets (rg_nb == 0: not set up): rg_req[k * (D - 1) + j]
+  // receives bucket k from the j-th other replica; rg_req[(nb + k) * (D - 1) + j] sends it there.
+  const void *rg_mine; // the caller's message
+  void *rg_all;        // the caller's result buffer (replica d's message at d * rg_bytes)
+  int64_t rg_bytes;    // bytes per replica (its whole message)
+  int rg_nb;           // buckets
+  MPI_Request *rg_req; // 2 * nb * (replicas - 1) requests
+  bool *rg_sent;       // per bucket: its sends started in this exchange
+  bool rg_active;      // an exchange's receives are started and not yet waited for
 } mpi;
 
 enum { TAG_ALLGATHER = 1 }; // on ctl (checkpoint transfers use tag 0)
@@ -215,9 +221,7 @@ static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
           "started it as rank %d of %d",
           c->rank, c->nranks, D, c->nranks * D, rank, size);
   mpi.replicas = D;
-  mpi.rg_bytes = -1;
-  mpi.rg_req = malloc(2 * (size_t)D * sizeof *mpi.rg_req);
-  prCheck(mpi.rg_req != NULL, "the machine is out of memory", "cannot allocate the MPI requests");
+  mpi.rg_nb = 0, mpi.rg_req = NULL, mpi.rg_sent = NULL, mpi.rg_active = false;
   pr_replica = rank / c->nranks;
   mpi.pipe = MPI_COMM_WORLD, mpi.rep = mpi.world = MPI_COMM_NULL;
   if (D > 1) { // (at D = 1 no more collectives at the start: its allocations stay those of before)
@@ -318,40 +322,80 @@ static void t_gather(void *buf, int64_t bytes, int from, int to) {
   }
 }
 
-// Frees the replicas' all-gather's persistent requests (inactive, as allgather_free's).
-static void replica_allgather_free(void) {
-  for (int k = 0; mpi.rg_bytes >= 0 && k < 2 * (mpi.replicas - 1); k++)
+// Frees the replicas' all-gather's persistent requests (inactive: replica_wait waited for them).
+static void replica_free(void) {
+  for (int k = 0; k < 2 * mpi.rg_nb * (mpi.replicas - 1); k++)
     pr_mpi_check(MPI_Request_free(&mpi.rg_req[k]), "MPI_Request_free");
-  mpi.rg_bytes = -1;
+  free(mpi.rg_req);
+  free(mpi.rg_sent);
+  mpi.rg_req = NULL, mpi.rg_sent = NULL, mpi.rg_nb = 0;
 }
 
-static void t_replica_allgather(const void *mine, void *all, int64_t bytes) {
+static void t_replica_setup(const void *mine, void *all, int64_t bytes, const int64_t *off,
+                            int nb) {
   const int me = pr_replica, D = mpi.replicas;
   prCheck(bytes >= 0 && bytes <= INT32_MAX, "use more stages (smaller stages) with --replicas",
           "the gradients of this rank's stages are %lld bytes; the replicas' exchange moves at "
           "most 2^31 - 1 bytes",
           (long long)bytes);
-  if (mine != mpi.rg_mine || all != mpi.rg_all || bytes != mpi.rg_bytes) { // new requests
-    replica_allgather_free();
-    for (int d = 0, k = 0; d < D; d++) {
+  void *ub = NULL;
+  int flag = 0;
+  pr_mpi_check(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag), "MPI_Comm_get_attr");
+  prCheck(nb >= 1 && nb + 1 <= (flag ? *(int *)ub : 32767) && off[0] == 0 && off[nb] == bytes,
+          "a bug in the generated program",
+          "the replicas' exchange: %d buckets over %lld bytes are not valid here", nb,
+          (long long)bytes);
+  replica_free();
+  mpi.rg_req = malloc(2 * (size_t)nb * (size_t)(D - 1) * sizeof *mpi.rg_req + 1);
+  mpi.rg_sent = calloc((size_t)nb, sizeof *mpi.rg_sent);
+  prCheck(mpi.rg_req && mpi.rg_sent, "the machine is out of memory",
+          "cannot allocate the MPI requests");
+  for (int k = 0; k < nb; k++) {
+    int n = (int)(off[k + 1] - off[k]);
+    for (int d = 0, j = 0; d < D; d++) {
       if (d == me) continue;
-      pr_mpi_check(MPI_Recv_init((char *)all + (size_t)d * (size_t)bytes, (int)bytes, MPI_BYTE, d,
-                                 TAG_ALLGATHER, mpi.rep, &mpi.rg_req[k++]),
+      pr_mpi_check(MPI_Recv_init((char *)all + (size_t)d * (size_t)bytes + off[k], n, MPI_BYTE, d,
+                                 2 + k, mpi.rep, &mpi.rg_req[k * (D - 1) + j]),
                    "MPI_Recv_init");
-      pr_mpi_check(
-          MPI_Send_init(mine, (int)bytes, MPI_BYTE, d, TAG_ALLGATHER, mpi.rep, &mpi.rg_req[k++]),
-          "MPI_Send_init");
+      pr_mpi_check(MPI_Send_init((const char *)mine + off[k], n, MPI_BYTE, d, 2 + k, mpi.rep,
+                                 &mpi.rg_req[(nb + k) * (D - 1) + j]),
+                   "MPI_Send_init");
+      j++;
     }
-    mpi.rg_mine = mine, mpi.rg_all = all, mpi.rg_bytes = bytes;
   }
-  memcpy((char *)all + (size_t)me * (size_t)bytes, mine, (size_t)bytes);
-  pr_mpi_check(MPI_Startall(2 * (D - 1), mpi.rg_req), "MPI_Startall");
-  for (int k = 0; k < 2 * (D - 1); k++)
+  mpi.rg_mine = mine, mpi.rg_all = all, mpi.rg_bytes = bytes, mpi.rg_nb = nb;
+}
+
+static void t_replica_recv(void) {
+  prCheck(mpi.rg_nb > 0 && !mpi.rg_active, "a bug in the runtime",
+          "replica_recv: the exchange is %s", mpi.rg_nb ? "already started" : "not set up");
+  pr_mpi_check(MPI_Startall(mpi.rg_nb * (mpi.replicas - 1), mpi.rg_req), "MPI_Startall");
+  memset(mpi.rg_sent, 0, (size_t)mpi.rg_nb * sizeof *mpi.rg_sent);
+  mpi.rg_active = true;
+}
+
+static void t_replica_send(int k) {
+  prCheck(mpi.rg_active && k >= 0 && k < mpi.rg_nb && !mpi.rg_sent[k], "a bug in the runtime",
+          "replica_send: bucket %d of %d cannot be sent now", k, mpi.rg_nb);
+  const int n = mpi.replicas - 1;
+  pr_mpi_check(MPI_Startall(n, &mpi.rg_req[(mpi.rg_nb + k) * n]), "MPI_Startall");
+  mpi.rg_sent[k] = true;
+}
+
+static void t_replica_wait(void) {
+  const int D = mpi.replicas, nb = mpi.rg_nb;
+  prCheck(mpi.rg_active, "a bug in the runtime", "replica_wait: no exchange is started");
+  for (int k = 0; k < nb; k++)
+    prCheck(mpi.rg_sent[k], "a bug in the runtime", "replica_wait: bucket %d was never sent", k);
+  for (int k = 0; k < 2 * nb * (D - 1); k++)
     wait_request(&mpi.rg_req[k],
-                 "in the gradient exchange with the %d replicas of pipeline rank %d", D,
-                 mpi.c->rank);
-  pr_stats.sent += bytes * (D - 1);
-  pr_stats.received += bytes * (D - 1);
+                 "in the gradient exchange with the %d replicas of pipeline rank %d (bucket %d)", D,
+                 mpi.c->rank, (k / (D - 1)) % nb);
+  mpi.rg_active = false;
+  memcpy((char *)mpi.rg_all + (size_t)pr_replica * (size_t)mpi.rg_bytes, mpi.rg_mine,
+         (size_t)mpi.rg_bytes); // this replica's own part
+  pr_stats.sent += mpi.rg_bytes * (D - 1);
+  pr_stats.received += mpi.rg_bytes * (D - 1);
 }
 
 static void t_world_barrier(void) {
@@ -367,9 +411,7 @@ static void t_finish(void) {
   if (mpi.replicas > 1) t_world_barrier();
   allgather_free();
   MPI_Comm_free(&mpi.ctl);
-  replica_allgather_free();
-  free(mpi.rg_req);
-  mpi.rg_req = NULL;
+  replica_free();
   if (mpi.replicas > 1) {
     MPI_Comm_free(&mpi.pipe);
     MPI_Comm_free(&mpi.rep);
@@ -400,6 +442,6 @@ const char *__lsan_default_suppressions(void) {
          "leak:mca_\n";
 }
 
-const PrTransport pr_transport_mpi = {"mpi",          t_start, t_allgather, t_barrier,
-                                      t_gather,       t_abort, t_finish,    t_replica_allgather,
-                                      t_world_barrier};
+const PrTransport pr_transport_mpi = {
+    "mpi",    t_start,         t_allgather,    t_barrier,      t_gather,       t_abort,
+    t_finish, t_replica_setup, t_replica_recv, t_replica_send, t_replica_wait, t_world_barrier};

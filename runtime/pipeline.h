@@ -38,20 +38,34 @@ void pr_pipe_await_abort(const PrComm *c);
 void pr_pipe_transfer(const PrPipe *pp, const PrTensorRef *refs, const int *param_of, int count);
 void pr_pipe_free(PrPipe *pp);
 
-// Stage replication's step end (replicas.c; --replicas D).
+// Stage replication's gradient exchange (replicas.c; --replicas D).
 typedef struct PrReplicas {
   const PrProgram *p; // the program
   int D;              // replicas (1: none, and the functions below are not called)
-  int64_t bytes;      // one replica's message: its loss sum (a double), then its gradients
+  bool overlap;       // buckets sent as their gradients become final (PIPEC_REPLICAS_OVERLAP=0:
+                      // all at the step end)
+  int nb;             // buckets: PrComm.rep_nbuckets, then the loss's
+  int64_t *off;       // bucket k is bytes off[k] .. off[k + 1] of one replica's message
+  int64_t *at;        // per parameter: its gradient's offset in the message (-1: not trained here)
+  int64_t loss_at;    // the loss sum's offset (a double; the last bucket)
+  int64_t bytes;      // one replica's message: the buckets' gradients, then the loss sum
   char *mine;         // this replica's message
   char *all;          // every replica's, replica order (D x bytes)
+  bool *ready;        // per bucket: sent in the step in progress
 } PrReplicas;
-// Sizes and allocates the exchange (D = 1: nothing).
+// Sizes and allocates the exchange, makes its requests (D = 1: nothing).
 void pr_replicas_start(PrReplicas *r, const PrProgram *p);
+// Before a step's train_step: starts the exchange's receives; from here train_step's
+// pr_replicas_ready(k) (pipert.h) sends bucket k.
+void pr_replicas_begin(PrReplicas *r);
 // After this rank's train_step (collective over its D replicas): every gradient it trains
 // becomes the sum of the D replicas' in replica order; returns the step's loss, the replicas'
 // loss sums (loss_sum: this replica's) added in replica order, over M = nmicro x D.
 double pr_replicas_combine(PrReplicas *r, double loss_sum);
+// Under a --stats table (replica 0's S ranks, the same arguments as pr_stats_print): the
+// exchange's wait at the step end per rank, the part the overlap left exposed.
+void pr_replicas_stats_print(const PrReplicas *r, int64_t steps, int nranks, const double *now,
+                             int now_stride, const double *before, int before_stride);
 void pr_replicas_free(PrReplicas *r);
 
 #endif

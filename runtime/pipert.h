@@ -431,6 +431,8 @@ typedef struct PrStats {
   double sync;      // seconds in the step end's all-gather (loss, norm, checks)
   int64_t sent;     // bytes sent (activations, gradients, tied-parameter exchanges)
   int64_t received; // bytes received
+  double exchange;  // --replicas: seconds the step end waited for the replicas' gradient
+                    // exchange (its exposed part; also in sync)
 } PrStats;
 extern PrStats pr_stats;
 
@@ -441,6 +443,7 @@ enum {               // a snapshot's entries (pr_stats_snapshot)
   PR_STAT_SYNC,      // pr_stats.sync
   PR_STAT_SENT,      // pr_stats.sent (bytes)
   PR_STAT_RECEIVED,  // pr_stats.received (bytes)
+  PR_STAT_EXCHANGE,  // pr_stats.exchange
   PR_STAT_N
 };
 

@@ -25,6 +25,7 @@ void pr_stats_snapshot(double *out) {
   out[PR_STAT_SYNC] = pr_stats.sync;
   out[PR_STAT_SENT] = (double)pr_stats.sent;
   out[PR_STAT_RECEIVED] = (double)pr_stats.received;
+  out[PR_STAT_EXCHANGE] = pr_stats.exchange;
 }
 
 // "1.50 MiB", "312.0 KiB", "96 B".

@@ -452,6 +452,7 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   for (int64_t step = start; step < o.steps; step++) {
     double ts = pr_now(), lr = pr_lr_at(&lrs, step);
     if (o.trace) pr_trace_step(step);
+    if (replicated) pr_replicas_begin(&run.rep); // the exchange's receives; train_step sends
     double loss = p->train_step(step, o.seed);
     loss = step_end(&t, step, loss, lr);
     if (o.trace) pr_trace_step_done();
@@ -473,6 +474,9 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
                (long long)step + 1);
       pr_stats_print(stdout, what, step + 1 - stats_step, nr, now, sw,
                      stats_step > start ? stats_prev : NULL, PR_STAT_N);
+      if (replicated)
+        pr_replicas_stats_print(&run.rep, step + 1 - stats_step, nr, now, sw,
+                                stats_step > start ? stats_prev : NULL, PR_STAT_N);
       for (int r = 0; r < nr; r++)
         memcpy(stats_prev + r * PR_STAT_N, now + (size_t)r * sw, sizeof(double) * PR_STAT_N);
       stats_step = step + 1;
@@ -502,8 +506,10 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
     double mine[PR_STAT_N], *all = stats_prev + (size_t)nr * PR_STAT_N;
     pr_stats_snapshot(mine);
     comm->transport->allgather(mine, all, PR_STAT_N);
-    if (!o.quiet && reporter && done > 0)
+    if (!o.quiet && reporter && done > 0) {
       pr_stats_print(stdout, "of the run", done, nr, all, PR_STAT_N, NULL, 0);
+      if (replicated) pr_replicas_stats_print(&run.rep, done, nr, all, PR_STAT_N, NULL, 0);
+    }
   }
   free(stats_prev);
   run.stats_prev = NULL;

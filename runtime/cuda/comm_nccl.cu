@@ -601,4 +601,5 @@ static void t_finish(void) {
 
 extern "C" const PrTransport pr_transport_nccl = {"nccl",   t_start, t_allgather, t_barrier,
                                                   t_gather, t_abort, t_finish,
-                                                  NULL, NULL}; // no replicas (comm.h)
+                                                  NULL,     NULL,    NULL,
+                                                  NULL,     NULL}; // no replicas (comm.h)

@@ -32,6 +32,7 @@ build d1
 build d2s1 --replicas 2
 build d2s2 --replicas 2 --stages 2 --schedule 1f1b
 build d2zb --replicas 2 --stages 2 --schedule zb-h1
+build d2v2 --replicas 2 --stages 2 --schedule interleaved --virtual 2
 
 # The compile's message and launch.sh: S x D processes, world rank d * S + s runs bin/rank<s>.
 check "compile message at S = 2, D = 2" grep -q 'launch.sh (4 ranks: 2 stages x 2 replicas)$' \
@@ -55,11 +56,42 @@ go d1 ref1 --steps 5 --save "$tmp/ref1.st"
 go d2s1 s1 --steps 5 --save "$tmp/s1.st"
 go d2s2 s2 --steps 5 --save "$tmp/s2.st"
 go d2zb zb --steps 5 --save "$tmp/zb.st"
+go d2v2 v2 --steps 5 --save "$tmp/v2.st"
+PIPEC_REPLICAS_OVERLAP=0 go d2v2 v2sync --steps 5 --save "$tmp/v2sync.st"
 
 # At D = 2: bitwise identical across S and schedules.
 same_bits "D = 2: S = 2 1f1b = S = 1" "$tmp/s1" "$tmp/s2"
 same_bits "D = 2: S = 2 zb-h1 = S = 1" "$tmp/s1" "$tmp/zb"
 same_bits "D = 2: S = 2 zb-h1 = S = 2 1f1b" "$tmp/s2" "$tmp/zb"
+same_bits "D = 2: S = 2 interleaved (V = 2) = S = 1" "$tmp/s1" "$tmp/v2"
+
+# The overlapped exchange: a bucket per point where gradients become final, sent right there. On
+# rank 0 of the interleaved pipeline (stages 0 and 2) stage 2's bucket goes right after its last
+# backward B(v2, m1), before stage 0's backward runs; stage 0's after B(v0, m1); the tied
+# embedding's after its sum (step_end_0). The same bits with the exchange at the step end
+# (PIPEC_REPLICAS_OVERLAP=0), and --stats shows the exchange's exposed wait.
+check "overlap: rank 0's buckets sent after B(v2, m1), B(v0, m1), step_end_0" test \
+  "$(grep -E -o 'B_[0-9]\(1, 1\)|step_end_0\(\)|pr_replicas_ready\([0-9]\)' "$tmp/d2v2/rank0.c" |
+    tr '\n' ' ')" = \
+  'B_2(1, 1) pr_replicas_ready(0) B_0(1, 1) pr_replicas_ready(1) step_end_0() pr_replicas_ready(2) '
+check "overlap: rank 0's 3 buckets (stage 2's 3 parameters, stage 0's 6, the tied embedding)" \
+  grep -q '^static const int REP_END\[3\] = {3, 9, 10};' "$tmp/d2v2/rank0.c"
+same_bits "D = 2 interleaved: the exchange at the step end (PIPEC_REPLICAS_OVERLAP=0) = overlapped" \
+  "$tmp/v2" "$tmp/v2sync"
+for mode in overlapped sync; do
+  env_=()
+  [ $mode = sync ] && env_=(PIPEC_REPLICAS_OVERLAP=0)
+  env "${env_[@]}" timeout -k 5 120 "$tmp/d2v2/launch.sh" --threads 1 --eval-every 0 \
+    --eval-batches 1 --steps 2 --stats --log-every 2 </dev/null >"$tmp/st_$mode.out" 2>&1 ||
+    bad "--stats ($mode): $(tail -2 "$tmp/st_$mode.out")"
+done
+re_ms='[0-9]+\.[0-9]{2}'
+check "--stats: the exchange's exposed wait per rank, overlapped" test "$(grep -cE \
+  "^\[rank 1\]   replicas' gradient exchange \(3 buckets, overlapped\), exposed wait ms per step: rank 0 $re_ms, rank 1 $re_ms\$" \
+  "$tmp/st_overlapped.out")" = 2
+check "--stats: the exchange's wait at the step end (PIPEC_REPLICAS_OVERLAP=0)" grep -qE \
+  "^\[rank 1\]   replicas' gradient exchange \(3 buckets, at the step end: PIPEC_REPLICAS_OVERLAP=0\), exposed wait ms per step: rank 0 $re_ms, rank 1 $re_ms\$" \
+  "$tmp/st_sync.out"
 check "D = 2: 5 losses logged" test "$(wc -l <"$tmp/s1.loss")" = 5
 # One replica reports: one progress line source, only replica 0's report rank (world rank 1).
 check "D = 2, S = 2: the eval line once, from world rank 1" \
