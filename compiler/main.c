@@ -35,8 +35,15 @@
 
 enum { EXIT_MODEL = 1, EXIT_USAGE = 2, MAX_PASSES = 16 };
 // getopt values of the long options without a letter.
-enum { OPT_DIAG_FORMAT = 256, OPT_NO_BUILD, OPT_DEPFILE, OPT_SVG, OPT_JSON, OPT_EXPORT_CSV,
-       OPT_COSTS };
+enum {
+  OPT_DIAG_FORMAT = 256,
+  OPT_NO_BUILD,
+  OPT_DEPFILE,
+  OPT_SVG,
+  OPT_JSON,
+  OPT_EXPORT_CSV,
+  OPT_COSTS
+};
 enum { OPT_TOPOLOGY = 320 }; // --topology (its own line: other options extend the one above)
 enum { OPT_TRACE = 400, OPT_TRACE_STEP }; // plan --trace FILE [--trace-step N] (trace_in.c)
 enum { OPT_RECOMPUTE = 480 };             // --recompute all|none|STAGES (compiler/recompute.c)
@@ -77,6 +84,9 @@ typedef struct Driver {
   SchedKind sched;        // --schedule (S > 1; default 1f1b)
   int virt;               // --virtual V: stages per rank (interleaved, zb-v; partition cuts S x V)
   int replicas;           // --replicas D: S x D ranks, each stage on D replicas (0: not given)
+  const char *rep_list;   // --replicas D0,D1,..: per-stage counts as given (NULL: one count)
+  int *rep_counts;        // those counts, one per stage (PipeDream's uneven form)
+  int nrep_counts;        // count
   bool virt_given;        // --virtual was on the command line (zb-v implies V = 2 without it)
   SchedStats stats;       // S > 1: the lock-step simulation's prediction (schedule's checker)
   const char *svg;        // plan --svg FILE: the schedule's picture (compiler/plan_out.c) or NULL
@@ -118,10 +128,47 @@ static bool run_training(Driver *dr) {
   return training_parse(&dr->src, &dr->graph, dr->sets, dr->nsets, &dr->tc, &dr->diag);
 }
 
+// --replicas D0,D1,..: one count per stage, each dividing M. Equal counts are the uniform form
+// (--replicas 2,2 is --replicas 2); counts that differ (PipeDream's uneven form) are not built.
+static bool check_rep_counts(Driver *dr) {
+  int nv = dr->po.stages ? dr->po.stages : dr->po.nsplit ? dr->po.nsplit + 1 : 1;
+  int S = nv / dr->virt; // the pipeline's ranks (the partition cuts S x V stages)
+  const char *l = dr->rep_list;
+  long long M = dr->tc.microbatches;
+  if (dr->nrep_counts != S) {
+    diag_error(&dr->diag, (Loc){0, 0},
+               "--replicas %s: %d per-stage replica counts for a pipeline of %d stage%s: give one "
+               "count per stage (or one count D for every stage)",
+               l, dr->nrep_counts, S, S == 1 ? "" : "s");
+    return false;
+  }
+  bool same = true;
+  for (int s = 0; s < S; s++) {
+    int D = dr->rep_counts[s];
+    same &= D == dr->rep_counts[0];
+    if (M % D == 0) continue;
+    diag_error(&dr->diag, (Loc){0, 0},
+               "--replicas %s: stage %d's count %d does not divide the microbatches M = %lld "
+               "(each of its replicas takes M / %d of every step's microbatches)",
+               l, s, D, M, D);
+    return false;
+  }
+  if (!same) {
+    diag_error(&dr->diag, (Loc){0, 0},
+               "--replicas %s: per-stage replica counts that differ (PipeDream's uneven form) are "
+               "not supported yet: give the same count for every stage (--replicas %d,%d is "
+               "--replicas %d)",
+               l, dr->rep_counts[0], dr->rep_counts[0], dr->rep_counts[0]);
+    return false;
+  }
+  return true;
+}
+
 // With --replicas D the loss gradient's seed is 1/M of the whole step's M microbatches; from here
 // on the configuration is one replica's: M / D microbatches of the same size (batch / D rows).
 static bool run_autodiff(Driver *dr) {
   TrainConfig *tc = &dr->tc;
+  if (dr->rep_list && !check_rep_counts(dr)) return false;
   int D = dr->replicas > 1 ? dr->replicas : 1;
   if (tc->microbatches % D) {
     diag_error(&dr->diag, (Loc){0, 0},
@@ -472,7 +519,8 @@ static void usage(FILE *f) {
       "      --stages S           cut the model into S pipeline stages, one rank each\n"
       "                           (default 1; docs/pipeline.md)\n"
       "      --replicas D         each stage on D replicas (hybrid data parallel): S x D ranks,\n"
-      "                           replica d takes microbatches d*M/D .. (d+1)*M/D-1 (cpu)\n"
+      "                           replica d takes microbatches d*M/D .. (d+1)*M/D-1 (cpu);\n"
+      "                           D,D,.. (one count per stage): only equal counts for now\n"
       "      --schedule X         pipeline schedule: gpipe, 1f1b (default), interleaved, zb-h1,\n"
       "                           zb-v (two stages per rank in a V), or FILE.csv: a custom one,\n"
       "                           one row of compute actions (0F0, 0B0, 1I0, 1W0) per rank,\n"
@@ -1170,14 +1218,32 @@ int main(int argc, char **argv) {
     }
     case OPT_REPLICAS: {
       int64_t v;
-      if (strchr(optarg, ','))
-        RETURN(usage_error("--replicas %s: per-stage replica counts (PipeDream's uneven form) are "
-                           "not supported yet: give one count D, the same for every stage",
-                           optarg));
+      if (strchr(optarg, ',')) { // per-stage counts: checked against S and M in run_autodiff
+        int n = 1;
+        for (const char *c = optarg; *c; c++) n += *c == ',';
+        dr.rep_counts = ARENA_ARRAY(&dr.arena, int, n);
+        dr.nrep_counts = 0, dr.rep_list = optarg, dr.replicas = 0;
+        for (const char *c = optarg;; c++) {
+          const char *e = strchr(c, ',');
+          size_t len = e ? (size_t)(e - c) : strlen(c);
+          char *one = arena_printf(&dr.arena, "%.*s", (int)len, c);
+          if (!parse_count(one, 1, 1 << 16, &v))
+            RETURN(usage_error("--replicas %s: expected a replica count from 1 to 65536 per "
+                               "stage, separated by commas, got '%s'",
+                               optarg, one));
+          dr.rep_counts[dr.nrep_counts++] = (int)v;
+          if (!e) break;
+          c = e;
+        }
+        bool same = true;
+        for (int k = 1; k < n; k++) same &= dr.rep_counts[k] == dr.rep_counts[0];
+        if (same) dr.replicas = dr.rep_counts[0]; // the uniform form
+        break;
+      }
       if (!parse_count(optarg, 1, 1 << 16, &v))
         RETURN(usage_error("--replicas: expected a number of replicas from 1 to 65536, got '%s'",
                            optarg));
-      dr.replicas = (int)v;
+      dr.replicas = (int)v, dr.rep_list = NULL, dr.nrep_counts = 0;
       break;
     }
     case 'K': {

@@ -6,7 +6,10 @@
 # parameters after 5 steps stay within the stated tolerance (losses: relative 1e-6; parameters
 # and optimizer state: 1e-5 of each tensor's largest magnitude; measured 0 at the loss log's 9
 # digits and 7e-8 / 2e-7); a checkpoint written at D = 2 resumes at D = 2 bit for bit (one file,
-# and a sharded directory) and continues at D = 1; the bad uses are refused with their messages.
+# and a sharded directory) and continues at D = 1; the exchange is overlapped (buckets sent right
+# after the actions that make them final; the same bits as the step-end exchange; --stats shows
+# its exposed wait); per-stage counts: equal ones are the uniform form, the uneven form and the
+# bad uses are refused with their messages.
 # The model is the flat 2-layer character GPT of pipeline_checkpoint.sh (tied embedding and head
 # on different stages at S = 2).
 pipec=$1
@@ -194,9 +197,32 @@ expect "D = 0" 2 "^pipec: --replicas: expected a number of replicas from 1 to 65
   "$pipec" compile "$file" "${common[@]}" --replicas 0 -o "$tmp/bad"
 expect "D = -1" 2 "^pipec: --replicas: expected a number of replicas from 1 to 65536, got '-1'$" \
   "$pipec" compile "$file" "${common[@]}" --replicas -1 -o "$tmp/bad"
-expect "the uneven form" 2 \
-  "^pipec: --replicas 2,1,1: per-stage replica counts \(PipeDream's uneven form\) are not supported yet: give one count D, the same for every stage$" \
+# Per-stage counts (PipeDream's form): equal counts are the uniform form (the same programs);
+# counts that differ are refused (not built yet); each count is checked.
+build d22 --replicas 2,2 --stages 2 --schedule 1f1b
+# (the programs but their "// Command" lines, which quote the command line)
+for f in rank0.c rank1.c; do
+  check "--replicas 2,2 at S = 2: $f as --replicas 2's" cmp -s <(grep -v '^// Command' "$tmp/d22/$f") \
+    <(grep -v '^// Command' "$tmp/d2s2/$f")
+done
+hint_re=. expect "the uneven form" 1 \
+  "error: --replicas 2,1,1: per-stage replica counts that differ \(PipeDream's uneven form\) are not supported yet: give the same count for every stage \(--replicas 2,2 is --replicas 2\)$" \
   "$pipec" compile "$file" "${common[@]}" --stages 3 --replicas 2,1,1 -o "$tmp/bad"
+expect "a count that is not a number" 2 \
+  "^pipec: --replicas 2,x: expected a replica count from 1 to 65536 per stage, separated by commas, got 'x'$" \
+  "$pipec" compile "$file" "${common[@]}" --stages 2 --replicas 2,x -o "$tmp/bad"
+expect "a count 0" 2 \
+  "^pipec: --replicas 2,0: expected a replica count from 1 to 65536 per stage, separated by commas, got '0'$" \
+  "$pipec" compile "$file" "${common[@]}" --stages 2 --replicas 2,0 -o "$tmp/bad"
+expect "an empty count" 2 \
+  "^pipec: --replicas 2,: expected a replica count from 1 to 65536 per stage, separated by commas, got ''$" \
+  "$pipec" compile "$file" "${common[@]}" --stages 2 --replicas 2, -o "$tmp/bad"
+hint_re=. expect "the wrong number of counts" 1 \
+  "error: --replicas 2,1: 2 per-stage replica counts for a pipeline of 3 stages: give one count per stage \(or one count D for every stage\)$" \
+  "$pipec" compile "$file" "${common[@]}" --stages 3 --replicas 2,1 -o "$tmp/bad"
+hint_re=. expect "a count not dividing M" 1 \
+  "error: --replicas 2,3: stage 1's count 3 does not divide the microbatches M = 4 \(each of its replicas takes M / 3 of every step's microbatches\)$" \
+  "$pipec" compile "$file" "${common[@]}" --stages 2 --replicas 2,3 -o "$tmp/bad"
 expect "--replicas with --target cuda" 2 \
   "^pipec: --replicas 2: stage replication runs the cpu target only \(not built yet for --target cuda\)$" \
   "$pipec" compile "$file" "${common[@]}" --replicas 2 --target cuda -o "$tmp/bad"
