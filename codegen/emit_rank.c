@@ -72,10 +72,8 @@ typedef struct RepBuckets {
   int nb;     // buckets
 } RepBuckets;
 
-enum {
-  REP_BUCKET_BYTES = 1 << 20
-}; // the most gradient bytes of a bucket (1 MiB), unless one
-   // parameter alone is larger
+// The most gradient bytes of a bucket (1 MiB), unless one parameter alone is larger.
+enum { REP_BUCKET_BYTES = 1 << 20 };
 
 static RepBuckets rep_buckets(E *e) {
   const Graph *G = e->g;
