@@ -79,6 +79,17 @@ check "overlap: rank 0's buckets sent after B(v2, m1), B(v0, m1), step_end_0" te
   'B_2(1, 1) pr_replicas_ready(0) B_0(1, 1) pr_replicas_ready(1) step_end_0() pr_replicas_ready(2) '
 check "overlap: rank 0's 3 buckets (stage 2's 3 parameters, stage 0's 6, the tied embedding)" \
   grep -q '^static const int REP_END\[3\] = {3, 9, 10};' "$tmp/d2v2/rank0.c"
+# The bucket size (1 MiB, codegen/emit_rank.c): gpt_char's 26 parameters that its one backward
+# makes final (about 3.1 MiB of gradients) are cut in canonical order into 4 buckets of at most
+# 1 MiB, then the tied embedding's is a fifth, after its sum.
+"$pipec" compile samples/gpt_char.json --batch 24 --microbatches 2 --replicas 2 -o "$tmp/g12" \
+  >/dev/null 2>"$tmp/g12.msg" || bad "compile g12: $(head -2 "$tmp/g12.msg")"
+check "overlap: gpt_char's one backward in 4 buckets of at most 1 MiB, the tied sum's a fifth" \
+  grep -q '^static const int REP_END\[5\] = {10, 18, 24, 26, 27}; // 0: 3 1: 3 2: 3 3: 3 4: 4$' \
+  "$tmp/g12/rank0.c"
+check "overlap: gpt_char's buckets sent after B(v0, m0) and step_end_0" test \
+  "$(grep -E -o 'B_0\(0, 0\)|step_end_0\(\)|pr_replicas_ready\([0-9]\)' "$tmp/g12/rank0.c" | tr '\n' ' ')" = \
+  'B_0(0, 0) pr_replicas_ready(0) pr_replicas_ready(1) pr_replicas_ready(2) pr_replicas_ready(3) step_end_0() pr_replicas_ready(4) '
 same_bits "D = 2 interleaved: the exchange at the step end (PIPEC_REPLICAS_OVERLAP=0) = overlapped" \
   "$tmp/v2" "$tmp/v2sync"
 for mode in overlapped sync; do
