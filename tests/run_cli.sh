@@ -141,7 +141,7 @@ expect plan-s2 0 '' "$pipec" plan --stages 2 --microbatches 4 --schedule 1f1b sa
   grep -qx "predicted step time 0.152 ms, bubble 38.6% (stage costs: 0.008978 GFLOP per step at 50 GFLOP/s, 0.06554 MB through channels at 10 GB/s)" <<<"$LAST_OUT" &&
   grep -qx "peak microbatches in flight: v0 2 v1 1" <<<"$LAST_OUT" &&
   grep -qx "memory plans of mlp_digits: batch 64 = 4 microbatches of 16, adamw, 2 ranks" <<<"$LAST_OUT" &&
-  grep -q "^rank 0: params 33280 B, grads 33280 B, optimizer 66560 B, activations 57344 B (constants 0 B; v0: 2 slots of 28672 B), total " <<<"$LAST_OUT" &&
+  grep -q "^rank 0: params 33280 B, grads 33280 B, optimizer 66560 B, activations 49152 B (constants 0 B; v0: 2 slots of 20480 B; work area 8192 B), total " <<<"$LAST_OUT" &&
   [[ "$(tail -n 1 <<<"$LAST_OUT")" == "rank 1: params 71232 B, grads 71232 B, optimizer 142464 B, activations 41024 B (constants 64 B; v1: 1 slot of 40960 B), total "* ]] &&
   pass=$((pass + 1)) || { echo "FAIL plan --stages 2: $LAST_OUT"; fail=$((fail + 1)); }
 # The predicted step time scales with --flops-rate and --bandwidth (the costs are seconds).
