@@ -674,6 +674,12 @@ static bool csv_agrees(Driver *dr) {
                            dr->po.nsplit, cs->S * cs->V, cs->S, cs->V, cs->S * cs->V - 1);
   dr->virt = cs->V;
   dr->po.stages = cs->S * cs->V; // the partition cuts S x V stages
+  // The memory estimate counts in flight as the built-in of its placement would (zb-v's V, or
+  // the loop's): an exported built-in reads back to the same partition table.
+  bool vshape = cs->V == 2;
+  for (int v = 0; v < cs->S * cs->V; v++)
+    vshape &= cs->stage_rank[v] == sched_rank_of(SCHED_ZBV, cs->S, 2, v);
+  dr->po.est_sched = vshape ? SCHED_ZBV : SCHED_1F1B;
   return true;
 }
 
@@ -1365,7 +1371,7 @@ int main(int argc, char **argv) {
   }
   dr.model = positional[1];
   dr.out = dr.out_dir;
-  dr.po.sched = (int)dr.sched;
+  dr.po.sched = dr.po.est_sched = (int)dr.sched;
   dr.po.virt = dr.virt;
   if (dr.profile) { // the program lives in a temporary directory (finish_profile removes it)
     const char *td = getenv("TMPDIR");

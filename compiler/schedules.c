@@ -84,6 +84,11 @@ int sched_rank_of(SchedKind k, int S, int V, int v) {
   return v % S;
 }
 
+int sched_inflight(SchedKind k, int S, int V, int M, int v) {
+  int n = k == SCHED_ZBV && V == 2 ? (v < S ? 2 * S - 1 - v : 2 * S - v) : S * V - v;
+  return n < 1 ? 1 : n < M ? n : M;
+}
+
 // zb-v's stage of chunk c (0, 1) of rank r: r and 2S - 1 - r (as sched_rank_of places them).
 static int zbv_stage(int S, int r, int c) {
   return c == 1 ? 2 * S - 1 - r : r;

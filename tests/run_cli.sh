@@ -186,6 +186,16 @@ expect plan-zbv-virtual-2 0 '' "$pipec" plan --stages 2 --microbatches 4 --sched
 [ "$LAST_OUT" = "$zbv_out" ] && pass=$((pass + 1)) || { echo "FAIL plan zb-v --virtual 2: not the implied V's plan"; fail=$((fail + 1)); }
 expect plan-zbv-virtual-3 2 "^pipec: --virtual 3: --schedule zb-v runs two stages per rank in a V \(--virtual 2, or none\)$" "$pipec" plan --stages 2 --schedule zb-v --virtual 3 samples/skip_net.json
 expect plan-zbv-virtual-1 2 "^pipec: --virtual 1: --schedule zb-v runs two stages per rank in a V \(--virtual 2, or none\)$" "$pipec" plan --stages 2 --schedule zb-v --virtual 1 samples/skip_net.json
+# The partitioner's memory estimate counts zb-v's slots: each stage's "acts x N in flight" in the
+# partition table is the K the schedule then keeps (2S - 1 - v on the way down the V, 2S - v on
+# the way up, at most M), not 1F1B's count along the chain of 2S stages (2S - v).
+for a in "--stages 2 --microbatches 8" "--stages 2 --microbatches 2" "-D L=8 --stages 4 --microbatches 8"; do
+  expect "plan-zbv-inflight $a" 0 '' "$pipec" plan samples/gpt_char.json $a --batch 96 --schedule zb-v
+  est=$(grep -o 'acts x [0-9]* in flight' <<<"$LAST_OUT" | awk '{printf "%s ", $3}')
+  k=$(grep '^peak microbatches in flight:' <<<"$LAST_OUT" | grep -o 'v[0-9]* [0-9]*' | awk '{printf "%s ", $2}')
+  [ -n "$est" ] && [ "$est" = "$k" ] && pass=$((pass + 1)) ||
+    { echo "FAIL zb-v $a: the estimate counts '$est' in flight, the schedule keeps '$k'"; fail=$((fail + 1)); }
+done
 expect plan-zbv-too-many 1 "^samples/mlp_digits.json: error: --stages 8: the model has only 6 forward nodes$" "$pipec" plan --stages 4 --schedule zb-v samples/mlp_digits.json
 [ "$(sed -n 2p /tmp/pipec_cli_err.$$)" = "pipec: note: with --schedule zb-v (two stages per rank) the partition cuts S x 2 = 8 stages" ] && pass=$((pass + 1)) || { echo "FAIL zb-v: no note on the S x 2 stages: $(sed -n 2p /tmp/pipec_cli_err.$$)"; fail=$((fail + 1)); }
 expect plan-zbv-s1 0 '' "$pipec" plan --schedule zb-v samples/mlp_digits.json
