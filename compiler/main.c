@@ -189,9 +189,15 @@ static bool run_schedule(Driver *dr) {
   }
   recompute_apply(&dr->prog, rc, &dr->arena);    // before the lowering: those stages stay fused
   if (dr->virt > 1 && dr->prog.nv <= dr->virt) { // --split made S x V stages with S = 1
-    diag_error(&dr->diag, (Loc){0, 0},
-               "--virtual %d needs --stages >= 2: interleaving runs the stages of several ranks",
-               dr->virt);
+    if (dr->sched == SCHED_ZBV)
+      diag_error(&dr->diag, (Loc){0, 0},
+                 "--schedule zb-v needs --stages >= 2: it places two stages on each of several "
+                 "ranks in a V, and --split made %d stages, one rank's (name 2S - 1 cuts)",
+                 dr->prog.nv);
+    else
+      diag_error(&dr->diag, (Loc){0, 0},
+                 "--virtual %d needs --stages >= 2: interleaving runs the stages of several ranks",
+                 dr->virt);
     return false;
   }
   if (dr->prog.nv % dr->virt) {
@@ -1310,9 +1316,14 @@ int main(int argc, char **argv) {
                      "stages per rank",
                      dr.virt);
   if (!rc && dr.virt > 1 && dr.po.stages <= 1 && !dr.po.nsplit && !dr.sched_csv)
-    rc = usage_error("--virtual %d needs --stages >= 2: interleaving runs the stages of several "
-                     "ranks",
-                     dr.virt);
+    rc = dr.sched == SCHED_ZBV
+             ? usage_error("--virtual %d needs --stages >= 2: zb-v places two stages on each of "
+                           "several ranks in a V (at one stage it is the one-stage program: leave "
+                           "--virtual out)",
+                           dr.virt)
+             : usage_error("--virtual %d needs --stages >= 2: interleaving runs the stages of "
+                           "several ranks",
+                           dr.virt);
   if (!rc && strcmp(cmd->name, "profile") == 0) {
     if (dr.po.stages <= 1 && !dr.po.nsplit)
       rc = usage_error("%s", "profile measures a pipeline: it needs --stages >= 2 (or --split)");

@@ -196,6 +196,9 @@ for a in "--stages 2 --microbatches 8" "--stages 2 --microbatches 2" "-D L=8 --s
   [ -n "$est" ] && [ "$est" = "$k" ] && pass=$((pass + 1)) ||
     { echo "FAIL zb-v $a: the estimate counts '$est' in flight, the schedule keeps '$k'"; fail=$((fail + 1)); }
 done
+expect plan-zbv-virtual-one-stage 2 "^pipec: --virtual 2 needs --stages >= 2: zb-v places two stages on each of several ranks in a V \(at one stage it is the one-stage program: leave --virtual out\)$" "$pipec" plan --stages 1 --schedule zb-v --virtual 2 samples/mlp_digits.json
+expect plan-zbv-virtual-no-stages 2 "^pipec: --virtual 2 needs --stages >= 2: zb-v places two stages on each of several ranks in a V \(at one stage it is the one-stage program: leave --virtual out\)$" "$pipec" check --schedule zb-v --virtual 2 samples/mlp_digits.json
+expect plan-zbv-split-one 1 "^samples/mlp_digits.json: error: --schedule zb-v needs --stages >= 2: it places two stages on each of several ranks in a V, and --split made 2 stages, one rank's \(name 2S - 1 cuts\)$" "$pipec" plan --split relu1 --schedule zb-v samples/mlp_digits.json
 expect plan-zbv-too-many 1 "^samples/mlp_digits.json: error: --stages 8: the model has only 6 forward nodes$" "$pipec" plan --stages 4 --schedule zb-v samples/mlp_digits.json
 [ "$(sed -n 2p /tmp/pipec_cli_err.$$)" = "pipec: note: with --schedule zb-v (two stages per rank) the partition cuts S x 2 = 8 stages" ] && pass=$((pass + 1)) || { echo "FAIL zb-v: no note on the S x 2 stages: $(sed -n 2p /tmp/pipec_cli_err.$$)"; fail=$((fail + 1)); }
 expect plan-zbv-s1 0 '' "$pipec" plan --schedule zb-v samples/mlp_digits.json
