@@ -116,7 +116,8 @@ int slot_stage(const E *e, int id) {
 
 int ws_slot_stage(const E *e, const Node *n) {
   int v = e->prog->vstage_of_node ? e->prog->vstage_of_node[n->id] : -1;
-  if (v >= 0 && e->prog->vs[v].recompute) return -1; // in the work area (--recompute)
+  if (e->p->work_bytes > 0 && e->p->ws_offset[n->id] >= e->p->work_base)
+    return -1; // in the work area (--recompute, or a temporary of a stage with K > 1)
   return v >= 0 && e->p->slots && e->p->slots[v] > 1 ? v : -1;
 }
 

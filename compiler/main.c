@@ -236,9 +236,15 @@ static bool run_schedule(Driver *dr) {
   }
   recompute_apply(&dr->prog, rc, &dr->arena);    // before the lowering: those stages stay fused
   if (dr->virt > 1 && dr->prog.nv <= dr->virt) { // --split made S x V stages with S = 1
-    diag_error(&dr->diag, (Loc){0, 0},
-               "--virtual %d needs --stages >= 2: interleaving runs the stages of several ranks",
-               dr->virt);
+    if (dr->sched == SCHED_ZBV)
+      diag_error(&dr->diag, (Loc){0, 0},
+                 "--schedule zb-v needs --stages >= 2: it places two stages on each of several "
+                 "ranks in a V, and --split made %d stages, one rank's (name 2S - 1 cuts)",
+                 dr->prog.nv);
+    else
+      diag_error(&dr->diag, (Loc){0, 0},
+                 "--virtual %d needs --stages >= 2: interleaving runs the stages of several ranks",
+                 dr->virt);
     return false;
   }
   if (dr->prog.nv % dr->virt) {
@@ -722,6 +728,12 @@ static bool csv_agrees(Driver *dr) {
                            dr->po.nsplit, cs->S * cs->V, cs->S, cs->V, cs->S * cs->V - 1);
   dr->virt = cs->V;
   dr->po.stages = cs->S * cs->V; // the partition cuts S x V stages
+  // The memory estimate counts in flight as the built-in of its placement would (zb-v's V, or
+  // the loop's): an exported built-in reads back to the same partition table.
+  bool vshape = cs->V == 2;
+  for (int v = 0; v < cs->S * cs->V; v++)
+    vshape &= cs->stage_rank[v] == sched_rank_of(SCHED_ZBV, cs->S, 2, v);
+  dr->po.est_sched = vshape ? SCHED_ZBV : SCHED_1F1B;
   return true;
 }
 
@@ -1370,9 +1382,14 @@ int main(int argc, char **argv) {
                      "stages per rank",
                      dr.virt);
   if (!rc && dr.virt > 1 && dr.po.stages <= 1 && !dr.po.nsplit && !dr.sched_csv)
-    rc = usage_error("--virtual %d needs --stages >= 2: interleaving runs the stages of several "
-                     "ranks",
-                     dr.virt);
+    rc = dr.sched == SCHED_ZBV
+             ? usage_error("--virtual %d needs --stages >= 2: zb-v places two stages on each of "
+                           "several ranks in a V (at one stage it is the one-stage program: leave "
+                           "--virtual out)",
+                           dr.virt)
+             : usage_error("--virtual %d needs --stages >= 2: interleaving runs the stages of "
+                           "several ranks",
+                           dr.virt);
   if (!rc && strcmp(cmd->name, "profile") == 0) {
     if (dr.po.stages <= 1 && !dr.po.nsplit)
       rc = usage_error("%s", "profile measures a pipeline: it needs --stages >= 2 (or --split)");
@@ -1431,7 +1448,7 @@ int main(int argc, char **argv) {
   }
   dr.model = positional[1];
   dr.out = dr.out_dir;
-  dr.po.sched = (int)dr.sched;
+  dr.po.sched = dr.po.est_sched = (int)dr.sched;
   dr.po.virt = dr.virt;
   if (dr.profile) { // the program lives in a temporary directory (finish_profile removes it)
     const char *td = getenv("TMPDIR");

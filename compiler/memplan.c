@@ -19,12 +19,16 @@
 // placed together in the slot by a sweep over the timeline (place.c), so a temporary reuses bytes
 // of saved buffers already dead; this holds for any K as long as K is what the schedule keeps in
 // flight (microbatch m + K starts on the slot only after m's last action there: the simulator's job
-// when K > 1). At S > 1 a rank holds only what its stages touch: the parameters its nodes read
-// (owner storage; a tied entry at its owner's bytes) with their optimizer state, the gradient
-// buffers its stages make plus, for a parameter held by several stages, every use buffer of its
-// step-end sum (the remote ones are received at step end) and the sum, the constants it reads and
-// per stage the inputs it reads. At S = 1 the plan is what it always was. Every rank's plan is
-// checked by plan_check (plan_check.c), independent of the placement, in every build.
+// when K > 1). With K > 1 every slot would hold a copy of the temporaries, placed at the slot's
+// peak (mostly the start of B, with every saved forward buffer live): where K slots laid out
+// without them plus their own layout in the work area (below; BUF_WORK) take fewer bytes, the
+// stage's temporaries and workspaces go there (temps_to_work; zb-v's half stages, gpipe). At S > 1
+// a rank holds only what its stages touch: the parameters its nodes read (owner storage; a tied
+// entry at its owner's bytes) with their optimizer state, the gradient buffers its stages make
+// plus, for a parameter held by several stages, every use buffer of its step-end sum (the remote
+// ones are received at step end) and the sum, the constants it reads and per stage the inputs it
+// reads. At S = 1 the plan is what it always was. Every rank's plan is checked by plan_check
+// (plan_check.c), independent of the placement, in every build.
 //
 // --recompute (recompute.c): a recomputing stage's slots hold only its boundary tensors
 // (recompute_boundary), on the same timeline, a tensor its rerun forward reads kept at least to
@@ -179,6 +183,41 @@ static bool overlap_error(Diag *d, const Graph *g, int x, int y) {
   diag_error(d, (Loc){0, 0},
              "internal error: memplan: buffers '%s' and '%s' overlap while both are live", nx, ny);
   return false;
+}
+
+// A stage with K > 1 slots: its temporaries (buffers and kernel workspaces live within one
+// action, BUF_TEMP) move to the rank's one work area when that takes fewer bytes: each of the K
+// slots is then sized by what lives across actions (the peak of a slot is mostly the start of B,
+// every saved forward buffer live with B's first temporaries), and one copy of the temporaries
+// serves every microbatch and stage of the rank (one action runs at a time). Moves them when K
+// slots of the whole layout exceed K slots without them plus what the area would grow by
+// (work_max: the area so far); returns the items left in the slot. Ties and overflow: no move.
+static int temps_to_work(const Graph *g, Plan *p, PlaceItem *items, int n, int K, PlaceItem *work,
+                         int *nwork, int64_t work_max, Arena *a) {
+  PlaceItem *kept = ARENA_ARRAY(a, PlaceItem, n + 1), *temps = ARENA_ARRAY(a, PlaceItem, n + 1);
+  int nk = 0, nt = 0, over = -1;
+  for (int i = 0; i < n; i++) {
+    bool temp = items[i].key >= g->ntensors || p->cls[items[i].key] == BUF_TEMP;
+    if (temp)
+      temps[nt++] = items[i];
+    else
+      kept[nk++] = items[i];
+  }
+  if (nt == 0) return n;
+  int64_t whole = place_items(items, n, INT64_MAX, a, &over),
+          slot = place_items(kept, nk, INT64_MAX, a, &over),
+          area = place_items(temps, nt, INT64_MAX, a, &over), with, without;
+  if (whole < 0 || slot < 0 || area < 0 || __builtin_mul_overflow(whole, (int64_t)K, &with) ||
+      __builtin_mul_overflow(slot, (int64_t)K, &without) ||
+      __builtin_add_overflow(without, area > work_max ? area - work_max : 0, &without) ||
+      without >= with)
+    return n;
+  for (int i = 0; i < nt; i++) {
+    if (temps[i].key < g->ntensors) p->cls[temps[i].key] = BUF_WORK;
+    work[(*nwork)++] = temps[i];
+  }
+  for (int i = 0; i < nk; i++) items[i] = kept[i];
+  return nk;
 }
 
 static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
@@ -374,6 +413,8 @@ static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
         items[n++] = (PlaceItem){ws, tl.pos[i], tl.pos[i], g->ntensors + i, 0};
     }
     for (int j = 0; j < s->r.n; j++) rerun[s->r.nodes[j]->id] = false;
+    if (!s->recompute && s->K > 1)
+      n = temps_to_work(g, p, items, n, s->K, work, &nwork, work_max, a);
     int over = -1, x = -1, y = -1;
     int64_t stride = place_items(items, n, INT64_MAX - total, a, &over), slots = 0;
     if (nwork > w0) { // the stage's working set, from the area's start

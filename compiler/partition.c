@@ -23,8 +23,9 @@
 // stage's cost a function of its own range, which is what lets the dynamic program be exact;
 // the dump prints the bytes each stage sends, counted on the sender. The memory estimate of stage
 // r is its parameters' bytes (value, gradient, optimizer state; a parameter used on several
-// stages counts on each) + its forward activations x min(S - r, M), the microbatches 1F1B keeps
-// in flight: an estimate until per-rank memory plans exist.
+// stages counts on each) + its forward activations x the microbatches the schedule keeps in flight
+// on it (sched_inflight: 1F1B's min(S - r, M) along the chain, zb-v's K): an estimate until
+// per-rank memory plans exist.
 //
 // With --topology the bandwidth is the link's between the two ranks (CutProblem.stage_bw,
 // Program.rank_bw): the dynamic program charges all of stage r's receives at the link from
@@ -45,6 +46,11 @@ bool partition_over_cap(const CutProblem *cp, int r, double pbytes, double act, 
   double mem =
       cp->recomp && cp->recomp[r] ? pbytes + act + bnd * inflight : pbytes + act * inflight;
   return mem > cp->mem_cap;
+}
+
+int cut_inflight(const CutProblem *cp, int S, int r) {
+  if (cp->inflight) return cp->inflight[r];
+  return S - r < cp->M ? S - r : cp->M;
 }
 
 CutSums cut_sums(const CutProblem *cp, int a, int b) {
@@ -76,7 +82,7 @@ CutSums cut_sums(const CutProblem *cp, int a, int b) {
 double partition_stage_cost(const CutProblem *cp, int S, int r, int a, int b) {
   CutSums cs = cut_sums(cp, a, b);
   double comm = cs.fwd + cs.grad; // received, its gradient sent back
-  int inflight = S - r < cp->M ? S - r : cp->M;
+  int inflight = cut_inflight(cp, S, r);
   if (partition_over_cap(cp, r, cs.pbytes, cs.act, comm + cs.sent, inflight)) return INFINITY;
   return cs.flops / cp->rate + comm / (cp->stage_bw ? cp->stage_bw[r] : cp->bandwidth);
 }
@@ -202,7 +208,7 @@ double partition_dp(const CutProblem *cp, int S, int *starts, Arena *a) {
       for (int k = k1; k <= k2; k++) {
         double prev = f[(size_t)(k - 1) * (n + 1) + s];
         if (prev == INFINITY) continue;
-        int r = k - 1, inflight = S - r < cp->M ? S - r : cp->M;
+        int r = k - 1, inflight = cut_inflight(cp, S, r);
         if (partition_over_cap(cp, r, pbytes, act, bnd, inflight)) continue;
         double tk = cp->stage_bw ? ftime + comm / cp->stage_bw[r] : time;
         if (tk >= U) continue;
@@ -241,6 +247,7 @@ typedef struct Part {
   const char **label;    // per unit: block instance label or node name (--split)
   int *fstage;           // per forward node: its stage
   bool refined;          // the simulated step moved the dynamic program's cut (place_auto)
+  int *inflight;         // per stage: the microbatches in flight its estimate counts
 } Part;
 
 // The forward node a backward or step node follows: its forward node, or for a gradient sum the
@@ -488,6 +495,8 @@ static bool place_auto(Part *pt, const PartitionOptions *o, int S) {
   if (!marks && pt->nunits < S) make_units(pt, true);
   CutProblem cp;
   build_problem(pt, o, &cp);
+  // The schedule's microbatches in flight per stage (pass_partition).
+  cp.inflight = pt->inflight;
   bool *rcf = NULL; // --recompute (its indices checked against S on the command line)
   int bad;
   if (recompute_flags(o->recomp, o->nrecomp, S, pt->a, &rcf, &bad)) cp.recomp = rcf;
@@ -571,6 +580,12 @@ bool pass_partition(Graph *g, const TrainConfig *tc, const PartitionOptions *o, 
     diag_error(d, (Loc){0, 0}, "--stages %d: the model has only %d forward nodes", S, pt.nf);
     return false;
   }
+  // The microbatches in flight the memory estimates count, per stage: the schedule's.
+  int V = o->est_sched == SCHED_ZBV ? 2 : o->virt > 1 ? o->virt : 1; // (a CSV's: po.virt 1)
+  pt.inflight = p->part_inflight = ARENA_ARRAY(a, int, S + 1);
+  for (int v = 0; v < S; v++)
+    pt.inflight[v] = S % V == 0 ? sched_inflight((SchedKind)o->est_sched, S / V, V, p->M, v)
+                                : (S - v < p->M ? S - v : p->M);
   pt.fstage = ARENA_ARRAY(a, int, pt.nf + 1);
   make_units(&pt, false);
   bool hints = false;
@@ -961,7 +976,7 @@ void partition_print(const Program *p, FILE *out) {
             human(b1, sizeof b1, act[v], "B"));
     fprintf(out, "  sends     %s activations", human(b1, sizeof b1, sent[v], "B"));
     fprintf(out, ", %s gradients per microbatch\n", human(b1, sizeof b1, gsent[v], "B"));
-    int inflight = S - v < p->M ? S - v : p->M;
+    int inflight = p->part_inflight ? p->part_inflight[v] : S - v < p->M ? S - v : p->M;
     char b2[64];
     if (s->recompute) // --recompute: the boundary per microbatch in flight, the acts once
       fprintf(out,

@@ -129,6 +129,7 @@ typedef struct Program {
   double part_rate;      // FLOP/s the cost model used
   double part_bandwidth; // bytes/s the cost model used
   double part_cost;      // the slowest stage's predicted seconds per microbatch (F + B + W)
+  int *part_inflight;    // per stage: the microbatches in flight its memory estimate counts
   double *rank_bw;       // --topology: bytes/s from rank a to rank b at [a * nrank_bw + b]
                          // (NULL: part_bandwidth between any two; program_link_bw reads it)
   int *rank_device;      // --topology: per rank the GPU (its dev) it runs on (NULL: not placed)
@@ -153,6 +154,8 @@ typedef struct PartitionOptions {
   int nranks;         // ranks rank_bw and rank_device cover
   const Costs *costs; // --costs FILE, bound to the graph (costs.h), or NULL
   int sched;          // the schedule (SchedKind) the automatic partitioner simulates
+  int est_sched;      // the schedule whose microbatches in flight the memory estimates count
+                      // (sched_inflight): sched, or a CSV's placement's (zb-v's V, the loop's)
   int virt;           // its stages per rank (V; 0 or 1: one)
   const int *recomp;  // --recompute: the recomputing stages (indices of the S x V stages)
   int nrecomp;        // count (RECOMPUTE_ALL: every stage; 0: none)
@@ -194,6 +197,8 @@ typedef struct CutProblem {
                       // (--topology; > 0, stage 0's too; NULL: bandwidth for every stage)
   double mem_cap;     // bytes per stage (0: none)
   int M;              // microbatches per step (1F1B keeps min(S - r, M) in flight on stage r)
+  int *inflight;      // per stage r: the microbatches in flight its estimate counts (the
+                      // schedule's, sched_inflight; NULL: min(S - r, M), 1F1B's)
   const bool *recomp; // per stage r: it recomputes (--recompute; NULL: none), its estimate
                       // boundary bytes x in flight + its activations once
   const bool *cut_ok; // per unit u: a stage may start at u (NULL: every unit)
@@ -251,6 +256,8 @@ CutSums cut_sums(const CutProblem *cp, int a, int b);
 // when it has one) x inflight.
 bool partition_over_cap(const CutProblem *cp, int r, double pbytes, double act, double bnd,
                         int inflight);
+// The microbatches in flight stage r of S counts in its estimate (CutProblem.inflight).
+int cut_inflight(const CutProblem *cp, int S, int r);
 
 // The exact optimum: S stages (contiguous, non-empty unit ranges starting where cut_ok allows)
 // minimising the slowest stage's partition_stage_cost. starts[r] receives stage r's first unit
@@ -380,6 +387,12 @@ bool sched_parse(const char *name, SchedKind *k);
 // the last stage, rank S - 1 the two middle ones). sched_build sets VStage.rank from it; every
 // later pass reads VStage.rank (and RankProgram.vs), never a formula.
 int sched_rank_of(SchedKind k, int S, int V, int v);
+
+// The microbatches schedule k keeps in flight on stage v (0..S V - 1) at M, as the partitioner's
+// memory estimate counts them (before any list exists): zb-v's K, stage v < S 2S - 1 - v and
+// stage v >= S 2S - v (2S half stages per rank); every other schedule 1F1B's count along the
+// chain of S V stages, S V - v; at most M.
+int sched_inflight(SchedKind k, int S, int V, int M, int v);
 
 // The compute order of rank r (0..S-1) of schedule k with V stages per rank and M microbatches:
 // F, B and W actions only (on the stages sched_rank_of puts on r), no LOAD, LOSS or channels.

@@ -17,7 +17,9 @@
 // slots hold only what it receives, loads, sends and the outputs of the F nodes that make a sent
 // tensor, the loss or a model output (a tensor the rerun reads live to where B starts); the rest,
 // and its workspaces, in the work area above the slots without overlap over the work timeline
-// (F nodes, then B nodes).
+// (F nodes, then B nodes). A temporary of a stage with K > 1 slots may be in the work area
+// instead of its slot (BUF_WORK): it must live within one action of the stage's timeline, and
+// the stage's work-area buffers must not overlap over that timeline.
 // O(tensors + nodes + actions) plus the sweep's O(n log n).
 #include "../ir/ops.h"
 #include "pipeline.h"
@@ -136,7 +138,8 @@ bool plan_check(const Program *prog, int r, Diag *d) {
   Arena *a = &scratch;
   bool ok = false;
   int nt = g->ntensors, nn = g->nnodes;
-  int *pos = ARENA_ARRAY(a, int, nn + 1);    // per node: its timeline position on its stage
+  int *pos = ARENA_ARRAY(a, int, nn + 1); // per node: its timeline position on its stage
+  int *act = ARENA_ARRAY(a, int, nn + 2 * (size_t)rp->nacts + 2); // per position: its action
   int *want_v = ARENA_ARRAY(a, int, nt + 1); // per tensor: 1 + the stage that must slot it
   int *lo = ARENA_ARRAY(a, int, nt + 1), *hi = ARENA_ARRAY(a, int, nt + 1);
   int *sent = ARENA_ARRAY(a, int, nt + 1);         // per tensor: 1 + a stage that sends it
@@ -173,14 +176,15 @@ bool plan_check(const Program *prog, int r, Diag *d) {
       if (x->kind == ACT_F || x->kind == ACT_B || x->kind == ACT_W) {
         const Segment *sg = seg_of(s, x->kind);
         if (x->kind == ACT_B && bstart < 0) bstart = q;
-        for (int j = 0; j < sg->n; j++) pos[sg->nodes[j]->id] = q++;
+        for (int j = 0; j < sg->n; j++) act[q] = i, pos[sg->nodes[j]->id] = q++;
         if (x->kind == ACT_F) endf = q;
       } else if (x->kind == ACT_LOAD) {
-        load = q++;
+        act[q] = i, load = q++;
       } else if (x->kind == ACT_LOSS) {
-        loss = q++;
+        act[q] = i, loss = q++;
       }
     }
+    act[q] = -1;                                                   // the step end
     int end = q, host = loss >= 0 ? loss : endf >= 0 ? endf : end; // where the host reads
     if (bstart < 0) bstart = end;
     bool rc = s->recompute;
@@ -233,6 +237,17 @@ bool plan_check(const Program *prog, int r, Diag *d) {
       if (sent[i] == v + 1) lo[i] = 0, hi[i] = end;
       if (t->kind == T_ACT && lo[i] > end)
         BAD("'%s' is read on stage v%d but made elsewhere", r, t->name, v);
+      if (!rc && p->cls[i] == BUF_WORK) { // a temporary of a stage with K > 1: the work area
+        if (s->K < 2 || p->vstage[i] != v || p->region[i] != REG_ACTS ||
+            p->offset[i] < p->work_base ||
+            p->offset[i] + nbytes(prog, t) > p->work_base + p->work_bytes)
+          BAD("'%s' of stage v%d has no storage in the work area", r, t->name, v);
+        if (lo[i] > hi[i] || act[lo[i]] < 0 || act[lo[i]] != act[hi[i]] || sent[i] == v + 1 ||
+            t->kind == T_RECV)
+          BAD("'%s' of stage v%d lives across actions but is in the work area", r, t->name, v);
+        witems[nw++] = (PlaceItem){nbytes(prog, t), lo[i], hi[i], i, p->offset[i]};
+        continue;
+      }
       if (p->vstage[i] != v || p->region[i] != REG_ACTS || p->offset[i] < base ||
           p->offset[i] + nbytes(prog, t) > base + p->slot_stride[v] ||
           (p->cls[i] != BUF_SAVED && p->cls[i] != BUF_TEMP))
@@ -256,6 +271,12 @@ bool plan_check(const Program *prog, int r, Diag *d) {
             p->ws_offset[nd->id] + ws > p->work_base + p->work_bytes)
           BAD("the workspace of '%s' is not in the work area", r, nd->name);
         witems[nw++] = (PlaceItem){ws, j, j, nt + nd->id, p->ws_offset[nd->id]};
+        continue;
+      }
+      if (s->K > 1 && p->work_bytes > 0 && p->ws_offset[nd->id] >= p->work_base) { // work area
+        if (p->ws_offset[nd->id] + ws > p->work_base + p->work_bytes)
+          BAD("the workspace of '%s' is not in the work area", r, nd->name);
+        witems[nw++] = (PlaceItem){ws, pos[nd->id], pos[nd->id], nt + nd->id, p->ws_offset[nd->id]};
         continue;
       }
       if (p->ws_offset[nd->id] < base || p->ws_offset[nd->id] + ws > base + p->slot_stride[v])

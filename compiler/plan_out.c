@@ -388,7 +388,7 @@ bool plan_write_json(const Program *p, const char *sched, const SchedStats *st, 
       cJSON_AddNumberToObject(m, "activations", (double)pl->bytes[REG_ACTS]);
       cJSON_AddNumberToObject(m, "constants", (double)pl->const_bytes);
       cJSON_AddNumberToObject(m, "total", (double)total);
-      if (pl->work_bytes > 0) // --recompute: the rank's work area, above the slots
+      if (pl->work_bytes > 0) // the rank's work area, above the slots
         cJSON_AddNumberToObject(m, "work_area", (double)pl->work_bytes);
       cJSON *sl = cJSON_AddArrayToObject(m, "slots");
       for (int k = 0; k < rp->nvs; k++) {

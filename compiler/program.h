@@ -76,8 +76,9 @@ typedef enum BufClass {
   BUF_SAVED, // lives across actions of one microbatch (kept for B/W, a dy kept for W, a received
              // boundary tensor, a loaded input, the loss until LOSS): one copy per slot
   BUF_TEMP,  // lives within one action (REG_ACTS, in the slot, reused by later actions)
-  BUF_WORK   // --recompute: a recomputing stage's non-boundary buffer, live within one action (F,
-             // or B with its rerun forward): in the rank's one work area above the slots
+  BUF_WORK   // in the rank's one work area above the slots, live within one action: --recompute,
+             // a recomputing stage's non-boundary buffer (F, or B with its rerun forward); or a
+             // temporary of a stage with K > 1 slots that is cheaper there than in every slot
 } BufClass;
 
 enum { PLAN_OPT_SLOTS = 2 }; // most optimizer state tensors per parameter (AdamW m and v)
@@ -116,9 +117,11 @@ typedef struct Plan {
   int *vstage;              // per tensor id: the virtual stage whose slots hold it (SAVED and
                             // TEMP; WORK: the stage whose work it is), -1 otherwise (params,
                             // grads, constants, no storage)
-  int64_t work_base;        // --recompute: offset in REG_ACTS of the work area (after the slots)
+  int64_t work_base;        // offset in REG_ACTS of the work area (after the slots)
   int64_t work_bytes;       // its bytes: the largest working set of the rank's recomputing
-                            // stages (0: none); one copy, not per slot (one action at a time)
+                            // stages and of the temporaries (buffers, workspaces) moved out of
+                            // the slots of stages with K > 1 (0: none); one copy, not per slot
+                            // (one action at a time)
 } Plan;
 
 struct Program;

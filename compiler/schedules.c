@@ -3,13 +3,16 @@
 //
 // sched_order is a pure function of (kind, S, V, M, rank): the rank's F, B and W actions in
 // order, written in closed form (no search). sched_build lowers them: LOAD/LOSS around each F,
-// each SEND right after the action that makes its tensor, each RECV placed in the sender's order
-// on its pair of ranks (so both sides see the same message order) and no later than the action
-// that reads it: RECV k of a pair goes before the earliest reader of messages k, k+1, ... (a
-// suffix minimum over the pair's queue), then the step-end actions. Every stage's K is its peak
-// microbatches in flight in that list. A copy between two stages of one rank that comes after
-// the action reusing its source buffer gets a second lowering that keeps it before. Linear in
-// the number of actions (one sort of the receives, at most twice). The placement of the stages
+// each SEND right after the action that makes its tensor or, when the receiver reads it after a
+// message made later on the same pair, right after that one (if the sender makes that one before
+// its next making of the channel), each RECV placed in the sender's order on its pair of ranks
+// (so both sides see the same message order) and no later than the action that reads it: RECV k
+// of a pair goes before the earliest reader of messages k, k+1, ... (a suffix minimum over the
+// pair's queue), then the step-end actions. Every stage's K is its peak microbatches in flight in
+// that list. A copy between two stages of one rank that comes after the action reusing its source
+// buffer gets a second lowering that keeps it before. Linear in the number of actions but for the
+// queue's insertion (each message moves back past the few made by the actions just before it),
+// one sort of the receives, at most twice. The placement of the stages
 // on the ranks is the schedule's too (sched_rank_of: v mod S, or zb-v's V).
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +82,11 @@ static int order_interleaved(int S, int V, int M, int r, Action *out) {
 int sched_rank_of(SchedKind k, int S, int V, int v) {
   if (k == SCHED_ZBV) return v < S ? v : V * S - 1 - v;
   return v % S;
+}
+
+int sched_inflight(SchedKind k, int S, int V, int M, int v) {
+  int n = k == SCHED_ZBV && V == 2 ? (v < S ? 2 * S - 1 - v : 2 * S - v) : S * V - v;
+  return n < 1 ? 1 : n < M ? n : M;
 }
 
 // zb-v's stage of chunk c (0, 1) of rank r: r and 2S - 1 - r (as sched_rank_of places them).
@@ -199,6 +207,15 @@ typedef struct Recv {
   int m;             // microbatch
 } Recv;
 
+// One message of a pair's queue (lower): a channel's tensor for one microbatch.
+typedef struct Msg {
+  const Channel *ch; // the channel
+  int m;             // microbatch
+  int prod;          // index in the sender's compute order of the action that makes it
+  int pos;           // index in the receiver's compute order of the action that reads it
+  int next;          // the sender's next action making the channel (ncomp: none): sent before it
+} Msg;
+
 static int recv_cmp(const void *a, const void *b) {
   const Recv *x = a, *y = b;
   if (x->pos != y->pos) return x->pos < y->pos ? -1 : 1;
@@ -293,10 +310,21 @@ static bool lower(Program *p, int S, int V, Action *const *comp, const int *ncom
   int M = p->M, nv = S * V;
   // Room for a rank's list: its F/B/W, a LOAD and a LOSS per F, its channels, the step end.
   size_t cap = 3 * (size_t)V * M + 2 * (size_t)p->nch * M + 2 * (size_t)V * M + (size_t)V + 3;
-  Recv *rv = ARENA_ARRAY(a, Recv, (size_t)p->nch * M + 1);
+  size_t nmsg = (size_t)p->nch * M + 1;
+  Recv *rv = ARENA_ARRAY(a, Recv, nmsg);
   int nrv = 0;
-  int *pairk = ARENA_ARRAY(a, int, (size_t)S *S); // messages so far per (src, dst)
-  // Sends in each rank's compute order: the pair queues, and each message's reader position.
+  // The pair queues (sender order), each message's reader position and the sender's action
+  // that next makes its channel (a later microbatch: the send must be posted before it).
+  Msg *q = ARENA_ARRAY(a, Msg, nmsg);
+  int *qn = ARENA_ARRAY(a, int, (size_t)S *S), *qb = ARENA_ARRAY(a, int, (size_t)S *S + 1);
+  int *qat = ARENA_ARRAY(a, int, nmsg); // per channel * M + m: its index in its pair's queue
+  for (int r = 0; r < S; r++)
+    for (int i = 0; i < ncomp[r]; i++) {
+      int b, e;
+      made_by(mk, &comp[r][i], &b, &e);
+      for (int j = b; j < e; j++) qn[r * S + p->vs[mk->chs[j]->to_v].rank]++;
+    }
+  for (int k = 0; k < S * S; k++) qb[k + 1] = qb[k] + qn[k], qn[k] = 0;
   for (int r = 0; r < S; r++)
     for (int i = 0; i < ncomp[r]; i++) {
       int b, e;
@@ -305,14 +333,36 @@ static bool lower(Program *p, int S, int V, Action *const *comp, const int *ncom
         const Channel *ch = mk->chs[j];
         int m = comp[r][i].m, dst = p->vs[ch->to_v].rank;
         const int *at = ch->grad ? posB : posF;
-        int pos = at[ch->to_v * M + m];
+        int pos = at[ch->to_v * M + m], next = ncomp[r];
+        for (int m2 = m + 1; m2 < M; m2++) // the earliest later making (any order of m)
+          if (at[ch->from_v * M + m2] < next) next = at[ch->from_v * M + m2];
         if (dst == r && kfrom && m + kfrom[ch->from_v] < M) { // a copy before its source is reused
           int reuse = at[ch->from_v * M + m + kfrom[ch->from_v]];
           if (reuse < pos) pos = reuse;
         }
-        rv[nrv++] = (Recv){pos, r, pairk[r * S + dst]++, ch, m};
+        // Into its pair's queue, ahead of the messages made by earlier actions that the receiver
+        // reads later, while each of them can wait for this one (its sender makes it before the
+        // next making of theirs): the receiver then takes them in its reading order and holds no
+        // received tensor early for the pair's order's sake (zb-v: a first-stage activation
+        // ahead of a chunk-1 gradient). Never between two stages of one rank (copies).
+        Msg *pq = q + qb[r * S + dst];
+        int n = qn[r * S + dst]++;
+        while (dst != r && n > 0 && pq[n - 1].prod < i && pq[n - 1].pos > pos &&
+               i < pq[n - 1].next) {
+          pq[n] = pq[n - 1];
+          qat[pq[n].ch->id * M + pq[n].m] = qb[r * S + dst] + n;
+          n--;
+        }
+        pq[n] = (Msg){ch, m, i, pos, next};
+        qat[ch->id * M + m] = qb[r * S + dst] + n;
       }
     }
+  for (int r = 0; r < S; r++) // the receives, grouped by sender, each pair in queue order
+    for (int dst = 0; dst < S; dst++)
+      for (int k = 0; k < qn[r * S + dst]; k++) {
+        const Msg *x = &q[qb[r * S + dst] + k];
+        rv[nrv++] = (Recv){x->pos, r, k, x->ch, x->m};
+      }
   // Suffix minimum of the reader positions along each pair's queue (rv is grouped by sender,
   // each pair's messages in queue order): walk backwards keeping the minimum per receiver.
   int *minpos = ARENA_ARRAY(a, int, S);
@@ -335,6 +385,7 @@ static bool lower(Program *p, int S, int V, Action *const *comp, const int *ncom
     int dst = p->vs[rv[j].ch->to_v].rank;
     byr[dst][nbyr[dst]++] = rv[j];
   }
+  int *qf = ARENA_ARRAY(a, int, (size_t)S *S); // per pair: its first message not yet sent
   for (int r = 0; r < S; r++) {
     qsort(byr[r], (size_t)nbyr[r], sizeof(Recv), recv_cmp);
     RankProgram *rp = &p->ranks[r];
@@ -343,6 +394,7 @@ static bool lower(Program *p, int S, int V, Action *const *comp, const int *ncom
     for (int v = 0; v < nv; v++) // its stages, ascending, as placed
       if (p->vs[v].rank == r && rp->nvs < V) rp->vs[rp->nvs++] = v;
     rp->acts = ARENA_ARRAY(a, Action, cap);
+    for (int d = 0; d < S; d++) qf[r * S + d] = qb[r * S + d];
     int j = 0;
     for (int i = 0; i < ncomp[r]; i++) {
       const Action *x = &comp[r][i];
@@ -354,10 +406,19 @@ static bool lower(Program *p, int S, int V, Action *const *comp, const int *ncom
       rp->acts[rp->nacts++] = *x;
       if (x->kind == ACT_F && s->has_loss)
         rp->acts[rp->nacts++] = (Action){ACT_LOSS, x->v, x->m, NULL};
+      // Its SENDs in channel order, each after those ahead of it in its pair's queue; then the
+      // messages an earlier action made that waited for one of them.
       int b, e;
       made_by(mk, x, &b, &e);
-      for (int jj = b; jj < e; jj++)
-        rp->acts[rp->nacts++] = (Action){ACT_SEND, -1, x->m, mk->chs[jj]};
+      for (int pass = 0; pass < 2; pass++)
+        for (int jj = b; jj < e; jj++) {
+          const Channel *ch = mk->chs[jj];
+          int pr = r * S + p->vs[ch->to_v].rank, upto = qat[ch->id * M + x->m];
+          while (qf[pr] < qb[pr + 1] && q[qf[pr]].prod <= i && (pass || qf[pr] <= upto)) {
+            const Msg *y = &q[qf[pr]++];
+            rp->acts[rp->nacts++] = (Action){ACT_SEND, -1, y->m, y->ch};
+          }
+        }
     }
     for (int c = 0; c < V; c++) rp->acts[rp->nacts++] = (Action){ACT_TIED_SUM, rp->vs[c], -1, NULL};
     rp->acts[rp->nacts++] = (Action){ACT_NORM, -1, -1, NULL};
