@@ -1,7 +1,8 @@
 // launch.c: OUT/launch.sh, the script that runs the job of a compiled program: at S = 1 it execs
 // bin/rank0; at S > 1 one MPMD mpirun line, `mpirun -np 1 bin/rank0 ARGS : -np 1 bin/rank1 ARGS
 // ...`, every rank getting the same program options. `--allow-run-as-root` when run as root,
-// `--oversubscribe --bind-to none`, OMPI_MCA_mpi_yield_when_idle=1 and (unless set)
+// `--oversubscribe --bind-to none` (PIPEC_BIND=core: bound, rank r to core r mod cores),
+// OMPI_MCA_mpi_yield_when_idle=1 and (unless set)
 // OMP_WAIT_POLICY=PASSIVE when the ranks exceed the online cores (the physical ones where lscpu
 // tells fewer: mpirun's default slots): shared cores, where no thread should spin;
 // $PIPEC_MPIRUN_OPTS adds mpirun options (a hostfile, ...), $PIPEC_MPIRUN names another mpirun.
@@ -75,7 +76,10 @@ static void print_script(FILE *f, Arena *a, const Program *prog, const CodegenOp
           "[ \"$(id -u)\" = 0 ] && root=--allow-run-as-root\n"
           "over=\n"
           "if [ \"$ranks\" -gt \"$cores\" ]; then\n"
-          "  over='--oversubscribe --bind-to none'\n"
+          "  case ${PIPEC_BIND-none} in\n"
+          "  core) over='--oversubscribe --map-by core --bind-to core:overload-allowed' ;;\n"
+          "  *) over='--oversubscribe --bind-to none' ;;\n"
+          "  esac\n"
           "  OMPI_MCA_mpi_yield_when_idle=1\n"
           "  export OMPI_MCA_mpi_yield_when_idle\n"
           "  OMP_WAIT_POLICY=${OMP_WAIT_POLICY-PASSIVE}\n"

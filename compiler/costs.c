@@ -88,9 +88,9 @@ bool costs_load(Costs *c, const char *path, Arena *a, Diag *d) {
   const cJSON *mach = json_get(root, "machine");
   c->cores = c->threads = c->concurrent = 0;
   if (mach) {
-    static const char *const mk[] = {"cores", "threads"};
+    static const char *const mk[] = {"cores", "threads", "bound"};
     int64_t cores, threads;
-    if (!json_check_keys(&j, mach, "machine", mk, 2) ||
+    if (!json_check_keys(&j, mach, "machine", mk, 3) ||
         !json_need(&j, mach, "machine", "cores", &it) ||
         !json_want_int(&j, it, "machine.cores", &cores))
       return false;
@@ -110,6 +110,26 @@ bool costs_load(Costs *c, const char *path, Arena *a, Diag *d) {
     }
     c->cores = (int)cores, c->threads = (int)threads;
     c->concurrent = cores / threads > 1 ? (int)(cores / threads) : 1;
+    // Optional: the CPU each rank was bound to (mpirun --bind-to core), in rank order.
+    c->bound = NULL, c->nbound = 0;
+    const cJSON *bl = json_get(mach, "bound");
+    if (bl) {
+      if (!json_want_array(&j, bl, "machine.bound")) return false;
+      c->nbound = cJSON_GetArraySize(bl);
+      c->bound = ARENA_ARRAY(a, int, (size_t)c->nbound + 1);
+      int r = 0;
+      for (const cJSON *x = bl->child; x; x = x->next, r++) {
+        int64_t cpu;
+        if (!json_want_int(&j, x, "machine.bound[]", &cpu)) return false;
+        if (cpu < 0 || cpu >= 1 << 20) {
+          diag_error(d, json_loc(&j, x),
+                     "machine.bound[%d]: %lld; expected the CPU rank %d was bound to, 0 or more", r,
+                     (long long)cpu, r);
+          return false;
+        }
+        c->bound[r] = (int)cpu;
+      }
+    }
   }
   const cJSON *units;
   if (!json_need(&j, root, "costs", "units", &units) || !json_want_array(&j, units, "units"))
@@ -333,8 +353,21 @@ bool costs_from_profile(const Program *p, const char *sched, const char *raw_pat
   fprintf(o, "]},\n  \"link\": {\"latency\": %.9g, \"bandwidth\": %.9g},\n", lat, bw);
   double cores = 0, threads = 0;
   if (raw_num(raw, "cores", &cores) && raw_num(raw, "threads", &threads) && cores >= 1 &&
-      threads >= 1)
-    fprintf(o, "  \"machine\": {\"cores\": %.0f, \"threads\": %.0f},\n", cores, threads);
+      threads >= 1) {
+    fprintf(o, "  \"machine\": {\"cores\": %.0f, \"threads\": %.0f", cores, threads);
+    // Every rank bound to one CPU (else the simulator pools the cores).
+    const cJSON *bl = cJSON_GetObjectItemCaseSensitive(raw, "bound"), *x;
+    bool all = cJSON_IsArray(bl) && cJSON_GetArraySize(bl) == p->nranks;
+    for (x = all ? bl->child : NULL; x; x = x->next)
+      all = all && cJSON_IsNumber(x) && x->valuedouble >= 0;
+    if (all) {
+      fprintf(o, ", \"bound\": [");
+      r = 0;
+      cJSON_ArrayForEach(x, bl) fprintf(o, "%s%.0f", r++ ? ", " : "", x->valuedouble);
+      fprintf(o, "]");
+    }
+    fprintf(o, "},\n");
+  }
   fprintf(o, "  \"optimizer\": %.9g,\n  \"units\": [\n", pbytes > 0 ? opt_s / pbytes : 0);
   for (int u = 0; u < n; u++) {
     cJSON *js = cJSON_CreateString(label[u]);

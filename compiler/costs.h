@@ -28,6 +28,8 @@ typedef struct Costs {
   int cores;           // "machine": the profiled machine's online cores (0: not recorded)
   int threads;         // ... and each rank's kernel threads there
   int concurrent;      // ranks that compute at once there: cores / threads (0: unlimited)
+  int *bound;          // "machine.bound": the CPU each rank was bound to, in rank order (or NULL)
+  int nbound;          // its length
   double *node_s;      // per node id (after costs_bind): its seconds per microbatch (0: step)
   struct Source *src;  // the parsed file (costs_free)
 } Costs;

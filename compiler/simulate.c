@@ -347,9 +347,11 @@ bool schedule_print_grid(const Program *p, FILE *out, Diag *d) {
 // previous action and, for a RECV, its SEND plus the transfer; ranks compete for the cores in
 // the order of the unlimited run's start times (the rank that would have started first goes
 // first: a FIFO scheduler's choice). The step end's sync waits for every rank as before.
+// With pin (ranks bound to CPUs: pin[r] is rank r's core, 0 .. slots - 1) a rank's action takes
+// its own core, whenever that core frees, whatever the others do.
 // Rewrites st's t0 / t1 and span (bubble over the ranks as before). O(actions * (S + slots)).
 static void limit_ranks(const Program *p, const StageCost *cost, const double *xfer,
-                        const double *opt, int slots, SchedStats *st) {
+                        const double *opt, int slots, const int *pin, SchedStats *st) {
   int S = p->nranks, M = p->M;
   double *clk = calloc((size_t)S, sizeof *clk), *core = calloc((size_t)slots, sizeof *core);
   double *sent = calloc((size_t)p->nch * M + 1, sizeof *sent);
@@ -383,8 +385,11 @@ static void limit_ranks(const Program *p, const StageCost *cost, const double *x
     double start = ready;
     if (c > 0) {
       int k = 0;
-      for (int j = 1; j < slots; j++)
-        if (core[j] < core[k]) k = j;
+      if (pin)
+        k = pin[r];
+      else
+        for (int j = 1; j < slots; j++)
+          if (core[j] < core[k]) k = j;
       if (core[k] > start) start = core[k];
       core[k] = start + c;
       busy += c;
@@ -418,8 +423,19 @@ static bool predict_measured(const Program *p, SchedStats *st, Arena *a, double 
   for (int r = 0; r < p->nranks; r++)
     if (opt[r] > *opt_max) *opt_max = opt[r];
   if (!simulate(p, cost, xfer, opt, st, a, NULL, d)) return false;
-  int slots = p->costs->concurrent;
-  if (slots > 0 && slots < p->nranks && st->t0) limit_ranks(p, cost, xfer, opt, slots, st);
+  const Costs *c = p->costs;
+  if (c->bound && c->nbound == p->nranks && st->t0) { // each rank on its own CPU: queue per CPU
+    int *pin = ARENA_ARRAY(a, int, p->nranks), slots = 0;
+    for (int r = 0; r < p->nranks; r++) {
+      int q = 0;
+      while (q < r && c->bound[q] != c->bound[r]) q++;
+      pin[r] = q < r ? pin[q] : slots++;
+    }
+    if (slots < p->nranks) limit_ranks(p, cost, xfer, opt, slots, pin, st);
+    return true;
+  }
+  int slots = c->concurrent;
+  if (slots > 0 && slots < p->nranks && st->t0) limit_ranks(p, cost, xfer, opt, slots, NULL, st);
   return true;
 }
 

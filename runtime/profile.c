@@ -9,9 +9,15 @@
 // blocking point-to-point gather, every other rank idle; the median round trip per size),
 // collects the summaries on rank 0 with one all-gather and writes there one JSON document
 // (atomically: FILE.tmp renamed) that `pipec profile` turns into a costs file (docs/pipeline.md,
-// "Profiling and the simulator"). Samples are kept in arrays grown by doubling: profiling runs are
-// not the allocation-free training runs tests/alloc checks.
+// "Profiling and the simulator"). Each rank also records the one CPU its affinity mask allows
+// (mpirun --bind-to core; -1 when it may run on several): the simulator then queues the ranks
+// bound to one core on that core (docs/pipeline.md, "Ranks that share cores"). Samples are kept in
+// arrays grown by doubling: profiling runs are not the allocation-free training runs tests/alloc
+// checks.
+#define _GNU_SOURCE // sched_getaffinity, CPU_COUNT
 #include "pipert.h"
+
+#include <sched.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -104,13 +110,23 @@ static double pingpong(const PrComm *c, char *buf, int64_t bytes, int from, int 
   return pr_median(t, PROF_REPS);
 }
 
+// The one CPU this process may run on, or -1 (several, or the mask unknown).
+static double bound_cpu(void) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) != 1) return -1;
+  for (int i = 0; i < CPU_SETSIZE; i++)
+    if (CPU_ISSET(i, &set)) return i;
+  return -1;
+}
+
 void pr_prof_finish(const PrComm *c) {
   if (!prof.on) return;
   prof.on = false;
   int S = c ? c->nranks : 1, me = c ? c->rank : 0;
   // Per rank: 3 means per stage, the optimizer's, one-way seconds per size to r + 1, the step's
-  // median.
-  int n = 3 * PROF_MAXV + 2 + PROF_SIZES;
+  // median, the CPU it is bound to.
+  int n = 3 * PROF_MAXV + 3 + PROF_SIZES;
   double *mine = calloc((size_t)n, sizeof(double)), *all = calloc((size_t)n * S, sizeof(double));
   char *buf = malloc((size_t)prof_bytes[PROF_SIZES - 1]);
   prCheck(mine && all && buf, "the machine is out of memory", "--profile: cannot allocate");
@@ -120,6 +136,7 @@ void pr_prof_finish(const PrComm *c) {
   mine[3 * PROF_MAXV] = trimmed_mean(&prof.opt);
   mine[3 * PROF_MAXV + 1 + PROF_SIZES] = median_of(&prof.step);
   for (int k = 0; k < PROF_SIZES; k++) mine[3 * PROF_MAXV + 1 + k] = -1;
+  mine[3 * PROF_MAXV + 2 + PROF_SIZES] = bound_cpu();
   if (c) {
     c->transport->barrier();
     for (int r = 0; r + 1 < S; r++)
@@ -184,8 +201,11 @@ void pr_prof_finish(const PrComm *c) {
     fprintf(f, "],\n  \"latency\": %.9g,\n  \"bandwidth\": %.9g,\n", lat, 1 / slope);
     // The machine the ranks share (one machine when pipec profile runs them): the simulator
     // lets at most cores / threads of them compute at once.
-    fprintf(f, "  \"cores\": %ld,\n  \"threads\": %d\n}\n", sysconf(_SC_NPROCESSORS_ONLN),
-            pr_threads());
+    fprintf(f, "  \"cores\": %ld,\n  \"threads\": %d,\n  \"bound\": [",
+            sysconf(_SC_NPROCESSORS_ONLN), pr_threads());
+    for (int r = 0; r < S; r++)
+      fprintf(f, "%s%.0f", r ? ", " : "", all[(size_t)r * n + 3 * PROF_MAXV + 2 + PROF_SIZES]);
+    fprintf(f, "]\n}\n");
     bool bad = ferror(f) != 0;
     bad = fclose(f) != 0 || bad;
     prCheck(!bad && rename(tmp, prof.path) == 0, "check that the disk has room",

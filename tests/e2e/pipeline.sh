@@ -51,6 +51,17 @@ pipe_same mlp-s2-m4-zbh1 samples/mlp_digits.json 2 4 zb-h1
 pipe_same mlp-s2-m4-interleaved samples/mlp_digits.json 2 4 'interleaved --virtual 2'
 pipe_same mlp-s2-m1-1f1b samples/mlp_digits.json 2 1 1f1b
 pipe_same mlp-s3-m2-1f1b samples/mlp_digits.json 3 2 1f1b
+# PIPEC_BIND=core: more ranks than cores are bound, rank r to core r mod cores (mpirun's report),
+# with the same bits.
+cores=$(nproc)
+if [ "$cores" -lt 3 ]; then
+  PIPEC_BIND=core PIPEC_MPIRUN_OPTS=--report-bindings pipe_run "$tmp/bound" "$tmp/mlp-s3-m2-1f1b.d" ||
+    bad "PIPEC_BIND=core: $(tail -n 3 "$tmp/bound.out")"
+  same_bits "PIPEC_BIND=core: the bits of the one-stage run" "$(pipe_ref samples/mlp_digits.json 2)" "$tmp/bound"
+  want=$(for r in 0 1 2; do printf 'rank %d core %d\n' $r $((r % cores)); done)
+  got=$(sed -n 's/.*MCW rank \([0-9]*\) bound to socket [0-9]*\[core \([0-9]*\)\[.*/rank \1 core \2/p' "$tmp/bound.out" | sort)
+  check "PIPEC_BIND=core: bindings $(echo $got)" test "$got" = "$want"
+fi
 pipe_same gpt2-s2-m2-1f1b samples/gpt_char.json 2 2 1f1b -D L=2
 # skip_net has no data binding: the synthetic table of the parity and hashes tests (batch 16).
 python3 "$root/tests/skip_net_table.py" samples/skip_net.json "$tmp/skip.json" "$tmp/skip.csv"

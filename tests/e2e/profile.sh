@@ -60,6 +60,20 @@ for m in '1 1' '2 2' '2 1'; do
     check "hand $s on $1 core(s), $2 thread(s) per rank: $(pred "$out"), want $want" test "$(pred "$out")" = "$want"
   done
 done
+# Ranks bound to CPUs (machine.bound, mpirun --bind-to core): each queues on its own CPU,
+# whatever the count of cores: both on CPU 3 of 2 cores take turns (12 ms, where the pooled
+# cores would let them run at once: 9), on CPUs 0 and 1 they do not (9 ms).
+for b in '3, 3' '0, 1'; do
+  python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["machine"] = {"cores": 2, "threads": 1, "bound": json.loads("[" + sys.argv[2] + "]")}; print(json.dumps(c))' \
+    "$tmp/hand.json" "$b" >"$tmp/hand-b.json"
+  want=$([ "$b" = '3, 3' ] && echo "12.000 ms" || echo "9.000 ms")
+  out=$("$pipec" plan $mlp --stages 2 --split fc2 --microbatches 2 --schedule 1f1b --costs "$tmp/hand-b.json" 2>&1)
+  check "hand 1f1b bound to CPUs [$b]: $(pred "$out"), want $want" test "$(pred "$out")" = "$want"
+done
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["machine"] = {"cores": 2, "threads": 1, "bound": [0, -1]}; print(json.dumps(c))' \
+  "$tmp/hand.json" >"$tmp/hand-bneg.json"
+hint_re=error expect costs-bound-neg 1 "^$tmp/hand-bneg.json:1:.*: error: machine.bound\\[1\\]: -1; expected the CPU rank 1 was bound to, 0 or more$" \
+  "$pipec" plan $mlp --stages 2 --costs "$tmp/hand-bneg.json"
 python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["machine"] = {"cores": 0, "threads": 1}; print(json.dumps(c))' \
   "$tmp/hand.json" >"$tmp/hand-m0.json"
 hint_re=error expect costs-no-cores 1 "^$tmp/hand-m0.json:1:.*: error: machine.cores: 0; expected a count of cores, 1 or more$" \
@@ -163,6 +177,8 @@ assert all(s["f"] > 0 and s["b"] > 0 for s in m["stage"]) and all(o > 0 for o in
 # the profiled partition's units add up to its measured stages (stage 0 = fc1, relu1)
 f0 = sum(u["f"] for u in c["units"][:2])
 assert abs(f0 - m["stage"][0]["f"]) <= 1e-6 * m["stage"][0]["f"], (f0, m["stage"][0])
+# mpirun binds 2 ranks to cores 0 and 1 by default (map and bind by core, np <= 2): recorded
+assert c["machine"]["bound"] == [0, 1], c["machine"]
 PY
   out=$("$pipec" plan $mlp --stages 2 --microbatches 2 --costs "$tmp/mlp-costs.json" 2>&1)
   [[ "$out" == *"predicted step time "*" (measured costs from $tmp/mlp-costs.json"* ]] && ok || bad "plan --costs: $out"
