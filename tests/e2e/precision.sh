@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# 16-bit training (--precision bf16|fp16, docs/training.md "16-bit training") on the 2-layer flat
+# character GPT of the pipeline tests (gpt_char_l2):
+# (1) per-step loss over 200 steps within a measured tolerance of the f32 run (bf16 0.05, fp16
+#     0.005 absolute; measured: 0.021 and 0.0016), and not equal to it (the rounding is real);
+# (2) bitwise the same across S = 1, S = 2 (1f1b, gpipe) and S = 4 (interleaved, V = 2) at each
+#     precision: loss log, saved master weights and optimizer state (same_bits);
+# (3) the plan: parameters take exactly half the bytes, the optimizer state 3/2 (AdamW m and v
+#     plus the f32 master weights), every message between stages half (the comm dump and the
+#     plan's JSON), the slots fewer bytes (exact numbers from the plan's JSON), a conversion
+#     area; --stats counts the halved bytes sent;
+# (4) fp16 overflow: an initial loss scale of 2^40 overflows the first steps: each is reported,
+#     skipped (the parameters and optimizer state after them are those saved at step 0, bit for
+#     bit) and halves the scale;
+# (5) bad uses: --precision fp8 and --precision on the cuda target (usage errors, exit 2), the
+#     runtime's --loss-scale on a bf16 program, a --loss-scale that is not a power of two,
+#     --gradcheck on a 16-bit program.
+#
+# Usage: precision.sh PIPEC ROOT
+pipec=$1
+root=$2
+. "$root/tests/e2e/lib.sh"
+cd "$root" || exit 1
+. "$root/tests/e2e/mpi_env.sh"
+file=$tmp/gpt_char_l2.json
+gpt_char_l2 "$file"
+opts=(--threads 1 --quiet --eval-every 0 --eval-batches 1)
+
+# ---- (5) bad uses (first: cheap)
+expect "fp8" 2 "^pipec: --precision: unknown precision 'fp8' \(expected f32, bf16 or fp16\)$" \
+  "$pipec" compile --precision fp8 "$file" -o "$tmp/x"
+expect "cuda" 2 "^pipec: --precision bf16: 16-bit training runs the cpu target only \(not built yet for --target cuda\)$" \
+  "$pipec" compile --precision bf16 --target cuda "$file" -o "$tmp/x" --no-build
+
+# ---- (1) tolerance against f32 over 200 steps
+for p in f32 bf16 fp16; do
+  if ! "$pipec" compile "$file" --precision "$p" -o "$tmp/one-$p" >/dev/null 2>"$tmp/err" ||
+    ! "$tmp/one-$p/bin/train" --steps 200 "${opts[@]}" --loss-log "$tmp/one-$p.loss" \
+      >"$tmp/out" 2>&1; then
+    bad "$p: compile or run: $(head -n 3 "$tmp/err" "$tmp/out")"
+  fi
+done
+# within TOL at every step, and some step differs by more than 1e-5 (16-bit storage is real)
+tol() {
+  python3 - "$tmp/one-f32.loss" "$tmp/one-$1.loss" "$2" <<'EOF'
+import sys
+f = [float(l.split()[1]) for l in open(sys.argv[1])]
+g = [float(l.split()[1]) for l in open(sys.argv[2])]
+tol = float(sys.argv[3])
+d = [abs(a - b) for a, b in zip(f, g)]
+ok = len(f) == len(g) == 200 and max(d) <= tol and max(d) > 1e-5
+if not ok:
+    print("steps %d/%d, max |loss - f32 loss| %.6g (tolerance %g)" % (len(f), len(g), max(d), tol))
+sys.exit(0 if ok else 1)
+EOF
+}
+check "bf16 within 0.05 of f32 over 200 steps" tol bf16 0.05
+check "fp16 within 0.005 of f32 over 200 steps" tol fp16 0.005
+
+# ---- (2) bitwise across S and schedules, at each precision (3 steps, launch.sh)
+for p in bf16 fp16; do
+  pipe_same "$p-s2-1f1b" "$file" 2 4 1f1b --precision "$p"
+  pipe_same "$p-s2-gpipe" "$file" 2 4 gpipe --precision "$p"
+  pipe_same "$p-s4-interleaved" "$file" 2 4 'interleaved --virtual 2' --precision "$p"
+done
+
+# ---- (3) the plan's bytes
+for p in f32 bf16; do
+  "$pipec" plan --stages 2 --microbatches 4 --precision "$p" "$file" --json "$tmp/plan-$p.json" \
+    >"$tmp/plan-$p.txt" 2>&1 || bad "plan $p: $(head -n 3 "$tmp/plan-$p.txt")"
+done
+plan_bytes() {
+  python3 - "$tmp/plan-f32.json" "$tmp/plan-bf16.json" <<'EOF'
+import json, sys
+f, h = (json.load(open(a)) for a in sys.argv[1:3])
+bad = []
+for r, (a, b) in enumerate(zip(f["rank_programs"], h["rank_programs"])):
+    a, b = a["memory"], b["memory"]
+    if b["params"] * 2 != a["params"]: bad.append("rank %d params %d vs %d" % (r, b["params"], a["params"]))
+    if b["optimizer"] * 2 != a["optimizer"] * 3: bad.append("rank %d optimizer %d vs %d" % (r, b["optimizer"], a["optimizer"]))
+    if b["grads"] != a["grads"]: bad.append("rank %d grads %d vs %d" % (r, b["grads"], a["grads"]))
+    if "conversion_area" in a or b.get("conversion_area") != 73728: bad.append("rank %d conversion area %s" % (r, b.get("conversion_area")))
+# the slots: every 16-bit buffer at 2 bytes (numbers of this plan, f32 166848 and 179904)
+slots = [[s["slot_bytes"] for s in x["memory"]["slots"]] for x in h["rank_programs"]]
+if slots != [[99264], [112256]]: bad.append("bf16 slots %s" % slots)
+fc = [c["bytes"] for c in f["channels"]]
+hc = [c["bytes"] for c in h["channels"]]
+if len(fc) != 3 or [2 * x for x in hc] != fc: bad.append("channels %s vs %s" % (hc, fc))
+print("; ".join(bad))
+sys.exit(1 if bad else 0)
+EOF
+}
+check "plan bytes at bf16 against f32" plan_bytes
+check "plan text names the conversion area" \
+  grep -q '^rank 0: params 29888 B, .*; conversion area 73728 B), total 557888 B' "$tmp/plan-bf16.txt"
+# --stats: the bytes rank 0 sends in 3 steps (its activation channel; the exchange of the tied
+# embedding's gradient stays f32)
+sent() {
+  "$pipec" compile "$file" --stages 2 --microbatches 4 --precision "$1" -o "$tmp/st-$1" >/dev/null 2>&1 &&
+    "$tmp/st-$1/launch.sh" --steps 3 --threads 1 --eval-every 0 --eval-batches 1 --stats \
+      --log-every 3 >"$tmp/st-$1.out" 2>&1
+}
+stats_half() {
+  sent f32 && sent bf16 || return 1
+  python3 - "$tmp/st-f32.out" "$tmp/st-bf16.out" <<'EOF'
+import re, sys
+def sent(path):  # per rank: the bytes sent per step in the table of the whole run
+    rows, on = {}, False
+    for line in open(path):
+        on = on or "statistics of the run" in line
+        m = re.match(r"\[rank \d\]\s+(\d)\s+(\S+\s+){5}(\S+ \S+)\s+\S+ \S+$", line)
+        if on and m: rows[int(m.group(1))] = m.group(3)
+    return rows
+# per step: 4 microbatches x 3072 (f32 6144) bytes per channel, 1 channel from rank 0, 2 from
+# rank 1, and each the tied embedding's f32 gradient (8320 bytes)
+want = ({0: "32.1 KiB", 1: "56.1 KiB"}, {0: "20.1 KiB", 1: "32.1 KiB"})
+got = (sent(sys.argv[1]), sent(sys.argv[2]))
+if got != want: print("sent per step: f32 %s, bf16 %s; want %s, %s" % (got + want))
+sys.exit(0 if got == want else 1)
+EOF
+}
+check "--stats: the bytes sent per step at bf16" stats_half
+
+# ---- (4) fp16 overflow and the loss scaler
+h=$tmp/one-fp16/bin/train
+"$h" --steps 0 "${opts[@]}" --save "$tmp/s0.st" >"$tmp/out" 2>&1 || bad "fp16 save at step 0: $(tail -n 2 "$tmp/out")"
+"$h" --steps 3 --threads 1 --eval-every 0 --eval-batches 1 --loss-scale 0x1p40 --save "$tmp/s3.st" \
+  >"$tmp/ov.out" 2>&1 || bad "fp16 overflow run: $(tail -n 2 "$tmp/ov.out")"
+check "overflow: steps 1-3 reported skipped, the scale halving" \
+  diff <(grep 'overflow' "$tmp/ov.out") <(printf '%s\n' \
+    "step 1: fp16 gradient overflow at loss scale 2^40: step skipped, loss scale 2^39" \
+    "step 2: fp16 gradient overflow at loss scale 2^39: step skipped, loss scale 2^38" \
+    "step 3: fp16 gradient overflow at loss scale 2^38: step skipped, loss scale 2^37")
+for f in st st.optim; do
+  check "overflow: $f after 3 skipped steps is step 0's, bit for bit" \
+    python3 "$root/tests/e2e/st_tool.py" same-tensors "$tmp/s0.$f" "$tmp/s3.$f"
+done
+finish
