@@ -115,3 +115,19 @@ bool pr_scaler_skip(PrScaler *s, int64_t step, double *norm2) {
   if (++s->good == s->window) s->scale *= 2, s->good = 0; // from the next step on
   return false;
 }
+
+void pr_scaler_text(const PrScaler *s, char *out) {
+  snprintf(out, PR_SCALE_TEXT, "%.17g %lld", s->scale, (long long)s->good);
+}
+
+void pr_scaler_restore(PrScaler *s, const char *text, const char *file) {
+  double scale;
+  long long good;
+  int ex, used = 0;
+  bool ok = sscanf(text, "%lf %lld%n", &scale, &good, &used) == 2 && text[used] == '\0' &&
+            frexp(scale, &ex) == 0.5 && ex >= -23 && ex <= 121 && good >= 0;
+  prCheck(ok, "resume from a checkpoint saved by an fp16 program of this version of pipec",
+          "%s: metadata 'loss_scale' is '%.40s'; expected a power of two and a count of steps",
+          file, text);
+  s->scale = scale, s->good = good;
+}

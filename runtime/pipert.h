@@ -386,7 +386,13 @@ typedef struct PrCheckpoint {
   int nvocab;          // characters in vocab
   bool recovered;      // resume: an interrupted save was completed already (by a pipeline's
                        // save rank): do not recover again
+  char *loss_scale;    // fp16 programs: the loss scaler's state as text ("SCALE GOOD", a buffer
+                       // of PR_SCALE_TEXT bytes) in the optimizer state's metadata "loss_scale":
+                       // written by a save, read by a resume ("" when the file has none); NULL:
+                       // no scaler
 } PrCheckpoint;
+
+enum { PR_SCALE_TEXT = 64 }; // bytes of PrCheckpoint.loss_scale's buffer
 
 // Stops the program unless files can be created beside path (called before training).
 void pr_checkpoint_check_writable(const char *path);
@@ -701,6 +707,10 @@ void pr_scaler_seed(const PrScaler *s);
 // At a step's end with the global squared norm of the scaled gradients: true (reported, the
 // scale halved) when it is not finite, the step to be skipped; else norm2 unscaled, false.
 bool pr_scaler_skip(PrScaler *s, int64_t step, double *norm2);
+// The state as a checkpoint keeps it ("SCALE GOOD", PR_SCALE_TEXT bytes), and back (a resume
+// continues the saved scale; a malformed text stops the program naming file).
+void pr_scaler_text(const PrScaler *s, char *out);
+void pr_scaler_restore(PrScaler *s, const char *text, const char *file);
 
 // The whole run of a generated program: arguments, regions, --gradcheck, data, resume/init, the
 // training loop with its evaluations, the save. Returns main's exit status.

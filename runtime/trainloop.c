@@ -409,7 +409,16 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
       memcpy(orefs[nopt++].shape, q->shape, sizeof q->shape);
     }
   }
-  PrCheckpoint ck = {refs, tied, n, orefs, nopt, p->vocab, p->nvocab ? *p->nvocab : 0, false};
+  static char scale_text[PR_SCALE_TEXT]; // fp16: the scaler's state in the checkpoint
+  PrCheckpoint ck = {refs,
+                     tied,
+                     n,
+                     orefs,
+                     nopt,
+                     p->vocab,
+                     p->nvocab ? *p->nvocab : 0,
+                     false,
+                     t.scaler ? scale_text : NULL};
   // The save rank's view of the file (staging for what other ranks hold) exists before training.
   PrTensorRef *srefs =
       comm && o.save && !sharded_save ? save_refs(refs, n, orefs, oparam, nopt, saver) : NULL;
@@ -425,6 +434,7 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
       ck.recovered = true;
     }
     start = sharded_load ? pr_shards_resume(load_dir, &ck) : pr_checkpoint_resume(o.resume, &ck);
+    if (t.scaler && scale_text[0]) pr_scaler_restore(t.scaler, scale_text, o.resume);
   } else if (o.init) {
     if (sharded_load)
       pr_shards_init(load_dir, &ck);
@@ -535,7 +545,8 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   }
   free(stats_prev);
   run.stats_prev = NULL;
-  if (o.trace) pr_trace_finish();  // every rank's events to the save rank, which writes the file
+  if (o.trace) pr_trace_finish(); // every rank's events to the save rank, which writes the file
+  if (t.scaler) pr_scaler_text(t.scaler, scale_text);
   if (o.save && pr_replica == 0) { // replica 0 saves (the replicas hold the same bits)
     if (dv) sync_state(p, false);
     if (sharded_save) { // each tensor in its home rank's shard

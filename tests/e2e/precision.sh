@@ -135,4 +135,52 @@ for f in st st.optim; do
   check "overflow: $f after 3 skipped steps is step 0's, bit for bit" \
     python3 "$root/tests/e2e/st_tool.py" same-tensors "$tmp/s0.$f" "$tmp/s3.$f"
 done
+# The scaler against its rule over 16 steps from 2^24 (this model overflows from about 2^22),
+# window 3: every reported skip is at the scale the rule gives (halved on a skip, doubled after 3
+# good steps), the scale doubles at least once and a doubled scale overflows again.
+sc=(--threads 1 --eval-every 0 --eval-batches 1 --loss-scale 0x1p24 --loss-scale-window 3)
+"$h" --steps 16 "${sc[@]}" --save "$tmp/w16.st" --loss-log "$tmp/w16.loss" >"$tmp/w16.out" 2>&1 ||
+  bad "fp16 window run: $(tail -n 2 "$tmp/w16.out")"
+scaler_rule() {
+  python3 - "$tmp/w16.out" <<'EOF'
+import re, sys
+skips = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"step (\d+): fp16 gradient overflow at loss scale 2\^(-?\d+): step skipped, loss scale 2\^(-?\d+)$", line)
+    if m: skips[int(m.group(1))] = (int(m.group(2)), int(m.group(3)))
+e, good, grew, regrown = 24, 0, False, False
+for step in range(1, 17):
+    if step in skips:
+        if skips[step] != (e, e - 1): sys.exit("step %d: reported %s, the rule's scale 2^%d" % (step, skips[step], e))
+        regrown |= grew
+        e, good = e - 1, 0
+    else:
+        good += 1
+        if good == 3: e, good, grew = e + 1, 0, True
+if not (1 in skips and grew and regrown): sys.exit("skips %s: no skip at step 1, no doubling, or no overflow after one" % sorted(skips))
+EOF
+}
+check "fp16 loss scaler: halves on overflow, doubles after the window" scaler_rule
+# --resume continues the scaler bit for bit (its state is in the checkpoint): 8 steps, saved,
+# resumed to 16, against the 16 straight (single file and sharded)
+for form in file dir; do
+  s=$tmp/r8-$form.st
+  [ $form = dir ] && s=$tmp/r8-dir/
+  "$h" --steps 8 "${sc[@]}" --save "$s" --loss-log "$tmp/r8-$form.a" >"$tmp/r8.out" 2>&1 &&
+    "$h" --steps 16 "${sc[@]}" --resume "$s" --save "$tmp/r16-$form.st" --loss-log "$tmp/r8-$form.b" \
+      >"$tmp/r16-$form.out" 2>&1 || bad "fp16 resume ($form): $(tail -n 2 "$tmp/r8.out" "$tmp/r16-$form.out")"
+  cat "$tmp/r8-$form.a" "$tmp/r8-$form.b" >"$tmp/r16-$form.loss"
+  same_bits "fp16 resume ($form) continues the scaler" "$tmp/w16" "$tmp/r16-$form"
+  check "fp16 resume ($form): the same skips after step 8" \
+    diff <(grep -E '^step (9|1[0-6]): fp16' "$tmp/w16.out") <(grep 'fp16 gradient' "$tmp/r16-$form.out")
+done
+
+# ---- (5) the runtime's bad uses
+b=$tmp/one-bf16/bin/train
+expect "--loss-scale on bf16" 1 "^trainloop.c:[0-9]+: rank 0: error: --loss-scale and --loss-scale-window: only an fp16 program scales its loss \(this one is bf16\)$" \
+  "$b" --steps 1 --loss-scale 1024
+expect "--loss-scale not a power of two" 2 "loss-scale: expected a power of two from 2\^-24 to 2\^120, got '1000'$" \
+  "$h" --steps 1 --loss-scale 1000
+expect "--gradcheck on bf16" 1 "^trainloop.c:[0-9]+: rank 0: error: --gradcheck needs f32 storage; this program was compiled with --precision bf16$" \
+  "$b" --gradcheck
 finish

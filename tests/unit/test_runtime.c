@@ -1348,6 +1348,77 @@ START_TEST(test_grad_norm2) {
 }
 END_TEST
 
+// --precision's conversions (half.c): exhaustive over the 16-bit formats. Every finite value
+// widens and narrows back to itself; the f32 midpoint of two neighbours rounds to the even one
+// and the f32 values either side of it to the nearer; overflow becomes inf, a NaN stays a NaN.
+static float f32_of(uint32_t x) {
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+
+static uint32_t bits_of(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  return x;
+}
+
+START_TEST(test_half_conversions) {
+  for (uint32_t h = 0; h < 0x10000; h++) {
+    uint16_t a = (uint16_t)h;
+    bool nan16 = (a & 0x7c00) == 0x7c00 && (a & 0x3ff), nanb = (a & 0x7f80) == 0x7f80 && (a & 0x7f);
+    float f = pr_f16_to_f32(a), g = pr_bf16_to_f32(a);
+    ck_assert_msg(nan16 ? isnan(f) && isnan(pr_f16_to_f32(pr_f16_from_f32(f)))
+                        : pr_f16_from_f32(f) == a,
+                  "f16 %04x", h);
+    ck_assert_msg(nanb ? isnan(g) && isnan(pr_bf16_to_f32(pr_bf16_from_f32(g)))
+                       : pr_bf16_from_f32(g) == a,
+                  "bf16 %04x", h);
+    // a and its successor b (positive finite, both formats): the midpoint and its neighbours
+    if (a >= 0x7bff) continue;
+    for (int bf = 0; bf < 2; bf++) {
+      if (bf && a >= 0x7f7f) continue;
+      float lo = bf ? g : f, hi = bf ? pr_bf16_to_f32(a + 1) : pr_f16_to_f32(a + 1);
+      float mid = (float)(((double)lo + hi) / 2); // exact: one bit more than the format's
+      uint16_t (*to)(float) = bf ? pr_bf16_from_f32 : pr_f16_from_f32;
+      uint16_t even = (a & 1) ? a + 1 : a;
+      ck_assert_msg(to(mid) == even, "%s tie above %04x: %04x", bf ? "bf16" : "f16", h, to(mid));
+      ck_assert_uint_eq(to(nextafterf(mid, 0)), a);
+      ck_assert_uint_eq(to(nextafterf(mid, INFINITY)), a + 1);
+      ck_assert_uint_eq(to(-nextafterf(mid, 0)), a | 0x8000); // and the negative side
+    }
+  }
+  // Overflow: f16 past 65520 (the midpoint above 65504), bf16 past FLT_MAX's rounding
+  ck_assert_uint_eq(pr_f16_from_f32(65519.99f), 0x7bff);
+  ck_assert_uint_eq(pr_f16_from_f32(65520.0f), 0x7c00);
+  ck_assert_uint_eq(pr_f16_from_f32(-1e30f), 0xfc00);
+  ck_assert_uint_eq(pr_f16_from_f32(INFINITY), 0x7c00);
+  ck_assert_uint_eq(pr_bf16_from_f32(f32_of(0x7f7fffff)), 0x7f80);
+  ck_assert_uint_eq(pr_bf16_from_f32(-INFINITY), 0xff80);
+  // Below the smallest f16 subnormal (2^-24): half of it ties to 0, a bit more rounds up
+  ck_assert_uint_eq(pr_f16_from_f32(0x1p-25f), 0);
+  ck_assert_uint_eq(pr_f16_from_f32(nextafterf(0x1p-25f, 1)), 1);
+  ck_assert_uint_eq(pr_f16_from_f32(-0x1p-30f), 0x8000);
+  ck_assert_uint_eq(pr_f16_from_f32(1e-45f), 0);
+  ck_assert_uint_eq(pr_bf16_from_f32(f32_of(0x00000001)), 0); // f32 subnormals round as any value
+  // Signalling NaNs stay NaNs (the truncation alone would make bf16 0x7f80 an inf)
+  ck_assert(isnan(pr_bf16_to_f32(pr_bf16_from_f32(f32_of(0x7f800001)))));
+  ck_assert(isnan(pr_f16_to_f32(pr_f16_from_f32(f32_of(0xff800001)))));
+  ck_assert_uint_eq(bits_of(pr_f16_to_f32(0x0001)), bits_of(0x1p-24f));
+  // The array forms are the scalar ones
+  float x[5] = {1.0f, -2.5f, 1e-6f, 70000.0f, 3.14159265f}, y[5];
+  uint16_t hb[5], hh[5];
+  pr_bf16_narrow(hb, x, 5);
+  pr_f16_narrow(hh, x, 5);
+  for (int i = 0; i < 5; i++)
+    ck_assert(hb[i] == pr_bf16_from_f32(x[i]) && hh[i] == pr_f16_from_f32(x[i]));
+  pr_f16_widen(y, hh, 5);
+  ck_assert(y[0] == 1.0f && y[1] == -2.5f && isinf(y[3]) && y[4] == 3.140625f);
+  pr_bf16_widen(y, hb, 5);
+  ck_assert(y[0] == 1.0f && y[1] == -2.5f && y[3] == 70144.0f && y[4] == 3.140625f);
+}
+END_TEST
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/pipert_test.XXXXXX");
   if (!mkdtemp(tmpdir)) {
@@ -1367,6 +1438,7 @@ int main(void) {
   tcase_add_test(tc, test_sgd);
   tcase_add_test(tc, test_sumsq);
   tcase_add_test(tc, test_optim_gscale);
+  tcase_add_test(tc, test_half_conversions);
   tcase_add_test(tc, test_grad_norm2);
   tcase_add_test(tc, test_tokens_text);
   tcase_add_test(tc, test_batches_null);
