@@ -3,8 +3,9 @@
 # character GPT of the pipeline tests (gpt_char_l2):
 # (1) per-step loss over 200 steps within a measured tolerance of the f32 run (bf16 0.05, fp16
 #     0.005 absolute; measured: 0.021 and 0.0016), and not equal to it (the rounding is real);
-# (2) bitwise the same across S = 1, S = 2 (1f1b, gpipe) and S = 4 (interleaved, V = 2) at each
-#     precision: loss log, saved master weights and optimizer state (same_bits);
+# (2) bitwise the same across S = 1, S = 2 (1f1b, gpipe) and S = 2, V = 2 (interleaved) at each
+#     precision: loss log, saved master weights and optimizer state (same_bits); and at the
+#     kernels' ISA levels v1 and v3 against the default (v4 here);
 # (3) the plan: parameters take exactly half the bytes, the optimizer state 3/2 (AdamW m and v
 #     plus the f32 master weights), every message between stages half (the comm dump and the
 #     plan's JSON), the slots fewer bytes (exact numbers from the plan's JSON), a conversion
@@ -62,6 +63,18 @@ for p in bf16 fp16; do
   pipe_same "$p-s2-1f1b" "$file" 2 4 1f1b --precision "$p"
   pipe_same "$p-s2-gpipe" "$file" 2 4 gpipe --precision "$p"
   pipe_same "$p-s4-interleaved" "$file" 2 4 'interleaved --virtual 2' --precision "$p"
+done
+
+# ... and at every ISA level of the kernels (the conversions are integer code; march.sh's promise)
+for p in bf16 fp16; do
+  for isa in v1 v3; do
+    PIPEC_ISA=$isa "$tmp/one-$p/bin/train" --steps 3 "${opts[@]}" --save "$tmp/isa-$p-$isa.st" \
+      --loss-log "$tmp/isa-$p-$isa.loss" >"$tmp/out" 2>&1 || bad "$p $isa: $(tail -n 2 "$tmp/out")"
+  done
+  "$tmp/one-$p/bin/train" --steps 3 "${opts[@]}" --save "$tmp/isa-$p.st" --loss-log "$tmp/isa-$p.loss" \
+    >"$tmp/out" 2>&1 || bad "$p: $(tail -n 2 "$tmp/out")"
+  same_bits "$p: PIPEC_ISA=v1 the default's bits" "$tmp/isa-$p" "$tmp/isa-$p-v1"
+  same_bits "$p: PIPEC_ISA=v3 the default's bits" "$tmp/isa-$p" "$tmp/isa-$p-v3"
 done
 
 # ---- (3) the plan's bytes
