@@ -184,8 +184,10 @@ for form in file dir; do
       >"$tmp/r16-$form.out" 2>&1 || bad "fp16 resume ($form): $(tail -n 2 "$tmp/r8.out" "$tmp/r16-$form.out")"
   cat "$tmp/r8-$form.a" "$tmp/r8-$form.b" >"$tmp/r16-$form.loss"
   same_bits "fp16 resume ($form) continues the scaler" "$tmp/w16" "$tmp/r16-$form"
-  check "fp16 resume ($form): the same skips after step 8" \
-    diff <(grep -E '^step (9|1[0-6]): fp16' "$tmp/w16.out") <(grep 'fp16 gradient' "$tmp/r16-$form.out")
+  grep -E '^step (9|1[0-6]): fp16' "$tmp/w16.out" >"$tmp/w16.skips"
+  grep 'fp16 gradient' "$tmp/r16-$form.out" >"$tmp/r16-$form.skips"
+  check "fp16 resume ($form): the same skips after step 8 (some)" \
+    eval '[ -s "$tmp/w16.skips" ] && cmp -s "$tmp/w16.skips" "$tmp/r16-$form.skips"'
 done
 
 # ---- (5) the runtime's bad uses
