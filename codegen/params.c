@@ -1,6 +1,9 @@
 // params.c: the generated program's parameter table (setup_params: P[i] for every parameter in
 // canonical order, its storage, gradient and optimizer state at the planned offsets) and its
-// fresh initialisation (init_params: one call per parameter by name, runtime/init.c).
+// fresh initialisation (init_params: one call per parameter by name, runtime/init.c). With
+// --precision a 16-bit parameter's storage (PrParam.data, what is initialised, loaded, saved and
+// updated) is its f32 master weights in the optimizer region and PrParam.half its 16-bit copy in
+// params, which the kernels read (the runtime narrows it).
 //
 // The parameters of one instance of a repeat block (those its nodes read first) form a group. A
 // run of groups whose parameters match position by position (shape, init, gradient, tying) at

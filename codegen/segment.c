@@ -12,6 +12,11 @@
 // runs exactly the calls the straight-line code would, in the same order with the same
 // arguments: the numbers cannot change. Anything else (a group that differs in one size, an
 // attribute, an absent optional input) stays straight-line. Linear in the nodes.
+//
+// --precision bf16|fp16: a 16-bit operand's hole gets its f32 copy in the conversion area
+// (CONV + offset, outputs then inputs as precision_conv_bytes lays them out); the call is
+// preceded by the widening of each 16-bit input and followed by the narrowing of each 16-bit
+// output (pr_bf16_* / pr_f16_*, runtime/half.c), in loops as in straight-line code.
 #include <stdlib.h>
 #include <string.h>
 

@@ -34,6 +34,12 @@
 // buffer is live within one action and one action runs at a time, so one copy serves every
 // microbatch and every recomputing stage of the rank; its size is the largest working set.
 //
+// --precision bf16|fp16 (precision.c): a 16-bit tensor's buffer takes 2 bytes per element (the
+// parameters' too); the optimizer state stays f32 and each 16-bit parameter's f32 master weights
+// follow its state in the optimizer region; the conversion area (the f32 copies of the 16-bit
+// operands of one kernel call, the largest call of the rank's nodes) is on top of everything in
+// the activation region, one copy for the rank.
+//
 // Every size, sum, alignment and offset is computed with checked arithmetic: a plan whose regions
 // together would exceed 2^63 - 1 bytes is an error naming the tensor (or node workspace) that
 // pushes it over, never a wrapped size.

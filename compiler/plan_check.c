@@ -17,7 +17,9 @@
 // slots hold only what it receives, loads, sends and the outputs of the F nodes that make a sent
 // tensor, the loss or a model output (a tensor the rerun reads live to where B starts); the rest,
 // and its workspaces, in the work area above the slots without overlap over the work timeline
-// (F nodes, then B nodes).
+// (F nodes, then B nodes). --precision: the 16-bit buffers take 2 bytes per element, the
+// optimizer state and master weights 4; the conversion area sits on top of the work area and
+// holds the f32 copies of every call of the rank's nodes (precision_conv_bytes).
 // O(tensors + nodes + actions) plus the sweep's O(n log n).
 #include "../ir/ops.h"
 #include "pipeline.h"

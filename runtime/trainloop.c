@@ -25,6 +25,12 @@
 // write the host mirrors of the parameter and optimizer regions, uploaded after a load and
 // downloaded before a save. The mirrors are allocated before training.
 //
+// A --precision program (PrProgram.precision) has 16-bit copies of the parameters
+// (PrParam.half), narrowed from the f32 master weights after init, load and every update
+// (half.c); an fp16 one runs the loss scaler: the seed set before each step, a step whose norm is
+// not finite skipped on every rank, the gradients unscaled through the optimizer's factor, the
+// scaler's state saved and resumed with the optimizer state's metadata.
+//
 // The runtime knows no graph: every generated function is straight-line kernel calls. Everything
 // this file allocates is allocated before the first step (no heap allocation inside a step).
 #include "checkpoint_impl.h"
