@@ -2,78 +2,33 @@
 // 16-bit formats, the narrowing of the parameters' 16-bit copies from their f32 master weights,
 // and fp16's dynamic loss scaler.
 //
-// The conversions are integer code, the same bits at every ISA level (tests/e2e/march.sh's
+// The conversions (half_impl.h) are the same bits at every ISA level (tests/e2e/march.sh's
 // promise): bf16 rounds to nearest even from f32 (a NaN stays a quiet NaN, an overflow becomes
 // inf); fp16 is IEEE binary16, round to nearest even, overflow to inf, subnormals kept, NaN
-// quiet. Widening is exact in both. The generated program calls pr_bf16_widen / pr_f16_widen on
-// every 16-bit operand of a kernel call (into the rank's conversion area) and pr_*_narrow on
-// every 16-bit result (compiler/precision.c says which tensors).
+// quiet. Widening is exact in both. The generated program calls the array forms
+// (kernels_half.c) pr_bf16_widen / pr_f16_widen on every 16-bit operand of a kernel call (into
+// the rank's conversion area) and pr_*_narrow on every 16-bit result (compiler/precision.c says
+// which tensors).
 #include <math.h>
 #include <string.h>
 
+#include "half_impl.h"
 #include "pipert.h"
 
 uint16_t pr_bf16_from_f32(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); // quiet NaN
-  return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
+  return bf16_from_f32(f);
 }
 
 float pr_bf16_to_f32(uint16_t h) {
-  uint32_t x = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &x, 4);
-  return f;
+  return bf16_to_f32(h);
 }
 
 uint16_t pr_f16_from_f32(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
-  if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu)); // NaN
-  if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); // >= 65520: rounds to inf
-  if (ax < 0x38800000u) {                                   // below 2^-14: subnormal or zero
-    if (ax <= 0x33000000u) return (uint16_t)sign;           // <= 2^-25: to zero (ties even)
-    uint32_t e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u, shift = 126 - e;
-    uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (r & 1))) r++;
-    return (uint16_t)(sign | r);
-  }
-  uint32_t r = ax - 0x38000000u, h = r >> 13, rem = r & 0x1fffu; // exponent rebiased 127 -> 15
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++;         // a carry moves the exponent
-  return (uint16_t)(sign | h);
+  return f16_from_f32(f);
 }
 
 float pr_f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
-  if (e == 0x1f)
-    x = sign | 0x7f800000u | (m << 13);
-  else if (e == 0) { // zero or subnormal: m * 2^-24, exact in f32
-    float f = (float)m * 0x1p-24f;
-    memcpy(&x, &f, 4);
-    x |= sign;
-  } else
-    x = sign | ((e + 112) << 23) | (m << 13);
-  float f;
-  memcpy(&f, &x, 4);
-  return f;
-}
-
-void pr_bf16_widen(float *dst, const uint16_t *src, int64_t n) {
-  for (int64_t i = 0; i < n; i++) dst[i] = pr_bf16_to_f32(src[i]);
-}
-
-void pr_bf16_narrow(uint16_t *dst, const float *src, int64_t n) {
-  for (int64_t i = 0; i < n; i++) dst[i] = pr_bf16_from_f32(src[i]);
-}
-
-void pr_f16_widen(float *dst, const uint16_t *src, int64_t n) {
-  for (int64_t i = 0; i < n; i++) dst[i] = pr_f16_to_f32(src[i]);
-}
-
-void pr_f16_narrow(uint16_t *dst, const float *src, int64_t n) {
-  for (int64_t i = 0; i < n; i++) dst[i] = pr_f16_from_f32(src[i]);
+  return f16_to_f32(h);
 }
 
 void pr_params_narrow(const PrProgram *p) {
