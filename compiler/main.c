@@ -328,10 +328,10 @@ static void dump_plan(Driver *dr, FILE *out) {
     return;
   }
   const TrainConfig *tc = &dr->tc;
-  fprintf(out, "memory plans of %s: batch %lld = %lld microbatch%s of %lld, %s, %d ranks\n",
+  fprintf(out, "memory plans of %s: batch %lld = %lld microbatch%s of %lld, %s%s, %d ranks\n",
           dr->graph.name, (long long)tc->batch, (long long)tc->microbatches,
           tc->microbatches == 1 ? "" : "es", (long long)tc->mb_size,
-          tc->opt == OPT_ADAMW ? "adamw" : "sgd", p->nranks);
+          tc->opt == OPT_ADAMW ? "adamw" : "sgd", precision_note(tc->precision), p->nranks);
   for (int r = 0; r < p->nranks; r++) plan_print_rank(p, r, out);
 }
 

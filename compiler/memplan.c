@@ -464,9 +464,10 @@ void plan_print(const Graph *g, const TrainConfig *tc, const Plan *p, FILE *out)
   static const char *const names[REG_COUNT] = {"params", "grads", "optimizer", "activations"};
   char b[64];
   int64_t total = 0;
-  fprintf(out, "memory plan for %s: batch %lld = %lld microbatch%s of %lld, %s\n", g->name,
+  fprintf(out, "memory plan for %s: batch %lld = %lld microbatch%s of %lld, %s%s\n", g->name,
           (long long)tc->batch, (long long)tc->microbatches, tc->microbatches == 1 ? "" : "es",
-          (long long)tc->mb_size, tc->opt == OPT_ADAMW ? "adamw" : "sgd");
+          (long long)tc->mb_size, tc->opt == OPT_ADAMW ? "adamw" : "sgd",
+          precision_note(tc->precision));
   for (int r = 0; r < REG_COUNT; r++) {
     fprintf(out, "  %-12s %s  (%lld bytes)\n", names[r], mib(b, sizeof b, p->bytes[r]),
             (long long)p->bytes[r]);

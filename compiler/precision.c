@@ -40,3 +40,7 @@ int64_t precision_conv_bytes(const Node *n, int64_t batch) {
     if (n->in[j]->half) b += precision_conv_size(n->in[j], batch);
   return b;
 }
+
+const char *precision_note(DType prec) {
+  return prec == DT_BF16 ? ", bf16 storage" : prec == DT_F16 ? ", fp16 storage" : "";
+}

@@ -60,6 +60,8 @@ void precision_mark(Graph *g, DType prec);
 int64_t precision_conv_bytes(const Node *n, int64_t batch);
 // One 16-bit tensor's f32 copy in the conversion area: its elements' bytes rounded up to 64.
 int64_t precision_conv_size(const Tensor *t, int64_t batch);
+// ", bf16 storage" / ", fp16 storage" for the plans' first lines; "" at f32.
+const char *precision_note(DType prec);
 
 // Reads the model's `training` section (defaults where absent) and applies overrides given as
 // "key=value" strings (pipec compile --set key=value). Binds the batch symbol to the microbatch.

@@ -104,6 +104,8 @@ sys.exit(1 if bad else 0)
 EOF
 }
 check "plan bytes at bf16 against f32" plan_bytes
+check "plan text names the precision" \
+  grep -qx 'memory plans of gpt_char_l2: batch 12 = 4 microbatches of 3, adamw, bf16 storage, 2 ranks' "$tmp/plan-bf16.txt"
 check "plan text names the conversion area" \
   grep -q '^rank 0: params 29888 B, .*; conversion area 73728 B), total 557888 B' "$tmp/plan-bf16.txt"
 # --stats: the bytes rank 0 sends in 3 steps (its activation channel; the exchange of the tied
