@@ -5,7 +5,8 @@
 #     0.005 absolute; measured: 0.021 and 0.0016), and not equal to it (the rounding is real);
 # (2) bitwise the same across S = 1, S = 2 (1f1b, gpipe) and S = 2, V = 2 (interleaved) at each
 #     precision: loss log, saved master weights and optimizer state (same_bits); and at the
-#     kernels' ISA levels v1 and v3 against the default (v4 here);
+#     kernels' ISA levels v1 and v3 against the default (v4 here); the checkpoints hold f32
+#     master weights (the f32 run's names, dtypes and shapes);
 # (3) the plan: parameters take exactly half the bytes, the optimizer state 3/2 (AdamW m and v
 #     plus the f32 master weights), every message between stages half (the comm dump and the
 #     plan's JSON), the slots fewer bytes (exact numbers from the plan's JSON), a conversion
@@ -75,6 +76,22 @@ for p in bf16 fp16; do
     >"$tmp/out" 2>&1 || bad "$p: $(tail -n 2 "$tmp/out")"
   same_bits "$p: PIPEC_ISA=v1 the default's bits" "$tmp/isa-$p" "$tmp/isa-$p-v1"
   same_bits "$p: PIPEC_ISA=v3 the default's bits" "$tmp/isa-$p" "$tmp/isa-$p-v3"
+done
+
+# The checkpoint holds the f32 master weights: the f32 run's names, dtypes (F32) and shapes
+"$tmp/one-f32/bin/train" --steps 3 "${opts[@]}" --save "$tmp/ck-f32.st" >"$tmp/out" 2>&1 || bad "f32 save: $(tail -n 2 "$tmp/out")"
+layout() {
+  python3 -c '
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+print(sorted((k, v["dtype"], v["shape"]) for k, v in h.items() if k != "__metadata__"))' "$1"
+}
+for p in bf16 fp16; do
+  for f in st st.optim; do
+    check "$p: the checkpoint ($f) is f32's layout" \
+      eval '[ "$(layout "$tmp/ck-f32.$f")" = "$(layout "$tmp/isa-$p.$f")" ] && grep -q F32 <(layout "$tmp/isa-$p.$f")'
+  done
 done
 
 # ---- (3) the plan's bytes
