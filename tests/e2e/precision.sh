@@ -8,12 +8,15 @@
 #     kernels' ISA levels v1 and v3 against the default (v4 here); the checkpoints hold f32
 #     master weights (the f32 run's names, dtypes and shapes);
 # (3) the plan: parameters take exactly half the bytes, the optimizer state 3/2 (AdamW m and v
-#     plus the f32 master weights), every message between stages half (the comm dump and the
-#     plan's JSON), the slots fewer bytes (exact numbers from the plan's JSON), a conversion
-#     area; --stats counts the halved bytes sent;
+#     plus the f32 master weights), every message between stages half (the plan's JSON), the
+#     slots fewer bytes (exact numbers from the plan's JSON), a conversion area, the precision
+#     in the plan's text; --stats counts the halved bytes sent;
 # (4) fp16 overflow: an initial loss scale of 2^40 overflows the first steps: each is reported,
 #     skipped (the parameters and optimizer state after them are those saved at step 0, bit for
-#     bit) and halves the scale;
+#     bit) and halves the scale; from 2^24 with --loss-scale-window 3 the reported skips follow
+#     the scaler's rule (halve on overflow, double after 3 good steps: the steps succeed, the
+#     scale grows back and overflows again); a run resumed at step 8 (single file and sharded)
+#     continues bit for bit with the same skips (the scaler's state is in the checkpoint);
 # (5) bad uses: --precision fp8 and --precision on the cuda target (usage errors, exit 2), the
 #     runtime's --loss-scale on a bf16 program, a --loss-scale that is not a power of two,
 #     --gradcheck on a 16-bit program.
