@@ -4,7 +4,8 @@
 # (1) per-step loss over 200 steps within a measured tolerance of the f32 run (bf16 0.05, fp16
 #     0.005 absolute; measured: 0.021 and 0.0016), and not equal to it (the rounding is real);
 # (2) bitwise the same across S = 1, S = 2 (1f1b, gpipe) and S = 2, V = 2 (interleaved) at each
-#     precision: loss log, saved master weights and optimizer state (same_bits); and at the
+#     precision (and with --recompute all, and --replicas 2 at zb-h1): loss log, saved master
+#     weights and optimizer state (same_bits); and at the
 #     kernels' ISA levels v1 and v3 against the default (v4 here); the checkpoints hold f32
 #     master weights (the f32 run's names, dtypes and shapes);
 # (3) the plan: parameters take exactly half the bytes, the optimizer state 3/2 (AdamW m and v
@@ -68,6 +69,9 @@ for p in bf16 fp16; do
   pipe_same "$p-s2-gpipe" "$file" 2 4 gpipe --precision "$p"
   pipe_same "$p-s4-interleaved" "$file" 2 4 'interleaved --virtual 2' --precision "$p"
 done
+# with --recompute and --replicas 2 too (against the one-stage run with the same options)
+pipe_same "bf16-s2-recompute" "$file" 2 4 1f1b --precision bf16 --recompute all
+pipe_same "fp16-s2-replicas" "$file" 2 4 zb-h1 --precision fp16 --replicas 2
 
 # ... and at every ISA level of the kernels (the conversions are integer code; march.sh's promise)
 for p in bf16 fp16; do
