@@ -5,9 +5,9 @@
 #     0.005 absolute; measured: 0.021 and 0.0016), and not equal to it (the rounding is real);
 # (2) bitwise the same across S = 1, S = 2 (1f1b, gpipe) and S = 2, V = 2 (interleaved) at each
 #     precision (and with --recompute all, and --replicas 2 at zb-h1): loss log, saved master
-#     weights and optimizer state (same_bits); and at the
-#     kernels' ISA levels v1 and v3 against the default (v4 here); the checkpoints hold f32
-#     master weights (the f32 run's names, dtypes and shapes);
+#     weights and optimizer state (same_bits); and at the kernels' ISA levels v1 and v3 against
+#     the default (v4 here); the checkpoints hold f32 master weights (the f32 run's names, dtypes
+#     and shapes);
 # (3) the plan: parameters take exactly half the bytes, the optimizer state 3/2 (AdamW m and v
 #     plus the f32 master weights), every message between stages half (the plan's JSON), the
 #     slots fewer bytes (exact numbers from the plan's JSON), a conversion area, the precision
