@@ -54,16 +54,16 @@ bool pr_scaler_skip(PrScaler *s, int64_t step, double *norm2) {
   if (!isfinite(*norm2)) { // an inf or NaN in some gradient (of any rank): skip, halve
     int was;
     frexp(s->scale, &was); // the scale is 2^(was - 1)
+    prCheck(s->scale > 0x1p-24,
+            "the model diverged (check the learning rate), or train it in bf16 or f32",
+            "step %lld: fp16: the gradients are not finite even at loss scale 2^%d (%lld steps "
+            "skipped before)",
+            (long long)step + 1, was - 1, (long long)s->skipped);
     s->scale /= 2, s->good = 0, s->skipped++;
     if (s->report)
       printf("step %lld: fp16 gradient overflow at loss scale 2^%d: step skipped, loss scale "
              "2^%d\n",
              (long long)step + 1, was - 1, was - 2);
-    prCheck(s->scale >= 0x1p-24,
-            "the model diverged (check the learning rate), or train it in bf16 or f32",
-            "step %lld: fp16: the gradients are not finite even at loss scale 2^%d (%lld steps "
-            "skipped)",
-            (long long)step + 1, was - 1, (long long)s->skipped);
     return true;
   }
   *norm2 *= s->inv * s->inv;                              // exact: a power of two

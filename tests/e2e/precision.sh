@@ -20,7 +20,8 @@
 #     continues bit for bit with the same skips (the scaler's state is in the checkpoint);
 # (5) bad uses: --precision fp8 and --precision on the cuda target (usage errors, exit 2), the
 #     runtime's --loss-scale on a bf16 program, a --loss-scale that is not a power of two,
-#     --gradcheck on a 16-bit program.
+#     --gradcheck on a 16-bit program, fp16 gradients that overflow at the smallest scale (a
+#     diverged run: --lr 1e30).
 #
 # Usage: precision.sh PIPEC ROOT
 pipec=$1
@@ -222,6 +223,8 @@ expect "--loss-scale on bf16" 1 "^trainloop.c:[0-9]+: rank 0: error: --loss-scal
   "$b" --steps 1 --loss-scale 1024
 expect "--loss-scale not a power of two" 2 "loss-scale: expected a power of two from 2\^-24 to 2\^120, got '1000'$" \
   "$h" --steps 1 --loss-scale 1000
+expect "fp16: not finite at the smallest scale" 1 "^half.c:[0-9]+: rank 0: error: step 6: fp16: the gradients are not finite even at loss scale 2\^-24 \(4 steps skipped before\)$" \
+  "$h" --steps 20 --threads 1 --eval-every 0 --eval-batches 1 --loss-scale 0x1p-20 --lr 1e30
 expect "--gradcheck on bf16" 1 "^trainloop.c:[0-9]+: rank 0: error: --gradcheck needs f32 storage; this program was compiled with --precision bf16$" \
   "$b" --gradcheck
 finish
