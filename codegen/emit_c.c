@@ -141,10 +141,10 @@ static void emit_tensors(E *e) {
     const Tensor *t = g->tensors[i];
     if (e->p->offset[i] < 0 || !e->used[i]) continue; // only what straight-line code names
     char sh[256];
-    out(e, "#define %s ((%s *)(%s + %lld%s)) // %s %s%s\n", e->ident[i], ctype(t->dtype),
-        region_ptr[e->p->region[i]], (long long)e->p->offset[i], slot_term(e, slot_stage(e, i)),
-        comment(e, t->name), dtype_name(t->dtype),
-        comment(e, shape_str(sh, sizeof sh, &t->shape, g->batch_sym)));
+    out(e, "#define %s ((%s *)(%s + %lld%s)) // %s %s%s\n", e->ident[i],
+        t->half ? "uint16_t" : ctype(t->dtype), region_ptr[e->p->region[i]],
+        (long long)e->p->offset[i], slot_term(e, slot_stage(e, i)), comment(e, t->name),
+        dtype_name(t->dtype), comment(e, shape_str(sh, sizeof sh, &t->shape, g->batch_sym)));
   }
   out(e, "\n");
 }
@@ -533,6 +533,10 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
   for (int r = 0; r < REG_COUNT; r++)
     out(e, "#define %s_BYTES %lldLL\n", rn[r], (long long)p->bytes[r]);
   out(e, "static char *params, *grads, *optst, *acts;\n\n");
+  if (p->conv_bytes > 0) // --precision: each call's f32 copies of its 16-bit operands
+    out(e,
+        "#define CONV ((float *)(acts + %lldLL)) // conversion area, %lld bytes (--precision)\n\n",
+        (long long)p->conv_base, (long long)p->conv_bytes);
   char *plan_text = NULL;
   size_t plan_len = 0;
   FILE *pf = open_memstream(&plan_text, &plan_len);
@@ -640,6 +644,17 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
   }
   if (e->multi) out(e, "    .comm = &comm,\n");
   if (e->cuda) out(e, "    .device = &pr_device_cuda,\n    .device_scratch = scratch_bytes,\n");
+  if (tc->precision != DT_F32) { // 16-bit storage; fp16: the loss seed the scaler sets
+    out(e, "    .precision = %s,\n", tc->precision == DT_F16 ? "PR_FP16" : "PR_BF16");
+    const Tensor *seed = NULL;
+    for (int i = 0; i < g->ntensors; i++) {
+      const Tensor *t = g->tensors[i];
+      if (t->kind == T_CONST && t->grad_of == g->loss && p->offset[i] >= 0) seed = t;
+    }
+    if (tc->precision == DT_F16)
+      out(e, "    .seed_offset = %lld,\n    .seed_value = %s,\n",
+          seed ? (long long)p->offset[seed->id] : -1LL, flit(e, seed ? seed->const_value : 0));
+  }
   out(e, "};\n\n");
   out(e, "int main(int argc, char **argv) {\n  return pr_main(&program, argc, argv);\n}\n");
   bool ok = fclose(e->f) == 0;

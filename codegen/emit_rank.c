@@ -129,7 +129,7 @@ static RepBuckets rep_buckets(E *e) {
 }
 
 static int64_t bytes_of(const E *e, const Tensor *t) {
-  return shape_numel(&t->shape, e->tc->mb_size) * dtype_size(t->dtype);
+  return shape_numel(&t->shape, e->tc->mb_size) * tensor_elem_size(t);
 }
 
 static int rank_of(const E *e, int v) {

@@ -1,6 +1,9 @@
 // params.c: the generated program's parameter table (setup_params: P[i] for every parameter in
 // canonical order, its storage, gradient and optimizer state at the planned offsets) and its
-// fresh initialisation (init_params: one call per parameter by name, runtime/init.c).
+// fresh initialisation (init_params: one call per parameter by name, runtime/init.c). With
+// --precision a 16-bit parameter's storage (PrParam.data, what is initialised, loaded, saved and
+// updated) is its f32 master weights in the optimizer region and PrParam.half its 16-bit copy in
+// params, which the kernels read (the runtime narrows it).
 //
 // The parameters of one instance of a repeat block (those its nodes read first) form a group. A
 // run of groups whose parameters match position by position (shape, init, gradient, tying) at
@@ -17,8 +20,11 @@ static int64_t numel(const E *e, const Tensor *t) {
 }
 
 // Offsets of a parameter's storage, gradient and optimizer state (-1: none), from the plan.
+// --precision (a 16-bit owner): data is its f32 master weights in the optimizer state, half its
+// 16-bit copy in params (the kernels read it; -1 otherwise).
 typedef struct Slots {
-  int64_t data, grad, m, v; // in params, grads, optimizer state, optimizer state
+  int64_t data, grad, m, v; // in params (optimizer state: 16-bit), grads, optimizer state (both)
+  int64_t half;             // in params: the 16-bit copy (-1: none)
 } Slots;
 
 // The parameter's home: the lowest rank whose plan holds its owner (it counts the parameter in
@@ -32,7 +38,8 @@ static int home(const E *e, const Tensor *t) {
 
 static Slots slots(const E *e, const Tensor *t) {
   const Tensor *o = t->tied_to ? t->tied_to : t;
-  Slots s = {e->p->offset[o->id], -1, -1, -1};
+  Slots s = {e->p->offset[o->id], -1, -1, -1, -1};
+  if (o->half && s.data >= 0) s.half = s.data, s.data = e->p->master_offset[o->id];
   if (t->tied_to || !o->grad) return s;
   s.grad = e->p->offset[o->grad->id];
   s.m = e->p->opt_offsets[o->id * PLAN_OPT_SLOTS + 0]; // the plan's, never recomputed here
@@ -109,7 +116,8 @@ static int loop_length(E *e, PGroup *g, int n) {
            s.data == s0.data + j * (s1.data - s0.data) &&
            (s.grad < 0 || s.grad == s0.grad + j * (s1.grad - s0.grad)) &&
            (s.m < 0 || s.m == s0.m + j * (s1.m - s0.m)) &&
-           (s.v < 0 || s.v == s0.v + j * (s1.v - s0.v));
+           (s.v < 0 || s.v == s0.v + j * (s1.v - s0.v)) &&
+           (s.half < 0 || s.half == s0.half + j * (s1.half - s0.half));
     }
     if (!ok) break;
   }
@@ -137,24 +145,30 @@ static PGroup *param_groups(E *e, int *ngroups) {
   return g;
 }
 
-static const char *ptr(E *e, const char *region, int64_t off, int64_t stride) {
+static const char *tptr(E *e, const char *type, const char *region, int64_t off, int64_t stride) {
   if (off < 0) return "NULL";
-  if (!stride) return arena_printf(e->a, "(float *)(%s + %lld)", region, (long long)off);
-  return arena_printf(e->a, "(float *)(%s + %lld %s l * %lld)", region, (long long)off,
+  if (!stride) return arena_printf(e->a, "(%s *)(%s + %lld)", type, region, (long long)off);
+  return arena_printf(e->a, "(%s *)(%s + %lld %s l * %lld)", type, region, (long long)off,
                       stride < 0 ? "-" : "+", (long long)(stride < 0 ? -stride : stride));
+}
+
+static const char *ptr(E *e, const char *region, int64_t off, int64_t stride) {
+  return tptr(e, "float", region, off, stride);
 }
 
 // P[index] = {...}: name (an expression), pointers (offsets with their per-instance strides).
 static void print_entry(E *e, const char *indent, const char *index, const char *name,
                         const Tensor *t, Slots s, Slots stride) {
   out(e, "%sP[%s] = (PrParam){%s, %s, %s, %s, %s, ", indent, index, name,
-      ptr(e, "params", s.data, stride.data), ptr(e, "grads", s.grad, stride.grad),
-      ptr(e, "optst", s.m, stride.m), ptr(e, "optst", s.v, stride.v));
+      ptr(e, s.half >= 0 ? "optst" : "params", s.data, stride.data),
+      ptr(e, "grads", s.grad, stride.grad), ptr(e, "optst", s.m, stride.m),
+      ptr(e, "optst", s.v, stride.v));
   out(e, "%lld, %d, {", (long long)numel(e, t), t->shape.rank);
   for (int k = 0; k < t->shape.rank; k++)
     out(e, "%s%lld", k ? ", " : "", (long long)t->shape.d[k].n);
-  out(e, "}, %s, %s, %d};\n", t->tied_to ? "true" : "false", t->shape.rank >= 2 ? "true" : "false",
-      home(e, t));
+  out(e, "}, %s, %s, %d, %s};\n", t->tied_to ? "true" : "false",
+      t->shape.rank >= 2 ? "true" : "false", home(e, t),
+      tptr(e, "uint16_t", "params", s.half, stride.half));
 }
 
 // One fresh-initialisation call (tied parameters share their owner's values: none).
@@ -190,7 +204,9 @@ void emit_params(E *e) {
   PGroup *g = param_groups(e, &ng);
   out(e,
       "// ---- Parameters in canonical order: name, storage, gradient, optimizer state, elements,\n"
-      "// shape, tied, weight decay, home rank (PrParam; storage NULL: not held by this rank)\n");
+      "// shape, tied, weight decay, home rank, 16-bit copy (PrParam; storage NULL: not held by "
+      "this\n"
+      "// rank; --precision: storage is the f32 master weights, the copy what the kernels read)\n");
   out(e, "#define NPARAMS %d\nstatic PrParam P[NPARAMS];\n\n", G->nparams);
   out(e, "static void setup_params(void) {\n");
   for (int i = 0; i < ng; i += g[i].count) {
@@ -198,7 +214,7 @@ void emit_params(E *e) {
       for (int q = 0; q < g[i].len; q++) {
         const Tensor *t = G->params[g[i].start + q];
         print_entry(e, "  ", arena_printf(e->a, "%d", g[i].start + q), cstring(e, t->name), t,
-                    slots(e, t), (Slots){0, 0, 0, 0});
+                    slots(e, t), (Slots){0, 0, 0, 0, 0});
       }
       continue;
     }
@@ -217,7 +233,8 @@ void emit_params(E *e) {
     for (int q = 0; q < len; q++) {
       const Tensor *t0 = G->params[g[i].start + q], *t1 = G->params[g[i + 1].start + q];
       Slots s0 = slots(e, t0), s1 = slots(e, t1);
-      Slots st = {s1.data - s0.data, s1.grad - s0.grad, s1.m - s0.m, s1.v - s0.v};
+      Slots st = {s1.data - s0.data, s1.grad - s0.grad, s1.m - s0.m, s1.v - s0.v,
+                  s1.half - s0.half};
       const char *nm = arena_printf(e->a, "names%d[l][%d]", i, q);
       out(e, "    snprintf(%s, sizeof %s, %s, %s);\n", nm, nm, cstring(e, g[i].fmt[q]),
           g[i].inst ? arena_printf(e->a, "%d + l", g[i].inst) : "l");

@@ -12,6 +12,11 @@
 // runs exactly the calls the straight-line code would, in the same order with the same
 // arguments: the numbers cannot change. Anything else (a group that differs in one size, an
 // attribute, an absent optional input) stays straight-line. Linear in the nodes.
+//
+// --precision bf16|fp16: a 16-bit operand's hole gets its f32 copy in the conversion area
+// (CONV + offset, outputs then inputs as precision_conv_bytes lays them out); the call is
+// preceded by the widening of each 16-bit input and followed by the narrowing of each 16-bit
+// output (pr_bf16_* / pr_f16_*, runtime/half.c), in loops as in straight-line code.
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +31,9 @@ typedef struct Arg {
   const char *ctype; // element type ("float", "int32_t"); NULL: a workspace (void *)
   const Tensor *t;   // the tensor (NULL: workspace)
   int sv;            // the stage whose slots hold it (its address adds slot * STRIDE_sv); -1 none
+  bool out;          // an output of the call
+  int64_t conv;      // --precision, a 16-bit tensor: byte offset of its f32 copy in the
+                     // conversion area (CONV), which the kernel gets instead (-1: none)
 } Arg;
 
 typedef struct Call {
@@ -33,6 +41,7 @@ typedef struct Call {
   const char *text; // the call without its pointers: each pointer argument is HOLE
   Arg *args;        // the holes in order
   int nargs;        // count
+  bool acc;         // the call accumulates into its outputs (its acc argument is not "0")
 } Call;
 
 static void hole(FILE *f, Call *c, Arg a) {
@@ -41,7 +50,19 @@ static void hole(FILE *f, Call *c, Arg a) {
 }
 
 static Arg tensor_arg(const E *e, const Tensor *t) {
-  return (Arg){e->p->region[t->id], e->p->offset[t->id], ctype(t->dtype), t, slot_stage(e, t->id)};
+  return (Arg){e->p->region[t->id],
+               e->p->offset[t->id],
+               t->half ? "uint16_t" : ctype(t->dtype),
+               t,
+               slot_stage(e, t->id),
+               false,
+               -1};
+}
+
+static Arg out_arg(const E *e, const Tensor *t) {
+  Arg a = tensor_arg(e, t);
+  a.out = true;
+  return a;
 }
 
 // One kernel call: outputs, inputs (absent optional ones as NULL), workspace, scalars, acc.
@@ -65,13 +86,13 @@ static void render(E *e, const Node *n, const char *acc, Call *c) {
       fprintf(f, "%s(float *const[]){", SEP());
     for (int k = 0; k < n->nout; k++) {
       fputs(k ? ", " : "", f);
-      hole(f, c, tensor_arg(e, n->out[k]));
+      hole(f, c, out_arg(e, n->out[k]));
     }
     fputs(e->cuda ? "}}" : "}", f);
   } else {
     for (int k = 0; k < n->nout; k++) {
       fputs(SEP(), f);
-      hole(f, c, tensor_arg(e, n->out[k]));
+      hole(f, c, out_arg(e, n->out[k]));
     }
   }
   if (op->max_in < 0) {
@@ -95,7 +116,7 @@ static void render(E *e, const Node *n, const char *acc, Call *c) {
   }
   if (op->workspace) {
     fprintf(f, "%s(void *)", SEP());
-    hole(f, c, (Arg){REG_ACTS, e->p->ws_offset[n->id], NULL, NULL, ws_slot_stage(e, n)});
+    hole(f, c, (Arg){REG_ACTS, e->p->ws_offset[n->id], NULL, NULL, ws_slot_stage(e, n), false, -1});
   }
   KArgs ka = {.n = 0};
   op->kargs(n, e->tc->mb_size, e->a, &ka);
@@ -128,25 +149,67 @@ static void render(E *e, const Node *n, const char *acc, Call *c) {
   fclose(f);
   c->text = arena_strdup(e->a, buf);
   free(buf);
+  c->acc = op->acc && strcmp(acc, "0") != 0;
+  // --precision: each 16-bit operand's f32 copy, outputs then inputs (precision_conv_bytes).
+  int64_t conv = 0;
+  for (int k = 0; k < c->nargs; k++) {
+    Arg *a = &c->args[k];
+    if (!a->t || !a->t->half) continue;
+    a->conv = conv;
+    conv += precision_conv_size(a->t, e->tc->mb_size);
+  }
 }
 
-static void print_straight(E *e, const Call *c) {
-  out(e, "  ");
+// --precision: the conversions around call c whose holes' pointers are ptr[]: before it, each
+// 16-bit input (and output it accumulates into) widened into its f32 copy; after it (after
+// false), each 16-bit output narrowed back from its copy.
+static void print_conversions(E *e, const Call *c, const char *const *ptr, bool after,
+                              const char *indent) {
+  const char *fmt = e->tc->precision == DT_F16 ? "pr_f16" : "pr_bf16";
+  for (int k = 0; k < c->nargs; k++) {
+    const Arg *a = &c->args[k];
+    if (a->conv < 0) continue;
+    long long n = (long long)shape_numel(&a->t->shape, e->tc->mb_size), at = (long long)a->conv / 4;
+    if (!after && (!a->out || c->acc))
+      out(e, "%s%s_widen(CONV + %lld, %s, %lld);\n", indent, fmt, at, ptr[k], n);
+    if (after && a->out)
+      out(e, "%s%s_narrow(%s, CONV + %lld, %lld);\n", indent, fmt, ptr[k], at, n);
+  }
+}
+
+// The call's text with its holes filled: ptr[k] for hole k, or its f32 copy (CONV + offset).
+static void print_call(E *e, const Call *c, const char *const *ptr) {
   int k = 0;
   for (const char *s = c->text; *s; s++) {
     if (*s != HOLE) {
       fputc(*s, e->f);
       continue;
     }
-    const Arg *a = &c->args[k++];
-    if (a->t)
-      out(e, "%s", tid(e, a->t));
-    else if (e->cuda) // the device workspace (emit_cuda.c)
-      out(e, "cu_ws");
+    const Arg *a = &c->args[k];
+    if (a->conv >= 0)
+      out(e, "(CONV + %lld)", (long long)a->conv / 4);
     else
-      out(e, "(acts + %lld%s)", (long long)a->off, slot_term(e, a->sv));
+      out(e, "%s", ptr[k]);
+    k++;
   }
   out(e, " // %s\n", comment(e, c->n->name));
+}
+
+static void print_straight(E *e, const Call *c) {
+  const char **ptr = ARENA_ARRAY(e->a, const char *, c->nargs + 1);
+  for (int k = 0; k < c->nargs; k++) {
+    const Arg *a = &c->args[k];
+    if (a->t)
+      ptr[k] = tid(e, a->t);
+    else if (e->cuda) // the device workspace (emit_cuda.c)
+      ptr[k] = "cu_ws";
+    else
+      ptr[k] = arena_printf(e->a, "(acts + %lld%s)", (long long)a->off, slot_term(e, a->sv));
+  }
+  print_conversions(e, c, ptr, false, "  ");
+  out(e, "  ");
+  print_call(e, c, ptr);
+  print_conversions(e, c, ptr, true, "  ");
 }
 
 // The repeat block and instance a node belongs to (*blk NULL: none).
@@ -227,14 +290,9 @@ static void print_loop(E *e, const Call *c, const Group *g, int count) {
   out(e, "  for (int l = 0; l < %d; l++) {\n", count);
   for (int i = 0, col = 0; i < g0->len; i++) {
     const Call *c0 = &c[g0->start + i];
-    out(e, "    ");
-    int k = 0;
-    for (const char *s = c0->text; *s; s++) {
-      if (*s != HOLE) {
-        fputc(*s, e->f);
-        continue;
-      }
-      const Arg *a = &c0->args[k++];
+    const char **ptr = ARENA_ARRAY(e->a, const char *, c0->nargs + 1);
+    for (int k = 0; k < c0->nargs; k++) {
+      const Arg *a = &c0->args[k];
       const char *off;
       if (tab[col] >= 0)
         off = arena_printf(e->a, "off%d[%d][l]", id, tab[col]);
@@ -247,13 +305,17 @@ static void print_loop(E *e, const Call *c, const Group *g, int count) {
                            (long long)(stride[col] < 0 ? -stride[col] : stride[col]));
       col++;
       if (!a->ctype && e->cuda)
-        out(e, "cu_ws");
+        ptr[k] = "cu_ws";
       else if (a->ctype)
-        out(e, "(%s *)(%s + %s%s)", a->ctype, region_ptr[a->r], off, slot_term(e, a->sv));
+        ptr[k] = arena_printf(e->a, "(%s *)(%s + %s%s)", a->ctype, region_ptr[a->r], off,
+                              slot_term(e, a->sv));
       else
-        out(e, "(%s + %s%s)", region_ptr[a->r], off, slot_term(e, a->sv));
+        ptr[k] = arena_printf(e->a, "(%s + %s%s)", region_ptr[a->r], off, slot_term(e, a->sv));
     }
-    out(e, " // %s\n", comment(e, c0->n->name));
+    print_conversions(e, c0, ptr, false, "    ");
+    out(e, "    ");
+    print_call(e, c0, ptr);
+    print_conversions(e, c0, ptr, true, "    ");
   }
   out(e, "  }\n");
 }

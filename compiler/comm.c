@@ -27,7 +27,7 @@ static const Tensor *owner(const Tensor *t) {
 }
 
 static int64_t channel_bytes(const Program *p, const Tensor *t) {
-  return shape_numel(&t->shape, p->tc->mb_size) * (int64_t)dtype_size(t->dtype);
+  return shape_numel(&t->shape, p->tc->mb_size) * (int64_t)tensor_elem_size(t);
 }
 
 // The exchange groups: per owner parameter, the stages of its forward uses in use order.
@@ -85,6 +85,7 @@ static bool rewire(Graph *g, Program *p, Channel *ch, Diag *d) {
   }
   Tensor *r = graph_add_tensor(g, name, T_RECV);
   r->dtype = t->dtype;
+  r->half = t->half; // a 16-bit message lands in a 16-bit buffer
   r->shape = t->shape;
   r->loc = t->loc;
   r->path = t->path;

@@ -48,6 +48,7 @@ enum { OPT_TOPOLOGY = 320 }; // --topology (its own line: other options extend t
 enum { OPT_TRACE = 400, OPT_TRACE_STEP }; // plan --trace FILE [--trace-step N] (trace_in.c)
 enum { OPT_RECOMPUTE = 480 };             // --recompute all|none|STAGES (compiler/recompute.c)
 enum { OPT_REPLICAS = 500 };              // --replicas D (stage replication, docs/pipeline.md)
+enum { OPT_PRECISION = 520 };             // --precision f32|bf16|fp16 (compiler/precision.c)
 
 typedef struct Driver {
   const char *command;    // check, print, ...
@@ -87,6 +88,7 @@ typedef struct Driver {
   const char *rep_list;   // --replicas D0,D1,..: per-stage counts as given (NULL: one count)
   int *rep_counts;        // those counts, one per stage (PipeDream's uneven form)
   int nrep_counts;        // count
+  DType precision;        // --precision: DT_F32 (default), DT_BF16, DT_F16 (precision.c)
   bool virt_given;        // --virtual was on the command line (zb-v implies V = 2 without it)
   SchedStats stats;       // S > 1: the lock-step simulation's prediction (schedule's checker)
   const char *svg;        // plan --svg FILE: the schedule's picture (compiler/plan_out.c) or NULL
@@ -179,6 +181,8 @@ static bool run_autodiff(Driver *dr) {
   }
   if (!pass_autodiff(&dr->graph, (int)tc->microbatches, &dr->diag)) return false;
   tc->microbatches /= D, tc->batch /= D;
+  tc->precision = dr->precision; // the tensors stored in 16 bits, before anything is planned
+  precision_mark(&dr->graph, dr->precision);
   return true;
 }
 
@@ -370,10 +374,10 @@ static void dump_plan(Driver *dr, FILE *out) {
     return;
   }
   const TrainConfig *tc = &dr->tc;
-  fprintf(out, "memory plans of %s: batch %lld = %lld microbatch%s of %lld, %s, %d ranks\n",
+  fprintf(out, "memory plans of %s: batch %lld = %lld microbatch%s of %lld, %s%s, %d ranks\n",
           dr->graph.name, (long long)tc->batch, (long long)tc->microbatches,
           tc->microbatches == 1 ? "" : "es", (long long)tc->mb_size,
-          tc->opt == OPT_ADAMW ? "adamw" : "sgd", p->nranks);
+          tc->opt == OPT_ADAMW ? "adamw" : "sgd", precision_note(tc->precision), p->nranks);
   for (int r = 0; r < p->nranks; r++) plan_print_rank(p, r, out);
 }
 
@@ -527,6 +531,9 @@ static void usage(FILE *f) {
       "      --replicas D         each stage on D replicas (hybrid data parallel): S x D ranks,\n"
       "                           replica d takes microbatches d*M/D .. (d+1)*M/D-1 (cpu);\n"
       "                           D,D,.. (one count per stage): only equal counts for now\n"
+      "      --precision P        f32 (default), bf16 or fp16: parameters, activations and\n"
+      "                           messages stored in 16 bits, computed in f32, f32 master\n"
+      "                           weights; fp16 with dynamic loss scaling (cpu; docs/training.md)\n"
       "      --schedule X         pipeline schedule: gpipe, 1f1b (default), interleaved, zb-h1,\n"
       "                           zb-v (two stages per rank in a V), or FILE.csv: a custom one,\n"
       "                           one row of compute actions (0F0, 0B0, 1I0, 1W0) per rank,\n"
@@ -1086,6 +1093,7 @@ int main(int argc, char **argv) {
       {"march", required_argument, NULL, 'A'}, // --march=native
       {"stages", required_argument, NULL, 'N'},
       {"replicas", required_argument, NULL, OPT_REPLICAS},
+      {"precision", required_argument, NULL, OPT_PRECISION},
       {"split", required_argument, NULL, 'X'},
       {"flops-rate", required_argument, NULL, 'F'},
       {"bandwidth", required_argument, NULL, 'W'},
@@ -1228,6 +1236,17 @@ int main(int argc, char **argv) {
       dr.po.stages = (int)v;
       break;
     }
+    case OPT_PRECISION:
+      if (strcmp(optarg, "f32") == 0)
+        dr.precision = DT_F32;
+      else if (strcmp(optarg, "bf16") == 0)
+        dr.precision = DT_BF16;
+      else if (strcmp(optarg, "fp16") == 0)
+        dr.precision = DT_F16;
+      else
+        RETURN(usage_error("--precision: unknown precision '%s' (expected f32, bf16 or fp16)",
+                           optarg));
+      break;
     case OPT_REPLICAS: {
       int64_t v;
       if (strchr(optarg, ',')) { // per-stage counts: checked against S and M in run_autodiff
@@ -1352,6 +1371,10 @@ int main(int argc, char **argv) {
     rc = usage_error("'%s' needs a model file", dr.command);
   else if (strcmp(dr.target, "cpu") != 0 && strcmp(dr.target, "cuda") != 0)
     rc = usage_error("--target: unknown target '%s' (available: cpu, cuda)", dr.target);
+  else if (dr.precision != DT_F32 && strcmp(dr.target, "cpu") != 0)
+    rc = usage_error("--precision %s: 16-bit training runs the cpu target only (not built yet "
+                     "for --target %s)",
+                     dr.precision == DT_BF16 ? "bf16" : "fp16", dr.target);
   else if (codegen_target_missing(dr.target))
     rc = usage_error("--target cuda: %s", codegen_target_missing(dr.target));
   else if (dr.cuda_arch && strcmp(dr.target, "cuda") != 0)

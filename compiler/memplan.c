@@ -38,6 +38,12 @@
 // buffer is live within one action and one action runs at a time, so one copy serves every
 // microbatch and every recomputing stage of the rank; its size is the largest working set.
 //
+// --precision bf16|fp16 (precision.c): a 16-bit tensor's buffer takes 2 bytes per element (the
+// parameters' too); the optimizer state stays f32 and each 16-bit parameter's f32 master weights
+// follow its state in the optimizer region; the conversion area (the f32 copies of the 16-bit
+// operands of one kernel call, the largest call of the rank's nodes) is on top of everything in
+// the activation region, one copy for the rank.
+//
 // Every size, sum, alignment and offset is computed with checked arithmetic: a plan whose regions
 // together would exceed 2^63 - 1 bytes is an error naming the tensor (or node workspace) that
 // pushes it over, never a wrapped size.
@@ -77,7 +83,7 @@ static bool too_big(Diag *d, const Graph *g, const Tensor *t, const char *region
 // element count is not known to fit.
 static int64_t tensor_bytes(const Tensor *t, int64_t batch) {
   int64_t n = shape_numel(&t->shape, batch), bytes;
-  if (n < 0 || __builtin_mul_overflow(n, (int64_t)dtype_size(t->dtype), &bytes)) return -1;
+  if (n < 0 || __builtin_mul_overflow(n, (int64_t)tensor_elem_size(t), &bytes)) return -1;
   return bytes;
 }
 
@@ -238,7 +244,8 @@ static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
   p->slot_stride = ARENA_ARRAY(a, int64_t, prog->nv + 1);
   p->slots = ARENA_ARRAY(a, int, prog->nv + 1);
   p->opt_slots = tc->opt == OPT_ADAMW ? 2 : 1;
-  for (int i = 0; i < g->ntensors; i++) p->offset[i] = p->opt_offset[i] = -1;
+  p->master_offset = ARENA_ARRAY(a, int64_t, g->ntensors);
+  for (int i = 0; i < g->ntensors; i++) p->offset[i] = p->opt_offset[i] = p->master_offset[i] = -1;
   for (int i = 0; i < g->ntensors * PLAN_OPT_SLOTS; i++) p->opt_offsets[i] = -1;
   for (int i = 0; i < g->nnodes; i++) p->ws_offset[i] = -1;
   p->vstage = ARENA_ARRAY(a, int, g->ntensors);
@@ -275,11 +282,14 @@ static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
   for (int i = 0; i < g->nparams; i++) {
     Tensor *t = g->params[i];
     if (t->tied_to || !holds[t->id]) continue;
-    int64_t sz = align_up(tensor_bytes(t, B)), opt;
+    // --precision: the region holds the 16-bit copy; the optimizer state and the f32 master
+    // weights (after the state) take 4 bytes per element.
+    int64_t sz = align_up(shape_numel(&t->shape, B) * dtype_size(t->dtype)), opt;
     p->region[t->id] = REG_PARAMS;
     p->cls[t->id] = BUF_PARAM;
     p->offset[t->id] = p->bytes[REG_PARAMS];
-    if (!grow(&total, &p->bytes[REG_PARAMS], sz)) return too_big(d, g, t, "params");
+    if (!grow(&total, &p->bytes[REG_PARAMS], align_up(tensor_bytes(t, B))))
+      return too_big(d, g, t, "params");
     if (t->grad) {
       p->opt_offset[t->id] = p->bytes[REG_OPT];
       for (int k = 0; k < p->opt_slots; k++)
@@ -287,6 +297,10 @@ static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
       if (__builtin_mul_overflow((int64_t)p->opt_slots, sz, &opt) ||
           !grow(&total, &p->bytes[REG_OPT], opt))
         return too_big(d, g, t, "optimizer");
+    }
+    if (t->half) {
+      p->master_offset[t->id] = p->bytes[REG_OPT];
+      if (!grow(&total, &p->bytes[REG_OPT], sz)) return too_big(d, g, t, "optimizer");
     }
   }
   for (int i = 0; i < g->nparams; i++) {
@@ -461,6 +475,18 @@ static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
   }
   if (!grow(&total, &p->bytes[REG_ACTS], work_max))
     return too_big(d, g, g->tensors[work[0].key < g->ntensors ? work[0].key : 0], "activations");
+  // --precision: the conversion area at the top, one copy for the rank (one call at a time):
+  // the largest set of f32 copies one of its nodes' kernel calls works on.
+  int64_t conv = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    int v = prog->vstage_of_node[i];
+    if (prog->nranks > 1 && !on_rank(prog, r, v)) continue;
+    int64_t c = precision_conv_bytes(g->nodes[i], B);
+    if (c > conv) conv = c;
+  }
+  p->conv_base = p->bytes[REG_ACTS];
+  p->conv_bytes = conv;
+  if (!grow(&total, &p->bytes[REG_ACTS], conv)) return too_big(d, g, g->tensors[0], "activations");
   return true;
 }
 
@@ -479,9 +505,10 @@ void plan_print(const Graph *g, const TrainConfig *tc, const Plan *p, FILE *out)
   static const char *const names[REG_COUNT] = {"params", "grads", "optimizer", "activations"};
   char b[64];
   int64_t total = 0;
-  fprintf(out, "memory plan for %s: batch %lld = %lld microbatch%s of %lld, %s\n", g->name,
+  fprintf(out, "memory plan for %s: batch %lld = %lld microbatch%s of %lld, %s%s\n", g->name,
           (long long)tc->batch, (long long)tc->microbatches, tc->microbatches == 1 ? "" : "es",
-          (long long)tc->mb_size, tc->opt == OPT_ADAMW ? "adamw" : "sgd");
+          (long long)tc->mb_size, tc->opt == OPT_ADAMW ? "adamw" : "sgd",
+          precision_note(tc->precision));
   for (int r = 0; r < REG_COUNT; r++) {
     fprintf(out, "  %-12s %s  (%lld bytes)\n", names[r], mib(b, sizeof b, p->bytes[r]),
             (long long)p->bytes[r]);
@@ -490,6 +517,10 @@ void plan_print(const Graph *g, const TrainConfig *tc, const Plan *p, FILE *out)
   if (p->work_bytes > 0) // --recompute: the part of the activations that is the work area
     fprintf(out, "  %-12s %s  (%lld bytes, of the activations: --recompute)\n", "work area",
             mib(b, sizeof b, p->work_bytes), (long long)p->work_bytes);
+  if (p->conv_bytes > 0) // --precision: the f32 copies of one call's 16-bit operands
+    fprintf(out, "  %-12s %s  (%lld bytes, of the activations: --precision %s)\n", "conversion",
+            mib(b, sizeof b, p->conv_bytes), (long long)p->conv_bytes,
+            tc->precision == DT_BF16 ? "bf16" : "fp16");
   fprintf(out, "  %-12s %s  (%lld bytes)\n", "total", mib(b, sizeof b, total), (long long)total);
 }
 
@@ -508,6 +539,7 @@ void plan_print_rank(const Program *prog, int r, FILE *out) {
             (long long)p->slot_stride[v], prog->vs[v].recompute ? " (recompute)" : "");
   }
   if (p->work_bytes > 0) fprintf(out, "; work area %lld B", (long long)p->work_bytes);
+  if (p->conv_bytes > 0) fprintf(out, "; conversion area %lld B", (long long)p->conv_bytes);
   fprintf(out, "), total %lld B (%.3f MiB)\n", (long long)total, (double)total / (1 << 20));
 }
 

@@ -20,6 +20,9 @@
 // (F nodes, then B nodes). A temporary of a stage with K > 1 slots may be in the work area
 // instead of its slot (BUF_WORK): it must live within one action of the stage's timeline, and
 // the stage's work-area buffers must not overlap over that timeline.
+// --precision: the 16-bit buffers take 2 bytes per element, the
+// optimizer state and master weights 4; the conversion area sits on top of the work area and
+// holds the f32 copies of every call of the rank's nodes (precision_conv_bytes).
 // O(tensors + nodes + actions) plus the sweep's O(n log n).
 #include "../ir/ops.h"
 #include "pipeline.h"
@@ -39,7 +42,7 @@
   } while (0)
 
 static int64_t nbytes(const Program *prog, const Tensor *t) {
-  return shape_numel(&t->shape, prog->tc->mb_size) * (int64_t)dtype_size(t->dtype);
+  return shape_numel(&t->shape, prog->tc->mb_size) * (int64_t)tensor_elem_size(t);
 }
 
 // t has storage in region reg, inside it.
@@ -301,9 +304,19 @@ bool plan_check(const Program *prog, int r, Diag *d) {
   if (p->work_bytes > 0 && p->work_base != base)
     BAD("the work area starts at %lld, after the slots at %lld", r, (long long)p->work_base,
         (long long)base);
-  if (base + p->work_bytes != p->bytes[REG_ACTS])
-    BAD("the activations region has %lld bytes, its constants, slots and work area %lld", r,
-        (long long)p->bytes[REG_ACTS], (long long)(base + p->work_bytes));
+  // --precision: the conversion area on top, room for every call of the rank's nodes.
+  if (p->conv_bytes > 0 && p->conv_base != base + p->work_bytes)
+    BAD("the conversion area starts at %lld, after the work area at %lld", r,
+        (long long)p->conv_base, (long long)(base + p->work_bytes));
+  for (int i = 0; i < g->nnodes; i++)
+    if ((prog->nranks == 1 || (prog->vstage_of_node[i] >= 0 && mine[prog->vstage_of_node[i]])) &&
+        precision_conv_bytes(g->nodes[i], prog->tc->mb_size) > p->conv_bytes)
+      BAD("the conversion area (%lld bytes) cannot hold the f32 copies of '%s'", r,
+          (long long)p->conv_bytes, g->nodes[i]->name);
+  if (base + p->work_bytes + p->conv_bytes != p->bytes[REG_ACTS])
+    BAD("the activations region has %lld bytes, its constants, slots, work and conversion areas "
+        "%lld",
+        r, (long long)p->bytes[REG_ACTS], (long long)(base + p->work_bytes + p->conv_bytes));
   // Exchanges the rank takes part in: every use buffer and the sum, in REG_GRADS.
   for (int i = 0; i < prog->nex; i++) {
     const Exchange *e = &prog->ex[i];
@@ -321,11 +334,15 @@ bool plan_check(const Program *prog, int r, Diag *d) {
   for (int i = 0; i < g->nparams; i++) {
     const Tensor *t = g->params[i];
     if (t->tied_to || p->offset[t->id] < 0 || !t->grad) continue;
+    int64_t f32 = shape_numel(&t->shape, 1) * (int64_t)dtype_size(t->dtype); // state is f32
     for (int k = 0; k < p->opt_slots; k++) {
       int64_t o = p->opt_offsets[t->id * PLAN_OPT_SLOTS + k];
-      if (o < 0 || o + nbytes(prog, t) > p->bytes[REG_OPT])
+      if (o < 0 || o + f32 > p->bytes[REG_OPT])
         BAD("parameter '%s' has no optimizer state %d", r, t->name, k);
     }
+    int64_t mo = p->master_offset[t->id];
+    if (t->half && (mo < 0 || mo + f32 > p->bytes[REG_OPT]))
+      BAD("16-bit parameter '%s' has no f32 master weights", r, t->name);
   }
   ok = true;
 out:

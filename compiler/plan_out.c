@@ -390,6 +390,8 @@ bool plan_write_json(const Program *p, const char *sched, const SchedStats *st, 
       cJSON_AddNumberToObject(m, "total", (double)total);
       if (pl->work_bytes > 0) // the rank's work area, above the slots
         cJSON_AddNumberToObject(m, "work_area", (double)pl->work_bytes);
+      if (pl->conv_bytes > 0) // --precision: the f32 copies of one call's 16-bit operands
+        cJSON_AddNumberToObject(m, "conversion_area", (double)pl->conv_bytes);
       cJSON *sl = cJSON_AddArrayToObject(m, "slots");
       for (int k = 0; k < rp->nvs; k++) {
         cJSON *e = cJSON_CreateObject();

@@ -49,7 +49,19 @@ typedef struct TrainConfig {
   double scale;           // tables: features multiplied by this
   Tensor *input;          // model input fed with data
   Tensor *target;         // model input fed with targets
+  DType precision;        // --precision: DT_F32 (default), DT_BF16 or DT_F16 (precision.c)
 } TrainConfig;
+
+// --precision bf16|fp16 (precision.c): marks the tensors stored in 16 bits (Tensor.half), a rule
+// on each tensor alone (the same at any S); DT_F32 clears every mark.
+void precision_mark(Graph *g, DType prec);
+// Bytes of the f32 copies node n's kernel call works on: one per 16-bit output then input, in
+// the call's order, each rounded up to 64 bytes (codegen lays them out the same way).
+int64_t precision_conv_bytes(const Node *n, int64_t batch);
+// One 16-bit tensor's f32 copy in the conversion area: its elements' bytes rounded up to 64.
+int64_t precision_conv_size(const Tensor *t, int64_t batch);
+// ", bf16 storage" / ", fp16 storage" for the plans' first lines; "" at f32.
+const char *precision_note(DType prec);
 
 // Reads the model's `training` section (defaults where absent) and applies overrides given as
 // "key=value" strings (pipec compile --set key=value). Binds the batch symbol to the microbatch.
@@ -122,6 +134,11 @@ typedef struct Plan {
                             // stages and of the temporaries (buffers, workspaces) moved out of
                             // the slots of stages with K > 1 (0: none); one copy, not per slot
                             // (one action at a time)
+  int64_t *master_offset;   // --precision: per tensor id (owner params held) the offset in REG_OPT
+                            // of its f32 master weights (after its optimizer state), -1 none
+  int64_t conv_base;        // --precision: offset in REG_ACTS of the conversion area (at the top)
+  int64_t conv_bytes;       // its bytes: the most f32 copies of 16-bit operands one kernel call
+                            // of the rank needs (precision_conv_bytes; 0: f32 program)
 } Plan;
 
 struct Program;

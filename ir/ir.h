@@ -89,6 +89,8 @@ typedef struct Tensor {
   struct Tensor *grad_of; // gradient tensors: the tensor this is (a part of) the gradient of
   bool per_step;          // lives across the microbatches of a step (param gradient buffers)
   struct Tensor *grad;    // owner params after autodiff: the parameter's final gradient
+  bool half;              // stored in the program's 16-bit precision (--precision bf16|fp16,
+                          // compiler/precision.c): 2 bytes per element, computed in f32
 } Tensor;
 
 typedef enum AttrType {
@@ -172,6 +174,8 @@ typedef struct Graph {
 // ---- dtypes and shapes (shape.c)
 const char *dtype_name(DType t);
 int dtype_size(DType t);
+// Bytes of one stored element of t: 2 when t->half (--precision), else dtype_size(t->dtype).
+int tensor_elem_size(const struct Tensor *t);
 bool dtype_parse(const char *s, DType *out);
 bool dtype_is_float(DType t);
 bool dim_eq(Dim a, Dim b);

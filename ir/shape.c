@@ -13,6 +13,9 @@ const char *dtype_name(DType t) {
 int dtype_size(DType t) {
   return (unsigned)t < DT_COUNT ? dtype_sizes[t] : 0;
 }
+int tensor_elem_size(const Tensor *t) {
+  return t->half ? 2 : dtype_size(t->dtype);
+}
 bool dtype_is_float(DType t) {
   return t == DT_F32 || t == DT_BF16 || t == DT_F16;
 }

@@ -135,6 +135,10 @@ static void print_usage(const PrOptions *o, const char *doc) {
          "                     on one batch and exit (0: all within 1e-3 relative)\n");
   printf("  --profile F        programs built by `pipec profile`: time every action and the\n"
          "                     links, write the medians to F (JSON; docs/pipeline.md)\n");
+  printf("  --loss-scale X     fp16 programs: the initial loss scale, a power of two [%g]\n"
+         "  --loss-scale-window N  fp16: steps without overflow before the scale doubles "
+         "[%lld]\n",
+         o->loss_scale, (long long)o->scale_window);
   printf("  --help             this text\n");
 }
 
@@ -167,6 +171,8 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
     O_TRACE,
     O_TRACE_STEPS,
     O_PROFILE,
+    O_LOSS_SCALE,
+    O_SCALE_WINDOW,
     O_HELP
   };
   static const struct option longopts[] = {
@@ -193,10 +199,14 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
       {"trace", required_argument, NULL, O_TRACE},
       {"trace-steps", required_argument, NULL, O_TRACE_STEPS},
       {"profile", required_argument, NULL, O_PROFILE},
+      {"loss-scale", required_argument, NULL, O_LOSS_SCALE},
+      {"loss-scale-window", required_argument, NULL, O_SCALE_WINDOW},
       {"help", no_argument, NULL, O_HELP},
       {NULL, 0, NULL, 0}};
   // The model file has no watchdog setting: the default is the runtime's.
   if (!o->timeout_set) o->timeout = PR_DEFAULT_TIMEOUT, o->timeout_set = true;
+  if (o->loss_scale == 0) o->loss_scale = PR_DEFAULT_LOSS_SCALE;
+  if (o->scale_window == 0) o->scale_window = PR_DEFAULT_SCALE_WINDOW;
   opterr = 0;
   optind = 0; // full re-initialisation (GNU), so that the parser can run more than once
   const int64_t BIG = INT64_MAX;
@@ -283,6 +293,18 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
       break;
     case O_PROFILE:
       o->profile = parse_path("profile", a);
+      break;
+    case O_LOSS_SCALE: {
+      o->loss_scale = parse_double("loss-scale", a, true);
+      int ex;
+      if (frexp(o->loss_scale, &ex) != 0.5 || ex < -23 || ex > 121)
+        usage_error("--loss-scale: expected a power of two from 2^-24 to 2^120, got '%s'", a);
+      o->scaler_given = true;
+      break;
+    }
+    case O_SCALE_WINDOW:
+      o->scale_window = parse_int("loss-scale-window", a, 1, BIG, "a positive integer");
+      o->scaler_given = true;
       break;
     case O_HELP:
       print_usage(o, program_doc);

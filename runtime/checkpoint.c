@@ -330,6 +330,8 @@ int64_t pr_checkpoint_resume(const char *path, const PrCheckpoint *c) {
   pr_safetensors_load(path, c->params, c->nparams, c->tied, false);
   pr_safetensors_load(o, c->optim, c->noptim, NULL, false);
   pr_ck_check_vocab(path, c);
+  if (c->loss_scale && !pr_safetensors_meta(o, "loss_scale", c->loss_scale, PR_SCALE_TEXT))
+    c->loss_scale[0] = '\0';
   return step;
 }
 
@@ -345,13 +347,14 @@ void pr_checkpoint_save(const char *path, const PrCheckpoint *c, int64_t step) {
   int nv = c->vocab ? c->nvocab : 0;
   pr_ck_vocab_hex(hex, c->vocab ? c->vocab : "", nv < 0 ? 0 : nv > 256 ? 256 : nv);
   const char *meta[6] = {"save_id", id, "step", stepbuf, "vocab", hex};
+  const char *ometa[6] = {"save_id", id, "step", stepbuf, "loss_scale", c->loss_scale};
   snprintf(tp, sizeof tp, "%s.tmp.%ld", path, (long)getpid());
   snprintf(to, sizeof to, "%s.tmp.%ld", o, (long)getpid());
   const char *hint = "check the free disk space, the file size limit (ulimit -f) and permissions";
   int err = pr_safetensors_write(tp, c->params, c->nparams, meta, c->vocab ? 3 : 2);
   prCheck(err == 0, hint, "cannot write '%s': %s (the previous checkpoint '%s' is unchanged)", tp,
           strerror(err), path);
-  err = pr_safetensors_write(to, c->optim, c->noptim, meta, 2);
+  err = pr_safetensors_write(to, c->optim, c->noptim, ometa, c->loss_scale ? 3 : 2);
   if (err) unlink(tp);
   prCheck(err == 0, hint, "cannot write '%s': %s (the previous checkpoint '%s' is unchanged)", to,
           strerror(err), path);

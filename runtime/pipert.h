@@ -386,7 +386,13 @@ typedef struct PrCheckpoint {
   int nvocab;          // characters in vocab
   bool recovered;      // resume: an interrupted save was completed already (by a pipeline's
                        // save rank): do not recover again
+  char *loss_scale;    // fp16 programs: the loss scaler's state as text ("SCALE GOOD", a buffer
+                       // of PR_SCALE_TEXT bytes) in the optimizer state's metadata "loss_scale":
+                       // written by a save, read by a resume ("" when the file has none); NULL:
+                       // no scaler
 } PrCheckpoint;
+
+enum { PR_SCALE_TEXT = 64 }; // bytes of PrCheckpoint.loss_scale's buffer
 
 // Stops the program unless files can be created beside path (called before training).
 void pr_checkpoint_check_writable(const char *path);
@@ -486,7 +492,12 @@ typedef struct PrOptions {
   int64_t trace_first;  // --trace-steps FIRST:END: the first traced step (counting from 0)
   int64_t trace_end;    // ... and the step after the last (0: the default, a few after the first)
   const char *profile;  // --profile FILE: per-action timings and ping-pongs (profile.c)
+  double loss_scale;    // --loss-scale X: fp16 programs' initial loss scale (a power of two)
+  int64_t scale_window; // --loss-scale-window N: good steps before the scale doubles
+  bool scaler_given;    // either was on the command line (only fp16 programs take them)
 } PrOptions;
+
+enum { PR_DEFAULT_LOSS_SCALE = 65536, PR_DEFAULT_SCALE_WINDOW = 2000 }; // torch's GradScaler's
 
 // Finite-difference check of one parameter (gradcheck.c): for up to `max_checks` elements of p,
 // evaluates loss(p ± h) with the program's forward pass, forms the central difference in double
@@ -571,6 +582,8 @@ typedef struct PrParam {
   bool decay;       // weight decay applies (parameters of rank >= 2)
   int home;         // the rank that counts it in the gradient norm and sends it for the checkpoint
                     // (the lowest rank holding its owner); data == NULL where it is not held
+  uint16_t *half;   // --precision bf16|fp16: the 16-bit copy the kernels read, narrowed from data
+                    // (then the f32 master weights) after every change (NULL: an f32 program)
 } PrParam;
 
 enum { PR_ADAMW = 0, PR_SGD = 1 };
@@ -660,7 +673,47 @@ typedef struct PrProgram {
   const PrComm *comm;      // the pipeline's messages (NULL: one rank, no communication at all)
   const PrDevice *device;  // a device program's runtime side (NULL: the CPU)
   size_t (*device_scratch)(void); // device programs: bytes of the kernels' scratch pool
+  int precision;       // PR_F32 (0), PR_BF16 or PR_FP16: how the 16-bit tensors are stored
+  int64_t seed_offset; // fp16: the loss gradient's seed (an f32 constant) in the activations
+                       // region, a byte offset (-1: not on this rank)
+  float seed_value;    // its value unscaled (1/M); the scaler stores seed_value * loss scale
 } PrProgram;
+
+// --precision (half.c): storage formats, conversions (the same bits at every ISA level), and
+// the parameters' 16-bit copies narrowed from their f32 master weights.
+enum { PR_F32 = 0, PR_BF16 = 1, PR_FP16 = 2 };
+uint16_t pr_bf16_from_f32(float f); // round to nearest even; NaN stays NaN
+float pr_bf16_to_f32(uint16_t h);
+uint16_t pr_f16_from_f32(float f); // IEEE binary16, round to nearest even, overflow to inf
+float pr_f16_to_f32(uint16_t h);
+void pr_bf16_widen(float *dst, const uint16_t *src, int64_t n);
+void pr_bf16_narrow(uint16_t *dst, const float *src, int64_t n);
+void pr_f16_widen(float *dst, const uint16_t *src, int64_t n);
+void pr_f16_narrow(uint16_t *dst, const float *src, int64_t n);
+void pr_params_narrow(const PrProgram *p);
+
+// fp16's dynamic loss scaler (half.c), as torch.cuda.amp.GradScaler: the loss gradient's seed is
+// 1/M times the scale; a step whose gradient norm (over all ranks) is not finite is skipped on
+// every rank alike and halves the scale; `window` good steps in a row double it.
+typedef struct PrScaler {
+  const PrProgram *p; // the program (its loss seed)
+  double scale;       // the loss scale of the next step (a power of two)
+  double inv;         // 1 / the scale of the step being ended (the optimizer's unscale)
+  int64_t window;     // good steps before the scale doubles
+  int64_t good;       // good steps since the scale last changed
+  int64_t skipped;    // steps skipped in this run
+  bool report;        // this rank prints a line per skipped step
+} PrScaler;
+void pr_scaler_start(PrScaler *s, const PrProgram *p, double scale, int64_t window, bool report);
+// Before a step: the seed = seed_value * scale (where this rank holds it).
+void pr_scaler_seed(const PrScaler *s);
+// At a step's end with the global squared norm of the scaled gradients: true (reported, the
+// scale halved) when it is not finite, the step to be skipped; else norm2 unscaled, false.
+bool pr_scaler_skip(PrScaler *s, int64_t step, double *norm2);
+// The state as a checkpoint keeps it ("SCALE GOOD", PR_SCALE_TEXT bytes), and back (a resume
+// continues the saved scale; a malformed text stops the program naming file).
+void pr_scaler_text(const PrScaler *s, char *out);
+void pr_scaler_restore(PrScaler *s, const char *text, const char *file);
 
 // The whole run of a generated program: arguments, regions, --gradcheck, data, resume/init, the
 // training loop with its evaluations, the save. Returns main's exit status.

@@ -412,6 +412,9 @@ int64_t pr_shards_resume(const char *dir, const PrCheckpoint *c) {
   load_index(dir, mpath, &m, c->params, c->nparams, c->tied, m.id, "a parameter");
   load_index(dir, opath, &o, c->optim, c->noptim, NULL, m.id, "in the optimizer state");
   check_vocab_all(dir, &m, c);
+  if (c->loss_scale)
+    meta_str(cJSON_GetObjectItemCaseSensitive(o.root, "metadata"), "loss_scale", c->loss_scale,
+             PR_SCALE_TEXT);
   index_free(&m);
   index_free(&o);
   return step;
@@ -529,14 +532,17 @@ void pr_shards_save(const char *dir, const PrCheckpoint *c, const int *owner_p, 
   int nv = c->vocab ? c->nvocab : 0;
   pr_ck_vocab_hex(hex, c->vocab ? c->vocab : "", nv < 0 ? 0 : nv > 256 ? 256 : nv);
   const char *meta[8] = {"format", "pt", "save_id", id, "step", stepbuf, "vocab", hex};
-  int nmeta[2] = {c->vocab ? 4 : 3, 3};
+  const char *ometa[8] = {"format", "pt",    "save_id",    id,
+                          "step",   stepbuf, "loss_scale", c->loss_scale};
+  const char *const *metas[2] = {meta, ometa};
+  int nmeta[2] = {c->vocab ? 4 : 3, c->loss_scale ? 4 : 3};
   // (1) the shards as temporaries
   char tmp[2][SH_PATH], name[64];
   int err = 0, failed = 0;
   for (int hh = 0; hh < 2; hh++) {
     shard_name(name, sizeof name, hh, rank, nr);
     snprintf(tmp[hh], sizeof tmp[hh], "%s/%s.tmp.%ld", dir, name, pid);
-    if (!err) err = pr_safetensors_write(tmp[hh], mine[hh], nmine[hh], meta, nmeta[hh]);
+    if (!err) err = pr_safetensors_write(tmp[hh], mine[hh], nmine[hh], metas[hh], nmeta[hh]);
     if (err && !failed) failed = hh + 1;
   }
   double e = err, *errs = got; // reuses got: nr >= 1 entries
@@ -565,7 +571,7 @@ void pr_shards_save(const char *dir, const PrCheckpoint *c, const int *owner_p, 
     for (int hh = 0; hh < 2; hh++) {
       index_path(ipath[hh], dir, hh);
       snprintf(itmp[hh], sizeof itmp[hh], "%s.tmp.%ld", ipath[hh], pid);
-      char *text = index_text(hh, all[hh], owner[hh], n[hh], nr, meta + 2, hh ? 2 : nmeta[0] - 1);
+      char *text = index_text(hh, all[hh], owner[hh], n[hh], nr, metas[hh] + 2, nmeta[hh] - 1);
       int werr = write_text(itmp[hh], text);
       free(text);
       if (werr) {

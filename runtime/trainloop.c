@@ -25,6 +25,12 @@
 // write the host mirrors of the parameter and optimizer regions, uploaded after a load and
 // downloaded before a save. The mirrors are allocated before training.
 //
+// A --precision program (PrProgram.precision) has 16-bit copies of the parameters
+// (PrParam.half), narrowed from the f32 master weights after init, load and every update
+// (half.c); an fp16 one runs the loss scaler: the seed set before each step, a step whose norm is
+// not finite skipped on every rank, the gradients unscaled through the optimizer's factor, the
+// scaler's state saved and resumed with the optimizer state's metadata.
+//
 // The runtime knows no graph: every generated function is straight-line kernel calls. Everything
 // this file allocates is allocated before the first step (no heap allocation inside a step).
 #include "checkpoint_impl.h"
@@ -43,6 +49,7 @@ typedef struct Trainer {
   PrGrad *grads;      // per parameter: name, gradient (NULL: not trained here), elements
   PrPipe *pipe;       // a pipeline job's step end (NULL: one rank)
   PrReplicas *rep;    // --replicas D > 1: the replicas' gradient exchange (NULL: none)
+  PrScaler *scaler;   // fp16 programs: the dynamic loss scale (NULL: none)
 } Trainer;
 
 // The end of a step (counting from 0) after the generated train_step: norm, checks, clipping,
@@ -61,6 +68,10 @@ static double step_end(const Trainer *t, int64_t step, double loss, double lr) {
     int bad;
     if (t->rep) loss = pr_replicas_combine(t->rep, loss); // the replicas' sums, in replica order
     pr_pipe_step_end(t->pipe, loss, &loss, &norm2, &bad);
+    if (t->scaler && pr_scaler_skip(t->scaler, step, &norm2)) { // the same on every rank
+      pr_trace_end();
+      return loss;
+    }
     if (!isfinite(loss) || !isfinite(norm2)) pr_pipe_await_abort(p->comm);
     pr_check_step_named(step + 1, loss, norm2, bad >= 0 ? p->params[bad].name : NULL);
   } else if (dv) { // a double sum of float squares cannot overflow: non-finite means a bad element
@@ -75,6 +86,10 @@ static double step_end(const Trainer *t, int64_t step, double loss, double lr) {
     pr_check_step_named(step + 1, loss, norm2, bad >= 0 ? p->params[bad].name : NULL);
   } else {
     norm2 = pr_grad_norm2(t->grads, p->nparams);
+    if (t->scaler && pr_scaler_skip(t->scaler, step, &norm2)) {
+      pr_trace_end();
+      return loss;
+    }
     pr_check_step(step + 1, loss, norm2, t->grads, p->nparams);
   }
   // Clipping as torch.nn.utils.clip_grad_norm_ (g *= coef where coef < 1), applied by the
@@ -84,6 +99,9 @@ static double step_end(const Trainer *t, int64_t step, double loss, double lr) {
     double norm = sqrt(norm2), coef = o->grad_clip / (norm + 1e-6);
     if (coef < 1) gscale = (float)coef;
   }
+  // fp16: the gradients are the scaled loss's; the optimizer reads them unscaled (a power of two:
+  // exact) after the clip's coefficient, which norm2 (unscaled by pr_scaler_skip) gave.
+  if (t->scaler) gscale *= (float)t->scaler->inv;
   pr_trace_end();
   pr_trace_begin(PR_TR_OPT, -1, -1);
   // The CPU's kernels, or their device twins (the same arguments).
@@ -98,6 +116,8 @@ static double step_end(const Trainer *t, int64_t step, double loss, double lr) {
     else
       (dv ? dv->sgd_step : pr_sgd_step)(q->data, q->grad, gscale, q->m, q->n, lr, o->momentum, wd,
                                         step + 1);
+    if (q->half) // --precision: the 16-bit copy the kernels read, from the new master weights
+      (p->precision == PR_FP16 ? pr_f16_narrow : pr_bf16_narrow)(q->half, q->data, q->n);
   }
   pr_trace_end();
   pr_prof_opt(pr_now() - t_opt);
@@ -278,6 +298,16 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   const bool saver = !comm || (comm->rank == comm->save_rank && pr_replica == 0);
   pr_set_threads(o.threads);
   const PrDevice *dv = p->device;
+  prCheck(!p->precision || !o.gradcheck,
+          "run --gradcheck on the f32 program of the model (pipec compile without --precision): "
+          "16-bit storage rounds every stored result",
+          "--gradcheck needs f32 storage; this program was compiled with --precision %s",
+          p->precision == PR_FP16 ? "fp16" : "bf16");
+  prCheck(p->precision == PR_FP16 || !o.scaler_given,
+          "drop the option, or compile with pipec compile --precision fp16",
+          "--loss-scale and --loss-scale-window: only an fp16 program scales its loss (this one "
+          "is %s)",
+          p->precision == PR_BF16 ? "bf16" : "f32");
   prCheck(!dv || !o.gradcheck,
           "run --gradcheck on the CPU program of the model (pipec compile without --target): the "
           "gradients are the same",
@@ -354,8 +384,10 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   PrTensorRef *orefs = run.orefs = calloc(2 * (size_t)n + 1, sizeof *orefs);
   int *oparam = run.oparam = calloc(2 * (size_t)n + 1, sizeof *oparam);
   bool *tied = run.tied = calloc((size_t)n + 1, sizeof *tied);
+  static PrScaler scaler;
   Trainer t = {p, run.grads = calloc((size_t)n + 1, sizeof(PrGrad)), comm ? &run.pipe : NULL,
-               replicated ? &run.rep : NULL};
+               replicated ? &run.rep : NULL, p->precision == PR_FP16 ? &scaler : NULL};
+  if (t.scaler) pr_scaler_start(t.scaler, p, o.loss_scale, o.scale_window, reporter && !o.quiet);
   prCheck(refs && orefs && oparam && tied && t.grads, "the machine is out of memory",
           "cannot allocate the parameter table");
   // The optimizer state's names ("m.NAME", "v.NAME") in one block.
@@ -383,7 +415,16 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
       memcpy(orefs[nopt++].shape, q->shape, sizeof q->shape);
     }
   }
-  PrCheckpoint ck = {refs, tied, n, orefs, nopt, p->vocab, p->nvocab ? *p->nvocab : 0, false};
+  static char scale_text[PR_SCALE_TEXT]; // fp16: the scaler's state in the checkpoint
+  PrCheckpoint ck = {refs,
+                     tied,
+                     n,
+                     orefs,
+                     nopt,
+                     p->vocab,
+                     p->nvocab ? *p->nvocab : 0,
+                     false,
+                     t.scaler ? scale_text : NULL};
   // The save rank's view of the file (staging for what other ranks hold) exists before training.
   PrTensorRef *srefs =
       comm && o.save && !sharded_save ? save_refs(refs, n, orefs, oparam, nopt, saver) : NULL;
@@ -399,6 +440,7 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
       ck.recovered = true;
     }
     start = sharded_load ? pr_shards_resume(load_dir, &ck) : pr_checkpoint_resume(o.resume, &ck);
+    if (t.scaler && scale_text[0]) pr_scaler_restore(t.scaler, scale_text, o.resume);
   } else if (o.init) {
     if (sharded_load)
       pr_shards_init(load_dir, &ck);
@@ -409,6 +451,7 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   } else {
     p->init_params(o.seed);
   }
+  if (p->precision) pr_params_narrow(p); // the kernels' 16-bit copies of what was loaded
   if (dv) sync_state(p, true);
   int rc = 0;
   if (o.predict) { // inference instead of training (predict.c)
@@ -453,6 +496,7 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
     double ts = pr_now(), lr = pr_lr_at(&lrs, step);
     if (o.trace) pr_trace_step(step);
     if (replicated) pr_replicas_begin(&run.rep); // the exchange's receives; train_step sends
+    if (t.scaler) pr_scaler_seed(t.scaler);
     double loss = p->train_step(step, o.seed);
     loss = step_end(&t, step, loss, lr);
     if (o.trace) pr_trace_step_done();
@@ -513,7 +557,8 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   }
   free(stats_prev);
   run.stats_prev = NULL;
-  if (o.trace) pr_trace_finish();  // every rank's events to the save rank, which writes the file
+  if (o.trace) pr_trace_finish(); // every rank's events to the save rank, which writes the file
+  if (t.scaler) pr_scaler_text(t.scaler, scale_text);
   if (o.save && pr_replica == 0) { // replica 0 saves (the replicas hold the same bits)
     if (dv) sync_state(p, false);
     if (sharded_save) { // each tensor in its home rank's shard

@@ -4,9 +4,9 @@
 # --steps 0 (setup only), 1 and 11, evaluation only at the end on the same batches, and every run
 # must make exactly as many allocations, ours and libgomp's (counted apart by the shim, compared
 # alike), at --threads 1 and 2, and at 16 for 4 microbatches of gpt_char, whose 12 (b,h) pairs
-# leave attention's backward fewer threads than the team. --steps 0 against 1 is what catches a
-# first step that allocates (the grow-only kernel scratch did, before the program's setup warm-up
-# sized it). libgomp allocates a team for every parallel region that runs serialized, which is
+# leave attention's backward fewer threads than the team, and for an fp16 gpt_char (its
+# conversions and loss scaler) at 1. --steps 0 against 1 is what catches a first step that
+# allocates (the grow-only kernel scratch did, before the program's setup warm-up sized it). libgomp allocates a team for every parallel region that runs serialized, which is
 # why the kernels never enter one (runtime/parallel.h), and a team and threads whenever a
 # region's team differs in size from its pooled one, which is why every region runs on the whole
 # team. Skipped (exit 77) in the sanitizer tree, whose runtime must come first and intercepts
@@ -30,7 +30,8 @@ export OMP_WAIT_POLICY=PASSIVE # the program would re-execute itself to set it
 # name, thread counts (comma-separated), pipec compile arguments
 models=("mlp_digits 1,2 samples/mlp_digits.json"
   "gpt_char 1,2 samples/gpt_char.json"
-  "gpt_char_m4 1,2,16 samples/gpt_char.json --microbatches 4")
+  "gpt_char_m4 1,2,16 samples/gpt_char.json --microbatches 4"
+  "gpt_char_fp16 1 samples/gpt_char.json --microbatches 4 --precision fp16")
 for m in "${models[@]}"; do
   read -r name threadlist args <<<"$m"
   # shellcheck disable=SC2086 # args are words

@@ -170,8 +170,8 @@ static void setup(void) {
     bool tied = i == 4, h = holds(i, R);
     float *d = (float *)params + off, *g = (float *)grads + off;
     float *m = (float *)optst + 2 * off, *v = m + pnum(i);
-    P[i] = (PrParam){pname[i], NULL,           NULL, NULL,          NULL,   pnum(i),
-                     prank[i], {pshape[i][0]}, tied, prank[i] >= 2, home(i)};
+    P[i] = (PrParam){pname[i], NULL,           NULL, NULL,          NULL,    pnum(i),
+                     prank[i], {pshape[i][0]}, tied, prank[i] >= 2, home(i), NULL};
     if (prank[i] == 2) P[i].shape[1] = pshape[i][1];
     if (h) P[i].data = tied ? P[0].data : d;
     if (h && !tied) P[i].grad = g, P[i].m = m, P[i].v = v;

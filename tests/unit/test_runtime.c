@@ -1348,6 +1348,103 @@ START_TEST(test_grad_norm2) {
 }
 END_TEST
 
+// --precision's conversions (half.c): exhaustive over the 16-bit formats. Every finite value
+// widens and narrows back to itself; the f32 midpoint of two neighbours rounds to the even one
+// and the f32 values either side of it to the nearer; overflow becomes inf, a NaN stays a NaN.
+static float f32_of(uint32_t x) {
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+
+static uint32_t bits_of(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  return x;
+}
+
+// Counts the failures of a check in a hot loop (ck_assert per element is slow under the
+// sanitizers), keeping the first's value.
+#define TALLY(cond, v)                                                                             \
+  do {                                                                                             \
+    if (!(cond) && !nbad++) first = (uint32_t)(v);                                                 \
+  } while (0)
+
+START_TEST(test_half_conversions) {
+  int nbad = 0;
+  uint32_t first = 0;
+  for (uint32_t h = 0; h < 0x10000; h++) {
+    uint16_t a = (uint16_t)h;
+    bool nan16 = (a & 0x7c00) == 0x7c00 && (a & 0x3ff), nanb = (a & 0x7f80) == 0x7f80 && (a & 0x7f);
+    float f = pr_f16_to_f32(a), g = pr_bf16_to_f32(a);
+    TALLY(nan16 ? isnan(f) && isnan(pr_f16_to_f32(pr_f16_from_f32(f))) : pr_f16_from_f32(f) == a,
+          h);
+    TALLY(nanb ? isnan(g) && isnan(pr_bf16_to_f32(pr_bf16_from_f32(g))) : pr_bf16_from_f32(g) == a,
+          h | 0x10000);
+    // a and its successor b (positive finite, both formats): the midpoint and its neighbours
+    if (a >= 0x7bff) continue;
+    for (int bf = 0; bf < 2; bf++) {
+      if (bf && a >= 0x7f7f) continue;
+      float lo = bf ? g : f, hi = bf ? pr_bf16_to_f32(a + 1) : pr_f16_to_f32(a + 1);
+      float mid = (float)(((double)lo + hi) / 2); // exact: one bit more than the format's
+      uint16_t (*to)(float) = bf ? pr_bf16_from_f32 : pr_f16_from_f32;
+      uint16_t even = (a & 1) ? a + 1 : a;
+      TALLY(to(mid) == even && to(nextafterf(mid, 0)) == a &&
+                to(nextafterf(mid, INFINITY)) == a + 1 &&
+                to(-nextafterf(mid, 0)) == (a | 0x8000), // and the negative side
+            h | (uint32_t)(bf + 2) << 16);
+    }
+  }
+  // (the value: the 16-bit pattern; 0x1xxxx bf16's round trip, 0x2xxxx / 0x3xxxx f16's / bf16's
+  // midpoint above it)
+  ck_assert_msg(nbad == 0, "%d conversions wrong, the first at %05x", nbad, first);
+  // Overflow: f16 past 65520 (the midpoint above 65504), bf16 past FLT_MAX's rounding
+  ck_assert_uint_eq(pr_f16_from_f32(65519.99f), 0x7bff);
+  ck_assert_uint_eq(pr_f16_from_f32(65520.0f), 0x7c00);
+  ck_assert_uint_eq(pr_f16_from_f32(-1e30f), 0xfc00);
+  ck_assert_uint_eq(pr_f16_from_f32(INFINITY), 0x7c00);
+  ck_assert_uint_eq(pr_bf16_from_f32(f32_of(0x7f7fffff)), 0x7f80);
+  ck_assert_uint_eq(pr_bf16_from_f32(-INFINITY), 0xff80);
+  // Below the smallest f16 subnormal (2^-24): half of it ties to 0, a bit more rounds up
+  ck_assert_uint_eq(pr_f16_from_f32(0x1p-25f), 0);
+  ck_assert_uint_eq(pr_f16_from_f32(nextafterf(0x1p-25f, 1)), 1);
+  ck_assert_uint_eq(pr_f16_from_f32(-0x1p-30f), 0x8000);
+  ck_assert_uint_eq(pr_f16_from_f32(1e-45f), 0);
+  ck_assert_uint_eq(pr_bf16_from_f32(f32_of(0x00000001)), 0); // f32 subnormals round as any value
+  // Signalling NaNs stay NaNs (the truncation alone would make bf16 0x7f80 an inf)
+  ck_assert(isnan(pr_bf16_to_f32(pr_bf16_from_f32(f32_of(0x7f800001)))));
+  ck_assert(isnan(pr_f16_to_f32(pr_f16_from_f32(f32_of(0xff800001)))));
+  ck_assert_uint_eq(bits_of(pr_f16_to_f32(0x0001)), bits_of(0x1p-24f));
+  // The array forms (kernels_half.c: F16C eight at a time at the v3 and v4 levels) are the
+  // scalar ones, bit for bit: every 16-bit value widened, and narrowed from 2^20 f32 bit
+  // patterns (every exponent, NaNs, infs and subnormals among them) at odd offsets and lengths.
+  enum { N = 1 << 20 };
+  uint16_t *h16 = malloc(N * sizeof *h16), *n16 = malloc(N * sizeof *n16);
+  float *w = malloc(N * sizeof *w);
+  ck_assert(h16 && n16 && w);
+  for (uint32_t k = 0; k < 0x10000; k++) h16[k] = (uint16_t)k;
+  for (int bf = 0; bf < 2; bf++) {
+    (bf ? pr_bf16_widen : pr_f16_widen)(w + 1, h16, 0xffff);
+    for (uint32_t k = 0; k < 0xffff; k++)
+      TALLY(bits_of(w[k + 1]) == bits_of(bf ? pr_bf16_to_f32(h16[k]) : pr_f16_to_f32(h16[k])), k);
+    ck_assert_msg(nbad == 0, "%s widen: %d wrong, the first at %04x", bf ? "bf16" : "f16", nbad,
+                  first);
+  }
+  uint32_t r = 12345;
+  for (int k = 0; k < N; k++) w[k] = f32_of(r = r * 1664525u + 1013904223u);
+  for (int bf = 0; bf < 2; bf++) {
+    (bf ? pr_bf16_narrow : pr_f16_narrow)(n16 + 3, w + 3, N - 5);
+    for (int k = 3; k < N - 2; k++)
+      TALLY(n16[k] == (bf ? pr_bf16_from_f32(w[k]) : pr_f16_from_f32(w[k])), bits_of(w[k]));
+    ck_assert_msg(nbad == 0, "%s narrow: %d wrong, the first at %08x", bf ? "bf16" : "f16", nbad,
+                  first);
+  }
+  free(h16);
+  free(n16);
+  free(w);
+}
+END_TEST
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/pipert_test.XXXXXX");
   if (!mkdtemp(tmpdir)) {
@@ -1367,6 +1464,7 @@ int main(void) {
   tcase_add_test(tc, test_sgd);
   tcase_add_test(tc, test_sumsq);
   tcase_add_test(tc, test_optim_gscale);
+  tcase_add_test(tc, test_half_conversions);
   tcase_add_test(tc, test_grad_norm2);
   tcase_add_test(tc, test_tokens_text);
   tcase_add_test(tc, test_batches_null);
