@@ -11,7 +11,10 @@
 // offsets are evenly spaced, as parameters and gradients are) or a per-instance table. The loop
 // runs exactly the calls the straight-line code would, in the same order with the same
 // arguments: the numbers cannot change. Anything else (a group that differs in one size, an
-// attribute, an absent optional input) stays straight-line. Linear in the nodes.
+// attribute, an absent optional input) stays straight-line. Linear in the nodes. With
+// --replicas, a call after which buckets of the replicas' gradient exchange are final is followed
+// by their guarded pr_replicas_ready calls (buckets.c), in a loop as base + l * (buckets per
+// instance); instances that differ in their buckets do not loop.
 #include <stdlib.h>
 #include <string.h>
 
@@ -149,8 +152,7 @@ static void print_straight(E *e, const Call *c) {
   out(e, " // %s\n", comment(e, c->n->name));
 }
 
-// The repeat block and instance a node belongs to (*blk NULL: none).
-static void node_key(const Node *n, const char **blk, int *inst) {
+void segment_node_key(const Node *n, const char **blk, int *inst) {
   *blk = n->block;
   *inst = n->instance;
   if (n->block || !n->nout) return;
@@ -176,10 +178,26 @@ static bool same_call(const Call *a, const Call *b) {
   return true;
 }
 
-static bool same_group(const Call *c, const Group *a, const Group *b) {
+// The replicas' buckets final after call c (buckets.c; 0 without them).
+static int nready(const E *e, const Call *c) {
+  return e->rep ? e->rep->count[c->n->id] : 0;
+}
+
+// Whether group b (groups after a) repeats group a: the same calls, and with --replicas the
+// same number of buckets after each, bucket k + (b - a) * (a's count) after b's call of a's k.
+static bool same_group(const E *e, const Call *c, const Group *a, const Group *b) {
   if (!a->blk || !b->blk || strcmp(a->blk, b->blk) || a->len != b->len) return false;
-  for (int i = 0; i < a->len; i++)
+  int per = 0;
+  for (int i = 0; i < a->len; i++) {
     if (!same_call(&c[a->start + i], &c[b->start + i])) return false;
+    per += nready(e, &c[a->start + i]);
+  }
+  for (int i = 0; i < a->len; i++) {
+    const Call *x = &c[a->start + i], *y = &c[b->start + i];
+    if (nready(e, x) != nready(e, y)) return false;
+    if (nready(e, x) && e->rep->first[y->n->id] != e->rep->first[x->n->id] + (b - a) * per)
+      return false;
+  }
   return true;
 }
 
@@ -224,6 +242,8 @@ static void print_loop(E *e, const Call *c, const Group *g, int count) {
       }
     out(e, "  };\n");
   }
+  int per = 0; // --replicas: the buckets one instance makes final
+  for (int i = 0; i < g0->len; i++) per += nready(e, &c[g0->start + i]);
   out(e, "  for (int l = 0; l < %d; l++) {\n", count);
   for (int i = 0, col = 0; i < g0->len; i++) {
     const Call *c0 = &c[g0->start + i];
@@ -254,6 +274,7 @@ static void print_loop(E *e, const Call *c, const Group *g, int count) {
         out(e, "(%s + %s%s)", region_ptr[a->r], off, slot_term(e, a->sv));
     }
     out(e, " // %s\n", comment(e, c0->n->name));
+    rep_emit_ready(e, c0->n, "    ", per);
   }
   out(e, "  }\n");
 }
@@ -275,7 +296,7 @@ void emit_segment(E *e, Node *const *nodes, int n, const char *acc) {
     render(e, nodes[i], nodes[i]->role == ROLE_WGT ? acc : "0", &c[i]);
     const char *blk;
     int inst;
-    node_key(nodes[i], &blk, &inst);
+    segment_node_key(nodes[i], &blk, &inst);
     if (ng && blk && g[ng - 1].blk && !strcmp(blk, g[ng - 1].blk) && inst == g[ng - 1].inst)
       g[ng - 1].len++;
     else
@@ -283,11 +304,14 @@ void emit_segment(E *e, Node *const *nodes, int n, const char *acc) {
   }
   for (int i = 0; i < ng;) {
     int j = i + 1;
-    while (j < ng && same_group(c, &g[i], &g[j])) j++;
+    while (j < ng && same_group(e, c, &g[i], &g[j])) j++;
     if (j - i >= 2) {
       print_loop(e, c, &g[i], j - i);
     } else {
-      for (int k = 0; k < g[i].len; k++) print_straight(e, &c[g[i].start + k]);
+      for (int k = 0; k < g[i].len; k++) {
+        print_straight(e, &c[g[i].start + k]);
+        rep_emit_ready(e, c[g[i].start + k].n, "  ", 0);
+      }
     }
     i = j;
   }
