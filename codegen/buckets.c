@@ -122,6 +122,12 @@ bool rep_final_action(const RepBuckets *b, int i) {
   return false;
 }
 
+bool rep_any_inside(const RepBuckets *b) {
+  for (int k = 0; b && k < b->nb; k++)
+    if (b->node[k] >= 0) return true;
+  return false;
+}
+
 void rep_emit_ready(E *e, const Node *n, const char *indent, int per) {
   const RepBuckets *b = e->rep;
   if (!b || b->count[n->id] == 0) return;

@@ -86,6 +86,8 @@ const RepBuckets *rep_buckets(E *e);
 // Whether action i of the rank's list makes buckets final from inside its B_v / W_v call (then
 // train_step sets rep_final around it).
 bool rep_final_action(const RepBuckets *b, int i);
+// Whether any action of the rank does (b NULL: none): the program then declares rep_final.
+bool rep_any_inside(const RepBuckets *b);
 // After node n's kernel call: its buckets' guarded pr_replicas_ready calls (nothing when e->rep
 // is NULL or n makes none final); per > 0: inside a loop over repeat-block instances, bucket
 // k + l * per (k: the first instance's).

@@ -203,6 +203,11 @@ digits=(samples/mlp_digits.json --microbatches 4)
 go dg1 dg1 --steps 3 --save "$tmp/dg1.st"
 go dg4 dg4 --steps 3 --save "$tmp/dg4.st"
 same_bits "mlp_digits at D = M = 4, S = 2 (8 ranks): the bits of D = 1" "$tmp/dg1" "$tmp/dg4"
+# A rank without parameters (mlp_digits' stage 3 of 4 holds only the loss) has no bucket to send
+# from inside a backward: its program declares no rep_final (unused: -Werror) and builds.
+"$pipec" compile "${digits[@]}" --replicas 2 --stages 4 -o "$tmp/dg24" >/dev/null 2>"$tmp/dg.msg"
+check "a rank without parameters at D = 2 builds ($(grep -m1 error "$tmp/dg.msg"))" \
+  test -x "$tmp/dg24/bin/rank3"
 
 # Resume from a D = 2 checkpoint: at D = 2 (another S and schedule) bit for bit the unstopped
 # run, from one file and from a sharded directory; at D = 1 it continues (within the tolerance).
