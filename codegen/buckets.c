@@ -17,6 +17,7 @@
 // buckets are sent right after the action (train_step). Parameters no action writes (none today)
 // go in a last bucket, sent at the step end. The order of a bucket's parameters in the message
 // does not change a sum (the replicas add element by element in replica order).
+#include <stdlib.h>
 #include <string.h>
 
 #include "emit.h"
@@ -34,6 +35,20 @@ static const Segment *act_segment(const Program *P, const Action *x) {
          : x->kind == ACT_W        ? &s->w
          : x->kind == ACT_TIED_SUM ? &s->step
                                    : NULL;
+}
+
+// A trained parameter's place in the order its gradient becomes final.
+typedef struct Final {
+  int act;   // its last writing action (the rank's action count: none, the step end)
+  int node;  // inside it, its last writing node's index in the segment (-1: after the action)
+  int param; // its parameter-table index
+} Final;
+
+static int by_final(const void *pa, const void *pb) {
+  const Final *a = pa, *b = pb;
+  if (a->act != b->act) return a->act < b->act ? -1 : 1;
+  if (a->node != b->node) return a->node < b->node ? -1 : 1;
+  return (a->param > b->param) - (a->param < b->param);
 }
 
 // Whether two nodes belong to one layer (the same repeat-block instance, or both outside any).
@@ -81,32 +96,33 @@ const RepBuckets *rep_buckets(E *e) {
   }
   // Ascending by action (the step end's -1 last), then by node (a TIED_SUM's as one node: sent
   // after the action), canonical within one node.
-  for (int j = 0; j <= rp->nacts; j++) {
-    int a = j < rp->nacts ? j : -1;
-    const Segment *sg = a >= 0 ? act_segment(P, &rp->acts[a]) : NULL;
-    bool inside = sg && rp->acts[a].kind != ACT_TIED_SUM; // buckets sent from inside B_v / W_v
-    int nk = inside ? sg->n : 1;
-    int64_t bytes = 0;
-    const Node *layer = NULL; // the current bucket's layer (a node of it)
-    for (int k = 0; k < nk; k++)
-      for (int i = 0; i < np; i++) {
-        if (ready[i] != a || (inside && at[i] != k)) continue;
-        const Node *n = inside ? sg->nodes[k] : NULL;
-        int64_t nb = shape_numel(&G->params[i]->shape, e->tc->mb_size) * (int64_t)sizeof(float);
-        bool fresh = b->nb == 0 || b->after[b->nb - 1] != a ||
-                     (n && layer && !same_layer(n, layer)) ||
-                     (bytes > 0 && bytes + nb > REP_BUCKET_BYTES);
-        if (fresh) {
-          b->after[b->nb] = a;
-          b->nb++;
-          bytes = 0;
-          layer = n;
-        }
-        b->param[b->n++] = i;
-        b->end[b->nb - 1] = b->n;
-        b->node[b->nb - 1] = n ? n->id : -1;
-        bytes += nb;
-      }
+  Final *ord = ARENA_ARRAY(e->a, Final, np + 1);
+  int nord = 0;
+  for (int i = 0; i < np; i++) {
+    if (ready[i] == -2) continue;
+    const Action *x = ready[i] >= 0 ? &rp->acts[ready[i]] : NULL;
+    bool inside = x && x->kind != ACT_TIED_SUM; // sent from inside B_v / W_v
+    ord[nord++] = (Final){ready[i] >= 0 ? ready[i] : rp->nacts, inside ? at[i] : -1, i};
+  }
+  qsort(ord, (size_t)nord, sizeof *ord, by_final);
+  int64_t bytes = 0;
+  const Node *layer = NULL; // the current bucket's layer (a node of it; NULL: after an action)
+  for (int j = 0; j < nord; j++) {
+    int i = ord[j].param, a = ready[i];
+    const Node *n = ord[j].node >= 0 ? act_segment(P, &rp->acts[a])->nodes[ord[j].node] : NULL;
+    int64_t nb = shape_numel(&G->params[i]->shape, e->tc->mb_size) * (int64_t)sizeof(float);
+    bool fresh = b->nb == 0 || b->after[b->nb - 1] != a || (n && layer && !same_layer(n, layer)) ||
+                 (bytes > 0 && bytes + nb > REP_BUCKET_BYTES);
+    if (fresh) {
+      b->after[b->nb] = a;
+      b->nb++;
+      bytes = 0;
+      layer = n;
+    }
+    b->param[b->n++] = i;
+    b->end[b->nb - 1] = b->n;
+    b->node[b->nb - 1] = n ? n->id : -1;
+    bytes += nb;
   }
   for (int k = 0; k < b->nb; k++) // per node: the buckets final after it (consecutive)
     if (b->node[k] >= 0) {
