@@ -9,7 +9,8 @@
 
 #include "codegen.h"
 
-typedef struct Streams Streams; // a rank's message streams at S > 1 (emit_rank.c)
+typedef struct Streams Streams;       // a rank's message streams at S > 1 (emit_rank.c)
+typedef struct RepBuckets RepBuckets; // --replicas: the gradient exchange's buckets (buckets.c)
 
 typedef struct E {
   FILE *f;               // output
@@ -26,6 +27,7 @@ typedef struct E {
   bool cuda;             // the CUDA target: pr_cu_ kernels over device regions (emit_cuda.c)
   Streams *st;           // multi: this rank's message streams (built on first use)
   bool profile;          // time each F, B and W call (pr_prof_act; `pipec profile`)
+  const RepBuckets *rep; // --replicas: the rank's buckets (rep_buckets), NULL at D = 1
 } E;
 
 void out(E *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -66,6 +68,33 @@ int emit_acc(bool *done, const Action *x);
 // call ("F_1(1);") between the --trace hooks of action x (emit_trace.c); call itself for an action
 // the runtime reports.
 const char *emit_traced(E *e, const Action *x, const char *call);
+
+// The replicas' buckets of this rank (buckets.c; --replicas, see there): param[end[k - 1] ..
+// end[k]) are bucket k's parameter-table indices, final after this rank's action after[k] (-1: at
+// the step end) and, inside it, after node node[k] (its id; -1: after the action as a whole).
+struct RepBuckets {
+  int *param; // every parameter this rank trains, bucket by bucket
+  int n;      // count
+  int *end;   // per bucket: the end of its run in param
+  int *after; // per bucket: the action that makes it final (-1: none, sent at the step end)
+  int *node;  // per bucket: the node of that action after which it is final (-1: the action)
+  int nb;     // buckets
+  int *first; // per node id: the first bucket final right after it (-1: none)
+  int *count; // per node id: the buckets final right after it (first, first + 1, ..)
+};
+const RepBuckets *rep_buckets(E *e);
+// Whether action i of the rank's list makes buckets final from inside its B_v / W_v call (then
+// train_step sets rep_final around it).
+bool rep_final_action(const RepBuckets *b, int i);
+// Whether any action of the rank does (b NULL: none): the program then declares rep_final.
+bool rep_any_inside(const RepBuckets *b);
+// After node n's kernel call: its buckets' guarded pr_replicas_ready calls (nothing when e->rep
+// is NULL or n makes none final); per > 0: inside a loop over repeat-block instances, bucket
+// k + l * per (k: the first instance's).
+void rep_emit_ready(E *e, const Node *n, const char *indent, int per);
+// The repeat block and instance a node belongs to, as segment.c groups them (*blk NULL: none; a
+// gradient sum outside any block: the instance whose forward tensor it differentiates).
+void segment_node_key(const Node *n, const char **blk, int *inst);
 
 // S > 1 only (emit_rank.c): the PrChannel table CH and the PrComm `comm`; the per-stage data
 // loaders load_<v>; train_step with the channel traffic; eval_batches and eval_batch.

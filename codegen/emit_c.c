@@ -158,6 +158,13 @@ static void emit_functions(E *e) {
       "// Batch rows the losses average over: MB, or the real rows of a partial validation "
       "batch.\nstatic int64_t loss_rows%s = MB;\n\n",
       e->multi ? " __attribute__((unused))" : ""); // a rank without the loss
+  // --replicas: the exchange's buckets (buckets.c), some sent from inside B_v / W_v
+  if (e->prog->replicas > 1) e->rep = rep_buckets(e);
+  if (rep_any_inside(e->rep)) {
+    out(e, "// Set by train_step around the action whose kernels make buckets of the replicas'\n"
+           "// gradient exchange final (the step's last B or W of a stage on this rank).\n"
+           "static bool rep_final;\n\n");
+  }
   for (int i = 0; i < e->rp->nvs; i++) {
     const VStage *s = &e->prog->vs[e->rp->vs[i]];
     int v = s->v;

@@ -18,13 +18,12 @@
 // With --replicas D (Program.replicas) the same programs run in every replica, also at S = 1:
 // PrComm.replicas tells the transport, the loaders offset their microbatch by pr_replica * NMICRO
 // (NMICRO = M / D) and train_step returns its loss sum (the runtime adds the replicas',
-// replicas.c). The replicas' gradient exchange goes in buckets (rep_buckets): every parameter the
-// rank trains is final after the last action of its list whose nodes write its gradient (a stage's
-// last B or W, or its TIED_SUM); the parameters in the order of those actions (canonical within
-// one) make the buckets, a new one at each such action and, within one, after every
-// REP_BUCKET_BYTES of gradients. train_step calls pr_replicas_ready(k) right after bucket k's
-// action (the runtime sends it while the rank and the pipeline run the rest of their backward).
-// Parameters no action writes (none today) go in a last bucket, sent at the step end.
+// replicas.c). The replicas' gradient exchange goes in buckets (buckets.c: per action, layer and
+// REP_BUCKET_BYTES, in the order the gradients become final): the B_v / W_v functions call
+// pr_replicas_ready(k) right after the kernel that makes bucket k final, when rep_final is set,
+// which train_step does around the one action of the step that makes them final (a stage's last
+// B or W); a TIED_SUM's buckets are sent right after it. The runtime sends a bucket while the
+// rank and the pipeline run the rest of their backward.
 //
 // Every compute action sits between its --trace hooks (emit_traced; the transport reports the
 // messages). Channel traffic in train_step (pipeline.h's actions, one line each): SEND(c, m) is
@@ -60,73 +59,6 @@ struct Streams {
   int *recv_of; // per channel id: its receive stream on this rank (-1: none)
   int ex_first; // index of the first exchange stream
 };
-
-// The replicas' buckets of this rank (--replicas; see the top): param[end[k - 1] .. end[k]) are
-// bucket k's parameter-table indices, final after this rank's action after[k] (-1: at the step
-// end).
-typedef struct RepBuckets {
-  int *param; // every parameter this rank trains, bucket by bucket
-  int n;      // count
-  int *end;   // per bucket: the end of its run in param
-  int *after; // per bucket: the action that makes it final (-1: none, sent at the step end)
-  int nb;     // buckets
-} RepBuckets;
-
-// The most gradient bytes of a bucket (1 MiB), unless one parameter alone is larger.
-enum { REP_BUCKET_BYTES = 1 << 20 };
-
-static RepBuckets rep_buckets(E *e) {
-  const Graph *G = e->g;
-  const RankProgram *rp = e->rp;
-  const Program *P = e->prog;
-  int np = G->nparams;
-  int *of = ARENA_ARRAY(e->a, int, G->ntensors + 1); // per tensor id: the param whose gradient
-  int *ready = ARENA_ARRAY(e->a, int, np + 1);       // per param: its last writing action
-  for (int i = 0; i < G->ntensors; i++) of[i] = -1;
-  RepBuckets b = {ARENA_ARRAY(e->a, int, np + 1), 0, ARENA_ARRAY(e->a, int, np + 1),
-                  ARENA_ARRAY(e->a, int, np + 1), 0};
-  for (int i = 0; i < np; i++) {
-    const Tensor *t = G->params[i];
-    ready[i] = -2; // not trained here
-    if (t->tied_to || !t->grad || e->p->offset[t->grad->id] < 0) continue;
-    ready[i] = -1;
-    of[t->grad->id] = i;
-  }
-  for (int j = 0; j < rp->nacts; j++) {
-    const Action *x = &rp->acts[j];
-    if (x->v < 0) continue;
-    const VStage *s = &P->vs[x->v];
-    const Segment *sg = x->kind == ACT_B          ? &s->b
-                        : x->kind == ACT_W        ? &s->w
-                        : x->kind == ACT_TIED_SUM ? &s->step
-                                                  : NULL;
-    for (int k = 0; sg && k < sg->n; k++)
-      for (int o = 0; o < sg->nodes[k]->nout; o++) {
-        int i = of[sg->nodes[k]->out[o]->id];
-        if (i >= 0) ready[i] = j;
-      }
-  }
-  // Ascending by action (the step end's -1 last), canonical within one: a stable pass per action.
-  for (int j = 0; j <= rp->nacts; j++) {
-    int a = j < rp->nacts ? j : -1;
-    int64_t bytes = 0;
-    for (int i = 0; i < np; i++) {
-      if (ready[i] != a) continue;
-      int64_t nb = shape_numel(&G->params[i]->shape, e->tc->mb_size) * (int64_t)sizeof(float);
-      bool fresh =
-          b.nb == 0 || b.after[b.nb - 1] != a || (bytes > 0 && bytes + nb > REP_BUCKET_BYTES);
-      if (fresh) {
-        b.after[b.nb] = a;
-        b.nb++;
-        bytes = 0;
-      }
-      b.param[b.n++] = i;
-      b.end[b.nb - 1] = b.n;
-      bytes += nb;
-    }
-  }
-  return b;
-}
 
 static int64_t bytes_of(const E *e, const Tensor *t) {
   return shape_numel(&t->shape, e->tc->mb_size) * tensor_elem_size(t);
@@ -205,8 +137,8 @@ void emit_rank_comm(E *e) {
           (long long)(st->s[i].bytes > 0 ? st->s[i].bytes : 1));
   }
   const char *rep = "";
-  if (P->replicas > 1) { // the buckets of the replicas' gradient exchange (runtime/replicas.c)
-    RepBuckets b = rep_buckets(e);
+  if (e->rep) { // the buckets of the replicas' gradient exchange (runtime/replicas.c)
+    const RepBuckets b = *e->rep;
     out(e,
         "// The replicas' gradient exchange: %d bucket(s) of parameters, in the order their\n"
         "// gradients become final (bucket: after action).\n",
@@ -409,8 +341,7 @@ bool emit_rank_train_step(E *e, Diag *d) {
       "static double train_step(int64_t step, uint64_t seed) {\n  double loss = 0;\n",
       P->M);
   out(e, "  (void)step, (void)seed;\n%s", start ? start : "");
-  RepBuckets rb = {0};
-  if (P->replicas > 1) rb = rep_buckets(e);
+  const RepBuckets *rb = e->rep;
   bool tied_first = true;
   int last_tied = -1;
   for (int i = 0; i < n - 2; i++)
@@ -421,6 +352,8 @@ bool emit_rank_train_step(E *e, Diag *d) {
     int slot = s && x->m >= 0 ? x->m % s->K : 0;
     int acc = emit_acc(accumulated, x);
     if (pre[i]) out(e, "%s", pre[i]);
+    bool final = rep_final_action(rb, i); // B_v / W_v send buckets from inside (buckets.c)
+    if (final) out(e, "  rep_final = true; // the buckets final in this %s\n", act_label(e, x));
     bool timed = e->profile && (x->kind == ACT_F || x->kind == ACT_B || x->kind == ACT_W);
     if (timed) out(e, "  { double t_ = pr_now();\n");
     switch (x->kind) {
@@ -512,8 +445,9 @@ bool emit_rank_train_step(E *e, Diag *d) {
           : x->kind == ACT_B ? 1
                              : 2,
           x->v);
-    for (int k = 0; k < rb.nb; k++) // the buckets this action makes final go to the replicas
-      if (rb.after[k] == i) out(e, "  pr_replicas_ready(%d);\n", k);
+    if (final) out(e, "  rep_final = false;\n");
+    for (int k = 0; rb && k < rb->nb; k++) // a TIED_SUM's buckets go to the replicas after it
+      if (rb->after[k] == i && rb->node[k] < 0) out(e, "  pr_replicas_ready(%d);\n", k);
     if (post[i]) out(e, "%s", post[i]);
   }
   if (P->replicas > 1) // the replicas add their sums in replica order (runtime/replicas.c)

@@ -16,7 +16,10 @@
 // --precision bf16|fp16: a 16-bit operand's hole gets its f32 copy in the conversion area
 // (CONV + offset, outputs then inputs as precision_conv_bytes lays them out); the call is
 // preceded by the widening of each 16-bit input and followed by the narrowing of each 16-bit
-// output (pr_bf16_* / pr_f16_*, runtime/half.c), in loops as in straight-line code.
+// output (pr_bf16_* / pr_f16_*, runtime/half.c), in loops as in straight-line code. With
+// --replicas, a call after which buckets of the replicas' gradient exchange are final is followed
+// by their guarded pr_replicas_ready calls (buckets.c), in a loop as base + l * (buckets per
+// instance); instances that differ in their buckets do not loop.
 #include <stdlib.h>
 #include <string.h>
 
@@ -212,8 +215,7 @@ static void print_straight(E *e, const Call *c) {
   print_conversions(e, c, ptr, true, "  ");
 }
 
-// The repeat block and instance a node belongs to (*blk NULL: none).
-static void node_key(const Node *n, const char **blk, int *inst) {
+void segment_node_key(const Node *n, const char **blk, int *inst) {
   *blk = n->block;
   *inst = n->instance;
   if (n->block || !n->nout) return;
@@ -239,10 +241,26 @@ static bool same_call(const Call *a, const Call *b) {
   return true;
 }
 
-static bool same_group(const Call *c, const Group *a, const Group *b) {
+// The replicas' buckets final after call c (buckets.c; 0 without them).
+static int nready(const E *e, const Call *c) {
+  return e->rep ? e->rep->count[c->n->id] : 0;
+}
+
+// Whether group b (groups after a) repeats group a: the same calls, and with --replicas the
+// same number of buckets after each, bucket k + (b - a) * (a's count) after b's call of a's k.
+static bool same_group(const E *e, const Call *c, const Group *a, const Group *b) {
   if (!a->blk || !b->blk || strcmp(a->blk, b->blk) || a->len != b->len) return false;
-  for (int i = 0; i < a->len; i++)
+  int per = 0;
+  for (int i = 0; i < a->len; i++) {
     if (!same_call(&c[a->start + i], &c[b->start + i])) return false;
+    per += nready(e, &c[a->start + i]);
+  }
+  for (int i = 0; i < a->len; i++) {
+    const Call *x = &c[a->start + i], *y = &c[b->start + i];
+    if (nready(e, x) != nready(e, y)) return false;
+    if (nready(e, x) && e->rep->first[y->n->id] != e->rep->first[x->n->id] + (b - a) * per)
+      return false;
+  }
   return true;
 }
 
@@ -256,6 +274,8 @@ static void print_loop(E *e, const Call *c, const Group *g, int count) {
   bool *even = ARENA_ARRAY(e->a, bool, ncol + 1);
   int *tab = ARENA_ARRAY(e->a, int, ncol + 1); // table column of a hole, -1: evenly spaced
   int ntab = 0, id = e->nloops++;
+  int per = 0; // --replicas: the buckets one instance makes final
+  for (int i = 0; i < g0->len; i++) per += nready(e, &c[g0->start + i]);
   for (int i = 0, col = 0; i < g0->len; i++)
     for (int k = 0; k < c[g0->start + i].nargs; k++, col++) {
       int64_t base = c[g0->start + i].args[k].off;
@@ -316,6 +336,7 @@ static void print_loop(E *e, const Call *c, const Group *g, int count) {
     out(e, "    ");
     print_call(e, c0, ptr);
     print_conversions(e, c0, ptr, true, "    ");
+    rep_emit_ready(e, c0->n, "    ", per);
   }
   out(e, "  }\n");
 }
@@ -337,7 +358,7 @@ void emit_segment(E *e, Node *const *nodes, int n, const char *acc) {
     render(e, nodes[i], nodes[i]->role == ROLE_WGT ? acc : "0", &c[i]);
     const char *blk;
     int inst;
-    node_key(nodes[i], &blk, &inst);
+    segment_node_key(nodes[i], &blk, &inst);
     if (ng && blk && g[ng - 1].blk && !strcmp(blk, g[ng - 1].blk) && inst == g[ng - 1].inst)
       g[ng - 1].len++;
     else
@@ -345,11 +366,14 @@ void emit_segment(E *e, Node *const *nodes, int n, const char *acc) {
   }
   for (int i = 0; i < ng;) {
     int j = i + 1;
-    while (j < ng && same_group(c, &g[i], &g[j])) j++;
+    while (j < ng && same_group(e, c, &g[i], &g[j])) j++;
     if (j - i >= 2) {
       print_loop(e, c, &g[i], j - i);
     } else {
-      for (int k = 0; k < g[i].len; k++) print_straight(e, &c[g[i].start + k]);
+      for (int k = 0; k < g[i].len; k++) {
+        print_straight(e, &c[g[i].start + k]);
+        rep_emit_ready(e, c[g[i].start + k].n, "  ", 0);
+      }
     }
     i = j;
   }

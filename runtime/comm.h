@@ -45,8 +45,8 @@ typedef struct PrComm {         // how a rank program talks to the others (PrPro
                                 // has nranks x D processes, replica d's rank at d * nranks + rank
   // --replicas: the buckets of the replicas' gradient exchange, in the order their gradients
   // become final on this rank (replicas.c): bucket k is the parameters rep_param[rep_end[k - 1]
-  // .. rep_end[k]) (rep_end[-1] = 0), each a parameter-table index; train_step calls
-  // pr_replicas_ready(k) after the action that makes them final.
+  // .. rep_end[k]) (rep_end[-1] = 0), each a parameter-table index; the program calls
+  // pr_replicas_ready(k) after the kernel (or the tied sums' action) that makes them final.
   const int *rep_param; // every parameter this rank trains, bucket by bucket
   const int *rep_end;   // per bucket: the end of its run in rep_param
   int rep_nbuckets;     // buckets (0: none, every gradient exchanged at the step end)
@@ -97,9 +97,10 @@ struct PrTransport {
 // This process's replica d (0 .. D - 1; 0 without replicas), set by the transport's start; the
 // generated data loaders offset their microbatches by pr_replica * M / D (replicas.c).
 extern int pr_replica;
-// Called by the generated train_step with replicas, right after the action that makes bucket k's
-// gradients final on this rank (PrComm.rep_param): starts sending it to the other replicas
-// (replicas.c; nothing outside a step, or with PIPEC_REPLICAS_OVERLAP=0).
+// Called by the generated program with replicas, right after the kernel of a stage's last B or W
+// (or the TIED_SUM action) that makes bucket k's gradients final on this rank (PrComm.rep_param,
+// codegen/buckets.c): starts sending it to the other replicas (replicas.c; nothing outside a
+// step, or with PIPEC_REPLICAS_OVERLAP=0).
 void pr_replicas_ready(int k);
 
 // The transport of the running program once pr_main has started it (NULL: one rank, or not yet):

@@ -55,8 +55,8 @@ typedef struct PrReplicas {
 } PrReplicas;
 // Sizes and allocates the exchange, makes its requests (D = 1: nothing).
 void pr_replicas_start(PrReplicas *r, const PrProgram *p);
-// Before a step's train_step: starts the exchange's receives; from here train_step's
-// pr_replicas_ready(k) (pipert.h) sends bucket k.
+// Before a step's train_step: starts the exchange's receives; from here the program's
+// pr_replicas_ready(k) (comm.h) sends bucket k.
 void pr_replicas_begin(PrReplicas *r);
 // After this rank's train_step (collective over its D replicas): every gradient it trains
 // becomes the sum of the D replicas' in replica order; returns the step's loss, the replicas'

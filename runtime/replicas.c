@@ -10,12 +10,13 @@
 // replica, which stay bit-identical.
 //
 // The overlap. The all-gather is cut in buckets (PrComm.rep_param / rep_end, made by the compiler:
-// codegen/emit_rank.c): one replica's message is the buckets' gradients in bucket order, then its
+// codegen/buckets.c): one replica's message is the buckets' gradients in bucket order, then its
 // loss sum (a double, a last bucket of its own). pr_replicas_begin, before a step's train_step,
-// starts every receive; train_step calls pr_replicas_ready(k) right after the action that makes
-// bucket k's gradients final on this rank (a stage's last backward, or its tied sums), which
-// copies them into the message and starts their sends, while the rank goes on with its other
-// stages' backward and the pipeline's other ranks with theirs; pr_replicas_combine, at the step
+// starts every receive; the program calls pr_replicas_ready(k) right after the kernel that makes
+// bucket k's gradients final on this rank (inside a stage's last B or W: per layer), or after
+// its tied sums, which copies them into the message and starts their sends, while the backward
+// goes on with the earlier layers, the rank with its other stages' backward and the pipeline's
+// other ranks with theirs; pr_replicas_combine, at the step
 // end, sends the loss (and any bucket not sent yet), waits for everything and sums in replica
 // order. The sums read the same numbers in the same order as an exchange at the step end, so the
 // bits do not depend on the overlap: PIPEC_REPLICAS_OVERLAP=0 in the environment turns it off

@@ -6,12 +6,14 @@
 # parameters after 5 steps stay within the stated tolerance (losses: relative 1e-6; parameters
 # and optimizer state: 1e-5 of each tensor's largest magnitude; measured 0 at the loss log's 9
 # digits and 7e-8 / 2e-7); a checkpoint written at D = 2 resumes at D = 2 bit for bit (one file,
-# and a sharded directory) and continues at D = 1; the exchange is overlapped (buckets sent right
-# after the actions that make them final; the same bits as the step-end exchange; --stats shows
-# its exposed wait); per-stage counts: equal ones are the uniform form, the uneven form and the
-# bad uses are refused with their messages.
+# and a sharded directory) and continues at D = 1; the exchange is overlapped (buckets per action,
+# layer and 1 MiB, sent from inside a stage's last B or W right after the kernel that makes them
+# final, and after the tied sums; the same bits as the step-end exchange; --stats shows its
+# exposed wait); per-stage counts: equal ones are the uniform form, the uneven form and the bad
+# uses are refused with their messages.
 # The model is the flat 2-layer character GPT of pipeline_checkpoint.sh (tied embedding and head
-# on different stages at S = 2).
+# on different stages at S = 2); the per-layer buckets are checked on models with repeat blocks
+# (gpt_char itself, a 3-layer GPT of width 32 that runs, one of width 256 compiled only).
 pipec=$1
 root=$2
 shim=${3-} # tests/alloc's allocation counter (count_alloc.so), for the no-allocation check
@@ -69,27 +71,91 @@ same_bits "D = 2: S = 2 zb-h1 = S = 2 1f1b" "$tmp/s2" "$tmp/zb"
 same_bits "D = 2: S = 2 interleaved (V = 2) = S = 1" "$tmp/s1" "$tmp/v2"
 
 # The overlapped exchange: a bucket per point where gradients become final, sent right there. On
-# rank 0 of the interleaved pipeline (stages 0 and 2) stage 2's bucket goes right after its last
-# backward B(v2, m1), before stage 0's backward runs; stage 0's after B(v0, m1); the tied
-# embedding's after its sum (step_end_0). The same bits with the exchange at the step end
-# (PIPEC_REPLICAS_OVERLAP=0), and --stats shows the exchange's exposed wait.
-check "overlap: rank 0's buckets sent after B(v2, m1), B(v0, m1), step_end_0" test \
-  "$(grep -E -o 'B_[0-9]\(1, 1\)|step_end_0\(\)|pr_replicas_ready\([0-9]\)' "$tmp/d2v2/rank0.c" |
+# rank 0 of the interleaved pipeline (stages 0 and 2) stage 2's bucket goes from inside its last
+# backward B(v2, m1), right after the kernel that makes its last gradient (the attention's
+# c_proj, before the attention's backward), before stage 0's backward runs; stage 0's from inside
+# B(v0, m1), after the embedding's wpe gradient; the tied embedding's after its sum (step_end_0).
+# train_step sets rep_final around those two actions only (the guard of the calls inside). The
+# same bits with the exchange at the step end (PIPEC_REPLICAS_OVERLAP=0), and --stats shows the
+# exchange's exposed wait.
+# ready_after FILE FUNCTION: each pr_replicas_ready call in FUNCTION's body after the node of the
+# line before it ("NODE>CALL"), and its loops' "for{" and "}".
+ready_after() {
+  awk -v fn="$2" '$0 ~ "^static void " fn "\\(" { on = 1; next } on && /^}/ { exit }
+    on && /^  for \(int l/ { printf "for{ " } on && /^  }$/ { printf "} " }
+    on && /pr_replicas_ready/ { match($0, /pr_replicas_ready\([^)]*\)/)
+      printf "%s>%s ", node, substr($0, RSTART + 18, RLENGTH - 19) }
+    on { n = split($0, w, "// "); node = w[n] }' "$1"
+}
+check "overlap: stage 2's bucket 0 from inside B_2, after the attention's c_proj gradient" test \
+  "$(ready_after "$tmp/d2v2/rank0.c" B_2)" = 'transformer.h.1.attn.c_proj:d1>0 '
+check "overlap: stage 0's bucket 1 from inside B_0, after the wpe gradient" test \
+  "$(ready_after "$tmp/d2v2/rank0.c" B_0)" = 'transformer.emb:d1>1 '
+check "overlap: rep_final around B(v2, m1) and B(v0, m1) only, the tied bucket after step_end_0" test \
+  "$(grep -E -o 'B_[0-9]\([01], [01]\)|step_end_0\(\)|rep_final = [a-z]*;|^  pr_replicas_ready\([0-9]\)' "$tmp/d2v2/rank0.c" |
     tr '\n' ' ')" = \
-  'B_2(1, 1) pr_replicas_ready(0) B_0(1, 1) pr_replicas_ready(1) step_end_0() pr_replicas_ready(2) '
+  'B_2(0, 0) rep_final = true; B_2(1, 1) rep_final = false; B_0(0, 0) rep_final = true; B_0(1, 1) rep_final = false; step_end_0()   pr_replicas_ready(2) '
 check "overlap: rank 0's 3 buckets (stage 2's 3 parameters, stage 0's 6, the tied embedding)" \
-  grep -q '^static const int REP_END\[3\] = {3, 9, 10};' "$tmp/d2v2/rank0.c"
-# The bucket size (1 MiB, codegen/emit_rank.c): gpt_char's 26 parameters that its one backward
-# makes final (about 3.1 MiB of gradients) are cut in canonical order into 4 buckets of at most
-# 1 MiB, then the tied embedding's is a fifth, after its sum.
+  grep -q '^static const int REP_END\[3\] = {3, 9, 10}; // 0: 25 1: 33 2: 34$' "$tmp/d2v2/rank0.c"
+# Per-layer buckets inside one stage's backward (S = 1, plain data parallel): gpt_char's 4 layers
+# (repeat-block instances) make 4 buckets of its one backward, ln_f's and wpe's 2 more (the nodes
+# outside the blocks), in the order the backward makes them final: ln_f, layer 3, layers 2, 1, 0
+# (the loop over instances 2 to 0 sends bucket 2 + l), wpe; the tied embedding's a seventh, after
+# its sum. Each layer (about 0.77 MiB) is under the bucket size (1 MiB).
 "$pipec" compile samples/gpt_char.json --batch 24 --microbatches 2 --replicas 2 -o "$tmp/g12" \
   >/dev/null 2>"$tmp/g12.msg" || bad "compile g12: $(head -2 "$tmp/g12.msg")"
-check "overlap: gpt_char's one backward in 4 buckets of at most 1 MiB, the tied sum's a fifth" \
-  grep -q '^static const int REP_END\[5\] = {10, 18, 24, 26, 27}; // 0: 3 1: 3 2: 3 3: 3 4: 4$' \
+check "per layer: gpt_char's backward sends its buckets after ln_f, each layer, wpe" test \
+  "$(ready_after "$tmp/g12/rank0.c" B_0)" = \
+  'transformer.ln_f:d1>0 transformer.h.3.ln_1:d1>1 for{ transformer.h.2.ln_1:d1>2 + l } transformer.emb:d1>5 '
+check "per layer: gpt_char's bucket table (ln_f, 4 layers of 6, wpe; the tied embedding)" \
+  grep -q '^static const int REP_END\[7\] = {1, 7, 13, 19, 25, 26, 27}; // 0: 3 1: 3 2: 3 3: 3 4: 3 5: 3 6: 4$' \
   "$tmp/g12/rank0.c"
-check "overlap: gpt_char's buckets sent after B(v0, m0) and step_end_0" test \
-  "$(grep -E -o 'B_0\(0, 0\)|step_end_0\(\)|pr_replicas_ready\([0-9]\)' "$tmp/g12/rank0.c" | tr '\n' ' ')" = \
-  'B_0(0, 0) pr_replicas_ready(0) pr_replicas_ready(1) pr_replicas_ready(2) pr_replicas_ready(3) step_end_0() pr_replicas_ready(4) '
+check "per layer: gpt_char's buckets in the order they become final (layer 3's first)" grep -q \
+  '^static const int REP_PARAM\[27\] = {2, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 1, 0};$' \
+  "$tmp/g12/rank0.c"
+# The bucket size (1 MiB, codegen/buckets.c) within a layer: C = 256 makes 3 MiB per layer,
+# mlp.c_proj (1 MiB) and mlp.c_fc (1 MiB) a bucket each, ln_2 + attn.c_proj (257 KiB) one,
+# attn.c_attn + ln_1 (769 KiB) one: 4 per layer, the loop over layers 1 to 0 sends 4 + l * 4 ..
+python3 "$root/samples/gen_gpt.py" --layers 3 --heads 4 --embd 256 --context 16 --name gpt_wide \
+  >"$tmp/wide.json" || bad "gen_gpt.py gpt_wide"
+"$pipec" compile "$tmp/wide.json" --batch 4 --microbatches 2 --replicas 2 -o "$tmp/wide" \
+  --no-build >/dev/null 2>"$tmp/wide.msg" || bad "compile wide: $(head -2 "$tmp/wide.msg")"
+check "bucket size: 4 buckets per 3 MiB layer, the loop's at 4 + l * 4 .. 7 + l * 4" test \
+  "$(ready_after "$tmp/wide/rank0.c" B_0)" = \
+  'transformer.ln_f:d1>0 transformer.h.2.mlp.c_proj:d1>1 transformer.h.2.mlp.c_fc:d1>2 transformer.h.2.attn.c_proj:d1>3 transformer.h.2.ln_1:d1>4 for{ transformer.h.1.mlp.c_proj:d1>5 + l * 4 transformer.h.1.mlp.c_fc:d1>6 + l * 4 transformer.h.1.attn.c_proj:d1>7 + l * 4 transformer.h.1.ln_1:d1>8 + l * 4 } transformer.emb:d1>13 '
+# And at run time, on a 3-layer GPT with repeat blocks at M / D = 2 microbatches per replica: the
+# buckets go from inside the second B only (rep_final; the first would send them again: an
+# error); the bits are the step-end exchange's and the 2-stage zb-h1 pipeline's (its W sends from
+# inside); --stats still shows the exposed wait.
+python3 "$root/samples/gen_gpt.py" --layers 3 --heads 2 --embd 32 --context 16 --bias \
+  --name gpt_blk | sed "s#\"../../shared/data/#\"$root/../shared/data/#" >"$tmp/blk.json" ||
+  bad "gen_gpt.py gpt_blk"
+for cfg in "b1" "b2zb --stages 2 --schedule zb-h1"; do
+  set -- $cfg
+  n=$1
+  shift
+  "$pipec" compile "$tmp/blk.json" "${common[@]}" --replicas 2 "$@" -o "$tmp/$n" >/dev/null \
+    2>"$tmp/$n.msg" || bad "compile $n: $(head -3 "$tmp/$n.msg")"
+done
+check "per layer at run time: B_0's buckets after ln_f, layer 2, the loop over 1, 0, wpe" test \
+  "$(ready_after "$tmp/b1/rank0.c" B_0)" = \
+  'transformer.ln_f:d2>0 transformer.h.2.ln_1:d2>1 for{ transformer.h.1.ln_1:d2>2 + l } transformer.emb:d1>4 '
+check "per layer at run time: rep_final around the second B only" test \
+  "$(grep -E -o 'B_0\([01], [01]\)|rep_final = [a-z]*;' "$tmp/b1/rank0.c" | tr '\n' ' ')" = \
+  'B_0(0, 0) rep_final = true; B_0(0, 1) rep_final = false; '
+check "per layer at S = 2 zb-h1: rank 1's W_1 sends layer 2's weight GEMMs' bucket from inside" \
+  test "$(ready_after "$tmp/b2zb/rank1.c" W_1)" = 'transformer.h.2.attn.c_attn:d1>2 '
+go b1 b1 --steps 5 --save "$tmp/b1.st"
+PIPEC_REPLICAS_OVERLAP=0 go b1 b1sync --steps 5 --save "$tmp/b1sync.st"
+go b2zb b2zb --steps 5 --save "$tmp/b2zb.st"
+same_bits "per layer, S = 1: the exchange at the step end (PIPEC_REPLICAS_OVERLAP=0) = overlapped" \
+  "$tmp/b1" "$tmp/b1sync"
+same_bits "per layer: S = 2 zb-h1 = S = 1 at D = 2" "$tmp/b1" "$tmp/b2zb"
+timeout -k 5 120 "$tmp/b1/launch.sh" --threads 1 --eval-every 0 --eval-batches 1 --steps 2 \
+  --stats --log-every 2 </dev/null >"$tmp/st_b1.out" 2>&1 || bad "--stats b1: $(tail -2 "$tmp/st_b1.out")"
+check "per layer: --stats' exposed wait line (6 buckets, overlapped)" grep -qE \
+  "^\[rank 0\]   replicas' gradient exchange \(6 buckets, overlapped\), exposed wait ms per step: rank 0 [0-9]+\.[0-9]{2}\$" \
+  "$tmp/st_b1.out"
 same_bits "D = 2 interleaved: the exchange at the step end (PIPEC_REPLICAS_OVERLAP=0) = overlapped" \
   "$tmp/v2" "$tmp/v2sync"
 for mode in overlapped sync; do
@@ -137,6 +203,11 @@ digits=(samples/mlp_digits.json --microbatches 4)
 go dg1 dg1 --steps 3 --save "$tmp/dg1.st"
 go dg4 dg4 --steps 3 --save "$tmp/dg4.st"
 same_bits "mlp_digits at D = M = 4, S = 2 (8 ranks): the bits of D = 1" "$tmp/dg1" "$tmp/dg4"
+# A rank without parameters (mlp_digits' stage 3 of 4 holds only the loss) has no bucket to send
+# from inside a backward: its program declares no rep_final (unused: -Werror) and builds.
+"$pipec" compile "${digits[@]}" --replicas 2 --stages 4 -o "$tmp/dg24" >/dev/null 2>"$tmp/dg.msg"
+check "a rank without parameters at D = 2 builds ($(grep -m1 error "$tmp/dg.msg"))" \
+  test -x "$tmp/dg24/bin/rank3"
 
 # Resume from a D = 2 checkpoint: at D = 2 (another S and schedule) bit for bit the unstopped
 # run, from one file and from a sharded directory; at D = 1 it continues (within the tolerance).
