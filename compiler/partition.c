@@ -314,7 +314,7 @@ int partition_units(Graph *g, int *unit_of_node, const char ***label) {
 }
 
 static double tensor_bytes(const Part *pt, const Tensor *t) {
-  return (double)shape_numel(&t->shape, pt->tc->mb_size) * dtype_size(t->dtype);
+  return (double)shape_numel(&t->shape, pt->tc->mb_size) * precision_elem_size(t);
 }
 
 static const Tensor *owner(const Tensor *t) {
@@ -390,7 +390,8 @@ static void build_problem(Part *pt, const PartitionOptions *o, CutProblem *cp) {
     if (p->tied_to) continue;
     pindex[p->id] = cp->np;
     CutParam *q = &cp->p[cp->np++];
-    q->bytes = tensor_bytes(pt, p) * (2 + slots);
+    q->bytes =
+        (double)shape_numel(&p->shape, pt->tc->mb_size) * precision_param_elem_size(p, slots);
   }
   int *uses = ARENA_ARRAY(a, int, cp->np + 1); // forward reads of each: bounds its unit list
   for (int i = 0; i < pt->nf; i++)
@@ -942,7 +943,7 @@ void partition_print(const Program *p, FILE *out) {
     if (n->role != ROLE_FWD) continue;
     for (int k = 0; k < n->nout; k++) {
       const Tensor *t = n->out[k];
-      double bytes = (double)shape_numel(&t->shape, mb) * dtype_size(t->dtype);
+      double bytes = (double)shape_numel(&t->shape, mb) * precision_elem_size(t);
       act[v] += bytes;
       int nr = fwd_readers(p, t, v, chs, next, mark, rd);
       if (nr) bnd[v] += bytes; // kept until sent
@@ -961,7 +962,7 @@ void partition_print(const Program *p, FILE *out) {
   for (int v = 0; v < S; v++)
     for (int k = 0; k < p->vs[v].nparams; k++) {
       const Tensor *q = p->vs[v].params[k];
-      pbytes[v] += (double)shape_numel(&q->shape, 1) * dtype_size(q->dtype) * (2 + slots);
+      pbytes[v] += (double)shape_numel(&q->shape, 1) * precision_param_elem_size(q, slots);
     }
   char b1[64];
   for (int v = 0; v < S; v++) {

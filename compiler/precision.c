@@ -41,6 +41,15 @@ int64_t precision_conv_bytes(const Node *n, int64_t batch) {
   return b;
 }
 
+int precision_elem_size(const Tensor *t) {
+  return t->half ? 2 : dtype_size(t->dtype);
+}
+
+int precision_param_elem_size(const Tensor *p, int slots) {
+  int f = dtype_size(p->dtype);
+  return p->half ? 2 + f + slots * f + f : f * (2 + slots);
+}
+
 const char *precision_note(DType prec) {
   return prec == DT_BF16 ? ", bf16 storage" : prec == DT_F16 ? ", fp16 storage" : "";
 }
