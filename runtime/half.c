@@ -40,7 +40,7 @@ void pr_params_narrow(const PrProgram *p) {
 }
 
 void pr_scaler_start(PrScaler *s, const PrProgram *p, double scale, int64_t window, bool report) {
-  *s = (PrScaler){p, scale, 1.0 / scale, window, 0, 0, report};
+  *s = (PrScaler){p, scale, 1.0 / scale, window, 0, 0, 0, report};
 }
 
 void pr_scaler_seed(const PrScaler *s) {
@@ -59,7 +59,7 @@ bool pr_scaler_skip(PrScaler *s, int64_t step, double *norm2) {
             "step %lld: fp16: the gradients are not finite even at loss scale 2^%d (%lld steps "
             "skipped before)",
             (long long)step + 1, was - 1, (long long)s->skipped);
-    s->scale /= 2, s->good = 0, s->skipped++;
+    s->scale /= 2, s->good = 0, s->skipped++, s->skipped_all++;
     if (s->report)
       printf("step %lld: fp16 gradient overflow at loss scale 2^%d: step skipped, loss scale "
              "2^%d\n",
@@ -72,17 +72,19 @@ bool pr_scaler_skip(PrScaler *s, int64_t step, double *norm2) {
 }
 
 void pr_scaler_text(const PrScaler *s, char *out) {
-  snprintf(out, PR_SCALE_TEXT, "%.17g %lld", s->scale, (long long)s->good);
+  snprintf(out, PR_SCALE_TEXT, "%.17g %lld %lld", s->scale, (long long)s->good,
+           (long long)s->skipped_all);
 }
 
 void pr_scaler_restore(PrScaler *s, const char *text, const char *file) {
   double scale;
-  long long good;
+  long long good, all;
   int ex, used = 0;
-  bool ok = sscanf(text, "%lf %lld%n", &scale, &good, &used) == 2 && text[used] == '\0' &&
-            frexp(scale, &ex) == 0.5 && ex >= -23 && ex <= 121 && good >= 0;
+  bool ok = sscanf(text, "%lf %lld %lld%n", &scale, &good, &all, &used) == 3 &&
+            text[used] == '\0' && frexp(scale, &ex) == 0.5 && ex >= -23 && ex <= 121 && good >= 0 &&
+            all >= 0;
   prCheck(ok, "resume from a checkpoint saved by an fp16 program of this version of pipec",
-          "%s: metadata 'loss_scale' is '%.40s'; expected a power of two and a count of steps",
+          "%s: metadata 'loss_scale' is '%.40s'; expected a power of two and two counts of steps",
           file, text);
-  s->scale = scale, s->good = good;
+  s->scale = scale, s->good = good, s->skipped_all = all;
 }

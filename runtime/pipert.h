@@ -696,13 +696,15 @@ void pr_params_narrow(const PrProgram *p);
 // 1/M times the scale; a step whose gradient norm (over all ranks) is not finite is skipped on
 // every rank alike and halves the scale; `window` good steps in a row double it.
 typedef struct PrScaler {
-  const PrProgram *p; // the program (its loss seed)
-  double scale;       // the loss scale of the next step (a power of two)
-  double inv;         // 1 / the scale of the step being ended (the optimizer's unscale)
-  int64_t window;     // good steps before the scale doubles
-  int64_t good;       // good steps since the scale last changed
-  int64_t skipped;    // steps skipped in this run
-  bool report;        // this rank prints a line per skipped step
+  const PrProgram *p;  // the program (its loss seed)
+  double scale;        // the loss scale of the next step (a power of two)
+  double inv;          // 1 / the scale of the step being ended (the optimizer's unscale)
+  int64_t window;      // good steps before the scale doubles
+  int64_t good;        // good steps since the scale last changed
+  int64_t skipped;     // steps skipped in this run
+  int64_t skipped_all; // steps skipped since step 1 (in the checkpoint): the optimizer's step
+                       // counter counts only the updates it made, as torch's GradScaler
+  bool report;         // this rank prints a line per skipped step
 } PrScaler;
 void pr_scaler_start(PrScaler *s, const PrProgram *p, double scale, int64_t window, bool report);
 // Before a step: the seed = seed_value * scale (where this rank holds it).

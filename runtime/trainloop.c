@@ -106,16 +106,19 @@ static double step_end(const Trainer *t, int64_t step, double loss, double lr) {
   pr_trace_begin(PR_TR_OPT, -1, -1);
   // The CPU's kernels, or their device twins (the same arguments).
   double t_opt = pr_now();
+  // The optimizer's step counter (AdamW's bias correction, SGD's first momentum step) counts the
+  // updates made: an fp16 step skipped for an overflow is not one (torch's GradScaler).
+  int64_t upd = step + 1 - (t->scaler ? t->scaler->skipped_all : 0);
   for (int i = 0; i < p->nparams; i++) {
     const PrParam *q = &p->params[i];
     if (!q->grad || !q->data) continue;
     double wd = q->decay ? o->weight_decay : 0.0;
     if (o->kind == PR_ADAMW)
       (dv ? dv->adamw_step : pr_adamw_step)(q->data, q->grad, gscale, q->m, q->v, q->n, lr,
-                                            o->beta1, o->beta2, o->eps, wd, step + 1);
+                                            o->beta1, o->beta2, o->eps, wd, upd);
     else
       (dv ? dv->sgd_step : pr_sgd_step)(q->data, q->grad, gscale, q->m, q->n, lr, o->momentum, wd,
-                                        step + 1);
+                                        upd);
     if (q->half) // --precision: the 16-bit copy the kernels read, from the new master weights
       (p->precision == PR_FP16 ? pr_f16_narrow : pr_bf16_narrow)(q->half, q->data, q->n);
   }

@@ -14,7 +14,8 @@
 #     in the plan's text; --stats counts the halved bytes sent;
 # (4) fp16 overflow: an initial loss scale of 2^40 overflows the first steps: each is reported,
 #     skipped (the parameters and optimizer state after them are those saved at step 0, bit for
-#     bit) and halves the scale; from 2^24 with --loss-scale-window 3 the reported skips follow
+#     bit) and halves the scale, and the first update after skips is AdamW's step 1 (its bias
+#     correction: |dp| about lr); from 2^24 with --loss-scale-window 3 the reported skips follow
 #     the scaler's rule (halve on overflow, double after 3 good steps: the steps succeed, the
 #     scale grows back and overflows again); a run resumed at step 8 (single file and sharded)
 #     continues bit for bit with the same skips (the scaler's state is in the checkpoint);
@@ -184,6 +185,36 @@ for f in st st.optim; do
   check "overflow: $f after 3 skipped steps is step 0's, bit for bit" \
     python3 "$root/tests/e2e/st_tool.py" same-tensors "$tmp/s0.$f" "$tmp/s3.$f"
 done
+# A skipped step is no update: the optimizer's step counter counts the updates made (torch's
+# GradScaler skips optimizer.step()). From 2^24 the first 3 steps overflow; step 4 is AdamW's
+# first update, whose bias correction makes |dp| = lr |g| / (|g| + eps), about lr, on every
+# element (counted as AdamW's step 4 it would be 0.577 lr). Layernorm weights (no decay), lr
+# 1e-3 without warmup.
+"$pipec" compile "$file" --precision fp16 --set schedule.warmup=0 -o "$tmp/w0" >/dev/null 2>&1 ||
+  bad "compile fp16 without warmup"
+w0=(--threads 1 --eval-every 0 --eval-batches 1 --loss-scale 0x1p24)
+"$tmp/w0/bin/train" --steps 3 "${w0[@]}" --save "$tmp/w3.st" >/dev/null 2>&1 &&
+  "$tmp/w0/bin/train" --steps 4 "${w0[@]}" --save "$tmp/w4.st" >"$tmp/w4.out" 2>&1 ||
+  bad "fp16 runs without warmup: $(tail -n 2 "$tmp/w4.out")"
+check "overflow: steps 1-3 of the run without warmup skipped" \
+  test "$(grep -c 'step [123]: fp16 gradient overflow' "$tmp/w4.out")" = 3
+check "overflow: the first update after 3 skips is AdamW's step 1" python3 - "$tmp/w3.st" "$tmp/w4.st" <<'EOF'
+import json, struct, sys
+def load(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h, out = json.loads(b[8:8 + n]), {}
+    for k, v in h.items():
+        if k != "__metadata__":
+            s, e = v["data_offsets"]
+            out[k] = struct.unpack("<%df" % ((e - s) // 4), b[8 + n + s:8 + n + e])
+    return out
+a, b = load(sys.argv[1]), load(sys.argv[2])
+r = sorted(abs(y - x) / 1e-3 for k in a if ".ln_" in k for x, y in zip(a[k], b[k]) if y != x)
+med = r[len(r) // 2] if r else 0
+print("median |dp| / lr over %d layernorm elements: %.4f" % (len(r), med))
+sys.exit(0 if len(r) > 10 and 0.95 < med < 1.0001 else 1)
+EOF
 # The scaler against its rule over 16 steps from 2^24 (this model overflows from about 2^22),
 # window 3: every reported skip is at the scale the rule gives (halved on a skip, doubled after 3
 # good steps), the scale doubles at least once and a doubled scale overflows again.
