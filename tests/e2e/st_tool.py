@@ -13,6 +13,9 @@
   st_tool.py maxrel A B                  print the largest difference of an F32 tensor of A and B
                                          relative to that tensor's largest magnitude in A,
                                          max over tensors of max|a - b| / max|a| (same tensors)
+  st_tool.py median-step A B PART        print the median |b - a| over the elements that differ
+                                         of the F32 tensors whose name contains PART, and their
+                                         count
 """
 import json
 import struct
@@ -105,6 +108,17 @@ def main(argv):
             top = max(abs(x) for x in va) or 1.0
             worst = max(worst, max(abs(x - y) for x, y in zip(va, vb)) / top)
         print("%.3g" % worst)
+    elif cmd == "median-step":
+        ta, tb = tensors(h, d), tensors(*read(argv[3]))
+        steps = []
+        for k, (dt, shape, a) in ta.items():
+            if dt != "F32" or argv[4] not in k:
+                continue
+            va = struct.unpack("<%df" % (len(a) // 4), a)
+            vb = struct.unpack("<%df" % (len(a) // 4), tb[k][2])
+            steps += [abs(y - x) for x, y in zip(va, vb) if y != x]
+        steps.sort()
+        print("%.9g %d" % (steps[len(steps) // 2] if steps else 0.0, len(steps)))
     else:
         raise SystemExit("unknown command " + cmd)
     return 0
