@@ -53,7 +53,6 @@ chmod +x "$tmp/cc-blis"
 CC="$tmp/cc-blis" "$pipec" compile "$root/samples/gpt_char.json" -o "$tmp/blis" >/dev/null 2>"$tmp/err" ||
   { cat "$tmp/err" >&2; exit 1; }
 ldd "$tmp/blis/bin/train" | grep -q "blis-serial/libblis.so.4" || { echo "$0: the BLIS build does not load BLIS" >&2; exit 1; }
-commit=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)
 
 "$py" - "$tmp" "$data" "$commit" "$steps" <<'EOF'
 import os, re, statistics, subprocess, sys, time

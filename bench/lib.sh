@@ -2,8 +2,8 @@
 #
 #   bench_init "$@"   the one argument PIPEC (usage or why on stderr and exit 2 otherwise); sets
 #                     pipec (its absolute path), root (the repository), py (Debian's python3 where
-#                     it exists: python3-torch imports only there) and tmp (a fresh directory,
-#                     removed on exit)
+#                     it exists: python3-torch imports only there), tmp (a fresh directory,
+#                     removed on exit) and commit (the repository's `git describe`, or unknown)
 #   bench_text        sets data, the tinyshakespeare text beside the repository (exit 2 unreadable)
 bench_init() {
   if [[ $# -ne 1 ]]; then
@@ -21,6 +21,7 @@ bench_init() {
   [[ -x $py ]] || py=python3
   tmp=$(mktemp -d "${TMPDIR:-/tmp}/pipec-bench-$(basename "$0" .sh).XXXXXX")
   trap 'rm -rf "$tmp"' EXIT
+  commit=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)
 }
 
 bench_text() {

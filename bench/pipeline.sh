@@ -35,7 +35,6 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 bench_init "$@"
 bench_text
-commit=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)
 
 "$py" - "$pipec" "$tmp" "$data" "$commit" "$root" <<'EOF'
 import os, re, statistics, subprocess, sys, time

@@ -26,7 +26,6 @@ set -euo pipefail
 bench_init "$@"
 bench_text
 "$pipec" compile "$root/samples/gpt_char.json" -o "$tmp/gpt" >/dev/null 2>"$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
-commit=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)
 
 "$py" - "$tmp" "$data" "$commit" "$root" <<'EOF'
 import math, os, re, statistics, subprocess, sys, time

@@ -81,7 +81,6 @@ if [[ " $models " == *" gpt_wide "* ]]; then
   wide_mib=$("$pipec" plan "$tmp/gpt_wide.json" --batch "$wide_batch" | awk '$1 == "total" { print $2 }')
 fi
 cc -O2 "$root/bench/sgemm_rate.c" -o "$tmp/sgemm" $(pkg-config --cflags --libs openblas)
-commit=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)
 
 BENCH_MODELS=$models BENCH_WIDE_BATCH=$wide_batch "$py" - "$tmp" "$data" "$fwd_char" "$commit" "$root" \
   "$fwd_wide" "$wide_params" "$wide_mib" <<'EOF'

@@ -60,6 +60,26 @@ same_bits() {
   ok
 }
 
+# ---- Configurations of one model (the checkpoint, shard and replica tests): $file compiled
+# with ${common[@]}, run with ${run_args[@]}; the script sets the three.
+# build NAME ARGS...: compile a configuration into $tmp/NAME (its compile messages in NAME.msg).
+build() {
+  local name=$1
+  shift
+  "$pipec" compile "$file" "${common[@]}" "$@" -o "$tmp/$name" >/dev/null 2>"$tmp/$name.msg" ||
+    bad "compile $name: $(head -3 "$tmp/$name.msg")"
+}
+# go NAME LABEL ARGS...: run configuration NAME (launch.sh, at most 120 s), outputs under
+# $tmp/LABEL.* (.loss, .out, .err).
+go() {
+  local name=$1 label=$2 out=$tmp/$2
+  shift 2
+  timeout -k 5 120 "$tmp/$name/launch.sh" "${run_args[@]}" --loss-log "$out.loss" "$@" </dev/null \
+    >"$out.out" 2>"$out.err"
+  local rc=$?
+  [ $rc -eq 0 ] || bad "$label ($name): launch.sh exit $rc: $(grep -v '^-*$' "$out.err" | head -2 | tr '\n' ' ')"
+}
+
 # ---- Pipelines (pipeline.sh and the equality matrix): the one-stage reference and the run at S
 # stages, compared by same_bits. They use $pipec, $tmp and pipe_opts (the program's options).
 pipe_opts=(--steps 3 --threads 1 --quiet --eval-every 0 --eval-batches 1)

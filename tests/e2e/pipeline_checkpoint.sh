@@ -16,27 +16,11 @@ gpt_char_l2 "$file"
 common=(--batch 24 --microbatches 4)
 run_args=(--threads 1 --quiet --eval-every 0 --eval-batches 1)
 
-# build NAME ARGS...: compile a configuration into $tmp/NAME.
-build() {
-  local name=$1
-  shift
-  "$pipec" compile "$file" "${common[@]}" "$@" -o "$tmp/$name" >/dev/null 2>"$tmp/err" ||
-    bad "compile $name: $(head -3 "$tmp/err")"
-}
 build s1
 build s2 --stages 2 --schedule 1f1b
 build s3 --stages 3 --schedule zb-h1
 build s4 --stages 4 --schedule interleaved --virtual 2
 
-# go NAME LOG-NAME ARGS...: run configuration NAME (launch.sh), outputs under $tmp/LOG-NAME.*.
-go() {
-  local name=$1 label=$2 out=$tmp/$2
-  shift 2
-  timeout -k 5 120 "$tmp/$name/launch.sh" "${run_args[@]}" --loss-log "$out.loss" "$@" </dev/null \
-    >"$out.out" 2>"$out.err"
-  local rc=$?
-  [ $rc -eq 0 ] || bad "$label ($name): launch.sh exit $rc: $(grep -v '^-*$' "$out.err" | head -2 | tr '\n' ' ')"
-}
 # pair_is A B: the pairs A, A.optim and B, B.optim are byte for byte equal (else say where).
 pair_is() {
   local f ok=0

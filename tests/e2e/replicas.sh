@@ -26,13 +26,6 @@ gpt_char_l2 "$file"
 common=(--batch 24 --microbatches 4)
 run_args=(--threads 1 --quiet --eval-every 0 --eval-batches 1)
 
-# build NAME ARGS...: compile a configuration into $tmp/NAME (its compile message in NAME.msg).
-build() {
-  local name=$1
-  shift
-  "$pipec" compile "$file" "${common[@]}" "$@" -o "$tmp/$name" >/dev/null 2>"$tmp/$name.msg" ||
-    bad "compile $name: $(head -3 "$tmp/$name.msg")"
-}
 build d1
 build d2s1 --replicas 2
 build d2s2 --replicas 2 --stages 2 --schedule 1f1b
@@ -48,15 +41,6 @@ check "launch.sh runs S x D processes in world-rank order" \
 check "launch.sh at S = 1, D = 2: two processes" \
   test "$(grep -c 'bin/rank0' "$tmp/d2s1/launch.sh")" = 2
 
-# go NAME LABEL ARGS...: run configuration NAME (launch.sh), outputs under $tmp/LABEL.*.
-go() {
-  local name=$1 label=$2 out=$tmp/$2
-  shift 2
-  timeout -k 5 120 "$tmp/$name/launch.sh" "${run_args[@]}" --loss-log "$out.loss" "$@" </dev/null \
-    >"$out.out" 2>"$out.err"
-  local rc=$?
-  [ $rc -eq 0 ] || bad "$label ($name): launch.sh exit $rc: $(grep -v '^-*$' "$out.err" | head -2 | tr '\n' ' ')"
-}
 go d1 ref1 --steps 5 --save "$tmp/ref1.st"
 go d2s1 s1 --steps 5 --save "$tmp/s1.st"
 go d2s2 s2 --steps 5 --save "$tmp/s2.st"

@@ -21,23 +21,9 @@ file=$tmp/gpt_char_l2.json
 gpt_char_l2 "$file"
 common=(--batch 24 --microbatches 4)
 run_args=(--threads 1 --quiet --eval-every 0 --eval-batches 1)
-build() {
-  local name=$1
-  shift
-  "$pipec" compile "$file" "${common[@]}" "$@" -o "$tmp/$name" >/dev/null 2>"$tmp/err" ||
-    bad "compile $name: $(head -3 "$tmp/err")"
-}
 build s1
 build s2 --stages 2 --schedule zb-h1
 build s4 --stages 4 --schedule interleaved --virtual 2
-go() {
-  local name=$1 label=$2 out=$tmp/$2
-  shift 2
-  timeout -k 5 120 "$tmp/$name/launch.sh" "${run_args[@]}" --loss-log "$out.loss" "$@" </dev/null \
-    >"$out.out" 2>"$out.err"
-  local rc=$?
-  [ $rc -eq 0 ] || bad "$label ($name): launch.sh exit $rc: $(grep -v '^-*$' "$out.err" | head -2 | tr '\n' ' ')"
-}
 pair_is() { cmp -s "$1" "$2" && cmp -s "$1.optim" "$2.optim"; }
 tail_of() { awk -v f="$2" '$1 >= f' "$1"; }
 files_of() { (cd "$1" && ls -A | tr '\n' ' '); }
