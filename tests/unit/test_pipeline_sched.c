@@ -504,6 +504,20 @@ static void golden(const char *text, const char *name) {
   ck_assert_str_eq(text, want);
 }
 
+// p's grid (schedule_print_grid) against tests/golden/NAME.
+static void golden_grid(const Program *p, const char *name) {
+  char *text = NULL;
+  size_t len = 0;
+  Capture cap;
+  cap_open(&cap, "m.json");
+  FILE *f = open_memstream(&text, &len);
+  ck_assert_msg(schedule_print_grid(p, f, &cap.d), "%s", cap_text(&cap));
+  fclose(f);
+  cap_close(&cap);
+  golden(text, name);
+  free(text);
+}
+
 // The dump of 1f1b at S = 4, M = 8 and its grid against tests/golden/1f1b_s4_m8.{schedule,grid}.
 START_TEST(test_golden_1f1b) {
   Chain c;
@@ -519,14 +533,7 @@ START_TEST(test_golden_1f1b) {
   fclose(f);
   golden(text, "1f1b_s4_m8.schedule");
   free(text);
-  Capture cap;
-  cap_open(&cap, "m.json");
-  f = open_memstream(&text, &len);
-  ck_assert_msg(schedule_print_grid(&c.p, f, &cap.d), "%s", cap_text(&cap));
-  fclose(f);
-  cap_close(&cap);
-  golden(text, "1f1b_s4_m8.grid");
-  free(text);
+  golden_grid(&c.p, "1f1b_s4_m8.grid");
   arena_free(&c.a);
 }
 END_TEST
@@ -541,16 +548,7 @@ START_TEST(test_golden_zbv) {
   SchedStats st;
   const char *msg = build_verify(&c, SCHED_ZBV, 4, 2, &ok, &st);
   ck_assert_msg(ok, "%s", msg);
-  char *text = NULL;
-  size_t len = 0;
-  Capture cap;
-  cap_open(&cap, "m.json");
-  FILE *f = open_memstream(&text, &len);
-  ck_assert_msg(schedule_print_grid(&c.p, f, &cap.d), "%s", cap_text(&cap));
-  fclose(f);
-  cap_close(&cap);
-  golden(text, "zbv_s4_m8.grid");
-  free(text);
+  golden_grid(&c.p, "zbv_s4_m8.grid");
   arena_free(&c.a);
 }
 END_TEST
