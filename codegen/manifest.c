@@ -74,6 +74,11 @@ bool codegen_manifest(const Program *prog, const CodegenOptions *o, Diag *d) {
   cJSON_AddStringToObject(m, "model", o->model_path);
   cJSON_AddStringToObject(m, "name", prog->g->name);
   cJSON_AddStringToObject(m, "target", o->target);
+  // What the programs store parameters, activations and messages in (--precision).
+  cJSON_AddStringToObject(m, "precision",
+                          prog->tc->precision == DT_BF16  ? "bf16"
+                          : prog->tc->precision == DT_F16 ? "fp16"
+                                                          : "f32");
   cJSON_AddNumberToObject(m, "ranks", prog->nranks);
   cJSON_AddNumberToObject(m, "microbatches", prog->M); // per replica (--replicas)
   cJSON_AddNumberToObject(m, "replicas", prog->replicas > 1 ? prog->replicas : 1);

@@ -39,7 +39,7 @@ name, path, ranks, inc, lib, mpi = sys.argv[1:]
 m = json.load(open(path))
 ranks = int(ranks)
 want = {"format": "pipec-manifest", "version": 1, "model": "samples/mlp_digits.json",
-        "name": "mlp_digits", "target": "cpu", "ranks": ranks, "launch": "launch.sh",
+        "name": "mlp_digits", "target": "cpu", "precision": "f32", "ranks": ranks, "launch": "launch.sh",
         "include_dirs": [inc], "compile_flags": ["-std=gnu11", "-ffp-contract=off"]}
 err = [f"{k}: {m.get(k)!r}, want {v!r}" for k, v in want.items() if m.get(k) != v]
 progs = m.get("programs", [])
@@ -60,6 +60,12 @@ PY
 }
 check "manifest at S = 2" check_manifest "S = 2" "$out/pipec-manifest.json" 2 "$root/runtime" \
   "$build/lib/libpipert.a" "$build/lib/libpipert_mpi.a"
+# The manifest names the precision the programs store their tensors in.
+"$pipec" compile samples/mlp_digits.json --precision bf16 --no-build -o "$tmp/bf16" >/dev/null 2>&1 ||
+  bad "compile --precision bf16 --no-build"
+check "manifest: --precision bf16 says \"precision\": \"bf16\"" python3 -c \
+  'import json,sys; sys.exit(json.load(open(sys.argv[1]))["precision"] != "bf16")' \
+  "$tmp/bf16/pipec-manifest.json"
 
 # ---- Built from the manifest alone, launch.sh runs them: the bits of pipec's own build.
 mkdir -p "$out/bin"
