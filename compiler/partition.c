@@ -55,7 +55,10 @@ int cut_inflight(const CutProblem *cp, int S, int r) {
 
 CutSums cut_sums(const CutProblem *cp, int a, int b) {
   CutSums s = {0};
-  for (int u = a; u < b; u++) s.flops += cp->flops[u], s.act += cp->act_bytes[u];
+  for (int u = a; u < b; u++) {
+    s.flops += cp->flops[u], s.act += cp->act_bytes[u];
+    if (cp->conv_bytes && cp->conv_bytes[u] > s.conv) s.conv = cp->conv_bytes[u];
+  }
   for (int i = 0; i < cp->nt; i++) {
     const CutTensor *t = &cp->t[i];
     if (t->from >= a) {
@@ -83,7 +86,8 @@ double partition_stage_cost(const CutProblem *cp, int S, int r, int a, int b) {
   CutSums cs = cut_sums(cp, a, b);
   double comm = cs.fwd + cs.grad; // received, its gradient sent back
   int inflight = cut_inflight(cp, S, r);
-  if (partition_over_cap(cp, r, cs.pbytes, cs.act, comm + cs.sent, inflight)) return INFINITY;
+  if (partition_over_cap(cp, r, cs.pbytes + cs.conv, cs.act, comm + cs.sent, inflight))
+    return INFINITY;
   return cs.flops / cp->rate + comm / (cp->stage_bw ? cp->stage_bw[r] : cp->bandwidth);
 }
 
@@ -176,6 +180,7 @@ double partition_dp(const CutProblem *cp, int S, int *starts, Arena *a) {
     }
     if (kb_lo > kb_hi) continue;
     double comm = 0, pbytes = 0, bnd = 0; // bnd: bytes received and sent on (--recompute)
+    double conv = 0;                      // --precision: the stage's conversion area
     for (int s = b - 1; s >= 0; s--) {
       // The stage becomes [s, b): unit s joins it.
       for (int j = moff[s]; j < moff[s + 1]; j++) {
@@ -198,6 +203,7 @@ double partition_dp(const CutProblem *cp, int S, int *starts, Arena *a) {
         int q = pidx[j];
         if (pstamp[q] != b) pstamp[q] = b, pbytes += cp->p[q].bytes;
       }
+      if (cp->conv_bytes && cp->conv_bytes[s] > conv) conv = cp->conv_bytes[s];
       if ((pfl[b] - pfl[s]) / cp->rate >= U) break; // and for every stage starting further left
       if (s > 0 && cp->cut_ok && !cp->cut_ok[s]) continue; // no stage starts here
       double ftime = (pfl[b] - pfl[s]) / cp->rate, time = ftime + comm / bw_max,
@@ -209,7 +215,7 @@ double partition_dp(const CutProblem *cp, int S, int *starts, Arena *a) {
         double prev = f[(size_t)(k - 1) * (n + 1) + s];
         if (prev == INFINITY) continue;
         int r = k - 1, inflight = cut_inflight(cp, S, r);
-        if (partition_over_cap(cp, r, pbytes, act, bnd, inflight)) continue;
+        if (partition_over_cap(cp, r, pbytes + conv, act, bnd, inflight)) continue;
         double tk = cp->stage_bw ? ftime + comm / cp->stage_bw[r] : time;
         if (tk >= U) continue;
         double v = prev > tk ? prev : tk;
@@ -333,6 +339,7 @@ static void build_problem(Part *pt, const PartitionOptions *o, CutProblem *cp) {
                      .M = (int)pt->tc->microbatches};
   cp->flops = ARENA_ARRAY(a, double, n + 1);
   cp->act_bytes = ARENA_ARRAY(a, double, n + 1);
+  if (pt->tc->precision != DT_F32) cp->conv_bytes = ARENA_ARRAY(a, double, n + 1);
   cp->uf = ARENA_ARRAY(a, double, n + 1);
   cp->ub = ARENA_ARRAY(a, double, n + 1);
   cp->uw = ARENA_ARRAY(a, double, n + 1);
@@ -351,6 +358,10 @@ static void build_problem(Part *pt, const PartitionOptions *o, CutProblem *cp) {
     if (n0->role == ROLE_FWD)
       for (int k = 0; k < n0->nout; k++)
         cp->act_bytes[pt->unit_of[i]] += tensor_bytes(pt, n0->out[k]);
+    if (cp->conv_bytes) { // the plan's conversion area: the largest call of the rank's nodes
+      double cb = (double)precision_conv_bytes(n0, pt->tc->mb_size);
+      if (cb > cp->conv_bytes[u]) cp->conv_bytes[u] = cb;
+    }
   }
   // Which activations get a gradient (some gradient tensor is one of theirs).
   bool *has_grad = ARENA_ARRAY(a, bool, g->ntensors + 1);
@@ -958,6 +969,13 @@ void partition_print(const Program *p, FILE *out) {
       }
     }
   }
+  // --precision: each stage's conversion area (the largest call of its nodes), as the plan's.
+  double *conv = ARENA_ARRAY(a, double, S);
+  for (int i = 0; p->tc->precision != DT_F32 && i < g->nnodes; i++) {
+    double c = (double)precision_conv_bytes(g->nodes[i], mb);
+    int v = p->vstage_of_node[i];
+    if (v >= 0 && v < S && c > conv[v]) conv[v] = c;
+  }
   int slots = p->tc->opt == OPT_ADAMW ? 2 : 1;
   for (int v = 0; v < S; v++)
     for (int k = 0; k < p->vs[v].nparams; k++) {
@@ -978,17 +996,19 @@ void partition_print(const Program *p, FILE *out) {
     fprintf(out, "  sends     %s activations", human(b1, sizeof b1, sent[v], "B"));
     fprintf(out, ", %s gradients per microbatch\n", human(b1, sizeof b1, gsent[v], "B"));
     int inflight = p->part_inflight ? p->part_inflight[v] : S - v < p->M ? S - v : p->M;
-    char b2[64];
+    char b2[64], b3[96] = "";
+    if (conv[v] > 0) // --precision
+      snprintf(b3, sizeof b3, "; conversion area %s", human(b2, sizeof b2, conv[v], "B"));
     if (s->recompute) // --recompute: the boundary per microbatch in flight, the acts once
       fprintf(out,
               "  memory    %s estimated (params, grads, optimizer state; recompute: acts once + "
-              "boundary %s x %d in flight)\n",
-              human(b1, sizeof b1, pbytes[v] + act[v] + bnd[v] * inflight, "B"),
-              human(b2, sizeof b2, bnd[v], "B"), inflight);
+              "boundary %s x %d in flight%s)\n",
+              human(b1, sizeof b1, pbytes[v] + act[v] + bnd[v] * inflight + conv[v], "B"),
+              human(b2, sizeof b2, bnd[v], "B"), inflight, b3);
     else
       fprintf(out,
-              "  memory    %s estimated (params, grads, optimizer state; acts x %d in flight)\n",
-              human(b1, sizeof b1, pbytes[v] + act[v] * inflight, "B"), inflight);
+              "  memory    %s estimated (params, grads, optimizer state; acts x %d in flight%s)\n",
+              human(b1, sizeof b1, pbytes[v] + act[v] * inflight + conv[v], "B"), inflight, b3);
     double sec = flops[v] / p->part_rate + (p->rank_bw ? recv_s[v] : recv[v] / p->part_bandwidth);
     if (p->costs) { // its nodes' measured seconds, its received messages at the measured link
       sec = recv[v] > 0 ? p->costs->latency + recv[v] / p->costs->bandwidth : 0;

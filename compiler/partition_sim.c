@@ -29,7 +29,7 @@ static SimStage stage_of(const CutProblem *cp, int nv, int r, int a, int b) {
   CutSums cs = cut_sums(cp, a, b);
   double act = cs.act, fb = cs.fwd, gb = cs.grad, pbytes = cs.pbytes, sb = cs.sent;
   int inflight = cut_inflight(cp, nv, r);
-  s.fits = !partition_over_cap(cp, r, pbytes, act, fb + gb + sb, inflight);
+  s.fits = !partition_over_cap(cp, r, pbytes + cs.conv, act, fb + gb + sb, inflight);
   s.xf = fb > 0 ? cp->latency + fb / cp->bandwidth : 0;
   s.xg = gb > 0 ? cp->latency + gb / cp->bandwidth : 0;
   s.opt = pbytes * cp->opt_per_byte;

@@ -187,6 +187,8 @@ typedef struct CutProblem {
   int n;              // units
   double *flops;      // per unit: FLOPs of its F, B and W nodes per microbatch
   double *act_bytes;  // per unit: activation bytes kept for backward per microbatch
+  double *conv_bytes; // per unit: --precision: the largest conversion area one call of its nodes
+                      // needs (the rank's area is the largest of its units'; NULL: none)
   CutTensor *t;       // tensors read outside the unit that makes them
   int nt;             // count
   CutParam *p;        // parameters
@@ -234,7 +236,8 @@ int partition_units(Graph *g, int *unit_of_node, const char ***label);
 // tensors it reads (each activation received, and its gradient contribution sent back when it
 // has one) / bandwidth (stage_bw[r] where given: a tensor from a stage before r - 1 is charged
 // at that link too, which keeps the cost a function of the stage's own range); INFINITY when its
-// estimated memory (parameter bytes + activation bytes x min(S - r, M)) exceeds the cap. The
+// estimated memory (parameter bytes + activation bytes x min(S - r, M) + the conversion area)
+// exceeds the cap. The
 // reference definition: O(tensors + params) per call.
 double partition_stage_cost(const CutProblem *cp, int S, int r, int a, int b);
 
@@ -247,6 +250,7 @@ typedef struct CutSums {
   double grad;   // ... of those whose gradient goes back (sent once more)
   double sent;   // bytes of its tensors read at later units (x 2 with a gradient coming back)
   double pbytes; // bytes of the parameters it reads
+  double conv;   // --precision: its conversion area (the largest of its units')
 } CutSums;
 CutSums cut_sums(const CutProblem *cp, int a, int b);
 

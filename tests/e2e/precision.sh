@@ -117,6 +117,12 @@ for p in f32 bf16; do
   got=$(grep -m1 '^  sends' "$tmp/plan-$p.txt")
   check "$p: the partition table's sends: $got" test "$got" = "  sends     $want activations, 0 B gradients per microbatch"
 done
+# ... and the memory estimate the plan's conversion area (73728 B at this cut, checked below);
+# f32 has none.
+got=$(grep -m1 '^  memory' "$tmp/plan-bf16.txt")
+check "bf16: the partition table's memory counts the conversion area: $got" \
+  grep -q '; conversion area 73.73 KB)$' <<<"$got"
+check "f32: no conversion area in the estimate" test -z "$(grep '^  memory.*conversion' "$tmp/plan-f32.txt")"
 plan_bytes() {
   python3 - "$tmp/plan-f32.json" "$tmp/plan-bf16.json" <<'EOF'
 import json, sys
