@@ -462,8 +462,12 @@ int uneven_world(const Program *p, int rank, int replica);
 // Whether replica r of rank s runs action x of its list (x's microbatch m mod D_s = r, or a
 // step-end action).
 bool uneven_runs(const Program *p, int rank, int replica, const Action *x);
+// The lock-step verification of the replicas' lists (uneven.c: simulate.c's rules, each
+// microbatch's messages between the replicas that run it); errors name the world rank, stage
+// and replica.
+bool uneven_verify(const Program *p, Diag *d);
 // The counts' rules on the Program (a parameter held on several ranks needs the same count on
-// each of them); list is --replicas' text for the messages.
+// each of them), then uneven_verify; list is --replicas' text for the messages.
 bool uneven_check(const Program *p, const char *list, Diag *d);
 // pipec plan: the replicas' line and each replica's list (nothing without the uneven form).
 void uneven_print(const Program *p, FILE *out);
