@@ -25,6 +25,12 @@
 // B or W); a TIED_SUM's buckets are sent right after it. The runtime sends a bucket while the
 // rank and the pipeline run the rest of their backward.
 //
+// PipeDream's uneven form (Program.stage_reps, compiler/uneven.c): the program keeps the
+// unreplicated list (NMICRO = the step's M) and train_step runs each microbatch m's actions on
+// replica m mod D_s only (`if (pr_replica == r)`, its receive posts likewise; the accumulation
+// flag and the buckets' final action per replica); the transport sends message m to the peer's
+// replica m mod D_peer.
+//
 // Every compute action sits between its --trace hooks (emit_traced; the transport reports the
 // messages). Channel traffic in train_step (pipeline.h's actions, one line each): SEND(c, m) is
 // pr_comm_send; RECV(c, m) is pr_comm_wait_recv, its pr_comm_post_recv printed as early as the

@@ -9,8 +9,9 @@
 # and a sharded directory) and continues at D = 1; the exchange is overlapped (buckets per action,
 # layer and 1 MiB, sent from inside a stage's last B or W right after the kernel that makes them
 # final, and after the tied sums; the same bits as the step-end exchange; --stats shows its
-# exposed wait); per-stage counts: equal ones are the uniform form, the uneven form and the bad
-# uses are refused with their messages.
+# exposed wait); per-stage counts: equal ones are the uniform form; PipeDream's uneven form
+# (2,1, 4,1, 1,4 at S = 2, 2,1,1 at S = 3, 2,1,2 with a tied parameter: bitwise or within the
+# tolerance as its section says, resumes, the plan's lists); the bad uses with their messages.
 # The model is the flat 2-layer character GPT of pipeline_checkpoint.sh (tied embedding and head
 # on different stages at S = 2); the per-layer buckets are checked on models with repeat blocks
 # (gpt_char itself, a 3-layer GPT of width 32 that runs, one of width 256 compiled only).
@@ -391,6 +392,9 @@ hint_re=. expect "a count not dividing M" 1 \
 expect "--replicas with --target cuda" 2 \
   "^pipec: --replicas 2: stage replication runs the cpu target only \(not built yet for --target cuda\)$" \
   "$pipec" compile "$file" "${common[@]}" --replicas 2 --target cuda -o "$tmp/bad"
+expect "--replicas 2,1 with --target cuda" 2 \
+  "^pipec: --replicas 2,1: stage replication runs the cpu target only \(not built yet for --target cuda\)$" \
+  "$pipec" compile "$file" "${common[@]}" --stages 2 --replicas 2,1 --target cuda -o "$tmp/bad"
 expect "a replica's program run alone" 1 \
   "^comm_mpi.c:[0-9]+: rank 0: error: this program is pipeline rank 0 of 1 with 2 replicas \(a 2-rank job\), but mpirun started it as rank 0 of 1$" \
   timeout -k 5 60 "$tmp/d2s1/bin/rank0" "${run_args[@]}" --steps 1
