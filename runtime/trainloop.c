@@ -289,13 +289,16 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
         for (int s = 0; s < comm->rank; s++) pr_rank += comm->stage_reps[s];
       }
       pr_prefix_start(pr_rank);
-      prCheck(!o.trace && !o.predict && !o.profile,
-              "run it without --replicas (the same model at D = 1)",
-              "%s is not supported yet with --replicas (this job has %d replicas)",
-              o.trace     ? "--trace"
-              : o.predict ? "--predict"
-                          : "--profile",
-              pr_comm_replicas(comm));
+      const char *what = o.trace ? "--trace" : o.predict ? "--predict" : "--profile";
+      const char *hint = "run it without --replicas (the same model at D = 1)";
+      bool unsupported = o.trace || o.predict || o.profile;
+      prCheck(!unsupported || comm->stage_reps, hint,
+              "%s is not supported yet with --replicas (this job has %d replicas)", what,
+              comm->replicas);
+      prCheck(!unsupported, hint,
+              "%s is not supported yet with --replicas (the uneven form: this rank's stage runs "
+              "on %d rank%s)",
+              what, pr_comm_replicas(comm), pr_comm_replicas(comm) == 1 ? "" : "s");
     }
     if (!o.threads_given) { // the ranks on this machine share its cores
       long cores = sysconf(_SC_NPROCESSORS_ONLN);

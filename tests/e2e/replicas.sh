@@ -289,6 +289,20 @@ check "uneven plan: stage 0's replica 1 runs microbatches 1 and 3" grep -q \
   '^  rank 1 (stage 0, replica 1 of 2): F1 B1 F3 B3$' "$tmp/uplan.out"
 check "uneven plan: stage 1's one replica runs all 4" grep -q \
   '^  rank 2 (stage 1, replica 0 of 1): F0 B0 F1 B1 F2 B2 F3 B3$' "$tmp/uplan.out"
+# The exchange at the step end (PIPEC_REPLICAS_OVERLAP=0) writes the overlapped exchange's bits
+# (each replica of stage 0 sends its buckets from inside the last B it runs: B(v0, m2) on
+# replica 0, B(v0, m3) on replica 1).
+PIPEC_REPLICAS_OVERLAP=0 go u21 u21sync --steps 3 --save "$tmp/u21sync.st"
+same_bits "uneven 2,1: the exchange at the step end = overlapped" "$tmp/u21" "$tmp/u21sync"
+check "uneven 2,1: rep_final around each replica's last B of stage 0" test \
+  "$(grep -E -o 'B_0\([01], [01]\); pr_trace_end\(\); // m[0-9]|rep_final = [a-z]*;' "$tmp/u21/rank0.c" |
+    sed 's/; pr_trace_end(); \/\/ / /' | tr '\n' ' ')" = \
+  'B_0(0, 0) m0 B_0(1, 0) m1 rep_final = true; B_0(0, 1) m2 rep_final = false; rep_final = true; B_0(1, 1) m3 rep_final = false; '
+timeout -k 5 60 "$tmp/u21/launch.sh" "${run_args[@]}" --steps 1 --init "$tmp/u21.st" \
+  --predict "$tmp/none.csv" --out "$tmp/x.npy" \
+  >"$tmp/upred.out" 2>"$tmp/upred.err"
+check "uneven: --predict refused on every rank (stage 0's 2, stage 1's 1)" test \
+  "$(grep -cE "^\[rank [0-2]\] trainloop.c:[0-9]+: rank [0-2]: error: --predict is not supported yet with --replicas \(the uneven form: this rank's stage runs on [12] ranks?\)$" "$tmp/upred.err")" -ge 1
 expect "uneven: a replica's program run alone" 1 \
   "^comm_mpi.c:[0-9]+: rank 0: error: this program is pipeline rank 0 of 2 with 2 replicas \(world ranks 0 .. 1 of a 3-rank job\), but mpirun started it as rank 0 of 1$" \
   timeout -k 5 60 "$tmp/u21/bin/rank0" "${run_args[@]}" --steps 1
@@ -346,6 +360,23 @@ if [ -n "$shim" ] && ! nm "$tmp/d2s2/bin/rank0" | grep -q __asan_init; then
   check "no allocation in a replicated step (--steps 1:${counts[0]}, 11:${counts[1]})" \
     awk -v a="${counts[0]}" -v b="${counts[1]}" 'BEGIN { n = split(a, x); m = split(b, y);
       if (n != 4 || m != 4) exit 1; for (i = 1; i <= 4; i++) if (y[i] - x[i] >= 10 || x[i] - y[i] >= 10) exit 1 }'
+  # The uneven form too (2,1: stage 0's two replicas exchange, the step end's all-gather spans
+  # the 3 ranks).
+  counts=()
+  for steps in 1 11; do
+    rm -f "$tmp"/count.*
+    OMPI_MCA_mca_base_env_list="LD_PRELOAD=$shim;ALLOC_COUNT_FILE=$tmp/count.%r" \
+      timeout -k 5 120 "$tmp/u21/launch.sh" --steps "$steps" --threads 1 --eval-every 0 \
+      --eval-batches 2 --log-every 1000 >"$tmp/alloc.out" 2>"$tmp/alloc.err" ||
+      bad "alloc 2,1 --steps $steps: $(grep -m2 . "$tmp/alloc.err")"
+    line=
+    for r in 0 1 2; do line+=" $(awk '{ print $1 }' "$tmp/count.$r" 2>/dev/null)"; done
+    counts+=("$line")
+  done
+  echo "uneven 2,1: allocations per rank at --steps 1:${counts[0]}; at --steps 11:${counts[1]}"
+  check "uneven 2,1: no allocation in a step (--steps 1:${counts[0]}, 11:${counts[1]})" \
+    awk -v a="${counts[0]}" -v b="${counts[1]}" 'BEGIN { n = split(a, x); m = split(b, y);
+      if (n != 3 || m != 3) exit 1; for (i = 1; i <= 3; i++) if (y[i] - x[i] >= 10 || x[i] - y[i] >= 10) exit 1 }'
 fi
 
 # The plan says how the ranks are replicated.
