@@ -270,7 +270,8 @@ check "uneven: --stats' table of the pipeline's 3 ranks and the exchange's wait 
 # A tied parameter (gpt_char's embedding and head) across stages of the same count: 2,1,2 holds
 # it on stages 0 and 2 (its use gradients summed per replica, replica r with r, then between the
 # replicas): within the tolerance of the unreplicated 3-stage run (measured 5.4e-8).
-for cfg in "gu3 --stages 3" "gu212 --stages 3 --replicas 2,1,2"; do
+for cfg in "gu3 --stages 3" "gu212 --stages 3 --replicas 2,1,2" "guv --stages 2 --schedule zb-v" \
+  "guv21 --stages 2 --schedule zb-v --replicas 2,1"; do
   set -- $cfg
   n=$1
   shift
@@ -282,6 +283,10 @@ check "uneven 2,1,2 with the tied embedding on stages 0 and 2: within 1e-5 of S 
   awk -v r="$rg" 'BEGIN { exit !(r < 1e-5) }'
 check "uneven 2,1,2: the losses within 1e-6" \
   awk -v r="$(maxrel_loss "$tmp/gu3.loss" "$tmp/gu212.loss")" 'BEGIN { exit !(r < 1e-6) }'
+# zb-v at S = 2 holds both uses on rank 0 (stages 0 and 3): 2,1 runs gpt_char (measured 5.4e-8).
+rv=$(st maxrel "$tmp/guv.st" "$tmp/guv21.st")
+check "uneven 2,1 under zb-v, the tied uses both on rank 0: within 1e-5 of D = 1 ($rv)" \
+  awk -v r="$rv" 'BEGIN { exit !(r < 1e-5) }'
 # The plan shows every replica's list.
 "$pipec" plan samples/mlp_digits.json "${u[@]}" --stages 2 --replicas 2,1 >"$tmp/uplan.out" 2>&1 ||
   bad "plan --replicas 2,1: $(head -2 "$tmp/uplan.out")"
