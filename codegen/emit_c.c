@@ -159,7 +159,7 @@ static void emit_functions(E *e) {
       "batch.\nstatic int64_t loss_rows%s = MB;\n\n",
       e->multi ? " __attribute__((unused))" : ""); // a rank without the loss
   // --replicas: the exchange's buckets (buckets.c), some sent from inside B_v / W_v
-  if (e->prog->replicas > 1) e->rep = rep_buckets(e);
+  if (e->prog->replicas > 1 || uneven_reps(e->prog, e->rp->rank) > 1) e->rep = rep_buckets(e);
   if (rep_any_inside(e->rep)) {
     out(e, "// Set by train_step around the action whose kernels make buckets of the replicas'\n"
            "// gradient exchange final (the step's last B or W of a stage on this rank).\n"

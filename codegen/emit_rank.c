@@ -25,6 +25,12 @@
 // B or W); a TIED_SUM's buckets are sent right after it. The runtime sends a bucket while the
 // rank and the pipeline run the rest of their backward.
 //
+// PipeDream's uneven form (Program.stage_reps, compiler/uneven.c): the program keeps the
+// unreplicated list (NMICRO = the step's M) and train_step runs each microbatch m's actions on
+// replica m mod D_s only (`if (pr_replica == r)`, its receive posts likewise; the accumulation
+// flag and the buckets' final action per replica); the transport sends message m to the peer's
+// replica m mod D_peer.
+//
 // Every compute action sits between its --trace hooks (emit_traced; the transport reports the
 // messages). Channel traffic in train_step (pipeline.h's actions, one line each): SEND(c, m) is
 // pr_comm_send; RECV(c, m) is pr_comm_wait_recv, its pr_comm_post_recv printed as early as the
@@ -155,6 +161,15 @@ void emit_rank_comm(E *e) {
                        "REP_END, .rep_nbuckets = %d",
                        b.nb);
   }
+  if (P->stage_reps) { // uneven: each stage's replica count (compiler/uneven.c)
+    out(e,
+        "// PipeDream's uneven replication: each pipeline rank's replica count.\n"
+        "static const int STAGE_REPS[%d] = {",
+        P->nranks);
+    for (int s = 0; s < P->nranks; s++) out(e, "%s%d", s ? ", " : "", P->stage_reps[s]);
+    out(e, "};\n");
+    rep = arena_printf(e->a, "%s,\n                            .stage_reps = STAGE_REPS", rep);
+  }
   out(e,
       "static const PrComm comm = {.rank = %d, .nranks = %d, .report_rank = %d, .save_rank = 0,\n"
       "                            .ch = CH, .nch = %d, .nmicro = NMICRO,\n"
@@ -274,6 +289,49 @@ static bool internal(E *e, Diag *d, const char *what) {
   return false;
 }
 
+// Uneven replication (compiler/uneven.c): the replica of this rank that runs microbatch m's
+// actions, or -1 where every replica runs them (a step-end action, or a rank with one replica).
+static int runner(const E *e, int m) {
+  int D = uneven_reps(e->prog, e->rp->rank);
+  return m < 0 || D <= 1 ? -1 : m % D;
+}
+
+// text, run only by the replica that runs microbatch m (uneven replication; else as it is).
+static const char *for_runner(E *e, int m, const char *text) {
+  int r = runner(e, m);
+  return r < 0 || !text ? text : arena_printf(e->a, "if (pr_replica == %d) %s", r, text);
+}
+
+// Uneven replication: emit_acc per replica (the first B or W of a stage that this replica runs
+// writes its gradients; done has 2 x nv x D flags).
+static int acc_uneven(const E *e, bool *done, const Action *x) {
+  if (x->v < 0 || (x->kind != ACT_B && x->kind != ACT_W)) return 0;
+  int D = uneven_reps(e->prog, e->rp->rank);
+  bool *d = &done[(2 * x->v + (x->kind == ACT_W)) * D + x->m % D];
+  int acc = *d;
+  *d = true;
+  return acc;
+}
+
+// Uneven replication: whether action i makes buckets final from inside its B_v / W_v for the
+// replica that runs it: its kind and stage are those of a bucket's action (rep_final_action's,
+// the list's last), and it is the last of them that its replica runs.
+static bool final_uneven(const E *e, const RepBuckets *rb, int i) {
+  const RankProgram *rp = e->rp;
+  const Action *x = &rp->acts[i];
+  int D = uneven_reps(e->prog, rp->rank);
+  bool kind = false;
+  for (int k = 0; rb && k < rb->nb; k++)
+    if (rb->node[k] >= 0)
+      kind |= rp->acts[rb->after[k]].kind == x->kind && rp->acts[rb->after[k]].v == x->v;
+  if (!kind || x->m < 0) return false;
+  for (int j = i + 1; j < rp->nacts; j++) {
+    const Action *y = &rp->acts[j];
+    if (y->kind == x->kind && y->v == x->v && y->m % D == x->m % D) return false;
+  }
+  return true;
+}
+
 bool emit_rank_train_step(E *e, Diag *d) {
   const RankProgram *rp = e->rp;
   const Program *P = e->prog;
@@ -308,6 +366,7 @@ bool emit_rank_train_step(E *e, Diag *d) {
                                : in_slot(e, c->to_v, x->m,
                                          arena_printf(e->a, "pr_comm_post_recv(%d, %d, %s);", s,
                                                       x->m, msg_buf(e, s, x->m, c->dst)));
+      text = for_runner(e, x->m, text); // uneven: only microbatch m's replica receives it
       if (x->m < K) {
         if (text) append(e, &start, text);
         continue;
@@ -333,7 +392,8 @@ bool emit_rank_train_step(E *e, Diag *d) {
       append(e, &pre[p], arena_printf(e->a, "pr_comm_wait_send(%d, %d);", s, x->m));
     }
   }
-  bool *accumulated = ARENA_ARRAY(e->a, bool, 2 * P->nv + 1); // emit_acc's flags
+  int nacc = 2 * P->nv * uneven_reps(P, rp->rank) + 1;
+  bool *accumulated = ARENA_ARRAY(e->a, bool, nacc); // emit_acc's (acc_uneven's) flags
   out(e,
       "// One training step, from the action list: %d microbatch(es) with the channel traffic,\n"
       "// then the stage step ends; returns the mean of the losses this rank computed (0 where\n"
@@ -350,9 +410,11 @@ bool emit_rank_train_step(E *e, Diag *d) {
     const Action *x = &rp->acts[i];
     const VStage *s = x->v >= 0 ? &P->vs[x->v] : NULL;
     int slot = s && x->m >= 0 ? x->m % s->K : 0;
-    int acc = emit_acc(accumulated, x);
+    int acc = P->stage_reps ? acc_uneven(e, accumulated, x) : emit_acc(accumulated, x);
     if (pre[i]) out(e, "%s", pre[i]);
-    bool final = rep_final_action(rb, i); // B_v / W_v send buckets from inside (buckets.c)
+    int who = runner(e, x->m); // uneven: the replica that runs it (-1: every one)
+    if (who >= 0) out(e, "  if (pr_replica == %d) { // m%d's replica\n", who, x->m);
+    bool final = P->stage_reps ? final_uneven(e, rb, i) : rep_final_action(rb, i); // buckets.c
     if (final) out(e, "  rep_final = true; // the buckets final in this %s\n", act_label(e, x));
     bool timed = e->profile && (x->kind == ACT_F || x->kind == ACT_B || x->kind == ACT_W);
     if (timed) out(e, "  { double t_ = pr_now();\n");
@@ -446,11 +508,12 @@ bool emit_rank_train_step(E *e, Diag *d) {
                              : 2,
           x->v);
     if (final) out(e, "  rep_final = false;\n");
+    if (who >= 0) out(e, "  }\n");
     for (int k = 0; rb && k < rb->nb; k++) // a TIED_SUM's buckets go to the replicas after it
       if (rb->after[k] == i && rb->node[k] < 0) out(e, "  pr_replicas_ready(%d);\n", k);
     if (post[i]) out(e, "%s", post[i]);
   }
-  if (P->replicas > 1) // the replicas add their sums in replica order (runtime/replicas.c)
+  if (P->replicas > 1 || P->stage_reps) // the replicas add their sums (runtime/replicas.c)
     out(e, "  return loss; // the sum of this replica's losses\n}\n\n");
   else
     out(e, "  return loss / NMICRO;\n}\n\n");

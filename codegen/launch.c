@@ -41,6 +41,7 @@ static const char *sh_comment(Arena *a, const char *s) {
 
 static void print_script(FILE *f, Arena *a, const Program *prog, const CodegenOptions *o) {
   int S = prog->nranks * (prog->replicas > 1 ? prog->replicas : 1); // S x D ranks (--replicas)
+  if (prog->stage_reps) S = uneven_world(prog, prog->nranks, 0);    // uneven: D_0 + .. + D_{S-1}
   fprintf(f,
           "#!/bin/sh\n"
           "# Runs the training job of model %s: %d rank%s, one program per rank (bin/rank<r>)%s.\n"
@@ -102,8 +103,12 @@ static void print_script(FILE *f, Arena *a, const Program *prog, const CodegenOp
   fputs("set -f\n"
         "exec \"${PIPEC_MPIRUN:-mpirun}\" $root $over ${PIPEC_MPIRUN_OPTS-}",
         f);
-  for (int r = 0; r < S; r++) // world rank d * S + s runs pipeline rank s's program
-    fprintf(f, "%s \\\n  -np 1 \"$here/bin/rank%d\" \"$@\"", r ? " :" : "", r % prog->nranks);
+  for (int r = 0, s = 0; r < S; r++) { // world rank d * S + s runs pipeline rank s's program
+    if (prog->stage_reps)              // uneven: stage by stage, D_s ranks each (compiler/uneven.c)
+      while (r >= uneven_world(prog, s + 1, 0)) s++;
+    fprintf(f, "%s \\\n  -np 1 \"$here/bin/rank%d\" \"$@\"", r ? " :" : "",
+            prog->stage_reps ? s : r % prog->nranks);
+  }
   fputs("\n", f);
 }
 

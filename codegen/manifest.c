@@ -82,6 +82,11 @@ bool codegen_manifest(const Program *prog, const CodegenOptions *o, Diag *d) {
   cJSON_AddNumberToObject(m, "ranks", prog->nranks);
   cJSON_AddNumberToObject(m, "microbatches", prog->M); // per replica (--replicas)
   cJSON_AddNumberToObject(m, "replicas", prog->replicas > 1 ? prog->replicas : 1);
+  if (prog->stage_reps) { // uneven: the count of each stage (compiler/uneven.c)
+    cJSON *sr = cJSON_AddArrayToObject(m, "stage_replicas");
+    for (int s = 0; s < prog->nranks; s++)
+      cJSON_AddItemToArray(sr, cJSON_CreateNumber(prog->stage_reps[s]));
+  }
   cJSON_AddStringToObject(m, "launch", "launch.sh");
   cJSON *inc = cJSON_AddArrayToObject(m, "include_dirs");
   cJSON_AddItemToArray(inc, cJSON_CreateString(runtime_include_dir()));

@@ -88,6 +88,7 @@ typedef struct Driver {
   const char *rep_list;   // --replicas D0,D1,..: per-stage counts as given (NULL: one count)
   int *rep_counts;        // those counts, one per stage (PipeDream's uneven form)
   int nrep_counts;        // count
+  bool uneven;            // those counts differ: PipeDream's uneven form (compiler/uneven.c)
   DType precision;        // --precision: DT_F32 (default), DT_BF16, DT_F16 (precision.c)
   bool virt_given;        // --virtual was on the command line (zb-v implies V = 2 without it)
   SchedStats stats;       // S > 1: the lock-step simulation's prediction (schedule's checker)
@@ -131,7 +132,7 @@ static bool run_training(Driver *dr) {
 }
 
 // --replicas D0,D1,..: one count per stage, each dividing M. Equal counts are the uniform form
-// (--replicas 2,2 is --replicas 2); counts that differ (PipeDream's uneven form) are not built.
+// (--replicas 2,2 is --replicas 2); counts that differ are PipeDream's uneven form (uneven.c).
 static bool check_rep_counts(Driver *dr) {
   int nv = dr->po.stages ? dr->po.stages : dr->po.nsplit ? dr->po.nsplit + 1 : 1;
   int S = nv / dr->virt; // the pipeline's ranks (the partition cuts S x V stages)
@@ -144,23 +145,13 @@ static bool check_rep_counts(Driver *dr) {
                l, dr->nrep_counts, S, S == 1 ? "" : "s");
     return false;
   }
-  bool same = true;
   for (int s = 0; s < S; s++) {
     int D = dr->rep_counts[s];
-    same &= D == dr->rep_counts[0];
     if (M % D == 0) continue;
     diag_error(&dr->diag, (Loc){0, 0},
                "--replicas %s: stage %d's count %d does not divide the microbatches M = %lld "
                "(each of its replicas takes M / %d of every step's microbatches)",
                l, s, D, M, D);
-    return false;
-  }
-  if (!same) {
-    diag_error(&dr->diag, (Loc){0, 0},
-               "--replicas %s: per-stage replica counts that differ (PipeDream's uneven form) are "
-               "not supported yet: give the same count for every stage (--replicas %d,%d is "
-               "--replicas %d)",
-               l, dr->rep_counts[0], dr->rep_counts[0], dr->rep_counts[0]);
     return false;
   }
   return true;
@@ -277,7 +268,9 @@ static bool run_schedule(Driver *dr) {
 // --mem-cap, every rank's planned bytes (the sum of its regions) must fit under the cap: the
 // partitioner chose its cut from an estimate (partition.c), this is the real plan.
 static bool run_memplan(Driver *dr) {
-  dr->prog.replicas = dr->replicas > 1 ? dr->replicas : 1; // the schedule pass made prog anew
+  dr->prog.replicas = dr->replicas > 1 ? dr->replicas : 1;  // the schedule pass made prog anew
+  dr->prog.stage_reps = dr->uneven ? dr->rep_counts : NULL; // M stays the step's (uneven.c)
+  if (dr->uneven && !uneven_check(&dr->prog, dr->rep_list, &dr->diag)) return false;
   if (!codegen_check_target(&dr->graph, dr->target, &dr->diag)) return false;
   if (!plan_memory(&dr->prog, &dr->diag)) return false;
   bool fits = true;
@@ -530,7 +523,9 @@ static void usage(FILE *f) {
       "                           (default 1; docs/pipeline.md)\n"
       "      --replicas D         each stage on D replicas (hybrid data parallel): S x D ranks,\n"
       "                           replica d takes microbatches d*M/D .. (d+1)*M/D-1 (cpu);\n"
-      "                           D,D,.. (one count per stage): only equal counts for now\n"
+      "                           D0,D1,.. (one count per stage; PipeDream's uneven form):\n"
+      "                           stage s on D_s ranks, its replica r takes the m with\n"
+      "                           m mod D_s = r\n"
       "      --precision P        f32 (default), bf16 or fp16: parameters, activations and\n"
       "                           messages stored in 16 bits, computed in f32, f32 master\n"
       "                           weights; fp16 with dynamic loss scaling (cpu; docs/training.md)\n"
@@ -861,6 +856,7 @@ static int finish_plan_pipeline(Driver *dr) {
 // above it is one replica's: batch and M are per replica).
 static void print_replicas(const Driver *dr) {
   const Program *P = &dr->prog;
+  uneven_print(P, stdout); // the uneven form: its line and every replica's list
   if (P->replicas <= 1) return;
   printf("replicas: %d (each stage on %d ranks; %d ranks in all, rank d x %d + s is replica d's "
          "rank s); replica d runs microbatches d x %d .. d x %d + %d of the step's %d; each rank "
@@ -883,16 +879,22 @@ static int finish_plan(Driver *dr) {
 static int finish_compile(Driver *dr) {
   if (dr->diag.format != DIAG_TEXT) return 0; // stderr holds the diagnostics document only
   int S = dr->prog.nranks, D = dr->prog.replicas;
+  int W = dr->prog.stage_reps ? uneven_world(&dr->prog, S, 0) : S * D; // the job's ranks
   if (dr->no_build) {
     fprintf(stderr,
             "pipec: wrote %s/rank0.%s%s, %s/launch.sh and %s/pipec-manifest.json (%d rank%s, not "
             "built)\n",
             dr->out, src_ext(dr),
             S == 1 ? "" : arena_printf(&dr->arena, " .. rank%d.%s", S - 1, src_ext(dr)), dr->out,
-            dr->out, S * D, S * D == 1 ? "" : "s");
+            dr->out, W, W == 1 ? "" : "s");
     return 0;
   }
-  if (D > 1)
+  if (dr->prog.stage_reps)
+    fprintf(stderr,
+            "pipec: wrote %s/rank0.%s .. rank%d.%s, %s/bin/rank0 .. rank%d and %s/launch.sh (%d "
+            "ranks: stages on %s replicas)\n",
+            dr->out, src_ext(dr), S - 1, src_ext(dr), dr->out, S - 1, dr->out, W, dr->rep_list);
+  else if (D > 1)
     fprintf(stderr,
             "pipec: wrote %s/rank0.%s%s, %s/bin/rank0%s and %s/launch.sh (%d ranks: %d stage%s x "
             "%d replicas)\n",
@@ -1269,12 +1271,13 @@ int main(int argc, char **argv) {
         bool same = true;
         for (int k = 1; k < n; k++) same &= dr.rep_counts[k] == dr.rep_counts[0];
         if (same) dr.replicas = dr.rep_counts[0]; // the uniform form
+        dr.uneven = !same;                        // PipeDream's uneven form (uneven.c)
         break;
       }
       if (!parse_count(optarg, 1, 1 << 16, &v))
         RETURN(usage_error("--replicas: expected a number of replicas from 1 to 65536, got '%s'",
                            optarg));
-      dr.replicas = (int)v, dr.rep_list = NULL, dr.nrep_counts = 0;
+      dr.replicas = (int)v, dr.rep_list = NULL, dr.nrep_counts = 0, dr.uneven = false;
       break;
     }
     case 'K': {
@@ -1424,12 +1427,13 @@ int main(int argc, char **argv) {
     dr.prof_out = dr.out_dir ? dr.out_dir : "costs.json";
     dr.out_dir = NULL;
   }
-  if (!rc && dr.replicas > 1 && strcmp(dr.target, "cpu") != 0)
-    rc = usage_error("--replicas %d: stage replication runs the cpu target only (not built yet "
+  const char *reps = dr.uneven ? dr.rep_list : arena_printf(&dr.arena, "%d", dr.replicas);
+  if (!rc && (dr.replicas > 1 || dr.uneven) && strcmp(dr.target, "cpu") != 0)
+    rc = usage_error("--replicas %s: stage replication runs the cpu target only (not built yet "
                      "for --target %s)",
-                     dr.replicas, dr.target);
-  if (!rc && dr.replicas > 1 && (dr.topology || strcmp(cmd->name, "profile") == 0))
-    rc = usage_error("--replicas %d: not supported yet with %s", dr.replicas,
+                     reps, dr.target);
+  if (!rc && (dr.replicas > 1 || dr.uneven) && (dr.topology || strcmp(cmd->name, "profile") == 0))
+    rc = usage_error("--replicas %s: not supported yet with %s", reps,
                      dr.topology ? "--topology" : "profile");
   if (!rc && dr.costs_path && (strcmp(cmd->name, "profile") == 0 || !multi_given(&dr)))
     rc = usage_error("--costs is for a pipeline's plan, compile or run (--stages >= 2)%s",

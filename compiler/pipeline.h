@@ -124,6 +124,9 @@ typedef struct Program {
   int nranks;            // S
   int replicas;          // D: copies of the pipeline (--replicas; 0 or 1: none); world rank of
                          // replica d's rank s = d * S + s; M above is per replica (M / D)
+  const int *stage_reps; // --replicas D0,D1,.. with counts that differ (PipeDream's uneven form,
+                         // compiler/uneven.c): per rank s its count D_s (NULL: none); M above
+                         // is then the step's, replica r of s runs the m with m mod D_s = r
   // Filled by the partition pass (read by its dump):
   const char *part_how;  // how the stages were chosen ("automatic", "--split", "stage hints")
   double part_rate;      // FLOP/s the cost model used
@@ -452,6 +455,26 @@ static inline int split_stages(const Program *p) {
   for (int v = 0; v < p->nv; v++) n += p->vs[v].split;
   return n;
 }
+
+// ---- PipeDream's uneven stage replication (compiler/uneven.c; Program.stage_reps)
+
+// Rank s's replica count D_s (1 without the uneven form).
+int uneven_reps(const Program *p, int rank);
+// The world rank of replica r of rank s: stage by stage, D_0 + .. + D_{s-1} + r (r = 0 and
+// rank = nranks: the job's size).
+int uneven_world(const Program *p, int rank, int replica);
+// Whether replica r of rank s runs action x of its list (x's microbatch m mod D_s = r, or a
+// step-end action).
+bool uneven_runs(const Program *p, int rank, int replica, const Action *x);
+// The lock-step verification of the replicas' lists (uneven.c: simulate.c's rules, each
+// microbatch's messages between the replicas that run it); errors name the world rank, stage
+// and replica.
+bool uneven_verify(const Program *p, Diag *d);
+// The counts' rules on the Program (a parameter held on several ranks needs the same count on
+// each of them), then uneven_verify; list is --replicas' text for the messages.
+bool uneven_check(const Program *p, const char *list, Diag *d);
+// pipec plan: the replicas' line and each replica's list (nothing without the uneven form).
+void uneven_print(const Program *p, FILE *out);
 
 // What the simulation predicts (schedule_verify).
 typedef struct SchedStats {

@@ -50,7 +50,23 @@ typedef struct PrComm {         // how a rank program talks to the others (PrPro
   const int *rep_param; // every parameter this rank trains, bucket by bucket
   const int *rep_end;   // per bucket: the end of its run in rep_param
   int rep_nbuckets;     // buckets (0: none, every gradient exchanged at the step end)
+  // PipeDream's uneven replication (--replicas D0,D1,.. with counts that differ; replicas is
+  // then 1): per pipeline rank s its count D_s (NULL: none). The job has D_0 + .. + D_{S-1}
+  // processes, stage by stage (replica r of rank s at world rank D_0 + .. + D_{s-1} + r); nmicro
+  // is the step's M, replica r runs the microbatches m with m mod D_s = r, and a stream's
+  // message m goes to the peer rank's replica m mod D_peer (its replica r when D_peer = D_s:
+  // the step end's exchange streams, whose m is 0). Replica 0 of each rank saves and evaluates.
+  const int *stage_reps;
 } PrComm;
+
+// This rank's replica count: D, D_s of the uneven form, or 1.
+static inline int pr_comm_replicas(const PrComm *c) {
+  return !c ? 1 : c->stage_reps ? c->stage_reps[c->rank] : c->replicas > 1 ? c->replicas : 1;
+}
+// Whether the job replicates stages (either form).
+static inline bool pr_comm_replicated(const PrComm *c) {
+  return c && (c->replicas > 1 || c->stage_reps);
+}
 
 // Called by generated code (comm_mpi.c implements; all check errors and never allocate):
 void pr_comm_post_recv(int c, int m, void *buf); // MPI_Irecv into buf
@@ -92,7 +108,16 @@ struct PrTransport {
   void (*replica_wait)(void);
   // A barrier of the whole job (all S x D processes).
   void (*world_barrier)(void);
+  // allgather, collective over every process of the job (the step end's, the run's statistics):
+  // all[s * n + i] = pipeline rank s's mine[i]; with the uneven form, replica 0's of rank s
+  // (NULL: allgather is that; allgather itself is then over the replica-0 ranks only, the
+  // checkpoint's). pr_job_allgather calls the one there is.
+  void (*job_allgather)(const double *mine, double *all, int n);
 };
+
+static inline void pr_job_allgather(const PrTransport *t, const double *mine, double *all, int n) {
+  (t->job_allgather ? t->job_allgather : t->allgather)(mine, all, n);
+}
 
 // This process's replica d (0 .. D - 1; 0 without replicas), set by the transport's start; the
 // generated data loaders offset their microbatches by pr_replica * M / D (replicas.c).

@@ -27,6 +27,17 @@
 // overlap), replica_wait completes them all at the step end. A replicated step allocates
 // nothing either.
 //
+// PipeDream's uneven form (PrComm.stage_reps: --replicas D0,D1,.. with counts that differ) has
+// D_0 + .. + D_{S-1} processes, stage by stage. The streams run on MPI_COMM_WORLD: message m of
+// a stream goes to the peer rank's replica m mod D_peer (replica r of a peer with this rank's
+// count D_s, as the step end's exchange streams need; for a channel the two agree). start splits
+// the world by replica r into ctl (the replica-0 ranks form a whole pipeline, ranks = pipeline
+// ranks: the checkpoint's all-gathers, transfers and barrier run there as at D = 1; the others'
+// groups only meet at barriers) and by pipeline rank into rep (the D_s replicas of this rank,
+// exchanging gradients as above). The step end's all-gather (job_allgather) spans the whole job
+// and keeps, for each pipeline rank, its replica 0's contribution (the replicas of a rank hold
+// the same bits once they have summed their gradients).
+//
 // With --trace, each message's post and the end of its wait are reported to trace.c.
 //
 // Every wait polls with MPI_Test (with sched_yield between polls when Open MPI is told the cores
@@ -48,10 +59,20 @@ static struct {
   MPI_Comm pipe;    // this replica's ranks (MPI_COMM_WORLD itself without replicas)
   MPI_Comm rep;     // this pipeline rank's replicas, rank = replica d (replica_setup ..)
   MPI_Comm world;   // duplicate of MPI_COMM_WORLD (world_barrier; both MPI_COMM_NULL at D = 1)
-  int replicas;     // D (1: none)
-  double timeout;   // watchdog, seconds (0 = off)
-  bool yield;       // sched_yield between polls (oversubscribed cores)
-  bool started;     // MPI is initialised and not finalized
+  int replicas;     // D (1: none); D_s of this rank in the uneven form
+  const int *reps;  // the uneven form's counts per pipeline rank (PrComm.stage_reps; NULL: none)
+  int *base;        // uneven: per pipeline rank s (and S), its replica 0's world rank
+  // The uneven form's job-wide all-gather (job_allgather): persistent requests on jctl, made
+  // for one set of buffers like ag_ below, landing in jg_all (every world rank's n doubles).
+  MPI_Comm jctl;         // duplicate of MPI_COMM_WORLD (uneven only)
+  const double *jg_mine; // the caller's contribution
+  double *jg_user;       // the caller's result buffer (S x n)
+  double *jg_all;        // world size x n
+  int jg_n;              // doubles per rank (0: no requests yet)
+  MPI_Request *jg_req;   // 2 * (world size - 1) requests
+  double timeout;        // watchdog, seconds (0 = off)
+  bool yield;            // sched_yield between polls (oversubscribed cores)
+  bool started;          // MPI is initialised and not finalized
   // The all-gather's persistent requests, made for one set of buffers (ag_n == 0: none yet):
   // ag_req[2k] receives from and ag_req[2k + 1] sends to the k-th other rank.
   const double *ag_mine; // the caller's contribution
@@ -119,14 +140,22 @@ static MPI_Request *request(int c, int m, bool send, const char *fn) {
   return &mpi.req[(int64_t)c * mpi.c->nmicro + m];
 }
 
+// The world (pipe) rank that stream ch's message m goes to or comes from: its peer, or in the
+// uneven form that peer's replica m mod D_peer (replica pr_replica when D_peer = D_s).
+static int peer_of(const PrChannel *ch, int m) {
+  if (!mpi.reps) return ch->peer;
+  int D = mpi.reps[ch->peer];
+  return mpi.base[ch->peer] + (D == mpi.replicas ? pr_replica : m % D);
+}
+
 void pr_comm_post_recv(int c, int m, void *buf) {
   MPI_Request *r = request(c, m, false, "pr_comm_post_recv");
   const PrChannel *ch = &mpi.c->ch[c];
   prCheck(*r == MPI_REQUEST_NULL, "a bug in the generated program",
           "pr_comm_post_recv: '%s' microbatch %d is already posted", ch->tensor, m);
-  pr_mpi_check(
-      MPI_Irecv(buf, (int)ch->bytes, MPI_BYTE, ch->peer, ch->tag * mpi.c->nmicro + m, mpi.pipe, r),
-      "MPI_Irecv");
+  pr_mpi_check(MPI_Irecv(buf, (int)ch->bytes, MPI_BYTE, peer_of(ch, m), ch->tag * mpi.c->nmicro + m,
+                         mpi.pipe, r),
+               "MPI_Irecv");
   pr_trace_post(c, m);
 }
 
@@ -136,7 +165,7 @@ void pr_comm_wait_recv(int c, int m, const char *action) {
   prCheck(*r != MPI_REQUEST_NULL, "a bug in the generated program",
           "pr_comm_wait_recv: '%s' microbatch %d was never posted (%s)", ch->tensor, m, action);
   double t = pr_now();
-  wait_request(r, "for tensor '%s' microbatch %d from rank %d (%s)", ch->tensor, m, ch->peer,
+  wait_request(r, "for tensor '%s' microbatch %d from rank %d (%s)", ch->tensor, m, peer_of(ch, m),
                action);
   pr_stats.recv_wait += pr_now() - t;
   pr_stats.received += ch->bytes;
@@ -148,9 +177,9 @@ void pr_comm_send(int c, int m, const void *buf) {
   const PrChannel *ch = &mpi.c->ch[c];
   prCheck(*r == MPI_REQUEST_NULL, "a bug in the generated program",
           "pr_comm_send: '%s' microbatch %d is still being sent", ch->tensor, m);
-  pr_mpi_check(
-      MPI_Isend(buf, (int)ch->bytes, MPI_BYTE, ch->peer, ch->tag * mpi.c->nmicro + m, mpi.pipe, r),
-      "MPI_Isend");
+  pr_mpi_check(MPI_Isend(buf, (int)ch->bytes, MPI_BYTE, peer_of(ch, m), ch->tag * mpi.c->nmicro + m,
+                         mpi.pipe, r),
+               "MPI_Isend");
   pr_stats.sent += ch->bytes;
   pr_trace_post(c, m);
 }
@@ -160,7 +189,7 @@ void pr_comm_wait_send(int c, int m) {
   if (*r == MPI_REQUEST_NULL) return; // never sent, or already completed
   const PrChannel *ch = &mpi.c->ch[c];
   double t = pr_now();
-  wait_request(r, "to send tensor '%s' microbatch %d to rank %d", ch->tensor, m, ch->peer);
+  wait_request(r, "to send tensor '%s' microbatch %d to rank %d", ch->tensor, m, peer_of(ch, m));
   pr_stats.send_wait += pr_now() - t;
   pr_trace_done(c, m);
 }
@@ -182,6 +211,34 @@ __attribute__((noreturn)) static void t_abort(int status) {
   pr_prefix_stop(); // every line printed so far is out before the job goes
   if (mpi.started) MPI_Abort(MPI_COMM_WORLD, status ? status : 1);
   _Exit(status ? status : 1);
+}
+
+static int start_streams(const PrComm *c, int rank, double timeout);
+
+// The uneven form's start (after MPI_Init): the layout checked, the communicators split.
+static int start_uneven(const PrComm *c, int rank, int size, double timeout) {
+  const int S = c->nranks;
+  mpi.reps = c->stage_reps;
+  mpi.base = malloc(((size_t)S + 1) * sizeof *mpi.base);
+  prCheck(mpi.base != NULL, "the machine is out of memory", "cannot allocate the layout");
+  mpi.base[0] = 0;
+  for (int s = 0; s < S; s++) mpi.base[s + 1] = mpi.base[s] + c->stage_reps[s];
+  const int D = c->stage_reps[c->rank];
+  prCheck(size == mpi.base[S] && rank >= mpi.base[c->rank] && rank < mpi.base[c->rank] + D,
+          "run the job with OUT/launch.sh, which starts every rank's program in order",
+          "this program is pipeline rank %d of %d with %d replicas (world ranks %d .. %d of a "
+          "%d-rank job), but mpirun started it as rank %d of %d",
+          c->rank, S, D, mpi.base[c->rank], mpi.base[c->rank] + D - 1, mpi.base[S], rank, size);
+  mpi.replicas = D;
+  mpi.rg_nb = 0, mpi.rg_req = NULL, mpi.rg_sent = NULL, mpi.rg_active = false;
+  mpi.jg_n = 0, mpi.jg_req = NULL, mpi.jg_all = NULL;
+  pr_replica = rank - mpi.base[c->rank];
+  mpi.pipe = MPI_COMM_WORLD; // the streams: world ranks (peer_of)
+  pr_mpi_check(MPI_Comm_split(MPI_COMM_WORLD, pr_replica, rank, &mpi.ctl), "MPI_Comm_split");
+  pr_mpi_check(MPI_Comm_split(MPI_COMM_WORLD, c->rank, rank, &mpi.rep), "MPI_Comm_split");
+  pr_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mpi.world), "MPI_Comm_dup");
+  pr_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mpi.jctl), "MPI_Comm_dup");
+  return start_streams(c, rank, timeout);
 }
 
 static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
@@ -210,6 +267,7 @@ static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
   int rank = -1, size = 0;
   pr_mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "MPI_Comm_rank");
   pr_mpi_check(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
+  if (c->stage_reps) return start_uneven(c, rank, size, timeout);
   const int D = c->replicas > 1 ? c->replicas : 1;
   prCheck(D > 1 || (rank == c->rank && size == c->nranks),
           "run the job with OUT/launch.sh, which starts every rank's program in order",
@@ -220,7 +278,7 @@ static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
           "this program is pipeline rank %d of %d with %d replicas (a %d-rank job), but mpirun "
           "started it as rank %d of %d",
           c->rank, c->nranks, D, c->nranks * D, rank, size);
-  mpi.replicas = D;
+  mpi.replicas = D, mpi.reps = NULL, mpi.base = NULL, mpi.jctl = MPI_COMM_NULL;
   mpi.rg_nb = 0, mpi.rg_req = NULL, mpi.rg_sent = NULL, mpi.rg_active = false;
   pr_replica = rank / c->nranks;
   mpi.pipe = MPI_COMM_WORLD, mpi.rep = mpi.world = MPI_COMM_NULL;
@@ -230,6 +288,13 @@ static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
     pr_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mpi.world), "MPI_Comm_dup");
     pr_mpi_check(MPI_Comm_set_errhandler(mpi.pipe, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   }
+  pr_mpi_check(MPI_Comm_dup(mpi.pipe, &mpi.ctl), "MPI_Comm_dup");
+  return start_streams(c, rank, timeout);
+}
+
+// The streams' requests, the watchdog and the all-gather's request table (after the
+// communicators); returns the ranks of the job on this machine.
+static int start_streams(const PrComm *c, int rank, double timeout) {
   void *ub = NULL;
   int flag = 0;
   pr_mpi_check(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag), "MPI_Comm_get_attr");
@@ -256,7 +321,6 @@ static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
   mpi.ag_req = malloc(2 * (size_t)c->nranks * sizeof *mpi.ag_req);
   prCheck(mpi.ag_req != NULL, "the machine is out of memory", "cannot allocate the MPI requests");
   mpi.ag_n = 0;
-  pr_mpi_check(MPI_Comm_dup(mpi.pipe, &mpi.ctl), "MPI_Comm_dup");
   mpi.timeout = timeout;
   const char *y = getenv("OMPI_MCA_mpi_yield_when_idle");
   mpi.yield = y && strcmp(y, "1") == 0;
@@ -296,6 +360,42 @@ static void t_allgather(const double *mine, double *all, int n) {
   pr_mpi_check(MPI_Startall(2 * (size - 1), mpi.ag_req), "MPI_Startall");
   for (int k = 0; k < 2 * (size - 1); k++)
     wait_request(&mpi.ag_req[k], "in an all-gather with every rank (the start, or a step's end)");
+}
+
+// The uneven form's all-gather over the whole job (job_allgather); else allgather.
+static void t_job_allgather(const double *mine, double *all, int n) {
+  if (!mpi.reps) {
+    t_allgather(mine, all, n);
+    return;
+  }
+  int me = 0, size = mpi.base[mpi.c->nranks];
+  pr_mpi_check(MPI_Comm_rank(mpi.jctl, &me), "MPI_Comm_rank");
+  if (mine != mpi.jg_mine || all != mpi.jg_user || n != mpi.jg_n) { // new buffers: new requests
+    for (int k = 0; mpi.jg_n > 0 && k < 2 * (size - 1); k++)
+      pr_mpi_check(MPI_Request_free(&mpi.jg_req[k]), "MPI_Request_free");
+    free(mpi.jg_req);
+    free(mpi.jg_all);
+    mpi.jg_req = malloc(2 * (size_t)size * sizeof *mpi.jg_req);
+    mpi.jg_all = malloc((size_t)size * (size_t)(n > 0 ? n : 1) * sizeof *mpi.jg_all);
+    prCheck(mpi.jg_req && mpi.jg_all, "the machine is out of memory",
+            "cannot allocate the step end's all-gather");
+    for (int r = 0, k = 0; r < size; r++) {
+      if (r == me) continue;
+      pr_mpi_check(MPI_Recv_init(mpi.jg_all + (size_t)r * (size_t)n, n, MPI_DOUBLE, r,
+                                 TAG_ALLGATHER, mpi.jctl, &mpi.jg_req[k++]),
+                   "MPI_Recv_init");
+      pr_mpi_check(MPI_Send_init(mine, n, MPI_DOUBLE, r, TAG_ALLGATHER, mpi.jctl, &mpi.jg_req[k++]),
+                   "MPI_Send_init");
+    }
+    mpi.jg_mine = mine, mpi.jg_user = all, mpi.jg_n = n;
+  }
+  memcpy(mpi.jg_all + (size_t)me * (size_t)n, mine, (size_t)n * sizeof *all);
+  pr_mpi_check(MPI_Startall(2 * (size - 1), mpi.jg_req), "MPI_Startall");
+  for (int k = 0; k < 2 * (size - 1); k++)
+    wait_request(&mpi.jg_req[k], "in an all-gather with every rank (the start, or a step's end)");
+  for (int s = 0; s < mpi.c->nranks; s++) // each pipeline rank's replica 0
+    memcpy(all + (size_t)s * (size_t)n, mpi.jg_all + (size_t)mpi.base[s] * (size_t)n,
+           (size_t)n * sizeof *all);
 }
 
 static void t_barrier(void) {
@@ -413,14 +513,21 @@ static void t_finish(void) {
   if (!mpi.started) return;
   pr_comm_wait_sends();
   t_barrier();
-  if (mpi.replicas > 1) t_world_barrier();
+  if (mpi.world != MPI_COMM_NULL) t_world_barrier(); // replicated (either form)
   allgather_free();
   MPI_Comm_free(&mpi.ctl);
   replica_free();
-  if (mpi.replicas > 1) {
-    MPI_Comm_free(&mpi.pipe);
-    MPI_Comm_free(&mpi.rep);
-    MPI_Comm_free(&mpi.world);
+  if (mpi.pipe != MPI_COMM_WORLD) MPI_Comm_free(&mpi.pipe);
+  if (mpi.rep != MPI_COMM_NULL) MPI_Comm_free(&mpi.rep);
+  if (mpi.world != MPI_COMM_NULL) MPI_Comm_free(&mpi.world);
+  if (mpi.reps) { // the uneven form's
+    for (int k = 0; mpi.jg_n > 0 && k < 2 * (mpi.base[mpi.c->nranks] - 1); k++)
+      pr_mpi_check(MPI_Request_free(&mpi.jg_req[k]), "MPI_Request_free");
+    MPI_Comm_free(&mpi.jctl);
+    free(mpi.jg_req);
+    free(mpi.jg_all);
+    free(mpi.base);
+    mpi.reps = NULL, mpi.base = NULL, mpi.jg_req = NULL, mpi.jg_all = NULL, mpi.jg_n = 0;
   }
   pr_mpi_check(MPI_Finalize(), "MPI_Finalize");
   mpi.started = false;
@@ -448,5 +555,6 @@ const char *__lsan_default_suppressions(void) {
 }
 
 const PrTransport pr_transport_mpi = {
-    "mpi",    t_start,         t_allgather,    t_barrier,      t_gather,       t_abort,
-    t_finish, t_replica_setup, t_replica_recv, t_replica_send, t_replica_wait, t_world_barrier};
+    "mpi",          t_start,         t_allgather,     t_barrier,      t_gather,
+    t_abort,        t_finish,        t_replica_setup, t_replica_recv, t_replica_send,
+    t_replica_wait, t_world_barrier, t_job_allgather};

@@ -34,7 +34,7 @@ void pr_pipe_start(PrPipe *pp, const PrProgram *p) {
             q->name, q->home, q->data ? "holds" : "does not hold");
     pp->mine[i] = q->home == c->rank ? (double)pr_pipe_flags(q) : 0;
   }
-  c->transport->allgather(pp->mine, pp->all, w);
+  pr_job_allgather(c->transport, pp->mine, pp->all, w);
   for (int i = 0; i < n; i++) {
     const PrParam *q = &p->params[i];
     pp->layout[i] = (unsigned char)pp->all[(size_t)q->home * (size_t)w + (size_t)i];
@@ -71,7 +71,7 @@ void pr_pipe_step_end(PrPipe *pp, double local_loss, double *loss, double *norm2
   pp->mine[n + 1] = bad;
   pr_stats_snapshot(pp->mine + n + 2); // every rank's statistics ride along (stats.c)
   double t = pr_now();
-  c->transport->allgather(pp->mine, pp->all, w);
+  pr_job_allgather(c->transport, pp->mine, pp->all, w);
   pr_stats.sync += pr_now() - t;
   double sum = 0;
   for (int i = 0; i < n; i++) sum += pp->all[(size_t)pp->params[i].home * (size_t)w + 1 + i];

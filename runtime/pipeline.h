@@ -41,7 +41,8 @@ void pr_pipe_free(PrPipe *pp);
 // Stage replication's gradient exchange (replicas.c; --replicas D).
 typedef struct PrReplicas {
   const PrProgram *p; // the program
-  int D;              // replicas (1: none, and the functions below are not called)
+  int D;              // replicas of this rank (1: none; the uneven form's D_s)
+  double M;           // the step's microbatches (the loss's divisor)
   bool overlap;       // buckets sent as their gradients become final (PIPEC_REPLICAS_OVERLAP=0:
                       // all at the step end)
   int nb;             // buckets: PrComm.rep_nbuckets, then the loss's

@@ -25,6 +25,10 @@
 // pr_stats.exchange (--stats prints it under the table, pr_replicas_stats_print).
 // The buffers and the transport's requests are made at the start (pr_replicas_start), none in a
 // step (tests/e2e/replicas.sh counts the allocations of a replicated job).
+//
+// PipeDream's uneven form (PrComm.stage_reps) is the same exchange over the D_s replicas of each
+// pipeline rank (a rank with D_s = 1 exchanges nothing: its sum is the step's); the program's
+// nmicro is then the step's M, so the loss is divided by it alone.
 #include "pipeline.h"
 
 #include <stdio.h>
@@ -39,15 +43,16 @@ static PrReplicas *active;
 
 void pr_replicas_start(PrReplicas *r, const PrProgram *p) {
   const PrComm *c = p->comm;
-  *r = (PrReplicas){.p = p, .D = c && c->replicas > 1 ? c->replicas : 1};
+  *r = (PrReplicas){.p = p, .D = pr_comm_replicas(c)};
+  r->M = c ? (double)c->nmicro * (c->stage_reps ? 1 : r->D) : 1; // the step's microbatches
+  const char *ov = getenv("PIPEC_REPLICAS_OVERLAP");
+  r->overlap = !(ov && strcmp(ov, "0") == 0);
   if (r->D == 1) return;
   const PrTransport *t = c->transport;
   prCheck(t->replica_setup && t->replica_recv && t->replica_send && t->replica_wait &&
               t->world_barrier,
           "use the mpi transport (pipec compile --comm mpi) with --replicas",
           "the %s transport has no replicas", t->name);
-  const char *ov = getenv("PIPEC_REPLICAS_OVERLAP");
-  r->overlap = !(ov && strcmp(ov, "0") == 0);
   // The buckets: the compiler's (every trained parameter once), then the loss's.
   const int nb = c->rep_nbuckets, n = p->nparams;
   r->nb = nb + 1;
@@ -93,7 +98,7 @@ void pr_replicas_start(PrReplicas *r, const PrProgram *p) {
 }
 
 void pr_replicas_begin(PrReplicas *r) {
-  if (r->D == 1) return;
+  if (r->D == 1) return; // (an uneven form's rank without replicas)
   memset(r->ready, 0, (size_t)r->nb * sizeof *r->ready);
   if (r->overlap) r->p->comm->transport->replica_recv();
   active = r;
@@ -122,6 +127,7 @@ void pr_replicas_ready(int k) {
 double pr_replicas_combine(PrReplicas *r, double loss_sum) {
   const PrProgram *p = r->p;
   const int D = r->D;
+  if (D == 1) return loss_sum / r->M; // the uneven form's rank without replicas
   prCheck(active == r, "a bug in the runtime", "pr_replicas_combine without pr_replicas_begin");
   active = NULL;
   memcpy(r->mine + r->loss_at, &loss_sum, sizeof loss_sum);
@@ -155,14 +161,18 @@ double pr_replicas_combine(PrReplicas *r, double loss_sum) {
       q->grad[j] = g;
     }
   }
-  return loss / ((double)p->comm->nmicro * D);
+  return loss / r->M;
 }
 
 void pr_replicas_stats_print(const PrReplicas *r, int64_t steps, int nranks, const double *now,
                              int now_stride, const double *before, int before_stride) {
   if (steps <= 0) return;
-  printf("  replicas' gradient exchange (%d buckets, %s), exposed wait ms per step:", r->nb - 1,
-         r->overlap ? "overlapped" : "at the step end: PIPEC_REPLICAS_OVERLAP=0");
+  const char *how = r->overlap ? "overlapped" : "at the step end: PIPEC_REPLICAS_OVERLAP=0";
+  if (r->D > 1)
+    printf("  replicas' gradient exchange (%d buckets, %s), exposed wait ms per step:", r->nb - 1,
+           how);
+  else // an uneven form's rank without replicas (its own buckets: none)
+    printf("  replicas' gradient exchange (%s), exposed wait ms per step:", how);
   for (int k = 0; k < nranks; k++) {
     double a = now[(size_t)k * (size_t)now_stride + PR_STAT_EXCHANGE];
     double b = before ? before[(size_t)k * (size_t)before_stride + PR_STAT_EXCHANGE] : 0;

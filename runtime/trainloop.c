@@ -133,6 +133,8 @@ static void evaluate(const PrProgram *p, int64_t requested, int64_t step) {
   double loss = 0, weight = 0;
   int64_t correct = 0, seen = 0;
   int64_t batches = p->eval_batches(requested);
+  if (p->comm && p->comm->stage_reps && pr_replica != 0)
+    return; // the uneven form: replica 0 of each rank evaluates (the others hold the same bits)
   for (int64_t k = 0; k < batches; k++) {
     PrEvalBatch r = {0};
     p->eval_batch(k, requested == 0, &r); // in a pipeline: every rank, its stages' forward
@@ -263,7 +265,7 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   int local = 1; // ranks of the job on this machine
   // Every line of this rank prefixed, errors naming it, from the first one on (--replicas: once
   // the transport has started, below, when the job's rank is known).
-  const bool replicated = comm && comm->replicas > 1;
+  const bool replicated = pr_comm_replicated(comm); // --replicas, either form
   if (comm && !replicated) {
     pr_rank = comm->rank;
     pr_prefix_start(comm->rank);
@@ -282,14 +284,21 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
     local = comm->transport->start(comm, &argc, &argv, o.timeout);
     if (replicated) { // the job's rank: replica d's pipeline rank s is d * S + s
       pr_rank = pr_replica * comm->nranks + comm->rank;
+      if (comm->stage_reps) { // uneven: stage by stage, D_0 + .. + D_{s-1} + r
+        pr_rank = pr_replica;
+        for (int s = 0; s < comm->rank; s++) pr_rank += comm->stage_reps[s];
+      }
       pr_prefix_start(pr_rank);
-      prCheck(!o.trace && !o.predict && !o.profile,
-              "run it without --replicas (the same model at D = 1)",
-              "%s is not supported yet with --replicas (this job has %d replicas)",
-              o.trace     ? "--trace"
-              : o.predict ? "--predict"
-                          : "--profile",
+      const char *what = o.trace ? "--trace" : o.predict ? "--predict" : "--profile";
+      const char *hint = "run it without --replicas (the same model at D = 1)";
+      bool unsupported = o.trace || o.predict || o.profile;
+      prCheck(!unsupported || comm->stage_reps, hint,
+              "%s is not supported yet with --replicas (this job has %d replicas)", what,
               comm->replicas);
+      prCheck(!unsupported, hint,
+              "%s is not supported yet with --replicas (the uneven form: this rank's stage runs "
+              "on %d rank%s)",
+              what, pr_comm_replicas(comm), pr_comm_replicas(comm) == 1 ? "" : "s");
     }
     if (!o.threads_given) { // the ranks on this machine share its cores
       long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -552,7 +561,7 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   if (comm) { // the whole run's statistics, exact to the last step's end (collective)
     double mine[PR_STAT_N], *all = stats_prev + (size_t)nr * PR_STAT_N;
     pr_stats_snapshot(mine);
-    comm->transport->allgather(mine, all, PR_STAT_N);
+    pr_job_allgather(comm->transport, mine, all, PR_STAT_N);
     if (!o.quiet && reporter && done > 0) {
       pr_stats_print(stdout, "of the run", done, nr, all, PR_STAT_N, NULL, 0);
       if (replicated) pr_replicas_stats_print(&run.rep, done, nr, all, PR_STAT_N, NULL, 0);

@@ -602,4 +602,4 @@ static void t_finish(void) {
 extern "C" const PrTransport pr_transport_nccl = {"nccl",   t_start, t_allgather, t_barrier,
                                                   t_gather, t_abort, t_finish,
                                                   NULL,     NULL,    NULL,
-                                                  NULL,     NULL}; // no replicas (comm.h)
+                                                  NULL,     NULL,    NULL}; // no replicas (comm.h)

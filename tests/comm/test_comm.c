@@ -68,7 +68,8 @@ static int run_messages(int rank, int nranks) {
       nch++;
     }
   }
-  PrComm c = {rank, nranks, nranks - 1, 0, ch, nch, MSG_M, &pr_transport_mpi, 1, NULL, NULL, 0};
+  PrComm c = {rank, nranks, nranks - 1, 0, ch,  nch, MSG_M, &pr_transport_mpi,
+              1,    NULL,   NULL,       0, NULL};
   int argc = 1;
   char *args[] = {"test_comm", NULL}, **argv = args;
   pr_transport_mpi.start(&c, &argc, &argv, 30);
@@ -220,7 +221,7 @@ static void eval_batch(int64_t k, bool whole, PrEvalBatch *r) {
 static int run_train(int argc, char **argv) {
   static PrChannel none[1];
   static PrComm comm;
-  comm = (PrComm){R, S, S - 1, 0, none, 0, 1, &pr_transport_mpi, 1, NULL, NULL, 0};
+  comm = (PrComm){R, S, S - 1, 0, none, 0, 1, &pr_transport_mpi, 1, NULL, NULL, 0, NULL};
   int64_t bytes = 0;
   for (int i = 0; i < NP; i++) bytes += pnum(i) * 4;
   static PrProgram prog = {
@@ -259,7 +260,7 @@ static int run_train(int argc, char **argv) {
 // can compute every gradient here: they are a function of the seed alone).
 static int run_norm(void) {
   static PrChannel none[1];
-  PrComm comm = {R, S, S - 1, 0, none, 0, 1, &pr_transport_mpi, 1, NULL, NULL, 0};
+  PrComm comm = {R, S, S - 1, 0, none, 0, 1, &pr_transport_mpi, 1, NULL, NULL, 0, NULL};
   int argc = 1;
   char *args[] = {"test_comm", NULL}, **argv = args;
   pr_transport_mpi.start(&comm, &argc, &argv, 30);
@@ -332,7 +333,7 @@ int main(int argc, char **argv) {
   int waiter = watchdog ? 1 : 0;
   static PrChannel ch[1];
   ch[0] = (PrChannel){"blocks.1.h", 1 - R, 3, 64, R != waiter};
-  PrComm c = {R, S, S - 1, 0, ch, 1, 4, &pr_transport_mpi, 1, NULL, NULL, 0};
+  PrComm c = {R, S, S - 1, 0, ch, 1, 4, &pr_transport_mpi, 1, NULL, NULL, 0, NULL};
   double timeout = argc > 1 ? atof(argv[1]) : 300;
   pr_transport_mpi.start(&c, &argc, &argv, timeout);
   static float buf[16];

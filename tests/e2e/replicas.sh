@@ -9,8 +9,9 @@
 # and a sharded directory) and continues at D = 1; the exchange is overlapped (buckets per action,
 # layer and 1 MiB, sent from inside a stage's last B or W right after the kernel that makes them
 # final, and after the tied sums; the same bits as the step-end exchange; --stats shows its
-# exposed wait); per-stage counts: equal ones are the uniform form, the uneven form and the bad
-# uses are refused with their messages.
+# exposed wait); per-stage counts: equal ones are the uniform form; PipeDream's uneven form
+# (2,1, 4,1, 1,4 at S = 2, 2,1,1 at S = 3, 2,1,2 with a tied parameter: bitwise or within the
+# tolerance as its section says, resumes, the plan's lists); the bad uses with their messages.
 # The model is the flat 2-layer character GPT of pipeline_checkpoint.sh (tied embedding and head
 # on different stages at S = 2); the per-layer buckets are checked on models with repeat blocks
 # (gpt_char itself, a 3-layer GPT of width 32 that runs, one of width 256 compiled only).
@@ -193,6 +194,124 @@ same_bits "mlp_digits at D = M = 4, S = 2 (8 ranks): the bits of D = 1" "$tmp/dg
 check "a rank without parameters at D = 2 builds ($(grep -m1 error "$tmp/dg.msg"))" \
   test -x "$tmp/dg24/bin/rank3"
 
+# PipeDream's uneven form (--replicas D0,D1,..., counts that differ; docs/pipeline.md): stage s on
+# D_s ranks, stage by stage in the world (launch.sh), replica r of stage s runs the microbatches
+# m with m mod D_s = r of the unreplicated list, microbatch m's messages pair replica m mod D_s
+# with replica m mod D_t. Where every D_s is 1 or M the bits are the unreplicated run's (each
+# replica's sum is one microbatch's, the replica-order sum the accumulation order); otherwise
+# within the tolerance (measured on mlp_digits, M = 4, 3 steps: 2,1 and 2,1,1 at 1.2e-7 of the
+# parameters, 1.5e-7 of the optimizer state, losses equal at the log's 9 digits), bitwise across
+# schedules with the same cut (1f1b, gpipe, zb-h1 at 2,1).
+u=(--microbatches 4)
+for cfg in "ud2 --stages 2" "ud3 --stages 3" "u21 --stages 2 --replicas 2,1" \
+  "u41 --stages 2 --replicas 4,1" "u14 --stages 2 --replicas 1,4" \
+  "u21g --stages 2 --replicas 2,1 --schedule gpipe" "u21zb --stages 2 --replicas 2,1 --schedule zb-h1" \
+  "u211 --stages 3 --replicas 2,1,1"; do
+  set -- $cfg
+  n=$1
+  shift
+  "$pipec" compile samples/mlp_digits.json "${u[@]}" "$@" -o "$tmp/$n" >/dev/null 2>"$tmp/$n.msg" ||
+    bad "compile $n: $(head -3 "$tmp/$n.msg")"
+done
+check "uneven: the compile message (3 ranks)" grep -q \
+  'launch.sh (3 ranks: stages on 2,1 replicas)$' "$tmp/u21.msg"
+check "uneven: launch.sh runs stage 0's 2 replicas, then stage 1's" \
+  test "$(grep -o '/bin/rank[0-9]*"' "$tmp/u21/launch.sh" | tr '\n' ' ')" = \
+  '/bin/rank0" /bin/rank0" /bin/rank1" '
+check "uneven: 2,1,1 at S = 3 starts 4 processes" \
+  test "$(grep -o '/bin/rank[0-9]*"' "$tmp/u211/launch.sh" | tr '\n' ' ')" = \
+  '/bin/rank0" /bin/rank0" /bin/rank1" /bin/rank2" '
+check "uneven: replica r of stage 0 runs the microbatches m mod 2 = r (B(v0, m3) on replica 1)" \
+  grep -q -A1 '^  if (pr_replica == 1) { // m3.s replica$' "$tmp/u21/rank0.c"
+for n in ud2 u21 u41 u14 u21g u21zb ud3 u211; do go "$n" "$n" --steps 3 --save "$tmp/$n.st"; done
+same_bits "uneven 4,1 (D_0 = M): the bits of the unreplicated run" "$tmp/ud2" "$tmp/u41"
+same_bits "uneven 1,4 (D_1 = M): the bits of the unreplicated run" "$tmp/ud2" "$tmp/u14"
+same_bits "uneven 2,1: gpipe = 1f1b" "$tmp/u21" "$tmp/u21g"
+same_bits "uneven 2,1: zb-h1 = 1f1b" "$tmp/u21" "$tmp/u21zb"
+for pair in "ud2 u21" "ud3 u211"; do
+  set -- $pair
+  rl=$(maxrel_loss "$tmp/$1.loss" "$tmp/$2.loss")
+  rp=$(st maxrel "$tmp/$1.st" "$tmp/$2.st")
+  ro=$(st maxrel "$tmp/$1.st.optim" "$tmp/$2.st.optim")
+  echo "uneven $2 vs $1 after 3 steps: losses $rl, parameters $rp, optimizer state $ro"
+  check "uneven $2: losses within 1e-6 of $1 ($rl)" awk -v r="$rl" 'BEGIN { exit !(r < 1e-6) }'
+  check "uneven $2: parameters within 1e-5 ($rp)" awk -v r="$rp" 'BEGIN { exit !(r < 1e-5) }'
+  check "uneven $2: optimizer state within 1e-5 ($ro)" awk -v r="$ro" 'BEGIN { exit !(r < 1e-5) }'
+  check "uneven $2: not bitwise (a stage's replicas sum in another order)" test "$rp" != 0
+done
+check "uneven 2,1: the eval line once, from world rank 2 (stage 1's replica 0)" \
+  test "$(grep -c 'eval  step 3' "$tmp/u21.out")" = 1 -a "$(grep -c '^\[rank 2\] eval  step 3' "$tmp/u21.out")" = 1
+# Checkpoints: replica 0 of each stage saves; a resume continues bit for bit at the same layout
+# (one file and a sharded directory) and within the tolerance at D = 1.
+go u21 u21two --steps 1 --save "$tmp/u21two.st"
+go u21zb u21res --steps 3 --resume "$tmp/u21two.st" --save "$tmp/u21res.st"
+check "uneven: resume 2,1 (zb-h1) from 2,1's step 1: the unstopped run's pair" \
+  cmp -s "$tmp/u21res.st" "$tmp/u21.st"
+check "uneven: resume: the optimizer state" cmp -s "$tmp/u21res.st.optim" "$tmp/u21.st.optim"
+check "uneven: resume: the losses of steps 1..2" \
+  test "$(cat "$tmp/u21res.loss")" = "$(awk '$1 >= 1' "$tmp/u21.loss")"
+go u21 u21sh --steps 1 --save "$tmp/u21sh/"
+check "uneven: sharded save at 2,1: two shards (each stage's replica 0)" \
+  test -e "$tmp/u21sh/model-00002-of-00002.safetensors" -a ! -e "$tmp/u21sh/model-00003-of-00003.safetensors"
+go u21 u21rsh --steps 3 --resume "$tmp/u21sh/" --save "$tmp/u21rsh.st"
+check "uneven: resume a sharded 2,1 checkpoint: the unstopped run's parameters" \
+  cmp -s "$tmp/u21rsh.st" "$tmp/u21.st"
+check "uneven: resume a sharded 2,1 checkpoint: its optimizer state" \
+  cmp -s "$tmp/u21rsh.st.optim" "$tmp/u21.st.optim"
+go ud2 u21d1 --steps 3 --resume "$tmp/u21two.st" --save "$tmp/u21d1.st"
+r1=$(st maxrel "$tmp/ud2.st" "$tmp/u21d1.st")
+check "uneven: 2,1's checkpoint resumed at D = 1: within 1e-5 of the D = 1 run ($r1)" \
+  awk -v r="$r1" 'BEGIN { exit !(r < 1e-5) }'
+timeout -k 5 120 "$tmp/u211/launch.sh" "${run_args[@]}" --steps 2 --stats --log-every 2 </dev/null \
+  >"$tmp/u211st.out" 2>&1 || bad "--stats u211: $(tail -2 "$tmp/u211st.out")"
+check "uneven: --stats' table of the pipeline's 3 ranks and the exchange's wait line" grep -qE \
+  "^\[rank 3\]   replicas' gradient exchange \(overlapped\), exposed wait ms per step: rank 0 $re_ms, rank 1 $re_ms, rank 2 $re_ms\$" \
+  "$tmp/u211st.out"
+# A tied parameter (gpt_char's embedding and head) across stages of the same count: 2,1,2 holds
+# it on stages 0 and 2 (its use gradients summed per replica, replica r with r, then between the
+# replicas): within the tolerance of the unreplicated 3-stage run (measured 5.4e-8).
+for cfg in "gu3 --stages 3" "gu212 --stages 3 --replicas 2,1,2" "guv --stages 2 --schedule zb-v" \
+  "guv21 --stages 2 --schedule zb-v --replicas 2,1"; do
+  set -- $cfg
+  n=$1
+  shift
+  build "$n" "$@"
+  go "$n" "$n" --steps 3 --save "$tmp/$n.st"
+done
+rg=$(st maxrel "$tmp/gu3.st" "$tmp/gu212.st")
+check "uneven 2,1,2 with the tied embedding on stages 0 and 2: within 1e-5 of S = 3 ($rg)" \
+  awk -v r="$rg" 'BEGIN { exit !(r < 1e-5) }'
+check "uneven 2,1,2: the losses within 1e-6" \
+  awk -v r="$(maxrel_loss "$tmp/gu3.loss" "$tmp/gu212.loss")" 'BEGIN { exit !(r < 1e-6) }'
+# zb-v at S = 2 holds both uses on rank 0 (stages 0 and 3): 2,1 runs gpt_char (measured 5.4e-8).
+rv=$(st maxrel "$tmp/guv.st" "$tmp/guv21.st")
+check "uneven 2,1 under zb-v, the tied uses both on rank 0: within 1e-5 of D = 1 ($rv)" \
+  awk -v r="$rv" 'BEGIN { exit !(r < 1e-5) }'
+# The plan shows every replica's list.
+"$pipec" plan samples/mlp_digits.json "${u[@]}" --stages 2 --replicas 2,1 >"$tmp/uplan.out" 2>&1 ||
+  bad "plan --replicas 2,1: $(head -2 "$tmp/uplan.out")"
+check "uneven plan: stage 0's replica 1 runs microbatches 1 and 3" grep -q \
+  '^  rank 1 (stage 0, replica 1 of 2): F1 B1 F3 B3$' "$tmp/uplan.out"
+check "uneven plan: stage 1's one replica runs all 4" grep -q \
+  '^  rank 2 (stage 1, replica 0 of 1): F0 B0 F1 B1 F2 B2 F3 B3$' "$tmp/uplan.out"
+# The exchange at the step end (PIPEC_REPLICAS_OVERLAP=0) writes the overlapped exchange's bits
+# (each replica of stage 0 sends its buckets from inside the last B it runs: B(v0, m2) on
+# replica 0, B(v0, m3) on replica 1).
+PIPEC_REPLICAS_OVERLAP=0 go u21 u21sync --steps 3 --save "$tmp/u21sync.st"
+same_bits "uneven 2,1: the exchange at the step end = overlapped" "$tmp/u21" "$tmp/u21sync"
+check "uneven 2,1: rep_final around each replica's last B of stage 0" test \
+  "$(grep -E -o 'B_0\([01], [01]\); pr_trace_end\(\); // m[0-9]|rep_final = [a-z]*;' "$tmp/u21/rank0.c" |
+    sed 's/; pr_trace_end(); \/\/ / /' | tr '\n' ' ')" = \
+  'B_0(0, 0) m0 B_0(1, 0) m1 rep_final = true; B_0(0, 1) m2 rep_final = false; rep_final = true; B_0(1, 1) m3 rep_final = false; '
+timeout -k 5 60 "$tmp/u21/launch.sh" "${run_args[@]}" --steps 1 --init "$tmp/u21.st" \
+  --predict "$tmp/none.csv" --out "$tmp/x.npy" \
+  >"$tmp/upred.out" 2>"$tmp/upred.err"
+check "uneven: --predict refused on every rank (stage 0's 2, stage 1's 1)" test \
+  "$(grep -cE "^\[rank [0-2]\] trainloop.c:[0-9]+: rank [0-2]: error: --predict is not supported yet with --replicas \(the uneven form: this rank's stage runs on [12] ranks?\)$" "$tmp/upred.err")" -ge 1
+expect "uneven: a replica's program run alone" 1 \
+  "^comm_mpi.c:[0-9]+: rank 0: error: this program is pipeline rank 0 of 2 with 2 replicas \(world ranks 0 .. 1 of a 3-rank job\), but mpirun started it as rank 0 of 1$" \
+  timeout -k 5 60 "$tmp/u21/bin/rank0" "${run_args[@]}" --steps 1
+
 # Resume from a D = 2 checkpoint: at D = 2 (another S and schedule) bit for bit the unstopped
 # run, from one file and from a sharded directory; at D = 1 it continues (within the tolerance).
 go d2s2 two --steps 2 --save "$tmp/two.st"
@@ -246,6 +365,23 @@ if [ -n "$shim" ] && ! nm "$tmp/d2s2/bin/rank0" | grep -q __asan_init; then
   check "no allocation in a replicated step (--steps 1:${counts[0]}, 11:${counts[1]})" \
     awk -v a="${counts[0]}" -v b="${counts[1]}" 'BEGIN { n = split(a, x); m = split(b, y);
       if (n != 4 || m != 4) exit 1; for (i = 1; i <= 4; i++) if (y[i] - x[i] >= 10 || x[i] - y[i] >= 10) exit 1 }'
+  # The uneven form too (2,1: stage 0's two replicas exchange, the step end's all-gather spans
+  # the 3 ranks).
+  counts=()
+  for steps in 1 11; do
+    rm -f "$tmp"/count.*
+    OMPI_MCA_mca_base_env_list="LD_PRELOAD=$shim;ALLOC_COUNT_FILE=$tmp/count.%r" \
+      timeout -k 5 120 "$tmp/u21/launch.sh" --steps "$steps" --threads 1 --eval-every 0 \
+      --eval-batches 2 --log-every 1000 >"$tmp/alloc.out" 2>"$tmp/alloc.err" ||
+      bad "alloc 2,1 --steps $steps: $(grep -m2 . "$tmp/alloc.err")"
+    line=
+    for r in 0 1 2; do line+=" $(awk '{ print $1 }' "$tmp/count.$r" 2>/dev/null)"; done
+    counts+=("$line")
+  done
+  echo "uneven 2,1: allocations per rank at --steps 1:${counts[0]}; at --steps 11:${counts[1]}"
+  check "uneven 2,1: no allocation in a step (--steps 1:${counts[0]}, 11:${counts[1]})" \
+    awk -v a="${counts[0]}" -v b="${counts[1]}" 'BEGIN { n = split(a, x); m = split(b, y);
+      if (n != 3 || m != 3) exit 1; for (i = 1; i <= 3; i++) if (y[i] - x[i] >= 10 || x[i] - y[i] >= 10) exit 1 }'
 fi
 
 # The plan says how the ranks are replicated.
@@ -264,16 +400,16 @@ expect "D = 0" 2 "^pipec: --replicas: expected a number of replicas from 1 to 65
 expect "D = -1" 2 "^pipec: --replicas: expected a number of replicas from 1 to 65536, got '-1'$" \
   "$pipec" compile "$file" "${common[@]}" --replicas -1 -o "$tmp/bad"
 # Per-stage counts (PipeDream's form): equal counts are the uniform form (the same programs);
-# counts that differ are refused (not built yet); each count is checked.
+# counts that differ are the uneven form (above); each count is checked.
 build d22 --replicas 2,2 --stages 2 --schedule 1f1b
 # (the programs but their "// Command" lines, which quote the command line)
 for f in rank0.c rank1.c; do
   check "--replicas 2,2 at S = 2: $f as --replicas 2's" cmp -s <(grep -v '^// Command' "$tmp/d22/$f") \
     <(grep -v '^// Command' "$tmp/d2s2/$f")
 done
-hint_re=. expect "the uneven form" 1 \
-  "error: --replicas 2,1,1: per-stage replica counts that differ \(PipeDream's uneven form\) are not supported yet: give the same count for every stage \(--replicas 2,2 is --replicas 2\)$" \
-  "$pipec" compile "$file" "${common[@]}" --stages 3 --replicas 2,1,1 -o "$tmp/bad"
+hint_re=. expect "uneven: a tied parameter across stages of different counts" 1 \
+  "error: --replicas 2,1: parameter 'transformer.wte.weight' is held on stages 0 and 1, whose replica counts differ \(2 and 1\): a tied or shared parameter needs the same count on every stage that holds it \(its use gradients are summed per replica, then between the stages, replica r with replica r\)$" \
+  "$pipec" compile "$file" "${common[@]}" --stages 2 --replicas 2,1 -o "$tmp/bad"
 expect "a count that is not a number" 2 \
   "^pipec: --replicas 2,x: expected a replica count from 1 to 65536 per stage, separated by commas, got 'x'$" \
   "$pipec" compile "$file" "${common[@]}" --stages 2 --replicas 2,x -o "$tmp/bad"
@@ -292,6 +428,9 @@ hint_re=. expect "a count not dividing M" 1 \
 expect "--replicas with --target cuda" 2 \
   "^pipec: --replicas 2: stage replication runs the cpu target only \(not built yet for --target cuda\)$" \
   "$pipec" compile "$file" "${common[@]}" --replicas 2 --target cuda -o "$tmp/bad"
+expect "--replicas 2,1 with --target cuda" 2 \
+  "^pipec: --replicas 2,1: stage replication runs the cpu target only \(not built yet for --target cuda\)$" \
+  "$pipec" compile "$file" "${common[@]}" --stages 2 --replicas 2,1 --target cuda -o "$tmp/bad"
 expect "a replica's program run alone" 1 \
   "^comm_mpi.c:[0-9]+: rank 0: error: this program is pipeline rank 0 of 1 with 2 replicas \(a 2-rank job\), but mpirun started it as rank 0 of 1$" \
   timeout -k 5 60 "$tmp/d2s1/bin/rank0" "${run_args[@]}" --steps 1

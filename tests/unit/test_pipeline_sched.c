@@ -553,6 +553,83 @@ START_TEST(test_golden_zbv) {
 }
 END_TEST
 
+// PipeDream's uneven replication (compiler/uneven.c): every built-in schedule over a grid of
+// (S, V, M), each stage on 1, 2 or M replicas (those dividing M): every replica's list has the F
+// of its microbatches only (m mod D_s = r, each stage of its rank once per microbatch), and the
+// replicas' lists pass the lock-step verification with per-m peers.
+START_TEST(test_uneven_grid) {
+  int checked = 0;
+  for (int k = 0; k < SCHED_COUNT; k++)
+    for (int S = 2; S <= 3; S++)
+      for (int V = 1; V <= 2; V++)
+        for (int M = 4; M <= 6; M += 2) {
+          if (!legal((SchedKind)k, S, V, M)) continue;
+          Chain c;
+          chain_init(&c, S, V, M);
+          bool ok;
+          const char *msg = build_verify(&c, (SchedKind)k, S, V, &ok, NULL);
+          ck_assert_msg(ok, "%s", msg);
+          int D[3], opt[3] = {1, 2, M}, reps[3];
+          c.p.stage_reps = reps;
+          for (int code = 0; code < 27; code++) {
+            bool fits = true, uneven = false;
+            for (int s = 0, x = code; s < S; s++, x /= 3) {
+              D[s] = reps[s] = opt[x % 3];
+              fits &= M % D[s] == 0;
+              uneven |= D[s] != D[0];
+            }
+            if (!fits || !uneven || (S == 2 && code >= 9)) continue;
+            for (int s = 0; s < S; s++)
+              for (int r = 0; r < D[s]; r++) {
+                int nf = 0;
+                for (int i = 0; i < c.p.ranks[s].nacts; i++) {
+                  const Action *x = &c.p.ranks[s].acts[i];
+                  if (!uneven_runs(&c.p, s, r, x)) continue;
+                  ck_assert(x->m < 0 || x->m % D[s] == r);
+                  nf += x->kind == ACT_F;
+                }
+                ck_assert_int_eq(nf, M / D[s] * V);
+              }
+            Capture cap;
+            cap_open(&cap, "m.json");
+            ck_assert_msg(uneven_verify(&c.p, &cap.d), "schedule %d, S = %d, V = %d, M = %d: %s", k,
+                          S, V, M, cap_text(&cap));
+            cap_close(&cap);
+            checked++;
+          }
+          arena_free(&c.a);
+        }
+  ck_assert_int_ge(checked, 100);
+}
+END_TEST
+
+// A broken list under uneven replication, 1f1b at S = 2, M = 4, counts 2,1: rank 0 waits for
+// m0's gradient (RECV c1) before it sends m0's activation (c0). Replica 0 of stage 0 and stage
+// 1's one replica (world rank 2) wait for each other; replica 1 (m1, m3) waits for m1's gradient,
+// which stage 1 makes only after m0's: the error names each replica's blocked action.
+START_TEST(test_uneven_deadlock) {
+  Chain c;
+  chain_init(&c, 2, 1, 4);
+  bool ok;
+  const char *msg = build_verify(&c, SCHED_1F1B, 2, 1, &ok, NULL);
+  ck_assert_msg(ok, "%s", msg);
+  int reps[2] = {2, 1};
+  c.p.stage_reps = reps;
+  move_act(&c, 0, find_act(&c, 0, ACT_RECV, 1, 0), find_act(&c, 0, ACT_SEND, 0, 0));
+  Capture cap;
+  cap_open(&cap, "m.json");
+  ck_assert(!uneven_verify(&c.p, &cap.d));
+  ck_assert_str_eq(cap_text(&cap),
+                   "m.json: error: schedule: the replicas' lists deadlock after 3 steps (no "
+                   "replica can move):\n"
+                   "  rank 0 (stage 0, replica 0) waits at its action 2, RECV(c1, m0)\n"
+                   "  rank 1 (stage 0, replica 1) waits at its action 3, RECV(c1, m1)\n"
+                   "  rank 2 (stage 1, replica 0) waits at its action 0, RECV(c0, m0)\n");
+  cap_close(&cap);
+  arena_free(&c.a);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("pipeline_sched");
   TCase *tc = tcase_create("pipeline_sched");
@@ -571,6 +648,8 @@ int main(void) {
   tcase_add_test(tc, test_costs);
   tcase_add_test(tc, test_golden_1f1b);
   tcase_add_test(tc, test_golden_zbv);
+  tcase_add_test(tc, test_uneven_grid);
+  tcase_add_test(tc, test_uneven_deadlock);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
