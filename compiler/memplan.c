@@ -13,7 +13,11 @@
 // posted before F runs, as soon as the slot's previous microbatch is done) to its last read; a
 // sent tensor (Channel.t) over the whole timeline, so nothing else of its slot overwrites it
 // while its send may be in flight (the generated code waits for send (c, m) before the action
-// that makes (c, m + K), the verifier's send-buffer rule). A buffer live
+// that makes (c, m + K), the verifier's send-buffer rule). A channel between two stages of the
+// rank is no message but a copy at its RECV: its sent tensor lives from its producer to the last
+// node of its microbatch that runs before the RECV (the whole timeline when the RECV comes after
+// them all: the slot's next microbatch may have its receives posted by then), its copy from the
+// first node after the RECV (local_pos; zb-v's middle rank). A buffer live
 // across actions (a loaded input, a forward activation kept for B, the loss until LOSS, a dy kept
 // for W) is SAVED; one live within one action (most gradients, kernel workspaces) is TEMP. Both are
 // placed together in the slot by a sweep over the timeline (place.c), so a temporary reuses bytes
@@ -138,6 +142,50 @@ static void timeline(const Program *prog, const RankProgram *r, int v, Arena *a,
   tl->act_of[q] = -1;
 }
 
+// The timeline position of stage v's first node of microbatch m that runs after the rank's
+// action i (tl->end when none does): every position before it runs before action i. Each
+// microbatch runs the stage's LOAD, F, LOSS, B and W in the order of the timeline's.
+static int pos_after(const RankProgram *r, const Timeline *tl, const VStage *s, int m, int i) {
+  int q = 0;
+  for (int j = 0; j < r->nacts && q < tl->end; j++) {
+    const Action *x = &r->acts[j];
+    if (x->v != s->v || x->m != m || x->kind == ACT_SEND || x->kind == ACT_RECV) continue;
+    if (j > i) return q;
+    q += x->kind == ACT_F ? s->f.n : x->kind == ACT_B ? s->b.n : x->kind == ACT_W ? s->w.n : 1;
+  }
+  return q < tl->end ? q : tl->end;
+}
+
+// Index in the rank's list of RECV(c, m), or -1.
+static int find_recv(const RankProgram *r, int m, const Channel *c) {
+  for (int i = 0; i < r->nacts; i++) {
+    const Action *x = &r->acts[i];
+    if (x->kind == ACT_RECV && x->m == m && x->ch == c) return i;
+  }
+  return -1;
+}
+
+// A channel between two stages of rank r (a local one: its RECV copies the tensor, no message
+// is in flight), on stage v's timeline: for its sender (v = from_v) the last position the sent
+// tensor must be live at, that of the last node of each microbatch m to run before RECV(c, m)
+// (-1 when the RECV comes after every node of m: the slot's next microbatch may have its
+// receives posted by then, so the tensor keeps the whole timeline as a message's does); for
+// its receiver (v = to_v) the first position its copy is live at, the first node after the RECV.
+static int local_pos(const Program *prog, const RankProgram *r, const Timeline *tl,
+                     const Channel *c, bool sender) {
+  const VStage *s = &prog->vs[sender ? c->from_v : c->to_v];
+  int best = sender ? 0 : tl->end;
+  for (int m = 0; m < prog->M; m++) {
+    int i = find_recv(r, m, c);
+    if (i < 0) return sender ? -1 : 0; // not in the list: as a message
+    int q = pos_after(r, tl, s, m, i);
+    if (sender && q == tl->end) return -1;
+    if (sender && q - 1 > best) best = q - 1;
+    if (!sender && q < best) best = q;
+  }
+  return best;
+}
+
 // Plan.fwd/bwd/step of the rank's first stage, in the order its actions run them.
 static void node_lists(const Program *prog, const RankProgram *r, Plan *p, Arena *a) {
   const Graph *g = prog->g;
@@ -252,9 +300,11 @@ static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
   for (int i = 0; i < g->ntensors; i++) p->vstage[i] = -1;
   // Per tensor: 1 + to_v of the channel it is received by, 1 + from_v of one it is sent by.
   int *recv_v = ARENA_ARRAY(a, int, g->ntensors + 1), *sent_v = ARENA_ARRAY(a, int, g->ntensors);
+  const Channel **recv_ch =
+      ARENA_ARRAY(a, const Channel *, g->ntensors + 1); // per dst: its channel
   for (int c = 0; c < prog->nch; c++) {
     const Channel *ch = &prog->ch[c];
-    if (ch->dst) recv_v[ch->dst->id] = ch->to_v + 1;
+    if (ch->dst) recv_v[ch->dst->id] = ch->to_v + 1, recv_ch[ch->dst->id] = ch;
     sent_v[ch->t->id] = ch->from_v + 1;
   }
   // Owner parameters the rank holds (its nodes read them or one of their ties), and the
@@ -405,7 +455,24 @@ static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
         hi = hi > tl.after_f ? hi : tl.after_f; // read by the host after F
       for (int o = 0; o < g->noutputs; o++)
         if (g->outputs[o] == t && hi < tl.after_f) hi = tl.after_f;
-      if (sent) lo = 0, hi = tl.end; // the whole timeline: its send may still be in flight
+      if (sent) { // the whole timeline while a send may be in flight; a local one to its RECV
+        int last = -1;
+        bool whole = false;
+        for (int c = 0; c < prog->nch && !whole; c++) {
+          const Channel *ch = &prog->ch[c];
+          if (ch->t != t) continue;
+          int q = prog->vs[ch->to_v].rank == r->rank ? local_pos(prog, r, &tl, ch, true) : -1;
+          whole = q < 0;
+          if (q > last) last = q;
+        }
+        if (whole)
+          lo = 0, hi = tl.end;
+        else // every channel of t local: from its producer to its last RECV
+          hi = hi > last ? hi : last;
+      } else if (t->kind == T_RECV && prog->vs[recv_ch[t->id]->from_v].rank == r->rank) {
+        lo = local_pos(prog, r, &tl, recv_ch[t->id], false); // a local copy: its RECV
+        if (lo > hi) lo = hi;
+      }
       p->region[t->id] = REG_ACTS;
       p->vstage[t->id] = v;
       p->cls[t->id] =

@@ -108,9 +108,11 @@ enum { PLAN_OPT_SLOTS = 2 }; // most optimizer state tensors per parameter (Adam
 // adds k * slot_stride[v]. With channels: a received tensor (Channel.dst) is live from the start
 // of its stage's timeline (its receive is posted before F runs) to its last read; a sent tensor
 // (Channel.t) is live for the whole timeline, so no other buffer of its slot shares its bytes
-// while the send may be in flight. The rank holds the parameters its nodes read (a tied
-// parameter at its owner's bytes), their optimizer state, the gradient buffers its stages make
-// and, for a parameter several stages hold, every use buffer of its step-end sum and its sum.
+// while the send may be in flight; over a channel between two stages of the rank (a copy at its
+// RECV) the sent tensor lives to its RECV and the copy from it (memplan.c). The rank holds the
+// parameters its nodes read (a tied parameter at its owner's bytes), their optimizer state, the
+// gradient buffers its stages make and, for a parameter several stages hold, every use buffer of
+// its step-end sum and its sum.
 typedef struct Plan {
   Node **fwd;               // forward nodes of one microbatch, in order (stage 0's F segment)
   int nfwd;                 // count
