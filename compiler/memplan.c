@@ -26,7 +26,9 @@
 // when K > 1). With K > 1 every slot would hold a copy of the temporaries, placed at the slot's
 // peak (mostly the start of B, with every saved forward buffer live): where K slots laid out
 // without them plus their own layout in the work area (below; BUF_WORK) take fewer bytes, the
-// stage's temporaries and workspaces go there (temps_to_work; zb-v's half stages, gpipe). At S > 1
+// stage's temporaries and workspaces go there (temps_to_work; zb-v's half stages, gpipe); a rank
+// holding several stages also tries every stage's there, K = 1 included (one stage's move may pay
+// only with another's, the area shared), and keeps the plan of fewer bytes. At S > 1
 // a rank holds only what its stages touch: the parameters its nodes read (owner storage; a tied
 // entry at its owner's bytes) with their optimizer state, the gradient buffers its stages make
 // plus, for a parameter held by several stages, every use buffer of its step-end sum (the remote
@@ -245,9 +247,11 @@ static bool overlap_error(Diag *d, const Graph *g, int x, int y) {
 // every saved forward buffer live with B's first temporaries), and one copy of the temporaries
 // serves every microbatch and stage of the rank (one action runs at a time). Moves them when K
 // slots of the whole layout exceed K slots without them plus what the area would grow by
-// (work_max: the area so far); returns the items left in the slot. Ties and overflow: no move.
-static int temps_to_work(const Graph *g, Plan *p, PlaceItem *items, int n, int K, PlaceItem *work,
-                         int *nwork, int64_t work_max, Arena *a) {
+// (work_max: the area so far), or always with force (every stage of a rank holding several,
+// K = 1 too, as plan_memory tries: one stage's move may pay only with another's, the area
+// shared); returns the items left in the slot. Ties and overflow: no move.
+static int temps_to_work(const Graph *g, Plan *p, PlaceItem *items, int n, int K, bool force,
+                         PlaceItem *work, int *nwork, int64_t work_max, Arena *a) {
   PlaceItem *kept = ARENA_ARRAY(a, PlaceItem, n + 1), *temps = ARENA_ARRAY(a, PlaceItem, n + 1);
   int nk = 0, nt = 0, over = -1;
   for (int i = 0; i < n; i++) {
@@ -264,7 +268,7 @@ static int temps_to_work(const Graph *g, Plan *p, PlaceItem *items, int n, int K
   if (whole < 0 || slot < 0 || area < 0 || __builtin_mul_overflow(whole, (int64_t)K, &with) ||
       __builtin_mul_overflow(slot, (int64_t)K, &without) ||
       __builtin_add_overflow(without, area > work_max ? area - work_max : 0, &without) ||
-      without >= with)
+      (without >= with && !force))
     return n;
   for (int i = 0; i < nt; i++) {
     if (temps[i].key < g->ntensors) p->cls[temps[i].key] = BUF_WORK;
@@ -274,7 +278,7 @@ static int temps_to_work(const Graph *g, Plan *p, PlaceItem *items, int n, int K
   return nk;
 }
 
-static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
+static bool plan_rank(Program *prog, RankProgram *r, bool all_temps, Diag *d) {
   Graph *g = prog->g;
   const TrainConfig *tc = prog->tc;
   Plan *p = &r->plan;
@@ -494,8 +498,8 @@ static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
         items[n++] = (PlaceItem){ws, tl.pos[i], tl.pos[i], g->ntensors + i, 0};
     }
     for (int j = 0; j < s->r.n; j++) rerun[s->r.nodes[j]->id] = false;
-    if (!s->recompute && s->K > 1)
-      n = temps_to_work(g, p, items, n, s->K, work, &nwork, work_max, a);
+    if (!s->recompute && (s->K > 1 || all_temps))
+      n = temps_to_work(g, p, items, n, s->K, all_temps, work, &nwork, work_max, a);
     int over = -1, x = -1, y = -1;
     int64_t stride = place_items(items, n, INT64_MAX - total, a, &over), slots = 0;
     if (nwork > w0) { // the stage's working set, from the area's start
@@ -557,9 +561,27 @@ static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
   return true;
 }
 
+static int64_t plan_total(const Plan *p) {
+  int64_t t = 0;
+  for (int k = 0; k < REG_COUNT; k++) t += p->bytes[k]; // fits: plan_rank checked it
+  return t;
+}
+
 bool plan_memory(Program *prog, Diag *d) {
-  for (int r = 0; r < prog->nranks; r++)
-    if (!plan_rank(prog, &prog->ranks[r], d) || !plan_check(prog, r, d)) return false;
+  for (int r = 0; r < prog->nranks; r++) {
+    RankProgram *rp = &prog->ranks[r];
+    if (!plan_rank(prog, rp, false, d)) return false;
+    if (rp->nvs > 1) { // every stage's temporaries in the shared area, where that takes fewer bytes
+      Plan keep = rp->plan;
+      Diag quiet; // its errors (overflow) are the first plan's too: kept as records, not printed
+      diag_init(&quiet, d->file, d->out);
+      quiet.format = DIAG_JSON;
+      bool ok = plan_rank(prog, rp, true, &quiet);
+      diag_free(&quiet);
+      if (!ok || plan_total(&rp->plan) >= plan_total(&keep)) rp->plan = keep;
+    }
+    if (!plan_check(prog, r, d)) return false;
+  }
   return true;
 }
 

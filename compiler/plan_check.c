@@ -20,9 +20,9 @@
 // slots hold only what it receives, loads, sends and the outputs of the F nodes that make a sent
 // tensor, the loss or a model output (a tensor the rerun reads live to where B starts); the rest,
 // and its workspaces, in the work area above the slots without overlap over the work timeline
-// (F nodes, then B nodes). A temporary of a stage with K > 1 slots may be in the work area
-// instead of its slot (BUF_WORK): it must live within one action of the stage's timeline, and
-// the stage's work-area buffers must not overlap over that timeline.
+// (F nodes, then B nodes). A temporary of any stage may be in the work area instead of its slot
+// (BUF_WORK): it must live within one action of the stage's timeline, and the stage's work-area
+// buffers must not overlap over that timeline.
 // --precision: the 16-bit buffers take 2 bytes per element, the
 // optimizer state and master weights 4; the conversion area sits on top of the work area and
 // holds the f32 copies of every call of the rank's nodes (precision_conv_bytes).
@@ -294,9 +294,8 @@ bool plan_check(const Program *prog, int r, Diag *d) {
       }
       if (t->kind == T_ACT && lo[i] > end)
         BAD("'%s' is read on stage v%d but made elsewhere", r, t->name, v);
-      if (!rc && p->cls[i] == BUF_WORK) { // a temporary of a stage with K > 1: the work area
-        if (s->K < 2 || p->vstage[i] != v || p->region[i] != REG_ACTS ||
-            p->offset[i] < p->work_base ||
+      if (!rc && p->cls[i] == BUF_WORK) { // a temporary in the work area
+        if (p->vstage[i] != v || p->region[i] != REG_ACTS || p->offset[i] < p->work_base ||
             p->offset[i] + nbytes(prog, t) > p->work_base + p->work_bytes)
           BAD("'%s' of stage v%d has no storage in the work area", r, t->name, v);
         if (lo[i] > hi[i] || act[lo[i]] < 0 || act[lo[i]] != act[hi[i]] || sent[i] == v + 1 ||
@@ -330,7 +329,7 @@ bool plan_check(const Program *prog, int r, Diag *d) {
         witems[nw++] = (PlaceItem){ws, j, j, nt + nd->id, p->ws_offset[nd->id]};
         continue;
       }
-      if (s->K > 1 && p->work_bytes > 0 && p->ws_offset[nd->id] >= p->work_base) { // work area
+      if (p->work_bytes > 0 && p->ws_offset[nd->id] >= p->work_base) { // work area
         if (p->ws_offset[nd->id] + ws > p->work_base + p->work_bytes)
           BAD("the workspace of '%s' is not in the work area", r, nd->name);
         witems[nw++] = (PlaceItem){ws, pos[nd->id], pos[nd->id], nt + nd->id, p->ws_offset[nd->id]};

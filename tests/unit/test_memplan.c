@@ -610,10 +610,14 @@ END_TEST
 // per microbatch), as `pipec plan` plans it. zb-v at S = 2: rank 1's stages (K = 2 each) slot
 // only what lives across actions (v2 11808768 B, was 13381632 B; v1 11415552 B with its local
 // channels, test_local_channels), its temporaries once (1646592 B);
-// rank 0's first stage (K = 3) and 1f1b's (K = 2, two layers: the temporaries fit into bytes of
-// the slot already dead) keep theirs, where moving them would not pay. At S = 4 (-D L=8) the
-// same on every zb-v rank, and 1f1b's rank 0 (K = 4) moves them too. Every plan passes
-// plan_check, which checks each work-area buffer lives within one action.
+// 1f1b's rank 0 (K = 2, two layers: the temporaries fit into bytes of the slot already dead)
+// keeps them, where moving them would not pay. A rank holding several stages tries them all in
+// the area too, K = 1 included, one copy shared: zb-v's rank 0 at S = 2 moves those of its first
+// stage (K = 3), which alone would not pay, with those of its loss stage (K = 1): 51717184 B,
+// was 53290048 B (area 3538944 B); interleaved's rank 1 52372608 B, was 53343296 B. At S = 4
+// (-D L=8) the same on every zb-v rank (rank 0 91100224 B, was 92673088 B), and 1f1b's rank 0
+// (K = 4) moves them too. Every plan passes plan_check, which checks each work-area buffer lives
+// within one action.
 START_TEST(test_temps_in_work_area) {
   char *gpt = sample("gpt_char.json");
   static const char *l8[] = {"L=8"};
@@ -624,15 +628,16 @@ START_TEST(test_temps_in_work_area) {
     int S, V;
     int64_t total[4], work[4]; // per rank: the plan's sum of regions and work area
   } cases[] = {
-      {&g4, SCHED_ZBV, 2, 2, {53290048, 54394880}, {0, 1646592}},
+      {&g4, SCHED_ZBV, 2, 2, {51717184, 54394880}, {3538944, 1646592}},
       {&g4, SCHED_1F1B, 2, 1, {46007296, 26580032}, {0, 0}},
       {&g8,
        SCHED_ZBV,
        4,
        2,
-       {92673088, 102416384, 102416384, 100843520},
+       {91100224, 102416384, 102416384, 100843520},
        {3538944, 1646592, 1646592, 1646592}},
       {&g8, SCHED_1F1B, 4, 1, {84204544, 67715072, 47243264, 26580032}, {3538944, 0, 0, 0}},
+      {&g4, SCHED_INTERLEAVED, 2, 2, {70810624, 52372608}, {3538944, 3538944}},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     Pipe x;
@@ -658,13 +663,47 @@ START_TEST(test_temps_in_work_area) {
         int v = x.p.ranks[r].vs[k], temps = 0, work = 0;
         for (int i = 0; i < x.m.g.ntensors; i++)
           if (pl->vstage[i] == v) temps += pl->cls[i] == BUF_TEMP, work += pl->cls[i] == BUF_WORK;
-        ck_assert_msg(work == 0 || (temps == 0 && pl->slots[v] > 1 && pl->work_bytes > 0),
+        ck_assert_msg(work == 0 || (temps == 0 && pl->work_bytes > 0),
                       "case %zu v%d: %d temporaries in the slot, %d in the work area", c, v, temps,
                       work);
       }
     }
     model_free(&x.m);
   }
+  free(gpt);
+}
+END_TEST
+
+// plan_check on the work area of a stage with one slot (zb-v's loss stage v3 on rank 0 at S = 2,
+// gpt_char as test_temps_in_work_area): its temporaries are there, and a buffer that lives across
+// its actions (the loss, read by LOSS after F) moved into the area is rejected.
+START_TEST(test_work_area_one_slot) {
+  char *gpt = sample("gpt_char.json");
+  Pipe x;
+  ck_assert_msg(model_run_defs(&x.m, gpt, NULL, 0), "%s", cap_text(&x.m.cap));
+  x.tc = (TrainConfig){.batch = 96, .microbatches = 8, .mb_size = 12, .opt = OPT_ADAMW};
+  Diag *d = &x.m.cap.d;
+  Graph *g = &x.m.g;
+  PartitionOptions o = {.stages = 4, .flops_rate = 50e9, .bandwidth = 10e9};
+  ck_assert(pass_autodiff(g, 8, d));
+  ck_assert_msg(pass_partition(g, &x.tc, &o, &x.p, d) && pass_comm(g, &x.p, d) &&
+                    sched_build(&x.p, SCHED_ZBV, 2, 2, &x.m.arena, d) &&
+                    schedule_verify(&x.p, NULL, NULL, NULL, d) && plan_memory(&x.p, d),
+                "%s", cap_text(&x.m.cap));
+  Plan *p0 = &x.p.ranks[0].plan;
+  ck_assert_int_eq(p0->slots[3], 1);
+  int work = 0;
+  for (int i = 0; i < g->ntensors; i++) work += p0->vstage[i] == 3 && p0->cls[i] == BUF_WORK;
+  ck_assert_int_gt(work, 0);
+  check_rank(&x, 0, SCHED_ZBV, 2, 2, 8);
+  const Tensor *loss = g->loss;
+  ck_assert_int_eq(p0->vstage[loss->id], 3);
+  ck_assert_int_eq(p0->cls[loss->id], BUF_SAVED);
+  p0->cls[loss->id] = BUF_WORK;
+  p0->offset[loss->id] = p0->work_base;
+  ck_assert_str_eq(check_msg(&x, 0), "m.json: error: internal error: memplan: rank 0: 'loss' of "
+                                     "stage v3 lives across actions but is in the work area\n");
+  model_free(&x.m);
   free(gpt);
 }
 END_TEST
@@ -747,6 +786,7 @@ int main(void) {
   tcase_add_test(tc, test_input_on_two_stages_of_a_rank);
   tcase_add_test(tc, test_temps_in_work_area);
   tcase_add_test(tc, test_local_channels);
+  tcase_add_test(tc, test_work_area_one_slot);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
