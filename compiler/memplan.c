@@ -15,9 +15,10 @@
 // while its send may be in flight (the generated code waits for send (c, m) before the action
 // that makes (c, m + K), the verifier's send-buffer rule). A channel between two stages of the
 // rank is no message but a copy at its RECV: its sent tensor lives from its producer to the last
-// node of its microbatch that runs before the RECV (the whole timeline when the RECV comes after
-// them all: the slot's next microbatch may have its receives posted by then), its copy from the
-// first node after the RECV (local_pos; zb-v's middle rank). A buffer live
+// node of its microbatch that runs before the RECV, or to the step end when the RECV comes after
+// them all as the slot's last use (schedule_last_actions: the slot's next microbatch takes its
+// receives after it; else the whole timeline), its copy from the first node after the RECV
+// (local_pos; zb-v's middle rank). A buffer live
 // across actions (a loaded input, a forward activation kept for B, the loss until LOSS, a dy kept
 // for W) is SAVED; one live within one action (most gradients, kernel workspaces) is TEMP. Both are
 // placed together in the slot by a sweep over the timeline (place.c), so a temporary reuses bytes
@@ -169,11 +170,12 @@ static int find_recv(const RankProgram *r, int m, const Channel *c) {
 
 // A channel between two stages of rank r (a local one: its RECV copies the tensor, no message
 // is in flight), on stage v's timeline: for its sender (v = from_v) the last position the sent
-// tensor must be live at, that of the last node of each microbatch m to run before RECV(c, m)
-// (-1 when the RECV comes after every node of m: the slot's next microbatch may have its
-// receives posted by then, so the tensor keeps the whole timeline as a message's does); for
-// its receiver (v = to_v) the first position its copy is live at, the first node after the RECV.
-static int local_pos(const Program *prog, const RankProgram *r, const Timeline *tl,
+// tensor must be live at, that of the last node of each microbatch m to run before RECV(c, m),
+// the step end when the RECV comes after them all as the slot's last use (last, from
+// schedule_last_actions: the receives of the slot's next microbatch are posted after it), else -1
+// (it may be posted before: the whole timeline, as a message's); for its receiver (v = to_v) the
+// first position its copy is live at, the first node after the RECV.
+static int local_pos(const Program *prog, const RankProgram *r, const Timeline *tl, const int *last,
                      const Channel *c, bool sender) {
   const VStage *s = &prog->vs[sender ? c->from_v : c->to_v];
   int best = sender ? 0 : tl->end;
@@ -181,7 +183,8 @@ static int local_pos(const Program *prog, const RankProgram *r, const Timeline *
     int i = find_recv(r, m, c);
     if (i < 0) return sender ? -1 : 0; // not in the list: as a message
     int q = pos_after(r, tl, s, m, i);
-    if (sender && q == tl->end) return -1;
+    if (sender && q == tl->end && i > last[(size_t)s->v * prog->M + m]) return -1;
+    if (sender && q == tl->end) q = tl->end + 1; // to the step end
     if (sender && q - 1 > best) best = q - 1;
     if (!sender && q < best) best = q;
   }
@@ -304,6 +307,8 @@ static bool plan_rank(Program *prog, RankProgram *r, bool all_temps, Diag *d) {
   for (int i = 0; i < g->ntensors; i++) p->vstage[i] = -1;
   // Per tensor: 1 + to_v of the channel it is received by, 1 + from_v of one it is sent by.
   int *recv_v = ARENA_ARRAY(a, int, g->ntensors + 1), *sent_v = ARENA_ARRAY(a, int, g->ntensors);
+  int *last_act = ARENA_ARRAY(a, int, (size_t)prog->nv * prog->M + 1); // where slots free
+  schedule_last_actions(prog, last_act);
   const Channel **recv_ch =
       ARENA_ARRAY(a, const Channel *, g->ntensors + 1); // per dst: its channel
   for (int c = 0; c < prog->nch; c++) {
@@ -465,7 +470,8 @@ static bool plan_rank(Program *prog, RankProgram *r, bool all_temps, Diag *d) {
         for (int c = 0; c < prog->nch && !whole; c++) {
           const Channel *ch = &prog->ch[c];
           if (ch->t != t) continue;
-          int q = prog->vs[ch->to_v].rank == r->rank ? local_pos(prog, r, &tl, ch, true) : -1;
+          int q =
+              prog->vs[ch->to_v].rank == r->rank ? local_pos(prog, r, &tl, last_act, ch, true) : -1;
           whole = q < 0;
           if (q > last) last = q;
         }
@@ -474,7 +480,7 @@ static bool plan_rank(Program *prog, RankProgram *r, bool all_temps, Diag *d) {
         else // every channel of t local: from its producer to its last RECV
           hi = hi > last ? hi : last;
       } else if (t->kind == T_RECV && prog->vs[recv_ch[t->id]->from_v].rank == r->rank) {
-        lo = local_pos(prog, r, &tl, recv_ch[t->id], false); // a local copy: its RECV
+        lo = local_pos(prog, r, &tl, last_act, recv_ch[t->id], false); // a local copy: its RECV
         if (lo > hi) lo = hi;
       }
       p->region[t->id] = REG_ACTS;

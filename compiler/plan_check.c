@@ -10,8 +10,9 @@
 // its last reader's position (the step end when a step node reads it), the loss, the inputs and
 // the outputs at least to LOSS, a sent one (Channel.t) to the step end and from 0; over a
 // channel between two stages of the rank (a copy at its RECV, local_channels) a sent one to the
-// last position before its last RECV (unless a RECV comes after every position of its
-// microbatch), its copy from the first position after its first. Then every
+// last position before its last RECV (to the step end when a RECV comes after every position of
+// its microbatch but is where its slot frees, before anything of the slot's next microbatch;
+// else the whole timeline), its copy from the first position after its first. Then every
 // buffer lies inside its region (a slotted one inside its stage's slot 0, the stages' slots back
 // to back after the constants), tied parameters at their owner's bytes, and no two buffers of a
 // slot live at a common position share a byte (place_verify over the recomputed intervals).
@@ -139,27 +140,36 @@ static bool recompute_ok(const Program *prog, int r, int v, const int *pos, cons
 // v's timeline, replaying the rank's list with a count per microbatch of the stage's positions
 // run so far (end: the timeline's length). Per channel c: first[c] (into v) the lowest count at
 // any RECV(c, m), the first position the copy is live at; last[c] (out of v) the highest count
-// - 1 at them, the last position the sent tensor must be live at, or end + 1 when a RECV comes
-// after every position of its microbatch (by then the slot's next microbatch may have its
-// message receives posted: the whole timeline, as for a message).
-static void local_channels(const Program *prog, int r, int v, int end, int *cnt, int *first,
-                           int *last) {
+// - 1 at them, the last position the sent tensor must be live at. A RECV after every position of
+// its microbatch m: end (to the step end) when nothing of m + K on v's slots (an action of v but
+// a SEND, a RECV into v) ran before it and the receives of m + K are posted after it (freed:
+// schedule_last_actions, where the program posts them), else end + 1 (the whole timeline, as a
+// message's).
+static void local_channels(const Program *prog, int r, int v, int end, const int *freed, int *cnt,
+                           bool *touched, int *first, int *last) {
   const RankProgram *rp = &prog->ranks[r];
   const VStage *s = &prog->vs[v];
-  for (int m = 0; m < prog->M; m++) cnt[m] = 0;
+  int M = prog->M;
+  for (int m = 0; m < M; m++) cnt[m] = 0, touched[m] = false;
   for (int c = 0; c < prog->nch; c++) first[c] = end, last[c] = -1;
   for (int i = 0; i < rp->nacts; i++) {
     const Action *x = &rp->acts[i];
     if (x->kind == ACT_RECV) {
       const Channel *c = x->ch;
-      if (prog->vs[c->from_v].rank != prog->vs[c->to_v].rank) continue;
-      int done = cnt[x->m];
-      if (c->to_v == v && done < first[c->id]) first[c->id] = done;
-      if (c->from_v == v)
-        last[c->id] = done >= end ? end + 1 : done - 1 > last[c->id] ? done - 1 : last[c->id];
+      bool local = prog->vs[c->from_v].rank == prog->vs[c->to_v].rank;
+      int done = cnt[x->m], k = x->m + s->K;
+      if (local && c->to_v == v && done < first[c->id]) first[c->id] = done;
+      if (local && c->from_v == v) {
+        int q = done - 1;
+        if (done >= end)
+          q = (k >= M || !touched[k]) && i <= freed[(size_t)v * M + x->m] ? end : end + 1;
+        if (q > last[c->id]) last[c->id] = q;
+      }
+      if (c->to_v == v) touched[x->m] = true;
       continue;
     }
-    if (x->v != v || x->m < 0) continue;
+    if (x->v != v || x->m < 0 || x->kind == ACT_SEND) continue;
+    touched[x->m] = true;
     cnt[x->m] += x->kind == ACT_F                             ? s->f.n
                  : x->kind == ACT_B                           ? s->b.n
                  : x->kind == ACT_W                           ? s->w.n
@@ -187,6 +197,9 @@ bool plan_check(const Program *prog, int r, Diag *d) {
   // Local channels of the stage (local_channels): per channel, and per microbatch its count.
   int *lfirst = ARENA_ARRAY(a, int, prog->nch + 1), *llast = ARENA_ARRAY(a, int, prog->nch + 1);
   int *lcnt = ARENA_ARRAY(a, int, prog->M + 1);
+  bool *ltouched = ARENA_ARRAY(a, bool, prog->M + 1);
+  int *freed = ARENA_ARRAY(a, int, (size_t)prog->nv * prog->M + 1); // where the slots free
+  schedule_last_actions(prog, freed);
   PlaceItem *items = ARENA_ARRAY(a, PlaceItem, nt + nn + 1);
   // --recompute: per tensor its work-timeline interval, per node whether it is kept (not rerun)
   // and in the stage's r segment, per tensor whether the rerun remade it; the area's items.
@@ -230,7 +243,7 @@ bool plan_check(const Program *prog, int r, Diag *d) {
     int end = q, host = loss >= 0 ? loss : endf >= 0 ? endf : end; // where the host reads
     if (bstart < 0) bstart = end;
     bool rc = s->recompute;
-    local_channels(prog, r, v, end, lcnt, lfirst, llast);
+    local_channels(prog, r, v, end, freed, lcnt, ltouched, lfirst, llast);
     if (rc && !recompute_ok(prog, r, v, pos, sent, kept, inr, remade, d)) goto out;
     // Which tensors the stage slots, and their intervals.
     for (int i = 0; i < nt; i++)

@@ -289,13 +289,16 @@ static bool sent_locally(const Program *p, int r, const Tensor *t) {
 // A tensor sent only to stages of its own rank is copied at each RECV(c, m): replaying rank r's
 // list, nothing written into its slot between the node that makes it for m and the last of its
 // RECVs for m (outputs and workspaces of the nodes of its stage's actions on a microbatch of the
-// same slot) shares a byte with it.
+// same slot) shares a byte with it, and a message received into its stage at its bytes is posted
+// for m + K (where schedule_last_actions says) only after that RECV.
 static void check_local_send(const Pipe *x, int r, const Tensor *t, int v) {
   const Program *p = &x->p;
   const RankProgram *rp = &p->ranks[r];
   const Plan *pl = &rp->plan;
   const VStage *s = &p->vs[v];
   int64_t o = pl->offset[t->id], n = tbytes(x, t);
+  int *freed = malloc(sizeof(int) * ((size_t)p->nv * p->M + 1));
+  schedule_last_actions(p, freed);
   for (int m = 0; m < p->M; m++) {
     int made = -1, recv = -1;
     for (int i = 0; i < rp->nacts; i++) {
@@ -308,6 +311,14 @@ static void check_local_send(const Pipe *x, int r, const Tensor *t, int v) {
     }
     ck_assert_int_ge(made, 0);
     ck_assert_int_gt(recv, made);
+    for (int c = 0; c < p->nch && m + s->K < p->M; c++) {
+      const Channel *ch = &p->ch[c];
+      if (ch->to_v == v && p->vs[ch->from_v].rank != r &&
+          overlaps(o, n, pl->offset[ch->dst->id], tbytes(x, ch->dst)))
+        ck_assert_msg(freed[(size_t)v * p->M + m] >= recv,
+                      "'%s' (m%d) shares bytes with '%s', posted for m%d before its RECV", t->name,
+                      m, ch->dst->name, m + s->K);
+    }
     bool after = false; // past the producer in its action
     for (int i = made; i < recv; i++) {
       const Action *a = &rp->acts[i];
@@ -333,6 +344,7 @@ static void check_local_send(const Pipe *x, int r, const Tensor *t, int v) {
       }
     }
   }
+  free(freed);
 }
 
 // What every rank's plan must give the rank programs (brute force, independent of plan_check).
@@ -608,8 +620,8 @@ END_TEST
 // A stage with K > 1 slots keeps its temporaries (live within one action) in the rank's one work
 // area when that takes fewer bytes than K copies of them: gpt_char at batch 96, M = 8 (12 rows
 // per microbatch), as `pipec plan` plans it. zb-v at S = 2: rank 1's stages (K = 2 each) slot
-// only what lives across actions (v2 11808768 B, was 13381632 B; v1 11415552 B with its local
-// channels, test_local_channels), its temporaries once (1646592 B);
+// only what lives across actions (11808768 B, was 13381632 B; less with its channels within the
+// rank, test_local_channels), its temporaries once (1646592 B);
 // 1f1b's rank 0 (K = 2, two layers: the temporaries fit into bytes of the slot already dead)
 // keeps them, where moving them would not pay. A rank holding several stages tries them all in
 // the area too, K = 1 included, one copy shared: zb-v's rank 0 at S = 2 moves those of its first
@@ -628,13 +640,13 @@ START_TEST(test_temps_in_work_area) {
     int S, V;
     int64_t total[4], work[4]; // per rank: the plan's sum of regions and work area
   } cases[] = {
-      {&g4, SCHED_ZBV, 2, 2, {51717184, 54394880}, {3538944, 1646592}},
+      {&g4, SCHED_ZBV, 2, 2, {51717184, 52822016}, {3538944, 1646592}},
       {&g4, SCHED_1F1B, 2, 1, {46007296, 26580032}, {0, 0}},
       {&g8,
        SCHED_ZBV,
        4,
        2,
-       {91100224, 102416384, 102416384, 100843520},
+       {91100224, 102416384, 102416384, 97697792},
        {3538944, 1646592, 1646592, 1646592}},
       {&g8, SCHED_1F1B, 4, 1, {84204544, 67715072, 47243264, 26580032}, {3538944, 0, 0, 0}},
       {&g4, SCHED_INTERLEAVED, 2, 2, {70810624, 52372608}, {3538944, 3538944}},
@@ -713,11 +725,12 @@ END_TEST
 // the whole timeline. gpt_char, zb-v, S = 2, M = 8, batch 96 (as test_temps_in_work_area): rank
 // 1's v1 sends transformer.h.1.out to v2 right after its F, so its bytes serve v1's B, and the
 // gradients v2 sends it are copied just before its B: v1's slot 11415552 B (was 11808768 B: the
-// whole timeline held the output, 393216 B), the rank 54394880 B (was 55181312 B). v2's slot
-// keeps 11808768 B: v1 copies v2's gradients after v2's W (the slot's last action, when the
-// receives of its next microbatch may be posted), so they keep the whole timeline. plan_check
-// rejects the sent tensor at the bytes of a buffer its F reads when it makes it, and the copy at
-// the bytes of one its B reads.
+// whole timeline held the output, 393216 B). v1 copies v2's gradients after v2's W, its slot's
+// last action, but before anything of v2's next microbatch on that slot: the slot frees at the
+// copies (schedule_last_actions; the receives of the next microbatch are posted after them), and
+// the gradients live from where B makes them to the step end: v2's slot 11022336 B (was
+// 11808768 B), the rank 52822016 B (was 55181312 B). plan_check rejects the sent tensor at the
+// bytes of a buffer its F reads when it makes it, and the copy at the bytes of one its B reads.
 START_TEST(test_local_channels) {
   char *gpt = sample("gpt_char.json");
   Pipe x;
@@ -734,8 +747,15 @@ START_TEST(test_local_channels) {
   check_rank(&x, 1, SCHED_ZBV, 2, 2, 8);
   Plan *p1 = &x.p.ranks[1].plan;
   ck_assert_int_eq(p1->slot_stride[1], 11415552);
-  ck_assert_int_eq(p1->slot_stride[2], 11808768);
-  ck_assert_int_eq(rank_total(&x, 1), 54394880);
+  ck_assert_int_eq(p1->slot_stride[2], 11022336);
+  ck_assert_int_eq(rank_total(&x, 1), 52822016);
+  // Where v2's slot of m0 frees: the last copy of its gradients, not its W.
+  int *freed = malloc(sizeof(int) * (8 * (size_t)x.p.nv + 1));
+  schedule_last_actions(&x.p, freed);
+  const Action *fa = &x.p.ranks[1].acts[freed[2 * 8 + 0]];
+  ck_assert_int_eq(fa->kind, ACT_RECV);
+  ck_assert_int_eq(fa->ch->from_v, 2);
+  free(freed);
   const Tensor *out = graph_find(g, "transformer.h.1.out");
   const Tensor *dst = graph_find(g, "d:transformer.h.2.resid_1@v1");
   ck_assert(out && dst && p1->vstage[out->id] == 1 && p1->vstage[dst->id] == 1);
