@@ -38,7 +38,9 @@
 // step start for m < K. Before the action that makes channel c's tensor for microbatch m + K,
 // pr_comm_wait_send(c, m) (the slot's buffer is about to be written again). Before the first
 // TIED_SUM every send is waited for; then the exchange receives are posted and the rank's use
-// buffers sent; each stage's step end waits for the buffers its sums read.
+// buffers sent; each stage's step end waits for the buffers its sums read. (That last action of
+// (to_v, m - K) may be the copy out of its slot of a channel to another stage of the rank, when
+// the copy follows its W: schedule_last_actions.)
 //
 // The CUDA target (--comm mpi) stages every message on the host: each stream has a static host
 // buffer per microbatch, hb<s>[m]; a send downloads the device tensor into it and sends it, a

@@ -13,7 +13,12 @@
 // posted before F runs, as soon as the slot's previous microbatch is done) to its last read; a
 // sent tensor (Channel.t) over the whole timeline, so nothing else of its slot overwrites it
 // while its send may be in flight (the generated code waits for send (c, m) before the action
-// that makes (c, m + K), the verifier's send-buffer rule). A buffer live
+// that makes (c, m + K), the verifier's send-buffer rule). A channel between two stages of the
+// rank is no message but a copy at its RECV: its sent tensor lives from its producer to the last
+// node of its microbatch that runs before the RECV, or to the step end when the RECV comes after
+// them all as the slot's last use (schedule_last_actions: the slot's next microbatch takes its
+// receives after it; else the whole timeline), its copy from the first node after the RECV
+// (local_pos; zb-v's middle rank). A buffer live
 // across actions (a loaded input, a forward activation kept for B, the loss until LOSS, a dy kept
 // for W) is SAVED; one live within one action (most gradients, kernel workspaces) is TEMP. Both are
 // placed together in the slot by a sweep over the timeline (place.c), so a temporary reuses bytes
@@ -22,7 +27,9 @@
 // when K > 1). With K > 1 every slot would hold a copy of the temporaries, placed at the slot's
 // peak (mostly the start of B, with every saved forward buffer live): where K slots laid out
 // without them plus their own layout in the work area (below; BUF_WORK) take fewer bytes, the
-// stage's temporaries and workspaces go there (temps_to_work; zb-v's half stages, gpipe). At S > 1
+// stage's temporaries and workspaces go there (temps_to_work; zb-v's half stages, gpipe); a rank
+// holding several stages also tries every stage's there, K = 1 included (one stage's move may pay
+// only with another's, the area shared), and keeps the plan of fewer bytes. At S > 1
 // a rank holds only what its stages touch: the parameters its nodes read (owner storage; a tied
 // entry at its owner's bytes) with their optimizer state, the gradient buffers its stages make
 // plus, for a parameter held by several stages, every use buffer of its step-end sum (the remote
@@ -138,6 +145,52 @@ static void timeline(const Program *prog, const RankProgram *r, int v, Arena *a,
   tl->act_of[q] = -1;
 }
 
+// The timeline position of stage v's first node of microbatch m that runs after the rank's
+// action i (tl->end when none does): every position before it runs before action i. Each
+// microbatch runs the stage's LOAD, F, LOSS, B and W in the order of the timeline's.
+static int pos_after(const RankProgram *r, const Timeline *tl, const VStage *s, int m, int i) {
+  int q = 0;
+  for (int j = 0; j < r->nacts && q < tl->end; j++) {
+    const Action *x = &r->acts[j];
+    if (x->v != s->v || x->m != m || x->kind == ACT_SEND || x->kind == ACT_RECV) continue;
+    if (j > i) return q;
+    q += x->kind == ACT_F ? s->f.n : x->kind == ACT_B ? s->b.n : x->kind == ACT_W ? s->w.n : 1;
+  }
+  return q < tl->end ? q : tl->end;
+}
+
+// Index in the rank's list of RECV(c, m), or -1.
+static int find_recv(const RankProgram *r, int m, const Channel *c) {
+  for (int i = 0; i < r->nacts; i++) {
+    const Action *x = &r->acts[i];
+    if (x->kind == ACT_RECV && x->m == m && x->ch == c) return i;
+  }
+  return -1;
+}
+
+// A channel between two stages of rank r (a local one: its RECV copies the tensor, no message
+// is in flight), on stage v's timeline: for its sender (v = from_v) the last position the sent
+// tensor must be live at, that of the last node of each microbatch m to run before RECV(c, m),
+// the step end when the RECV comes after them all as the slot's last use (last, from
+// schedule_last_actions: the receives of the slot's next microbatch are posted after it), else -1
+// (it may be posted before: the whole timeline, as a message's); for its receiver (v = to_v) the
+// first position its copy is live at, the first node after the RECV.
+static int local_pos(const Program *prog, const RankProgram *r, const Timeline *tl, const int *last,
+                     const Channel *c, bool sender) {
+  const VStage *s = &prog->vs[sender ? c->from_v : c->to_v];
+  int best = sender ? 0 : tl->end;
+  for (int m = 0; m < prog->M; m++) {
+    int i = find_recv(r, m, c);
+    if (i < 0) return sender ? -1 : 0; // not in the list: as a message
+    int q = pos_after(r, tl, s, m, i);
+    if (sender && q == tl->end && i > last[(size_t)s->v * prog->M + m]) return -1;
+    if (sender && q == tl->end) q = tl->end + 1; // to the step end
+    if (sender && q - 1 > best) best = q - 1;
+    if (!sender && q < best) best = q;
+  }
+  return best;
+}
+
 // Plan.fwd/bwd/step of the rank's first stage, in the order its actions run them.
 static void node_lists(const Program *prog, const RankProgram *r, Plan *p, Arena *a) {
   const Graph *g = prog->g;
@@ -197,9 +250,11 @@ static bool overlap_error(Diag *d, const Graph *g, int x, int y) {
 // every saved forward buffer live with B's first temporaries), and one copy of the temporaries
 // serves every microbatch and stage of the rank (one action runs at a time). Moves them when K
 // slots of the whole layout exceed K slots without them plus what the area would grow by
-// (work_max: the area so far); returns the items left in the slot. Ties and overflow: no move.
-static int temps_to_work(const Graph *g, Plan *p, PlaceItem *items, int n, int K, PlaceItem *work,
-                         int *nwork, int64_t work_max, Arena *a) {
+// (work_max: the area so far), or always with force (every stage of a rank holding several,
+// K = 1 too, as plan_memory tries: one stage's move may pay only with another's, the area
+// shared); returns the items left in the slot. Ties and overflow: no move.
+static int temps_to_work(const Graph *g, Plan *p, PlaceItem *items, int n, int K, bool force,
+                         PlaceItem *work, int *nwork, int64_t work_max, Arena *a) {
   PlaceItem *kept = ARENA_ARRAY(a, PlaceItem, n + 1), *temps = ARENA_ARRAY(a, PlaceItem, n + 1);
   int nk = 0, nt = 0, over = -1;
   for (int i = 0; i < n; i++) {
@@ -216,7 +271,7 @@ static int temps_to_work(const Graph *g, Plan *p, PlaceItem *items, int n, int K
   if (whole < 0 || slot < 0 || area < 0 || __builtin_mul_overflow(whole, (int64_t)K, &with) ||
       __builtin_mul_overflow(slot, (int64_t)K, &without) ||
       __builtin_add_overflow(without, area > work_max ? area - work_max : 0, &without) ||
-      without >= with)
+      (without >= with && !force))
     return n;
   for (int i = 0; i < nt; i++) {
     if (temps[i].key < g->ntensors) p->cls[temps[i].key] = BUF_WORK;
@@ -226,7 +281,7 @@ static int temps_to_work(const Graph *g, Plan *p, PlaceItem *items, int n, int K
   return nk;
 }
 
-static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
+static bool plan_rank(Program *prog, RankProgram *r, bool all_temps, Diag *d) {
   Graph *g = prog->g;
   const TrainConfig *tc = prog->tc;
   Plan *p = &r->plan;
@@ -252,9 +307,13 @@ static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
   for (int i = 0; i < g->ntensors; i++) p->vstage[i] = -1;
   // Per tensor: 1 + to_v of the channel it is received by, 1 + from_v of one it is sent by.
   int *recv_v = ARENA_ARRAY(a, int, g->ntensors + 1), *sent_v = ARENA_ARRAY(a, int, g->ntensors);
+  int *last_act = ARENA_ARRAY(a, int, (size_t)prog->nv * prog->M + 1); // where slots free
+  schedule_last_actions(prog, last_act);
+  const Channel **recv_ch =
+      ARENA_ARRAY(a, const Channel *, g->ntensors + 1); // per dst: its channel
   for (int c = 0; c < prog->nch; c++) {
     const Channel *ch = &prog->ch[c];
-    if (ch->dst) recv_v[ch->dst->id] = ch->to_v + 1;
+    if (ch->dst) recv_v[ch->dst->id] = ch->to_v + 1, recv_ch[ch->dst->id] = ch;
     sent_v[ch->t->id] = ch->from_v + 1;
   }
   // Owner parameters the rank holds (its nodes read them or one of their ties), and the
@@ -405,7 +464,25 @@ static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
         hi = hi > tl.after_f ? hi : tl.after_f; // read by the host after F
       for (int o = 0; o < g->noutputs; o++)
         if (g->outputs[o] == t && hi < tl.after_f) hi = tl.after_f;
-      if (sent) lo = 0, hi = tl.end; // the whole timeline: its send may still be in flight
+      if (sent) { // the whole timeline while a send may be in flight; a local one to its RECV
+        int last = -1;
+        bool whole = false;
+        for (int c = 0; c < prog->nch && !whole; c++) {
+          const Channel *ch = &prog->ch[c];
+          if (ch->t != t) continue;
+          int q =
+              prog->vs[ch->to_v].rank == r->rank ? local_pos(prog, r, &tl, last_act, ch, true) : -1;
+          whole = q < 0;
+          if (q > last) last = q;
+        }
+        if (whole)
+          lo = 0, hi = tl.end;
+        else // every channel of t local: from its producer to its last RECV
+          hi = hi > last ? hi : last;
+      } else if (t->kind == T_RECV && prog->vs[recv_ch[t->id]->from_v].rank == r->rank) {
+        lo = local_pos(prog, r, &tl, last_act, recv_ch[t->id], false); // a local copy: its RECV
+        if (lo > hi) lo = hi;
+      }
       p->region[t->id] = REG_ACTS;
       p->vstage[t->id] = v;
       p->cls[t->id] =
@@ -427,8 +504,8 @@ static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
         items[n++] = (PlaceItem){ws, tl.pos[i], tl.pos[i], g->ntensors + i, 0};
     }
     for (int j = 0; j < s->r.n; j++) rerun[s->r.nodes[j]->id] = false;
-    if (!s->recompute && s->K > 1)
-      n = temps_to_work(g, p, items, n, s->K, work, &nwork, work_max, a);
+    if (!s->recompute && (s->K > 1 || all_temps))
+      n = temps_to_work(g, p, items, n, s->K, all_temps, work, &nwork, work_max, a);
     int over = -1, x = -1, y = -1;
     int64_t stride = place_items(items, n, INT64_MAX - total, a, &over), slots = 0;
     if (nwork > w0) { // the stage's working set, from the area's start
@@ -490,9 +567,27 @@ static bool plan_rank(Program *prog, RankProgram *r, Diag *d) {
   return true;
 }
 
+static int64_t plan_total(const Plan *p) {
+  int64_t t = 0;
+  for (int k = 0; k < REG_COUNT; k++) t += p->bytes[k]; // fits: plan_rank checked it
+  return t;
+}
+
 bool plan_memory(Program *prog, Diag *d) {
-  for (int r = 0; r < prog->nranks; r++)
-    if (!plan_rank(prog, &prog->ranks[r], d) || !plan_check(prog, r, d)) return false;
+  for (int r = 0; r < prog->nranks; r++) {
+    RankProgram *rp = &prog->ranks[r];
+    if (!plan_rank(prog, rp, false, d)) return false;
+    if (rp->nvs > 1) { // every stage's temporaries in the shared area, where that takes fewer bytes
+      Plan keep = rp->plan;
+      Diag quiet; // its errors (overflow) are the first plan's too: kept as records, not printed
+      diag_init(&quiet, d->file, d->out);
+      quiet.format = DIAG_JSON;
+      bool ok = plan_rank(prog, rp, true, &quiet);
+      diag_free(&quiet);
+      if (!ok || plan_total(&rp->plan) >= plan_total(&keep)) rp->plan = keep;
+    }
+    if (!plan_check(prog, r, d)) return false;
+  }
   return true;
 }
 

@@ -365,9 +365,12 @@ void schedule_print(const Program *p, FILE *out);
 const char *action_name(ActionKind k);
 
 // Per (virtual stage v, microbatch m), at index v * M + m: the index in v's rank's action list
-// of the last action of (v, m) (LOAD, F, LOSS, B or W: SEND and RECV carry no stage), -1 when it
-// has none. last has nv * M entries. Where the generated code posts the receives of m + K into
-// the slot m leaves, and what the verifier's send-buffer rule waits for. O(actions).
+// of the last action of (v, m) (LOAD, F, LOSS, B or W: SEND and RECV carry no stage), or the
+// RECV of a channel from v to another stage of its rank that copies m's tensor after it, when
+// nothing of m + K on v's slots (its actions, its RECVs) comes before that RECV; -1 when it has
+// none. last has nv * M entries. Where the generated code posts the receives of m + K into the
+// slot m leaves, what the verifier's send-buffer rule waits for, and up to where memplan keeps a
+// tensor sent within the rank. O(actions) (a channel within a rank: O(actions^2) at most).
 void schedule_last_actions(const Program *p, int *last);
 
 // ---- Built-in schedules (compiler/schedules.c) and the lock-step verifier (compiler/simulate.c)

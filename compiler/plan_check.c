@@ -8,7 +8,11 @@
 // actions and per LOAD and LOSS, in list order; the step end one past the last). A tensor lives
 // from its producer's position, a received one (Channel.dst) from 0, an input from its LOAD; to
 // its last reader's position (the step end when a step node reads it), the loss, the inputs and
-// the outputs at least to LOSS, a sent one (Channel.t) to the step end and from 0. Then every
+// the outputs at least to LOSS, a sent one (Channel.t) to the step end and from 0; over a
+// channel between two stages of the rank (a copy at its RECV, local_channels) a sent one to the
+// last position before its last RECV (to the step end when a RECV comes after every position of
+// its microbatch but is where its slot frees, before anything of the slot's next microbatch;
+// else the whole timeline), its copy from the first position after its first. Then every
 // buffer lies inside its region (a slotted one inside its stage's slot 0, the stages' slots back
 // to back after the constants), tied parameters at their owner's bytes, and no two buffers of a
 // slot live at a common position share a byte (place_verify over the recomputed intervals).
@@ -17,9 +21,9 @@
 // slots hold only what it receives, loads, sends and the outputs of the F nodes that make a sent
 // tensor, the loss or a model output (a tensor the rerun reads live to where B starts); the rest,
 // and its workspaces, in the work area above the slots without overlap over the work timeline
-// (F nodes, then B nodes). A temporary of a stage with K > 1 slots may be in the work area
-// instead of its slot (BUF_WORK): it must live within one action of the stage's timeline, and
-// the stage's work-area buffers must not overlap over that timeline.
+// (F nodes, then B nodes). A temporary of any stage may be in the work area instead of its slot
+// (BUF_WORK): it must live within one action of the stage's timeline, and the stage's work-area
+// buffers must not overlap over that timeline.
 // --precision: the 16-bit buffers take 2 bytes per element, the
 // optimizer state and master weights 4; the conversion area sits on top of the work area and
 // holds the f32 copies of every call of the rank's nodes (precision_conv_bytes).
@@ -132,6 +136,48 @@ static bool recompute_ok(const Program *prog, int r, int v, const int *pos, cons
   return true;
 }
 
+// Channels between two stages of rank r (local: the RECV copies, no message in flight) on stage
+// v's timeline, replaying the rank's list with a count per microbatch of the stage's positions
+// run so far (end: the timeline's length). Per channel c: first[c] (into v) the lowest count at
+// any RECV(c, m), the first position the copy is live at; last[c] (out of v) the highest count
+// - 1 at them, the last position the sent tensor must be live at. A RECV after every position of
+// its microbatch m: end (to the step end) when nothing of m + K on v's slots (an action of v but
+// a SEND, a RECV into v) ran before it and the receives of m + K are posted after it (freed:
+// schedule_last_actions, where the program posts them), else end + 1 (the whole timeline, as a
+// message's).
+static void local_channels(const Program *prog, int r, int v, int end, const int *freed, int *cnt,
+                           bool *touched, int *first, int *last) {
+  const RankProgram *rp = &prog->ranks[r];
+  const VStage *s = &prog->vs[v];
+  int M = prog->M;
+  for (int m = 0; m < M; m++) cnt[m] = 0, touched[m] = false;
+  for (int c = 0; c < prog->nch; c++) first[c] = end, last[c] = -1;
+  for (int i = 0; i < rp->nacts; i++) {
+    const Action *x = &rp->acts[i];
+    if (x->kind == ACT_RECV) {
+      const Channel *c = x->ch;
+      bool local = prog->vs[c->from_v].rank == prog->vs[c->to_v].rank;
+      int done = cnt[x->m], k = x->m + s->K;
+      if (local && c->to_v == v && done < first[c->id]) first[c->id] = done;
+      if (local && c->from_v == v) {
+        int q = done - 1;
+        if (done >= end)
+          q = (k >= M || !touched[k]) && i <= freed[(size_t)v * M + x->m] ? end : end + 1;
+        if (q > last[c->id]) last[c->id] = q;
+      }
+      if (c->to_v == v) touched[x->m] = true;
+      continue;
+    }
+    if (x->v != v || x->m < 0 || x->kind == ACT_SEND) continue;
+    touched[x->m] = true;
+    cnt[x->m] += x->kind == ACT_F                             ? s->f.n
+                 : x->kind == ACT_B                           ? s->b.n
+                 : x->kind == ACT_W                           ? s->w.n
+                 : x->kind == ACT_LOAD || x->kind == ACT_LOSS ? 1
+                                                              : 0;
+  }
+}
+
 bool plan_check(const Program *prog, int r, Diag *d) {
   const Graph *g = prog->g;
   const RankProgram *rp = &prog->ranks[r];
@@ -148,6 +194,12 @@ bool plan_check(const Program *prog, int r, Diag *d) {
   int *sent = ARENA_ARRAY(a, int, nt + 1);         // per tensor: 1 + a stage that sends it
   int *recv = ARENA_ARRAY(a, int, nt + 1);         // per tensor: 1 + the stage it is received on
   bool *mine = ARENA_ARRAY(a, bool, prog->nv + 1); // per stage: on this rank
+  // Local channels of the stage (local_channels): per channel, and per microbatch its count.
+  int *lfirst = ARENA_ARRAY(a, int, prog->nch + 1), *llast = ARENA_ARRAY(a, int, prog->nch + 1);
+  int *lcnt = ARENA_ARRAY(a, int, prog->M + 1);
+  bool *ltouched = ARENA_ARRAY(a, bool, prog->M + 1);
+  int *freed = ARENA_ARRAY(a, int, (size_t)prog->nv * prog->M + 1); // where the slots free
+  schedule_last_actions(prog, freed);
   PlaceItem *items = ARENA_ARRAY(a, PlaceItem, nt + nn + 1);
   // --recompute: per tensor its work-timeline interval, per node whether it is kept (not rerun)
   // and in the stage's r segment, per tensor whether the rerun remade it; the area's items.
@@ -191,6 +243,7 @@ bool plan_check(const Program *prog, int r, Diag *d) {
     int end = q, host = loss >= 0 ? loss : endf >= 0 ? endf : end; // where the host reads
     if (bstart < 0) bstart = end;
     bool rc = s->recompute;
+    local_channels(prog, r, v, end, freed, lcnt, ltouched, lfirst, llast);
     if (rc && !recompute_ok(prog, r, v, pos, sent, kept, inr, remade, d)) goto out;
     // Which tensors the stage slots, and their intervals.
     for (int i = 0; i < nt; i++)
@@ -213,6 +266,9 @@ bool plan_check(const Program *prog, int r, Diag *d) {
                   t->name);
             want_v[t->id] = v + 1;
             int start = t->kind == T_RECV ? 0 : t->kind == T_INPUT ? load : at;
+            for (int c = 0; c < prog->nch && t->kind == T_RECV; c++) // a local copy: its RECV
+              if (prog->ch[c].dst == t && prog->vs[prog->ch[c].from_v].rank == r)
+                start = lfirst[c] < at ? lfirst[c] : at;
             if (io || t->kind != T_ACT) lo[t->id] = lo[t->id] < start ? lo[t->id] : start;
             if (at > hi[t->id]) hi[t->id] = at;
             if (rc && !io && sg == 0 && inr[n->id] && bstart > hi[t->id]) hi[t->id] = bstart;
@@ -237,12 +293,22 @@ bool plan_check(const Program *prog, int r, Diag *d) {
       if (t == g->loss || t->kind == T_INPUT) hi[i] = hi[i] > host ? hi[i] : host;
       for (int o = 0; o < g->noutputs; o++)
         if (g->outputs[o] == t && hi[i] < host) hi[i] = host;
-      if (sent[i] == v + 1) lo[i] = 0, hi[i] = end;
+      if (sent[i] == v + 1) { // while a message may be in flight; sent locally, to its RECV
+        int until = -1;
+        for (int c = 0; c < prog->nch; c++)
+          if (prog->ch[c].t == t) {
+            int q = prog->vs[prog->ch[c].to_v].rank == r ? llast[c] : end + 1;
+            until = q > until ? q : until;
+          }
+        if (until > end)
+          lo[i] = 0, hi[i] = end;
+        else if (until > hi[i])
+          hi[i] = until;
+      }
       if (t->kind == T_ACT && lo[i] > end)
         BAD("'%s' is read on stage v%d but made elsewhere", r, t->name, v);
-      if (!rc && p->cls[i] == BUF_WORK) { // a temporary of a stage with K > 1: the work area
-        if (s->K < 2 || p->vstage[i] != v || p->region[i] != REG_ACTS ||
-            p->offset[i] < p->work_base ||
+      if (!rc && p->cls[i] == BUF_WORK) { // a temporary in the work area
+        if (p->vstage[i] != v || p->region[i] != REG_ACTS || p->offset[i] < p->work_base ||
             p->offset[i] + nbytes(prog, t) > p->work_base + p->work_bytes)
           BAD("'%s' of stage v%d has no storage in the work area", r, t->name, v);
         if (lo[i] > hi[i] || act[lo[i]] < 0 || act[lo[i]] != act[hi[i]] || sent[i] == v + 1 ||
@@ -276,7 +342,7 @@ bool plan_check(const Program *prog, int r, Diag *d) {
         witems[nw++] = (PlaceItem){ws, j, j, nt + nd->id, p->ws_offset[nd->id]};
         continue;
       }
-      if (s->K > 1 && p->work_bytes > 0 && p->ws_offset[nd->id] >= p->work_base) { // work area
+      if (p->work_bytes > 0 && p->ws_offset[nd->id] >= p->work_base) { // work area
         if (p->ws_offset[nd->id] + ws > p->work_base + p->work_bytes)
           BAD("the workspace of '%s' is not in the work area", r, nd->name);
         witems[nw++] = (PlaceItem){ws, pos[nd->id], pos[nd->id], nt + nd->id, p->ws_offset[nd->id]};

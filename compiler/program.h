@@ -95,7 +95,7 @@ typedef enum BufClass {
   BUF_TEMP,  // lives within one action (REG_ACTS, in the slot, reused by later actions)
   BUF_WORK   // in the rank's one work area above the slots, live within one action: --recompute,
              // a recomputing stage's non-boundary buffer (F, or B with its rerun forward); or a
-             // temporary of a stage with K > 1 slots that is cheaper there than in every slot
+             // temporary cheaper there than in every slot (K > 1, or several stages sharing it)
 } BufClass;
 
 enum { PLAN_OPT_SLOTS = 2 }; // most optimizer state tensors per parameter (AdamW m and v)
@@ -108,9 +108,11 @@ enum { PLAN_OPT_SLOTS = 2 }; // most optimizer state tensors per parameter (Adam
 // adds k * slot_stride[v]. With channels: a received tensor (Channel.dst) is live from the start
 // of its stage's timeline (its receive is posted before F runs) to its last read; a sent tensor
 // (Channel.t) is live for the whole timeline, so no other buffer of its slot shares its bytes
-// while the send may be in flight. The rank holds the parameters its nodes read (a tied
-// parameter at its owner's bytes), their optimizer state, the gradient buffers its stages make
-// and, for a parameter several stages hold, every use buffer of its step-end sum and its sum.
+// while the send may be in flight; over a channel between two stages of the rank (a copy at its
+// RECV) the sent tensor lives to its RECV and the copy from it (memplan.c). The rank holds the
+// parameters its nodes read (a tied parameter at its owner's bytes), their optimizer state, the
+// gradient buffers its stages make and, for a parameter several stages hold, every use buffer of
+// its step-end sum and its sum.
 typedef struct Plan {
   Node **fwd;               // forward nodes of one microbatch, in order (stage 0's F segment)
   int nfwd;                 // count
@@ -137,7 +139,7 @@ typedef struct Plan {
   int64_t work_base;        // offset in REG_ACTS of the work area (after the slots)
   int64_t work_bytes;       // its bytes: the largest working set of the rank's recomputing
                             // stages and of the temporaries (buffers, workspaces) moved out of
-                            // the slots of stages with K > 1 (0: none); one copy, not per slot
+                            // the slots (memplan.c: temps_to_work; 0: none); one copy, not per slot
                             // (one action at a time)
   int64_t *master_offset;   // --precision: per tensor id (owner params held) the offset in REG_OPT
                             // of its f32 master weights (after its optimizer state), -1 none

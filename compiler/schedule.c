@@ -305,6 +305,17 @@ bool schedule_check(const Program *p, Diag *d) {
 
 // ---- Dump
 
+// Whether something of microbatch m of stage v (one of its actions but a SEND, or a RECV into
+// it) comes before action i of rank program rp.
+static bool touched_before(const RankProgram *rp, int v, int m, int i) {
+  for (int j = 0; j < i; j++) {
+    const Action *x = &rp->acts[j];
+    if (x->m == m && (x->kind == ACT_RECV ? x->ch->to_v == v : x->v == v && x->kind != ACT_SEND))
+      return true;
+  }
+  return false;
+}
+
 void schedule_last_actions(const Program *p, int *last) {
   for (int i = 0; i < p->nv * p->M; i++) last[i] = -1;
   for (int r = 0; r < p->nranks; r++)
@@ -312,6 +323,22 @@ void schedule_last_actions(const Program *p, int *last) {
       const Action *x = &p->ranks[r].acts[i];
       if (x->v >= 0 && x->m >= 0) last[(size_t)x->v * p->M + x->m] = i;
     }
+  // A channel between two stages of one rank: its RECV(c, m) copies out of the sender's slot, the
+  // slot's last use when it comes after the sender's last action of m but before anything of
+  // m + K on the slot (which then takes its receives after it; memplan keeps the sent tensor to
+  // the timeline's end, not over all of it).
+  for (int r = 0; r < p->nranks; r++) {
+    const RankProgram *rp = &p->ranks[r];
+    for (int i = 0; i < rp->nacts; i++) {
+      const Action *x = &rp->acts[i];
+      if (x->kind != ACT_RECV || p->vs[x->ch->from_v].rank != r) continue;
+      int v = x->ch->from_v, K = p->vs[v].K > 0 ? p->vs[v].K : 1;
+      size_t vm = (size_t)v * p->M + x->m;
+      if (last[vm] < 0 || last[vm] > i) continue;
+      if (x->m + K < p->M && touched_before(rp, v, x->m + K, i)) continue;
+      last[vm] = i;
+    }
+  }
 }
 
 void schedule_print(const Program *p, FILE *out) {

@@ -10,7 +10,8 @@
 // rule: the F or B that makes channel c's tensor for microbatch m + K (K of c's from_v) waits
 // until send (c, m) can have completed, because the generated code waits there for it before it
 // overwrites the slot's buffer: until the receiver has posted the receive (right after the last
-// action of (to_v, m - K_to) on its rank, at step start for m < K_to), or for a copy between
+// action of (to_v, m - K_to) on its rank, or the copy out of that slot that follows it:
+// schedule_last_actions; at step start for m < K_to), or for a copy between
 // two stages of one rank until its RECV has run (send_done). A schedule in which that wait never
 // ends is a deadlock like any other, reported with the rule. Along the way microbatch m takes
 // slot m mod K of a stage at the first of its forward RECVs into the stage, its LOAD and its F;

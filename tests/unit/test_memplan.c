@@ -279,6 +279,74 @@ static bool overlaps(int64_t a, int64_t na, int64_t b, int64_t nb) {
   return na > 0 && nb > 0 && a < b + nb && b < a + na;
 }
 
+// Whether every channel that sends t goes to a stage of rank r (its RECVs are local copies).
+static bool sent_locally(const Program *p, int r, const Tensor *t) {
+  for (int c = 0; c < p->nch; c++)
+    if (p->ch[c].t == t && p->vs[p->ch[c].to_v].rank != r) return false;
+  return true;
+}
+
+// A tensor sent only to stages of its own rank is copied at each RECV(c, m): replaying rank r's
+// list, nothing written into its slot between the node that makes it for m and the last of its
+// RECVs for m (outputs and workspaces of the nodes of its stage's actions on a microbatch of the
+// same slot) shares a byte with it, and a message received into its stage at its bytes is posted
+// for m + K (where schedule_last_actions says) only after that RECV.
+static void check_local_send(const Pipe *x, int r, const Tensor *t, int v) {
+  const Program *p = &x->p;
+  const RankProgram *rp = &p->ranks[r];
+  const Plan *pl = &rp->plan;
+  const VStage *s = &p->vs[v];
+  int64_t o = pl->offset[t->id], n = tbytes(x, t);
+  int *freed = malloc(sizeof(int) * ((size_t)p->nv * p->M + 1));
+  schedule_last_actions(p, freed);
+  for (int m = 0; m < p->M; m++) {
+    int made = -1, recv = -1;
+    for (int i = 0; i < rp->nacts; i++) {
+      const Action *a = &rp->acts[i];
+      if (a->kind == ACT_RECV && a->m == m && a->ch->t == t) recv = i;
+      if (a->v != v || a->m != m || made >= 0 || a->kind == ACT_SEND) continue;
+      const Segment *sg = a->kind == ACT_F ? &s->f : a->kind == ACT_B ? &s->b : &s->w;
+      for (int j = 0; (a->kind == ACT_F || a->kind == ACT_B || a->kind == ACT_W) && j < sg->n; j++)
+        if (sg->nodes[j] == t->producer) made = i;
+    }
+    ck_assert_int_ge(made, 0);
+    ck_assert_int_gt(recv, made);
+    for (int c = 0; c < p->nch && m + s->K < p->M; c++) {
+      const Channel *ch = &p->ch[c];
+      if (ch->to_v == v && p->vs[ch->from_v].rank != r &&
+          overlaps(o, n, pl->offset[ch->dst->id], tbytes(x, ch->dst)))
+        ck_assert_msg(freed[(size_t)v * p->M + m] >= recv,
+                      "'%s' (m%d) shares bytes with '%s', posted for m%d before its RECV", t->name,
+                      m, ch->dst->name, m + s->K);
+    }
+    bool after = false; // past the producer in its action
+    for (int i = made; i < recv; i++) {
+      const Action *a = &rp->acts[i];
+      if (a->v != v || a->m < 0 || a->m % s->K != m % s->K) continue;
+      if (a->kind != ACT_F && a->kind != ACT_B && a->kind != ACT_W) continue;
+      const Segment *sg = a->kind == ACT_F ? &s->f : a->kind == ACT_B ? &s->b : &s->w;
+      for (int j = 0; j < sg->n; j++) {
+        const Node *nd = sg->nodes[j];
+        if (i == made && !after) {
+          after = nd == t->producer;
+          continue;
+        }
+        for (int k = 0; k < nd->nout; k++) {
+          const Tensor *w = nd->out[k];
+          if (w == t || pl->vstage[w->id] != v || pl->cls[w->id] == BUF_WORK) continue;
+          ck_assert_msg(!overlaps(o, n, pl->offset[w->id], tbytes(x, w)),
+                        "'%s' sent on rank %d shares bytes with '%s', written before its RECV",
+                        t->name, r, w->name);
+        }
+        int64_t ws = nd->op->workspace ? nd->op->workspace(nd, x->tc.mb_size) : 0;
+        if (ws > 0 && (pl->work_bytes == 0 || pl->ws_offset[nd->id] < pl->work_base))
+          ck_assert(!overlaps(o, n, pl->ws_offset[nd->id], ws));
+      }
+    }
+  }
+  free(freed);
+}
+
 // What every rank's plan must give the rank programs (brute force, independent of plan_check).
 static void check_rank(const Pipe *x, int r, SchedKind k, int S, int V, int M) {
   const Program *p = &x->p;
@@ -309,11 +377,16 @@ static void check_rank(const Pipe *x, int r, SchedKind k, int S, int V, int M) {
       ck_assert_int_eq(pl->cls[ch->dst->id], BUF_SAVED);
     }
     if (p->vs[ch->from_v].rank != r) continue;
-    // Sent: no byte shared with any other buffer of its slot (tensors and workspaces).
+    // Sent: no byte shared with any other buffer of its slot (tensors and workspaces); sent only
+    // to stages of this rank, none with what is written there before its last RECV.
     const Tensor *t = ch->t;
     int v = ch->from_v;
     int64_t o = pl->offset[t->id], n = tbytes(x, t);
     ck_assert_int_eq(pl->vstage[t->id], v);
+    if (sent_locally(p, r, t)) {
+      check_local_send(x, r, t, v);
+      continue;
+    }
     for (int i = 0; i < g->ntensors; i++)
       if (i != t->id && pl->vstage[i] == v)
         ck_assert_msg(!overlaps(o, n, pl->offset[i], tbytes(x, g->tensors[i])),
@@ -547,11 +620,16 @@ END_TEST
 // A stage with K > 1 slots keeps its temporaries (live within one action) in the rank's one work
 // area when that takes fewer bytes than K copies of them: gpt_char at batch 96, M = 8 (12 rows
 // per microbatch), as `pipec plan` plans it. zb-v at S = 2: rank 1's stages (K = 2 each) slot
-// only what lives across actions (11808768 B, was 13381632 B), its temporaries once (1646592 B);
-// rank 0's first stage (K = 3) and 1f1b's (K = 2, two layers: the temporaries fit into bytes of
-// the slot already dead) keep theirs, where moving them would not pay. At S = 4 (-D L=8) the
-// same on every zb-v rank, and 1f1b's rank 0 (K = 4) moves them too. Every plan passes
-// plan_check, which checks each work-area buffer lives within one action.
+// only what lives across actions (11808768 B, was 13381632 B; less with its channels within the
+// rank, test_local_channels), its temporaries once (1646592 B);
+// 1f1b's rank 0 (K = 2, two layers: the temporaries fit into bytes of the slot already dead)
+// keeps them, where moving them would not pay. A rank holding several stages tries them all in
+// the area too, K = 1 included, one copy shared: zb-v's rank 0 at S = 2 moves those of its first
+// stage (K = 3), which alone would not pay, with those of its loss stage (K = 1): 51717184 B,
+// was 53290048 B (area 3538944 B); interleaved's rank 1 52372608 B, was 53343296 B. At S = 4
+// (-D L=8) the same on every zb-v rank (rank 0 91100224 B, was 92673088 B), and 1f1b's rank 0
+// (K = 4) moves them too. Every plan passes plan_check, which checks each work-area buffer lives
+// within one action.
 START_TEST(test_temps_in_work_area) {
   char *gpt = sample("gpt_char.json");
   static const char *l8[] = {"L=8"};
@@ -562,15 +640,16 @@ START_TEST(test_temps_in_work_area) {
     int S, V;
     int64_t total[4], work[4]; // per rank: the plan's sum of regions and work area
   } cases[] = {
-      {&g4, SCHED_ZBV, 2, 2, {53290048, 55181312}, {0, 1646592}},
+      {&g4, SCHED_ZBV, 2, 2, {51717184, 52822016}, {3538944, 1646592}},
       {&g4, SCHED_1F1B, 2, 1, {46007296, 26580032}, {0, 0}},
       {&g8,
        SCHED_ZBV,
        4,
        2,
-       {92673088, 102416384, 102416384, 102416384},
+       {91100224, 102416384, 102416384, 97697792},
        {3538944, 1646592, 1646592, 1646592}},
       {&g8, SCHED_1F1B, 4, 1, {84204544, 67715072, 47243264, 26580032}, {3538944, 0, 0, 0}},
+      {&g4, SCHED_INTERLEAVED, 2, 2, {70810624, 52372608}, {3538944, 3538944}},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     Pipe x;
@@ -596,13 +675,117 @@ START_TEST(test_temps_in_work_area) {
         int v = x.p.ranks[r].vs[k], temps = 0, work = 0;
         for (int i = 0; i < x.m.g.ntensors; i++)
           if (pl->vstage[i] == v) temps += pl->cls[i] == BUF_TEMP, work += pl->cls[i] == BUF_WORK;
-        ck_assert_msg(work == 0 || (temps == 0 && pl->slots[v] > 1 && pl->work_bytes > 0),
+        ck_assert_msg(work == 0 || (temps == 0 && pl->work_bytes > 0),
                       "case %zu v%d: %d temporaries in the slot, %d in the work area", c, v, temps,
                       work);
       }
     }
     model_free(&x.m);
   }
+  free(gpt);
+}
+END_TEST
+
+// plan_check on the work area of a stage with one slot (zb-v's loss stage v3 on rank 0 at S = 2,
+// gpt_char as test_temps_in_work_area): its temporaries are there, and a buffer that lives across
+// its actions (the loss, read by LOSS after F) moved into the area is rejected.
+START_TEST(test_work_area_one_slot) {
+  char *gpt = sample("gpt_char.json");
+  Pipe x;
+  ck_assert_msg(model_run_defs(&x.m, gpt, NULL, 0), "%s", cap_text(&x.m.cap));
+  x.tc = (TrainConfig){.batch = 96, .microbatches = 8, .mb_size = 12, .opt = OPT_ADAMW};
+  Diag *d = &x.m.cap.d;
+  Graph *g = &x.m.g;
+  PartitionOptions o = {.stages = 4, .flops_rate = 50e9, .bandwidth = 10e9};
+  ck_assert(pass_autodiff(g, 8, d));
+  ck_assert_msg(pass_partition(g, &x.tc, &o, &x.p, d) && pass_comm(g, &x.p, d) &&
+                    sched_build(&x.p, SCHED_ZBV, 2, 2, &x.m.arena, d) &&
+                    schedule_verify(&x.p, NULL, NULL, NULL, d) && plan_memory(&x.p, d),
+                "%s", cap_text(&x.m.cap));
+  Plan *p0 = &x.p.ranks[0].plan;
+  ck_assert_int_eq(p0->slots[3], 1);
+  int work = 0;
+  for (int i = 0; i < g->ntensors; i++) work += p0->vstage[i] == 3 && p0->cls[i] == BUF_WORK;
+  ck_assert_int_gt(work, 0);
+  check_rank(&x, 0, SCHED_ZBV, 2, 2, 8);
+  const Tensor *loss = g->loss;
+  ck_assert_int_eq(p0->vstage[loss->id], 3);
+  ck_assert_int_eq(p0->cls[loss->id], BUF_SAVED);
+  p0->cls[loss->id] = BUF_WORK;
+  p0->offset[loss->id] = p0->work_base;
+  ck_assert_str_eq(check_msg(&x, 0), "m.json: error: internal error: memplan: rank 0: 'loss' of "
+                                     "stage v3 lives across actions but is in the work area\n");
+  model_free(&x.m);
+  free(gpt);
+}
+END_TEST
+
+// A channel between two stages of one rank is a copy at its RECV, no message in flight: its
+// sent tensor lives from where it is made to its last RECV, its copy from that RECV on, not over
+// the whole timeline. gpt_char, zb-v, S = 2, M = 8, batch 96 (as test_temps_in_work_area): rank
+// 1's v1 sends transformer.h.1.out to v2 right after its F, so its bytes serve v1's B, and the
+// gradients v2 sends it are copied just before its B: v1's slot 11415552 B (was 11808768 B: the
+// whole timeline held the output, 393216 B). v1 copies v2's gradients after v2's W, its slot's
+// last action, but before anything of v2's next microbatch on that slot: the slot frees at the
+// copies (schedule_last_actions; the receives of the next microbatch are posted after them), and
+// the gradients live from where B makes them to the step end: v2's slot 11022336 B (was
+// 11808768 B), the rank 52822016 B (was 55181312 B). plan_check rejects the sent tensor at the
+// bytes of a buffer its F reads when it makes it, and the copy at the bytes of one its B reads.
+START_TEST(test_local_channels) {
+  char *gpt = sample("gpt_char.json");
+  Pipe x;
+  ck_assert_msg(model_run_defs(&x.m, gpt, NULL, 0), "%s", cap_text(&x.m.cap));
+  x.tc = (TrainConfig){.batch = 96, .microbatches = 8, .mb_size = 12, .opt = OPT_ADAMW};
+  Diag *d = &x.m.cap.d;
+  Graph *g = &x.m.g;
+  PartitionOptions o = {.stages = 4, .flops_rate = 50e9, .bandwidth = 10e9};
+  ck_assert(pass_autodiff(g, 8, d));
+  ck_assert_msg(pass_partition(g, &x.tc, &o, &x.p, d) && pass_comm(g, &x.p, d) &&
+                    sched_build(&x.p, SCHED_ZBV, 2, 2, &x.m.arena, d) &&
+                    schedule_verify(&x.p, NULL, NULL, NULL, d) && plan_memory(&x.p, d),
+                "%s", cap_text(&x.m.cap));
+  check_rank(&x, 1, SCHED_ZBV, 2, 2, 8);
+  Plan *p1 = &x.p.ranks[1].plan;
+  ck_assert_int_eq(p1->slot_stride[1], 11415552);
+  ck_assert_int_eq(p1->slot_stride[2], 11022336);
+  ck_assert_int_eq(rank_total(&x, 1), 52822016);
+  // Where v2's slot of m0 frees: the last copy of its gradients, not its W.
+  int *freed = malloc(sizeof(int) * (8 * (size_t)x.p.nv + 1));
+  schedule_last_actions(&x.p, freed);
+  const Action *fa = &x.p.ranks[1].acts[freed[2 * 8 + 0]];
+  ck_assert_int_eq(fa->kind, ACT_RECV);
+  ck_assert_int_eq(fa->ch->from_v, 2);
+  free(freed);
+  const Tensor *out = graph_find(g, "transformer.h.1.out");
+  const Tensor *dst = graph_find(g, "d:transformer.h.2.resid_1@v1");
+  ck_assert(out && dst && p1->vstage[out->id] == 1 && p1->vstage[dst->id] == 1);
+  int shared = 0;
+  for (int i = 0; i < g->ntensors; i++)
+    if (i != out->id && p1->vstage[i] == 1 && p1->cls[i] != BUF_WORK)
+      shared +=
+          overlaps(p1->offset[out->id], tbytes(&x, out), p1->offset[i], tbytes(&x, g->tensors[i]));
+  ck_assert_int_gt(shared, 0); // its bytes reused after its RECV
+  // Broken: the output at the bytes of its producer's input (both live where it is made).
+  const Tensor *in = out->producer->in[0];
+  int64_t keep = p1->offset[out->id];
+  p1->offset[out->id] = p1->offset[in->id];
+  const char *msg = check_msg(&x, 1);
+  ck_assert_msg(strstr(msg, "m.json: error: internal error: memplan: rank 1: buffers '") == msg &&
+                    strstr(msg, "' of stage v1 overlap while both are live\n") &&
+                    strstr(msg, "'transformer.h.1.out'") && strstr(msg, in->name),
+                "%s", msg);
+  p1->offset[out->id] = keep;
+  // Broken: the copy at the bytes of the forward input B reads with it.
+  const Tensor *x0 = graph_find(g, "transformer.h.0.out@v1");
+  keep = p1->offset[dst->id];
+  p1->offset[dst->id] = p1->offset[x0->id];
+  msg = check_msg(&x, 1);
+  ck_assert_msg(strstr(msg, "' of stage v1 overlap while both are live\n") &&
+                    strstr(msg, "'d:transformer.h.2.resid_1@v1'") &&
+                    strstr(msg, "'transformer.h.0.out@v1'"),
+                "%s", msg);
+  p1->offset[dst->id] = keep;
+  model_free(&x.m);
   free(gpt);
 }
 END_TEST
@@ -622,6 +805,8 @@ int main(void) {
   tcase_add_test(tc, test_plan_check_rejects_recompute);
   tcase_add_test(tc, test_input_on_two_stages_of_a_rank);
   tcase_add_test(tc, test_temps_in_work_area);
+  tcase_add_test(tc, test_local_channels);
+  tcase_add_test(tc, test_work_area_one_slot);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
