@@ -6,17 +6,19 @@
 // asked for: the kernels call OpenBLAS at v1).
 //
 // A register tile of C, MR rows x NR columns (AVX-512: 12 x 32, 24 zmm accumulators; AVX2: 6 x
-// 16, 12 ymm), holds its accumulators over all of K: per k it loads NR contiguous floats of a
-// panel of B and broadcasts MR values of A. B's panels (K x NR, contiguous) are copied once per
-// call, whatever B's layout: read in place, a panel's rows lie a row stride apart, and at the
-// model's strides (2 KiB: 512 floats) they fall into a few cache sets, so that a panel that
-// should stay in L1/L2 for the whole block of A is evicted (TN 512x128x768 ran at 0.68x
-// OpenBLAS in place, 0.96x packed); the copy costs K x N of an M x N x K product. A is read in
-// place where its rows are stored (NN: the MR rows streamed along k) and copied per block of
-// rows into MR-wide panels where it is stored transposed (TN: A(i, k) at A[k * lda + i], the same
-// set conflicts). Edge tiles use masked loads and stores (AVX-512 masks, AVX2 vmaskmov); C is
-// written directly, never zeroed first. Rows of C are taken in blocks of about 256 KiB of A so
-// that a block stays in L2 while the B panels walk along it.
+// 16, 12 ymm), holds its accumulators in registers over a block of K (up to KC_MAX; a longer K
+// continues the chain from the block's stored C, which a float store and load keep exactly): per
+// k it loads NR contiguous floats of a panel of B and broadcasts MR values of A. B's panels (K x
+// NR, contiguous) are copied once per call, whatever B's layout: read in place, a panel's rows lie
+// a row stride apart, and at the model's strides (2 KiB: 512 floats) they fall into a few cache
+// sets, so that a panel that should stay in L1/L2 for the whole block of A is evicted (TN
+// 512x128x768 ran at 0.68x OpenBLAS in place, 0.96x packed); the copy costs K x N of an M x N x K
+// product. A is read in place where its rows are stored (NN: the MR rows streamed along k) and
+// copied per block of rows into MR-wide panels where it is stored transposed (TN: A(i, k) at A[k *
+// lda + i], the same set conflicts). Edge tiles use masked loads and stores (AVX-512 masks, AVX2
+// vmaskmov); C is written directly, never zeroed first. The blocks over N, K and M keep a block of
+// B in L2, a panel of it in L1 and a block of A in L2 (gemm_kn); the NT copy of B transposes 8 x 8
+// blocks in registers.
 #include "gemm.h"
 #include "kernels_common.h"
 
@@ -56,14 +58,17 @@ static const int32_t mask_tab[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0,
 #endif
 
 #define A_BLOCK_BYTES ((int64_t)256 << 10) // rows of C per block: their A fits in this (L2)
+#define KC_MAX        512                  // the longest K block
+#define B_BLOCK_BYTES ((int64_t)1 << 20)   // columns of C per block: their B fits in this (L2)
 
 #ifdef VL
 #ifdef PR_ISA_NAME // the portable runtime's v3/v4 builds: the helpers named per build (f__v4), as
 // the exported kernels are (march.sh tells the builds' vector code apart by these names)
-#define tile_any PR_ISA_NAME(tile_any)
-#define pack_a   PR_ISA_NAME(pack_a)
-#define pack_b   PR_ISA_NAME(pack_b)
-#define gemm_kn  PR_ISA_NAME(gemm_kn)
+#define tile_any   PR_ISA_NAME(tile_any)
+#define pack_a     PR_ISA_NAME(pack_a)
+#define pack_b     PR_ISA_NAME(pack_b)
+#define gemm_kn    PR_ISA_NAME(gemm_kn)
+#define transpose8 PR_ISA_NAME(transpose8)
 #endif
 #define NV 2         // vectors per tile row
 #define NR (NV * VL) // columns of a register tile
@@ -124,13 +129,36 @@ static void tile_any(int mr, int64_t ncols, int64_t K, const float *A, int64_t a
     EDGE(2)
     EDGE(3)
     EDGE(4)
-    EDGE(5) EDGE(6)
+    EDGE(5)
+    EDGE(6)
 #if MR > 6
-        EDGE(7) EDGE(8) EDGE(9) EDGE(10) EDGE(11) EDGE(12)
+    EDGE(7)
+    EDGE(8)
+    EDGE(9) EDGE(10) EDGE(11) EDGE(12)
 #endif
-            default : break;
+        default : break;
   }
 #undef EDGE
+}
+
+// dst[t * ldd + r] = src[r * lds + t] for r, t < 8: an 8 x 8 block transposed in AVX registers.
+static inline void transpose8(const float *src, int64_t lds, float *dst, int64_t ldd) {
+  __m256 r[8], t[8], u[8];
+  for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * lds);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; i++) {
+    _mm256_storeu_ps(dst + i * ldd, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * ldd, _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+  }
 }
 
 // Packs the panel of B's columns j..j+nc (nc <= NR) into dst (K x NR, row k at dst + k * NR):
@@ -143,11 +171,13 @@ static void pack_b(int64_t K, int64_t nc, const float *B, int64_t brs, int64_t b
       memcpy(dst + k * NR, B + k * brs, (size_t)nc * sizeof(float));
       memset(dst + k * NR + nc, 0, (size_t)(NR - nc) * sizeof(float));
     }
-  } else { // B stored transposed: column c of the panel is row j + c of the storage
-    for (int64_t c = 0; c < nc; c++)
-      for (int64_t k = 0; k < K; k++) dst[k * NR + c] = B[c * bcs + k * brs];
-    for (int64_t k = 0; k < K; k++)
-      for (int64_t c = nc; c < NR; c++) dst[k * NR + c] = 0.0f;
+  } else { // B stored transposed (brs = 1): column c of the panel is row c of the storage
+    int64_t k0 = 0;
+    if (nc == NR) // 8 x 8 blocks transposed in registers, the last K % 8 rows one by one
+      for (; k0 + 8 <= K; k0 += 8)
+        for (int c = 0; c < NR; c += 8) transpose8(B + c * bcs + k0, bcs, dst + k0 * NR + c, NR);
+    for (int64_t c = 0; c < NR; c++)
+      for (int64_t k = k0; k < K; k++) dst[k * NR + c] = c < nc ? B[c * bcs + k] : 0.0f;
   }
 }
 
@@ -166,34 +196,47 @@ static void pack_a(int64_t K, int mr, const float *A, int64_t ars, int64_t acs, 
 }
 
 // C (M,N) = op(A) . op(B) with mode; A(i, k) = A[i * ars + k * acs], B(k, j) = B[k * brs + j *
-// bcs]. Rows of C in blocks whose A fits in A_BLOCK_BYTES; per block and panel of NR columns the
-// panel of B is packed (contiguous K x NR: no cache-set conflicts whatever B's row stride, and a
-// transposed B read the same way), and A is packed per block where it is stored transposed
-// (TN: its rows k are strided) and read in place otherwise (NN: MR rows streamed along k).
+// bcs]. Blocked as BLIS does, for the caches: columns in blocks whose B panels fit B_BLOCK_BYTES
+// (L2), K in blocks of at most KC_MAX (a tile's B panel in L1; each block's chain continues from
+// the previous block's C, PR_GEMM_CONT, so the bits are the unblocked chain's; not for
+// PR_GEMM_ADD, whose chain must end before it is added), rows in blocks whose A fits
+// A_BLOCK_BYTES. Per block B's panels are packed, and A where it is stored transposed.
 static void gemm_kn(int64_t M, int64_t N, int64_t K, const float *A, int64_t ars, int64_t acs,
                     const float *B, int64_t brs, int64_t bcs, float *C, int64_t ldc, int mode) {
-  int64_t mc = A_BLOCK_BYTES / (K * (int64_t)sizeof(float)) / MR * MR;
+  int64_t nkb = mode == PR_GEMM_ADD ? 1 : (K + KC_MAX - 1) / KC_MAX, kc = (K + nkb - 1) / nkb;
+  int64_t mc = A_BLOCK_BYTES / (kc * (int64_t)sizeof(float)) / MR * MR;
   mc = mc < MR ? MR : mc > M ? (M + MR - 1) / MR * MR : mc;
+  int64_t ncb = B_BLOCK_BYTES / (kc * (int64_t)sizeof(float)) / NR * NR;
+  ncb = ncb < NR ? NR : ncb > N ? (N + NR - 1) / NR * NR : ncb;
   int pa = ars == 1;
-  int64_t np = (N + NR - 1) / NR;
-  float *bp = pr_scratch((size_t)(K * NR * np) * sizeof(float));
-  float *ap = pa ? pr_scratch((size_t)(K * mc) * sizeof(float)) : NULL;
-  for (int64_t p = 0; p < np; p++)
-    pack_b(K, N - p * NR < NR ? N - p * NR : NR, B + p * NR * bcs, brs, bcs, bp + p * K * NR);
-  for (int64_t i0 = 0; i0 < M; i0 += mc) {
-    int64_t i1 = M - i0 < mc ? M : i0 + mc;
-    if (pa)
-      for (int64_t i = i0; i < i1; i += MR)
-        pack_a(K, i1 - i < MR ? (int)(i1 - i) : MR, A + i * ars, ars, acs, ap + (i - i0) * K);
-    for (int64_t j = 0; j < N; j += NR) {
-      int64_t nc = N - j < NR ? N - j : NR;
-      const float *b = bp + (j / NR) * K * NR;
-      for (int64_t i = i0; i < i1; i += MR) {
-        int mr = i1 - i < MR ? (int)(i1 - i) : MR;
+  float *bp = pr_scratch((size_t)(kc * ncb) * sizeof(float));
+  float *ap = pa ? pr_scratch((size_t)(kc * mc) * sizeof(float)) : NULL;
+  for (int64_t jc = 0; jc < N; jc += ncb) {
+    int64_t nn = N - jc < ncb ? N - jc : ncb;
+    for (int64_t pc = 0; pc < K; pc += kc) {
+      int64_t kk = K - pc < kc ? K - pc : kc;
+      int m = pc == 0 ? mode : PR_GEMM_CONT;
+      for (int64_t j = 0; j < nn; j += NR)
+        pack_b(kk, nn - j < NR ? nn - j : NR, B + (jc + j) * bcs + pc * brs, brs, bcs, bp + j * kk);
+      for (int64_t i0 = 0; i0 < M; i0 += mc) {
+        int64_t i1 = M - i0 < mc ? M : i0 + mc;
+        const float *a0 = A + pc * acs;
         if (pa)
-          tile_any(mr, nc, K, ap + (i - i0) * K, 1, MR, b, NR, C + i * ldc + j, ldc, mode);
-        else
-          tile_any(mr, nc, K, A + i * ars, ars, acs, b, NR, C + i * ldc + j, ldc, mode);
+          for (int64_t i = i0; i < i1; i += MR)
+            pack_a(kk, i1 - i < MR ? (int)(i1 - i) : MR, a0 + i * ars, ars, acs,
+                   ap + (i - i0) * kk);
+        for (int64_t j = 0; j < nn; j += NR) {
+          int64_t nc = nn - j < NR ? nn - j : NR;
+          const float *b = bp + j * kk;
+          float *c0 = C + jc + j;
+          for (int64_t i = i0; i < i1; i += MR) {
+            int mr = i1 - i < MR ? (int)(i1 - i) : MR;
+            if (pa)
+              tile_any(mr, nc, kk, ap + (i - i0) * kk, 1, MR, b, NR, c0 + i * ldc, ldc, m);
+            else
+              tile_any(mr, nc, kk, a0 + i * ars, ars, acs, b, NR, c0 + i * ldc, ldc, m);
+          }
+        }
       }
     }
   }

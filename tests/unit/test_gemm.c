@@ -4,8 +4,8 @@
 //   one) computes each element of C as the chain of fmaf over k ascending from 0 (from C's value
 //   with PR_GEMM_CONT; C + the chain with PR_GEMM_ADD), bitwise against an explicit scalar chain
 //   written here, over odd shapes (M, N, K in 1..70 and 129: the remainders of every tile size),
-//   leading dimensions above the minimal ones, the four layouts, the three modes; nothing outside
-//   C's M x N elements is written;
+//   leading dimensions above the minimal ones, the four layouts, the three modes, K above the
+//   kernel's K block; nothing outside C's M x N elements is written;
 // - the chain is within float rounding of a double-precision product;
 // - the kernels (linear, matmul) run it: their results equal the scalar chain bitwise, with the
 //   threads' split of C (OMP_NUM_THREADS=2 in ctest) and with acc (rounded product added).
@@ -90,6 +90,8 @@ static void check_build(gemm_fn *fn, const char *name) {
       }
     for (int c = 0; c < NDIMS; c++)
       for (int mode = 0; mode < 3; mode++) check_case(fn, name, ta, tb, 25, 49, dims[c], 5, mode);
+    // K above gemm.c's K block (512): the blocks' chains continue through C (not with ADD)
+    for (int mode = 0; mode < 3; mode++) check_case(fn, name, ta, tb, 13, 37, 1100, 1, mode);
   }
 }
 
