@@ -134,7 +134,8 @@ static void tile_any(int mr, int64_t ncols, int64_t K, const float *A, int64_t a
 #if MR > 6
     EDGE(7)
     EDGE(8)
-    EDGE(9) EDGE(10) EDGE(11) EDGE(12)
+    EDGE(9)
+    EDGE(10) EDGE(11) EDGE(12)
 #endif
         default : break;
   }
@@ -202,21 +203,22 @@ static void pack_a(int64_t K, int mr, const float *A, int64_t ars, int64_t acs, 
 // PR_GEMM_ADD, whose chain must end before it is added), rows in blocks whose A fits
 // A_BLOCK_BYTES. Per block B's panels are packed, and A where it is stored transposed.
 static void gemm_kn(int64_t M, int64_t N, int64_t K, const float *A, int64_t ars, int64_t acs,
-                    const float *B, int64_t brs, int64_t bcs, float *C, int64_t ldc, int mode) {
+                    const float *B, int64_t brs, int64_t bcs, const float *packed, float *C,
+                    int64_t ldc, int mode) {
   int64_t nkb = mode == PR_GEMM_ADD ? 1 : (K + KC_MAX - 1) / KC_MAX, kc = (K + nkb - 1) / nkb;
   int64_t mc = A_BLOCK_BYTES / (kc * (int64_t)sizeof(float)) / MR * MR;
   mc = mc < MR ? MR : mc > M ? (M + MR - 1) / MR * MR : mc;
   int64_t ncb = B_BLOCK_BYTES / (kc * (int64_t)sizeof(float)) / NR * NR;
   ncb = ncb < NR ? NR : ncb > N ? (N + NR - 1) / NR * NR : ncb;
   int pa = ars == 1;
-  float *bp = pr_scratch((size_t)(kc * ncb) * sizeof(float));
+  float *bp = packed ? NULL : pr_scratch((size_t)(kc * ncb) * sizeof(float));
   float *ap = pa ? pr_scratch((size_t)(kc * mc) * sizeof(float)) : NULL;
   for (int64_t jc = 0; jc < N; jc += ncb) {
     int64_t nn = N - jc < ncb ? N - jc : ncb;
     for (int64_t pc = 0; pc < K; pc += kc) {
       int64_t kk = K - pc < kc ? K - pc : kc;
       int m = pc == 0 ? mode : PR_GEMM_CONT;
-      for (int64_t j = 0; j < nn; j += NR)
+      for (int64_t j = 0; !packed && j < nn; j += NR)
         pack_b(kk, nn - j < NR ? nn - j : NR, B + (jc + j) * bcs + pc * brs, brs, bcs, bp + j * kk);
       for (int64_t i0 = 0; i0 < M; i0 += mc) {
         int64_t i1 = M - i0 < mc ? M : i0 + mc;
@@ -227,7 +229,7 @@ static void gemm_kn(int64_t M, int64_t N, int64_t K, const float *A, int64_t ars
                    ap + (i - i0) * kk);
         for (int64_t j = 0; j < nn; j += NR) {
           int64_t nc = nn - j < NR ? nn - j : NR;
-          const float *b = bp + j * kk;
+          const float *b = packed ? packed + (jc + j) * K + pc * NR : bp + j * kk;
           float *c0 = C + jc + j;
           for (int64_t i = i0; i < i1; i += MR) {
             int mr = i1 - i < MR ? (int)(i1 - i) : MR;
@@ -245,8 +247,18 @@ static void gemm_kn(int64_t M, int64_t N, int64_t K, const float *A, int64_t ars
 }
 #else
 // The x86-64 baseline: the same chains with libm's fmaf (exact; software on a CPU without FMA).
+// Packed B (pr_gemm_pack) has panels of one column.
+#define NR 1
+static void pack_b(int64_t K, int64_t nc, const float *B, int64_t brs, int64_t bcs, float *dst) {
+  (void)nc;
+  for (int64_t k = 0; k < K; k++) dst[k] = B[k * brs];
+  (void)bcs;
+}
+
 static void gemm_kn(int64_t M, int64_t N, int64_t K, const float *A, int64_t ars, int64_t acs,
-                    const float *B, int64_t brs, int64_t bcs, float *C, int64_t ldc, int mode) {
+                    const float *B, int64_t brs, int64_t bcs, const float *packed, float *C,
+                    int64_t ldc, int mode) {
+  if (packed) B = packed, brs = 1, bcs = K;
   for (int64_t i = 0; i < M; i++)
     for (int64_t j = 0; j < N; j++) {
       float c = mode == PR_GEMM_CONT ? C[i * ldc + j] : 0.0f;
@@ -267,5 +279,26 @@ void pr_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, in
                                                : C[i * ldc + j];
     return;
   }
-  gemm_kn(M, N, K, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, C, ldc, mode);
+  gemm_kn(M, N, K, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, NULL, C, ldc,
+          mode);
+}
+
+int64_t pr_gemm_panels(int64_t N, int64_t *width) {
+  *width = NR;
+  return (N + NR - 1) / NR;
+}
+
+void pr_gemm_pack(int tb, int64_t K, int64_t N, const float *B, int64_t ldb, float *dst, int64_t p0,
+                  int64_t p1) {
+  for (int64_t p = p0; p < p1; p++) {
+    int64_t j = p * NR;
+    pack_b(K, N - j < NR ? N - j : NR, tb ? B + j * ldb : B + j, tb ? 1 : ldb, tb ? ldb : 1,
+           dst + j * K);
+  }
+}
+
+void pr_gemm_packed(int ta, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                    const float *packed, float *C, int64_t ldc, int mode) {
+  if (M <= 0 || N <= 0 || K <= 0) return; // (K = 0: the callers handle it)
+  gemm_kn(M, N, K, A, ta ? 1 : lda, ta ? lda : 1, NULL, 0, 0, packed, C, ldc, mode);
 }

@@ -21,6 +21,17 @@ enum {
 void pr_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
              const float *B, int64_t ldb, float *C, int64_t ldc, int mode);
 
+// B packed once for several calls (kernels_gemm.c's row blocks of one product share it):
+// pr_gemm_panels(N, &width) panels of the build's tile width, panels * width * K floats in all;
+// pr_gemm_pack packs panels p0..p1-1 of op(B) (B (K,N), or (N,K)
+// with tb) into dst, so threads can share the packing; pr_gemm_packed is pr_gemm with B so packed
+// (K >= 1), the same bits.
+int64_t pr_gemm_panels(int64_t N, int64_t *width);
+void pr_gemm_pack(int tb, int64_t K, int64_t N, const float *B, int64_t ldb, float *dst, int64_t p0,
+                  int64_t p1);
+void pr_gemm_packed(int ta, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                    const float *packed, float *C, int64_t ldc, int mode);
+
 // 1 when the kernels run pipec's own GEMM at v3/v4 (PIPEC_GEMM unset or "own"), 0 for OpenBLAS
 // (PIPEC_GEMM=openblas); another value stops the program. Read once (blas_info.c).
 int pr_gemm_own(void);

@@ -5,7 +5,8 @@
 //   with PR_GEMM_CONT; C + the chain with PR_GEMM_ADD), bitwise against an explicit scalar chain
 //   written here, over odd shapes (M, N, K in 1..70 and 129: the remainders of every tile size),
 //   leading dimensions above the minimal ones, the four layouts, the three modes, K above the
-//   kernel's K block; nothing outside C's M x N elements is written;
+//   kernel's K block; nothing outside C's M x N elements is written; the same with B packed
+//   once (pr_gemm_pack, pr_gemm_packed);
 // - the chain is within float rounding of a double-precision product;
 // - the kernels (linear, matmul) run it: their results equal the scalar chain bitwise, with the
 //   threads' split of C (OMP_NUM_THREADS=2 in ctest) and with acc (rounded product added).
@@ -24,6 +25,13 @@
 typedef void gemm_fn(int, int, int64_t, int64_t, int64_t, const float *, int64_t, const float *,
                      int64_t, float *, int64_t, int);
 extern gemm_fn pr_gemm__v1, pr_gemm__v3, pr_gemm__v4;
+typedef int64_t panels_fn(int64_t, int64_t *);
+typedef void pack_fn(int, int64_t, int64_t, const float *, int64_t, float *, int64_t, int64_t);
+typedef void packed_fn(int, int64_t, int64_t, int64_t, const float *, int64_t, const float *,
+                       float *, int64_t, int);
+extern panels_fn pr_gemm_panels__v1, pr_gemm_panels__v3, pr_gemm_panels__v4;
+extern pack_fn pr_gemm_pack__v1, pr_gemm_pack__v3, pr_gemm_pack__v4;
+extern packed_fn pr_gemm_packed__v1, pr_gemm_packed__v3, pr_gemm_packed__v4;
 
 static uint64_t rng = 88172645463325252ull;
 static float frand(void) { // uniform in [-1, 1), a multiple of 2^-10 (products exact in float)
@@ -94,6 +102,49 @@ static void check_build(gemm_fn *fn, const char *name) {
     for (int mode = 0; mode < 3; mode++) check_case(fn, name, ta, tb, 13, 37, 1100, 1, mode);
   }
 }
+
+// B packed once (pr_gemm_pack, in two halves as two threads would) and used by pr_gemm_packed:
+// the same chain, every layout and mode, K past the K block.
+static void check_packed(int level) {
+  panels_fn *panels = level == 4   ? pr_gemm_panels__v4
+                      : level == 3 ? pr_gemm_panels__v3
+                                   : pr_gemm_panels__v1;
+  pack_fn *pack = level == 4 ? pr_gemm_pack__v4 : level == 3 ? pr_gemm_pack__v3 : pr_gemm_pack__v1;
+  packed_fn *packed = level == 4   ? pr_gemm_packed__v4
+                      : level == 3 ? pr_gemm_packed__v3
+                                   : pr_gemm_packed__v1;
+  static const int64_t shapes[][3] = {{29, 70, 33}, {12, 32, 1}, {1, 5, 600}, {47, 129, 17}};
+  for (int sh = 0; sh < 4; sh++)
+    for (int lay = 0; lay < 4; lay++) {
+      int ta = lay >> 1, tb = lay & 1, mode = (sh + lay) % 3;
+      int64_t M = shapes[sh][0], N = shapes[sh][1], K = shapes[sh][2], width;
+      int64_t lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 2, ldc = N + 3;
+      float *A = frandv((ta ? K : M) * lda), *B = frandv((tb ? N : K) * ldb);
+      float *C = frandv(M * ldc), *R = malloc((size_t)(M * ldc) * sizeof(float));
+      int64_t np = panels(N, &width);
+      float *P = malloc((size_t)(np * width * K) * sizeof(float));
+      ck_assert(R && P);
+      memcpy(R, C, (size_t)(M * ldc) * sizeof(float));
+      pack(tb, K, N, B, ldb, P, 0, np / 2);
+      pack(tb, K, N, B, ldb, P, np / 2, np);
+      packed(ta, M, N, K, A, lda, P, C, ldc, mode);
+      ref_chain(ta, tb, M, N, K, A, lda, B, ldb, R, ldc, mode);
+      for (int64_t i = 0; i < M; i++)
+        ck_assert_msg(memcmp(C + i * ldc, R + i * ldc, (size_t)N * sizeof(float)) == 0,
+                      "packed v%d %c%c M %lld N %lld K %lld mode %d: row %lld differs", level,
+                      ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)M, (long long)N, (long long)K,
+                      mode, (long long)i);
+      free(A), free(B), free(C), free(R), free(P);
+    }
+}
+
+START_TEST(test_packed) {
+  __builtin_cpu_init();
+  check_packed(1);
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) check_packed(3);
+  if (__builtin_cpu_supports("x86-64-v4")) check_packed(4);
+}
+END_TEST
 
 START_TEST(test_chain_v3) {
   __builtin_cpu_init();
@@ -187,6 +238,7 @@ int main(void) {
   tcase_add_test(tc, test_chain_v3);
   tcase_add_test(tc, test_chain_v4);
   tcase_add_test(tc, test_chain_v1);
+  tcase_add_test(tc, test_packed);
   tcase_add_test(tc, test_accuracy);
   tcase_add_test(tc, test_kernels_run_it);
   suite_add_tcase(s, tc);
