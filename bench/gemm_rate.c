@@ -7,7 +7,7 @@
 //
 // Prints "SHAPE own GFLOP/s  openblas GFLOP/s  ratio  rel-diff" per shape. The own GEMM is the
 // build the CPU picks (PIPEC_ISA=v3 lowers it). Environment: SGEMM_REPS (default 100). Built
-// against libpipert.a (bench/gemm_rate.sh shows how):
+// against the build tree's libpipert.a (numbers: docs/benchmarks.md, "pipec's GEMM"):
 //   cc -O2 -Iruntime bench/gemm_rate.c build/lib/libpipert.a $(pkg-config --libs openblas) \
 //      -fopenmp -lz -lcjson -lm
 #include "gemm.h"
