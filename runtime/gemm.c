@@ -124,21 +124,17 @@ static void tile_any(int mr, int64_t ncols, int64_t K, const float *A, int64_t a
     else                                                                                           \
       tile(n, 1, 1, K, A, ars, acs, B, ldb, C, ldc, mode, ncols);                                  \
     break;
+  // (clang-format settles on no layout for these macro calls)
+  // clang-format off
   switch (mr) {
-    EDGE(1)
-    EDGE(2)
-    EDGE(3)
-    EDGE(4)
-    EDGE(5)
-    EDGE(6)
+    EDGE(1) EDGE(2) EDGE(3) EDGE(4) EDGE(5) EDGE(6)
 #if MR > 6
-    EDGE(7)
-    EDGE(8)
-    EDGE(9)
-    EDGE(10) EDGE(11) EDGE(12)
+    EDGE(7) EDGE(8) EDGE(9) EDGE(10) EDGE(11) EDGE(12)
 #endif
-        default : break;
+  default:
+    break;
   }
+  // clang-format on
 #undef EDGE
 }
 
