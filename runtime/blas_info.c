@@ -16,7 +16,11 @@
 // on an AVX2 CPU) from pr_blas_better_core, and the report then adds
 //     stdout: blas kernel SkylakeX chosen by the program: OpenBLAS picked Prescott (no AVX2) ...
 // The warning remains for a kernel the user forced, or a BLAS built for one CPU only.
+//
+// It also says which GEMM the kernels run (pr_gemm_own: PIPEC_GEMM, read once):
+//     stdout: gemm pipec (FMA chain, x86-64-v4 (AVX-512))     or     gemm OpenBLAS (...)
 #define _GNU_SOURCE // program_invocation_short_name
+#include "gemm.h"
 #include "pipert.h"
 
 #include <errno.h>
@@ -50,6 +54,19 @@ static int cpu_level(void) {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0;
 }
 
+int pr_gemm_own(void) {
+  static _Atomic int own = -1; // -1: not read yet
+  int v = own;
+  if (v >= 0) return v;
+  const char *e = getenv("PIPEC_GEMM");
+  prCheck(!e || !e[0] || strcmp(e, "own") == 0 || strcmp(e, "openblas") == 0,
+          "PIPEC_GEMM=own (pipec's GEMM, the default) or PIPEC_GEMM=openblas",
+          "PIPEC_GEMM=%s: no such GEMM", e);
+  v = !(e && strcmp(e, "openblas") == 0);
+  own = v;
+  return v;
+}
+
 const char *pr_blas_core(void) {
   return openblas_get_corename();
 }
@@ -79,6 +96,12 @@ void pr_blas_report(bool quiet) {
            "OPENBLAS_CORETYPE overrides\n",
            core, fell);
   printf("kernels pipert %s\n", pr_isa_name());
+  // The own GEMM runs where the kernels have FMA (not at v1: kernels_gemm.c).
+  bool fma = strncmp(pr_isa_name(), "x86-64-v1", 9) != 0, own = pr_gemm_own(); // checks PIPEC_GEMM
+  if (fma && own)
+    printf("gemm pipec (FMA chain in k order)\n");
+  else
+    printf("gemm OpenBLAS (%s)\n", fma ? "PIPEC_GEMM=openblas" : "no FMA at x86-64-v1");
   fflush(stdout);
   if (!avx2 || !old_kernel(core)) return;
   const char *want = avx512 ? "SKYLAKEX" : "HASWELL";

@@ -11,6 +11,7 @@
 // of its calls into libc can be made (their GOT entries are not bound yet) and before any
 // sanitizer starts: they use cpuid (libgcc's, linked in) and read the environment from
 // /proc/self/environ by raw system calls, and are not instrumented.
+#include "gemm.h"
 #include "pipert.h"
 
 #define NO_INSTRUMENT __attribute__((no_sanitize_address, no_sanitize("undefined"), unused))

@@ -8,7 +8,9 @@
 //
 // The three builds compute the same bits: the sources keep every sum in one order written in the
 // code (no reassociation, no FMA contraction: -ffp-contract=off), so a wider vector only runs
-// more independent lanes of it (tests/e2e/march.sh runs each level and compares).
+// more independent lanes of it (tests/e2e/march.sh runs each level and compares). The one
+// exception: the GEMMs, pipec's own (gemm.c, fused multiply-adds) at v3 and v4 and OpenBLAS at v1,
+// so v1 rounds matrix products differently (v3 and v4 compute the same bits).
 PR_ISA_KERNEL(pr_linear_fwd)
 PR_ISA_KERNEL(pr_linear_bwd_x)
 PR_ISA_KERNEL(pr_linear_bwd_w)
@@ -16,6 +18,10 @@ PR_ISA_KERNEL(pr_matmul_fwd)
 PR_ISA_KERNEL(pr_matmul_bwd_a)
 PR_ISA_KERNEL(pr_matmul_bwd_b)
 PR_ISA_KERNEL(pr_sum_rows)
+PR_ISA_KERNEL(pr_gemm)
+PR_ISA_KERNEL(pr_gemm_panels)
+PR_ISA_KERNEL(pr_gemm_pack)
+PR_ISA_KERNEL(pr_gemm_packed)
 PR_ISA_KERNEL(pr_accumulate)
 PR_ISA_KERNEL(pr_add_n)
 PR_ISA_KERNEL(pr_binary_fwd)

@@ -1,16 +1,22 @@
 // kernels_gemm.c: the kernels built on matrix products: matmul (batched, transposed operands),
 // linear, and sum_rows (linear's bias gradient), forward and backward.
 //
-// OpenBLAS's own threading does not give bitwise the same result for different thread
-// counts (its partition of C changes which micro-kernel variant computes an element), so OpenBLAS
-// runs single-threaded and the kernels split C themselves into blocks fixed by the shapes alone,
-// one single-threaded sgemm call per block, blocks spread over OpenMP threads.
+// The products run pipec's own GEMM (gemm.c: each element of C the FMA chain over k in ascending
+// order) at v3/v4 and with --march=native, unless PIPEC_GEMM=openblas; OpenBLAS at v1 (no FMA).
+// The kernels split C themselves into blocks fixed by the shapes alone, one single-threaded call
+// per block, blocks spread over OpenMP threads: OpenBLAS's own threading does not give bitwise
+// the same result for different thread counts (its partition of C changes which micro-kernel
+// variant computes an element); the own GEMM's bits do not depend on the split at all.
 //
-// `acc` = 1 computes the product into scratch and adds it, rounded, into the output (never
-// beta = 1 on the output, which would round differently). sum_rows reduces over rows in ascending
-// order with threads owning column blocks.
+// `acc` = 1 adds the product, rounded, into the output: the own GEMM in its store
+// (PR_GEMM_ADD), OpenBLAS into scratch that pr_acc_finish then adds (never beta = 1 on the output,
+// which would round differently). Batch entries summed into one output (pr_matmul_bwd_b with a
+// shared b) continue one chain: with the own GEMM entry i's chain starts from the sum of entries
+// 0..i-1 (PR_GEMM_CONT), so it equals one GEMM over the entries' rows in order; OpenBLAS runs
+// beta = 1. sum_rows reduces over rows in ascending order with threads owning column blocks.
 #pragma GCC optimize("fp-contract=off", "no-trapping-math")
 
+#include "gemm.h"
 #include "kernels_common.h"
 
 #include <cblas.h>
@@ -24,9 +30,24 @@ static void blas_single_thread(void) {
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
 }
 
-// One single-threaded call: C (M,N) = op(A) (M,K) . op(B) (K,N) + beta * C; row-major.
+// Whether the products run the own GEMM (gemm.c): never in the v1 build (no FMA).
+static int own(void) {
+#ifdef __FMA__
+  return pr_gemm_own();
+#else
+  return 0;
+#endif
+}
+
+// One single-threaded call: C (M,N) = op(A) (M,K) . op(B) (K,N) with mode (gemm.h; OpenBLAS:
+// beta 0 or 1, never PR_GEMM_ADD).
 static void sgemm1(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+                   const float *B, int64_t ldb, int mode, float *C, int64_t ldc) {
+  if (own()) {
+    pr_gemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, mode);
+    return;
+  }
+  float beta = mode == PR_GEMM_CONT ? 1.0f : 0.0f;
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M,
               (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
@@ -42,24 +63,27 @@ static void check_blas_dims(int64_t M, int64_t N, int64_t K, int64_t lda, int64_
           "matrix dimension %lld does not fit OpenBLAS's 32-bit int", (long long)big);
 }
 
-// C (M,N) = op(A) (M,K) . op(B) (K,N) + beta * C (beta 0 or 1); ta/tb: A/B stored transposed.
+// C (M,N) = op(A) (M,K) . op(B) (K,N) with mode (gemm.h); ta/tb: A/B stored transposed.
 // Large products are split along the longer of M and N into equal blocks (multiples of 16) of at
 // least 384: each block repacks the other operand, so smaller blocks cost more than they gain on
 // 2 cores (gpt_char step, 1 thread: 66 ms with 384, 83 ms with 64). A product of at least
 // GEMM_HALVE_MIN whose longer side is under 768 (a weight gradient: C is the weight, the long
 // side K the rows) is still cut in two, so that two threads share it: the repacking of the other
 // operand (K x the shorter side) costs about 1% of the 1-thread step, one thread alone on a third
-// of the step's FLOPs cost 15% of the 2-thread one (gpt_char).
+// of the step's FLOPs cost 15% of the 2-thread one (gpt_char). (Measured with OpenBLAS; the own
+// GEMM keeps the rule, so its blocks are the same, and packs op(B) once for all row blocks.)
 static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                 const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+                 const float *B, int64_t ldb, int mode, float *C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   if (K == 0) {
-    if (beta == 0.0f)
+    if (mode == PR_GEMM_SET)
       for (int64_t i = 0; i < M; i++) memset(C + i * ldc, 0, (size_t)N * sizeof(float));
     return;
   }
-  check_blas_dims(M, N, K, lda, ldb, ldc);
-  blas_single_thread();
+  if (!own()) {
+    check_blas_dims(M, N, K, lda, ldb, ldc);
+    blas_single_thread();
+  }
   int64_t split = M >= N ? M : N, nblk = 1;
   if (M * N * K >= GEMM_SPLIT_MIN) {
     nblk = split / 384;
@@ -68,16 +92,24 @@ static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A
   }
   int64_t bs = ((split + nblk - 1) / nblk + 15) & ~(int64_t)15;
   nblk = (split + bs - 1) / bs;
-  if (nblk <= 1) {
-    sgemm1(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+  if (own() && nblk > 1 && M >= N) { // every row block reads all of op(B): packed once, shared
+    int64_t width, np = pr_gemm_panels(N, &width);
+    float *bp = pr_scratch((size_t)(np * width * K) * sizeof(float));
+    PR_PARALLEL_FOR(np > 1 && K * N >= PAR_MIN, (int64_t p = 0; p < np; p++),
+                    pr_gemm_pack(tb, K, N, B, ldb, bp, p, p + 1));
+    PR_PARALLEL_FOR(1, (int64_t i = 0; i < nblk; i++), {
+      int64_t o = i * bs, len = split - o < bs ? split - o : bs;
+      pr_gemm_packed(ta, len, N, K, ta ? A + o : A + o * lda, lda, bp, C + o * ldc, ldc, mode);
+    });
+    pr_scratch_free(bp);
     return;
   }
   PR_PARALLEL_FOR(nblk > 1, (int64_t i = 0; i < nblk; i++), {
     int64_t o = i * bs, len = split - o < bs ? split - o : bs;
     if (M >= N) // rows o.. of C and of op(A)
-      sgemm1(ta, tb, len, N, K, ta ? A + o : A + o * lda, lda, B, ldb, beta, C + o * ldc, ldc);
+      sgemm1(ta, tb, len, N, K, ta ? A + o : A + o * lda, lda, B, ldb, mode, C + o * ldc, ldc);
     else // columns o.. of C and of op(B)
-      sgemm1(ta, tb, M, len, K, A, lda, tb ? B + o * ldb : B + o, ldb, beta, C + o, ldc);
+      sgemm1(ta, tb, M, len, K, A, lda, tb ? B + o * ldb : B + o, ldb, mode, C + o, ldc);
   });
 }
 
@@ -85,16 +117,28 @@ static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A
 // one after the other, each split by gemm().
 static void gemm_batched(int64_t batch, int ta, int tb, int64_t M, int64_t N, int64_t K,
                          const float *A, int64_t lda, int64_t sa, const float *B, int64_t ldb,
-                         int64_t sb, float *C, int64_t ldc, int64_t sc) {
+                         int64_t sb, int mode, float *C, int64_t ldc, int64_t sc) {
   if (batch == 1 || M * N * K >= GEMM_SPLIT_MIN || M == 0 || N == 0 || K == 0) {
     for (int64_t i = 0; i < batch; i++)
-      gemm(ta, tb, M, N, K, A + i * sa, lda, B + i * sb, ldb, 0.0f, C + i * sc, ldc);
+      gemm(ta, tb, M, N, K, A + i * sa, lda, B + i * sb, ldb, mode, C + i * sc, ldc);
     return;
   }
-  check_blas_dims(M, N, K, lda, ldb, ldc);
-  blas_single_thread();
+  if (!own()) {
+    check_blas_dims(M, N, K, lda, ldb, ldc);
+    blas_single_thread();
+  }
   PR_PARALLEL_FOR(batch * M * N * K >= GEMM_SPLIT_MIN, (int64_t i = 0; i < batch; i++),
-                  sgemm1(ta, tb, M, N, K, A + i * sa, lda, B + i * sb, ldb, 0.0f, C + i * sc, ldc));
+                  sgemm1(ta, tb, M, N, K, A + i * sa, lda, B + i * sb, ldb, mode, C + i * sc, ldc));
+}
+
+// Where a product with acc goes and how: the output itself with the own GEMM (adding in its store
+// when acc), else OpenBLAS's target (scratch when acc, pr_acc_target). gemm_done finishes it.
+static float *gemm_target(float *out, int64_t n, int acc, int *mode) {
+  *mode = own() && acc ? PR_GEMM_ADD : PR_GEMM_SET;
+  return own() ? out : pr_acc_target(out, n, acc);
+}
+static void gemm_done(float *out, float *t, int64_t n, int acc) {
+  if (t != out) pr_acc_finish(out, t, n, acc);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -104,26 +148,28 @@ void pr_matmul_fwd(float *y, const float *a, const float *b, int64_t batch, int6
                    int64_t K, int ta, int tb, int b_batched) {
   int64_t lda = ta ? M : K, ldb = tb ? K : N;
   if (!b_batched && !ta) { // one GEMM over (batch*M) rows
-    gemm(0, tb, batch * M, N, K, a, lda, b, ldb, 0.0f, y, N);
+    gemm(0, tb, batch * M, N, K, a, lda, b, ldb, PR_GEMM_SET, y, N);
     return;
   }
-  gemm_batched(batch, ta, tb, M, N, K, a, lda, M * K, b, ldb, b_batched ? K * N : 0, y, N, M * N);
+  gemm_batched(batch, ta, tb, M, N, K, a, lda, M * K, b, ldb, b_batched ? K * N : 0, PR_GEMM_SET, y,
+               N, M * N);
 }
 
 // da (batch,M,K) or, with ta, (batch,K,M) = dy . op(b)^T (in a's orientation)
 void pr_matmul_bwd_a(float *da, const float *dy, const float *b, int64_t batch, int64_t M,
                      int64_t N, int64_t K, int ta, int tb, int b_batched, int acc) {
-  int64_t n = batch * M * K, ldb = tb ? K : N;
-  float *t = pr_acc_target(da, n, acc);
+  int64_t n = batch * M * K, ldb = tb ? K : N, sb = b_batched ? K * N : 0;
+  int mode;
+  float *t = gemm_target(da, n, acc, &mode);
   if (!ta && !b_batched) {
     // da (batch*M,K) = dy (batch*M,N) . op(b)^T
-    gemm(0, !tb, batch * M, K, N, dy, N, b, ldb, 0.0f, t, K);
+    gemm(0, !tb, batch * M, K, N, dy, N, b, ldb, mode, t, K);
   } else if (!ta) { // da (M,K) = dy (M,N) . op(b)^T (N,K)
-    gemm_batched(batch, 0, !tb, M, K, N, dy, N, M * N, b, ldb, b_batched ? K * N : 0, t, K, M * K);
+    gemm_batched(batch, 0, !tb, M, K, N, dy, N, M * N, b, ldb, sb, mode, t, K, M * K);
   } else { // da^T stored (K,M) = op(b) (K,N) . dy^T (N,M)
-    gemm_batched(batch, tb, 1, K, M, N, b, ldb, b_batched ? K * N : 0, dy, N, M * N, t, M, M * K);
+    gemm_batched(batch, tb, 1, K, M, N, b, ldb, sb, dy, N, M * N, mode, t, M, M * K);
   }
-  pr_acc_finish(da, t, n, acc);
+  gemm_done(da, t, n, acc);
 }
 
 // db (batch|1,K,N) or, with tb, (batch|1,N,K) = op(a)^T . dy (in b's orientation); with
@@ -131,29 +177,34 @@ void pr_matmul_bwd_a(float *da, const float *dy, const float *b, int64_t batch, 
 void pr_matmul_bwd_b(float *db, const float *dy, const float *a, int64_t batch, int64_t M,
                      int64_t N, int64_t K, int ta, int tb, int b_batched, int acc) {
   int64_t n = (b_batched ? batch : 1) * K * N, lda = ta ? M : K;
-  float *t = pr_acc_target(db, n, acc);
-  if (!b_batched && !ta) {
-    // a is (batch*M,K) contiguous: one GEMM reducing over batch*M rows in ascending order.
-    if (!tb)
-      gemm(1, 0, K, N, batch * M, a, K, dy, N, 0.0f, t, N);
-    else
-      gemm(1, 0, N, K, batch * M, dy, N, a, K, 0.0f, t, K);
-  } else if (b_batched) {
-    if (!tb) // db (K,N) = op(a)^T (K,M) . dy (M,N)
-      gemm_batched(batch, !ta, 0, K, N, M, a, lda, M * K, dy, N, M * N, t, N, K * N);
-    else // db stored (N,K) = dy^T (N,M) . op(a) (M,K)
-      gemm_batched(batch, 1, ta, N, K, M, dy, N, M * N, a, lda, M * K, t, K, K * N);
-  } else { // one shared b, a stored transposed: accumulate the batch entries in order
+  int mode;
+  float *t;
+  if (!b_batched && ta) {          // one shared b, a stored transposed: the batch entries in order
+    t = pr_acc_target(db, n, acc); // one chain over all entries, then added: scratch with acc
     for (int64_t i = 0; i < batch; i++) {
       const float *ai = a + i * M * K, *dyi = dy + i * M * N;
-      float beta = i > 0 ? 1.0f : 0.0f;
+      int m = i > 0 ? PR_GEMM_CONT : PR_GEMM_SET;
       if (!tb)
-        gemm(!ta, 0, K, N, M, ai, lda, dyi, N, beta, t, N);
+        gemm(!ta, 0, K, N, M, ai, lda, dyi, N, m, t, N);
       else
-        gemm(1, ta, N, K, M, dyi, N, ai, lda, beta, t, K);
+        gemm(1, ta, N, K, M, dyi, N, ai, lda, m, t, K);
     }
+    pr_acc_finish(db, t, n, acc);
+    return;
   }
-  pr_acc_finish(db, t, n, acc);
+  t = gemm_target(db, n, acc, &mode);
+  if (!b_batched) {
+    // a is (batch*M,K) contiguous: one GEMM reducing over batch*M rows in ascending order.
+    if (!tb)
+      gemm(1, 0, K, N, batch * M, a, K, dy, N, mode, t, N);
+    else
+      gemm(1, 0, N, K, batch * M, dy, N, a, K, mode, t, K);
+  } else if (!tb) { // db (K,N) = op(a)^T (K,M) . dy (M,N)
+    gemm_batched(batch, !ta, 0, K, N, M, a, lda, M * K, dy, N, M * N, mode, t, N, K * N);
+  } else { // db stored (N,K) = dy^T (N,M) . op(a) (M,K)
+    gemm_batched(batch, 1, ta, N, K, M, dy, N, M * N, a, lda, M * K, mode, t, K, K * N);
+  }
+  gemm_done(db, t, n, acc);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -161,7 +212,7 @@ void pr_matmul_bwd_b(float *db, const float *dy, const float *a, int64_t batch, 
 
 void pr_linear_fwd(float *y, const float *x, const float *w, const float *bias, int64_t rows,
                    int64_t in, int64_t out) {
-  gemm(0, 1, rows, out, in, x, in, w, in, 0.0f, y, out);
+  gemm(0, 1, rows, out, in, x, in, w, in, PR_GEMM_SET, y, out);
   if (!bias) return;
   PR_PARALLEL_FOR(rows * out >= PAR_MIN, (int64_t r = 0; r < rows; r++), {
     float *restrict yr = y + r * out;
@@ -172,17 +223,19 @@ void pr_linear_fwd(float *y, const float *x, const float *w, const float *bias, 
 // dx (rows,in) = dy (rows,out) . w (out,in)
 void pr_linear_bwd_x(float *dx, const float *dy, const float *w, int64_t rows, int64_t in,
                      int64_t out, int acc) {
-  float *t = pr_acc_target(dx, rows * in, acc);
-  gemm(0, 0, rows, in, out, dy, out, w, in, 0.0f, t, in);
-  pr_acc_finish(dx, t, rows * in, acc);
+  int mode;
+  float *t = gemm_target(dx, rows * in, acc, &mode);
+  gemm(0, 0, rows, in, out, dy, out, w, in, mode, t, in);
+  gemm_done(dx, t, rows * in, acc);
 }
 
 // dw (out,in) = dy^T (out,rows) . x (rows,in)
 void pr_linear_bwd_w(float *dw, const float *dy, const float *x, int64_t rows, int64_t in,
                      int64_t out, int acc) {
-  float *t = pr_acc_target(dw, out * in, acc);
-  gemm(1, 0, out, in, rows, dy, out, x, in, 0.0f, t, in);
-  pr_acc_finish(dw, t, out * in, acc);
+  int mode;
+  float *t = gemm_target(dw, out * in, acc, &mode);
+  gemm(1, 0, out, in, rows, dy, out, x, in, mode, t, in);
+  gemm_done(dw, t, out * in, acc);
 }
 
 // db (cols) = sum over rows of dy (rows,cols), rows ascending; threads split the columns.

@@ -15,6 +15,7 @@ mlp="$tmp/mlp/bin/train"
 expect steps-not-a-number 2 "^train: --steps: expected a non-negative integer, got 'abc'$" "$gpt" --steps abc
 expect unknown-flag 2 "^train: --frob: unknown option" "$gpt" --frob
 expect lr-negative 2 "^train: --lr: " "$gpt" --lr -1
+expect gemm-unknown 1 "rank 0: error: PIPEC_GEMM=mkl: no such GEMM$" env PIPEC_GEMM=mkl "$gpt" --steps 1
 expect missing-data 1 "rank 0: error: cannot open '$tmp/none.txt'" "$gpt" --steps 1 --data "$tmp/none.txt"
 head -c 3000 /bin/sh >"$tmp/binary.txt"
 expect vocab-too-large 1 "rank 0: error: $tmp/binary.txt has [0-9]+ distinct tokens but the model's vocabulary holds 65$" \
