@@ -223,7 +223,7 @@ void emit_rank_loaders(E *e) {
 // "{ const int slot = k; TEXT }" when stage v's buffers are slotted, else TEXT.
 static const char *in_slot(E *e, int v, int m, const char *text) {
   if (v < 0 || e->p->slots[v] <= 1) return text;
-  return arena_printf(e->a, "{ const int slot = %d; %s }", m % e->p->slots[v], text);
+  return arena_printf(e->a, "{ const int slot = %d; %s }", stage_slot(e->prog, v, m), text);
 }
 
 // The address of tensor t in slot k of its stage, as a constant offset (no `slot` variable).
@@ -411,7 +411,7 @@ bool emit_rank_train_step(E *e, Diag *d) {
   for (int i = 0; i < n - 2; i++) {
     const Action *x = &rp->acts[i];
     const VStage *s = x->v >= 0 ? &P->vs[x->v] : NULL;
-    int slot = s && x->m >= 0 ? x->m % s->K : 0;
+    int slot = s && x->m >= 0 ? stage_slot(P, x->v, x->m) : 0;
     int acc = P->stage_reps ? acc_uneven(e, accumulated, x) : emit_acc(accumulated, x);
     if (pre[i]) out(e, "%s", pre[i]);
     int who = runner(e, x->m); // uneven: the replica that runs it (-1: every one)

@@ -514,8 +514,8 @@ static bool plan_rank(Program *prog, RankProgram *r, bool all_temps, Diag *d) {
       if (!place_verify(work + w0, nwork - w0, a, &x, &y)) return overlap_error(d, g, x, y);
       if (ws > work_max) work_max = ws;
     }
-    if (stride >= 0 &&
-        (__builtin_mul_overflow(stride, (int64_t)s->K, &slots) || slots > INT64_MAX - total))
+    if (stride >= 0 && (__builtin_mul_overflow(stride, (int64_t)stage_nslots(prog, v), &slots) ||
+                        slots > INT64_MAX - total))
       stride = -1, over = items[0].key; // K slots do not fit (n > 0: stride > 0)
     if (stride < 0) {
       if (over < g->ntensors) return too_big(d, g, g->tensors[over], "activations");
@@ -537,7 +537,7 @@ static bool plan_rank(Program *prog, RankProgram *r, bool all_temps, Diag *d) {
         p->ws_offset[items[i].key - g->ntensors] = off;
     }
     p->slot_stride[v] = stride;
-    p->slots[v] = s->K;
+    p->slots[v] = stage_nslots(prog, v);         // K, or fewer on an uneven replica (uneven.c)
     p->bytes[REG_ACTS] += slots, total += slots; // fit: checked above
   }
   // The work area above the slots: one copy for the rank (one action runs at a time).

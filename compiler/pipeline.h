@@ -469,6 +469,14 @@ int uneven_world(const Program *p, int rank, int replica);
 // Whether replica r of rank s runs action x of its list (x's microbatch m mod D_s = r, or a
 // step-end action).
 bool uneven_runs(const Program *p, int rank, int replica, const Action *x);
+// Stage v's slots on each of its replicas and microbatch m's slot among them. The unreplicated
+// program's are K and m mod K; a replica of D runs only the m with m mod D = r, whose residues
+// m mod K are those of r mod g, g = gcd(D, K): it keeps K / g slots and m's is (m mod K) / g. Its
+// slot's next user is then m + lcm(D, K), after m + K, the unreplicated list's (the verifier
+// checks the replicas' lists with these slots). Where a rank holds several stages (a copy
+// between two of them has rules of its own on the slot's next microbatch) g is 1.
+int stage_nslots(const Program *p, int v);
+int stage_slot(const Program *p, int v, int m);
 // The lock-step verification of the replicas' lists (uneven.c: simulate.c's rules, each
 // microbatch's messages between the replicas that run it); errors name the world rank, stage
 // and replica.

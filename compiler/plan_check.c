@@ -215,8 +215,10 @@ bool plan_check(const Program *prog, int r, Diag *d) {
   // Slots: K per stage of the rank, 0 elsewhere; back to back after the constants.
   int64_t base = p->const_bytes;
   for (int v = 0; v < prog->nv; v++)
-    if ((mine[v] ? prog->vs[v].K : 0) != p->slots[v] || (!mine[v] && p->slot_stride[v] != 0))
-      BAD("stage v%d has %d slots, its K is %d", r, v, p->slots[v], mine[v] ? prog->vs[v].K : 0);
+    if ((mine[v] ? stage_nslots(prog, v) : 0) != p->slots[v] ||
+        (!mine[v] && p->slot_stride[v] != 0))
+      BAD("stage v%d has %d slots, its K is %d", r, v, p->slots[v],
+          mine[v] ? stage_nslots(prog, v) : 0);
   for (int k = 0; k < rp->nvs; k++) {
     int v = rp->vs[k];
     const VStage *s = &prog->vs[v];

@@ -29,6 +29,29 @@ bool uneven_runs(const Program *p, int rank, int replica, const Action *x) {
   return x->m < 0 || x->m % uneven_reps(p, rank) == replica;
 }
 
+// g = gcd(D, K) of stage v (pipeline.h, stage_nslots); 1 outside the uneven form and on ranks
+// that hold several stages.
+static int slot_group(const Program *p, int v) {
+  int K = p->vs[v].K > 0 ? p->vs[v].K : 1, r = p->vs[v].rank;
+  int D = uneven_reps(p, r), g = K;
+  if (D <= 1 || p->ranks == NULL || p->ranks[r].nvs != 1) return 1;
+  for (int x = D; x > 0;) { // Euclid: g = gcd(K, D)
+    int t = g % x;
+    g = x, x = t;
+  }
+  return g;
+}
+
+int stage_nslots(const Program *p, int v) {
+  int K = p->vs[v].K > 0 ? p->vs[v].K : 1;
+  return K / slot_group(p, v);
+}
+
+int stage_slot(const Program *p, int v, int m) {
+  int K = p->vs[v].K > 0 ? p->vs[v].K : 1;
+  return m % K / slot_group(p, v);
+}
+
 // ---- The replicas' lists in lock step (the rules of simulate.c's verifier, with per-m peers)
 //
 // Each world rank w (stage s, replica r) runs its subsequence of rank s's list. Every step, each
@@ -100,7 +123,7 @@ bool uneven_verify(const Program *p, Diag *d) {
       }
       q->slot = ARENA_ARRAY(&a, int *, rp->nvs + 1);
       for (int k = 0; k < rp->nvs; k++) {
-        int K = p->vs[rp->vs[k]].K > 0 ? p->vs[rp->vs[k]].K : 1;
+        int K = stage_nslots(p, rp->vs[k]);
         q->slot[k] = ARENA_ARRAY(&a, int, K);
         for (int j = 0; j < K; j++) q->slot[k][j] = -1;
       }
@@ -174,22 +197,22 @@ bool uneven_verify(const Program *p, Diag *d) {
                                                          : -1;
       if (hv >= 0 && !held[(size_t)hv * M + x->m]) {
         held[(size_t)hv * M + x->m] = true;
-        int K = p->vs[hv].K > 0 ? p->vs[hv].K : 1, *sl = &q->slot[pos_in_rank(p, hv)][x->m % K];
+        int K = stage_nslots(p, hv), k = stage_slot(p, hv, x->m),
+            *sl = &q->slot[pos_in_rank(p, hv)][k];
         if (*sl >= 0) {
           char text[64];
           act_text(x, text, sizeof text);
           diag_error(d, (Loc){0, 0},
                      "schedule: rank %d (stage %d, replica %d) %s: reuses slot %d of stage v%d "
                      "(K = %d) while m%d is live",
-                     w, q->s, q->r, text, x->m % K, hv, K, *sl);
+                     w, q->s, q->r, text, k, hv, K, *sl);
           ok = false;
           break;
         }
         *sl = x->m;
       }
       if (x->v >= 0 && x->m >= 0 && x->kind == stage_release(&p->vs[x->v])) {
-        int K = p->vs[x->v].K > 0 ? p->vs[x->v].K : 1;
-        q->slot[pos_in_rank(p, x->v)][x->m % K] = -1;
+        q->slot[pos_in_rank(p, x->v)][stage_slot(p, x->v, x->m)] = -1;
       }
       q->pc++;
       done++;

@@ -294,6 +294,18 @@ check "uneven plan: stage 0's replica 1 runs microbatches 1 and 3" grep -q \
   '^  rank 1 (stage 0, replica 1 of 2): F1 B1 F3 B3$' "$tmp/uplan.out"
 check "uneven plan: stage 1's one replica runs all 4" grep -q \
   '^  rank 2 (stage 1, replica 0 of 1): F0 B0 F1 B1 F2 B2 F3 B3$' "$tmp/uplan.out"
+# A replica keeps only the slots of its own microbatches: stage 0 of 2,1 under 1f1b (K = 2) one
+# slot on each replica (its m mod 2 = r all fall in slot m mod 2 = r of the unreplicated plan),
+# gpipe's (K = 4) two; 2,1,1's stage 0 (K = 3: gcd(2, 3) = 1) all three. Above, gpipe = 1f1b
+# bitwise with 2 and 1 slots.
+for c in "1f1b 2 2,1 1" "gpipe 2 2,1 2" "1f1b 3 2,1,1 3"; do
+  set -- $c
+  "$pipec" plan samples/mlp_digits.json "${u[@]}" --stages $2 --replicas $3 --schedule $1 \
+    >"$tmp/uslots.out" 2>&1 || bad "plan $c: $(head -2 "$tmp/uslots.out")"
+  got=$(grep -o '^rank 0: .*v0: [0-9]* slots\?' "$tmp/uslots.out" | grep -o '[0-9]* slots\?$')
+  check "uneven $3 ($1): stage 0's replicas keep $4 slot(s) each: $got" \
+    test "$got" = "$4 slot$([ $4 = 1 ] || echo s)"
+done
 # The exchange at the step end (PIPEC_REPLICAS_OVERLAP=0) writes the overlapped exchange's bits
 # (each replica of stage 0 sends its buckets from inside the last B it runs: B(v0, m2) on
 # replica 0, B(v0, m3) on replica 1).
@@ -302,7 +314,7 @@ same_bits "uneven 2,1: the exchange at the step end = overlapped" "$tmp/u21" "$t
 check "uneven 2,1: rep_final around each replica's last B of stage 0" test \
   "$(grep -E -o 'B_0\([01], [01]\); pr_trace_end\(\); // m[0-9]|rep_final = [a-z]*;' "$tmp/u21/rank0.c" |
     sed 's/; pr_trace_end(); \/\/ / /' | tr '\n' ' ')" = \
-  'B_0(0, 0) m0 B_0(1, 0) m1 rep_final = true; B_0(0, 1) m2 rep_final = false; rep_final = true; B_0(1, 1) m3 rep_final = false; '
+  'B_0(0, 0) m0 B_0(0, 0) m1 rep_final = true; B_0(0, 1) m2 rep_final = false; rep_final = true; B_0(0, 1) m3 rep_final = false; '
 timeout -k 5 60 "$tmp/u21/launch.sh" "${run_args[@]}" --steps 1 --init "$tmp/u21.st" \
   --predict "$tmp/none.csv" --out "$tmp/x.npy" \
   >"$tmp/upred.out" 2>"$tmp/upred.err"
