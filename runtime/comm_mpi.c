@@ -153,10 +153,10 @@ void pr_comm_post_recv(int c, int m, void *buf) {
   const PrChannel *ch = &mpi.c->ch[c];
   prCheck(*r == MPI_REQUEST_NULL, "a bug in the generated program",
           "pr_comm_post_recv: '%s' microbatch %d is already posted", ch->tensor, m);
+  pr_trace_post(c, m); // before the call, as the send's
   pr_mpi_check(MPI_Irecv(buf, (int)ch->bytes, MPI_BYTE, peer_of(ch, m), ch->tag * mpi.c->nmicro + m,
                          mpi.pipe, r),
                "MPI_Irecv");
-  pr_trace_post(c, m);
 }
 
 void pr_comm_wait_recv(int c, int m, const char *action) {
@@ -177,11 +177,14 @@ void pr_comm_send(int c, int m, const void *buf) {
   const PrChannel *ch = &mpi.c->ch[c];
   prCheck(*r == MPI_REQUEST_NULL, "a bug in the generated program",
           "pr_comm_send: '%s' microbatch %d is still being sent", ch->tensor, m);
+  // The trace's send starts before MPI_Isend: over shared memory a small message can be
+  // delivered, and its receive completed, before the call returns (a time read after it put the
+  // send after the receive's end in one loaded run).
+  pr_trace_post(c, m);
   pr_mpi_check(MPI_Isend(buf, (int)ch->bytes, MPI_BYTE, peer_of(ch, m), ch->tag * mpi.c->nmicro + m,
                          mpi.pipe, r),
                "MPI_Isend");
   pr_stats.sent += ch->bytes;
-  pr_trace_post(c, m);
 }
 
 void pr_comm_wait_send(int c, int m) {
