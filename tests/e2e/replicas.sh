@@ -361,39 +361,30 @@ check "resume at D = 2 from D = 1: within 1e-5 of the D = 1 run ($r2)" \
 # between the replicas, so the bound here is 10 - one allocation per step would exceed it; the
 # per-call MPI_Iallgather this replaced added 7 per step.)
 # (Not in the sanitizer tree, whose runtime must come first and intercepts malloc.)
-if [ -n "$shim" ] && ! nm "$tmp/d2s2/bin/rank0" | grep -q __asan_init; then
-  counts=()
+# alloc_steps NAME DIR RANKS: each rank's allocations at --steps 1 and 11 of DIR's job, and the
+# check that their difference is under 10 on every rank.
+alloc_steps() {
+  local name=$1 dir=$2 n=$3 steps r line counts=()
   for steps in 1 11; do
     rm -f "$tmp"/count.*
     OMPI_MCA_mca_base_env_list="LD_PRELOAD=$shim;ALLOC_COUNT_FILE=$tmp/count.%r" \
-      timeout -k 5 120 "$tmp/d2s2/launch.sh" --steps "$steps" --threads 1 --eval-every 0 \
+      timeout -k 5 120 "$dir/launch.sh" --steps "$steps" --threads 1 --eval-every 0 \
       --eval-batches 2 --log-every 1000 >"$tmp/alloc.out" 2>"$tmp/alloc.err" ||
-      bad "alloc --steps $steps: $(grep -m2 . "$tmp/alloc.err")"
+      bad "alloc $name --steps $steps: $(grep -m2 . "$tmp/alloc.err")"
     line=
-    for r in 0 1 2 3; do line+=" $(awk '{ print $1 }' "$tmp/count.$r" 2>/dev/null)"; done
+    for ((r = 0; r < n; r++)); do line+=" $(awk '{ print $1 }' "$tmp/count.$r" 2>/dev/null)"; done
     counts+=("$line")
   done
-  echo "allocations per rank at --steps 1:${counts[0]}; at --steps 11:${counts[1]}"
-  check "no allocation in a replicated step (--steps 1:${counts[0]}, 11:${counts[1]})" \
-    awk -v a="${counts[0]}" -v b="${counts[1]}" 'BEGIN { n = split(a, x); m = split(b, y);
-      if (n != 4 || m != 4) exit 1; for (i = 1; i <= 4; i++) if (y[i] - x[i] >= 10 || x[i] - y[i] >= 10) exit 1 }'
+  echo "$name: allocations per rank at --steps 1:${counts[0]}; at --steps 11:${counts[1]}"
+  check "$name: no allocation in a step (--steps 1:${counts[0]}, 11:${counts[1]})" \
+    awk -v a="${counts[0]}" -v b="${counts[1]}" -v r="$n" 'BEGIN { n = split(a, x); m = split(b, y);
+      if (n != r || m != r) exit 1; for (i = 1; i <= r; i++) if (y[i] - x[i] >= 10 || x[i] - y[i] >= 10) exit 1 }'
+}
+if [ -n "$shim" ] && ! nm "$tmp/d2s2/bin/rank0" | grep -q __asan_init; then
+  alloc_steps "replicated (S = 2, D = 2)" "$tmp/d2s2" 4
   # The uneven form too (2,1: stage 0's two replicas exchange, the step end's all-gather spans
   # the 3 ranks).
-  counts=()
-  for steps in 1 11; do
-    rm -f "$tmp"/count.*
-    OMPI_MCA_mca_base_env_list="LD_PRELOAD=$shim;ALLOC_COUNT_FILE=$tmp/count.%r" \
-      timeout -k 5 120 "$tmp/u21/launch.sh" --steps "$steps" --threads 1 --eval-every 0 \
-      --eval-batches 2 --log-every 1000 >"$tmp/alloc.out" 2>"$tmp/alloc.err" ||
-      bad "alloc 2,1 --steps $steps: $(grep -m2 . "$tmp/alloc.err")"
-    line=
-    for r in 0 1 2; do line+=" $(awk '{ print $1 }' "$tmp/count.$r" 2>/dev/null)"; done
-    counts+=("$line")
-  done
-  echo "uneven 2,1: allocations per rank at --steps 1:${counts[0]}; at --steps 11:${counts[1]}"
-  check "uneven 2,1: no allocation in a step (--steps 1:${counts[0]}, 11:${counts[1]})" \
-    awk -v a="${counts[0]}" -v b="${counts[1]}" 'BEGIN { n = split(a, x); m = split(b, y);
-      if (n != 3 || m != 3) exit 1; for (i = 1; i <= 3; i++) if (y[i] - x[i] >= 10 || x[i] - y[i] >= 10) exit 1 }'
+  alloc_steps "uneven 2,1" "$tmp/u21" 3
 fi
 
 # The plan says how the ranks are replicated.

@@ -686,22 +686,28 @@ START_TEST(test_temps_in_work_area) {
 }
 END_TEST
 
+// gpt_char at zb-v, S = 2 (4 stages in a V), M = 8 of 12 rows, batch 96, AdamW: built, verified
+// and planned into x (as test_temps_in_work_area's first case).
+static void zbv_gpt_char(Pipe *x, const char *gpt) {
+  ck_assert_msg(model_run_defs(&x->m, gpt, NULL, 0), "%s", cap_text(&x->m.cap));
+  x->tc = (TrainConfig){.batch = 96, .microbatches = 8, .mb_size = 12, .opt = OPT_ADAMW};
+  Diag *d = &x->m.cap.d;
+  PartitionOptions o = {.stages = 4, .flops_rate = 50e9, .bandwidth = 10e9};
+  ck_assert(pass_autodiff(&x->m.g, 8, d));
+  ck_assert_msg(pass_partition(&x->m.g, &x->tc, &o, &x->p, d) && pass_comm(&x->m.g, &x->p, d) &&
+                    sched_build(&x->p, SCHED_ZBV, 2, 2, &x->m.arena, d) &&
+                    schedule_verify(&x->p, NULL, NULL, NULL, d) && plan_memory(&x->p, d),
+                "%s", cap_text(&x->m.cap));
+}
+
 // plan_check on the work area of a stage with one slot (zb-v's loss stage v3 on rank 0 at S = 2,
 // gpt_char as test_temps_in_work_area): its temporaries are there, and a buffer that lives across
 // its actions (the loss, read by LOSS after F) moved into the area is rejected.
 START_TEST(test_work_area_one_slot) {
   char *gpt = sample("gpt_char.json");
   Pipe x;
-  ck_assert_msg(model_run_defs(&x.m, gpt, NULL, 0), "%s", cap_text(&x.m.cap));
-  x.tc = (TrainConfig){.batch = 96, .microbatches = 8, .mb_size = 12, .opt = OPT_ADAMW};
-  Diag *d = &x.m.cap.d;
+  zbv_gpt_char(&x, gpt);
   Graph *g = &x.m.g;
-  PartitionOptions o = {.stages = 4, .flops_rate = 50e9, .bandwidth = 10e9};
-  ck_assert(pass_autodiff(g, 8, d));
-  ck_assert_msg(pass_partition(g, &x.tc, &o, &x.p, d) && pass_comm(g, &x.p, d) &&
-                    sched_build(&x.p, SCHED_ZBV, 2, 2, &x.m.arena, d) &&
-                    schedule_verify(&x.p, NULL, NULL, NULL, d) && plan_memory(&x.p, d),
-                "%s", cap_text(&x.m.cap));
   Plan *p0 = &x.p.ranks[0].plan;
   ck_assert_int_eq(p0->slots[3], 1);
   int work = 0;
@@ -734,16 +740,8 @@ END_TEST
 START_TEST(test_local_channels) {
   char *gpt = sample("gpt_char.json");
   Pipe x;
-  ck_assert_msg(model_run_defs(&x.m, gpt, NULL, 0), "%s", cap_text(&x.m.cap));
-  x.tc = (TrainConfig){.batch = 96, .microbatches = 8, .mb_size = 12, .opt = OPT_ADAMW};
-  Diag *d = &x.m.cap.d;
+  zbv_gpt_char(&x, gpt);
   Graph *g = &x.m.g;
-  PartitionOptions o = {.stages = 4, .flops_rate = 50e9, .bandwidth = 10e9};
-  ck_assert(pass_autodiff(g, 8, d));
-  ck_assert_msg(pass_partition(g, &x.tc, &o, &x.p, d) && pass_comm(g, &x.p, d) &&
-                    sched_build(&x.p, SCHED_ZBV, 2, 2, &x.m.arena, d) &&
-                    schedule_verify(&x.p, NULL, NULL, NULL, d) && plan_memory(&x.p, d),
-                "%s", cap_text(&x.m.cap));
   check_rank(&x, 1, SCHED_ZBV, 2, 2, 8);
   Plan *p1 = &x.p.ranks[1].plan;
   ck_assert_int_eq(p1->slot_stride[1], 11415552);
