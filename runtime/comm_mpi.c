@@ -52,6 +52,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+// An all-gather of n doubles per rank over a communicator, by persistent requests made for one
+// set of buffers (n == 0: none yet): req[2k] receives from and req[2k + 1] sends to the k-th
+// other rank. The allgather's (over ctl) and the uneven form's job-wide one (over jctl).
+typedef struct Gather {
+  MPI_Comm comm;      // over it
+  int me, size;       // this rank in it, and its ranks
+  const double *mine; // the contribution the requests send
+  double *all;        // where they land, rank r's at r * n
+  int n;              // doubles per rank (0: no requests)
+  MPI_Request *req;   // 2 * (size - 1) requests (allocated at the start)
+} Gather;
+
 static struct {
   const PrComm *c;  // the program's streams (NULL until start)
   MPI_Request *req; // req[c * nmicro + m]: the request of (stream c, microbatch m)
@@ -62,23 +74,14 @@ static struct {
   int replicas;     // D (1: none); D_s of this rank in the uneven form
   const int *reps;  // the uneven form's counts per pipeline rank (PrComm.stage_reps; NULL: none)
   int *base;        // uneven: per pipeline rank s (and S), its replica 0's world rank
-  // The uneven form's job-wide all-gather (job_allgather): persistent requests on jctl, made
-  // for one set of buffers like ag_ below, landing in jg_all (every world rank's n doubles).
-  MPI_Comm jctl;         // duplicate of MPI_COMM_WORLD (uneven only)
-  const double *jg_mine; // the caller's contribution
-  double *jg_user;       // the caller's result buffer (S x n)
-  double *jg_all;        // world size x n
-  int jg_n;              // doubles per rank (0: no requests yet)
-  MPI_Request *jg_req;   // 2 * (world size - 1) requests
-  double timeout;        // watchdog, seconds (0 = off)
-  bool yield;            // sched_yield between polls (oversubscribed cores)
-  bool started;          // MPI is initialised and not finalized
-  // The all-gather's persistent requests, made for one set of buffers (ag_n == 0: none yet):
-  // ag_req[2k] receives from and ag_req[2k + 1] sends to the k-th other rank.
-  const double *ag_mine; // the caller's contribution
-  double *ag_all;        // the caller's result buffer
-  int ag_n;              // doubles per rank
-  MPI_Request *ag_req;   // 2 * (nranks - 1) requests
+  // The uneven form's job-wide all-gather (job_allgather), over jctl, landing in jg_all.
+  MPI_Comm jctl;  // duplicate of MPI_COMM_WORLD (uneven only)
+  Gather jg;      // its requests (uneven only)
+  double *jg_all; // world size x jg.n doubles
+  double timeout; // watchdog, seconds (0 = off)
+  bool yield;     // sched_yield between polls (oversubscribed cores)
+  bool started;   // MPI is initialised and not finalized
+  Gather ag;      // the allgather's requests, over ctl (the pipeline's ranks)
   // The replicas' all-gather in buckets (rg_nb == 0: not set up): rg_req[k * (D - 1) + j]
   // receives bucket k from the j-th other replica; rg_req[(nb + k) * (D - 1) + j] sends it there.
   const void *rg_mine; // the caller's message
@@ -234,13 +237,16 @@ static int start_uneven(const PrComm *c, int rank, int size, double timeout) {
           c->rank, S, D, mpi.base[c->rank], mpi.base[c->rank] + D - 1, mpi.base[S], rank, size);
   mpi.replicas = D;
   mpi.rg_nb = 0, mpi.rg_req = NULL, mpi.rg_sent = NULL, mpi.rg_active = false;
-  mpi.jg_n = 0, mpi.jg_req = NULL, mpi.jg_all = NULL;
+  mpi.jg_all = NULL;
   pr_replica = rank - mpi.base[c->rank];
   mpi.pipe = MPI_COMM_WORLD; // the streams: world ranks (peer_of)
   pr_mpi_check(MPI_Comm_split(MPI_COMM_WORLD, pr_replica, rank, &mpi.ctl), "MPI_Comm_split");
   pr_mpi_check(MPI_Comm_split(MPI_COMM_WORLD, c->rank, rank, &mpi.rep), "MPI_Comm_split");
   pr_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mpi.world), "MPI_Comm_dup");
   pr_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mpi.jctl), "MPI_Comm_dup");
+  mpi.jg = (Gather){.comm = mpi.jctl, .me = rank, .size = size};
+  mpi.jg.req = malloc(2 * (size_t)size * sizeof *mpi.jg.req);
+  prCheck(mpi.jg.req != NULL, "the machine is out of memory", "cannot allocate the MPI requests");
   return start_streams(c, rank, timeout);
 }
 
@@ -321,9 +327,9 @@ static int start_streams(const PrComm *c, int rank, double timeout) {
   mpi.req = malloc((size_t)(nreq > 0 ? nreq : 1) * sizeof *mpi.req);
   prCheck(mpi.req != NULL, "the machine is out of memory", "cannot allocate the MPI requests");
   for (int64_t i = 0; i < nreq; i++) mpi.req[i] = MPI_REQUEST_NULL;
-  mpi.ag_req = malloc(2 * (size_t)c->nranks * sizeof *mpi.ag_req);
-  prCheck(mpi.ag_req != NULL, "the machine is out of memory", "cannot allocate the MPI requests");
-  mpi.ag_n = 0;
+  mpi.ag = (Gather){.comm = mpi.ctl, .me = c->rank, .size = c->nranks};
+  mpi.ag.req = malloc(2 * (size_t)c->nranks * sizeof *mpi.ag.req);
+  prCheck(mpi.ag.req != NULL, "the machine is out of memory", "cannot allocate the MPI requests");
   mpi.timeout = timeout;
   const char *y = getenv("OMPI_MCA_mpi_yield_when_idle");
   mpi.yield = y && strcmp(y, "1") == 0;
@@ -338,64 +344,53 @@ static int start_streams(const PrComm *c, int rank, double timeout) {
   return local;
 }
 
-// Frees the all-gather's persistent requests (inactive: every all-gather waits for its own).
-static void allgather_free(void) {
-  for (int k = 0; mpi.ag_n > 0 && k < 2 * (mpi.c->nranks - 1); k++)
-    pr_mpi_check(MPI_Request_free(&mpi.ag_req[k]), "MPI_Request_free");
-  mpi.ag_n = 0;
+// Frees g's persistent requests (inactive: every all-gather waits for its own).
+static void gather_free(Gather *g) {
+  for (int k = 0; g->n > 0 && k < 2 * (g->size - 1); k++)
+    pr_mpi_check(MPI_Request_free(&g->req[k]), "MPI_Request_free");
+  g->n = 0;
+}
+
+// all (g->size x n) = every rank's mine, by g's requests (made anew for new buffers).
+static void gather_run(Gather *g, const double *mine, double *all, int n) {
+  if (mine != g->mine || all != g->all || n != g->n) { // new buffers: new requests
+    gather_free(g);
+    for (int r = 0, k = 0; r < g->size; r++) {
+      if (r == g->me) continue;
+      pr_mpi_check(MPI_Recv_init(all + (size_t)r * (size_t)n, n, MPI_DOUBLE, r, TAG_ALLGATHER,
+                                 g->comm, &g->req[k++]),
+                   "MPI_Recv_init");
+      pr_mpi_check(MPI_Send_init(mine, n, MPI_DOUBLE, r, TAG_ALLGATHER, g->comm, &g->req[k++]),
+                   "MPI_Send_init");
+    }
+    g->mine = mine, g->all = all, g->n = n;
+  }
+  memcpy(all + (size_t)g->me * (size_t)n, mine, (size_t)n * sizeof *all);
+  pr_mpi_check(MPI_Startall(2 * (g->size - 1), g->req), "MPI_Startall");
+  for (int k = 0; k < 2 * (g->size - 1); k++)
+    wait_request(&g->req[k], "in an all-gather with every rank (the start, or a step's end)");
 }
 
 static void t_allgather(const double *mine, double *all, int n) {
-  const int me = mpi.c->rank, size = mpi.c->nranks;
-  if (mine != mpi.ag_mine || all != mpi.ag_all || n != mpi.ag_n) { // new buffers: new requests
-    allgather_free();
-    for (int r = 0, k = 0; r < size; r++) {
-      if (r == me) continue;
-      pr_mpi_check(MPI_Recv_init(all + (size_t)r * (size_t)n, n, MPI_DOUBLE, r, TAG_ALLGATHER,
-                                 mpi.ctl, &mpi.ag_req[k++]),
-                   "MPI_Recv_init");
-      pr_mpi_check(MPI_Send_init(mine, n, MPI_DOUBLE, r, TAG_ALLGATHER, mpi.ctl, &mpi.ag_req[k++]),
-                   "MPI_Send_init");
-    }
-    mpi.ag_mine = mine, mpi.ag_all = all, mpi.ag_n = n;
-  }
-  memcpy(all + (size_t)me * (size_t)n, mine, (size_t)n * sizeof *all);
-  pr_mpi_check(MPI_Startall(2 * (size - 1), mpi.ag_req), "MPI_Startall");
-  for (int k = 0; k < 2 * (size - 1); k++)
-    wait_request(&mpi.ag_req[k], "in an all-gather with every rank (the start, or a step's end)");
+  gather_run(&mpi.ag, mine, all, n);
 }
 
-// The uneven form's all-gather over the whole job (job_allgather); else allgather.
+// The uneven form's all-gather over the whole job (job_allgather), keeping each pipeline rank's
+// replica 0's contribution; else allgather.
 static void t_job_allgather(const double *mine, double *all, int n) {
   if (!mpi.reps) {
     t_allgather(mine, all, n);
     return;
   }
-  int me = 0, size = mpi.base[mpi.c->nranks];
-  pr_mpi_check(MPI_Comm_rank(mpi.jctl, &me), "MPI_Comm_rank");
-  if (mine != mpi.jg_mine || all != mpi.jg_user || n != mpi.jg_n) { // new buffers: new requests
-    for (int k = 0; mpi.jg_n > 0 && k < 2 * (size - 1); k++)
-      pr_mpi_check(MPI_Request_free(&mpi.jg_req[k]), "MPI_Request_free");
-    free(mpi.jg_req);
+  Gather *g = &mpi.jg;
+  if (mine != g->mine || n != g->n) { // new buffers: a landing area for them (new requests)
+    gather_free(g);
     free(mpi.jg_all);
-    mpi.jg_req = malloc(2 * (size_t)size * sizeof *mpi.jg_req);
-    mpi.jg_all = malloc((size_t)size * (size_t)(n > 0 ? n : 1) * sizeof *mpi.jg_all);
-    prCheck(mpi.jg_req && mpi.jg_all, "the machine is out of memory",
+    mpi.jg_all = malloc((size_t)g->size * (size_t)(n > 0 ? n : 1) * sizeof *mpi.jg_all);
+    prCheck(mpi.jg_all != NULL, "the machine is out of memory",
             "cannot allocate the step end's all-gather");
-    for (int r = 0, k = 0; r < size; r++) {
-      if (r == me) continue;
-      pr_mpi_check(MPI_Recv_init(mpi.jg_all + (size_t)r * (size_t)n, n, MPI_DOUBLE, r,
-                                 TAG_ALLGATHER, mpi.jctl, &mpi.jg_req[k++]),
-                   "MPI_Recv_init");
-      pr_mpi_check(MPI_Send_init(mine, n, MPI_DOUBLE, r, TAG_ALLGATHER, mpi.jctl, &mpi.jg_req[k++]),
-                   "MPI_Send_init");
-    }
-    mpi.jg_mine = mine, mpi.jg_user = all, mpi.jg_n = n;
   }
-  memcpy(mpi.jg_all + (size_t)me * (size_t)n, mine, (size_t)n * sizeof *all);
-  pr_mpi_check(MPI_Startall(2 * (size - 1), mpi.jg_req), "MPI_Startall");
-  for (int k = 0; k < 2 * (size - 1); k++)
-    wait_request(&mpi.jg_req[k], "in an all-gather with every rank (the start, or a step's end)");
+  gather_run(g, mine, mpi.jg_all, n);
   for (int s = 0; s < mpi.c->nranks; s++) // each pipeline rank's replica 0
     memcpy(all + (size_t)s * (size_t)n, mpi.jg_all + (size_t)mpi.base[s] * (size_t)n,
            (size_t)n * sizeof *all);
@@ -517,27 +512,26 @@ static void t_finish(void) {
   pr_comm_wait_sends();
   t_barrier();
   if (mpi.world != MPI_COMM_NULL) t_world_barrier(); // replicated (either form)
-  allgather_free();
+  gather_free(&mpi.ag);
   MPI_Comm_free(&mpi.ctl);
   replica_free();
   if (mpi.pipe != MPI_COMM_WORLD) MPI_Comm_free(&mpi.pipe);
   if (mpi.rep != MPI_COMM_NULL) MPI_Comm_free(&mpi.rep);
   if (mpi.world != MPI_COMM_NULL) MPI_Comm_free(&mpi.world);
   if (mpi.reps) { // the uneven form's
-    for (int k = 0; mpi.jg_n > 0 && k < 2 * (mpi.base[mpi.c->nranks] - 1); k++)
-      pr_mpi_check(MPI_Request_free(&mpi.jg_req[k]), "MPI_Request_free");
+    gather_free(&mpi.jg);
     MPI_Comm_free(&mpi.jctl);
-    free(mpi.jg_req);
+    free(mpi.jg.req);
     free(mpi.jg_all);
     free(mpi.base);
-    mpi.reps = NULL, mpi.base = NULL, mpi.jg_req = NULL, mpi.jg_all = NULL, mpi.jg_n = 0;
+    mpi.reps = NULL, mpi.base = NULL, mpi.jg.req = NULL, mpi.jg_all = NULL;
   }
   pr_mpi_check(MPI_Finalize(), "MPI_Finalize");
   mpi.started = false;
   pr_transport = NULL;
   free(mpi.req);
-  free(mpi.ag_req);
-  mpi.req = NULL, mpi.ag_req = NULL;
+  free(mpi.ag.req);
+  mpi.req = NULL, mpi.ag.req = NULL;
   mpi.c = NULL;
 }
 
