@@ -277,12 +277,12 @@ static const char *act_label(E *e, const Action *x) {
   return arena_printf(e->a, "%s(v%d, m%d)", action_name(x->kind), x->v, x->m);
 }
 
-// The action of this rank's list that makes channel c's tensor for microbatch m: F for an
-// activation; B for a gradient contribution (W when B and W are split and a W node makes it).
-// at[k] holds, per (v, m) at v * M + m, the index of this rank's action of kind F, B, W (k 0..2).
+// The action of this rank's list that makes channel c's tensor for microbatch m (of kind
+// channel_maker's). at[k] holds, per (v, m) at v * M + m, the index of this rank's action of
+// kind F, B, W (k 0..2).
 static int producing_action(const E *e, int *const at[3], const Channel *c, int m) {
-  const Node *pn = c->t->producer;
-  int k = !c->grad ? 0 : e->prog->vs[c->from_v].split && pn && pn->role == ROLE_WGT ? 2 : 1;
+  ActionKind kind = channel_maker(e->prog, c);
+  int k = kind == ACT_F ? 0 : kind == ACT_B ? 1 : 2;
   return at[k][(size_t)c->from_v * e->prog->M + m];
 }
 

@@ -363,6 +363,12 @@ void schedule_print(const Program *p, FILE *out);
 
 // The action's name as printed ("F", "TIED_SUM", ...).
 const char *action_name(ActionKind k);
+// The text of an action for messages ("F(v0, m1)", "RECV(c0, m1)", "NORM") into buf.
+void action_text(const Action *x, char *buf, size_t cap);
+// The kind of the action of channel c's sending stage that makes its tensor: F for an
+// activation; B for a gradient contribution (W when B and W are split and a W node makes it).
+// The send-buffer rule's wait for (c, m) goes before that action of m + K.
+ActionKind channel_maker(const Program *p, const Channel *c);
 
 // Per (virtual stage v, microbatch m), at index v * M + m: the index in v's rank's action list
 // of the last action of (v, m) (LOAD, F, LOSS, B or W: SEND and RECV carry no stage), or the

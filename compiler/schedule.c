@@ -16,6 +16,20 @@ const char *action_name(ActionKind k) {
   return k >= 0 && k < ACT_COUNT ? names[k] : "?";
 }
 
+void action_text(const Action *x, char *buf, size_t cap) {
+  if (x->kind == ACT_SEND || x->kind == ACT_RECV)
+    snprintf(buf, cap, "%s(c%d, m%d)", action_name(x->kind), x->ch->id, x->m);
+  else if (x->m >= 0)
+    snprintf(buf, cap, "%s(v%d, m%d)", action_name(x->kind), x->v, x->m);
+  else
+    snprintf(buf, cap, "%s", action_name(x->kind));
+}
+
+ActionKind channel_maker(const Program *p, const Channel *c) {
+  const Node *pn = c->t->producer;
+  return !c->grad ? ACT_F : p->vs[c->from_v].split && pn && pn->role == ROLE_WGT ? ACT_W : ACT_B;
+}
+
 static void seg_push(Segment *s, Node *n) {
   s->nodes[s->n++] = n;
 }

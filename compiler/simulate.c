@@ -83,16 +83,6 @@ void schedule_grid(const Program *p, int steps, int *const *at, const int *block
   }
 }
 
-// The text of an action for messages ("F(v0, m1)", "RECV(c0, m1)").
-static void name_of(const Action *x, char *buf, size_t cap) {
-  if (x->kind == ACT_SEND || x->kind == ACT_RECV)
-    snprintf(buf, cap, "%s(c%d, m%d)", action_name(x->kind), x->ch->id, x->m);
-  else if (x->m >= 0)
-    snprintf(buf, cap, "%s(v%d, m%d)", action_name(x->kind), x->v, x->m);
-  else
-    snprintf(buf, cap, "%s", action_name(x->kind));
-}
-
 // Whether send (c, m) has surely completed by step t, so that the producer of (c, m + K) may
 // overwrite its buffer: a channel between two stages of one rank is a copy at its RECV, which
 // must have run; a message to another rank completes once the receiver has posted its receive,
@@ -234,7 +224,7 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
         int K = p->vs[hv].K > 0 ? p->vs[hv].K : 1, *s = &slot[hv][x->m % K];
         if (*s >= 0) {
           char t1[64], why[256];
-          name_of(x, t1, sizeof t1);
+          action_text(x, t1, sizeof t1);
           snprintf(why, sizeof why,
                    "schedule: rank %d action %d %s: reuses slot %d of stage v%d (K = %d) while "
                    "m%d is live (until its %s)",
@@ -276,7 +266,7 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
       if (pc[r] >= rp->nacts) continue;
       const Action *x = &rp->acts[pc[r]];
       char t1[64], t2[64];
-      name_of(x, t1, sizeof t1);
+      action_text(x, t1, sizeof t1);
       if (x->kind != ACT_RECV) { // F or B held by the send-buffer rule
         int K = p->vs[x->v].K > 0 ? p->vs[x->v].K : 1, k = 2 * x->v + (x->kind == ACT_B), c = -1;
         for (int j = mk[k]; j < mk[k + 1] && c < 0; j++)
@@ -293,7 +283,7 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
         fprintf(f, "  rank %d action %d %s: waits for its SEND on rank %d, which has not run", r,
                 pc[r], t1, src);
       else {
-        name_of(queue[q][nrecv[q]], t2, sizeof t2);
+        action_text(queue[q][nrecv[q]], t2, sizeof t2);
         fprintf(f,
                 "  rank %d action %d %s: rank %d sent %s first (the two sides' message orders "
                 "differ)",

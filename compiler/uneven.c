@@ -81,15 +81,6 @@ typedef struct Wait {
   int next; // the next wait at the same position (-1: none)
 } Wait;
 
-static void act_text(const Action *x, char *buf, size_t cap) {
-  if (x->ch)
-    snprintf(buf, cap, "%s(c%d, m%d)", action_name(x->kind), x->ch->id, x->m);
-  else if (x->m >= 0)
-    snprintf(buf, cap, "%s(v%d, m%d)", action_name(x->kind), x->v, x->m);
-  else
-    snprintf(buf, cap, "%s", action_name(x->kind));
-}
-
 // Index of action (kind, v, m) in rank s's list (-1: none).
 static int find(const Program *p, int s, ActionKind k, int v, int m) {
   const RankProgram *rp = &p->ranks[s];
@@ -140,10 +131,7 @@ bool uneven_verify(const Program *p, Diag *d) {
     const Channel *ch = &p->ch[c];
     int s = p->vs[ch->from_v].rank, K = p->vs[ch->from_v].K > 0 ? p->vs[ch->from_v].K : 1;
     if (s == p->vs[ch->to_v].rank) continue; // a copy within the rank: no send to wait for
-    const Node *pn = ch->t->producer;
-    ActionKind k = !ch->grad                                               ? ACT_F
-                   : p->vs[ch->from_v].split && pn && pn->role == ROLE_WGT ? ACT_W
-                                                                           : ACT_B;
+    ActionKind k = channel_maker(p, ch);
     for (int m = 0; m + K < M; m++) {
       int i = find(p, s, k, ch->from_v, m + K);
       if (i < 0) continue; // (the schedule's checker has reported it)
@@ -201,7 +189,7 @@ bool uneven_verify(const Program *p, Diag *d) {
             *sl = &q->slot[pos_in_rank(p, hv)][k];
         if (*sl >= 0) {
           char text[64];
-          act_text(x, text, sizeof text);
+          action_text(x, text, sizeof text);
           diag_error(d, (Loc){0, 0},
                      "schedule: rank %d (stage %d, replica %d) %s: reuses slot %d of stage v%d "
                      "(K = %d) while m%d is live",
@@ -228,7 +216,7 @@ bool uneven_verify(const Program *p, Diag *d) {
       const Rep *q = &rep[w];
       if (q->pc >= q->n) continue;
       char at[64];
-      act_text(&p->ranks[q->s].acts[q->idx[q->pc]], at, sizeof at);
+      action_text(&p->ranks[q->s].acts[q->idx[q->pc]], at, sizeof at);
       fprintf(f, "\n  rank %d (stage %d, replica %d) waits at its action %d, %s", w, q->s, q->r,
               q->pc, at);
     }
