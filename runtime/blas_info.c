@@ -96,12 +96,14 @@ void pr_blas_report(bool quiet) {
            "OPENBLAS_CORETYPE overrides\n",
            core, fell);
   printf("kernels pipert %s\n", pr_isa_name());
-  // The own GEMM runs where the kernels have FMA (not at v1: kernels_gemm.c).
-  bool fma = strncmp(pr_isa_name(), "x86-64-v1", 9) != 0, own = pr_gemm_own(); // checks PIPEC_GEMM
-  if (fma && own)
+  // The GEMM the kernels run: their own where their build has FMA (kernels_gemm.c says).
+  if (pr_gemm_in_use()) // (checks PIPEC_GEMM)
     printf("gemm pipec (FMA chain in k order)\n");
   else
-    printf("gemm OpenBLAS (%s)\n", fma ? "PIPEC_GEMM=openblas" : "no FMA at x86-64-v1");
+    printf("gemm OpenBLAS (%s)\n", !pr_gemm_own() ? "PIPEC_GEMM=openblas"
+                                   : strncmp(pr_isa_name(), "x86-64-v1", 9) == 0
+                                       ? "no FMA at x86-64-v1"
+                                       : "no FMA in the kernels' build");
   fflush(stdout);
   if (!avx2 || !old_kernel(core)) return;
   const char *want = avx512 ? "SKYLAKEX" : "HASWELL";

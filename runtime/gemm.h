@@ -36,4 +36,8 @@ void pr_gemm_packed(int ta, int64_t M, int64_t N, int64_t K, const float *A, int
 // (PIPEC_GEMM=openblas); another value stops the program. Read once (blas_info.c).
 int pr_gemm_own(void);
 
+// 1 when this process's kernels run the own GEMM: pr_gemm_own() in a build of the kernels with
+// FMA (v3, v4, --march=native on an FMA CPU), 0 where they run OpenBLAS (kernels_gemm.c).
+int pr_gemm_in_use(void);
+
 #endif // PIPERT_GEMM_H

@@ -30,13 +30,17 @@ static void blas_single_thread(void) {
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
 }
 
-// Whether the products run the own GEMM (gemm.c): never in the v1 build (no FMA).
+// Whether the products run the own GEMM (gemm.c): never in a build without FMA (v1).
 static int own(void) {
 #ifdef __FMA__
   return pr_gemm_own();
 #else
   return 0;
 #endif
+}
+
+int pr_gemm_in_use(void) {
+  return own();
 }
 
 // One single-threaded call: C (M,N) = op(A) (M,K) . op(B) (K,N) with mode (gemm.h; OpenBLAS:
