@@ -168,15 +168,20 @@ maxrel_loss() {
   paste "$1" "$2" | awk '{ if ($1 != $3) { print "step mismatch"; exit } d = $2 - $4; if (d < 0) d = -d;
     r = d / ($2 < 0 ? -$2 : $2); if (r > m) m = r } END { printf "%.3g\n", m + 0 }'
 }
-rl=$(maxrel_loss "$tmp/ref1.loss" "$tmp/s1.loss")
-rp=$(st maxrel "$tmp/ref1.st" "$tmp/s1.st")
-ro=$(st maxrel "$tmp/ref1.st.optim" "$tmp/s1.st.optim")
-echo "D = 1 vs D = 2 after 5 steps: losses max relative difference $rl, parameters $rp, optimizer state $ro"
-check "D = 1 vs 2: losses within 1e-6 ($rl)" awk -v r="$rl" 'BEGIN { exit !(r < 1e-6) }'
-check "D = 1 vs 2: parameters within 1e-5 ($rp)" awk -v r="$rp" 'BEGIN { exit !(r < 1e-5) }'
-check "D = 1 vs 2: optimizer state within 1e-5 ($ro)" awk -v r="$ro" 'BEGIN { exit !(r < 1e-5) }'
-check "D = 1 vs 2: the parameters are not bitwise equal (another summation order)" \
-  test "$rp" != 0
+# close_runs NAME REF RUN: RUN's losses within 1e-6 of REF's, its parameters and optimizer state
+# within 1e-5 (max relative differences), and its parameters not bitwise REF's.
+close_runs() {
+  local rl rp ro
+  rl=$(maxrel_loss "$2.loss" "$3.loss")
+  rp=$(st maxrel "$2.st" "$3.st")
+  ro=$(st maxrel "$2.st.optim" "$3.st.optim")
+  echo "$1: losses max relative difference $rl, parameters $rp, optimizer state $ro"
+  check "$1: losses within 1e-6 ($rl)" awk -v r="$rl" 'BEGIN { exit !(r < 1e-6) }'
+  check "$1: parameters within 1e-5 ($rp)" awk -v r="$rp" 'BEGIN { exit !(r < 1e-5) }'
+  check "$1: optimizer state within 1e-5 ($ro)" awk -v r="$ro" 'BEGIN { exit !(r < 1e-5) }'
+  check "$1: the parameters are not bitwise equal (another summation order)" test "$rp" != 0
+}
+close_runs "D = 1 vs D = 2 after 5 steps" "$tmp/ref1" "$tmp/s1"
 
 # D = M (one microbatch per replica) on a model without shared parameters: the replicas' sum
 # g0 + g1 + g2 + g3 in replica order is the D = 1 program's accumulation, so the bits are D = 1's
@@ -228,17 +233,8 @@ same_bits "uneven 4,1 (D_0 = M): the bits of the unreplicated run" "$tmp/ud2" "$
 same_bits "uneven 1,4 (D_1 = M): the bits of the unreplicated run" "$tmp/ud2" "$tmp/u14"
 same_bits "uneven 2,1: gpipe = 1f1b" "$tmp/u21" "$tmp/u21g"
 same_bits "uneven 2,1: zb-h1 = 1f1b" "$tmp/u21" "$tmp/u21zb"
-for pair in "ud2 u21" "ud3 u211"; do
-  set -- $pair
-  rl=$(maxrel_loss "$tmp/$1.loss" "$tmp/$2.loss")
-  rp=$(st maxrel "$tmp/$1.st" "$tmp/$2.st")
-  ro=$(st maxrel "$tmp/$1.st.optim" "$tmp/$2.st.optim")
-  echo "uneven $2 vs $1 after 3 steps: losses $rl, parameters $rp, optimizer state $ro"
-  check "uneven $2: losses within 1e-6 of $1 ($rl)" awk -v r="$rl" 'BEGIN { exit !(r < 1e-6) }'
-  check "uneven $2: parameters within 1e-5 ($rp)" awk -v r="$rp" 'BEGIN { exit !(r < 1e-5) }'
-  check "uneven $2: optimizer state within 1e-5 ($ro)" awk -v r="$ro" 'BEGIN { exit !(r < 1e-5) }'
-  check "uneven $2: not bitwise (a stage's replicas sum in another order)" test "$rp" != 0
-done
+close_runs "uneven 2,1 vs D = 1 after 3 steps" "$tmp/ud2" "$tmp/u21"
+close_runs "uneven 2,1,1 vs D = 1 after 3 steps" "$tmp/ud3" "$tmp/u211"
 check "uneven 2,1: the eval line once, from world rank 2 (stage 1's replica 0)" \
   test "$(grep -c 'eval  step 3' "$tmp/u21.out")" = 1 -a "$(grep -c '^\[rank 2\] eval  step 3' "$tmp/u21.out")" = 1
 # Checkpoints: replica 0 of each stage saves; a resume continues bit for bit at the same layout
