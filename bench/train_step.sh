@@ -251,7 +251,9 @@ def gemm_table(shapes, gemm, cols, rows_note):
     print("*of T x 1-thread sgemm*: the step's GFLOP/s (3 x forward) over T times the machine's 1-thread rate of "
           "*the step's GEMMs* (the fastest kernel's column above): the cores' GEMM rate at these shapes (pipec runs its "
           "GEMMs single-threaded in each of its T threads, so a BLAS's own T-thread rate is not its ceiling; pipec's "
-          "own GEMM at x86-64-v3/v4 does not depend on OpenBLAS's kernel).")
+          "own GEMM at x86-64-v3/v4 does not depend on OpenBLAS's kernel). *of T-thread sgemm*: the same over the "
+          "machine's T-thread rate of *the step's GEMMs* (the fastest kernel's T-thread column), issue 10's measure "
+          "(same threads, same shapes): at 1 thread the two columns are one.")
 
 if "gpt_char" in models:
     shapes = gemm_shapes(B, T, C, L, V)
@@ -259,6 +261,8 @@ if "gpt_char" in models:
     log(f"  sgemm rates done, {time.time() - t0:.0f} s")
     step_rate = lambda k, t: rate_of(shapes, gemm[(k, t)])
     machine_rate = max(step_rate(k, 1) for k in kernels) if 1 in threads else 0
+    # issue 10's measure: the machine's T-thread rate at the same shapes (the fastest kernel's)
+    machine_rate_t = {t: max(step_rate(k, t) for k in kernels) for t in threads}
 if "gpt_wide" in models:
     wshapes = gemm_shapes(WB, WT, WC, WL, V)
     wgemm = gemm_rates(wshapes, [None])
@@ -293,8 +297,8 @@ if "gpt_char" in models:
     for t in threads:
         print(f"### {t} thread{'s' if t > 1 else ''}")
         print()
-        print("| peer | BLAS kernel | ms/step, default wait | ms/step, other wait | kept | rounds min–max | GFLOP/s | of T x 1-thread sgemm |")
-        print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: |")
+        print("| peer | BLAS kernel | ms/step, default wait | ms/step, other wait | kept | rounds min–max | GFLOP/s | of T x 1-thread sgemm | of T-thread sgemm |")
+        print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |")
         for i, peer in enumerate(peers):
             for k in ([None] if mkl(peer) else kernels):
                 ms, w, rows = best(i, k, t)
@@ -304,8 +308,9 @@ if "gpt_char" in models:
                 # against the machine's rate: the best kernel's (pipec's own GEMM at v3/v4 does not
                 # run OpenBLAS's kernel, so a forced one says nothing of its ceiling)
                 frac = f"{100 * flops / (ms / 1e3) / 1e9 / (t * machine_rate):.0f}%" if 1 in threads else "–"
+                frac_t = f"{100 * flops / (ms / 1e3) / 1e9 / machine_rate_t[t]:.0f}%"
                 print(f"| {peer[0]} | {kl} | {rows[0][1]:.1f} | {rows[1][1]:.1f} ({rows[1][0]}) | {wname(i, w)} "
-                      f"| {min(rr):.1f}–{max(rr):.1f} | {flops / (ms / 1e3) / 1e9:.1f} | {frac} |")
+                      f"| {min(rr):.1f}–{max(rr):.1f} | {flops / (ms / 1e3) / 1e9:.1f} | {frac} | {frac_t} |")
                 if max(rr) > 1.3 * min(rr):
                     notes.append(f"{t} thread(s), {peer[0]}, {kl}: rounds spread {min(rr):.1f}–{max(rr):.1f} ms (> 30%): noisy")
                 if max(x[1] for x in rows) > 2 * ms:
@@ -362,18 +367,20 @@ if "gpt_wide" in models:
         return min(((med(wres[(i, w, t)]), w, wres[(i, w, t)]) for w in wide_waits(i, t)), key=lambda x: x[0])
     wms = lambda i, t: wbest(i, t)[0]
     print("| threads | peer | BLAS kernel | ms/step, default wait | ms/step, other wait | kept | rounds min–max "
-          "| GFLOP/s | of T x 1-thread sgemm | loss at step 1 |")
-    print("| ---: | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |")
+          "| GFLOP/s | of T x 1-thread sgemm | of T-thread sgemm | loss at step 1 |")
+    print("| ---: | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
     for t in threads:
         for i in wide_peers:
             ms, w, rr = wbest(i, t)
             got = wkern[(i, None, t)]
             kl = "MKL" if mkl(peers[i]) else klabel(None) + ("" if got in (None, default_core) else f" (ran {got}!)")
             frac = f"{100 * wide_flops / (ms / 1e3) / 1e9 / (t * wrate(1)):.0f}%" if not mkl(peers[i]) and 1 in threads else "–"
+            frac_t = f"{100 * wide_flops / (ms / 1e3) / 1e9 / wrate(t):.0f}%" if not mkl(peers[i]) else "–"
             losses = sorted(set(f"{x:.4f}" if x is not None else "?" for ww in wide_waits(i, t) for x in wloss[(i, ww, t)]))
             other = (f"{med(wres[(i, other_wait(i), t)]):.1f} ({other_wait(i)})" if t > 1 else "– (1 thread)")
             print(f"| {t} | {peers[i][0]} | {kl} | {med(wres[(i, None, t)]):.1f} | {other} | {wname(i, w)} "
-                  f"| {min(rr):.1f}–{max(rr):.1f} | {wide_flops / (ms / 1e3) / 1e9:.1f} | {frac} | {', '.join(losses)} |")
+                  f"| {min(rr):.1f}–{max(rr):.1f} | {wide_flops / (ms / 1e3) / 1e9:.1f} | {frac} | {frac_t} "
+                  f"| {', '.join(losses)} |")
             if max(rr) > 1.3 * min(rr):
                 notes.append(f"gpt_wide, {t} thread(s), {peers[i][0]}: rounds spread {min(rr):.1f}–{max(rr):.1f} ms (> 30%): noisy")
             worst, ww = max(((med(wres[(i, ww, t)]), ww) for ww in wide_waits(i, t)), key=lambda x: x[0])
@@ -386,17 +393,18 @@ if "gpt_wide" in models:
     print()
     print("pipec against the best peer on gpt_wide (ratio = best peer's ms / pipec's ms; above 1: pipec is faster):")
     print()
-    print("| threads | pipec ms/step | of T x 1-thread sgemm | best peer | its ms/step | ratio |")
-    print("| ---: | ---: | ---: | --- | ---: | ---: |")
+    print("| threads | pipec ms/step | of T x 1-thread sgemm | of T-thread sgemm | best peer | its ms/step | ratio |")
+    print("| ---: | ---: | ---: | ---: | --- | ---: | ---: |")
     for t in threads:
         p_ms = wms(0, t)
         frac = f"{100 * wide_flops / (p_ms / 1e3) / 1e9 / (t * wrate(1)):.0f}%" if 1 in threads else "–"
+        frac_t = f"{100 * wide_flops / (p_ms / 1e3) / 1e9 / wrate(t):.0f}%"
         cands = [(wms(i, t), i) for i in torch_peers()]
         if not cands:
-            print(f"| {t} | {p_ms:.1f} | {frac} | (none installed) | – | – |")
+            print(f"| {t} | {p_ms:.1f} | {frac} | {frac_t} | (none installed) | – | – |")
             continue
         b_ms, bi = min(cands)
-        print(f"| {t} | {p_ms:.1f} | {frac} | {peers[bi][0]}, wait {wname(bi, wbest(bi, t)[1])} | {b_ms:.1f} "
+        print(f"| {t} | {p_ms:.1f} | {frac} | {frac_t} | {peers[bi][0]}, wait {wname(bi, wbest(bi, t)[1])} | {b_ms:.1f} "
               f"| {b_ms / p_ms:.2f}x |")
     print()
     gemm_table(wshapes, wgemm, [(None, t) for t in threads], f"rows {WB * WT} = {WB} x {WT} tokens")
