@@ -97,13 +97,18 @@ static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A
   int64_t bs = ((split + nblk - 1) / nblk + 15) & ~(int64_t)15;
   nblk = (split + bs - 1) / bs;
   if (own() && nblk > 1 && M >= N) { // every row block reads all of op(B): packed once, shared
+    // One parallel region for the packing and the row blocks, the loops' implicit barrier between
+    // them (the blocks read every panel): a second region would wake the threads once more (a
+    // futex wake-up under the program's wait policy, util.c), twice per linear layer of a step.
     int64_t width, np = pr_gemm_panels(N, &width);
     float *bp = pr_scratch((size_t)(np * width * K) * sizeof(float));
-    PR_PARALLEL_FOR(np > 1 && K * N >= PAR_MIN, (int64_t p = 0; p < np; p++),
-                    pr_gemm_pack(tb, K, N, B, ldb, bp, p, p + 1));
-    PR_PARALLEL_FOR(1, (int64_t i = 0; i < nblk; i++), {
-      int64_t o = i * bs, len = split - o < bs ? split - o : bs;
-      pr_gemm_packed(ta, len, N, K, ta ? A + o : A + o * lda, lda, bp, C + o * ldc, ldc, mode);
+    PR_PARALLEL(1, {
+      _Pragma("omp for schedule(static)") for (int64_t p = 0; p < np; p++)
+          pr_gemm_pack(tb, K, N, B, ldb, bp, p, p + 1);
+      _Pragma("omp for schedule(static)") for (int64_t i = 0; i < nblk; i++) {
+        int64_t o = i * bs, len = split - o < bs ? split - o : bs;
+        pr_gemm_packed(ta, len, N, K, ta ? A + o : A + o * lda, lda, bp, C + o * ldc, ldc, mode);
+      }
     });
     pr_scratch_free(bp);
     return;

@@ -214,6 +214,11 @@ double pr_lr_at(const PrLrSchedule *s, int64_t step);
 // scaling g in place first would give, without the pass over g).
 void pr_adamw_step(float *p, const float *g, float gscale, float *m, float *v, int64_t n, double lr,
                    double beta1, double beta2, double eps, double weight_decay, int64_t t);
+// pr_adamw_step over every parameter of params[0..count) with a gradient and storage (weight decay
+// where its `decay` flag says), in one parallel region: the same bits as one call per parameter.
+typedef struct PrParam PrParam;
+void pr_adamw_params(const PrParam *params, int count, float gscale, double lr, double beta1,
+                     double beta2, double eps, double weight_decay, int64_t t);
 // SGD with momentum (PyTorch's formula: buf = momentum*buf + g (buf = g at t == 1); p -= lr*buf),
 // weight decay added to g; the gradient is g[i] * gscale as for AdamW. buf may be NULL when
 // momentum == 0.

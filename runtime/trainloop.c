@@ -109,14 +109,20 @@ static double step_end(const Trainer *t, int64_t step, double loss, double lr) {
   // The optimizer's step counter (AdamW's bias correction, SGD's first momentum step) counts the
   // updates made: an fp16 step skipped for an overflow is not one (torch's GradScaler).
   int64_t upd = step + 1 - (t->scaler ? t->scaler->skipped_all : 0);
+  // AdamW on the CPU: every tensor in one parallel region (the loop below then only narrows the
+  // 16-bit copies).
+  bool all = !dv && o->kind == PR_ADAMW;
+  if (all)
+    pr_adamw_params(p->params, p->nparams, gscale, lr, o->beta1, o->beta2, o->eps, o->weight_decay,
+                    upd);
   for (int i = 0; i < p->nparams; i++) {
     const PrParam *q = &p->params[i];
     if (!q->grad || !q->data) continue;
     double wd = q->decay ? o->weight_decay : 0.0;
-    if (o->kind == PR_ADAMW)
+    if (!all && o->kind == PR_ADAMW)
       (dv ? dv->adamw_step : pr_adamw_step)(q->data, q->grad, gscale, q->m, q->v, q->n, lr,
                                             o->beta1, o->beta2, o->eps, wd, upd);
-    else
+    else if (!all)
       (dv ? dv->sgd_step : pr_sgd_step)(q->data, q->grad, gscale, q->m, q->n, lr, o->momentum, wd,
                                         upd);
     if (q->half) // --precision: the 16-bit copy the kernels read, from the new master weights

@@ -1445,6 +1445,72 @@ START_TEST(test_half_conversions) {
 }
 END_TEST
 
+// pr_adamw_params (every tensor in one parallel region, the elements split over the threads) is
+// bitwise pr_adamw_step per tensor, at 1 and 2 threads: weight decay where `decay` says, tensors
+// without a gradient or storage (frozen, tied, not held) left alone; a tensor large enough to be
+// split and odd sizes whose split ends mid-vector. pr_grad_norm2 (the parameters' sums shared
+// over the threads) is the canonical-order sum of pr_sumsq at both thread counts.
+START_TEST(test_adamw_params) {
+  enum { NP = 6 };
+  const int64_t n[NP] = {100003, 37, 128, 5, 65536, 9};
+  float *w[2][NP], *mm[2][NP], *vv[2][NP], *g[NP];
+  PrGrad gr[NP];
+  for (int threads = 1; threads <= 2; threads++) {
+    pr_set_threads(threads);
+    PrParam ps[NP];
+    for (int k = 0; k < NP; k++) {
+      g[k] = malloc((size_t)n[k] * sizeof(float));
+      for (int c = 0; c < 2; c++) {
+        w[c][k] = malloc((size_t)n[k] * sizeof(float));
+        mm[c][k] = malloc((size_t)n[k] * sizeof(float));
+        vv[c][k] = malloc((size_t)n[k] * sizeof(float));
+        for (int64_t i = 0; i < n[k]; i++) {
+          w[c][k][i] = (float)((i * 7919 + k) % 101) * 0.013f - 0.6f;
+          mm[c][k][i] = (float)((i * 31 + k) % 17) * 1e-3f - 8e-3f;
+          vv[c][k][i] = (float)((i * 13 + k) % 19) * 1e-5f;
+        }
+      }
+      for (int64_t i = 0; i < n[k]; i++)
+        g[k][i] = (float)((i * 104729 + 3 * k) % 97) * 0.02f - 1.0f;
+      ps[k] = (PrParam){"p", w[1][k], g[k],  mm[1][k],   vv[1][k], n[k],
+                        1,   {n[k]},  false, k % 2 == 0, 0,        NULL};
+      gr[k] = (PrGrad){"p", g[k], n[k]};
+    }
+    ps[3].grad = NULL; // frozen
+    ps[5].data = NULL; // not held by this rank
+    for (int t = 1; t <= 3; t++) {
+      for (int k = 0; k < NP; k++)
+        if (ps[k].grad && ps[k].data)
+          pr_adamw_step(w[0][k], g[k], 0.7f, mm[0][k], vv[0][k], n[k], 1e-2 / t, 0.9, 0.99, 1e-8,
+                        k % 2 == 0 ? 0.1 : 0.0, t);
+      pr_adamw_params(ps, NP, 0.7f, 1e-2 / t, 0.9, 0.99, 1e-8, 0.1, t);
+    }
+    for (int k = 0; k < NP; k++) {
+      ck_assert_msg(!memcmp(w[0][k], w[1][k], (size_t)n[k] * sizeof(float)),
+                    "threads %d: tensor %d differs", threads, k);
+      ck_assert(!memcmp(mm[0][k], mm[1][k], (size_t)n[k] * sizeof(float)));
+      ck_assert(!memcmp(vv[0][k], vv[1][k], (size_t)n[k] * sizeof(float)));
+    }
+    // the frozen tensor and the one not held are untouched by either path
+    for (int k = 3; k <= 5; k += 2)
+      for (int64_t i = 0; i < n[k]; i++) {
+        ck_assert(w[1][k][i] == (float)((i * 7919 + k) % 101) * 0.013f - 0.6f);
+        ck_assert(mm[1][k][i] == (float)((i * 31 + k) % 17) * 1e-3f - 8e-3f);
+      }
+    gr[3].g = NULL;
+    double want = 0;
+    for (int k = 0; k < NP; k++)
+      if (gr[k].g) want += pr_sumsq(gr[k].g, gr[k].n);
+    ck_assert(pr_grad_norm2(gr, NP) == want);
+    for (int k = 0; k < NP; k++) {
+      free(g[k]);
+      for (int c = 0; c < 2; c++) free(w[c][k]), free(mm[c][k]), free(vv[c][k]);
+    }
+  }
+  pr_set_threads(0);
+}
+END_TEST
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/pipert_test.XXXXXX");
   if (!mkdtemp(tmpdir)) {
@@ -1466,6 +1532,7 @@ int main(void) {
   tcase_add_test(tc, test_optim_gscale);
   tcase_add_test(tc, test_half_conversions);
   tcase_add_test(tc, test_grad_norm2);
+  tcase_add_test(tc, test_adamw_params);
   tcase_add_test(tc, test_tokens_text);
   tcase_add_test(tc, test_batches_null);
   tcase_add_test(tc, test_tokens_u16);
