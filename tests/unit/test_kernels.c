@@ -449,6 +449,17 @@ START_TEST(test_gelu_saved_cdf) {
                     (long long)i);
       if (i >= 5) ck_assert(c[i] >= 0.0f && c[i] <= 1.0f);
     }
+    // each element's bits do not depend on where it falls in the exact form's blocks of 256
+    // (gelu_phi_block) nor on n: slices of every length around a block, at odd offsets
+    const int64_t lens[] = {1, 7, 255, 256, 257, 1000}, offs[] = {0, 3, 129, 4097};
+    for (int li = 0; li < 6; li++)
+      for (int oi = 0; oi < 4; oi++) {
+        int64_t m = lens[li], o = offs[oi];
+        pr_gelu_fwd(a, b, x + o, m, exact);
+        ck_assert_msg(memcmp(a, y + o, (size_t)m * 4) == 0 && memcmp(b, c + o, (size_t)m * 4) == 0,
+                      "exact %d: a slice of %lld at %lld changes bits", exact, (long long)m,
+                      (long long)o);
+      }
     for (int acc = 0; acc < 2; acc++) {
       for (int64_t i = 0; i < n; i++) a[i] = b[i] = 0.25f * (float)(i % 7);
       pr_gelu_bwd(a, dy, x, c, n, exact, acc);
