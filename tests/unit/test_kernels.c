@@ -607,6 +607,32 @@ START_TEST(test_layernorm) {
 }
 END_TEST
 
+// layernorm computes rows in groups of four (sum4_f, sumsq4_centered_f, dot4_f: vectors of 8
+// lanes with AVX2) and the rows after the last group one by one (sum_f, ...): the same bits. Five
+// equal rows, C with and without a tail of the 8 lanes: rows 0-3 (a group) give row 4's bits.
+START_TEST(test_layernorm_groups) {
+  const int64_t Cs[] = {19, 128, 131};
+  for (int ci = 0; ci < 3; ci++) {
+    int64_t rows = 5, C = Cs[ci];
+    float *x = frand(rows * C, -2, 2), *dy = frand(rows * C, -1, 1), *w = frand(C, 0.5f, 1.5f);
+    for (int64_t r = 0; r < 4; r++) {
+      memcpy(x + r * C, x + 4 * C, (size_t)C * 4);
+      memcpy(dy + r * C, dy + 4 * C, (size_t)C * 4);
+    }
+    float *y = fzeros(rows * C), *mean = fzeros(rows), *rstd = fzeros(rows);
+    float *dx = fzeros(rows * C);
+    pr_layernorm_fwd(y, mean, rstd, x, w, NULL, rows, C, 1e-5f);
+    pr_layernorm_bwd_x(dx, dy, x, w, mean, rstd, rows, C, 0);
+    for (int64_t r = 0; r < 4; r++) {
+      assert_bitwise("layernorm group y", y + r * C, y + 4 * C, C);
+      assert_bitwise("layernorm group mean", mean + r, mean + 4, 1);
+      assert_bitwise("layernorm group rstd", rstd + r, rstd + 4, 1);
+      assert_bitwise("layernorm group dx", dx + r * C, dx + 4 * C, C);
+    }
+  }
+}
+END_TEST
+
 // ---------------------------------------------------------------------------------------------
 // embedding
 
@@ -1277,6 +1303,7 @@ int main(void) {
   tcase_add_test(tc, test_unary_accuracy);
   tcase_add_test(tc, test_softmax);
   tcase_add_test(tc, test_layernorm);
+  tcase_add_test(tc, test_layernorm_groups);
   tcase_add_test(tc, test_embedding);
   tcase_add_test(tc, test_permute);
   tcase_add_test(tc, test_split_concat);
