@@ -5,7 +5,9 @@
 // Simple loops that GCC vectorises at -O3, threaded with PR_PARALLEL_FOR (parallel.h) over
 // independent outputs. Broadcast dims in a backward are reduced by visiting y in ascending
 // row-major order; add_n sums its inputs left to right. tanh and sigmoid use branch-free float
-// versions of their functions (~1-2 ulp) so that their loops vectorise.
+// versions of their functions (~1-2 ulp) so that their loops vectorise. The exact gelu's forward,
+// whose per-element chain is too long for one loop to overlap, runs its steps as separate loops
+// over blocks of 256 (gelu_phi_block), with the same operations per element.
 #pragma GCC optimize("fp-contract=off", "no-trapping-math")
 
 #include "kernels_common.h"
