@@ -5,7 +5,9 @@
 // Simple loops that GCC vectorises at -O3, threaded with PR_PARALLEL_FOR (parallel.h) over
 // independent outputs. Broadcast dims in a backward are reduced by visiting y in ascending
 // row-major order; add_n sums its inputs left to right. tanh and sigmoid use branch-free float
-// versions of their functions (~1-2 ulp) so that their loops vectorise.
+// versions of their functions (~1-2 ulp) so that their loops vectorise. The exact gelu's forward,
+// whose per-element chain is too long for one loop to overlap, runs its steps as separate loops
+// over blocks of 256 (gelu_phi_block), with the same operations per element.
 #pragma GCC optimize("fp-contract=off", "no-trapping-math")
 
 #include "kernels_common.h"
@@ -226,10 +228,13 @@ static inline float gelu_s(float v) {
 // the Chebyshev fit of Numerical Recipes' erfcc: t e^{-z^2 + P(t)}, t = 1/(1 + z/2), P of degree
 // 9, relative error below 1.2e-7 for every z, so the tail (x < 0, where Phi is tiny) is as
 // accurate as the middle. q = erfc(z)/2; Phi = 1 - q for x >= 0 and q below (no cancellation).
-// Branch-free; NaN propagates.
-static inline float gelu_phi(float v) {
+// Branch-free; NaN propagates. In three steps (t; the exponent a = P(t) - z^2; q and Phi) so that
+// gelu_phi_block can run each step over a block: see there.
+static inline float gelu_phi_t(float v) {
+  return 1.0f / FMA(0.5f, fabsf(v) * 0.70710678118654752f, 1.0f);
+}
+static inline float gelu_phi_a(float v, float t) {
   float z = fabsf(v) * 0.70710678118654752f;
-  float t = 1.0f / FMA(0.5f, z, 1.0f);
   float p = 0.17087277f;
   p = FMA(p, t, -0.82215223f);
   p = FMA(p, t, 1.48851587f);
@@ -240,8 +245,28 @@ static inline float gelu_phi(float v) {
   p = FMA(p, t, 0.37409196f);
   p = FMA(p, t, 1.00002368f);
   p = FMA(p, t, -1.26551223f);
-  float q = 0.5f * (t * exp_f(p - z * z));
+  return p - z * z;
+}
+static inline float gelu_phi_c(float v, float t, float a) {
+  float q = 0.5f * (t * exp_f(a));
   return v >= 0.0f ? 1.0f - q : q;
+}
+static inline float gelu_phi(float v) {
+  float t = gelu_phi_t(v);
+  return gelu_phi_c(v, t, gelu_phi_a(v, t));
+}
+// c (m <= GELU_BLK) = gelu_phi(x), bit for bit, each of its steps as one loop over the block
+// (t and a kept in the block's arrays). Why: one element's chain (a division, ten dependent
+// multiply-adds, the exp's dozen) is ~200 cycles of latency, more than the core's scheduler can
+// overlap across the vector iterations of a single loop, which ran it at ~5 cycles per element
+// (latency-bound: 1.7 ns/el in L1 where its ~65 vector ops per 16 lanes need ~0.9). Three short
+// chains fill the scheduler with independent iterations: 1.1 ns/el in L1 (x86-64-v4).
+#define GELU_BLK 256
+static inline void gelu_phi_block(float *restrict c, const float *restrict x, int64_t m) {
+  float t[GELU_BLK], a[GELU_BLK];
+  for (int64_t j = 0; j < m; j++) t[j] = gelu_phi_t(x[j]);
+  for (int64_t j = 0; j < m; j++) a[j] = gelu_phi_a(x[j], t[j]);
+  for (int64_t j = 0; j < m; j++) c[j] = gelu_phi_c(x[j], t[j], a[j]);
 }
 // d/dx x Phi(x) = Phi(x) + x phi(x), phi(x) = e^{-x^2/2} / sqrt(2 pi); c = Phi(x), the forward's
 // saved factor or recomputed.
@@ -252,11 +277,17 @@ static inline float gelu_exact_grad_c(float v, float c) {
 // y = x * c with c = Phi(x) (exact) or s (tanh); c saved for the backward unless cdf is NULL.
 void pr_gelu_fwd(float *restrict y, float *restrict cdf, const float *restrict x, int64_t n,
                  int exact) {
-  if (exact && cdf)
-    UNARY_FOR(float c = gelu_phi(x[i]); cdf[i] = c; y[i] = x[i] * c;);
-  else if (exact)
-    UNARY_FOR(y[i] = x[i] * gelu_phi(x[i]));
-  else if (cdf)
+  if (exact) { // by blocks of GELU_BLK (gelu_phi_block), c in cdf or on the stack
+    int64_t nb = (n + GELU_BLK - 1) / GELU_BLK;
+    PR_PARALLEL_FOR(n >= PAR_MIN, (int64_t b = 0; b < nb; b++), {
+      int64_t i0 = b * GELU_BLK, m = n - i0 < GELU_BLK ? n - i0 : GELU_BLK;
+      float cl[GELU_BLK], *restrict c = cdf ? cdf + i0 : cl;
+      const float *restrict xb = x + i0;
+      float *restrict yb = y + i0;
+      gelu_phi_block(c, xb, m);
+      for (int64_t j = 0; j < m; j++) yb[j] = xb[j] * c[j];
+    });
+  } else if (cdf)
     UNARY_FOR(float c = gelu_s(x[i]); cdf[i] = c; y[i] = x[i] * c;);
   else
     UNARY_FOR(y[i] = x[i] * gelu_s(x[i]));

@@ -449,6 +449,17 @@ START_TEST(test_gelu_saved_cdf) {
                     (long long)i);
       if (i >= 5) ck_assert(c[i] >= 0.0f && c[i] <= 1.0f);
     }
+    // each element's bits do not depend on where it falls in the exact form's blocks of 256
+    // (gelu_phi_block) nor on n: slices of every length around a block, at odd offsets
+    const int64_t lens[] = {1, 7, 255, 256, 257, 1000}, offs[] = {0, 3, 129, 4097};
+    for (int li = 0; li < 6; li++)
+      for (int oi = 0; oi < 4; oi++) {
+        int64_t m = lens[li], o = offs[oi];
+        pr_gelu_fwd(a, b, x + o, m, exact);
+        ck_assert_msg(memcmp(a, y + o, (size_t)m * 4) == 0 && memcmp(b, c + o, (size_t)m * 4) == 0,
+                      "exact %d: a slice of %lld at %lld changes bits", exact, (long long)m,
+                      (long long)o);
+      }
     for (int acc = 0; acc < 2; acc++) {
       for (int64_t i = 0; i < n; i++) a[i] = b[i] = 0.25f * (float)(i % 7);
       pr_gelu_bwd(a, dy, x, c, n, exact, acc);
@@ -593,6 +604,32 @@ START_TEST(test_layernorm) {
         fd_check("layernorm db", f_layernorm, &c, c.bias, C, db, c.y, r, rows * C, H, TOL);
       }
     }
+}
+END_TEST
+
+// layernorm computes rows in groups of four (sum4_f, sumsq4_centered_f, dot4_f: vectors of 8
+// lanes with AVX2) and the rows after the last group one by one (sum_f, ...): the same bits. Five
+// equal rows, C with and without a tail of the 8 lanes: rows 0-3 (a group) give row 4's bits.
+START_TEST(test_layernorm_groups) {
+  const int64_t Cs[] = {19, 128, 131};
+  for (int ci = 0; ci < 3; ci++) {
+    int64_t rows = 5, C = Cs[ci];
+    float *x = frand(rows * C, -2, 2), *dy = frand(rows * C, -1, 1), *w = frand(C, 0.5f, 1.5f);
+    for (int64_t r = 0; r < 4; r++) {
+      memcpy(x + r * C, x + 4 * C, (size_t)C * 4);
+      memcpy(dy + r * C, dy + 4 * C, (size_t)C * 4);
+    }
+    float *y = fzeros(rows * C), *mean = fzeros(rows), *rstd = fzeros(rows);
+    float *dx = fzeros(rows * C);
+    pr_layernorm_fwd(y, mean, rstd, x, w, NULL, rows, C, 1e-5f);
+    pr_layernorm_bwd_x(dx, dy, x, w, mean, rstd, rows, C, 0);
+    for (int64_t r = 0; r < 4; r++) {
+      assert_bitwise("layernorm group y", y + r * C, y + 4 * C, C);
+      assert_bitwise("layernorm group mean", mean + r, mean + 4, 1);
+      assert_bitwise("layernorm group rstd", rstd + r, rstd + 4, 1);
+      assert_bitwise("layernorm group dx", dx + r * C, dx + 4 * C, C);
+    }
+  }
 }
 END_TEST
 
@@ -1266,6 +1303,7 @@ int main(void) {
   tcase_add_test(tc, test_unary_accuracy);
   tcase_add_test(tc, test_softmax);
   tcase_add_test(tc, test_layernorm);
+  tcase_add_test(tc, test_layernorm_groups);
   tcase_add_test(tc, test_embedding);
   tcase_add_test(tc, test_permute);
   tcase_add_test(tc, test_split_concat);
