@@ -3,11 +3,21 @@
 //
 // NH heads of hs = C/NH; one (b,h) per iteration of an OpenMP loop. Rows are taken four at a
 // time and the inner products register-blocked in vectors of VW floats (16 with AVX-512, else 8):
-// four rows by two vectors, eight independent accumulator chains; fmav is a multiply and an add
-// rounded separately, as FMA. Every output is still one sum in ascending order, so the blocking
-// and the vector width change the speed only: the bits are those of the row-at-a-time loops.
-// Keys and values are transposed into (hs,ld) tiles in 8 x 8 register blocks.
-#pragma GCC optimize("fp-contract=off", "no-trapping-math")
+// four rows by two vectors, eight independent accumulator chains, the causal triangle of a block
+// of four inside the same tile (the weighted sums do nothing above the diagonal); fmav is a
+// multiply and an add rounded separately, as FMA. Every output is one sum in ascending order, so
+// the blocking and the vector width change the speed only: the bits are those of the
+// row-at-a-time loops, the same in v1, v3 and v4.
+//
+// Per (b,h): the forward computes att's rows (scores against kT, keys transposed into an (hs,ld)
+// tile in 8 x 8 register blocks; the scale applied as the scores are stored; softmax), then
+// y = att v with v's rows copied contiguous into kT's place. The backward, in one workspace
+// slice: dv = att^T dy, datt = dy v^T (vT), dpre (T,ld), dq = dpre k, dk = dpre^T q, each weighted
+// sum streaming its operand's rows copied contiguous into vT's place: in place the head's rows lie
+// 3C floats apart and fall into a few L1 sets (the old dk/dv loop, reading them in place, was
+// attention's hottest function). dk and dv take four keys at a time, their weights four adjacent
+// columns of dpre/att.
+#pragma GCC optimize("fp-contract=off", "no-trapping-math", "no-tree-loop-distribute-patterns")
 
 #include "kernels_common.h"
 
@@ -36,15 +46,24 @@ static inline vf bcv(float x) {
   return (vf){x, x, x, x, x, x, x, x};
 #endif
 }
+// a*b + c with two roundings in every build, as kernels_common.h's FMA: v1, v3 and v4 compute the
+// same bits. (The FMA instruction at v3/v4 measured no faster inside the noise of the loaded VM,
+// and moved fp16 training's distance from f32 on the precision test's model from 0.0016 to 0.0081.)
 static inline vf fmav(vf a, vf b, vf c) {
-  return a * b + c; // two roundings, as FMA
+  return a * b + c;
 }
+#define fma1(a, b, c) FMA(a, b, c)
 
 // Scores of rows q_r = q + r*qs (r < 4) against kT (hs,ld), zero-padded to ld (a multiple of 32):
-// sc[r*ld + s] = sum_d q_r[d] kT[d*ld + s], d ascending, for s in [0, n rounded up to 2 VW).
-// Four rows by two vectors: eight independent accumulator chains.
-static void dots4_kT(float *restrict sc, const float *restrict q, int64_t qs,
-                     const float *restrict kT, int64_t ld, int64_t hs, int64_t n) {
+// sc[r*ld + s] = scale * sum_d q_r[d] kT[d*ld + s], d ascending, for s in [0, n rounded up to
+// 2 VW) (the product rounded after the sum: the forward's q.k / sqrt(hs); the backward's scale
+// is 1, exact). Four rows by two vectors: eight independent accumulator chains. Never cloned:
+// GCC specialises the scale = 1 call in some ISA builds only, and tests/e2e/march.sh tells the
+// baseline build's static helpers from the others' by name.
+static __attribute__((noclone)) void dots4_kT(float *restrict sc, const float *restrict q,
+                                              int64_t qs, const float *restrict kT, int64_t ld,
+                                              int64_t hs, int64_t n, float scale) {
+  vf sv = bcv(scale);
   const float *q0 = q, *q1 = q + qs, *q2 = q + 2 * qs, *q3 = q + 3 * qs;
   for (int64_t s0 = 0; s0 < n; s0 += 2 * VW) {
     const float *kb = kT + s0;
@@ -58,14 +77,17 @@ static void dots4_kT(float *restrict sc, const float *restrict q, int64_t qs,
       c0 = fmav(z, k0, c0), c1 = fmav(z, k1, c1), e0 = fmav(w, k0, e0), e1 = fmav(w, k1, e1);
     }
     float *o = sc + s0;
-    stv(o, a0), stv(o + VW, a1), stv(o + ld, b0), stv(o + ld + VW, b1);
-    stv(o + 2 * ld, c0), stv(o + 2 * ld + VW, c1), stv(o + 3 * ld, e0), stv(o + 3 * ld + VW, e1);
+    stv(o, a0 * sv), stv(o + VW, a1 * sv), stv(o + ld, b0 * sv), stv(o + ld + VW, b1 * sv);
+    stv(o + 2 * ld, c0 * sv), stv(o + 2 * ld + VW, c1 * sv), stv(o + 3 * ld, e0 * sv);
+    stv(o + 3 * ld + VW, e1 * sv);
   }
 }
 
 // The same for one row q0: sc[s] for s in [0, n rounded up to 2 VW).
-static void dots1_kT(float *restrict sc, const float *restrict q0, const float *restrict kT,
-                     int64_t ld, int64_t hs, int64_t n) {
+static __attribute__((noclone)) void dots1_kT(float *restrict sc, const float *restrict q0,
+                                              const float *restrict kT, int64_t ld, int64_t hs,
+                                              int64_t n, float scale) {
+  vf sv = bcv(scale);
   for (int64_t s0 = 0; s0 < n; s0 += 2 * VW) {
     const float *kb = kT + s0;
     vf a0 = bcv(0), a1 = bcv(0);
@@ -73,7 +95,7 @@ static void dots1_kT(float *restrict sc, const float *restrict q0, const float *
       vf x = bcv(q0[d]);
       a0 = fmav(x, ldv(kb + d * ld), a0), a1 = fmav(x, ldv(kb + d * ld + VW), a1);
     }
-    stv(sc + s0, a0), stv(sc + s0 + VW, a1);
+    stv(sc + s0, a0 * sv), stv(sc + s0 + VW, a1 * sv);
   }
 }
 
@@ -90,62 +112,62 @@ static void wsum1(float *restrict y, const float *restrict w, int64_t ws, const 
   }
   for (; d0 < m; d0++) {
     float acc = y[d0];
-    for (int64_t i = i0; i < i1; i++) acc = FMA(w[i * ws], x[i * xs + d0], acc);
+    for (int64_t i = i0; i < i1; i++) acc = fma1(w[i * ws], x[i * xs + d0], acc);
     y[d0] = acc;
   }
 }
 
-// Four such sums over one i range at once, rows sharing x: y + r*m (r < 4) accumulates
-// sum_i w[r*wld + i] x[i*xs + d]. Two vectors per row: eight independent chains.
-static void wsum4_x(float *restrict y, const float *restrict w, int64_t wld,
-                    const float *restrict x, int64_t xs, int64_t i0, int64_t i1, int64_t m) {
+// Four such sums at once, sharing x, from zero: y + r*m (r < 4) = sum_i w[r*wr + i*wi] x[i*xs + d].
+// Rows of a matrix (wr = its row stride, wi = 1: the forward's att.v and the backward's dq) or its
+// columns (wr = 1, wi = the row stride: dk and dv, whose weights are columns of dpre and att, four
+// consecutive ones contiguous in each row). Every row sums over [i0,i1), and over a causal
+// triangle with it, the accumulators staying in registers: tri = 1 (rows t0..t0+3, i1 = t0+1) adds
+// i = i1 + j (j < 3) to the rows r > j, after the rest; tri = 2 (columns s0..s0+3, i0 = s0+3)
+// starts with i = i0 - 3 + j to the rows r <= j. Each row's terms thus stay in ascending i. Two
+// vectors per row: eight independent chains.
+static void wsum4(float *restrict y, const float *restrict w, int64_t wr, int64_t wi,
+                  const float *restrict x, int64_t xs, int64_t i0, int64_t i1, int64_t m, int tri) {
   int64_t d0 = 0;
-  const float *w0 = w, *w1 = w + wld, *w2 = w + 2 * wld, *w3 = w + 3 * wld;
   float *y0 = y, *y1 = y + m, *y2 = y + 2 * m, *y3 = y + 3 * m;
+#define WTERM(a0, a1, wv)                                                                          \
+  do {                                                                                             \
+    vf w_ = bcv(wv);                                                                               \
+    a0 = fmav(w_, xa, a0), a1 = fmav(w_, xb, a1);                                                  \
+  } while (0)
   for (; d0 + 2 * VW <= m; d0 += 2 * VW) {
-    vf p0 = ldv(y0 + d0), p1 = ldv(y0 + d0 + VW), q0 = ldv(y1 + d0), q1 = ldv(y1 + d0 + VW);
-    vf r0 = ldv(y2 + d0), r1 = ldv(y2 + d0 + VW), u0 = ldv(y3 + d0), u1 = ldv(y3 + d0 + VW);
-    const float *xr = x + i0 * xs + d0;
-    for (int64_t i = i0; i < i1; i++, xr += xs) {
+    vf p0 = bcv(0), p1 = bcv(0), q0 = bcv(0), q1 = bcv(0);
+    vf r0 = bcv(0), r1 = bcv(0), u0 = bcv(0), u1 = bcv(0);
+    if (tri == 2)
+      for (int j = 0; j < 3; j++) { // i = i0-3+j, rows 0..j
+        int64_t i = i0 - 3 + j;
+        const float *xr = x + i * xs + d0, *wp = w + i * wi;
+        vf xa = ldv(xr), xb = ldv(xr + VW);
+        WTERM(p0, p1, wp[0]);
+        if (j >= 1) WTERM(q0, q1, wp[wr]);
+        if (j >= 2) WTERM(r0, r1, wp[2 * wr]);
+      }
+    const float *xr = x + i0 * xs + d0, *wp = w + i0 * wi;
+    for (int64_t i = i0; i < i1; i++, xr += xs, wp += wi) {
       vf xa = ldv(xr), xb = ldv(xr + VW);
-      vf a = bcv(w0[i]), b = bcv(w1[i]), c = bcv(w2[i]), e = bcv(w3[i]);
+      vf a = bcv(wp[0]), b = bcv(wp[wr]), c = bcv(wp[2 * wr]), e = bcv(wp[3 * wr]);
       p0 = fmav(a, xa, p0), p1 = fmav(a, xb, p1), q0 = fmav(b, xa, q0), q1 = fmav(b, xb, q1);
       r0 = fmav(c, xa, r0), r1 = fmav(c, xb, r1), u0 = fmav(e, xa, u0), u1 = fmav(e, xb, u1);
     }
+    if (tri == 1)
+      for (int j = 0; j < 3; j++, xr += xs, wp += wi) { // i = i1+j, rows j+1..3
+        vf xa = ldv(xr), xb = ldv(xr + VW);
+        if (j < 1) WTERM(q0, q1, wp[wr]);
+        if (j < 2) WTERM(r0, r1, wp[2 * wr]);
+        WTERM(u0, u1, wp[3 * wr]);
+      }
     stv(y0 + d0, p0), stv(y0 + d0 + VW, p1), stv(y1 + d0, q0), stv(y1 + d0 + VW, q1);
     stv(y2 + d0, r0), stv(y2 + d0 + VW, r1), stv(y3 + d0, u0), stv(y3 + d0 + VW, u1);
   }
-  if (d0 < m)
-    for (int r = 0; r < 4; r++) wsum1(y + r * m + d0, w + r * wld, 1, x + d0, xs, i0, i1, m - d0);
-}
-
-// The backward's dk and dv of keys s and s+1 over t in [i0,i1): y rows (4,m) = dk_s, dv_s,
-// dk_{s+1}, dv_{s+1} accumulate dpre[t*ld + s(+1)] q_t and att[t*T + s(+1)] dy_t; pd = dpre + s,
-// pa = att + s. Two vectors per row: eight independent chains.
-static void wsum_dkdv(float *restrict y, const float *restrict pd, int64_t ld,
-                      const float *restrict pa, int64_t T, const float *restrict q, int64_t qs,
-                      const float *restrict g, int64_t gs, int64_t i0, int64_t i1, int64_t m) {
-  int64_t d0 = 0;
-  float *y0 = y, *y1 = y + m, *y2 = y + 2 * m, *y3 = y + 3 * m;
-  for (; d0 + 2 * VW <= m; d0 += 2 * VW) {
-    vf p0 = ldv(y0 + d0), p1 = ldv(y0 + d0 + VW), q0 = ldv(y1 + d0), q1 = ldv(y1 + d0 + VW);
-    vf r0 = ldv(y2 + d0), r1 = ldv(y2 + d0 + VW), u0 = ldv(y3 + d0), u1 = ldv(y3 + d0 + VW);
-    const float *qr = q + i0 * qs + d0, *gr = g + i0 * gs + d0;
-    const float *dr = pd + i0 * ld, *ar = pa + i0 * T;
-    for (int64_t i = i0; i < i1; i++, qr += qs, gr += gs, dr += ld, ar += T) {
-      vf qa = ldv(qr), qb = ldv(qr + VW), ga = ldv(gr), gb = ldv(gr + VW);
-      vf a = bcv(dr[0]), b = bcv(ar[0]), c = bcv(dr[1]), e = bcv(ar[1]);
-      p0 = fmav(a, qa, p0), p1 = fmav(a, qb, p1), q0 = fmav(b, ga, q0), q1 = fmav(b, gb, q1);
-      r0 = fmav(c, qa, r0), r1 = fmav(c, qb, r1), u0 = fmav(e, ga, u0), u1 = fmav(e, gb, u1);
-    }
-    stv(y0 + d0, p0), stv(y0 + d0 + VW, p1), stv(y1 + d0, q0), stv(y1 + d0 + VW, q1);
-    stv(y2 + d0, r0), stv(y2 + d0 + VW, r1), stv(y3 + d0, u0), stv(y3 + d0 + VW, u1);
-  }
-  if (d0 < m) {
-    wsum1(y0 + d0, pd, ld, q + d0, qs, i0, i1, m - d0);
-    wsum1(y1 + d0, pa, T, g + d0, gs, i0, i1, m - d0);
-    wsum1(y2 + d0, pd + 1, ld, q + d0, qs, i0, i1, m - d0);
-    wsum1(y3 + d0, pa + 1, T, g + d0, gs, i0, i1, m - d0);
+#undef WTERM
+  for (int r = 0; d0 < m && r < 4; r++) { // the columns past the vectors: each row alone
+    int64_t lo = tri == 2 ? i0 - 3 + r : i0, hi = tri == 1 ? i1 + r : i1;
+    memset(y + r * m + d0, 0, (size_t)(m - d0) * sizeof(float));
+    wsum1(y + r * m + d0, w + r * wr, wi, x + d0, xs, lo, hi, m - d0);
   }
 }
 
@@ -153,6 +175,40 @@ static void wsum_dkdv(float *restrict y, const float *restrict pd, int64_t ld,
 typedef float v8 __attribute__((vector_size(32)));
 typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias)); // unaligned access
 #define SHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+
+// max_f, sum_f and dot_f (kernels_common.h) with their 8 lanes in one 8-float vector: the same
+// lanes, the same tree and tail, so the same bits, without GCC's scalar code for the lane arrays.
+static inline float sum8(const float *restrict x, int64_t n) {
+  v8 l = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) l = l + *(const v8u *)(x + i);
+  float s = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+  for (; i < n; i++) s += x[i];
+  return s;
+}
+static inline float dot8(const float *restrict x, const float *restrict y, int64_t n) {
+  v8 l = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) l = *(const v8u *)(x + i) * *(const v8u *)(y + i) + l; // dot_f's FMA
+  float s = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+  for (; i < n; i++) s = FMA(x[i], y[i], s);
+  return s;
+}
+typedef int32_t v8i __attribute__((vector_size(32)));
+static inline float max8(const float *restrict x, int64_t n) {
+  if (n < 8) return max_f(x, n);
+  v8 l = *(const v8u *)x;
+  int64_t i = 8;
+  for (; i + 8 <= n; i += 8) { // l = x > l ? x : l, lane by lane
+    v8 xv = *(const v8u *)(x + i);
+    v8i gt = xv > l;
+    l = (v8)(((v8i)xv & gt) | ((v8i)l & ~gt));
+  }
+  float m = l[0];
+  for (int j = 1; j < 8; j++) m = l[j] > m ? l[j] : m;
+  for (; i < n; i++) m = x[i] > m ? x[i] : m;
+  return m;
+}
 
 // kT (hs,ld) = the head's rows x[s*xs + 0..hs) for s < T, transposed; zeros for s in [T, ld).
 // 8 x 8 blocks are transposed in registers (three rounds of shuffles), the edges one by one.
@@ -193,29 +249,54 @@ static void pack_T(float *restrict kT, const float *restrict x, int64_t xs, int6
   }
 }
 
+// xp (T,hs) = the head's rows x[s*xs + 0..hs) for s < T, contiguous: the weighted sums stream
+// them, and in place their rows lie 3C floats apart (6 KiB at C = 512), so that a head's 64 rows
+// fall into a few L1 sets and evict each other.
+static inline void copy_row(float *restrict o, const float *restrict x, int64_t n) {
+  int64_t d = 0;
+  for (; d + VW <= n; d += VW) stv(o + d, ldv(x + d));
+  for (; d < n; d++) o[d] = x[d];
+}
+static void pack_rows(float *restrict xp, const float *restrict x, int64_t xs, int64_t T,
+                      int64_t hs) {
+  for (int64_t s = 0; s < T; s++) copy_row(xp + s * hs, x + s * xs, hs);
+}
+
 static void write_acc(float *restrict out, const float *restrict t, int64_t n, int acc) {
   if (acc)
     for (int64_t i = 0; i < n; i++) out[i] = out[i] + t[i];
   else
-    memcpy(out, t, (size_t)n * sizeof(float));
+    copy_row(out, t, n);
 }
 
 // Rows t0 .. t0+nr-1 (nr <= 4) of a causal weighted sum, row t over s in [0, t+1):
-// y_t[d] = sum_{s<=t} w_t[s] x[s*xs + d], w_t = w + (t-t0)*wld, into y + (t-t0)*m (zeroed here).
-// The s that every row has are summed four rows at once, the rest of each row continues alone.
+// y_t[d] = sum_{s<=t} w_t[s] x[s*xs + d], w_t = w + (t-t0)*wld, into y + (t-t0)*m.
 // Always inlined: GCC inlines it in some ISA builds only, and tests/e2e/march.sh tells the
 // baseline build's static helpers from the others' by name.
 static inline __attribute__((always_inline)) void causal_rows(float *restrict y, const float *w,
                                                               int64_t wld, const float *x,
                                                               int64_t xs, int64_t t0, int nr,
                                                               int64_t m) {
-  memset(y, 0, (size_t)(nr * m) * sizeof(float));
-  int64_t common = 0;
   if (nr == 4) {
-    wsum4_x(y, w, wld, x, xs, 0, t0 + 1, m);
-    common = t0 + 1;
+    wsum4(y, w, wld, 1, x, xs, 0, t0 + 1, m, 1);
+    return;
   }
-  for (int r = 0; r < nr; r++) wsum1(y + r * m, w + r * wld, 1, x, xs, common, t0 + r + 1, m);
+  memset(y, 0, (size_t)(nr * m) * sizeof(float));
+  for (int r = 0; r < nr; r++) wsum1(y + r * m, w + r * wld, 1, x, xs, 0, t0 + r + 1, m);
+}
+
+// The transposed form, rows s0 .. s0+ns-1 (ns <= 4) of sum_{t>=s} over t in [s, T):
+// y_s[d] = sum_{s<=t<T} w[t*wld + s] x[t*xs + d], into y + (s-s0)*m.
+static inline __attribute__((always_inline)) void causal_cols(float *restrict y, const float *w,
+                                                              int64_t wld, const float *x,
+                                                              int64_t xs, int64_t s0, int ns,
+                                                              int64_t T, int64_t m) {
+  if (ns == 4) {
+    wsum4(y, w + s0, 1, wld, x, xs, s0 + 3, T, m, 2);
+    return;
+  }
+  memset(y, 0, (size_t)(ns * m) * sizeof(float));
+  for (int r = 0; r < ns; r++) wsum1(y + r * m, w + s0 + r, wld, x, xs, s0 + r, T, m);
 }
 
 void pr_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t T, int64_t C,
@@ -234,29 +315,32 @@ void pr_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t
       const float *q = qkv + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
       float *ab = att + bh * T * T;
       pack_T(kT, k, C3, T, ld, hs);
-      for (int64_t t0 = 0; t0 < T; t0 += 4) { // query rows in fours
+      for (int64_t t0 = 0; t0 < T; t0 += 4) { // query rows in fours: att's rows
         int nr = T - t0 < 4 ? (int)(T - t0) : 4;
         if (nr == 4)
-          dots4_kT(sc, q + t0 * C3, C3, kT, ld, hs, t0 + 4);
+          dots4_kT(sc, q + t0 * C3, C3, kT, ld, hs, t0 + 4, scale);
         else
           for (int r = 0; r < nr; r++)
-            dots1_kT(sc + r * ld, q + (t0 + r) * C3, kT, ld, hs, t0 + r + 1);
+            dots1_kT(sc + r * ld, q + (t0 + r) * C3, kT, ld, hs, t0 + r + 1, scale);
         for (int r = 0; r < nr; r++) {
-          // softmax_row's arithmetic, its elementwise loops run over n rounded up to VW (the
-          // scores are defined up to ld; the ones past n are never read) so that no scalar tail
-          // is left; the max and the sum stay over [0,n)
+          // softmax_row's arithmetic on the scaled scores q_t . k_s / sqrt(hs), its elementwise
+          // loop run over n rounded up to VW (the scores are defined up to ld; the ones past n are
+          // never read) so that no scalar tail is left; the max and the sum stay over [0,n)
           int64_t t = t0 + r, n = t + 1, npad = (n + VW - 1) & ~(int64_t)(VW - 1);
           float *st = sc + r * ld, *arow = ab + t * T;
-          for (int64_t s = 0; s < npad; s++) st[s] = st[s] * scale; // q_t . k_s / sqrt(hs)
-          float mx = max_f(st, n);
+          float mx = max8(st, n);
           for (int64_t s = 0; s < npad; s++) st[s] = exp_f(st[s] - mx);
-          float inv = 1.0f / sum_f(st, n);
+          float inv = 1.0f / sum8(st, n);
           for (int64_t s = 0; s < n; s++) arow[s] = st[s] * inv;
           for (int64_t s = n; s < T; s++) arow[s] = 0.0f;
         }
-        causal_rows(out, ab + t0 * T, T, v, C3, t0, nr, hs); // sum_s att v_s
-        for (int r = 0; r < nr; r++)
-          memcpy(y + (b * T + t0 + r) * C + h * hs, out + r * hs, (size_t)hs * sizeof(float));
+      }
+      float *vp = kT; // kT is done with: v's rows, contiguous (T,hs) in its place (T*hs <= hs*ld)
+      pack_rows(vp, v, C3, T, hs);
+      for (int64_t t0 = 0; t0 < T; t0 += 4) { // y_t = sum_s att[t,s] v_s, rows in fours
+        int nr = T - t0 < 4 ? (int)(T - t0) : 4;
+        causal_rows(out, ab + t0 * T, T, vp, hs, t0, nr, hs);
+        for (int r = 0; r < nr; r++) copy_row(y + (b * T + t0 + r) * C + h * hs, out + r * hs, hs);
       }
     }
     pr_scratch_free(buf);
@@ -313,36 +397,45 @@ void pr_attention_bwd(float *dqkv, const float *dy, const float *qkv, const floa
         const float *q = qkv + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
         const float *g = dy + b * T * C + h * hs, *a = att + bh * T * T;
         float *dq = dqkv + b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
+        // The head's rows of one operand at a time, contiguous (T,hs), in xp: vT's place, which
+        // is free but while datt is computed (T*hs <= hs*ld).
+        float *xp = vT;
+        // dv_s = sum_{t>=s} att[t,s] dy_t, four s at a time
+        pack_rows(xp, g, C, T, hs);
+        for (int64_t s0 = 0; s0 < T; s0 += 4) {
+          int ns = T - s0 < 4 ? (int)(T - s0) : 4;
+          causal_cols(row, a, T, xp, hs, s0, ns, T, hs);
+          for (int r = 0; r < ns; r++) write_acc(dv + (s0 + r) * C3, row + r * hs, hs, acc);
+        }
         pack_T(vT, v, C3, T, ld, hs);
         for (int64_t t0 = 0; t0 < T; t0 += 4) { // rows in fours
           int nr = T - t0 < 4 ? (int)(T - t0) : 4;
           if (nr == 4) // datt[s] = dy_t . v_s
-            dots4_kT(da, g + t0 * C, C, vT, ld, hs, t0 + 4);
+            dots4_kT(da, g + t0 * C, C, vT, ld, hs, t0 + 4, 1.0f);
           else
             for (int r = 0; r < nr; r++)
-              dots1_kT(da + r * ld, g + (t0 + r) * C, vT, ld, hs, t0 + r + 1);
+              dots1_kT(da + r * ld, g + (t0 + r) * C, vT, ld, hs, t0 + r + 1, 1.0f);
           for (int r = 0; r < nr; r++) {
             int64_t t = t0 + r, n = t + 1;
             const float *arow = a + t * T, *dr = da + r * ld;
-            float dot = dot_f(arow, dr, n);
+            float dot = dot8(arow, dr, n);
             float *prow = dpre + t * ld;
             for (int64_t s = 0; s < n; s++) prow[s] = scale * (arow[s] * (dr[s] - dot));
           }
-          causal_rows(row, dpre + t0 * ld, ld, k, C3, t0, nr, hs); // dq_t = sum_s dpre[t,s] k_s
+        }
+        // dq_t = sum_{s<=t} dpre[t,s] k_s, rows in fours
+        pack_rows(xp, k, C3, T, hs);
+        for (int64_t t0 = 0; t0 < T; t0 += 4) {
+          int nr = T - t0 < 4 ? (int)(T - t0) : 4;
+          causal_rows(row, dpre + t0 * ld, ld, xp, hs, t0, nr, hs);
           for (int r = 0; r < nr; r++) write_acc(dq + (t0 + r) * C3, row + r * hs, hs, acc);
         }
-        // dk_s = sum_{t>=s} dpre[t,s] q_t and dv_s = sum_{t>=s} att[t,s] dy_t, for two s at once:
-        // s's first term alone, then t in [s+1,T) for both
-        for (int64_t s = 0; s < T; s += 2) {
-          int two = s + 1 < T;
-          memset(row, 0, (size_t)(4 * hs) * sizeof(float));
-          wsum1(row, dpre + s, ld, q, C3, s, s + 1, hs);
-          wsum1(row + hs, a + s, T, g, C, s, s + 1, hs);
-          if (two) wsum_dkdv(row, dpre + s, ld, a + s, T, q, C3, g, C, s + 1, T, hs);
-          for (int r = 0; r <= two; r++) {
-            write_acc(dk + (s + r) * C3, row + 2 * r * hs, hs, acc);
-            write_acc(dv + (s + r) * C3, row + (2 * r + 1) * hs, hs, acc);
-          }
+        // dk_s = sum_{t>=s} dpre[t,s] q_t, four s at a time
+        pack_rows(xp, q, C3, T, hs);
+        for (int64_t s0 = 0; s0 < T; s0 += 4) {
+          int ns = T - s0 < 4 ? (int)(T - s0) : 4;
+          causal_cols(row, dpre, ld, xp, hs, s0, ns, T, hs);
+          for (int r = 0; r < ns; r++) write_acc(dk + (s0 + r) * C3, row + r * hs, hs, acc);
         }
       }
     }

@@ -806,6 +806,42 @@ static void attention_ref(double *y, double *att, const float *qkv, int64_t B, i
   free(sc);
 }
 
+// The backward in double from the double forward: datt = dy.v, dpre = scale att (datt - att.datt),
+// dq = dpre k, dk = dpre^T q, dv = att^T dy, into dqkv (B,T,3C).
+static void attention_bwd_ref(double *dqkv, const double *att, const float *dy, const float *qkv,
+                              int64_t B, int64_t T, int64_t C, int64_t NH) {
+  int64_t hs = C / NH, C3 = 3 * C;
+  double scale = 1.0 / sqrt((double)hs);
+  double *dp = malloc((size_t)(T * T) * sizeof(double));
+  memset(dqkv, 0, (size_t)(B * T * C3) * sizeof(double));
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < NH; h++) {
+      const double *a = att + (b * NH + h) * T * T;
+      const float *q = qkv + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+      const float *g = dy + b * T * C + h * hs;
+      double *dq = dqkv + b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
+      for (int64_t t = 0; t < T; t++) {
+        double dot = 0;
+        for (int64_t u = 0; u <= t; u++) {
+          double da = 0;
+          for (int64_t i = 0; i < hs; i++) da += (double)g[t * C + i] * v[u * C3 + i];
+          dp[t * T + u] = da;
+          dot += a[t * T + u] * da;
+        }
+        for (int64_t u = 0; u <= t; u++)
+          dp[t * T + u] = scale * a[t * T + u] * (dp[t * T + u] - dot);
+      }
+      for (int64_t t = 0; t < T; t++)
+        for (int64_t u = 0; u <= t; u++)
+          for (int64_t i = 0; i < hs; i++) {
+            dq[t * C3 + i] += dp[t * T + u] * k[u * C3 + i];
+            dk[u * C3 + i] += dp[t * T + u] * q[t * C3 + i];
+            dv[u * C3 + i] += a[t * T + u] * g[t * C + i];
+          }
+    }
+  free(dp);
+}
+
 static void f_attention(void *p) {
   Ctx *c = p;
   pr_attention_fwd(c->y, c->att, c->x, c->n[0], c->n[1], c->n[2], c->n[3]);
@@ -1120,6 +1156,36 @@ static void thr_misc(void *p, float *o) { // softmax fwd/bwd, binary bwd (bias),
   pr_gelu_fwd(o + 3 * n + c->C + 1, NULL, c->x, n, 0);
 }
 
+// The model's shapes, where the kernels' register tiles and vectors run (the shapes above have
+// heads of at most 8, all of it in the scalar edges): gpt_char's heads of 32 (whole vectors at v3
+// and v4), heads of 48 and 40 (a vector tail at v4, at v3 for 40) with T not a multiple of the four
+// rows a tile takes. y and att against the double forward, dqkv (acc = 0, and acc = 1 onto a
+// previous value) against the double backward.
+START_TEST(test_attention_model_shapes) {
+  const int64_t shapes[][4] = {{2, 64, 128, 4}, {2, 70, 96, 2}, {1, 37, 40, 1}};
+  for (size_t si = 0; si < 3; si++) {
+    int64_t B = shapes[si][0], T = shapes[si][1], C = shapes[si][2], NH = shapes[si][3];
+    int64_t nq = B * T * 3 * C, ny = B * T * C, na = B * NH * T * T;
+    float *qkv = frand(nq, -1.5f, 1.5f), *y = fzeros(ny), *att = frand(na, 1, 2);
+    pr_attention_fwd(y, att, qkv, B, T, C, NH);
+    double *yr = talloc((size_t)ny * sizeof(double)), *ar = talloc((size_t)na * sizeof(double));
+    attention_ref(yr, ar, qkv, B, T, C, NH);
+    assert_close("attention y (model shapes)", y, yr, ny, 1e-6, 1e-5);
+    assert_close("attention att (model shapes)", att, ar, na, 1e-7, 1e-5);
+    float *dy = frand(ny, -1, 1), *dqkv = fzeros(nq), *prev = frand(nq, -1, 1);
+    double *dr = talloc((size_t)nq * sizeof(double));
+    attention_bwd_ref(dr, ar, dy, qkv, B, T, C, NH);
+    void *ws = talloc(pr_attention_bwd_ws(B, T, C, NH));
+    pr_attention_bwd(dqkv, dy, qkv, att, ws, B, T, C, NH, 0);
+    assert_close("attention dqkv (model shapes)", dqkv, dr, nq, 1e-5, 1e-4);
+    double *dacc = talloc((size_t)nq * sizeof(double));
+    for (int64_t i = 0; i < nq; i++) dacc[i] = (double)prev[i] + dr[i];
+    pr_attention_bwd(prev, dy, qkv, att, ws, B, T, C, NH, 1);
+    assert_close("attention dqkv acc (model shapes)", prev, dacc, nq, 1e-5, 1e-4);
+  }
+}
+END_TEST
+
 // The backward works only inside its planned workspace: pr_attention_bwd_ws bytes followed by a
 // canary that must survive, with more threads than (b,h) pairs (the kernel runs on at most B*NH)
 // and with more (b,h) pairs than PR_ATTENTION_MAX_THREADS (the workspace has 64 slices, each
@@ -1308,6 +1374,7 @@ int main(void) {
   tcase_add_test(tc, test_permute);
   tcase_add_test(tc, test_split_concat);
   tcase_add_test(tc, test_attention);
+  tcase_add_test(tc, test_attention_model_shapes);
   tcase_add_test(tc, test_cross_entropy);
   tcase_add_test(tc, test_mse);
   tcase_add_test(tc, test_count_correct);
