@@ -52,7 +52,6 @@ static inline vf bcv(float x) {
 static inline vf fmav(vf a, vf b, vf c) {
   return a * b + c;
 }
-#define fma1(a, b, c) FMA(a, b, c)
 
 // Scores of rows q_r = q + r*qs (r < 4) against kT (hs,ld), zero-padded to ld (a multiple of 32):
 // sc[r*ld + s] = scale * sum_d q_r[d] kT[d*ld + s], d ascending, for s in [0, n rounded up to
@@ -112,7 +111,7 @@ static void wsum1(float *restrict y, const float *restrict w, int64_t ws, const 
   }
   for (; d0 < m; d0++) {
     float acc = y[d0];
-    for (int64_t i = i0; i < i1; i++) acc = fma1(w[i * ws], x[i * xs + d0], acc);
+    for (int64_t i = i0; i < i1; i++) acc = FMA(w[i * ws], x[i * xs + d0], acc);
     y[d0] = acc;
   }
 }
