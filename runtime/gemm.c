@@ -15,12 +15,13 @@
 // 512x128x768 ran at 0.68x OpenBLAS in place, 0.96x packed); the copy costs K x N of an M x N x K
 // product. A is read in place where its rows are stored (NN: the MR rows streamed along k) and
 // copied per block of rows into MR-wide panels where it is stored transposed (TN: A(i, k) at A[k *
-// lda + i], the same set conflicts). Where the operand's rows are stored contiguous along the
-// panels (B not transposed, A transposed), the packing walks each stored row once across all the
-// block's panels, so memory is read in order, not a row stride apart. Edge tiles use masked loads
-// and stores (AVX-512 masks, AVX2 vmaskmov); C is written directly, never zeroed first. The blocks
-// over N, K and M keep a block of B in L2, a panel of it in L1 and a block of A in L2 (gemm_kn);
-// the NT copy of B transposes 8 x 8 blocks in registers.
+// lda + i], the same set conflicts) with a row stride above PACK_A_MIN_LD; at a shorter stride
+// the tile broadcasts it in place (the MR values of a k are contiguous). Where the operand's rows
+// are stored contiguous along the panels (B not transposed, A transposed), the packing walks each
+// stored row once across all the block's panels, so memory is read in order, not a row stride
+// apart. Edge tiles use masked loads and stores (AVX-512 masks, AVX2 vmaskmov); C is written
+// directly, never zeroed first. The blocks over N, K and M keep a block of B in L2, a panel of it
+// in L1 and a block of A in L2 (gemm_kn); the NT copy of B transposes 8 x 8 blocks in registers.
 #include "gemm.h"
 #include "kernels_common.h"
 
@@ -62,6 +63,13 @@ static const int32_t mask_tab[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0,
 #define A_BLOCK_BYTES ((int64_t)256 << 10) // rows of C per block: their A fits in this (L2)
 #define KC_MAX        512                  // the longest K block
 #define B_BLOCK_BYTES ((int64_t)1 << 20)   // columns of C per block: their B fits in this (L2)
+// A stored transposed is packed only where its row stride (floats) is above this. gpt_char's
+// weight-gradient products (768 rows; 1 thread, x86-64-v4, best of 40 calls, 4-5 pairs alternating
+// on a loaded machine), in place against packed: stride 128, 128 x 128 163-160 against 184 us,
+// 128 x 512 681-698 against 725-728 (x cold 779-801 against 812-858); stride 384, 384 x 128:
+// 528-535 against 535-541, cold 619-653 against 621-652 (a tie: packed, as before); stride 512 (2
+// KiB, the rows in a few cache sets), 512 x 128: 784 against 721, cold 1000 against 811.
+#define PACK_A_MIN_LD 256
 
 #ifdef VL
 #ifdef PR_ISA_NAME // the portable runtime's v3/v4 builds: the helpers named per build (f__v4), as
@@ -226,7 +234,7 @@ static void gemm_kn(int64_t M, int64_t N, int64_t K, const float *A, int64_t ars
   mc = mc < MR ? MR : mc > M ? (M + MR - 1) / MR * MR : mc;
   int64_t ncb = B_BLOCK_BYTES / (kc * (int64_t)sizeof(float)) / NR * NR;
   ncb = ncb < NR ? NR : ncb > N ? (N + NR - 1) / NR * NR : ncb;
-  int pa = ars == 1;
+  int pa = ars == 1 && acs > PACK_A_MIN_LD;
   float *bp = packed ? NULL : pr_scratch((size_t)(kc * ncb) * sizeof(float));
   float *ap = pa ? pr_scratch((size_t)(kc * mc) * sizeof(float)) : NULL;
   for (int64_t jc = 0; jc < N; jc += ncb) {
