@@ -15,10 +15,13 @@
 // 512x128x768 ran at 0.68x OpenBLAS in place, 0.96x packed); the copy costs K x N of an M x N x K
 // product. A is read in place where its rows are stored (NN: the MR rows streamed along k) and
 // copied per block of rows into MR-wide panels where it is stored transposed (TN: A(i, k) at A[k *
-// lda + i], the same set conflicts). Edge tiles use masked loads and stores (AVX-512 masks, AVX2
-// vmaskmov); C is written directly, never zeroed first. The blocks over N, K and M keep a block of
-// B in L2, a panel of it in L1 and a block of A in L2 (gemm_kn); the NT copy of B transposes 8 x 8
-// blocks in registers.
+// lda + i], the same set conflicts) with a row stride above PACK_A_MIN_LD; at a shorter stride
+// the tile broadcasts it in place (the MR values of a k are contiguous). Where the operand's rows
+// are stored contiguous along the panels (B not transposed, A transposed), the packing walks each
+// stored row once across all the block's panels, so memory is read in order, not a row stride
+// apart. Edge tiles use masked loads and stores (AVX-512 masks, AVX2 vmaskmov); C is written
+// directly, never zeroed first. The blocks over N, K and M keep a block of B in L2, a panel of it
+// in L1 and a block of A in L2 (gemm_kn); the NT copy of B transposes 8 x 8 blocks in registers.
 #include "gemm.h"
 #include "kernels_common.h"
 
@@ -60,6 +63,13 @@ static const int32_t mask_tab[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0,
 #define A_BLOCK_BYTES ((int64_t)256 << 10) // rows of C per block: their A fits in this (L2)
 #define KC_MAX        512                  // the longest K block
 #define B_BLOCK_BYTES ((int64_t)1 << 20)   // columns of C per block: their B fits in this (L2)
+// A stored transposed is packed only where its row stride (floats) is above this. gpt_char's
+// weight-gradient products (768 rows; 1 thread, x86-64-v4, best of 40 calls, 4-5 pairs alternating
+// on a loaded machine), in place against packed: stride 128, 128 x 128 163-160 against 184 us,
+// 128 x 512 681-698 against 725-728 (x cold 779-801 against 812-858); stride 384, 384 x 128:
+// 528-535 against 535-541, cold 619-653 against 621-652 (a tie: packed, as before); stride 512 (2
+// KiB, the rows in a few cache sets), 512 x 128: 784 against 721, cold 1000 against 811.
+#define PACK_A_MIN_LD 256
 
 #ifdef VL
 #ifdef PR_ISA_NAME // the portable runtime's v3/v4 builds: the helpers named per build (f__v4), as
@@ -159,36 +169,54 @@ static inline void transpose8(const float *src, int64_t lds, float *dst, int64_t
 }
 
 // Packs the panel of B's columns j..j+nc (nc <= NR) into dst (K x NR, row k at dst + k * NR):
-// B(k, c) = B[k * brs + c * bcs].
-static void pack_b(int64_t K, int64_t nc, const float *B, int64_t brs, int64_t bcs, float *dst) {
-  if (bcs == 1 && nc == NR) {
-    for (int64_t k = 0; k < K; k++) memcpy(dst + k * NR, B + k * brs, NR * sizeof(float));
-  } else if (bcs == 1) {
-    for (int64_t k = 0; k < K; k++) {
-      memcpy(dst + k * NR, B + k * brs, (size_t)nc * sizeof(float));
-      memset(dst + k * NR + nc, 0, (size_t)(NR - nc) * sizeof(float));
+// B(k, c) = B[k * brs + c * bcs], B stored transposed (brs = 1: column c of the panel is row c of
+// the storage, read contiguously along k).
+static void pack_b_t(int64_t K, int64_t nc, const float *B, int64_t bcs, float *dst) {
+  int64_t k0 = 0;
+  if (nc == NR) // 8 x 8 blocks transposed in registers, the last K % 8 rows one by one
+    for (; k0 + 8 <= K; k0 += 8)
+      for (int c = 0; c < NR; c += 8) transpose8(B + c * bcs + k0, bcs, dst + k0 * NR + c, NR);
+  for (int64_t c = 0; c < NR; c++)
+    for (int64_t k = k0; k < K; k++) dst[k * NR + c] = c < nc ? B[c * bcs + k] : 0.0f;
+}
+
+// Packs B's columns 0..n into panels of NR (panel q, columns q*NR.., at dst + q * NR * K, row k
+// at + k * NR; columns past n zero): B(k, c) = B[k * brs + c * bcs]. Where B's rows are stored
+// (bcs = 1) k is outermost, the storage read once contiguously, as pack_a; stored transposed,
+// panel by panel (pack_b_t).
+static void pack_b(int64_t K, int64_t n, const float *B, int64_t brs, int64_t bcs, float *dst) {
+  if (bcs != 1) {
+    for (int64_t j = 0; j < n; j += NR)
+      pack_b_t(K, n - j < NR ? n - j : NR, B + j * bcs, bcs, dst + j * K);
+    return;
+  }
+  int64_t full = n / NR * NR;
+  for (int64_t k = 0; k < K; k++) {
+    const float *src = B + k * brs;
+    for (int64_t j = 0; j < full; j += NR)
+      memcpy(dst + j * K + k * NR, src + j, NR * sizeof(float));
+    if (full < n) {
+      float *d = dst + full * K + k * NR;
+      memcpy(d, src + full, (size_t)(n - full) * sizeof(float));
+      memset(d + (n - full), 0, (size_t)(NR - (n - full)) * sizeof(float));
     }
-  } else { // B stored transposed (brs = 1): column c of the panel is row c of the storage
-    int64_t k0 = 0;
-    if (nc == NR) // 8 x 8 blocks transposed in registers, the last K % 8 rows one by one
-      for (; k0 + 8 <= K; k0 += 8)
-        for (int c = 0; c < NR; c += 8) transpose8(B + c * bcs + k0, bcs, dst + k0 * NR + c, NR);
-    for (int64_t c = 0; c < NR; c++)
-      for (int64_t k = k0; k < K; k++) dst[k * NR + c] = c < nc ? B[c * bcs + k] : 0.0f;
   }
 }
 
-// Packs rows i..i+mr (mr <= MR) of op(A) into dst (K x MR, k at dst + k * MR): A(r, k) =
-// A[r * ars + k * acs].
-static void pack_a(int64_t K, int mr, const float *A, int64_t ars, int64_t acs, float *dst) {
-  if (ars == 1 && mr == MR) {
-    for (int64_t k = 0; k < K; k++) memcpy(dst + k * MR, A + k * acs, MR * sizeof(float));
-  } else if (ars == 1) {
-    for (int64_t k = 0; k < K; k++)
-      for (int r = 0; r < MR; r++) dst[k * MR + r] = r < mr ? A[k * acs + r] : 0.0f;
-  } else {
-    for (int r = 0; r < MR; r++)
-      for (int64_t k = 0; k < K; k++) dst[k * MR + r] = r < mr ? A[r * ars + k * acs] : 0.0f;
+// Packs rows 0..m of op(A), stored transposed (A(r, k) = A[k * acs + r]), into panels of MR rows
+// (panel q, rows q*MR.., at dst + q * MR * K; k at + k * MR; rows past m zero). Row k of the
+// storage holds the m values of every panel, so k is outermost: the storage is read once,
+// contiguously (a panel at a time read MR floats a row stride apart, K times: at the model's
+// strides, 2 KiB, those fall into a few L1 sets and the hardware prefetcher does not follow them).
+static void pack_a(int64_t K, int64_t m, const float *A, int64_t acs, float *dst) {
+  int64_t full = m / MR * MR;
+  for (int64_t k = 0; k < K; k++) {
+    const float *src = A + k * acs;
+    for (int64_t i = 0; i < full; i += MR)
+      memcpy(dst + i * K + k * MR, src + i, MR * sizeof(float));
+    if (full < m)
+      for (int64_t r = 0; r < MR; r++)
+        dst[full * K + k * MR + r] = full + r < m ? src[full + r] : 0.0f;
   }
 }
 
@@ -206,7 +234,7 @@ static void gemm_kn(int64_t M, int64_t N, int64_t K, const float *A, int64_t ars
   mc = mc < MR ? MR : mc > M ? (M + MR - 1) / MR * MR : mc;
   int64_t ncb = B_BLOCK_BYTES / (kc * (int64_t)sizeof(float)) / NR * NR;
   ncb = ncb < NR ? NR : ncb > N ? (N + NR - 1) / NR * NR : ncb;
-  int pa = ars == 1;
+  int pa = ars == 1 && acs > PACK_A_MIN_LD;
   float *bp = packed ? NULL : pr_scratch((size_t)(kc * ncb) * sizeof(float));
   float *ap = pa ? pr_scratch((size_t)(kc * mc) * sizeof(float)) : NULL;
   for (int64_t jc = 0; jc < N; jc += ncb) {
@@ -214,15 +242,11 @@ static void gemm_kn(int64_t M, int64_t N, int64_t K, const float *A, int64_t ars
     for (int64_t pc = 0; pc < K; pc += kc) {
       int64_t kk = K - pc < kc ? K - pc : kc;
       int m = pc == 0 ? mode : PR_GEMM_CONT;
-      for (int64_t j = 0; !packed && j < nn; j += NR)
-        pack_b(kk, nn - j < NR ? nn - j : NR, B + (jc + j) * bcs + pc * brs, brs, bcs, bp + j * kk);
+      if (!packed) pack_b(kk, nn, B + jc * bcs + pc * brs, brs, bcs, bp);
       for (int64_t i0 = 0; i0 < M; i0 += mc) {
         int64_t i1 = M - i0 < mc ? M : i0 + mc;
         const float *a0 = A + pc * acs;
-        if (pa)
-          for (int64_t i = i0; i < i1; i += MR)
-            pack_a(kk, i1 - i < MR ? (int)(i1 - i) : MR, a0 + i * ars, ars, acs,
-                   ap + (i - i0) * kk);
+        if (pa) pack_a(kk, i1 - i0, a0 + i0 * ars, acs, ap);
         for (int64_t j = 0; j < nn; j += NR) {
           int64_t nc = nn - j < NR ? nn - j : NR;
           const float *b = packed ? packed + (jc + j) * K + pc * NR : bp + j * kk;
@@ -245,10 +269,9 @@ static void gemm_kn(int64_t M, int64_t N, int64_t K, const float *A, int64_t ars
 // The x86-64 baseline: the same chains with libm's fmaf (exact; software on a CPU without FMA).
 // Packed B (pr_gemm_pack) has panels of one column.
 #define NR 1
-static void pack_b(int64_t K, int64_t nc, const float *B, int64_t brs, int64_t bcs, float *dst) {
-  (void)nc;
-  for (int64_t k = 0; k < K; k++) dst[k] = B[k * brs];
-  (void)bcs;
+static void pack_b(int64_t K, int64_t n, const float *B, int64_t brs, int64_t bcs, float *dst) {
+  for (int64_t j = 0; j < n; j++)
+    for (int64_t k = 0; k < K; k++) dst[j * K + k] = B[k * brs + j * bcs];
 }
 
 static void gemm_kn(int64_t M, int64_t N, int64_t K, const float *A, int64_t ars, int64_t acs,
@@ -286,11 +309,9 @@ int64_t pr_gemm_panels(int64_t N, int64_t *width) {
 
 void pr_gemm_pack(int tb, int64_t K, int64_t N, const float *B, int64_t ldb, float *dst, int64_t p0,
                   int64_t p1) {
-  for (int64_t p = p0; p < p1; p++) {
-    int64_t j = p * NR;
-    pack_b(K, N - j < NR ? N - j : NR, tb ? B + j * ldb : B + j, tb ? 1 : ldb, tb ? ldb : 1,
-           dst + j * K);
-  }
+  int64_t j0 = p0 * NR, j1 = p1 * NR < N ? p1 * NR : N;
+  if (j0 < j1)
+    pack_b(K, j1 - j0, tb ? B + j0 * ldb : B + j0, tb ? 1 : ldb, tb ? ldb : 1, dst + j0 * K);
 }
 
 void pr_gemm_packed(int ta, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,

@@ -175,40 +175,6 @@ typedef float v8 __attribute__((vector_size(32)));
 typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias)); // unaligned access
 #define SHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
 
-// max_f, sum_f and dot_f (kernels_common.h) with their 8 lanes in one 8-float vector: the same
-// lanes, the same tree and tail, so the same bits, without GCC's scalar code for the lane arrays.
-static inline float sum8(const float *restrict x, int64_t n) {
-  v8 l = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) l = l + *(const v8u *)(x + i);
-  float s = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
-  for (; i < n; i++) s += x[i];
-  return s;
-}
-static inline float dot8(const float *restrict x, const float *restrict y, int64_t n) {
-  v8 l = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) l = *(const v8u *)(x + i) * *(const v8u *)(y + i) + l; // dot_f's FMA
-  float s = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
-  for (; i < n; i++) s = FMA(x[i], y[i], s);
-  return s;
-}
-typedef int32_t v8i __attribute__((vector_size(32)));
-static inline float max8(const float *restrict x, int64_t n) {
-  if (n < 8) return max_f(x, n);
-  v8 l = *(const v8u *)x;
-  int64_t i = 8;
-  for (; i + 8 <= n; i += 8) { // l = x > l ? x : l, lane by lane
-    v8 xv = *(const v8u *)(x + i);
-    v8i gt = xv > l;
-    l = (v8)(((v8i)xv & gt) | ((v8i)l & ~gt));
-  }
-  float m = l[0];
-  for (int j = 1; j < 8; j++) m = l[j] > m ? l[j] : m;
-  for (; i < n; i++) m = x[i] > m ? x[i] : m;
-  return m;
-}
-
 // kT (hs,ld) = the head's rows x[s*xs + 0..hs) for s < T, transposed; zeros for s in [T, ld).
 // 8 x 8 blocks are transposed in registers (three rounds of shuffles), the edges one by one.
 static void pack_T(float *restrict kT, const float *restrict x, int64_t xs, int64_t T, int64_t ld,
@@ -327,9 +293,9 @@ void pr_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t
           // never read) so that no scalar tail is left; the max and the sum stay over [0,n)
           int64_t t = t0 + r, n = t + 1, npad = (n + VW - 1) & ~(int64_t)(VW - 1);
           float *st = sc + r * ld, *arow = ab + t * T;
-          float mx = max8(st, n);
+          float mx = max_f(st, n);
           for (int64_t s = 0; s < npad; s++) st[s] = exp_f(st[s] - mx);
-          float inv = 1.0f / sum8(st, n);
+          float inv = 1.0f / sum_f(st, n);
           for (int64_t s = 0; s < n; s++) arow[s] = st[s] * inv;
           for (int64_t s = n; s < T; s++) arow[s] = 0.0f;
         }
@@ -417,7 +383,7 @@ void pr_attention_bwd(float *dqkv, const float *dy, const float *qkv, const floa
           for (int r = 0; r < nr; r++) {
             int64_t t = t0 + r, n = t + 1;
             const float *arow = a + t * T, *dr = da + r * ld;
-            float dot = dot8(arow, dr, n);
+            float dot = dot_f(arow, dr, n);
             float *prow = dpre + t * ld;
             for (int64_t s = 0; s < n; s++) prow[s] = scale * (arow[s] * (dr[s] - dot));
           }

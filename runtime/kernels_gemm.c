@@ -102,9 +102,12 @@ static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A
     // futex wake-up under the program's wait policy, util.c), twice per linear layer of a step.
     int64_t width, np = pr_gemm_panels(N, &width);
     float *bp = pr_scratch((size_t)(np * width * K) * sizeof(float));
+    // The panels in one contiguous range per thread: pr_gemm_pack walks op(B)'s stored rows once
+    // over a range (panel by panel they would be read a row stride apart).
+    int64_t nch = pr_threads() < np ? pr_threads() : np;
     PR_PARALLEL(1, {
-      _Pragma("omp for schedule(static)") for (int64_t p = 0; p < np; p++)
-          pr_gemm_pack(tb, K, N, B, ldb, bp, p, p + 1);
+      _Pragma("omp for schedule(static)") for (int64_t c = 0; c < nch; c++)
+          pr_gemm_pack(tb, K, N, B, ldb, bp, c * np / nch, (c + 1) * np / nch);
       _Pragma("omp for schedule(static)") for (int64_t i = 0; i < nblk; i++) {
         int64_t o = i * bs, len = split - o < bs ? split - o : bs;
         pr_gemm_packed(ta, len, N, K, ta ? A + o : A + o * lda, lda, bp, C + o * ldc, ldc, mode);

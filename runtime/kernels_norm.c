@@ -82,23 +82,11 @@ void pr_softmax_bwd(float *dx, const float *dy, const float *y, int64_t outer, i
 
 // Four rows' fixed-lane reductions at once: per row the lanes, tree and tail of sum_f,
 // sumsq_centered_f and dot_f (kernels_common.h), so the bits of four calls, with their add chains
-// interleaved instead of one row's latency after another's. With AVX2 (the v3, v4 and native
-// builds) each row's 8 lanes are one GCC vector (v8f), lane j doing exactly lane j's operations:
-// written as loops over l[4][8], GCC 12 vectorised the loop over i instead (16 steps of i per
-// vector, then shuffles to regroup the lanes), which ran dot4_f at 4x and sum4_f at 2x the time
-// of the v8f form (C = 128, x86-64-v4). The baseline build keeps the loops (its 8-lane vectors
-// would be split in two SSE halves, slower there).
-static inline float tree8(const float *l) {
-  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
-}
-#ifdef __AVX2__
-typedef float v8f __attribute__((vector_size(32)));
-static inline v8f ld8(const float *p) {
-  v8f v;
-  memcpy(&v, p, sizeof v);
-  return v;
-}
-#endif
+// interleaved instead of one row's latency after another's. With AVX2 each row's 8 lanes are one
+// v8f, as in the one-row helpers: written as loops over l[4][8], GCC 12 vectorised the loop over i
+// instead (16 steps of i per vector, then shuffles to regroup the lanes), which ran dot4_f at 4x
+// and sum4_f at 2x the time of the v8f form (C = 128, x86-64-v4). The baseline build keeps the
+// loops (its 8-lane vectors would be split in two SSE halves, slower there).
 static inline void sum4_f(float *s, const float *const *x, int64_t n) {
   float l[4][8] = {{0}};
   int64_t i = 0;

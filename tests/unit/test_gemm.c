@@ -100,6 +100,9 @@ static void check_build(gemm_fn *fn, const char *name) {
       for (int mode = 0; mode < 3; mode++) check_case(fn, name, ta, tb, 25, 49, dims[c], 5, mode);
     // K above gemm.c's K block (512): the blocks' chains continue through C (not with ADD)
     for (int mode = 0; mode < 3; mode++) check_case(fn, name, ta, tb, 13, 37, 1100, 1, mode);
+    // leading dimensions above gemm.c's PACK_A_MIN_LD (256): A stored transposed is packed (the
+    // shapes above read it in place)
+    for (int mode = 0; mode < 3; mode++) check_case(fn, name, ta, tb, 29, 37, 70, 400, mode);
   }
 }
 
