@@ -55,8 +55,13 @@ lo=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%d", (b - a) * 0.8 * 1e6 }')
 hi=$(awk -v a="$t1" -v b="$t2" 'BEGIN { printf "%d", (b - a) * 1.3 * 1e6 }')
 save=$(awk -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { s = (c - b) - (b - a); printf "%d", (s > 0.05 ? s : 0.05) * 1.2 * 1e6 }')
 echo "kill window: ${lo}..${hi} us; after the first temporary: 0..${save} us"
+# 50 rounds; 10 in the sanitizer tree (5 of each kind), where the kills are the release tree's and
+# what AddressSanitizer adds is in the resumes after them, the paths that the torn states below
+# take again one by one.
+kills=50
+nm "$wide" 2>/dev/null | grep -q __asan_init && kills=10
 na=0 nb=0 nbad=0 nmid=0 nbetween=0
-for round in $(seq "${CKPT_KILLS:-50}"); do
+for round in $(seq "${CKPT_KILLS:-$kills}"); do
   cp_pair "$tmp/A.st" "$F"
   "$wide" --steps 2 --quiet --resume "$F" --save "$F" >/dev/null 2>&1 &
   pid=$!

@@ -14,6 +14,8 @@
 # partition can cut inside a layer (its residual adds then cross stages too) and at S > 1 always
 # separates the tied embedding (first stage) from the head (last stage). The test asserts these
 # properties of each cut from the comm pass's dump, so an easy cut cannot pass silently.
+# A configuration that generates the programs (and launch.sh) of one run before is that job, and
+# is not run twice; each distinct rank program is built once (tests/e2e/cc_cache.sh).
 # In the sanitizer tree (the programs are built with AddressSanitizer) a reduced matrix runs:
 # each schedule once per S. PIPELINE_MATRIX=full|reduced overrides the choice.
 #
@@ -146,7 +148,27 @@ same() {
   [ $e -eq 0 ] && ok
 }
 
-# one SCHEDULE S M: compile the configuration once, launch it, compare.
+# The jobs already run: a configuration whose programs and launch.sh are byte for byte those of
+# one run before (but for the "Command" lines that quote pipec's command line: mlp_digits' zb-h1
+# programs are 1f1b's, gpipe's at M = 1 are 1f1b's) is that job; it is not run again. job_of[KEY]
+# names the configuration that ran it, job_ok[KEY] is 1 when its run passed. Each compile runs
+# the C compiler through cc_cache.sh, which builds each distinct rank program once.
+declare -A job_of job_ok
+export CC_CACHE_DIR=$tmp/cc-cache CC_CACHE_CC=${CC:-cc} CC=$root/tests/e2e/cc_cache.sh
+# job_key DIR LR: the key of DIR's job (its launch.sh and rank programs' sources, LR the rank that
+# reports the loss).
+job_key() {
+  {
+    echo "loss rank $2"
+    grep -v '^# Command' "$1/launch.sh"
+    for f in "$1"/rank*.c; do
+      echo "== ${f##*/}"
+      grep -v '^// Command' "$f"
+    done
+  } | md5sum | cut -c1-32
+}
+
+# one SCHEDULE S M: compile the configuration once, launch it (unless the same job ran), compare.
 declare -A cfg_time
 one() {
   local sch=$1 S=$2 M=$3 V=1 lr=$(($2 - 1)) # lr: the loss's rank
@@ -169,6 +191,16 @@ one() {
     [ -x "$o/bin/rank$r" ] || { bad "$name: no $o/bin/rank$r"; return; }
   done
   [ -x "$o/launch.sh" ] || { bad "$name: no launch.sh"; return; }
+  local key
+  key=$(job_key "$o" "$lr")
+  if [ -n "${job_of[$key]:-}" ]; then
+    check "$name: the programs and launch.sh of ${job_of[$key]}, byte for byte: its job (run and compared$([ "${job_ok[$key]}" = 1 ] || echo ': FAILED'))" \
+      test "${job_ok[$key]}" = 1
+    echo "same job as ${job_of[$key]}: $name"
+    return
+  fi
+  local fail0=$fail
+  job_of[$key]=$name job_ok[$key]=0
   mkdir -p "$o/run"
   timeout -k 5 120 "$o/launch.sh" "${run_args[@]}" --save "$o/run/p.st" --loss-log "$o/run/loss.txt" \
     </dev/null >"$o/run/out" 2>"$o/run/err"
@@ -187,6 +219,7 @@ one() {
     grep '^eval ' "$o/run/out" >"$o/run/eval"
   fi
   same "$name" "$o/run" "$M"
+  [ "$fail" -eq "$fail0" ] && job_ok[$key]=1
   echo "ran $name: ${cfg_time[$name]} s"
 }
 
@@ -261,5 +294,5 @@ if [ "$model" = mlp_digits ]; then
 fi
 err_is "zb-v --virtual 3" 2 '^pipec: --virtual 3: --schedule zb-v runs two stages per rank in a V \(--virtual 2, or none\)$' \
   --stages 2 --schedule zb-v --virtual 3 --microbatches 4
-echo "$model: ${#configs[@]} configurations in $(($(date +%s) - t_all)) s"
+echo "$model: ${#configs[@]} configurations ${#job_of[@]} jobs run, rank programs built $(grep -c '^miss' "$CC_CACHE_DIR/log" 2>/dev/null) (and copied $(grep -c '^hit' "$CC_CACHE_DIR/log" 2>/dev/null)) in $(($(date +%s) - t_all)) s"
 finish
