@@ -21,8 +21,9 @@ pipe_run "$tmp/one-launch" "$tmp/one" || bad "S = 1: launch.sh: $(tail -n 3 "$tm
 same_bits "S = 1: launch.sh = bin/train" "$tmp/one-train" "$tmp/one-launch"
 
 # ---- Rank 0's train_step as printed, against golden files: receives posted at step start for
-# m < K and right after the last action of m - K, send waits before the action that rewrites the
-# buffer for m + K, all sends waited for before the step end, then the exchange (skip_net: its
+# m < K and right after the last action of m - K, a send waited for before the next action of its
+# stage and microbatch (1f1b's F sends before its B; else before the action that rewrites the
+# buffer for m + K), all sends waited for before the step end, then the exchange (skip_net: its
 # shared weight) and, under --virtual, the copies of the channels between two stages of one rank.
 golden_step() {
   local name=$1 dir="$tmp/golden-$1"
