@@ -122,6 +122,10 @@ static Streams *streams(E *e) {
   return e->st = st;
 }
 
+bool emit_rank_has_streams(E *e) {
+  return e->multi && streams(e)->n > 0;
+}
+
 void emit_rank_comm(E *e) {
   Streams *st = streams(e);
   const Program *P = e->prog;
