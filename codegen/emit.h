@@ -28,6 +28,8 @@ typedef struct E {
   Streams *st;           // multi: this rank's message streams (built on first use)
   bool profile;          // time each F, B and W call (pr_prof_act; `pipec profile`)
   const RepBuckets *rep; // --replicas: the rank's buckets (rep_buckets), NULL at D = 1
+  bool progress;         // emit_segment prints pr_comm_progress() after each GEMM and attention
+                         // call (F, B and W of a rank with message streams; segment.c)
 } E;
 
 void out(E *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -99,6 +101,9 @@ void segment_node_key(const Node *n, const char **blk, int *inst);
 // S > 1 only (emit_rank.c): the PrChannel table CH and the PrComm `comm`; the per-stage data
 // loaders load_<v>; train_step with the channel traffic; eval_batches and eval_batch.
 void emit_rank_comm(E *e);
+// Whether this rank has message streams to other ranks (its compute then calls
+// pr_comm_progress, segment.c).
+bool emit_rank_has_streams(E *e);
 void emit_rank_loaders(E *e);
 bool emit_rank_train_step(E *e, Diag *d);
 void emit_rank_eval(E *e);

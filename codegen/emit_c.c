@@ -165,9 +165,11 @@ static void emit_functions(E *e) {
            "// gradient exchange final (the step's last B or W of a stage on this rank).\n"
            "static bool rep_final;\n\n");
   }
+  const bool progress = emit_rank_has_streams(e); // pr_comm_progress in F, B and W (segment.c)
   for (int i = 0; i < e->rp->nvs; i++) {
     const VStage *s = &e->prog->vs[e->rp->vs[i]];
     int v = s->v;
+    e->progress = progress;
     out(e,
         "// Stage %d, forward (F) of one microbatch: %d nodes.\n"
         "static void F_%d(int slot) {\n  (void)slot;\n",
@@ -199,6 +201,7 @@ static void emit_functions(E *e) {
         "// Stage %d, end of step (TIED_SUM): gradients of parameters used in several places,\n"
         "// summed in use order (%d nodes).\nstatic void step_end_%d(void) {\n",
         v, s->step.n, v);
+    e->progress = false; // the step end: its messages are waited for around it
     emit_segment(e, s->step.nodes, s->step.n, "0");
     out(e, "}\n\n");
   }

@@ -35,8 +35,9 @@
 // messages). Channel traffic in train_step (pipeline.h's actions, one line each): SEND(c, m) is
 // pr_comm_send; RECV(c, m) is pr_comm_wait_recv, its pr_comm_post_recv printed as early as the
 // receiving stage's slot allows: right after the last action of (to_v, m - K) on this rank, or at
-// step start for m < K. Before the action that makes channel c's tensor for microbatch m + K,
-// pr_comm_wait_send(c, m) (the slot's buffer is about to be written again). Before the first
+// step start for m < K. pr_comm_wait_send(c, m) before the next action of (from_v, m) after the
+// SEND, or, when none follows, before the action that makes channel c's tensor for microbatch
+// m + K (the slot's buffer is about to be written again): schedule_send_waits. Before the first
 // TIED_SUM every send is waited for; then the exchange receives are posted and the rank's use
 // buffers sent; each stage's step end waits for the buffers its sums read. (That last action of
 // (to_v, m - K) may be the copy out of its slot of a channel to another stage of the rank, when
@@ -119,6 +120,10 @@ static Streams *streams(E *e) {
     }
   }
   return e->st = st;
+}
+
+bool emit_rank_has_streams(E *e) {
+  return e->multi && streams(e)->n > 0;
 }
 
 void emit_rank_comm(E *e) {
@@ -277,15 +282,6 @@ static const char *act_label(E *e, const Action *x) {
   return arena_printf(e->a, "%s(v%d, m%d)", action_name(x->kind), x->v, x->m);
 }
 
-// The action of this rank's list that makes channel c's tensor for microbatch m (of kind
-// channel_maker's). at[k] holds, per (v, m) at v * M + m, the index of this rank's action of
-// kind F, B, W (k 0..2).
-static int producing_action(const E *e, int *const at[3], const Channel *c, int m) {
-  ActionKind kind = channel_maker(e->prog, c);
-  int k = kind == ACT_F ? 0 : kind == ACT_B ? 1 : 2;
-  return at[k][(size_t)c->from_v * e->prog->M + m];
-}
-
 static bool internal(E *e, Diag *d, const char *what) {
   diag_error(d, (Loc){0, 0}, "internal error: codegen: rank %d: %s", e->rp->rank, what);
   return false;
@@ -343,19 +339,11 @@ bool emit_rank_train_step(E *e, Diag *d) {
     return internal(e, d, "its actions do not end with NORM, OPT");
   char **pre = ARENA_ARRAY(e->a, char *, n + 1), **post = ARENA_ARRAY(e->a, char *, n + 1);
   char *start = NULL;
-  // Per (v, m): the last action (where the slot frees) and this rank's F, B and W, in one pass.
-  size_t nvm = (size_t)P->nv * P->M;
-  int *last = ARENA_ARRAY(e->a, int, nvm + 1), *at[3];
+  // Per (v, m): the last action (where the slot frees); per (c, m): where its send is waited for.
+  int *last = ARENA_ARRAY(e->a, int, (size_t)P->nv * P->M + 1);
   schedule_last_actions(P, last);
-  for (int k = 0; k < 3; k++) {
-    at[k] = ARENA_ARRAY(e->a, int, nvm + 1);
-    for (size_t j = 0; j < nvm; j++) at[k][j] = -1;
-  }
-  for (int i = 0; i < n; i++) {
-    const Action *x = &rp->acts[i];
-    int k = x->kind == ACT_F ? 0 : x->kind == ACT_B ? 1 : x->kind == ACT_W ? 2 : -1;
-    if (k >= 0) at[k][(size_t)x->v * P->M + x->m] = i;
-  }
+  int *wait = ARENA_ARRAY(e->a, int, (size_t)P->nch * P->M + 1);
+  schedule_send_waits(P, wait);
   for (int i = 0; i < n; i++) {
     const Action *x = &rp->acts[i];
     if (x->kind == ACT_RECV) { // post as early as the slot allows
@@ -386,11 +374,12 @@ bool emit_rank_train_step(E *e, Diag *d) {
       int s = st->send_of[c->id], K = P->vs[c->from_v].K;
       if (s < 0 || e->p->offset[c->t->id] < 0)
         return internal(e, d, arena_printf(e->a, "SEND of '%s' without its buffer", c->t->name));
-      if (x->m + K >= P->M) continue; // waited for at step end
-      int p = producing_action(e, at, c, x->m + K);
-      if (p < 0)
-        return internal(e, d,
-                        arena_printf(e->a, "no action makes '%s' for m%d", c->t->name, x->m + K));
+      int p = wait[(size_t)c->id * P->M + x->m]; // schedule_send_waits
+      if (p < 0 && x->m + K >= P->M) continue;   // waited for at step end
+      if (p <= i)
+        return internal(
+            e, d,
+            arena_printf(e->a, "no action after SEND(%s, m%d) waits for it", c->t->name, x->m));
       append(e, &pre[p], arena_printf(e->a, "pr_comm_wait_send(%d, %d);", s, x->m));
     }
   }

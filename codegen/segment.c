@@ -19,7 +19,9 @@
 // output (pr_bf16_* / pr_f16_*, runtime/half.c), in loops as in straight-line code. With
 // --replicas, a call after which buckets of the replicas' gradient exchange are final is followed
 // by their guarded pr_replicas_ready calls (buckets.c), in a loop as base + l * (buckets per
-// instance); instances that differ in their buckets do not loop.
+// instance); instances that differ in their buckets do not loop. On a rank with message streams
+// (E.progress), each GEMM and attention call of a forward, backward or weight-gradient segment is
+// followed by pr_comm_progress() (MPI's progress while the rank computes), in loops likewise.
 #include <stdlib.h>
 #include <string.h>
 
@@ -198,6 +200,17 @@ static void print_call(E *e, const Call *c, const char *const *ptr) {
   out(e, " // %s\n", comment(e, c->n->name));
 }
 
+// After a GEMM's or attention's call (the kernels that take milliseconds) in a compute action of
+// a rank with messages: MPI's progress, so that a message waiting for this rank to enter MPI (a
+// rendezvous over shared memory) completes while it computes (runtime/comm_mpi.c).
+static void print_progress(E *e, const Call *c, const char *indent) {
+  const char *k = c->n->op->kernel;
+  if (e->progress && k &&
+      (!strncmp(k, "pr_linear", 9) || !strncmp(k, "pr_matmul", 9) ||
+       !strncmp(k, "pr_attention", 12)))
+    out(e, "%spr_comm_progress();\n", indent);
+}
+
 static void print_straight(E *e, const Call *c) {
   const char **ptr = ARENA_ARRAY(e->a, const char *, c->nargs + 1);
   for (int k = 0; k < c->nargs; k++) {
@@ -337,6 +350,7 @@ static void print_loop(E *e, const Call *c, const Group *g, int count) {
     print_call(e, c0, ptr);
     print_conversions(e, c0, ptr, true, "    ");
     rep_emit_ready(e, c0->n, "    ", per);
+    print_progress(e, c0, "    ");
   }
   out(e, "  }\n");
 }
@@ -373,6 +387,7 @@ void emit_segment(E *e, Node *const *nodes, int n, const char *acc) {
       for (int k = 0; k < g[i].len; k++) {
         print_straight(e, &c[g[i].start + k]);
         rep_emit_ready(e, c[g[i].start + k].n, "  ", 0);
+        print_progress(e, &c[g[i].start + k], "  ");
       }
     }
     i = j;

@@ -191,6 +191,24 @@ static int local_pos(const Program *prog, const RankProgram *r, const Timeline *
   return best;
 }
 
+// A message from stage c->from_v of rank r to another rank, on the sender's timeline: the last
+// position its sent tensor must be live at, that of the last node of each microbatch m to run
+// before the program waits for send (c, m) (wait: schedule_send_waits, the first action of
+// (from_v, m) after the SEND that runs the stage), or -1 when for some m the wait is elsewhere
+// (before the action that makes (c, m + K), or at step end): the whole timeline.
+static int msg_pos(const Program *prog, const RankProgram *r, const Timeline *tl, const int *wait,
+                   const Channel *c) {
+  const VStage *s = &prog->vs[c->from_v];
+  int best = 0;
+  for (int m = 0; m < prog->M; m++) {
+    int w = wait[(size_t)c->id * prog->M + m];
+    if (w < 1 || r->acts[w].v != s->v || r->acts[w].m != m) return -1;
+    int q = pos_after(r, tl, s, m, w - 1); // action w's first position: m's nodes before it ran
+    if (q - 1 > best) best = q - 1;
+  }
+  return best;
+}
+
 // Plan.fwd/bwd/step of the rank's first stage, in the order its actions run them.
 static void node_lists(const Program *prog, const RankProgram *r, Plan *p, Arena *a) {
   const Graph *g = prog->g;
@@ -309,6 +327,8 @@ static bool plan_rank(Program *prog, RankProgram *r, bool all_temps, Diag *d) {
   int *recv_v = ARENA_ARRAY(a, int, g->ntensors + 1), *sent_v = ARENA_ARRAY(a, int, g->ntensors);
   int *last_act = ARENA_ARRAY(a, int, (size_t)prog->nv * prog->M + 1); // where slots free
   schedule_last_actions(prog, last_act);
+  int *wait = ARENA_ARRAY(a, int, (size_t)prog->nch * prog->M + 1); // where sends are waited for
+  schedule_send_waits(prog, wait);
   const Channel **recv_ch =
       ARENA_ARRAY(a, const Channel *, g->ntensors + 1); // per dst: its channel
   for (int c = 0; c < prog->nch; c++) {
@@ -464,20 +484,21 @@ static bool plan_rank(Program *prog, RankProgram *r, bool all_temps, Diag *d) {
         hi = hi > tl.after_f ? hi : tl.after_f; // read by the host after F
       for (int o = 0; o < g->noutputs; o++)
         if (g->outputs[o] == t && hi < tl.after_f) hi = tl.after_f;
-      if (sent) { // the whole timeline while a send may be in flight; a local one to its RECV
+      if (sent) { // to where the program waits for its send (a local one: its RECV), or over
+                  // the whole timeline while the send may be in flight
         int last = -1;
         bool whole = false;
         for (int c = 0; c < prog->nch && !whole; c++) {
           const Channel *ch = &prog->ch[c];
           if (ch->t != t) continue;
-          int q =
-              prog->vs[ch->to_v].rank == r->rank ? local_pos(prog, r, &tl, last_act, ch, true) : -1;
+          int q = prog->vs[ch->to_v].rank == r->rank ? local_pos(prog, r, &tl, last_act, ch, true)
+                                                     : msg_pos(prog, r, &tl, wait, ch);
           whole = q < 0;
           if (q > last) last = q;
         }
         if (whole)
           lo = 0, hi = tl.end;
-        else // every channel of t local: from its producer to its last RECV
+        else // from its producer to its last RECV or wait
           hi = hi > last ? hi : last;
       } else if (t->kind == T_RECV && prog->vs[recv_ch[t->id]->from_v].rank == r->rank) {
         lo = local_pos(prog, r, &tl, last_act, recv_ch[t->id], false); // a local copy: its RECV

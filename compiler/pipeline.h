@@ -379,6 +379,22 @@ ActionKind channel_maker(const Program *p, const Channel *c);
 // tensor sent within the rank. O(actions) (a channel within a rank: O(actions^2) at most).
 void schedule_last_actions(const Program *p, int *last);
 
+// The send-wait rule: per (channel c, microbatch m), at index c * M + m, the index in the sending
+// rank's action list of the action before which the program waits for the message SEND(c, m) to
+// complete (pr_comm_wait_send), so that nothing overwrites the sent bytes while the message may
+// be in flight: the first action of (from_v, m) after the SEND that runs nodes of the stage or
+// its LOAD / LOSS (F, B, W, LOAD, LOSS) when there is one (memplan keeps the sent tensor live
+// only up to the last position of m's timeline before it; a message completes once its receiver
+// has posted the receive, which every built-in schedule has done by then: the receiver ran the
+// F that the sender's F or B of m read from, or its B sends back the gradient the sender's B
+// reads); otherwise the action that makes (c, m + K) (channel_maker's, K of from_v: the slot's
+// next microbatch is about to write the buffer; memplan keeps the tensor over the whole
+// timeline); -1 when neither exists (m + K >= M: the step end waits for every send) and for a
+// channel between two stages of one rank (a copy at its RECV, no message). What the generated
+// code prints, what the verifier blocks on and where memplan and plan_check end the sent
+// tensor's interval. wait has nch * M entries. O(actions + nch * M).
+void schedule_send_waits(const Program *p, int *wait);
+
 // ---- Built-in schedules (compiler/schedules.c) and the lock-step verifier (compiler/simulate.c)
 // The schedules are built and verified at compile time; codegen prints each rank's list
 // (emit_rank.c).

@@ -146,14 +146,16 @@ static bool recompute_ok(const Program *prog, int r, int v, const int *pos, cons
 // schedule_last_actions, where the program posts them), else end + 1 (the whole timeline, as a
 // message's).
 static void local_channels(const Program *prog, int r, int v, int end, const int *freed, int *cnt,
-                           bool *touched, int *first, int *last) {
+                           bool *touched, int *first, int *last, int *before, int *sendat) {
   const RankProgram *rp = &prog->ranks[r];
   const VStage *s = &prog->vs[v];
   int M = prog->M;
   for (int m = 0; m < M; m++) cnt[m] = 0, touched[m] = false;
   for (int c = 0; c < prog->nch; c++) first[c] = end, last[c] = -1;
+  for (int i = 0; i < prog->nch * M; i++) sendat[i] = -1;
   for (int i = 0; i < rp->nacts; i++) {
     const Action *x = &rp->acts[i];
+    before[i] = -1;
     if (x->kind == ACT_RECV) {
       const Channel *c = x->ch;
       bool local = prog->vs[c->from_v].rank == prog->vs[c->to_v].rank;
@@ -168,7 +170,9 @@ static void local_channels(const Program *prog, int r, int v, int end, const int
       if (c->to_v == v) touched[x->m] = true;
       continue;
     }
+    if (x->kind == ACT_SEND) sendat[(size_t)x->ch->id * M + x->m] = i;
     if (x->v != v || x->m < 0 || x->kind == ACT_SEND) continue;
+    before[i] = cnt[x->m];
     touched[x->m] = true;
     cnt[x->m] += x->kind == ACT_F                             ? s->f.n
                  : x->kind == ACT_B                           ? s->b.n
@@ -176,6 +180,23 @@ static void local_channels(const Program *prog, int r, int v, int end, const int
                  : x->kind == ACT_LOAD || x->kind == ACT_LOSS ? 1
                                                               : 0;
   }
+}
+
+// A message from stage v of rank r to another rank: the last position of v's timeline its sent
+// tensor must be live at, the highest count - 1 at the action before which the program waits for
+// send (c, m) (wait: schedule_send_waits) over every m, when that action is one of (v, m) after
+// the SEND (before, sendat: local_channels' replay); else end + 1 (the whole timeline).
+static int msg_last(const Program *prog, int r, int v, int end, const int *wait, const int *before,
+                    const int *sendat, int c) {
+  const RankProgram *rp = &prog->ranks[r];
+  int M = prog->M, last = -1;
+  for (int m = 0; m < M; m++) {
+    int w = wait[(size_t)c * M + m], sa = sendat[(size_t)c * M + m];
+    if (w < 0 || sa < 0 || w <= sa || rp->acts[w].v != v || rp->acts[w].m != m || before[w] < 0)
+      return end + 1;
+    if (before[w] - 1 > last) last = before[w] - 1;
+  }
+  return last;
 }
 
 bool plan_check(const Program *prog, int r, Diag *d) {
@@ -200,6 +221,12 @@ bool plan_check(const Program *prog, int r, Diag *d) {
   bool *ltouched = ARENA_ARRAY(a, bool, prog->M + 1);
   int *freed = ARENA_ARRAY(a, int, (size_t)prog->nv * prog->M + 1); // where the slots free
   schedule_last_actions(prog, freed);
+  // Where the program waits for each send; per action the positions of its microbatch run before
+  // it, per (c, m) its SEND (local_channels).
+  int *wait = ARENA_ARRAY(a, int, (size_t)prog->nch * prog->M + 1);
+  schedule_send_waits(prog, wait);
+  int *before = ARENA_ARRAY(a, int, rp->nacts + 1);
+  int *sendat = ARENA_ARRAY(a, int, (size_t)prog->nch * prog->M + 1);
   PlaceItem *items = ARENA_ARRAY(a, PlaceItem, nt + nn + 1);
   // --recompute: per tensor its work-timeline interval, per node whether it is kept (not rerun)
   // and in the stage's r segment, per tensor whether the rerun remade it; the area's items.
@@ -245,7 +272,7 @@ bool plan_check(const Program *prog, int r, Diag *d) {
     int end = q, host = loss >= 0 ? loss : endf >= 0 ? endf : end; // where the host reads
     if (bstart < 0) bstart = end;
     bool rc = s->recompute;
-    local_channels(prog, r, v, end, freed, lcnt, ltouched, lfirst, llast);
+    local_channels(prog, r, v, end, freed, lcnt, ltouched, lfirst, llast, before, sendat);
     if (rc && !recompute_ok(prog, r, v, pos, sent, kept, inr, remade, d)) goto out;
     // Which tensors the stage slots, and their intervals.
     for (int i = 0; i < nt; i++)
@@ -295,11 +322,13 @@ bool plan_check(const Program *prog, int r, Diag *d) {
       if (t == g->loss || t->kind == T_INPUT) hi[i] = hi[i] > host ? hi[i] : host;
       for (int o = 0; o < g->noutputs; o++)
         if (g->outputs[o] == t && hi[i] < host) hi[i] = host;
-      if (sent[i] == v + 1) { // while a message may be in flight; sent locally, to its RECV
+      if (sent[i] == v + 1) { // to where its send is waited for; sent locally, to its RECV
         int until = -1;
         for (int c = 0; c < prog->nch; c++)
           if (prog->ch[c].t == t) {
-            int q = prog->vs[prog->ch[c].to_v].rank == r ? llast[c] : end + 1;
+            int q = prog->vs[prog->ch[c].to_v].rank == r
+                        ? llast[c]
+                        : msg_last(prog, r, v, end, wait, before, sendat, c);
             until = q > until ? q : until;
           }
         if (until > end)

@@ -355,6 +355,49 @@ void schedule_last_actions(const Program *p, int *last) {
   }
 }
 
+void schedule_send_waits(const Program *p, int *wait) {
+  int M = p->M;
+  size_t nvm = (size_t)p->nv * M;
+  for (size_t i = 0; i < (size_t)p->nch * M; i++) wait[i] = -1;
+  // Per (v, m): this rank's next action of (v, m) that runs the stage (scanning backwards), and
+  // per (v, m) and F, B, W (k 0..2, at k * nv * M + v * M + m) the action that runs it.
+  Arena scratch;
+  arena_init(&scratch);
+  int *next = ARENA_ARRAY(&scratch, int, nvm + 1), *at = ARENA_ARRAY(&scratch, int, 3 * nvm + 1);
+  for (size_t i = 0; i < 3 * nvm; i++) at[i] = -1;
+  for (int r = 0; r < p->nranks; r++)
+    for (int i = 0; i < p->ranks[r].nacts; i++) {
+      const Action *x = &p->ranks[r].acts[i];
+      int k = x->kind == ACT_F ? 0 : x->kind == ACT_B ? 1 : x->kind == ACT_W ? 2 : -1;
+      if (k >= 0 && x->m >= 0) at[(size_t)k * nvm + (size_t)x->v * M + x->m] = i;
+    }
+  for (int r = 0; r < p->nranks; r++) {
+    const RankProgram *rp = &p->ranks[r];
+    for (size_t i = 0; i < nvm; i++) next[i] = -1;
+    for (int i = rp->nacts - 1; i >= 0; i--) {
+      const Action *x = &rp->acts[i];
+      if (x->m < 0) continue;
+      if (x->v >= 0 && (x->kind == ACT_F || x->kind == ACT_B || x->kind == ACT_W ||
+                        x->kind == ACT_LOAD || x->kind == ACT_LOSS)) {
+        next[(size_t)x->v * M + x->m] = i;
+        continue;
+      }
+      if (x->kind != ACT_SEND) continue;
+      const Channel *c = x->ch;
+      if (p->vs[c->to_v].rank == r) continue; // a copy at its RECV
+      int K = p->vs[c->from_v].K > 0 ? p->vs[c->from_v].K : 1,
+          w = next[(size_t)c->from_v * M + x->m];
+      if (w < 0 && x->m + K < M) {
+        ActionKind mk = channel_maker(p, c);
+        int k = mk == ACT_F ? 0 : mk == ACT_B ? 1 : 2;
+        w = at[(size_t)k * nvm + (size_t)c->from_v * M + x->m + K];
+      }
+      wait[(size_t)c->id * M + x->m] = w;
+    }
+  }
+  arena_free(&scratch);
+}
+
 void schedule_print(const Program *p, FILE *out) {
   const Graph *g = p->g;
   int nsplit = split_stages(p);

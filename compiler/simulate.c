@@ -99,6 +99,11 @@ static bool send_done(const Program *p, int c, int m, int t, int *const *at, con
   return at[rr][i] >= 0 && at[rr][i] < t;
 }
 
+// Whether channel c joins two stages of one rank (a copy at its RECV, no message).
+static bool local_ch(const Program *p, int c) {
+  return p->vs[p->ch[c].from_v].rank == p->vs[p->ch[c].to_v].rank;
+}
+
 static double cost_of(const Program *p, const StageCost *cost, const Action *x) {
   if (x->kind != ACT_F && x->kind != ACT_B && x->kind != ACT_W) return 0;
   bool split = p->vs[x->v].split;
@@ -134,11 +139,29 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
   // Per (stage, F or B): the channels its action makes (the send-buffer rule), counting sort.
   int *mk = ARENA_ARRAY(&scratch, int, 2 * (size_t)p->nv + 2);
   int *mch = ARENA_ARRAY(&scratch, int, p->nch + 1), *fill = ARENA_ARRAY(&scratch, int, 2 * p->nv);
-  for (int c = 0; c < p->nch; c++) mk[2 * p->ch[c].from_v + p->ch[c].grad + 1]++;
+  // Only channels within a rank: a message's wait is schedule_send_waits' (wq below).
+  for (int c = 0; c < p->nch; c++)
+    if (local_ch(p, c)) mk[2 * p->ch[c].from_v + p->ch[c].grad + 1]++;
   for (int k = 0; k < 2 * p->nv; k++) mk[k + 1] += mk[k];
   for (int c = 0; c < p->nch; c++) {
     int k = 2 * p->ch[c].from_v + p->ch[c].grad;
-    mch[mk[k] + fill[k]++] = c;
+    if (local_ch(p, c)) mch[mk[k] + fill[k]++] = c;
+  }
+  // Messages: per rank per action, the sends (c * M + m) the program waits for before it, as
+  // lists through wnext (the send-wait rule, schedule_send_waits).
+  int *wait = ARENA_ARRAY(&scratch, int, (size_t)p->nch *M + 1);
+  int *wnext = ARENA_ARRAY(&scratch, int, (size_t)p->nch *M + 1);
+  int **wq = ARENA_ARRAY(&scratch, int *, S);
+  schedule_send_waits(p, wait);
+  for (int r = 0; r < S; r++) {
+    wq[r] = ARENA_ARRAY(&scratch, int, p->ranks[r].nacts + 1);
+    for (int i = 0; i < p->ranks[r].nacts; i++) wq[r][i] = -1;
+  }
+  for (int id = 0; id < p->nch * M; id++) {
+    int w = wait[id], r = p->vs[p->ch[id / M].from_v].rank;
+    if (w < 0) continue;
+    wnext[id] = wq[r][w];
+    wq[r][w] = id;
   }
   // Each pair's queue sized by its sends (S * S pointers, not S * S * actions).
   for (int r = 0; r < S; r++)
@@ -193,6 +216,9 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
           if (!send_done(p, mch[j], x->m - K, t, at, recv_at, last)) break; // may be in flight
         if (x->m >= K && j < mk[k + 1]) continue;
       }
+      int id = wq[r][pc[r]];
+      while (id >= 0 && send_done(p, id / M, id % M, t, at, recv_at, last)) id = wnext[id];
+      if (id >= 0) continue; // a send it waits for may be in flight
       moved[r] = pc[r];
       nmoved++;
     }
@@ -267,7 +293,27 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
       const Action *x = &rp->acts[pc[r]];
       char t1[64], t2[64];
       action_text(x, t1, sizeof t1);
-      if (x->kind != ACT_RECV) { // F or B held by the send-buffer rule
+      if (x->kind != ACT_RECV) { // held by the send-wait rule (a message) or a local copy
+        int id = wq[r][pc[r]];
+        while (id >= 0 && send_done(p, id / M, id % M, t, at, recv_at, last)) id = wnext[id];
+        if (id >= 0) { // a message
+          const Channel *c = &p->ch[id / M];
+          bool next = x->v == c->from_v && x->m == id % M; // its microbatch's next action
+          int K = p->vs[c->from_v].K > 0 ? p->vs[c->from_v].K : 1;
+          if (next)
+            fprintf(f,
+                    "  rank %d action %d %s: waits for send (c%d, m%d) to complete, whose "
+                    "receive rank %d has not posted (send-wait rule: the program waits for a "
+                    "send before its stage's next action of that microbatch)\n",
+                    r, pc[r], t1, c->id, id % M, p->vs[c->to_v].rank);
+          else
+            fprintf(f,
+                    "  rank %d action %d %s: waits for send (c%d, m%d) to complete, whose "
+                    "receive rank %d has not posted (send-buffer rule: it reuses that send's "
+                    "slot, K = %d)\n",
+                    r, pc[r], t1, c->id, id % M, p->vs[c->to_v].rank, K);
+          continue;
+        }
         int K = p->vs[x->v].K > 0 ? p->vs[x->v].K : 1, k = 2 * x->v + (x->kind == ACT_B), c = -1;
         for (int j = mk[k]; j < mk[k + 1] && c < 0; j++)
           if (!send_done(p, mch[j], x->m - K, t, at, recv_at, last)) c = mch[j];

@@ -81,14 +81,6 @@ typedef struct Wait {
   int next; // the next wait at the same position (-1: none)
 } Wait;
 
-// Index of action (kind, v, m) in rank s's list (-1: none).
-static int find(const Program *p, int s, ActionKind k, int v, int m) {
-  const RankProgram *rp = &p->ranks[s];
-  for (int i = 0; i < rp->nacts; i++)
-    if (rp->acts[i].kind == k && rp->acts[i].v == v && rp->acts[i].m == m) return i;
-  return -1;
-}
-
 static int pos_in_rank(const Program *p, int v) {
   const RankProgram *rp = &p->ranks[p->vs[v].rank];
   for (int k = 0; k < rp->nvs; k++)
@@ -119,7 +111,9 @@ bool uneven_verify(const Program *p, Diag *d) {
         for (int j = 0; j < K; j++) q->slot[k][j] = -1;
       }
     }
-  // The sends' waits per (rank, position): before the action that makes (c, m + K).
+  // The sends' waits per (rank, position): where schedule_send_waits puts them.
+  int *wait = ARENA_ARRAY(&a, int, (size_t)p->nch *M + 1);
+  schedule_send_waits(p, wait);
   int **wait_at = ARENA_ARRAY(&a, int *, S);
   for (int s = 0; s < S; s++) {
     wait_at[s] = ARENA_ARRAY(&a, int, p->ranks[s].nacts + 1);
@@ -129,12 +123,11 @@ bool uneven_verify(const Program *p, Diag *d) {
   int nw = 0;
   for (int c = 0; c < p->nch; c++) {
     const Channel *ch = &p->ch[c];
-    int s = p->vs[ch->from_v].rank, K = p->vs[ch->from_v].K > 0 ? p->vs[ch->from_v].K : 1;
+    int s = p->vs[ch->from_v].rank;
     if (s == p->vs[ch->to_v].rank) continue; // a copy within the rank: no send to wait for
-    ActionKind k = channel_maker(p, ch);
-    for (int m = 0; m + K < M; m++) {
-      int i = find(p, s, k, ch->from_v, m + K);
-      if (i < 0) continue; // (the schedule's checker has reported it)
+    for (int m = 0; m < M; m++) {
+      int i = wait[(size_t)c * M + m];
+      if (i < 0) continue; // at step end
       waits[nw] = (Wait){c, m, wait_at[s][i]};
       wait_at[s][i] = nw++;
     }

@@ -75,6 +75,12 @@ void pr_comm_wait_recv(int c, int m,
 void pr_comm_send(int c, int m, const void *buf); // MPI_Isend from buf
 void pr_comm_wait_send(int c, int m);             // wait for that send to complete
 void pr_comm_wait_sends(void);                    // wait for all outstanding sends
+// Lets MPI move the outstanding messages while the rank computes: tests every posted receive
+// and pending send once (never blocks) and returns at once when none is outstanding. Printed
+// between the kernels of compute actions (codegen/segment.c): over shared memory a large
+// message completes only once its receiver is inside MPI. A request it completes still needs
+// its wait (which then returns at once).
+void pr_comm_progress(void);
 
 // What the training loop needs of a transport. Every operation is collective over the job
 // unless it says otherwise, and every wait in it obeys the watchdog (--timeout).

@@ -40,6 +40,15 @@
 //
 // With --trace, each message's post and the end of its wait are reported to trace.c.
 //
+// Progress. Over shared memory a large message is a rendezvous: it completes only once the
+// receiver is inside MPI after the sender's MPI_Isend. The generated program calls
+// pr_comm_progress between the kernels of its compute actions (codegen/segment.c), which tests
+// every outstanding stream request at once (MPI_Testsome: Open MPI's progress engine runs when
+// none has completed yet) and returns at once when none is outstanding. A request it completes
+// is NULL in MPI's eyes, so fin[] remembers that it completed: the wait then returns without
+// waiting (its statistics and trace record the wait's end as before), and post_recv/send treat
+// the request as in use until that wait.
+//
 // Every wait polls with MPI_Test (with sched_yield between polls when Open MPI is told the cores
 // are oversubscribed, OMPI_MCA_mpi_yield_when_idle=1) and obeys the watchdog: a wait longer than
 // --timeout seconds is an error naming the tensor, microbatch, peer rank and action, which aborts
@@ -67,6 +76,9 @@ typedef struct Gather {
 static struct {
   const PrComm *c;  // the program's streams (NULL until start)
   MPI_Request *req; // req[c * nmicro + m]: the request of (stream c, microbatch m)
+  bool *fin;        // per request: completed by pr_comm_progress, its wait not called yet
+  int *idx;         // MPI_Testsome's indices (one per request, allocated at the start)
+  int active;       // requests posted or sent and not yet completed (0: progress returns)
   MPI_Comm ctl;     // duplicate of pipe for the training loop's traffic
   MPI_Comm pipe;    // this replica's ranks (MPI_COMM_WORLD itself without replicas)
   MPI_Comm rep;     // this pipeline rank's replicas, rank = replica d (replica_setup ..)
@@ -154,23 +166,30 @@ static int peer_of(const PrChannel *ch, int m) {
 void pr_comm_post_recv(int c, int m, void *buf) {
   MPI_Request *r = request(c, m, false, "pr_comm_post_recv");
   const PrChannel *ch = &mpi.c->ch[c];
-  prCheck(*r == MPI_REQUEST_NULL, "a bug in the generated program",
+  prCheck(*r == MPI_REQUEST_NULL && !mpi.fin[r - mpi.req], "a bug in the generated program",
           "pr_comm_post_recv: '%s' microbatch %d is already posted", ch->tensor, m);
   pr_trace_post(c, m); // before the call, as the send's
   pr_mpi_check(MPI_Irecv(buf, (int)ch->bytes, MPI_BYTE, peer_of(ch, m), ch->tag * mpi.c->nmicro + m,
                          mpi.pipe, r),
                "MPI_Irecv");
+  mpi.active++;
 }
 
 void pr_comm_wait_recv(int c, int m, const char *action) {
   MPI_Request *r = request(c, m, false, "pr_comm_wait_recv");
   const PrChannel *ch = &mpi.c->ch[c];
-  prCheck(*r != MPI_REQUEST_NULL, "a bug in the generated program",
+  bool *fin = &mpi.fin[r - mpi.req];
+  prCheck(*r != MPI_REQUEST_NULL || *fin, "a bug in the generated program",
           "pr_comm_wait_recv: '%s' microbatch %d was never posted (%s)", ch->tensor, m, action);
-  double t = pr_now();
-  wait_request(r, "for tensor '%s' microbatch %d from rank %d (%s)", ch->tensor, m, peer_of(ch, m),
-               action);
-  pr_stats.recv_wait += pr_now() - t;
+  if (*fin) { // pr_comm_progress completed it
+    *fin = false;
+  } else {
+    double t = pr_now();
+    wait_request(r, "for tensor '%s' microbatch %d from rank %d (%s)", ch->tensor, m,
+                 peer_of(ch, m), action);
+    mpi.active--;
+    pr_stats.recv_wait += pr_now() - t;
+  }
   pr_stats.received += ch->bytes;
   pr_trace_done(c, m);
 }
@@ -178,7 +197,7 @@ void pr_comm_wait_recv(int c, int m, const char *action) {
 void pr_comm_send(int c, int m, const void *buf) {
   MPI_Request *r = request(c, m, true, "pr_comm_send");
   const PrChannel *ch = &mpi.c->ch[c];
-  prCheck(*r == MPI_REQUEST_NULL, "a bug in the generated program",
+  prCheck(*r == MPI_REQUEST_NULL && !mpi.fin[r - mpi.req], "a bug in the generated program",
           "pr_comm_send: '%s' microbatch %d is still being sent", ch->tensor, m);
   // The trace's send starts before MPI_Isend: over shared memory a small message can be
   // delivered, and its receive completed, before the call returns (a time read after it put the
@@ -187,17 +206,34 @@ void pr_comm_send(int c, int m, const void *buf) {
   pr_mpi_check(MPI_Isend(buf, (int)ch->bytes, MPI_BYTE, peer_of(ch, m), ch->tag * mpi.c->nmicro + m,
                          mpi.pipe, r),
                "MPI_Isend");
+  mpi.active++;
   pr_stats.sent += ch->bytes;
 }
 
 void pr_comm_wait_send(int c, int m) {
   MPI_Request *r = request(c, m, true, "pr_comm_wait_send");
-  if (*r == MPI_REQUEST_NULL) return; // never sent, or already completed
+  bool *fin = &mpi.fin[r - mpi.req];
+  if (*fin) { // pr_comm_progress completed it
+    *fin = false;
+    pr_trace_done(c, m);
+    return;
+  }
+  if (*r == MPI_REQUEST_NULL) return; // never sent, or already waited for
   const PrChannel *ch = &mpi.c->ch[c];
   double t = pr_now();
   wait_request(r, "to send tensor '%s' microbatch %d to rank %d", ch->tensor, m, peer_of(ch, m));
+  mpi.active--;
   pr_stats.send_wait += pr_now() - t;
   pr_trace_done(c, m);
+}
+
+void pr_comm_progress(void) {
+  if (mpi.active == 0) return; // nothing outstanding (or no transport): no MPI call
+  int n = 0;
+  pr_mpi_check(MPI_Testsome(mpi.c->nch * mpi.c->nmicro, mpi.req, &n, mpi.idx, MPI_STATUSES_IGNORE),
+               "MPI_Testsome");
+  for (int k = 0; k < n && n != MPI_UNDEFINED; k++) mpi.fin[mpi.idx[k]] = true;
+  if (n != MPI_UNDEFINED) mpi.active -= n;
 }
 
 void pr_comm_wait_sends(void) {
@@ -327,6 +363,11 @@ static int start_streams(const PrComm *c, int rank, double timeout) {
   mpi.req = malloc((size_t)(nreq > 0 ? nreq : 1) * sizeof *mpi.req);
   prCheck(mpi.req != NULL, "the machine is out of memory", "cannot allocate the MPI requests");
   for (int64_t i = 0; i < nreq; i++) mpi.req[i] = MPI_REQUEST_NULL;
+  mpi.fin = calloc((size_t)(nreq > 0 ? nreq : 1), sizeof *mpi.fin);
+  mpi.idx = malloc((size_t)(nreq > 0 ? nreq : 1) * sizeof *mpi.idx);
+  prCheck(mpi.fin != NULL && mpi.idx != NULL, "the machine is out of memory",
+          "cannot allocate the MPI requests");
+  mpi.active = 0;
   mpi.ag = (Gather){.comm = mpi.ctl, .me = c->rank, .size = c->nranks};
   mpi.ag.req = malloc(2 * (size_t)c->nranks * sizeof *mpi.ag.req);
   prCheck(mpi.ag.req != NULL, "the machine is out of memory", "cannot allocate the MPI requests");
@@ -530,8 +571,10 @@ static void t_finish(void) {
   mpi.started = false;
   pr_transport = NULL;
   free(mpi.req);
+  free(mpi.fin);
+  free(mpi.idx);
   free(mpi.ag.req);
-  mpi.req = NULL, mpi.ag.req = NULL;
+  mpi.req = NULL, mpi.ag.req = NULL, mpi.fin = NULL, mpi.idx = NULL, mpi.active = 0;
   mpi.c = NULL;
 }
 

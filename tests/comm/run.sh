@@ -55,6 +55,13 @@ for s in 2 3; do
   done
 done
 
+# 1b. Progress during compute: rank 0's wait for a 1 MiB send completes while rank 1 computes and
+#     calls pr_comm_progress, before rank 1 waits for anything (test_comm.c: ordered by a second
+#     message that rank 1 sees land while computing); the data arrives whole, 3 steps.
+job 2 progress
+check "progress: exit 0 ($(grep -m1 error err))" [ $rc -eq 0 ]
+check "progress: every step" [ "$(grep -c '^\[rank 1\] progress ok: step [0-2] (computed)$' out)" -eq 3 ]
+
 # 2. The step end's all-gather: the squared norm of parameters spread over the ranks equals
 #    pr_grad_norm2 of the whole table bit for bit (test_comm.c checks; step 0's sums of squares
 #    1, 2^-53, 2^-53, 2^-52 give another sum when grouped by rank).

@@ -16,7 +16,7 @@ root=$2
 cd "$root" || exit 1
 data=$root/../shared/data
 # The runtime functions a generated .cu program may call besides the pr_cu_ ones.
-host_re='^pr_(cu_[a-z0-9_]+|main|comm_(post_recv|wait_recv|send|wait_send|wait_sends)|init_(zeros|ones|normal|uniform|xavier)|tokens_(open_text|open_u16|check_windows|check_ids|batch|val_batches|val_seq_batch|close)|table_(open_csv|open_npy|batch|val_batch|val_batches|close))\($'
+host_re='^pr_(cu_[a-z0-9_]+|main|comm_(post_recv|wait_recv|send|wait_send|wait_sends|progress)|init_(zeros|ones|normal|uniform|xavier)|tokens_(open_text|open_u16|check_windows|check_ids|batch|val_batches|val_seq_batch|close)|table_(open_csv|open_npy|batch|val_batch|val_batches|close))\($'
 no_gpu=1
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
   no_gpu=0

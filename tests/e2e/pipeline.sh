@@ -21,8 +21,9 @@ pipe_run "$tmp/one-launch" "$tmp/one" || bad "S = 1: launch.sh: $(tail -n 3 "$tm
 same_bits "S = 1: launch.sh = bin/train" "$tmp/one-train" "$tmp/one-launch"
 
 # ---- Rank 0's train_step as printed, against golden files: receives posted at step start for
-# m < K and right after the last action of m - K, send waits before the action that rewrites the
-# buffer for m + K, all sends waited for before the step end, then the exchange (skip_net: its
+# m < K and right after the last action of m - K, a send waited for before the next action of its
+# stage and microbatch (1f1b's F sends before its B; else before the action that rewrites the
+# buffer for m + K), all sends waited for before the step end, then the exchange (skip_net: its
 # shared weight) and, under --virtual, the copies of the channels between two stages of one rank.
 golden_step() {
   local name=$1 dir="$tmp/golden-$1"
@@ -40,6 +41,22 @@ golden_step() {
   fi
 }
 golden_step mlp_digits_s2_m4_1f1b samples/mlp_digits.json --stages 2 --microbatches 4
+# MPI's progress inside compute (segment.c): on a rank with messages each GEMM and attention call
+# of F, B and W is followed by pr_comm_progress(); rank 0's B_0 of that program pinned, and none
+# in the one-rank program (no MPI there).
+sed -n '/^static void B_0/,/^}/p' "$tmp/golden-mlp_digits_s2_m4_1f1b/rank0.c" >"$tmp/b0.c"
+check "progress: rank 0's B_0 calls pr_comm_progress after its GEMM only" diff -u - "$tmp/b0.c" <<'C'
+static void B_0(int slot, int acc) {
+  (void)slot, (void)acc;
+  pr_relu_bwd(t23_d_fc1_relu1_0, t27_d_relu1_fc2_0_v0, t9_relu1, /*n*/ 2048, /*acc*/ 0); // relu1:d0
+  pr_linear_bwd_w(t24_d_fc1_weight_fc1_1, t23_d_fc1_relu1_0, t0_x, /*rows*/ 16, /*in*/ 64, /*out*/ 128, /*acc*/ acc); // fc1:d1
+  pr_comm_progress();
+  pr_sum_rows(t25_d_fc1_bias_fc1_2, t23_d_fc1_relu1_0, /*rows*/ 16, /*cols*/ 128, /*acc*/ acc); // fc1:d2
+}
+C
+check "progress: rank 1 has it in F, B, W (6 calls)" \
+  [ "$(grep -c '^  pr_comm_progress();$' "$tmp/golden-mlp_digits_s2_m4_1f1b/rank1.c")" -eq 6 ]
+check "progress: none at S = 1" eval 'grep -q "pr_linear" "$tmp/one/rank0.c" && ! grep -q pr_comm_progress "$tmp/one/rank0.c"'
 # (The cut pinned: stages 0 and 2 on rank 0 exchange the skip, a copy on one rank.)
 golden_step skip_net_s2_m2_interleaved samples/skip_net.json --stages 2 --microbatches 2 \
   --schedule interleaved --virtual 2 --split wide,wide.relu,body2

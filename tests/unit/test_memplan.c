@@ -286,12 +286,32 @@ static bool sent_locally(const Program *p, int r, const Tensor *t) {
   return true;
 }
 
-// A tensor sent only to stages of its own rank is copied at each RECV(c, m): replaying rank r's
-// list, nothing written into its slot between the node that makes it for m and the last of its
-// RECVs for m (outputs and workspaces of the nodes of its stage's actions on a microbatch of the
-// same slot) shares a byte with it, and a message received into its stage at its bytes is posted
-// for m + K (where schedule_last_actions says) only after that RECV.
-static void check_local_send(const Pipe *x, int r, const Tensor *t, int v) {
+// Where rank r's program is done with the bytes of t for microbatch m (v's slot): the last of
+// its RECVs for m over a channel to a stage of the rank (a copy), and over a message the action
+// before which the program waits for the send (schedule_send_waits: wait), when that is an
+// action of (v, m) after the SEND; -1 when some message of t is waited for elsewhere (the slot's
+// next microbatch, the step end).
+static int send_until(const Program *p, int r, const Tensor *t, int v, int m, const int *wait) {
+  const RankProgram *rp = &p->ranks[r];
+  int until = -1;
+  for (int i = 0; i < rp->nacts; i++) {
+    const Action *a = &rp->acts[i];
+    if (a->kind == ACT_RECV && a->m == m && a->ch->t == t) until = i;
+    if (a->kind != ACT_SEND || a->m != m || a->ch->t != t || p->vs[a->ch->to_v].rank == r) continue;
+    int w = wait[(size_t)a->ch->id * p->M + m];
+    if (w <= i || rp->acts[w].v != v || rp->acts[w].m != m) return -1;
+    if (w > until) until = w;
+  }
+  return until;
+}
+
+// A tensor sent only to stages of its own rank is copied at each RECV(c, m), and one sent by
+// message is waited for before an action of its microbatch (send_until): replaying rank r's
+// list, nothing written into its slot between the node that makes it for m and that point
+// (outputs and workspaces of the nodes of its stage's actions on a microbatch of the same slot)
+// shares a byte with it, and a message received into its stage at its bytes is posted for m + K
+// (where schedule_last_actions says) only after it.
+static void check_local_send(const Pipe *x, int r, const Tensor *t, int v, const int *wait) {
   const Program *p = &x->p;
   const RankProgram *rp = &p->ranks[r];
   const Plan *pl = &rp->plan;
@@ -300,10 +320,9 @@ static void check_local_send(const Pipe *x, int r, const Tensor *t, int v) {
   int *freed = malloc(sizeof(int) * ((size_t)p->nv * p->M + 1));
   schedule_last_actions(p, freed);
   for (int m = 0; m < p->M; m++) {
-    int made = -1, recv = -1;
+    int made = -1, recv = send_until(p, r, t, v, m, wait);
     for (int i = 0; i < rp->nacts; i++) {
       const Action *a = &rp->acts[i];
-      if (a->kind == ACT_RECV && a->m == m && a->ch->t == t) recv = i;
       if (a->v != v || a->m != m || made >= 0 || a->kind == ACT_SEND) continue;
       const Segment *sg = a->kind == ACT_F ? &s->f : a->kind == ACT_B ? &s->b : &s->w;
       for (int j = 0; (a->kind == ACT_F || a->kind == ACT_B || a->kind == ACT_W) && j < sg->n; j++)
@@ -369,6 +388,8 @@ static void check_rank(const Pipe *x, int r, SchedKind k, int S, int V, int M) {
   }
   ck_assert_int_eq(acts + pl->work_bytes, pl->bytes[REG_ACTS]);
   (void)V;
+  int *wait = malloc(sizeof(int) * ((size_t)p->nch * p->M + 1));
+  schedule_send_waits(p, wait);
   for (int c = 0; c < p->nch; c++) {
     const Channel *ch = &p->ch[c];
     if (p->vs[ch->to_v].rank == r) { // received: in a slot of its stage
@@ -378,13 +399,17 @@ static void check_rank(const Pipe *x, int r, SchedKind k, int S, int V, int M) {
     }
     if (p->vs[ch->from_v].rank != r) continue;
     // Sent: no byte shared with any other buffer of its slot (tensors and workspaces); sent only
-    // to stages of this rank, none with what is written there before its last RECV.
+    // to stages of this rank or waited for before an action of its microbatch, none with what is
+    // written there before its last RECV or that wait.
     const Tensor *t = ch->t;
     int v = ch->from_v;
     int64_t o = pl->offset[t->id], n = tbytes(x, t);
     ck_assert_int_eq(pl->vstage[t->id], v);
-    if (sent_locally(p, r, t)) {
-      check_local_send(x, r, t, v);
+    bool until = true; // every microbatch's bytes done with at an action (send_until)
+    for (int m = 0; m < p->M && until; m++) until = send_until(p, r, t, v, m, wait) >= 0;
+    ck_assert(until || !sent_locally(p, r, t));
+    if (until) {
+      check_local_send(x, r, t, v, wait);
       continue;
     }
     for (int i = 0; i < g->ntensors; i++)
@@ -398,6 +423,7 @@ static void check_rank(const Pipe *x, int r, SchedKind k, int S, int V, int M) {
       ck_assert(!overlaps(o, n, pl->ws_offset[i], nd->op->workspace(nd, x->tc.mb_size)));
     }
   }
+  free(wait);
   // Exchanges: every use buffer (and the sum) in REG_GRADS on every holder rank.
   for (int i = 0; i < p->nex; i++) {
     const Exchange *e = &p->ex[i];
@@ -626,10 +652,15 @@ END_TEST
 // keeps them, where moving them would not pay. A rank holding several stages tries them all in
 // the area too, K = 1 included, one copy shared: zb-v's rank 0 at S = 2 moves those of its first
 // stage (K = 3), which alone would not pay, with those of its loss stage (K = 1): 51717184 B,
-// was 53290048 B (area 3538944 B); interleaved's rank 1 52372608 B, was 53343296 B. At S = 4
-// (-D L=8) the same on every zb-v rank (rank 0 91100224 B, was 92673088 B), and 1f1b's rank 0
-// (K = 4) moves them too. Every plan passes plan_check, which checks each work-area buffer lives
-// within one action.
+// was 53290048 B (area 3538944 B). At S = 4 (-D L=8) the same on every zb-v rank. Every plan
+// passes plan_check, which checks each work-area buffer lives within one action. The totals are
+// those of the send-wait rule (schedule_send_waits: a message's tensor lives only to where its
+// send is waited for, before the next action of its microbatch), before it in brackets: zb-v
+// S = 2 50930752 (51717184) and 50462720 (52822016); 1f1b S = 2 rank 0 45220864 (46007296);
+// zb-v S = 4 90313792 (91100224), ranks 1-3 92979200 (102416384, 102416384, 97697792); 1f1b
+// S = 4 83811328 (84204544), 66535424 (67715072), 46456832 (47243264), its rank 0 no longer
+// moving its temporaries (K = 4: they fit into bytes the shorter sends leave); interleaved's rank
+// 1 52163648 (52372608), likewise.
 START_TEST(test_temps_in_work_area) {
   char *gpt = sample("gpt_char.json");
   static const char *l8[] = {"L=8"};
@@ -640,16 +671,16 @@ START_TEST(test_temps_in_work_area) {
     int S, V;
     int64_t total[4], work[4]; // per rank: the plan's sum of regions and work area
   } cases[] = {
-      {&g4, SCHED_ZBV, 2, 2, {51717184, 52822016}, {3538944, 1646592}},
-      {&g4, SCHED_1F1B, 2, 1, {46007296, 26580032}, {0, 0}},
+      {&g4, SCHED_ZBV, 2, 2, {50930752, 50462720}, {3538944, 1646592}},
+      {&g4, SCHED_1F1B, 2, 1, {45220864, 26580032}, {0, 0}},
       {&g8,
        SCHED_ZBV,
        4,
        2,
-       {91100224, 102416384, 102416384, 97697792},
+       {90313792, 92979200, 92979200, 92979200},
        {3538944, 1646592, 1646592, 1646592}},
-      {&g8, SCHED_1F1B, 4, 1, {84204544, 67715072, 47243264, 26580032}, {3538944, 0, 0, 0}},
-      {&g4, SCHED_INTERLEAVED, 2, 2, {70810624, 52372608}, {3538944, 3538944}},
+      {&g8, SCHED_1F1B, 4, 1, {83811328, 66535424, 46456832, 26580032}, {0, 0, 0, 0}},
+      {&g4, SCHED_INTERLEAVED, 2, 2, {70810624, 52163648}, {3538944, 0}},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     Pipe x;
@@ -735,8 +766,10 @@ END_TEST
 // last action, but before anything of v2's next microbatch on that slot: the slot frees at the
 // copies (schedule_last_actions; the receives of the next microbatch are posted after them), and
 // the gradients live from where B makes them to the step end: v2's slot 11022336 B (was
-// 11808768 B), the rank 52822016 B (was 55181312 B). plan_check rejects the sent tensor at the
-// bytes of a buffer its F reads when it makes it, and the copy at the bytes of one its B reads.
+// 11808768 B), the rank 52822016 B (was 55181312 B); with the send-wait rule
+// (test_send_waits) both slots 10629120 B, the rank 50462720 B. plan_check rejects the sent tensor
+// at the bytes of a buffer its F reads when it makes it, and the copy at the bytes of one its B
+// reads.
 START_TEST(test_local_channels) {
   char *gpt = sample("gpt_char.json");
   Pipe x;
@@ -744,9 +777,9 @@ START_TEST(test_local_channels) {
   Graph *g = &x.m.g;
   check_rank(&x, 1, SCHED_ZBV, 2, 2, 8);
   Plan *p1 = &x.p.ranks[1].plan;
-  ck_assert_int_eq(p1->slot_stride[1], 11415552);
-  ck_assert_int_eq(p1->slot_stride[2], 11022336);
-  ck_assert_int_eq(rank_total(&x, 1), 52822016);
+  ck_assert_int_eq(p1->slot_stride[1], 10629120);
+  ck_assert_int_eq(p1->slot_stride[2], 10629120);
+  ck_assert_int_eq(rank_total(&x, 1), 50462720);
   // Where v2's slot of m0 frees: the last copy of its gradients, not its W.
   int *freed = malloc(sizeof(int) * (8 * (size_t)x.p.nv + 1));
   schedule_last_actions(&x.p, freed);
@@ -788,6 +821,105 @@ START_TEST(test_local_channels) {
 }
 END_TEST
 
+// Index of the action (kind, v, m) in rank r's list, of SEND / RECV (kind, channel c, m) when
+// v < 0 (-1: none).
+static int act_at(const Program *p, int r, ActionKind k, int v, int c, int m) {
+  const RankProgram *rp = &p->ranks[r];
+  for (int i = 0; i < rp->nacts; i++) {
+    const Action *a = &rp->acts[i];
+    if (a->kind == k && a->m == m && (v >= 0 ? a->v == v : a->ch->id == c)) return i;
+  }
+  return -1;
+}
+
+// The send-wait rule (schedule_send_waits): the program waits for a message before the next
+// action of its stage and microbatch after the SEND, so the sent tensor lives in its slot only
+// up to there, not over the whole timeline. gpt_char, zb-v, S = 2, M = 8 (as test_local_channels):
+// rank 1's v1 sends its two input gradients to v0 (c7, c8) after B and waits before its W; v2
+// sends its output to v3 (c2) after F and waits before its B; rank 0's v3 sends its gradients
+// (c3, c4) to v2 after B and waits before W. The gradients' bytes serve v1's W: v1's slot
+// 10629120 B (11415552 B when they held the whole timeline), v2's 10629120 B (11022336 B), the
+// loss stage's 11222016 B (12008448 B); rank 1 50462720 B, rank 0 50930752 B. 1f1b keeps B and
+// W together: nothing of the last stage's microbatch follows its gradients' SEND, so they are
+// waited for before the B of m + K (K = 1) and the last one at step end. plan_check rejects a
+// sent gradient at the bytes of the other one (both live from B's end to the wait).
+START_TEST(test_send_waits) {
+  char *gpt = sample("gpt_char.json");
+  Pipe x;
+  zbv_gpt_char(&x, gpt);
+  Graph *g = &x.m.g;
+  const Program *p = &x.p;
+  int M = p->M, *wait = malloc(sizeof(int) * ((size_t)p->nch * M + 1));
+  schedule_send_waits(p, wait);
+  struct {
+    int c, r, v;     // channel, its sender's rank and stage
+    ActionKind next; // the action of (v, m) the program waits before
+  } w[] = {{7, 1, 1, ACT_W}, {8, 1, 1, ACT_W}, {2, 1, 2, ACT_B},
+           {3, 0, 3, ACT_W}, {4, 0, 3, ACT_W}, {0, 0, 0, ACT_B}};
+  for (size_t k = 0; k < sizeof w / sizeof w[0]; k++) {
+    ck_assert_int_eq(p->ch[w[k].c].from_v, w[k].v);
+    for (int m = 0; m < M; m++) {
+      int at = wait[(size_t)w[k].c * M + m];
+      ck_assert_int_eq(at, act_at(p, w[k].r, w[k].next, w[k].v, -1, m));
+      ck_assert_int_gt(at, act_at(p, w[k].r, ACT_SEND, -1, w[k].c, m));
+    }
+  }
+  for (int c = 0; c < p->nch; c++) // channels within a rank: copies, no wait
+    if (p->vs[p->ch[c].from_v].rank == p->vs[p->ch[c].to_v].rank)
+      for (int m = 0; m < M; m++) ck_assert_int_eq(wait[(size_t)c * M + m], -1);
+  check_rank(&x, 0, SCHED_ZBV, 2, 2, 8);
+  check_rank(&x, 1, SCHED_ZBV, 2, 2, 8);
+  Plan *p0 = &x.p.ranks[0].plan, *p1 = &x.p.ranks[1].plan;
+  ck_assert_int_eq(p1->slot_stride[1], 10629120);
+  ck_assert_int_eq(p1->slot_stride[2], 10629120);
+  ck_assert_int_eq(p0->slot_stride[3], 11222016);
+  ck_assert_int_eq(rank_total(&x, 0), 50930752);
+  ck_assert_int_eq(rank_total(&x, 1), 50462720);
+  const Tensor *g7 = p->ch[7].t, *g8 = p->ch[8].t;
+  ck_assert_str_eq(g7->name, "d:transformer.h.1.resid_1");
+  int shared = 0; // its bytes reused after the wait (W's buffers)
+  for (int i = 0; i < g->ntensors; i++)
+    if (i != g7->id && p1->vstage[i] == 1 && p1->cls[i] != BUF_WORK)
+      shared +=
+          overlaps(p1->offset[g7->id], tbytes(&x, g7), p1->offset[i], tbytes(&x, g->tensors[i]));
+  ck_assert_int_gt(shared, 0);
+  int64_t keep = p1->offset[g7->id];
+  p1->offset[g7->id] = p1->offset[g8->id];
+  const char *msg = check_msg(&x, 1);
+  ck_assert_msg(strstr(msg, "' of stage v1 overlap while both are live\n") &&
+                    strstr(msg, "'d:transformer.h.1.resid_1'"),
+                "%s", msg);
+  p1->offset[g7->id] = keep;
+  free(wait);
+  model_free(&x.m);
+  // 1f1b, S = 2: the last stage's gradient (v1 -> v0) is waited for before B(v1, m + 1).
+  Pipe y;
+  ck_assert_msg(model_run_defs(&y.m, gpt, NULL, 0), "%s", cap_text(&y.m.cap));
+  y.tc = (TrainConfig){.batch = 96, .microbatches = 8, .mb_size = 12, .opt = OPT_ADAMW};
+  Diag *d = &y.m.cap.d;
+  PartitionOptions o = {.stages = 2, .flops_rate = 50e9, .bandwidth = 10e9};
+  ck_assert(pass_autodiff(&y.m.g, 8, d));
+  ck_assert_msg(pass_partition(&y.m.g, &y.tc, &o, &y.p, d) && pass_comm(&y.m.g, &y.p, d) &&
+                    sched_build(&y.p, SCHED_1F1B, 2, 1, &y.m.arena, d) &&
+                    schedule_verify(&y.p, NULL, NULL, NULL, d) && plan_memory(&y.p, d),
+                "%s", cap_text(&y.m.cap));
+  p = &y.p;
+  wait = malloc(sizeof(int) * ((size_t)p->nch * M + 1));
+  schedule_send_waits(p, wait);
+  int n = 0;
+  for (int c = 0; c < p->nch; c++) {
+    if (!p->ch[c].grad) continue;
+    n++;
+    for (int m = 0; m < M; m++)
+      ck_assert_int_eq(wait[(size_t)c * M + m], m + 1 < M ? act_at(p, 1, ACT_B, 1, -1, m + 1) : -1);
+  }
+  ck_assert_int_gt(n, 0);
+  free(wait);
+  model_free(&y.m);
+  free(gpt);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("memplan");
   TCase *tc = tcase_create("memplan");
@@ -804,6 +936,7 @@ int main(void) {
   tcase_add_test(tc, test_input_on_two_stages_of_a_rank);
   tcase_add_test(tc, test_temps_in_work_area);
   tcase_add_test(tc, test_local_channels);
+  tcase_add_test(tc, test_send_waits);
   tcase_add_test(tc, test_work_area_one_slot);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
