@@ -127,8 +127,20 @@ recv_re="^\\[rank 1\\] comm_mpi\\.c:[0-9]+: rank 1: error: timeout: waited 3 s (
 other_re="^\\[rank 1\\] comm_mpi\\.c:[0-9]+: rank 1: error: timeout: waited 3 s in an all-gather with every rank \\(the start, or a step's end\\)$"
 hint_re='^\[rank 1\] HINT: a rank is stopped, crashed or deadlocked, or merely slower than --timeout allows: raise --timeout SECONDS \(0 = off\) if it is only slow$'
 seen_peer=0
+# The stop comes once both ranks have printed their plan, i.e. are past the transport's start:
+# a rank stopped inside MPI_Init (a loaded machine, the sanitizer tree) stops its peer's MPI_Init,
+# which no --timeout covers, and the job would hang until the test's timeout.
+started() {
+  local _
+  for _ in $(seq 300); do
+    grep -q '^\[rank 0\]' "$tmp/job.out" && grep -q '^\[rank 1\]' "$tmp/job.out" && return 0
+    sleep 0.1
+  done
+  return 1
+}
 for try in 1 2 3 4; do
-  start "$tmp/s2m" 2 "${long[@]}" --timeout 3 || break
+  start "$tmp/s2m" 2 --steps 100000000 --threads 1 --eval-every 0 --log-every 1000000 --timeout 3 || break
+  started || bad "SIGSTOP try $try: the ranks printed no plan within 30 s: $(head -3 "$tmp/job.err")"
   sleep 1
   t0=$(date +%s.%N)
   kill -STOP "$(pids_of "$tmp/s2m" 0)"
