@@ -216,7 +216,7 @@ plan=$(sed -n 's/^  total .*(\([0-9]*\) bytes)$/\1/p' "$tmp/run")
 rss=$(sed -n 's/^peak RSS \([0-9.]*\) MiB$/\1/p' "$tmp/run")
 chars=$(wc -c <"$root/../shared/data/tinyshakespeare.txt")
 shadow=0
-ldd "$gpt" | grep -q libasan && shadow=8 # the plan and data over 8
+sanitized "$gpt" && shadow=8 # the plan and data over 8
 echo "gpt_char: plan $plan bytes, peak RSS $rss MiB, data $((chars * 4)) bytes"
 check "gpt_char peak RSS $rss MiB <= 1.05 x plan + data + 16 MiB$([ $shadow = 0 ] || echo ' + ASan shadow (1/8)')" \
   awk -v p="$plan" -v r="$rss" -v d="$((chars * 4))" -v s="$shadow" \

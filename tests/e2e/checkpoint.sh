@@ -59,7 +59,7 @@ echo "kill window: ${lo}..${hi} us; after the first temporary: 0..${save} us"
 # what AddressSanitizer adds is in the resumes after them, the paths that the torn states below
 # take again one by one.
 kills=50
-nm "$wide" 2>/dev/null | grep -q __asan_init && kills=10
+sanitized "$wide" && kills=10
 na=0 nb=0 nbad=0 nmid=0 nbetween=0
 for round in $(seq "${CKPT_KILLS:-$kills}"); do
   cp_pair "$tmp/A.st" "$F"

@@ -6,6 +6,8 @@ fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 ok() { pass=$((pass + 1)); }
+# sanitized PROGRAM: whether PROGRAM was built with AddressSanitizer (the sanitizer tree's programs).
+sanitized() { nm "$1" 2>/dev/null | grep -q __asan_init; }
 bad() {
   echo "FAIL $*"
   fail=$((fail + 1))

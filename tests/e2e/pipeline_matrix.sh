@@ -245,7 +245,7 @@ Ms=(1 2 3 4 8)
 for M in "${Ms[@]}"; do ref "$M"; done
 if [ -z "$mode" ]; then
   mode=full
-  nm "$tmp/ref1/bin/train" 2>/dev/null | grep -q __asan_init && mode=reduced
+  sanitized "$tmp/ref1/bin/train" && mode=reduced
 fi
 [ "$model" = mlp_digits ] && vmax_s=3 || vmax_s=4 # mlp_digits has 6 forward nodes: S x 2 <= 6
 configs=()

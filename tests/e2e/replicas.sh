@@ -376,7 +376,7 @@ alloc_steps() {
     awk -v a="${counts[0]}" -v b="${counts[1]}" -v r="$n" 'BEGIN { n = split(a, x); m = split(b, y);
       if (n != r || m != r) exit 1; for (i = 1; i <= r; i++) if (y[i] - x[i] >= 10 || x[i] - y[i] >= 10) exit 1 }'
 }
-if [ -n "$shim" ] && ! nm "$tmp/d2s2/bin/rank0" | grep -q __asan_init; then
+if [ -n "$shim" ] && ! sanitized "$tmp/d2s2/bin/rank0"; then
   alloc_steps "replicated (S = 2, D = 2)" "$tmp/d2s2" 4
   # The uneven form too (2,1: stage 0's two replicas exchange, the step end's all-gather spans
   # the 3 ranks).

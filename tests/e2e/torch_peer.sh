@@ -37,7 +37,7 @@ train=$tmp/gpt/bin/train
   >/dev/null 2>"$tmp/cerr" || { bad "compile (short schedule): $(cat "$tmp/cerr")"; finish; exit; }
 "$train" --steps 0 --save "$tmp/init.st" --quiet || bad "train --steps 0 --save"
 peer_runs=1 # 0: the sanitizer tree, where PyTorch's side is not run
-if nm "$train" 2>/dev/null | grep -q __asan_init; then
+if sanitized "$train"; then
   peer_runs=0
   echo "sanitizer tree: pipec's side only (the release tree compares it with the PyTorch peer)"
 fi

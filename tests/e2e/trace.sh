@@ -47,7 +47,7 @@ traced s2-1f1b 2 0,1 --stages 2 --schedule 1f1b -- --trace-steps 0:2
 traced s4-1f1b 2 0,1 --stages 4 --schedule 1f1b -- --trace-steps 0:2
 traced s2-interleaved 2 0,1 --stages 2 --schedule interleaved --virtual 2 -- --trace-steps 0:2
 # The sanitizer tree (programs built with AddressSanitizer, slow) stops the matrix here.
-if ! nm "$tmp/s2-1f1b/bin/rank0" 2>/dev/null | grep -q __asan_init; then
+if ! sanitized "$tmp/s2-1f1b/bin/rank0"; then
   traced s2-zbh1 2 0,1 --stages 2 --schedule zb-h1 -- --trace-steps 0:2
   traced s4-zbh1 2 0,1 --stages 4 --schedule zb-h1 -- --trace-steps 0:2
   # The default: the steps after the first, at most 3 (here 1 and 2 of 3); a range past the end.
