@@ -516,6 +516,37 @@ START_TEST(test_send_wait_time) {
 }
 END_TEST
 
+// The send-wait rule's deadlock line. In a program whose data flow holds, the rule never waits
+// for good (the held action needs the receiving stage's F of its microbatch, which follows the
+// post); the checker does not order LOSS before B, so: 1f1b, S = 2, M = 4 (K of v1 = 1), rank 1's
+// LOSS(v1, m0) moved after RECV(c0, m3). The receive of (c0, m1) into v1's one slot is posted
+// after v1's last action of m0, now that LOSS; rank 0 waits for send (c0, m1) before B(v0, m1),
+// and sends m3's activation only after that B: rank 1 waits for it, before its LOSS.
+START_TEST(test_send_wait_deadlock) {
+  Chain c;
+  chain_init(&c, 2, 1, 4);
+  bool ok;
+  SchedStats st;
+  const char *msg = build_verify(&c, SCHED_1F1B, 2, 1, &ok, &st);
+  ck_assert_msg(ok, "%s", msg);
+  ck_assert_int_eq(c.p.vs[1].K, 1);
+  int ls = find_act(&c, 1, ACT_LOSS, 1, 0), r3 = find_act(&c, 1, ACT_RECV, 0, 3);
+  ck_assert(ls >= 0 && r3 > ls);
+  Action *a = c.p.ranks[1].acts, x = a[ls];
+  memmove(a + ls, a + ls + 1, sizeof(Action) * (size_t)(r3 - ls));
+  a[r3] = x; // ... s<(m2) r>(m3) LOSS(v1, m0) F(v1, m3) ...
+  expect(&c, "m.json: error: schedule: deadlock after 17 steps (no rank can move); the grid, "
+             "blocked actions marked '*':\n"
+             "  rank 0: ld F0 s> ld F1 s> .  r< B0 ld F2 s> r< .  .  .  .  B1*\n"
+             "  rank 1: .  .  .  r> F0 B0 s< r> F1 ls B1 s< r> F2 ls B2 s< r>*\n"
+             "  rank 0 action 12 B(v0, m1): waits for send (c0, m1) to complete, whose receive "
+             "rank 1 has not posted (send-wait rule: the program waits for a send before its "
+             "stage's next action of that microbatch)\n"
+             "  rank 1 action 14 RECV(c0, m3): waits for its SEND on rank 0, which has not run\n");
+  arena_free(&c.a);
+}
+END_TEST
+
 // Text against tests/golden/NAME (PIPEC_UPDATE_GOLDEN=1 rewrites the file first).
 static void golden(const char *text, const char *name) {
   const char *src = getenv("PIPEC_SOURCE_DIR");
@@ -680,6 +711,7 @@ int main(void) {
   tcase_add_test(tc, test_send_buffer_rule);
   tcase_add_test(tc, test_costs);
   tcase_add_test(tc, test_send_wait_time);
+  tcase_add_test(tc, test_send_wait_deadlock);
   tcase_add_test(tc, test_golden_1f1b);
   tcase_add_test(tc, test_golden_zbv);
   tcase_add_test(tc, test_uneven_grid);
