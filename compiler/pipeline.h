@@ -553,6 +553,14 @@ double program_link_bw(const Program *p, int from_v, int to_v);
 // st is). False after reporting the first violation through d.
 bool schedule_verify(const Program *p, const StageCost *cost, SchedStats *st, Arena *a, Diag *d);
 
+// schedule_verify with each channel's transfer time (xfer: p->nch entries, NULL: 0, what
+// `--costs` gives as latency + bytes / bandwidth): a RECV completes no earlier than its SEND's
+// time plus the transfer, and an action the send-wait rule holds for a message starts no
+// earlier than that message's completion (the same time, and no earlier than the receiver's post
+// of its receive). The verdict is schedule_verify's; only the times differ.
+bool schedule_verify_xfer(const Program *p, const StageCost *cost, const double *xfer,
+                          SchedStats *st, Arena *a, Diag *d);
+
 // schedule_verify, printing the grid (schedule_grid) of the completed run to out.
 bool schedule_print_grid(const Program *p, FILE *out, Diag *d);
 

@@ -17,9 +17,11 @@
 // slot m mod K of a stage at the first of its forward RECVs into the stage, its LOAD and its F;
 // the slot must be free (the last microbatch in it released by its B, or W when split), and the
 // peak in flight per stage is counted. The prediction times the
-// same lists with per-stage costs (each rank's clock; a RECV waits for its SEND's time; SEND,
-// RECV, LOAD, LOSS and the step end cost 0): the bubble is 1 - busy / (S * span). Steps are at
-// most the number of actions (one moves per step or it is a deadlock): O(steps * S).
+// same lists with per-stage costs (each rank's clock; a RECV waits for its SEND's time plus the
+// transfer; an action the send-wait rule holds waits for those sends to complete, no earlier
+// than their SEND plus the transfer and their receive's post, send_complete; SEND, RECV, LOAD,
+// LOSS and the step end cost 0): the bubble is 1 - busy / (S * span). Steps are at most the
+// number of actions (one moves per step or it is a deadlock): O(steps * S).
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,6 +113,55 @@ static double cost_of(const Program *p, const StageCost *cost, const Action *x) 
   return x->kind == ACT_F ? c.f : x->kind == ACT_B ? c.b : c.w;
 }
 
+// The send-wait rule's lists: per rank per action (wq[r][i], -1: none) the first of the message
+// sends (c * M + m) the program waits for before that action, the rest through wnext
+// (schedule_send_waits). From arena a.
+static void send_wait_lists(const Program *p, Arena *a, int ***wq_out, int **wnext_out) {
+  int M = p->M;
+  int *wait = ARENA_ARRAY(a, int, (size_t)p->nch *M + 1);
+  int *wnext = ARENA_ARRAY(a, int, (size_t)p->nch *M + 1);
+  int **wq = ARENA_ARRAY(a, int *, p->nranks);
+  schedule_send_waits(p, wait);
+  for (int r = 0; r < p->nranks; r++) {
+    wq[r] = ARENA_ARRAY(a, int, p->ranks[r].nacts + 1);
+    for (int i = 0; i < p->ranks[r].nacts; i++) wq[r][i] = -1;
+  }
+  for (int id = 0; id < p->nch * M; id++) {
+    int w = wait[id], r = p->vs[p->ch[id / M].from_v].rank;
+    if (w < 0) continue;
+    wnext[id] = wq[r][w];
+    wq[r][w] = id;
+  }
+  *wq_out = wq, *wnext_out = wnext;
+}
+
+// The first send of the list from id (wq[r][i]) that cannot have completed by step t (-1: all
+// have): what the action waits for in the lock-step run.
+static int pending_send(const Program *p, int id, const int *wnext, int t, int *const *at,
+                        const int *recv_at, const int *last) {
+  while (id >= 0 && send_done(p, id / p->M, id % p->M, t, at, recv_at, last)) id = wnext[id];
+  return id;
+}
+
+// The predicted time message id (c * M + m, a channel between two ranks) completes, what the
+// action that waits for it (the send-wait rule) starts no earlier than: its SEND's time sent plus
+// the transfer (xfer, NULL: 0), and no earlier than the receiver's post of its receive, the end
+// of its last action of (to_v, m - K_to) (schedule_last_actions; step start, 0, when m < K_to):
+// over Open MPI's shared memory a message above the eager limit completes only then. t0: per
+// rank per action the start times of the actions run so far (the post among them).
+static double send_complete(const Program *p, const StageCost *cost, const double *xfer, int id,
+                            double sent, double *const *t0, const int *last) {
+  const Channel *ch = &p->ch[id / p->M];
+  int m = id % p->M, K = p->vs[ch->to_v].K > 0 ? p->vs[ch->to_v].K : 1;
+  double done = sent + (xfer ? xfer[ch->id] : 0);
+  if (m >= K) {
+    int rr = p->vs[ch->to_v].rank, i = last[(size_t)ch->to_v * p->M + m - K];
+    double post = t0[rr][i] + cost_of(p, cost, &p->ranks[rr].acts[i]);
+    if (post > done) done = post;
+  }
+  return done;
+}
+
 // The simulation; grid (may be NULL) receives the grid of a run that completes. xfer (NULL: 0)
 // delays each channel's message by its seconds; opt (NULL: 0) is each rank's optimizer seconds
 // after the step end's synchronisation (NORM: every rank's last action done).
@@ -147,22 +198,9 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
     int k = 2 * p->ch[c].from_v + p->ch[c].grad;
     if (local_ch(p, c)) mch[mk[k] + fill[k]++] = c;
   }
-  // Messages: per rank per action, the sends (c * M + m) the program waits for before it, as
-  // lists through wnext (the send-wait rule, schedule_send_waits).
-  int *wait = ARENA_ARRAY(&scratch, int, (size_t)p->nch *M + 1);
-  int *wnext = ARENA_ARRAY(&scratch, int, (size_t)p->nch *M + 1);
-  int **wq = ARENA_ARRAY(&scratch, int *, S);
-  schedule_send_waits(p, wait);
-  for (int r = 0; r < S; r++) {
-    wq[r] = ARENA_ARRAY(&scratch, int, p->ranks[r].nacts + 1);
-    for (int i = 0; i < p->ranks[r].nacts; i++) wq[r][i] = -1;
-  }
-  for (int id = 0; id < p->nch * M; id++) {
-    int w = wait[id], r = p->vs[p->ch[id / M].from_v].rank;
-    if (w < 0) continue;
-    wnext[id] = wq[r][w];
-    wq[r][w] = id;
-  }
+  // Messages: per rank per action, the sends (c * M + m) the program waits for before it.
+  int **wq, *wnext;
+  send_wait_lists(p, &scratch, &wq, &wnext);
   // Each pair's queue sized by its sends (S * S pointers, not S * S * actions).
   for (int r = 0; r < S; r++)
     for (int i = 0; i < p->ranks[r].nacts; i++) {
@@ -216,9 +254,8 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
           if (!send_done(p, mch[j], x->m - K, t, at, recv_at, last)) break; // may be in flight
         if (x->m >= K && j < mk[k + 1]) continue;
       }
-      int id = wq[r][pc[r]];
-      while (id >= 0 && send_done(p, id / M, id % M, t, at, recv_at, last)) id = wnext[id];
-      if (id >= 0) continue; // a send it waits for may be in flight
+      if (pending_send(p, wq[r][pc[r]], wnext, t, at, recv_at, last) >= 0)
+        continue; // a send it waits for may be in flight
       moved[r] = pc[r];
       nmoved++;
     }
@@ -239,6 +276,12 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
         recv_at[id] = t;
         double arrive = sent[id] + (xfer ? xfer[x->ch->id] : 0);
         if (arrive > clock[r]) clock[r] = arrive;
+      }
+      // The send-wait rule: the action starts once the sends it waits for completed (their posts
+      // ran on earlier steps: the lock-step run let it move).
+      for (int id = wq[r][moved[r]]; id >= 0; id = wnext[id]) {
+        double done = send_complete(p, cost, xfer, id, sent[id], t0, last);
+        if (done > clock[r]) clock[r] = done;
       }
       // The slot of (v, m) is taken by the first of its forward RECVs into v, its LOAD and its F
       // (sched_build's K counts the same way) and released by B, or W when split.
@@ -294,8 +337,7 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
       char t1[64], t2[64];
       action_text(x, t1, sizeof t1);
       if (x->kind != ACT_RECV) { // held by the send-wait rule (a message) or a local copy
-        int id = wq[r][pc[r]];
-        while (id >= 0 && send_done(p, id / M, id % M, t, at, recv_at, last)) id = wnext[id];
+        int id = pending_send(p, wq[r][pc[r]], wnext, t, at, recv_at, last);
         if (id >= 0) { // a message
           const Channel *c = &p->ch[id / M];
           bool next = x->v == c->from_v && x->m == id % M; // its microbatch's next action
@@ -374,6 +416,11 @@ bool schedule_verify(const Program *p, const StageCost *cost, SchedStats *st, Ar
   return simulate(p, cost, NULL, NULL, st, a, NULL, d);
 }
 
+bool schedule_verify_xfer(const Program *p, const StageCost *cost, const double *xfer,
+                          SchedStats *st, Arena *a, Diag *d) {
+  return simulate(p, cost, xfer, NULL, st, a, NULL, d);
+}
+
 bool schedule_print_grid(const Program *p, FILE *out, Diag *d) {
   return simulate(p, NULL, NULL, NULL, NULL, NULL, out, d);
 }
@@ -381,20 +428,26 @@ bool schedule_print_grid(const Program *p, FILE *out, Diag *d) {
 // The completed simulation's times again, on a machine where at most `slots` ranks compute at
 // once (their cores shared: `slots` = cores / threads per rank): each rank's actions in order,
 // each F, B, W and OPT taking the core that frees first and starting no earlier than its rank's
-// previous action and, for a RECV, its SEND plus the transfer; ranks compete for the cores in
-// the order of the unlimited run's start times (the rank that would have started first goes
-// first: a FIFO scheduler's choice). The step end's sync waits for every rank as before.
-// With pin (ranks bound to CPUs: pin[r] is rank r's core, 0 .. slots - 1) a rank's action takes
-// its own core, whenever that core frees, whatever the others do.
-// Rewrites st's t0 / t1 and span (bubble over the ranks as before). O(actions * (S + slots)).
+// previous action, for a RECV its SEND plus the transfer, and for an action the send-wait rule
+// holds the completion of the sends it waits for (send_complete: their receives posted in this
+// replay); ranks compete for the cores in the order of the unlimited run's start times (the rank
+// that would have started first goes first: a FIFO scheduler's choice). The step end's sync
+// waits for every rank as before. With pin (ranks bound to CPUs: pin[r] is rank r's core,
+// 0 .. slots - 1) a rank's action takes its own core, whenever that core frees, whatever the
+// others do. Rewrites st's t0 / t1 and span (bubble over the ranks as before).
+// O(actions * (S + slots) + nch * M).
 static void limit_ranks(const Program *p, const StageCost *cost, const double *xfer,
                         const double *opt, int slots, const int *pin, SchedStats *st) {
   int S = p->nranks, M = p->M;
-  double *clk = calloc((size_t)S, sizeof *clk), *core = calloc((size_t)slots, sizeof *core);
-  double *sent = calloc((size_t)p->nch * M + 1, sizeof *sent);
-  bool *sent_done = calloc((size_t)p->nch * M + 1, sizeof *sent_done);
-  int *pc = calloc((size_t)S, sizeof *pc);
-  if (!clk || !core || !sent || !sent_done || !pc) goto out; // the prediction stays unlimited
+  Arena a;
+  arena_init(&a);
+  double *clk = ARENA_ARRAY(&a, double, S), *core = ARENA_ARRAY(&a, double, slots);
+  double *sent = ARENA_ARRAY(&a, double, (size_t)p->nch *M + 1);
+  bool *sent_done = ARENA_ARRAY(&a, bool, (size_t)p->nch *M + 1);
+  int *pc = ARENA_ARRAY(&a, int, S), *last = ARENA_ARRAY(&a, int, (size_t)p->nv *M + 1);
+  int **wq, *wnext;
+  send_wait_lists(p, &a, &wq, &wnext);
+  schedule_last_actions(p, last);
   double busy = 0;
   for (;;) {
     int best = -1;
@@ -406,6 +459,13 @@ static void limit_ranks(const Program *p, const StageCost *cost, const double *x
       const Action *x = &p->ranks[r].acts[pc[r]];
       if (x->kind == ACT_OPT && !all_at_opt) continue;
       if (x->kind == ACT_RECV && !sent_done[x->ch->id * M + x->m]) continue;
+      bool posted = true; // every send it waits for has its receive posted in the replay
+      for (int id = wq[r][pc[r]]; id >= 0 && posted; id = wnext[id]) {
+        const Channel *ch = &p->ch[id / M];
+        int K = p->vs[ch->to_v].K > 0 ? p->vs[ch->to_v].K : 1, m = id % M;
+        posted = m < K || pc[p->vs[ch->to_v].rank] > last[(size_t)ch->to_v * M + m - K];
+      }
+      if (!posted) continue;
       if (best < 0 || st->t0[r][pc[r]] < st->t0[best][pc[best]]) best = r;
     }
     if (best < 0) break;
@@ -415,6 +475,10 @@ static void limit_ranks(const Program *p, const StageCost *cost, const double *x
     if (x->kind == ACT_RECV) {
       double arrive = sent[x->ch->id * M + x->m] + (xfer ? xfer[x->ch->id] : 0);
       if (arrive > ready) ready = arrive;
+    }
+    for (int id = wq[r][i]; id >= 0; id = wnext[id]) {
+      double done = send_complete(p, cost, xfer, id, sent[id], st->t0, last);
+      if (done > ready) ready = done;
     }
     if (x->kind == ACT_OPT)
       for (int q = 0; q < S; q++)
@@ -442,12 +506,7 @@ static void limit_ranks(const Program *p, const StageCost *cost, const double *x
     if (clk[r] > span) span = clk[r];
   st->span = span;
   st->bubble = span > 0 ? 1 - busy / (S * span) : 0;
-out:
-  free(clk);
-  free(core);
-  free(sent);
-  free(sent_done);
-  free(pc);
+  arena_free(&a);
 }
 
 // With a costs file (p->costs): its stage costs, transfers and optimizer seconds; on the

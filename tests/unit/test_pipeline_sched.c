@@ -483,6 +483,70 @@ START_TEST(test_costs) {
 }
 END_TEST
 
+// The send-wait rule in the predicted times: zb-h1, S = 2, M = 1 (v1 split, v0 not: at M = 1
+// its W would only trail its B), each message 0.5 in transit, F = B = 1 on both stages, W = 3 on
+// v1. Rank 1 runs r> F0 ls B0 s< W0: the RECV completes at 1 + 0.5 (rank 0's F [0, 1], then its
+// SEND), F [1.5, 2.5], B [2.5, 3.5], the gradient's SEND at 3.5; W(v1, m0) waits for that send,
+// which completes at 3.5 + 0.5 (its receive posted at step start, m0 < K), so W runs [4, 7].
+// Rank 0's RECV completes at 4, its B [4, 5]. Span 7, busy 2 + 5 of 2 * 7. The old rule (the
+// wait free in time) ran W [3.5, 6.5]: span 6.5.
+START_TEST(test_send_wait_time) {
+  Chain c;
+  chain_init(&c, 2, 1, 1);
+  Capture cap;
+  cap_open(&cap, "m.json");
+  ck_assert(sched_build(&c.p, SCHED_ZBH1, 2, 1, &c.a, &cap.d));
+  ck_assert(!c.p.vs[0].split && c.p.vs[1].split);
+  int w = find_act(&c, 1, ACT_W, 1, 0);
+  ck_assert_int_eq(find_act(&c, 1, ACT_SEND, 1, 0), w - 1); // s< W0: W waits for the send
+  StageCost cost[2] = {{1, 1, 0}, {1, 1, 3}};
+  double xfer[2] = {0.5, 0.5};
+  SchedStats st;
+  ck_assert_msg(schedule_verify_xfer(&c.p, cost, xfer, &st, &c.a, &cap.d), "%s", cap_text(&cap));
+  ck_assert_msg(fabs(st.span - 7) < 1e-12, "span %g", st.span);
+  ck_assert_msg(fabs(st.bubble - 0.5) < 1e-12, "bubble %g", st.bubble);
+  ck_assert(fabs(st.t0[1][w] - 4) < 1e-12 && fabs(st.t1[1][w] - 7) < 1e-12);
+  int b0 = find_act(&c, 0, ACT_B, 0, 0);
+  ck_assert(fabs(st.t0[0][b0] - 4) < 1e-12 && fabs(st.t1[0][b0] - 5) < 1e-12);
+  // Without transfers the send completes at once: W [3, 6], rank 0's B [3, 4], span 6.
+  ck_assert_msg(schedule_verify_xfer(&c.p, cost, NULL, &st, &c.a, &cap.d), "%s", cap_text(&cap));
+  ck_assert_msg(fabs(st.span - 6) < 1e-12, "span %g", st.span);
+  cap_close(&cap);
+  arena_free(&c.a);
+}
+END_TEST
+
+// The send-wait rule's deadlock line. In a program whose data flow holds, the rule never waits
+// for good (the held action needs the receiving stage's F of its microbatch, which follows the
+// post); the checker does not order LOSS before B, so: 1f1b, S = 2, M = 4 (K of v1 = 1), rank 1's
+// LOSS(v1, m0) moved after RECV(c0, m3). The receive of (c0, m1) into v1's one slot is posted
+// after v1's last action of m0, now that LOSS; rank 0 waits for send (c0, m1) before B(v0, m1),
+// and sends m3's activation only after that B: rank 1 waits for it, before its LOSS.
+START_TEST(test_send_wait_deadlock) {
+  Chain c;
+  chain_init(&c, 2, 1, 4);
+  bool ok;
+  SchedStats st;
+  const char *msg = build_verify(&c, SCHED_1F1B, 2, 1, &ok, &st);
+  ck_assert_msg(ok, "%s", msg);
+  ck_assert_int_eq(c.p.vs[1].K, 1);
+  int ls = find_act(&c, 1, ACT_LOSS, 1, 0), r3 = find_act(&c, 1, ACT_RECV, 0, 3);
+  ck_assert(ls >= 0 && r3 > ls);
+  Action *a = c.p.ranks[1].acts, x = a[ls];
+  memmove(a + ls, a + ls + 1, sizeof(Action) * (size_t)(r3 - ls));
+  a[r3] = x; // ... s<(m2) r>(m3) LOSS(v1, m0) F(v1, m3) ...
+  expect(&c, "m.json: error: schedule: deadlock after 17 steps (no rank can move); the grid, "
+             "blocked actions marked '*':\n"
+             "  rank 0: ld F0 s> ld F1 s> .  r< B0 ld F2 s> r< .  .  .  .  B1*\n"
+             "  rank 1: .  .  .  r> F0 B0 s< r> F1 ls B1 s< r> F2 ls B2 s< r>*\n"
+             "  rank 0 action 12 B(v0, m1): waits for send (c0, m1) to complete, whose receive "
+             "rank 1 has not posted (send-wait rule: the program waits for a send before its "
+             "stage's next action of that microbatch)\n"
+             "  rank 1 action 14 RECV(c0, m3): waits for its SEND on rank 0, which has not run\n");
+  arena_free(&c.a);
+}
+END_TEST
+
 // Text against tests/golden/NAME (PIPEC_UPDATE_GOLDEN=1 rewrites the file first).
 static void golden(const char *text, const char *name) {
   const char *src = getenv("PIPEC_SOURCE_DIR");
@@ -646,6 +710,8 @@ int main(void) {
   tcase_add_test(tc, test_reused_slot);
   tcase_add_test(tc, test_send_buffer_rule);
   tcase_add_test(tc, test_costs);
+  tcase_add_test(tc, test_send_wait_time);
+  tcase_add_test(tc, test_send_wait_deadlock);
   tcase_add_test(tc, test_golden_1f1b);
   tcase_add_test(tc, test_golden_zbv);
   tcase_add_test(tc, test_uneven_grid);
