@@ -123,6 +123,17 @@ typedef struct GradApi {
   Tensor *(*zeros)(GradCtx *c, const Tensor *like);
 } GradApi;
 
+// A product that can finish each block of its output 0 with an elementwise op's work while the
+// block is in cache (codegen fuses the two calls into `kernel` unless pipec compile --no-fuse).
+// The fused kernel takes the product's pointer and scalar arguments and then the epilogue op's, in
+// this order: the product's outputs, the epilogue's outputs, the product's inputs, the
+// epilogue's inputs but its input 0 (the product's output), the product's scalars, the
+// epilogue's scalars, the epilogue's acc (when its op has one); the product's own acc must be 0.
+typedef struct FuseDef {
+  const char *op;     // the epilogue op (its row has `epilogue`)
+  const char *kernel; // the runtime function computing both
+} FuseDef;
+
 typedef struct OpDef {
   const char *name;     // op name in model files
   int min_in;           // fewest inputs
@@ -147,6 +158,10 @@ typedef struct OpDef {
   // Scratch bytes the kernel needs (passed after the inputs), or NULL.
   int64_t (*workspace)(const Node *n, int64_t batch);
   bool acc; // the kernel ends with an `acc` flag (accumulate into the output)
+  // Elementwise over input 0 (each output element depends on the elements of the inputs at the
+  // same index alone), so it may run as the epilogue of the product computing input 0 (FuseDef).
+  bool epilogue;
+  const FuseDef *fuse; // the epilogue this product can fuse, or NULL
   // Tells apart the rows sharing one kernel and argument rule: a BinaryCode (add, sub, mul) or a
   // PermForm (transpose, permute); 0 for every other op.
   int variant;
