@@ -22,6 +22,9 @@
 // instance); instances that differ in their buckets do not loop. On a rank with message streams
 // (E.progress), each GEMM and attention call of a forward, backward or weight-gradient segment is
 // followed by pr_comm_progress() (MPI's progress while the rank computes), in loops likewise.
+// Unless --no-fuse (and on the cpu target only), a product and the elementwise op reading its
+// output become one call of a fused kernel where the registry and the memory plan allow it
+// ("Fused epilogues" below); the loops then compare the fused calls' templates like any other.
 #include <stdlib.h>
 #include <string.h>
 
