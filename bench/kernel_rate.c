@@ -1,6 +1,7 @@
 // kernel_rate.c: best-of-N time per call of the step's non-GEMM kernels and of the linear layers'
-// products at gpt_char's shapes, on the calling thread count, with an FNV-1a hash of each output
-// so that two builds of the runtime can be compared for speed and for bits (the same hashes).
+// products at gpt_char's shapes, and of the fused calls against the separate ones, on the calling
+// thread count, with an FNV-1a hash of each output so that two builds of the runtime can be
+// compared for speed and for bits (the same hashes).
 //
 // Each kernel runs `reps` times on fixed pseudo-random inputs; the fastest call is printed. The
 // linear products run twice: warm (operands just used) and as in the step's backward, x cold
@@ -145,5 +146,15 @@ int main(int argc, char **argv) {
       gdx, GN * 4);
   RUN("gelu fused bwd", , pr_linear_bwd_x_gelu(gd, gdx, gdy, gw2, gpre, gcdf, R, GO, GI, GN, 1, 0),
       gdx, GN * 4);
+  // The residual add and the layernorm after it (ln_2 after resid_1): separate and fused.
+  int64_t ydims[3] = {B, T, C}, str[3] = {T * C, C, 1};
+  float *ra = rnd(R * C, 41), *rb = rnd(R * C, 42), *rs = rnd(R * C, 43);
+  RUN("add+layernorm separate", ,
+      (pr_binary_fwd(rs, ra, rb, 0, 3, ydims, str, str),
+       pr_layernorm_fwd(y, mean, rstd, rs, w, NULL, R, C, 1e-5f)),
+      y, R * C * 4);
+  RUN("add+layernorm fused", ,
+      pr_add_layernorm_fwd(rs, y, mean, rstd, ra, rb, w, NULL, 0, 3, ydims, str, str, R, C, 1e-5f),
+      y, R * C * 4);
   return 0;
 }

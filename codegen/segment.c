@@ -186,7 +186,8 @@ static void render(E *e, const Node *n, const char *acc, Call *c) {
 // operations of the two calls. Fused only where that is the same program: the first node after P
 // that reads P's output is X, and reads it as its input 0; no node between them reads P's outputs
 // or writes where P's inputs lie (they are read later now); X's outputs lie apart from P's
-// operands and X's other inputs (the fused kernel writes them while it still reads those); P
+// operands and X's other inputs (the fused kernel writes them while it still reads those; one
+// exactly at a P input's place where the kernel allows it, FuseDef.in_place); P
 // writes its outputs (acc 0: a W node accumulates); no workspace, no 16-bit operand, and on the
 // cpu target only. Decided from the registry's rows, the graph and the memory plan, never from
 // the kernels' names.
@@ -215,13 +216,16 @@ static bool spans_meet(Span a, Span b) {
 }
 
 // Whether any tensor of xs[0..nx) may share a byte with one of ys[0..ny) (skipping NULLs and
-// each tensor with itself).
-static bool tensors_meet(const E *e, Tensor *const *xs, int nx, Tensor *const *ys, int ny) {
+// each tensor with itself); with same_ok, two at exactly the same place and size do not count.
+static bool tensors_meet(const E *e, Tensor *const *xs, int nx, Tensor *const *ys, int ny,
+                         bool same_ok) {
   for (int i = 0; i < nx; i++)
     for (int j = 0; j < ny; j++) {
       Span a, b;
       if (!xs[i] || !ys[j] || xs[i] == ys[j]) continue;
-      if (!tensor_span(e, xs[i], &a) || !tensor_span(e, ys[j], &b) || spans_meet(a, b)) return true;
+      if (!tensor_span(e, xs[i], &a) || !tensor_span(e, ys[j], &b)) return true;
+      if (same_ok && a.r == b.r && a.sv == b.sv && a.lo == b.lo && a.hi == b.hi) continue;
+      if (spans_meet(a, b)) return true;
     }
   return false;
 }
@@ -267,7 +271,7 @@ static int fuse_with(const E *e, Node *const *nodes, int n, int i) {
     const Node *m = nodes[k];
     for (int o = 0; o < p->nout; o++)
       if (node_reads(m, p->out[o])) return -1;
-    if (tensors_meet(e, m->out, m->nout, p->in, p->nin)) return -1;
+    if (tensors_meet(e, m->out, m->nout, p->in, p->nin, false)) return -1;
     if (m->op->workspace && e->p->ws_offset[m->id] >= 0) {
       int64_t lo = e->p->ws_offset[m->id];
       Span w = {REG_ACTS, lo, lo + m->op->workspace(m, e->tc->mb_size), ws_slot_stage(e, m)};
@@ -277,10 +281,10 @@ static int fuse_with(const E *e, Node *const *nodes, int n, int i) {
       }
     }
   }
-  if (tensors_meet(e, x->out, x->nout, p->in, p->nin) ||
-      tensors_meet(e, x->out, x->nout, p->out, p->nout) ||
-      tensors_meet(e, x->out, x->nout, x->in + 1, x->nin - 1) ||
-      tensors_meet(e, p->out, p->nout, x->in + 1, x->nin - 1))
+  if (tensors_meet(e, x->out, x->nout, p->in, p->nin, p->op->fuse->in_place) ||
+      tensors_meet(e, x->out, x->nout, p->out, p->nout, false) ||
+      tensors_meet(e, x->out, x->nout, x->in + 1, x->nin - 1, false) ||
+      tensors_meet(e, p->out, p->nout, x->in + 1, x->nin - 1, false))
     return -1;
   return j;
 }

@@ -674,7 +674,7 @@ static const char *const gelu_hidden[] = {"cdf"};
    .kargs = ka, .acc = has_acc, .doc = "backward", __VA_ARGS__}
 // Fusion (OpDef.epilogue, .fuse): an elementwise op that may run as a product's epilogue, and a
 // product whose output 0 may feed such an op, with the kernel that computes both.
-#define FUSE(o, kern) .fuse = &(const FuseDef){.op = o, .kernel = kern}
+#define FUSE(o, kern, ...) .fuse = &(const FuseDef){.op = o, .kernel = kern, __VA_ARGS__}
 
 static const OpDef ops[] = {
     {.name = "matmul", IN(2, 2), .nout = 1, ATTRS(matmul_attrs), .infer = matmul_infer, .cost = matmul_cost,
@@ -686,7 +686,7 @@ static const OpDef ops[] = {
      GRADS(GRAD(0, "linear.dx", GDY, GX(1)), GRAD(1, "linear.dw", GDY, GX(0)), GRAD(2, "sum_rows", GDY)),
      .doc = "x W^T + b (PyTorch layout)"},
     {.name = "add", IN(2, 2), .nout = 1, .infer = binary_infer, .cost = cost1, .kernel = "pr_binary_fwd",
-     .kargs = kargs_binary, .variant = BIN_ADD,
+     .kargs = kargs_binary, .variant = BIN_ADD, FUSE("layernorm", "pr_add_layernorm_fwd", .in_place = true),
      GRADS(GRAD_PASS(GRAD_EVERY_SLOT, "binary.d", GDY)), .doc = "a + b with broadcasting"},
     {.name = "sub", IN(2, 2), .nout = 1, .infer = binary_infer, .cost = cost1, .kernel = "pr_binary_fwd",
      .kargs = kargs_binary, .variant = BIN_SUB,
@@ -711,6 +711,7 @@ static const OpDef ops[] = {
      .doc = "softmax along axis"},
     {.name = "layernorm", IN(2, 3), .nout = 1, ATTRS(layernorm_attrs), HIDDEN(layernorm_hidden),
      .infer = layernorm_infer, .cost = cost8, .kernel = "pr_layernorm_fwd", .kargs = kargs_layernorm,
+     .epilogue = true,
      GRADS(GRAD(0, "layernorm.dx", GDY, GX(0), GX(1), GY(1), GY(2)),
            GRAD(1, "layernorm.dw", GDY, GX(0), GY(1), GY(2)), GRAD(2, "sum_rows", GDY)),
      .doc = "layer norm over the last dim"},

@@ -132,6 +132,10 @@ typedef struct GradApi {
 typedef struct FuseDef {
   const char *op;     // the epilogue op (its row has `epilogue`)
   const char *kernel; // the runtime function computing both
+  // The kernel reads each piece of the product's inputs before it writes the same piece of the
+  // epilogue's outputs: an epilogue output may occupy exactly the place of a product input of
+  // its size (the memory plan reuses a buffer that dies at the product).
+  bool in_place;
 } FuseDef;
 
 typedef struct OpDef {
@@ -158,8 +162,9 @@ typedef struct OpDef {
   // Scratch bytes the kernel needs (passed after the inputs), or NULL.
   int64_t (*workspace)(const Node *n, int64_t batch);
   bool acc; // the kernel ends with an `acc` flag (accumulate into the output)
-  // Elementwise over input 0 (each output element depends on the elements of the inputs at the
-  // same index alone), so it may run as the epilogue of the product computing input 0 (FuseDef).
+  // Reads its input 0 elementwise (each output element from the inputs' elements at its index:
+  // gelu) or row by row over the last dim (layernorm), so it may run inside the kernel of the
+  // node computing input 0, finishing each block or row of it while in cache (FuseDef).
   bool epilogue;
   const FuseDef *fuse; // the epilogue this product can fuse, or NULL
   // Tells apart the rows sharing one kernel and argument rule: a BinaryCode (add, sub, mul) or a

@@ -86,6 +86,13 @@ void pr_linear_gelu_fwd(float *y, float *g, float *cdf, const float *x, const fl
 void pr_linear_bwd_x_gelu(float *dx, float *gdx, const float *dy, const float *w, const float *gx,
                           const float *gcdf, int64_t rows, int64_t in, int64_t out, int64_t n,
                           int exact, int acc);
+// The residual add fused into the layernorm reading it (pipec compile without --no-fuse): s as
+// pr_binary_fwd(s, a, b, op, rank, ydims, astr, bstr), then y, mean, rstd as pr_layernorm_fwd(y,
+// mean, rstd, s, w, bias, rows, C, eps), four rows at a time; the same bits as the two calls.
+void pr_add_layernorm_fwd(float *s, float *y, float *mean, float *rstd, const float *a,
+                          const float *b, const float *w, const float *bias, int op, int rank,
+                          const int64_t *ydims, const int64_t *astr, const int64_t *bstr,
+                          int64_t rows, int64_t C, float eps);
 // db (cols) = sum over rows of dy (rows,cols), rows in ascending order (bias of linear/layernorm).
 void pr_sum_rows(float *db, const float *dy, int64_t rows, int64_t cols, int acc);
 

@@ -3,7 +3,7 @@
 # compiled with them (the default) trains byte for byte like the one compiled with --no-fuse (one
 # kernel call per node): the loss log, the parameters and the optimizer state, at 1 and 2
 # threads, on gpt_char (its exact gelu fused into c_fc's product, and gelu's backward into
-# mlp.c_proj's input gradient) and on a small GPT with biases, the tanh gelu, odd widths, every
+# mlp.c_proj's input gradient, the residual add into the layernorm after it) and on a small GPT with biases, the tanh gelu, odd widths, every
 # layer straight-line (no repeat loop) and --recompute all (the forward rerun inside the backward).
 # The sources show the fusion: the fused kernels in place of the gelu's calls, and none of them
 # with --no-fuse.
@@ -31,7 +31,9 @@ for m in gpt_char small; do
   check "$m: fused source calls pr_linear_gelu_fwd" test "$(count "$src" pr_linear_gelu_fwd)" -ge 1
   check "$m: fused source calls pr_linear_bwd_x_gelu" test "$(count "$src" pr_linear_bwd_x_gelu)" -ge 1
   check "$m: fused source has no separate gelu call" test "$(count "$src" 'pr_gelu_[fb]w[d]')" -eq 0
-  check "$m: --no-fuse source has no fused call" test "$(count "$ref" 'pr_linear_\(gelu_fwd\|bwd_x_gelu\)')" -eq 0
+  check "$m: fused source calls pr_add_layernorm_fwd" test "$(count "$src" pr_add_layernorm_fwd)" -ge 1
+  check "$m: --no-fuse source has no fused call" \
+    test "$(count "$ref" 'pr_\(linear_gelu_fwd\|linear_bwd_x_gelu\|add_layernorm_fwd\)')" -eq 0
   check "$m: --no-fuse source calls pr_gelu_fwd" test "$(count "$ref" pr_gelu_fwd)" -ge 1
   for t in 1 2; do
     for v in nofuse fused; do
