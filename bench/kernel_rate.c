@@ -1,6 +1,7 @@
 // kernel_rate.c: best-of-N time per call of the step's non-GEMM kernels and of the linear layers'
-// products at gpt_char's shapes, on the calling thread count, with an FNV-1a hash of each output
-// so that two builds of the runtime can be compared for speed and for bits (the same hashes).
+// products at gpt_char's shapes, and of the fused calls against the separate ones, on the calling
+// thread count, with an FNV-1a hash of each output so that two builds of the runtime can be
+// compared for speed and for bits (the same hashes).
 //
 // Each kernel runs `reps` times on fixed pseudo-random inputs; the fastest call is printed. The
 // linear products run twice: warm (operands just used) and as in the step's backward, x cold
@@ -123,5 +124,37 @@ int main(int argc, char **argv) {
         out * in * 4);
     free(lx), free(lw), free(ly), free(ldy), free(ldx), free(ldw);
   }
+  // The MLP's gelu: separate (the linear's product, then the gelu) and fused in the product's
+  // epilogue (pipec compile's default), c_fc 128x512 forward and mlp.c_proj's dx backward; the
+  // hashes of each pair must match (y, cdf forward; gelu's dx backward).
+  int64_t GI = 128, GO = 512, GN = R * GO;
+  float *gx = rnd(R * GI, 31), *gw = rnd(GO * GI, 32), *gpre = rnd(GN, 33), *gy = rnd(GN, 34);
+  float *gcdf = rnd(GN, 35), *gdy = rnd(R * GI, 36), *gd = rnd(GN, 37), *gdx = rnd(GN, 38);
+  RUN("gelu separate fwd", ,
+      (pr_linear_fwd(gpre, gx, gw, NULL, R, GI, GO), pr_gelu_fwd(gy, gcdf, gpre, GN, 1)), gy,
+      GN * 4);
+  if (!*only || strstr("gelu fused fwd", only) || strstr("gelu separate fwd", only))
+    printf("%-22s %9s     cdf  %016llx\n", "", "", hash(gcdf, GN * 4));
+  RUN("gelu fused fwd", , pr_linear_gelu_fwd(gpre, gy, gcdf, gx, gw, NULL, R, GI, GO, GN, 1), gy,
+      GN * 4);
+  if (!*only || strstr("gelu fused fwd", only) || strstr("gelu separate fwd", only))
+    printf("%-22s %9s     cdf  %016llx\n", "", "", hash(gcdf, GN * 4));
+  // backward: mlp.c_proj (in 512, out 128): gd (R,512) = gdy (R,128) . w2 (128,512)
+  float *gw2 = rnd(GI * GO, 39);
+  RUN("gelu separate bwd", ,
+      (pr_linear_bwd_x(gd, gdy, gw2, R, GO, GI, 0), pr_gelu_bwd(gdx, gd, gpre, gcdf, GN, 1, 0)),
+      gdx, GN * 4);
+  RUN("gelu fused bwd", , pr_linear_bwd_x_gelu(gd, gdx, gdy, gw2, gpre, gcdf, R, GO, GI, GN, 1, 0),
+      gdx, GN * 4);
+  // The residual add and the layernorm after it (ln_2 after resid_1): separate and fused.
+  int64_t ydims[3] = {B, T, C}, str[3] = {T * C, C, 1};
+  float *ra = rnd(R * C, 41), *rb = rnd(R * C, 42), *rs = rnd(R * C, 43);
+  RUN("add+layernorm separate", ,
+      (pr_binary_fwd(rs, ra, rb, 0, 3, ydims, str, str),
+       pr_layernorm_fwd(y, mean, rstd, rs, w, NULL, R, C, 1e-5f)),
+      y, R * C * 4);
+  RUN("add+layernorm fused", ,
+      pr_add_layernorm_fwd(rs, y, mean, rstd, ra, rb, w, NULL, 0, 3, ydims, str, str, R, C, 1e-5f),
+      y, R * C * 4);
   return 0;
 }

@@ -16,6 +16,7 @@ typedef struct CodegenOptions {
   bool march_native;      // build for this machine (-march=native, libpipert-native.a)
   const char *cuda_arch;  // cuda: --cuda-arch, compute capabilities "80,90" (NULL: CMake's)
   bool profile;           // S > 1: time each F, B and W call (pr_prof_act; `pipec profile`)
+  bool no_fuse;           // --no-fuse: one kernel call per node (no fused epilogues, segment.c)
 } CodegenOptions;
 
 // Why pipec cannot build programs for target (the cuda target without the CUDA toolkit at pipec's

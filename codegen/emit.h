@@ -30,6 +30,8 @@ typedef struct E {
   const RepBuckets *rep; // --replicas: the rank's buckets (rep_buckets), NULL at D = 1
   bool progress;         // emit_segment prints pr_comm_progress() after each GEMM and attention
                          // call (F, B and W of a rank with message streams; segment.c)
+  bool fuse;             // emit_segment fuses a product and its elementwise epilogue into one
+                         // call where the registry allows it (segment.c; off: --no-fuse, cuda)
 } E;
 
 void out(E *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -915,7 +915,8 @@ bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d) 
          .a = a,
          .multi = prog->nranks > 1 || prog->replicas > 1, // --replicas: MPI at S = 1 too
          .cuda = cuda,
-         .profile = o->profile};
+         .profile = o->profile,
+         .fuse = !o->no_fuse && !cuda};
   e.ident = ARENA_ARRAY(a, char *, g->ntensors);
   e.used = ARENA_ARRAY(a, bool, g->ntensors);
   for (int i = 0; i < g->ntensors; i++) e.ident[i] = (char *)mangle(&e, g->tensors[i]);

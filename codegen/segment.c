@@ -22,6 +22,9 @@
 // instance); instances that differ in their buckets do not loop. On a rank with message streams
 // (E.progress), each GEMM and attention call of a forward, backward or weight-gradient segment is
 // followed by pr_comm_progress() (MPI's progress while the rank computes), in loops likewise.
+// Unless --no-fuse (and on the cpu target only), a product and the elementwise op reading its
+// output become one call of a fused kernel where the registry and the memory plan allow it
+// ("Fused epilogues" below); the loops then compare the fused calls' templates like any other.
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,7 +45,9 @@ typedef struct Arg {
 } Arg;
 
 typedef struct Call {
-  const Node *n;    // the node
+  const Node *n;    // the node (fused: the epilogue node)
+  const Node *prod; // fused: the product node whose call this also is (NULL: none)
+  const char *kern; // the kernel called
   const char *text; // the call without its pointers: each pointer argument is HOLE
   Arg *args;        // the holes in order
   int nargs;        // count
@@ -70,6 +75,35 @@ static Arg out_arg(const E *e, const Tensor *t) {
   return a;
 }
 
+// The scalar arguments of node n's call, after its pointer arguments.
+static void print_kargs(E *e, FILE *f, const Node *n) {
+  KArgs ka = {.n = 0};
+  n->op->kargs(n, e->tc->mb_size, e->a, &ka);
+  for (int i = 0; i < ka.n; i++) {
+    const KArg *k = &ka.a[i];
+    fprintf(f, ", /*%s*/ ", k->name);
+    switch (k->kind) {
+    case 'i':
+      if (k->per_row > 0)
+        fprintf(f, "%lld * loss_rows", (long long)k->per_row);
+      else
+        fprintf(f, "%lld", (long long)k->i);
+      break;
+    case 'f':
+      fputs(flit(e, k->f), f);
+      break;
+    case 'x':
+      fputs(k->expr, f);
+      break;
+    case 'a':
+      fputs("(const int64_t[]){", f);
+      for (int j = 0; j < k->n; j++) fprintf(f, "%s%lld", j ? ", " : "", (long long)k->arr[j]);
+      fputs("}", f);
+      break;
+    }
+  }
+}
+
 // One kernel call: outputs, inputs (absent optional ones as NULL), workspace, scalars, acc.
 static void render(E *e, const Node *n, const char *acc, Call *c) {
   const OpDef *op = n->op;
@@ -77,6 +111,8 @@ static void render(E *e, const Node *n, const char *acc, Call *c) {
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
   c->n = n;
+  c->prod = NULL;
+  c->kern = op->kernel;
   c->args = ARENA_ARRAY(e->a, Arg, n->nout + n->nin + 1);
   c->nargs = 0;
   fprintf(f, "%s(", kernel_name(e, op->kernel)); // pr_cu_ on the CUDA target
@@ -123,31 +159,7 @@ static void render(E *e, const Node *n, const char *acc, Call *c) {
     fprintf(f, "%s(void *)", SEP());
     hole(f, c, (Arg){REG_ACTS, e->p->ws_offset[n->id], NULL, NULL, ws_slot_stage(e, n), false, -1});
   }
-  KArgs ka = {.n = 0};
-  op->kargs(n, e->tc->mb_size, e->a, &ka);
-  for (int i = 0; i < ka.n; i++) {
-    const KArg *k = &ka.a[i];
-    fprintf(f, "%s/*%s*/ ", SEP(), k->name); // each size named as the kernel's parameter
-    switch (k->kind) {
-    case 'i':
-      if (k->per_row > 0) // a loss's count: over the batch rows the program sets
-        fprintf(f, "%lld * loss_rows", (long long)k->per_row);
-      else
-        fprintf(f, "%lld", (long long)k->i);
-      break;
-    case 'f':
-      fputs(flit(e, k->f), f);
-      break;
-    case 'x':
-      fputs(k->expr, f);
-      break;
-    case 'a':
-      fputs("(const int64_t[]){", f);
-      for (int j = 0; j < k->n; j++) fprintf(f, "%s%lld", j ? ", " : "", (long long)k->arr[j]);
-      fputs("}", f);
-      break;
-    }
-  }
+  print_kargs(e, f, n); // (after at least one pointer: every op has an output)
   if (op->acc) fprintf(f, "%s/*acc*/ %s", SEP(), acc);
 #undef SEP
   fputs(");", f);
@@ -163,6 +175,163 @@ static void render(E *e, const Node *n, const char *acc, Call *c) {
     a->conv = conv;
     conv += precision_conv_size(a->t, e->tc->mb_size);
   }
+}
+
+// ---- Fused epilogues (E.fuse; pipec compile --no-fuse turns them off)
+//
+// A product node P whose op names an epilogue (OpDef.fuse) and the node X of that op (an
+// `epilogue` row: elementwise over its input 0) that reads P's output 0 become one call of the
+// fused kernel, printed at X's place (P's call is not printed): the kernel finishes each block of
+// P's product with X's work while the block is in cache, computing every element with the
+// operations of the two calls. Fused only where that is the same program: the first node after P
+// that reads P's output is X, and reads it as its input 0; no node between them reads P's outputs
+// or writes where P's inputs lie (they are read later now); X's outputs lie apart from P's
+// operands and X's other inputs (the fused kernel writes them while it still reads those; one
+// exactly at a P input's place where the kernel allows it, FuseDef.in_place); P
+// writes its outputs (acc 0: a W node accumulates); no workspace, no 16-bit operand, and on the
+// cpu target only. Decided from the registry's rows, the graph and the memory plan, never from
+// the kernels' names.
+
+typedef struct Span {
+  Region r;       // region
+  int64_t lo, hi; // bytes [lo, hi) (in slot 0 of stage sv when slotted)
+  int sv;         // the stage whose slots hold it, -1 none
+} Span;
+
+// Where tensor t lies (false: no storage).
+static bool tensor_span(const E *e, const Tensor *t, Span *s) {
+  int64_t off = e->p->offset[t->id];
+  if (off < 0) return false;
+  *s = (Span){e->p->region[t->id], off,
+              off + shape_numel(&t->shape, e->tc->mb_size) * tensor_elem_size(t),
+              slot_stage(e, t->id)};
+  return true;
+}
+
+// Whether a and b may share a byte (slotted at different stages: assumed so).
+static bool spans_meet(Span a, Span b) {
+  if (a.r != b.r) return false;
+  if (a.sv != b.sv) return true;
+  return a.lo < b.hi && b.lo < a.hi;
+}
+
+// Whether any tensor of xs[0..nx) may share a byte with one of ys[0..ny) (skipping NULLs and
+// each tensor with itself); with same_ok, two at exactly the same place and size do not count.
+static bool tensors_meet(const E *e, Tensor *const *xs, int nx, Tensor *const *ys, int ny,
+                         bool same_ok) {
+  for (int i = 0; i < nx; i++)
+    for (int j = 0; j < ny; j++) {
+      Span a, b;
+      if (!xs[i] || !ys[j] || xs[i] == ys[j]) continue;
+      if (!tensor_span(e, xs[i], &a) || !tensor_span(e, ys[j], &b)) return true;
+      if (same_ok && a.r == b.r && a.sv == b.sv && a.lo == b.lo && a.hi == b.hi) continue;
+      if (spans_meet(a, b)) return true;
+    }
+  return false;
+}
+
+static bool node_reads(const Node *n, const Tensor *t) {
+  for (int k = 0; k < n->nin; k++)
+    if (n->in[k] == t) return true;
+  return false;
+}
+
+// Whether node n can be part of a fused call: a fixed list of operands, each stored in f32, no
+// workspace.
+static bool fusable_node(const E *e, const Node *n) {
+  if (n->op->nout == 0 || n->op->max_in < 0 || n->op->workspace || !n->nout) return false;
+  for (int k = 0; k < n->nout; k++)
+    if (n->out[k]->half || e->p->offset[n->out[k]->id] < 0) return false;
+  for (int k = 0; k < n->nin; k++)
+    if (n->in[k]->half || e->p->offset[n->in[k]->id] < 0) return false;
+  return true;
+}
+
+// The index j > i of the node that product nodes[i] fuses with, or -1.
+static int fuse_with(const E *e, Node *const *nodes, int n, int i) {
+  const Node *p = nodes[i];
+  const OpDef *xop = p->op->fuse ? op_find(p->op->fuse->op) : NULL;
+  if (!e->fuse || !xop || !xop->epilogue || p->role == ROLE_WGT || !fusable_node(e, p) ||
+      (e->rep && e->rep->count[p->id]))
+    return -1;
+  const Tensor *t = p->out[0];
+  int j = i + 1;
+  while (j < n && !node_reads(nodes[j], t)) j++;
+  if (j >= n) return -1;
+  const Node *x = nodes[j];
+  if (x->op != xop || x->in[0] != t || !fusable_node(e, x)) return -1;
+  for (int k = 1; k < x->nin; k++)
+    if (x->in[k] == t) return -1;
+  const char *pb, *xb;
+  int pi, xi;
+  segment_node_key(p, &pb, &pi);
+  segment_node_key(x, &xb, &xi);
+  if ((pb != xb && (!pb || !xb || strcmp(pb, xb))) || pi != xi) return -1;
+  for (int k = i + 1; k < j; k++) { // the nodes P's call now runs after
+    const Node *m = nodes[k];
+    for (int o = 0; o < p->nout; o++)
+      if (node_reads(m, p->out[o])) return -1;
+    if (tensors_meet(e, m->out, m->nout, p->in, p->nin, false)) return -1;
+    if (m->op->workspace && e->p->ws_offset[m->id] >= 0) {
+      int64_t lo = e->p->ws_offset[m->id];
+      Span w = {REG_ACTS, lo, lo + m->op->workspace(m, e->tc->mb_size), ws_slot_stage(e, m)};
+      for (int q = 0; q < p->nin; q++) {
+        Span a;
+        if (!tensor_span(e, p->in[q], &a) || spans_meet(a, w)) return -1;
+      }
+    }
+  }
+  if (tensors_meet(e, x->out, x->nout, p->in, p->nin, p->op->fuse->in_place) ||
+      tensors_meet(e, x->out, x->nout, p->out, p->nout, false) ||
+      tensors_meet(e, x->out, x->nout, x->in + 1, x->nin - 1, false) ||
+      tensors_meet(e, p->out, p->nout, x->in + 1, x->nin - 1, false))
+    return -1;
+  return j;
+}
+
+// The fused call of product p and epilogue x (fuse_with), in FuseDef's argument order; acc: x's
+// acc argument.
+static void render_fused(E *e, const Node *p, const Node *x, const char *acc, Call *c) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  c->n = x;
+  c->prod = p;
+  c->kern = p->op->fuse->kernel;
+  c->args = ARENA_ARRAY(e->a, Arg, p->nout + x->nout + p->op->max_in + x->op->max_in + 1);
+  c->nargs = 0;
+  fprintf(f, "%s(", kernel_name(e, c->kern));
+  const char *sep = "";
+  for (int k = 0; k < p->nout; k++, sep = ", ") {
+    fputs(sep, f);
+    hole(f, c, out_arg(e, p->out[k]));
+  }
+  for (int k = 0; k < x->nout; k++) {
+    fputs(", ", f);
+    hole(f, c, out_arg(e, x->out[k]));
+  }
+  for (int j = 0; j < p->op->max_in; j++) {
+    fputs(", ", f);
+    if (j < p->nin)
+      hole(f, c, tensor_arg(e, p->in[j]));
+    else
+      fputs("NULL", f);
+  }
+  for (int j = 1; j < x->op->max_in; j++) {
+    fputs(", ", f);
+    if (j < x->nin)
+      hole(f, c, tensor_arg(e, x->in[j]));
+    else
+      fputs("NULL", f);
+  }
+  print_kargs(e, f, p);
+  print_kargs(e, f, x);
+  if (x->op->acc) fprintf(f, ", /*acc*/ %s", acc);
+  fputs(");", f);
+  fclose(f);
+  c->text = arena_strdup(e->a, buf);
+  free(buf);
+  c->acc = x->op->acc && strcmp(acc, "0") != 0;
 }
 
 // --precision: the conversions around call c whose holes' pointers are ptr[]: before it, each
@@ -197,14 +366,17 @@ static void print_call(E *e, const Call *c, const char *const *ptr) {
       out(e, "%s", ptr[k]);
     k++;
   }
-  out(e, " // %s\n", comment(e, c->n->name));
+  if (c->prod)
+    out(e, " // %s + %s\n", comment(e, c->prod->name), comment(e, c->n->name));
+  else
+    out(e, " // %s\n", comment(e, c->n->name));
 }
 
 // After a GEMM's or attention's call (the kernels that take milliseconds) in a compute action of
 // a rank with messages: MPI's progress, so that a message waiting for this rank to enter MPI (a
 // rendezvous over shared memory) completes while it computes (runtime/comm_mpi.c).
 static void print_progress(E *e, const Call *c, const char *indent) {
-  const char *k = c->n->op->kernel;
+  const char *k = c->kern;
   if (e->progress && k &&
       (!strncmp(k, "pr_linear", 9) || !strncmp(k, "pr_matmul", 9) ||
        !strncmp(k, "pr_attention", 12)))
@@ -367,16 +539,29 @@ void emit_segment(E *e, Node *const *nodes, int n, const char *acc) {
   if (n <= 0) return;
   Call *c = ARENA_ARRAY(e->a, Call, n);
   Group *g = ARENA_ARRAY(e->a, Group, n);
-  int ng = 0;
+  // Fused epilogues: fused_into[i] = j when nodes[i]'s call is part of nodes[j]'s, prod[j] = i.
+  int *fused_into = ARENA_ARRAY(e->a, int, n), *prod = ARENA_ARRAY(e->a, int, n);
+  for (int i = 0; i < n; i++) fused_into[i] = prod[i] = -1;
   for (int i = 0; i < n; i++) {
-    render(e, nodes[i], nodes[i]->role == ROLE_WGT ? acc : "0", &c[i]);
+    int j = prod[i] < 0 && fused_into[i] < 0 ? fuse_with(e, nodes, n, i) : -1;
+    if (j >= 0 && prod[j] < 0 && fused_into[j] < 0) fused_into[i] = j, prod[j] = i;
+  }
+  int nc = 0, ng = 0;
+  for (int i = 0; i < n; i++) {
+    if (fused_into[i] >= 0) continue;
+    const char *a = nodes[i]->role == ROLE_WGT ? acc : "0";
+    if (prod[i] >= 0)
+      render_fused(e, nodes[prod[i]], nodes[i], a, &c[nc]);
+    else
+      render(e, nodes[i], a, &c[nc]);
     const char *blk;
     int inst;
     segment_node_key(nodes[i], &blk, &inst);
     if (ng && blk && g[ng - 1].blk && !strcmp(blk, g[ng - 1].blk) && inst == g[ng - 1].inst)
       g[ng - 1].len++;
     else
-      g[ng++] = (Group){i, 1, blk, inst};
+      g[ng++] = (Group){nc, 1, blk, inst};
+    nc++;
   }
   for (int i = 0; i < ng;) {
     int j = i + 1;

@@ -49,6 +49,7 @@ enum { OPT_TRACE = 400, OPT_TRACE_STEP }; // plan --trace FILE [--trace-step N] 
 enum { OPT_RECOMPUTE = 480 };             // --recompute all|none|STAGES (compiler/recompute.c)
 enum { OPT_REPLICAS = 500 };              // --replicas D (stage replication, docs/pipeline.md)
 enum { OPT_PRECISION = 520 };             // --precision f32|bf16|fp16 (compiler/precision.c)
+enum { OPT_NO_FUSE = 540 };               // --no-fuse (codegen/segment.c's fused epilogues off)
 
 typedef struct Driver {
   const char *command;    // check, print, ...
@@ -68,6 +69,7 @@ typedef struct Driver {
   const char *target;     // --target
   const char *cuda_arch;  // --cuda-arch LIST (cuda target; NULL: CMake's PIPEC_CUDA_ARCHS)
   bool march_native;      // --march=native: build the program for this machine
+  bool no_fuse;           // --no-fuse: one kernel call per node (no fused epilogues)
   bool build;             // codegen also builds OUT/bin/train (compile, run)
   bool no_build;          // --no-build: compile writes the sources and a manifest, builds nothing
   const char *depfile;    // --depfile FILE: a Make-style dependency file (compile, run) or NULL
@@ -311,8 +313,8 @@ static bool run_build_files(Driver *dr, const CodegenOptions *co) {
 static bool run_codegen(Driver *dr) {
   if (!dr->out)
     dr->out = arena_printf(&dr->arena, "out/%s", mangle_dir(&dr->arena, dr->graph.name));
-  CodegenOptions co = {dr->out,   dr->cmdline,      dr->model,     dr->target,
-                       dr->build, dr->march_native, dr->cuda_arch, dr->profile};
+  CodegenOptions co = {dr->out,          dr->cmdline,   dr->model,   dr->target, dr->build,
+                       dr->march_native, dr->cuda_arch, dr->profile, dr->no_fuse};
   for (int r = 0; r < dr->prog.nranks; r++)
     if (!codegen_c(&dr->prog, r, &co, &dr->diag)) return false;
   if (!codegen_launch(&dr->prog, &co, &dr->diag)) return false;
@@ -515,6 +517,9 @@ static void usage(FILE *f) {
       "      --march=native       build the program for this machine's CPU (faster; the same\n"
       "                           numbers; may not run on another machine). Default: portable\n"
       "                           x86-64\n"
+      "      --no-fuse            one kernel call per node: no fused epilogues (a gelu in the\n"
+      "                           GEMM of the linear before it, and its backward in the GEMM\n"
+      "                           of its dy); the same numbers, for A/B runs (docs/training.md)\n"
       "      --set KEY=VALUE      override a training setting (steps=100, optimizer.lr=3e-4, ...)\n"
       "      --batch N            = --set batch=N (rows per step)\n"
       "      --microbatches M     = --set microbatches=M\n"
@@ -1081,6 +1086,7 @@ int main(int argc, char **argv) {
       {"microbatches", required_argument, NULL, 'm'},
       {"steps", required_argument, NULL, 'S'},
       {"no-build", no_argument, NULL, OPT_NO_BUILD},
+      {"no-fuse", no_argument, NULL, OPT_NO_FUSE},
       {"depfile", required_argument, NULL, OPT_DEPFILE},
       {"svg", required_argument, NULL, OPT_SVG},
       {"json", required_argument, NULL, OPT_JSON},
@@ -1182,6 +1188,9 @@ int main(int argc, char **argv) {
       break;
     case OPT_NO_BUILD:
       dr.no_build = true;
+      break;
+    case OPT_NO_FUSE:
+      dr.no_fuse = true;
       break;
     case OPT_DEPFILE:
       dr.depfile = optarg;

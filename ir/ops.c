@@ -669,9 +669,12 @@ static const char *const gelu_hidden[] = {"cdf"};
 #define GRADS(...) .grads = (const GradEntry[]){__VA_ARGS__, {.bwd_op = NULL}}
 // Internal ops: backward and helper nodes made by the autodiff pass (no shape rule: the pass
 // gives each output the shape of the tensor it is the gradient of).
-#define BWD(nm, lo, hi, kern, ka, has_acc)                                                         \
+#define BWD(nm, lo, hi, kern, ka, has_acc, ...)                                                    \
   {.name = nm, IN(lo, hi), .nout = 1, .cost = bwd_cost, .internal = true, .kernel = kern,         \
-   .kargs = ka, .acc = has_acc, .doc = "backward"}
+   .kargs = ka, .acc = has_acc, .doc = "backward", __VA_ARGS__}
+// Fusion (OpDef.epilogue, .fuse): an elementwise op that may run as a product's epilogue, and a
+// product whose output 0 may feed such an op, with the kernel that computes both.
+#define FUSE(o, kern, ...) .fuse = &(const FuseDef){.op = o, .kernel = kern, __VA_ARGS__}
 
 static const OpDef ops[] = {
     {.name = "matmul", IN(2, 2), .nout = 1, ATTRS(matmul_attrs), .infer = matmul_infer, .cost = matmul_cost,
@@ -679,11 +682,11 @@ static const OpDef ops[] = {
      GRADS(GRAD(0, "matmul.da", GDY, GX(1)), GRAD(1, "matmul.db", GDY, GX(0))),
      .doc = "batched matrix product"},
     {.name = "linear", IN(2, 3), .nout = 1, .infer = linear_infer, .cost = linear_cost, .kernel = "pr_linear_fwd",
-     .kargs = kargs_linear,
+     .kargs = kargs_linear, FUSE("gelu", "pr_linear_gelu_fwd"),
      GRADS(GRAD(0, "linear.dx", GDY, GX(1)), GRAD(1, "linear.dw", GDY, GX(0)), GRAD(2, "sum_rows", GDY)),
      .doc = "x W^T + b (PyTorch layout)"},
     {.name = "add", IN(2, 2), .nout = 1, .infer = binary_infer, .cost = cost1, .kernel = "pr_binary_fwd",
-     .kargs = kargs_binary, .variant = BIN_ADD,
+     .kargs = kargs_binary, .variant = BIN_ADD, FUSE("layernorm", "pr_add_layernorm_fwd", .in_place = true),
      GRADS(GRAD_PASS(GRAD_EVERY_SLOT, "binary.d", GDY)), .doc = "a + b with broadcasting"},
     {.name = "sub", IN(2, 2), .nout = 1, .infer = binary_infer, .cost = cost1, .kernel = "pr_binary_fwd",
      .kargs = kargs_binary, .variant = BIN_SUB,
@@ -696,7 +699,8 @@ static const OpDef ops[] = {
     {.name = "relu", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost1, .kernel = "pr_relu_fwd",
      .kargs = kargs_n, GRADS(GRAD(0, "relu.dx", GDY, GY(0))), .doc = "max(x, 0)"},
     {.name = "gelu", IN(1, 1), .nout = 1, ATTRS(gelu_attrs), HIDDEN(gelu_hidden), .infer = gelu_infer,
-     .cost = cost8, .kernel = "pr_gelu_fwd", .kargs = kargs_gelu, GRADS(GRAD(0, "gelu.dx", GDY, GX(0), GY(1))),
+     .cost = cost8, .kernel = "pr_gelu_fwd", .kargs = kargs_gelu, .epilogue = true,
+     GRADS(GRAD(0, "gelu.dx", GDY, GX(0), GY(1))),
      .doc = "GELU, exact (erf) or tanh approximation"},
     {.name = "tanh", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost5, .kernel = "pr_tanh_fwd",
      .kargs = kargs_n, GRADS(GRAD(0, "tanh.dx", GDY, GY(0))), .doc = "tanh(x)"},
@@ -707,6 +711,7 @@ static const OpDef ops[] = {
      .doc = "softmax along axis"},
     {.name = "layernorm", IN(2, 3), .nout = 1, ATTRS(layernorm_attrs), HIDDEN(layernorm_hidden),
      .infer = layernorm_infer, .cost = cost8, .kernel = "pr_layernorm_fwd", .kargs = kargs_layernorm,
+     .epilogue = true,
      GRADS(GRAD(0, "layernorm.dx", GDY, GX(0), GX(1), GY(1), GY(2)),
            GRAD(1, "layernorm.dw", GDY, GX(0), GY(1), GY(2)), GRAD(2, "sum_rows", GDY)),
      .doc = "layer norm over the last dim"},
@@ -741,14 +746,14 @@ static const OpDef ops[] = {
     // Internal ops (gradients and their bookkeeping)
     BWD("matmul.da", 2, 2, "pr_matmul_bwd_a", kargs_matmul, true),
     BWD("matmul.db", 2, 2, "pr_matmul_bwd_b", kargs_matmul, true),
-    BWD("linear.dx", 2, 2, "pr_linear_bwd_x", kargs_linear, true),
+    BWD("linear.dx", 2, 2, "pr_linear_bwd_x", kargs_linear, true, FUSE("gelu.dx", "pr_linear_bwd_x_gelu")),
     BWD("linear.dw", 2, 2, "pr_linear_bwd_w", kargs_linear, true),
     {.name = "sum_rows", IN(1, 1), .nout = 1, .cost = sum_rows_cost, .internal = true, .kernel = "pr_sum_rows",
      .kargs = kargs_sum_rows, .acc = true, .doc = "backward"},
     BWD("binary.d", 1, 2, "pr_binary_bwd", kargs_binary_d, true),
     BWD("scale.dx", 1, 1, "pr_scale_bwd", kargs_scale, true),
     BWD("relu.dx", 2, 2, "pr_relu_bwd", kargs_n, true),
-    BWD("gelu.dx", 3, 3, "pr_gelu_bwd", kargs_gelu, true),
+    BWD("gelu.dx", 3, 3, "pr_gelu_bwd", kargs_gelu, true, .epilogue = true),
     BWD("tanh.dx", 2, 2, "pr_tanh_bwd", kargs_n, true),
     BWD("sigmoid.dx", 2, 2, "pr_sigmoid_bwd", kargs_n, true),
     BWD("softmax.dx", 2, 2, "pr_softmax_bwd", kargs_softmax, true),

@@ -123,6 +123,21 @@ typedef struct GradApi {
   Tensor *(*zeros)(GradCtx *c, const Tensor *like);
 } GradApi;
 
+// A product that can finish each block of its output 0 with an elementwise op's work while the
+// block is in cache (codegen fuses the two calls into `kernel` unless pipec compile --no-fuse).
+// The fused kernel takes the product's pointer and scalar arguments and then the epilogue op's, in
+// this order: the product's outputs, the epilogue's outputs, the product's inputs, the
+// epilogue's inputs but its input 0 (the product's output), the product's scalars, the
+// epilogue's scalars, the epilogue's acc (when its op has one); the product's own acc must be 0.
+typedef struct FuseDef {
+  const char *op;     // the epilogue op (its row has `epilogue`)
+  const char *kernel; // the runtime function computing both
+  // The kernel reads each piece of the product's inputs before it writes the same piece of the
+  // epilogue's outputs: an epilogue output may occupy exactly the place of a product input of
+  // its size (the memory plan reuses a buffer that dies at the product).
+  bool in_place;
+} FuseDef;
+
 typedef struct OpDef {
   const char *name;     // op name in model files
   int min_in;           // fewest inputs
@@ -147,6 +162,11 @@ typedef struct OpDef {
   // Scratch bytes the kernel needs (passed after the inputs), or NULL.
   int64_t (*workspace)(const Node *n, int64_t batch);
   bool acc; // the kernel ends with an `acc` flag (accumulate into the output)
+  // Reads its input 0 elementwise (each output element from the inputs' elements at its index:
+  // gelu) or row by row over the last dim (layernorm), so it may run inside the kernel of the
+  // node computing input 0, finishing each block or row of it while in cache (FuseDef).
+  bool epilogue;
+  const FuseDef *fuse; // the epilogue this product can fuse, or NULL
   // Tells apart the rows sharing one kernel and argument rule: a BinaryCode (add, sub, mul) or a
   // PermForm (transpose, permute); 0 for every other op.
   int variant;

@@ -32,6 +32,37 @@ void pr_gemm_pack(int tb, int64_t K, int64_t N, const float *B, int64_t ldb, flo
 void pr_gemm_packed(int ta, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                     const float *packed, float *C, int64_t ldc, int mode);
 
+// An elementwise epilogue applied to each finished block of C (after the last block of K and the
+// store of `mode`), by the thread that computed it, while the block is in cache: its arrays have
+// C's layout (element (i, j) of each at the same offset from its base as C's from c0, row stride
+// ldc), so a block of C at C0 + off is followed by the epilogue's at + off. kernels_fused.c applies
+// it with gelu_impl.h's expressions: the bits of the separate kernels.
+enum {
+  PR_EPI_BIAS_GELU = 1, // C += bias (per column, when bias); y = gelu(C), cdf = its factor c
+  PR_EPI_GELU_BWD = 2,  // C is gelu's dy: dx (+)= dy * gelu'(x) (x, cdf: the forward's)
+};
+typedef struct PrEpi {
+  int kind;          // PR_EPI_*
+  const float *c0;   // the product's C (the origin of the arrays below)
+  const float *bias; // BIAS_GELU: (N) added to C first, or NULL
+  float *y;          // BIAS_GELU: gelu(C), C's layout
+  float *cdf;        // BIAS_GELU: the saved factor, C's layout, or NULL (not saved)
+  const float *x;    // GELU_BWD: gelu's input, C's layout
+  const float *xcdf; // GELU_BWD: its saved factor, C's layout, or NULL (recomputed)
+  float *dx;         // GELU_BWD: gelu's input gradient, C's layout
+  int exact;         // the erf form (1) or the tanh approximation (0)
+  int acc;           // GELU_BWD: add into dx (1) or write it (0)
+} PrEpi;
+
+// The epilogue e on the block C (m,n) of its product (row stride ldc; kernels_fused.c).
+void pr_epi_apply(const PrEpi *e, float *C, int64_t ldc, int64_t m, int64_t n);
+
+// pr_gemm and pr_gemm_packed with epilogue e (NULL: none) on each finished block of C.
+void pr_gemm_epi(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                 const float *B, int64_t ldb, float *C, int64_t ldc, int mode, const PrEpi *e);
+void pr_gemm_packed_epi(int ta, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                        const float *packed, float *C, int64_t ldc, int mode, const PrEpi *e);
+
 // 1 when the kernels run pipec's own GEMM at v3/v4 (PIPEC_GEMM unset or "own"), 0 for OpenBLAS
 // (PIPEC_GEMM=openblas); another value stops the program. Read once (blas_info.c).
 int pr_gemm_own(void);

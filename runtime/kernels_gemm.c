@@ -1,5 +1,6 @@
 // kernels_gemm.c: the kernels built on matrix products: matmul (batched, transposed operands),
-// linear, and sum_rows (linear's bias gradient), forward and backward.
+// linear, and sum_rows (linear's bias gradient), forward and backward; and the linear's products
+// fused with a gelu epilogue (pr_linear_gelu_fwd, pr_linear_bwd_x_gelu: gemm.h's PrEpi).
 //
 // The products run pipec's own GEMM (gemm.c: each element of C the FMA chain over k in ascending
 // order) at v3/v4 and with --march=native, unless PIPEC_GEMM=openblas; OpenBLAS at v1 (no FMA).
@@ -44,16 +45,18 @@ int pr_gemm_in_use(void) {
 }
 
 // One single-threaded call: C (M,N) = op(A) (M,K) . op(B) (K,N) with mode (gemm.h; OpenBLAS:
-// beta 0 or 1, never PR_GEMM_ADD).
+// beta 0 or 1, never PR_GEMM_ADD), then epilogue epi (NULL: none) on it: per register tile in the
+// own GEMM, on the whole block after OpenBLAS.
 static void sgemm1(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                   const float *B, int64_t ldb, int mode, float *C, int64_t ldc) {
+                   const float *B, int64_t ldb, int mode, float *C, int64_t ldc, const PrEpi *epi) {
   if (own()) {
-    pr_gemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, mode);
+    pr_gemm_epi(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, mode, epi);
     return;
   }
   float beta = mode == PR_GEMM_CONT ? 1.0f : 0.0f;
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M,
               (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+  if (epi) pr_epi_apply(epi, C, ldc, M, N);
 }
 
 static void check_blas_dims(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
@@ -76,12 +79,15 @@ static void check_blas_dims(int64_t M, int64_t N, int64_t K, int64_t lda, int64_
 // operand (K x the shorter side) costs about 1% of the 1-thread step, one thread alone on a third
 // of the step's FLOPs cost 15% of the 2-thread one (gpt_char). (Measured with OpenBLAS; the own
 // GEMM keeps the rule, so its blocks are the same, and packs op(B) once for all row blocks.)
-static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                 const float *B, int64_t ldb, int mode, float *C, int64_t ldc) {
+// epi (NULL: none) runs on each block by the thread that computed it (gemm.h's PrEpi).
+static void gemm_epi(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                     const float *B, int64_t ldb, int mode, float *C, int64_t ldc,
+                     const PrEpi *epi) {
   if (M == 0 || N == 0) return;
   if (K == 0) {
     if (mode == PR_GEMM_SET)
       for (int64_t i = 0; i < M; i++) memset(C + i * ldc, 0, (size_t)N * sizeof(float));
+    if (epi) pr_epi_apply(epi, C, ldc, M, N);
     return;
   }
   if (!own()) {
@@ -110,7 +116,8 @@ static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A
           pr_gemm_pack(tb, K, N, B, ldb, bp, c * np / nch, (c + 1) * np / nch);
       _Pragma("omp for schedule(static)") for (int64_t i = 0; i < nblk; i++) {
         int64_t o = i * bs, len = split - o < bs ? split - o : bs;
-        pr_gemm_packed(ta, len, N, K, ta ? A + o : A + o * lda, lda, bp, C + o * ldc, ldc, mode);
+        pr_gemm_packed_epi(ta, len, N, K, ta ? A + o : A + o * lda, lda, bp, C + o * ldc, ldc, mode,
+                           epi);
       }
     });
     pr_scratch_free(bp);
@@ -119,10 +126,15 @@ static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A
   PR_PARALLEL_FOR(nblk > 1, (int64_t i = 0; i < nblk; i++), {
     int64_t o = i * bs, len = split - o < bs ? split - o : bs;
     if (M >= N) // rows o.. of C and of op(A)
-      sgemm1(ta, tb, len, N, K, ta ? A + o : A + o * lda, lda, B, ldb, mode, C + o * ldc, ldc);
+      sgemm1(ta, tb, len, N, K, ta ? A + o : A + o * lda, lda, B, ldb, mode, C + o * ldc, ldc, epi);
     else // columns o.. of C and of op(B)
-      sgemm1(ta, tb, M, len, K, A, lda, tb ? B + o * ldb : B + o, ldb, mode, C + o, ldc);
+      sgemm1(ta, tb, M, len, K, A, lda, tb ? B + o * ldb : B + o, ldb, mode, C + o, ldc, epi);
   });
+}
+
+static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                 const float *B, int64_t ldb, int mode, float *C, int64_t ldc) {
+  gemm_epi(ta, tb, M, N, K, A, lda, B, ldb, mode, C, ldc, NULL);
 }
 
 // batch independent GEMMs (pointers advance by sa, sb, sc): small ones one per thread, large ones
@@ -139,8 +151,9 @@ static void gemm_batched(int64_t batch, int ta, int tb, int64_t M, int64_t N, in
     check_blas_dims(M, N, K, lda, ldb, ldc);
     blas_single_thread();
   }
-  PR_PARALLEL_FOR(batch * M * N * K >= GEMM_SPLIT_MIN, (int64_t i = 0; i < batch; i++),
-                  sgemm1(ta, tb, M, N, K, A + i * sa, lda, B + i * sb, ldb, mode, C + i * sc, ldc));
+  PR_PARALLEL_FOR(
+      batch * M * N * K >= GEMM_SPLIT_MIN, (int64_t i = 0; i < batch; i++),
+      sgemm1(ta, tb, M, N, K, A + i * sa, lda, B + i * sb, ldb, mode, C + i * sc, ldc, NULL));
 }
 
 // Where a product with acc goes and how: the output itself with the own GEMM (adding in its store
@@ -239,6 +252,37 @@ void pr_linear_bwd_x(float *dx, const float *dy, const float *w, int64_t rows, i
   float *t = gemm_target(dx, rows * in, acc, &mode);
   gemm(0, 0, rows, in, out, dy, out, w, in, mode, t, in);
   gemm_done(dx, t, rows * in, acc);
+}
+
+// The linear's product fused with the gelu that reads its output (codegen: the registry's
+// epilogue): y (rows,out) = x . w^T + bias as pr_linear_fwd, and, on each finished block of y,
+// g = gelu(y) and cdf (n = rows * out each) as pr_gelu_fwd: the same bits as the two calls.
+void pr_linear_gelu_fwd(float *y, float *g, float *cdf, const float *x, const float *w,
+                        const float *bias, int64_t rows, int64_t in, int64_t out, int64_t n,
+                        int exact) {
+  prCheck(n == rows * out, "compile the model again",
+          "gelu of %lld elements after a linear of %lld", (long long)n, (long long)(rows * out));
+  PrEpi e = {.kind = PR_EPI_BIAS_GELU, .c0 = y, .bias = bias, .y = g, .cdf = cdf, .exact = exact};
+  gemm_epi(0, 1, rows, out, in, x, in, w, in, PR_GEMM_SET, y, out, &e);
+}
+
+// The linear's input gradient fused with the backward of the gelu it feeds (dy (rows,out) is
+// gelu's output gradient): dx (rows,in) = dy . w as pr_linear_bwd_x (acc 0: written), and, on each
+// finished block of dx, gdx (+)= dx * gelu'(gx) (gx, gcdf: the gelu's input and saved factor)
+// as pr_gelu_bwd(gdx, dx, gx, gcdf, n, exact, acc): the same bits as the two calls.
+void pr_linear_bwd_x_gelu(float *dx, float *gdx, const float *dy, const float *w, const float *gx,
+                          const float *gcdf, int64_t rows, int64_t in, int64_t out, int64_t n,
+                          int exact, int acc) {
+  prCheck(n == rows * in, "compile the model again",
+          "gelu of %lld elements before a linear of %lld", (long long)n, (long long)(rows * in));
+  PrEpi e = {.kind = PR_EPI_GELU_BWD,
+             .c0 = dx,
+             .x = gx,
+             .xcdf = gcdf,
+             .dx = gdx,
+             .exact = exact,
+             .acc = acc};
+  gemm_epi(0, 0, rows, in, out, dy, out, w, in, PR_GEMM_SET, dx, in, &e);
 }
 
 // dw (out,in) = dy^T (out,rows) . x (rows,in)

@@ -1,5 +1,6 @@
 // kernels_norm.c: the normalisations: softmax over the middle dim of (outer,dim,inner) and
-// layernorm over the last dim, forward and backward.
+// layernorm over the last dim, forward and backward; the residual add fused into the layernorm
+// that reads it (pr_add_layernorm_fwd).
 //
 // Moments, sums and dots of a row use the fixed 8-lane reductions of kernels_common.h (layernorm
 // reduces four rows at once, each in its own lanes: the same bits); a strided
@@ -167,30 +168,69 @@ static inline void ln_row_out(float *restrict yr, float *mean, float *rstd,
   *rstd = s;
 }
 
+// Group g of the forward: rows 4g..4g+3 together, or one by one in the last group when shorter.
+static inline void ln_group(float *y, float *mean, float *rstd, const float *x, const float *w,
+                            const float *b, int64_t rows, int64_t C, float eps, int64_t g) {
+  int64_t r0 = 4 * g;
+  if (r0 + 4 <= rows) {
+    const float *xs[4] = {x + r0 * C, x + (r0 + 1) * C, x + (r0 + 2) * C, x + (r0 + 3) * C};
+    float m[4], var[4];
+    sum4_f(m, xs, C);
+    for (int r = 0; r < 4; r++) m[r] = m[r] / (float)C;
+    sumsq4_centered_f(var, xs, m, C);
+    for (int r = 0; r < 4; r++)
+      ln_row_out(y + (r0 + r) * C, mean + r0 + r, rstd + r0 + r, xs[r], w, b, C, m[r],
+                 var[r] / (float)C, eps); // biased variance, like PyTorch
+  } else
+    for (int64_t r = r0; r < rows; r++) {
+      const float *restrict xr = x + r * C;
+      float m = sum_f(xr, C) / (float)C;
+      float var = sumsq_centered_f(xr, m, C) / (float)C;
+      ln_row_out(y + r * C, mean + r, rstd + r, xr, w, b, C, m, var, eps);
+    }
+}
+
 // Rows in groups of four (the last group may be shorter: its rows one by one), threads owning
 // groups; every row's arithmetic is the one-row loop's.
 void pr_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const float *w,
                       const float *b, int64_t rows, int64_t C, float eps) {
   if (C == 0) return;
   int64_t groups = (rows + 3) / 4;
+  PR_PARALLEL_FOR(rows * C >= PAR_MIN, (int64_t g = 0; g < groups; g++),
+                  ln_group(y, mean, rstd, x, w, b, rows, C, eps, g));
+}
+
+// s = a + b over n floats (pr_binary_fwd's add).
+static void add_rows(float *restrict s, const float *restrict a, const float *restrict b,
+                     int64_t n) {
+  for (int64_t i = 0; i < n; i++) s[i] = a[i] + b[i];
+}
+
+// The residual add fused into the layernorm that reads it: per group of four rows, the sum's
+// rows s = a + b (pr_binary_fwd's add) and then the group's layernorm from them while they are in
+// L1. A group reads its rows of a and b before it writes its rows of y, so y may lie exactly
+// where a or b does (FuseDef.in_place). A sum that is not plain (another op, a broadcast, strides
+// not y's) runs the two kernels.
+void pr_add_layernorm_fwd(float *s, float *y, float *mean, float *rstd, const float *a,
+                          const float *b, const float *w, const float *bias, int op, int rank,
+                          const int64_t *ydims, const int64_t *astr, const int64_t *bstr,
+                          int64_t rows, int64_t C, float eps) {
+  int64_t stride = 1;
+  int plain = op == 0;
+  for (int i = rank - 1; i >= 0 && plain; i--) {
+    plain = astr[i] == stride && bstr[i] == stride;
+    stride *= ydims[i];
+  }
+  if (!plain || stride != rows * C || C == 0) {
+    pr_binary_fwd(s, a, b, op, rank, ydims, astr, bstr);
+    pr_layernorm_fwd(y, mean, rstd, s, w, bias, rows, C, eps);
+    return;
+  }
+  int64_t groups = (rows + 3) / 4;
   PR_PARALLEL_FOR(rows * C >= PAR_MIN, (int64_t g = 0; g < groups; g++), {
-    int64_t r0 = 4 * g;
-    if (r0 + 4 <= rows) {
-      const float *xs[4] = {x + r0 * C, x + (r0 + 1) * C, x + (r0 + 2) * C, x + (r0 + 3) * C};
-      float m[4], var[4];
-      sum4_f(m, xs, C);
-      for (int r = 0; r < 4; r++) m[r] = m[r] / (float)C;
-      sumsq4_centered_f(var, xs, m, C);
-      for (int r = 0; r < 4; r++)
-        ln_row_out(y + (r0 + r) * C, mean + r0 + r, rstd + r0 + r, xs[r], w, b, C, m[r],
-                   var[r] / (float)C, eps); // biased variance, like PyTorch
-    } else
-      for (int64_t r = r0; r < rows; r++) {
-        const float *restrict xr = x + r * C;
-        float m = sum_f(xr, C) / (float)C;
-        float var = sumsq_centered_f(xr, m, C) / (float)C;
-        ln_row_out(y + r * C, mean + r, rstd + r, xr, w, b, C, m, var, eps);
-      }
+    int64_t i0 = 4 * g * C, i1 = (4 * g + 4 < rows ? 4 * g + 4 : rows) * C;
+    add_rows(s + i0, a + i0, b + i0, i1 - i0);
+    ln_group(y, mean, rstd, s, w, bias, rows, C, eps, g); // (y may lie where a or b did)
   });
 }
 

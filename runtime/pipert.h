@@ -75,6 +75,24 @@ void pr_linear_bwd_x(float *dx, const float *dy, const float *w, int64_t rows, i
                      int64_t out, int acc);
 void pr_linear_bwd_w(float *dw, const float *dy, const float *x, int64_t rows, int64_t in,
                      int64_t out, int acc);
+// A linear fused with the gelu next to it (pipec compile without --no-fuse: the registry's
+// epilogues), the same bits as the separate calls. Forward: y as pr_linear_fwd (the gelu's input,
+// still stored), then g, cdf as pr_gelu_fwd(g, cdf, y, n, exact) (n = rows * out). Backward: dx as
+// pr_linear_bwd_x (acc 0), then gdx as pr_gelu_bwd(gdx, dx, gx, gcdf, n, exact, acc) (n = rows
+// * in), each block of the product finished while in cache.
+void pr_linear_gelu_fwd(float *y, float *g, float *cdf, const float *x, const float *w,
+                        const float *bias, int64_t rows, int64_t in, int64_t out, int64_t n,
+                        int exact);
+void pr_linear_bwd_x_gelu(float *dx, float *gdx, const float *dy, const float *w, const float *gx,
+                          const float *gcdf, int64_t rows, int64_t in, int64_t out, int64_t n,
+                          int exact, int acc);
+// The residual add fused into the layernorm reading it (pipec compile without --no-fuse): s as
+// pr_binary_fwd(s, a, b, op, rank, ydims, astr, bstr), then y, mean, rstd as pr_layernorm_fwd(y,
+// mean, rstd, s, w, bias, rows, C, eps), four rows at a time; the same bits as the two calls.
+void pr_add_layernorm_fwd(float *s, float *y, float *mean, float *rstd, const float *a,
+                          const float *b, const float *w, const float *bias, int op, int rank,
+                          const int64_t *ydims, const int64_t *astr, const int64_t *bstr,
+                          int64_t rows, int64_t C, float eps);
 // db (cols) = sum over rows of dy (rows,cols), rows in ascending order (bias of linear/layernorm).
 void pr_sum_rows(float *db, const float *dy, int64_t rows, int64_t cols, int acc);
 

@@ -9,7 +9,9 @@
 //   once (pr_gemm_pack, pr_gemm_packed);
 // - the chain is within float rounding of a double-precision product;
 // - the kernels (linear, matmul) run it: their results equal the scalar chain bitwise, with the
-//   threads' split of C (OMP_NUM_THREADS=2 in ctest) and with acc (rounded product added).
+//   threads' split of C (OMP_NUM_THREADS=2 in ctest) and with acc (rounded product added);
+// - the fused epilogues (a gelu in the linear's product, its backward in the input gradient's)
+//   give the bits of the separate calls, at 1 and 2 threads.
 // Unless the CPU lacks a level (then that build is skipped), and unless PIPEC_GEMM=openblas.
 #pragma GCC optimize("fp-contract=off")
 
@@ -234,6 +236,50 @@ START_TEST(test_kernels_run_it) {
 }
 END_TEST
 
+// The fused epilogues (pipec's default codegen): the linear's product with bias + gelu in its
+// epilogue against pr_linear_fwd then pr_gelu_fwd, and its input gradient with gelu's backward in
+// its epilogue against pr_linear_bwd_x then pr_gelu_bwd, bitwise: every output (the product, y,
+// cdf; dx and gelu's dx), both gelu forms, with and without bias, saved factor and acc, at 1 and 2
+// threads, at shapes whose blocks have edges (rows, columns not multiples of a tile; K above the
+// K block).
+static void check_fused(int64_t rows, int64_t in, int64_t out, int exact, int bias, int save,
+                        int acc) {
+  int64_t n = rows * out, nb = rows * in;
+  float *x = frandv(rows * in), *w = frandv(out * in), *b = bias ? frandv(out) : NULL;
+  float *y1 = frandv(n), *g1 = frandv(n), *c1 = frandv(n), *y2 = frandv(n), *g2 = frandv(n);
+  float *c2 = frandv(n);
+  pr_linear_fwd(y1, x, w, b, rows, in, out);
+  pr_gelu_fwd(g1, save ? c1 : NULL, y1, n, exact);
+  pr_linear_gelu_fwd(y2, g2, save ? c2 : NULL, x, w, b, rows, in, out, n, exact);
+  same_bits("fused fwd: the product", y2, y1, n);
+  same_bits("fused fwd: gelu", g2, g1, n);
+  if (save) same_bits("fused fwd: cdf", c2, c1, n);
+  // backward: the gelu of (rows,in) after a linear in -> out; its dy = dy_lin . w (in, x: gelu's)
+  float *dyl = frandv(rows * out), *gx = frandv(nb), *gc = frandv(nb);
+  float *d1 = frandv(nb), *gd1 = frandv(nb), *d2 = frandv(nb), *gd2 = malloc(nb * sizeof(float));
+  ck_assert_ptr_nonnull(gd2);
+  memcpy(gd2, gd1, (size_t)nb * sizeof(float));
+  pr_linear_bwd_x(d1, dyl, w, rows, in, out, 0);
+  pr_gelu_bwd(gd1, d1, gx, save ? gc : NULL, nb, exact, acc);
+  pr_linear_bwd_x_gelu(d2, gd2, dyl, w, gx, save ? gc : NULL, rows, in, out, nb, exact, acc);
+  same_bits("fused bwd: the product", d2, d1, nb);
+  same_bits("fused bwd: gelu's dx", gd2, gd1, nb);
+  free(x), free(w), free(b), free(y1), free(g1), free(c1), free(y2), free(g2), free(c2);
+  free(dyl), free(gx), free(gc), free(d1), free(gd1), free(d2), free(gd2);
+}
+
+START_TEST(test_fused_epilogue) {
+  for (int th = 1; th <= 2; th++) {
+    pr_set_threads(th);
+    check_fused(768, 128, 512, 1, 0, 1, 0); // gpt_char's c_fc + gelu (and mlp.c_proj's dx)
+    check_fused(768, 131, 384, 1, 1, 1, 1);
+    check_fused(50, 600, 70, 0, 1, 1, 0); // K above the K block (512), edge tiles
+    check_fused(29, 33, 17, 1, 1, 0, 1);  // cdf neither saved nor read
+    check_fused(29, 33, 17, 0, 0, 0, 0);
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("gemm");
   TCase *tc = tcase_create("gemm");
@@ -244,6 +290,7 @@ int main(void) {
   tcase_add_test(tc, test_packed);
   tcase_add_test(tc, test_accuracy);
   tcase_add_test(tc, test_kernels_run_it);
+  tcase_add_test(tc, test_fused_epilogue);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

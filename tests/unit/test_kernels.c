@@ -7,6 +7,7 @@
 //   dimension exceeds OpenBLAS's blocking;
 // - results are bitwise equal with 1 and 2 threads (OpenMP and OpenBLAS);
 // - broadcasting, permute, split/concat/slice round trips, argmax ties;
+// - the residual add fused into layernorm gives the two kernels' bits;
 // - out-of-range ids stop the program with the position and value (checked in a forked child).
 // Expected values computed here must round like the kernels' (no fused multiply-adds).
 #pragma GCC optimize("fp-contract=off")
@@ -604,6 +605,47 @@ START_TEST(test_layernorm) {
         fd_check("layernorm db", f_layernorm, &c, c.bias, C, db, c.y, r, rows * C, H, TOL);
       }
     }
+}
+END_TEST
+
+// The residual add fused into the layernorm (pipec's default codegen): pr_add_layernorm_fwd
+// gives the bits of pr_binary_fwd's add then pr_layernorm_fwd (the sum, y, mean, rstd), at 1 and
+// 2 threads, with and without the bias, rows a multiple of the groups of four and not, y written
+// over b (in place), and a broadcast b (the fallback to the two calls).
+START_TEST(test_add_layernorm) {
+  static const int64_t shapes[][3] = {{12, 64, 128}, {3, 10, 37}, {1, 5, 19}}; // B, T, C
+  for (int th = 1; th <= 2; th++)
+    for (int sh = 0; sh < 3; sh++)
+      for (int v = 0; v < 3; v++) { // 0: plain, 1: with the bias, 2: b broadcast over B
+        pr_set_threads(th);
+        int64_t B = shapes[sh][0], T = shapes[sh][1], C = shapes[sh][2], rows = B * T;
+        int64_t n = rows * C, ydims[3] = {B, T, C}, astr[3] = {T * C, C, 1};
+        int64_t bstr[3] = {v == 2 ? 0 : T * C, C, 1};
+        float *a = frand(n, -2, 2), *b = frand(n, -2, 2), *w = frand(C, 0.5f, 1.5f);
+        float *bias = v == 1 ? frand(C, -1, 1) : NULL;
+        float *s1 = fzeros(n), *y1 = fzeros(n), *m1 = fzeros(rows), *r1 = fzeros(rows);
+        float *s2 = fzeros(n), *y2 = fzeros(n), *m2 = fzeros(rows), *r2 = fzeros(rows);
+        pr_binary_fwd(s1, a, b, 0, 3, ydims, astr, bstr);
+        pr_layernorm_fwd(y1, m1, r1, s1, w, bias, rows, C, 1e-5f);
+        pr_add_layernorm_fwd(s2, y2, m2, r2, a, b, w, bias, 0, 3, ydims, astr, bstr, rows, C,
+                             1e-5f);
+        const char *what[4] = {"sum", "y", "mean", "rstd"};
+        const float *got[4] = {s2, y2, m2, r2}, *want[4] = {s1, y1, m1, r1};
+        int64_t len[4] = {n, n, rows, rows};
+        for (int k = 0; k < 4; k++)
+          ck_assert_msg(memcmp(got[k], want[k], (size_t)len[k] * sizeof(float)) == 0,
+                        "add_layernorm %s differs (threads %d, C %lld, case %d)", what[k], th,
+                        (long long)C, v);
+        if (v == 2) continue;
+        // in place (FuseDef.in_place): y written where b lies, as the memory plan may put it
+        memcpy(y2, b, (size_t)n * sizeof(float));
+        pr_add_layernorm_fwd(s2, y2, m2, r2, a, y2, w, bias, 0, 3, ydims, astr, bstr, rows, C,
+                             1e-5f);
+        ck_assert_msg(memcmp(y2, y1, (size_t)n * sizeof(float)) == 0 &&
+                          memcmp(s2, s1, (size_t)n * sizeof(float)) == 0,
+                      "add_layernorm in place differs (threads %d, C %lld)", th, (long long)C);
+      }
+  pr_set_threads(default_threads);
 }
 END_TEST
 
@@ -1369,6 +1411,7 @@ int main(void) {
   tcase_add_test(tc, test_unary_accuracy);
   tcase_add_test(tc, test_softmax);
   tcase_add_test(tc, test_layernorm);
+  tcase_add_test(tc, test_add_layernorm);
   tcase_add_test(tc, test_layernorm_groups);
   tcase_add_test(tc, test_embedding);
   tcase_add_test(tc, test_permute);
