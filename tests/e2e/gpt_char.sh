@@ -8,6 +8,13 @@ cd "$root" || exit 1
 "$pipec" compile samples/gpt_char.json -o "$tmp/gpt" 2>"$tmp/err" || { cat "$tmp/err"; bad compile; finish; exit 1; }
 train="$tmp/gpt/bin/train"
 steps=${GPT_STEPS:-24}
+# In the sanitizer tree the first run takes the `short` steps the others compare with: whether it
+# learns (numbers the release tree checks, bit for bit these: tests/e2e/hashes.sh) is left there.
+learns=1
+if [ -z "${GPT_STEPS:-}" ] && sanitized "$train"; then
+  steps=8 learns=0
+  echo "sanitizer tree: $steps steps (the release tree checks that the loss falls over 24)"
+fi
 # The runs that compare with the first (2 threads, the resume, the token file) take its first
 # `short` steps: every step runs the same code (the learning rate's warm-up is 100 steps), so
 # more steps of them repeat the comparison.
@@ -18,7 +25,7 @@ first=$(head -1 "$tmp/a" | cut -d' ' -f2)
 last=$(tail -1 "$tmp/a" | cut -d' ' -f2)
 echo "loss: step 0 $first, step $((steps - 1)) $last"
 check "initial loss $first near ln(65) = 4.17" awk -v l="$first" 'BEGIN { exit !(l > 4.0 && l < 4.4) }'
-check "loss falls by 0.5 ($first -> $last)" awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }'
+[ $learns = 1 ] && check "loss falls by 0.5 ($first -> $last)" awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }'
 "$train" --steps "$short" --threads 2 --quiet --eval-batches 1 --loss-log "$tmp/b" >/dev/null 2>&1 || bad "run (threads 2)"
 check "losses identical with 1 and 2 threads ($short steps)" cmp -s <(head -n "$short" "$tmp/a") "$tmp/b"
 # Stop at half, resume to step `short`.

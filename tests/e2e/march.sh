@@ -8,7 +8,9 @@
 # kernels (the x86-64 baseline, no FMA) run the GEMMs through OpenBLAS instead of pipec's own
 # FMA-chain GEMM (runtime/gemm.c: an exact chain without hardware FMA would need a software fma,
 # far too slow), so they round the products differently: v1 trains, and its bits are its own but
-# deterministic (the same with 1 and 2 threads). Each run names the GEMM it runs.
+# deterministic (the same with 1 and 2 threads). Each run names the GEMM it runs. The final
+# evaluation (mlp_digits' whole validation split, gpt_char's first 2 batches: its default 50 took
+# most of this test's time in the sanitizer tree) prints the same line in the runs that compare.
 pipec=$1
 root=$2
 . "$root/tests/e2e/lib.sh"
@@ -24,10 +26,12 @@ avx_funcs() {
     function seen(f, n) { if (f ~ /__v[34]([.>]|$)/) return; if (!(f in min) || n < min[f]) min[f] = n }
     END { if (f != "") seen(f, n); c = 0; for (g in min) if (min[g] > 0) c++; print c }'
 }
+# same_eval OUT1 OUT2: both runs printed one evaluation line, the same.
+same_eval() { [ "$(grep -c '^eval ' "$1")" = 1 ] && [ "$(grep '^eval ' "$1")" = "$(grep '^eval ' "$2")" ]; }
 # The portable program in each build of its kernels (PIPEC_ISA lowers the level the CPU allows;
 # the default takes the highest), and the native one.
-for m in mlp_digits:20 gpt_char:3; do
-  name=${m%:*} steps=${m#*:}
+for m in mlp_digits:20:0 gpt_char:3:2; do
+  IFS=: read -r name steps evb <<<"$m"
   for b in portable native; do
     flag=()
     [ $b = native ] && flag=(--march=native)
@@ -39,7 +43,7 @@ for m in mlp_digits:20 gpt_char:3; do
     [ $r = native ] && exe=$tmp/$name-native/bin/train
     [ $r = v1 ] || [ $r = v3 ] && isa=$r
     [ $r = v1t2 ] && isa=v1 threads=2
-    PIPEC_ISA=$isa "$exe" --steps "$steps" --threads $threads --loss-log "$tmp/$name-$r.loss" \
+    PIPEC_ISA=$isa "$exe" --steps "$steps" --eval-batches "$evb" --threads $threads --loss-log "$tmp/$name-$r.loss" \
       --save "$tmp/$name-$r.safetensors" >"$tmp/$name-$r.out" 2>"$tmp/err" || bad "$name $r: run: $(tail -3 "$tmp/err")"
   done
   check "$name: the portable program's baseline code has no AVX instruction" [ "$(avx_funcs "$tmp/$name-portable/bin/train")" -eq 0 ]
@@ -65,6 +69,7 @@ for m in mlp_digits:20 gpt_char:3; do
     check "$name $r: same losses as $ref" cmp "$tmp/$name-$ref.loss" "$tmp/$name-$r.loss"
     check "$name $r: same parameters" cmp "$tmp/$name-$ref.safetensors" "$tmp/$name-$r.safetensors"
     check "$name $r: same optimizer state" cmp "$tmp/$name-$ref.safetensors.optim" "$tmp/$name-$r.safetensors.optim"
+    check "$name $r: the same evaluation line" same_eval "$tmp/$name-$ref.out" "$tmp/$name-$r.out"
   done
 done
 finish

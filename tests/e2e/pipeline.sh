@@ -61,12 +61,16 @@ check "progress: none at S = 1" eval 'grep -q "pr_linear" "$tmp/one/rank0.c" && 
 golden_step skip_net_s2_m2_interleaved samples/skip_net.json --stages 2 --microbatches 2 \
   --schedule interleaved --virtual 2 --split wide,wide.relu,body2
 
-# ---- The equality matrix (a small one: the full matrix reuses pipe_same).
+# ---- The equality matrix (a small one: the full matrix reuses pipe_same). In the sanitizer tree
+# the entries whose model, schedule, S and M its reduced matrix runs too (pipeline_matrix.sh:
+# the same comparison, there at batch 24 and skip_net's --split cuts) are left to it and to this
+# tree's release twin (left_to_matrix: true there, where they do not run).
+left_to_matrix() { sanitized "$tmp/one/bin/train"; }
 pipe_same mlp-s2-m4-gpipe samples/mlp_digits.json 2 4 gpipe
 pipe_same mlp-s2-m4-1f1b samples/mlp_digits.json 2 4 1f1b
-pipe_same mlp-s2-m4-zbh1 samples/mlp_digits.json 2 4 zb-h1
-pipe_same mlp-s2-m4-interleaved samples/mlp_digits.json 2 4 'interleaved --virtual 2'
-pipe_same mlp-s2-m1-1f1b samples/mlp_digits.json 2 1 1f1b
+left_to_matrix || pipe_same mlp-s2-m4-zbh1 samples/mlp_digits.json 2 4 zb-h1
+left_to_matrix || pipe_same mlp-s2-m4-interleaved samples/mlp_digits.json 2 4 'interleaved --virtual 2'
+left_to_matrix || pipe_same mlp-s2-m1-1f1b samples/mlp_digits.json 2 1 1f1b
 pipe_same mlp-s3-m2-1f1b samples/mlp_digits.json 3 2 1f1b
 # PIPEC_BIND=core: more ranks than cores are bound, rank r to core r mod cores (mpirun's report),
 # with the same bits.
@@ -84,8 +88,8 @@ pipe_same gpt2-s2-m2-1f1b samples/gpt_char.json 2 2 1f1b -D L=2
 python3 "$root/tests/skip_net_table.py" samples/skip_net.json "$tmp/skip.json" "$tmp/skip.csv"
 pipe_same skip-s2-m2-zbh1 "$tmp/skip.json" 2 2 zb-h1
 pipe_same skip-s3-m4-gpipe "$tmp/skip.json" 3 4 gpipe
-pipe_same skip-s2-m4-interleaved "$tmp/skip.json" 2 4 'interleaved --virtual 2'
-pipe_same skip-s4-m8-1f1b "$tmp/skip.json" 4 8 1f1b
+left_to_matrix || pipe_same skip-s2-m4-interleaved "$tmp/skip.json" 2 4 'interleaved --virtual 2'
+left_to_matrix || pipe_same skip-s4-m8-1f1b "$tmp/skip.json" 4 8 1f1b
 # Cuts by name: inside the skip span (3 stages), and between the tied embedding and the head.
 pipe_same skip-split-zbh1 "$tmp/skip.json" 3 4 'zb-h1 --split gated,skip'
 pipe_same gpt2-split-1f1b samples/gpt_char.json 2 4 '1f1b --split transformer.ln_f' -D L=2
