@@ -77,4 +77,40 @@ static inline float gelu_exact_grad_c(float v, float c) {
 static inline float gelu_grad_c(float v, float s) {
   return s + (v * (s * (1.0f - s))) * ((2.0f * GELU_BETA) * (1.0f + (3.0f * GELU_KAPPA) * (v * v)));
 }
+
+// The forward on a block (m <= GELU_BLK): y = x * c, c = Phi(x) (exact) or s (tanh), c stored in
+// cdf unless it is NULL. pr_gelu_fwd runs it on its blocks, the GEMM epilogue on its pieces.
+static inline void gelu_fwd_block(float *restrict y, float *restrict cdf, const float *restrict x,
+                                  int64_t m, int exact) {
+  float cl[GELU_BLK], *restrict c = cdf ? cdf : cl;
+  if (exact)
+    gelu_phi_block(c, x, m);
+  else
+    for (int64_t j = 0; j < m; j++) c[j] = gelu_s(x[j]);
+  for (int64_t j = 0; j < m; j++) y[j] = x[j] * c[j];
+}
+
+// The backward on n elements: dx (+)= dy * gelu'(x), with the forward's saved factor cdf (NULL:
+// recomputed, the same expressions: the same bits). pr_gelu_bwd runs it on each thread's range,
+// the GEMM epilogue on its pieces.
+static inline void gelu_bwd_rows(float *restrict dx, const float *restrict dy,
+                                 const float *restrict x, const float *restrict cdf, int64_t n,
+                                 int exact, int acc) {
+  if (cdf && exact && acc)
+    for (int64_t j = 0; j < n; j++) dx[j] = dx[j] + dy[j] * gelu_exact_grad_c(x[j], cdf[j]);
+  else if (cdf && exact)
+    for (int64_t j = 0; j < n; j++) dx[j] = dy[j] * gelu_exact_grad_c(x[j], cdf[j]);
+  else if (cdf && acc)
+    for (int64_t j = 0; j < n; j++) dx[j] = dx[j] + dy[j] * gelu_grad_c(x[j], cdf[j]);
+  else if (cdf)
+    for (int64_t j = 0; j < n; j++) dx[j] = dy[j] * gelu_grad_c(x[j], cdf[j]);
+  else if (exact && acc)
+    for (int64_t j = 0; j < n; j++) dx[j] = dx[j] + dy[j] * gelu_exact_grad_c(x[j], gelu_phi(x[j]));
+  else if (exact)
+    for (int64_t j = 0; j < n; j++) dx[j] = dy[j] * gelu_exact_grad_c(x[j], gelu_phi(x[j]));
+  else if (acc)
+    for (int64_t j = 0; j < n; j++) dx[j] = dx[j] + dy[j] * gelu_grad_c(x[j], gelu_s(x[j]));
+  else
+    for (int64_t j = 0; j < n; j++) dx[j] = dy[j] * gelu_grad_c(x[j], gelu_s(x[j]));
+}
 #endif // PIPERT_GELU_IMPL_H

@@ -215,43 +215,24 @@ void pr_relu_bwd(float *restrict dx, const float *restrict dy, const float *rest
 }
 
 // y = x * c with c = Phi(x) (exact) or s (tanh); c saved for the backward unless cdf is NULL.
+// By blocks of GELU_BLK (gelu_fwd_block; the exact form's steps each a loop over the block).
 void pr_gelu_fwd(float *restrict y, float *restrict cdf, const float *restrict x, int64_t n,
                  int exact) {
-  if (exact) { // by blocks of GELU_BLK (gelu_phi_block), c in cdf or on the stack
-    int64_t nb = (n + GELU_BLK - 1) / GELU_BLK;
-    PR_PARALLEL_FOR(n >= PAR_MIN, (int64_t b = 0; b < nb; b++), {
-      int64_t i0 = b * GELU_BLK, m = n - i0 < GELU_BLK ? n - i0 : GELU_BLK;
-      float cl[GELU_BLK], *restrict c = cdf ? cdf + i0 : cl;
-      const float *restrict xb = x + i0;
-      float *restrict yb = y + i0;
-      gelu_phi_block(c, xb, m);
-      for (int64_t j = 0; j < m; j++) yb[j] = xb[j] * c[j];
-    });
-  } else if (cdf)
-    UNARY_FOR(float c = gelu_s(x[i]); cdf[i] = c; y[i] = x[i] * c;);
-  else
-    UNARY_FOR(y[i] = x[i] * gelu_s(x[i]));
+  int64_t nb = (n + GELU_BLK - 1) / GELU_BLK;
+  PR_PARALLEL_FOR(n >= PAR_MIN, (int64_t b = 0; b < nb; b++), {
+    int64_t i0 = b * GELU_BLK, m = n - i0 < GELU_BLK ? n - i0 : GELU_BLK;
+    gelu_fwd_block(y + i0, cdf ? cdf + i0 : NULL, x + i0, m, exact);
+  });
 }
-// cdf: the forward's saved c, or NULL to recompute it (the same expressions: the same bits).
+// cdf: the forward's saved c, or NULL to recompute it; each thread's contiguous range in one
+// gelu_bwd_rows call.
 void pr_gelu_bwd(float *restrict dx, const float *restrict dy, const float *restrict x,
                  const float *restrict cdf, int64_t n, int exact, int acc) {
-  if (cdf) {
-    if (exact && acc)
-      UNARY_FOR(dx[i] = dx[i] + dy[i] * gelu_exact_grad_c(x[i], cdf[i]));
-    else if (exact)
-      UNARY_FOR(dx[i] = dy[i] * gelu_exact_grad_c(x[i], cdf[i]));
-    else if (acc)
-      UNARY_FOR(dx[i] = dx[i] + dy[i] * gelu_grad_c(x[i], cdf[i]));
-    else
-      UNARY_FOR(dx[i] = dy[i] * gelu_grad_c(x[i], cdf[i]));
-  } else if (exact && acc)
-    UNARY_FOR(dx[i] = dx[i] + dy[i] * gelu_exact_grad_c(x[i], gelu_phi(x[i])));
-  else if (exact)
-    UNARY_FOR(dx[i] = dy[i] * gelu_exact_grad_c(x[i], gelu_phi(x[i])));
-  else if (acc)
-    UNARY_FOR(dx[i] = dx[i] + dy[i] * gelu_grad_c(x[i], gelu_s(x[i])));
-  else
-    UNARY_FOR(dx[i] = dy[i] * gelu_grad_c(x[i], gelu_s(x[i])));
+  int nt = n >= PAR_MIN ? pr_threads() : 1;
+  PR_PARALLEL_FOR(nt > 1, (int t = 0; t < nt; t++), {
+    int64_t i0 = n * t / nt, i1 = n * (t + 1) / nt;
+    gelu_bwd_rows(dx + i0, dy + i0, x + i0, cdf ? cdf + i0 : NULL, i1 - i0, exact, acc);
+  });
 }
 
 // y (n) = tanh(x); backward from y: dy (1 - y^2)

@@ -1,7 +1,7 @@
 // kernels_fused.c: the GEMM's elementwise epilogues (gemm.h's PrEpi): bias + gelu on a finished
 // block of a linear's output, and gelu's backward on a finished block of its dy, applied by
-// gemm.c to each register tile right after its last store (in L1), or by kernels_gemm.c to each
-// thread's block after an OpenBLAS call.
+// gemm.c to each block of rows of C right after its last block of K (in L2), or by
+// kernels_gemm.c to each thread's block after an OpenBLAS call.
 //
 // Every element gets exactly the float operations of the separate kernels (the bias add of
 // pr_linear_fwd, then pr_gelu_fwd; pr_gelu_bwd), from gelu_impl.h's shared expressions: the
@@ -21,34 +21,7 @@ static void row_gelu(float *restrict x, float *restrict y, float *restrict cdf,
                      const float *restrict bias, int64_t n, int exact) {
   if (bias)
     for (int64_t j = 0; j < n; j++) x[j] = x[j] + bias[j];
-  float cl[GELU_BLK], *restrict c = cdf ? cdf : cl;
-  if (exact)
-    gelu_phi_block(c, x, n);
-  else
-    for (int64_t j = 0; j < n; j++) c[j] = gelu_s(x[j]);
-  for (int64_t j = 0; j < n; j++) y[j] = x[j] * c[j];
-}
-
-// gelu's backward on the row: d (+)= g * gelu'(v) (n of each), with the saved factor s (NULL:
-// recomputed), as pr_gelu_bwd.
-static void row_gelu_bwd(float *restrict d, const float *restrict g, const float *restrict v,
-                         const float *restrict s, int64_t n, int exact, int acc) {
-  if (s && exact && acc)
-    for (int64_t j = 0; j < n; j++) d[j] = d[j] + g[j] * gelu_exact_grad_c(v[j], s[j]);
-  else if (s && exact)
-    for (int64_t j = 0; j < n; j++) d[j] = g[j] * gelu_exact_grad_c(v[j], s[j]);
-  else if (s && acc)
-    for (int64_t j = 0; j < n; j++) d[j] = d[j] + g[j] * gelu_grad_c(v[j], s[j]);
-  else if (s)
-    for (int64_t j = 0; j < n; j++) d[j] = g[j] * gelu_grad_c(v[j], s[j]);
-  else if (exact && acc)
-    for (int64_t j = 0; j < n; j++) d[j] = d[j] + g[j] * gelu_exact_grad_c(v[j], gelu_phi(v[j]));
-  else if (exact)
-    for (int64_t j = 0; j < n; j++) d[j] = g[j] * gelu_exact_grad_c(v[j], gelu_phi(v[j]));
-  else if (acc)
-    for (int64_t j = 0; j < n; j++) d[j] = d[j] + g[j] * gelu_grad_c(v[j], gelu_s(v[j]));
-  else
-    for (int64_t j = 0; j < n; j++) d[j] = g[j] * gelu_grad_c(v[j], gelu_s(v[j]));
+  gelu_fwd_block(y, cdf, x, n, exact);
 }
 
 void pr_epi_apply(const PrEpi *e, float *C, int64_t ldc, int64_t m, int64_t n) {
@@ -61,7 +34,7 @@ void pr_epi_apply(const PrEpi *e, float *C, int64_t ldc, int64_t m, int64_t n) {
         row_gelu(C + r * ldc + j0, e->y + o, e->cdf ? e->cdf + o : NULL,
                  e->bias ? e->bias + col + j0 : NULL, nc, e->exact);
       else
-        row_gelu_bwd(e->dx + o, C + r * ldc + j0, e->x + o, e->xcdf ? e->xcdf + o : NULL, nc,
-                     e->exact, e->acc);
+        gelu_bwd_rows(e->dx + o, C + r * ldc + j0, e->x + o, e->xcdf ? e->xcdf + o : NULL, nc,
+                      e->exact, e->acc);
     }
 }

@@ -45,8 +45,8 @@ int pr_gemm_in_use(void) {
 }
 
 // One single-threaded call: C (M,N) = op(A) (M,K) . op(B) (K,N) with mode (gemm.h; OpenBLAS:
-// beta 0 or 1, never PR_GEMM_ADD), then epilogue epi (NULL: none) on it: per register tile in the
-// own GEMM, on the whole block after OpenBLAS.
+// beta 0 or 1, never PR_GEMM_ADD), then epilogue epi (NULL: none) on it: per block of rows in the
+// own GEMM (gemm.c), on the whole block after OpenBLAS.
 static void sgemm1(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                    const float *B, int64_t ldb, int mode, float *C, int64_t ldc, const PrEpi *epi) {
   if (own()) {
