@@ -2,9 +2,10 @@
 # The fused epilogues (codegen/segment.c, the registry's OpDef.epilogue and FuseDef): a program
 # compiled with them (the default) trains byte for byte like the one compiled with --no-fuse (one
 # kernel call per node): the loss log, the parameters and the optimizer state, at 1 and 2
-# threads, on gpt_char (its exact gelu fused into c_fc's product, and gelu's backward into
-# mlp.c_proj's input gradient, the residual add into the layernorm after it) and on a small GPT with biases, the tanh gelu, odd widths, every
-# layer straight-line (no repeat loop) and --recompute all (the forward rerun inside the backward).
+# threads, on gpt_char (its exact gelu fused into c_fc's product, gelu's backward into
+# mlp.c_proj's input gradient, the residual add into the layernorm after it) and on a small GPT
+# with biases, the tanh gelu, odd widths, every layer straight-line (no repeat loop) and
+# --recompute all (the forward rerun inside the backward).
 # The sources show the fusion: the fused kernels in place of the gelu's calls, and none of them
 # with --no-fuse.
 pipec=$1

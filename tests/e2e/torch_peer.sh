@@ -18,10 +18,11 @@
 # --steps 0 save, the 20 steps, the evaluations of the trained parameters on the 50 random batches
 # and on the whole split: the initial ones' on the 50 batches are the same code) and its outputs
 # are checked for form; PyTorch's side, which AddressSanitizer does not instrument, is left to
-# the release tree, which runs the same commands and compares the numbers. There the evaluations
-# are shorter, the same code on fewer batches (their numbers are not compared): 2 batches at steps
-# 10 and 20, 5 random ones, and the whole validation split of the same text at train_fraction
-# 0.99 (a tenth of the 0.9 split's; the whole split took most of this test's 113 s there).
+# the release tree, which runs the same commands and compares the numbers. In the sanitizer tree
+# the evaluations are shorter, the same code on fewer batches (their numbers are not compared):
+# 2 batches at steps 10 and 20, 5 random ones, and the whole validation split of the same text at
+# train_fraction 0.99 (a tenth of the 0.9 split's; the whole split took most of this test's 113 s
+# there).
 pipec=$1
 root=$2
 . "$root/tests/e2e/lib.sh"
