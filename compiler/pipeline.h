@@ -363,6 +363,10 @@ void schedule_print(const Program *p, FILE *out);
 
 // The action's name as printed ("F", "TIED_SUM", ...).
 const char *action_name(ActionKind k);
+// The index of a compute kind in per-kind tables: F 0, B 1, W 2 (-1: another kind).
+static inline int action_fbw(ActionKind k) {
+  return k == ACT_F ? 0 : k == ACT_B ? 1 : k == ACT_W ? 2 : -1;
+}
 // The text of an action for messages ("F(v0, m1)", "RECV(c0, m1)", "NORM") into buf.
 void action_text(const Action *x, char *buf, size_t cap);
 // The kind of the action of channel c's sending stage that makes its tensor: F for an

@@ -435,7 +435,7 @@ bool sched_csv_orders(const CsvSchedule *cs, int M, Action ***comp, int **ncomp,
   for (int r = 0; r < S; r++)
     for (int i = 0; i < cs->n[r]; i++) {
       const Action *x = &cs->order[r][i];
-      int k = x->kind == ACT_F ? 0 : x->kind == ACT_B ? 1 : 2;
+      int k = action_fbw(x->kind);
       int *p = &AT(k, x->v, x->m);
       if (*p >= 0)
         return sched_csv_error(
@@ -462,7 +462,7 @@ bool sched_csv_orders(const CsvSchedule *cs, int M, Action ***comp, int **ncomp,
   for (int r = 0; r < S; r++)
     for (int i = 0; i < cs->n[r]; i++) {
       const Action *x = &cs->order[r][i];
-      int k = x->kind == ACT_F ? 0 : x->kind == ACT_B ? 1 : 2, *l = &last[k * nv + x->v];
+      int k = action_fbw(x->kind), *l = &last[k * nv + x->v];
       if (*l >= 0 && cs->order[r][*l].m > x->m)
         return sched_csv_error(
             cs, d, cs->loc[r][i],

@@ -355,11 +355,6 @@ void schedule_last_actions(const Program *p, int *last) {
   }
 }
 
-// The index of an F, B or W kind in schedule_send_waits' per-kind table (0, 1, 2; -1: another).
-static int fbw_index(ActionKind k) {
-  return k == ACT_F ? 0 : k == ACT_B ? 1 : k == ACT_W ? 2 : -1;
-}
-
 void schedule_send_waits(const Program *p, int *wait) {
   int M = p->M;
   size_t nvm = (size_t)p->nv * M;
@@ -373,7 +368,7 @@ void schedule_send_waits(const Program *p, int *wait) {
   for (int r = 0; r < p->nranks; r++)
     for (int i = 0; i < p->ranks[r].nacts; i++) {
       const Action *x = &p->ranks[r].acts[i];
-      int k = fbw_index(x->kind);
+      int k = action_fbw(x->kind);
       if (k >= 0 && x->m >= 0) at[(size_t)k * nvm + (size_t)x->v * M + x->m] = i;
     }
   for (int r = 0; r < p->nranks; r++) {
@@ -393,7 +388,7 @@ void schedule_send_waits(const Program *p, int *wait) {
       int K = p->vs[c->from_v].K > 0 ? p->vs[c->from_v].K : 1,
           w = next[(size_t)c->from_v * M + x->m];
       if (w < 0 && x->m + K < M) {
-        w = at[(size_t)fbw_index(channel_maker(p, c)) * nvm + (size_t)c->from_v * M + x->m + K];
+        w = at[(size_t)action_fbw(channel_maker(p, c)) * nvm + (size_t)c->from_v * M + x->m + K];
       }
       wait[(size_t)c->id * M + x->m] = w;
     }
