@@ -90,15 +90,23 @@ void schedule_grid(const Program *p, int steps, int *const *at, const int *block
 // must have run; a message to another rank completes once the receiver has posted its receive,
 // which the generated code does right after the last action of (to_v, m - K_to) on the receiver
 // (at step start when m < K_to), not at the RECV's wait.
+// The action after which the receiving rank (*rank) posts the receive of message (c, m): its
+// index there, the last action of (to_v, m - K_to) (schedule_last_actions' last), or -1 when
+// the receive is posted at step start (m < K_to).
+static int post_action(const Program *p, int c, int m, const int *last, int *rank) {
+  const Channel *ch = &p->ch[c];
+  int K = p->vs[ch->to_v].K > 0 ? p->vs[ch->to_v].K : 1;
+  *rank = p->vs[ch->to_v].rank;
+  return m < K ? -1 : last[(size_t)ch->to_v * p->M + m - K];
+}
+
 static bool send_done(const Program *p, int c, int m, int t, int *const *at, const int *recv_at,
                       const int *last) {
   const Channel *ch = &p->ch[c];
-  int rr = p->vs[ch->to_v].rank, M = p->M;
+  int rr, M = p->M;
+  int i = post_action(p, c, m, last, &rr);
   if (p->vs[ch->from_v].rank == rr) return recv_at[c * M + m] >= 0 && recv_at[c * M + m] < t;
-  int K = p->vs[ch->to_v].K > 0 ? p->vs[ch->to_v].K : 1;
-  if (m < K) return true;
-  int i = last[(size_t)ch->to_v * M + m - K];
-  return at[rr][i] >= 0 && at[rr][i] < t;
+  return i < 0 || (at[rr][i] >= 0 && at[rr][i] < t);
 }
 
 // Whether channel c joins two stages of one rank (a copy at its RECV, no message).
@@ -151,11 +159,9 @@ static int pending_send(const Program *p, int id, const int *wnext, int t, int *
 // rank per action the start times of the actions run so far (the post among them).
 static double send_complete(const Program *p, const StageCost *cost, const double *xfer, int id,
                             double sent, double *const *t0, const int *last) {
-  const Channel *ch = &p->ch[id / p->M];
-  int m = id % p->M, K = p->vs[ch->to_v].K > 0 ? p->vs[ch->to_v].K : 1;
-  double done = sent + (xfer ? xfer[ch->id] : 0);
-  if (m >= K) {
-    int rr = p->vs[ch->to_v].rank, i = last[(size_t)ch->to_v * p->M + m - K];
+  int rr, i = post_action(p, id / p->M, id % p->M, last, &rr);
+  double done = sent + (xfer ? xfer[p->ch[id / p->M].id] : 0);
+  if (i >= 0) {
     double post = t0[rr][i] + cost_of(p, cost, &p->ranks[rr].acts[i]);
     if (post > done) done = post;
   }
@@ -461,9 +467,8 @@ static void limit_ranks(const Program *p, const StageCost *cost, const double *x
       if (x->kind == ACT_RECV && !sent_done[x->ch->id * M + x->m]) continue;
       bool posted = true; // every send it waits for has its receive posted in the replay
       for (int id = wq[r][pc[r]]; id >= 0 && posted; id = wnext[id]) {
-        const Channel *ch = &p->ch[id / M];
-        int K = p->vs[ch->to_v].K > 0 ? p->vs[ch->to_v].K : 1, m = id % M;
-        posted = m < K || pc[p->vs[ch->to_v].rank] > last[(size_t)ch->to_v * M + m - K];
+        int rr, post = post_action(p, id / M, id % M, last, &rr);
+        posted = post < 0 || pc[rr] > post;
       }
       if (!posted) continue;
       if (best < 0 || st->t0[r][pc[r]] < st->t0[best][pc[best]]) best = r;
