@@ -289,6 +289,17 @@ static int fuse_with(const E *e, Node *const *nodes, int n, int i) {
   return j;
 }
 
+// Node n's inputs from..max_in of its fixed list, each after ", ", an absent optional one NULL.
+static void fused_ins(E *e, FILE *f, Call *c, const Node *n, int from) {
+  for (int j = from; j < n->op->max_in; j++) {
+    fputs(", ", f);
+    if (j < n->nin)
+      hole(f, c, tensor_arg(e, n->in[j]));
+    else
+      fputs("NULL", f);
+  }
+}
+
 // The fused call of product p and epilogue x (fuse_with), in FuseDef's argument order; acc: x's
 // acc argument.
 static void render_fused(E *e, const Node *p, const Node *x, const char *acc, Call *c) {
@@ -310,20 +321,8 @@ static void render_fused(E *e, const Node *p, const Node *x, const char *acc, Ca
     fputs(", ", f);
     hole(f, c, out_arg(e, x->out[k]));
   }
-  for (int j = 0; j < p->op->max_in; j++) {
-    fputs(", ", f);
-    if (j < p->nin)
-      hole(f, c, tensor_arg(e, p->in[j]));
-    else
-      fputs("NULL", f);
-  }
-  for (int j = 1; j < x->op->max_in; j++) {
-    fputs(", ", f);
-    if (j < x->nin)
-      hole(f, c, tensor_arg(e, x->in[j]));
-    else
-      fputs("NULL", f);
-  }
+  fused_ins(e, f, c, p, 0);
+  fused_ins(e, f, c, x, 1); // (its input 0 is p's output)
   print_kargs(e, f, p);
   print_kargs(e, f, x);
   if (x->op->acc) fprintf(f, ", /*acc*/ %s", acc);
