@@ -23,9 +23,12 @@
 # on tinyshakespeare re-tokenised into 8192 ids (each pair of characters one id: synthetic but
 # the shapes and costs are the real ones), tied embedding and head.
 #
-# Honesty: a machine with fewer cores than S oversubscribes (the ranks share cores); the
-# profile runs under the same oversubscription, so costs and step both include it, but the
-# sharing makes both noisy. Run it on a quiet machine. Exit status: 0, or 1 when a run failed,
+# Honesty: a machine with fewer cores than S oversubscribes (the ranks share cores). The profile
+# then gives the actions' CPU seconds and the simulator replays the sharing. The ranks are bound
+# to cores (PIPEC_BIND=core, rank r on core r mod cores; PIPEC_BIND=none to leave them to the
+# kernel): unbound, the kernel picks which ranks share a core at each launch, and the same
+# program's step moves by 15-30% with its choice (docs/benchmarks.md), which nothing known
+# before the run can predict. Run it on a quiet machine. Exit status: 0, or 1 when a run failed,
 # 2 on a usage error.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -40,6 +43,7 @@ threads=${BENCH_THREADS:-1}
 (( steps >= 11 )) || { echo "$0: BENCH_STEPS must be at least 11 (the median skips 5)" >&2; exit 2; }
 status=0
 export OMP_NUM_THREADS=$threads
+export PIPEC_BIND=${PIPEC_BIND-core} # used only where the ranks outnumber the cores (launch.sh)
 
 "$py" "$root/samples/gen_gpt.py" --layers 8 --embd 64 --heads 4 --context 64 --name gpt_bench \
   -o "$tmp/gpt_bench.json"

@@ -408,7 +408,7 @@ bool emit_rank_train_step(E *e, Diag *d) {
     bool final = P->stage_reps ? final_uneven(e, rb, i) : rep_final_action(rb, i); // buckets.c
     if (final) out(e, "  rep_final = true; // the buckets final in this %s\n", act_label(e, x));
     bool timed = e->profile && (x->kind == ACT_F || x->kind == ACT_B || x->kind == ACT_W);
-    if (timed) out(e, "  { double t_ = pr_now();\n");
+    if (timed) out(e, "  { double t_ = pr_now(), c_ = pr_cpu_now();\n");
     switch (x->kind) {
     case ACT_LOAD:
       out(e, "  %s // LOAD(v%d, m%d)\n",
@@ -493,7 +493,7 @@ bool emit_rank_train_step(E *e, Diag *d) {
       return internal(e, d, arena_printf(e->a, "unexpected action %s", action_name(x->kind)));
     }
     if (timed)
-      out(e, "  pr_prof_act(%d, %d, t_); }\n",
+      out(e, "  pr_prof_act(%d, %d, t_, c_); }\n",
           x->kind == ACT_F   ? 0
           : x->kind == ACT_B ? 1
                              : 2,

@@ -289,14 +289,34 @@ bool costs_from_profile(const Program *p, const char *sched, const char *raw_pat
     return false;
   }
   int64_t mb = p->tc->mb_size;
+  // Where the ranks shared cores with one thread each, an action's clock time holds the time
+  // its core ran another rank, which the simulator's shared-cores replay adds again: the costs
+  // are then the actions' CPU seconds (with more threads per rank the calling thread's CPU time
+  // is not the action's; those keep the clock).
+  double cores = 0, threads = 0;
+  bool have_machine = raw_num(raw, "cores", &cores) && raw_num(raw, "threads", &threads) &&
+                      cores >= 1 && threads >= 1;
+  bool cpu = have_machine && threads == 1 && p->nranks > cores;
+  const char *ck[3] = {"f_cpu", "b_cpu", "w_cpu"};
+  for (const cJSON *s = stages->child; s && cpu; s = s->next) {
+    double x;
+    for (int q = 0; q < 3; q++) cpu = cpu && raw_num(s, ck[q], &x); // an older program's profile
+  }
+  // meas: the seconds the units get (per stage F, B, W); wall, cpus: both clocks for the record.
   double *meas = ARENA_ARRAY(a, double, 3 * (size_t)p->nv + 3);
+  double *wall = ARENA_ARRAY(a, double, 3 * (size_t)p->nv + 3);
+  double *cpus = ARENA_ARRAY(a, double, 3 * (size_t)p->nv + 3);
   bool *seen = ARENA_ARRAY(a, bool, p->nv + 1);
   for (const cJSON *s = stages->child; s; s = s->next) {
-    double v, x[3];
+    double v, x[3], y[3] = {-1, -1, -1};
     if (!raw_num(s, "v", &v) || v < 0 || v >= p->nv || !raw_num(s, "f", &x[0]) ||
         !raw_num(s, "b", &x[1]) || !raw_num(s, "w", &x[2]))
       continue;
-    for (int q = 0; q < 3; q++) meas[3 * (int)v + q] = x[q];
+    for (int q = 0; q < 3; q++) {
+      raw_num(s, ck[q], &y[q]);
+      wall[3 * (int)v + q] = x[q], cpus[3 * (int)v + q] = y[q];
+      meas[3 * (int)v + q] = cpu ? y[q] : x[q];
+    }
     seen[(int)v] = true;
   }
   for (int v = 0; v < p->nv; v++)
@@ -336,11 +356,15 @@ bool costs_from_profile(const Program *p, const char *sched, const char *raw_pat
   free(name);
   fprintf(o,
           "  \"measured\": {\"stages\": %d, \"schedule\": \"%s\", \"microbatch\": %lld, "
-          "\"microbatches\": %d, \"stage\": [",
-          p->nranks, sched, (long long)mb, p->M);
-  for (int v = 0; v < p->nv; v++)
-    fprintf(o, "%s{\"f\": %.9g, \"b\": %.9g, \"w\": %.9g}", v ? ", " : "", meas[3 * v],
-            meas[3 * v + 1], meas[3 * v + 2]);
+          "\"microbatches\": %d, \"clock\": \"%s\", \"stage\": [",
+          p->nranks, sched, (long long)mb, p->M, cpu ? "cpu" : "wall");
+  for (int v = 0; v < p->nv; v++) {
+    const double *x = wall + 3 * v, *y = cpus + 3 * v;
+    fprintf(o, "%s{\"f\": %.9g, \"b\": %.9g, \"w\": %.9g", v ? ", " : "", x[0], x[1], x[2]);
+    if (y[0] >= 0 && y[1] >= 0 && y[2] >= 0)
+      fprintf(o, ", \"f_cpu\": %.9g, \"b_cpu\": %.9g, \"w_cpu\": %.9g", y[0], y[1], y[2]);
+    fprintf(o, "}");
+  }
   fprintf(o, "], \"opt\": [");
   int r = 0;
   for (const cJSON *x = optv->child; x; x = x->next, r++)
@@ -351,9 +375,7 @@ bool costs_from_profile(const Program *p, const char *sched, const char *raw_pat
   for (const cJSON *x = cJSON_IsArray(stepv) ? stepv->child : NULL; x; x = x->next, r++)
     fprintf(o, "%s%.9g", r ? ", " : "", cJSON_IsNumber(x) ? x->valuedouble : 0);
   fprintf(o, "]},\n  \"link\": {\"latency\": %.9g, \"bandwidth\": %.9g},\n", lat, bw);
-  double cores = 0, threads = 0;
-  if (raw_num(raw, "cores", &cores) && raw_num(raw, "threads", &threads) && cores >= 1 &&
-      threads >= 1) {
+  if (have_machine) {
     fprintf(o, "  \"machine\": {\"cores\": %.0f, \"threads\": %.0f", cores, threads);
     // Every rank bound to one CPU (else the simulator pools the cores).
     const cJSON *bl = cJSON_GetObjectItemCaseSensitive(raw, "bound"), *x;

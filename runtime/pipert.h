@@ -575,10 +575,12 @@ void pr_start(int argc, char **argv);
 double pr_median(double *v, int64_t n);
 
 // Profiling (profile.c; programs built by `pipec profile`): pr_prof_act records the seconds since
-// t0 (pr_now) of compute action kind (0 F, 1 B, 2 W) of stage v; pr_prof_opt a step end's
+// t0 (pr_now) and the thread's CPU seconds since c0 (pr_cpu_now) of compute action kind (0 F,
+// 1 B, 2 W) of stage v; pr_prof_opt a step end's
 // optimizer seconds; pr_prof_begin (after the warm-up step) starts recording for --profile FILE,
 // pr_prof_finish measures the links and writes FILE on rank 0 (comm NULL: one rank).
-void pr_prof_act(int kind, int v, double t0);
+void pr_prof_act(int kind, int v, double t0, double c0);
+double pr_cpu_now(void); // the calling thread's CPU seconds (CLOCK_THREAD_CPUTIME_ID)
 void pr_prof_opt(double seconds);
 void pr_prof_step(double seconds); // a whole step (train_step and its step end)
 void pr_prof_begin(const char *path);

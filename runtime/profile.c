@@ -3,8 +3,12 @@
 // optimizer seconds per rank, and the time of a message between neighbouring ranks at a few
 // sizes. The generated program of `pipec profile` brackets each F, B and W call with
 // pr_prof_act (a program compiled otherwise has no such calls: --profile then stops with an
-// error); nothing is recorded before pr_prof_begin (after the warm-up step). Each (stage, kind)
-// and the optimizer are summarised by a trimmed mean (trimmed_mean), the step by its median. At
+// error); nothing is recorded before pr_prof_begin (after the warm-up step). Each action is
+// timed twice: by the clock (pr_now) and by the calling thread's CPU time (pr_cpu_now), which
+// leaves out the time the rank was descheduled while another rank ran on its core; `pipec
+// profile` keeps the second where the ranks shared cores with one thread each (costs.c), since
+// the simulator adds the sharing itself. Each (stage, kind) and the optimizer are summarised by
+// a trimmed mean (trimmed_mean), the step by its median. At
 // the end pr_prof_finish measures a ping-pong between ranks r and r + 1 for each r (the transport's
 // blocking point-to-point gather, every other rank idle; the median round trip per size),
 // collects the summaries on rank 0 with one all-gather and writes there one JSON document
@@ -21,6 +25,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 enum {
@@ -38,12 +43,13 @@ typedef struct Samples {
 } Samples;
 
 static struct {
-  bool on;                 // recording (between pr_prof_begin and pr_prof_finish)
-  const char *path;        // --profile FILE
-  Samples s[PROF_MAXV][3]; // per (stage, F / B / W)
-  Samples opt;             // the step end's optimizer, per step
-  Samples step;            // whole steps (train_step and step end)
-  bool any;                // a pr_prof_act call was seen (the program has the hooks)
+  bool on;                   // recording (between pr_prof_begin and pr_prof_finish)
+  const char *path;          // --profile FILE
+  Samples s[PROF_MAXV][3];   // per (stage, F / B / W), by the clock
+  Samples cpu[PROF_MAXV][3]; // the same actions, the calling thread's CPU seconds
+  Samples opt;               // the step end's optimizer, per step
+  Samples step;              // whole steps (train_step and step end)
+  bool any;                  // a pr_prof_act call was seen (the program has the hooks)
 } prof;
 
 static void push(Samples *s, double x) {
@@ -55,14 +61,21 @@ static void push(Samples *s, double x) {
   s->v[s->n++] = x;
 }
 
-void pr_prof_act(int kind, int v, double t0) {
-  double t = pr_now();
+double pr_cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void pr_prof_act(int kind, int v, double t0, double c0) {
+  double c = pr_cpu_now(), t = pr_now();
   prof.any = true;
   if (!prof.on) return;
   prCheck(v >= 0 && v < PROF_MAXV && kind >= 0 && kind < 3,
           "profile a pipeline of at most 256 virtual stages", "--profile: stage %d out of range",
           v);
   push(&prof.s[v][kind], t - t0);
+  push(&prof.cpu[v][kind], c - c0);
 }
 
 void pr_prof_opt(double seconds) {
@@ -87,7 +100,7 @@ static double median_of(Samples *s) {
 }
 
 // The mean without the lowest and highest tenth: robust to a rare stall, while it still counts
-// the regular sharing of a core (a median of actions shorter than a time slice would not).
+// a regular cost (a median of actions shorter than a time slice would not).
 static double trimmed_mean(Samples *s) {
   if (!s->n) return -1;
   pr_median(s->v, s->n); // sorts
@@ -125,14 +138,18 @@ void pr_prof_finish(const PrComm *c) {
   prof.on = false;
   int S = c ? c->nranks : 1, me = c ? c->rank : 0;
   // Per rank: 3 means per stage, the optimizer's, one-way seconds per size to r + 1, the step's
-  // median, the CPU it is bound to.
-  int n = 3 * PROF_MAXV + 3 + PROF_SIZES;
+  // median, the CPU it is bound to, then 3 CPU-time means per stage (at C).
+  enum { C = 3 * PROF_MAXV + 3 + PROF_SIZES };
+  int n = C + 3 * PROF_MAXV;
   double *mine = calloc((size_t)n, sizeof(double)), *all = calloc((size_t)n * S, sizeof(double));
   char *buf = malloc((size_t)prof_bytes[PROF_SIZES - 1]);
   prCheck(mine && all && buf, "the machine is out of memory", "--profile: cannot allocate");
   memset(buf, 0, (size_t)prof_bytes[PROF_SIZES - 1]);
   for (int v = 0; v < PROF_MAXV; v++)
-    for (int k = 0; k < 3; k++) mine[3 * v + k] = trimmed_mean(&prof.s[v][k]);
+    for (int k = 0; k < 3; k++) {
+      mine[3 * v + k] = trimmed_mean(&prof.s[v][k]);
+      mine[C + 3 * v + k] = trimmed_mean(&prof.cpu[v][k]);
+    }
   mine[3 * PROF_MAXV] = trimmed_mean(&prof.opt);
   mine[3 * PROF_MAXV + 1 + PROF_SIZES] = median_of(&prof.step);
   for (int k = 0; k < PROF_SIZES; k++) mine[3 * PROF_MAXV + 1 + k] = -1;
@@ -173,11 +190,13 @@ void pr_prof_finish(const PrComm *c) {
     int first = 1;
     for (int v = 0; v < PROF_MAXV; v++)
       for (int r = 0; r < S; r++) {
-        const double *m = all + (size_t)r * n + 3 * v;
+        const double *m = all + (size_t)r * n + 3 * v, *u = all + (size_t)r * n + C + 3 * v;
         if (m[0] < 0 && m[1] < 0 && m[2] < 0) continue;
-        fprintf(f, "%s\n    {\"v\": %d, \"rank\": %d, \"f\": %.9g, \"b\": %.9g, \"w\": %.9g}",
+        fprintf(f,
+                "%s\n    {\"v\": %d, \"rank\": %d, \"f\": %.9g, \"b\": %.9g, \"w\": %.9g, "
+                "\"f_cpu\": %.9g, \"b_cpu\": %.9g, \"w_cpu\": %.9g}",
                 first ? "" : ",", v, r, m[0] > 0 ? m[0] : 0, m[1] > 0 ? m[1] : 0,
-                m[2] > 0 ? m[2] : 0);
+                m[2] > 0 ? m[2] : 0, u[0] > 0 ? u[0] : 0, u[1] > 0 ? u[1] : 0, u[2] > 0 ? u[2] : 0);
         first = 0;
       }
     fprintf(f, "\n  ],\n  \"opt\": [");
@@ -216,7 +235,7 @@ void pr_prof_finish(const PrComm *c) {
   free(all);
   free(buf);
   for (int v = 0; v < PROF_MAXV; v++)
-    for (int k = 0; k < 3; k++) free(prof.s[v][k].v);
+    for (int k = 0; k < 3; k++) free(prof.s[v][k].v), free(prof.cpu[v][k].v);
   free(prof.opt.v);
   free(prof.step.v);
 }

@@ -179,6 +179,8 @@ f0 = sum(u["f"] for u in c["units"][:2])
 assert abs(f0 - m["stage"][0]["f"]) <= 1e-6 * m["stage"][0]["f"], (f0, m["stage"][0])
 # mpirun binds 2 ranks to cores 0 and 1 by default (map and bind by core, np <= 2): recorded
 assert c["machine"]["bound"] == [0, 1], c["machine"]
+# a core per rank: the units get the clock's seconds; the CPU seconds are kept for the record
+assert m["clock"] == "wall" and all(s["f_cpu"] <= s["f"] for s in m["stage"]), m
 PY
   out=$("$pipec" plan $mlp --stages 2 --microbatches 2 --costs "$tmp/mlp-costs.json" 2>&1)
   [[ "$out" == *"predicted step time "*" (measured costs from $tmp/mlp-costs.json"* ]] && ok || bad "plan --costs: $out"
@@ -186,4 +188,27 @@ else
   bad "pipec profile: $(tail -n 5 "$tmp/prof.out")"
 fi
 check "profile leaves no temporary directory" test -z "$(ls -A "$tmp/t")"
+
+# ---- Ranks sharing cores (S = 4 on fewer than 4 cores, one thread each): an action's clock
+# time then holds its partner's turns on the core, which the shared-cores replay adds itself, so
+# the units get the actions' CPU seconds (each no more than its clock time); with a core per
+# rank, the clock's.
+clock=$([ "$(nproc --all)" -lt 4 ] && echo cpu || echo wall)
+if "$pipec" profile $mlp --stages 4 --microbatches 4 -o "$tmp/mlp4.json" -- --steps 6 --threads 1 >"$tmp/prof4.out" 2>&1; then
+  check "profile at S = 4 on $(nproc --all) cores: the $clock clock" "$py" - "$tmp/mlp4.json" "$clock" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+m = c["measured"]
+assert m["clock"] == sys.argv[2], m
+key = "f_cpu" if sys.argv[2] == "cpu" else "f"
+assert all(0 < s["f_cpu"] <= s["f"] and 0 < s["b_cpu"] <= s["b"] for s in m["stage"]), m
+# stage 0 is fc1 and relu1 (the dynamic program's cut of 6 units into 4): its units' F seconds
+# add up to the chosen clock's
+u = {x["name"]: x for x in c["units"]}
+f0 = u["fc1"]["f"] + u["relu1"]["f"]
+assert abs(f0 - m["stage"][0][key]) <= 1e-6 * m["stage"][0][key], (f0, m["stage"][0])
+PY
+else
+  bad "pipec profile at S = 4: $(tail -n 5 "$tmp/prof4.out")"
+fi
 finish
