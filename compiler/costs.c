@@ -215,6 +215,22 @@ static double param_bytes(const Tensor *q) {
   return (double)shape_numel(&q->shape, 1) * dtype_size(q->dtype);
 }
 
+int costs_rank_cores(const Costs *c, int nranks, int *pin) {
+  pin[0] = -1;
+  if (c->bound && c->nbound == nranks) { // each rank on its own CPU: a queue per CPU
+    int slots = 0;
+    for (int r = 0; r < nranks; r++) {
+      int q = 0;
+      while (q < r && c->bound[q] != c->bound[r]) q++;
+      pin[r] = q < r ? pin[q] : slots++;
+    }
+    if (slots < nranks) return slots;
+    pin[0] = -1;
+    return 0;
+  }
+  return c->concurrent > 0 && c->concurrent < nranks ? c->concurrent : 0;
+}
+
 void costs_stage_costs(const Costs *c, const Program *p, StageCost *cost, double *xfer,
                        double *opt) {
   for (int r = 0; r < p->nranks; r++) opt[r] = 0;

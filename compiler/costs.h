@@ -55,6 +55,12 @@ double costs_weight(const Node *n, int64_t mb);
 void costs_stage_costs(const Costs *c, const Program *p, StageCost *cost, double *xfer,
                        double *opt);
 
+// How nranks ranks share the profiled machine's cores: the count of ranks that compute at once
+// (0: as many as there are ranks), and where the profile bound each rank to a CPU (machine.bound
+// for nranks ranks) each rank's core 0 .. count - 1 in pin (nranks entries), else pin[0] = -1
+// (a rank takes any free core).
+int costs_rank_cores(const Costs *c, int nranks, int *pin);
+
 // `pipec profile`: from the program's measurement (the generated program's --profile FILE at
 // raw_path) and the profiled Program p (its partition and segments), the costs file at out
 // (atomic). False after reporting through d.

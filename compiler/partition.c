@@ -545,6 +545,9 @@ static bool place_auto(Part *pt, const PartitionOptions *o, int S) {
   if (best < INFINITY && o->costs) {
     int V = o->virt > 1 ? o->virt : 1, *ref = ARENA_ARRAY(pt->a, int, S + 1);
     for (int v = 0; v < S; v++) ref[v] = starts[v];
+    int *pin = ARENA_ARRAY(pt->a, int, S / V + 1); // the ranks' sharing of the profiled cores
+    cp.slots = costs_rank_cores(o->costs, S / V, pin);
+    cp.pin = pin[0] >= 0 ? pin : NULL, cp.npin = S / V;
     double dp = partition_simulate(&cp, o->sched, S / V, V, starts);
     double t = S % V == 0 ? partition_refine(&cp, o->sched, S / V, V, ref) : INFINITY;
     if (t < dp * (1 - 1e-9)) {

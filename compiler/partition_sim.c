@@ -8,7 +8,11 @@
 // and from the even split. The simulation is a dependency-driven replay of sched_order's
 // compute orders (F after the previous stage's F of that microbatch and its message, B after
 // the next stage's B, W after B), linear in actions, without the verifier's slot and message
-// order rules (the candidate is verified when the program is built).
+// order rules (the candidate is verified when the program is built). Where the profiled machine
+// ran fewer ranks at once than the pipeline has (CutProblem.slots: ranks sharing cores), the
+// replay is the simulator's shared-cores one (simulate.c, limit_ranks): the action that can start
+// first takes its rank's core (CutProblem.pin) or the first free one, O(actions x S); without
+// it the partitioner would choose cuts for cores the machine does not have.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,45 +69,80 @@ static bool orders_of(int sched, int S, int V, int M, Orders *o, Arena *ar) {
   return ok;
 }
 
-// The replay over the stages' costs; INFINITY when it cannot finish.
-static double replay(const Orders *o, int S, int nv, int M, const SimStage *st) {
+// When action x (of a rank at clock clk) can start once its inputs are in: the time, or -1 while
+// an input is still missing; *c its compute seconds.
+static double ready_at(const Orders *o, int nv, int M, const SimStage *st, const double *ef,
+                       const double *eb, const Action *x, double clk, double *c) {
+  int v = x->v, m = x->m;
+  size_t k = (size_t)v * M + m;
+  double ready;
+  if (x->kind == ACT_F) {
+    if (v > 0 && ef[k - M] < 0) return -1;
+    ready = v > 0 ? ef[k - M] + st[v].xf : 0;
+    *c = st[v].f;
+  } else if (x->kind == ACT_B) {
+    if (ef[k] < 0 || (v + 1 < nv && eb[k + M] < 0)) return -1;
+    ready = v + 1 < nv ? eb[k + M] + st[v + 1].xg : ef[k];
+    *c = o->split ? st[v].b : st[v].b + st[v].w;
+  } else { // W
+    if (eb[k] < 0) return -1;
+    ready = eb[k];
+    *c = st[v].w;
+  }
+  return clk > ready ? clk : ready;
+}
+
+// The replay over the stages' costs on slots cores (pin: rank r's core, or NULL: the first free
+// one; slots >= S: a core each); INFINITY when it cannot finish.
+static double replay(const Orders *o, int S, int nv, int M, const SimStage *st, int slots,
+                     const int *pin) {
   size_t nvm = (size_t)nv * M;
   double *ef = malloc(nvm * sizeof *ef), *eb = malloc(nvm * sizeof *eb);
-  double *clock = calloc((size_t)S, sizeof *clock);
+  double *clock = calloc((size_t)S, sizeof *clock), *core = calloc((size_t)S, sizeof *core);
   int *pc = calloc((size_t)S, sizeof *pc);
-  if (!ef || !eb || !clock || !pc) {
-    free(ef), free(eb), free(clock), free(pc);
+  if (!ef || !eb || !clock || !core || !pc) {
+    free(ef), free(eb), free(clock), free(core), free(pc);
     return INFINITY;
   }
   for (size_t i = 0; i < nvm; i++) ef[i] = eb[i] = -1;
   int left = 0;
   for (int r = 0; r < S; r++) left += o->n[r];
+  bool shared = slots > 0 && slots < S;
   bool moved = true;
   while (left > 0 && moved) {
     moved = false;
+    if (shared) { // one action at a time: the one that can start first, on its core
+      int best = -1, bk = 0;
+      double bstart = 0, bc = 0;
+      for (int r = 0; r < S; r++) {
+        if (pc[r] >= o->n[r]) continue;
+        double c, t = ready_at(o, nv, M, st, ef, eb, &o->a[r][pc[r]], clock[r], &c);
+        if (t < 0) continue;
+        int k = 0;
+        if (pin)
+          k = pin[r];
+        else
+          for (int j = 1; j < slots; j++)
+            if (core[j] < core[k]) k = j;
+        if (core[k] > t) t = core[k];
+        if (best < 0 || t < bstart) best = r, bk = k, bstart = t, bc = c;
+      }
+      if (best < 0) break;
+      const Action *x = &o->a[best][pc[best]];
+      clock[best] = core[bk] = bstart + bc;
+      if (x->kind == ACT_F) ef[(size_t)x->v * M + x->m] = clock[best];
+      if (x->kind == ACT_B) eb[(size_t)x->v * M + x->m] = clock[best];
+      pc[best]++, left--, moved = true;
+      continue;
+    }
     for (int r = 0; r < S; r++)
       while (pc[r] < o->n[r]) {
         const Action *x = &o->a[r][pc[r]];
-        int v = x->v, m = x->m;
-        size_t k = (size_t)v * M + m;
-        double ready, c;
-        if (x->kind == ACT_F) {
-          if (v > 0 && ef[k - M] < 0) break;
-          ready = v > 0 ? ef[k - M] + st[v].xf : 0;
-          c = st[v].f;
-        } else if (x->kind == ACT_B) {
-          if (ef[k] < 0 || (v + 1 < nv && eb[k + M] < 0)) break;
-          ready = v + 1 < nv ? eb[k + M] + st[v + 1].xg : ef[k];
-          c = o->split ? st[v].b : st[v].b + st[v].w;
-        } else { // W
-          if (eb[k] < 0) break;
-          ready = eb[k];
-          c = st[v].w;
-        }
-        double t0 = clock[r] > ready ? clock[r] : ready;
+        double c, t0 = ready_at(o, nv, M, st, ef, eb, x, clock[r], &c);
+        if (t0 < 0) break;
         clock[r] = t0 + c;
-        if (x->kind == ACT_F) ef[k] = clock[r];
-        if (x->kind == ACT_B) eb[k] = clock[r];
+        if (x->kind == ACT_F) ef[(size_t)x->v * M + x->m] = clock[r];
+        if (x->kind == ACT_B) eb[(size_t)x->v * M + x->m] = clock[r];
         pc[r]++, left--, moved = true;
       }
   }
@@ -117,7 +156,7 @@ static double replay(const Orders *o, int S, int nv, int M, const SimStage *st) 
     free(ro);
     span = sync + opt;
   }
-  free(ef), free(eb), free(clock), free(pc);
+  free(ef), free(eb), free(clock), free(core), free(pc);
   return span;
 }
 
@@ -128,7 +167,8 @@ static double simulate_with(const CutProblem *cp, const Orders *o, int S, int V,
     st[v] = stage_of(cp, nv, v, starts[v], v + 1 < nv ? starts[v + 1] : cp->n);
     if (!st[v].fits) return INFINITY;
   }
-  return replay(o, S, nv, cp->M, st);
+  bool machine = cp->npin == S; // the profiled machine's sharing, said for these ranks
+  return replay(o, S, nv, cp->M, st, machine ? cp->slots : 0, machine ? cp->pin : NULL);
 }
 
 double partition_simulate(const CutProblem *cp, int sched, int S, int V, const int *starts) {

@@ -524,19 +524,9 @@ static bool predict_measured(const Program *p, SchedStats *st, Arena *a, double 
   for (int r = 0; r < p->nranks; r++)
     if (opt[r] > *opt_max) *opt_max = opt[r];
   if (!simulate(p, cost, xfer, opt, st, a, NULL, d)) return false;
-  const Costs *c = p->costs;
-  if (c->bound && c->nbound == p->nranks && st->t0) { // each rank on its own CPU: queue per CPU
-    int *pin = ARENA_ARRAY(a, int, p->nranks), slots = 0;
-    for (int r = 0; r < p->nranks; r++) {
-      int q = 0;
-      while (q < r && c->bound[q] != c->bound[r]) q++;
-      pin[r] = q < r ? pin[q] : slots++;
-    }
-    if (slots < p->nranks) limit_ranks(p, cost, xfer, opt, slots, pin, st);
-    return true;
-  }
-  int slots = c->concurrent;
-  if (slots > 0 && slots < p->nranks && st->t0) limit_ranks(p, cost, xfer, opt, slots, NULL, st);
+  int *pin = ARENA_ARRAY(a, int, p->nranks + 1);
+  int slots = costs_rank_cores(p->costs, p->nranks, pin);
+  if (slots > 0 && st->t0) limit_ranks(p, cost, xfer, opt, slots, pin[0] >= 0 ? pin : NULL, st);
   return true;
 }
 

@@ -292,6 +292,59 @@ START_TEST(test_simulated_step) {
 }
 END_TEST
 
+// Ranks sharing cores (CutProblem.slots, pin): two units of F = 1, B = 2, M = 2 at S = 2 on one
+// core run one action at a time with never an idle moment: the 12 s of work, against 9 on two
+// cores. Four units of F = 1 (B, W free), M = 4, gpipe, S = 3 with stages 0 and 2 on core 0 and
+// stage 1 on core 1: on three cores the cuts [1, 2, 1] and [2, 1, 1] both take 10 (the slowest
+// stage's 2 x 3 microbatches after a fill of 4); on the pinned cores core 0 runs 3 units per
+// microbatch under [2, 1, 1] (12 s of work) and 2 under [1, 2, 1] (s0 F0-F3 [0,4], s1 F0-F3
+// [1,9] two apiece, s2 F0 [4,5] after s0's F3 (the rank first on a tie), F1-F3 at 5, 7, 9: 10).
+// The refinement, which leaves a tie alone, moves [2, 1, 1] to [1, 2, 1] only on shared cores.
+START_TEST(test_simulated_shared_cores) {
+  double fl[4] = {3, 3, 3, 3}, act[4] = {0}, uf[4] = {1, 1, 1, 1}, ub[4] = {2, 2, 0, 0},
+         uw[4] = {0};
+  CutProblem cp = {.n = 2,
+                   .flops = fl,
+                   .act_bytes = act,
+                   .rate = 1,
+                   .bandwidth = 1,
+                   .M = 2,
+                   .uf = uf,
+                   .ub = ub,
+                   .uw = uw};
+  int starts[2] = {0, 1};
+  ck_assert_double_eq_tol(partition_simulate(&cp, SCHED_GPIPE, 2, 1, starts), 9, 1e-9);
+  cp.slots = 1, cp.npin = 2;
+  ck_assert_double_eq_tol(partition_simulate(&cp, SCHED_GPIPE, 2, 1, starts), 12, 1e-9);
+  cp.pin = (int[]){0, 0}; // both bound to the one core: the same
+  ck_assert_double_eq_tol(partition_simulate(&cp, SCHED_1F1B, 2, 1, starts), 12, 1e-9);
+  cp.npin = 3; // said for another pipeline: ignored
+  ck_assert_double_eq_tol(partition_simulate(&cp, SCHED_GPIPE, 2, 1, starts), 9, 1e-9);
+
+  double z[4] = {0};
+  CutProblem c4 = {.n = 4,
+                   .flops = fl,
+                   .act_bytes = act,
+                   .rate = 1,
+                   .bandwidth = 1,
+                   .M = 4,
+                   .uf = uf,
+                   .ub = z,
+                   .uw = z};
+  int a[3] = {0, 1, 3}, b[3] = {0, 2, 3};
+  ck_assert_double_eq_tol(partition_simulate(&c4, SCHED_GPIPE, 3, 1, a), 10, 1e-9);
+  ck_assert_double_eq_tol(partition_simulate(&c4, SCHED_GPIPE, 3, 1, b), 10, 1e-9);
+  ck_assert_double_eq_tol(partition_refine(&c4, SCHED_GPIPE, 3, 1, b), 10, 1e-9);
+  ck_assert_int_eq(b[1], 2); // the tie left alone
+  c4.slots = 2, c4.pin = (int[]){0, 1, 0}, c4.npin = 3;
+  ck_assert_double_eq_tol(partition_simulate(&c4, SCHED_GPIPE, 3, 1, a), 10, 1e-9);
+  ck_assert(partition_simulate(&c4, SCHED_GPIPE, 3, 1, b) >= 12 - 1e-9);
+  ck_assert_double_eq_tol(partition_refine(&c4, SCHED_GPIPE, 3, 1, b), 10, 1e-9);
+  ck_assert_int_eq(b[1], 1);
+  ck_assert_int_eq(b[2], 3);
+}
+END_TEST
+
 // ---- The pass on a model: x -> a = linear(w) -> r = relu -> b = linear(w) (w shared) -> loss.
 
 static const char *NET =
@@ -558,6 +611,7 @@ int main(void) {
   tcase_add_test(tc, test_dp_slow_link_moves_cut);
   tcase_add_test(tc, test_fanout_counted_per_stage);
   tcase_add_test(tc, test_simulated_step);
+  tcase_add_test(tc, test_simulated_shared_cores);
   tcase_add_test(tc, test_pass_split_shared_weight);
   tcase_add_test(tc, test_pass_comm);
   tcase_add_test(tc, test_predicted_step_time);
