@@ -88,9 +88,9 @@ bool costs_load(Costs *c, const char *path, Arena *a, Diag *d) {
   const cJSON *mach = json_get(root, "machine");
   c->cores = c->threads = c->concurrent = 0;
   if (mach) {
-    static const char *const mk[] = {"cores", "threads", "bound"};
+    static const char *const mk[] = {"cores", "threads", "bound", "stolen"};
     int64_t cores, threads;
-    if (!json_check_keys(&j, mach, "machine", mk, 3) ||
+    if (!json_check_keys(&j, mach, "machine", mk, 4) ||
         !json_need(&j, mach, "machine", "cores", &it) ||
         !json_want_int(&j, it, "machine.cores", &cores))
       return false;
@@ -129,6 +129,19 @@ bool costs_load(Costs *c, const char *path, Arena *a, Diag *d) {
         }
         c->bound[r] = (int)cpu;
       }
+    }
+    // Optional: per rank the seconds per step its core lost inside its ranks' actions.
+    c->stolen = NULL, c->nstolen = 0;
+    const cJSON *sl = json_get(mach, "stolen");
+    if (sl) {
+      if (!json_want_array(&j, sl, "machine.stolen")) return false;
+      c->nstolen = cJSON_GetArraySize(sl);
+      c->stolen = ARENA_ARRAY(a, double, (size_t)c->nstolen + 1);
+      int r = 0;
+      for (const cJSON *x = sl->child; x; x = x->next, r++)
+        if (!want_seconds(&j, x, arena_printf(a, "machine.stolen[%d]", r), false, "seconds",
+                          &c->stolen[r]))
+          return false;
     }
   }
   const cJSON *units;
@@ -402,6 +415,18 @@ bool costs_from_profile(const Program *p, const char *sched, const char *raw_pat
       fprintf(o, ", \"bound\": [");
       r = 0;
       cJSON_ArrayForEach(x, bl) fprintf(o, "%s%.0f", r++ ? ", " : "", x->valuedouble);
+      fprintf(o, "]");
+    }
+    // Measured in CPU seconds: per rank the seconds per step its core lost inside its ranks'
+    // actions (a partner polling for messages, the kernel's switches; profile.c).
+    const cJSON *sv = cJSON_GetObjectItemCaseSensitive(raw, "stolen");
+    bool sto = cpu && all && cJSON_IsArray(sv) && cJSON_GetArraySize(sv) == p->nranks;
+    for (x = sto ? sv->child : NULL; x; x = x->next)
+      sto = sto && cJSON_IsNumber(x) && x->valuedouble >= 0;
+    if (sto) {
+      fprintf(o, ", \"stolen\": [");
+      r = 0;
+      cJSON_ArrayForEach(x, sv) fprintf(o, "%s%.9g", r++ ? ", " : "", x->valuedouble);
       fprintf(o, "]");
     }
     fprintf(o, "},\n");

@@ -30,6 +30,9 @@ typedef struct Costs {
   int concurrent;      // ranks that compute at once there: cores / threads (0: unlimited)
   int *bound;          // "machine.bound": the CPU each rank was bound to, in rank order (or NULL)
   int nbound;          // its length
+  double *stolen;      // "machine.stolen": per rank the seconds per step its core lost inside its
+                       // ranks' actions (partners polling, switches), in rank order (or NULL)
+  int nstolen;         // its length
   double *node_s;      // per node id (after costs_bind): its seconds per microbatch (0: step)
   struct Source *src;  // the parsed file (costs_free)
 } Costs;

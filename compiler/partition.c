@@ -548,6 +548,7 @@ static bool place_auto(Part *pt, const PartitionOptions *o, int S) {
     int *pin = ARENA_ARRAY(pt->a, int, S / V + 1); // the ranks' sharing of the profiled cores
     cp.slots = costs_rank_cores(o->costs, S / V, pin);
     cp.pin = pin[0] >= 0 ? pin : NULL, cp.npin = S / V;
+    cp.stolen = o->costs->nstolen == S / V ? o->costs->stolen : NULL;
     double dp = partition_simulate(&cp, o->sched, S / V, V, starts);
     double t = S % V == 0 ? partition_refine(&cp, o->sched, S / V, V, ref) : INFINITY;
     if (t < dp * (1 - 1e-9)) {

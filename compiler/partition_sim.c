@@ -69,6 +69,12 @@ static bool orders_of(int sched, int S, int V, int M, Orders *o, Arena *ar) {
   return ok;
 }
 
+// Action x's compute seconds.
+static double act_cost(const Orders *o, const SimStage *st, const Action *x) {
+  const SimStage *s = &st[x->v];
+  return x->kind == ACT_F ? s->f : x->kind == ACT_W ? s->w : o->split ? s->b : s->b + s->w;
+}
+
 // When action x (of a rank at clock clk) can start once its inputs are in: the time, or -1 while
 // an input is still missing; *c its compute seconds.
 static double ready_at(const Orders *o, int nv, int M, const SimStage *st, const double *ef,
@@ -79,35 +85,41 @@ static double ready_at(const Orders *o, int nv, int M, const SimStage *st, const
   if (x->kind == ACT_F) {
     if (v > 0 && ef[k - M] < 0) return -1;
     ready = v > 0 ? ef[k - M] + st[v].xf : 0;
-    *c = st[v].f;
   } else if (x->kind == ACT_B) {
     if (ef[k] < 0 || (v + 1 < nv && eb[k + M] < 0)) return -1;
     ready = v + 1 < nv ? eb[k + M] + st[v + 1].xg : ef[k];
-    *c = o->split ? st[v].b : st[v].b + st[v].w;
   } else { // W
     if (eb[k] < 0) return -1;
     ready = eb[k];
-    *c = st[v].w;
   }
+  *c = act_cost(o, st, x);
   return clk > ready ? clk : ready;
 }
 
 // The replay over the stages' costs on slots cores (pin: rank r's core, or NULL: the first free
-// one; slots >= S: a core each); INFINITY when it cannot finish.
+// one; slots >= S: a core each; stolen: per rank the seconds per step its shared core loses
+// inside its actions, spread over them as simulate.c's limit_ranks does); INFINITY when it
+// cannot finish.
 static double replay(const Orders *o, int S, int nv, int M, const SimStage *st, int slots,
-                     const int *pin) {
+                     const int *pin, const double *stolen) {
   size_t nvm = (size_t)nv * M;
   double *ef = malloc(nvm * sizeof *ef), *eb = malloc(nvm * sizeof *eb);
   double *clock = calloc((size_t)S, sizeof *clock), *core = calloc((size_t)S, sizeof *core);
+  double *grow = malloc((size_t)S * sizeof *grow); // per rank: its actions' stretch (stolen)
   int *pc = calloc((size_t)S, sizeof *pc);
-  if (!ef || !eb || !clock || !core || !pc) {
-    free(ef), free(eb), free(clock), free(core), free(pc);
+  if (!ef || !eb || !clock || !core || !grow || !pc) {
+    free(ef), free(eb), free(clock), free(core), free(grow), free(pc);
     return INFINITY;
   }
   for (size_t i = 0; i < nvm; i++) ef[i] = eb[i] = -1;
   int left = 0;
   for (int r = 0; r < S; r++) left += o->n[r];
   bool shared = slots > 0 && slots < S;
+  for (int r = 0; r < S; r++) {
+    double sum = 0;
+    for (int i = 0; shared && stolen && i < o->n[r]; i++) sum += act_cost(o, st, &o->a[r][i]);
+    grow[r] = sum > 0 ? 1 + stolen[r] / sum : 1;
+  }
   bool moved = true;
   while (left > 0 && moved) {
     moved = false;
@@ -125,7 +137,7 @@ static double replay(const Orders *o, int S, int nv, int M, const SimStage *st, 
           for (int j = 1; j < slots; j++)
             if (core[j] < core[k]) k = j;
         if (core[k] > t) t = core[k];
-        if (best < 0 || t < bstart) best = r, bk = k, bstart = t, bc = c;
+        if (best < 0 || t < bstart) best = r, bk = k, bstart = t, bc = c * grow[r];
       }
       if (best < 0) break;
       const Action *x = &o->a[best][pc[best]];
@@ -156,7 +168,7 @@ static double replay(const Orders *o, int S, int nv, int M, const SimStage *st, 
     free(ro);
     span = sync + opt;
   }
-  free(ef), free(eb), free(clock), free(core), free(pc);
+  free(ef), free(eb), free(clock), free(core), free(grow), free(pc);
   return span;
 }
 
@@ -168,7 +180,8 @@ static double simulate_with(const CutProblem *cp, const Orders *o, int S, int V,
     if (!st[v].fits) return INFINITY;
   }
   bool machine = cp->npin == S; // the profiled machine's sharing, said for these ranks
-  return replay(o, S, nv, cp->M, st, machine ? cp->slots : 0, machine ? cp->pin : NULL);
+  return replay(o, S, nv, cp->M, st, machine ? cp->slots : 0, machine ? cp->pin : NULL,
+                machine ? cp->stolen : NULL);
 }
 
 double partition_simulate(const CutProblem *cp, int sched, int S, int V, const int *starts) {

@@ -212,9 +212,10 @@ typedef struct CutProblem {
   double latency;       // seconds per message between two ranks
   double opt_per_byte;  // step-end optimizer seconds per byte of CutParam.bytes
   // The profiled machine (costs_rank_cores; 0 / NULL: a core per rank):
-  int slots;      // ranks that compute at once (cores); fewer than the ranks: they share
-  const int *pin; // per rank: its core 0 .. slots - 1 (ranks bound to CPUs; NULL: any free one)
-  int npin;       // the ranks slots and pin were made for (the replay of another S ignores them)
+  int slots;            // ranks that compute at once (cores); fewer than the ranks: they share
+  const int *pin;       // per rank: its core 0 .. slots - 1 (ranks bound to CPUs; NULL: any free)
+  const double *stolen; // per rank: seconds per step its shared core loses inside its actions
+  int npin; // the ranks slots, pin and stolen were made for (the replay of another S ignores them)
 } CutProblem;
 
 // The predicted step time of schedule sched (SchedKind) with V stages per rank over the S x V

@@ -443,10 +443,19 @@ bool schedule_print_grid(const Program *p, FILE *out, Diag *d) {
 // others do. Rewrites st's t0 / t1 and span (bubble over the ranks as before).
 // O(actions * (S + slots) + nch * M).
 static void limit_ranks(const Program *p, const StageCost *cost, const double *xfer,
-                        const double *opt, int slots, const int *pin, SchedStats *st) {
+                        const double *opt, const double *stolen, int slots, const int *pin,
+                        SchedStats *st) {
   int S = p->nranks, M = p->M;
   Arena a;
   arena_init(&a);
+  // stolen[r]: the seconds per step rank r's core lost inside its actions (partners polling for
+  // messages), spread over its compute actions in proportion to their cost (grow[r]).
+  double *grow = ARENA_ARRAY(&a, double, S);
+  for (int r = 0; r < S; r++) {
+    double sum = 0;
+    for (int i = 0; i < p->ranks[r].nacts; i++) sum += cost_of(p, cost, &p->ranks[r].acts[i]);
+    grow[r] = stolen && sum > 0 ? 1 + stolen[r] / sum : 1;
+  }
   double *clk = ARENA_ARRAY(&a, double, S), *core = ARENA_ARRAY(&a, double, slots);
   double *sent = ARENA_ARRAY(&a, double, (size_t)p->nch *M + 1);
   bool *sent_done = ARENA_ARRAY(&a, bool, (size_t)p->nch *M + 1);
@@ -476,7 +485,8 @@ static void limit_ranks(const Program *p, const StageCost *cost, const double *x
     if (best < 0) break;
     int r = best, i = pc[r]++;
     const Action *x = &p->ranks[r].acts[i];
-    double ready = clk[r], c = x->kind == ACT_OPT ? (opt ? opt[r] : 0) : cost_of(p, cost, x);
+    double ready = clk[r],
+           c = x->kind == ACT_OPT ? (opt ? opt[r] : 0) : cost_of(p, cost, x) * grow[r];
     if (x->kind == ACT_RECV) {
       double arrive = sent[x->ch->id * M + x->m] + (xfer ? xfer[x->ch->id] : 0);
       if (arrive > ready) ready = arrive;
@@ -526,7 +536,10 @@ static bool predict_measured(const Program *p, SchedStats *st, Arena *a, double 
   if (!simulate(p, cost, xfer, opt, st, a, NULL, d)) return false;
   int *pin = ARENA_ARRAY(a, int, p->nranks + 1);
   int slots = costs_rank_cores(p->costs, p->nranks, pin);
-  if (slots > 0 && st->t0) limit_ranks(p, cost, xfer, opt, slots, pin[0] >= 0 ? pin : NULL, st);
+  const Costs *c = p->costs;
+  const double *stolen = c->stolen && c->nstolen == p->nranks ? c->stolen : NULL;
+  if (slots > 0 && st->t0)
+    limit_ranks(p, cost, xfer, opt, stolen, slots, pin[0] >= 0 ? pin : NULL, st);
   return true;
 }
 

@@ -15,7 +15,9 @@
 // (atomically: FILE.tmp renamed) that `pipec profile` turns into a costs file (docs/pipeline.md,
 // "Profiling and the simulator"). Each rank also records the one CPU its affinity mask allows
 // (mpirun --bind-to core; -1 when it may run on several): the simulator then queues the ranks
-// bound to one core on that core (docs/pipeline.md, "Ranks that share cores"). Samples are kept in
+// bound to one core on that core (docs/pipeline.md, "Ranks that share cores"); where every
+// rank is bound, the actions' clock intervals (a second all-gather) give per core the time it was
+// inside one of its ranks' actions but ran none of them (stolen_seconds). Samples are kept in
 // arrays grown by doubling: profiling runs are not the allocation-free training runs tests/alloc
 // checks.
 #define _GNU_SOURCE // sched_getaffinity, CPU_COUNT
@@ -50,6 +52,7 @@ static struct {
   Samples opt;               // the step end's optimizer, per step
   Samples step;              // whole steps (train_step and step end)
   bool any;                  // a pr_prof_act call was seen (the program has the hooks)
+  Samples iv;                // every recorded action: its start, end (pr_now) and CPU seconds
 } prof;
 
 static void push(Samples *s, double x) {
@@ -76,6 +79,7 @@ void pr_prof_act(int kind, int v, double t0, double c0) {
           v);
   push(&prof.s[v][kind], t - t0);
   push(&prof.cpu[v][kind], c - c0);
+  push(&prof.iv, t0), push(&prof.iv, t), push(&prof.iv, c - c0);
 }
 
 void pr_prof_opt(double seconds) {
@@ -133,6 +137,51 @@ static double bound_cpu(void) {
   return -1;
 }
 
+// Per rank, the seconds per step its core was inside an action of the ranks bound to it but ran
+// none of them: the union of those actions' clock intervals less their CPU seconds (a partner
+// polling for its messages, the kernel's switches), each core's shared among its ranks in
+// proportion to their actions' CPU seconds. iv: per rank ni[r] intervals (start, end, CPU) at
+// stride 3 * cap; bound: per rank its CPU. Writes stolen (S entries); false where a rank is not
+// bound to one CPU. O(n log n) in the intervals.
+static int by_start(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+static bool stolen_seconds(int S, const double *iv, const int *ni, int cap, const int *bound,
+                           double steps, double *stolen) {
+  double *own = calloc((size_t)S, sizeof *own), *tmp = malloc((size_t)3 * cap * S * sizeof *tmp);
+  bool ok = own && tmp && steps > 0;
+  for (int r = 0; r < S && ok; r++) ok = bound[r] >= 0;
+  for (int r = 0; ok && r < S; r++) {
+    bool first = true; // r is the first rank on its CPU: it sums the core
+    for (int q = 0; q < r; q++) first = first && bound[q] != bound[r];
+    if (!first) continue;
+    int n = 0;
+    double cpu = 0;
+    for (int q = r; q < S; q++) {
+      if (bound[q] != bound[r]) continue;
+      for (int i = 0; i < ni[q]; i++) {
+        const double *x = iv + (size_t)q * 3 * cap + 3 * i;
+        memcpy(tmp + 3 * n++, x, 3 * sizeof *x);
+        own[q] += x[2];
+        cpu += x[2];
+      }
+    }
+    qsort(tmp, (size_t)n, 3 * sizeof *tmp, by_start);
+    double uni = 0, end = -1e300;
+    for (int i = 0; i < n; i++) {
+      double a = tmp[3 * i] > end ? tmp[3 * i] : end, b = tmp[3 * i + 1];
+      if (b > a) uni += b - a;
+      if (b > end) end = b;
+    }
+    double st = uni > cpu ? (uni - cpu) / steps : 0;
+    for (int q = r; q < S; q++)
+      if (bound[q] == bound[r]) stolen[q] = cpu > 0 ? st * own[q] / cpu : 0;
+  }
+  free(own), free(tmp);
+  return ok;
+}
+
 void pr_prof_finish(const PrComm *c) {
   if (!prof.on) return;
   prof.on = false;
@@ -165,6 +214,28 @@ void pr_prof_finish(const PrComm *c) {
   } else {
     memcpy(all, mine, (size_t)n * sizeof(double));
   }
+  // Every rank's action intervals, padded to the longest list (two all-gathers).
+  double cnt = (double)(prof.iv.n / 3), *cnts = calloc((size_t)S, sizeof(double));
+  prCheck(cnts != NULL, "the machine is out of memory", "--profile: cannot allocate");
+  if (c)
+    c->transport->allgather(&cnt, cnts, 1);
+  else
+    cnts[0] = cnt;
+  int cap = 1, *ni = calloc((size_t)S, sizeof(int)), *bnd = calloc((size_t)S, sizeof(int));
+  for (int r = 0; r < S; r++) cap = cnts[r] > cap ? (int)cnts[r] : cap;
+  double *ivm = calloc((size_t)3 * cap, sizeof(double)),
+         *iva = malloc((size_t)3 * cap * S * sizeof(double));
+  prCheck(ni && bnd && ivm && iva, "the machine is out of memory", "--profile: cannot allocate");
+  memcpy(ivm, prof.iv.v, (size_t)prof.iv.n * sizeof(double));
+  if (c)
+    c->transport->allgather(ivm, iva, 3 * cap);
+  else
+    memcpy(iva, ivm, (size_t)3 * cap * sizeof(double));
+  for (int r = 0; r < S; r++)
+    ni[r] = (int)cnts[r], bnd[r] = (int)all[(size_t)r * n + 3 * PROF_MAXV + 2 + PROF_SIZES];
+  double *stolen = calloc((size_t)S, sizeof(double));
+  prCheck(stolen != NULL, "the machine is out of memory", "--profile: cannot allocate");
+  bool have_stolen = stolen_seconds(S, iva, ni, cap, bnd, (double)prof.step.n, stolen);
   if (me == 0) {
     // Latency + bytes / bandwidth, least squares over every pair's medians.
     double sx = 0, sy = 0, sxx = 0, sxy = 0, cnt = 0;
@@ -224,7 +295,13 @@ void pr_prof_finish(const PrComm *c) {
             sysconf(_SC_NPROCESSORS_ONLN), pr_threads());
     for (int r = 0; r < S; r++)
       fprintf(f, "%s%.0f", r ? ", " : "", all[(size_t)r * n + 3 * PROF_MAXV + 2 + PROF_SIZES]);
-    fprintf(f, "]\n}\n");
+    fprintf(f, "]");
+    if (have_stolen) { // every rank bound: what its core lost inside its ranks' actions
+      fprintf(f, ",\n  \"stolen\": [");
+      for (int r = 0; r < S; r++) fprintf(f, "%s%.9g", r ? ", " : "", stolen[r]);
+      fprintf(f, "]");
+    }
+    fprintf(f, "\n}\n");
     bool bad = ferror(f) != 0;
     bad = fclose(f) != 0 || bad;
     prCheck(!bad && rename(tmp, prof.path) == 0, "check that the disk has room",
@@ -234,6 +311,8 @@ void pr_prof_finish(const PrComm *c) {
   free(mine);
   free(all);
   free(buf);
+  free(cnts), free(ni), free(bnd), free(ivm), free(iva), free(stolen);
+  free(prof.iv.v);
   for (int v = 0; v < PROF_MAXV; v++)
     for (int k = 0; k < 3; k++) free(prof.s[v][k].v), free(prof.cpu[v][k].v);
   free(prof.opt.v);

@@ -70,6 +70,21 @@ for b in '3, 3' '0, 1'; do
   out=$("$pipec" plan $mlp --stages 2 --split fc2 --microbatches 2 --schedule 1f1b --costs "$tmp/hand-b.json" 2>&1)
   check "hand 1f1b bound to CPUs [$b]: $(pred "$out"), want $want" test "$(pred "$out")" = "$want"
 done
+# The seconds a shared core lost inside its ranks' actions (machine.stolen, per rank per step)
+# stretch each rank's compute in proportion: rank 0's 6 ms of actions by its 1 ms, rank 1's by
+# 2 ms; on one CPU the two take turns with no idle moment, 7 + 8 = 15 ms; on a CPU each nothing
+# is shared and the step stays 9 ms.
+for b in '3, 3' '0, 1'; do
+  python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["machine"] = {"cores": 2, "threads": 1, "bound": json.loads("[" + sys.argv[2] + "]"), "stolen": [0.001, 0.002]}; print(json.dumps(c))' \
+    "$tmp/hand.json" "$b" >"$tmp/hand-s.json"
+  want=$([ "$b" = '3, 3' ] && echo "15.000 ms" || echo "9.000 ms")
+  out=$("$pipec" plan $mlp --stages 2 --split fc2 --microbatches 2 --schedule 1f1b --costs "$tmp/hand-s.json" 2>&1)
+  check "hand 1f1b bound to CPUs [$b], stolen 1 and 2 ms: $(pred "$out"), want $want" test "$(pred "$out")" = "$want"
+done
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["machine"] = {"cores": 2, "threads": 1, "stolen": [0, -0.5]}; print(json.dumps(c))' \
+  "$tmp/hand.json" >"$tmp/hand-sneg.json"
+hint_re=error expect costs-stolen-neg 1 "^$tmp/hand-sneg.json:1:.*: error: machine.stolen\\[1\\]: expected a non-negative number \\(seconds\\), got -0.5$" \
+  "$pipec" plan $mlp --stages 2 --costs "$tmp/hand-sneg.json"
 python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["machine"] = {"cores": 2, "threads": 1, "bound": [0, -1]}; print(json.dumps(c))' \
   "$tmp/hand.json" >"$tmp/hand-bneg.json"
 hint_re=error expect costs-bound-neg 1 "^$tmp/hand-bneg.json:1:.*: error: machine.bound\\[1\\]: -1; expected the CPU rank 1 was bound to, 0 or more$" \
@@ -194,7 +209,7 @@ check "profile leaves no temporary directory" test -z "$(ls -A "$tmp/t")"
 # the units get the actions' CPU seconds (each no more than its clock time); with a core per
 # rank, the clock's.
 clock=$([ "$(nproc --all)" -lt 4 ] && echo cpu || echo wall)
-if "$pipec" profile $mlp --stages 4 --microbatches 4 -o "$tmp/mlp4.json" -- --steps 6 --threads 1 >"$tmp/prof4.out" 2>&1; then
+if PIPEC_BIND=core "$pipec" profile $mlp --stages 4 --microbatches 4 -o "$tmp/mlp4.json" -- --steps 6 --threads 1 >"$tmp/prof4.out" 2>&1; then
   check "profile at S = 4 on $(nproc --all) cores: the $clock clock" "$py" - "$tmp/mlp4.json" "$clock" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
@@ -207,6 +222,14 @@ assert all(0 < s["f_cpu"] <= s["f"] and 0 < s["b_cpu"] <= s["b"] for s in m["sta
 u = {x["name"]: x for x in c["units"]}
 f0 = u["fc1"]["f"] + u["relu1"]["f"]
 assert abs(f0 - m["stage"][0][key]) <= 1e-6 * m["stage"][0][key], (f0, m["stage"][0])
+# launch.sh bound the ranks (PIPEC_BIND=core, rank r on core r mod cores): where they shared
+# cores, what each core lost inside its ranks' actions is kept, a non-negative figure per rank
+mach = c["machine"]
+assert len(mach["bound"]) == 4, mach
+if sys.argv[2] == "cpu":
+    assert len(mach["stolen"]) == 4 and all(x >= 0 for x in mach["stolen"]), mach
+else:
+    assert "stolen" not in mach, mach
 PY
 else
   bad "pipec profile at S = 4: $(tail -n 5 "$tmp/prof4.out")"

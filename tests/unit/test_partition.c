@@ -294,7 +294,7 @@ END_TEST
 
 // Ranks sharing cores (CutProblem.slots, pin): two units of F = 1, B = 2, M = 2 at S = 2 on one
 // core run one action at a time with never an idle moment: the 12 s of work, against 9 on two
-// cores. Four units of F = 1 (B, W free), M = 4, gpipe, S = 3 with stages 0 and 2 on core 0 and
+// cores; 15 where the core loses 1 and 2 s per step inside the two ranks' actions (stolen). Four units of F = 1 (B, W free), M = 4, gpipe, S = 3 with stages 0 and 2 on core 0 and
 // stage 1 on core 1: on three cores the cuts [1, 2, 1] and [2, 1, 1] both take 10 (the slowest
 // stage's 2 x 3 microbatches after a fill of 4); on the pinned cores core 0 runs 3 units per
 // microbatch under [2, 1, 1] (12 s of work) and 2 under [1, 2, 1] (s0 F0-F3 [0,4], s1 F0-F3
@@ -318,6 +318,8 @@ START_TEST(test_simulated_shared_cores) {
   ck_assert_double_eq_tol(partition_simulate(&cp, SCHED_GPIPE, 2, 1, starts), 12, 1e-9);
   cp.pin = (int[]){0, 0}; // both bound to the one core: the same
   ck_assert_double_eq_tol(partition_simulate(&cp, SCHED_1F1B, 2, 1, starts), 12, 1e-9);
+  cp.stolen = (double[]){1, 2}; // each rank's 6 s of actions stretched by 1 and 2: 7 + 8
+  ck_assert_double_eq_tol(partition_simulate(&cp, SCHED_GPIPE, 2, 1, starts), 15, 1e-9);
   cp.npin = 3; // said for another pipeline: ignored
   ck_assert_double_eq_tol(partition_simulate(&cp, SCHED_GPIPE, 2, 1, starts), 9, 1e-9);
 
