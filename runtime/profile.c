@@ -31,9 +31,10 @@
 #include <unistd.h>
 
 enum {
-  PROF_MAXV = 256, // virtual stages recorded (a stage beyond it is an error)
-  PROF_SIZES = 5,  // ping-pong message sizes
-  PROF_REPS = 12,  // round trips per size (after two not timed)
+  PROF_MAXV = 256,    // virtual stages recorded (a stage beyond it is an error)
+  PROF_SIZES = 5,     // ping-pong message sizes
+  PROF_REPS = 12,     // round trips per size (after two not timed)
+  PROF_IV_STEPS = 64, // steps whose action intervals are kept (every rank gets all ranks' copies)
 };
 
 static const int64_t prof_bytes[PROF_SIZES] = {64, 4096, 65536, 524288, 2097152};
@@ -79,7 +80,7 @@ void pr_prof_act(int kind, int v, double t0, double c0) {
           v);
   push(&prof.s[v][kind], t - t0);
   push(&prof.cpu[v][kind], c - c0);
-  push(&prof.iv, t0), push(&prof.iv, t), push(&prof.iv, c - c0);
+  if (prof.step.n < PROF_IV_STEPS) push(&prof.iv, t0), push(&prof.iv, t), push(&prof.iv, c - c0);
 }
 
 void pr_prof_opt(double seconds) {
@@ -235,7 +236,8 @@ void pr_prof_finish(const PrComm *c) {
     ni[r] = (int)cnts[r], bnd[r] = (int)all[(size_t)r * n + 3 * PROF_MAXV + 2 + PROF_SIZES];
   double *stolen = calloc((size_t)S, sizeof(double));
   prCheck(stolen != NULL, "the machine is out of memory", "--profile: cannot allocate");
-  bool have_stolen = stolen_seconds(S, iva, ni, cap, bnd, (double)prof.step.n, stolen);
+  double ivsteps = (double)(prof.step.n < PROF_IV_STEPS ? prof.step.n : PROF_IV_STEPS);
+  bool have_stolen = stolen_seconds(S, iva, ni, cap, bnd, ivsteps, stolen);
   if (me == 0) {
     // Latency + bytes / bandwidth, least squares over every pair's medians.
     double sx = 0, sy = 0, sxx = 0, sxy = 0, cnt = 0;
