@@ -474,6 +474,12 @@ static inline ActionKind stage_release(const VStage *s) {
   return s->split ? ACT_W : ACT_B;
 }
 
+// The slots of stage s's saved buffers (microbatch m in slot m mod stage_slots): its K, at least 1
+// (K is 0 before the schedule sets it).
+static inline int stage_slots(const VStage *s) {
+  return s->K > 0 ? s->K : 1;
+}
+
 // Stage v's chunk: its index among its rank's stages (RankProgram.vs, ascending), as the grid and
 // the picture name it ("F3.1": microbatch 3 of chunk 1). After sched_build.
 static inline int stage_chunk(const Program *p, int v) {

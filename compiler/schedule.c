@@ -346,7 +346,7 @@ void schedule_last_actions(const Program *p, int *last) {
     for (int i = 0; i < rp->nacts; i++) {
       const Action *x = &rp->acts[i];
       if (x->kind != ACT_RECV || p->vs[x->ch->from_v].rank != r) continue;
-      int v = x->ch->from_v, K = p->vs[v].K > 0 ? p->vs[v].K : 1;
+      int v = x->ch->from_v, K = stage_slots(&p->vs[v]);
       size_t vm = (size_t)v * p->M + x->m;
       if (last[vm] < 0 || last[vm] > i) continue;
       if (x->m + K < p->M && touched_before(rp, v, x->m + K, i)) continue;
@@ -385,8 +385,7 @@ void schedule_send_waits(const Program *p, int *wait) {
       if (x->kind != ACT_SEND) continue;
       const Channel *c = x->ch;
       if (p->vs[c->to_v].rank == r) continue; // a copy at its RECV
-      int K = p->vs[c->from_v].K > 0 ? p->vs[c->from_v].K : 1,
-          w = next[(size_t)c->from_v * M + x->m];
+      int K = stage_slots(&p->vs[c->from_v]), w = next[(size_t)c->from_v * M + x->m];
       if (w < 0 && x->m + K < M) {
         w = at[(size_t)action_fbw(channel_maker(p, c)) * nvm + (size_t)c->from_v * M + x->m + K];
       }

@@ -527,7 +527,7 @@ bool sched_lower(Program *p, int S, int V, Action **comp, int *ncomp, const bool
   // kept before that action, at the first lowering's K.
   if (lower(p, S, V, comp, ncomp, &mk, posF, posB, NULL, a)) {
     int *kfrom = ARENA_ARRAY(a, int, nv);
-    for (int v = 0; v < nv; v++) kfrom[v] = p->vs[v].K > 0 ? p->vs[v].K : 1;
+    for (int v = 0; v < nv; v++) kfrom[v] = stage_slots(&p->vs[v]);
     lower(p, S, V, comp, ncomp, &mk, posF, posB, kfrom, a);
   }
   return true;

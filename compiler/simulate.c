@@ -95,7 +95,7 @@ void schedule_grid(const Program *p, int steps, int *const *at, const int *block
 // the receive is posted at step start (m < K_to).
 static int post_action(const Program *p, int c, int m, const int *last, int *rank) {
   const Channel *ch = &p->ch[c];
-  int K = p->vs[ch->to_v].K > 0 ? p->vs[ch->to_v].K : 1;
+  int K = stage_slots(&p->vs[ch->to_v]);
   *rank = p->vs[ch->to_v].rank;
   return m < K ? -1 : last[(size_t)ch->to_v * p->M + m - K];
 }
@@ -222,7 +222,7 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
   int *live = ARENA_ARRAY(&scratch, int, p->nv);
   int *peak = st && a ? ARENA_ARRAY(a, int, p->nv) : ARENA_ARRAY(&scratch, int, p->nv);
   for (int v = 0; v < p->nv; v++) {
-    int K = p->vs[v].K > 0 ? p->vs[v].K : 1;
+    int K = stage_slots(&p->vs[v]);
     slot[v] = ARENA_ARRAY(&scratch, int, K);
     for (int k = 0; k < K; k++) slot[v][k] = -1;
   }
@@ -255,7 +255,7 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
           continue; // another message is ahead of it on the pair
       }
       if (x->kind == ACT_F || x->kind == ACT_B) {
-        int K = p->vs[x->v].K > 0 ? p->vs[x->v].K : 1, k = 2 * x->v + (x->kind == ACT_B), j;
+        int K = stage_slots(&p->vs[x->v]), k = 2 * x->v + (x->kind == ACT_B), j;
         for (j = mk[k]; j < mk[k + 1] && x->m >= K; j++)
           if (!send_done(p, mch[j], x->m - K, t, at, recv_at, last)) break; // may be in flight
         if (x->m >= K && j < mk[k + 1]) continue;
@@ -296,7 +296,7 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
                                                          : -1;
       if (hv >= 0 && !held[(size_t)hv * M + x->m]) {
         held[(size_t)hv * M + x->m] = true;
-        int K = p->vs[hv].K > 0 ? p->vs[hv].K : 1, *s = &slot[hv][x->m % K];
+        int K = stage_slots(&p->vs[hv]), *s = &slot[hv][x->m % K];
         if (*s >= 0) {
           char t1[64], why[256];
           action_text(x, t1, sizeof t1);
@@ -312,7 +312,7 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
         if (++live[hv] > peak[hv]) peak[hv] = live[hv];
       }
       if (x->v >= 0 && x->kind == stage_release(&p->vs[x->v])) {
-        int K = p->vs[x->v].K > 0 ? p->vs[x->v].K : 1;
+        int K = stage_slots(&p->vs[x->v]);
         slot[x->v][x->m % K] = -1;
         live[x->v]--;
       }
@@ -347,7 +347,7 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
         if (id >= 0) { // a message
           const Channel *c = &p->ch[id / M];
           bool next = x->v == c->from_v && x->m == id % M; // its microbatch's next action
-          int K = p->vs[c->from_v].K > 0 ? p->vs[c->from_v].K : 1;
+          int K = stage_slots(&p->vs[c->from_v]);
           if (next)
             fprintf(f,
                     "  rank %d action %d %s: waits for send (c%d, m%d) to complete, whose "
@@ -362,7 +362,7 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
                     r, pc[r], t1, c->id, id % M, p->vs[c->to_v].rank, K);
           continue;
         }
-        int K = p->vs[x->v].K > 0 ? p->vs[x->v].K : 1, k = 2 * x->v + (x->kind == ACT_B), c = -1;
+        int K = stage_slots(&p->vs[x->v]), k = 2 * x->v + (x->kind == ACT_B), c = -1;
         for (int j = mk[k]; j < mk[k + 1] && c < 0; j++)
           if (!send_done(p, mch[j], x->m - K, t, at, recv_at, last)) c = mch[j];
         if (c < 0) c = mch[mk[k]]; // not reached: the rule is its only wait

@@ -32,7 +32,7 @@ bool uneven_runs(const Program *p, int rank, int replica, const Action *x) {
 // g = gcd(D, K) of stage v (pipeline.h, stage_nslots); 1 outside the uneven form and on ranks
 // that hold several stages.
 static int slot_group(const Program *p, int v) {
-  int K = p->vs[v].K > 0 ? p->vs[v].K : 1, r = p->vs[v].rank;
+  int K = stage_slots(&p->vs[v]), r = p->vs[v].rank;
   int D = uneven_reps(p, r), g = K;
   if (D <= 1 || p->ranks == NULL || p->ranks[r].nvs != 1) return 1;
   for (int x = D; x > 0;) { // Euclid: g = gcd(K, D)
@@ -43,12 +43,12 @@ static int slot_group(const Program *p, int v) {
 }
 
 int stage_nslots(const Program *p, int v) {
-  int K = p->vs[v].K > 0 ? p->vs[v].K : 1;
+  int K = stage_slots(&p->vs[v]);
   return K / slot_group(p, v);
 }
 
 int stage_slot(const Program *p, int v, int m) {
-  int K = p->vs[v].K > 0 ? p->vs[v].K : 1;
+  int K = stage_slots(&p->vs[v]);
   return m % K / slot_group(p, v);
 }
 
@@ -159,7 +159,7 @@ bool uneven_verify(const Program *p, Diag *d) {
         for (int k = wait_at[q->s][i]; can && k >= 0; k = waits[k].next) {
           const Channel *ch = &p->ch[waits[k].c];
           int m = waits[k].m, rr = p->vs[ch->to_v].rank;
-          int K = p->vs[ch->to_v].K > 0 ? p->vs[ch->to_v].K : 1;
+          int K = stage_slots(&p->vs[ch->to_v]);
           if (m % uneven_reps(p, q->s) != q->r || m < K) continue; // not its send, or posted
           int l = last[(size_t)ch->to_v * M + m - K];
           const Rep *q2 = &rep[uneven_world(p, rr, m % uneven_reps(p, rr))];
