@@ -130,12 +130,7 @@ static double replay(const Orders *o, int S, int nv, int M, const SimStage *st, 
         if (pc[r] >= o->n[r]) continue;
         double c, t = ready_at(o, nv, M, st, ef, eb, &o->a[r][pc[r]], clock[r], &c);
         if (t < 0) continue;
-        int k = 0;
-        if (pin)
-          k = pin[r];
-        else
-          for (int j = 1; j < slots; j++)
-            if (core[j] < core[k]) k = j;
+        int k = core_for(core, slots, pin, r);
         if (core[k] > t) t = core[k];
         if (best < 0 || t < bstart) best = r, bk = k, bstart = t, bc = c * grow[r];
       }

@@ -480,6 +480,17 @@ static inline int stage_slots(const VStage *s) {
   return s->K > 0 ? s->K : 1;
 }
 
+// The core that rank r's next action takes in a shared-cores replay (simulate.c's limit_ranks,
+// partition_sim.c's replay): its bound one (pin[r]) or, pooled, the first of slots to free (core:
+// when each frees).
+static inline int core_for(const double *core, int slots, const int *pin, int r) {
+  if (pin) return pin[r];
+  int k = 0;
+  for (int j = 1; j < slots; j++)
+    if (core[j] < core[k]) k = j;
+  return k;
+}
+
 // Stage v's chunk: its index among its rank's stages (RankProgram.vs, ascending), as the grid and
 // the picture name it ("F3.1": microbatch 3 of chunk 1). After sched_build.
 static inline int stage_chunk(const Program *p, int v) {

@@ -500,12 +500,7 @@ static void limit_ranks(const Program *p, const StageCost *cost, const double *x
         if (clk[q] > ready) ready = clk[q];
     double start = ready;
     if (c > 0) {
-      int k = 0;
-      if (pin)
-        k = pin[r];
-      else
-        for (int j = 1; j < slots; j++)
-          if (core[j] < core[k]) k = j;
+      int k = core_for(core, slots, pin, r);
       if (core[k] > start) start = core[k];
       core[k] = start + c;
       busy += c;
