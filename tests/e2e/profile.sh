@@ -122,6 +122,30 @@ costs "$tmp/part0.json" 1 2 1 1 1 1 1 1 1 2 0
 out=$("$pipec" plan $mlp --stages 2 --microbatches 2 --schedule gpipe --costs "$tmp/part0.json" 2>&1)
 [[ "$out" == *"2 stages (automatic), "* ]] && ok || bad "moved without a reason: $(head -n 1 <<<"$out")"
 
+# On shared cores the partitioner simulates them too: fc1, fc2, logits and loss of 1 ms F each
+# (the rest free), S = 3, gpipe, M = 4. On a core per rank the dynamic program's cut [fc1, relu1,
+# fc2] [relu2, logits] [loss] takes 10 ms like any cut whose slowest stage holds 2 ms. With ranks
+# 0 and 2 bound to one CPU (machine.bound [0, 1, 0]) that cut gives that CPU 3 ms per microbatch
+# (12 ms), and the walk moves to the cut that gives each CPU 2: fc2 and logits on stage 1, 10 ms.
+cat >"$tmp/shared.json" <<'EOT'
+{"pipec_costs": 1, "model": "mlp_digits", "link": {"latency": 0, "bandwidth": 1e30}, "optimizer": 0,
+ "units": [{"name": "fc1", "f": 0.001, "b": 0, "w": 0}, {"name": "relu1", "f": 0, "b": 0, "w": 0},
+  {"name": "fc2", "f": 0.001, "b": 0, "w": 0}, {"name": "relu2", "f": 0, "b": 0, "w": 0},
+  {"name": "logits", "f": 0.001, "b": 0, "w": 0}, {"name": "loss", "f": 0.001, "b": 0, "w": 0}]}
+EOT
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["machine"] = {"cores": 2, "threads": 1, "bound": [0, 1, 0]}; print(json.dumps(c))' \
+  "$tmp/shared.json" >"$tmp/shared-b.json"
+o=(--stages 3 --microbatches 4 --schedule gpipe)
+out=$("$pipec" plan $mlp "${o[@]}" --costs "$tmp/shared.json" 2>&1)
+check "a core per rank: the dynamic program's cut, $(pred "$out")" \
+  test "$(grep -A1 '^stage 1' <<<"$out" | tail -n 1) $(pred "$out")" = "  nodes     relu2, logits 10.000 ms"
+out=$("$pipec" plan $mlp "${o[@]}" --split relu2,loss --costs "$tmp/shared-b.json" 2>&1)
+check "that cut on the shared CPU: $(pred "$out")" test "$(pred "$out")" = "12.000 ms"
+out=$("$pipec" plan $mlp "${o[@]}" --costs "$tmp/shared-b.json" 2>&1)
+[[ "$out" == *"(automatic, moved for the simulated step)"* ]] && ok || bad "partitioner did not move on shared cores: $out"
+check "shared cores: fc2 and logits on stage 1, $(pred "$out")" \
+  test "$(grep -A1 '^stage 1' <<<"$out" | tail -n 1) $(pred "$out")" = "  nodes     fc2, relu2, logits 10.000 ms"
+
 # zb-v's partitioner simulation sums each rank's optimizer seconds over its own stages (rank 0
 # holds stages 0 and 3): with a costly optimizer the walk then moves the cut off the dynamic
 # program's (summed as in the loop placement, it kept that cut: 97.208 ms).
