@@ -371,15 +371,12 @@ static void print_call(E *e, const Call *c, const char *const *ptr) {
     out(e, " // %s\n", comment(e, c->n->name));
 }
 
-// After a GEMM's or attention's call (the kernels that take milliseconds) in a compute action of
-// a rank with messages: MPI's progress, so that a message waiting for this rank to enter MPI (a
-// rendezvous over shared memory) completes while it computes (runtime/comm_mpi.c).
+// After the call of a long-running kernel (OpDef.progress: GEMMs, attention) in a compute action
+// of a rank with messages: MPI's progress, so that a message waiting for this rank to enter MPI
+// (a rendezvous over shared memory) completes while it computes (runtime/comm_mpi.c).
 static void print_progress(E *e, const Call *c, const char *indent) {
-  const char *k = c->kern;
-  if (e->progress && k &&
-      (!strncmp(k, "pr_linear", 9) || !strncmp(k, "pr_matmul", 9) ||
-       !strncmp(k, "pr_attention", 12)))
-    out(e, "%spr_comm_progress();\n", indent);
+  const Node *n = c->prod ? c->prod : c->n; // a fused call runs its product's kernel
+  if (e->progress && c->kern && n->op->progress) out(e, "%spr_comm_progress();\n", indent);
 }
 
 static void print_straight(E *e, const Call *c) {

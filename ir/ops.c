@@ -678,11 +678,11 @@ static const char *const gelu_hidden[] = {"cdf"};
 
 static const OpDef ops[] = {
     {.name = "matmul", IN(2, 2), .nout = 1, ATTRS(matmul_attrs), .infer = matmul_infer, .cost = matmul_cost,
-     .kernel = "pr_matmul_fwd", .kargs = kargs_matmul,
+     .kernel = "pr_matmul_fwd", .kargs = kargs_matmul, .progress = true,
      GRADS(GRAD(0, "matmul.da", GDY, GX(1)), GRAD(1, "matmul.db", GDY, GX(0))),
      .doc = "batched matrix product"},
     {.name = "linear", IN(2, 3), .nout = 1, .infer = linear_infer, .cost = linear_cost, .kernel = "pr_linear_fwd",
-     .kargs = kargs_linear, FUSE("gelu", "pr_linear_gelu_fwd"),
+     .kargs = kargs_linear, .progress = true, FUSE("gelu", "pr_linear_gelu_fwd"),
      GRADS(GRAD(0, "linear.dx", GDY, GX(1)), GRAD(1, "linear.dw", GDY, GX(0)), GRAD(2, "sum_rows", GDY)),
      .doc = "x W^T + b (PyTorch layout)"},
     {.name = "add", IN(2, 2), .nout = 1, .infer = binary_infer, .cost = cost1, .kernel = "pr_binary_fwd",
@@ -734,6 +734,7 @@ static const OpDef ops[] = {
      .doc = "join along axis"},
     {.name = "causal_self_attention", IN(1, 1), .nout = 1, ATTRS(attention_attrs), HIDDEN(attention_hidden),
      .infer = attention_infer, .cost = attention_cost, .kernel = "pr_attention_fwd", .kargs = kargs_attention,
+     .progress = true,
      GRADS(GRAD(0, "attention.dx", GDY, GX(0), GY(1))), .doc = "fused multi-head attention with causal mask"},
     {.name = "cross_entropy", IN(2, 2), .nout = 1, .infer = cross_entropy_infer, .cost = cross_entropy_cost,
      .kernel = "pr_cross_entropy_fwd", .kargs = kargs_cross_entropy,
@@ -744,10 +745,11 @@ static const OpDef ops[] = {
      .kargs = kargs_mse, GRADS(GRAD(GRAD_EVERY_SLOT, "mse.dx", GDY, GX(0), GX(1))), .doc = "mean squared error"},
 
     // Internal ops (gradients and their bookkeeping)
-    BWD("matmul.da", 2, 2, "pr_matmul_bwd_a", kargs_matmul, true),
-    BWD("matmul.db", 2, 2, "pr_matmul_bwd_b", kargs_matmul, true),
-    BWD("linear.dx", 2, 2, "pr_linear_bwd_x", kargs_linear, true, FUSE("gelu.dx", "pr_linear_bwd_x_gelu")),
-    BWD("linear.dw", 2, 2, "pr_linear_bwd_w", kargs_linear, true),
+    BWD("matmul.da", 2, 2, "pr_matmul_bwd_a", kargs_matmul, true, .progress = true),
+    BWD("matmul.db", 2, 2, "pr_matmul_bwd_b", kargs_matmul, true, .progress = true),
+    BWD("linear.dx", 2, 2, "pr_linear_bwd_x", kargs_linear, true, .progress = true,
+        FUSE("gelu.dx", "pr_linear_bwd_x_gelu")),
+    BWD("linear.dw", 2, 2, "pr_linear_bwd_w", kargs_linear, true, .progress = true),
     {.name = "sum_rows", IN(1, 1), .nout = 1, .cost = sum_rows_cost, .internal = true, .kernel = "pr_sum_rows",
      .kargs = kargs_sum_rows, .acc = true, .doc = "backward"},
     BWD("binary.d", 1, 2, "pr_binary_bwd", kargs_binary_d, true),
@@ -765,7 +767,7 @@ static const OpDef ops[] = {
     BWD("split.dx", 1, -1, "pr_concat", kargs_split, false),
     BWD("concat.dx", 1, 1, "pr_slice", kargs_slice, true),
     {.name = "attention.dx", IN(3, 3), .nout = 1, .cost = bwd_cost, .internal = true, .kernel = "pr_attention_bwd",
-     .kargs = kargs_attention, .workspace = ws_attention, .acc = true, .doc = "backward"},
+     .kargs = kargs_attention, .workspace = ws_attention, .acc = true, .progress = true, .doc = "backward"},
     BWD("cross_entropy.dx", 3, 3, "pr_cross_entropy_bwd", kargs_cross_entropy, true),
     BWD("mse.dx", 3, 3, "pr_mse_bwd", kargs_mse, true),
     // y = x0 + x1 + ... in this order: the gradient of a tensor with several consumers.

@@ -162,6 +162,10 @@ typedef struct OpDef {
   // Scratch bytes the kernel needs (passed after the inputs), or NULL.
   int64_t (*workspace)(const Node *n, int64_t batch);
   bool acc; // the kernel ends with an `acc` flag (accumulate into the output)
+  // Its kernel runs long (a GEMM, attention): on a rank with messages in flight the generated
+  // code calls MPI's progress right after it, so that a rendezvous completes while the rank
+  // computes (codegen/segment.c, runtime/comm_mpi.c).
+  bool progress;
   // Reads its input 0 elementwise (each output element from the inputs' elements at its index:
   // gelu) or row by row over the last dim (layernorm), so it may run inside the kernel of the
   // node computing input 0, finishing each block or row of it while in cache (FuseDef).
