@@ -166,10 +166,10 @@ static void emit_functions(E *e) {
            "static bool rep_final;\n\n");
   }
   const bool progress = emit_rank_has_streams(e); // pr_comm_progress in F, B and W (segment.c)
+  e->progress = progress;
   for (int i = 0; i < e->rp->nvs; i++) {
     const VStage *s = &e->prog->vs[e->rp->vs[i]];
     int v = s->v;
-    e->progress = progress;
     out(e,
         "// Stage %d, forward (F) of one microbatch: %d nodes.\n"
         "static void F_%d(int slot) {\n  (void)slot;\n",
@@ -203,8 +203,10 @@ static void emit_functions(E *e) {
         v, s->step.n, v);
     e->progress = false; // the step end: its messages are waited for around it
     emit_segment(e, s->step.nodes, s->step.n, "0");
+    e->progress = progress;
     out(e, "}\n\n");
   }
+  e->progress = false;
 }
 
 // The forward segments of every stage of the rank, in stage order (evaluation, --gradcheck).
