@@ -28,15 +28,27 @@ double costs_weight(const Node *n, int64_t mb) {
   return c.flops / (ROOF_GFLOPS * 1e9) + c.bytes / (ROOF_GBYTES * 1e9);
 }
 
-// A number >= 0 (positive: > 0) at it, else an error naming path.
+// A number >= 0 (positive: > 0) at it, else an error naming path. Seconds past MAX_SECONDS and
+// a bandwidth below 1 byte per second are no measurement (and would overflow the simulator's
+// sums to infinity, which the partitioner reads as "nothing fits"): errors too.
+#define MAX_SECONDS 1e6
 static bool want_seconds(const JsonIn *j, const cJSON *it, const char *path, bool positive,
                          const char *what, double *out) {
+  char num[64];
   if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble < 0 ||
       (positive && !(it->valuedouble > 0))) {
-    char num[64];
     diag_error(j->d, json_loc(j, it), "%s: expected a %s number (%s), got %s", path,
                positive ? "positive" : "non-negative", what,
                cJSON_IsNumber(it) ? source_number_str(j->src, it, num, sizeof num) : json_type(it));
+    return false;
+  }
+  bool bw = !strcmp(what, "bytes per second"),
+       per_byte = !strcmp(what, "seconds per parameter byte");
+  double lo = bw ? 1 : 0, hi = bw ? INFINITY : per_byte ? 1 : MAX_SECONDS;
+  if (it->valuedouble < lo || it->valuedouble > hi) {
+    diag_error(j->d, json_loc(j, it), "%s: %s %s is no measurement (expected %s %g)", path,
+               source_number_str(j->src, it, num, sizeof num), what, bw ? "at least" : "at most",
+               bw ? lo : hi);
     return false;
   }
   *out = it->valuedouble;

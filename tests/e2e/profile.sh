@@ -163,6 +163,14 @@ expect costs-no-link 1 "^$tmp/nolink.json:1:1: error: costs: missing required ke
 sed 's/"f": 0.001,/"f": -1,/' "$tmp/hand.json" >"$tmp/neg.json"
 expect costs-negative 1 "^$tmp/neg.json:4:.*: error: units\[0\]\.f: expected a non-negative number \(seconds\), got -1$" \
   "$pipec" plan $mlp --stages 2 --costs "$tmp/neg.json"
+# Numbers no measurement gives (they would overflow the simulator's sums: before, a unit of
+# 1e300 s made the partitioner say no cut fits the memory cap, with no cap given).
+sed 's/"f": 0.001,/"f": 1e300,/' "$tmp/hand.json" >"$tmp/huge.json"
+expect costs-huge 1 "^$tmp/huge.json:4:.*: error: units\[0\]\.f: 1e300 seconds is no measurement \(expected at most 1e\+06\)$" \
+  "$pipec" plan $mlp --stages 2 --costs "$tmp/huge.json"
+sed 's/"bandwidth": 1e30/"bandwidth": 1e-300/' "$tmp/hand.json" >"$tmp/slow.json"
+expect costs-slow-link 1 "^$tmp/slow.json:1:.*: error: link\.bandwidth: 1e-300 bytes per second is no measurement \(expected at least 1\)$" \
+  "$pipec" plan $mlp --stages 2 --costs "$tmp/slow.json"
 printf '{"pipec_costs": 1, "link": {"latency": 0, "bandwith": 1}, "optimizer": 0, "units": []}\n' >"$tmp/typo.json"
 expect costs-typo 1 "^$tmp/typo.json:1:.*: error: link: unknown key 'bandwith' \(did you mean 'bandwidth'\?\)$" \
   "$pipec" plan $mlp --stages 2 --costs "$tmp/typo.json"
