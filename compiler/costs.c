@@ -301,7 +301,8 @@ static void share(const Segment *s, double T, int64_t mb, double *node_s) {
 }
 
 bool costs_from_profile(const Program *p, const char *sched, const char *raw_path, const char *out,
-                        Diag *d) {
+                        int *unbound, Diag *d) {
+  *unbound = 0;
   Graph *g = p->g;
   Arena *a = g->arena;
   FILE *f = fopen(raw_path, "rb");
@@ -435,6 +436,7 @@ bool costs_from_profile(const Program *p, const char *sched, const char *raw_pat
     bool sto = cpu && all && cJSON_IsArray(sv) && cJSON_GetArraySize(sv) == p->nranks;
     for (x = sto ? sv->child : NULL; x; x = x->next)
       sto = sto && cJSON_IsNumber(x) && x->valuedouble >= 0;
+    *unbound = cpu && !all ? (int)cores : 0;
     if (sto) {
       fprintf(o, ", \"stolen\": [");
       r = 0;

@@ -66,8 +66,10 @@ int costs_rank_cores(const Costs *c, int nranks, int *pin);
 
 // `pipec profile`: from the program's measurement (the generated program's --profile FILE at
 // raw_path) and the profiled Program p (its partition and segments), the costs file at out
-// (atomic). False after reporting through d.
+// (atomic). *unbound: the cores the ranks shared without each being bound to one (so what a
+// core loses to a partner rank is not in the file: the caller says so), else 0. False after
+// reporting through d.
 bool costs_from_profile(const Program *p, const char *sched, const char *raw_path, const char *out,
-                        Diag *d);
+                        int *unbound, Diag *d);
 
 #endif

@@ -953,6 +953,7 @@ static int finish_profile(Driver *dr) {
   pa[n++] = "--profile", pa[n++] = (char *)raw;
   pa[n] = NULL;
   int status = EXIT_MODEL;
+  int unbound = 0; // the cores the ranks shared unbound
   pid_t pid = fork();
   if (pid == 0) {
     execv(pa[0], pa);
@@ -966,9 +967,17 @@ static int finish_profile(Driver *dr) {
     fprintf(stderr, "pipec: profile: the profiled program failed (%s %d)\n",
             WIFEXITED(ws) ? "exit status" : "signal",
             WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws));
-  else if (costs_from_profile(&dr->prog, sched_name(dr->sched), raw, dr->prof_out, &dr->diag)) {
+  else if (costs_from_profile(&dr->prog, sched_name(dr->sched), raw, dr->prof_out, &unbound,
+                              &dr->diag)) {
     fprintf(stderr, "pipec: wrote %s (%d stages, %s)\n", dr->prof_out, dr->prog.nranks,
             sched_name(dr->sched));
+    if (unbound)
+      fprintf(stderr,
+              "pipec: note: the %d ranks shared %d cores unbound, so the costs cannot say which "
+              "ranks share a core nor what a core loses to a rank polling beside it: profile and "
+              "run with PIPEC_BIND=core for a closer prediction (docs/pipeline.md, \"What a "
+              "shared core loses\")\n",
+              dr->prog.nranks, unbound);
     status = 0;
   }
   remove_tree(dr->out);

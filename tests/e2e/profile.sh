@@ -264,6 +264,12 @@ if sys.argv[2] == "cpu":
 else:
     assert "stolen" not in mach, mach
 PY
+  # bound, no note; unbound on shared cores, the note that says what is missing
+  check "bound ranks: no note" bash -c "! grep -q 'pipec: note:' '$tmp/prof4.out'"
+  if [ "$clock" = cpu ]; then
+    PIPEC_BIND=none "$pipec" profile $mlp --stages 4 --microbatches 4 -o "$tmp/mlp4u.json" -- --steps 6 --threads 1 >"$tmp/prof4u.out" 2>&1 || bad "unbound profile"
+    check "unbound on shared cores: the note" grep -qE "^pipec: note: the 4 ranks shared [0-9]+ cores unbound, so the costs cannot say which ranks share a core nor what a core loses to a rank polling beside it: profile and run with PIPEC_BIND=core for a closer prediction" "$tmp/prof4u.out"
+  fi
 else
   bad "pipec profile at S = 4: $(tail -n 5 "$tmp/prof4.out")"
 fi
