@@ -362,8 +362,11 @@ bool costs_from_profile(const Program *p, const char *sched, const char *raw_pat
     seen[(int)v] = true;
   }
   for (int v = 0; v < p->nv; v++)
-    if (!seen[v]) {
-      diag_error(d, (Loc){0, 0}, "'%s' has no timings of stage %d", raw_path, v);
+    if (!seen[v]) { // (the file is pipec profile's own: say what the run lacked)
+      diag_error(d, (Loc){0, 0},
+                 "the profiled run timed no action of stage %d: it needs --steps 1 or more after "
+                 "its warm-up step (PROGRAM-OPTIONS after --)",
+                 v);
       cJSON_Delete(raw);
       return false;
     }
