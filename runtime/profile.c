@@ -227,7 +227,7 @@ void pr_prof_finish(const PrComm *c) {
   double *ivm = calloc((size_t)3 * cap, sizeof(double)),
          *iva = malloc((size_t)3 * cap * S * sizeof(double));
   prCheck(ni && bnd && ivm && iva, "the machine is out of memory", "--profile: cannot allocate");
-  memcpy(ivm, prof.iv.v, (size_t)prof.iv.n * sizeof(double));
+  if (prof.iv.n) memcpy(ivm, prof.iv.v, (size_t)prof.iv.n * sizeof(double)); // (none: v is NULL)
   if (c)
     c->transport->allgather(ivm, iva, 3 * cap);
   else
