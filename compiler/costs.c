@@ -28,27 +28,26 @@ double costs_weight(const Node *n, int64_t mb) {
   return c.flops / (ROOF_GFLOPS * 1e9) + c.bytes / (ROOF_GBYTES * 1e9);
 }
 
-// A number >= 0 (positive: > 0) at it, else an error naming path. Seconds past MAX_SECONDS and
-// a bandwidth below 1 byte per second are no measurement (and would overflow the simulator's
-// sums to infinity, which the partitioner reads as "nothing fits"): errors too.
+// A number in [lo, hi] at it (lo > 0: a positive one), else an error naming path: first for
+// a negative (lo > 0: not positive) number or none at all, then for one outside the range, which
+// is no measurement (seconds past MAX_SECONDS, a bandwidth below 1 byte per second: they would
+// overflow the simulator's sums to infinity, which the partitioner reads as "nothing fits").
 #define MAX_SECONDS 1e6
-static bool want_seconds(const JsonIn *j, const cJSON *it, const char *path, bool positive,
+static bool want_seconds(const JsonIn *j, const cJSON *it, const char *path, double lo, double hi,
                          const char *what, double *out) {
   char num[64];
   if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble < 0 ||
-      (positive && !(it->valuedouble > 0))) {
+      (lo > 0 && !(it->valuedouble > 0))) {
     diag_error(j->d, json_loc(j, it), "%s: expected a %s number (%s), got %s", path,
-               positive ? "positive" : "non-negative", what,
+               lo > 0 ? "positive" : "non-negative", what,
                cJSON_IsNumber(it) ? source_number_str(j->src, it, num, sizeof num) : json_type(it));
     return false;
   }
-  bool bw = !strcmp(what, "bytes per second"),
-       per_byte = !strcmp(what, "seconds per parameter byte");
-  double lo = bw ? 1 : 0, hi = bw ? INFINITY : per_byte ? 1 : MAX_SECONDS;
   if (it->valuedouble < lo || it->valuedouble > hi) {
+    bool low = it->valuedouble < lo;
     diag_error(j->d, json_loc(j, it), "%s: %s %s is no measurement (expected %s %g)", path,
-               source_number_str(j->src, it, num, sizeof num), what, bw ? "at least" : "at most",
-               bw ? lo : hi);
+               source_number_str(j->src, it, num, sizeof num), what, low ? "at least" : "at most",
+               low ? lo : hi);
     return false;
   }
   *out = it->valuedouble;
@@ -88,13 +87,13 @@ bool costs_load(Costs *c, const char *path, Arena *a, Diag *d) {
   static const char *const lk[] = {"latency", "bandwidth"};
   if (!json_check_keys(&j, link, "link", lk, 2)) return false;
   if (!json_need(&j, link, "link", "latency", &it) ||
-      !want_seconds(&j, it, "link.latency", false, "seconds", &c->latency))
+      !want_seconds(&j, it, "link.latency", 0, MAX_SECONDS, "seconds", &c->latency))
     return false;
   if (!json_need(&j, link, "link", "bandwidth", &it) ||
-      !want_seconds(&j, it, "link.bandwidth", true, "bytes per second", &c->bandwidth))
+      !want_seconds(&j, it, "link.bandwidth", 1, INFINITY, "bytes per second", &c->bandwidth))
     return false;
   if (!json_need(&j, root, "costs", "optimizer", &it) ||
-      !want_seconds(&j, it, "optimizer", false, "seconds per parameter byte", &c->opt_per_byte))
+      !want_seconds(&j, it, "optimizer", 0, 1, "seconds per parameter byte", &c->opt_per_byte))
     return false;
   // Optional: the machine the ranks shared when measured (fewer cores than ranks: they queue).
   const cJSON *mach = json_get(root, "machine");
@@ -151,8 +150,8 @@ bool costs_load(Costs *c, const char *path, Arena *a, Diag *d) {
       c->stolen = ARENA_ARRAY(a, double, (size_t)c->nstolen + 1);
       int r = 0;
       for (const cJSON *x = sl->child; x; x = x->next, r++)
-        if (!want_seconds(&j, x, arena_printf(a, "machine.stolen[%d]", r), false, "seconds",
-                          &c->stolen[r]))
+        if (!want_seconds(&j, x, arena_printf(a, "machine.stolen[%d]", r), 0, MAX_SECONDS,
+                          "seconds", &c->stolen[r]))
           return false;
     }
   }
@@ -174,7 +173,8 @@ bool costs_load(Costs *c, const char *path, Arena *a, Diag *d) {
       return false;
     for (int q = 0; q < 3; q++)
       if (!json_need(&j, u, p, kinds[q], &it) ||
-          !want_seconds(&j, it, arena_printf(a, "%s.%s", p, kinds[q]), false, "seconds", dst[q]))
+          !want_seconds(&j, it, arena_printf(a, "%s.%s", p, kinds[q]), 0, MAX_SECONDS, "seconds",
+                        dst[q]))
         return false;
   }
   return true;
