@@ -216,12 +216,12 @@ void pr_prof_finish(const PrComm *c) {
     memcpy(all, mine, (size_t)n * sizeof(double));
   }
   // Every rank's action intervals, padded to the longest list (two all-gathers).
-  double cnt = (double)(prof.iv.n / 3), *cnts = calloc((size_t)S, sizeof(double));
+  double niv = (double)(prof.iv.n / 3), *cnts = calloc((size_t)S, sizeof(double));
   prCheck(cnts != NULL, "the machine is out of memory", "--profile: cannot allocate");
   if (c)
-    c->transport->allgather(&cnt, cnts, 1);
+    c->transport->allgather(&niv, cnts, 1);
   else
-    cnts[0] = cnt;
+    cnts[0] = niv;
   int cap = 1, *ni = calloc((size_t)S, sizeof(int)), *bnd = calloc((size_t)S, sizeof(int));
   for (int r = 0; r < S; r++) cap = cnts[r] > cap ? (int)cnts[r] : cap;
   double *ivm = calloc((size_t)3 * cap, sizeof(double)),
@@ -237,7 +237,7 @@ void pr_prof_finish(const PrComm *c) {
   double *stolen = calloc((size_t)S, sizeof(double));
   prCheck(stolen != NULL, "the machine is out of memory", "--profile: cannot allocate");
   double ivsteps = (double)(prof.step.n < PROF_IV_STEPS ? prof.step.n : PROF_IV_STEPS);
-  bool have_stolen = stolen_seconds(S, iva, ni, cap, bnd, ivsteps, stolen);
+  bool have_stolen = me == 0 && stolen_seconds(S, iva, ni, cap, bnd, ivsteps, stolen); // (writes)
   if (me == 0) {
     // Latency + bytes / bandwidth, least squares over every pair's medians.
     double sx = 0, sy = 0, sxx = 0, sxy = 0, cnt = 0;
