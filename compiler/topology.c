@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <libxml/SAX2.h>
 #include <libxml/parser.h>
 #include <libxml/tree.h>
 
@@ -38,6 +39,7 @@
 enum { TN_CPU, TN_PCI, TN_GPU, TN_NIC, TN_NVS };     // node kinds
 enum { TL_PCI, TL_NVL, TL_SYS, TL_C2C, TL_LOC };     // link kinds
 enum { TOPO_EXACT_MAX = 16, TOPO_MAX_NODES = 4096 }; // exact placement; nodes of a file
+enum { TOPO_MSG_MAX = 512 }; // an error message's bytes; a longer one is cut and ends in "..."
 #define TOPO_CROSS 1e6 // the placement's price of a link between machines (place_exact)
 
 typedef struct TNode {
@@ -83,19 +85,28 @@ typedef struct Parse {
 enum { CPU_X86 = 1, CPU_ARM, CPU_POWER };              // arch
 enum { VENDOR_INTEL = 1, VENDOR_AMD, VENDOR_ZHAOXIN }; // vendor
 
+// A message on one line: libxml2's encoding error adds "\nBytes: 0x..", and a quoted attribute
+// may hold any character.
+static void one_line(char *s) {
+  for (; *s; s++)
+    if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = ' ';
+}
+
 static bool fail(Parse *p, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static bool fail(Parse *p, int line, const char *fmt, ...) {
   if (p->failed) return false;
   p->failed = true;
-  if (line > 0)
-    fprintf(p->err, "%s:%d: error: ", p->file, line);
-  else
-    fprintf(p->err, "%s: error: ", p->file);
+  char msg[TOPO_MSG_MAX];
   va_list ap;
   va_start(ap, fmt);
-  vfprintf(p->err, fmt, ap);
+  int n = vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  fputc('\n', p->err);
+  one_line(msg);
+  const char *more = n >= (int)sizeof msg ? "..." : ""; // a value quoted from the file was long
+  if (line > 0)
+    fprintf(p->err, "%s:%d: error: %s%s\n", p->file, line, msg, more);
+  else
+    fprintf(p->err, "%s: error: %s%s\n", p->file, msg, more);
   return false;
 }
 
@@ -451,6 +462,7 @@ typedef struct XmlErr {
   int line;      // its line (0: none)
   char msg[512]; // its message, without the line break
   bool set;      // one was recorded
+  bool dtd;      // the file has a <!DOCTYPE> (line: its line); parsing stopped there
 } XmlErr;
 
 static void on_xml_error(void *ctx, xmlErrorPtr e) {
@@ -461,6 +473,32 @@ static void on_xml_error(void *ctx, xmlErrorPtr e) {
   snprintf(x->msg, sizeof x->msg, "%s", e->message ? e->message : "malformed XML");
   size_t n = strlen(x->msg);
   while (n && (x->msg[n - 1] == '\n' || x->msg[n - 1] == ' ')) x->msg[--n] = 0;
+}
+
+// The parser stops at a <!DOCTYPE>, before its internal subset is read: entity declarations are
+// refused outright, since one large entity referenced many times expands quadratically (libxml2
+// bounds only the nested "billion laughs" form), and no NCCL topology has one.
+static void on_doctype(void *ctx, const xmlChar *name, const xmlChar *ext, const xmlChar *sys) {
+  (void)name, (void)ext, (void)sys;
+  xmlParserCtxtPtr c = ctx;
+  XmlErr *x = c->_private;
+  x->dtd = true;
+  x->line = xmlSAX2GetLineNumber(ctx);
+  xmlStopParser(c);
+}
+
+// The file parsed without the network, DTDs or entity substitution; NULL on failure (x says why).
+static xmlDocPtr read_xml(const char *path, XmlErr *x) {
+  xmlParserCtxtPtr c = xmlNewParserCtxt();
+  if (!c) return NULL;
+  c->_private = x;
+  c->sax->internalSubset = on_doctype;
+  xmlSetStructuredErrorFunc(x, on_xml_error);
+  xmlDocPtr doc =
+      xmlCtxtReadFile(c, path, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+  xmlSetStructuredErrorFunc(NULL, NULL);
+  xmlFreeParserCtxt(c);
+  return doc;
 }
 
 // Per GPU node: the breadth-first paths to every node (NCCL's rules, see the top of the file).
@@ -524,10 +562,13 @@ bool topology_load(Topology *t, const char *path, Arena *a, FILE *err) {
   if (!f) return fail(&p, 0, "cannot read the topology file: %s", strerror(errno));
   fclose(f);
   XmlErr xe = {0};
-  xmlSetStructuredErrorFunc(&xe, on_xml_error);
-  xmlDocPtr doc =
-      xmlReadFile(path, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
-  xmlSetStructuredErrorFunc(NULL, NULL);
+  xmlDocPtr doc = read_xml(path, &xe);
+  if (xe.dtd) {
+    if (doc) xmlFreeDoc(doc);
+    return fail(&p, xe.line,
+                "a <!DOCTYPE> declaration: an NCCL topology file has none, and pipec expands no "
+                "entities");
+  }
   if (!doc || xe.set) {
     if (doc) xmlFreeDoc(doc);
     return fail(&p, xe.line, "malformed XML: %s", xe.set ? xe.msg : "libxml2 could not read it");

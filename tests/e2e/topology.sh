@@ -45,6 +45,28 @@ assert [r['message'] for r in d] == [\"--topology tests/bad_topology/gpu_no_sm.x
 "$pipec" plan $gpt --stages 4 --topology "" >/dev/null 2>"$tmp/err"
 check "empty name: usage error" test $? -eq 2
 
+# ---- Hostile files: one 10 kB entity referenced 9,000 times (90 MB once expanded, quadratic in
+# libxml2; the catalogue's entity_declared.xml is its small form) is refused at its <!DOCTYPE>,
+# and a 2 MB attribute quoted in an error is cut: each a one-line error, at once.
+python3 - "$tmp" <<'PY'
+import sys
+t = sys.argv[1]
+ent = '<!DOCTYPE system [<!ENTITY e "%s">]>\n' % ("A" * 10000)
+with open(t + "/quadratic.xml", "w") as f:
+    f.write('<?xml version="1.0"?>\n' + ent + '<system version="1"><cpu numaid="0" arch="'
+            + "&e;" * 9000 + '"/></system>\n')
+with open(t + "/long_attr.xml", "w") as f:
+    f.write('<?xml version="1.0"?>\n<system version="1">\n<cpu numaid="0" arch="' + "B" * 2000000
+            + '"/></system>\n')
+PY
+timeout -k 2 10 "$pipec" plan $gpt --stages 4 --topology "$tmp/quadratic.xml" >/dev/null 2>"$tmp/err"
+check "quadratic entity: exit 1 at once" test $? -eq 1
+check "quadratic entity: the message" grep -qx "$tmp/quadratic.xml:2: error: a <!DOCTYPE> declaration: an NCCL topology file has none, and pipec expands no entities" "$tmp/err"
+timeout -k 2 10 "$pipec" plan $gpt --stages 4 --topology "$tmp/long_attr.xml" >/dev/null 2>"$tmp/err"
+check "long attribute: exit 1" test $? -eq 1
+check "long attribute: one line of at most 600 bytes" test "$(wc -l <"$tmp/err")" -eq 1 -a "$(wc -c <"$tmp/err")" -le 600
+check "long attribute: cut with '...'" grep -q '^.*/long_attr.xml:3: error: .*BBBB\.\.\.$' "$tmp/err"
+
 # ---- Derived bandwidths. pcie_box: Gen4 x16 = 16 x 1.5 GB/s = 24 (GPU to switch, switch to CPU
 # 0); CPU 1's switch on Gen3 x16 = 12; Intel model 0x6a: UPI 10; NIC 200 Gb/s = 25 GB/s.
 "$pipec" plan $gpt --stages 4 --topology $topo/pcie_box.xml --stop-after=schedule >"$tmp/pcie" 2>&1 ||
