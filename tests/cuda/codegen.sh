@@ -7,7 +7,8 @@
 # pr_cu_ kernel or one of the host-side functions it needs (data loaders, the fresh
 # initialisation into the host mirror, the message transport, pr_main); and, where no GPU is
 # usable (CI), the programs stop before any work with the runtime's no-device error, exit 1, and
-# its HINT (a rank of the pipeline too). Registered only where CMake found the toolkit.
+# its HINT (a rank of the pipeline too); every schedule at M = 4 builds too. Registered only where
+# CMake found the toolkit.
 # Usage: codegen.sh PIPEC ROOT
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../e2e/lib.sh"
@@ -44,6 +45,20 @@ for model in samples/*.json; do
     [ "$S" -eq 1 ] && check "$name: bin/train built" test -x "$out/bin/train"
     check "$name S=$S: the program's table names the device" grep -q '\.device = &pr_device_cuda' "$out/rank0.cu"
   done
+done
+# Every schedule at M >= 2 (several microbatches in flight: slotted buffers, posted receives),
+# built by nvcc with warnings as errors: gpipe, 1f1b, interleaved, zb-h1, zb-v and a CSV one.
+"$pipec" plan samples/mlp_digits.json --stages 2 --microbatches 4 --schedule 1f1b \
+  --export-csv "$tmp/csv-1f1b.csv" >/dev/null 2>&1 || bad "plan --export-csv failed"
+for sched in gpipe 1f1b interleaved zb-h1 zb-v "$tmp/csv-1f1b.csv"; do
+  opts=(--target cuda --stages 2 --microbatches 4 --comm mpi --schedule "$sched")
+  [ "$sched" = interleaved ] && opts+=(--virtual 2)
+  name=$(basename "$sched" .csv)
+  if "$pipec" compile samples/mlp_digits.json "${opts[@]}" -o "$tmp/m4.$name" >"$tmp/log" 2>&1; then
+    check "$name M=4: bin/rank1 built" test -x "$tmp/m4.$name/bin/rank1"
+  else
+    bad "$name M=4: pipec compile --target cuda failed: $(grep -m3 -E 'error' "$tmp/log")"
+  fi
 done
 # --cuda-arch: one of the runtime's architectures builds; another is refused (the kernels are the
 # library's, built for PIPEC_CUDA_ARCHS, default 80;90).
