@@ -59,13 +59,7 @@ bool costs_load(Costs *c, const char *path, Arena *a, Diag *d) {
   Source *src = arena_alloc(a, sizeof *src);
   memset(src, 0, sizeof *src);
   c->src = src;
-  FILE *f = fopen(path, "rb"); // source_load's message would call it the model file
-  if (!f) {
-    diag_error(d, (Loc){0, 0}, "cannot open the costs file: %s", strerror(errno));
-    return false;
-  }
-  fclose(f);
-  if (!source_load(src, a, path, d)) return false;
+  if (!source_load_file(src, a, path, "the costs file", d)) return false;
   JsonIn j = {src, d, a};
   const cJSON *root = src->root, *it;
   static const char *const top[] = {"pipec_costs", "model", "measured", "link",

@@ -33,6 +33,7 @@
 #include <libxml/parser.h>
 #include <libxml/tree.h>
 
+#include "files.h"
 #include "topology.h"
 
 enum { TN_CPU, TN_PCI, TN_GPU, TN_NIC, TN_NVS };     // node kinds
@@ -520,14 +521,16 @@ static const char *path_kind(const Parse *p, int src, int dst, const int *pred) 
 bool topology_load(Topology *t, const char *path, Arena *a, FILE *err) {
   *t = (Topology){.file = path};
   Parse p = {.file = path, .err = err, .a = a, .nvs = -1};
-  FILE *f = fopen(path, "rb");
+  const char *kind;
+  FILE *f = open_regular(path, &kind); // libxml2 reads the descriptor checked here
+  if (!f && kind) return fail(&p, 0, "the topology file is %s, not a regular file", kind);
   if (!f) return fail(&p, 0, "cannot read the topology file: %s", strerror(errno));
-  fclose(f);
   XmlErr xe = {0};
   xmlSetStructuredErrorFunc(&xe, on_xml_error);
   xmlDocPtr doc =
-      xmlReadFile(path, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+      xmlReadFd(fileno(f), path, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
   xmlSetStructuredErrorFunc(NULL, NULL);
+  fclose(f);
   if (!doc || xe.set) {
     if (doc) xmlFreeDoc(doc);
     return fail(&p, xe.line, "malformed XML: %s", xe.set ? xe.msg : "libxml2 could not read it");

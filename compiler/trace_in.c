@@ -16,6 +16,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "files.h"
 #include "trace_in.h"
 
 static bool compute_kind(ActionKind k) {
@@ -48,7 +49,12 @@ static int by_ts(const void *a, const void *b) {
 }
 
 static char *slurp(const char *path, Diag *d) {
-  FILE *f = fopen(path, "rb");
+  const char *kind;
+  FILE *f = open_regular(path, &kind);
+  if (!f && kind) {
+    diag_error(d, (Loc){0, 0}, "trace '%s' is %s, not a regular file", path, kind);
+    return NULL;
+  }
   if (!f) {
     diag_error(d, (Loc){0, 0}, "cannot read trace '%s': %s", path, strerror(errno));
     return NULL;
