@@ -13,7 +13,8 @@
 #   - a custom command running `pipec compile MODEL --no-build --depfile` into DIR: its outputs
 #     are DIR/rank<r>.c (.cu), DIR/launch.sh and DIR/pipec-manifest.json; it depends on the model
 #     (and the pipec executable), and through the depfile on every file pipec read: editing the
-#     model reruns it, nothing else does;
+#     model reruns it, nothing else does (the depfile only where the paths are plain enough for
+#     CMake to read it back, see below);
 #   - executables NAME_rank0 .. NAME_rank<S-1>, one per generated source, written to
 #     DIR/bin/rank<r> (where DIR/launch.sh runs them: under mpirun at S > 1), compiled and linked by
 #     this project's toolchain and flags (CMAKE_C_FLAGS, build type, sanitizers, install rules)
@@ -98,9 +99,22 @@ function(pipec_add_model name model)
     list(PREPEND libs pipec::pipert_mpi)
   endif()
 
+  # The depfile where CMake reads it back: Ninja and Makefile generators, and paths of letters,
+  # digits and "_./+,@!{} ~-" only: pipec refuses the paths a depfile cannot hold (';', '(', '\',
+  # ...: docs/build-integration.md), and CMake (3.25) mangles the '#', '$' and ':' that make and
+  # ninja read back (Ninja generator: pipec reruns at every build; ':', Makefiles too: never).
+  # Nothing is lost without it today: the model, pipec's one input, is in DEPENDS.
+  set(depfile "")
+  if(CMAKE_GENERATOR MATCHES "Ninja|Makefiles" AND
+     "${model}${out}" MATCHES "^[A-Za-z0-9_./+,@!{} ~-]*$")
+    set(depfile DEPFILE "${out}/pipec.d")
+  endif()
   # pipec compile --no-build: the sources, launch.sh, the manifest (in this order: the depfile's).
-  set(cmd compile "${model}" --no-build -o "${out}" --depfile "${out}/pipec.d"
-    --stages ${arg_STAGES} --target ${arg_TARGET})
+  set(cmd compile "${model}" --no-build -o "${out}")
+  if(depfile)
+    list(APPEND cmd --depfile "${out}/pipec.d")
+  endif()
+  list(APPEND cmd --stages ${arg_STAGES} --target ${arg_TARGET})
   if(DEFINED arg_SCHEDULE)
     list(APPEND cmd --schedule ${arg_SCHEDULE})
   endif()
@@ -113,10 +127,6 @@ function(pipec_add_model name model)
   foreach(r RANGE 0 ${last})
     list(APPEND sources "${out}/rank${r}.${ext}")
   endforeach()
-  set(depfile "")
-  if(CMAKE_GENERATOR MATCHES "Ninja|Makefiles")
-    set(depfile DEPFILE "${out}/pipec.d")
-  endif()
   get_filename_component(model_name "${model}" NAME)
   add_custom_command(
     OUTPUT ${sources} "${out}/launch.sh" "${out}/pipec-manifest.json"

@@ -51,5 +51,10 @@ bool codegen_manifest(const Program *prog, const CodegenOptions *o, Diag *d);
 // --depfile PATH: a Make-style dependency file, what this compile wrote (o->build: the programs
 // first) depending on every file pipec read (the model file).
 bool codegen_depfile(const Program *prog, const CodegenOptions *o, const char *path, Diag *d);
+// Whether the model path and the outputs under out_dir (NULL: the default, out/NAME, which always
+// can) can be written in a depfile that make, ninja and CMake all read back alike; false after
+// reporting the path and its character (docs/build-integration.md). The driver checks before any
+// work; codegen_depfile checks again.
+bool codegen_depfile_check(Arena *a, const char *model, const char *out_dir, Diag *d);
 
 #endif

@@ -12,8 +12,11 @@
 //   Ninja's depfile: the targets are what this compile wrote (--no-build: the sources, launch.sh,
 //   the manifest; else the programs first, then the sources and launch.sh), the inputs every file
 //   pipec read to write them: the model file (the format has no includes; data files are read by
-//   the programs at run time, not by pipec). Paths as given on the command line; spaces, '#' and
-//   '$' escaped as GCC escapes them. Written atomically after everything else.
+//   the programs at run time, not by pipec). Paths as given on the command line, escaped so that
+//   make, ninja and CMake all read back the same bytes: ' ', '#', ':' after a backslash, '$'
+//   doubled; a path none of them could read alike (a ';' ends make's prerequisites and starts a
+//   recipe, ninja ends a name at it) is refused, by codegen_depfile_check before any work and
+//   here again. Written atomically after everything else.
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,13 +137,67 @@ bool codegen_manifest(const Program *prog, const CodegenOptions *o, Diag *d) {
   return ok;
 }
 
-// A path in a Make rule: ' ', '#' backslash-escaped, '$' doubled (as GCC's -MD writes them); NULL
-// for a path with a line break, which no Make-style rule can hold.
+typedef struct Refusal {
+  const char *verb; // "has", "starts with", "ends with" (NULL: the path can be written)
+  char c;           // the character
+  const char *why;  // what a reader makes of it
+} Refusal;
+
+// Why make, ninja and CMake could not all read path back from a depfile (verb NULL: they can),
+// by the character at fault (docs/build-integration.md lists them; each was tried with GNU Make
+// 4.3, Ninja 1.11 and CMake 3.25):
+//   - control bytes (a line break ends the rule), ';' (make: a recipe follows; `\;` does not
+//     help), '|' (make: order-only prerequisites follow), '=' (make: a variable assignment),
+//     '[' (make: a wildcard, `a[1]` names `a1`), '(' and ')' (make: `lib(member)`), and ninja's
+//     other separators '*', '?', '\'', '"', '`', '&', '<', '>', '^' (a name ends there, and
+//     ninja keeps the backslash of `\;`);
+//   - '\': ninja keeps `\\` where make and CMake read one backslash, and before '#' or ':' each
+//     counts the backslashes differently;
+//   - a leading '~' (make: a home directory), a trailing ':' (ninja reads `\:` before the line
+//     break as a backslash and a colon), '%' in an output (make: a pattern rule; `\%` is read as
+//     is by ninja).
+static Refusal depfile_refuses(const char *path, bool output) {
+  for (const char *p = path; *p; p++) {
+    unsigned char u = (unsigned char)*p;
+    if (u == '\n' || u == '\r') return (Refusal){"has", *p, "which ends a rule of the depfile"};
+    if (u < 0x20 || u == 0x7f) return (Refusal){"has", *p, "which no depfile can hold"};
+    if (strchr(";|=[()*?'\"`&<>^\\", *p))
+      return (Refusal){"has", *p, "which make and ninja cannot both read back"};
+    if (*p == '~' && p == path)
+      return (Refusal){"starts with", *p, "which make expands to a home directory"};
+    if (*p == ':' && !p[1]) return (Refusal){"ends with", *p, "which ninja cannot read back"};
+    if (*p == '%' && output) return (Refusal){"has", *p, "which make reads as a pattern"};
+  }
+  return (Refusal){0};
+}
+
+// Reports why path cannot be written in a depfile (what: "model", "output"); false if so. The
+// path and the character are shown on one line: a control byte as '\n', '\x01'.
+static bool depfile_path_ok(const char *what, const char *path, bool output, Diag *d) {
+  Refusal r = depfile_refuses(path, output);
+  if (!r.verb) return true;
+  char ch[2] = {r.c, 0};
+  char *p = diag_printable(path), *c = diag_printable(ch);
+  diag_error(d, (Loc){0, 0},
+             "--depfile: the %s path '%s' %s '%s', %s: rename it or leave out --depfile", what,
+             p ? p : path, r.verb, c ? c : "?", r.why);
+  free(p);
+  free(c);
+  return false;
+}
+
+bool codegen_depfile_check(Arena *a, const char *model, const char *out_dir, Diag *d) {
+  // Every output is OUT/ and a name of letters, digits, '.', '/': OUT decides for them all.
+  return depfile_path_ok("model", model, false, d) &&
+         (!out_dir || depfile_path_ok("output", arena_printf(a, "%s/launch.sh", out_dir), true, d));
+}
+
+// A path in a depfile (depfile_refuses passed it): ' ', '#' and ':' backslash-escaped, '$'
+// doubled; every other byte as it is.
 static const char *make_path(Arena *a, const char *s) {
   char *o = arena_alloc(a, 2 * strlen(s) + 1), *q = o;
   for (; *s; s++) {
-    if (*s == '\n' || *s == '\r') return NULL;
-    if (*s == ' ' || *s == '#') *q++ = '\\';
+    if (*s == ' ' || *s == '#' || *s == ':') *q++ = '\\';
     if (*s == '$') *q++ = '$';
     *q++ = *s;
   }
@@ -163,21 +220,13 @@ bool codegen_depfile(const Program *prog, const CodegenOptions *o, const char *p
   const char *inputs[] = {o->model_path}; // every file pipec read (see the top)
   char *text = arena_strdup(a, "");
   for (int i = 0; i < n; i++) {
-    const char *t = make_path(a, targets[i]);
-    if (!t) {
-      diag_error(d, (Loc){0, 0}, "--depfile: the output path '%s' has a line break", targets[i]);
-      return false;
-    }
-    text = arena_printf(a, "%s%s%s", text, i ? " \\\n " : "", t);
+    if (!depfile_path_ok("output", targets[i], true, d)) return false;
+    text = arena_printf(a, "%s%s%s", text, i ? " \\\n " : "", make_path(a, targets[i]));
   }
   text = arena_printf(a, "%s:", text);
   for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; i++) {
-    const char *p = make_path(a, inputs[i]);
-    if (!p) {
-      diag_error(d, (Loc){0, 0}, "--depfile: the input path '%s' has a line break", inputs[i]);
-      return false;
-    }
-    text = arena_printf(a, "%s \\\n %s", text, p);
+    if (!depfile_path_ok("model", inputs[i], false, d)) return false;
+    text = arena_printf(a, "%s \\\n %s", text, make_path(a, inputs[i]));
   }
   const char *line = arena_printf(a, "%s\n", text);
   return write_file_atomic(path, line, strlen(line), d);

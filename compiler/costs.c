@@ -13,10 +13,12 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../ir/ops.h"
+#include "../ir/strmap.h"
 #include "files.h"
 #include "json.h"
 
@@ -59,13 +61,7 @@ bool costs_load(Costs *c, const char *path, Arena *a, Diag *d) {
   Source *src = arena_alloc(a, sizeof *src);
   memset(src, 0, sizeof *src);
   c->src = src;
-  FILE *f = fopen(path, "rb"); // source_load's message would call it the model file
-  if (!f) {
-    diag_error(d, (Loc){0, 0}, "cannot open the costs file: %s", strerror(errno));
-    return false;
-  }
-  fclose(f);
-  if (!source_load(src, a, path, d)) return false;
+  if (!source_load_file(src, a, path, "the costs file", d)) return false;
   JsonIn j = {src, d, a};
   const cJSON *root = src->root, *it;
   static const char *const top[] = {"pipec_costs", "model", "measured", "link",
@@ -160,6 +156,11 @@ bool costs_load(Costs *c, const char *path, Arena *a, Diag *d) {
     return false;
   c->nu = cJSON_GetArraySize(units);
   c->u = ARENA_ARRAY(a, UnitCost, c->nu + 1);
+  // Each name once (costs_bind would take one of a unit's two entries, silently): seen maps a name
+  // to 1 + its unit's index, names[k] is unit k's name item (the first one's place).
+  const cJSON **names = ARENA_ARRAY(a, const cJSON *, c->nu + 1);
+  StrMap seen;
+  strmap_init(&seen, a);
   int k = 0;
   for (const cJSON *u = units->child; u; u = u->next, k++) {
     const char *p = arena_printf(a, "units[%d]", k);
@@ -171,6 +172,15 @@ bool costs_load(Costs *c, const char *path, Arena *a, Diag *d) {
     if (!json_need(&j, u, p, "name", &it) ||
         !json_want_string(&j, it, arena_printf(a, "%s.name", p), &x->name))
       return false;
+    names[k] = it;
+    intptr_t first = (intptr_t)strmap_put(&seen, x->name, (void *)(intptr_t)(k + 1)) - 1;
+    if (first >= 0) {
+      Loc at = json_loc(&j, names[first]);
+      diag_error(d, json_loc(&j, it),
+                 "%s.name: unit '%s' is listed twice (first at line %d, column %d: units[%d])", p,
+                 x->name, at.line, at.col, (int)first);
+      return false;
+    }
     for (int q = 0; q < 3; q++)
       if (!json_need(&j, u, p, kinds[q], &it) ||
           !want_seconds(&j, it, arena_printf(a, "%s.%s", p, kinds[q]), 0, MAX_SECONDS, "seconds",

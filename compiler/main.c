@@ -1522,6 +1522,11 @@ int main(int argc, char **argv) {
   diag_init(&dr.diag, dr.model, stderr);
   dr.diag.excerpts = true; // the source line and a caret under each located message
   dr.diag.format = dr.diag_format;
+  // Paths a depfile could not hold are refused before any work (codegen_depfile checks again).
+  if (dr.depfile && !codegen_depfile_check(&dr.arena, dr.model, dr.out_dir, &dr.diag)) {
+    diag_write(&dr.diag, PIPEC_VERSION);
+    RETURN(EXIT_MODEL);
+  }
   if (dr.topology && !load_topology(&dr)) {
     diag_write(&dr.diag, PIPEC_VERSION); // the machine-readable formats' document
     RETURN(EXIT_MODEL);

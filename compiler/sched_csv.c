@@ -322,7 +322,10 @@ static bool check_layout(Reader *rd, Arena *a) {
 
 bool sched_csv_load(CsvSchedule *cs, const char *path, Arena *a, Diag *d) {
   *cs = (CsvSchedule){.path = path};
-  FILE *f = fopen(path, "rb");
+  const char *kind;
+  FILE *f = open_regular(path, &kind);
+  if (!f && kind)
+    return sched_csv_error(cs, d, (Loc){0, 0}, "the schedule is %s, not a regular file", kind);
   if (!f)
     return sched_csv_error(cs, d, (Loc){0, 0}, "cannot read the schedule: %s", strerror(errno));
   char *buf = NULL;

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "files.h"
+
 enum {
   MAX_DEPTH = CJSON_NESTING_LIMIT, // containers cJSON nests (it fails past this)
   MAX_NUMBER = 63,                 // longest number literal cJSON reads whole
@@ -473,22 +475,26 @@ bool source_parse(Source *s, Arena *a, const char *path, const char *text, size_
   return true;
 }
 
-bool source_load(Source *s, Arena *a, const char *path, Diag *d) {
+bool source_load_file(Source *s, Arena *a, const char *path, const char *what, Diag *d) {
   memset(s, 0, sizeof *s);
   s->path = path;
-  FILE *f = fopen(path, "rb");
+  const char *kind;
+  FILE *f = open_regular(path, &kind);
   if (!f) {
-    diag_error(d, (Loc){0, 0}, "cannot open model file: %s", strerror(errno));
+    if (kind)
+      diag_error(d, (Loc){0, 0}, "%s is %s, not a regular file", what, kind);
+    else
+      diag_error(d, (Loc){0, 0}, "cannot open %s: %s", what, strerror(errno));
     return false;
   }
   struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    diag_error(d, (Loc){0, 0}, "not a regular file");
+  if (fstat(fileno(f), &st) != 0) {
+    diag_error(d, (Loc){0, 0}, "cannot read %s: %s", what, strerror(errno));
     fclose(f);
     return false;
   }
   if ((size_t)st.st_size > PIPEC_MAX_SOURCE) {
-    diag_error(d, (Loc){0, 0}, "model file is %lld bytes; the limit is %zu MiB",
+    diag_error(d, (Loc){0, 0}, "%s is %lld bytes; the limit is %zu MiB", what,
                (long long)st.st_size, PIPEC_MAX_SOURCE >> 20);
     fclose(f);
     return false;
@@ -499,10 +505,14 @@ bool source_load(Source *s, Arena *a, const char *path, Diag *d) {
   bool err = ferror(f);
   fclose(f);
   if (err || got != len) {
-    diag_error(d, (Loc){0, 0}, "cannot read model file");
+    diag_error(d, (Loc){0, 0}, "cannot read %s", what);
     return false;
   }
   return source_parse(s, a, path, buf, len, d);
+}
+
+bool source_load(Source *s, Arena *a, const char *path, Diag *d) {
+  return source_load_file(s, a, path, "model file", d);
 }
 
 void source_free(Source *s) {

@@ -40,7 +40,11 @@ typedef struct Source {
 #define PIPEC_MAX_SOURCE ((size_t)256 << 20)
 
 // Reads and parses path; reports I/O and JSON syntax errors (FILE:LINE:COL) and returns false.
+// A path that is not a regular file (a FIFO, a directory, a device) is refused unread.
 bool source_load(Source *s, Arena *a, const char *path, Diag *d);
+// The same for a JSON file that is not the model: what names it in the messages ("model file",
+// "the costs file": "cannot open the costs file: ...", "the costs file is a FIFO, ...").
+bool source_load_file(Source *s, Arena *a, const char *path, const char *what, Diag *d);
 // Parses text already in memory (unit tests); path is used in messages only. Both attach the text
 // to d (diag_set_source) for the excerpts under its messages: s and its arena must outlive d's use.
 bool source_parse(Source *s, Arena *a, const char *path, const char *text, size_t len, Diag *d);

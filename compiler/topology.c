@@ -34,13 +34,14 @@
 #include <libxml/parser.h>
 #include <libxml/tree.h>
 
+#include "files.h"
 #include "topology.h"
 
 enum { TN_CPU, TN_PCI, TN_GPU, TN_NIC, TN_NVS };     // node kinds
 enum { TL_PCI, TL_NVL, TL_SYS, TL_C2C, TL_LOC };     // link kinds
 enum { TOPO_EXACT_MAX = 16, TOPO_MAX_NODES = 4096 }; // exact placement; nodes of a file
 enum { TOPO_MSG_MAX = 512 }; // an error message's bytes; a longer one is cut and ends in "..."
-#define TOPO_CROSS 1e6 // the placement's price of a link between machines (place_exact)
+#define TOPO_CROSS 1e6       // the placement's price of a link between machines (place_exact)
 
 typedef struct TNode {
   int kind;                // TN_*
@@ -487,15 +488,16 @@ static void on_doctype(void *ctx, const xmlChar *name, const xmlChar *ext, const
   xmlStopParser(c);
 }
 
-// The file parsed without the network, DTDs or entity substitution; NULL on failure (x says why).
-static xmlDocPtr read_xml(const char *path, XmlErr *x) {
+// The file (f, opened and checked as path) parsed without the network, DTDs or entity
+// substitution; NULL on failure (x says why).
+static xmlDocPtr read_xml(FILE *f, const char *path, XmlErr *x) {
   xmlParserCtxtPtr c = xmlNewParserCtxt();
   if (!c) return NULL;
   c->_private = x;
   c->sax->internalSubset = on_doctype;
   xmlSetStructuredErrorFunc(x, on_xml_error);
-  xmlDocPtr doc =
-      xmlCtxtReadFile(c, path, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+  xmlDocPtr doc = xmlCtxtReadFd(c, fileno(f), path, NULL,
+                                XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
   xmlSetStructuredErrorFunc(NULL, NULL);
   xmlFreeParserCtxt(c);
   return doc;
@@ -558,11 +560,13 @@ static const char *path_kind(const Parse *p, int src, int dst, const int *pred) 
 bool topology_load(Topology *t, const char *path, Arena *a, FILE *err) {
   *t = (Topology){.file = path};
   Parse p = {.file = path, .err = err, .a = a, .nvs = -1};
-  FILE *f = fopen(path, "rb");
+  const char *kind;
+  FILE *f = open_regular(path, &kind); // libxml2 reads the descriptor checked here
+  if (!f && kind) return fail(&p, 0, "the topology file is %s, not a regular file", kind);
   if (!f) return fail(&p, 0, "cannot read the topology file: %s", strerror(errno));
-  fclose(f);
   XmlErr xe = {0};
-  xmlDocPtr doc = read_xml(path, &xe);
+  xmlDocPtr doc = read_xml(f, path, &xe);
+  fclose(f);
   if (xe.dtd) {
     if (doc) xmlFreeDoc(doc);
     return fail(&p, xe.line,

@@ -242,15 +242,34 @@ static void record(Diag *d, Loc loc, const char *kind, const char *fmt, va_list 
   d->recs[d->nrecs++] = (DiagRecord){kind, loc, msg, d->pass, d->file, line, len};
 }
 
+char *diag_printable(const char *s) {
+  char *o = malloc(4 * strlen(s) + 1), *q = o;
+  if (!o) return NULL;
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '\n' || c == '\r' || c == '\t')
+      q += sprintf(q, "\\%c", c == '\n' ? 'n' : c == '\r' ? 'r' : 't');
+    else if (c < 0x20 || c == 0x7f)
+      q += sprintf(q, "\\x%02x", c);
+    else
+      *q++ = (char)c;
+  }
+  *q = '\0';
+  return o;
+}
+
 static void vreport(Diag *d, Loc loc, const char *kind, const char *fmt, va_list ap) {
   if (d->format != DIAG_TEXT) {
     record(d, loc, kind, fmt, ap);
     return;
   }
+  char *file = diag_printable(d->file); // one line, whatever the file's name holds
+  const char *f = file ? file : d->file;
   if (loc.line > 0)
-    fprintf(d->out, "%s:%d:%d: %s: ", d->file, loc.line, loc.col, kind);
+    fprintf(d->out, "%s:%d:%d: %s: ", f, loc.line, loc.col, kind);
   else
-    fprintf(d->out, "%s: %s: ", d->file, kind);
+    fprintf(d->out, "%s: %s: ", f, kind);
+  free(file);
   vfprintf(d->out, fmt, ap);
   fputc('\n', d->out);
   if (loc.line > 0) excerpt_at(d, loc);

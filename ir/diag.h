@@ -84,5 +84,9 @@ void diag_free(Diag *d);
 // byte column col (1-based; past the end: after the last character): two lines, each ending in
 // '\n' (the line as it is, then the caret line).
 void diag_excerpt(FILE *out, const char *line, size_t len, int col);
+// A file name or path for a one-line message: s with its control bytes written as escapes ('\n',
+// '\r', '\t', else '\xHH'), every other byte as it is. malloc'd (the caller frees it); NULL if
+// out of memory. The text format prints the file of each message through it.
+char *diag_printable(const char *s);
 
 #endif

@@ -49,7 +49,24 @@ expect missing-optarg 2 "^pipec: option '--dump-after' needs an argument" "$pipe
 expect bad-pass 2 "^pipec: --dump-after: unknown pass 'nope'" "$pipec" print --dump-after=nope samples/mlp_digits.json
 expect missing-file 1 "^does/not/exist.json: error: cannot open model file: No such file or directory$" \
   "$pipec" check does/not/exist.json
-expect directory 1 "^samples: error: not a regular file$" "$pipec" check samples
+expect directory 1 "^samples: error: model file is a directory, not a regular file$" "$pipec" check samples
+# Every file pipec reads is refused unread unless it is a regular file: a FIFO blocked the open
+# (or the read) forever. The model, --costs, --schedule F.csv, --topology, plan --trace, each
+# under timeout: a hang is a failure, not a stuck test.
+fifos=$(mktemp -d)
+mkfifo "$fifos/m.json" "$fifos/s.csv"
+f=$fifos/m.json
+mlp=samples/mlp_digits.json
+expect fifo-model 1 "^$f: error: model file is a FIFO, not a regular file$" timeout 10 "$pipec" check "$f"
+expect fifo-costs 1 "^$f: error: the costs file is a FIFO, not a regular file$" \
+  timeout 10 "$pipec" plan --stages 2 --costs "$f" $mlp
+expect fifo-schedule 1 "^$fifos/s.csv: error: the schedule is a FIFO, not a regular file$" \
+  timeout 10 "$pipec" plan --schedule "$fifos/s.csv" $mlp
+expect fifo-topology 1 "^$f: error: the topology file is a FIFO, not a regular file$" \
+  timeout 10 "$pipec" plan --stages 2 --topology "$f" $mlp
+expect fifo-trace 1 "^$mlp: error: trace '$f' is a FIFO, not a regular file$" \
+  timeout 10 "$pipec" plan --stages 2 --svg "$fifos/p.svg" --trace "$f" $mlp
+rm -rf "$fifos"
 expect define-unknown 1 "^samples/gpt_char.json: error: -D Q=3: the model has no dim 'Q'$" \
   "$pipec" check -D Q=3 samples/gpt_char.json
 expect define-bad 1 "^samples/gpt_char.json: error: -D L: expected NAME=VALUE$" "$pipec" check -D L samples/gpt_char.json

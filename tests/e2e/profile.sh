@@ -171,6 +171,11 @@ expect costs-huge 1 "^$tmp/huge.json:4:.*: error: units\[0\]\.f: 1e300 seconds i
 sed 's/"bandwidth": 1e30/"bandwidth": 1e-300/' "$tmp/hand.json" >"$tmp/slow.json"
 expect costs-slow-link 1 "^$tmp/slow.json:1:.*: error: link\.bandwidth: 1e-300 bytes per second is no measurement \(expected at least 1\)$" \
   "$pipec" plan $mlp --stages 2 --costs "$tmp/slow.json"
+# A unit listed twice (before: one of the two entries won, silently, exit 0; one at 1 s, then at
+# 1 ms predicted seconds instead of milliseconds): the second's position and the first's.
+sed '/"relu2"/a\  {"name": "fc1", "f": 1, "b": 0, "w": 0},' "$tmp/hand.json" >"$tmp/dup.json"
+expect costs-twice 1 "^$tmp/dup.json:8:4: error: units\[4\]\.name: unit 'fc1' is listed twice \(first at line 4, column 4: units\[0\]\)$" \
+  "$pipec" plan $mlp --stages 2 --costs "$tmp/dup.json"
 printf '{"pipec_costs": 1, "link": {"latency": 0, "bandwith": 1}, "optimizer": 0, "units": []}\n' >"$tmp/typo.json"
 expect costs-typo 1 "^$tmp/typo.json:1:.*: error: link: unknown key 'bandwith' \(did you mean 'bandwidth'\?\)$" \
   "$pipec" plan $mlp --stages 2 --costs "$tmp/typo.json"

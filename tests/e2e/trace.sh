@@ -93,6 +93,39 @@ expect plan-trace-no-step 1 "^samples/gpt_char.json: error: trace '$t' has no ev
   "$pipec" plan "${s4[@]}" --svg "$tmp/z.svg" --trace "$t" --trace-step 7
 expect plan-trace-not-a-trace 1 "^samples/gpt_char.json: error: trace 'samples/gpt_char.json' is not a --trace file \(no traceEvents array\)$" \
   "$pipec" plan "${s4[@]}" --svg "$tmp/z.svg" --trace samples/gpt_char.json
+# Times no run measures (before: a negative dur drew a bubble of 129.9% and boxes of negative
+# width, a ts of 1e300 "measured step 0.000 ms", exit 0): one error naming the event and its key.
+# bad_time NAME KEY VALUE: $t with the first compute slice of step 1 given KEY: VALUE (JSON text;
+# '' removes the key), as $tmp/NAME.json; prints the slice's index in traceEvents.
+bad_time() {
+  $py - "$t" "$tmp/$1.json" "$2" "$3" <<'PY'
+import json, sys
+src, dst, key, val = sys.argv[1:]
+d = json.load(open(src))
+i = next(i for i, e in enumerate(d["traceEvents"])
+         if e.get("ph") == "X" and e["args"]["step"] == 1 and e["tid"] == 0)
+if val:
+    d["traceEvents"][i][key] = "@@"
+else:
+    del d["traceEvents"][i][key]
+open(dst, "w").write(json.dumps(d).replace('"@@"', val))
+print(i)
+PY
+}
+# plan_time NAME KEY VALUE WHY: plan --trace of bad_time's trace fails with WHY about the key.
+plan_time() {
+  local i
+  i=$(bad_time "$1" "$2" "$3")
+  expect "plan-trace-$1" 1 "^samples/gpt_char.json: error: trace '$tmp/$1.json': traceEvents\[$i\]$4$" \
+    "$pipec" plan "${s4[@]}" --svg "$tmp/z.svg" --trace "$tmp/$1.json" --trace-step 1
+}
+plan_time neg-dur dur -5 '\.dur: expected a non-negative number \(microseconds\), got -5'
+plan_time inf-dur dur 1e999 '\.dur: expected a finite number \(microseconds\), got inf'
+plan_time huge-ts ts 1e300 '\.ts: 1e\+300 microseconds is no measurement \(expected at most 1e\+15 either way\)'
+plan_time neg-huge-ts ts -1e300 '\.ts: -1e\+300 microseconds is no measurement \(expected at most 1e\+15 either way\)'
+plan_time big-dur dur 1000000000000001 '\.dur: 1000000000000001 microseconds is no measurement \(expected at most 1e\+15\)'
+plan_time no-ts ts '' ": expected a number 'ts' \(microseconds\)"
+plan_time text-dur dur '"5"' ": expected a number 'dur' \(microseconds\)"
 expect plan-trace-without-svg 2 "^pipec: --trace draws a run's times: it is for 'plan' with --svg FILE" \
   "$pipec" plan "${s4[@]}" --trace "$t"
 check "plan --trace: no picture after an error" test ! -e "$tmp/z.svg"

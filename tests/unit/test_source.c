@@ -486,7 +486,8 @@ START_TEST(test_load_errors) {
   arena_init(&doc.a);
   cap_open(&doc.cap, "/tmp");
   ck_assert(!source_load(&doc.s, &doc.a, "/tmp", &doc.cap.d));
-  ck_assert_str_eq(cap_text(&doc.cap), "/tmp: error: not a regular file\n");
+  ck_assert_str_eq(cap_text(&doc.cap),
+                   "/tmp: error: model file is a directory, not a regular file\n");
 }
 END_TEST
 
