@@ -1,6 +1,7 @@
 // Unit tests of the op registry (ir/ops.c) against docs/ops.md:
 //  - every registry row is complete, and the documented op set, arities and attribute schemas
 //    (names, types, defaults, required) match the registry row for row (read from docs/ops.md);
+//  - every kernel of the registry has its CUDA twin declared in runtime/cuda/pipert_cuda.h;
 //  - one table of cases drives every op's shape rule on a hand-built graph: the inferred output
 //    types, the cost (FLOPs and bytes with B = 3, formulas of docs/ops.md) and, for bad inputs,
 //    the exact diagnostic;
@@ -351,6 +352,28 @@ START_TEST(test_registry_matches_docs) {
     if (!op_at(i)->internal)
       ck_assert_msg(doc_find(ops, n, op_at(i)->name) != NULL,
                     "op '%s' is not documented in docs/ops.md", op_at(i)->name);
+}
+END_TEST
+
+// Every kernel of the registry (forward and internal rows) has its CUDA twin pr_cu_NAME declared in
+// runtime/cuda/pipert_cuda.h: the CUDA target calls pr_cu_X for the row's pr_X (emit_cuda.c,
+// kernel_name), so an op without one would fail only in nvcc's link of a device program. The fused
+// kernels of FuseDef are the cpu target's only (codegen/segment.c) and need none.
+START_TEST(test_registry_kernels_have_cuda_twins) {
+  char *h = read_text("runtime/cuda/pipert_cuda.h");
+  for (int i = 0; i < op_count(); i++) {
+    const OpDef *op = op_at(i);
+    ck_assert_msg(op->kernel && strncmp(op->kernel, "pr_", 3) == 0, "%s: kernel '%s'", op->name,
+                  op->kernel ? op->kernel : "(none)");
+    char want[128];
+    snprintf(want, sizeof want, "pr_cu_%s(", op->kernel + 3);
+    bool found = strstr(h, want) != NULL;
+    if (!found) free(h);
+    ck_assert_msg(found,
+                  "op '%s': runtime/cuda/pipert_cuda.h declares no %.*s, the CUDA twin of %s",
+                  op->name, (int)strlen(want) - 1, want, op->kernel);
+  }
+  free(h);
 }
 END_TEST
 
@@ -920,6 +943,7 @@ static Suite *ops_suite(void) {
   tcase_add_test(reg, test_registry_lookup);
   tcase_add_test(reg, test_registry_matches_docs);
   tcase_add_test(reg, test_attr_defaults);
+  tcase_add_test(reg, test_registry_kernels_have_cuda_twins);
   suite_add_tcase(s, reg);
   TCase *rules = tcase_create("rules");
   tcase_add_loop_test(rules, test_op_case, 0, NCASES);
