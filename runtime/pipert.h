@@ -138,6 +138,15 @@ void pr_layernorm_bwd_x(float *dx, const float *dy, const float *x, const float 
 void pr_layernorm_bwd_w(float *dw, const float *dy, const float *x, const float *mean,
                         const float *rstd, int64_t rows, int64_t C, int acc);
 
+// rms_norm over the last dim C of (rows,C): y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps)
+// (rows) saved for the backward pass. dw sums over rows in ascending order, as layernorm's.
+void pr_rms_norm_fwd(float *y, float *rstd, const float *x, const float *w, int64_t rows, int64_t C,
+                     float eps);
+void pr_rms_norm_bwd_x(float *dx, const float *dy, const float *x, const float *w,
+                       const float *rstd, int64_t rows, int64_t C, int acc);
+void pr_rms_norm_bwd_w(float *dw, const float *dy, const float *x, const float *rstd, int64_t rows,
+                       int64_t C, int acc);
+
 // embedding: y (n,C) = w[idx[i]] for n ids; ids outside [0,V) stop the program (prCheck).
 void pr_embedding_fwd(float *y, const int32_t *idx, const float *w, int64_t n, int64_t V,
                       int64_t C);

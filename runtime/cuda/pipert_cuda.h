@@ -145,6 +145,14 @@ void pr_cu_layernorm_bwd_x(float *dx, const float *dy, const float *x, const flo
 // dw (C) = sum over rows (ascending) of dy * norm, one thread per column.
 void pr_cu_layernorm_bwd_w(float *dw, const float *dy, const float *x, const float *mean,
                            const float *rstd, int64_t rows, int64_t C, int acc);
+// rms_norm over the last dim C of (rows,C); rstd (rows) saved. One block per row; dw (C) = sum
+// over rows (ascending) of dy * norm, one thread per column.
+void pr_cu_rms_norm_fwd(float *y, float *rstd, const float *x, const float *w, int64_t rows,
+                        int64_t C, float eps);
+void pr_cu_rms_norm_bwd_x(float *dx, const float *dy, const float *x, const float *w,
+                          const float *rstd, int64_t rows, int64_t C, int acc);
+void pr_cu_rms_norm_bwd_w(float *dw, const float *dy, const float *x, const float *rstd,
+                          int64_t rows, int64_t C, int acc);
 
 // ---------------------------------------------------------------------------------------------
 // Embedding (cuda_embedding.cu)

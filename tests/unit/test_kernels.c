@@ -676,6 +676,87 @@ START_TEST(test_layernorm_groups) {
 END_TEST
 
 // ---------------------------------------------------------------------------------------------
+// rms_norm
+
+static void f_rms_norm(void *p) {
+  Ctx *c = p;
+  pr_rms_norm_fwd(c->y, c->rstd, c->x, c->w, c->n[0], c->n[1], 1e-6f);
+}
+
+// y and rstd against double, dx and dw against finite differences; rows of four (the groups) and
+// not, C with and without a tail of the 8 lanes, a row far from 0.
+START_TEST(test_rms_norm) {
+  const int64_t shapes[][2] = {{5, 19}, {4, 40}, {2, 8}};
+  for (size_t si = 0; si < 3; si++) {
+    int64_t rows = shapes[si][0], C = shapes[si][1];
+    Ctx c = {0};
+    c.n[0] = rows, c.n[1] = C;
+    c.x = frand(rows * C, -2, 2), c.w = frand(C, 0.5f, 1.5f);
+    for (int64_t i = 0; i < C; i++) c.x[i] += 10.0f; // a row far from 0
+    c.y = fzeros(rows * C), c.rstd = fzeros(rows);
+    f_rms_norm(&c);
+    double *ref = talloc((size_t)(rows * C) * sizeof(double));
+    int ok = 1;
+    for (int64_t r = 0; r < rows; r++) {
+      double ms = 0;
+      for (int64_t i = 0; i < C; i++) ms += (double)c.x[r * C + i] * c.x[r * C + i];
+      double s = 1.0 / sqrt(ms / (double)C + 1e-6);
+      ok &= fabs(c.rstd[r] - s) <= 1e-6 * s;
+      for (int64_t i = 0; i < C; i++) ref[r * C + i] = c.x[r * C + i] * s * c.w[i];
+    }
+    ck_assert_msg(ok, "rms_norm rstd (C %lld)", (long long)C);
+    assert_close("rms_norm", c.y, ref, rows * C, 2e-6, 2e-6);
+    float *r = frand(rows * C, -1, 1), *dx = fzeros(rows * C), *dw = fzeros(C);
+    pr_rms_norm_bwd_x(dx, r, c.x, c.w, c.rstd, rows, C, 0);
+    pr_rms_norm_bwd_w(dw, r, c.x, c.rstd, rows, C, 0);
+    fd_check("rms_norm dx", f_rms_norm, &c, c.x, rows * C, dx, c.y, r, rows * C, H, TOL);
+    fd_check("rms_norm dw", f_rms_norm, &c, c.w, C, dw, c.y, r, rows * C, H, TOL);
+  }
+}
+END_TEST
+
+// rms_norm computes rows in groups of four (dot4_f) and the rows after the last group one by one
+// (dot_f): the same bits, as test_layernorm_groups checks for layernorm.
+START_TEST(test_rms_norm_groups) {
+  const int64_t Cs[] = {19, 128, 131};
+  for (int ci = 0; ci < 3; ci++) {
+    int64_t rows = 5, C = Cs[ci];
+    float *x = frand(rows * C, -2, 2), *dy = frand(rows * C, -1, 1), *w = frand(C, 0.5f, 1.5f);
+    for (int64_t r = 0; r < 4; r++) {
+      memcpy(x + r * C, x + 4 * C, (size_t)C * 4);
+      memcpy(dy + r * C, dy + 4 * C, (size_t)C * 4);
+    }
+    float *y = fzeros(rows * C), *rstd = fzeros(rows), *dx = fzeros(rows * C);
+    pr_rms_norm_fwd(y, rstd, x, w, rows, C, 1e-6f);
+    pr_rms_norm_bwd_x(dx, dy, x, w, rstd, rows, C, 0);
+    for (int64_t r = 0; r < 4; r++) {
+      assert_bitwise("rms_norm group y", y + r * C, y + 4 * C, C);
+      assert_bitwise("rms_norm group rstd", rstd + r, rstd + 4, 1);
+      assert_bitwise("rms_norm group dx", dx + r * C, dx + 4 * C, C);
+    }
+  }
+}
+END_TEST
+
+// rms_norm's weight gradient sums over rows exactly as layernorm's: with the mean 0 (x - 0 = x) the
+// two give the same bits, at 1 and 2 threads, several column blocks, acc = 0 and 1.
+START_TEST(test_rms_norm_dw_order) {
+  int64_t rows = 300, C = 150; // rows * C above the threading threshold, three column blocks
+  float *x = frand(rows * C, -2, 2), *dy = frand(rows * C, -1, 1), *rstd = frand(rows, 0.5f, 2);
+  float *zero = fzeros(rows), *a = fzeros(C), *b = fzeros(C);
+  for (int th = 1; th <= 2; th++)
+    for (int acc = 0; acc < 2; acc++) {
+      pr_set_threads(th);
+      for (int64_t i = 0; i < C; i++) a[i] = b[i] = 0.25f * (float)(i % 5);
+      pr_rms_norm_bwd_w(a, dy, x, rstd, rows, C, acc);
+      pr_layernorm_bwd_w(b, dy, x, zero, rstd, rows, C, acc);
+      assert_bitwise("rms_norm dw vs layernorm dw", a, b, C);
+    }
+  pr_set_threads(default_threads);
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
 // embedding
 
 static void f_embedding(void *p) {
@@ -1034,6 +1115,14 @@ static void acc_ln_w(void *p, float *o, int acc) {
   AccCtx *c = p;
   pr_layernorm_bwd_w(o, c->dy, c->x, c->mean, c->rstd, c->n[0], c->n[1], acc);
 }
+static void acc_rms_x(void *p, float *o, int acc) {
+  AccCtx *c = p;
+  pr_rms_norm_bwd_x(o, c->dy, c->x, c->w, c->rstd, c->n[0], c->n[1], acc);
+}
+static void acc_rms_w(void *p, float *o, int acc) {
+  AccCtx *c = p;
+  pr_rms_norm_bwd_w(o, c->dy, c->x, c->rstd, c->n[0], c->n[1], acc);
+}
 static void acc_embedding(void *p, float *o, int acc) {
   AccCtx *c = p;
   pr_embedding_bwd_w(o, c->dy, c->idx, c->n[0], c->n[1], c->n[2], acc);
@@ -1102,6 +1191,8 @@ START_TEST(test_acc) {
   c.mean = frand(9, -0.5f, 0.5f), c.rstd = frand(9, 0.5f, 2);
   check_acc("layernorm_bwd_x", acc_ln_x, &c, 9 * 37);
   check_acc("layernorm_bwd_w", acc_ln_w, &c, 37);
+  check_acc("rms_norm_bwd_x", acc_rms_x, &c, 9 * 37);
+  check_acc("rms_norm_bwd_w", acc_rms_w, &c, 37);
   int32_t ids[12] = {1, 4, 1, 0, 4, 4, 2, 1, 0, 0, 4, 1};
   c.idx = ids, c.n[0] = 12, c.n[1] = 6, c.n[2] = 70;
   check_acc("embedding_bwd_w", acc_embedding, &c, 6 * 70);
@@ -1171,6 +1262,14 @@ static void thr_layernorm(void *p, float *o) { // y, mean, rstd, dx, dw
   float *dx = o + n + 2 * c->rows;
   pr_layernorm_bwd_x(dx, c->dy, c->x, c->w, o + n, o + n + c->rows, c->rows, c->C, 0);
   pr_layernorm_bwd_w(dx + n, c->dy, c->x, o + n, o + n + c->rows, c->rows, c->C, 0);
+}
+static void thr_rms_norm(void *p, float *o) { // y, rstd, dx, dw
+  ThrCtx *c = p;
+  int64_t n = c->rows * c->C;
+  pr_rms_norm_fwd(o, o + n, c->x, c->w, c->rows, c->C, 1e-6f);
+  float *dx = o + n + c->rows;
+  pr_rms_norm_bwd_x(dx, c->dy, c->x, c->w, o + n, c->rows, c->C, 0);
+  pr_rms_norm_bwd_w(dx + n, c->dy, c->x, o + n, c->rows, c->C, 0);
 }
 static void thr_linear(void *p, float *o) { // y, dx, dw
   ThrCtx *c = p;
@@ -1267,6 +1366,7 @@ START_TEST(test_threads) {
   c.rows = 512, c.C = 128;
   c.x = frand(1 << 17, -2, 2), c.w = frand(1 << 17, -1, 1), c.bias = frand(1024, -1, 1);
   check_threads("layernorm", thr_layernorm, &c, 3 * 512 * 128 + 2 * 512);
+  check_threads("rms_norm", thr_rms_norm, &c, 2 * 512 * 128 + 128 + 512);
   c.rows = 256, c.in = 128, c.out = 192;
   check_threads("linear", thr_linear, &c, 256 * 192 + 256 * 128 + 192 * 128);
   c.n = 1024, c.V = 65, c.C = 128;
@@ -1329,9 +1429,9 @@ END_TEST
 
 // ---------------------------------------------------------------------------------------------
 // NaN propagates like PyTorch (checked against torch 1.13): every activation maps NaN to NaN
-// (relu(NaN) = NaN, not 0); a NaN in a softmax / layernorm / cross_entropy row makes the row's
-// results NaN; relu's backward is threshold_backward(dy, y, 0) = (y <= 0 ? 0 : dy), so at a NaN
-// output the gradient passes, and the other activations' gradients at NaN are NaN.
+// (relu(NaN) = NaN, not 0); a NaN in a softmax / layernorm / rms_norm / cross_entropy row makes the
+// row's results NaN; relu's backward is threshold_backward(dy, y, 0) = (y <= 0 ? 0 : dy), so at a
+// NaN output the gradient passes, and the other activations' gradients at NaN are NaN.
 
 static bool all_nan(const float *x, int64_t n) {
   for (int64_t i = 0; i < n; i++)
@@ -1372,7 +1472,7 @@ START_TEST(test_nan) {
   ck_assert(isnan(dx[0]) && !isnan(dx[1]));
   pr_scale_fwd(y, x, 4, 0.5f);
   ck_assert(isnan(y[0]) && y[1] == 1.0f);
-  // rows: softmax (contiguous and strided), layernorm, cross_entropy, mse
+  // rows: softmax (contiguous and strided), layernorm, rms_norm, cross_entropy, mse
   float r[2 * 3] = {1.0f, NAN, 2.0f, 1.0f, 2.0f, 3.0f}, s[6], sdx[6];
   pr_softmax_fwd(s, r, 2, 3, 1);
   ck_assert(all_nan(s, 3) && !isnan(s[3]) && !isnan(s[4]) && !isnan(s[5]));
@@ -1383,6 +1483,8 @@ START_TEST(test_nan) {
   float w[3] = {1.0f, 1.0f, 1.0f}, b[3] = {0.0f, 0.0f, 0.0f}, mean[2], rstd[2];
   pr_layernorm_fwd(s, mean, rstd, r, w, b, 2, 3, 1e-5f);
   ck_assert(all_nan(s, 3) && isnan(mean[0]) && !isnan(s[3]) && !isnan(mean[1]));
+  pr_rms_norm_fwd(s, rstd, r, w, 2, 3, 1e-6f);
+  ck_assert(all_nan(s, 3) && isnan(rstd[0]) && !isnan(s[3]) && !isnan(rstd[1]));
   int32_t tgt[2] = {0, 2};
   float loss;
   pr_cross_entropy_fwd(&loss, r, tgt, 2, 3);
@@ -1413,6 +1515,9 @@ int main(void) {
   tcase_add_test(tc, test_layernorm);
   tcase_add_test(tc, test_add_layernorm);
   tcase_add_test(tc, test_layernorm_groups);
+  tcase_add_test(tc, test_rms_norm);
+  tcase_add_test(tc, test_rms_norm_groups);
+  tcase_add_test(tc, test_rms_norm_dw_order);
   tcase_add_test(tc, test_embedding);
   tcase_add_test(tc, test_permute);
   tcase_add_test(tc, test_split_concat);
