@@ -238,7 +238,7 @@ static void cost0(const Node *n, int64_t batch, OpCost *c) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Elementwise unary ops: scale, relu, gelu, tanh, sigmoid
+// Elementwise unary ops: scale, relu, gelu, tanh, sigmoid, silu
 
 static const AttrDef scale_attrs[] = {
     {"factor", ATTR_FLOAT, true, 0, 0, "multiplier", NULL},
@@ -713,6 +713,8 @@ static const OpDef ops[] = {
      .kargs = kargs_n, GRADS(GRAD(0, "tanh.dx", GDY, GY(0))), .doc = "tanh(x)"},
     {.name = "sigmoid", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost4, .kernel = "pr_sigmoid_fwd",
      .kargs = kargs_n, GRADS(GRAD(0, "sigmoid.dx", GDY, GY(0))), .doc = "1 / (1 + exp(-x))"},
+    {.name = "silu", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost5, .kernel = "pr_silu_fwd",
+     .kargs = kargs_n, GRADS(GRAD(0, "silu.dx", GDY, GX(0))), .doc = "x * sigmoid(x) (SiLU, Llama's MLP)"},
     {.name = "softmax", IN(1, 1), .nout = 1, ATTRS(softmax_attrs), .infer = softmax_infer, .cost = cost5,
      .kernel = "pr_softmax_fwd", .kargs = kargs_softmax, GRADS(GRAD(0, "softmax.dx", GDY, GY(0))),
      .doc = "softmax along axis"},
@@ -770,6 +772,7 @@ static const OpDef ops[] = {
     BWD("gelu.dx", 3, 3, "pr_gelu_bwd", kargs_gelu, true, .epilogue = true),
     BWD("tanh.dx", 2, 2, "pr_tanh_bwd", kargs_n, true),
     BWD("sigmoid.dx", 2, 2, "pr_sigmoid_bwd", kargs_n, true),
+    BWD("silu.dx", 2, 2, "pr_silu_bwd", kargs_n, true),
     BWD("softmax.dx", 2, 2, "pr_softmax_bwd", kargs_softmax, true),
     BWD("layernorm.dx", 5, 5, "pr_layernorm_bwd_x", kargs_layernorm, true),
     BWD("layernorm.dw", 4, 4, "pr_layernorm_bwd_w", kargs_layernorm, true),

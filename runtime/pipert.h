@@ -107,7 +107,7 @@ void pr_binary_bwd(float *dx, const float *dy, const float *other, int op, int w
                    const int64_t *ydims, const int64_t *xdims, const int64_t *ostr, int acc);
 
 // Elementwise unary ops over n elements. Backward takes what it needs: relu/tanh/sigmoid the
-// output y, gelu (exact or tanh approximation) the input x.
+// output y, gelu (exact or tanh approximation) and silu the input x.
 void pr_scale_fwd(float *y, const float *x, int64_t n, float factor);
 void pr_scale_bwd(float *dx, const float *dy, int64_t n, float factor, int acc);
 void pr_relu_fwd(float *y, const float *x, int64_t n);
@@ -123,6 +123,10 @@ void pr_tanh_fwd(float *y, const float *x, int64_t n);
 void pr_tanh_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc);
 void pr_sigmoid_fwd(float *y, const float *x, int64_t n);
 void pr_sigmoid_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc);
+// silu: y = x * sigmoid(x), the bits of pr_sigmoid_fwd's s then x * s; the backward takes x and
+// recomputes s (nothing saved): dx = dy * (s * (1 + x * (1 - s))).
+void pr_silu_fwd(float *y, const float *x, int64_t n);
+void pr_silu_bwd(float *dx, const float *dy, const float *x, int64_t n, int acc);
 
 // softmax over the middle dim of (outer, dim, inner); numerically stable (max subtracted).
 void pr_softmax_fwd(float *y, const float *x, int64_t outer, int64_t dim, int64_t inner);

@@ -119,6 +119,9 @@ void pr_cu_tanh_fwd(float *y, const float *x, int64_t n);
 void pr_cu_tanh_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc);
 void pr_cu_sigmoid_fwd(float *y, const float *x, int64_t n);
 void pr_cu_sigmoid_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc);
+// silu: y = x * sigmoid(x); the backward from x (sigmoid recomputed)
+void pr_cu_silu_fwd(float *y, const float *x, int64_t n);
+void pr_cu_silu_bwd(float *dx, const float *dy, const float *x, int64_t n, int acc);
 // y (n) = xs[0] + ... + xs[k-1] left to right (xs a host array of device pointers, k <= 16;
 // y may alias any input).
 void pr_cu_add_n(float *y, const float *const *xs, int k, int64_t n);

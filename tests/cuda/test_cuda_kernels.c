@@ -188,6 +188,8 @@ static void test_elementwise(void) {
      pr_cu_tanh_bwd(dx, dy, y, n, acc));
   UN("sigmoid", pr_sigmoid_fwd(cy, hx, n), pr_cu_sigmoid_fwd(y, x, n),
      pr_sigmoid_bwd(hdx, hdy, cy, n, acc), pr_cu_sigmoid_bwd(dx, dy, y, n, acc));
+  UN("silu", pr_silu_fwd(cy, hx, n), pr_cu_silu_fwd(y, x, n), pr_silu_bwd(hdx, hdy, hx, n, acc),
+     pr_cu_silu_bwd(dx, dy, x, n, acc));
   for (int acc = 0; acc < 2; acc++) {
     pr_cu_accumulate(y, x, n, acc);
     pr_accumulate(cy, hx, n, acc);

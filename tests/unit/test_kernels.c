@@ -375,8 +375,11 @@ static void f_unary(void *p) {
   case 4:
     pr_sigmoid_fwd(c->y, c->x, n);
     break;
-  default:
+  case 5:
     pr_gelu_fwd(c->y, NULL, c->x, n, 1);
+    break;
+  default:
+    pr_silu_fwd(c->y, c->x, n);
     break;
   }
 }
@@ -399,15 +402,19 @@ static void unary_bwd(int kind, float *dx, const float *dy, const float *x, cons
   case 4:
     pr_sigmoid_bwd(dx, dy, y, n, acc);
     break;
-  default:
+  case 5:
     pr_gelu_bwd(dx, dy, x, NULL, n, 1, acc);
+    break;
+  default:
+    pr_silu_bwd(dx, dy, x, n, acc);
     break;
   }
 }
 
 START_TEST(test_unary) {
   int64_t n = 61;
-  for (int kind = 0; kind < 6; kind++) { // scale, relu, gelu (tanh), tanh, sigmoid, gelu (exact)
+  // scale, relu, gelu (tanh), tanh, sigmoid, gelu (exact), silu
+  for (int kind = 0; kind < 7; kind++) {
     Ctx c = {0};
     c.n[0] = n, c.flag[0] = kind;
     c.x = frand(n, -4, 4), c.y = fzeros(n);
@@ -422,7 +429,8 @@ START_TEST(test_unary) {
                : kind == 2 ? gelu_ref(x)
                : kind == 3 ? tanh(x)
                : kind == 4 ? 1 / (1 + exp(-x))
-                           : gelu_exact_ref(x);
+               : kind == 5 ? gelu_exact_ref(x)
+                           : x / (1 + exp(-x));
     }
     assert_close("unary", c.y, ref, n, 1e-6, 1e-6);
     float *r = frand(n, -1, 1), *dx = fzeros(n);
@@ -493,6 +501,21 @@ START_TEST(test_unary_accuracy) {
     worst = fmax(worst, fabs(y[i] - ref) / ref);
   }
   ck_assert_msg(worst <= 4 * 1.2e-7, "sigmoid: worst relative error %.3g", worst);
+  // silu = x * sigmoid(x): the sigmoid's error and one rounding more; bitwise the decomposed form
+  // (pr_sigmoid_fwd, then the product), as a graph's mul(x, sigmoid(x)) computes it
+  for (int64_t i = 0; i < n; i++) x[i] = (float)(-80.0 + 160.0 * (double)i / (double)(n - 1));
+  x[n / 2] = 0.0f;
+  pr_silu_fwd(y, x, n);
+  worst = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double ref = (double)x[i] / (1.0 + exp(-(double)x[i]));
+    worst = fmax(worst, x[i] == 0 ? fabs(y[i]) : fabs(y[i] - ref) / fabs(ref));
+  }
+  ck_assert_msg(worst <= 5 * 1.2e-7, "silu: worst relative error %.3g", worst);
+  float *sg = fzeros(n);
+  pr_sigmoid_fwd(sg, x, n);
+  for (int64_t i = 0; i < n; i++) sg[i] = x[i] * sg[i];
+  assert_bitwise("silu vs x * sigmoid(x)", y, sg, n);
   for (int64_t i = 0; i < n; i++) x[i] = (float)(-10.0 + 20.0 * (double)i / (double)(n - 1));
   pr_gelu_fwd(y, NULL, x, n, 0);
   worst = 0;
@@ -522,6 +545,8 @@ START_TEST(test_unary_accuracy) {
   pr_gelu_fwd(so, NULL, sp, 4, 0);
   ck_assert(isnan(so[0]) && so[1] == 1000.0f && so[2] == 0.0f && so[3] == 0.0f);
   pr_gelu_fwd(so, NULL, sp, 4, 1);
+  ck_assert(isnan(so[0]) && so[1] == 1000.0f && so[2] == 0.0f && so[3] == 0.0f);
+  pr_silu_fwd(so, sp, 4);
   ck_assert(isnan(so[0]) && so[1] == 1000.0f && so[2] == 0.0f && so[3] == 0.0f);
 }
 END_TEST
@@ -1179,7 +1204,7 @@ START_TEST(test_acc) {
   c.n[0] = 100, c.n[1] = 130;
   check_acc("sum_rows", acc_sum_rows, &c, 130);
   c.y = frand(1 << 16, 0.01f, 0.99f);
-  for (int kind = 0; kind < 5; kind++) {
+  for (int kind = 0; kind < 7; kind++) {
     c.n[0] = 1000, c.flag[0] = kind;
     check_acc("unary_bwd", acc_unary, &c, 1000);
   }
@@ -1285,7 +1310,7 @@ static void thr_sum_rows(void *p, float *o) {
   ThrCtx *c = p;
   pr_sum_rows(o, c->dy, c->rows, c->C, 0);
 }
-static void thr_misc(void *p, float *o) { // softmax fwd/bwd, binary bwd (bias), ce fwd/bwd, gelu
+static void thr_misc(void *p, float *o) { // softmax fwd/bwd, binary bwd, ce fwd/bwd, gelu, silu
   ThrCtx *c = p;
   int64_t n = c->rows * c->C, yd[2] = {c->rows, c->C}, xd[2] = {1, c->C};
   pr_softmax_fwd(o, c->x, c->rows, c->C, 1);
@@ -1295,6 +1320,8 @@ static void thr_misc(void *p, float *o) { // softmax fwd/bwd, binary bwd (bias),
   float dl = 1.0f;
   pr_cross_entropy_bwd(o + 2 * n + c->C + 1, &dl, c->x, c->idx, c->rows, c->C, 0);
   pr_gelu_fwd(o + 3 * n + c->C + 1, NULL, c->x, n, 0);
+  pr_silu_fwd(o + 4 * n + c->C + 1, c->x, n);
+  pr_silu_bwd(o + 5 * n + c->C + 1, c->dy, c->x, n, 0);
 }
 
 // The model's shapes, where the kernels' register tiles and vectors run (the shapes above have
@@ -1376,7 +1403,7 @@ START_TEST(test_threads) {
   c.rows = 700, c.C = 150;
   check_threads("sum_rows", thr_sum_rows, &c, 150);
   c.rows = 1024, c.C = 65;
-  check_threads("softmax/binary/cross_entropy/gelu", thr_misc, &c, 4 * 1024 * 65 + 65 + 1);
+  check_threads("softmax/binary/cross_entropy/gelu/silu", thr_misc, &c, 6 * 1024 * 65 + 65 + 1);
 }
 END_TEST
 
@@ -1469,6 +1496,10 @@ START_TEST(test_nan) {
   ck_assert(isnan(dx[0]) && !isnan(dx[1]));
   pr_sigmoid_fwd(y, x, 4);
   pr_sigmoid_bwd(dx, dy, y, 4, 0);
+  ck_assert(isnan(dx[0]) && !isnan(dx[1]));
+  pr_silu_fwd(y, x, 4);
+  ck_assert(isnan(y[0]) && !isnan(y[1]) && !isnan(y[2]));
+  pr_silu_bwd(dx, dy, x, 4, 0);
   ck_assert(isnan(dx[0]) && !isnan(dx[1]));
   pr_scale_fwd(y, x, 4, 0.5f);
   ck_assert(isnan(y[0]) && y[1] == 1.0f);

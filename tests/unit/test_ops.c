@@ -255,7 +255,7 @@ static const char *attr_type_name(AttrType t) {
 START_TEST(test_registry_matches_docs) {
   DocOp ops[64];
   int n = read_doc_ops(ops, 64);
-  ck_assert_int_eq(n, 22); // the op set v1
+  ck_assert_int_eq(n, 23); // the op set v1
   for (int i = 0; i < n; i++) {
     const DocOp *d = &ops[i];
     const OpDef *op = op_find(d->name);
@@ -501,6 +501,12 @@ static const OpCase cases[] = {
         "input 'a' has dtype i32 but tanh needs a floating-point tensor"),
     ERR("sigmoid", I("i32(B,4)"), NULL,
         "input 'a' has dtype i32 but sigmoid needs a floating-point tensor"),
+
+    // silu: 5n (sigmoid's 4 and the product)
+    OK("silu", I("f16(B,2,5)"), NULL, "f16(B,2,5)", 150, 120),
+    OK("silu", I("f32(B,11)"), NULL, "f32(B,11)", 165, 264),
+    ERR("silu", I("i32(B,4)"), NULL,
+        "input 'a' has dtype i32 but silu needs a floating-point tensor"),
 
     // softmax: 5n
     OK("softmax", I("f32(B,6)"), NULL, "f32(B,6)", 90, 144),
