@@ -238,7 +238,7 @@ static void cost0(const Node *n, int64_t batch, OpCost *c) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Elementwise unary ops: scale, relu, gelu, tanh, sigmoid
+// Elementwise unary ops: scale, relu, gelu, tanh, sigmoid, silu
 
 static const AttrDef scale_attrs[] = {
     {"factor", ATTR_FLOAT, true, 0, 0, "multiplier", NULL},
@@ -279,22 +279,29 @@ static bool softmax_infer(const Graph *g, Node *n, Diag *d) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// layernorm over the last dim, weight (C), optional bias (C)
+// Norms over the last dim: layernorm (weight (C), optional bias (C); hidden mean, rstd) and
+// rms_norm (weight (C); hidden rstd)
 
 static const AttrDef layernorm_attrs[] = {
     {"eps", ATTR_FLOAT, false, 0, 1e-5, "added to the variance", NULL},
 };
 
-static bool layernorm_infer(const Graph *g, Node *n, Diag *d) {
+static const AttrDef rms_norm_attrs[] = {
+    {"eps", ATTR_FLOAT, false, 0, 1e-6, "added to the mean of the squares", NULL},
+};
+
+// x (..., C) and every other input (C), attribute 0 eps > 0; y the shape of x, each hidden output
+// (the per-row statistics saved for backward) f32 of x's shape without the last dim.
+static bool norm_infer(const Graph *g, Node *n, Diag *d) {
   if (!want_rank(g, n, d, 0, 1, -1) || !want_float(g, n, d, 0)) return false;
   const Shape *x = &n->in[0]->shape;
   Dim c = x->d[x->rank - 1];
   for (int i = 1; i < n->nin; i++) {
     const Shape *w = &n->in[i]->shape;
     if (w->rank != 1 || !dim_eq(w->d[0], c)) {
-      node_error(
-          d, n, "input '%s' has shape %s but layernorm needs (%s) to match the last dim of '%s' %s",
-          n->in[i]->name, fmt_shape(g, w), fmt_dim(g, c), n->in[0]->name, fmt_shape(g, x));
+      node_error(d, n, "input '%s' has shape %s but %s needs (%s) to match the last dim of '%s' %s",
+                 n->in[i]->name, fmt_shape(g, w), n->op->name, fmt_dim(g, c), n->in[0]->name,
+                 fmt_shape(g, x));
       return false;
     }
     if (!want_same_dtype(g, n, d, 0, i)) return false;
@@ -306,8 +313,7 @@ static bool layernorm_infer(const Graph *g, Node *n, Diag *d) {
   set_out(n, 0, x, n->in[0]->dtype);
   Shape rows = *x;
   rows.rank--;
-  set_out(n, 1, &rows, DT_F32); // mean, saved for backward
-  set_out(n, 2, &rows, DT_F32); // 1/std, saved for backward
+  for (int k = 1; k < n->nout; k++) set_out(n, k, &rows, DT_F32); // layernorm: mean, 1/std
   return true;
 }
 
@@ -651,6 +657,7 @@ static void sum_rows_cost(const Node *n, int64_t batch, OpCost *c) {
 }
 
 static const char *const layernorm_hidden[] = {"mean", "rstd"};
+static const char *const rms_norm_hidden[] = {"rstd"};
 static const char *const attention_hidden[] = {"att"};
 static const char *const gelu_hidden[] = {"cdf"};
 
@@ -706,15 +713,22 @@ static const OpDef ops[] = {
      .kargs = kargs_n, GRADS(GRAD(0, "tanh.dx", GDY, GY(0))), .doc = "tanh(x)"},
     {.name = "sigmoid", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost4, .kernel = "pr_sigmoid_fwd",
      .kargs = kargs_n, GRADS(GRAD(0, "sigmoid.dx", GDY, GY(0))), .doc = "1 / (1 + exp(-x))"},
+    {.name = "silu", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost5, .kernel = "pr_silu_fwd",
+     .kargs = kargs_n, GRADS(GRAD(0, "silu.dx", GDY, GX(0))), .doc = "x * sigmoid(x) (SiLU, Llama's MLP)"},
     {.name = "softmax", IN(1, 1), .nout = 1, ATTRS(softmax_attrs), .infer = softmax_infer, .cost = cost5,
      .kernel = "pr_softmax_fwd", .kargs = kargs_softmax, GRADS(GRAD(0, "softmax.dx", GDY, GY(0))),
      .doc = "softmax along axis"},
     {.name = "layernorm", IN(2, 3), .nout = 1, ATTRS(layernorm_attrs), HIDDEN(layernorm_hidden),
-     .infer = layernorm_infer, .cost = cost8, .kernel = "pr_layernorm_fwd", .kargs = kargs_layernorm,
+     .infer = norm_infer, .cost = cost8, .kernel = "pr_layernorm_fwd", .kargs = kargs_layernorm,
      .epilogue = true,
      GRADS(GRAD(0, "layernorm.dx", GDY, GX(0), GX(1), GY(1), GY(2)),
            GRAD(1, "layernorm.dw", GDY, GX(0), GY(1), GY(2)), GRAD(2, "sum_rows", GDY)),
      .doc = "layer norm over the last dim"},
+    {.name = "rms_norm", IN(2, 2), .nout = 1, ATTRS(rms_norm_attrs), HIDDEN(rms_norm_hidden),
+     .infer = norm_infer, .cost = cost4, .kernel = "pr_rms_norm_fwd", .kargs = kargs_layernorm,
+     GRADS(GRAD(0, "rms_norm.dx", GDY, GX(0), GX(1), GY(1)),
+           GRAD(1, "rms_norm.dw", GDY, GX(0), GY(1))),
+     .doc = "RMS norm over the last dim (Llama's RMSNorm)"},
     {.name = "embedding", IN(2, 2), .nout = 1, .infer = embedding_infer, .cost = cost0,
      .kernel = "pr_embedding_fwd", .kargs = kargs_embedding,
      .ids = &(const IndexBound){.slot = 0, .of = 1, .dim = 0, .what = "rows", .vocabulary = true},
@@ -758,9 +772,12 @@ static const OpDef ops[] = {
     BWD("gelu.dx", 3, 3, "pr_gelu_bwd", kargs_gelu, true, .epilogue = true),
     BWD("tanh.dx", 2, 2, "pr_tanh_bwd", kargs_n, true),
     BWD("sigmoid.dx", 2, 2, "pr_sigmoid_bwd", kargs_n, true),
+    BWD("silu.dx", 2, 2, "pr_silu_bwd", kargs_n, true),
     BWD("softmax.dx", 2, 2, "pr_softmax_bwd", kargs_softmax, true),
     BWD("layernorm.dx", 5, 5, "pr_layernorm_bwd_x", kargs_layernorm, true),
     BWD("layernorm.dw", 4, 4, "pr_layernorm_bwd_w", kargs_layernorm, true),
+    BWD("rms_norm.dx", 4, 4, "pr_rms_norm_bwd_x", kargs_layernorm, true),
+    BWD("rms_norm.dw", 3, 3, "pr_rms_norm_bwd_w", kargs_layernorm, true),
     BWD("embedding.dw", 2, 2, "pr_embedding_bwd_w", kargs_embedding, true),
     BWD("copy", 1, 1, "pr_copy", kargs_copy, false),
     BWD("permute.dx", 1, 1, "pr_permute", kargs_permute, false),

@@ -148,7 +148,7 @@ void kargs_softmax(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   ki(o, "inner", inner);
 }
 
-// ---- layernorm: rows, C (and eps forward)
+// ---- layernorm and rms_norm (their eps is attribute 0 too): rows, C (and eps forward)
 void kargs_layernorm(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   (void)a;
   const Node *f = fw(n);

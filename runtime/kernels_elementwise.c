@@ -1,6 +1,6 @@
 // kernels_elementwise.c: the elementwise kernels: broadcasting binary ops (add, sub, mul) and
-// their reducing backward, scale, the activations (relu, gelu, tanh, sigmoid), fill, add_n and
-// accumulate.
+// their reducing backward, scale, the activations (relu, gelu, tanh, sigmoid, silu), fill, add_n
+// and accumulate.
 //
 // Simple loops that GCC vectorises at -O3, threaded with PR_PARALLEL_FOR (parallel.h) over
 // independent outputs. Broadcast dims in a backward are reduced by visiting y in ascending
@@ -257,6 +257,24 @@ void pr_sigmoid_bwd(float *restrict dx, const float *restrict dy, const float *r
     UNARY_FOR(dx[i] = dx[i] + dy[i] * (y[i] * (1.0f - y[i])));
   else
     UNARY_FOR(dx[i] = dy[i] * (y[i] * (1.0f - y[i])));
+}
+
+// y (n) = x * s, s = sigmoid(x) as pr_sigmoid_fwd computes it: the bits of the decomposed form
+// mul(x, sigmoid(x)). Backward from x with s recomputed (one exp per element rather than a saved
+// tensor of x's size): dy (s (1 + x (1 - s))).
+static inline float silu_grad(float x) {
+  float s = sigmoid_f(x);
+  return s * (1.0f + x * (1.0f - s));
+}
+void pr_silu_fwd(float *restrict y, const float *restrict x, int64_t n) {
+  UNARY_FOR(y[i] = x[i] * sigmoid_f(x[i]));
+}
+void pr_silu_bwd(float *restrict dx, const float *restrict dy, const float *restrict x, int64_t n,
+                 int acc) {
+  if (acc)
+    UNARY_FOR(dx[i] = dx[i] + dy[i] * silu_grad(x[i]));
+  else
+    UNARY_FOR(dx[i] = dy[i] * silu_grad(x[i]));
 }
 // ---------------------------------------------------------------------------------------------
 // Sums and fills

@@ -1,12 +1,13 @@
-// kernels_norm.c: the normalisations: softmax over the middle dim of (outer,dim,inner) and
-// layernorm over the last dim, forward and backward; the residual add fused into the layernorm
+// kernels_norm.c: the normalisations: softmax over the middle dim of (outer,dim,inner), layernorm
+// and rms_norm over the last dim, forward and backward; the residual add fused into the layernorm
 // that reads it (pr_add_layernorm_fwd).
 //
 // Moments, sums and dots of a row use the fixed 8-lane reductions of kernels_common.h (layernorm
-// reduces four rows at once, each in its own lanes: the same bits); a strided
+// and rms_norm reduce four rows at once, each in its own lanes: the same bits); a strided
 // softmax (inner > 1) vectorises across a block of the inner dim and walks dim in order;
-// layernorm's weight gradient reduces over rows in ascending order with threads owning column
-// blocks. The row softmax itself (softmax_row) is shared with attention and cross-entropy.
+// layernorm's and rms_norm's weight gradients reduce over rows in ascending order with threads
+// owning column blocks. The row softmax itself (softmax_row) is shared with attention and
+// cross-entropy.
 #pragma GCC optimize("fp-contract=off", "no-trapping-math")
 
 #include "kernels_common.h"
@@ -289,6 +290,99 @@ void pr_layernorm_bwd_w(float *dw, const float *dy, const float *x, const float 
       const float *restrict xr = x + r * C + c0, *restrict dr = dy + r * C + c0;
       float m = mean[r], s = rstd[r];
       for (int64_t j = 0; j < nc; j++) t[j] += dr[j] * ((xr[j] - m) * s);
+    }
+    for (int64_t j = 0; j < nc; j++) dw[c0 + j] = acc ? dw[c0 + j] + t[j] : t[j];
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// rms_norm over the last dim C of (rows,C); rstd (rows) saved. Rows in groups of four as
+// layernorm's: the sums of squares of four rows in dot4_f, the same bits as dot_f per row.
+
+// One row of the forward from its sum of squares.
+static inline void rms_row_out(float *restrict yr, float *rstd, const float *restrict xr,
+                               const float *w, int64_t C, float ss, float eps) {
+  float s = 1.0f / sqrtf(ss / (float)C + eps);
+  for (int64_t i = 0; i < C; i++) yr[i] = (xr[i] * s) * w[i];
+  *rstd = s;
+}
+
+// Group g of the forward: rows 4g..4g+3 together, or one by one in the last group when shorter.
+static inline void rms_group(float *y, float *rstd, const float *x, const float *w, int64_t rows,
+                             int64_t C, float eps, int64_t g) {
+  int64_t r0 = 4 * g;
+  if (r0 + 4 <= rows) {
+    const float *xs[4] = {x + r0 * C, x + (r0 + 1) * C, x + (r0 + 2) * C, x + (r0 + 3) * C};
+    float ss[4];
+    dot4_f(ss, xs, xs, C);
+    for (int r = 0; r < 4; r++)
+      rms_row_out(y + (r0 + r) * C, rstd + r0 + r, xs[r], w, C, ss[r], eps);
+  } else
+    for (int64_t r = r0; r < rows; r++)
+      rms_row_out(y + r * C, rstd + r, x + r * C, w, C, dot_f(x + r * C, x + r * C, C), eps);
+}
+
+void pr_rms_norm_fwd(float *y, float *rstd, const float *x, const float *w, int64_t rows, int64_t C,
+                     float eps) {
+  if (C == 0) return;
+  int64_t groups = (rows + 3) / 4;
+  PR_PARALLEL_FOR(rows * C >= PAR_MIN, (int64_t g = 0; g < groups; g++),
+                  rms_group(y, rstd, x, w, rows, C, eps, g));
+}
+
+// dx (rows,C) = rstd * (dnorm - norm * mean(dnorm * norm)), norm = x * rstd, dnorm = dy * w (no
+// mean to subtract, unlike layernorm's); rows in groups of four as the forward's.
+void pr_rms_norm_bwd_x(float *dx, const float *dy, const float *x, const float *w,
+                       const float *rstd, int64_t rows, int64_t C, int acc) {
+  if (C == 0) return;
+  int64_t groups = (rows + 3) / 4;
+  PR_PARALLEL(rows * C >= PAR_MIN, {
+    float *buf = pr_scratch((size_t)(8 * C) * sizeof(float)); // dn, nm of four rows
+    _Pragma("omp for schedule(static)") for (int64_t g = 0; g < groups; g++) {
+      int64_t r0 = 4 * g, nr = rows - r0 < 4 ? rows - r0 : 4;
+      const float *dns[4], *nms[4];
+      for (int64_t q = 0; q < nr; q++) {
+        int64_t r = r0 + q;
+        const float *restrict xr = x + r * C, *restrict dr = dy + r * C;
+        float *restrict dn = buf + 2 * q * C, *restrict nm = dn + C;
+        float s = rstd[r];
+        for (int64_t i = 0; i < C; i++) {
+          nm[i] = xr[i] * s;
+          dn[i] = dr[i] * w[i];
+        }
+        dns[q] = dn, nms[q] = nm;
+      }
+      float dnn[4];
+      if (nr == 4)
+        dot4_f(dnn, dns, nms, C);
+      else
+        for (int64_t q = 0; q < nr; q++) dnn[q] = dot_f(dns[q], nms[q], C);
+      for (int64_t q = 0; q < nr; q++) {
+        const float *restrict dn = dns[q], *restrict nm = nms[q];
+        float *restrict out = dx + (r0 + q) * C;
+        float s = rstd[r0 + q], dnn_mean = dnn[q] / (float)C;
+        if (acc)
+          for (int64_t i = 0; i < C; i++) out[i] = out[i] + (dn[i] - nm[i] * dnn_mean) * s;
+        else
+          for (int64_t i = 0; i < C; i++) out[i] = (dn[i] - nm[i] * dnn_mean) * s;
+      }
+    }
+    pr_scratch_free(buf);
+  });
+}
+
+// dw (C) = sum over rows (ascending) of dy * norm; threads split the columns (layernorm_bwd_w's
+// order: each column's sum the same whatever the thread count).
+void pr_rms_norm_bwd_w(float *dw, const float *dy, const float *x, const float *rstd, int64_t rows,
+                       int64_t C, int acc) {
+  int64_t nblk = (C + COLBLK - 1) / COLBLK;
+  PR_PARALLEL_FOR(rows * C >= PAR_MIN && nblk > 1, (int64_t blk = 0; blk < nblk; blk++), {
+    int64_t c0 = blk * COLBLK, nc = C - c0 < COLBLK ? C - c0 : COLBLK;
+    float t[COLBLK] = {0};
+    for (int64_t r = 0; r < rows; r++) {
+      const float *restrict xr = x + r * C + c0, *restrict dr = dy + r * C + c0;
+      float s = rstd[r];
+      for (int64_t j = 0; j < nc; j++) t[j] += dr[j] * (xr[j] * s);
     }
     for (int64_t j = 0; j < nc; j++) dw[c0 + j] = acc ? dw[c0 + j] + t[j] : t[j];
   });

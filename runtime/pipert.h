@@ -107,7 +107,7 @@ void pr_binary_bwd(float *dx, const float *dy, const float *other, int op, int w
                    const int64_t *ydims, const int64_t *xdims, const int64_t *ostr, int acc);
 
 // Elementwise unary ops over n elements. Backward takes what it needs: relu/tanh/sigmoid the
-// output y, gelu (exact or tanh approximation) the input x.
+// output y, gelu (exact or tanh approximation) and silu the input x.
 void pr_scale_fwd(float *y, const float *x, int64_t n, float factor);
 void pr_scale_bwd(float *dx, const float *dy, int64_t n, float factor, int acc);
 void pr_relu_fwd(float *y, const float *x, int64_t n);
@@ -123,6 +123,10 @@ void pr_tanh_fwd(float *y, const float *x, int64_t n);
 void pr_tanh_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc);
 void pr_sigmoid_fwd(float *y, const float *x, int64_t n);
 void pr_sigmoid_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc);
+// silu: y = x * sigmoid(x), the bits of pr_sigmoid_fwd's s then x * s; the backward takes x and
+// recomputes s (nothing saved): dx = dy * (s * (1 + x * (1 - s))).
+void pr_silu_fwd(float *y, const float *x, int64_t n);
+void pr_silu_bwd(float *dx, const float *dy, const float *x, int64_t n, int acc);
 
 // softmax over the middle dim of (outer, dim, inner); numerically stable (max subtracted).
 void pr_softmax_fwd(float *y, const float *x, int64_t outer, int64_t dim, int64_t inner);
@@ -137,6 +141,15 @@ void pr_layernorm_bwd_x(float *dx, const float *dy, const float *x, const float 
                         const float *mean, const float *rstd, int64_t rows, int64_t C, int acc);
 void pr_layernorm_bwd_w(float *dw, const float *dy, const float *x, const float *mean,
                         const float *rstd, int64_t rows, int64_t C, int acc);
+
+// rms_norm over the last dim C of (rows,C): y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps)
+// (rows) saved for the backward pass. dw sums over rows in ascending order, as layernorm's.
+void pr_rms_norm_fwd(float *y, float *rstd, const float *x, const float *w, int64_t rows, int64_t C,
+                     float eps);
+void pr_rms_norm_bwd_x(float *dx, const float *dy, const float *x, const float *w,
+                       const float *rstd, int64_t rows, int64_t C, int acc);
+void pr_rms_norm_bwd_w(float *dw, const float *dy, const float *x, const float *rstd, int64_t rows,
+                       int64_t C, int acc);
 
 // embedding: y (n,C) = w[idx[i]] for n ids; ids outside [0,V) stop the program (prCheck).
 void pr_embedding_fwd(float *y, const int32_t *idx, const float *w, int64_t n, int64_t V,

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Validates pipec model files against docs/model.schema.json (JSON Schema draft 2020-12).
 
-Usage: scripts/check_schema.py [--schema PATH] MODEL.json...
+Usage: scripts/check_schema.py [--schema PATH] MODEL.json|DIR...
+A directory stands for every *.json file in it (tests/gradcheck/: one model per op of the registry).
 Exit status: 0 all files valid, 1 some file invalid or unreadable, 2 usage error,
 77 (the automake/CTest "skipped" code) when the jsonschema module is unavailable.
 
@@ -35,15 +36,21 @@ def where(err):
 def main():
     p = argparse.ArgumentParser(description="Validate pipec model files against the v1 JSON Schema.")
     p.add_argument("--schema", default=os.path.join(ROOT, "docs", "model.schema.json"))
-    p.add_argument("files", nargs="+", metavar="MODEL.json")
+    p.add_argument("files", nargs="+", metavar="MODEL.json|DIR")
     a = p.parse_args()
+    files = []
+    for path in a.files:
+        if os.path.isdir(path):
+            files += sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".json"))
+        else:
+            files.append(path)
     with open(a.schema, encoding="utf-8") as f:
         schema = json.load(f)
     cls = jsonschema.Draft202012Validator
     cls.check_schema(schema)
     validator = cls(schema)
     bad = 0
-    for path in a.files:
+    for path in files:
         try:
             with open(path, encoding="utf-8") as f:
                 doc = json.load(f)

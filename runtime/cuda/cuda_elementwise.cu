@@ -1,5 +1,6 @@
 // cuda_elementwise.cu: broadcasting binary ops and their reducing backward, scale, the
-// activations (relu, gelu, tanh, sigmoid), add_n, fill, accumulate, and the fused bias + GELU.
+// activations (relu, gelu, tanh, sigmoid, silu), add_n, fill, accumulate, and the fused bias +
+// GELU.
 // One thread per output element (grid-stride); the activations use the CPU's polynomials
 // (cuda_common.cuh), so with --fmad=false they compute the CPU's bits. binary_bwd: one thread per
 // element of dx, summing its dy elements in ascending row-major order (the CPU's order).
@@ -144,6 +145,12 @@ UNARY(sigmoid_bwd, (float *dx, const float *dy, const float *y, int64_t n, int a
   float v = dy[i] * (y[i] * (1.0f - y[i]));
   dx[i] = acc ? dx[i] + v : v;
 })
+UNARY(silu_fwd, (float *y, const float *x, int64_t n), y[i] = x[i] * cu_sigmoid_f(x[i]))
+UNARY(silu_bwd, (float *dx, const float *dy, const float *x, int64_t n, int acc), {
+  float s = cu_sigmoid_f(x[i]);
+  float v = dy[i] * (s * (1.0f + x[i] * (1.0f - s)));
+  dx[i] = acc ? dx[i] + v : v;
+})
 UNARY(fill, (float *y, int64_t n, float value), y[i] = value)
 UNARY(accumulate, (float *y, const float *x, int64_t n, int acc), y[i] = acc ? y[i] + x[i] : x[i])
 
@@ -177,6 +184,12 @@ void pr_cu_sigmoid_fwd(float *y, const float *x, int64_t n) {
 }
 void pr_cu_sigmoid_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc) {
   LAUNCH(sigmoid_bwd, dx, dy, y, n, acc);
+}
+void pr_cu_silu_fwd(float *y, const float *x, int64_t n) {
+  LAUNCH(silu_fwd, y, x, n);
+}
+void pr_cu_silu_bwd(float *dx, const float *dy, const float *x, int64_t n, int acc) {
+  LAUNCH(silu_bwd, dx, dy, x, n, acc);
 }
 void pr_cu_fill(float *y, int64_t n, float value) {
   LAUNCH(fill, y, n, value);

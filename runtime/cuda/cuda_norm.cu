@@ -1,9 +1,9 @@
-// cuda_norm.cu: softmax over the middle dim of (outer,dim,inner) and layernorm over the last dim,
-// forward and backward. A contiguous row (softmax with inner == 1, layernorm) is one block of
-// PR_CU_THREADS threads: thread j owns elements j, j + PR_CU_THREADS, ... (summed in that order)
-// and the block combines them in block_sum's fixed tree. Strided softmax: one thread per
-// (outer, inner) column walking dim in order. layernorm's weight gradient: one thread per column,
-// rows ascending.
+// cuda_norm.cu: softmax over the middle dim of (outer,dim,inner), layernorm and rms_norm over the
+// last dim, forward and backward. A contiguous row (softmax with inner == 1, layernorm, rms_norm)
+// is one block of PR_CU_THREADS threads: thread j owns elements j, j + PR_CU_THREADS, ... (summed
+// in that order) and the block combines them in block_sum's fixed tree. Strided softmax: one
+// thread per (outer, inner) column walking dim in order. The norms' weight gradients: one thread
+// per column, rows ascending.
 #include "cuda_common.cuh"
 
 __global__ void softmax_row_k(float *y, const float *x, int64_t dim) {
@@ -158,5 +158,66 @@ void pr_cu_layernorm_bwd_w(float *dw, const float *dy, const float *x, const flo
   if (C == 0) return;
   layernorm_bwd_w_k<<<pr_cu_blocks(C), PR_CU_THREADS, 0, pr_cu_s()>>>(dw, dy, x, mean, rstd, rows,
                                                                       C, acc);
+  cudaCheckLaunch();
+}
+
+// rms_norm: y = (x * rstd) * w, rstd = 1 / sqrt(sum(x^2) / C + eps); one block per row.
+__global__ void rms_norm_fwd_k(float *y, float *rstd, const float *x, const float *w, int64_t C,
+                               float eps) {
+  __shared__ float sh[32];
+  int64_t r = blockIdx.x;
+  const float *xr = x + r * C;
+  float *yr = y + r * C;
+  float q = 0.0f;
+  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) q = xr[i] * xr[i] + q;
+  float rs = 1.0f / sqrtf(block_sum(q, sh) / (float)C + eps);
+  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) yr[i] = (xr[i] * rs) * w[i];
+  if (threadIdx.x == 0) rstd[r] = rs;
+}
+void pr_cu_rms_norm_fwd(float *y, float *rstd, const float *x, const float *w, int64_t rows,
+                        int64_t C, float eps) {
+  if (C == 0 || rows == 0) return;
+  prCheck(rows <= INT32_MAX, "this is a pipec bug", "rms_norm: %lld rows", (long long)rows);
+  rms_norm_fwd_k<<<(unsigned)rows, PR_CU_THREADS, 0, pr_cu_s()>>>(y, rstd, x, w, C, eps);
+  cudaCheckLaunch();
+}
+
+// dx = rstd * (dnorm - norm * mean(dnorm * norm)), norm = x * rstd, dnorm = dy * w
+__global__ void rms_norm_bwd_x_k(float *dx, const float *dy, const float *x, const float *w,
+                                 const float *rstd, int64_t C, int acc) {
+  __shared__ float sh[32];
+  int64_t r = blockIdx.x, off = r * C;
+  float s = rstd[r], q = 0.0f;
+  for (int64_t i = threadIdx.x; i < C; i += blockDim.x)
+    q = (dy[off + i] * w[i]) * (x[off + i] * s) + q;
+  float dnn_mean = block_sum(q, sh) / (float)C;
+  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+    float nm = x[off + i] * s, dn = dy[off + i] * w[i];
+    float v = (dn - nm * dnn_mean) * s;
+    dx[off + i] = acc ? dx[off + i] + v : v;
+  }
+}
+void pr_cu_rms_norm_bwd_x(float *dx, const float *dy, const float *x, const float *w,
+                          const float *rstd, int64_t rows, int64_t C, int acc) {
+  if (C == 0 || rows == 0) return;
+  prCheck(rows <= INT32_MAX, "this is a pipec bug", "rms_norm: %lld rows", (long long)rows);
+  rms_norm_bwd_x_k<<<(unsigned)rows, PR_CU_THREADS, 0, pr_cu_s()>>>(dx, dy, x, w, rstd, C, acc);
+  cudaCheckLaunch();
+}
+
+// dw (C) = sum over rows (ascending) of dy * norm, one thread per column (layernorm_bwd_w_k's
+// order).
+__global__ void rms_norm_bwd_w_k(float *dw, const float *dy, const float *x, const float *rstd,
+                                 int64_t rows, int64_t C, int acc) {
+  GRID_FOR(c, C) {
+    float t = 0.0f;
+    for (int64_t r = 0; r < rows; r++) t += dy[r * C + c] * (x[r * C + c] * rstd[r]);
+    dw[c] = acc ? dw[c] + t : t;
+  }
+}
+void pr_cu_rms_norm_bwd_w(float *dw, const float *dy, const float *x, const float *rstd,
+                          int64_t rows, int64_t C, int acc) {
+  if (C == 0) return;
+  rms_norm_bwd_w_k<<<pr_cu_blocks(C), PR_CU_THREADS, 0, pr_cu_s()>>>(dw, dy, x, rstd, rows, C, acc);
   cudaCheckLaunch();
 }

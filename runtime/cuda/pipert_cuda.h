@@ -119,6 +119,9 @@ void pr_cu_tanh_fwd(float *y, const float *x, int64_t n);
 void pr_cu_tanh_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc);
 void pr_cu_sigmoid_fwd(float *y, const float *x, int64_t n);
 void pr_cu_sigmoid_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc);
+// silu: y = x * sigmoid(x); the backward from x (sigmoid recomputed)
+void pr_cu_silu_fwd(float *y, const float *x, int64_t n);
+void pr_cu_silu_bwd(float *dx, const float *dy, const float *x, int64_t n, int acc);
 // y (n) = xs[0] + ... + xs[k-1] left to right (xs a host array of device pointers, k <= 16;
 // y may alias any input).
 void pr_cu_add_n(float *y, const float *const *xs, int k, int64_t n);
@@ -145,6 +148,14 @@ void pr_cu_layernorm_bwd_x(float *dx, const float *dy, const float *x, const flo
 // dw (C) = sum over rows (ascending) of dy * norm, one thread per column.
 void pr_cu_layernorm_bwd_w(float *dw, const float *dy, const float *x, const float *mean,
                            const float *rstd, int64_t rows, int64_t C, int acc);
+// rms_norm over the last dim C of (rows,C); rstd (rows) saved. One block per row; dw (C) = sum
+// over rows (ascending) of dy * norm, one thread per column.
+void pr_cu_rms_norm_fwd(float *y, float *rstd, const float *x, const float *w, int64_t rows,
+                        int64_t C, float eps);
+void pr_cu_rms_norm_bwd_x(float *dx, const float *dy, const float *x, const float *w,
+                          const float *rstd, int64_t rows, int64_t C, int acc);
+void pr_cu_rms_norm_bwd_w(float *dw, const float *dy, const float *x, const float *rstd,
+                          int64_t rows, int64_t C, int acc);
 
 // ---------------------------------------------------------------------------------------------
 // Embedding (cuda_embedding.cu)

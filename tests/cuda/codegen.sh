@@ -7,8 +7,9 @@
 # pr_cu_ kernel or one of the host-side functions it needs (data loaders, the fresh
 # initialisation into the host mirror, the message transport, pr_main); and, where no GPU is
 # usable (CI), the programs stop before any work with the runtime's no-device error, exit 1, and
-# its HINT (a rank of the pipeline too); every schedule at M = 4 builds too. Registered only where
-# CMake found the toolkit.
+# its HINT (a rank of the pipeline too); every schedule at M = 4 builds too; and every op no
+# sample uses builds from its gradient check's model. Registered only where CMake found the
+# toolkit.
 # Usage: codegen.sh PIPEC ROOT
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../e2e/lib.sh"
@@ -45,6 +46,22 @@ for model in samples/*.json; do
     [ "$S" -eq 1 ] && check "$name: bin/train built" test -x "$out/bin/train"
     check "$name S=$S: the program's table names the device" grep -q '\.device = &pr_device_cuda' "$out/rank0.cu"
   done
+done
+# The ops no sample uses, through their gradient check's model (tests/gradcheck/OP.json, one per
+# op): built for the device at S = 1, every call of the program a pr_cu_ kernel or a host
+# function, so that every op of the registry has device kernels that nvcc compiles and links.
+used=$(for model in samples/*.json; do "$pipec" print "$model" 2>/dev/null; done |
+  sed -n 's/^node .* = \([a-z_]*\)(.*/\1/p' | sort -u)
+for op in $("$pipec" --list-ops); do
+  grep -qxF -- "$op" <<<"$used" && continue
+  out=$tmp/op.$op
+  if ! "$pipec" compile "tests/gradcheck/$op.json" --target cuda -o "$out" >"$tmp/log" 2>&1; then
+    bad "op $op: pipec compile --target cuda of tests/gradcheck/$op.json failed: $(grep -m3 -E 'error' "$tmp/log")"
+    continue
+  fi
+  check "op $op: bin/train built" test -x "$out/bin/train"
+  others=$(grep -o '\bpr_[a-z0-9_]*(' "$out/rank0.cu" | sort -u | grep -Ev "$host_re")
+  check "op $op: only pr_cu_ kernels (found: ${others:-none})" test -z "$others"
 done
 # Every schedule at M >= 2 (several microbatches in flight: slotted buffers, posted receives),
 # built by nvcc with warnings as errors: gpipe, 1f1b, interleaved, zb-h1, zb-v and a CSV one.

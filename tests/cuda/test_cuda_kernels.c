@@ -10,7 +10,8 @@
 //   BITWISE 1e-6 elementwise, the optimizers, embedding backward: the same formula and rounding
 //                (--fmad=false, the CPU's polynomials); expected bitwise, 1e-6 leaves a margin
 //                for a device libm ulp (sqrtf, log) not yet seen on hardware
-//   REDUCE 1e-4  row reductions in another fixed order (softmax, layernorm, losses, attention)
+//   REDUCE 1e-4  row reductions in another fixed order (softmax, layernorm, rms_norm, losses,
+//                attention)
 //   GEMM 1e-4    cuBLAS against OpenBLAS, fp32 with no TF32 (TF32's 10-bit mantissa misses this
 //                by several times on these K of 29..67)
 // sumsq (double) within 1e-10 relative. Each tolerance has a margin because none has been measured
@@ -187,6 +188,8 @@ static void test_elementwise(void) {
      pr_cu_tanh_bwd(dx, dy, y, n, acc));
   UN("sigmoid", pr_sigmoid_fwd(cy, hx, n), pr_cu_sigmoid_fwd(y, x, n),
      pr_sigmoid_bwd(hdx, hdy, cy, n, acc), pr_cu_sigmoid_bwd(dx, dy, y, n, acc));
+  UN("silu", pr_silu_fwd(cy, hx, n), pr_cu_silu_fwd(y, x, n), pr_silu_bwd(hdx, hdy, hx, n, acc),
+     pr_cu_silu_bwd(dx, dy, x, n, acc));
   for (int acc = 0; acc < 2; acc++) {
     pr_cu_accumulate(y, x, n, acc);
     pr_accumulate(cy, hx, n, acc);
@@ -283,6 +286,25 @@ static void test_norm(void) {
     pr_cu_layernorm_bwd_w(dw, dy, x, mean, rstd, rows, C, acc);
     pr_layernorm_bwd_w(hdw, hdy, hx, cm, cr, rows, C, acc);
     compare(acc ? "layernorm_bwd_w acc" : "layernorm_bwd_w", dw, hdw, C, REDUCE);
+  }
+  pr_cu_rms_norm_fwd(y, rstd, x, w, rows, C, 1e-6f);
+  pr_rms_norm_fwd(cy, cr, hx, hw, rows, C, 1e-6f);
+  compare("rms_norm_fwd", y, cy, rows * C, REDUCE);
+  compare("rms_norm_fwd rstd", rstd, cr, rows, REDUCE);
+  for (int acc = 0; acc < 2; acc++) {
+    pr_cu_rms_norm_bwd_x(dx, dy, x, w, rstd, rows, C, acc);
+    pr_rms_norm_bwd_x(hdx, hdy, hx, hw, cr, rows, C, acc);
+    compare(acc ? "rms_norm_bwd_x acc" : "rms_norm_bwd_x", dx, hdx, rows * C, REDUCE);
+    pr_cu_rms_norm_bwd_w(dw, dy, x, rstd, rows, C, acc);
+    pr_rms_norm_bwd_w(hdw, hdy, hx, cr, rows, C, acc);
+    compare(acc ? "rms_norm_bwd_w acc" : "rms_norm_bwd_w", dw, hdw, C, REDUCE);
+  }
+  {
+    float *saved = from_dev(dw, C);
+    pr_cu_rms_norm_bwd_w(dw, dy, x, rstd, rows, C, 0);
+    pr_cu_rms_norm_bwd_w(dw, dy, x, rstd, rows, C, 1); // = saved again: same ops as above
+    same_bits("rms_norm_bwd_w", dw, saved, C);
+    free(saved);
   }
   free(hx), free(hdy), free(cy), free(hdx), free(hw), free(hb), free(cm), free(cr), free(hdw);
   pr_cu_free_region(x), pr_cu_free_region(dy), pr_cu_free_region(y), pr_cu_free_region(dx);

@@ -375,8 +375,11 @@ static void f_unary(void *p) {
   case 4:
     pr_sigmoid_fwd(c->y, c->x, n);
     break;
-  default:
+  case 5:
     pr_gelu_fwd(c->y, NULL, c->x, n, 1);
+    break;
+  default:
+    pr_silu_fwd(c->y, c->x, n);
     break;
   }
 }
@@ -399,15 +402,19 @@ static void unary_bwd(int kind, float *dx, const float *dy, const float *x, cons
   case 4:
     pr_sigmoid_bwd(dx, dy, y, n, acc);
     break;
-  default:
+  case 5:
     pr_gelu_bwd(dx, dy, x, NULL, n, 1, acc);
+    break;
+  default:
+    pr_silu_bwd(dx, dy, x, n, acc);
     break;
   }
 }
 
 START_TEST(test_unary) {
   int64_t n = 61;
-  for (int kind = 0; kind < 6; kind++) { // scale, relu, gelu (tanh), tanh, sigmoid, gelu (exact)
+  // scale, relu, gelu (tanh), tanh, sigmoid, gelu (exact), silu
+  for (int kind = 0; kind < 7; kind++) {
     Ctx c = {0};
     c.n[0] = n, c.flag[0] = kind;
     c.x = frand(n, -4, 4), c.y = fzeros(n);
@@ -422,7 +429,8 @@ START_TEST(test_unary) {
                : kind == 2 ? gelu_ref(x)
                : kind == 3 ? tanh(x)
                : kind == 4 ? 1 / (1 + exp(-x))
-                           : gelu_exact_ref(x);
+               : kind == 5 ? gelu_exact_ref(x)
+                           : x / (1 + exp(-x));
     }
     assert_close("unary", c.y, ref, n, 1e-6, 1e-6);
     float *r = frand(n, -1, 1), *dx = fzeros(n);
@@ -493,6 +501,21 @@ START_TEST(test_unary_accuracy) {
     worst = fmax(worst, fabs(y[i] - ref) / ref);
   }
   ck_assert_msg(worst <= 4 * 1.2e-7, "sigmoid: worst relative error %.3g", worst);
+  // silu = x * sigmoid(x): the sigmoid's error and one rounding more; bitwise the decomposed form
+  // (pr_sigmoid_fwd, then the product), as a graph's mul(x, sigmoid(x)) computes it
+  for (int64_t i = 0; i < n; i++) x[i] = (float)(-80.0 + 160.0 * (double)i / (double)(n - 1));
+  x[n / 2] = 0.0f;
+  pr_silu_fwd(y, x, n);
+  worst = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double ref = (double)x[i] / (1.0 + exp(-(double)x[i]));
+    worst = fmax(worst, x[i] == 0 ? fabs(y[i]) : fabs(y[i] - ref) / fabs(ref));
+  }
+  ck_assert_msg(worst <= 5 * 1.2e-7, "silu: worst relative error %.3g", worst);
+  float *sg = fzeros(n);
+  pr_sigmoid_fwd(sg, x, n);
+  for (int64_t i = 0; i < n; i++) sg[i] = x[i] * sg[i];
+  assert_bitwise("silu vs x * sigmoid(x)", y, sg, n);
   for (int64_t i = 0; i < n; i++) x[i] = (float)(-10.0 + 20.0 * (double)i / (double)(n - 1));
   pr_gelu_fwd(y, NULL, x, n, 0);
   worst = 0;
@@ -522,6 +545,8 @@ START_TEST(test_unary_accuracy) {
   pr_gelu_fwd(so, NULL, sp, 4, 0);
   ck_assert(isnan(so[0]) && so[1] == 1000.0f && so[2] == 0.0f && so[3] == 0.0f);
   pr_gelu_fwd(so, NULL, sp, 4, 1);
+  ck_assert(isnan(so[0]) && so[1] == 1000.0f && so[2] == 0.0f && so[3] == 0.0f);
+  pr_silu_fwd(so, sp, 4);
   ck_assert(isnan(so[0]) && so[1] == 1000.0f && so[2] == 0.0f && so[3] == 0.0f);
 }
 END_TEST
@@ -672,6 +697,87 @@ START_TEST(test_layernorm_groups) {
       assert_bitwise("layernorm group dx", dx + r * C, dx + 4 * C, C);
     }
   }
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// rms_norm
+
+static void f_rms_norm(void *p) {
+  Ctx *c = p;
+  pr_rms_norm_fwd(c->y, c->rstd, c->x, c->w, c->n[0], c->n[1], 1e-6f);
+}
+
+// y and rstd against double, dx and dw against finite differences; rows of four (the groups) and
+// not, C with and without a tail of the 8 lanes, a row far from 0.
+START_TEST(test_rms_norm) {
+  const int64_t shapes[][2] = {{5, 19}, {4, 40}, {2, 8}};
+  for (size_t si = 0; si < 3; si++) {
+    int64_t rows = shapes[si][0], C = shapes[si][1];
+    Ctx c = {0};
+    c.n[0] = rows, c.n[1] = C;
+    c.x = frand(rows * C, -2, 2), c.w = frand(C, 0.5f, 1.5f);
+    for (int64_t i = 0; i < C; i++) c.x[i] += 10.0f; // a row far from 0
+    c.y = fzeros(rows * C), c.rstd = fzeros(rows);
+    f_rms_norm(&c);
+    double *ref = talloc((size_t)(rows * C) * sizeof(double));
+    int ok = 1;
+    for (int64_t r = 0; r < rows; r++) {
+      double ms = 0;
+      for (int64_t i = 0; i < C; i++) ms += (double)c.x[r * C + i] * c.x[r * C + i];
+      double s = 1.0 / sqrt(ms / (double)C + 1e-6);
+      ok &= fabs(c.rstd[r] - s) <= 1e-6 * s;
+      for (int64_t i = 0; i < C; i++) ref[r * C + i] = c.x[r * C + i] * s * c.w[i];
+    }
+    ck_assert_msg(ok, "rms_norm rstd (C %lld)", (long long)C);
+    assert_close("rms_norm", c.y, ref, rows * C, 2e-6, 2e-6);
+    float *r = frand(rows * C, -1, 1), *dx = fzeros(rows * C), *dw = fzeros(C);
+    pr_rms_norm_bwd_x(dx, r, c.x, c.w, c.rstd, rows, C, 0);
+    pr_rms_norm_bwd_w(dw, r, c.x, c.rstd, rows, C, 0);
+    fd_check("rms_norm dx", f_rms_norm, &c, c.x, rows * C, dx, c.y, r, rows * C, H, TOL);
+    fd_check("rms_norm dw", f_rms_norm, &c, c.w, C, dw, c.y, r, rows * C, H, TOL);
+  }
+}
+END_TEST
+
+// rms_norm computes rows in groups of four (dot4_f) and the rows after the last group one by one
+// (dot_f): the same bits, as test_layernorm_groups checks for layernorm.
+START_TEST(test_rms_norm_groups) {
+  const int64_t Cs[] = {19, 128, 131};
+  for (int ci = 0; ci < 3; ci++) {
+    int64_t rows = 5, C = Cs[ci];
+    float *x = frand(rows * C, -2, 2), *dy = frand(rows * C, -1, 1), *w = frand(C, 0.5f, 1.5f);
+    for (int64_t r = 0; r < 4; r++) {
+      memcpy(x + r * C, x + 4 * C, (size_t)C * 4);
+      memcpy(dy + r * C, dy + 4 * C, (size_t)C * 4);
+    }
+    float *y = fzeros(rows * C), *rstd = fzeros(rows), *dx = fzeros(rows * C);
+    pr_rms_norm_fwd(y, rstd, x, w, rows, C, 1e-6f);
+    pr_rms_norm_bwd_x(dx, dy, x, w, rstd, rows, C, 0);
+    for (int64_t r = 0; r < 4; r++) {
+      assert_bitwise("rms_norm group y", y + r * C, y + 4 * C, C);
+      assert_bitwise("rms_norm group rstd", rstd + r, rstd + 4, 1);
+      assert_bitwise("rms_norm group dx", dx + r * C, dx + 4 * C, C);
+    }
+  }
+}
+END_TEST
+
+// rms_norm's weight gradient sums over rows exactly as layernorm's: with the mean 0 (x - 0 = x) the
+// two give the same bits, at 1 and 2 threads, several column blocks, acc = 0 and 1.
+START_TEST(test_rms_norm_dw_order) {
+  int64_t rows = 300, C = 150; // rows * C above the threading threshold, three column blocks
+  float *x = frand(rows * C, -2, 2), *dy = frand(rows * C, -1, 1), *rstd = frand(rows, 0.5f, 2);
+  float *zero = fzeros(rows), *a = fzeros(C), *b = fzeros(C);
+  for (int th = 1; th <= 2; th++)
+    for (int acc = 0; acc < 2; acc++) {
+      pr_set_threads(th);
+      for (int64_t i = 0; i < C; i++) a[i] = b[i] = 0.25f * (float)(i % 5);
+      pr_rms_norm_bwd_w(a, dy, x, rstd, rows, C, acc);
+      pr_layernorm_bwd_w(b, dy, x, zero, rstd, rows, C, acc);
+      assert_bitwise("rms_norm dw vs layernorm dw", a, b, C);
+    }
+  pr_set_threads(default_threads);
 }
 END_TEST
 
@@ -1034,6 +1140,14 @@ static void acc_ln_w(void *p, float *o, int acc) {
   AccCtx *c = p;
   pr_layernorm_bwd_w(o, c->dy, c->x, c->mean, c->rstd, c->n[0], c->n[1], acc);
 }
+static void acc_rms_x(void *p, float *o, int acc) {
+  AccCtx *c = p;
+  pr_rms_norm_bwd_x(o, c->dy, c->x, c->w, c->rstd, c->n[0], c->n[1], acc);
+}
+static void acc_rms_w(void *p, float *o, int acc) {
+  AccCtx *c = p;
+  pr_rms_norm_bwd_w(o, c->dy, c->x, c->rstd, c->n[0], c->n[1], acc);
+}
 static void acc_embedding(void *p, float *o, int acc) {
   AccCtx *c = p;
   pr_embedding_bwd_w(o, c->dy, c->idx, c->n[0], c->n[1], c->n[2], acc);
@@ -1090,7 +1204,7 @@ START_TEST(test_acc) {
   c.n[0] = 100, c.n[1] = 130;
   check_acc("sum_rows", acc_sum_rows, &c, 130);
   c.y = frand(1 << 16, 0.01f, 0.99f);
-  for (int kind = 0; kind < 5; kind++) {
+  for (int kind = 0; kind < 7; kind++) {
     c.n[0] = 1000, c.flag[0] = kind;
     check_acc("unary_bwd", acc_unary, &c, 1000);
   }
@@ -1102,6 +1216,8 @@ START_TEST(test_acc) {
   c.mean = frand(9, -0.5f, 0.5f), c.rstd = frand(9, 0.5f, 2);
   check_acc("layernorm_bwd_x", acc_ln_x, &c, 9 * 37);
   check_acc("layernorm_bwd_w", acc_ln_w, &c, 37);
+  check_acc("rms_norm_bwd_x", acc_rms_x, &c, 9 * 37);
+  check_acc("rms_norm_bwd_w", acc_rms_w, &c, 37);
   int32_t ids[12] = {1, 4, 1, 0, 4, 4, 2, 1, 0, 0, 4, 1};
   c.idx = ids, c.n[0] = 12, c.n[1] = 6, c.n[2] = 70;
   check_acc("embedding_bwd_w", acc_embedding, &c, 6 * 70);
@@ -1172,6 +1288,14 @@ static void thr_layernorm(void *p, float *o) { // y, mean, rstd, dx, dw
   pr_layernorm_bwd_x(dx, c->dy, c->x, c->w, o + n, o + n + c->rows, c->rows, c->C, 0);
   pr_layernorm_bwd_w(dx + n, c->dy, c->x, o + n, o + n + c->rows, c->rows, c->C, 0);
 }
+static void thr_rms_norm(void *p, float *o) { // y, rstd, dx, dw
+  ThrCtx *c = p;
+  int64_t n = c->rows * c->C;
+  pr_rms_norm_fwd(o, o + n, c->x, c->w, c->rows, c->C, 1e-6f);
+  float *dx = o + n + c->rows;
+  pr_rms_norm_bwd_x(dx, c->dy, c->x, c->w, o + n, c->rows, c->C, 0);
+  pr_rms_norm_bwd_w(dx + n, c->dy, c->x, o + n, c->rows, c->C, 0);
+}
 static void thr_linear(void *p, float *o) { // y, dx, dw
   ThrCtx *c = p;
   pr_linear_fwd(o, c->x, c->w, c->bias, c->rows, c->in, c->out);
@@ -1186,7 +1310,7 @@ static void thr_sum_rows(void *p, float *o) {
   ThrCtx *c = p;
   pr_sum_rows(o, c->dy, c->rows, c->C, 0);
 }
-static void thr_misc(void *p, float *o) { // softmax fwd/bwd, binary bwd (bias), ce fwd/bwd, gelu
+static void thr_misc(void *p, float *o) { // softmax fwd/bwd, binary bwd, ce fwd/bwd, gelu, silu
   ThrCtx *c = p;
   int64_t n = c->rows * c->C, yd[2] = {c->rows, c->C}, xd[2] = {1, c->C};
   pr_softmax_fwd(o, c->x, c->rows, c->C, 1);
@@ -1196,6 +1320,8 @@ static void thr_misc(void *p, float *o) { // softmax fwd/bwd, binary bwd (bias),
   float dl = 1.0f;
   pr_cross_entropy_bwd(o + 2 * n + c->C + 1, &dl, c->x, c->idx, c->rows, c->C, 0);
   pr_gelu_fwd(o + 3 * n + c->C + 1, NULL, c->x, n, 0);
+  pr_silu_fwd(o + 4 * n + c->C + 1, c->x, n);
+  pr_silu_bwd(o + 5 * n + c->C + 1, c->dy, c->x, n, 0);
 }
 
 // The model's shapes, where the kernels' register tiles and vectors run (the shapes above have
@@ -1267,6 +1393,7 @@ START_TEST(test_threads) {
   c.rows = 512, c.C = 128;
   c.x = frand(1 << 17, -2, 2), c.w = frand(1 << 17, -1, 1), c.bias = frand(1024, -1, 1);
   check_threads("layernorm", thr_layernorm, &c, 3 * 512 * 128 + 2 * 512);
+  check_threads("rms_norm", thr_rms_norm, &c, 2 * 512 * 128 + 128 + 512);
   c.rows = 256, c.in = 128, c.out = 192;
   check_threads("linear", thr_linear, &c, 256 * 192 + 256 * 128 + 192 * 128);
   c.n = 1024, c.V = 65, c.C = 128;
@@ -1276,7 +1403,7 @@ START_TEST(test_threads) {
   c.rows = 700, c.C = 150;
   check_threads("sum_rows", thr_sum_rows, &c, 150);
   c.rows = 1024, c.C = 65;
-  check_threads("softmax/binary/cross_entropy/gelu", thr_misc, &c, 4 * 1024 * 65 + 65 + 1);
+  check_threads("softmax/binary/cross_entropy/gelu/silu", thr_misc, &c, 6 * 1024 * 65 + 65 + 1);
 }
 END_TEST
 
@@ -1329,9 +1456,9 @@ END_TEST
 
 // ---------------------------------------------------------------------------------------------
 // NaN propagates like PyTorch (checked against torch 1.13): every activation maps NaN to NaN
-// (relu(NaN) = NaN, not 0); a NaN in a softmax / layernorm / cross_entropy row makes the row's
-// results NaN; relu's backward is threshold_backward(dy, y, 0) = (y <= 0 ? 0 : dy), so at a NaN
-// output the gradient passes, and the other activations' gradients at NaN are NaN.
+// (relu(NaN) = NaN, not 0); a NaN in a softmax / layernorm / rms_norm / cross_entropy row makes the
+// row's results NaN; relu's backward is threshold_backward(dy, y, 0) = (y <= 0 ? 0 : dy), so at a
+// NaN output the gradient passes, and the other activations' gradients at NaN are NaN.
 
 static bool all_nan(const float *x, int64_t n) {
   for (int64_t i = 0; i < n; i++)
@@ -1370,9 +1497,13 @@ START_TEST(test_nan) {
   pr_sigmoid_fwd(y, x, 4);
   pr_sigmoid_bwd(dx, dy, y, 4, 0);
   ck_assert(isnan(dx[0]) && !isnan(dx[1]));
+  pr_silu_fwd(y, x, 4);
+  ck_assert(isnan(y[0]) && !isnan(y[1]) && !isnan(y[2]));
+  pr_silu_bwd(dx, dy, x, 4, 0);
+  ck_assert(isnan(dx[0]) && !isnan(dx[1]));
   pr_scale_fwd(y, x, 4, 0.5f);
   ck_assert(isnan(y[0]) && y[1] == 1.0f);
-  // rows: softmax (contiguous and strided), layernorm, cross_entropy, mse
+  // rows: softmax (contiguous and strided), layernorm, rms_norm, cross_entropy, mse
   float r[2 * 3] = {1.0f, NAN, 2.0f, 1.0f, 2.0f, 3.0f}, s[6], sdx[6];
   pr_softmax_fwd(s, r, 2, 3, 1);
   ck_assert(all_nan(s, 3) && !isnan(s[3]) && !isnan(s[4]) && !isnan(s[5]));
@@ -1383,6 +1514,8 @@ START_TEST(test_nan) {
   float w[3] = {1.0f, 1.0f, 1.0f}, b[3] = {0.0f, 0.0f, 0.0f}, mean[2], rstd[2];
   pr_layernorm_fwd(s, mean, rstd, r, w, b, 2, 3, 1e-5f);
   ck_assert(all_nan(s, 3) && isnan(mean[0]) && !isnan(s[3]) && !isnan(mean[1]));
+  pr_rms_norm_fwd(s, rstd, r, w, 2, 3, 1e-6f);
+  ck_assert(all_nan(s, 3) && isnan(rstd[0]) && !isnan(s[3]) && !isnan(rstd[1]));
   int32_t tgt[2] = {0, 2};
   float loss;
   pr_cross_entropy_fwd(&loss, r, tgt, 2, 3);
@@ -1413,6 +1546,9 @@ int main(void) {
   tcase_add_test(tc, test_layernorm);
   tcase_add_test(tc, test_add_layernorm);
   tcase_add_test(tc, test_layernorm_groups);
+  tcase_add_test(tc, test_rms_norm);
+  tcase_add_test(tc, test_rms_norm_groups);
+  tcase_add_test(tc, test_rms_norm_dw_order);
   tcase_add_test(tc, test_embedding);
   tcase_add_test(tc, test_permute);
   tcase_add_test(tc, test_split_concat);

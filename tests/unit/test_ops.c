@@ -1,6 +1,7 @@
 // Unit tests of the op registry (ir/ops.c) against docs/ops.md:
 //  - every registry row is complete, and the documented op set, arities and attribute schemas
 //    (names, types, defaults, required) match the registry row for row (read from docs/ops.md);
+//  - every kernel of the registry has its CUDA twin declared in runtime/cuda/pipert_cuda.h;
 //  - one table of cases drives every op's shape rule on a hand-built graph: the inferred output
 //    types, the cost (FLOPs and bytes with B = 3, formulas of docs/ops.md) and, for bad inputs,
 //    the exact diagnostic;
@@ -254,7 +255,7 @@ static const char *attr_type_name(AttrType t) {
 START_TEST(test_registry_matches_docs) {
   DocOp ops[64];
   int n = read_doc_ops(ops, 64);
-  ck_assert_int_eq(n, 21); // the op set v1
+  ck_assert_int_eq(n, 23); // the op set v1
   for (int i = 0; i < n; i++) {
     const DocOp *d = &ops[i];
     const OpDef *op = op_find(d->name);
@@ -351,6 +352,28 @@ START_TEST(test_registry_matches_docs) {
     if (!op_at(i)->internal)
       ck_assert_msg(doc_find(ops, n, op_at(i)->name) != NULL,
                     "op '%s' is not documented in docs/ops.md", op_at(i)->name);
+}
+END_TEST
+
+// Every kernel of the registry (forward and internal rows) has its CUDA twin pr_cu_NAME declared in
+// runtime/cuda/pipert_cuda.h: the CUDA target calls pr_cu_X for the row's pr_X (emit_cuda.c,
+// kernel_name), so an op without one would fail only in nvcc's link of a device program. The fused
+// kernels of FuseDef are the cpu target's only (codegen/segment.c) and need none.
+START_TEST(test_registry_kernels_have_cuda_twins) {
+  char *h = read_text("runtime/cuda/pipert_cuda.h");
+  for (int i = 0; i < op_count(); i++) {
+    const OpDef *op = op_at(i);
+    ck_assert_msg(op->kernel && strncmp(op->kernel, "pr_", 3) == 0, "%s: kernel '%s'", op->name,
+                  op->kernel ? op->kernel : "(none)");
+    char want[128];
+    snprintf(want, sizeof want, "pr_cu_%s(", op->kernel + 3);
+    bool found = strstr(h, want) != NULL;
+    if (!found) free(h);
+    ck_assert_msg(found,
+                  "op '%s': runtime/cuda/pipert_cuda.h declares no %.*s, the CUDA twin of %s",
+                  op->name, (int)strlen(want) - 1, want, op->kernel);
+  }
+  free(h);
 }
 END_TEST
 
@@ -479,6 +502,12 @@ static const OpCase cases[] = {
     ERR("sigmoid", I("i32(B,4)"), NULL,
         "input 'a' has dtype i32 but sigmoid needs a floating-point tensor"),
 
+    // silu: 5n (sigmoid's 4 and the product)
+    OK("silu", I("f16(B,2,5)"), NULL, "f16(B,2,5)", 150, 120),
+    OK("silu", I("f32(B,11)"), NULL, "f32(B,11)", 165, 264),
+    ERR("silu", I("i32(B,4)"), NULL,
+        "input 'a' has dtype i32 but silu needs a floating-point tensor"),
+
     // softmax: 5n
     OK("softmax", I("f32(B,6)"), NULL, "f32(B,6)", 90, 144),
     OK("softmax", I("f32(B,6)"), "axis=0", "f32(B,6)", 90, 144),
@@ -510,6 +539,27 @@ static const OpCase cases[] = {
         "input 'c' has dtype f16 but input 'a' has dtype f32; layernorm needs equal dtypes"),
     ERR("layernorm", I("i32(B,8)", "f32(8)"), NULL,
         "input 'a' has dtype i32 but layernorm needs a floating-point tensor"),
+
+    // rms_norm: 4n; weight (C) only (no bias: two inputs, checked where the node is read, see
+    // test_expand.c); bytes without the hidden rstd
+    OK("rms_norm", I("f32(B,5,8)", "f32(8)"), NULL, "f32(B,5,8)", 480, (120 + 8 + 120) * 4),
+    OK("rms_norm", I("bf16(B,8)", "bf16(8)"), "eps=0.001", "bf16(B,8)", 96, (24 + 8 + 24) * 2),
+    OK("rms_norm", I("f32(8)", "f32(8)"), NULL, "f32(8)", 32, (8 + 8 + 8) * 4),
+    ERR("rms_norm", I("f32(B,5,8)", "f32(7)"), NULL,
+        "input 'b' has shape (7) but rms_norm needs (8) to match the last dim of 'a' (B,5,8)"),
+    ERR("rms_norm", I("f32(B,8)", "f32(8,1)"), NULL,
+        "input 'b' has shape (8,1) but rms_norm needs (8) to match the last dim of 'a' (B,8)"),
+    ERR("rms_norm", I("f32(8,B)", "f32(8)"), NULL,
+        "input 'b' has shape (8) but rms_norm needs (B) to match the last dim of 'a' (8,B)"),
+    ERR("rms_norm", I("f32(B,8)", "f32(8)"), "eps=0", "attribute 'eps' must be > 0, got 0"),
+    ERR("rms_norm", I("f32(B,8)", "f32(8)"), "eps=-1e-06",
+        "attribute 'eps' must be > 0, got -1e-06"),
+    ERR("rms_norm", I("f32(B,8)", "f16(8)"), NULL,
+        "input 'b' has dtype f16 but input 'a' has dtype f32; rms_norm needs equal dtypes"),
+    ERR("rms_norm", I("i32(B,8)", "f32(8)"), NULL,
+        "input 'a' has dtype i32 but rms_norm needs a floating-point tensor"),
+    ERR("rms_norm", I("f32()", "f32(1)"), NULL,
+        "input 'a' has shape () (rank 0) but rms_norm needs rank at least 1"),
 
     // embedding: 0 flops; output idx.shape + (C), dtype of weight
     OK("embedding", I("i32(B,5)", "f32(11,7)"), NULL, "f32(B,5,7)", 0, (15 + 77 + 105) * 4),
@@ -847,13 +897,19 @@ START_TEST(test_cases_cover_every_op) {
 END_TEST
 
 // Defaults are applied before the rule runs: matmul without attributes is not transposed, split
-// and softmax use the last axis, layernorm's eps is 1e-5.
+// and softmax use the last axis, layernorm's eps is 1e-5 (PyTorch's LayerNorm), rms_norm's 1e-6
+// (Hugging Face's LlamaRMSNorm; PyTorch's RMSNorm defaults to the dtype's epsilon).
 START_TEST(test_attr_defaults) {
   const OpDef *op = op_find("layernorm");
   int k = op_attr_index(op, "eps");
   ck_assert_int_ge(k, 0);
   ck_assert(!op->attrs[k].required);
   ck_assert(op->attrs[k].def_f == 1e-5);
+  op = op_find("rms_norm");
+  k = op_attr_index(op, "eps");
+  ck_assert_int_eq(k, 0); // kargs_layernorm, which rms_norm shares, reads eps as attribute 0
+  ck_assert(!op->attrs[k].required);
+  ck_assert(op->attrs[k].def_f == 1e-6);
   op = op_find("softmax");
   ck_assert_int_eq(op->attrs[op_attr_index(op, "axis")].def_i, -1);
   op = op_find("split");
@@ -920,6 +976,7 @@ static Suite *ops_suite(void) {
   tcase_add_test(reg, test_registry_lookup);
   tcase_add_test(reg, test_registry_matches_docs);
   tcase_add_test(reg, test_attr_defaults);
+  tcase_add_test(reg, test_registry_kernels_have_cuda_twins);
   suite_add_tcase(s, reg);
   TCase *rules = tcase_create("rules");
   tcase_add_loop_test(rules, test_op_case, 0, NCASES);
