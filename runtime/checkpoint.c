@@ -305,7 +305,6 @@ void pr_checkpoint_init(const char *path, const PrCheckpoint *c) {
 int64_t pr_checkpoint_resume(const char *path, const PrCheckpoint *c) {
   char o[PATH_CAP], pid[ID_CAP], oid[ID_CAP], pstep[64], ostep[64];
   optim_path(o, path);
-  if (!c->recovered) recover(path, o);
   if (access(path, F_OK) == 0) pr_check_regular(path, "checkpoint"); // a FIFO would block
   prCheck(access(path, F_OK) == 0, "check the checkpoint path", "cannot open '%s': %s", path,
           strerror(errno));

@@ -407,8 +407,6 @@ typedef struct PrCheckpoint {
   int noptim;          // entries of optim
   const char *vocab;   // character vocabulary of text data (vocab[id]), or NULL
   int nvocab;          // characters in vocab
-  bool recovered;      // resume: an interrupted save was completed already (by a pipeline's
-                       // save rank): do not recover again
   char *loss_scale;    // fp16 programs: the loss scaler's state as text ("SCALE GOOD", a buffer
                        // of PR_SCALE_TEXT bytes) in the optimizer state's metadata "loss_scale":
                        // written by a save, read by a resume ("" when the file has none); NULL:
@@ -423,8 +421,9 @@ void pr_checkpoint_check_writable(const char *path);
 void pr_checkpoint_init(const char *path, const PrCheckpoint *c);
 // Completes an interrupted save of the pair path, path.optim (what resume and save do first).
 void pr_checkpoint_recover(const char *path);
-// Parameters, optimizer state and step of the pair path, path.optim (completing an interrupted
-// save first); refuses a pair of two saves, a bad step and a different vocabulary.
+// Parameters, optimizer state and step of the pair path, path.optim (an interrupted save
+// completed first by pr_checkpoint_recover); refuses a pair of two saves, a bad step and a
+// different vocabulary.
 int64_t pr_checkpoint_resume(const char *path, const PrCheckpoint *c);
 // Writes the pair so that a crash at any moment leaves the old pair or the new one.
 void pr_checkpoint_save(const char *path, const PrCheckpoint *c, int64_t step);
@@ -441,7 +440,9 @@ bool pr_checkpoint_vocab(const char *path, char *out, size_t cap);
 void pr_shards_check_writable(const char *dir);
 // Completes an interrupted save in dir and removes what earlier saves left (the save rank only).
 void pr_shards_recover(const char *dir);
-// This rank's parameters from dir's shards (any save, PyTorch's too; no save id needed).
+// This rank's parameters from dir's shards (any save, PyTorch's too; no save id needed); when the
+// model index has a save id, refuses a shard without it, as pr_shards_resume does. Both read dir
+// as it is: the save rank completes an interrupted save first (pr_shards_recover).
 void pr_shards_init(const char *dir, const PrCheckpoint *c);
 // Parameters, optimizer state and step; refuses shards and indexes of different saves.
 int64_t pr_shards_resume(const char *dir, const PrCheckpoint *c);

@@ -15,7 +15,7 @@
 // temporaries, fsync'ed, then renames the model index into place: the commit; (3) it renames the
 // optimizer index and every shard into place, and removes the shards of earlier saves that the
 // new index does not name (a save at another rank count leaves fewer or more files).
-// Recovery (the save rank, before every resume and save): the model index's save id is the
+// Recovery (the save rank, before every resume, init and save): the model index's save id is the
 // committed save; every file it or the optimizer index names that lacks that id is rolled forward
 // from a complete temporary with it; then temporaries of other saves (unless their process still
 // runs) and pipec shards of older saves are removed. A crash at any moment thus leaves the old
@@ -43,7 +43,7 @@
 enum { SH_MODEL, SH_OPTIM };                                    // the two halves
 static const char *const SH_PREFIX[2] = {"model", "optimizer"}; // their file name prefixes
 static const char *const HINT_SHARDS =
-    "resume from a directory written by one --save DIR/ (both indexes and every shard they name)";
+    "load a directory written by one --save DIR/ (both indexes and every shard they name)";
 
 // ---------------------------------------------------------------------------------------------
 // Names
@@ -383,14 +383,15 @@ void pr_shards_init(const char *dir, const PrCheckpoint *c) {
   Index ix;
   index_path(ipath, dir, SH_MODEL);
   index_load(ipath, &ix);
-  load_index(dir, ipath, &ix, c->params, c->nparams, c->tied, NULL, "a parameter");
+  // A pipec save (its index has a save id): every shard must be of that save, as for --resume.
+  load_index(dir, ipath, &ix, c->params, c->nparams, c->tied, ix.id[0] ? ix.id : NULL,
+             "a parameter");
   check_vocab_all(dir, &ix, c);
   index_free(&ix);
 }
 
 int64_t pr_shards_resume(const char *dir, const PrCheckpoint *c) {
   char mpath[SH_PATH], opath[SH_PATH];
-  if (!c->recovered) pr_shards_recover(dir);
   index_path(mpath, dir, SH_MODEL);
   index_path(opath, dir, SH_OPTIM);
   Index m, o;
