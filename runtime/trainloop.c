@@ -441,6 +441,7 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
                      .noptim = nopt,
                      .vocab = p->vocab,
                      .nvocab = p->nvocab ? *p->nvocab : 0,
+                     .verify = saver,
                      .loss_scale = t.scaler ? scale_text : NULL};
   // The save rank's view of the file (staging for what other ranks hold) exists before training.
   PrTensorRef *srefs =

@@ -5,7 +5,7 @@
 # directory rewritten with one shard each, the old shards gone) bit for bit as the run never
 # stopped; --init from it equals --init from the one-file pair; an interrupted save is rolled
 # forward after its commit (by --init too) and discarded before it; bad directories are refused
-# by name (a shard of another save by --init too); the
+# by name (a shard of another save by --init too), and so is a flipped bit in a shard; the
 # shards load with the safetensors package's own reader (exit 77 at the end when it is not
 # importable here, after every other check passed).
 pipec=$1
@@ -111,6 +111,23 @@ expect "--init: a shard of another save" 1 "^shards.c:[0-9]+: rank 0: $other_sav
 for how in resume init; do
   expect "--$how at S = 2: a shard of another save" 1 "^\[rank [01]\] shards.c:[0-9]+: rank [01]: $other_save" \
     timeout -k 5 60 "$tmp/s2/launch.sh" "${run_args[@]}" --steps 3 "--$how" "$tmp/b"
+done
+# Bit rot: one flipped bit of a value that stays finite, in a model or an optimizer shard, is
+# refused by --init and --resume at S = 1 and 2 (the save rank rehashes every shard).
+in_shard() { # INDEX SHARD: a tensor that INDEX maps to SHARD (not the tied head)
+  "$py" -c 'import json, sys; m = json.load(open(sys.argv[1]))["weight_map"]
+print(next(k for k, v in m.items() if v == sys.argv[2] and k != "lm_head.weight"))' "$1" "$2"
+}
+rot="error: a shard of $tmp/b is corrupt: the shards' values do not hash to their save id $(st meta "$tmp/sh4/model-00001-of-00004.safetensors" save_id)$"
+for half in model optimizer; do
+  bad_dir && st flip "$tmp/b/$half-00003-of-00004.safetensors" \
+    "$(in_shard "$tmp/b/$half.safetensors.index.json" "$half-00003-of-00004.safetensors")" 9
+  for how in init resume; do
+    expect "bit rot in the $half shard: --$how at S = 1" 1 "^shards.c:[0-9]+: rank 0: $rot" \
+      "$tmp/s1/bin/train" "${run_args[@]}" --steps 3 "--$how" "$tmp/b"
+    expect "bit rot in the $half shard: --$how at S = 2" 1 "^\[rank [01]\] shards.c:[0-9]+: rank [01]: $rot" \
+      timeout -k 5 60 "$tmp/s2/launch.sh" "${run_args[@]}" --steps 3 "--$how" "$tmp/b"
+  done
 done
 bad_dir && rm "$tmp/b/optimizer-00003-of-00004.safetensors"
 expect "a missing shard" 1 "rank 0: error: .*/b/optimizer.safetensors.index.json: its shard '.*/b/optimizer-00003-of-00004.safetensors' is missing" \
