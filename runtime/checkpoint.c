@@ -23,6 +23,11 @@
 // before a barrier, and then every rank reads the tensors it holds (refs with data NULL are
 // skipped, their names and shapes still checked). Both refuse a vocabulary that differs from the
 // data's (the character ids would shift).
+// Verification (PrCheckpoint.verify: one rank of a job, the save rank): after its load, the rank
+// reads both files again and recomputes the save id from their contents (pr_safetensors_hash, in
+// the order the save wrote the tensors); a different id is bit rot, refused naming the pair (the
+// id hashes both files as one: which one changed is unknown). --resume always verifies; --init
+// when F has a save id and F.optim beside it carries the same (else F loads unverified).
 #define _FILE_OFFSET_BITS 64
 #include "checkpoint_impl.h"
 #include "pipert.h"
@@ -60,33 +65,50 @@ uint64_t pr_ck_mix(uint64_t h, uint64_t w) {
   return h ^ (h >> 29);
 }
 
+uint64_t pr_ck_hash_values(uint64_t h, const float *x, int64_t n) {
+  int64_t k = 0;
+  for (; k + 2 <= n; k += 2) {
+    uint64_t w;
+    memcpy(&w, x + k, 8);
+    h = pr_ck_mix(h, w);
+  }
+  if (k < n) {
+    uint32_t w;
+    memcpy(&w, x + k, 4);
+    h = pr_ck_mix(h, w);
+  }
+  return h;
+}
+
 uint64_t pr_ck_hash_refs(uint64_t h, const PrTensorRef *r, int n) {
   for (int i = 0; i < n; i++) {
     int64_t numel = 1;
     for (int d = 0; d < r[i].rank; d++) numel *= r[i].shape[d];
     h = pr_ck_mix(h, pr_hash_name(r[i].name));
     h = pr_ck_mix(h, (uint64_t)numel);
-    const float *x = r[i].data;
-    int64_t k = 0;
-    for (; k + 2 <= numel; k += 2) {
-      uint64_t w;
-      memcpy(&w, x + k, 8);
-      h = pr_ck_mix(h, w);
-    }
-    if (k < numel) {
-      uint32_t w;
-      memcpy(&w, x + k, 4);
-      h = pr_ck_mix(h, w);
-    }
+    h = pr_ck_hash_values(h, r[i].data, numel);
   }
   return h;
 }
 
 static void save_id(char *out, const PrCheckpoint *c, int64_t step) {
-  uint64_t h = pr_ck_mix(0x70697065635f636bULL, (uint64_t)step);
+  uint64_t h = pr_ck_mix(PR_CK_SEED, (uint64_t)step);
   h = pr_ck_hash_refs(h, c->params, c->nparams);
-  h = pr_ck_hash_refs(pr_ck_mix(h, 0x6f7074696d), c->optim, c->noptim);
+  h = pr_ck_hash_refs(pr_ck_mix(h, PR_CK_OPTIM), c->optim, c->noptim);
   snprintf(out, ID_CAP, "%016llx", (unsigned long long)h);
+}
+
+// Recomputes the save id of the pair (f, o) at step from the files' contents, as save_id hashed
+// what it wrote: stops the program unless it is id (a value changed on disk since the save).
+static void verify_pair(const char *f, const char *o, int64_t step, const char *id) {
+  uint64_t h = pr_ck_mix(PR_CK_SEED, (uint64_t)step);
+  bool ok = pr_safetensors_hash(f, &h);
+  h = pr_ck_mix(h, PR_CK_OPTIM);
+  ok = pr_safetensors_hash(o, &h) && ok;
+  char got[ID_CAP];
+  snprintf(got, sizeof got, "%016llx", (unsigned long long)h);
+  prCheck(ok && strcmp(got, id) == 0, PR_CK_CORRUPT,
+          "%s or %s is corrupt: their values do not hash to their save id %s", f, o, id);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -300,12 +322,22 @@ void pr_checkpoint_recover(const char *path) {
 void pr_checkpoint_init(const char *path, const PrCheckpoint *c) {
   pr_safetensors_load(path, c->params, c->nparams, c->tied, false);
   pr_ck_check_vocab(path, c);
+  // F verifies with the F.optim of its save beside it (the save id hashes both files).
+  char o[PATH_CAP], id[ID_CAP], oid[ID_CAP], step[64];
+  struct stat st;
+  optim_path(o, path);
+  if (c->verify && pr_safetensors_peek(path, "save_id", id, sizeof id) && id[0] &&
+      stat(o, &st) == 0 && S_ISREG(st.st_mode) &&
+      pr_safetensors_peek(o, "save_id", oid, sizeof oid) && strcmp(id, oid) == 0) {
+    prCheck(pr_safetensors_meta(path, "step", step, sizeof step), HINT_PAIR,
+            "%s: no 'step' in its metadata", path);
+    verify_pair(path, o, pr_ck_parse_step(path, step), id);
+  }
 }
 
 int64_t pr_checkpoint_resume(const char *path, const PrCheckpoint *c) {
   char o[PATH_CAP], pid[ID_CAP], oid[ID_CAP], pstep[64], ostep[64];
   optim_path(o, path);
-  if (!c->recovered) recover(path, o);
   if (access(path, F_OK) == 0) pr_check_regular(path, "checkpoint"); // a FIFO would block
   prCheck(access(path, F_OK) == 0, "check the checkpoint path", "cannot open '%s': %s", path,
           strerror(errno));
@@ -330,6 +362,7 @@ int64_t pr_checkpoint_resume(const char *path, const PrCheckpoint *c) {
   pr_safetensors_load(path, c->params, c->nparams, c->tied, false);
   pr_safetensors_load(o, c->optim, c->noptim, NULL, false);
   pr_ck_check_vocab(path, c);
+  if (c->verify) verify_pair(path, o, step, pid);
   if (c->loss_scale && !pr_safetensors_meta(o, "loss_scale", c->loss_scale, PR_SCALE_TEXT))
     c->loss_scale[0] = '\0';
   return step;

@@ -420,8 +420,8 @@ typedef struct PrCheckpoint {
   int noptim;          // entries of optim
   const char *vocab;   // character vocabulary of text data (vocab[id]), or NULL
   int nvocab;          // characters in vocab
-  bool recovered;      // resume: an interrupted save was completed already (by a pipeline's
-                       // save rank): do not recover again
+  bool verify;         // this rank recomputes the save id from the files it loads (the save
+                       // rank: one rank of a job reads every file a second time)
   char *loss_scale;    // fp16 programs: the loss scaler's state as text ("SCALE GOOD", a buffer
                        // of PR_SCALE_TEXT bytes) in the optimizer state's metadata "loss_scale":
                        // written by a save, read by a resume ("" when the file has none); NULL:
@@ -432,12 +432,14 @@ enum { PR_SCALE_TEXT = 64 }; // bytes of PrCheckpoint.loss_scale's buffer
 
 // Stops the program unless files can be created beside path (called before training).
 void pr_checkpoint_check_writable(const char *path);
-// Parameters from any safetensors file (PyTorch's too); refuses a different vocabulary.
+// Parameters from any safetensors file (PyTorch's too); refuses a different vocabulary, and
+// (c->verify) a pair path, path.optim of one save whose values no longer hash to its save id.
 void pr_checkpoint_init(const char *path, const PrCheckpoint *c);
 // Completes an interrupted save of the pair path, path.optim (what resume and save do first).
 void pr_checkpoint_recover(const char *path);
-// Parameters, optimizer state and step of the pair path, path.optim (completing an interrupted
-// save first); refuses a pair of two saves, a bad step and a different vocabulary.
+// Parameters, optimizer state and step of the pair path, path.optim (an interrupted save
+// completed first by pr_checkpoint_recover); refuses a pair of two saves, a bad step, a
+// different vocabulary and (c->verify) values that no longer hash to the save id.
 int64_t pr_checkpoint_resume(const char *path, const PrCheckpoint *c);
 // Writes the pair so that a crash at any moment leaves the old pair or the new one.
 void pr_checkpoint_save(const char *path, const PrCheckpoint *c, int64_t step);
@@ -454,9 +456,13 @@ bool pr_checkpoint_vocab(const char *path, char *out, size_t cap);
 void pr_shards_check_writable(const char *dir);
 // Completes an interrupted save in dir and removes what earlier saves left (the save rank only).
 void pr_shards_recover(const char *dir);
-// This rank's parameters from dir's shards (any save, PyTorch's too; no save id needed).
+// This rank's parameters from dir's shards (any save, PyTorch's too; no save id needed); when the
+// model index has a save id, refuses a shard without it, as pr_shards_resume does. Both read dir
+// as it is: the save rank completes an interrupted save first (pr_shards_recover).
 void pr_shards_init(const char *dir, const PrCheckpoint *c);
-// Parameters, optimizer state and step; refuses shards and indexes of different saves.
+// Parameters, optimizer state and step; refuses shards and indexes of different saves and
+// (c->verify, and pr_shards_init when both indexes are of one save) values that no longer hash to
+// the save id.
 int64_t pr_shards_resume(const char *dir, const PrCheckpoint *c);
 // Collective over comm (NULL: one rank): each rank writes the tensors owner_p / owner_o assign
 // to it (NULL: all to rank 0), the save rank the indexes and the commit.

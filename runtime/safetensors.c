@@ -20,7 +20,10 @@
 // reference implementation does. pr_safetensors_save writes PATH.tmp.PID in the same directory,
 // flushed, fsync'ed and renamed over PATH; on failure the temporary is removed.
 // pr_safetensors_write writes one file in place (checkpoint.c renames pairs itself).
+// pr_safetensors_hash rehashes a file's tensors as the save id hashed them when it was written
+// (checkpoint_impl.h), in the order of their data, read in pieces of 1 MiB.
 #define _FILE_OFFSET_BITS 64
+#include "checkpoint_impl.h"
 #include "pipert.h"
 
 #include <cjson/cJSON.h>
@@ -481,6 +484,46 @@ static bool st_load(StFile *s, PrTensorRef *refs, int n, const bool *optional, b
                (double)dst[k]);
   }
   return true;
+}
+
+// *h continued over the F32 tensors in the order of their data, read in pieces; *f32 false when
+// a tensor is of another dtype (skipped). False with the error recorded when a read fails.
+static bool st_hash(StFile *s, uint64_t *h, bool *f32) {
+  enum { PIECE = 1 << 18 }; // floats per read (even: the pieces hash as the whole tensor)
+  s->found = malloc(((size_t)s->n + 1) * sizeof *s->found);
+  s->scratch = malloc(PIECE * sizeof(float));
+  ST_CHECK(s, s->found && s->scratch, "out of memory", "%s: out of memory", s->path);
+  for (int i = 0; i < s->n; i++) s->found[i] = &s->e[i];
+  qsort(s->found, (size_t)s->n, sizeof *s->found, cmp_offsets);
+  *f32 = true;
+  for (int i = 0; i < s->n; i++) {
+    const StEntry *e = s->found[i];
+    if (strcmp(e->dtype, "F32") != 0) {
+      *f32 = false;
+      continue;
+    }
+    uint64_t left = (e->end - e->begin) / 4;
+    unsigned long long at = (unsigned long long)(8 + s->hlen + e->begin);
+    *h = pr_ck_mix(pr_ck_mix(*h, pr_hash_name(e->name)), left);
+    ST_CHECK(s, fseeko(s->f, (off_t)at, SEEK_SET) == 0, HINT_FILE,
+             "%s: cannot seek to tensor '%s': %s", s->path, e->name, strerror(errno));
+    while (left > 0) {
+      size_t k = left < PIECE ? (size_t)left : PIECE;
+      ST_CHECK(s, fread(s->scratch, sizeof(float), k, s->f) == k, HINT_FILE,
+               "%s: cannot read tensor '%s' (byte offset %llu)", s->path, e->name, at);
+      *h = pr_ck_hash_values(*h, s->scratch, (int64_t)k);
+      left -= k;
+    }
+  }
+  return true;
+}
+
+bool pr_safetensors_hash(const char *path, uint64_t *h) {
+  StFile s;
+  bool f32 = false;
+  if (!st_open(&s, path) || !st_hash(&s, h, &f32)) st_die(&s);
+  st_close(&s);
+  return f32;
 }
 
 void pr_safetensors_load(const char *path, PrTensorRef *refs, int n, const bool *optional,

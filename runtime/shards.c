@@ -15,11 +15,15 @@
 // temporaries, fsync'ed, then renames the model index into place: the commit; (3) it renames the
 // optimizer index and every shard into place, and removes the shards of earlier saves that the
 // new index does not name (a save at another rank count leaves fewer or more files).
-// Recovery (the save rank, before every resume and save): the model index's save id is the
+// Recovery (the save rank, before every resume, init and save): the model index's save id is the
 // committed save; every file it or the optimizer index names that lacks that id is rolled forward
 // from a complete temporary with it; then temporaries of other saves (unless their process still
 // runs) and pipec shards of older saves are removed. A crash at any moment thus leaves the old
 // checkpoint or the new one, whole.
+// Verification (the save rank, after its load): the save id recomputed from every shard the
+// indexes name, as the save hashed each rank's pair of shards (N and R from the shards' names);
+// another id is bit rot, refused naming the directory. --init verifies when the optimizer index
+// of the same save and the shards it names are there (the id hashes both halves).
 #define _FILE_OFFSET_BITS 64
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -43,7 +47,7 @@
 enum { SH_MODEL, SH_OPTIM };                                    // the two halves
 static const char *const SH_PREFIX[2] = {"model", "optimizer"}; // their file name prefixes
 static const char *const HINT_SHARDS =
-    "resume from a directory written by one --save DIR/ (both indexes and every shard they name)";
+    "load a directory written by one --save DIR/ (both indexes and every shard they name)";
 
 // ---------------------------------------------------------------------------------------------
 // Names
@@ -370,6 +374,49 @@ static void load_index(const char *dir, const char *ipath, Index *ix, PrTensorRe
   free(gopt);
 }
 
+// The number N of the ranks that wrote dir's shards (model-R-of-N, ...), the same in every name
+// both indexes give; 0 when a name is of another form.
+static int shard_count(const Index *const ix[2]) {
+  int n = -1, half;
+  for (int h = 0; h < 2; h++)
+    for (int f = 0; f < ix[h]->nfile; f++) {
+      const char *name = ix[h]->file[f];
+      if (!is_shard_name(name, &half) || half != h) return 0;
+      int of = atoi(name + strlen(SH_PREFIX[h]) + 10), r = atoi(name + strlen(SH_PREFIX[h]) + 1);
+      if ((n >= 0 && of != n) || r < 1 || r > of) return 0;
+      n = of;
+    }
+  return n < 0 ? 0 : n;
+}
+
+// Recomputes the save id of dir's save (indexes m and o, step) from the shards they name, as
+// pr_shards_save hashed each rank's tensors (a rank's shard that no index names held none):
+// stops the program unless it is the indexes' id (a value changed on disk since the save).
+static void verify_shards(const char *dir, const Index *m, const Index *o, int64_t step) {
+  const Index *const ix[2] = {m, o};
+  int nr = shard_count(ix);
+  bool ok = nr > 0;
+  uint64_t h = pr_ck_mix(pr_ck_mix(PR_CK_SEED, (uint64_t)step), (uint64_t)nr);
+  for (int r = 0; ok && r < nr; r++) {
+    uint64_t hr = PR_CK_SHARD;
+    for (int half = 0; half < 2; half++) {
+      char name[64], path[SH_PATH];
+      const char *key = name;
+      shard_name(name, sizeof name, half, r, nr);
+      snprintf(path, sizeof path, "%s/%s", dir, name);
+      if (half == SH_OPTIM) hr = pr_ck_mix(hr, PR_CK_OPTIM);
+      if (bsearch(&key, ix[half]->file, (size_t)ix[half]->nfile, sizeof *ix[half]->file, str_cmp))
+        ok = pr_safetensors_hash(path, &hr) && ok;
+    }
+    h = pr_ck_mix(pr_ck_mix(h, hr >> 32), hr & 0xffffffffu);
+  }
+  char got[SH_ID];
+  snprintf(got, sizeof got, "%016llx", (unsigned long long)h);
+  prCheck(ok && strcmp(got, m->id) == 0, PR_CK_CORRUPT,
+          "a shard of %s is corrupt: the shards' values do not hash to their save id %s", dir,
+          m->id);
+}
+
 static void check_vocab_all(const char *dir, const Index *ix, const PrCheckpoint *c) {
   for (int f = 0; c->vocab && f < ix->nfile; f++) {
     char path[SH_PATH];
@@ -383,14 +430,29 @@ void pr_shards_init(const char *dir, const PrCheckpoint *c) {
   Index ix;
   index_path(ipath, dir, SH_MODEL);
   index_load(ipath, &ix);
-  load_index(dir, ipath, &ix, c->params, c->nparams, c->tied, NULL, "a parameter");
+  // A pipec save (its index has a save id): every shard must be of that save, as for --resume.
+  load_index(dir, ipath, &ix, c->params, c->nparams, c->tied, ix.id[0] ? ix.id : NULL,
+             "a parameter");
   check_vocab_all(dir, &ix, c);
+  // The shards verify with the optimizer half of their save (the save id hashes both halves).
+  char opath[SH_PATH], why[256];
+  Index o;
+  memset(&o, 0, sizeof o);
+  index_path(opath, dir, SH_OPTIM);
+  bool whole =
+      c->verify && ix.id[0] && index_read(opath, &o, why, sizeof why) && strcmp(o.id, ix.id) == 0;
+  for (int f = 0; whole && f < o.nfile; f++) {
+    char path[SH_PATH];
+    snprintf(path, sizeof path, "%s/%s", dir, o.file[f]);
+    whole = access(path, F_OK) == 0;
+  }
+  if (whole) verify_shards(dir, &ix, &o, pr_ck_parse_step(ipath, ix.step));
+  index_free(&o);
   index_free(&ix);
 }
 
 int64_t pr_shards_resume(const char *dir, const PrCheckpoint *c) {
   char mpath[SH_PATH], opath[SH_PATH];
-  if (!c->recovered) pr_shards_recover(dir);
   index_path(mpath, dir, SH_MODEL);
   index_path(opath, dir, SH_OPTIM);
   Index m, o;
@@ -412,6 +474,7 @@ int64_t pr_shards_resume(const char *dir, const PrCheckpoint *c) {
   load_index(dir, mpath, &m, c->params, c->nparams, c->tied, m.id, "a parameter");
   load_index(dir, opath, &o, c->optim, c->noptim, NULL, m.id, "in the optimizer state");
   check_vocab_all(dir, &m, c);
+  if (c->verify) verify_shards(dir, &m, &o, step);
   if (c->loss_scale)
     meta_str(cJSON_GetObjectItemCaseSensitive(o.root, "metadata"), "loss_scale", c->loss_scale,
              PR_SCALE_TEXT);
@@ -512,8 +575,8 @@ void pr_shards_save(const char *dir, const PrCheckpoint *c, const int *owner_p, 
     for (int i = 0; i < n[h]; i++)
       if ((owner[h] ? owner[h][i] : 0) == rank) mine[h][nmine[h]++] = all[h][i];
   }
-  uint64_t hr = pr_ck_hash_refs(0x7368617264ULL, mine[0], nmine[0]);
-  hr = pr_ck_hash_refs(pr_ck_mix(hr, 0x6f7074696d), mine[1], nmine[1]);
+  uint64_t hr = pr_ck_hash_refs(PR_CK_SHARD, mine[0], nmine[0]);
+  hr = pr_ck_hash_refs(pr_ck_mix(hr, PR_CK_OPTIM), mine[1], nmine[1]);
   // One all-gather: every rank's hash (two exact 32-bit halves) and the save rank's PID.
   double mine3[3] = {(double)(hr >> 32), (double)(hr & 0xffffffffu), (double)getpid()};
   double *got = calloc(3 * (size_t)nr, sizeof *got);
@@ -522,7 +585,7 @@ void pr_shards_save(const char *dir, const PrCheckpoint *c, const int *owner_p, 
     comm->transport->allgather(mine3, got, 3);
   else
     memcpy(got, mine3, sizeof mine3);
-  uint64_t h = pr_ck_mix(pr_ck_mix(0x70697065635f636bULL, (uint64_t)step), (uint64_t)nr);
+  uint64_t h = pr_ck_mix(pr_ck_mix(PR_CK_SEED, (uint64_t)step), (uint64_t)nr);
   for (int r = 0; r < nr; r++)
     h = pr_ck_mix(pr_ck_mix(h, (uint64_t)got[3 * r]), (uint64_t)got[3 * r + 1]);
   long pid = (long)got[3 * (comm ? comm->save_rank : 0) + 2];

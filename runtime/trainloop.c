@@ -434,29 +434,30 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
     }
   }
   static char scale_text[PR_SCALE_TEXT]; // fp16: the scaler's state in the checkpoint
-  PrCheckpoint ck = {refs,
-                     tied,
-                     n,
-                     orefs,
-                     nopt,
-                     p->vocab,
-                     p->nvocab ? *p->nvocab : 0,
-                     false,
-                     t.scaler ? scale_text : NULL};
+  PrCheckpoint ck = {.params = refs,
+                     .tied = tied,
+                     .nparams = n,
+                     .optim = orefs,
+                     .noptim = nopt,
+                     .vocab = p->vocab,
+                     .nvocab = p->nvocab ? *p->nvocab : 0,
+                     .verify = saver,
+                     .loss_scale = t.scaler ? scale_text : NULL};
   // The save rank's view of the file (staging for what other ranks hold) exists before training.
   PrTensorRef *srefs =
       comm && o.save && !sharded_save ? save_refs(refs, n, orefs, oparam, nopt, saver) : NULL;
   int64_t start = 0;
+  // One rank completes an interrupted save (--resume, and --init of a directory, whose index may
+  // already name a save whose shards are still temporaries); then every rank reads it.
+  if (o.resume || sharded_load) {
+    if (saver && sharded_load)
+      pr_shards_recover(load_dir);
+    else if (saver)
+      pr_checkpoint_recover(o.resume);
+    if (comm) comm->transport->barrier();
+    if (replicated) comm->transport->world_barrier(); // replica 0's saver recovered it
+  }
   if (o.resume) {
-    if (comm) { // one rank completes an interrupted save; then all read the consistent pair
-      if (saver && sharded_load)
-        pr_shards_recover(load_dir);
-      else if (saver)
-        pr_checkpoint_recover(o.resume);
-      comm->transport->barrier();
-      if (replicated) comm->transport->world_barrier(); // replica 0's saver recovered it
-      ck.recovered = true;
-    }
     start = sharded_load ? pr_shards_resume(load_dir, &ck) : pr_checkpoint_resume(o.resume, &ck);
     if (t.scaler && scale_text[0]) pr_scaler_restore(t.scaler, scale_text, o.resume);
   } else if (o.init) {

@@ -2,7 +2,8 @@
 # Checkpoints at any S (docs/pipeline.md): one safetensors pair, byte for byte the one-stage
 # pair, whatever S saved it; --resume at another S (and at the same one) continues bit for bit
 # (the resumed run's losses and final pair are those of the run never stopped); --init from a
-# one-stage file at S = 2 trains as the one-stage program does from it. The model is the flat
+# one-stage file at S = 2 trains as the one-stage program does from it; a flipped bit in the file
+# is refused by both at S = 2 (the save rank rehashes the pair). The model is the flat
 # 2-layer character GPT of the matrix (tied embedding and head on different stages, cuts inside
 # its layers) at M = 4 (every S and schedule below can run it).
 pipec=$1
@@ -77,4 +78,15 @@ check "--init at S = 2: the S = 1 pair" pair_is "$tmp/init2.st" "$tmp/init1.st"
 check "--init at S = 2: the S = 1 losses" cmp -s "$tmp/init2.loss" "$tmp/init1.loss"
 check "--init at S = 4 (interleaved): the S = 1 pair" pair_is "$tmp/init4.st" "$tmp/init1.st"
 check "--init at S = 4 (interleaved): the S = 1 losses" cmp -s "$tmp/init4.loss" "$tmp/init1.loss"
+
+# Bit rot at S = 2: the save rank rehashes the pair; one flipped bit of a value that stays finite
+# (a tensor of stage 1) is refused by --init and --resume.
+hint_re='^(\[rank [0-9]\] )?HINT: '
+cp "$tmp/two.st" "$tmp/rot.st" && cp "$tmp/two.st.optim" "$tmp/rot.st.optim"
+st flip "$tmp/rot.st" transformer.h.1.mlp.c_fc.weight 7
+for how in init resume; do
+  expect "bit rot at S = 2: --$how" 1 \
+    "^\[rank [01]\] checkpoint.c:[0-9]+: rank [01]: error: $tmp/rot.st or $tmp/rot.st.optim is corrupt: their values do not hash to their save id $(st meta "$tmp/two.st" save_id)$" \
+    timeout -k 5 60 "$tmp/s2/launch.sh" "${run_args[@]}" --steps 3 "--$how" "$tmp/rot.st"
+done
 finish

@@ -4,7 +4,8 @@
 # holding exactly the one-stage pair's tensors; it resumes at S = 2 and S = 1 (in place, the
 # directory rewritten with one shard each, the old shards gone) bit for bit as the run never
 # stopped; --init from it equals --init from the one-file pair; an interrupted save is rolled
-# forward after its commit and discarded before it; bad directories are refused by name; the
+# forward after its commit (by --init too) and discarded before it; bad directories are refused
+# by name (a shard of another save by --init too), and so is a flipped bit in a shard; the
 # shards load with the safetensors package's own reader (exit 77 at the end when it is not
 # importable here, after every other check passed).
 pipec=$1
@@ -17,6 +18,7 @@ py=/usr/bin/python3
 pkgpy=${PIPEC_TEST_PYTHON:-$root/.venv-test/bin/python}
 [ -x "$pkgpy" ] || pkgpy=$py
 sc() { "$py" "$root/tests/e2e/shards_check.py" "$@"; }
+st() { "$py" "$root/tests/e2e/st_tool.py" "$@"; }
 file=$tmp/gpt_char_l2.json
 gpt_char_l2 "$file"
 common=(--batch 24 --microbatches 4)
@@ -86,13 +88,47 @@ check "a save interrupted before its commit is discarded: resumed at step 2, the
   pair_is "$tmp/before.st" "$tmp/full.st"
 check "a save interrupted before its commit: steps 2..4 trained" diff <(tail_of "$tmp/full.loss" 2) "$tmp/before.loss"
 check "a save interrupted before its commit: no temporaries left" test -z "$(ls "$tmp/before" | grep '\.tmp\.')"
+# --init completes it as --resume does, at S = 1 and 2: step 5's parameters, no temporaries left.
+for s in s1 s2; do
+  interrupted "$tmp/init_after_$s" yes
+  go "$s" "init_after_$s" --steps 0 --init "$tmp/init_after_$s" --save "$tmp/init_after_$s.st"
+  check "--init at ${s#s} stage(s) of a save interrupted after its commit: the parameters --resume loads" \
+    st same-tensors "$tmp/init_after_$s.st" "$tmp/after.st"
+  check "--init at ${s#s} stage(s) of a save interrupted after its commit: no temporaries left" \
+    test -z "$(ls "$tmp/init_after_$s" | grep '\.tmp\.')"
+done
 
 # Bad directories, each refused by name.
 hint_re='^(\[rank [0-9]\] )?HINT: '
 bad_dir() { rm -rf "$tmp/b" && cp -r "$tmp/sh4" "$tmp/b"; }
 bad_dir && cp "$tmp/new/model-00002-of-00004.safetensors" "$tmp/b/"
-expect "a shard of another save" 1 "rank 0: error: .*/b/model-00002-of-00004.safetensors \(save id [0-9a-f]{16}\) is not from the save of .*/b/model.safetensors.index.json \(save id [0-9a-f]{16}\)" \
+other_save="error: .*/b/model-00002-of-00004.safetensors \(save id [0-9a-f]{16}\) is not from the save of .*/b/model.safetensors.index.json \(save id [0-9a-f]{16}\)$"
+expect "a shard of another save" 1 "rank 0: $other_save" \
   "$tmp/s1/bin/train" "${run_args[@]}" --steps 3 --resume "$tmp/b"
+# --init refuses it alike (it loaded a mix of the two saves), at S = 1 and 2.
+expect "--init: a shard of another save" 1 "^shards.c:[0-9]+: rank 0: $other_save" \
+  "$tmp/s1/bin/train" "${run_args[@]}" --steps 3 --init "$tmp/b"
+for how in resume init; do
+  expect "--$how at S = 2: a shard of another save" 1 "^\[rank [01]\] shards.c:[0-9]+: rank [01]: $other_save" \
+    timeout -k 5 60 "$tmp/s2/launch.sh" "${run_args[@]}" --steps 3 "--$how" "$tmp/b"
+done
+# Bit rot: one flipped bit of a value that stays finite, in a model or an optimizer shard, is
+# refused by --init and --resume at S = 1 and 2 (the save rank rehashes every shard).
+in_shard() { # INDEX SHARD: a tensor that INDEX maps to SHARD (not the tied head)
+  "$py" -c 'import json, sys; m = json.load(open(sys.argv[1]))["weight_map"]
+print(next(k for k, v in m.items() if v == sys.argv[2] and k != "lm_head.weight"))' "$1" "$2"
+}
+rot="error: a shard of $tmp/b is corrupt: the shards' values do not hash to their save id $(st meta "$tmp/sh4/model-00001-of-00004.safetensors" save_id)$"
+for half in model optimizer; do
+  bad_dir && st flip "$tmp/b/$half-00003-of-00004.safetensors" \
+    "$(in_shard "$tmp/b/$half.safetensors.index.json" "$half-00003-of-00004.safetensors")" 9
+  for how in init resume; do
+    expect "bit rot in the $half shard: --$how at S = 1" 1 "^shards.c:[0-9]+: rank 0: $rot" \
+      "$tmp/s1/bin/train" "${run_args[@]}" --steps 3 "--$how" "$tmp/b"
+    expect "bit rot in the $half shard: --$how at S = 2" 1 "^\[rank [01]\] shards.c:[0-9]+: rank [01]: $rot" \
+      timeout -k 5 60 "$tmp/s2/launch.sh" "${run_args[@]}" --steps 3 "--$how" "$tmp/b"
+  done
+done
 bad_dir && rm "$tmp/b/optimizer-00003-of-00004.safetensors"
 expect "a missing shard" 1 "rank 0: error: .*/b/optimizer.safetensors.index.json: its shard '.*/b/optimizer-00003-of-00004.safetensors' is missing" \
   "$tmp/s1/bin/train" "${run_args[@]}" --steps 3 --resume "$tmp/b"

@@ -4,6 +4,10 @@
   st_tool.py meta FILE KEY               print metadata KEY ('' when absent)
   st_tool.py setmeta FILE KEY VALUE      set metadata KEY (the rest of the file unchanged)
   st_tool.py poke FILE TENSOR INDEX X    set element INDEX of an F32 tensor to float(X) (nan, inf)
+  st_tool.py flip FILE TENSOR INDEX      flip the lowest bit of element INDEX of an F32 tensor in
+                                         place (one byte of the file changes; the value stays finite)
+  st_tool.py saveid FILE                 print the save id of the pair FILE, FILE.optim recomputed
+                                         from their contents and FILE's step (runtime/checkpoint.c)
   st_tool.py drop FILE TENSOR            remove a tensor (the data section repacked)
   st_tool.py same-tensors A B            exit 0 when A and B hold the same tensors, byte for byte
                                          (names, dtypes, shapes, data; metadata ignored)
@@ -68,6 +72,33 @@ def diff(path_a, ha, da, path_b):
     return 1 if n else 0
 
 
+MASK = (1 << 64) - 1
+
+
+def mix(h, w):
+    h = ((h ^ w) * 0x9e3779b97f4a7c15) & MASK
+    return h ^ (h >> 29)
+
+
+def hash_file(path, h):
+    """h continued over the file's tensors in data order: name (FNV-1a 64), element count, the
+    values' bits as 8-byte words and a last 4-byte one (the save id's hash)."""
+    header, data = read(path)
+    for k, v in sorted(((k, v) for k, v in header.items() if k != "__metadata__"),
+                       key=lambda kv: kv[1]["data_offsets"]):
+        fnv = 0xcbf29ce484222325
+        for c in k.encode():
+            fnv = ((fnv ^ c) * 0x100000001b3) & MASK
+        b, e = v["data_offsets"]
+        n = (e - b) // 4
+        h = mix(mix(h, fnv), n)
+        for w in struct.unpack_from("<%dQ" % (n // 2), data, b):
+            h = mix(h, w)
+        if n % 2:
+            h = mix(h, struct.unpack_from("<I", data, e - 4)[0])
+    return h
+
+
 def main(argv):
     cmd, path = argv[1], argv[2]
     h, d = read(path)
@@ -81,6 +112,19 @@ def main(argv):
         assert e["dtype"] == "F32"
         at = e["data_offsets"][0] + 4 * i
         write(path, h, d[:at] + struct.pack("<f", float(argv[5])) + d[at + 4:])
+    elif cmd == "flip":
+        e, i = h[argv[3]], int(argv[4])
+        assert e["dtype"] == "F32"
+        at = 8 + struct.unpack("<Q", open(path, "rb").read(8))[0] + e["data_offsets"][0] + 4 * i
+        with open(path, "r+b") as f:
+            f.seek(at)
+            b = f.read(1)[0]
+            f.seek(at)
+            f.write(bytes([b ^ 1]))
+    elif cmd == "saveid":
+        step = int(h["__metadata__"]["step"])
+        x = hash_file(path, mix(0x70697065635f636b, step))
+        print("%016x" % hash_file(path + ".optim", mix(x, 0x6f7074696d)))
     elif cmd == "drop":
         del h[argv[3]]
         out, data = {k: v for k, v in h.items() if k == "__metadata__"}, b""
