@@ -390,13 +390,23 @@ const char *predict_copy(E *e, const Tensor *t) {
                       e->cuda ? "pr_cu_download" : "memcpy", tid(e, t), (long long)per);
 }
 
+// The correct predictions of one evaluation batch (TrainConfig.accuracy's logits and class ids,
+// as the node reads them on its stage), or "" without accuracy.
+const char *count_correct(E *e) {
+  const Node *n = e->tc->accuracy;
+  if (!n) return "";
+  const Tensor *logits = accuracy_logits(n);
+  return arena_printf(e->a, "  r->correct = %s(%s, %s, valid, %lld);\n  r->seen = valid;\n",
+                      kernel_name(e, "pr_count_correct"), tid(e, logits),
+                      tid(e, accuracy_ids(n)), (long long)logits->shape.d[1].n);
+}
+
 // Evaluation batches: how many, and one batch's loss (and correct predictions for classifiers).
 static void emit_eval(E *e) {
   const TrainConfig *tc = e->tc;
   const Tensor *x = tc->input, *y = tc->target, *loss = e->g->loss;
-  const Tensor *logits = e->g->noutputs ? e->g->outputs[0] : NULL;
   bool tokens = tc->data == DATA_TEXT || tc->data == DATA_U16;
-  bool classify = !tokens && logits && logits->shape.rank == 2 && logits->dtype == DT_F32;
+  bool classify = tc->accuracy != NULL;
   out(e, "// ---- Validation: batches of one evaluation, and one batch's loss%s.\n",
       classify ? " and correct predictions" : "");
   out(e, "static int64_t eval_batches(int64_t requested) {\n");
@@ -427,12 +437,8 @@ static void emit_eval(E *e) {
   print_forward(e, "  ");
   const Tensor *pname;
   out(e, "%s", predict_copy(e, predict_output(e, &pname)));
-  out(e, "  loss_rows = MB;\n  r->loss = %s;\n  r->weight = (double)valid;\n", cu_scalar(e, loss));
-  if (classify)
-    out(e, "  r->correct = %s(%s, %s, valid, %lld);\n  r->seen = valid;\n",
-        kernel_name(e, "pr_count_correct"), tid(e, logits), tid(e, y),
-        (long long)logits->shape.d[1].n);
-  out(e, "}\n\n");
+  out(e, "  loss_rows = MB;\n  r->loss = %s;\n  r->weight = (double)valid;\n%s}\n\n",
+      cu_scalar(e, loss), count_correct(e));
 }
 
 // train_step(), printed from the rank's action list: one line per action, no interpretation at

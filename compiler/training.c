@@ -371,6 +371,34 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
   return true;
 }
 
+const Tensor *accuracy_logits(const Node *n) {
+  return n->in[n->op->ids->of];
+}
+
+const Tensor *accuracy_ids(const Node *n) {
+  return n->in[n->op->ids->slot];
+}
+
+void training_accuracy(TrainConfig *tc) {
+  tc->accuracy = NULL;
+  if (tc->data != DATA_CSV && tc->data != DATA_NPY) return;
+  const Node *found = NULL;
+  for (int u = 0; u < tc->target->nuses; u++) {
+    const Node *n = tc->target->uses[u].node;
+    const IndexBound *ids = n->op->ids;
+    if (n->role != ROLE_FWD || !ids || ids->slot != tc->target->uses[u].slot ||
+        strcmp(ids->what, "classes") != 0)
+      continue;
+    if (found) return; // two classifications of one target: which one's accuracy is ambiguous
+    found = n;
+  }
+  if (!found) return;
+  const Tensor *l = accuracy_logits(found);
+  bool trained = false;
+  for (int u = 0; u < l->nuses; u++) trained |= l->uses[u].node->role != ROLE_FWD;
+  if (l->dtype == DT_F32 && l->shape.rank == 2 && trained) tc->accuracy = found;
+}
+
 // Shortest %g form that reads back as v.
 static const char *num_str(char *buf, size_t cap, double v) {
   for (int prec = 1; prec <= 17; prec++) {
