@@ -117,6 +117,11 @@ void emit_rank_eval(E *e);
 const Tensor *predict_output(E *e, const Tensor **name);
 // The line that copies it ("" for NULL), after the forward of a batch of `valid` samples.
 const char *predict_copy(E *e, const Tensor *t);
+// The lines that count an evaluation batch's correct predictions into PrEvalBatch (`valid`
+// rows) from TrainConfig.accuracy's logits and class ids as that node reads them: printed after
+// the forward of the stage that computes it (its logits live until its backward), on its rank
+// alone; "" when the model has no accuracy. emit_c.c.
+const char *count_correct(E *e);
 
 // The CUDA target (emit_cuda.c): the kernel's name on the target (pr_X -> pr_cu_X; the CPU's
 // unchanged); the device helpers (dev_scalar, scratch_bytes, cu_ws and ws_bytes, the data

@@ -330,28 +330,19 @@ static void emit_data(E *e) {
           cu_in(e, x, true), cu_in(e, y, true), cu_upload_inputs(e, true, true));
   } else if (table) {
     out(e, "static PrTable data;\n#define FEATURES %lld\n", (long long)x->shape.d[1].n);
-    out(e, "static void open_data(const PrOptions *o) {\n  const char *path = o->data;\n");
+    // The loader checks the model's features and classes at the line or row that breaks them.
+    out(e,
+        "static void open_data(const PrOptions *o) {\n  const char *path = o->data;\n"
+        "  static const PrTableModel want = {FEATURES, %lld, %s};\n",
+        (long long)id_limit(y, NULL), cstring(e, x->name));
     if (tc->data == DATA_CSV)
-      out(e, "  pr_table_open_csv(&data, path, %.17g, o->seed, %.17g);\n", tc->train_fraction,
-          tc->scale);
+      out(e, "  pr_table_open_csv(&data, path, %.17g, o->seed, %.17g, &want);\n",
+          tc->train_fraction, tc->scale);
     else
       out(e,
           "  const char *labels = o->labels;\n"
-          "  pr_table_open_npy(&data, path, labels, %.17g, o->seed, %.17g);\n",
+          "  pr_table_open_npy(&data, path, labels, %.17g, o->seed, %.17g, &want);\n",
           tc->train_fraction, tc->scale);
-    out(e,
-        "  prCheck(data.features == FEATURES, %s,\n"
-        "          \"data has %%lld features per row\", (long long)data.features);\n",
-        cstring(e, arena_printf(e->a, "the model's input '%s' has %lld features", x->name,
-                                (long long)x->shape.d[1].n)));
-    int64_t classes = id_limit(y, NULL);
-    if (classes > 0)
-      out(e,
-          "  prCheck(data.classes <= %lld, \"use labels 0..%lld, or a model with more classes\",\n"
-          "          \"%%s has labels up to %%d but the model has %lld classes\", %s, "
-          "data.classes - 1);\n",
-          (long long)classes, (long long)classes - 1, (long long)classes,
-          tc->data == DATA_NPY ? "labels" : "path");
     out(e, "}\n");
     if (!e->multi)
       out(e,
@@ -399,13 +390,23 @@ const char *predict_copy(E *e, const Tensor *t) {
                       e->cuda ? "pr_cu_download" : "memcpy", tid(e, t), (long long)per);
 }
 
+// The correct predictions of one evaluation batch (TrainConfig.accuracy's logits and class ids,
+// as the node reads them on its stage), or "" without accuracy.
+const char *count_correct(E *e) {
+  const Node *n = e->tc->accuracy;
+  if (!n) return "";
+  const Tensor *logits = accuracy_logits(n);
+  return arena_printf(e->a, "  r->correct = %s(%s, %s, valid, %lld);\n  r->seen = valid;\n",
+                      kernel_name(e, "pr_count_correct"), tid(e, logits),
+                      tid(e, accuracy_ids(n)), (long long)logits->shape.d[1].n);
+}
+
 // Evaluation batches: how many, and one batch's loss (and correct predictions for classifiers).
 static void emit_eval(E *e) {
   const TrainConfig *tc = e->tc;
   const Tensor *x = tc->input, *y = tc->target, *loss = e->g->loss;
-  const Tensor *logits = e->g->noutputs ? e->g->outputs[0] : NULL;
   bool tokens = tc->data == DATA_TEXT || tc->data == DATA_U16;
-  bool classify = !tokens && logits && logits->shape.rank == 2 && logits->dtype == DT_F32;
+  bool classify = tc->accuracy != NULL;
   out(e, "// ---- Validation: batches of one evaluation, and one batch's loss%s.\n",
       classify ? " and correct predictions" : "");
   out(e, "static int64_t eval_batches(int64_t requested) {\n");
@@ -436,12 +437,8 @@ static void emit_eval(E *e) {
   print_forward(e, "  ");
   const Tensor *pname;
   out(e, "%s", predict_copy(e, predict_output(e, &pname)));
-  out(e, "  loss_rows = MB;\n  r->loss = %s;\n  r->weight = (double)valid;\n", cu_scalar(e, loss));
-  if (classify)
-    out(e, "  r->correct = %s(%s, %s, valid, %lld);\n  r->seen = valid;\n",
-        kernel_name(e, "pr_count_correct"), tid(e, logits), tid(e, y),
-        (long long)logits->shape.d[1].n);
-  out(e, "}\n\n");
+  out(e, "  loss_rows = MB;\n  r->loss = %s;\n  r->weight = (double)valid;\n%s}\n\n",
+      cu_scalar(e, loss), count_correct(e));
 }
 
 // train_step(), printed from the rank's action list: one line per action, no interpretation at

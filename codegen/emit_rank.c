@@ -129,9 +129,10 @@ bool emit_rank_has_streams(E *e) {
 void emit_rank_comm(E *e) {
   Streams *st = streams(e);
   const Program *P = e->prog;
-  int report = 0;
+  int report = 0, accuracy = -1;
   for (int v = 0; v < P->nv; v++)
     if (P->vs[v].has_loss) report = P->vs[v].rank;
+  if (e->tc->accuracy) accuracy = P->vs[P->vstage_of_node[e->tc->accuracy->id]].rank;
   out(e,
       "// ---- Message streams of this rank (runtime/comm.h): tensor, peer rank, tag, bytes per\n"
       "// message, sent by this rank\n");
@@ -180,8 +181,9 @@ void emit_rank_comm(E *e) {
   out(e,
       "static const PrComm comm = {.rank = %d, .nranks = %d, .report_rank = %d, .save_rank = 0,\n"
       "                            .ch = CH, .nch = %d, .nmicro = NMICRO,\n"
-      "                            .transport = &pr_transport_mpi, .replicas = %d%s};\n\n",
-      e->rp->rank, P->nranks, report, st->n, P->replicas > 1 ? P->replicas : 1, rep);
+      "                            .transport = &pr_transport_mpi, .replicas = %d%s,\n"
+      "                            .accuracy_rank = %d};\n\n",
+      e->rp->rank, P->nranks, report, st->n, P->replicas > 1 ? P->replicas : 1, rep, accuracy);
 }
 
 // Whether stage v of this rank holds tensor t (has storage for it, in v's slots when slotted).
@@ -516,14 +518,17 @@ bool emit_rank_train_step(E *e, Diag *d) {
 
 // Evaluation at S > 1: every rank reads the batch's inputs it holds, then runs its stages in
 // ascending order, each receiving its forward channels (m = 0, blocking), its forward segment
-// and its forward sends; the rank with the loss reports it (the others' results are unused).
+// and its forward sends; the rank with the loss reports it (the others' results are unused), and
+// the stage of TrainConfig.accuracy counts the correct predictions right after its forward (the
+// runtime brings the counts to the reporting rank: PrComm.accuracy_rank).
 void emit_rank_eval(E *e) {
   const TrainConfig *tc = e->tc;
   const Program *P = e->prog;
   const Tensor *x = tc->input, *y = tc->target, *loss = e->g->loss;
-  const Tensor *logits = e->g->noutputs ? e->g->outputs[0] : NULL;
   bool tokens = tc->data == DATA_TEXT || tc->data == DATA_U16;
-  bool classify = !tokens && logits && logits->shape.rank == 2 && logits->dtype == DT_F32;
+  // The stage that counts the correct predictions: the accuracy node's (its logits, own or
+  // received, and the class ids it reads are there), wherever the cuts fall.
+  int va = tc->accuracy ? P->vstage_of_node[tc->accuracy->id] : -1;
   Streams *st = streams(e);
   int lv = -1; // the stage of this rank with the loss
   for (int i = 0; i < e->rp->nvs; i++)
@@ -570,7 +575,7 @@ void emit_rank_eval(E *e) {
       out(e, "  pr_comm_post_recv(%d, 0, %s);\n  pr_comm_wait_recv(%d, 0, %s);\n%s%s%s", s,
           msg_buf(e, s, 0, ch->dst), s, what, upl ? "  " : "", upl ? upl : "", upl ? "\n" : "");
     }
-    out(e, "  F_%d(0);\n", v);
+    out(e, "  F_%d(0);\n%s", v, v == va ? count_correct(e) : "");
     for (int c = 0; c < P->nch; c++) {
       const Channel *ch = &P->ch[c];
       if (ch->grad || ch->from_v != v || is_local(e, ch)) continue;
@@ -580,16 +585,8 @@ void emit_rank_eval(E *e) {
   const Tensor *pname;
   out(e, "%s", predict_copy(e, predict_output(e, &pname)));
   out(e, "  pr_comm_wait_sends();\n  loss_rows = MB;\n  r->weight = weight;\n");
-  // The logits the accuracy counts: the loss stage's own, or its received copy (a cut between
-  // them and the loss).
-  for (int c = 0; lv >= 0 && logits && e->p->offset[logits->id] < 0 && c < P->nch; c++)
-    if (P->ch[c].t == logits && P->ch[c].to_v == lv) logits = P->ch[c].dst;
   if (lv >= 0) {
     out(e, "  r->loss = %s;\n", cu_scalar(e, loss));
-    if (classify && e->p->offset[logits->id] >= 0 && e->p->offset[y->id] >= 0)
-      out(e, "  r->correct = %s(%s, %s, valid, %lld);\n  r->seen = valid;\n",
-          kernel_name(e, "pr_count_correct"), tid(e, logits), tid(e, y),
-          (long long)logits->shape.d[1].n);
   } else {
     int lr = 0; // the rank of the stage with the loss (the last; zb-v: rank 0)
     for (int v = 0; v < P->nv; v++)

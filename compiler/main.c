@@ -174,8 +174,9 @@ static bool run_autodiff(Driver *dr) {
   }
   if (!pass_autodiff(&dr->graph, (int)tc->microbatches, &dr->diag)) return false;
   tc->microbatches /= D, tc->batch /= D;
-  tc->precision = dr->precision; // the tensors stored in 16 bits, before anything is planned
-  precision_mark(&dr->graph, dr->precision);
+  training_accuracy(tc); // once, for every S: whether evaluations count accuracy
+  tc->precision = dr->precision;      // the tensors stored in 16 bits, before anything is planned
+  precision_mark(&dr->graph, dr->precision, tc->accuracy ? accuracy_logits(tc->accuracy) : NULL);
   return true;
 }
 

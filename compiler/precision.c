@@ -8,8 +8,9 @@
 // and trainloop.c) and every f32 activation and activation gradient of rank >= 1 that is not a
 // model output or a saved statistic (hidden: layernorm's mean and rstd, attention's
 // probabilities) and not a per-step buffer (a parameter gradient accumulator). The rest stays
-// f32: the loss and its seed, the constants, the data inputs, the model outputs, the saved
-// statistics and the parameter gradients. Kernels compute in f32 (codegen widens the 16-bit
+// f32: the loss and its seed, the constants, the data inputs, the model outputs and the
+// accuracy's logits (the host reads them as f32), the saved statistics and the parameter
+// gradients. Kernels compute in f32 (codegen widens the 16-bit
 // operands of each call into the rank's conversion area and narrows the results back).
 #include "pipeline.h"
 
@@ -19,11 +20,11 @@ static bool is_output(const Graph *g, const Tensor *t) {
   return false;
 }
 
-void precision_mark(Graph *g, DType prec) {
+void precision_mark(Graph *g, DType prec, const Tensor *logits) {
   for (int i = 0; i < g->ntensors; i++) {
     Tensor *t = g->tensors[i];
-    bool act =
-        t->kind == T_ACT && !t->hidden && !t->per_step && t->shape.rank >= 1 && !is_output(g, t);
+    bool act = t->kind == T_ACT && !t->hidden && !t->per_step && t->shape.rank >= 1 &&
+               !is_output(g, t) && t != logits;
     t->half = prec != DT_F32 && t->dtype == DT_F32 && (t->kind == T_PARAM || act);
   }
 }

@@ -49,12 +49,15 @@ typedef struct TrainConfig {
   double scale;           // tables: features multiplied by this
   Tensor *input;          // model input fed with data
   Tensor *target;         // model input fed with targets
+  const Node *accuracy;   // the classification whose correct predictions every evaluation counts
+                          // (training_accuracy; NULL: the evaluation line has no accuracy)
   DType precision;        // --precision: DT_F32 (default), DT_BF16 or DT_F16 (precision.c)
 } TrainConfig;
 
 // --precision bf16|fp16 (precision.c): marks the tensors stored in 16 bits (Tensor.half), a rule
-// on each tensor alone (the same at any S); DT_F32 clears every mark.
-void precision_mark(Graph *g, DType prec);
+// on each tensor alone (the same at any S); DT_F32 clears every mark. logits: the accuracy's
+// (accuracy_logits; NULL: none), kept f32 like the model's outputs.
+void precision_mark(Graph *g, DType prec, const Tensor *logits);
 // Bytes of the f32 copies node n's kernel call works on: one per 16-bit output then input, in
 // the call's order, each rounded up to 64 bytes (codegen lays them out the same way).
 int64_t precision_conv_bytes(const Node *n, int64_t batch);
@@ -72,6 +75,14 @@ const char *precision_note(DType prec);
 // "key=value" strings (pipec compile --set key=value). Binds the batch symbol to the microbatch.
 bool training_parse(const Source *src, Graph *g, const char **overrides, int noverrides,
                     TrainConfig *tc, Diag *d);
+// After autodiff: decides once, for every S, whether evaluations count correct predictions, and
+// of which node (TrainConfig.accuracy): tables only, the one node that reads the target as class
+// ids ("classes": cross_entropy) of f32 logits (B, K) it trains (a backward node reads them, so
+// they are still there after the forward, on whichever stage computes that node).
+void training_accuracy(TrainConfig *tc);
+// The logits and the class ids of the accuracy node n (TrainConfig.accuracy).
+const Tensor *accuracy_logits(const Node *n);
+const Tensor *accuracy_ids(const Node *n);
 // Prints the configuration as read (defaults filled in, overrides applied, data paths resolved):
 // one "key value" line per training key, in the keys' table order (pipec --dump-after=training).
 void training_print(const Graph *g, const TrainConfig *tc, FILE *out);

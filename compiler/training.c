@@ -169,9 +169,12 @@ static Tensor *bind_input(const Source *src, Graph *g, const cJSON *it, const ch
   }
   for (int i = 0; i < g->ninputs; i++)
     if (g->inputs[i]->is_target == target) {
-      if (t) {
-        diag_error(d, (Loc){0, 0}, "training.data.%s: the model has several %s inputs; name one",
-                   key, target ? "target" : "data");
+      if (t) { // at the second one
+        const Tensor *u = g->inputs[i];
+        diag_error(d, u->loc,
+                   "%s: input '%s' is a second %s input after '%s': name the one the data fills "
+                   "in training.data.%s",
+                   u->path ? u->path : "inputs", u->name, target ? "target" : "data", t->name, key);
         return NULL;
       }
       t = g->inputs[i];
@@ -180,6 +183,22 @@ static Tensor *bind_input(const Source *src, Graph *g, const cJSON *it, const ch
     diag_error(d, (Loc){0, 0}, "training.data.%s: the model has no %s input", key,
                target ? "target" : "data");
   return t;
+}
+
+// The loader fills exactly the data input and the target (codegen's load_batch); no node makes a
+// model input. Any other input would be read uninitialised, from bytes the memory plan gives to
+// other buffers as well: refused, at its definition.
+static bool all_inputs_filled(const Graph *g, const TrainConfig *tc, Diag *d) {
+  for (int i = 0; i < g->ninputs; i++) {
+    const Tensor *t = g->inputs[i];
+    if (t == tc->input || t == tc->target) continue;
+    diag_error(d, t->loc,
+               "%s: input '%s' is never filled: the training data fills only the data input '%s' "
+               "and the target '%s'",
+               t->path ? t->path : "inputs", t->name, tc->input->name, tc->target->name);
+    return false;
+  }
+  return true;
 }
 
 bool training_parse(const Source *src, Graph *g, const char **overrides, int noverrides,
@@ -301,7 +320,8 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
       return false;
     }
     if (!(tc->input = bind_input(src, g, sub(data, "input"), "input", false, d)) ||
-        !(tc->target = bind_input(src, g, sub(data, "target"), "target", true, d)))
+        !(tc->target = bind_input(src, g, sub(data, "target"), "target", true, d)) ||
+        !all_inputs_filled(g, tc, d))
       return false;
     bool tokens = tc->data == DATA_TEXT || tc->data == DATA_U16;
     const Shape *xs = &tc->input->shape, *ys = &tc->target->shape;
@@ -349,6 +369,34 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
       return false;
     }
   return true;
+}
+
+const Tensor *accuracy_logits(const Node *n) {
+  return n->in[n->op->ids->of];
+}
+
+const Tensor *accuracy_ids(const Node *n) {
+  return n->in[n->op->ids->slot];
+}
+
+void training_accuracy(TrainConfig *tc) {
+  tc->accuracy = NULL;
+  if (tc->data != DATA_CSV && tc->data != DATA_NPY) return;
+  const Node *found = NULL;
+  for (int u = 0; u < tc->target->nuses; u++) {
+    const Node *n = tc->target->uses[u].node;
+    const IndexBound *ids = n->op->ids;
+    if (n->role != ROLE_FWD || !ids || ids->slot != tc->target->uses[u].slot ||
+        strcmp(ids->what, "classes") != 0)
+      continue;
+    if (found) return; // two classifications of one target: which one's accuracy is ambiguous
+    found = n;
+  }
+  if (!found) return;
+  const Tensor *l = accuracy_logits(found);
+  bool trained = false;
+  for (int u = 0; u < l->nuses; u++) trained |= l->uses[u].node->role != ROLE_FWD;
+  if (l->dtype == DT_F32 && l->shape.rank == 2 && trained) tc->accuracy = found;
 }
 
 // Shortest %g form that reads back as v.

@@ -57,6 +57,10 @@ typedef struct PrComm {         // how a rank program talks to the others (PrPro
   // message m goes to the peer rank's replica m mod D_peer (its replica r when D_peer = D_s:
   // the step end's exchange streams, whose m is 0). Replica 0 of each rank saves and evaluates.
   const int *stage_reps;
+  // The rank that counts an evaluation's correct predictions (the stage of the classification
+  // node, compiler/training.c: training_accuracy); evaluate() brings its counts to report_rank.
+  // -1: the model reports no accuracy.
+  int accuracy_rank;
 } PrComm;
 
 // This rank's replica count: D, D_s of the uneven form, or 1.
@@ -94,7 +98,8 @@ struct PrTransport {
   void (*allgather)(const double *mine, double *all, int n);
   void (*barrier)(void);
   // Point to point: rank `from` sends bytes of buf, rank `to` receives them into buf; the other
-  // ranks do nothing (a no-op when from == to). Called in the same order on both sides.
+  // ranks do nothing (a no-op when from == to). Called in the same order on both sides (the
+  // checkpoint's transfers, an evaluation's accuracy counts).
   void (*gather)(void *buf, int64_t bytes, int from, int to);
   // Ends the whole job now with status (every rank exits non-zero); never returns.
   void (*abort)(int status) __attribute__((noreturn));

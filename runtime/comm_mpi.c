@@ -453,10 +453,10 @@ static void t_gather(void *buf, int64_t bytes, int from, int to) {
     MPI_Request r;
     if (me == from) {
       pr_mpi_check(MPI_Isend((char *)buf + off, n, MPI_BYTE, to, 0, mpi.ctl, &r), "MPI_Isend");
-      wait_request(&r, "to send checkpoint data to rank %d", to);
+      wait_request(&r, "to send checkpoint or evaluation data to rank %d", to);
     } else {
       pr_mpi_check(MPI_Irecv((char *)buf + off, n, MPI_BYTE, from, 0, mpi.ctl, &r), "MPI_Irecv");
-      wait_request(&r, "for checkpoint data from rank %d", from);
+      wait_request(&r, "for checkpoint or evaluation data from rank %d", from);
     }
   }
 }

@@ -210,12 +210,21 @@ void pr_tokens_check_ids(const PrTokens *t, const char *path, int64_t bound, con
   if (t->vocab <= bound) return;
   const char *hint = "use data tokenized for this model, or a model with a larger vocabulary";
   // A text stream's vocabulary is its sorted distinct bytes (chars[1] > chars[0] >= 0 when it
-  // has two or more); a uint16 stream leaves chars zero. Text ids are ranks, not positions.
-  if (t->vocab >= 2 && t->chars[1] != 0)
-    pr_fail(__FILE__, __LINE__, hint, "%s has %d distinct tokens but %s", path, t->vocab, what);
-  for (int64_t i = 0; i < t->n; i++)
-    prCheck(t->tokens[i] < bound, hint, "%s: token %lld (byte offset %lld) has id %d but %s", path,
-            (long long)i, (long long)(2 * i), t->tokens[i], what);
+  // has two or more); a uint16 stream leaves chars zero. Text ids are ranks, not positions: the
+  // message names the first byte whose rank is out of bound, and the file's count.
+  bool text = t->vocab >= 2 && t->chars[1] != 0;
+  for (int64_t i = 0; i < t->n; i++) {
+    if (t->tokens[i] < bound) continue;
+    if (!text)
+      pr_fail(__FILE__, __LINE__, hint, "%s: token %lld (byte offset %lld) has id %d but %s", path,
+              (long long)i, (long long)(2 * i), t->tokens[i], what);
+    unsigned char c = (unsigned char)t->chars[t->tokens[i]];
+    char shown[16];
+    snprintf(shown, sizeof shown, c > 0x20 && c < 0x7f ? "character '%c'" : "byte 0x%02x", c);
+    pr_fail(__FILE__, __LINE__, hint,
+            "%s: byte offset %lld: %s has id %d (the file has %d distinct characters) but %s",
+            path, (long long)i, shown, t->tokens[i], t->vocab, what);
+  }
 }
 
 int64_t pr_tokens_val_batches(const PrTokens *t, int64_t B, int64_t T) {
@@ -361,6 +370,28 @@ static float feature(double v, double scale, const char *path, const char *where
   return f;
 }
 
+// The hint of a feature-count mismatch: the model's input and its width (exits follow: not freed).
+static const char *features_hint(const PrTableModel *want) {
+  const char *fmt = "the model's input '%s' has %lld features";
+  const char *name = want->input ? want->input : "";
+  int n = snprintf(NULL, 0, fmt, name, (long long)want->features);
+  char *h = n > 0 ? malloc((size_t)n + 1) : NULL;
+  if (!h) return "give data with as many features per row as the model's input";
+  snprintf(h, (size_t)n + 1, fmt, name, (long long)want->features);
+  return h;
+}
+
+// A label at or above the model's classes (want->classes > 0) stops the program; `where` names
+// the file's line and column (":5:129") or row (": row 4").
+static void check_label(const PrTableModel *want, double v, const char *path, const char *where) {
+  if (!want || want->classes <= 0 || v < (double)want->classes) return;
+  char hint[96];
+  snprintf(hint, sizeof hint, "use labels 0..%lld, or a model with more classes",
+           (long long)want->classes - 1);
+  pr_fail(__FILE__, __LINE__, hint, "%s%s label %.0f is out of range: the model has %lld classes",
+          path, where, v, (long long)want->classes);
+}
+
 typedef struct Field {
   const char *s; // trimmed text
   size_t len;
@@ -368,7 +399,8 @@ typedef struct Field {
 } Field;
 
 // Splits line into fields (by ','), trimming blanks; returns the count.
-static int64_t split_fields(char *line, Field **fields, int64_t *cap) {
+static int64_t split_fields(char *line, Field **fields, int64_t *cap, const char *path,
+                            int64_t lineno) {
   int64_t n = 0;
   const char *p = line;
   for (;;) {
@@ -378,7 +410,8 @@ static int64_t split_fields(char *line, Field **fields, int64_t *cap) {
     if (n == *cap) {
       *cap = *cap ? *cap * 2 : 128;
       *fields = realloc(*fields, (size_t)*cap * sizeof **fields);
-      prCheck(*fields != NULL, "the CSV line is too long", "out of memory splitting a CSV line");
+      prCheck(*fields != NULL, "the CSV line is too long", "%s:%lld: out of memory splitting the line",
+              path, (long long)lineno);
     }
     const char *a = start, *b = e;
     while (a < b && is_blank(*a)) a++;
@@ -391,7 +424,7 @@ static int64_t split_fields(char *line, Field **fields, int64_t *cap) {
 }
 
 void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t seed,
-                       double scale) {
+                       double scale, const PrTableModel *want) {
   memset(t, 0, sizeof *t);
   check_frac(path, train_frac);
   int fd = pr_open_regular(path, "data file");
@@ -410,7 +443,7 @@ void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t
     const char *q = line;
     while (is_blank(*q)) q++;
     if (*q == '\0') continue; // blank line
-    int64_t nf = split_fields(line, &fields, &fcap);
+    int64_t nf = split_fields(line, &fields, &fcap, path, lineno);
     if (!seen_first) {
       seen_first = true;
       double dummy; // a header's first field is a name; "nan" or "inf" is a bad number
@@ -423,6 +456,10 @@ void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t
       ncols = nf;
       first_line = lineno;
       t->features = nf - 1;
+      if (want && want->features > 0 && t->features != want->features)
+        pr_fail(__FILE__, __LINE__, features_hint(want),
+                "%s:%lld: the row has %lld features (then its label) but the model takes %lld",
+                path, (long long)lineno, (long long)t->features, (long long)want->features);
     }
     if (nf < ncols)
       pr_fail(__FILE__, __LINE__, "every row has the same number of fields",
@@ -469,6 +506,9 @@ void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t
         prCheck(v >= 0, "the last field of a row is the class label 0, 1, 2, ...",
                 "%s:%lld:%lld: label %.0f is negative", path, (long long)lineno, (long long)f->col,
                 v);
+        char where[64];
+        snprintf(where, sizeof where, ":%lld:%lld:", (long long)lineno, (long long)f->col);
+        check_label(want, v, path, where);
         prCheck(v <= 1e7, "the last field of a row is the class label 0, 1, 2, ...",
                 "%s:%lld:%lld: label %.0f is too large", path, (long long)lineno, (long long)f->col,
                 v);
@@ -591,6 +631,13 @@ static void npy_read(Npy *a, const char *path, const char *what) {
   }
   free(h);
   size_t want = numel * (size_t)a->size, have = n - a->data_off;
+  if (have < want && a->ndim >= 1) { // shape[0] >= 1 here; each row has want / shape[0] bytes
+    size_t row = want / (size_t)a->shape[0];
+    pr_fail(__FILE__, __LINE__, "the file is truncated or was not written by numpy.save",
+            "%s: the file ends in row %zu of %lld: the data section has %zu bytes (from byte "
+            "offset %zu); the shape and dtype need %zu",
+            path, have / row, (long long)a->shape[0], have, a->data_off, want);
+  }
   prCheck(have == want, "the file is truncated or was not written by numpy.save",
           "%s: the data section has %zu bytes (from byte offset %zu); the shape and dtype need %zu",
           path, have, a->data_off, want);
@@ -617,7 +664,7 @@ static double npy_get(const Npy *a, size_t i) {
 }
 
 void pr_table_open_npy(PrTable *t, const char *x_path, const char *y_path, double train_frac,
-                       uint64_t seed, double scale) {
+                       uint64_t seed, double scale, const PrTableModel *want) {
   memset(t, 0, sizeof *t);
   check_frac(x_path, train_frac);
   Npy ax, ay;
@@ -633,6 +680,11 @@ void pr_table_open_npy(PrTable *t, const char *x_path, const char *y_path, doubl
           "%s has %lld rows but %s has %lld", x_path, (long long)ax.shape[0], y_path,
           (long long)ay.shape[0]);
   prCheck(ax.shape[1] >= 1, "give at least one feature", "%s: zero features", x_path);
+  if (want && want->features > 0 && ax.shape[1] != want->features)
+    pr_fail(__FILE__, __LINE__, features_hint(want),
+            "%s: row 0 has %lld features (shape (%lld, %lld)) but the model takes %lld", x_path,
+            (long long)ax.shape[1], (long long)ax.shape[0], (long long)ax.shape[1],
+            (long long)want->features);
   t->rows = ax.shape[0];
   t->features = ax.shape[1];
   t->x = malloc((size_t)(t->rows * t->features) * sizeof(float) + 1);
@@ -655,8 +707,11 @@ void pr_table_open_npy(PrTable *t, const char *x_path, const char *y_path, doubl
   }
   for (int64_t r = 0; r < t->rows; r++) {
     double v = npy_get(&ay, (size_t)r);
+    char where[48];
+    snprintf(where, sizeof where, ": row %lld:", (long long)r);
+    if (v >= 0) check_label(want, v, y_path, where);
     prCheck(v >= 0 && v <= 1e7, "labels are class ids 0, 1, 2, ...",
-            "%s: row %lld: label %.0f is out of range", y_path, (long long)r, v);
+            "%s%s label %.0f is out of range", y_path, where, v);
     t->y[r] = (int32_t)v;
   }
   free(ax.buf);

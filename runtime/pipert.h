@@ -352,15 +352,23 @@ typedef struct PrTable {
   int classes;      // max label + 1
 } PrTable;
 
+// What the model takes from a table (NULL: anything): the loaders check it where the data breaks
+// it, naming the file and the CSV line or the .npy row.
+typedef struct PrTableModel {
+  int64_t features;  // features per row: the model input's (0: any)
+  int64_t classes;   // labels must be below this: the target's consumer's classes (0: no bound)
+  const char *input; // the model's data input, named in the hint of a feature-count mismatch
+} PrTableModel;
+
 // CSV (plain or gzip-compressed, detected from the content): numeric columns, the last one the
 // integer label; no header, or a header line that is skipped when its first field is not a number.
 // Rows are shuffled with `seed` and split at train_frac (both splits non-empty). Features are
 // multiplied by scale and must be finite float32 numbers; "nan" and "inf" are refused.
 void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t seed,
-                       double scale);
+                       double scale, const PrTableModel *want);
 // .npy features (float32/float64, 2-D) and labels (integer, 1-D), same shuffle/split rules.
 void pr_table_open_npy(PrTable *t, const char *x_path, const char *y_path, double train_frac,
-                       uint64_t seed, double scale);
+                       uint64_t seed, double scale, const PrTableModel *want);
 // Training batch: B rows drawn from (seed, step, mb, row) over the training split.
 void pr_table_batch(const PrTable *t, uint64_t seed, int64_t step, int64_t mb, int64_t B, float *x,
                     int32_t *y);

@@ -149,6 +149,12 @@ static void evaluate(const PrProgram *p, int64_t requested, int64_t step) {
     correct += r.correct;
     seen += r.seen;
   }
+  if (p->comm && p->comm->accuracy_rank >= 0) { // its counts, to the rank that prints them
+    int64_t counts[2] = {correct, seen};
+    p->comm->transport->gather(counts, sizeof counts, p->comm->accuracy_rank,
+                               p->comm->report_rank);
+    correct = counts[0], seen = counts[1];
+  }
   if (p->comm && (p->comm->rank != p->comm->report_rank || pr_replica != 0))
     return; // only the loss's rank knows it (replica 0's speaks)
   pr_check_val_loss(step, loss / weight);

@@ -76,7 +76,7 @@ static int run_messages(int rank, int nranks) {
     }
   }
   PrComm c = {rank, nranks, nranks - 1, 0, ch,  nch, MSG_M, &pr_transport_mpi,
-              1,    NULL,   NULL,       0, NULL};
+              1,    NULL,   NULL,       0, NULL, -1};
   int argc = 1;
   char *args[] = {"test_comm", NULL}, **argv = args;
   pr_transport_mpi.start(&c, &argc, &argv, 30);
@@ -141,7 +141,7 @@ static int run_progress(int rank) {
   static volatile int32_t done; // written by MPI when the "done" message lands
   ch[0] = (PrChannel){"big", 1 - rank, 1, (int64_t)sizeof big, rank == 0};
   ch[1] = (PrChannel){"done", 1 - rank, 2, 4, rank == 0};
-  PrComm c = {rank, 2, 1, 0, ch, 2, 1, &pr_transport_mpi, 1, NULL, NULL, 0, NULL};
+  PrComm c = {rank, 2, 1, 0, ch, 2, 1, &pr_transport_mpi, 1, NULL, NULL, 0, NULL, -1};
   int argc = 1;
   char *args[] = {"test_comm", NULL}, **argv = args;
   pr_transport_mpi.start(&c, &argc, &argv, 30);
@@ -282,7 +282,7 @@ static void eval_batch(int64_t k, bool whole, PrEvalBatch *r) {
 static int run_train(int argc, char **argv) {
   static PrChannel none[1];
   static PrComm comm;
-  comm = (PrComm){R, S, S - 1, 0, none, 0, 1, &pr_transport_mpi, 1, NULL, NULL, 0, NULL};
+  comm = (PrComm){R, S, S - 1, 0, none, 0, 1, &pr_transport_mpi, 1, NULL, NULL, 0, NULL, -1};
   int64_t bytes = 0;
   for (int i = 0; i < NP; i++) bytes += pnum(i) * 4;
   static PrProgram prog = {
@@ -321,7 +321,7 @@ static int run_train(int argc, char **argv) {
 // can compute every gradient here: they are a function of the seed alone).
 static int run_norm(void) {
   static PrChannel none[1];
-  PrComm comm = {R, S, S - 1, 0, none, 0, 1, &pr_transport_mpi, 1, NULL, NULL, 0, NULL};
+  PrComm comm = {R, S, S - 1, 0, none, 0, 1, &pr_transport_mpi, 1, NULL, NULL, 0, NULL, -1};
   int argc = 1;
   char *args[] = {"test_comm", NULL}, **argv = args;
   pr_transport_mpi.start(&comm, &argc, &argv, 30);
@@ -395,7 +395,7 @@ int main(int argc, char **argv) {
   int waiter = watchdog ? 1 : 0;
   static PrChannel ch[1];
   ch[0] = (PrChannel){"blocks.1.h", 1 - R, 3, 64, R != waiter};
-  PrComm c = {R, S, S - 1, 0, ch, 1, 4, &pr_transport_mpi, 1, NULL, NULL, 0, NULL};
+  PrComm c = {R, S, S - 1, 0, ch, 1, 4, &pr_transport_mpi, 1, NULL, NULL, 0, NULL, -1};
   double timeout = argc > 1 ? atof(argv[1]) : 300;
   pr_transport_mpi.start(&c, &argc, &argv, timeout);
   static float buf[16];

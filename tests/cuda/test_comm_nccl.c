@@ -50,7 +50,7 @@ static int run_messages(void) {
     ch[k] = (PrChannel){names[k], 1 - R, forward ? 10 * k : 90,
                         (int64_t)(FLOATS - 100 * (forward ? k : 0)) * 4, (R == 0) == forward};
   }
-  PrComm c = {R, S, S - 1, 0, ch, NS, M, &pr_transport_nccl, 1, NULL, NULL, 0, NULL};
+  PrComm c = {R, S, S - 1, 0, ch, NS, M, &pr_transport_nccl, 1, NULL, NULL, 0, NULL, -1};
   start(&c, 60);
   float *buf[NS][M], host[FLOATS];
   for (int k = 0; k < NS; k++)
@@ -99,7 +99,7 @@ static int run_exchange(void) {
   static PrChannel ch[2];
   ch[0] = (PrChannel){"mine", 1 - R, R, 4 * FLOATS, true};
   ch[1] = (PrChannel){"theirs", 1 - R, 1 - R, 4 * FLOATS, false};
-  PrComm c = {R, S, S - 1, 0, ch, 2, M, &pr_transport_nccl, 1, NULL, NULL, 0, NULL};
+  PrComm c = {R, S, S - 1, 0, ch, 2, M, &pr_transport_nccl, 1, NULL, NULL, 0, NULL, -1};
   start(&c, 60);
   float *out[M], *in[M], host[FLOATS];
   for (int m = 0; m < M; m++) {
@@ -131,7 +131,7 @@ static int run_order(void) {
   static PrChannel ch[2];
   ch[0] = (PrChannel){"a", 1 - R, 1, 64, R == 0};
   ch[1] = (PrChannel){"b", 1 - R, 2, 64, R == 0};
-  PrComm c = {R, S, S - 1, 0, ch, 2, 1, &pr_transport_nccl, 1, NULL, NULL, 0, NULL};
+  PrComm c = {R, S, S - 1, 0, ch, 2, 1, &pr_transport_nccl, 1, NULL, NULL, 0, NULL, -1};
   start(&c, 30);
   float *d = pr_cu_alloc_region("d", 64);
   if (R == 0) {
@@ -148,7 +148,7 @@ static int run_order(void) {
 
 static int run_collect(void) {
   static PrChannel none[1];
-  PrComm c = {R, S, S - 1, 0, none, 0, 1, &pr_transport_nccl, 1, NULL, NULL, 0, NULL};
+  PrComm c = {R, S, S - 1, 0, none, 0, 1, &pr_transport_nccl, 1, NULL, NULL, 0, NULL, -1};
   start(&c, 60);
   enum { N = 5 };
   double mine[N], all[2 * N];
@@ -188,7 +188,7 @@ static int run_collect(void) {
 static int run_watchdog(double timeout) {
   static PrChannel ch[1];
   ch[0] = (PrChannel){"blocks.1.h", 1 - R, 3, 64, R == 0};
-  PrComm c = {R, S, S - 1, 0, ch, 1, 4, &pr_transport_nccl, 1, NULL, NULL, 0, NULL};
+  PrComm c = {R, S, S - 1, 0, ch, 1, 4, &pr_transport_nccl, 1, NULL, NULL, 0, NULL, -1};
   start(&c, timeout);
   float *d = pr_cu_alloc_region("d", 64);
   if (R == 1) {
@@ -220,7 +220,7 @@ int main(int argc, char **argv) {
   }
   if (strcmp(mode, "start") == 0) {
     static PrChannel none[1];
-    PrComm c = {R, S, S - 1, 0, none, 0, 1, &pr_transport_nccl, 1, NULL, NULL, 0, NULL};
+    PrComm c = {R, S, S - 1, 0, none, 0, 1, &pr_transport_nccl, 1, NULL, NULL, 0, NULL, -1};
     start(&c, 30);
     printf("start ok on device %d\n", pr_cu_comm_device());
     pr_transport_nccl.finish();

@@ -18,9 +18,9 @@ expect lr-negative 2 "^train: --lr: " "$gpt" --lr -1
 expect gemm-unknown 1 "rank 0: error: PIPEC_GEMM=mkl: no such GEMM$" env PIPEC_GEMM=mkl "$gpt" --steps 1
 expect missing-data 1 "rank 0: error: cannot open '$tmp/none.txt'" "$gpt" --steps 1 --data "$tmp/none.txt"
 head -c 3000 /bin/sh >"$tmp/binary.txt"
-expect vocab-too-large 1 "rank 0: error: $tmp/binary.txt has [0-9]+ distinct tokens but the model's vocabulary holds 65$" \
+expect vocab-too-large 1 "rank 0: error: $tmp/binary.txt: byte offset [0-9]+: (character '.'|byte 0x[0-9a-f]{2}) has id [0-9]+ \(the file has [0-9]+ distinct characters\) but the model's vocabulary holds 65$" \
   "$gpt" --steps 1 --data "$tmp/binary.txt"
-printf '1,2,3\n4,x,6\n' >"$tmp/bad.csv"
+printf '%s,0\n%s,1\n' "$(seq -s, 1 64)" "4,x,$(seq -s, 3 64)" >"$tmp/bad.csv" # 64 features, a label
 expect csv-not-a-number 1 "rank 0: error: $tmp/bad.csv:2:3: " "$mlp" --steps 1 --data "$tmp/bad.csv"
 expect init-missing 1 "rank 0: error: .*$tmp/none.safetensors" "$gpt" --steps 1 --init "$tmp/none.safetensors"
 printf 'not a safetensors file at all' >"$tmp/junk.safetensors"
@@ -101,6 +101,17 @@ open(tmp + "/big37.csv", "w").write("\n".join(lines[:4] + [",".join(f)] + lines[
 f[3] = "nan"
 open(tmp + "/nan.csv", "w").write("\n".join(lines[:4] + [",".join(f)] + lines[5:]) + "\n")
 open(tmp + "/nan1.csv", "w").write("nan," + "\n".join(lines)[2:] + "\n")
+# Issue 27: data the model cannot take, each error at its line or row.
+npy("x63.npy", "<f4", "(%d, 63)" % n, "f", [v for r in rows for v in r[:-2]])
+npy("y10.npy", "<i8", "(%d,)" % n, "q", y[:5] + [10] + y[6:])
+npy("yneg.npy", "<i8", "(%d,)" % n, "q", y[:5] + [-1] + y[6:])
+raw = open(tmp + "/x.npy", "rb").read()
+open(tmp + "/x_short.npy", "wb").write(raw[:-100])  # row 1796 (256 bytes) cut short
+lab = lines[:6] + [lines[6].rsplit(",", 1)[0] + ",10"] + lines[7:]
+open(tmp + "/label10.csv", "w").write("\n".join(lab) + "\n")
+open(tmp + "/hdr3.csv", "w").write("a,b,c,label\n\n1,2,3,0\n4,5,6,1\n")
+wide = "".join(chr(c) for c in range(33, 103))  # 70 distinct characters; 'b' is the 66th
+open(tmp + "/wide.txt", "w").write("ab" + wide * 3)
 PY
 mkdir -p "$tmp/sub"
 for mdl in tiny tiny60 tiny60u16 npy; do
@@ -141,7 +152,7 @@ check "--labels with other labels trains on them" bash -c "! cmp -s '$tmp/npy_a'
 
 # 3. Token ids against every bound: the input's embedding (65 rows) and the target's
 # cross_entropy (60 classes), for the whole stream, at open.
-expect_early target-ids-text 1 "rank 0: error: $data/tinyshakespeare.txt has 65 distinct tokens but the target 'targets' feeds cross_entropy 'loss' with 60 classes$" \
+expect_early target-ids-text 1 "rank 0: error: $data/tinyshakespeare.txt: byte offset 10: character 'z' has id 64 \(the file has 65 distinct characters\) but the target 'targets' feeds cross_entropy 'loss' with 60 classes$" \
   "$tmp/tiny60/bin/train" --steps 1000
 expect_early target-ids-u16 1 "rank 0: error: $tmp/tok.u16: token 3000 \(byte offset 6000\) has id 62 but the target 'targets' feeds cross_entropy 'loss' with 60 classes$" \
   "$tmp/tiny60u16/bin/train" --steps 1000
@@ -207,6 +218,26 @@ first=$(timeout 20 bash -c '"$0" --steps 9223372036854775807 --log-every 1 2>&1 
 check "--steps INT64_MAX trains ($first)" test "${first%% |*}" = "step 1/9223372036854775807"
 expect eval-batches-overflow 2 "^train: --eval-batches: expected a non-negative integer, got '9223372036854775808'$" "$mlp" --eval-batches 9223372036854775808
 # ---- end of issue 6, data and flags
+
+# ---- Issue 27: every data error names its file and the line (CSV) or row (.npy) or byte offset
+# (token files) where the data breaks what the model takes.
+expect_early csv-features 1 "rank 0: error: $tmp/hdr3.csv:3: the row has 3 features \(then its label\) but the model takes 64$" \
+  "$mlp" --steps 1 --data "$tmp/hdr3.csv"
+check "csv-features: the HINT names the input" grep -qx "HINT: the model's input 'x' has 64 features" "$tmp/err"
+expect_early csv-label-classes 1 "rank 0: error: $tmp/label10.csv:7:147: label 10 is out of range: the model has 10 classes$" \
+  "$mlp" --steps 1 --data "$tmp/label10.csv"
+check "csv-label-classes: the HINT" grep -qx "HINT: use labels 0..9, or a model with more classes" "$tmp/err"
+expect_early npy-features 1 "rank 0: error: $tmp/x63.npy: row 0 has 63 features \(shape \(1797, 63\)\) but the model takes 64$" \
+  "$npyt" --steps 1 --data "$tmp/x63.npy" --labels "$tmp/y.npy"
+expect_early npy-label-classes 1 "rank 0: error: $tmp/y10.npy: row 5: label 10 is out of range: the model has 10 classes$" \
+  "$npyt" --steps 1 --data "$tmp/x.npy" --labels "$tmp/y10.npy"
+expect_early npy-label-negative 1 "rank 0: error: $tmp/yneg.npy: row 5: label -1 is out of range$" \
+  "$npyt" --steps 1 --data "$tmp/x.npy" --labels "$tmp/yneg.npy"
+expect_early npy-short 1 "rank 0: error: $tmp/x_short.npy: the file ends in row 1796 of 1797: the data section has 459932 bytes \(from byte offset 128\); the shape and dtype need 460032$" \
+  "$npyt" --steps 1 --data "$tmp/x_short.npy" --labels "$tmp/y.npy"
+expect_early text-vocab 1 "rank 0: error: $tmp/wide.txt: byte offset 1: character 'b' has id 65 \(the file has 70 distinct characters\) but the model's vocabulary holds 65$" \
+  "$tiny" --steps 1 --data "$tmp/wide.txt"
+# ---- end of issue 27
 
 # Peak RSS within 5% of the plan plus the stated runtime overhead: the token stream (4 bytes per
 # character) and a fixed 16 MiB for code, libraries, OpenMP stacks and kernel scratch; in the

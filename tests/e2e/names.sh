@@ -142,7 +142,8 @@ out="$dir/out table \"q\" \\ ??= *"
 "$out/bin/train" --quiet --data "$tmp/three.csv" >/dev/null 2>"$tmp/err"
 rc=$?
 check "features mismatch exits 1" [ "$rc" -eq 1 ]
-check "features mismatch: the error" grep -qE '^rank0\.c:[0-9]+: rank 0: error: data has 3 features per row$' "$tmp/err"
+check "features mismatch: the error names the file and line" \
+  [ "$(sed -n '1s/^data\.c:[0-9]*: //p' "$tmp/err")" = "rank 0: error: $tmp/three.csv:1: the row has 3 features (then its label) but the model takes 64" ]
 check "features mismatch: the HINT holds the input's exact name" \
   [ "$(sed -n 2p "$tmp/err")" = "HINT: the model's input '$(cat "$tmp/payload_input")' has 64 features" ]
 

@@ -101,6 +101,43 @@ want=$(eval_line "$tmp/one/bin/train")
 "$pipec" compile samples/mlp_digits.json --split loss -o "$tmp/eval" >/dev/null 2>&1 || bad "compile --split loss"
 check "eval at S = 2, the loss cut from the logits: '$want'" \
   test -n "$want" -a "$(eval_line "$tmp/eval/launch.sh")" = "$want"
+# Issue 27: whether the line has an accuracy, and from which logits, is decided once at compile
+# time: the cross_entropy's (not the first output), counted on its stage at every S. A cut between
+# cross_entropy and the loss (here scale(ce, 1): mlp_digits' bits) keeps it; an mse_loss
+# autoencoder has none at any S.
+python3 - "$tmp" "$root/../shared/data/digits.csv.gz" <<'PY' || bad "issue 27: the models"
+import json, sys
+m = json.load(open("samples/mlp_digits.json"))
+m["training"]["data"]["path"] = sys.argv[2]
+m["nodes"][-1] = {"name": "ce", "op": "cross_entropy", "inputs": ["logits", "y"]}
+m["nodes"].append({"name": "loss", "op": "scale", "inputs": ["ce"], "attrs": {"factor": 1.0}})
+m["outputs"] = ["relu2"]
+json.dump(m, open(sys.argv[1] + "/ce_scale.json", "w"))
+m["dims"] = {"IN": 64, "H": 16}
+m["params"] = [{"name": "enc.weight", "shape": ["H", "IN"], "init": {"kind": "uniform", "a": -0.125, "b": 0.125}},
+               {"name": "dec.weight", "shape": ["IN", "H"], "init": {"kind": "uniform", "a": -0.25, "b": 0.25}}]
+m["nodes"] = [{"name": "enc", "op": "linear", "inputs": ["x", "enc.weight"]},
+              {"name": "h", "op": "relu", "inputs": ["enc"]},
+              {"name": "rec", "op": "linear", "inputs": ["h", "dec.weight"]},
+              {"name": "loss", "op": "mse_loss", "inputs": ["rec", "x"]}]
+m["outputs"] = ["rec"]
+json.dump(m, open(sys.argv[1] + "/autoencoder.json", "w"))
+PY
+for mdl in ce_scale autoencoder; do
+  "$pipec" compile "$tmp/$mdl.json" -o "$tmp/$mdl-1" >/dev/null 2>"$tmp/err" &&
+    "$pipec" compile "$tmp/$mdl.json" --split loss -o "$tmp/$mdl-2" >/dev/null 2>>"$tmp/err" ||
+    bad "issue 27: compile $mdl: $(tail -n 2 "$tmp/err")"
+done
+"$pipec" print "$tmp/ce_scale.json" --split loss --dump-after=partition >"$tmp/ce_scale.part" 2>&1
+check "cross_entropy | loss cut: ce on stage 0, loss on stage 1" \
+  grep -qx "send 'ce' () stage 0 -> 1" "$tmp/ce_scale.part"
+e1=$(eval_line "$tmp/ce_scale-1/bin/train") e2=$(eval_line "$tmp/ce_scale-2/launch.sh")
+check "cross_entropy | loss cut: S = 1 is mlp_digits' line, with accuracy ('$e1')" \
+  test "$e1" = "$want" -a "${e1/val accuracy/}" != "$e1"
+check "cross_entropy | loss cut: S = 2 = S = 1 ('$e2')" test "$e2" = "$e1"
+e1=$(eval_line "$tmp/autoencoder-1/bin/train") e2=$(eval_line "$tmp/autoencoder-2/launch.sh")
+check "mse_loss: no accuracy at S = 1 ('$e1')" grep -qE '^eval  step 3 \| val loss [0-9.]+$' <<<"$e1"
+check "mse_loss: S = 2 = S = 1 ('$e2')" test "$e2" = "$e1"
 
 # ---- A checkpoint of S = 2 resumed at S = 3 (zb-h1) continues bit for bit: 3 + 2 steps equal the
 # one-stage program's 5.

@@ -484,7 +484,7 @@ START_TEST(test_batches_null) {
 
   snprintf(path, sizeof path, "%s/digits.csv.gz", data_dir());
   PrTable tb;
-  pr_table_open_csv(&tb, path, 0.8, 42, 1.0 / 16.0);
+  pr_table_open_csv(&tb, path, 0.8, 42, 1.0 / 16.0, NULL);
   float f[B * 64], f2[B * 64];
   int32_t l[B], l2[B];
   pr_table_batch(&tb, 7, 3, 1, B, f, l);
@@ -603,7 +603,7 @@ START_TEST(test_digits_csv) {
   char path[512];
   snprintf(path, sizeof path, "%s/digits.csv.gz", data_dir());
   PrTable t;
-  pr_table_open_csv(&t, path, 0.8, 42, 1.0 / 16.0);
+  pr_table_open_csv(&t, path, 0.8, 42, 1.0 / 16.0, NULL);
   ck_assert_int_eq(t.rows, 1797);
   ck_assert_int_eq(t.features, 64);
   ck_assert_int_eq(t.n_train, 1437);
@@ -618,11 +618,11 @@ START_TEST(test_digits_csv) {
 
   // Same seed: same table; another seed: another order, same rows.
   PrTable u;
-  pr_table_open_csv(&u, path, 0.8, 42, 1.0 / 16.0);
+  pr_table_open_csv(&u, path, 0.8, 42, 1.0 / 16.0, NULL);
   ck_assert_mem_eq(t.x, u.x, (size_t)(t.rows * t.features) * sizeof(float));
   ck_assert_mem_eq(t.y, u.y, (size_t)t.rows * sizeof(int32_t));
   pr_table_close(&u);
-  pr_table_open_csv(&u, path, 0.8, 43, 1.0 / 16.0);
+  pr_table_open_csv(&u, path, 0.8, 43, 1.0 / 16.0, NULL);
   ck_assert(memcmp(t.y, u.y, (size_t)t.rows * sizeof(int32_t)) != 0);
   pr_table_close(&u);
 
@@ -672,8 +672,8 @@ START_TEST(test_csv_shuffle_header_gz) {
   gzputs(g, text);
   gzclose(g);
   PrTable a, b;
-  pr_table_open_csv(&a, plain, 0.75, 42, 2.0);
-  pr_table_open_csv(&b, gz, 0.75, 42, 2.0);
+  pr_table_open_csv(&a, plain, 0.75, 42, 2.0, NULL);
+  pr_table_open_csv(&b, gz, 0.75, 42, 2.0, NULL);
   ck_assert_int_eq(a.rows, 10);
   ck_assert_int_eq(a.features, 2);
   ck_assert_int_eq(a.n_train, 7);
@@ -700,7 +700,7 @@ END_TEST
 
 static void csv_child(void *arg) {
   PrTable t;
-  pr_table_open_csv(&t, arg, 0.8, 1, 1.0);
+  pr_table_open_csv(&t, arg, 0.8, 1, 1.0, NULL);
 }
 
 static void csv_case(const char *name, const char *text, const char *want) {
@@ -710,6 +710,40 @@ static void csv_case(const char *name, const char *text, const char *want) {
   snprintf(full, sizeof full, "%s%s", path, want);
   expect_exit(csv_child, path, 1, full);
 }
+
+// The model's side (issue 27): 2 features, 3 classes; each error names the file and line.
+static void csv_model_child(void *arg) {
+  static const PrTableModel want = {2, 3, "x"};
+  PrTable t;
+  pr_table_open_csv(&t, arg, 0.5, 1, 1.0, &want);
+  pr_table_close(&t);
+}
+
+static void csv_model_case(const char *name, const char *text, const char *want) {
+  char path[512], full[1024];
+  tmp_path(path, sizeof path, name);
+  write_text(path, text);
+  snprintf(full, sizeof full, ": rank 0: error: %s%s", path, want);
+  expect_exit(csv_model_child, path, 1, full);
+}
+
+START_TEST(test_csv_model) {
+  csv_model_case("m3.csv", "1,2,3,0\n4,5,6,1\n",
+                 ":1: the row has 3 features (then its label) but the model takes 2\n"
+                 "HINT: the model's input 'x' has 2 features\n");
+  csv_model_case("m1.csv", "f1,label\n\n1,0\n",
+                 ":3: the row has 1 features (then its label) but the model takes 2\n");
+  csv_model_case("mlabel.csv", "f1,f2,label\n1,2,0\n3, 4 ,3\n",
+                 ":3:7: label 3 is out of range: the model has 3 classes\n"
+                 "HINT: use labels 0..2, or a model with more classes\n");
+  csv_model_case("mlabel_big.csv", "1,2,0\n3,4,99999999\n",
+                 ":2:5: label 99999999 is out of range: the model has 3 classes\n");
+  char path[512];
+  tmp_path(path, sizeof path, "mgood.csv");
+  write_text(path, "1,2,0\n3,4,2\n5,6,1\n7,8,2\n");
+  expect_exit(csv_model_child, path, 0, "");
+}
+END_TEST
 
 START_TEST(test_csv_errors) {
   csv_case("nonnum.csv", "1,2,0\n3,abc,1\n", ":2:3: field 2 is not a number: 'abc'");
@@ -768,7 +802,7 @@ typedef struct NpyArgs {
 static void npy_child(void *arg) {
   NpyArgs *a = arg;
   PrTable t;
-  pr_table_open_npy(&t, a->x, a->y, 0.5, 3, 1.0);
+  pr_table_open_npy(&t, a->x, a->y, 0.5, 3, 1.0, NULL);
 }
 
 START_TEST(test_npy) {
@@ -794,8 +828,8 @@ START_TEST(test_npy) {
   write_npy(xp2, 2, "<f8", "False", "(6, 2)", xd, sizeof xd);
   write_npy(yp2, 1, "|u1", "False", "(6,)", yb, sizeof yb);
   PrTable a, b;
-  pr_table_open_npy(&a, xp, yp, 0.5, 3, 0.5);
-  pr_table_open_npy(&b, xp2, yp2, 0.5, 3, 0.5);
+  pr_table_open_npy(&a, xp, yp, 0.5, 3, 0.5, NULL);
+  pr_table_open_npy(&b, xp2, yp2, 0.5, 3, 0.5, NULL);
   ck_assert_int_eq(a.rows, 6);
   ck_assert_int_eq(a.features, 2);
   ck_assert_int_eq(a.n_train, 3);
@@ -819,7 +853,12 @@ START_TEST(test_npy) {
   expect_exit(npy_child, &args, 1, "dtype '>f4' is not little-endian");
   write_npy(bad, 1, "<f4", "False", "(6, 2)", xf, sizeof xf - 4);
   expect_exit(npy_child, &args, 1,
-              "the data section has 44 bytes (from byte offset 128); the shape and dtype need 48");
+              "bad.npy: the file ends in row 5 of 6: the data section has 44 bytes (from byte "
+              "offset 128); the shape and dtype need 48\n");
+  args.y = bad; // labels cut short: row 2 of 6 is the first incomplete one
+  write_npy(bad, 1, "<i8", "False", "(6,)", yl, 20);
+  expect_exit(npy_child, &args, 1, "bad.npy: the file ends in row 2 of 6: ");
+  args.y = yp;
   write_npy(bad, 1, "<f4", "False", "(5, 2)", xf, 40);
   expect_exit(npy_child, &args, 1, "has 5 rows but");
   write_text(bad, "not numpy");
@@ -828,6 +867,48 @@ START_TEST(test_npy) {
   args.y = bad;
   write_npy(bad, 1, "<f4", "False", "(6,)", xf, 24);
   expect_exit(npy_child, &args, 1, "labels have a floating-point dtype");
+}
+END_TEST
+
+// The model's side (issue 27): 2 features, 4 classes; each error names the file and row.
+static void npy_model_child(void *arg) {
+  NpyArgs *a = arg;
+  static const PrTableModel want = {2, 4, "x"};
+  PrTable t;
+  pr_table_open_npy(&t, a->x, a->y, 0.5, 3, 1.0, &want);
+  pr_table_close(&t);
+}
+
+START_TEST(test_npy_model) {
+  char xp[512], yp[512], x3[512], yb[512], yn[512], want[1200];
+  tmp_path(xp, sizeof xp, "mx.npy");
+  tmp_path(yp, sizeof yp, "my.npy");
+  tmp_path(x3, sizeof x3, "mx3.npy");
+  tmp_path(yb, sizeof yb, "my4.npy");
+  tmp_path(yn, sizeof yn, "myneg.npy");
+  float xf[6 * 3] = {0};
+  int64_t y[6] = {0, 1, 2, 3, 0, 1};
+  write_npy(xp, 1, "<f4", "False", "(6, 2)", xf, 6 * 2 * sizeof(float));
+  write_npy(yp, 1, "<i8", "False", "(6,)", y, sizeof y);
+  write_npy(x3, 1, "<f4", "False", "(6, 3)", xf, sizeof xf);
+  y[2] = 4;
+  write_npy(yb, 1, "<i8", "False", "(6,)", y, sizeof y);
+  y[2] = -1;
+  write_npy(yn, 1, "<i8", "False", "(6,)", y, sizeof y);
+  NpyArgs ok = {xp, yp}, feat = {x3, yp}, big = {xp, yb}, neg = {xp, yn};
+  expect_exit(npy_model_child, &ok, 0, "");
+  snprintf(want, sizeof want,
+           ": rank 0: error: %s: row 0 has 3 features (shape (6, 3)) but the model takes 2\n"
+           "HINT: the model's input 'x' has 2 features\n",
+           x3);
+  expect_exit(npy_model_child, &feat, 1, want);
+  snprintf(want, sizeof want,
+           ": rank 0: error: %s: row 2: label 4 is out of range: the model has 4 classes\n"
+           "HINT: use labels 0..3, or a model with more classes\n",
+           yb);
+  expect_exit(npy_model_child, &big, 1, want);
+  snprintf(want, sizeof want, ": rank 0: error: %s: row 2: label -1 is out of range\n", yn);
+  expect_exit(npy_model_child, &neg, 1, want);
 }
 END_TEST
 
@@ -1540,7 +1621,9 @@ int main(void) {
   tcase_add_test(tc, test_digits_csv);
   tcase_add_test(tc, test_csv_shuffle_header_gz);
   tcase_add_test(tc, test_csv_errors);
+  tcase_add_test(tc, test_csv_model);
   tcase_add_test(tc, test_npy);
+  tcase_add_test(tc, test_npy_model);
   tcase_add_test(tc, test_safetensors_roundtrip);
   tcase_add_test(tc, test_safetensors_half);
   tcase_add_test(tc, test_safetensors_errors);
