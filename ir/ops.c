@@ -590,6 +590,54 @@ static void attention_cost(const Node *n, int64_t batch, OpCost *c) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// rope: rotary position embedding of per-head q or k, x (B,T,H,D) or (B,H,T,D) (seq_axis 1 or 2)
+
+static const char *const rope_pairing[] = {"half", "interleaved", NULL};
+static const AttrDef rope_attrs[] = {
+    {"theta", ATTR_FLOAT, false, 0, 10000.0, "base of the rotation frequencies", NULL},
+    {"pairing", ATTR_ENUM, false, 0, 0,
+     "half: pairs (i, i + D/2), Hugging Face's rotate_half; interleaved: pairs (2i, 2i+1), Meta's",
+     rope_pairing},
+    {"seq_axis", ATTR_INT, false, 1, 0, "the position dim: 1 for (B,T,H,D), 2 for (B,H,T,D)", NULL},
+};
+
+// x rank 4, float; the position dim (seq_axis) and the head dim (the last) static, the head dim
+// even; theta > 0 and within f32's range (the kernels take it as a float). y: the shape and dtype
+// of x.
+static bool rope_infer(const Graph *g, Node *n, Diag *d) {
+  if (!want_rank(g, n, d, 0, 4, 4) || !want_float(g, n, d, 0)) return false;
+  const Shape *x = &n->in[0]->shape;
+  double theta = n->attrs[0].f;
+  int64_t axis = n->attrs[2].i;
+  if (!(theta > 0) || theta > 3.4e38) {
+    node_error(d, n, "attribute 'theta' must be > 0 and fit an f32, got %g", theta);
+    return false;
+  }
+  if (axis != 1 && axis != 2) {
+    node_error(d, n, "attribute 'seq_axis' = %lld must be 1 (x (B,T,H,D)) or 2 (x (B,H,T,D))",
+               (long long)axis);
+    return false;
+  }
+  Dim t = x->d[axis], hd = x->d[3];
+  if (t.b || hd.b) {
+    node_error(d, n, "input '%s' has shape %s but rope needs a static %s dim (dim %d)",
+               n->in[0]->name, fmt_shape(g, x), t.b ? "position" : "head", t.b ? (int)axis : 3);
+    return false;
+  }
+  if (hd.n % 2 != 0) {
+    node_error(d, n, "input '%s' has shape %s but rope needs an even head dim (the last), got %lld",
+               n->in[0]->name, fmt_shape(g, x), (long long)hd.n);
+    return false;
+  }
+  set_out(n, 0, x, n->in[0]->dtype);
+  return true;
+}
+
+static void rope_cost(const Node *n, int64_t batch, OpCost *c) {
+  elementwise_cost(n, batch, c, 3); // two products and a sum per element
+}
+
+// ---------------------------------------------------------------------------------------------
 // Losses: cross_entropy (logits (...,V), i32 targets (...)) and mse_loss, both means -> ()
 
 static bool cross_entropy_infer(const Graph *g, Node *n, Diag *d) {
@@ -750,6 +798,9 @@ static const OpDef ops[] = {
      .infer = attention_infer, .cost = attention_cost, .kernel = "pr_attention_fwd", .kargs = kargs_attention,
      .progress = true,
      GRADS(GRAD(0, "attention.dx", GDY, GX(0), GY(1))), .doc = "fused multi-head attention with causal mask"},
+    {.name = "rope", IN(1, 1), .nout = 1, ATTRS(rope_attrs), .infer = rope_infer, .cost = rope_cost,
+     .kernel = "pr_rope_fwd", .kargs = kargs_rope, GRADS(GRAD(0, "rope.dx", GDY)),
+     .doc = "rotary position embedding of per-head q or k"},
     {.name = "cross_entropy", IN(2, 2), .nout = 1, .infer = cross_entropy_infer, .cost = cross_entropy_cost,
      .kernel = "pr_cross_entropy_fwd", .kargs = kargs_cross_entropy,
      .ids = &(const IndexBound){.slot = 1, .of = 0, .dim = -1, .what = "classes"},
@@ -785,6 +836,7 @@ static const OpDef ops[] = {
     BWD("concat.dx", 1, 1, "pr_slice", kargs_slice, true),
     {.name = "attention.dx", IN(3, 3), .nout = 1, .cost = bwd_cost, .internal = true, .kernel = "pr_attention_bwd",
      .kargs = kargs_attention, .workspace = ws_attention, .acc = true, .progress = true, .doc = "backward"},
+    BWD("rope.dx", 1, 1, "pr_rope_bwd", kargs_rope, true),
     BWD("cross_entropy.dx", 3, 3, "pr_cross_entropy_bwd", kargs_cross_entropy, true),
     BWD("mse.dx", 3, 3, "pr_mse_bwd", kargs_mse, true),
     // y = x0 + x1 + ... in this order: the gradient of a tensor with several consumers.

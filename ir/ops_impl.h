@@ -27,6 +27,7 @@ void kargs_concat(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_slice(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_attention(const Node *n, int64_t batch, Arena *a, KArgs *o);
 int64_t ws_attention(const Node *n, int64_t batch);
+void kargs_rope(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_cross_entropy(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_mse(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_add_n(const Node *n, int64_t batch, Arena *a, KArgs *o);

@@ -289,6 +289,24 @@ int64_t ws_attention(const Node *n, int64_t batch) {
   return slice * (B * NH < 64 ? B * NH : 64);
 }
 
+// ---- rope and its gradient: outer, T, inner, D around the position dim (seq_axis), theta,
+// interleaved (pairing "interleaved")
+void kargs_rope(const Node *n, int64_t batch, Arena *a, KArgs *o) {
+  (void)a;
+  const Node *f = fw(n);
+  const Shape *x = &f->in[0]->shape;
+  int axis = (int)f->attrs[2].i;
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < axis; i++) outer *= dimv(x->d[i], batch);
+  for (int i = axis + 1; i < x->rank - 1; i++) inner *= dimv(x->d[i], batch);
+  ki(o, "outer", outer);
+  ki(o, "T", dimv(x->d[axis], batch));
+  ki(o, "inner", inner);
+  ki(o, "D", x->d[x->rank - 1].n);
+  kf(o, "theta", f->attrs[0].f);
+  ki(o, "interleaved", f->attrs[1].i == 1);
+}
+
 // ---- cross_entropy: rows (a loss count, see KArg.per_row), V
 void kargs_cross_entropy(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   (void)a;

@@ -1,5 +1,6 @@
 // kernels_attention.c: causal multi-head self-attention on packed qkv (B,T,3C), forward (which
-// saves the attention weights) and backward.
+// saves the attention weights) and backward; and the rotary position embedding of q and k (rope,
+// at the end of the file).
 //
 // NH heads of hs = C/NH; one (b,h) per iteration of an OpenMP loop. Rows are taken four at a
 // time and the inner products register-blocked in vectors of VW floats (16 with AVX-512, else 8):
@@ -405,4 +406,76 @@ void pr_attention_bwd(float *dqkv, const float *dy, const float *qkv, const floa
       }
     }
   });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rotary position embedding (rope). x is (outer, T, inner, D): position t rotates every pair of
+// each of its inner rows (its heads) by the angle t * inv_freq_i, pair i being (i, i + D/2)
+// ("half", Hugging Face's rotate_half) or (2i, 2i+1) ("interleaved", Meta's complex form).
+//
+// The angles follow torch's float32 recipe (docs/ops.md, rope): e = float(2i) / float(D),
+// inv_freq = 1 / float(theta^e), angle = float(t) * inv_freq, each operation rounded to float; the
+// transcendental functions pow, cos and sin are libm's in double, rounded to float (the float
+// result nearest the exact one but in rare ties; torch's vectorised powf/cosf/sinf may be an ulp
+// away). They are computed per call, for each position once (shared by the outer and inner
+// rows), in chunks of ROPE_CHUNK pairs on the stack: nothing is kept between calls. Threads take
+// whole positions; every element is one fixed expression of (t, i) and x, so the bits do not
+// depend on the thread count.
+
+enum { ROPE_CHUNK = 64 };
+
+// cos and sin of position t's angles for the pairs [i0, i0 + k).
+static void rope_angles(float *c, float *s, int64_t t, int64_t i0, int64_t k, int64_t D,
+                        float theta) {
+  for (int64_t j = 0; j < k; j++) {
+    float e = (float)(2 * (i0 + j)) / (float)D;
+    float inv = 1.0f / (float)pow((double)theta, (double)e);
+    float a = (float)t * inv;
+    c[j] = (float)cos((double)a);
+    s[j] = (float)sin((double)a);
+  }
+}
+
+// One row of D: pairs [i0, i0 + k) rotated by (c, s): y_p = x_p c - x_q s, y_q = x_q c + x_p s
+// (torch's bits: HF's q*cos + rotate_half(q)*sin, and the complex product (x_p + i x_q)(c + i s)).
+// The backward passes -s: the inverse rotation, the transpose of the forward's.
+static void rope_row(float *restrict y, const float *restrict x, const float *c, const float *s,
+                     int64_t i0, int64_t k, int64_t D, int interleaved, int acc) {
+  for (int64_t j = 0; j < k; j++) {
+    int64_t i = i0 + j;
+    int64_t p = interleaved ? 2 * i : i, q = interleaved ? 2 * i + 1 : i + D / 2;
+    float yp = x[p] * c[j] - x[q] * s[j], yq = x[q] * c[j] + x[p] * s[j];
+    y[p] = acc ? y[p] + yp : yp;
+    y[q] = acc ? y[q] + yq : yq;
+  }
+}
+
+// Every row of position t: the angles once per chunk of pairs, then the outer x inner rows.
+static void rope_position(float *y, const float *x, int64_t t, int64_t outer, int64_t T,
+                          int64_t inner, int64_t D, float theta, int interleaved, int inverse,
+                          int acc) {
+  float c[ROPE_CHUNK], s[ROPE_CHUNK];
+  for (int64_t i0 = 0; i0 < D / 2; i0 += ROPE_CHUNK) {
+    int64_t k = D / 2 - i0 < ROPE_CHUNK ? D / 2 - i0 : ROPE_CHUNK;
+    rope_angles(c, s, t, i0, k, D, theta);
+    if (inverse)
+      for (int64_t j = 0; j < k; j++) s[j] = -s[j];
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t h = 0; h < inner; h++) {
+        int64_t off = ((o * T + t) * inner + h) * D;
+        rope_row(y + off, x + off, c, s, i0, k, D, interleaved, acc);
+      }
+  }
+}
+
+void pr_rope_fwd(float *y, const float *x, int64_t outer, int64_t T, int64_t inner, int64_t D,
+                 float theta, int interleaved) {
+  PR_PARALLEL_FOR(outer * T * inner * D >= PAR_MIN && T > 1, (int64_t t = 0; t < T; t++),
+                  rope_position(y, x, t, outer, T, inner, D, theta, interleaved, 0, 0));
+}
+
+void pr_rope_bwd(float *dx, const float *dy, int64_t outer, int64_t T, int64_t inner, int64_t D,
+                 float theta, int interleaved, int acc) {
+  PR_PARALLEL_FOR(outer * T * inner * D >= PAR_MIN && T > 1, (int64_t t = 0; t < T; t++),
+                  rope_position(dx, dy, t, outer, T, inner, D, theta, interleaved, 1, acc));
 }

@@ -189,6 +189,16 @@ size_t pr_attention_bwd_ws(int64_t B, int64_t T, int64_t C, int64_t NH);
 void pr_attention_bwd(float *dqkv, const float *dy, const float *qkv, const float *att, void *ws,
                       int64_t B, int64_t T, int64_t C, int64_t NH, int acc);
 
+// rope (rotary position embedding) of x (outer,T,inner,D), positions t = 0..T-1 along T: each pair
+// (p, q) of a row, (i, i + D/2) or with interleaved (2i, 2i+1), i < D/2, is rotated by the angle
+// t * inv_freq_i, inv_freq_i = 1 / theta^(2i/D): y_p = x_p c - x_q s, y_q = x_q c + x_p s. The
+// angles in torch's float32 recipe (kernels_attention.c), computed per call. The backward rotates
+// dy by the opposite angles. D even.
+void pr_rope_fwd(float *y, const float *x, int64_t outer, int64_t T, int64_t inner, int64_t D,
+                 float theta, int interleaved);
+void pr_rope_bwd(float *dx, const float *dy, int64_t outer, int64_t T, int64_t inner, int64_t D,
+                 float theta, int interleaved, int acc);
+
 // cross_entropy: loss (scalar) = mean over rows of -log softmax(logits (rows,V))[tgt];
 // per-row terms summed in ascending row order in double. Targets outside [0,V) stop the program.
 void pr_cross_entropy_fwd(float *loss, const float *logits, const int32_t *tgt, int64_t rows,

@@ -7,6 +7,7 @@
 // over the head dim and every sum over s or t is one thread's, in ascending order; the row
 // softmax uses block_sum's fixed tree. Correct and deterministic, not yet fast: a GEMM (or
 // flash) formulation is future work (docs/cuda.md).
+// rope (rotary position embedding, at the end): one thread per pair, the CPU's formula and angles.
 #include "cuda_common.cuh"
 
 // grid (T, B*NH); shared: T floats of scores
@@ -135,4 +136,44 @@ void pr_cu_attention_bwd(float *dqkv, const float *dy, const float *qkv, const f
   cudaCheckLaunch();
   attention_bwd_kv_k<<<grid, 64, 0, pr_cu_s()>>>(dqkv, dpre, dy, qkv, att, T, C, NH, acc);
   cudaCheckLaunch();
+}
+
+// ---------------------------------------------------------------------------------------------
+// rope on x (outer,T,inner,D): one thread per pair (grid-stride), the CPU's angle recipe
+// (kernels_attention.c: float arithmetic, pow/cos/sin in double rounded to float; the device's
+// double functions and glibc's agree after that rounding but in rare ties) and its formula; sn is
+// the sine's sign (-1: the backward's inverse rotation).
+__global__ void rope_k(float *y, const float *x, int64_t T, int64_t inner, int64_t D, float theta,
+                       int interleaved, float sn, int acc, int64_t n) {
+  int64_t half = D / 2;
+  GRID_FOR(k, n) {
+    int64_t i = k % half, row = k / half, t = (row / inner) % T;
+    float e = (float)(2 * i) / (float)D;
+    float inv = 1.0f / (float)pow((double)theta, (double)e);
+    float a = (float)t * inv;
+    float c = (float)cos((double)a), s = sn * (float)sin((double)a);
+    int64_t p = row * D + (interleaved ? 2 * i : i),
+            q = row * D + (interleaved ? 2 * i + 1 : i + half);
+    float yp = x[p] * c - x[q] * s, yq = x[q] * c + x[p] * s;
+    y[p] = acc ? y[p] + yp : yp;
+    y[q] = acc ? y[q] + yq : yq;
+  }
+}
+
+static void rope(float *y, const float *x, int64_t outer, int64_t T, int64_t inner, int64_t D,
+                 float theta, int interleaved, float sn, int acc) {
+  int64_t n = outer * T * inner * (D / 2);
+  if (n <= 0) return;
+  rope_k<<<pr_cu_blocks(n), PR_CU_THREADS, 0, pr_cu_s()>>>(y, x, T, inner, D, theta, interleaved,
+                                                           sn, acc, n);
+  cudaCheckLaunch();
+}
+
+void pr_cu_rope_fwd(float *y, const float *x, int64_t outer, int64_t T, int64_t inner, int64_t D,
+                    float theta, int interleaved) {
+  rope(y, x, outer, T, inner, D, theta, interleaved, 1.0f, 0);
+}
+void pr_cu_rope_bwd(float *dx, const float *dy, int64_t outer, int64_t T, int64_t inner, int64_t D,
+                    float theta, int interleaved, int acc) {
+  rope(dx, dy, outer, T, inner, D, theta, interleaved, -1.0f, acc);
 }

@@ -195,6 +195,12 @@ void pr_cu_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int6
 size_t pr_cu_attention_bwd_ws(int64_t B, int64_t T, int64_t C, int64_t NH);
 void pr_cu_attention_bwd(float *dqkv, const float *dy, const float *qkv, const float *att, void *ws,
                          int64_t B, int64_t T, int64_t C, int64_t NH, int acc);
+// rope on x (outer,T,inner,D) (cuda_attention.cu): one thread per pair, the CPU's angles and
+// formula (pr_rope_fwd); the backward rotates by the opposite angles.
+void pr_cu_rope_fwd(float *y, const float *x, int64_t outer, int64_t T, int64_t inner, int64_t D,
+                    float theta, int interleaved);
+void pr_cu_rope_bwd(float *dx, const float *dy, int64_t outer, int64_t T, int64_t inner, int64_t D,
+                    float theta, int interleaved, int acc);
 
 // ---------------------------------------------------------------------------------------------
 // Losses (cuda_loss.cu). loss / dloss are device scalars.

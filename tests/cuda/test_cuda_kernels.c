@@ -7,9 +7,10 @@
 // elements that are small after a cancellation, e.g. y (dy - dot) in softmax's backward, from
 // failing on rounding alone; a wrong index or formula is off by the element's whole size):
 //   EXACT 0      data movement (copy, permute, split, concat, slice, embedding forward, fill)
-//   BITWISE 1e-6 elementwise, the optimizers, embedding backward: the same formula and rounding
-//                (--fmad=false, the CPU's polynomials); expected bitwise, 1e-6 leaves a margin
-//                for a device libm ulp (sqrtf, log) not yet seen on hardware
+//   BITWISE 1e-6 elementwise, rope, the optimizers, embedding backward: the same formula and
+//                rounding (--fmad=false, the CPU's polynomials); expected bitwise, 1e-6 leaves a
+//                margin for a device libm ulp (sqrtf, log, rope's double pow/cos/sin rounded to
+//                f32) not yet seen on hardware
 //   REDUCE 1e-4  row reductions in another fixed order (softmax, layernorm, rms_norm, losses,
 //                attention)
 //   GEMM 1e-4    cuBLAS against OpenBLAS, fp32 with no TF32 (TF32's 10-bit mantissa misses this
@@ -445,6 +446,35 @@ static void test_attention(void) {
   pr_cu_free_region(ws), pr_cu_free_region(d);
 }
 
+// rope: both pairings, (B,T,H,D) and (B*H,T,1,D), D/2 above the CPU's chunk of 64 pairs; the same
+// angles (pow/cos/sin in double rounded to f32 on both) and formula: bitwise expected.
+static void test_rope(void) {
+  const int64_t shapes[][4] = {{2, 17, 3, 8}, {6, 9, 1, 130}};
+  for (int si = 0; si < 2; si++)
+    for (int il = 0; il < 2; il++) {
+      const int64_t *s = shapes[si];
+      int64_t n = s[0] * s[1] * s[2] * s[3];
+      float *hx, *hdy;
+      float *x = dev_rand(&hx, n), *dy = dev_rand(&hdy, n);
+      float *y = pr_cu_alloc_region("y", (size_t)n * 4), *cy = malloc((size_t)n * 4);
+      char name[64];
+      pr_cu_rope_fwd(y, x, s[0], s[1], s[2], s[3], 500000.0f, il);
+      pr_rope_fwd(cy, hx, s[0], s[1], s[2], s[3], 500000.0f, il);
+      snprintf(name, sizeof name, "rope_fwd D %lld interleaved %d", (long long)s[3], il);
+      compare(name, y, cy, n, BITWISE);
+      float *hd = host_rand(n), *d = dev_of(hd, n * 4);
+      for (int acc = 0; acc < 2; acc++) {
+        pr_cu_rope_bwd(d, dy, s[0], s[1], s[2], s[3], 500000.0f, il, acc);
+        pr_rope_bwd(hd, hdy, s[0], s[1], s[2], s[3], 500000.0f, il, acc);
+        snprintf(name, sizeof name, "rope_bwd D %lld interleaved %d acc %d", (long long)s[3], il,
+                 acc);
+        compare(name, d, hd, n, BITWISE);
+      }
+      free(hx), free(hdy), free(cy), free(hd);
+      pr_cu_free_region(x), pr_cu_free_region(dy), pr_cu_free_region(y), pr_cu_free_region(d);
+    }
+}
+
 static void test_optim(void) {
   int64_t n = 70001;
   float *hp, *hg, *hm, *hv;
@@ -495,6 +525,7 @@ int main(void) {
   test_embedding_loss();
   test_layout();
   test_attention();
+  test_rope();
   test_optim();
   pr_cu_check_status();
   pr_cu_finish();

@@ -642,6 +642,16 @@ static const ErrCase err_cases[] = {
      "m.json:6:3: error: nodes[0] \"a\": silu takes 1 input, got 2\n"},
     {HEAD "  {'name': 'a', 'op': 'silu', 'inputs': ['x'], 'attrs': {'beta': 1}},\n" LOSS_A TAIL,
      "m.json:6:3: error: nodes[0] \"a\": unknown attribute 'beta': silu takes no attributes\n"},
+    {HEAD "  {'name': 'a', 'op': 'rope', 'inputs': ['x', 'x']},\n" LOSS_A TAIL,
+     "m.json:6:3: error: nodes[0] \"a\": rope takes 1 input, got 2\n"},
+    {HEAD
+     "  {'name': 'a', 'op': 'rope', 'inputs': ['x'], 'attrs': {'pairing': 'complex'}},\n" LOSS_A
+         TAIL,
+     "m.json:6:58: error: nodes[0].attrs.pairing: unknown value 'complex' (one of 'half', "
+     "'interleaved')\n"},
+    {HEAD
+     "  {'name': 'a', 'op': 'rope', 'inputs': ['x'], 'attrs': {'seq_axis': 1.5}},\n" LOSS_A TAIL,
+     "m.json:6:58: error: nodes[0].attrs.seq_axis: expected an integer within +-2^53, got 1.5\n"},
     {HEAD "  {'name': 'a', 'op': 'concat', 'inputs': []},\n" LOSS_A TAIL,
      "m.json:6:3: error: nodes[0] \"a\": concat takes at least 1 input, got 0\n"},
     {HEAD "  {'name': 'a', 'op': 'relu', 'inputs': ['x'], 'stage': -1},\n" LOSS_A TAIL,

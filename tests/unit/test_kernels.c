@@ -1408,6 +1408,167 @@ START_TEST(test_threads) {
 END_TEST
 
 // ---------------------------------------------------------------------------------------------
+// rope (rotary position embedding) of x (outer,T,inner,D)
+
+// Pair i of a row: its two indices, (i, i + D/2) or interleaved (2i, 2i+1).
+static void rope_pair(int64_t i, int64_t D, int interleaved, int64_t *p, int64_t *q) {
+  *p = interleaved ? 2 * i : i;
+  *q = interleaved ? 2 * i + 1 : i + D / 2;
+}
+
+// y in double: the exact angle t * theta^(-2i/D) (exact = 1), or the kernels' f32 recipe
+// (float e, inv_freq, angle; cos, sin in double), rotated by +angle (sign 1) or -angle (-1).
+static void rope_ref(double *y, const float *x, int64_t outer, int64_t T, int64_t inner, int64_t D,
+                     float theta, int interleaved, int exact, double sign) {
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t h = 0; h < inner; h++)
+        for (int64_t i = 0; i < D / 2; i++) {
+          double a;
+          if (exact)
+            a = (double)t * pow((double)theta, -2.0 * (double)i / (double)D);
+          else {
+            float e = (float)(2 * i) / (float)D;
+            a = (double)((float)t * (1.0f / (float)pow((double)theta, (double)e)));
+          }
+          double c = cos(a), s = sign * sin(a);
+          int64_t off = ((o * T + t) * inner + h) * D, p, q;
+          rope_pair(i, D, interleaved, &p, &q);
+          y[off + p] = (double)x[off + p] * c - (double)x[off + q] * s;
+          y[off + q] = (double)x[off + q] * c + (double)x[off + p] * s;
+        }
+}
+
+static void f_rope(void *p) {
+  Ctx *c = p;
+  pr_rope_fwd(c->y, c->x, c->n[0], c->n[1], c->n[2], c->n[3], (float)c->n[4], c->flag[0]);
+}
+
+// Both pairings, against double (the exact angles; the f32 recipe within a rounding), the
+// backward against finite differences and as the inverse rotation; D/2 above the kernels' chunk
+// of 64 pairs (130), one pair (2), Llama 3's theta.
+START_TEST(test_rope) {
+  const int64_t shapes[][5] = {// outer, T, inner, D, theta
+                               {2, 5, 3, 8, 10000},
+                               {3, 7, 1, 6, 500000},
+                               {1, 4, 2, 130, 10000},
+                               {2, 3, 2, 2, 100}};
+  for (int si = 0; si < 4; si++)
+    for (int il = 0; il < 2; il++) {
+      const int64_t *sh = shapes[si];
+      int64_t n = sh[0] * sh[1] * sh[2] * sh[3];
+      Ctx c = {0};
+      memcpy(c.n, sh, sizeof shapes[0]);
+      c.flag[0] = il;
+      c.x = frand(n, -2, 2), c.y = fzeros(n);
+      f_rope(&c);
+      double *ref = talloc((size_t)n * sizeof(double));
+      rope_ref(ref, c.x, sh[0], sh[1], sh[2], sh[3], (float)sh[4], il, 0, 1);
+      assert_close("rope (the f32 recipe)", c.y, ref, n, 2.5e-7, 2.5e-7);
+      rope_ref(ref, c.x, sh[0], sh[1], sh[2], sh[3], (float)sh[4], il, 1, 1);
+      assert_close("rope (exact angles)", c.y, ref, n, 1e-5, 1e-5);
+      float *r = frand(n, -1, 1), *dx = fzeros(n), *back = fzeros(n);
+      pr_rope_bwd(dx, r, sh[0], sh[1], sh[2], sh[3], (float)sh[4], il, 0);
+      rope_ref(ref, r, sh[0], sh[1], sh[2], sh[3], (float)sh[4], il, 0, -1);
+      assert_close("rope dx", dx, ref, n, 2.5e-7, 2.5e-7);
+      fd_check("rope dx (finite differences)", f_rope, &c, c.x, n, dx, c.y, r, n, H, TOL);
+      pr_rope_bwd(back, c.y, sh[0], sh[1], sh[2], sh[3], (float)sh[4], il, 0);
+      for (int64_t i = 0; i < n; i++) ref[i] = c.x[i];
+      assert_close("rope dx of y (the inverse rotation)", back, ref, n, 1e-6, 1e-6);
+    }
+}
+END_TEST
+
+// Position 0 leaves x's bits; pair 0 (inv_freq 1) turns by t radians, cos and sin of t rounded to
+// f32; interleaved is half on x with each pair's two elements moved to (i, i + D/2), bit for bit;
+// (B,H,T,D) (outer B*H, inner 1) is (B,T,H,D) transposed, bit for bit.
+START_TEST(test_rope_layouts) {
+  int64_t B = 2, T = 5, NH = 3, D = 8, n = B * T * NH * D;
+  float *x = frand(n, -2, 2), *y = fzeros(n), *z = fzeros(n), *xm = fzeros(n), *ym = fzeros(n);
+  pr_rope_fwd(y, x, B, T, NH, D, 10000.0f, 0);
+  for (int64_t b = 0; b < B; b++) {
+    int64_t off = b * T * NH * D;
+    assert_bitwise("rope position 0", y + off, x + off, NH * D);
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t h = 0; h < NH; h++) {
+        int64_t r = off + (t * NH + h) * D;
+        float c = (float)cos((double)t), s = (float)sin((double)t);
+        float want[2] = {x[r] * c - x[r + D / 2] * s, x[r + D / 2] * c + x[r] * s};
+        float got[2] = {y[r], y[r + D / 2]};
+        assert_bitwise("rope pair 0", got, want, 2);
+      }
+  }
+  for (int64_t r = 0; r < n / D; r++)
+    for (int64_t i = 0; i < D / 2; i++) {
+      xm[r * D + i] = x[r * D + 2 * i];
+      xm[r * D + i + D / 2] = x[r * D + 2 * i + 1];
+    }
+  pr_rope_fwd(y, x, B, T, NH, D, 10000.0f, 1);
+  pr_rope_fwd(ym, xm, B, T, NH, D, 10000.0f, 0);
+  for (int64_t r = 0; r < n / D; r++)
+    for (int64_t i = 0; i < D / 2; i++) {
+      z[r * D + 2 * i] = ym[r * D + i];
+      z[r * D + 2 * i + 1] = ym[r * D + i + D / 2];
+    }
+  assert_bitwise("rope interleaved vs half on the moved pairs", y, z, n);
+  // (B,T,H,D) -> (B,H,T,D)
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t h = 0; h < NH; h++)
+        memcpy(xm + ((b * NH + h) * T + t) * D, x + ((b * T + t) * NH + h) * D, (size_t)D * 4);
+  for (int il = 0; il < 2; il++) {
+    pr_rope_fwd(y, x, B, T, NH, D, 10000.0f, il);
+    pr_rope_fwd(ym, xm, B * NH, T, 1, D, 10000.0f, il);
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < NH; h++)
+          memcpy(z + ((b * T + t) * NH + h) * D, ym + ((b * NH + h) * T + t) * D, (size_t)D * 4);
+    assert_bitwise("rope (B,H,T,D) vs (B,T,H,D)", y, z, n);
+  }
+}
+END_TEST
+
+static void acc_rope(void *p, float *o, int acc) {
+  AccCtx *c = p;
+  pr_rope_bwd(o, c->dy, c->n[0], c->n[1], c->n[2], c->n[3], 10000.0f, c->flag[0], acc);
+}
+typedef struct RopeThr {
+  float *x, *dy;
+  int interleaved;
+} RopeThr;
+static void thr_rope(void *p, float *o) { // y, dx at (4, 64, 4, 64): threaded over positions
+  RopeThr *c = p;
+  pr_rope_fwd(o, c->x, 4, 64, 4, 64, 10000.0f, c->interleaved);
+  pr_rope_bwd(o + 65536, c->dy, 4, 64, 4, 64, 10000.0f, c->interleaved, 0);
+}
+
+// acc = 1 adds the acc = 0 gradient; 1 and 2 threads give the same bits; a NaN stays in its pair.
+START_TEST(test_rope_acc_threads_nan) {
+  AccCtx a = {0};
+  a.dy = frand(4 * 6 * 3 * 10, -1, 1);
+  a.n[0] = 4, a.n[1] = 6, a.n[2] = 3, a.n[3] = 10;
+  for (int il = 0; il < 2; il++) {
+    a.flag[0] = il;
+    check_acc("rope_bwd", acc_rope, &a, 4 * 6 * 3 * 10);
+    RopeThr r = {frand(65536, -2, 2), frand(65536, -1, 1), il};
+    check_threads("rope", thr_rope, &r, 2 * 65536);
+  }
+  pr_set_threads(default_threads);
+  float x[8] = {NAN, 1, 2, 3, 4, 5, 6, 7}, y[8], dx[8];
+  for (int il = 0; il < 2; il++) {
+    int64_t q = il ? 1 : 2; // x[0]'s partner (D = 4)
+    pr_rope_fwd(y, x, 1, 2, 1, 4, 10000.0f, il);
+    pr_rope_bwd(dx, x, 1, 2, 1, 4, 10000.0f, il, 0);
+    for (int64_t i = 0; i < 8; i++) {
+      bool want = i == 0 || i == q;
+      ck_assert_msg(isnan(y[i]) == want && isnan(dx[i]) == want, "rope NaN at %lld (pairing %d)",
+                    (long long)i, il);
+    }
+  }
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
 // Out-of-range ids stop the program (exit 1) naming the position and the value.
 
 static void expect_death(void (*fn)(void), const char *needle) {
@@ -1560,6 +1721,9 @@ int main(void) {
   tcase_add_test(tc, test_acc);
   tcase_add_test(tc, test_threads);
   tcase_add_test(tc, test_attention_bwd_workspace);
+  tcase_add_test(tc, test_rope);
+  tcase_add_test(tc, test_rope_layouts);
+  tcase_add_test(tc, test_rope_acc_threads_nan);
   tcase_add_test(tc, test_bad_ids);
   tcase_add_test(tc, test_nan);
   suite_add_tcase(s, tc);

@@ -255,7 +255,7 @@ static const char *attr_type_name(AttrType t) {
 START_TEST(test_registry_matches_docs) {
   DocOp ops[64];
   int n = read_doc_ops(ops, 64);
-  ck_assert_int_eq(n, 23); // the op set v1
+  ck_assert_int_eq(n, 24); // the op set v1
   for (int i = 0; i < n; i++) {
     const DocOp *d = &ops[i];
     const OpDef *op = op_find(d->name);
@@ -669,6 +669,39 @@ static const OpCase cases[] = {
     ERR("causal_self_attention", I("i32(B,5,24)"), "n_head=1",
         "input 'a' has dtype i32 but causal_self_attention needs a floating-point tensor"),
 
+    // rope: 3n; x rank 4 with a static, even head dim and a static position dim (seq_axis)
+    OK("rope", I("f32(B,5,2,8)"), NULL, "f32(B,5,2,8)", 3.0 * 240, (240 + 240) * 4),
+    OK("rope", I("bf16(B,2,5,8)"), "pairing=interleaved seq_axis=2 theta=500000", "bf16(B,2,5,8)",
+       3.0 * 240, (240 + 240) * 2),
+    OK("rope", I("f32(4,6,2,2)"), "theta=1", "f32(4,6,2,2)", 3.0 * 96, (96 + 96) * 4),
+    OK("rope", I("f32(B*2,6,1,4)"), NULL, "f32(B*2,6,1,4)", 3.0 * 144, (144 + 144) * 4),
+    ERR("rope", I("f32(B,5,2,7)"), NULL,
+        "input 'a' has shape (B,5,2,7) but rope needs an even head dim (the last), got 7"),
+    ERR("rope", I("f32(B,5,1,1)"), "pairing=interleaved",
+        "input 'a' has shape (B,5,1,1) but rope needs an even head dim (the last), got 1"),
+    ERR("rope", I("f32(B,5,16)"), NULL,
+        "input 'a' has shape (B,5,16) (rank 3) but rope needs rank 4"),
+    ERR("rope", I("f32(B,5,2,2,4)"), NULL,
+        "input 'a' has shape (B,5,2,2,4) (rank 5) but rope needs rank 4"),
+    ERR("rope", I("i32(B,5,2,8)"), NULL,
+        "input 'a' has dtype i32 but rope needs a floating-point tensor"),
+    ERR("rope", I("f32(2,B,2,8)"), NULL,
+        "input 'a' has shape (2,B,2,8) but rope needs a static position dim (dim 1)"),
+    ERR("rope", I("f32(2,2,B,8)"), "seq_axis=2",
+        "input 'a' has shape (2,2,B,8) but rope needs a static position dim (dim 2)"),
+    ERR("rope", I("f32(2,5,2,B)"), NULL,
+        "input 'a' has shape (2,5,2,B) but rope needs a static head dim (dim 3)"),
+    ERR("rope", I("f32(B,5,2,8)"), "seq_axis=3",
+        "attribute 'seq_axis' = 3 must be 1 (x (B,T,H,D)) or 2 (x (B,H,T,D))"),
+    ERR("rope", I("f32(B,5,2,8)"), "seq_axis=-3",
+        "attribute 'seq_axis' = -3 must be 1 (x (B,T,H,D)) or 2 (x (B,H,T,D))"),
+    ERR("rope", I("f32(B,5,2,8)"), "theta=0",
+        "attribute 'theta' must be > 0 and fit an f32, got 0"),
+    ERR("rope", I("f32(B,5,2,8)"), "theta=-10000",
+        "attribute 'theta' must be > 0 and fit an f32, got -10000"),
+    ERR("rope", I("f32(B,5,2,8)"), "theta=1e39",
+        "attribute 'theta' must be > 0 and fit an f32, got 1e+39"),
+
     // cross_entropy: 4·rows·V; scalar of the logits' dtype
     OK("cross_entropy", I("f32(B,5,10)", "i32(B,5)"), NULL, "f32()", 4.0 * 15 * 10,
        (150 + 15 + 1) * 4),
@@ -921,6 +954,16 @@ START_TEST(test_attr_defaults) {
   ck_assert(op_find("scale")->attrs[0].required);
   ck_assert(op_find("reshape")->attrs[0].required);
   ck_assert(op_find("causal_self_attention")->attrs[0].required);
+  // rope: Llama's theta, Hugging Face's pairing, (B,T,H,D); kargs_rope reads them as attributes
+  // 0, 1, 2
+  op = op_find("rope");
+  ck_assert_int_eq(op_attr_index(op, "theta"), 0);
+  ck_assert_int_eq(op_attr_index(op, "pairing"), 1);
+  ck_assert_int_eq(op_attr_index(op, "seq_axis"), 2);
+  ck_assert(op->attrs[0].def_f == 10000.0);
+  ck_assert_str_eq(op->attrs[1].choices[op->attrs[1].def_i], "half");
+  ck_assert_str_eq(op->attrs[1].choices[1], "interleaved");
+  ck_assert_int_eq(op->attrs[2].def_i, 1);
 }
 END_TEST
 
