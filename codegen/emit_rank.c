@@ -227,13 +227,14 @@ void emit_rank_loaders(E *e) {
   out(e, "\n");
 }
 
-// "{ const int slot = k; (void)slot; TEXT }" when stage v's buffers are slotted, else TEXT. The
-// tensors' macros read `slot`; a text may name none (a receive's post), and nvcc, whose warnings
-// the CUDA build treats as errors, warns of an unused const where gcc does not.
+// "{ const int slot = k; TEXT }" when stage v's buffers are slotted, else TEXT. The tensors'
+// macros read `slot`; on the CUDA target a message's text may name only its host staging buffer
+// (a receive's post), and nvcc, whose warnings the CUDA build treats as errors, warns of an unused
+// const where gcc does not: there the block also says (void)slot.
 static const char *in_slot(E *e, int v, int m, const char *text) {
   if (v < 0 || e->p->slots[v] <= 1) return text;
-  return arena_printf(e->a, "{ const int slot = %d; (void)slot; %s }", stage_slot(e->prog, v, m),
-                      text);
+  return arena_printf(e->a, "{ const int slot = %d;%s %s }", stage_slot(e->prog, v, m),
+                      e->cuda ? " (void)slot;" : "", text);
 }
 
 // The address of tensor t in slot k of its stage, as a constant offset (no `slot` variable).
