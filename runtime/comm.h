@@ -88,7 +88,8 @@ struct PrTransport {
   const char *name; // "mpi"
   // Joins the job as c->rank of c->nranks (stops, telling to use launch.sh, when the launcher
   // started it otherwise), preallocates a request per (stream, m) and arms the watchdog
-  // (timeout seconds; 0 = off). Returns how many ranks of the job run on this machine.
+  // (timeout seconds; 0 = off), which bounds this start itself too: a rank of the job that does
+  // not come makes it stop within timeout. Returns how many ranks of the job run on this machine.
   int (*start)(const PrComm *c, int *argc, char ***argv, double timeout);
   // all[r * n + i] = rank r's mine[i], for every rank r.
   void (*allgather)(const double *mine, double *all, int n);

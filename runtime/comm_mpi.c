@@ -52,14 +52,19 @@
 // Every wait polls with MPI_Test (with sched_yield between polls when Open MPI is told the cores
 // are oversubscribed, OMPI_MCA_mpi_yield_when_idle=1) and obeys the watchdog: a wait longer than
 // --timeout seconds is an error naming the tensor, microbatch, peer rank and action, which aborts
-// the job (pr_fail -> abort -> MPI_Abort) instead of hanging it.
+// the job (pr_fail -> abort -> MPI_Abort) instead of hanging it. The start, whose MPI calls block
+// outside any such wait, has a watchdog thread of its own ("The start's guard").
 #include "pipert.h"
 
 #include <mpi.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 // An all-gather of n doubles per rank over a communicator, by persistent requests made for one
 // set of buffers (n == 0: none yet): req[2k] receives from and req[2k + 1] sends to the k-th
@@ -255,6 +260,81 @@ __attribute__((noreturn)) static void t_abort(int status) {
   _Exit(status ? status : 1);
 }
 
+// ---------------------------------------------------------------------------------------------
+// The start's guard. MPI_Init_thread and the start's communicator calls (MPI_Comm_split,
+// MPI_Comm_dup, ..) block until every rank of the job takes part, outside any wait loop of ours: a
+// rank not started, stopped or crashed before or inside them would hang the others with no
+// message and no end. A thread armed before MPI_Init_thread ends this process once the start has
+// lasted --timeout, naming the call the main thread waits in (it makes no MPI call itself: only
+// the main thread may); mpirun then ends the whole job, a stopped rank included, non-zero. The
+// rank that did not come cannot be named there: nothing but those calls connects the ranks yet.
+static struct {
+  pthread_t thread;
+  bool armed;                 // the thread runs (joined at the start's end)
+  atomic_bool done;           // the start is over: the thread returns
+  _Atomic(const char *) call; // the call the start is in
+  atomic_int rank;            // this process's world rank as known so far (the message's)
+  int ranks;                  // the job's processes
+  double t0, timeout;         // armed at t0 for timeout seconds
+} guard;
+
+// The start enters MPI call `call` (the guard's message names it).
+static void starting(const char *call) {
+  atomic_store(&guard.call, call);
+}
+
+__attribute__((noreturn)) static void guard_fire(void) {
+  const char *base = strrchr(__FILE__, '/');
+  fflush(stdout);
+  fprintf(stderr,
+          "%s:%d: rank %d: error: timeout: waited %g s for the %d ranks of the job to start (in "
+          "%s)\nHINT: %s\n",
+          base ? base + 1 : __FILE__, __LINE__, atomic_load(&guard.rank), guard.timeout,
+          guard.ranks, atomic_load(&guard.call), HINT_TIMEOUT);
+  fflush(stderr);
+  pr_prefix_stop(); // the lines out before the process goes
+  _exit(1);
+}
+
+static void *guard_main(void *arg) {
+  (void)arg;
+  while (!atomic_load(&guard.done)) {
+    if (pr_now() - guard.t0 > guard.timeout) guard_fire();
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
+}
+
+// Arms the guard for c's start (timeout 0: none). Until MPI_Comm_rank this rank is its compiled
+// one, or with replicas the one mpirun put in the environment (Open MPI's OMPI_COMM_WORLD_RANK).
+static void guard_arm(const PrComm *c, double timeout) {
+  guard.ranks = c->nranks * (c->replicas > 1 ? c->replicas : 1);
+  if (c->stage_reps)
+    for (int s = guard.ranks = 0; s < c->nranks; s++) guard.ranks += c->stage_reps[s];
+  int rank = c->rank;
+  const char *e = getenv("OMPI_COMM_WORLD_RANK");
+  char *end = NULL;
+  long r = e ? strtol(e, &end, 10) : -1;
+  if (pr_comm_replicated(c) && e && *end == 0 && r >= 0 && r < guard.ranks) rank = (int)r;
+  atomic_store(&guard.rank, rank);
+  atomic_store(&guard.done, false);
+  starting("MPI_Init_thread");
+  guard.armed = false;
+  if (!(timeout > 0)) return;
+  guard.t0 = pr_now(), guard.timeout = timeout;
+  prCheck(pthread_create(&guard.thread, NULL, guard_main, NULL) == 0,
+          "the machine is out of threads or memory", "cannot start the start's watchdog thread");
+  guard.armed = true;
+}
+
+static void guard_disarm(void) {
+  if (!guard.armed) return;
+  atomic_store(&guard.done, true);
+  pthread_join(guard.thread, NULL);
+  guard.armed = false;
+}
+
 static int start_streams(const PrComm *c, int rank, double timeout);
 
 // The uneven form's start (after MPI_Init): the layout checked, the communicators split.
@@ -276,8 +356,10 @@ static int start_uneven(const PrComm *c, int rank, int size, double timeout) {
   mpi.jg_all = NULL;
   pr_replica = rank - mpi.base[c->rank];
   mpi.pipe = MPI_COMM_WORLD; // the streams: world ranks (peer_of)
+  starting("MPI_Comm_split");
   pr_mpi_check(MPI_Comm_split(MPI_COMM_WORLD, pr_replica, rank, &mpi.ctl), "MPI_Comm_split");
   pr_mpi_check(MPI_Comm_split(MPI_COMM_WORLD, c->rank, rank, &mpi.rep), "MPI_Comm_split");
+  starting("MPI_Comm_dup");
   pr_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mpi.world), "MPI_Comm_dup");
   pr_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mpi.jctl), "MPI_Comm_dup");
   mpi.jg = (Gather){.comm = mpi.jctl, .me = rank, .size = size};
@@ -286,7 +368,17 @@ static int start_uneven(const PrComm *c, int rank, int size, double timeout) {
   return start_streams(c, rank, timeout);
 }
 
+static int join(const PrComm *c, int *argc, char ***argv, double timeout);
+
+// The start, under its guard (the job's ranks all there, or this process ends within timeout).
 static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
+  guard_arm(c, timeout);
+  int local = join(c, argc, argv, timeout);
+  guard_disarm();
+  return local;
+}
+
+static int join(const PrComm *c, int *argc, char ***argv, double timeout) {
   // Open MPI allocates in a step unless told otherwise (a setting in the environment wins):
   // - its shared-memory transport (btl/vader) sets up a "fast box" for a peer at the 16th message
   //   to it, from a free list that then mallocs: in one of the first steps, which one depending
@@ -312,6 +404,7 @@ static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
   int rank = -1, size = 0;
   pr_mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "MPI_Comm_rank");
   pr_mpi_check(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
+  atomic_store(&guard.rank, rank);
   if (c->stage_reps) return start_uneven(c, rank, size, timeout);
   const int D = c->replicas > 1 ? c->replicas : 1;
   prCheck(D > 1 || (rank == c->rank && size == c->nranks),
@@ -328,11 +421,14 @@ static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
   pr_replica = rank / c->nranks;
   mpi.pipe = MPI_COMM_WORLD, mpi.rep = mpi.world = MPI_COMM_NULL;
   if (D > 1) { // (at D = 1 no more collectives at the start: its allocations stay those of before)
+    starting("MPI_Comm_split");
     pr_mpi_check(MPI_Comm_split(MPI_COMM_WORLD, pr_replica, rank, &mpi.pipe), "MPI_Comm_split");
     pr_mpi_check(MPI_Comm_split(MPI_COMM_WORLD, c->rank, rank, &mpi.rep), "MPI_Comm_split");
+    starting("MPI_Comm_dup");
     pr_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mpi.world), "MPI_Comm_dup");
     pr_mpi_check(MPI_Comm_set_errhandler(mpi.pipe, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   }
+  starting("MPI_Comm_dup");
   pr_mpi_check(MPI_Comm_dup(mpi.pipe, &mpi.ctl), "MPI_Comm_dup");
   return start_streams(c, rank, timeout);
 }
@@ -377,6 +473,7 @@ static int start_streams(const PrComm *c, int rank, double timeout) {
   mpi.c = c;
   MPI_Comm node;
   int local = 1;
+  starting("MPI_Comm_split_type");
   pr_mpi_check(
       MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
       "MPI_Comm_split_type");

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Failures of a pipeline job never hang it (docs/pipeline.md): a rank killed (SIGKILL) or crashed
 # (SIGSEGV) mid-run, a rank stopped (SIGSTOP: the other's watchdog, --timeout 3, fires on the
-# message it waits for), a NaN loss, and bad data read by one rank alone each make every rank
-# exit within 30 s of the event, the job's exit status non-zero, with a message naming the rank
-# and the cause. Every launch runs under `timeout 60`, so a hang fails the test instead of
-# blocking ctest.
+# message it waits for), a rank stopped before MPI_Init (the start's watchdog), a NaN loss, and
+# bad data read by one rank alone each make every rank exit within 30 s of the event, the job's
+# exit status non-zero, with a message naming the rank and the cause. Every launch runs under
+# `timeout 60`, so a hang fails the test instead of blocking ctest.
 pipec=$1
 root=$2
 . "$root/tests/e2e/lib.sh"
@@ -128,8 +128,8 @@ other_re="^\\[rank 1\\] comm_mpi\\.c:[0-9]+: rank 1: error: timeout: waited 3 s 
 hint_re='^\[rank 1\] HINT: a rank is stopped, crashed or deadlocked, or merely slower than --timeout allows: raise --timeout SECONDS \(0 = off\) if it is only slow$'
 seen_peer=0
 # The stop comes once both ranks have printed their plan, i.e. are past the transport's start:
-# a rank stopped inside MPI_Init (a loaded machine, the sanitizer tree) stops its peer's MPI_Init,
-# which no --timeout covers, and the job would hang until the test's timeout.
+# a rank stopped inside MPI_Init (a loaded machine, the sanitizer tree) stops its peer's start,
+# whose own watchdog names no rank (tested below).
 started() {
   local _
   for _ in $(seq 300); do
@@ -154,6 +154,27 @@ for try in 1 2 3 4; do
 done
 check "SIGSTOP: the watchdog named the message's tensor, microbatch and peer (in $seen_peer tries)" \
   test "$seen_peer" -gt 0
+
+# ---- A rank stopped before MPI_Init (its program here a script that stops itself, then runs the
+# real one): the other waits in MPI_Init_thread, outside any wait for a message. The start's
+# watchdog (--timeout 2) ends that rank, naming the start, and mpirun the job, the stopped rank
+# included: within seconds, non-zero, no process left.
+cp -r "$tmp/s2" "$tmp/s2stop"
+mv "$tmp/s2stop/bin/rank1" "$tmp/s2stop/bin/rank1.real"
+# shellcheck disable=SC2016 # the script's own $$, $0 and $@
+printf '#!/bin/sh\nkill -STOP $$\nexec "$0.real" "$@"\n' >"$tmp/s2stop/bin/rank1"
+chmod +x "$tmp/s2stop/bin/rank1"
+t0=$(date +%s.%N)
+timeout -k 5 60 "$tmp/s2stop/launch.sh" "${long[@]}" --timeout 2 </dev/null >"$tmp/job.out" 2>"$tmp/job.err" &
+job=$!
+ended "SIGSTOP rank 1 of 2 before MPI_Init" "$tmp/s2stop" 2 "$t0"
+t=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+check "SIGSTOP before MPI_Init: ended within 15 s (took $t s)" awk -v t="$t" 'BEGIN { exit !(t < 15) }'
+said "SIGSTOP before MPI_Init" '^\[rank 0\] comm_mpi\.c:[0-9]+: rank 0: error: timeout: waited 2 s for the 2 ranks of the job to start \(in MPI_Init_thread\)$'
+said "SIGSTOP before MPI_Init: the hint" '^\[rank 0\] HINT: a rank is stopped, crashed or deadlocked'
+mapfile -t rest < <(pgrep -f "$tmp/s2stop/bin/")
+check "SIGSTOP before MPI_Init: no process left (${rest[*]})" test ${#rest[@]} -eq 0
+[ ${#rest[@]} -gt 0 ] && kill -CONT "${rest[@]}" 2>/dev/null && kill -9 "${rest[@]}" 2>/dev/null
 
 # ---- A NaN loss: a learning rate of 1e308 makes the parameters infinite in step 1, so step 2's
 # loss is NaN (as at S = 1, tests/e2e/numerics.sh); every rank stops, nothing is saved.
