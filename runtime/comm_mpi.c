@@ -140,22 +140,28 @@ void pr_mpi_check(int rc, const char *call) {
 // min(--timeout, 10 s): a rank answers from its own wait loop (every 64 polls, where the watchdog
 // reads the clock; pb.in is a persistent receive from any rank, started at the start) with the
 // world rank it waits for. A rank stopped, or busy outside MPI that long, does not answer: the
-// message names those ranks, which every rank that times out finds alike; when every rank answers
-// (a deadlock, or a rank merely slower than --timeout) it lists whom each waits for. None of this
-// runs in a step that does not time out, beyond that MPI_Test every 64 polls of a wait.
-enum { TAG_PROBE = 1, TAG_ANSWER = 2, ON_EVERY = -1 }; // on pb.comm; ON_EVERY: a collective
-enum { NO_ANSWER = -2 };
+// message names those ranks; when every rank answers (a deadlock, or a rank merely slower than
+// --timeout) it lists whom each waits for. The first rank to reach its verdict speaks for the job:
+// it tells every rank so (TAG_SAID, pb.said a persistent receive of it) before it prints and
+// aborts, and a rank told so stays silent until the abort ends it. Else the ranks whose probes
+// overlapped that one would go on collecting answers while the abort runs, and Open MPI's abort
+// continues a stopped rank (SIGCONT, so that its SIGTERM is delivered), which may then answer them.
+// None of this runs in a step that does not time out, beyond an MPI_Test every 64 polls of a wait.
+enum { TAG_PROBE = 1, TAG_ANSWER = 2, TAG_SAID = 3 }; // on pb.comm
+enum { ON_EVERY = -1, NO_ANSWER = -2 }; // answers: a collective (every rank); none yet
 
 typedef struct Probes {
   MPI_Comm comm;          // duplicate of MPI_COMM_WORLD (MPI_COMM_NULL: none yet)
   int me, size;           // this rank and the job's size, world ranks
-  int in_buf;             // a probe's (empty) payload
+  int in_buf, said_buf;   // a probe's and a notice's (empty) payloads, received
   MPI_Request in;         // persistent receive of a probe from any rank
+  MPI_Request said;       // persistent receive of a notice: another rank has spoken
   int *out;               // out[q]: the answer sent to rank q (whom this rank waits for)
   MPI_Request *out_req;   // its send
   int *reply;             // reply[q]: rank q's answer to this rank's probe (NO_ANSWER: none)
   MPI_Request *probe_req; // per rank: the probe's send
   MPI_Request *reply_req; // per rank: the answer's receive
+  MPI_Request *said_req;  // per rank: the notice's send
 } Probes;
 static Probes pb = {.comm = MPI_COMM_NULL};
 
@@ -178,21 +184,32 @@ static void answer_probes(int on) {
   }
 }
 
+static const int zero = 0; // the payload of probes and notices
+
+// Whether another rank has spoken for the job (its notice has come).
+static bool spoken(void) {
+  int got = 0;
+  pr_mpi_check(MPI_Test(&pb.said, &got, MPI_STATUS_IGNORE), "MPI_Test");
+  return got;
+}
+
 // Asks every other rank whom it waits for, collecting pb.reply for up to `grace` seconds (or
-// until all have answered), answering the others' probes meanwhile (this rank waits for `on`).
-static void probe(int on, double grace) {
+// until all have answered, or another rank has spoken: then false), answering the others' probes
+// meanwhile (this rank waits for `on`).
+static bool probe(int on, double grace) {
   for (int q = 0; q < pb.size; q++) {
     pb.reply[q] = NO_ANSWER;
     pb.probe_req[q] = pb.reply_req[q] = MPI_REQUEST_NULL;
     if (q == pb.me) continue;
     pr_mpi_check(MPI_Irecv(&pb.reply[q], 1, MPI_INT, q, TAG_ANSWER, pb.comm, &pb.reply_req[q]),
                  "MPI_Irecv");
-    pr_mpi_check(MPI_Isend(&pb.in_buf, 1, MPI_INT, q, TAG_PROBE, pb.comm, &pb.probe_req[q]),
+    pr_mpi_check(MPI_Isend(&zero, 1, MPI_INT, q, TAG_PROBE, pb.comm, &pb.probe_req[q]),
                  "MPI_Isend");
   }
   pb.reply[pb.me] = on;
   for (double t0 = pr_now(); pr_now() - t0 < grace;) {
     answer_probes(on);
+    if (spoken()) return false;
     int left = 0;
     for (int q = 0; q < pb.size; q++) {
       int done = 1;
@@ -200,11 +217,31 @@ static void probe(int on, double grace) {
         pr_mpi_check(MPI_Test(&pb.reply_req[q], &done, MPI_STATUS_IGNORE), "MPI_Test");
       left += !done;
     }
-    if (left == 0) return;
+    if (left == 0) return !spoken();
     sched_yield(); // (the ranks that answer may share this core)
   }
   for (int q = 0; q < pb.size; q++) // an answer that came after the grace does not count
     if (pb.reply_req[q] != MPI_REQUEST_NULL) pb.reply[q] = NO_ANSWER;
+  return !spoken();
+}
+
+// This rank speaks for the job: every other rank is told so (the sends need not complete: the
+// abort follows).
+static void speak(void) {
+  for (int q = 0; q < pb.size; q++)
+    if (q != pb.me)
+      pr_mpi_check(MPI_Isend(&zero, 1, MPI_INT, q, TAG_SAID, pb.comm, &pb.said_req[q]),
+                   "MPI_Isend");
+}
+
+// Another rank has spoken and is ending the job: this one waits for the end, answering probes
+// (`on`), for up to 10 s; should the end not come, it returns and the caller speaks after all.
+static void await_end(int on) {
+  for (double t0 = pr_now(); pr_now() - t0 < 10;) {
+    answer_probes(on);
+    struct timespec ts = {0, 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
 }
 
 // Appends fmt... to out (n bytes used of cap; beyond cap: cut, n past it).
@@ -263,7 +300,8 @@ __attribute__((format(printf, 3, 4))) static void wait_request(MPI_Request *r, i
       va_start(ap, fmt);
       vsnprintf(what, sizeof what, fmt, ap);
       va_end(ap);
-      probe(on, mpi.timeout < 10 ? mpi.timeout : 10);
+      if (!probe(on, mpi.timeout < 10 ? mpi.timeout : 10)) await_end(on);
+      speak();
       probe_verdict(verdict, sizeof verdict);
       pr_fail(__FILE__, __LINE__, HINT_TIMEOUT, "timeout: waited %g s %s%s", mpi.timeout, what,
               verdict);
@@ -494,21 +532,28 @@ static void probe_start(void) {
   pb.out_req = malloc(n * sizeof *pb.out_req);
   pb.probe_req = malloc(n * sizeof *pb.probe_req);
   pb.reply_req = malloc(n * sizeof *pb.reply_req);
-  prCheck(pb.out && pb.reply && pb.out_req && pb.probe_req && pb.reply_req,
+  pb.said_req = malloc(n * sizeof *pb.said_req);
+  prCheck(pb.out && pb.reply && pb.out_req && pb.probe_req && pb.reply_req && pb.said_req,
           "the machine is out of memory", "cannot allocate the MPI requests");
   for (size_t q = 0; q < n; q++)
-    pb.out_req[q] = pb.probe_req[q] = pb.reply_req[q] = MPI_REQUEST_NULL;
+    pb.out_req[q] = pb.probe_req[q] = pb.reply_req[q] = pb.said_req[q] = MPI_REQUEST_NULL;
   pr_mpi_check(MPI_Recv_init(&pb.in_buf, 1, MPI_INT, MPI_ANY_SOURCE, TAG_PROBE, pb.comm, &pb.in),
                "MPI_Recv_init");
+  pr_mpi_check(MPI_Recv_init(&pb.said_buf, 1, MPI_INT, MPI_ANY_SOURCE, TAG_SAID, pb.comm, &pb.said),
+               "MPI_Recv_init");
   pr_mpi_check(MPI_Start(&pb.in), "MPI_Start");
+  pr_mpi_check(MPI_Start(&pb.said), "MPI_Start");
 }
 
 // Ends pb (at the job's end, after its barrier: no probe is on its way).
 static void probe_free(void) {
   if (pb.comm == MPI_COMM_NULL) return;
-  pr_mpi_check(MPI_Cancel(&pb.in), "MPI_Cancel");
-  pr_mpi_check(MPI_Wait(&pb.in, MPI_STATUS_IGNORE), "MPI_Wait");
-  pr_mpi_check(MPI_Request_free(&pb.in), "MPI_Request_free");
+  MPI_Request *mine[2] = {&pb.in, &pb.said};
+  for (int k = 0; k < 2; k++) {
+    pr_mpi_check(MPI_Cancel(mine[k]), "MPI_Cancel");
+    pr_mpi_check(MPI_Wait(mine[k], MPI_STATUS_IGNORE), "MPI_Wait");
+    pr_mpi_check(MPI_Request_free(mine[k]), "MPI_Request_free");
+  }
   for (int q = 0; q < pb.size; q++)
     if (pb.out_req[q] != MPI_REQUEST_NULL) MPI_Request_free(&pb.out_req[q]);
   MPI_Comm_free(&pb.comm);
@@ -517,6 +562,7 @@ static void probe_free(void) {
   free(pb.out_req);
   free(pb.probe_req);
   free(pb.reply_req);
+  free(pb.said_req);
   pb = (Probes){.comm = MPI_COMM_NULL};
 }
 
