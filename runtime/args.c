@@ -124,8 +124,8 @@ static void print_usage(const PrOptions *o, const char *doc) {
   printf(
       "  --stats            pipeline: per-rank statistics every log interval (compute, waits,\n"
       "                     bytes); the whole run's table is printed at the end unless --quiet\n");
-  printf("  --timeout SECONDS  pipelines: stop the job when a message takes longer, 0 = never "
-         "[%g]\n",
+  printf("  --timeout SECONDS  pipelines: stop the job when its start or a message takes longer,\n"
+         "                     naming the rank that does not respond, 0 = never [%g]\n",
          o->timeout);
   printf(
       "  --trace FILE       write a Chrome trace (Perfetto) of some steps to FILE\n"

@@ -7,7 +7,8 @@
 // each other and each (stream, m) has one preallocated request. The generated code posts
 // receives early (pr_comm_post_recv), sends without blocking (pr_comm_send) and waits where the
 // schedule needs the data (pr_comm_wait_recv) or the buffer back (pr_comm_wait_send); a wait that
-// lasts longer than --timeout seconds stops the job naming the tensor, microbatch, peer and action.
+// lasts longer than --timeout seconds stops the job naming the tensor, microbatch, peer and action,
+// and the ranks (world ranks) that do not respond to a probe of the job.
 //
 // The transport (comm_mpi.c, in libpipert_mpi.a, over Open MPI) also serves the training loop
 // (trainloop.c): the step end's all-gather of the loss and the per-parameter sums of squares, the
@@ -92,7 +93,8 @@ struct PrTransport {
   const char *name; // "mpi"
   // Joins the job as c->rank of c->nranks (stops, telling to use launch.sh, when the launcher
   // started it otherwise), preallocates a request per (stream, m) and arms the watchdog
-  // (timeout seconds; 0 = off). Returns how many ranks of the job run on this machine.
+  // (timeout seconds; 0 = off), which bounds this start itself too: a rank of the job that does
+  // not come makes it stop within timeout. Returns how many ranks of the job run on this machine.
   int (*start)(const PrComm *c, int *argc, char ***argv, double timeout);
   // all[r * n + i] = rank r's mine[i], for every rank r.
   void (*allgather)(const double *mine, double *all, int n);

@@ -51,15 +51,22 @@
 //
 // Every wait polls with MPI_Test (with sched_yield between polls when Open MPI is told the cores
 // are oversubscribed, OMPI_MCA_mpi_yield_when_idle=1) and obeys the watchdog: a wait longer than
-// --timeout seconds is an error naming the tensor, microbatch, peer rank and action, which aborts
-// the job (pr_fail -> abort -> MPI_Abort) instead of hanging it.
+// --timeout seconds is an error naming the tensor, microbatch, peer rank and action, and after a
+// probe of every rank ("Who is missing" below) the ranks that do not respond, which aborts the
+// job (pr_fail -> abort -> MPI_Abort) instead of hanging it. Ranks in messages are world ranks.
+// The start, whose MPI calls block outside any such wait, has a watchdog thread of its own ("The
+// start's guard").
 #include "pipert.h"
 
 #include <mpi.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 // An all-gather of n doubles per rank over a communicator, by persistent requests made for one
 // set of buffers (n == 0: none yet): req[2k] receives from and req[2k + 1] sends to the k-th
@@ -71,6 +78,7 @@ typedef struct Gather {
   double *all;        // where they land, rank r's at r * n
   int n;              // doubles per rank (0: no requests)
   MPI_Request *req;   // 2 * (size - 1) requests (allocated at the start)
+  int *world;         // per rank of comm, its world rank (NULL: the same; made at the start)
 } Gather;
 
 static struct {
@@ -83,6 +91,8 @@ static struct {
   MPI_Comm pipe;    // this replica's ranks (MPI_COMM_WORLD itself without replicas)
   MPI_Comm rep;     // this pipeline rank's replicas, rank = replica d (replica_setup ..)
   MPI_Comm world;   // duplicate of MPI_COMM_WORLD (world_barrier; both MPI_COMM_NULL at D = 1)
+  int *pipe_w;      // per rank of pipe, its world rank (NULL: pipe is MPI_COMM_WORLD)
+  int *rep_w;       // per replica (rank of rep), its world rank (NULL: no rep)
   int replicas;     // D (1: none); D_s of this rank in the uneven form
   const int *reps;  // the uneven form's counts per pipeline rank (PrComm.stage_reps; NULL: none)
   int *base;        // uneven: per pipeline rank s (and S), its replica 0's world rank
@@ -121,23 +131,180 @@ void pr_mpi_check(int rc, const char *call) {
           "%s failed: %s", call, text);
 }
 
-// Polls *r until it completes, or stops the job once the watchdog runs out; fmt... says what the
-// wait is for ("timeout: waited 2 s " precedes it), formatted only then.
-__attribute__((format(printf, 2, 3))) static void wait_request(MPI_Request *r, const char *fmt,
-                                                               ...) {
+// ---------------------------------------------------------------------------------------------
+// Who is missing. A wait that outlasts --timeout knows whom it waits for (a stream's peer, a
+// request of an all-gather), but that rank may itself wait for another (at S >= 3 the neighbour of
+// a stopped rank), and a collective waits for every rank. So before it stops the job, the rank
+// that timed out probes every rank of the job (pb.comm, a duplicate of MPI_COMM_WORLD: world
+// ranks, those of the [rank r] prefixes and of mpirun) and collects the answers for up to
+// min(--timeout, 10 s): a rank answers from its own wait loop (every 64 polls, where the watchdog
+// reads the clock; pb.in is a persistent receive from any rank, started at the start) with the
+// world rank it waits for. A rank stopped, or busy outside MPI that long, does not answer: the
+// message names those ranks; when every rank answers (a deadlock, or a rank merely slower than
+// --timeout) it lists whom each waits for. The first rank to reach its verdict speaks for the job:
+// it tells every rank so (TAG_SAID, pb.said a persistent receive of it) before it prints and
+// aborts, and a rank told so stays silent until the abort ends it. Else the ranks whose probes
+// overlapped that one would go on collecting answers while the abort runs, and Open MPI's abort
+// continues a stopped rank (SIGCONT, so that its SIGTERM is delivered), which may then answer them.
+// None of this runs in a step that does not time out, beyond an MPI_Test every 64 polls of a wait.
+enum { TAG_PROBE = 1, TAG_ANSWER = 2, TAG_SAID = 3 }; // on pb.comm
+enum { ON_EVERY = -1, NO_ANSWER = -2 }; // answers: a collective (every rank); none yet
+
+typedef struct Probes {
+  MPI_Comm comm;          // duplicate of MPI_COMM_WORLD (MPI_COMM_NULL: none yet)
+  int me, size;           // this rank and the job's size, world ranks
+  int in_buf, said_buf;   // a probe's and a notice's (empty) payloads, received
+  MPI_Request in;         // persistent receive of a probe from any rank
+  MPI_Request said;       // persistent receive of a notice: another rank has spoken
+  int *out;               // out[q]: the answer sent to rank q (whom this rank waits for)
+  MPI_Request *out_req;   // its send
+  int *reply;             // reply[q]: rank q's answer to this rank's probe (NO_ANSWER: none)
+  MPI_Request *probe_req; // per rank: the probe's send
+  MPI_Request *reply_req; // per rank: the answer's receive
+  MPI_Request *said_req;  // per rank: the notice's send
+} Probes;
+static Probes pb = {.comm = MPI_COMM_NULL};
+
+// Answers the probes that have arrived: this rank waits for world rank `on` (or ON_EVERY).
+static void answer_probes(int on) {
+  if (pb.comm == MPI_COMM_NULL) return;
+  for (;;) {
+    int got = 0, gone = 0;
+    MPI_Status st;
+    pr_mpi_check(MPI_Test(&pb.in, &got, &st), "MPI_Test");
+    if (!got) return;
+    const int q = st.MPI_SOURCE;
+    pr_mpi_check(MPI_Test(&pb.out_req[q], &gone, MPI_STATUS_IGNORE), "MPI_Test");
+    if (gone) { // (else an answer to q is still on its way: q asked twice)
+      pb.out[q] = on;
+      pr_mpi_check(MPI_Isend(&pb.out[q], 1, MPI_INT, q, TAG_ANSWER, pb.comm, &pb.out_req[q]),
+                   "MPI_Isend");
+    }
+    pr_mpi_check(MPI_Start(&pb.in), "MPI_Start");
+  }
+}
+
+static const int zero = 0; // the payload of probes and notices
+
+// Whether another rank has spoken for the job (its notice has come).
+static bool spoken(void) {
+  int got = 0;
+  pr_mpi_check(MPI_Test(&pb.said, &got, MPI_STATUS_IGNORE), "MPI_Test");
+  return got;
+}
+
+// Asks every other rank whom it waits for, collecting pb.reply for up to `grace` seconds (or
+// until all have answered, or another rank has spoken: then false), answering the others' probes
+// meanwhile (this rank waits for `on`).
+static bool probe(int on, double grace) {
+  for (int q = 0; q < pb.size; q++) {
+    pb.reply[q] = NO_ANSWER;
+    pb.probe_req[q] = pb.reply_req[q] = MPI_REQUEST_NULL;
+    if (q == pb.me) continue;
+    pr_mpi_check(MPI_Irecv(&pb.reply[q], 1, MPI_INT, q, TAG_ANSWER, pb.comm, &pb.reply_req[q]),
+                 "MPI_Irecv");
+    pr_mpi_check(MPI_Isend(&zero, 1, MPI_INT, q, TAG_PROBE, pb.comm, &pb.probe_req[q]),
+                 "MPI_Isend");
+  }
+  pb.reply[pb.me] = on;
+  for (double t0 = pr_now(); pr_now() - t0 < grace;) {
+    answer_probes(on);
+    if (spoken()) return false;
+    int left = 0;
+    for (int q = 0; q < pb.size; q++) {
+      int done = 1;
+      if (pb.reply_req[q] != MPI_REQUEST_NULL)
+        pr_mpi_check(MPI_Test(&pb.reply_req[q], &done, MPI_STATUS_IGNORE), "MPI_Test");
+      left += !done;
+    }
+    if (left == 0) return !spoken();
+    sched_yield(); // (the ranks that answer may share this core)
+  }
+  for (int q = 0; q < pb.size; q++) // an answer that came after the grace does not count
+    if (pb.reply_req[q] != MPI_REQUEST_NULL) pb.reply[q] = NO_ANSWER;
+  return !spoken();
+}
+
+// This rank speaks for the job: every other rank is told so (the sends need not complete: the
+// abort follows).
+static void speak(void) {
+  for (int q = 0; q < pb.size; q++)
+    if (q != pb.me)
+      pr_mpi_check(MPI_Isend(&zero, 1, MPI_INT, q, TAG_SAID, pb.comm, &pb.said_req[q]),
+                   "MPI_Isend");
+}
+
+// Another rank has spoken and is ending the job: this one waits for the end, answering probes
+// (`on`), for up to 10 s; should the end not come, it returns and the caller speaks after all.
+static void await_end(int on) {
+  for (double t0 = pr_now(); pr_now() - t0 < 10;) {
+    answer_probes(on);
+    struct timespec ts = {0, 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+// Appends fmt... to out (n bytes used of cap; beyond cap: cut, n past it).
+__attribute__((format(printf, 4, 5))) static void put(char *out, size_t cap, size_t *n,
+                                                      const char *fmt, ...) {
+  if (*n >= cap) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(out + *n, cap - *n, fmt, ap);
+  va_end(ap);
+  *n += k > 0 ? (size_t)k : 0;
+}
+
+// "; rank 2 does not respond", "; ranks 1, 3 do not respond", or when every rank answered,
+// "; every rank responds (rank 0 waits for rank 1, rank 1 for every rank, ..)", from pb.reply.
+static void probe_verdict(char *out, size_t cap) {
+  size_t n = 0;
+  int silent = 0;
+  out[0] = 0;
+  for (int q = 0; q < pb.size; q++) silent += pb.reply[q] == NO_ANSWER;
+  if (silent > 0) {
+    put(out, cap, &n, "; rank%s", silent > 1 ? "s" : "");
+    for (int q = 0, k = 0; q < pb.size; q++)
+      if (pb.reply[q] == NO_ANSWER) put(out, cap, &n, "%s %d", k++ ? "," : "", q);
+    put(out, cap, &n, " do%s not respond", silent > 1 ? "" : "es");
+  } else {
+    put(out, cap, &n, "; every rank responds (");
+    for (int q = 0; q < pb.size; q++) {
+      put(out, cap, &n, q ? ", rank %d for" : "rank %d waits for", q);
+      if (pb.reply[q] == ON_EVERY)
+        put(out, cap, &n, " every rank");
+      else
+        put(out, cap, &n, " rank %d", pb.reply[q]);
+    }
+    put(out, cap, &n, ")");
+  }
+  if (n >= cap && cap > 4) memcpy(out + cap - 4, "...", 4); // cut: say so
+}
+
+// Polls *r until it completes, or stops the job once the watchdog runs out; `on` is the world
+// rank the wait is for (ON_EVERY: a collective), fmt... says what the wait is for ("timeout:
+// waited 2 s " precedes it, and who is missing follows), formatted only then.
+__attribute__((format(printf, 3, 4))) static void wait_request(MPI_Request *r, int on,
+                                                               const char *fmt, ...) {
   double t0 = mpi.timeout > 0 ? pr_now() : 0;
   for (long polls = 0;; polls++) {
     int done = 0;
     pr_mpi_check(MPI_Test(r, &done, MPI_STATUS_IGNORE), "MPI_Test");
     if (done) return;
     if (mpi.yield) sched_yield();
-    if (mpi.timeout > 0 && (polls & 63) == 63 && pr_now() - t0 > mpi.timeout) {
-      char what[1024];
+    if ((polls & 63) != 63) continue;
+    answer_probes(on);
+    if (mpi.timeout > 0 && pr_now() - t0 > mpi.timeout) {
+      char what[1024], verdict[1024];
       va_list ap;
       va_start(ap, fmt);
       vsnprintf(what, sizeof what, fmt, ap);
       va_end(ap);
-      pr_fail(__FILE__, __LINE__, HINT_TIMEOUT, "timeout: waited %g s %s", mpi.timeout, what);
+      if (!probe(on, mpi.timeout < 10 ? mpi.timeout : 10)) await_end(on);
+      speak();
+      probe_verdict(verdict, sizeof verdict);
+      pr_fail(__FILE__, __LINE__, HINT_TIMEOUT, "timeout: waited %g s %s%s", mpi.timeout, what,
+              verdict);
     }
   }
 }
@@ -153,6 +320,11 @@ static MPI_Request *request(int c, int m, bool send, const char *fn) {
           "%s: stream %d ('%s') is a %s stream", fn, c, mpi.c->ch[c].tensor,
           mpi.c->ch[c].send ? "send" : "receive");
   return &mpi.req[(int64_t)c * mpi.c->nmicro + m];
+}
+
+// The world rank of rank r of a communicator whose world ranks are w (NULL: the world's own).
+static inline int world_of(const int *w, int r) {
+  return w ? w[r] : r;
 }
 
 // The world (pipe) rank that stream ch's message m goes to or comes from: its peer, or in the
@@ -185,8 +357,8 @@ void pr_comm_wait_recv(int c, int m, const char *action) {
     *fin = false;
   } else {
     double t = pr_now();
-    wait_request(r, "for tensor '%s' microbatch %d from rank %d (%s)", ch->tensor, m,
-                 peer_of(ch, m), action);
+    const int w = world_of(mpi.pipe_w, peer_of(ch, m));
+    wait_request(r, w, "for tensor '%s' microbatch %d from rank %d (%s)", ch->tensor, m, w, action);
     mpi.active--;
     pr_stats.recv_wait += pr_now() - t;
   }
@@ -221,7 +393,8 @@ void pr_comm_wait_send(int c, int m) {
   if (*r == MPI_REQUEST_NULL) return; // never sent, or already waited for
   const PrChannel *ch = &mpi.c->ch[c];
   double t = pr_now();
-  wait_request(r, "to send tensor '%s' microbatch %d to rank %d", ch->tensor, m, peer_of(ch, m));
+  const int w = world_of(mpi.pipe_w, peer_of(ch, m));
+  wait_request(r, w, "to send tensor '%s' microbatch %d to rank %d", ch->tensor, m, w);
   mpi.active--;
   pr_stats.send_wait += pr_now() - t;
   pr_trace_done(c, m);
@@ -255,6 +428,144 @@ __attribute__((noreturn)) static void t_abort(int status) {
   _Exit(status ? status : 1);
 }
 
+// ---------------------------------------------------------------------------------------------
+// The start's guard. MPI_Init_thread and the start's communicator calls (MPI_Comm_split,
+// MPI_Comm_dup, ..) block until every rank of the job takes part, outside any wait loop of ours: a
+// rank not started, stopped or crashed before or inside them would hang the others with no
+// message and no end. A thread armed before MPI_Init_thread ends this process once the start has
+// lasted --timeout, naming the call the main thread waits in (it makes no MPI call itself: only
+// the main thread may); mpirun then ends the whole job, a stopped rank included, non-zero. The
+// rank that did not come cannot be named there: nothing but those calls connects the ranks yet.
+static struct {
+  pthread_t thread;
+  bool armed;                 // the thread runs (joined at the start's end)
+  atomic_bool done;           // the start is over: the thread returns
+  _Atomic(const char *) call; // the call the start is in
+  atomic_int rank;            // this process's world rank as known so far (the message's)
+  int ranks;                  // the job's processes
+  double t0, timeout;         // armed at t0 for timeout seconds
+} guard;
+
+// The start enters MPI call `call` (the guard's message names it).
+static void starting(const char *call) {
+  atomic_store(&guard.call, call);
+}
+
+__attribute__((noreturn)) static void guard_fire(void) {
+  const char *base = strrchr(__FILE__, '/');
+  fflush(stdout);
+  fprintf(stderr,
+          "%s:%d: rank %d: error: timeout: waited %g s for the %d ranks of the job to start (in "
+          "%s)\nHINT: %s\n",
+          base ? base + 1 : __FILE__, __LINE__, atomic_load(&guard.rank), guard.timeout,
+          guard.ranks, atomic_load(&guard.call), HINT_TIMEOUT);
+  fflush(stderr);
+  pr_prefix_stop(); // the lines out before the process goes
+  _exit(1);
+}
+
+static void *guard_main(void *arg) {
+  (void)arg;
+  while (!atomic_load(&guard.done)) {
+    if (pr_now() - guard.t0 > guard.timeout) guard_fire();
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
+}
+
+// Arms the guard for c's start (timeout 0: none). Until MPI_Comm_rank this rank is its compiled
+// one, or with replicas the one mpirun put in the environment (Open MPI's OMPI_COMM_WORLD_RANK).
+static void guard_arm(const PrComm *c, double timeout) {
+  guard.ranks = c->nranks * (c->replicas > 1 ? c->replicas : 1);
+  if (c->stage_reps)
+    for (int s = guard.ranks = 0; s < c->nranks; s++) guard.ranks += c->stage_reps[s];
+  int rank = c->rank;
+  const char *e = getenv("OMPI_COMM_WORLD_RANK");
+  char *end = NULL;
+  long r = e ? strtol(e, &end, 10) : -1;
+  if (pr_comm_replicated(c) && e && *end == 0 && r >= 0 && r < guard.ranks) rank = (int)r;
+  atomic_store(&guard.rank, rank);
+  atomic_store(&guard.done, false);
+  starting("MPI_Init_thread");
+  guard.armed = false;
+  if (!(timeout > 0)) return;
+  guard.t0 = pr_now(), guard.timeout = timeout;
+  prCheck(pthread_create(&guard.thread, NULL, guard_main, NULL) == 0,
+          "the machine is out of threads or memory", "cannot start the start's watchdog thread");
+  guard.armed = true;
+}
+
+static void guard_disarm(void) {
+  if (!guard.armed) return;
+  atomic_store(&guard.done, true);
+  pthread_join(guard.thread, NULL);
+  guard.armed = false;
+}
+
+// The world ranks of comm's ranks 0 .. n - 1 (-1 past its size), allocated (the start's).
+static int *world_ranks(MPI_Comm comm, int n) {
+  int size = 0, *in = malloc((size_t)n * sizeof *in), *out = malloc((size_t)n * sizeof *out);
+  prCheck(in && out, "the machine is out of memory", "cannot allocate the rank tables");
+  MPI_Group g, w;
+  pr_mpi_check(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  pr_mpi_check(MPI_Comm_group(comm, &g), "MPI_Comm_group");
+  pr_mpi_check(MPI_Comm_group(MPI_COMM_WORLD, &w), "MPI_Comm_group");
+  for (int i = 0; i < n; i++) in[i] = i, out[i] = -1;
+  pr_mpi_check(MPI_Group_translate_ranks(g, n < size ? n : size, in, w, out),
+               "MPI_Group_translate_ranks");
+  MPI_Group_free(&g);
+  MPI_Group_free(&w);
+  free(in);
+  return out;
+}
+
+// The probes' communicator, requests and answers (pb), its receive of probes started.
+static void probe_start(void) {
+  starting("MPI_Comm_dup");
+  pr_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &pb.comm), "MPI_Comm_dup");
+  pr_mpi_check(MPI_Comm_rank(pb.comm, &pb.me), "MPI_Comm_rank");
+  pr_mpi_check(MPI_Comm_size(pb.comm, &pb.size), "MPI_Comm_size");
+  const size_t n = (size_t)pb.size;
+  pb.out = calloc(n, sizeof *pb.out);
+  pb.reply = calloc(n, sizeof *pb.reply);
+  pb.out_req = malloc(n * sizeof *pb.out_req);
+  pb.probe_req = malloc(n * sizeof *pb.probe_req);
+  pb.reply_req = malloc(n * sizeof *pb.reply_req);
+  pb.said_req = malloc(n * sizeof *pb.said_req);
+  prCheck(pb.out && pb.reply && pb.out_req && pb.probe_req && pb.reply_req && pb.said_req,
+          "the machine is out of memory", "cannot allocate the MPI requests");
+  for (size_t q = 0; q < n; q++)
+    pb.out_req[q] = pb.probe_req[q] = pb.reply_req[q] = pb.said_req[q] = MPI_REQUEST_NULL;
+  pr_mpi_check(MPI_Recv_init(&pb.in_buf, 1, MPI_INT, MPI_ANY_SOURCE, TAG_PROBE, pb.comm, &pb.in),
+               "MPI_Recv_init");
+  pr_mpi_check(MPI_Recv_init(&pb.said_buf, 1, MPI_INT, MPI_ANY_SOURCE, TAG_SAID, pb.comm, &pb.said),
+               "MPI_Recv_init");
+  pr_mpi_check(MPI_Start(&pb.in), "MPI_Start");
+  pr_mpi_check(MPI_Start(&pb.said), "MPI_Start");
+}
+
+// Ends pb (at the job's end, after its barrier: no probe is on its way).
+static void probe_free(void) {
+  if (pb.comm == MPI_COMM_NULL) return;
+  MPI_Request *mine[2] = {&pb.in, &pb.said};
+  for (int k = 0; k < 2; k++) {
+    pr_mpi_check(MPI_Cancel(mine[k]), "MPI_Cancel");
+    pr_mpi_check(MPI_Wait(mine[k], MPI_STATUS_IGNORE), "MPI_Wait");
+    pr_mpi_check(MPI_Request_free(mine[k]), "MPI_Request_free");
+  }
+  for (int q = 0; q < pb.size; q++)
+    if (pb.out_req[q] != MPI_REQUEST_NULL) MPI_Request_free(&pb.out_req[q]);
+  MPI_Comm_free(&pb.comm);
+  free(pb.out);
+  free(pb.reply);
+  free(pb.out_req);
+  free(pb.probe_req);
+  free(pb.reply_req);
+  free(pb.said_req);
+  pb = (Probes){.comm = MPI_COMM_NULL};
+}
+
 static int start_streams(const PrComm *c, int rank, double timeout);
 
 // The uneven form's start (after MPI_Init): the layout checked, the communicators split.
@@ -276,8 +587,10 @@ static int start_uneven(const PrComm *c, int rank, int size, double timeout) {
   mpi.jg_all = NULL;
   pr_replica = rank - mpi.base[c->rank];
   mpi.pipe = MPI_COMM_WORLD; // the streams: world ranks (peer_of)
+  starting("MPI_Comm_split");
   pr_mpi_check(MPI_Comm_split(MPI_COMM_WORLD, pr_replica, rank, &mpi.ctl), "MPI_Comm_split");
   pr_mpi_check(MPI_Comm_split(MPI_COMM_WORLD, c->rank, rank, &mpi.rep), "MPI_Comm_split");
+  starting("MPI_Comm_dup");
   pr_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mpi.world), "MPI_Comm_dup");
   pr_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mpi.jctl), "MPI_Comm_dup");
   mpi.jg = (Gather){.comm = mpi.jctl, .me = rank, .size = size};
@@ -286,7 +599,17 @@ static int start_uneven(const PrComm *c, int rank, int size, double timeout) {
   return start_streams(c, rank, timeout);
 }
 
+static int join(const PrComm *c, int *argc, char ***argv, double timeout);
+
+// The start, under its guard (the job's ranks all there, or this process ends within timeout).
 static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
+  guard_arm(c, timeout);
+  int local = join(c, argc, argv, timeout);
+  guard_disarm();
+  return local;
+}
+
+static int join(const PrComm *c, int *argc, char ***argv, double timeout) {
   // Open MPI allocates in a step unless told otherwise (a setting in the environment wins):
   // - its shared-memory transport (btl/vader) sets up a "fast box" for a peer at the 16th message
   //   to it, from a free list that then mallocs: in one of the first steps, which one depending
@@ -312,6 +635,7 @@ static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
   int rank = -1, size = 0;
   pr_mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "MPI_Comm_rank");
   pr_mpi_check(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
+  atomic_store(&guard.rank, rank);
   if (c->stage_reps) return start_uneven(c, rank, size, timeout);
   const int D = c->replicas > 1 ? c->replicas : 1;
   prCheck(D > 1 || (rank == c->rank && size == c->nranks),
@@ -327,12 +651,15 @@ static int t_start(const PrComm *c, int *argc, char ***argv, double timeout) {
   mpi.rg_nb = 0, mpi.rg_req = NULL, mpi.rg_sent = NULL, mpi.rg_active = false;
   pr_replica = rank / c->nranks;
   mpi.pipe = MPI_COMM_WORLD, mpi.rep = mpi.world = MPI_COMM_NULL;
-  if (D > 1) { // (at D = 1 no more collectives at the start: its allocations stay those of before)
+  if (D > 1) {
+    starting("MPI_Comm_split");
     pr_mpi_check(MPI_Comm_split(MPI_COMM_WORLD, pr_replica, rank, &mpi.pipe), "MPI_Comm_split");
     pr_mpi_check(MPI_Comm_split(MPI_COMM_WORLD, c->rank, rank, &mpi.rep), "MPI_Comm_split");
+    starting("MPI_Comm_dup");
     pr_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mpi.world), "MPI_Comm_dup");
     pr_mpi_check(MPI_Comm_set_errhandler(mpi.pipe, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   }
+  starting("MPI_Comm_dup");
   pr_mpi_check(MPI_Comm_dup(mpi.pipe, &mpi.ctl), "MPI_Comm_dup");
   return start_streams(c, rank, timeout);
 }
@@ -371,12 +698,18 @@ static int start_streams(const PrComm *c, int rank, double timeout) {
   mpi.ag = (Gather){.comm = mpi.ctl, .me = c->rank, .size = c->nranks};
   mpi.ag.req = malloc(2 * (size_t)c->nranks * sizeof *mpi.ag.req);
   prCheck(mpi.ag.req != NULL, "the machine is out of memory", "cannot allocate the MPI requests");
+  // The world ranks of the pipeline's ranks in each communicator (the messages name world ranks).
+  mpi.pipe_w = mpi.pipe == MPI_COMM_WORLD ? NULL : world_ranks(mpi.pipe, c->nranks);
+  mpi.ag.world = !pr_comm_replicated(c) ? NULL : world_ranks(mpi.ctl, c->nranks);
+  mpi.rep_w = mpi.rep == MPI_COMM_NULL ? NULL : world_ranks(mpi.rep, mpi.replicas);
+  probe_start();
   mpi.timeout = timeout;
   const char *y = getenv("OMPI_MCA_mpi_yield_when_idle");
   mpi.yield = y && strcmp(y, "1") == 0;
   mpi.c = c;
   MPI_Comm node;
   int local = 1;
+  starting("MPI_Comm_split_type");
   pr_mpi_check(
       MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
       "MPI_Comm_split_type");
@@ -408,8 +741,9 @@ static void gather_run(Gather *g, const double *mine, double *all, int n) {
   }
   memcpy(all + (size_t)g->me * (size_t)n, mine, (size_t)n * sizeof *all);
   pr_mpi_check(MPI_Startall(2 * (g->size - 1), g->req), "MPI_Startall");
-  for (int k = 0; k < 2 * (g->size - 1); k++)
-    wait_request(&g->req[k], "in an all-gather with every rank (the start, or a step's end)");
+  for (int k = 0; k < 2 * (g->size - 1); k++) // (the k-th request's peer: the (k / 2)-th other)
+    wait_request(&g->req[k], world_of(g->world, k / 2 + (k / 2 >= g->me)),
+                 "in an all-gather with every rank (the start, or a step's end)");
 }
 
 static void t_allgather(const double *mine, double *all, int n) {
@@ -440,7 +774,7 @@ static void t_job_allgather(const double *mine, double *all, int n) {
 static void t_barrier(void) {
   MPI_Request r;
   pr_mpi_check(MPI_Ibarrier(mpi.ctl, &r), "MPI_Ibarrier");
-  wait_request(&r, "at a barrier (every rank takes part)");
+  wait_request(&r, ON_EVERY, "at a barrier (every rank takes part)");
 }
 
 // Chunks of at most 1 GiB (MPI counts are int).
@@ -453,10 +787,12 @@ static void t_gather(void *buf, int64_t bytes, int from, int to) {
     MPI_Request r;
     if (me == from) {
       pr_mpi_check(MPI_Isend((char *)buf + off, n, MPI_BYTE, to, 0, mpi.ctl, &r), "MPI_Isend");
-      wait_request(&r, "to send checkpoint or evaluation data to rank %d", to);
+      const int w = world_of(mpi.ag.world, to);
+      wait_request(&r, w, "to send checkpoint or evaluation data to rank %d", w);
     } else {
       pr_mpi_check(MPI_Irecv((char *)buf + off, n, MPI_BYTE, from, 0, mpi.ctl, &r), "MPI_Irecv");
-      wait_request(&r, "for checkpoint or evaluation data from rank %d", from);
+      const int w = world_of(mpi.ag.world, from);
+      wait_request(&r, w, "for checkpoint or evaluation data from rank %d", w);
     }
   }
 }
@@ -532,7 +868,8 @@ static void t_replica_wait(void) {
   for (int k = 0; k < nb; k++)
     prCheck(mpi.rg_sent[k], "a bug in the runtime", "replica_wait: bucket %d was never sent", k);
   for (int k = 0; k < 2 * nb * (D - 1); k++)
-    wait_request(&mpi.rg_req[k],
+    wait_request(&mpi.rg_req[k], // (its replica: the (k mod (D - 1))-th other)
+                 world_of(mpi.rep_w, k % (D - 1) + (k % (D - 1) >= pr_replica)),
                  "in the gradient exchange with the %d replicas of pipeline rank %d (bucket %d)", D,
                  mpi.c->rank, (k / (D - 1)) % nb);
   mpi.rg_active = false;
@@ -545,7 +882,7 @@ static void t_replica_wait(void) {
 static void t_world_barrier(void) {
   MPI_Request r;
   pr_mpi_check(MPI_Ibarrier(mpi.world, &r), "MPI_Ibarrier");
-  wait_request(&r, "at a barrier of every replica's ranks");
+  wait_request(&r, ON_EVERY, "at a barrier of every replica's ranks");
 }
 
 static void t_finish(void) {
@@ -556,6 +893,11 @@ static void t_finish(void) {
   gather_free(&mpi.ag);
   MPI_Comm_free(&mpi.ctl);
   replica_free();
+  probe_free();
+  free(mpi.pipe_w);
+  free(mpi.rep_w);
+  free(mpi.ag.world);
+  mpi.pipe_w = mpi.rep_w = mpi.ag.world = NULL;
   if (mpi.pipe != MPI_COMM_WORLD) MPI_Comm_free(&mpi.pipe);
   if (mpi.rep != MPI_COMM_NULL) MPI_Comm_free(&mpi.rep);
   if (mpi.world != MPI_COMM_NULL) MPI_Comm_free(&mpi.world);

@@ -73,13 +73,20 @@ for s in 2 3; do
 done
 
 # 3. The watchdog: rank 1 waits for a message rank 0 never sends; --timeout 2 ends the job in
-#    seconds with the tensor, microbatch, peer and action.
+#    seconds with the tensor, microbatch, peer and action, and who is missing: rank 0, which
+#    sleeps outside MPI, does not answer the probe. When both wait for each other (a deadlock)
+#    both answer, and the message says whom each waits for.
 job 2 watchdog 2
 check "watchdog: non-zero exit" [ $rc -ne 0 ]
 check "watchdog: within seconds ($secs s)" fast 15
 check "watchdog: the message ($(grep -m1 error err))" has err \
-  "^\[rank 1\] comm_mpi\.c:[0-9]+: rank 1: error: timeout: waited 2 s for tensor 'blocks\.1\.h' microbatch 3 from rank 0 \(F\(v1, m3\)\)$"
+  "^\[rank 1\] comm_mpi\.c:[0-9]+: rank 1: error: timeout: waited 2 s for tensor 'blocks\.1\.h' microbatch 3 from rank 0 \(F\(v1, m3\)\); rank 0 does not respond$"
 check "watchdog: the hint" has err "^\[rank 1\] HINT: .*raise --timeout SECONDS"
+job 2 deadlock 2
+check "deadlock: non-zero exit" [ $rc -ne 0 ]
+check "deadlock: within seconds ($secs s)" fast 15
+check "deadlock: the message ($(grep -m1 error err))" has err \
+  "^\[rank ([01])\] comm_mpi\.c:[0-9]+: rank \1: error: timeout: waited 2 s for tensor 'blocks\.1\.h' microbatch 3 from rank [01] \(F\(v1, m3\)\); every rank responds \(rank 0 waits for rank 1, rank 1 for rank 0\)$"
 
 # 4. A rank failing a prCheck takes the job down at once (rank 0 waits for it with the default
 #    watchdog of 300 s), its message out first, prefixed.
@@ -97,7 +104,7 @@ job 2 stop 3
 check "stop: non-zero exit" [ $rc -ne 0 ]
 check "stop: within seconds ($secs s)" fast 15
 check "stop: the watchdog's message ($(grep -m1 error err))" has err \
-  "^\[rank 0\] comm_mpi\.c:[0-9]+: rank 0: error: timeout: waited 3 s for tensor 'blocks\.1\.h' microbatch 3 from rank 1 \(F\(v1, m3\)\)$"
+  "^\[rank 0\] comm_mpi\.c:[0-9]+: rank 0: error: timeout: waited 3 s for tensor 'blocks\.1\.h' microbatch 3 from rank 1 \(F\(v1, m3\)\); rank 1 does not respond$"
 job 2 kill 3
 check "kill: non-zero exit" [ $rc -ne 0 ]
 check "kill: within seconds ($secs s)" fast 15

@@ -18,6 +18,8 @@
 //             different ranks: the squared norm equals pr_grad_norm2 over the whole table, bit
 //             for bit ("norm ok 0x...").
 //   watchdog  rank 1 waits for a message rank 0 never sends (--timeout from argv[1]).
+//   deadlock  each rank waits for a message the other never sends (--timeout from argv[1]):
+//             both answer the watchdog's probe (whom they wait for).
 //   fail      rank 1 fails a prCheck while rank 0 waits for it (the job must go at once).
 //   stop      rank 1 stops (SIGSTOP) while rank 0 waits for it (rank 0's watchdog ends the job).
 //   kill      rank 1 dies of SIGKILL while rank 0 waits for it (mpirun ends the job).
@@ -389,10 +391,12 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "messages") == 0) return run_messages(R, S);
   if (strcmp(mode, "norm") == 0) return run_norm();
   if (strcmp(mode, "progress") == 0) return run_progress(R);
-  // watchdog: rank 1 waits for a message rank 0 never sends; fail, stop, kill: rank 0 waits for
-  // one from rank 1, which fails a prCheck, stops itself (SIGSTOP) or kills itself (SIGKILL).
-  bool watchdog = strcmp(mode, "watchdog") == 0;
-  int waiter = watchdog ? 1 : 0;
+  // watchdog: rank 1 waits for a message rank 0 never sends; deadlock: both wait; fail, stop,
+  // kill: rank 0 waits for one from rank 1, which fails a prCheck, stops itself (SIGSTOP) or
+  // kills itself (SIGKILL).
+  bool watchdog = strcmp(mode, "watchdog") == 0, deadlock = strcmp(mode, "deadlock") == 0;
+  int waiter = watchdog || deadlock ? 1 : 0;
+  if (deadlock) waiter = R;
   static PrChannel ch[1];
   ch[0] = (PrChannel){"blocks.1.h", 1 - R, 3, 64, R != waiter};
   PrComm c = {R, S, S - 1, 0, ch, 1, 4, &pr_transport_mpi, 1, NULL, NULL, 0, NULL, -1};
