@@ -5,6 +5,7 @@
 // per call with the batch symbol bound; bytes are always the inputs' and outputs' sizes.
 #include "ops_impl.h"
 
+#include <float.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -638,6 +639,26 @@ static void mse_cost(const Node *n, int64_t batch, OpCost *c) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Elementwise unary ops of exported graphs: neg, exp, rsqrt, pow (x to a constant exponent)
+
+static const AttrDef pow_attrs[] = {
+    {"exponent", ATTR_FLOAT, true, 0, 0, "the constant power x is raised to", NULL},
+};
+
+static void cost2(const Node *n, int64_t batch, OpCost *c) {
+  elementwise_cost(n, batch, c, 2);
+}
+
+static bool pow_infer(const Graph *g, Node *n, Diag *d) {
+  double e = n->attrs[0].f; // the kernels take a float
+  if (!(e >= -FLT_MAX && e <= FLT_MAX)) {
+    node_error(d, n, "attribute 'exponent' = %g is not a finite float", e);
+    return false;
+  }
+  return unary_infer(g, n, d);
+}
+
+// ---------------------------------------------------------------------------------------------
 // The registry
 
 // Cost of a backward node: the FLOPs of the forward node it differentiates (one GEMM of the
@@ -757,6 +778,15 @@ static const OpDef ops[] = {
      .doc = "mean cross-entropy of logits and i32 targets"},
     {.name = "mse_loss", IN(2, 2), .nout = 1, .infer = mse_infer, .cost = mse_cost, .kernel = "pr_mse_fwd",
      .kargs = kargs_mse, GRADS(GRAD(GRAD_EVERY_SLOT, "mse.dx", GDY, GX(0), GX(1))), .doc = "mean squared error"},
+    // Elementwise unary ops of exported graphs (neg runs scale's kernels with factor -1)
+    {.name = "neg", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost1, .kernel = "pr_scale_fwd",
+     .kargs = kargs_neg, GRADS(GRAD(0, "neg.dx", GDY)), .doc = "-x"},
+    {.name = "exp", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost4, .kernel = "pr_exp_fwd",
+     .kargs = kargs_n, GRADS(GRAD(0, "exp.dx", GDY, GY(0))), .doc = "e^x"},
+    {.name = "rsqrt", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost2, .kernel = "pr_rsqrt_fwd",
+     .kargs = kargs_n, GRADS(GRAD(0, "rsqrt.dx", GDY, GY(0))), .doc = "1 / sqrt(x)"},
+    {.name = "pow", IN(1, 1), .nout = 1, ATTRS(pow_attrs), .infer = pow_infer, .cost = cost4, .kernel = "pr_pow_fwd",
+     .kargs = kargs_pow, GRADS(GRAD(0, "pow.dx", GDY, GX(0))), .doc = "x ^ exponent (a constant)"},
 
     // Internal ops (gradients and their bookkeeping)
     BWD("matmul.da", 2, 2, "pr_matmul_bwd_a", kargs_matmul, true, .progress = true),
@@ -787,6 +817,11 @@ static const OpDef ops[] = {
      .kargs = kargs_attention, .workspace = ws_attention, .acc = true, .progress = true, .doc = "backward"},
     BWD("cross_entropy.dx", 3, 3, "pr_cross_entropy_bwd", kargs_cross_entropy, true),
     BWD("mse.dx", 3, 3, "pr_mse_bwd", kargs_mse, true),
+    // Elementwise unary ops of exported graphs
+    BWD("neg.dx", 1, 1, "pr_scale_bwd", kargs_neg, true),
+    BWD("exp.dx", 2, 2, "pr_exp_bwd", kargs_n, true),
+    BWD("rsqrt.dx", 2, 2, "pr_rsqrt_bwd", kargs_n, true),
+    BWD("pow.dx", 2, 2, "pr_pow_bwd", kargs_pow, true),
     // y = x0 + x1 + ... in this order: the gradient of a tensor with several consumers.
     {.name = "add_n", IN(1, -1), .nout = 1, .cost = cost1, .internal = true, .kernel = "pr_add_n",
      .kargs = kargs_add_n, .doc = "sum of gradient contributions, in consumer order"},

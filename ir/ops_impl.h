@@ -17,6 +17,8 @@ void kargs_binary_d(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_n(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_scale(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_gelu(const Node *n, int64_t batch, Arena *a, KArgs *o);
+void kargs_neg(const Node *n, int64_t batch, Arena *a, KArgs *o);
+void kargs_pow(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_softmax(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_layernorm(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_embedding(const Node *n, int64_t batch, Arena *a, KArgs *o);

@@ -134,6 +134,20 @@ void kargs_scale(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   kf(o, "factor", fw(n)->attrs[0].f);
 }
 
+// ---- neg (scale's kernels): n, factor -1
+void kargs_neg(const Node *n, int64_t batch, Arena *a, KArgs *o) {
+  (void)a;
+  ki(o, "n", nel(n->out[0], batch));
+  kf(o, "factor", -1.0);
+}
+
+// ---- pow and its gradient: n, exponent (the forward's attribute)
+void kargs_pow(const Node *n, int64_t batch, Arena *a, KArgs *o) {
+  (void)a;
+  ki(o, "n", nel(n->out[0], batch));
+  kf(o, "exponent", fw(n)->attrs[0].f);
+}
+
 // ---- softmax: outer, dim, inner around the axis
 void kargs_softmax(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   (void)a;

@@ -1,6 +1,6 @@
 // kernels_elementwise.c: the elementwise kernels: broadcasting binary ops (add, sub, mul) and
-// their reducing backward, scale, the activations (relu, gelu, tanh, sigmoid, silu), fill, add_n
-// and accumulate.
+// their reducing backward, scale, the activations (relu, gelu, tanh, sigmoid, silu), exp, rsqrt,
+// pow by a constant, fill, add_n and accumulate.
 //
 // Simple loops that GCC vectorises at -O3, threaded with PR_PARALLEL_FOR (parallel.h) over
 // independent outputs. Broadcast dims in a backward are reduced by visiting y in ascending
@@ -275,6 +275,74 @@ void pr_silu_bwd(float *restrict dx, const float *restrict dy, const float *rest
     UNARY_FOR(dx[i] = dx[i] + dy[i] * silu_grad(x[i]));
   else
     UNARY_FOR(dx[i] = dy[i] * silu_grad(x[i]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// exp, rsqrt and pow by a constant (neg runs pr_scale_fwd/bwd with factor -1)
+
+// e^x over float's range: exp_f below 88, (e^{x/2})^2 above (exp_f stops at e^88; the square
+// overflows to inf past 88.72 as expf does), ~2 ulp there. 0 below -87.3 (results under 2^-126).
+static inline float exp_full(float x) {
+  float h = exp_f(0.5f * x);
+  return x > 88.0f ? h * h : exp_f(x);
+}
+void pr_exp_fwd(float *restrict y, const float *restrict x, int64_t n) {
+  UNARY_FOR(y[i] = exp_full(x[i]));
+}
+void pr_exp_bwd(float *restrict dx, const float *restrict dy, const float *restrict y, int64_t n,
+                int acc) {
+  if (acc)
+    UNARY_FOR(dx[i] = dx[i] + dy[i] * y[i]);
+  else
+    UNARY_FOR(dx[i] = dy[i] * y[i]);
+}
+
+// 1 / sqrt(x): two correctly rounded steps (inf at 0, NaN below 0, as torch.rsqrt).
+void pr_rsqrt_fwd(float *restrict y, const float *restrict x, int64_t n) {
+  UNARY_FOR(y[i] = 1.0f / sqrtf(x[i]));
+}
+// d/dx x^-1/2 = -1/2 x^-3/2 = -1/2 y^3.
+void pr_rsqrt_bwd(float *restrict dx, const float *restrict dy, const float *restrict y, int64_t n,
+                  int acc) {
+  if (acc)
+    UNARY_FOR(dx[i] = dx[i] + dy[i] * (-0.5f * (y[i] * y[i] * y[i])));
+  else
+    UNARY_FOR(dx[i] = dy[i] * (-0.5f * (y[i] * y[i] * y[i])));
+}
+
+// x^k for an integer 0 <= k <= PR_POW_MAX_INT by squaring, the products in a fixed order (x^2 is
+// x * x, x^3 is x * (x * x)): exact for small k, the device's bits too.
+static inline float ipow_f(float x, int k) {
+  float r = 1.0f, b = x;
+  for (; k; k >>= 1) {
+    if (k & 1) r = r * b;
+    if (k > 1) b = b * b;
+  }
+  return r;
+}
+// x^e: an integer e with |e| <= PR_POW_MAX_INT by products (1 / x^-e below 0), any other e
+// powf's (NaN for x < 0 as torch.pow; the device's powf may differ by an ulp).
+static inline float pow_e(float x, float e, int k) {
+  if (k == INT32_MIN) return powf(x, e);
+  return k >= 0 ? ipow_f(x, k) : 1.0f / ipow_f(x, -k);
+}
+void pr_pow_fwd(float *restrict y, const float *restrict x, int64_t n, float exponent) {
+  int k = pr_pow_int(exponent);
+  UNARY_FOR(y[i] = pow_e(x[i], exponent, k));
+}
+// dy * (e * x^(e-1)); e = 0: 0 (torch's pow_backward), whatever x is.
+void pr_pow_bwd(float *restrict dx, const float *restrict dy, const float *restrict x, int64_t n,
+                float exponent, int acc) {
+  float e = exponent, e1 = exponent - 1.0f;
+  int k = pr_pow_int(e1);
+  if (e == 0.0f) {
+    if (!acc) UNARY_FOR(dx[i] = 0.0f);
+    return;
+  }
+  if (acc)
+    UNARY_FOR(dx[i] = dx[i] + dy[i] * (e * pow_e(x[i], e1, k)));
+  else
+    UNARY_FOR(dx[i] = dy[i] * (e * pow_e(x[i], e1, k)));
 }
 // ---------------------------------------------------------------------------------------------
 // Sums and fills

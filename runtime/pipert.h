@@ -127,6 +127,22 @@ void pr_sigmoid_bwd(float *dx, const float *dy, const float *y, int64_t n, int a
 // recomputes s (nothing saved): dx = dy * (s * (1 + x * (1 - s))).
 void pr_silu_fwd(float *y, const float *x, int64_t n);
 void pr_silu_bwd(float *dx, const float *dy, const float *x, int64_t n, int acc);
+// exp, rsqrt and pow by a constant (neg is pr_scale_fwd/bwd with factor -1). exp and rsqrt's
+// backward take the output y: dx = dy * y, dx = dy * (-0.5 * y^3); pow's the input x:
+// dx = dy * (exponent * x^(exponent - 1)), 0 for exponent 0. An integer exponent of magnitude
+// at most PR_POW_MAX_INT is computed by products (pr_pow_int), any other by powf.
+enum { PR_POW_MAX_INT = 64 };
+static inline int pr_pow_int(float e) { // e as an int, or INT32_MIN when pow uses powf
+  return e >= -(float)PR_POW_MAX_INT && e <= (float)PR_POW_MAX_INT && e == (float)(int)e
+             ? (int)e
+             : INT32_MIN;
+}
+void pr_exp_fwd(float *y, const float *x, int64_t n);
+void pr_exp_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc);
+void pr_rsqrt_fwd(float *y, const float *x, int64_t n);
+void pr_rsqrt_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc);
+void pr_pow_fwd(float *y, const float *x, int64_t n, float exponent);
+void pr_pow_bwd(float *dx, const float *dy, const float *x, int64_t n, float exponent, int acc);
 
 // softmax over the middle dim of (outer, dim, inner); numerically stable (max subtracted).
 void pr_softmax_fwd(float *y, const float *x, int64_t outer, int64_t dim, int64_t inner);

@@ -1,6 +1,6 @@
 // cuda_elementwise.cu: broadcasting binary ops and their reducing backward, scale, the
-// activations (relu, gelu, tanh, sigmoid, silu), add_n, fill, accumulate, and the fused bias +
-// GELU.
+// activations (relu, gelu, tanh, sigmoid, silu), exp, rsqrt, pow by a constant, add_n, fill,
+// accumulate, and the fused bias + GELU.
 // One thread per output element (grid-stride); the activations use the CPU's polynomials
 // (cuda_common.cuh), so with --fmad=false they compute the CPU's bits. binary_bwd: one thread per
 // element of dx, summing its dy elements in ascending row-major order (the CPU's order).
@@ -151,6 +151,41 @@ UNARY(silu_bwd, (float *dx, const float *dy, const float *x, int64_t n, int acc)
   float v = dy[i] * (s * (1.0f + x[i] * (1.0f - s)));
   dx[i] = acc ? dx[i] + v : v;
 })
+UNARY(exp_fwd, (float *y, const float *x, int64_t n), {
+  float h = cu_exp_f(0.5f * x[i]);
+  y[i] = x[i] > 88.0f ? h * h : cu_exp_f(x[i]);
+})
+UNARY(exp_bwd, (float *dx, const float *dy, const float *y, int64_t n, int acc), {
+  float v = dy[i] * y[i];
+  dx[i] = acc ? dx[i] + v : v;
+})
+UNARY(rsqrt_fwd, (float *y, const float *x, int64_t n), y[i] = 1.0f / sqrtf(x[i]))
+UNARY(rsqrt_bwd, (float *dx, const float *dy, const float *y, int64_t n, int acc), {
+  float v = dy[i] * (-0.5f * (y[i] * y[i] * y[i]));
+  dx[i] = acc ? dx[i] + v : v;
+})
+// x^e as the CPU's pow_e: k = pow_int(e), products for an integer, powf otherwise.
+// pow_int is pr_pow_int of runtime/pipert.h (an integer of magnitude <= 64, else INT32_MIN).
+static int pow_int(float e) {
+  return e >= -64.0f && e <= 64.0f && e == (float)(int)e ? (int)e : INT32_MIN;
+}
+__device__ inline float cu_ipow_f(float x, int k) {
+  float r = 1.0f, b = x;
+  for (; k; k >>= 1) {
+    if (k & 1) r = r * b;
+    if (k > 1) b = b * b;
+  }
+  return r;
+}
+__device__ inline float cu_pow_e(float x, float e, int k) {
+  if (k == INT32_MIN) return powf(x, e);
+  return k >= 0 ? cu_ipow_f(x, k) : 1.0f / cu_ipow_f(x, -k);
+}
+UNARY(pow_fwd, (float *y, const float *x, int64_t n, float e, int k), y[i] = cu_pow_e(x[i], e, k))
+UNARY(pow_bwd, (float *dx, const float *dy, const float *x, int64_t n, float e, int k, int acc), {
+  float v = e == 0.0f ? 0.0f : dy[i] * (e * cu_pow_e(x[i], e - 1.0f, k));
+  dx[i] = acc ? dx[i] + v : v;
+})
 UNARY(fill, (float *y, int64_t n, float value), y[i] = value)
 UNARY(accumulate, (float *y, const float *x, int64_t n, int acc), y[i] = acc ? y[i] + x[i] : x[i])
 
@@ -190,6 +225,24 @@ void pr_cu_silu_fwd(float *y, const float *x, int64_t n) {
 }
 void pr_cu_silu_bwd(float *dx, const float *dy, const float *x, int64_t n, int acc) {
   LAUNCH(silu_bwd, dx, dy, x, n, acc);
+}
+void pr_cu_exp_fwd(float *y, const float *x, int64_t n) {
+  LAUNCH(exp_fwd, y, x, n);
+}
+void pr_cu_exp_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc) {
+  LAUNCH(exp_bwd, dx, dy, y, n, acc);
+}
+void pr_cu_rsqrt_fwd(float *y, const float *x, int64_t n) {
+  LAUNCH(rsqrt_fwd, y, x, n);
+}
+void pr_cu_rsqrt_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc) {
+  LAUNCH(rsqrt_bwd, dx, dy, y, n, acc);
+}
+void pr_cu_pow_fwd(float *y, const float *x, int64_t n, float exponent) {
+  LAUNCH(pow_fwd, y, x, n, exponent, pow_int(exponent));
+}
+void pr_cu_pow_bwd(float *dx, const float *dy, const float *x, int64_t n, float exponent, int acc) {
+  LAUNCH(pow_bwd, dx, dy, x, n, exponent, pow_int(exponent - 1.0f), acc);
 }
 void pr_cu_fill(float *y, int64_t n, float value) {
   LAUNCH(fill, y, n, value);

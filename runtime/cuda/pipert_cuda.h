@@ -122,6 +122,14 @@ void pr_cu_sigmoid_bwd(float *dx, const float *dy, const float *y, int64_t n, in
 // silu: y = x * sigmoid(x); the backward from x (sigmoid recomputed)
 void pr_cu_silu_fwd(float *y, const float *x, int64_t n);
 void pr_cu_silu_bwd(float *dx, const float *dy, const float *x, int64_t n, int acc);
+// exp, rsqrt, pow by a constant (neg: pr_cu_scale_fwd/bwd with factor -1); pow's integer
+// exponents by the CPU's products (bitwise), any other by the device's powf (within 2 ulp)
+void pr_cu_exp_fwd(float *y, const float *x, int64_t n);
+void pr_cu_exp_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc);
+void pr_cu_rsqrt_fwd(float *y, const float *x, int64_t n);
+void pr_cu_rsqrt_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc);
+void pr_cu_pow_fwd(float *y, const float *x, int64_t n, float exponent);
+void pr_cu_pow_bwd(float *dx, const float *dy, const float *x, int64_t n, float exponent, int acc);
 // y (n) = xs[0] + ... + xs[k-1] left to right (xs a host array of device pointers, k <= 16;
 // y may alias any input).
 void pr_cu_add_n(float *y, const float *const *xs, int k, int64_t n);

@@ -190,6 +190,21 @@ static void test_elementwise(void) {
      pr_sigmoid_bwd(hdx, hdy, cy, n, acc), pr_cu_sigmoid_bwd(dx, dy, y, n, acc));
   UN("silu", pr_silu_fwd(cy, hx, n), pr_cu_silu_fwd(y, x, n), pr_silu_bwd(hdx, hdy, hx, n, acc),
      pr_cu_silu_bwd(dx, dy, x, n, acc));
+  { // exp, rsqrt, pow (neg runs scale's kernels); rsqrt and powf's exponents on a positive input
+    float *hp = malloc((size_t)n * 4), *xp = pr_cu_alloc_region("xp", (size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) hp[i] = fabsf(hx[i]) + 0.25f;
+    pr_cu_upload(xp, hp, (size_t)n * 4);
+    UN("exp", pr_exp_fwd(cy, hx, n), pr_cu_exp_fwd(y, x, n), pr_exp_bwd(hdx, hdy, cy, n, acc),
+       pr_cu_exp_bwd(dx, dy, y, n, acc));
+    UN("rsqrt", pr_rsqrt_fwd(cy, hp, n), pr_cu_rsqrt_fwd(y, xp, n),
+       pr_rsqrt_bwd(hdx, hdy, cy, n, acc), pr_cu_rsqrt_bwd(dx, dy, y, n, acc));
+    UN("pow 3", pr_pow_fwd(cy, hx, n, 3.0f), pr_cu_pow_fwd(y, x, n, 3.0f),
+       pr_pow_bwd(hdx, hdy, hx, n, 3.0f, acc), pr_cu_pow_bwd(dx, dy, x, n, 3.0f, acc));
+    UN("pow -1.5", pr_pow_fwd(cy, hp, n, -1.5f), pr_cu_pow_fwd(y, xp, n, -1.5f),
+       pr_pow_bwd(hdx, hdy, hp, n, -1.5f, acc), pr_cu_pow_bwd(dx, dy, xp, n, -1.5f, acc));
+    free(hp);
+    pr_cu_free_region(xp);
+  }
   for (int acc = 0; acc < 2; acc++) {
     pr_cu_accumulate(y, x, n, acc);
     pr_accumulate(cy, hx, n, acc);

@@ -642,6 +642,14 @@ static const ErrCase err_cases[] = {
      "m.json:6:3: error: nodes[0] \"a\": silu takes 1 input, got 2\n"},
     {HEAD "  {'name': 'a', 'op': 'silu', 'inputs': ['x'], 'attrs': {'beta': 1}},\n" LOSS_A TAIL,
      "m.json:6:3: error: nodes[0] \"a\": unknown attribute 'beta': silu takes no attributes\n"},
+    {HEAD "  {'name': 'a', 'op': 'pow', 'inputs': ['x']},\n" LOSS_A TAIL,
+     "m.json:6:3: error: nodes[0] \"a\": missing required attribute 'exponent' of pow (the "
+     "constant power x is raised to)\n"},
+    {HEAD
+     "  {'name': 'a', 'op': 'pow', 'inputs': ['x'], 'attrs': {'exponent': 1e39}},\n" LOSS_A TAIL,
+     "m.json:6:3: error: nodes[0] \"a\": attribute 'exponent' = 1e+39 is not a finite float\n"},
+    {HEAD "  {'name': 'a', 'op': 'neg', 'inputs': ['x', 'x']},\n" LOSS_A TAIL,
+     "m.json:6:3: error: nodes[0] \"a\": neg takes 1 input, got 2\n"},
     {HEAD "  {'name': 'a', 'op': 'concat', 'inputs': []},\n" LOSS_A TAIL,
      "m.json:6:3: error: nodes[0] \"a\": concat takes at least 1 input, got 0\n"},
     {HEAD "  {'name': 'a', 'op': 'relu', 'inputs': ['x'], 'stage': -1},\n" LOSS_A TAIL,

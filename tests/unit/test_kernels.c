@@ -552,6 +552,158 @@ START_TEST(test_unary_accuracy) {
 END_TEST
 
 // ---------------------------------------------------------------------------------------------
+// neg, exp, rsqrt, pow by a constant (the unary ops of exported graphs)
+
+static void set_threads(int n); // (below, with the thread tests)
+
+// kinds: neg (pr_scale_* with factor -1), exp, rsqrt, then pow by each of xpow_e: integer
+// exponents by products, the others by powf
+static const float xpow_e[] = {3.0f, -2.0f, 1.0f, 0.5f, -1.5f, 2.5f};
+enum { XUN_KINDS = 3 + (int)(sizeof xpow_e / sizeof xpow_e[0]) };
+
+static void f_xunary(void *p) {
+  Ctx *c = p;
+  int64_t n = c->n[0];
+  int kind = c->flag[0];
+  if (kind == 0)
+    pr_scale_fwd(c->y, c->x, n, -1.0f);
+  else if (kind == 1)
+    pr_exp_fwd(c->y, c->x, n);
+  else if (kind == 2)
+    pr_rsqrt_fwd(c->y, c->x, n);
+  else
+    pr_pow_fwd(c->y, c->x, n, xpow_e[kind - 3]);
+}
+
+static void xunary_bwd(int kind, float *dx, const float *dy, const float *x, const float *y,
+                       int64_t n, int acc) {
+  if (kind == 0)
+    pr_scale_bwd(dx, dy, n, -1.0f, acc);
+  else if (kind == 1)
+    pr_exp_bwd(dx, dy, y, n, acc);
+  else if (kind == 2)
+    pr_rsqrt_bwd(dx, dy, y, n, acc);
+  else
+    pr_pow_bwd(dx, dy, x, n, xpow_e[kind - 3], acc);
+}
+
+// Inputs inside each kind's domain: positive for rsqrt and powf's exponents, away from 0 for a
+// negative power (|x| >= 0.25, beyond the finite differences' reach of the pole).
+static float *xunary_input(int kind, int64_t n) {
+  bool pos = kind == 2 || (kind >= 3 && xpow_e[kind - 3] != floorf(xpow_e[kind - 3]));
+  float *x = pos ? frand(n, 0.25f, 4.0f) : frand(n, -4.0f, 4.0f);
+  for (int64_t i = 0; i < n; i++)
+    if (fabsf(x[i]) < 0.25f) x[i] = x[i] < 0 ? -0.5f : 0.5f;
+  return x;
+}
+
+// Forward against double, backward against finite differences, acc = 1 adding exactly the
+// acc = 0 result, and the bits at 1 and 2 threads (n above the threading threshold).
+START_TEST(test_xunary) {
+  for (int kind = 0; kind < XUN_KINDS; kind++) {
+    int64_t n = 61;
+    Ctx c = {0};
+    c.n[0] = n, c.flag[0] = kind;
+    c.x = xunary_input(kind, n), c.y = fzeros(n);
+    f_xunary(&c);
+    double *ref = talloc((size_t)n * sizeof(double));
+    for (int64_t i = 0; i < n; i++) {
+      double x = c.x[i];
+      ref[i] = kind == 0   ? -x
+               : kind == 1 ? exp(x)
+               : kind == 2 ? 1 / sqrt(x)
+                           : pow(x, xpow_e[kind - 3]);
+    }
+    assert_close("xunary", c.y, ref, n, 0, 4e-7);
+    float *r = frand(n, -1, 1), *dx = fzeros(n);
+    xunary_bwd(kind, dx, r, c.x, c.y, n, 0);
+    fd_check("xunary dx", f_xunary, &c, c.x, n, dx, c.y, r, n, H, TOL);
+    // acc, and threads
+    n = 70001;
+    float *x = xunary_input(kind, n), *dy = frand(n, -1, 1), *y1 = fzeros(n), *y2 = fzeros(n);
+    float *d1 = fzeros(n), *d2 = frand(n, -1, 1), *expect = fzeros(n);
+    c.n[0] = n, c.x = x;
+    for (int th = 1; th <= 2; th++) {
+      set_threads(th);
+      c.y = th == 1 ? y1 : y2;
+      f_xunary(&c);
+      if (th == 1) {
+        xunary_bwd(kind, d1, dy, x, y1, n, 0);
+        for (int64_t i = 0; i < n; i++) expect[i] = d2[i] + d1[i];
+      } else {
+        xunary_bwd(kind, d2, dy, x, y2, n, 1);
+      }
+    }
+    assert_bitwise("xunary threads", y1, y2, n);
+    assert_bitwise("xunary acc and threads", d2, expect, n);
+  }
+}
+END_TEST
+
+// The exact cases: neg is -x; integer powers are the products in their fixed order (x^2 is
+// x * x, torch's), x^0 is 1 and its gradient 0 whatever x is, x^1's gradient dy; and each op's
+// values at the edges of its domain.
+START_TEST(test_xunary_exact) {
+  int64_t n = 4096;
+  float *x = frand(n, -8, 8), *y = fzeros(n), *e = fzeros(n), *dy = frand(n, -1, 1);
+  x[0] = 0.0f, x[1] = -0.0f, x[2] = INFINITY, x[3] = -INFINITY, x[4] = NAN;
+  pr_scale_fwd(y, x, n, -1.0f);
+  for (int64_t i = 0; i < n; i++) e[i] = -x[i];
+  assert_bitwise("neg", y + 0, e + 0, 4); // the NaN's sign is the platform's
+  assert_bitwise("neg", y + 5, e + 5, n - 5);
+  pr_pow_fwd(y, x, n, 2.0f);
+  for (int64_t i = 0; i < n; i++) e[i] = x[i] * x[i];
+  assert_bitwise("pow 2", y, e, n);
+  pr_pow_fwd(y, x, n, 3.0f);
+  for (int64_t i = 0; i < n; i++) e[i] = x[i] * (x[i] * x[i]);
+  assert_bitwise("pow 3", y, e, n);
+  pr_pow_fwd(y, x, n, -1.0f);
+  for (int64_t i = 0; i < n; i++) e[i] = 1.0f / x[i];
+  assert_bitwise("pow -1", y, e, n);
+  pr_pow_fwd(y, x, n, 1.0f);
+  assert_bitwise("pow 1", y, x, n);
+  pr_pow_bwd(y, dy, x, n, 1.0f, 0);
+  assert_bitwise("pow 1 dx", y, dy, n);
+  pr_pow_fwd(y, x, n, 0.0f);
+  for (int64_t i = 0; i < n; i++) e[i] = 1.0f;
+  assert_bitwise("pow 0", y, e, n);
+  pr_pow_bwd(y, dy, x, n, 0.0f, 0);
+  for (int64_t i = 0; i < n; i++) e[i] = 0.0f;
+  assert_bitwise("pow 0 dx", y, e, n);
+  pr_pow_fwd(y, x, n, 64.0f); // the last integer by products; 65 and 2.5 by powf
+  ck_assert(pr_pow_int(64.0f) == 64 && pr_pow_int(-64.0f) == -64 && pr_pow_int(65.0f) == INT32_MIN);
+  ck_assert(pr_pow_int(2.5f) == INT32_MIN && pr_pow_int(NAN) == INT32_MIN);
+  // domain edges (torch's values): a negative base to a non-integer power is NaN, 0 to a
+  // negative power infinite
+  float px[] = {-2.0f, 0.0f, -0.0f, 4.0f}, py[4], pd[4], one[4] = {1, 1, 1, 1};
+  pr_pow_fwd(py, px, 4, 0.5f);
+  ck_assert(isnan(py[0]) && py[1] == 0.0f && py[3] == 2.0f);
+  pr_pow_fwd(py, px, 4, -1.0f);
+  ck_assert(py[0] == -0.5f && py[1] == INFINITY && py[2] == -INFINITY && py[3] == 0.25f);
+  pr_pow_bwd(pd, one, px, 4, 0.5f, 0); // 0.5 x^-0.5
+  ck_assert(isnan(pd[0]) && pd[1] == INFINITY && pd[3] == 0.25f);
+  // rsqrt: inf at 0, -inf at -0, NaN below 0, 0 at inf
+  float rx[] = {0.0f, -0.0f, -1.0f, 4.0f, INFINITY, NAN}, ry[6];
+  pr_rsqrt_fwd(ry, rx, 6);
+  ck_assert(ry[0] == INFINITY && ry[1] == -INFINITY && isnan(ry[2]) && ry[3] == 0.5f);
+  ck_assert(ry[4] == 0.0f && isnan(ry[5]));
+  // exp: 1 at 0, inf past 88.72 (and at inf), 0 at -inf and below -87.3, NaN for NaN, and within
+  // 3 ulp of e^x up to the overflow
+  float ex[] = {0.0f, 88.7f, 88.8f, INFINITY, -INFINITY, -100.0f, NAN, 88.25f}, ey[8];
+  pr_exp_fwd(ey, ex, 8);
+  ck_assert(ey[0] == 1.0f && ey[2] == INFINITY && ey[3] == INFINITY && ey[4] == 0.0f);
+  ck_assert(ey[5] == 0.0f && isnan(ey[6]));
+  ck_assert(fabs(ey[1] / exp((double)ex[1]) - 1) < 3 * 1.2e-7);
+  ck_assert(fabs(ey[7] / exp((double)ex[7]) - 1) < 3 * 1.2e-7);
+  float *wx = frand(n, -87.0f, 88.7f), *wy = fzeros(n);
+  pr_exp_fwd(wy, wx, n);
+  double worst = 0;
+  for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(wy[i] / exp((double)wx[i]) - 1));
+  ck_assert_msg(worst <= 3 * 1.2e-7, "exp: worst relative error %.3g", worst);
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
 // softmax
 
 static void f_softmax(void *p) {
@@ -1542,6 +1694,8 @@ int main(void) {
   tcase_add_test(tc, test_unary);
   tcase_add_test(tc, test_gelu_saved_cdf);
   tcase_add_test(tc, test_unary_accuracy);
+  tcase_add_test(tc, test_xunary);
+  tcase_add_test(tc, test_xunary_exact);
   tcase_add_test(tc, test_softmax);
   tcase_add_test(tc, test_layernorm);
   tcase_add_test(tc, test_add_layernorm);

@@ -255,7 +255,7 @@ static const char *attr_type_name(AttrType t) {
 START_TEST(test_registry_matches_docs) {
   DocOp ops[64];
   int n = read_doc_ops(ops, 64);
-  ck_assert_int_eq(n, 23); // the op set v1
+  ck_assert_int_eq(n, 27); // the op set v1
   for (int i = 0; i < n; i++) {
     const DocOp *d = &ops[i];
     const OpDef *op = op_find(d->name);
@@ -507,6 +507,25 @@ static const OpCase cases[] = {
     OK("silu", I("f32(B,11)"), NULL, "f32(B,11)", 165, 264),
     ERR("silu", I("i32(B,4)"), NULL,
         "input 'a' has dtype i32 but silu needs a floating-point tensor"),
+
+    // neg (n), exp (4n), rsqrt (2n), pow by a constant (4n)
+    OK("neg", I("f32(B,11)"), NULL, "f32(B,11)", 33, 264),
+    OK("neg", I("bf16(B,2,5)"), NULL, "bf16(B,2,5)", 30, 120),
+    ERR("neg", I("i32(B,4)"), NULL,
+        "input 'a' has dtype i32 but neg needs a floating-point tensor"),
+    OK("exp", I("f32(B,11)"), NULL, "f32(B,11)", 132, 264),
+    ERR("exp", I("i32(B,4)"), NULL,
+        "input 'a' has dtype i32 but exp needs a floating-point tensor"),
+    OK("rsqrt", I("f16(B,2,5)"), NULL, "f16(B,2,5)", 60, 120),
+    ERR("rsqrt", I("i32(B,4)"), NULL,
+        "input 'a' has dtype i32 but rsqrt needs a floating-point tensor"),
+    OK("pow", I("f32(B,11)"), "exponent=2", "f32(B,11)", 132, 264),
+    OK("pow", I("f32(7)"), "exponent=-0.5", "f32(7)", 28, 56),
+    ERR("pow", I("f32(B,4)"), "exponent=1e39",
+        "attribute 'exponent' = 1e+39 is not a finite float"),
+    ERR("pow", I("f32(B,4)"), "exponent=-inf", "attribute 'exponent' = -inf is not a finite float"),
+    ERR("pow", I("i32(B,4)"), "exponent=2",
+        "input 'a' has dtype i32 but pow needs a floating-point tensor"),
 
     // softmax: 5n
     OK("softmax", I("f32(B,6)"), NULL, "f32(B,6)", 90, 144),
