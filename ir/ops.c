@@ -203,7 +203,7 @@ static void linear_cost(const Node *n, int64_t batch, OpCost *c) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Elementwise binary ops with NumPy broadcasting: add, sub, mul
+// Elementwise binary ops with NumPy broadcasting: add, sub, mul, div
 
 static bool binary_infer(const Graph *g, Node *n, Diag *d) {
   if (!want_float(g, n, d, 0) || !want_same_dtype(g, n, d, 0, 1)) return false;
@@ -787,6 +787,10 @@ static const OpDef ops[] = {
      .kargs = kargs_n, GRADS(GRAD(0, "rsqrt.dx", GDY, GY(0))), .doc = "1 / sqrt(x)"},
     {.name = "pow", IN(1, 1), .nout = 1, ATTRS(pow_attrs), .infer = pow_infer, .cost = cost4, .kernel = "pr_pow_fwd",
      .kargs = kargs_pow, GRADS(GRAD(0, "pow.dx", GDY, GX(0))), .doc = "x ^ exponent (a constant)"},
+    // div: add/sub/mul's forward kernel; one backward kernel for both operands (div.d)
+    {.name = "div", IN(2, 2), .nout = 1, .infer = binary_infer, .cost = cost1, .kernel = "pr_binary_fwd",
+     .kargs = kargs_binary, .variant = BIN_DIV, GRADS(GRAD(GRAD_EVERY_SLOT, "div.d", GDY, GX(0), GX(1))),
+     .doc = "a / b with broadcasting"},
 
     // Internal ops (gradients and their bookkeeping)
     BWD("matmul.da", 2, 2, "pr_matmul_bwd_a", kargs_matmul, true, .progress = true),
@@ -822,6 +826,7 @@ static const OpDef ops[] = {
     BWD("exp.dx", 2, 2, "pr_exp_bwd", kargs_n, true),
     BWD("rsqrt.dx", 2, 2, "pr_rsqrt_bwd", kargs_n, true),
     BWD("pow.dx", 2, 2, "pr_pow_bwd", kargs_pow, true),
+    BWD("div.d", 3, 3, "pr_div_bwd", kargs_div_d, true),
     // y = x0 + x1 + ... in this order: the gradient of a tensor with several consumers.
     {.name = "add_n", IN(1, -1), .nout = 1, .cost = cost1, .internal = true, .kernel = "pr_add_n",
      .kargs = kargs_add_n, .doc = "sum of gradient contributions, in consumer order"},

@@ -115,6 +115,19 @@ void kargs_binary_d(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   ka(o, "ostr", bstrides(a, f->in[1 - n->slot], y, batch), r);
 }
 
+// ---- div gradient of operand `which` (the slot): which, rank, ydims, xdims, astr, bstr
+void kargs_div_d(const Node *n, int64_t batch, Arena *a, KArgs *o) {
+  const Node *f = n->fwd;
+  const Tensor *y = f->out[0];
+  int r = y->shape.rank;
+  ki(o, "which", n->slot);
+  ki(o, "rank", r);
+  ka(o, "ydims", dims_of(a, &y->shape, r, batch), r);
+  ka(o, "xdims", dims_of(a, &f->in[n->slot]->shape, r, batch), r);
+  ka(o, "astr", bstrides(a, f->in[0], y, batch), r);
+  ka(o, "bstr", bstrides(a, f->in[1], y, batch), r);
+}
+
 // ---- elementwise: n (and factor for scale)
 void kargs_n(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   (void)a;

@@ -1,6 +1,6 @@
-// kernels_elementwise.c: the elementwise kernels: broadcasting binary ops (add, sub, mul) and
-// their reducing backward, scale, the activations (relu, gelu, tanh, sigmoid, silu), exp, rsqrt,
-// pow by a constant, fill, add_n and accumulate.
+// kernels_elementwise.c: the elementwise kernels: broadcasting binary ops (add, sub, mul, div)
+// and their reducing backward, scale, the activations (relu, gelu, tanh, sigmoid, silu), exp,
+// rsqrt, pow by a constant, fill, add_n and accumulate.
 //
 // Simple loops that GCC vectorises at -O3, threaded with PR_PARALLEL_FOR (parallel.h) over
 // independent outputs. Broadcast dims in a backward are reduced by visiting y in ascending
@@ -71,14 +71,16 @@ static void bin_row(float *restrict y, const float *restrict a, const float *res
     BIN_LOOP(av + bv);
   else if (op == 1)
     BIN_LOOP(av - bv);
-  else
+  else if (op == 2)
     BIN_LOOP(av * bv);
+  else
+    BIN_LOOP(av / bv);
 }
 
 // y (ydims) = a op b with a, b read through strides astr/bstr over y's dims (0 = broadcast)
 void pr_binary_fwd(float *y, const float *a, const float *b, int op, int rank, const int64_t *ydims,
                    const int64_t *astr, const int64_t *bstr) {
-  prCheck(rank >= 0 && rank <= 8 && op >= 0 && op <= 2, "this is a pipec bug",
+  prCheck(rank >= 0 && rank <= 8 && op >= 0 && op <= 3, "this is a pipec bug",
           "pr_binary_fwd: rank %d / op %d unsupported", rank, op);
   int64_t total = 1;
   for (int i = 0; i < rank; i++) total *= ydims[i];
@@ -187,6 +189,68 @@ void pr_binary_bwd(float *dx, const float *dy, const float *other, int op, int w
   });
   pr_acc_finish(dx, t, nx, acc);
 }
+// div's gradients, operand which: a (which 0) gets dy / b, b (which 1) gets (-dy * a) / (b * b),
+// each reduced over the dims the operand broadcasts in pr_binary_bwd's order (y visited in
+// ascending row-major order; threads own blocks of the operand's innermost dim when it is kept).
+static inline float div_d(int which, float dy, float a, float b) {
+  return which == 0 ? dy / b : (-dy * a) / (b * b);
+}
+void pr_div_bwd(float *dx, const float *dy, const float *a, const float *b, int which, int rank,
+                const int64_t *ydims, const int64_t *xdims, const int64_t *astr,
+                const int64_t *bstr, int acc) {
+  prCheck(rank >= 0 && rank <= 8 && (which == 0 || which == 1), "this is a pipec bug",
+          "pr_div_bwd: rank %d / operand %d unsupported", rank, which);
+  int64_t total = 1, nx = 1, xstr[8];
+  for (int i = rank - 1; i >= 0; i--) {
+    xstr[i] = xdims[i] == 1 ? 0 : nx;
+    nx *= xdims[i];
+    total *= ydims[i];
+  }
+  if (nx == 0) return;
+  if (total == 0) {
+    if (!acc) memset(dx, 0, (size_t)nx * sizeof(float));
+    return;
+  }
+  int64_t d[8], s[3][8];
+  const int64_t *strs[3] = {xstr, astr, bstr};
+  int r = collapse(rank, ydims, 3, strs, d, s);
+  int64_t inner = d[r - 1], outer = total / inner;
+  int64_t xs = s[0][r - 1], as = s[1][r - 1], bs = s[2][r - 1];
+  bool reduce = nx != total;
+  float *t = reduce ? pr_acc_target(dx, nx, acc) : dx;
+  if (reduce) memset(t, 0, (size_t)nx * sizeof(float));
+  int tacc = reduce || acc; // t accumulates (a reduction, or acc into dx)
+  // Without a reduction each y element has its own x element: threads over rows. With one,
+  // threads own column blocks of x's kept innermost dim (xs == 1), else one thread.
+  int64_t nblk = !reduce ? 1 : xs == 1 ? (inner + COLBLK - 1) / COLBLK : 1;
+  if (!reduce) {
+    PR_PARALLEL_FOR(total >= PAR_MIN, (int64_t o = 0; o < outer; o++), {
+      int64_t off[3];
+      row_offsets(o, r, d, 3, (const int64_t(*)[8])s, off);
+      const float *dr = dy + o * inner;
+      float *tr = t + off[0];
+      for (int64_t i = 0; i < inner; i++) {
+        float v = div_d(which, dr[i], a[off[1] + i * as], b[off[2] + i * bs]);
+        tr[i * xs] = tacc ? tr[i * xs] + v : v;
+      }
+    });
+  } else {
+    PR_PARALLEL_FOR(total >= PAR_MIN && nblk > 1, (int64_t blk = 0; blk < nblk; blk++), {
+      int64_t j0 = xs == 1 ? blk * COLBLK : 0;
+      int64_t nj = xs == 1 ? (inner - j0 < COLBLK ? inner - j0 : COLBLK) : inner;
+      for (int64_t o = 0; o < outer; o++) {
+        int64_t off[3];
+        row_offsets(o, r, d, 3, (const int64_t(*)[8])s, off);
+        const float *dr = dy + o * inner;
+        float *tr = t + off[0];
+        for (int64_t i = j0; i < j0 + nj; i++)
+          tr[i * xs] += div_d(which, dr[i], a[off[1] + i * as], b[off[2] + i * bs]);
+      }
+    });
+    pr_acc_finish(dx, t, nx, acc);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Elementwise unary ops over n elements
 // y (n) = x * factor

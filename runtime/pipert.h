@@ -97,7 +97,7 @@ void pr_add_layernorm_fwd(float *s, float *y, float *mean, float *rstd, const fl
 void pr_sum_rows(float *db, const float *dy, int64_t rows, int64_t cols, int acc);
 
 // Broadcasting binary ops: y has `rank` dims ydims; astr/bstr are a's and b's element strides
-// over y's dims (0 where broadcast). op: 0 add, 1 sub, 2 mul.
+// over y's dims (0 where broadcast). op: 0 add, 1 sub, 2 mul, 3 div.
 void pr_binary_fwd(float *y, const float *a, const float *b, int op, int rank, const int64_t *ydims,
                    const int64_t *astr, const int64_t *bstr);
 // Gradient for operand `which` (0 = a, 1 = b) of shape xdims (rank dims, 1 where broadcast):
@@ -143,6 +143,12 @@ void pr_rsqrt_fwd(float *y, const float *x, int64_t n);
 void pr_rsqrt_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc);
 void pr_pow_fwd(float *y, const float *x, int64_t n, float exponent);
 void pr_pow_bwd(float *dx, const float *dy, const float *x, int64_t n, float exponent, int acc);
+// div's backward (its forward is pr_binary_fwd with op 3): dx (xdims, the operand `which`'s dims
+// right-aligned to y's) = the sum over its broadcast dims of dy / b (which 0) or -dy * a / b^2
+// (which 1), y's elements in ascending row-major order; a, b read through astr/bstr as forward.
+void pr_div_bwd(float *dx, const float *dy, const float *a, const float *b, int which, int rank,
+                const int64_t *ydims, const int64_t *xdims, const int64_t *astr,
+                const int64_t *bstr, int acc);
 
 // softmax over the middle dim of (outer, dim, inner); numerically stable (max subtracted).
 void pr_softmax_fwd(float *y, const float *x, int64_t outer, int64_t dim, int64_t inner);

@@ -25,13 +25,13 @@ __global__ void binary_fwd_k(float *y, const float *a, const float *b, int op, D
       ob += q * g.s[1][k];
     }
     float av = a[oa], bv = b[ob];
-    y[i] = op == 0 ? av + bv : op == 1 ? av - bv : av * bv;
+    y[i] = op == 0 ? av + bv : op == 1 ? av - bv : op == 2 ? av * bv : av / bv;
   }
 }
 
 void pr_cu_binary_fwd(float *y, const float *a, const float *b, int op, int rank,
                       const int64_t *ydims, const int64_t *astr, const int64_t *bstr) {
-  prCheck(rank >= 0 && rank <= 8 && op >= 0 && op <= 2, "this is a pipec bug",
+  prCheck(rank >= 0 && rank <= 8 && op >= 0 && op <= 3, "this is a pipec bug",
           "pr_cu_binary_fwd: rank %d / op %d unsupported", rank, op);
   Dims8 g;
   memset(&g, 0, sizeof g);
@@ -98,6 +98,67 @@ void pr_cu_binary_bwd(float *dx, const float *dy, const float *other, int op, in
   if (ys == 0) nred = 0; // an empty y: dx = 0
   binary_bwd_k<<<pr_cu_blocks(nx), PR_CU_THREADS, 0, pr_cu_s()>>>(dx, dy, op == 2 ? other : NULL,
                                                                   sign, g, nx, nred, acc);
+  cudaCheckLaunch();
+}
+
+// div's backward as binary_bwd_k: g.d x's dims, g.s[0] the reduced sizes, g.s[1] y's strides,
+// g.s[2] / g.s[3] a's / b's strides over y's dims; a thread per x element summing in ascending
+// row-major order. which 0: dy / b; 1: (-dy * a) / (b * b).
+typedef struct Dims8x4 {
+  int rank;
+  int64_t d[8];
+  int64_t s[4][8];
+} Dims8x4;
+
+__global__ void div_bwd_k(float *dx, const float *dy, const float *a, const float *b, int which,
+                          const Dims8x4 g, int64_t nx, int64_t nred, int acc) {
+  GRID_FOR(ix, nx) {
+    int64_t xi[8], r = ix;
+    for (int k = g.rank - 1; k >= 0; k--) {
+      xi[k] = r % g.d[k];
+      r /= g.d[k];
+    }
+    float t = 0.0f;
+    for (int64_t j = 0; j < nred; j++) {
+      int64_t rj = j, oy = 0, oa = 0, ob = 0;
+      for (int k = g.rank - 1; k >= 0; k--) {
+        int64_t red = g.s[0][k];
+        int64_t yk = red > 1 ? rj % red : xi[k];
+        if (red > 1) rj /= red;
+        oy += yk * g.s[1][k];
+        oa += yk * g.s[2][k];
+        ob += yk * g.s[3][k];
+      }
+      float v = dy[oy], bv = b[ob];
+      t += which == 0 ? v / bv : (-v * a[oa]) / (bv * bv);
+    }
+    dx[ix] = acc ? dx[ix] + t : t;
+  }
+}
+
+void pr_cu_div_bwd(float *dx, const float *dy, const float *a, const float *b, int which, int rank,
+                   const int64_t *ydims, const int64_t *xdims, const int64_t *astr,
+                   const int64_t *bstr, int acc) {
+  prCheck(rank >= 0 && rank <= 8 && (which == 0 || which == 1), "this is a pipec bug",
+          "pr_cu_div_bwd: rank %d / operand %d unsupported", rank, which);
+  Dims8x4 g;
+  memset(&g, 0, sizeof g);
+  g.rank = rank;
+  int64_t nx = 1, nred = 1, ys = 1;
+  for (int i = rank - 1; i >= 0; i--) {
+    g.d[i] = xdims[i];
+    g.s[0][i] = xdims[i] == 1 ? ydims[i] : 1;
+    g.s[1][i] = ys;
+    g.s[2][i] = astr[i];
+    g.s[3][i] = bstr[i];
+    ys *= ydims[i];
+    nx *= xdims[i];
+    nred *= g.s[0][i];
+  }
+  if (nx == 0) return;
+  if (ys == 0) nred = 0; // an empty y: dx = 0
+  div_bwd_k<<<pr_cu_blocks(nx), PR_CU_THREADS, 0, pr_cu_s()>>>(dx, dy, a, b, which, g, nx, nred,
+                                                               acc);
   cudaCheckLaunch();
 }
 

@@ -130,6 +130,11 @@ void pr_cu_rsqrt_fwd(float *y, const float *x, int64_t n);
 void pr_cu_rsqrt_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc);
 void pr_cu_pow_fwd(float *y, const float *x, int64_t n, float exponent);
 void pr_cu_pow_bwd(float *dx, const float *dy, const float *x, int64_t n, float exponent, int acc);
+// div's backward (forward: pr_cu_binary_fwd with op 3), a thread per element of dx summing in
+// the CPU's order
+void pr_cu_div_bwd(float *dx, const float *dy, const float *a, const float *b, int which, int rank,
+                   const int64_t *ydims, const int64_t *xdims, const int64_t *astr,
+                   const int64_t *bstr, int acc);
 // y (n) = xs[0] + ... + xs[k-1] left to right (xs a host array of device pointers, k <= 16;
 // y may alias any input).
 void pr_cu_add_n(float *y, const float *const *xs, int k, int64_t n);

@@ -258,6 +258,30 @@ static void test_elementwise(void) {
         }
     }
   }
+  // div: y (4,5,6,7) = a / b, b (1,5,1,7) away from 0; both gradients, acc 0 and 1
+  {
+    int64_t yd[4] = {4, 5, 6, 7}, bd[4] = {1, 5, 1, 7}, ad[4] = {4, 5, 6, 7};
+    int64_t as[4] = {210, 42, 7, 1}, bs[4] = {0, 7, 0, 1}, ny = 840, nb = 35;
+    float *hb = malloc((size_t)nb * 4), *b = pr_cu_alloc_region("b", (size_t)nb * 4);
+    for (int64_t i = 0; i < nb; i++) hb[i] = fabsf(hdy[i]) + 0.5f;
+    pr_cu_upload(b, hb, (size_t)nb * 4);
+    pr_cu_binary_fwd(y, x, b, 3, 4, yd, as, bs);
+    pr_binary_fwd(cy, hx, hb, 3, 4, yd, as, bs);
+    compare("div fwd", y, cy, ny, BITWISE);
+    for (int which = 0; which < 2; which++)
+      for (int acc = 0; acc < 2; acc++) {
+        int64_t nx = which ? nb : ny;
+        for (int64_t i = 0; i < nx; i++) hdx[i] = (float)i * 1e-3f;
+        pr_cu_upload(dx, hdx, (size_t)nx * 4);
+        pr_cu_div_bwd(dx, dy, x, b, which, 4, yd, which ? bd : ad, as, bs, acc);
+        pr_div_bwd(hdx, hdy, hx, hb, which, 4, yd, which ? bd : ad, as, bs, acc);
+        char name[64];
+        snprintf(name, sizeof name, "div_bwd which %d acc %d", which, acc);
+        compare(name, dx, hdx, nx, which ? REDUCE : BITWISE);
+      }
+    free(hb);
+    pr_cu_free_region(b);
+  }
   free(hx), free(hdy), free(cy), free(hdx);
   pr_cu_free_region(x), pr_cu_free_region(dy), pr_cu_free_region(y), pr_cu_free_region(dx);
 }

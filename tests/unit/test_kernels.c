@@ -555,6 +555,7 @@ END_TEST
 // neg, exp, rsqrt, pow by a constant (the unary ops of exported graphs)
 
 static void set_threads(int n); // (below, with the thread tests)
+enum { BIN_DIV_CODE = 3 };      // pr_binary_fwd's op for div (ir/ops.h BIN_DIV)
 
 // kinds: neg (pr_scale_* with factor -1), exp, rsqrt, then pow by each of xpow_e: integer
 // exponents by products, the others by powf
@@ -700,6 +701,112 @@ START_TEST(test_xunary_exact) {
   double worst = 0;
   for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(wy[i] / exp((double)wx[i]) - 1));
   ck_assert_msg(worst <= 3 * 1.2e-7, "exp: worst relative error %.3g", worst);
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// div: pr_binary_fwd with op 3, pr_div_bwd
+
+static float *away_from_zero(int64_t n) { // |v| in [0.5, 2], either sign
+  float *v = frand(n, 0.5f, 2.0f);
+  for (int64_t i = 0; i < n; i++)
+    if (urand() < 0.5) v[i] = -v[i];
+  return v;
+}
+
+// The gradient of operand which as the kernel's contract states it: y visited in ascending
+// row-major order, each element's contribution added to its operand element.
+static void div_bwd_ref(float *dx, const Ctx *c, const float *dy, int which, const int64_t *xdims,
+                        int rank) {
+  int64_t ny = numel(rank, c->ydims), xstr[8];
+  bstrides(rank, xdims, xstr);
+  memset(dx, 0, (size_t)numel(rank, xdims) * sizeof(float));
+  for (int64_t i = 0; i < ny; i++) {
+    int64_t rem = i, ao = 0, bo = 0, xo = 0;
+    for (int d = rank - 1; d >= 0; d--) {
+      int64_t q = rem % c->ydims[d];
+      rem /= c->ydims[d];
+      ao += q * c->astr[d], bo += q * c->bstr[d], xo += q * xstr[d];
+    }
+    float bv = c->b[bo];
+    dx[xo] += which == 0 ? dy[i] / bv : (-dy[i] * c->a[ao]) / (bv * bv);
+  }
+}
+
+// Every broadcast case of add/sub/mul: the forward is a / b, the gradients match the reference
+// order bit for bit and finite differences, and acc = 1 adds exactly the acc = 0 result.
+START_TEST(test_div) {
+  for (size_t ci = 0; ci < sizeof bin_cases / sizeof bin_cases[0]; ci++) {
+    const BinCase *bc = &bin_cases[ci];
+    Ctx c = {0};
+    int rank = bc->rank;
+    c.flag[0] = BIN_DIV_CODE, c.flag[1] = rank;
+    for (int i = 0; i < rank; i++) c.ydims[i] = bc->ad[i] > bc->bd[i] ? bc->ad[i] : bc->bd[i];
+    bstrides(rank, bc->ad, c.astr);
+    bstrides(rank, bc->bd, c.bstr);
+    int64_t ny = numel(rank, c.ydims), na = numel(rank, bc->ad), nb = numel(rank, bc->bd);
+    c.a = frand(na, -2, 2), c.b = away_from_zero(nb), c.y = fzeros(ny);
+    f_binary(&c);
+    float *expect = fzeros(ny);
+    for (int64_t i = 0; i < ny; i++) {
+      int64_t rem = i, ao = 0, bo = 0;
+      for (int d = rank - 1; d >= 0; d--) {
+        int64_t q = rem % c.ydims[d];
+        rem /= c.ydims[d];
+        ao += q * c.astr[d], bo += q * c.bstr[d];
+      }
+      expect[i] = c.a[ao] / c.b[bo];
+    }
+    assert_bitwise("div", c.y, expect, ny);
+    float *r = frand(ny, -1, 1), *da = fzeros(na), *db = fzeros(nb);
+    pr_div_bwd(da, r, c.a, c.b, 0, rank, c.ydims, bc->ad, c.astr, c.bstr, 0);
+    pr_div_bwd(db, r, c.a, c.b, 1, rank, c.ydims, bc->bd, c.astr, c.bstr, 0);
+    float *ea = fzeros(na), *eb = fzeros(nb);
+    div_bwd_ref(ea, &c, r, 0, bc->ad, rank);
+    div_bwd_ref(eb, &c, r, 1, bc->bd, rank);
+    assert_bitwise("div da order", da, ea, na);
+    assert_bitwise("div db order", db, eb, nb);
+    fd_check("div da", f_binary, &c, c.a, na, da, c.y, r, ny, H, TOL);
+    fd_check("div db", f_binary, &c, c.b, nb, db, c.y, r, ny, H, TOL);
+    for (int which = 0; which < 2; which++) {
+      int64_t nx = which ? nb : na;
+      float *out = frand(nx, -3, 3), *sum = fzeros(nx);
+      for (int64_t i = 0; i < nx; i++) sum[i] = out[i] + (which ? db[i] : da[i]);
+      pr_div_bwd(out, r, c.a, c.b, which, rank, c.ydims, which ? bc->bd : bc->ad, c.astr, c.bstr,
+                 1);
+      assert_bitwise("div acc", out, sum, nx);
+    }
+  }
+  // division by zero is IEEE's, as torch: inf with the signs' product, NaN for 0 / 0
+  float a[4] = {1.0f, -1.0f, 0.0f, 1.0f}, b[4] = {0.0f, 0.0f, 0.0f, -0.0f}, y[4];
+  int64_t yd[1] = {4}, st[1] = {1};
+  pr_binary_fwd(y, a, b, BIN_DIV_CODE, 1, yd, st, st);
+  ck_assert(y[0] == INFINITY && y[1] == -INFINITY && isnan(y[2]) && y[3] == -INFINITY);
+}
+END_TEST
+
+// The bits at 1 and 2 threads above the threading threshold: a (R,C) / b (C) (b's gradient
+// reduced over rows, threads owning column blocks), a (R,C) / b (R,1) (one value per row).
+START_TEST(test_div_threads) {
+  int64_t R = 64, C = 1100, ny = R * C, yd[2] = {R, C}, as[2] = {C, 1};
+  const int64_t bds[2][2] = {{1, C}, {R, 1}};
+  float *a = frand(ny, -2, 2), *b = away_from_zero(ny), *dy = frand(ny, -1, 1);
+  for (int k = 0; k < 2; k++) {
+    int64_t bs[2], nb = bds[k][0] * bds[k][1];
+    bstrides(2, bds[k], bs);
+    float *out[2][3];
+    for (int th = 1; th <= 2; th++) {
+      float **o = out[th - 1];
+      o[0] = fzeros(ny), o[1] = fzeros(ny), o[2] = fzeros(nb);
+      set_threads(th);
+      pr_binary_fwd(o[0], a, b, BIN_DIV_CODE, 2, yd, as, bs);
+      pr_div_bwd(o[1], dy, a, b, 0, 2, yd, yd, as, bs, 0);
+      pr_div_bwd(o[2], dy, a, b, 1, 2, yd, bds[k], as, bs, 0);
+    }
+    assert_bitwise("div threads y", out[0][0], out[1][0], ny);
+    assert_bitwise("div threads da", out[0][1], out[1][1], ny);
+    assert_bitwise("div threads db", out[0][2], out[1][2], nb);
+  }
 }
 END_TEST
 
@@ -1696,6 +1803,8 @@ int main(void) {
   tcase_add_test(tc, test_unary_accuracy);
   tcase_add_test(tc, test_xunary);
   tcase_add_test(tc, test_xunary_exact);
+  tcase_add_test(tc, test_div);
+  tcase_add_test(tc, test_div_threads);
   tcase_add_test(tc, test_softmax);
   tcase_add_test(tc, test_layernorm);
   tcase_add_test(tc, test_add_layernorm);

@@ -255,7 +255,7 @@ static const char *attr_type_name(AttrType t) {
 START_TEST(test_registry_matches_docs) {
   DocOp ops[64];
   int n = read_doc_ops(ops, 64);
-  ck_assert_int_eq(n, 27); // the op set v1
+  ck_assert_int_eq(n, 28); // the op set v1
   for (int i = 0; i < n; i++) {
     const DocOp *d = &ops[i];
     const OpDef *op = op_find(d->name);
@@ -526,6 +526,14 @@ static const OpCase cases[] = {
     ERR("pow", I("f32(B,4)"), "exponent=-inf", "attribute 'exponent' = -inf is not a finite float"),
     ERR("pow", I("i32(B,4)"), "exponent=2",
         "input 'a' has dtype i32 but pow needs a floating-point tensor"),
+    // div: mul's broadcasting, n flops
+    OK("div", I("f32(B,4)", "f32(4)"), NULL, "f32(B,4)", 12, (12 + 4 + 12) * 4),
+    OK("div", I("f32(1,5)", "f32(B,1)"), NULL, "f32(B,5)", 15, (5 + 3 + 15) * 4),
+    ERR("div", I("f32(B,4)", "f32(3)"), NULL, "cannot broadcast 'a' (B,4) with 'b' (3)"),
+    ERR("div", I("f32(B,4)", "f16(4)"), NULL,
+        "input 'b' has dtype f16 but input 'a' has dtype f32; div needs equal dtypes"),
+    ERR("div", I("i32(B,4)", "i32(4)"), NULL,
+        "input 'a' has dtype i32 but div needs a floating-point tensor"),
 
     // softmax: 5n
     OK("softmax", I("f32(B,6)"), NULL, "f32(B,6)", 90, 144),
