@@ -659,6 +659,47 @@ static bool pow_infer(const Graph *g, Node *n, Diag *d) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// mean over one axis (keepdim: the axis stays with size 1)
+
+static const AttrDef mean_attrs[] = {
+    {"axis", ATTR_INT, true, 0, 0, "axis to average over", NULL},
+    {"keepdim", ATTR_BOOL, false, 0, 0, "keep the axis with size 1", NULL},
+};
+
+static bool mean_infer(const Graph *g, Node *n, Diag *d) {
+  const Shape *x = &n->in[0]->shape;
+  int axis;
+  if (!want_float(g, n, d, 0) || !want_rank(g, n, d, 0, 1, -1) ||
+      !norm_axis(n, d, "axis", n->attrs[0].i, x->rank, &axis))
+    return false;
+  if (x->d[axis].b) {
+    node_error(d, n, "cannot take the mean of '%s' %s along the batch dim", n->in[0]->name,
+               fmt_shape(g, x));
+    return false;
+  }
+  if (x->d[axis].n == 0) {
+    node_error(d, n, "cannot take the mean of '%s' %s along axis %d of size 0", n->in[0]->name,
+               fmt_shape(g, x), axis);
+    return false;
+  }
+  Shape o = *x;
+  if (n->attrs[1].i) {
+    o.d[axis] = (Dim){1, 0};
+  } else {
+    for (int i = axis; i + 1 < x->rank; i++) o.d[i] = x->d[i + 1];
+    o.rank--;
+  }
+  set_out(n, 0, &o, n->in[0]->dtype);
+  return true;
+}
+
+// One add per input element (the division per output element not counted).
+static void mean_cost(const Node *n, int64_t batch, OpCost *c) {
+  c->flops = numel(n->in[0], batch);
+  c->bytes = io_bytes(n, batch);
+}
+
+// ---------------------------------------------------------------------------------------------
 // The registry
 
 // Cost of a backward node: the FLOPs of the forward node it differentiates (one GEMM of the
@@ -791,6 +832,8 @@ static const OpDef ops[] = {
     {.name = "div", IN(2, 2), .nout = 1, .infer = binary_infer, .cost = cost1, .kernel = "pr_binary_fwd",
      .kargs = kargs_binary, .variant = BIN_DIV, GRADS(GRAD(GRAD_EVERY_SLOT, "div.d", GDY, GX(0), GX(1))),
      .doc = "a / b with broadcasting"},
+    {.name = "mean", IN(1, 1), .nout = 1, ATTRS(mean_attrs), .infer = mean_infer, .cost = mean_cost,
+     .kernel = "pr_mean_fwd", .kargs = kargs_mean, GRADS(GRAD(0, "mean.dx", GDY)), .doc = "mean over one axis"},
 
     // Internal ops (gradients and their bookkeeping)
     BWD("matmul.da", 2, 2, "pr_matmul_bwd_a", kargs_matmul, true, .progress = true),
@@ -827,6 +870,7 @@ static const OpDef ops[] = {
     BWD("rsqrt.dx", 2, 2, "pr_rsqrt_bwd", kargs_n, true),
     BWD("pow.dx", 2, 2, "pr_pow_bwd", kargs_pow, true),
     BWD("div.d", 3, 3, "pr_div_bwd", kargs_div_d, true),
+    BWD("mean.dx", 1, 1, "pr_mean_bwd", kargs_mean, true),
     // y = x0 + x1 + ... in this order: the gradient of a tensor with several consumers.
     {.name = "add_n", IN(1, -1), .nout = 1, .cost = cost1, .internal = true, .kernel = "pr_add_n",
      .kargs = kargs_add_n, .doc = "sum of gradient contributions, in consumer order"},

@@ -20,6 +20,7 @@ void kargs_gelu(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_neg(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_pow(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_div_d(const Node *n, int64_t batch, Arena *a, KArgs *o);
+void kargs_mean(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_softmax(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_layernorm(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_embedding(const Node *n, int64_t batch, Arena *a, KArgs *o);

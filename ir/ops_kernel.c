@@ -291,6 +291,19 @@ void kargs_slice(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   ki(o, "size", f->in[n->slot]->shape.d[axis].n);
 }
 
+// ---- mean and its gradient: outer, dim, inner around the axis (of the forward's input)
+void kargs_mean(const Node *n, int64_t batch, Arena *a, KArgs *o) {
+  (void)a;
+  const Node *f = fw(n);
+  const Shape *x = &f->in[0]->shape;
+  int axis = norm_ax(f->attrs[0].i, x->rank);
+  int64_t outer, inner;
+  around(x, axis, batch, &outer, &inner);
+  ki(o, "outer", outer);
+  ki(o, "dim", x->d[axis].n);
+  ki(o, "inner", inner);
+}
+
 // ---- attention: B, T, C, NH
 void kargs_attention(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   (void)a;

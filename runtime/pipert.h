@@ -149,6 +149,10 @@ void pr_pow_bwd(float *dx, const float *dy, const float *x, int64_t n, float exp
 void pr_div_bwd(float *dx, const float *dy, const float *a, const float *b, int which, int rank,
                 const int64_t *ydims, const int64_t *xdims, const int64_t *astr,
                 const int64_t *bstr, int acc);
+// mean over the middle dim of (outer, dim, inner): y (outer, inner) = the sum over k in ascending
+// order, divided by dim; the backward dx (outer, dim, inner) = dy / dim broadcast over k.
+void pr_mean_fwd(float *y, const float *x, int64_t outer, int64_t dim, int64_t inner);
+void pr_mean_bwd(float *dx, const float *dy, int64_t outer, int64_t dim, int64_t inner, int acc);
 
 // softmax over the middle dim of (outer, dim, inner); numerically stable (max subtracted).
 void pr_softmax_fwd(float *y, const float *x, int64_t outer, int64_t dim, int64_t inner);

@@ -135,6 +135,9 @@ void pr_cu_pow_bwd(float *dx, const float *dy, const float *x, int64_t n, float 
 void pr_cu_div_bwd(float *dx, const float *dy, const float *a, const float *b, int which, int rank,
                    const int64_t *ydims, const int64_t *xdims, const int64_t *astr,
                    const int64_t *bstr, int acc);
+// mean over the middle dim of (outer, dim, inner): a thread per output, k ascending
+void pr_cu_mean_fwd(float *y, const float *x, int64_t outer, int64_t dim, int64_t inner);
+void pr_cu_mean_bwd(float *dx, const float *dy, int64_t outer, int64_t dim, int64_t inner, int acc);
 // y (n) = xs[0] + ... + xs[k-1] left to right (xs a host array of device pointers, k <= 16;
 // y may alias any input).
 void pr_cu_add_n(float *y, const float *const *xs, int k, int64_t n);

@@ -292,6 +292,19 @@ static void test_norm(void) {
   float *x = dev_rand(&hx, n), *dy = dev_rand(&hdy, n);
   float *y = pr_cu_alloc_region("y", (size_t)n * 4), *cy = malloc((size_t)n * 4);
   float *dx = pr_cu_alloc_region("dx", (size_t)n * 4), *hdx = calloc((size_t)n, 4);
+  for (int64_t in = 1; in <= inner; in += inner - 1) { // mean: rows and strided, the CPU's bits
+    int64_t out = n / (dim * in);
+    pr_cu_mean_fwd(y, x, out, dim, in);
+    pr_mean_fwd(cy, hx, out, dim, in);
+    compare(in == 1 ? "mean_fwd rows" : "mean_fwd strided", y, cy, out * in, BITWISE);
+    for (int acc = 0; acc < 2; acc++) {
+      for (int64_t i = 0; i < n; i++) hdx[i] = (float)i * 1e-5f;
+      pr_cu_upload(dx, hdx, (size_t)n * 4);
+      pr_cu_mean_bwd(dx, dy, out, dim, in, acc);
+      pr_mean_bwd(hdx, hdy, out, dim, in, acc);
+      compare(acc ? "mean_bwd acc" : "mean_bwd", dx, hdx, n, BITWISE);
+    }
+  }
   for (int strided = 0; strided < 2; strided++) {
     int64_t o = strided ? outer : outer * inner, in = strided ? inner : 1;
     pr_cu_softmax_fwd(y, x, o, dim, in);

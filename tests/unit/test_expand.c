@@ -648,6 +648,9 @@ static const ErrCase err_cases[] = {
     {HEAD
      "  {'name': 'a', 'op': 'pow', 'inputs': ['x'], 'attrs': {'exponent': 1e39}},\n" LOSS_A TAIL,
      "m.json:6:3: error: nodes[0] \"a\": attribute 'exponent' = 1e+39 is not a finite float\n"},
+    {HEAD "  {'name': 'a', 'op': 'mean', 'inputs': ['x']},\n" LOSS_A TAIL,
+     "m.json:6:3: error: nodes[0] \"a\": missing required attribute 'axis' of mean (axis to "
+     "average over)\n"},
     {HEAD "  {'name': 'a', 'op': 'neg', 'inputs': ['x', 'x']},\n" LOSS_A TAIL,
      "m.json:6:3: error: nodes[0] \"a\": neg takes 1 input, got 2\n"},
     {HEAD "  {'name': 'a', 'op': 'concat', 'inputs': []},\n" LOSS_A TAIL,

@@ -811,6 +811,59 @@ START_TEST(test_div_threads) {
 END_TEST
 
 // ---------------------------------------------------------------------------------------------
+// mean over the middle dim of (outer, dim, inner)
+
+static void f_mean(void *p) {
+  Ctx *c = p;
+  pr_mean_fwd(c->y, c->x, c->n[0], c->n[1], c->n[2]);
+}
+
+// Against the sequential sum (bits), finite differences, acc; rows (inner 1), strided, an inner
+// dim wider than a block; and 1 vs 2 threads above the threshold.
+START_TEST(test_mean) {
+  const int64_t shapes[][3] = {{7, 13, 1}, {3, 5, 4}, {2, 6, 70}, {1, 9, 1}, {4, 1, 3}};
+  for (int si = 0; si < 5; si++) {
+    int64_t outer = shapes[si][0], dim = shapes[si][1], inner = shapes[si][2];
+    int64_t nx = outer * dim * inner, ny = outer * inner;
+    Ctx c = {0};
+    c.n[0] = outer, c.n[1] = dim, c.n[2] = inner;
+    c.x = frand(nx, -2, 2), c.y = fzeros(ny);
+    f_mean(&c);
+    float *e = fzeros(ny);
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t j = 0; j < inner; j++) {
+        float s = 0.0f;
+        for (int64_t k = 0; k < dim; k++) s += c.x[(o * dim + k) * inner + j];
+        e[o * inner + j] = s / (float)dim;
+      }
+    assert_bitwise("mean", c.y, e, ny);
+    float *r = frand(ny, -1, 1), *dx = fzeros(nx), *out = frand(nx, -3, 3), *sum = fzeros(nx);
+    pr_mean_bwd(dx, r, outer, dim, inner, 0);
+    for (int64_t i = 0; i < nx; i++)
+      ck_assert(dx[i] == r[(i / (dim * inner)) * inner + i % inner] / (float)dim);
+    fd_check("mean dx", f_mean, &c, c.x, nx, dx, c.y, r, ny, H, TOL);
+    for (int64_t i = 0; i < nx; i++) sum[i] = out[i] + dx[i];
+    pr_mean_bwd(out, r, outer, dim, inner, 1);
+    assert_bitwise("mean acc", out, sum, nx);
+  }
+  const int64_t big[][3] = {{600, 100, 1}, {3, 100, 300}, {1, 70000, 1}};
+  for (int bi = 0; bi < 3; bi++) {
+    int64_t outer = big[bi][0], dim = big[bi][1], inner = big[bi][2];
+    int64_t nx = outer * dim * inner, ny = outer * inner;
+    float *x = frand(nx, -2, 2), *dy = frand(ny, -1, 1), *o[2][2];
+    for (int th = 1; th <= 2; th++) {
+      set_threads(th);
+      o[th - 1][0] = fzeros(ny), o[th - 1][1] = fzeros(nx);
+      pr_mean_fwd(o[th - 1][0], x, outer, dim, inner);
+      pr_mean_bwd(o[th - 1][1], dy, outer, dim, inner, 0);
+    }
+    assert_bitwise("mean threads", o[0][0], o[1][0], ny);
+    assert_bitwise("mean threads dx", o[0][1], o[1][1], nx);
+  }
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
 // softmax
 
 static void f_softmax(void *p) {
@@ -1805,6 +1858,7 @@ int main(void) {
   tcase_add_test(tc, test_xunary_exact);
   tcase_add_test(tc, test_div);
   tcase_add_test(tc, test_div_threads);
+  tcase_add_test(tc, test_mean);
   tcase_add_test(tc, test_softmax);
   tcase_add_test(tc, test_layernorm);
   tcase_add_test(tc, test_add_layernorm);

@@ -255,7 +255,7 @@ static const char *attr_type_name(AttrType t) {
 START_TEST(test_registry_matches_docs) {
   DocOp ops[64];
   int n = read_doc_ops(ops, 64);
-  ck_assert_int_eq(n, 28); // the op set v1
+  ck_assert_int_eq(n, 29); // the op set v1
   for (int i = 0; i < n; i++) {
     const DocOp *d = &ops[i];
     const OpDef *op = op_find(d->name);
@@ -534,6 +534,19 @@ static const OpCase cases[] = {
         "input 'b' has dtype f16 but input 'a' has dtype f32; div needs equal dtypes"),
     ERR("div", I("i32(B,4)", "i32(4)"), NULL,
         "input 'a' has dtype i32 but div needs a floating-point tensor"),
+    // mean: numel(x) flops
+    OK("mean", I("f32(B,5,8)"), "axis=-1", "f32(B,5)", 120, (120 + 15) * 4),
+    OK("mean", I("f32(B,5,8)"), "axis=1 keepdim=true", "f32(B,1,8)", 120, (120 + 24) * 4),
+    OK("mean", I("bf16(6)"), "axis=0", "bf16()", 6, (6 + 1) * 2),
+    OK("mean", I("f32(6)"), "axis=0 keepdim=true", "f32(1)", 6, (6 + 1) * 4),
+    ERR("mean", I("f32(B,5,8)"), "axis=3",
+        "attribute 'axis' = 3 is out of range for rank 3 (valid: -3..2)"),
+    ERR("mean", I("f32(B,5,8)"), "axis=0",
+        "cannot take the mean of 'a' (B,5,8) along the batch dim"),
+    ERR("mean", I("f32(B,0)"), "axis=1",
+        "cannot take the mean of 'a' (B,0) along axis 1 of size 0"),
+    ERR("mean", I("i32(B,4)"), "axis=1",
+        "input 'a' has dtype i32 but mean needs a floating-point tensor"),
 
     // softmax: 5n
     OK("softmax", I("f32(B,6)"), NULL, "f32(B,6)", 90, 144),
