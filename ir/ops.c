@@ -700,6 +700,62 @@ static void mean_cost(const Node *n, int64_t batch, OpCost *c) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// slice: x[..., start:end, ...] along one axis (step 1), Python's negative indices
+
+static const AttrDef slice_attrs[] = {
+    {"axis", ATTR_INT, true, 0, 0, "axis to slice", NULL},
+    {"start", ATTR_INT, false, 0, 0, "first index (negative: from the end)", NULL},
+    {"end", ATTR_INT, false, INT64_MAX, 0, "index past the last (negative: from the end)", NULL},
+    {"step", ATTR_INT, false, 1, 0, "stride; only 1", NULL},
+};
+
+// Node n's slice [*start, *end) of the (valid) axis `axis`, its attributes normalised as Python
+// does (negative from the end; end's default INT64_MAX, torch's open end, is the axis' end).
+void slice_bounds(const Node *n, int axis, int64_t *start, int64_t *end) {
+  int64_t s = n->attrs[1].i, e = n->attrs[2].i, size = n->in[0]->shape.d[axis].n;
+  *start = s < 0 ? s + size : s;
+  *end = e == INT64_MAX ? size : e < 0 ? e + size : e;
+}
+
+static bool slice_infer(const Graph *g, Node *n, Diag *d) {
+  const Shape *x = &n->in[0]->shape;
+  int axis;
+  int64_t start, end;
+  if (!want_rank(g, n, d, 0, 1, -1) || !norm_axis(n, d, "axis", n->attrs[0].i, x->rank, &axis))
+    return false;
+  if (x->d[axis].b) {
+    node_error(d, n, "cannot slice '%s' %s along the batch dim", n->in[0]->name, fmt_shape(g, x));
+    return false;
+  }
+  int64_t size = x->d[axis].n, s = n->attrs[1].i, e = n->attrs[2].i;
+  if (n->attrs[3].i != 1) {
+    node_error(d, n, "attribute 'step' = %lld is not supported; slice takes step 1",
+               (long long)n->attrs[3].i);
+    return false;
+  }
+  slice_bounds(n, axis, &start, &end);
+  if (start < 0 || start >= size) {
+    node_error(d, n, "attribute 'start' = %lld is out of range for axis %d of size %lld",
+               (long long)s, axis, (long long)size);
+    return false;
+  }
+  if (end > size || end < 0) {
+    node_error(d, n, "attribute 'end' = %lld is %s axis %d of size %lld", (long long)e,
+               end > size ? "past" : "before the start of", axis, (long long)size);
+    return false;
+  }
+  if (end <= start) {
+    node_error(d, n, "slice of axis %d from %lld to %lld is empty", axis, (long long)start,
+               (long long)end);
+    return false;
+  }
+  Shape o = *x;
+  o.d[axis].n = end - start;
+  set_out(n, 0, &o, n->in[0]->dtype);
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
 // The registry
 
 // Cost of a backward node: the FLOPs of the forward node it differentiates (one GEMM of the
@@ -834,6 +890,10 @@ static const OpDef ops[] = {
      .doc = "a / b with broadcasting"},
     {.name = "mean", IN(1, 1), .nout = 1, ATTRS(mean_attrs), .infer = mean_infer, .cost = mean_cost,
      .kernel = "pr_mean_fwd", .kargs = kargs_mean, GRADS(GRAD(0, "mean.dx", GDY)), .doc = "mean over one axis"},
+    // slice: concat.dx's kernel with acc 0; its gradient pads dy with zeros
+    {.name = "slice", IN(1, 1), .nout = 1, ATTRS(slice_attrs), .infer = slice_infer, .cost = cost0,
+     .kernel = "pr_slice", .kargs = kargs_slice_op, GRADS(GRAD(0, "slice.dx", GDY)),
+     .doc = "x[start:end] along one axis"},
 
     // Internal ops (gradients and their bookkeeping)
     BWD("matmul.da", 2, 2, "pr_matmul_bwd_a", kargs_matmul, true, .progress = true),
@@ -871,6 +931,7 @@ static const OpDef ops[] = {
     BWD("pow.dx", 2, 2, "pr_pow_bwd", kargs_pow, true),
     BWD("div.d", 3, 3, "pr_div_bwd", kargs_div_d, true),
     BWD("mean.dx", 1, 1, "pr_mean_bwd", kargs_mean, true),
+    BWD("slice.dx", 1, 1, "pr_pad", kargs_slice_op, true),
     // y = x0 + x1 + ... in this order: the gradient of a tensor with several consumers.
     {.name = "add_n", IN(1, -1), .nout = 1, .cost = cost1, .internal = true, .kernel = "pr_add_n",
      .kargs = kargs_add_n, .doc = "sum of gradient contributions, in consumer order"},

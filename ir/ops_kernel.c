@@ -304,6 +304,23 @@ void kargs_mean(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   ki(o, "inner", inner);
 }
 
+// ---- slice (pr_slice, acc 0) and its gradient (pr_pad): outer, inner, total, offset, size
+void kargs_slice_op(const Node *n, int64_t batch, Arena *a, KArgs *o) {
+  (void)a;
+  const Node *f = fw(n);
+  const Shape *x = &f->in[0]->shape;
+  int axis = norm_ax(f->attrs[0].i, x->rank);
+  int64_t start, end, outer, inner;
+  slice_bounds(f, axis, &start, &end);
+  around(x, axis, batch, &outer, &inner);
+  ki(o, "outer", outer);
+  ki(o, "inner", inner);
+  ki(o, "total", x->d[axis].n);
+  ki(o, "offset", start);
+  ki(o, "size", end - start);
+  if (!n->fwd) o->a[o->n++] = (KArg){.name = "acc", .kind = 'x', .expr = "0"};
+}
+
 // ---- attention: B, T, C, NH
 void kargs_attention(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   (void)a;

@@ -199,6 +199,10 @@ void pr_concat(float *y, const float *const *xs, int64_t outer, int64_t inner, i
 // dx (outer,size,inner) = dy (outer,total,inner)[:, offset:offset+size, :] (concat's backward).
 void pr_slice(float *dx, const float *dy, int64_t outer, int64_t inner, int64_t total,
               int64_t offset, int64_t size, int acc);
+// slice's backward: dx (outer,total,inner) = dy (outer,size,inner) at [:, offset:offset+size, :],
+// zeros elsewhere (acc: dy added there, the rest left as it is).
+void pr_pad(float *dx, const float *dy, int64_t outer, int64_t inner, int64_t total, int64_t offset,
+            int64_t size, int acc);
 
 // Causal multi-head self-attention on packed qkv (B,T,3C) -> y (B,T,C), NH heads of C/NH;
 // att (B,NH,T,T) holds the softmax probabilities (saved for backward; entries above the

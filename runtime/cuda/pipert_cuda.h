@@ -138,6 +138,9 @@ void pr_cu_div_bwd(float *dx, const float *dy, const float *a, const float *b, i
 // mean over the middle dim of (outer, dim, inner): a thread per output, k ascending
 void pr_cu_mean_fwd(float *y, const float *x, int64_t outer, int64_t dim, int64_t inner);
 void pr_cu_mean_bwd(float *dx, const float *dy, int64_t outer, int64_t dim, int64_t inner, int acc);
+// slice's backward (its forward is pr_cu_slice with acc 0): dy into zeros
+void pr_cu_pad(float *dx, const float *dy, int64_t outer, int64_t inner, int64_t total,
+               int64_t offset, int64_t size, int acc);
 // y (n) = xs[0] + ... + xs[k-1] left to right (xs a host array of device pointers, k <= 16;
 // y may alias any input).
 void pr_cu_add_n(float *y, const float *const *xs, int k, int64_t n);

@@ -467,6 +467,11 @@ static void test_layout(void) {
     pr_slice(cys[1], hs, outer, inner, 10, 2, 5, acc);
     compare(acc ? "slice acc" : "slice", ys[1], cys[1], outer * 5 * inner, EXACT);
   }
+  for (int acc = 0; acc < 2; acc++) { // slice's backward: ys[1] into zeros (acc: added)
+    pr_cu_pad(cat, ys[1], outer, inner, 10, 2, 5, acc);
+    pr_pad(ccat, cys[1], outer, inner, 10, 2, 5, acc);
+    compare(acc ? "pad acc" : "pad", cat, ccat, tot, EXACT);
+  }
   for (int k = 0; k < 3; k++) pr_cu_free_region(ys[k]), free(cys[k]);
   free(hx), free(cy), free(hs), free(ccat);
   pr_cu_free_region(x), pr_cu_free_region(y), pr_cu_free_region(s), pr_cu_free_region(cat);

@@ -651,6 +651,10 @@ static const ErrCase err_cases[] = {
     {HEAD "  {'name': 'a', 'op': 'mean', 'inputs': ['x']},\n" LOSS_A TAIL,
      "m.json:6:3: error: nodes[0] \"a\": missing required attribute 'axis' of mean (axis to "
      "average over)\n"},
+    {HEAD
+     "  {'name': 'a', 'op': 'slice', 'inputs': ['x'], 'attrs': {'axis': 1, 'end': 5}},\n" LOSS_A
+         TAIL,
+     "m.json:6:3: error: nodes[0] \"a\": attribute 'end' = 5 is past axis 1 of size 4\n"},
     {HEAD "  {'name': 'a', 'op': 'neg', 'inputs': ['x', 'x']},\n" LOSS_A TAIL,
      "m.json:6:3: error: nodes[0] \"a\": neg takes 1 input, got 2\n"},
     {HEAD "  {'name': 'a', 'op': 'concat', 'inputs': []},\n" LOSS_A TAIL,

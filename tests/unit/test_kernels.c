@@ -864,6 +864,36 @@ START_TEST(test_mean) {
 END_TEST
 
 // ---------------------------------------------------------------------------------------------
+// slice's backward pr_pad: dy at [offset, offset + size) of the axis, zeros elsewhere; acc adds dy
+// there and leaves the rest; the adjoint of pr_slice (<pr_slice(x), r> = <x, pr_pad(r)>).
+START_TEST(test_pad) {
+  const int64_t cases[][5] = {{3, 4, 7, 2, 3}, {5, 1, 8, 0, 8}, {2, 3, 6, 5, 1}, {1, 2, 4, 0, 1}};
+  for (int ci = 0; ci < 4; ci++) {
+    int64_t outer = cases[ci][0], inner = cases[ci][1], total = cases[ci][2];
+    int64_t off = cases[ci][3], size = cases[ci][4];
+    int64_t nx = outer * total * inner, ny = outer * size * inner;
+    float *dy = frand(ny, -1, 1), *dx = frand(nx, -1, 1), *e = fzeros(nx);
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t k = 0; k < size; k++)
+        for (int64_t j = 0; j < inner; j++)
+          e[(o * total + off + k) * inner + j] = dy[(o * size + k) * inner + j];
+    pr_pad(dx, dy, outer, inner, total, off, size, 0);
+    assert_bitwise("pad", dx, e, nx);
+    float *out = frand(nx, -3, 3), *sum = fzeros(nx);
+    for (int64_t i = 0; i < nx; i++) sum[i] = out[i] + e[i];
+    pr_pad(out, dy, outer, inner, total, off, size, 1);
+    assert_bitwise("pad acc", out, sum, nx);
+    float *x = frand(nx, -2, 2), *y = fzeros(ny);
+    pr_slice(y, x, outer, inner, total, off, size, 0);
+    double l = 0, r = 0;
+    for (int64_t i = 0; i < ny; i++) l += (double)y[i] * dy[i];
+    for (int64_t i = 0; i < nx; i++) r += (double)x[i] * dx[i];
+    ck_assert(l == r); // the same products, each exact in double, summed in the same order
+  }
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
 // softmax
 
 static void f_softmax(void *p) {
@@ -1859,6 +1889,7 @@ int main(void) {
   tcase_add_test(tc, test_div);
   tcase_add_test(tc, test_div_threads);
   tcase_add_test(tc, test_mean);
+  tcase_add_test(tc, test_pad);
   tcase_add_test(tc, test_softmax);
   tcase_add_test(tc, test_layernorm);
   tcase_add_test(tc, test_add_layernorm);

@@ -255,7 +255,7 @@ static const char *attr_type_name(AttrType t) {
 START_TEST(test_registry_matches_docs) {
   DocOp ops[64];
   int n = read_doc_ops(ops, 64);
-  ck_assert_int_eq(n, 29); // the op set v1
+  ck_assert_int_eq(n, 30); // the op set v1
   for (int i = 0; i < n; i++) {
     const DocOp *d = &ops[i];
     const OpDef *op = op_find(d->name);
@@ -547,6 +547,26 @@ static const OpCase cases[] = {
         "cannot take the mean of 'a' (B,0) along axis 1 of size 0"),
     ERR("mean", I("i32(B,4)"), "axis=1",
         "input 'a' has dtype i32 but mean needs a floating-point tensor"),
+    // slice: a layout op (any dtype, 0 flops); Python's negative indices, step 1
+    OK("slice", I("f32(B,8)"), "axis=1 start=2 end=5", "f32(B,3)", 0, (24 + 9) * 4),
+    OK("slice", I("f32(B,8)"), "axis=-1 start=-3", "f32(B,3)", 0, (24 + 9) * 4),
+    OK("slice", I("i32(B,8)"), "axis=1 end=-1", "i32(B,7)", 0, (24 + 21) * 4),
+    OK("slice", I("f16(4,B)"), "axis=0 start=1 end=4 step=1", "f16(3,B)", 0, (12 + 9) * 2),
+    OK("slice", I("f32(B,8)"), "axis=1 end=9223372036854775807", "f32(B,8)", 0, (24 + 24) * 4),
+    ERR("slice", I("f32(B,8)"), "axis=1 end=9", "attribute 'end' = 9 is past axis 1 of size 8"),
+    ERR("slice", I("f32(B,8)"), "axis=1 end=-9",
+        "attribute 'end' = -9 is before the start of axis 1 of size 8"),
+    ERR("slice", I("f32(B,8)"), "axis=1 start=8",
+        "attribute 'start' = 8 is out of range for axis 1 of size 8"),
+    ERR("slice", I("f32(B,8)"), "axis=1 start=-9",
+        "attribute 'start' = -9 is out of range for axis 1 of size 8"),
+    ERR("slice", I("f32(B,8)"), "axis=1 start=5 end=3", "slice of axis 1 from 5 to 3 is empty"),
+    ERR("slice", I("f32(B,8)"), "axis=1 start=-2 end=6", "slice of axis 1 from 6 to 6 is empty"),
+    ERR("slice", I("f32(B,8)"), "axis=1 step=2",
+        "attribute 'step' = 2 is not supported; slice takes step 1"),
+    ERR("slice", I("f32(B,8)"), "axis=0 end=1", "cannot slice 'a' (B,8) along the batch dim"),
+    ERR("slice", I("f32(B,8)"), "axis=2",
+        "attribute 'axis' = 2 is out of range for rank 2 (valid: -2..1)"),
 
     // softmax: 5n
     OK("softmax", I("f32(B,6)"), NULL, "f32(B,6)", 90, 144),
