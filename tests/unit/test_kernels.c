@@ -827,7 +827,9 @@ START_TEST(test_mean) {
     int64_t nx = outer * dim * inner, ny = outer * inner;
     Ctx c = {0};
     c.n[0] = outer, c.n[1] = dim, c.n[2] = inner;
+    // full mantissas, so that another summation order would round differently
     c.x = frand(nx, -2, 2), c.y = fzeros(ny);
+    for (int64_t i = 0; i < nx; i++) c.x[i] *= (float)(1.0 + urand());
     f_mean(&c);
     float *e = fzeros(ny);
     for (int64_t o = 0; o < outer; o++)
@@ -837,6 +839,7 @@ START_TEST(test_mean) {
         e[o * inner + j] = s / (float)dim;
       }
     assert_bitwise("mean", c.y, e, ny);
+    for (int64_t i = 0; i < nx; i++) c.x[i] = qrand(-2, 2); // exact x +- 2h for the differences
     float *r = frand(ny, -1, 1), *dx = fzeros(nx), *out = frand(nx, -3, 3), *sum = fzeros(nx);
     pr_mean_bwd(dx, r, outer, dim, inner, 0);
     for (int64_t i = 0; i < nx; i++)
