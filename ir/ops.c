@@ -5,6 +5,7 @@
 // per call with the batch symbol bound; bytes are always the inputs' and outputs' sizes.
 #include "ops_impl.h"
 
+#include <float.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -202,7 +203,7 @@ static void linear_cost(const Node *n, int64_t batch, OpCost *c) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Elementwise binary ops with NumPy broadcasting: add, sub, mul
+// Elementwise binary ops with NumPy broadcasting: add, sub, mul, div
 
 static bool binary_infer(const Graph *g, Node *n, Diag *d) {
   if (!want_float(g, n, d, 0) || !want_same_dtype(g, n, d, 0, 1)) return false;
@@ -686,6 +687,123 @@ static void mse_cost(const Node *n, int64_t batch, OpCost *c) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Elementwise unary ops of exported graphs: neg, exp, rsqrt, pow (x to a constant exponent)
+
+static const AttrDef pow_attrs[] = {
+    {"exponent", ATTR_FLOAT, true, 0, 0, "the constant power x is raised to", NULL},
+};
+
+static void cost2(const Node *n, int64_t batch, OpCost *c) {
+  elementwise_cost(n, batch, c, 2);
+}
+
+static bool pow_infer(const Graph *g, Node *n, Diag *d) {
+  double e = n->attrs[0].f; // the kernels take a float
+  if (!(e >= -FLT_MAX && e <= FLT_MAX)) {
+    node_error(d, n, "attribute 'exponent' = %g is not a finite float", e);
+    return false;
+  }
+  return unary_infer(g, n, d);
+}
+
+// ---------------------------------------------------------------------------------------------
+// mean over one axis (keepdim: the axis stays with size 1)
+
+static const AttrDef mean_attrs[] = {
+    {"axis", ATTR_INT, true, 0, 0, "axis to average over", NULL},
+    {"keepdim", ATTR_BOOL, false, 0, 0, "keep the axis with size 1", NULL},
+};
+
+static bool mean_infer(const Graph *g, Node *n, Diag *d) {
+  const Shape *x = &n->in[0]->shape;
+  int axis;
+  if (!want_float(g, n, d, 0) || !want_rank(g, n, d, 0, 1, -1) ||
+      !norm_axis(n, d, "axis", n->attrs[0].i, x->rank, &axis))
+    return false;
+  if (x->d[axis].b) {
+    node_error(d, n, "cannot take the mean of '%s' %s along the batch dim", n->in[0]->name,
+               fmt_shape(g, x));
+    return false;
+  }
+  if (x->d[axis].n == 0) {
+    node_error(d, n, "cannot take the mean of '%s' %s along axis %d of size 0", n->in[0]->name,
+               fmt_shape(g, x), axis);
+    return false;
+  }
+  Shape o = *x;
+  if (n->attrs[1].i) {
+    o.d[axis] = (Dim){1, 0};
+  } else {
+    for (int i = axis; i + 1 < x->rank; i++) o.d[i] = x->d[i + 1];
+    o.rank--;
+  }
+  set_out(n, 0, &o, n->in[0]->dtype);
+  return true;
+}
+
+// One add per input element (the division per output element not counted).
+static void mean_cost(const Node *n, int64_t batch, OpCost *c) {
+  c->flops = numel(n->in[0], batch);
+  c->bytes = io_bytes(n, batch);
+}
+
+// ---------------------------------------------------------------------------------------------
+// slice: x[..., start:end, ...] along one axis (step 1), Python's negative indices
+
+static const AttrDef slice_attrs[] = {
+    {"axis", ATTR_INT, true, 0, 0, "axis to slice", NULL},
+    {"start", ATTR_INT, false, 0, 0, "first index (negative: from the end)", NULL},
+    {"end", ATTR_INT, false, INT64_MAX, 0, "index past the last (negative: from the end)", NULL},
+    {"step", ATTR_INT, false, 1, 0, "stride; only 1", NULL},
+};
+
+// Node n's slice [*start, *end) of the (valid) axis `axis`, its attributes normalised as Python
+// does (negative from the end; end's default INT64_MAX, torch's open end, is the axis' end).
+void slice_bounds(const Node *n, int axis, int64_t *start, int64_t *end) {
+  int64_t s = n->attrs[1].i, e = n->attrs[2].i, size = n->in[0]->shape.d[axis].n;
+  *start = s < 0 ? s + size : s;
+  *end = e == INT64_MAX ? size : e < 0 ? e + size : e;
+}
+
+static bool slice_infer(const Graph *g, Node *n, Diag *d) {
+  const Shape *x = &n->in[0]->shape;
+  int axis;
+  int64_t start, end;
+  if (!want_rank(g, n, d, 0, 1, -1) || !norm_axis(n, d, "axis", n->attrs[0].i, x->rank, &axis))
+    return false;
+  if (x->d[axis].b) {
+    node_error(d, n, "cannot slice '%s' %s along the batch dim", n->in[0]->name, fmt_shape(g, x));
+    return false;
+  }
+  int64_t size = x->d[axis].n, s = n->attrs[1].i, e = n->attrs[2].i;
+  if (n->attrs[3].i != 1) {
+    node_error(d, n, "attribute 'step' = %lld is not supported; slice takes step 1",
+               (long long)n->attrs[3].i);
+    return false;
+  }
+  slice_bounds(n, axis, &start, &end);
+  if (start < 0 || start >= size) {
+    node_error(d, n, "attribute 'start' = %lld is out of range for axis %d of size %lld",
+               (long long)s, axis, (long long)size);
+    return false;
+  }
+  if (end > size || end < 0) {
+    node_error(d, n, "attribute 'end' = %lld is %s axis %d of size %lld", (long long)e,
+               end > size ? "past" : "before the start of", axis, (long long)size);
+    return false;
+  }
+  if (end <= start) {
+    node_error(d, n, "slice of axis %d from %lld to %lld is empty", axis, (long long)start,
+               (long long)end);
+    return false;
+  }
+  Shape o = *x;
+  o.d[axis].n = end - start;
+  set_out(n, 0, &o, n->in[0]->dtype);
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
 // The registry
 
 // Cost of a backward node: the FLOPs of the forward node it differentiates (one GEMM of the
@@ -808,6 +926,25 @@ static const OpDef ops[] = {
      .doc = "mean cross-entropy of logits and i32 targets"},
     {.name = "mse_loss", IN(2, 2), .nout = 1, .infer = mse_infer, .cost = mse_cost, .kernel = "pr_mse_fwd",
      .kargs = kargs_mse, GRADS(GRAD(GRAD_EVERY_SLOT, "mse.dx", GDY, GX(0), GX(1))), .doc = "mean squared error"},
+    // Elementwise unary ops of exported graphs (neg runs scale's kernels with factor -1)
+    {.name = "neg", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost1, .kernel = "pr_scale_fwd",
+     .kargs = kargs_neg, GRADS(GRAD(0, "neg.dx", GDY)), .doc = "-x"},
+    {.name = "exp", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost4, .kernel = "pr_exp_fwd",
+     .kargs = kargs_n, GRADS(GRAD(0, "exp.dx", GDY, GY(0))), .doc = "e^x"},
+    {.name = "rsqrt", IN(1, 1), .nout = 1, .infer = unary_infer, .cost = cost2, .kernel = "pr_rsqrt_fwd",
+     .kargs = kargs_n, GRADS(GRAD(0, "rsqrt.dx", GDY, GY(0))), .doc = "1 / sqrt(x)"},
+    {.name = "pow", IN(1, 1), .nout = 1, ATTRS(pow_attrs), .infer = pow_infer, .cost = cost4, .kernel = "pr_pow_fwd",
+     .kargs = kargs_pow, GRADS(GRAD(0, "pow.dx", GDY, GX(0))), .doc = "x ^ exponent (a constant)"},
+    // div: add/sub/mul's forward kernel; one backward kernel for both operands (div.d)
+    {.name = "div", IN(2, 2), .nout = 1, .infer = binary_infer, .cost = cost1, .kernel = "pr_binary_fwd",
+     .kargs = kargs_binary, .variant = BIN_DIV, GRADS(GRAD(GRAD_EVERY_SLOT, "div.d", GDY, GX(0), GX(1))),
+     .doc = "a / b with broadcasting"},
+    {.name = "mean", IN(1, 1), .nout = 1, ATTRS(mean_attrs), .infer = mean_infer, .cost = mean_cost,
+     .kernel = "pr_mean_fwd", .kargs = kargs_mean, GRADS(GRAD(0, "mean.dx", GDY)), .doc = "mean over one axis"},
+    // slice: concat.dx's kernel with acc 0; its gradient pads dy with zeros
+    {.name = "slice", IN(1, 1), .nout = 1, ATTRS(slice_attrs), .infer = slice_infer, .cost = cost0,
+     .kernel = "pr_slice", .kargs = kargs_slice_op, GRADS(GRAD(0, "slice.dx", GDY)),
+     .doc = "x[start:end] along one axis"},
 
     // Internal ops (gradients and their bookkeeping)
     BWD("matmul.da", 2, 2, "pr_matmul_bwd_a", kargs_matmul, true, .progress = true),
@@ -839,6 +976,14 @@ static const OpDef ops[] = {
     BWD("rope.dx", 1, 1, "pr_rope_bwd", kargs_rope, true),
     BWD("cross_entropy.dx", 3, 3, "pr_cross_entropy_bwd", kargs_cross_entropy, true),
     BWD("mse.dx", 3, 3, "pr_mse_bwd", kargs_mse, true),
+    // Elementwise unary ops of exported graphs
+    BWD("neg.dx", 1, 1, "pr_scale_bwd", kargs_neg, true),
+    BWD("exp.dx", 2, 2, "pr_exp_bwd", kargs_n, true),
+    BWD("rsqrt.dx", 2, 2, "pr_rsqrt_bwd", kargs_n, true),
+    BWD("pow.dx", 2, 2, "pr_pow_bwd", kargs_pow, true),
+    BWD("div.d", 3, 3, "pr_div_bwd", kargs_div_d, true),
+    BWD("mean.dx", 1, 1, "pr_mean_bwd", kargs_mean, true),
+    BWD("slice.dx", 1, 1, "pr_pad", kargs_slice_op, true),
     // y = x0 + x1 + ... in this order: the gradient of a tensor with several consumers.
     {.name = "add_n", IN(1, -1), .nout = 1, .cost = cost1, .internal = true, .kernel = "pr_add_n",
      .kargs = kargs_add_n, .doc = "sum of gradient contributions, in consumer order"},

@@ -52,7 +52,8 @@ typedef struct KArgs {
 typedef enum BinaryCode {
   BIN_ADD = 0, // a + b
   BIN_SUB = 1, // a - b
-  BIN_MUL = 2  // a * b
+  BIN_MUL = 2, // a * b
+  BIN_DIV = 3  // a / b
 } BinaryCode;
 
 // How a transpose/permute row gives its permutation (read by kargs_permute).

@@ -17,6 +17,13 @@ void kargs_binary_d(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_n(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_scale(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_gelu(const Node *n, int64_t batch, Arena *a, KArgs *o);
+void kargs_neg(const Node *n, int64_t batch, Arena *a, KArgs *o);
+void kargs_pow(const Node *n, int64_t batch, Arena *a, KArgs *o);
+void kargs_div_d(const Node *n, int64_t batch, Arena *a, KArgs *o);
+void kargs_mean(const Node *n, int64_t batch, Arena *a, KArgs *o);
+void kargs_slice_op(const Node *n, int64_t batch, Arena *a, KArgs *o);
+// slice node n's range [start, end) along its (normalised) axis, the attributes normalised.
+void slice_bounds(const Node *n, int axis, int64_t *start, int64_t *end);
 void kargs_softmax(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_layernorm(const Node *n, int64_t batch, Arena *a, KArgs *o);
 void kargs_embedding(const Node *n, int64_t batch, Arena *a, KArgs *o);

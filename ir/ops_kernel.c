@@ -115,6 +115,19 @@ void kargs_binary_d(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   ka(o, "ostr", bstrides(a, f->in[1 - n->slot], y, batch), r);
 }
 
+// ---- div gradient of operand `which` (the slot): which, rank, ydims, xdims, astr, bstr
+void kargs_div_d(const Node *n, int64_t batch, Arena *a, KArgs *o) {
+  const Node *f = n->fwd;
+  const Tensor *y = f->out[0];
+  int r = y->shape.rank;
+  ki(o, "which", n->slot);
+  ki(o, "rank", r);
+  ka(o, "ydims", dims_of(a, &y->shape, r, batch), r);
+  ka(o, "xdims", dims_of(a, &f->in[n->slot]->shape, r, batch), r);
+  ka(o, "astr", bstrides(a, f->in[0], y, batch), r);
+  ka(o, "bstr", bstrides(a, f->in[1], y, batch), r);
+}
+
 // ---- elementwise: n (and factor for scale)
 void kargs_n(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   (void)a;
@@ -132,6 +145,20 @@ void kargs_scale(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   (void)a;
   ki(o, "n", nel(n->out[0], batch));
   kf(o, "factor", fw(n)->attrs[0].f);
+}
+
+// ---- neg (scale's kernels): n, factor -1
+void kargs_neg(const Node *n, int64_t batch, Arena *a, KArgs *o) {
+  (void)a;
+  ki(o, "n", nel(n->out[0], batch));
+  kf(o, "factor", -1.0);
+}
+
+// ---- pow and its gradient: n, exponent (the forward's attribute)
+void kargs_pow(const Node *n, int64_t batch, Arena *a, KArgs *o) {
+  (void)a;
+  ki(o, "n", nel(n->out[0], batch));
+  kf(o, "exponent", fw(n)->attrs[0].f);
 }
 
 // ---- softmax: outer, dim, inner around the axis
@@ -262,6 +289,36 @@ void kargs_slice(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   ki(o, "total", y->d[axis].n);
   ki(o, "offset", off);
   ki(o, "size", f->in[n->slot]->shape.d[axis].n);
+}
+
+// ---- mean and its gradient: outer, dim, inner around the axis (of the forward's input)
+void kargs_mean(const Node *n, int64_t batch, Arena *a, KArgs *o) {
+  (void)a;
+  const Node *f = fw(n);
+  const Shape *x = &f->in[0]->shape;
+  int axis = norm_ax(f->attrs[0].i, x->rank);
+  int64_t outer, inner;
+  around(x, axis, batch, &outer, &inner);
+  ki(o, "outer", outer);
+  ki(o, "dim", x->d[axis].n);
+  ki(o, "inner", inner);
+}
+
+// ---- slice (pr_slice, acc 0) and its gradient (pr_pad): outer, inner, total, offset, size
+void kargs_slice_op(const Node *n, int64_t batch, Arena *a, KArgs *o) {
+  (void)a;
+  const Node *f = fw(n);
+  const Shape *x = &f->in[0]->shape;
+  int axis = norm_ax(f->attrs[0].i, x->rank);
+  int64_t start, end, outer, inner;
+  slice_bounds(f, axis, &start, &end);
+  around(x, axis, batch, &outer, &inner);
+  ki(o, "outer", outer);
+  ki(o, "inner", inner);
+  ki(o, "total", x->d[axis].n);
+  ki(o, "offset", start);
+  ki(o, "size", end - start);
+  if (!n->fwd) o->a[o->n++] = (KArg){.name = "acc", .kind = 'x', .expr = "0"};
 }
 
 // ---- attention: B, T, C, NH

@@ -1,6 +1,6 @@
-// kernels_elementwise.c: the elementwise kernels: broadcasting binary ops (add, sub, mul) and
-// their reducing backward, scale, the activations (relu, gelu, tanh, sigmoid, silu), fill, add_n
-// and accumulate.
+// kernels_elementwise.c: the elementwise kernels: broadcasting binary ops (add, sub, mul, div)
+// and their reducing backward, scale, the activations (relu, gelu, tanh, sigmoid, silu), exp,
+// rsqrt, pow by a constant, fill, add_n and accumulate.
 //
 // Simple loops that GCC vectorises at -O3, threaded with PR_PARALLEL_FOR (parallel.h) over
 // independent outputs. Broadcast dims in a backward are reduced by visiting y in ascending
@@ -71,14 +71,16 @@ static void bin_row(float *restrict y, const float *restrict a, const float *res
     BIN_LOOP(av + bv);
   else if (op == 1)
     BIN_LOOP(av - bv);
-  else
+  else if (op == 2)
     BIN_LOOP(av * bv);
+  else
+    BIN_LOOP(av / bv);
 }
 
 // y (ydims) = a op b with a, b read through strides astr/bstr over y's dims (0 = broadcast)
 void pr_binary_fwd(float *y, const float *a, const float *b, int op, int rank, const int64_t *ydims,
                    const int64_t *astr, const int64_t *bstr) {
-  prCheck(rank >= 0 && rank <= 8 && op >= 0 && op <= 2, "this is a pipec bug",
+  prCheck(rank >= 0 && rank <= 8 && op >= 0 && op <= 3, "this is a pipec bug",
           "pr_binary_fwd: rank %d / op %d unsupported", rank, op);
   int64_t total = 1;
   for (int i = 0; i < rank; i++) total *= ydims[i];
@@ -187,6 +189,68 @@ void pr_binary_bwd(float *dx, const float *dy, const float *other, int op, int w
   });
   pr_acc_finish(dx, t, nx, acc);
 }
+// div's gradients, operand which: a (which 0) gets dy / b, b (which 1) gets (-dy * a) / (b * b),
+// each reduced over the dims the operand broadcasts in pr_binary_bwd's order (y visited in
+// ascending row-major order; threads own blocks of the operand's innermost dim when it is kept).
+static inline float div_d(int which, float dy, float a, float b) {
+  return which == 0 ? dy / b : (-dy * a) / (b * b);
+}
+void pr_div_bwd(float *dx, const float *dy, const float *a, const float *b, int which, int rank,
+                const int64_t *ydims, const int64_t *xdims, const int64_t *astr,
+                const int64_t *bstr, int acc) {
+  prCheck(rank >= 0 && rank <= 8 && (which == 0 || which == 1), "this is a pipec bug",
+          "pr_div_bwd: rank %d / operand %d unsupported", rank, which);
+  int64_t total = 1, nx = 1, xstr[8];
+  for (int i = rank - 1; i >= 0; i--) {
+    xstr[i] = xdims[i] == 1 ? 0 : nx;
+    nx *= xdims[i];
+    total *= ydims[i];
+  }
+  if (nx == 0) return;
+  if (total == 0) {
+    if (!acc) memset(dx, 0, (size_t)nx * sizeof(float));
+    return;
+  }
+  int64_t d[8], s[3][8];
+  const int64_t *strs[3] = {xstr, astr, bstr};
+  int r = collapse(rank, ydims, 3, strs, d, s);
+  int64_t inner = d[r - 1], outer = total / inner;
+  int64_t xs = s[0][r - 1], as = s[1][r - 1], bs = s[2][r - 1];
+  bool reduce = nx != total;
+  float *t = reduce ? pr_acc_target(dx, nx, acc) : dx;
+  if (reduce) memset(t, 0, (size_t)nx * sizeof(float));
+  int tacc = reduce || acc; // t accumulates (a reduction, or acc into dx)
+  // Without a reduction each y element has its own x element: threads over rows. With one,
+  // threads own column blocks of x's kept innermost dim (xs == 1), else one thread.
+  int64_t nblk = !reduce ? 1 : xs == 1 ? (inner + COLBLK - 1) / COLBLK : 1;
+  if (!reduce) {
+    PR_PARALLEL_FOR(total >= PAR_MIN, (int64_t o = 0; o < outer; o++), {
+      int64_t off[3];
+      row_offsets(o, r, d, 3, (const int64_t(*)[8])s, off);
+      const float *dr = dy + o * inner;
+      float *tr = t + off[0];
+      for (int64_t i = 0; i < inner; i++) {
+        float v = div_d(which, dr[i], a[off[1] + i * as], b[off[2] + i * bs]);
+        tr[i * xs] = tacc ? tr[i * xs] + v : v;
+      }
+    });
+  } else {
+    PR_PARALLEL_FOR(total >= PAR_MIN && nblk > 1, (int64_t blk = 0; blk < nblk; blk++), {
+      int64_t j0 = xs == 1 ? blk * COLBLK : 0;
+      int64_t nj = xs == 1 ? (inner - j0 < COLBLK ? inner - j0 : COLBLK) : inner;
+      for (int64_t o = 0; o < outer; o++) {
+        int64_t off[3];
+        row_offsets(o, r, d, 3, (const int64_t(*)[8])s, off);
+        const float *dr = dy + o * inner;
+        float *tr = t + off[0];
+        for (int64_t i = j0; i < j0 + nj; i++)
+          tr[i * xs] += div_d(which, dr[i], a[off[1] + i * as], b[off[2] + i * bs]);
+      }
+    });
+    pr_acc_finish(dx, t, nx, acc);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Elementwise unary ops over n elements
 // y (n) = x * factor
@@ -275,6 +339,74 @@ void pr_silu_bwd(float *restrict dx, const float *restrict dy, const float *rest
     UNARY_FOR(dx[i] = dx[i] + dy[i] * silu_grad(x[i]));
   else
     UNARY_FOR(dx[i] = dy[i] * silu_grad(x[i]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// exp, rsqrt and pow by a constant (neg runs pr_scale_fwd/bwd with factor -1)
+
+// e^x over float's range: exp_f below 88, (e^{x/2})^2 above (exp_f stops at e^88; the square
+// overflows to inf past 88.72 as expf does), ~2 ulp there. 0 below -87.3 (results under 2^-126).
+static inline float exp_full(float x) {
+  float h = exp_f(0.5f * x);
+  return x > 88.0f ? h * h : exp_f(x);
+}
+void pr_exp_fwd(float *restrict y, const float *restrict x, int64_t n) {
+  UNARY_FOR(y[i] = exp_full(x[i]));
+}
+void pr_exp_bwd(float *restrict dx, const float *restrict dy, const float *restrict y, int64_t n,
+                int acc) {
+  if (acc)
+    UNARY_FOR(dx[i] = dx[i] + dy[i] * y[i]);
+  else
+    UNARY_FOR(dx[i] = dy[i] * y[i]);
+}
+
+// 1 / sqrt(x): two correctly rounded steps (inf at 0, NaN below 0, as torch.rsqrt).
+void pr_rsqrt_fwd(float *restrict y, const float *restrict x, int64_t n) {
+  UNARY_FOR(y[i] = 1.0f / sqrtf(x[i]));
+}
+// d/dx x^-1/2 = -1/2 x^-3/2 = -1/2 y^3.
+void pr_rsqrt_bwd(float *restrict dx, const float *restrict dy, const float *restrict y, int64_t n,
+                  int acc) {
+  if (acc)
+    UNARY_FOR(dx[i] = dx[i] + dy[i] * (-0.5f * (y[i] * y[i] * y[i])));
+  else
+    UNARY_FOR(dx[i] = dy[i] * (-0.5f * (y[i] * y[i] * y[i])));
+}
+
+// x^k for an integer 0 <= k <= PR_POW_MAX_INT by squaring, the products in a fixed order (x^2 is
+// x * x, x^3 is x * (x * x)): exact for small k, the device's bits too.
+static inline float ipow_f(float x, int k) {
+  float r = 1.0f, b = x;
+  for (; k; k >>= 1) {
+    if (k & 1) r = r * b;
+    if (k > 1) b = b * b;
+  }
+  return r;
+}
+// x^e: an integer e with |e| <= PR_POW_MAX_INT by products (1 / x^-e below 0), any other e
+// powf's (NaN for x < 0 as torch.pow; the device's powf may differ by an ulp).
+static inline float pow_e(float x, float e, int k) {
+  if (k == INT32_MIN) return powf(x, e);
+  return k >= 0 ? ipow_f(x, k) : 1.0f / ipow_f(x, -k);
+}
+void pr_pow_fwd(float *restrict y, const float *restrict x, int64_t n, float exponent) {
+  int k = pr_pow_int(exponent);
+  UNARY_FOR(y[i] = pow_e(x[i], exponent, k));
+}
+// dy * (e * x^(e-1)); e = 0: 0 (torch's pow_backward), whatever x is.
+void pr_pow_bwd(float *restrict dx, const float *restrict dy, const float *restrict x, int64_t n,
+                float exponent, int acc) {
+  float e = exponent, e1 = exponent - 1.0f;
+  int k = pr_pow_int(e1);
+  if (e == 0.0f) {
+    if (!acc) UNARY_FOR(dx[i] = 0.0f);
+    return;
+  }
+  if (acc)
+    UNARY_FOR(dx[i] = dx[i] + dy[i] * (e * pow_e(x[i], e1, k)));
+  else
+    UNARY_FOR(dx[i] = dy[i] * (e * pow_e(x[i], e1, k)));
 }
 // ---------------------------------------------------------------------------------------------
 // Sums and fills

@@ -1,5 +1,6 @@
 // kernels_layout.c: data movement on 4-byte elements (f32 or i32): copy, permute, split, concat
-// and slice (the backward of a slice-like read, optionally accumulating).
+// and slice (the backward of a slice-like read, optionally accumulating; the slice op), and pad
+// (the slice op's backward).
 //
 // permute collapses dims (kernels_common.h) and then copies rows, transposes the last two dims
 // in 32x32 tiles, or gathers along the innermost dim; the others are row memcpys.
@@ -137,5 +138,21 @@ void pr_slice(float *dx, const float *dy, int64_t outer, int64_t inner, int64_t 
       for (int64_t i = 0; i < n; i++) dst[i] = dst[i] + src[i];
     else
       memcpy(dst, src, (size_t)n * sizeof(float));
+  }
+}
+
+void pr_pad(float *dx, const float *dy, int64_t outer, int64_t inner, int64_t total, int64_t offset,
+            int64_t size, int acc) {
+  int64_t n = size * inner;
+  for (int64_t o = 0; o < outer; o++) {
+    float *restrict dst = dx + (o * total + offset) * inner;
+    const float *restrict src = dy + o * n;
+    if (acc) {
+      for (int64_t i = 0; i < n; i++) dst[i] = dst[i] + src[i];
+      continue;
+    }
+    memset(dx + o * total * inner, 0, (size_t)(offset * inner) * sizeof(float));
+    memcpy(dst, src, (size_t)n * sizeof(float));
+    memset(dst + n, 0, (size_t)((total - offset - size) * inner) * sizeof(float));
   }
 }

@@ -1,6 +1,6 @@
 // kernels_norm.c: the normalisations: softmax over the middle dim of (outer,dim,inner), layernorm
 // and rms_norm over the last dim, forward and backward; the residual add fused into the layernorm
-// that reads it (pr_add_layernorm_fwd).
+// that reads it (pr_add_layernorm_fwd); the mean over the middle dim of (outer,dim,inner).
 //
 // Moments, sums and dots of a row use the fixed 8-lane reductions of kernels_common.h (layernorm
 // and rms_norm reduce four rows at once, each in its own lanes: the same bits); a strided
@@ -385,5 +385,37 @@ void pr_rms_norm_bwd_w(float *dw, const float *dy, const float *x, const float *
       for (int64_t j = 0; j < nc; j++) t[j] += dr[j] * (xr[j] * s);
     }
     for (int64_t j = 0; j < nc; j++) dw[c0 + j] = acc ? dw[c0 + j] + t[j] : t[j];
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// mean over the middle dim of (outer,dim,inner): each output is the sum over k in ascending order
+// (one thread per output element, so the bits of a plain loop at any thread count; a strided
+// mean vectorises across a block of the inner dim), divided by dim. Backward: dy / dim to each k.
+
+void pr_mean_fwd(float *y, const float *x, int64_t outer, int64_t dim, int64_t inner) {
+  if (outer == 0 || inner == 0) return;
+  int64_t nblk = (inner + INBLK - 1) / INBLK;
+  float fdim = (float)dim;
+  PR_PARALLEL_FOR(outer * dim * inner >= PAR_MIN, (int64_t ob = 0; ob < outer * nblk; ob++), {
+    int64_t o = ob / nblk, j0 = (ob % nblk) * INBLK, nj = inner - j0 < INBLK ? inner - j0 : INBLK;
+    const float *xo = x + o * dim * inner + j0;
+    float s[INBLK];
+    for (int64_t j = 0; j < nj; j++) s[j] = 0.0f;
+    for (int64_t k = 0; k < dim; k++)
+      for (int64_t j = 0; j < nj; j++) s[j] += xo[k * inner + j];
+    for (int64_t j = 0; j < nj; j++) y[o * inner + j0 + j] = s[j] / fdim;
+  });
+}
+
+void pr_mean_bwd(float *dx, const float *dy, int64_t outer, int64_t dim, int64_t inner, int acc) {
+  float fdim = (float)dim;
+  PR_PARALLEL_FOR(outer * dim * inner >= PAR_MIN, (int64_t r = 0; r < outer * dim; r++), {
+    const float *restrict dr = dy + (r / dim) * inner;
+    float *restrict xr = dx + r * inner;
+    if (acc)
+      for (int64_t j = 0; j < inner; j++) xr[j] = xr[j] + dr[j] / fdim;
+    else
+      for (int64_t j = 0; j < inner; j++) xr[j] = dr[j] / fdim;
   });
 }

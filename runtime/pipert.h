@@ -97,7 +97,7 @@ void pr_add_layernorm_fwd(float *s, float *y, float *mean, float *rstd, const fl
 void pr_sum_rows(float *db, const float *dy, int64_t rows, int64_t cols, int acc);
 
 // Broadcasting binary ops: y has `rank` dims ydims; astr/bstr are a's and b's element strides
-// over y's dims (0 where broadcast). op: 0 add, 1 sub, 2 mul.
+// over y's dims (0 where broadcast). op: 0 add, 1 sub, 2 mul, 3 div.
 void pr_binary_fwd(float *y, const float *a, const float *b, int op, int rank, const int64_t *ydims,
                    const int64_t *astr, const int64_t *bstr);
 // Gradient for operand `which` (0 = a, 1 = b) of shape xdims (rank dims, 1 where broadcast):
@@ -127,6 +127,32 @@ void pr_sigmoid_bwd(float *dx, const float *dy, const float *y, int64_t n, int a
 // recomputes s (nothing saved): dx = dy * (s * (1 + x * (1 - s))).
 void pr_silu_fwd(float *y, const float *x, int64_t n);
 void pr_silu_bwd(float *dx, const float *dy, const float *x, int64_t n, int acc);
+// exp, rsqrt and pow by a constant (neg is pr_scale_fwd/bwd with factor -1). exp and rsqrt's
+// backward take the output y: dx = dy * y, dx = dy * (-0.5 * y^3); pow's the input x:
+// dx = dy * (exponent * x^(exponent - 1)), 0 for exponent 0. An integer exponent of magnitude
+// at most PR_POW_MAX_INT is computed by products (pr_pow_int), any other by powf.
+enum { PR_POW_MAX_INT = 64 };
+static inline int pr_pow_int(float e) { // e as an int, or INT32_MIN when pow uses powf
+  return e >= -(float)PR_POW_MAX_INT && e <= (float)PR_POW_MAX_INT && e == (float)(int)e
+             ? (int)e
+             : INT32_MIN;
+}
+void pr_exp_fwd(float *y, const float *x, int64_t n);
+void pr_exp_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc);
+void pr_rsqrt_fwd(float *y, const float *x, int64_t n);
+void pr_rsqrt_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc);
+void pr_pow_fwd(float *y, const float *x, int64_t n, float exponent);
+void pr_pow_bwd(float *dx, const float *dy, const float *x, int64_t n, float exponent, int acc);
+// div's backward (its forward is pr_binary_fwd with op 3): dx (xdims, the operand `which`'s dims
+// right-aligned to y's) = the sum over its broadcast dims of dy / b (which 0) or -dy * a / b^2
+// (which 1), y's elements in ascending row-major order; a, b read through astr/bstr as forward.
+void pr_div_bwd(float *dx, const float *dy, const float *a, const float *b, int which, int rank,
+                const int64_t *ydims, const int64_t *xdims, const int64_t *astr,
+                const int64_t *bstr, int acc);
+// mean over the middle dim of (outer, dim, inner): y (outer, inner) = the sum over k in ascending
+// order, divided by dim; the backward dx (outer, dim, inner) = dy / dim broadcast over k.
+void pr_mean_fwd(float *y, const float *x, int64_t outer, int64_t dim, int64_t inner);
+void pr_mean_bwd(float *dx, const float *dy, int64_t outer, int64_t dim, int64_t inner, int acc);
 
 // softmax over the middle dim of (outer, dim, inner); numerically stable (max subtracted).
 void pr_softmax_fwd(float *y, const float *x, int64_t outer, int64_t dim, int64_t inner);
@@ -173,6 +199,10 @@ void pr_concat(float *y, const float *const *xs, int64_t outer, int64_t inner, i
 // dx (outer,size,inner) = dy (outer,total,inner)[:, offset:offset+size, :] (concat's backward).
 void pr_slice(float *dx, const float *dy, int64_t outer, int64_t inner, int64_t total,
               int64_t offset, int64_t size, int acc);
+// slice's backward: dx (outer,total,inner) = dy (outer,size,inner) at [:, offset:offset+size, :],
+// zeros elsewhere (acc: dy added there, the rest left as it is).
+void pr_pad(float *dx, const float *dy, int64_t outer, int64_t inner, int64_t total, int64_t offset,
+            int64_t size, int acc);
 
 // Causal multi-head self-attention on packed qkv (B,T,3C) -> y (B,T,C), NH heads of C/NH;
 // att (B,NH,T,T) holds the softmax probabilities (saved for backward; entries above the

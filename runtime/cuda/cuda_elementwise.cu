@@ -1,6 +1,6 @@
 // cuda_elementwise.cu: broadcasting binary ops and their reducing backward, scale, the
-// activations (relu, gelu, tanh, sigmoid, silu), add_n, fill, accumulate, and the fused bias +
-// GELU.
+// activations (relu, gelu, tanh, sigmoid, silu), exp, rsqrt, pow by a constant, add_n, fill,
+// accumulate, and the fused bias + GELU.
 // One thread per output element (grid-stride); the activations use the CPU's polynomials
 // (cuda_common.cuh), so with --fmad=false they compute the CPU's bits. binary_bwd: one thread per
 // element of dx, summing its dy elements in ascending row-major order (the CPU's order).
@@ -25,13 +25,13 @@ __global__ void binary_fwd_k(float *y, const float *a, const float *b, int op, D
       ob += q * g.s[1][k];
     }
     float av = a[oa], bv = b[ob];
-    y[i] = op == 0 ? av + bv : op == 1 ? av - bv : av * bv;
+    y[i] = op == 0 ? av + bv : op == 1 ? av - bv : op == 2 ? av * bv : av / bv;
   }
 }
 
 void pr_cu_binary_fwd(float *y, const float *a, const float *b, int op, int rank,
                       const int64_t *ydims, const int64_t *astr, const int64_t *bstr) {
-  prCheck(rank >= 0 && rank <= 8 && op >= 0 && op <= 2, "this is a pipec bug",
+  prCheck(rank >= 0 && rank <= 8 && op >= 0 && op <= 3, "this is a pipec bug",
           "pr_cu_binary_fwd: rank %d / op %d unsupported", rank, op);
   Dims8 g;
   memset(&g, 0, sizeof g);
@@ -101,6 +101,67 @@ void pr_cu_binary_bwd(float *dx, const float *dy, const float *other, int op, in
   cudaCheckLaunch();
 }
 
+// div's backward as binary_bwd_k: g.d x's dims, g.s[0] the reduced sizes, g.s[1] y's strides,
+// g.s[2] / g.s[3] a's / b's strides over y's dims; a thread per x element summing in ascending
+// row-major order. which 0: dy / b; 1: (-dy * a) / (b * b).
+typedef struct Dims8x4 {
+  int rank;
+  int64_t d[8];
+  int64_t s[4][8];
+} Dims8x4;
+
+__global__ void div_bwd_k(float *dx, const float *dy, const float *a, const float *b, int which,
+                          const Dims8x4 g, int64_t nx, int64_t nred, int acc) {
+  GRID_FOR(ix, nx) {
+    int64_t xi[8], r = ix;
+    for (int k = g.rank - 1; k >= 0; k--) {
+      xi[k] = r % g.d[k];
+      r /= g.d[k];
+    }
+    float t = 0.0f;
+    for (int64_t j = 0; j < nred; j++) {
+      int64_t rj = j, oy = 0, oa = 0, ob = 0;
+      for (int k = g.rank - 1; k >= 0; k--) {
+        int64_t red = g.s[0][k];
+        int64_t yk = red > 1 ? rj % red : xi[k];
+        if (red > 1) rj /= red;
+        oy += yk * g.s[1][k];
+        oa += yk * g.s[2][k];
+        ob += yk * g.s[3][k];
+      }
+      float v = dy[oy], bv = b[ob];
+      t += which == 0 ? v / bv : (-v * a[oa]) / (bv * bv);
+    }
+    dx[ix] = acc ? dx[ix] + t : t;
+  }
+}
+
+void pr_cu_div_bwd(float *dx, const float *dy, const float *a, const float *b, int which, int rank,
+                   const int64_t *ydims, const int64_t *xdims, const int64_t *astr,
+                   const int64_t *bstr, int acc) {
+  prCheck(rank >= 0 && rank <= 8 && (which == 0 || which == 1), "this is a pipec bug",
+          "pr_cu_div_bwd: rank %d / operand %d unsupported", rank, which);
+  Dims8x4 g;
+  memset(&g, 0, sizeof g);
+  g.rank = rank;
+  int64_t nx = 1, nred = 1, ys = 1;
+  for (int i = rank - 1; i >= 0; i--) {
+    g.d[i] = xdims[i];
+    g.s[0][i] = xdims[i] == 1 ? ydims[i] : 1;
+    g.s[1][i] = ys;
+    g.s[2][i] = astr[i];
+    g.s[3][i] = bstr[i];
+    ys *= ydims[i];
+    nx *= xdims[i];
+    nred *= g.s[0][i];
+  }
+  if (nx == 0) return;
+  if (ys == 0) nred = 0; // an empty y: dx = 0
+  div_bwd_k<<<pr_cu_blocks(nx), PR_CU_THREADS, 0, pr_cu_s()>>>(dx, dy, a, b, which, g, nx, nred,
+                                                               acc);
+  cudaCheckLaunch();
+}
+
 // One kernel per unary formula; acc as everywhere.
 #define UNARY(name, ARGS, EXPR)                                                                    \
   __global__ void name##_k ARGS {                                                                  \
@@ -151,6 +212,41 @@ UNARY(silu_bwd, (float *dx, const float *dy, const float *x, int64_t n, int acc)
   float v = dy[i] * (s * (1.0f + x[i] * (1.0f - s)));
   dx[i] = acc ? dx[i] + v : v;
 })
+UNARY(exp_fwd, (float *y, const float *x, int64_t n), {
+  float h = cu_exp_f(0.5f * x[i]);
+  y[i] = x[i] > 88.0f ? h * h : cu_exp_f(x[i]);
+})
+UNARY(exp_bwd, (float *dx, const float *dy, const float *y, int64_t n, int acc), {
+  float v = dy[i] * y[i];
+  dx[i] = acc ? dx[i] + v : v;
+})
+UNARY(rsqrt_fwd, (float *y, const float *x, int64_t n), y[i] = 1.0f / sqrtf(x[i]))
+UNARY(rsqrt_bwd, (float *dx, const float *dy, const float *y, int64_t n, int acc), {
+  float v = dy[i] * (-0.5f * (y[i] * y[i] * y[i]));
+  dx[i] = acc ? dx[i] + v : v;
+})
+// x^e as the CPU's pow_e: k = pow_int(e), products for an integer, powf otherwise.
+// pow_int is pr_pow_int of runtime/pipert.h (an integer of magnitude <= 64, else INT32_MIN).
+static int pow_int(float e) {
+  return e >= -64.0f && e <= 64.0f && e == (float)(int)e ? (int)e : INT32_MIN;
+}
+__device__ inline float cu_ipow_f(float x, int k) {
+  float r = 1.0f, b = x;
+  for (; k; k >>= 1) {
+    if (k & 1) r = r * b;
+    if (k > 1) b = b * b;
+  }
+  return r;
+}
+__device__ inline float cu_pow_e(float x, float e, int k) {
+  if (k == INT32_MIN) return powf(x, e);
+  return k >= 0 ? cu_ipow_f(x, k) : 1.0f / cu_ipow_f(x, -k);
+}
+UNARY(pow_fwd, (float *y, const float *x, int64_t n, float e, int k), y[i] = cu_pow_e(x[i], e, k))
+UNARY(pow_bwd, (float *dx, const float *dy, const float *x, int64_t n, float e, int k, int acc), {
+  float v = e == 0.0f ? 0.0f : dy[i] * (e * cu_pow_e(x[i], e - 1.0f, k));
+  dx[i] = acc ? dx[i] + v : v;
+})
 UNARY(fill, (float *y, int64_t n, float value), y[i] = value)
 UNARY(accumulate, (float *y, const float *x, int64_t n, int acc), y[i] = acc ? y[i] + x[i] : x[i])
 
@@ -190,6 +286,24 @@ void pr_cu_silu_fwd(float *y, const float *x, int64_t n) {
 }
 void pr_cu_silu_bwd(float *dx, const float *dy, const float *x, int64_t n, int acc) {
   LAUNCH(silu_bwd, dx, dy, x, n, acc);
+}
+void pr_cu_exp_fwd(float *y, const float *x, int64_t n) {
+  LAUNCH(exp_fwd, y, x, n);
+}
+void pr_cu_exp_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc) {
+  LAUNCH(exp_bwd, dx, dy, y, n, acc);
+}
+void pr_cu_rsqrt_fwd(float *y, const float *x, int64_t n) {
+  LAUNCH(rsqrt_fwd, y, x, n);
+}
+void pr_cu_rsqrt_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc) {
+  LAUNCH(rsqrt_bwd, dx, dy, y, n, acc);
+}
+void pr_cu_pow_fwd(float *y, const float *x, int64_t n, float exponent) {
+  LAUNCH(pow_fwd, y, x, n, exponent, pow_int(exponent));
+}
+void pr_cu_pow_bwd(float *dx, const float *dy, const float *x, int64_t n, float exponent, int acc) {
+  LAUNCH(pow_bwd, dx, dy, x, n, exponent, pow_int(exponent - 1.0f), acc);
 }
 void pr_cu_fill(float *y, int64_t n, float value) {
   LAUNCH(fill, y, n, value);

@@ -1,6 +1,7 @@
 // cuda_layout.cu: data movement on 4-byte elements: copy (cudaMemcpyAsync), permute (one thread
-// per output element gathering through x's strides), split, concat and slice (one thread per
-// element of the moved rows). Exact: no arithmetic but slice's accumulate.
+// per output element gathering through x's strides), split, concat, slice and pad (one thread per
+// element of the moved rows; pad fills zeros first). Exact: no arithmetic but slice's and pad's
+// accumulate.
 #include "cuda_common.cuh"
 
 #include <string.h>
@@ -93,4 +94,10 @@ void pr_cu_concat(float *y, const float *const *xs, int64_t outer, int64_t inner
 void pr_cu_slice(float *dx, const float *dy, int64_t outer, int64_t inner, int64_t total,
                  int64_t offset, int64_t size, int acc) {
   rows(dx, size * inner, 0, dy, total * inner, offset * inner, outer, size * inner, acc);
+}
+
+void pr_cu_pad(float *dx, const float *dy, int64_t outer, int64_t inner, int64_t total,
+               int64_t offset, int64_t size, int acc) {
+  if (!acc) pr_cu_fill(dx, outer * total * inner, 0.0f);
+  rows(dx, total * inner, offset * inner, dy, size * inner, 0, outer, size * inner, acc);
 }

@@ -3,8 +3,38 @@
 // is one block of PR_CU_THREADS threads: thread j owns elements j, j + PR_CU_THREADS, ... (summed
 // in that order) and the block combines them in block_sum's fixed tree. Strided softmax: one
 // thread per (outer, inner) column walking dim in order. The norms' weight gradients: one thread
-// per column, rows ascending.
+// per column, rows ascending. The mean over the middle dim of (outer,dim,inner): one thread per
+// output walking dim in order (the CPU's bits).
 #include "cuda_common.cuh"
+
+__global__ void mean_fwd_k(float *y, const float *x, int64_t outer, int64_t dim, int64_t inner) {
+  GRID_FOR(i, outer * inner) {
+    const float *xo = x + (i / inner) * dim * inner + i % inner;
+    float s = 0.0f;
+    for (int64_t k = 0; k < dim; k++) s += xo[k * inner];
+    y[i] = s / (float)dim;
+  }
+}
+__global__ void mean_bwd_k(float *dx, const float *dy, int64_t outer, int64_t dim, int64_t inner,
+                           int acc) {
+  GRID_FOR(i, outer * dim * inner) {
+    float v = dy[(i / (dim * inner)) * inner + i % inner] / (float)dim;
+    dx[i] = acc ? dx[i] + v : v;
+  }
+}
+void pr_cu_mean_fwd(float *y, const float *x, int64_t outer, int64_t dim, int64_t inner) {
+  if (outer * inner == 0) return;
+  mean_fwd_k<<<pr_cu_blocks(outer * inner), PR_CU_THREADS, 0, pr_cu_s()>>>(y, x, outer, dim,
+                                                                           inner);
+  cudaCheckLaunch();
+}
+void pr_cu_mean_bwd(float *dx, const float *dy, int64_t outer, int64_t dim, int64_t inner,
+                    int acc) {
+  if (outer * dim * inner == 0) return;
+  mean_bwd_k<<<pr_cu_blocks(outer * dim * inner), PR_CU_THREADS, 0, pr_cu_s()>>>(dx, dy, outer,
+                                                                                 dim, inner, acc);
+  cudaCheckLaunch();
+}
 
 __global__ void softmax_row_k(float *y, const float *x, int64_t dim) {
   __shared__ float sh[32];

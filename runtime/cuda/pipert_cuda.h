@@ -122,6 +122,25 @@ void pr_cu_sigmoid_bwd(float *dx, const float *dy, const float *y, int64_t n, in
 // silu: y = x * sigmoid(x); the backward from x (sigmoid recomputed)
 void pr_cu_silu_fwd(float *y, const float *x, int64_t n);
 void pr_cu_silu_bwd(float *dx, const float *dy, const float *x, int64_t n, int acc);
+// exp, rsqrt, pow by a constant (neg: pr_cu_scale_fwd/bwd with factor -1); pow's integer
+// exponents by the CPU's products (bitwise), any other by the device's powf (within 2 ulp)
+void pr_cu_exp_fwd(float *y, const float *x, int64_t n);
+void pr_cu_exp_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc);
+void pr_cu_rsqrt_fwd(float *y, const float *x, int64_t n);
+void pr_cu_rsqrt_bwd(float *dx, const float *dy, const float *y, int64_t n, int acc);
+void pr_cu_pow_fwd(float *y, const float *x, int64_t n, float exponent);
+void pr_cu_pow_bwd(float *dx, const float *dy, const float *x, int64_t n, float exponent, int acc);
+// div's backward (forward: pr_cu_binary_fwd with op 3), a thread per element of dx summing in
+// the CPU's order
+void pr_cu_div_bwd(float *dx, const float *dy, const float *a, const float *b, int which, int rank,
+                   const int64_t *ydims, const int64_t *xdims, const int64_t *astr,
+                   const int64_t *bstr, int acc);
+// mean over the middle dim of (outer, dim, inner): a thread per output, k ascending
+void pr_cu_mean_fwd(float *y, const float *x, int64_t outer, int64_t dim, int64_t inner);
+void pr_cu_mean_bwd(float *dx, const float *dy, int64_t outer, int64_t dim, int64_t inner, int acc);
+// slice's backward (its forward is pr_cu_slice with acc 0): dy into zeros
+void pr_cu_pad(float *dx, const float *dy, int64_t outer, int64_t inner, int64_t total,
+               int64_t offset, int64_t size, int acc);
 // y (n) = xs[0] + ... + xs[k-1] left to right (xs a host array of device pointers, k <= 16;
 // y may alias any input).
 void pr_cu_add_n(float *y, const float *const *xs, int k, int64_t n);

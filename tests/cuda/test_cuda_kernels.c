@@ -191,6 +191,21 @@ static void test_elementwise(void) {
      pr_sigmoid_bwd(hdx, hdy, cy, n, acc), pr_cu_sigmoid_bwd(dx, dy, y, n, acc));
   UN("silu", pr_silu_fwd(cy, hx, n), pr_cu_silu_fwd(y, x, n), pr_silu_bwd(hdx, hdy, hx, n, acc),
      pr_cu_silu_bwd(dx, dy, x, n, acc));
+  { // exp, rsqrt, pow (neg runs scale's kernels); rsqrt and powf's exponents on a positive input
+    float *hp = malloc((size_t)n * 4), *xp = pr_cu_alloc_region("xp", (size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) hp[i] = fabsf(hx[i]) + 0.25f;
+    pr_cu_upload(xp, hp, (size_t)n * 4);
+    UN("exp", pr_exp_fwd(cy, hx, n), pr_cu_exp_fwd(y, x, n), pr_exp_bwd(hdx, hdy, cy, n, acc),
+       pr_cu_exp_bwd(dx, dy, y, n, acc));
+    UN("rsqrt", pr_rsqrt_fwd(cy, hp, n), pr_cu_rsqrt_fwd(y, xp, n),
+       pr_rsqrt_bwd(hdx, hdy, cy, n, acc), pr_cu_rsqrt_bwd(dx, dy, y, n, acc));
+    UN("pow 3", pr_pow_fwd(cy, hx, n, 3.0f), pr_cu_pow_fwd(y, x, n, 3.0f),
+       pr_pow_bwd(hdx, hdy, hx, n, 3.0f, acc), pr_cu_pow_bwd(dx, dy, x, n, 3.0f, acc));
+    UN("pow -1.5", pr_pow_fwd(cy, hp, n, -1.5f), pr_cu_pow_fwd(y, xp, n, -1.5f),
+       pr_pow_bwd(hdx, hdy, hp, n, -1.5f, acc), pr_cu_pow_bwd(dx, dy, xp, n, -1.5f, acc));
+    free(hp);
+    pr_cu_free_region(xp);
+  }
   for (int acc = 0; acc < 2; acc++) {
     pr_cu_accumulate(y, x, n, acc);
     pr_accumulate(cy, hx, n, acc);
@@ -244,6 +259,30 @@ static void test_elementwise(void) {
         }
     }
   }
+  // div: y (4,5,6,7) = a / b, b (1,5,1,7) away from 0; both gradients, acc 0 and 1
+  {
+    int64_t yd[4] = {4, 5, 6, 7}, bd[4] = {1, 5, 1, 7}, ad[4] = {4, 5, 6, 7};
+    int64_t as[4] = {210, 42, 7, 1}, bs[4] = {0, 7, 0, 1}, ny = 840, nb = 35;
+    float *hb = malloc((size_t)nb * 4), *b = pr_cu_alloc_region("b", (size_t)nb * 4);
+    for (int64_t i = 0; i < nb; i++) hb[i] = fabsf(hdy[i]) + 0.5f;
+    pr_cu_upload(b, hb, (size_t)nb * 4);
+    pr_cu_binary_fwd(y, x, b, 3, 4, yd, as, bs);
+    pr_binary_fwd(cy, hx, hb, 3, 4, yd, as, bs);
+    compare("div fwd", y, cy, ny, BITWISE);
+    for (int which = 0; which < 2; which++)
+      for (int acc = 0; acc < 2; acc++) {
+        int64_t nx = which ? nb : ny;
+        for (int64_t i = 0; i < nx; i++) hdx[i] = (float)i * 1e-3f;
+        pr_cu_upload(dx, hdx, (size_t)nx * 4);
+        pr_cu_div_bwd(dx, dy, x, b, which, 4, yd, which ? bd : ad, as, bs, acc);
+        pr_div_bwd(hdx, hdy, hx, hb, which, 4, yd, which ? bd : ad, as, bs, acc);
+        char name[64];
+        snprintf(name, sizeof name, "div_bwd which %d acc %d", which, acc);
+        compare(name, dx, hdx, nx, which ? REDUCE : BITWISE);
+      }
+    free(hb);
+    pr_cu_free_region(b);
+  }
   free(hx), free(hdy), free(cy), free(hdx);
   pr_cu_free_region(x), pr_cu_free_region(dy), pr_cu_free_region(y), pr_cu_free_region(dx);
 }
@@ -254,6 +293,19 @@ static void test_norm(void) {
   float *x = dev_rand(&hx, n), *dy = dev_rand(&hdy, n);
   float *y = pr_cu_alloc_region("y", (size_t)n * 4), *cy = malloc((size_t)n * 4);
   float *dx = pr_cu_alloc_region("dx", (size_t)n * 4), *hdx = calloc((size_t)n, 4);
+  for (int64_t in = 1; in <= inner; in += inner - 1) { // mean: rows and strided, the CPU's bits
+    int64_t out = n / (dim * in);
+    pr_cu_mean_fwd(y, x, out, dim, in);
+    pr_mean_fwd(cy, hx, out, dim, in);
+    compare(in == 1 ? "mean_fwd rows" : "mean_fwd strided", y, cy, out * in, BITWISE);
+    for (int acc = 0; acc < 2; acc++) {
+      for (int64_t i = 0; i < n; i++) hdx[i] = (float)i * 1e-5f;
+      pr_cu_upload(dx, hdx, (size_t)n * 4);
+      pr_cu_mean_bwd(dx, dy, out, dim, in, acc);
+      pr_mean_bwd(hdx, hdy, out, dim, in, acc);
+      compare(acc ? "mean_bwd acc" : "mean_bwd", dx, hdx, n, BITWISE);
+    }
+  }
   for (int strided = 0; strided < 2; strided++) {
     int64_t o = strided ? outer : outer * inner, in = strided ? inner : 1;
     pr_cu_softmax_fwd(y, x, o, dim, in);
@@ -415,6 +467,11 @@ static void test_layout(void) {
     pr_cu_slice(ys[1], s, outer, inner, 10, 2, 5, acc);
     pr_slice(cys[1], hs, outer, inner, 10, 2, 5, acc);
     compare(acc ? "slice acc" : "slice", ys[1], cys[1], outer * 5 * inner, EXACT);
+  }
+  for (int acc = 0; acc < 2; acc++) { // slice's backward: ys[1] into zeros (acc: added)
+    pr_cu_pad(cat, ys[1], outer, inner, 10, 2, 5, acc);
+    pr_pad(ccat, cys[1], outer, inner, 10, 2, 5, acc);
+    compare(acc ? "pad acc" : "pad", cat, ccat, tot, EXACT);
   }
   for (int k = 0; k < 3; k++) pr_cu_free_region(ys[k]), free(cys[k]);
   free(hx), free(cy), free(hs), free(ccat);

@@ -652,6 +652,21 @@ static const ErrCase err_cases[] = {
     {HEAD
      "  {'name': 'a', 'op': 'rope', 'inputs': ['x'], 'attrs': {'seq_axis': 1.5}},\n" LOSS_A TAIL,
      "m.json:6:58: error: nodes[0].attrs.seq_axis: expected an integer within +-2^53, got 1.5\n"},
+    {HEAD "  {'name': 'a', 'op': 'pow', 'inputs': ['x']},\n" LOSS_A TAIL,
+     "m.json:6:3: error: nodes[0] \"a\": missing required attribute 'exponent' of pow (the "
+     "constant power x is raised to)\n"},
+    {HEAD
+     "  {'name': 'a', 'op': 'pow', 'inputs': ['x'], 'attrs': {'exponent': 1e39}},\n" LOSS_A TAIL,
+     "m.json:6:3: error: nodes[0] \"a\": attribute 'exponent' = 1e+39 is not a finite float\n"},
+    {HEAD "  {'name': 'a', 'op': 'mean', 'inputs': ['x']},\n" LOSS_A TAIL,
+     "m.json:6:3: error: nodes[0] \"a\": missing required attribute 'axis' of mean (axis to "
+     "average over)\n"},
+    {HEAD
+     "  {'name': 'a', 'op': 'slice', 'inputs': ['x'], 'attrs': {'axis': 1, 'end': 5}},\n" LOSS_A
+         TAIL,
+     "m.json:6:3: error: nodes[0] \"a\": attribute 'end' = 5 is past axis 1 of size 4\n"},
+    {HEAD "  {'name': 'a', 'op': 'neg', 'inputs': ['x', 'x']},\n" LOSS_A TAIL,
+     "m.json:6:3: error: nodes[0] \"a\": neg takes 1 input, got 2\n"},
     {HEAD "  {'name': 'a', 'op': 'concat', 'inputs': []},\n" LOSS_A TAIL,
      "m.json:6:3: error: nodes[0] \"a\": concat takes at least 1 input, got 0\n"},
     {HEAD "  {'name': 'a', 'op': 'relu', 'inputs': ['x'], 'stage': -1},\n" LOSS_A TAIL,

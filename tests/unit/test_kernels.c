@@ -552,6 +552,351 @@ START_TEST(test_unary_accuracy) {
 END_TEST
 
 // ---------------------------------------------------------------------------------------------
+// neg, exp, rsqrt, pow by a constant (the unary ops of exported graphs)
+
+static void set_threads(int n); // (below, with the thread tests)
+enum { BIN_DIV_CODE = 3 };      // pr_binary_fwd's op for div (ir/ops.h BIN_DIV)
+
+// kinds: neg (pr_scale_* with factor -1), exp, rsqrt, then pow by each of xpow_e: integer
+// exponents by products, the others by powf
+static const float xpow_e[] = {3.0f, -2.0f, 1.0f, 0.5f, -1.5f, 2.5f};
+enum { XUN_KINDS = 3 + (int)(sizeof xpow_e / sizeof xpow_e[0]) };
+
+static void f_xunary(void *p) {
+  Ctx *c = p;
+  int64_t n = c->n[0];
+  int kind = c->flag[0];
+  if (kind == 0)
+    pr_scale_fwd(c->y, c->x, n, -1.0f);
+  else if (kind == 1)
+    pr_exp_fwd(c->y, c->x, n);
+  else if (kind == 2)
+    pr_rsqrt_fwd(c->y, c->x, n);
+  else
+    pr_pow_fwd(c->y, c->x, n, xpow_e[kind - 3]);
+}
+
+static void xunary_bwd(int kind, float *dx, const float *dy, const float *x, const float *y,
+                       int64_t n, int acc) {
+  if (kind == 0)
+    pr_scale_bwd(dx, dy, n, -1.0f, acc);
+  else if (kind == 1)
+    pr_exp_bwd(dx, dy, y, n, acc);
+  else if (kind == 2)
+    pr_rsqrt_bwd(dx, dy, y, n, acc);
+  else
+    pr_pow_bwd(dx, dy, x, n, xpow_e[kind - 3], acc);
+}
+
+// Inputs inside each kind's domain: positive for rsqrt and powf's exponents, away from 0 for a
+// negative power (|x| >= 0.25, beyond the finite differences' reach of the pole).
+static float *xunary_input(int kind, int64_t n) {
+  bool pos = kind == 2 || (kind >= 3 && xpow_e[kind - 3] != floorf(xpow_e[kind - 3]));
+  float *x = pos ? frand(n, 0.25f, 4.0f) : frand(n, -4.0f, 4.0f);
+  for (int64_t i = 0; i < n; i++)
+    if (fabsf(x[i]) < 0.25f) x[i] = x[i] < 0 ? -0.5f : 0.5f;
+  return x;
+}
+
+// Forward against double, backward against finite differences, acc = 1 adding exactly the
+// acc = 0 result, and the bits at 1 and 2 threads (n above the threading threshold).
+START_TEST(test_xunary) {
+  for (int kind = 0; kind < XUN_KINDS; kind++) {
+    int64_t n = 61;
+    Ctx c = {0};
+    c.n[0] = n, c.flag[0] = kind;
+    c.x = xunary_input(kind, n), c.y = fzeros(n);
+    f_xunary(&c);
+    double *ref = talloc((size_t)n * sizeof(double));
+    for (int64_t i = 0; i < n; i++) {
+      double x = c.x[i];
+      ref[i] = kind == 0   ? -x
+               : kind == 1 ? exp(x)
+               : kind == 2 ? 1 / sqrt(x)
+                           : pow(x, xpow_e[kind - 3]);
+    }
+    assert_close("xunary", c.y, ref, n, 0, 4e-7);
+    float *r = frand(n, -1, 1), *dx = fzeros(n);
+    xunary_bwd(kind, dx, r, c.x, c.y, n, 0);
+    fd_check("xunary dx", f_xunary, &c, c.x, n, dx, c.y, r, n, H, TOL);
+    // acc, and threads
+    n = 70001;
+    float *x = xunary_input(kind, n), *dy = frand(n, -1, 1), *y1 = fzeros(n), *y2 = fzeros(n);
+    float *d1 = fzeros(n), *d2 = frand(n, -1, 1), *expect = fzeros(n);
+    c.n[0] = n, c.x = x;
+    for (int th = 1; th <= 2; th++) {
+      set_threads(th);
+      c.y = th == 1 ? y1 : y2;
+      f_xunary(&c);
+      if (th == 1) {
+        xunary_bwd(kind, d1, dy, x, y1, n, 0);
+        for (int64_t i = 0; i < n; i++) expect[i] = d2[i] + d1[i];
+      } else {
+        xunary_bwd(kind, d2, dy, x, y2, n, 1);
+      }
+    }
+    assert_bitwise("xunary threads", y1, y2, n);
+    assert_bitwise("xunary acc and threads", d2, expect, n);
+  }
+}
+END_TEST
+
+// The exact cases: neg is -x; integer powers are the products in their fixed order (x^2 is
+// x * x, torch's), x^0 is 1 and its gradient 0 whatever x is, x^1's gradient dy; and each op's
+// values at the edges of its domain.
+START_TEST(test_xunary_exact) {
+  int64_t n = 4096;
+  float *x = frand(n, -8, 8), *y = fzeros(n), *e = fzeros(n), *dy = frand(n, -1, 1);
+  x[0] = 0.0f, x[1] = -0.0f, x[2] = INFINITY, x[3] = -INFINITY, x[4] = NAN;
+  pr_scale_fwd(y, x, n, -1.0f);
+  for (int64_t i = 0; i < n; i++) e[i] = -x[i];
+  assert_bitwise("neg", y + 0, e + 0, 4); // the NaN's sign is the platform's
+  assert_bitwise("neg", y + 5, e + 5, n - 5);
+  pr_pow_fwd(y, x, n, 2.0f);
+  for (int64_t i = 0; i < n; i++) e[i] = x[i] * x[i];
+  assert_bitwise("pow 2", y, e, n);
+  pr_pow_fwd(y, x, n, 3.0f);
+  for (int64_t i = 0; i < n; i++) e[i] = x[i] * (x[i] * x[i]);
+  assert_bitwise("pow 3", y, e, n);
+  pr_pow_fwd(y, x, n, -1.0f);
+  for (int64_t i = 0; i < n; i++) e[i] = 1.0f / x[i];
+  assert_bitwise("pow -1", y, e, n);
+  pr_pow_fwd(y, x, n, 1.0f);
+  assert_bitwise("pow 1", y, x, n);
+  pr_pow_bwd(y, dy, x, n, 1.0f, 0);
+  assert_bitwise("pow 1 dx", y, dy, n);
+  pr_pow_fwd(y, x, n, 0.0f);
+  for (int64_t i = 0; i < n; i++) e[i] = 1.0f;
+  assert_bitwise("pow 0", y, e, n);
+  pr_pow_bwd(y, dy, x, n, 0.0f, 0);
+  for (int64_t i = 0; i < n; i++) e[i] = 0.0f;
+  assert_bitwise("pow 0 dx", y, e, n);
+  pr_pow_fwd(y, x, n, 64.0f); // the last integer by products; 65 and 2.5 by powf
+  ck_assert(pr_pow_int(64.0f) == 64 && pr_pow_int(-64.0f) == -64 && pr_pow_int(65.0f) == INT32_MIN);
+  ck_assert(pr_pow_int(2.5f) == INT32_MIN && pr_pow_int(NAN) == INT32_MIN);
+  // domain edges (torch's values): a negative base to a non-integer power is NaN, 0 to a
+  // negative power infinite
+  float px[] = {-2.0f, 0.0f, -0.0f, 4.0f}, py[4], pd[4], one[4] = {1, 1, 1, 1};
+  pr_pow_fwd(py, px, 4, 0.5f);
+  ck_assert(isnan(py[0]) && py[1] == 0.0f && py[3] == 2.0f);
+  pr_pow_fwd(py, px, 4, -1.0f);
+  ck_assert(py[0] == -0.5f && py[1] == INFINITY && py[2] == -INFINITY && py[3] == 0.25f);
+  pr_pow_bwd(pd, one, px, 4, 0.5f, 0); // 0.5 x^-0.5
+  ck_assert(isnan(pd[0]) && pd[1] == INFINITY && pd[3] == 0.25f);
+  // rsqrt: inf at 0, -inf at -0, NaN below 0, 0 at inf
+  float rx[] = {0.0f, -0.0f, -1.0f, 4.0f, INFINITY, NAN}, ry[6];
+  pr_rsqrt_fwd(ry, rx, 6);
+  ck_assert(ry[0] == INFINITY && ry[1] == -INFINITY && isnan(ry[2]) && ry[3] == 0.5f);
+  ck_assert(ry[4] == 0.0f && isnan(ry[5]));
+  // exp: 1 at 0, inf past 88.72 (and at inf), 0 at -inf and below -87.3, NaN for NaN, and within
+  // 3 ulp of e^x up to the overflow
+  float ex[] = {0.0f, 88.7f, 88.8f, INFINITY, -INFINITY, -100.0f, NAN, 88.25f}, ey[8];
+  pr_exp_fwd(ey, ex, 8);
+  ck_assert(ey[0] == 1.0f && ey[2] == INFINITY && ey[3] == INFINITY && ey[4] == 0.0f);
+  ck_assert(ey[5] == 0.0f && isnan(ey[6]));
+  ck_assert(fabs(ey[1] / exp((double)ex[1]) - 1) < 3 * 1.2e-7);
+  ck_assert(fabs(ey[7] / exp((double)ex[7]) - 1) < 3 * 1.2e-7);
+  float *wx = frand(n, -87.0f, 88.7f), *wy = fzeros(n);
+  pr_exp_fwd(wy, wx, n);
+  double worst = 0;
+  for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(wy[i] / exp((double)wx[i]) - 1));
+  ck_assert_msg(worst <= 3 * 1.2e-7, "exp: worst relative error %.3g", worst);
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// div: pr_binary_fwd with op 3, pr_div_bwd
+
+static float *away_from_zero(int64_t n) { // |v| in [0.5, 2], either sign
+  float *v = frand(n, 0.5f, 2.0f);
+  for (int64_t i = 0; i < n; i++)
+    if (urand() < 0.5) v[i] = -v[i];
+  return v;
+}
+
+// The gradient of operand which as the kernel's contract states it: y visited in ascending
+// row-major order, each element's contribution added to its operand element.
+static void div_bwd_ref(float *dx, const Ctx *c, const float *dy, int which, const int64_t *xdims,
+                        int rank) {
+  int64_t ny = numel(rank, c->ydims), xstr[8];
+  bstrides(rank, xdims, xstr);
+  memset(dx, 0, (size_t)numel(rank, xdims) * sizeof(float));
+  for (int64_t i = 0; i < ny; i++) {
+    int64_t rem = i, ao = 0, bo = 0, xo = 0;
+    for (int d = rank - 1; d >= 0; d--) {
+      int64_t q = rem % c->ydims[d];
+      rem /= c->ydims[d];
+      ao += q * c->astr[d], bo += q * c->bstr[d], xo += q * xstr[d];
+    }
+    float bv = c->b[bo];
+    dx[xo] += which == 0 ? dy[i] / bv : (-dy[i] * c->a[ao]) / (bv * bv);
+  }
+}
+
+// Every broadcast case of add/sub/mul: the forward is a / b, the gradients match the reference
+// order bit for bit and finite differences, and acc = 1 adds exactly the acc = 0 result.
+START_TEST(test_div) {
+  for (size_t ci = 0; ci < sizeof bin_cases / sizeof bin_cases[0]; ci++) {
+    const BinCase *bc = &bin_cases[ci];
+    Ctx c = {0};
+    int rank = bc->rank;
+    c.flag[0] = BIN_DIV_CODE, c.flag[1] = rank;
+    for (int i = 0; i < rank; i++) c.ydims[i] = bc->ad[i] > bc->bd[i] ? bc->ad[i] : bc->bd[i];
+    bstrides(rank, bc->ad, c.astr);
+    bstrides(rank, bc->bd, c.bstr);
+    int64_t ny = numel(rank, c.ydims), na = numel(rank, bc->ad), nb = numel(rank, bc->bd);
+    c.a = frand(na, -2, 2), c.b = away_from_zero(nb), c.y = fzeros(ny);
+    f_binary(&c);
+    float *expect = fzeros(ny);
+    for (int64_t i = 0; i < ny; i++) {
+      int64_t rem = i, ao = 0, bo = 0;
+      for (int d = rank - 1; d >= 0; d--) {
+        int64_t q = rem % c.ydims[d];
+        rem /= c.ydims[d];
+        ao += q * c.astr[d], bo += q * c.bstr[d];
+      }
+      expect[i] = c.a[ao] / c.b[bo];
+    }
+    assert_bitwise("div", c.y, expect, ny);
+    float *r = frand(ny, -1, 1), *da = fzeros(na), *db = fzeros(nb);
+    pr_div_bwd(da, r, c.a, c.b, 0, rank, c.ydims, bc->ad, c.astr, c.bstr, 0);
+    pr_div_bwd(db, r, c.a, c.b, 1, rank, c.ydims, bc->bd, c.astr, c.bstr, 0);
+    float *ea = fzeros(na), *eb = fzeros(nb);
+    div_bwd_ref(ea, &c, r, 0, bc->ad, rank);
+    div_bwd_ref(eb, &c, r, 1, bc->bd, rank);
+    assert_bitwise("div da order", da, ea, na);
+    assert_bitwise("div db order", db, eb, nb);
+    fd_check("div da", f_binary, &c, c.a, na, da, c.y, r, ny, H, TOL);
+    fd_check("div db", f_binary, &c, c.b, nb, db, c.y, r, ny, H, TOL);
+    for (int which = 0; which < 2; which++) {
+      int64_t nx = which ? nb : na;
+      float *out = frand(nx, -3, 3), *sum = fzeros(nx);
+      for (int64_t i = 0; i < nx; i++) sum[i] = out[i] + (which ? db[i] : da[i]);
+      pr_div_bwd(out, r, c.a, c.b, which, rank, c.ydims, which ? bc->bd : bc->ad, c.astr, c.bstr,
+                 1);
+      assert_bitwise("div acc", out, sum, nx);
+    }
+  }
+  // division by zero is IEEE's, as torch: inf with the signs' product, NaN for 0 / 0
+  float a[4] = {1.0f, -1.0f, 0.0f, 1.0f}, b[4] = {0.0f, 0.0f, 0.0f, -0.0f}, y[4];
+  int64_t yd[1] = {4}, st[1] = {1};
+  pr_binary_fwd(y, a, b, BIN_DIV_CODE, 1, yd, st, st);
+  ck_assert(y[0] == INFINITY && y[1] == -INFINITY && isnan(y[2]) && y[3] == -INFINITY);
+}
+END_TEST
+
+// The bits at 1 and 2 threads above the threading threshold: a (R,C) / b (C) (b's gradient
+// reduced over rows, threads owning column blocks), a (R,C) / b (R,1) (one value per row).
+START_TEST(test_div_threads) {
+  int64_t R = 64, C = 1100, ny = R * C, yd[2] = {R, C}, as[2] = {C, 1};
+  const int64_t bds[2][2] = {{1, C}, {R, 1}};
+  float *a = frand(ny, -2, 2), *b = away_from_zero(ny), *dy = frand(ny, -1, 1);
+  for (int k = 0; k < 2; k++) {
+    int64_t bs[2], nb = bds[k][0] * bds[k][1];
+    bstrides(2, bds[k], bs);
+    float *out[2][3];
+    for (int th = 1; th <= 2; th++) {
+      float **o = out[th - 1];
+      o[0] = fzeros(ny), o[1] = fzeros(ny), o[2] = fzeros(nb);
+      set_threads(th);
+      pr_binary_fwd(o[0], a, b, BIN_DIV_CODE, 2, yd, as, bs);
+      pr_div_bwd(o[1], dy, a, b, 0, 2, yd, yd, as, bs, 0);
+      pr_div_bwd(o[2], dy, a, b, 1, 2, yd, bds[k], as, bs, 0);
+    }
+    assert_bitwise("div threads y", out[0][0], out[1][0], ny);
+    assert_bitwise("div threads da", out[0][1], out[1][1], ny);
+    assert_bitwise("div threads db", out[0][2], out[1][2], nb);
+  }
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// mean over the middle dim of (outer, dim, inner)
+
+static void f_mean(void *p) {
+  Ctx *c = p;
+  pr_mean_fwd(c->y, c->x, c->n[0], c->n[1], c->n[2]);
+}
+
+// Against the sequential sum (bits), finite differences, acc; rows (inner 1), strided, an inner
+// dim wider than a block; and 1 vs 2 threads above the threshold.
+START_TEST(test_mean) {
+  const int64_t shapes[][3] = {{7, 13, 1}, {3, 5, 4}, {2, 6, 70}, {1, 9, 1}, {4, 1, 3}};
+  for (int si = 0; si < 5; si++) {
+    int64_t outer = shapes[si][0], dim = shapes[si][1], inner = shapes[si][2];
+    int64_t nx = outer * dim * inner, ny = outer * inner;
+    Ctx c = {0};
+    c.n[0] = outer, c.n[1] = dim, c.n[2] = inner;
+    // full mantissas, so that another summation order would round differently
+    c.x = frand(nx, -2, 2), c.y = fzeros(ny);
+    for (int64_t i = 0; i < nx; i++) c.x[i] *= (float)(1.0 + urand());
+    f_mean(&c);
+    float *e = fzeros(ny);
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t j = 0; j < inner; j++) {
+        float s = 0.0f;
+        for (int64_t k = 0; k < dim; k++) s += c.x[(o * dim + k) * inner + j];
+        e[o * inner + j] = s / (float)dim;
+      }
+    assert_bitwise("mean", c.y, e, ny);
+    for (int64_t i = 0; i < nx; i++) c.x[i] = qrand(-2, 2); // exact x +- 2h for the differences
+    float *r = frand(ny, -1, 1), *dx = fzeros(nx), *out = frand(nx, -3, 3), *sum = fzeros(nx);
+    pr_mean_bwd(dx, r, outer, dim, inner, 0);
+    for (int64_t i = 0; i < nx; i++)
+      ck_assert(dx[i] == r[(i / (dim * inner)) * inner + i % inner] / (float)dim);
+    fd_check("mean dx", f_mean, &c, c.x, nx, dx, c.y, r, ny, H, TOL);
+    for (int64_t i = 0; i < nx; i++) sum[i] = out[i] + dx[i];
+    pr_mean_bwd(out, r, outer, dim, inner, 1);
+    assert_bitwise("mean acc", out, sum, nx);
+  }
+  const int64_t big[][3] = {{600, 100, 1}, {3, 100, 300}, {1, 70000, 1}};
+  for (int bi = 0; bi < 3; bi++) {
+    int64_t outer = big[bi][0], dim = big[bi][1], inner = big[bi][2];
+    int64_t nx = outer * dim * inner, ny = outer * inner;
+    float *x = frand(nx, -2, 2), *dy = frand(ny, -1, 1), *o[2][2];
+    for (int th = 1; th <= 2; th++) {
+      set_threads(th);
+      o[th - 1][0] = fzeros(ny), o[th - 1][1] = fzeros(nx);
+      pr_mean_fwd(o[th - 1][0], x, outer, dim, inner);
+      pr_mean_bwd(o[th - 1][1], dy, outer, dim, inner, 0);
+    }
+    assert_bitwise("mean threads", o[0][0], o[1][0], ny);
+    assert_bitwise("mean threads dx", o[0][1], o[1][1], nx);
+  }
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// slice's backward pr_pad: dy at [offset, offset + size) of the axis, zeros elsewhere; acc adds dy
+// there and leaves the rest; the adjoint of pr_slice (<pr_slice(x), r> = <x, pr_pad(r)>).
+START_TEST(test_pad) {
+  const int64_t cases[][5] = {{3, 4, 7, 2, 3}, {5, 1, 8, 0, 8}, {2, 3, 6, 5, 1}, {1, 2, 4, 0, 1}};
+  for (int ci = 0; ci < 4; ci++) {
+    int64_t outer = cases[ci][0], inner = cases[ci][1], total = cases[ci][2];
+    int64_t off = cases[ci][3], size = cases[ci][4];
+    int64_t nx = outer * total * inner, ny = outer * size * inner;
+    float *dy = frand(ny, -1, 1), *dx = frand(nx, -1, 1), *e = fzeros(nx);
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t k = 0; k < size; k++)
+        for (int64_t j = 0; j < inner; j++)
+          e[(o * total + off + k) * inner + j] = dy[(o * size + k) * inner + j];
+    pr_pad(dx, dy, outer, inner, total, off, size, 0);
+    assert_bitwise("pad", dx, e, nx);
+    float *out = frand(nx, -3, 3), *sum = fzeros(nx);
+    for (int64_t i = 0; i < nx; i++) sum[i] = out[i] + e[i];
+    pr_pad(out, dy, outer, inner, total, off, size, 1);
+    assert_bitwise("pad acc", out, sum, nx);
+    float *x = frand(nx, -2, 2), *y = fzeros(ny);
+    pr_slice(y, x, outer, inner, total, off, size, 0);
+    double l = 0, r = 0;
+    for (int64_t i = 0; i < ny; i++) l += (double)y[i] * dy[i];
+    for (int64_t i = 0; i < nx; i++) r += (double)x[i] * dx[i];
+    ck_assert(l == r); // the same products, each exact in double, summed in the same order
+  }
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
 // softmax
 
 static void f_softmax(void *p) {
@@ -1703,6 +2048,12 @@ int main(void) {
   tcase_add_test(tc, test_unary);
   tcase_add_test(tc, test_gelu_saved_cdf);
   tcase_add_test(tc, test_unary_accuracy);
+  tcase_add_test(tc, test_xunary);
+  tcase_add_test(tc, test_xunary_exact);
+  tcase_add_test(tc, test_div);
+  tcase_add_test(tc, test_div_threads);
+  tcase_add_test(tc, test_mean);
+  tcase_add_test(tc, test_pad);
   tcase_add_test(tc, test_softmax);
   tcase_add_test(tc, test_layernorm);
   tcase_add_test(tc, test_add_layernorm);

@@ -255,7 +255,7 @@ static const char *attr_type_name(AttrType t) {
 START_TEST(test_registry_matches_docs) {
   DocOp ops[64];
   int n = read_doc_ops(ops, 64);
-  ck_assert_int_eq(n, 24); // the op set v1
+  ck_assert_int_eq(n, 31); // the op set v1
   for (int i = 0; i < n; i++) {
     const DocOp *d = &ops[i];
     const OpDef *op = op_find(d->name);
@@ -507,6 +507,66 @@ static const OpCase cases[] = {
     OK("silu", I("f32(B,11)"), NULL, "f32(B,11)", 165, 264),
     ERR("silu", I("i32(B,4)"), NULL,
         "input 'a' has dtype i32 but silu needs a floating-point tensor"),
+
+    // neg (n), exp (4n), rsqrt (2n), pow by a constant (4n)
+    OK("neg", I("f32(B,11)"), NULL, "f32(B,11)", 33, 264),
+    OK("neg", I("bf16(B,2,5)"), NULL, "bf16(B,2,5)", 30, 120),
+    ERR("neg", I("i32(B,4)"), NULL,
+        "input 'a' has dtype i32 but neg needs a floating-point tensor"),
+    OK("exp", I("f32(B,11)"), NULL, "f32(B,11)", 132, 264),
+    ERR("exp", I("i32(B,4)"), NULL,
+        "input 'a' has dtype i32 but exp needs a floating-point tensor"),
+    OK("rsqrt", I("f16(B,2,5)"), NULL, "f16(B,2,5)", 60, 120),
+    ERR("rsqrt", I("i32(B,4)"), NULL,
+        "input 'a' has dtype i32 but rsqrt needs a floating-point tensor"),
+    OK("pow", I("f32(B,11)"), "exponent=2", "f32(B,11)", 132, 264),
+    OK("pow", I("f32(7)"), "exponent=-0.5", "f32(7)", 28, 56),
+    ERR("pow", I("f32(B,4)"), "exponent=1e39",
+        "attribute 'exponent' = 1e+39 is not a finite float"),
+    ERR("pow", I("f32(B,4)"), "exponent=-inf", "attribute 'exponent' = -inf is not a finite float"),
+    ERR("pow", I("i32(B,4)"), "exponent=2",
+        "input 'a' has dtype i32 but pow needs a floating-point tensor"),
+    // div: mul's broadcasting, n flops
+    OK("div", I("f32(B,4)", "f32(4)"), NULL, "f32(B,4)", 12, (12 + 4 + 12) * 4),
+    OK("div", I("f32(1,5)", "f32(B,1)"), NULL, "f32(B,5)", 15, (5 + 3 + 15) * 4),
+    ERR("div", I("f32(B,4)", "f32(3)"), NULL, "cannot broadcast 'a' (B,4) with 'b' (3)"),
+    ERR("div", I("f32(B,4)", "f16(4)"), NULL,
+        "input 'b' has dtype f16 but input 'a' has dtype f32; div needs equal dtypes"),
+    ERR("div", I("i32(B,4)", "i32(4)"), NULL,
+        "input 'a' has dtype i32 but div needs a floating-point tensor"),
+    // mean: numel(x) flops
+    OK("mean", I("f32(B,5,8)"), "axis=-1", "f32(B,5)", 120, (120 + 15) * 4),
+    OK("mean", I("f32(B,5,8)"), "axis=1 keepdim=true", "f32(B,1,8)", 120, (120 + 24) * 4),
+    OK("mean", I("bf16(6)"), "axis=0", "bf16()", 6, (6 + 1) * 2),
+    OK("mean", I("f32(6)"), "axis=0 keepdim=true", "f32(1)", 6, (6 + 1) * 4),
+    ERR("mean", I("f32(B,5,8)"), "axis=3",
+        "attribute 'axis' = 3 is out of range for rank 3 (valid: -3..2)"),
+    ERR("mean", I("f32(B,5,8)"), "axis=0",
+        "cannot take the mean of 'a' (B,5,8) along the batch dim"),
+    ERR("mean", I("f32(B,0)"), "axis=1",
+        "cannot take the mean of 'a' (B,0) along axis 1 of size 0"),
+    ERR("mean", I("i32(B,4)"), "axis=1",
+        "input 'a' has dtype i32 but mean needs a floating-point tensor"),
+    // slice: a layout op (any dtype, 0 flops); Python's negative indices, step 1
+    OK("slice", I("f32(B,8)"), "axis=1 start=2 end=5", "f32(B,3)", 0, (24 + 9) * 4),
+    OK("slice", I("f32(B,8)"), "axis=-1 start=-3", "f32(B,3)", 0, (24 + 9) * 4),
+    OK("slice", I("i32(B,8)"), "axis=1 end=-1", "i32(B,7)", 0, (24 + 21) * 4),
+    OK("slice", I("f16(4,B)"), "axis=0 start=1 end=4 step=1", "f16(3,B)", 0, (12 + 9) * 2),
+    OK("slice", I("f32(B,8)"), "axis=1 end=9223372036854775807", "f32(B,8)", 0, (24 + 24) * 4),
+    ERR("slice", I("f32(B,8)"), "axis=1 end=9", "attribute 'end' = 9 is past axis 1 of size 8"),
+    ERR("slice", I("f32(B,8)"), "axis=1 end=-9",
+        "attribute 'end' = -9 is before the start of axis 1 of size 8"),
+    ERR("slice", I("f32(B,8)"), "axis=1 start=8",
+        "attribute 'start' = 8 is out of range for axis 1 of size 8"),
+    ERR("slice", I("f32(B,8)"), "axis=1 start=-9",
+        "attribute 'start' = -9 is out of range for axis 1 of size 8"),
+    ERR("slice", I("f32(B,8)"), "axis=1 start=5 end=3", "slice of axis 1 from 5 to 3 is empty"),
+    ERR("slice", I("f32(B,8)"), "axis=1 start=-2 end=6", "slice of axis 1 from 6 to 6 is empty"),
+    ERR("slice", I("f32(B,8)"), "axis=1 step=2",
+        "attribute 'step' = 2 is not supported; slice takes step 1"),
+    ERR("slice", I("f32(B,8)"), "axis=0 end=1", "cannot slice 'a' (B,8) along the batch dim"),
+    ERR("slice", I("f32(B,8)"), "axis=2",
+        "attribute 'axis' = 2 is out of range for rank 2 (valid: -2..1)"),
 
     // softmax: 5n
     OK("softmax", I("f32(B,6)"), NULL, "f32(B,6)", 90, 144),

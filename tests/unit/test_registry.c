@@ -153,7 +153,7 @@ START_TEST(test_gradient_rules_well_formed) {
 }
 END_TEST
 
-// add, sub and mul share pr_binary_fwd: their codes are the kernel's op argument 0, 1, 2.
+// add, sub, mul and div share pr_binary_fwd: their codes are the kernel's op argument 0 to 3.
 START_TEST(test_variants) {
   ck_assert_int_eq(op_find("add")->variant, BIN_ADD);
   ck_assert_int_eq(op_find("sub")->variant, BIN_SUB);
@@ -161,6 +161,8 @@ START_TEST(test_variants) {
   ck_assert_int_eq(BIN_ADD, 0);
   ck_assert_int_eq(BIN_SUB, 1);
   ck_assert_int_eq(BIN_MUL, 2);
+  ck_assert_int_eq(op_find("div")->variant, BIN_DIV);
+  ck_assert_int_eq(BIN_DIV, 3);
   ck_assert_int_eq(op_find("transpose")->variant, PERM_SWAP);
   ck_assert_int_eq(op_find("permute")->variant, PERM_LIST);
   // Every pair of rows sharing a kernel and argument rule tells them apart by variant, except
