@@ -546,30 +546,72 @@ static bool concat_infer(const Graph *g, Node *n, Diag *d) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// causal_self_attention: packed qkv (B,T,3C) -> (B,T,C), n_head heads, causal mask
+// causal_self_attention: packed qkv (B,T,C+2*Ckv) -> (B,T,C), n_head query heads of hs = C/n_head,
+// n_kv_head kv heads (Ckv = n_kv_head*hs; query head h reads kv head h / (n_head/n_kv_head)),
+// causal mask or none
 
 static const AttrDef attention_attrs[] = {
-    {"n_head", ATTR_INT, true, 0, 0, "number of heads; C % n_head == 0", NULL},
+    {"n_head", ATTR_INT, true, 0, 0, "number of (query) heads; C % n_head == 0", NULL},
+    {"n_kv_head", ATTR_INT, false, 0, 0,
+     "number of key/value heads (default n_head; 1: multi-query); divides n_head", NULL},
+    {"causal", ATTR_BOOL, false, 1, 0, "position t attends to s <= t only (false: to every s)",
+     NULL},
 };
+
+// n_kv_head, n_head when not given (the first infer stores it, so the kernels' arguments read it).
+static int64_t attention_nkv(Node *n) {
+  if (!n->attrs[1].present) n->attrs[1].i = n->attrs[0].i;
+  return n->attrs[1].i;
+}
+
+// The packed last dim C + 2*Ckv = hs*(n_head + 2*n_kv_head): C, or 0 after an error.
+static int64_t attention_c(const Graph *g, Node *n, Diag *d) {
+  const Shape *x = &n->in[0]->shape;
+  Dim ct = x->d[2];
+  int64_t nh = n->attrs[0].i, nkv = attention_nkv(n);
+  if (nkv == nh) { // as many kv heads as query heads: (B,T,3*C)
+    if (ct.b || ct.n % 3 != 0) {
+      node_error(
+          d, n,
+          "input '%s' has shape %s but causal_self_attention needs (B,T,3*C) with q,k,v packed",
+          n->in[0]->name, fmt_shape(g, x));
+      return 0;
+    }
+    if (nh < 1 || (ct.n / 3) % nh != 0) {
+      node_error(d, n, "attribute 'n_head' = %lld must be >= 1 and divide C = %lld", (long long)nh,
+                 (long long)(ct.n / 3));
+      return 0;
+    }
+    return ct.n / 3;
+  }
+  if (nh < 1) {
+    node_error(d, n, "attribute 'n_head' = %lld must be >= 1", (long long)nh);
+    return 0;
+  }
+  if (nkv < 1 || nh % nkv != 0) {
+    node_error(d, n, "attribute 'n_kv_head' = %lld must be >= 1 and divide n_head = %lld",
+               (long long)nkv, (long long)nh);
+    return 0;
+  }
+  int64_t parts = nh + 2 * nkv; // head dims in a packed row
+  if (ct.b || ct.n % parts != 0) {
+    node_error(d, n,
+               "input '%s' has shape %s but causal_self_attention with n_head = %lld and "
+               "n_kv_head = %lld needs (B,T,C+2*Ckv), a multiple of %lld head dims",
+               n->in[0]->name, fmt_shape(g, x), (long long)nh, (long long)nkv, (long long)parts);
+    return 0;
+  }
+  return ct.n / parts * nh;
+}
 
 static bool attention_infer(const Graph *g, Node *n, Diag *d) {
   if (!want_rank(g, n, d, 0, 3, 3) || !want_float(g, n, d, 0)) return false;
   const Shape *x = &n->in[0]->shape;
-  Dim c3 = x->d[2];
   int64_t nh = n->attrs[0].i;
-  if (c3.b || c3.n % 3 != 0) {
-    node_error(
-        d, n, "input '%s' has shape %s but causal_self_attention needs (B,T,3*C) with q,k,v packed",
-        n->in[0]->name, fmt_shape(g, x));
-    return false;
-  }
-  if (nh < 1 || (c3.n / 3) % nh != 0) {
-    node_error(d, n, "attribute 'n_head' = %lld must be >= 1 and divide C = %lld", (long long)nh,
-               (long long)(c3.n / 3));
-    return false;
-  }
+  int64_t c = attention_c(g, n, d);
+  if (c == 0) return false;
   Shape o = *x;
-  o.d[2].n = c3.n / 3;
+  o.d[2].n = c;
   set_out(n, 0, &o, n->in[0]->dtype);
   Shape att = {.rank = 4, .d = {x->d[0], {nh, 0}, x->d[1], x->d[1]}};
   if (x->d[1].b || shape_numel(&att, 1) < 0) {
@@ -795,9 +837,11 @@ static const OpDef ops[] = {
      .kernel = "pr_concat", .kargs = kargs_concat, GRADS(GRAD(GRAD_EVERY_SLOT, "concat.dx", GDY)),
      .doc = "join along axis"},
     {.name = "causal_self_attention", IN(1, 1), .nout = 1, ATTRS(attention_attrs), HIDDEN(attention_hidden),
+     .quiet_attrs = 6u, // n_kv_head, causal (added later): printed when given
      .infer = attention_infer, .cost = attention_cost, .kernel = "pr_attention_fwd", .kargs = kargs_attention,
      .progress = true,
-     GRADS(GRAD(0, "attention.dx", GDY, GX(0), GY(1))), .doc = "fused multi-head attention with causal mask"},
+     GRADS(GRAD(0, "attention.dx", GDY, GX(0), GY(1))),
+     .doc = "fused multi-head (or grouped-query) attention, causal mask or none"},
     {.name = "rope", IN(1, 1), .nout = 1, ATTRS(rope_attrs), .infer = rope_infer, .cost = rope_cost,
      .kernel = "pr_rope_fwd", .kargs = kargs_rope, GRADS(GRAD(0, "rope.dx", GDY)),
      .doc = "rotary position embedding of per-head q or k"},

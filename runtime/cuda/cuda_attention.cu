@@ -1,27 +1,39 @@
-// cuda_attention.cu: causal multi-head self-attention on packed qkv (B,T,3C), forward (saving
-// the probabilities att (B,NH,T,T)) and backward, as the CPU's kernels_attention.c defines them:
+// cuda_attention.cu: multi-head self-attention on packed qkv (B,T,C+2Ckv) (NKV kv heads, causal
+// or not), forward (saving the probabilities att (B,NH,T,T)) and backward, as the CPU's
+// kernels_attention.c defines them (causal: s <= t; else every s):
 //   fwd:  att[t,s] = softmax_s<=t (q_t . k_s * scale);  y_t = sum_s att[t,s] v_s
 //   bwd:  datt[t,s] = dy_t . v_s;  dpre[t,s] = scale att[t,s] (datt[t,s] - sum_s' att datt)
 //         dq_t = sum_s dpre[t,s] k_s;  dk_s = sum_t>=s dpre[t,s] q_t;  dv_s = sum_t>=s att dy_t
-// One block per (b,h,t) row (forward, the dq pass) or (b,h,s) column (the dk/dv pass); every dot
-// over the head dim and every sum over s or t is one thread's, in ascending order; the row
-// softmax uses block_sum's fixed tree. Correct and deterministic, not yet fast: a GEMM (or
+// One block per (b,h,t) row (forward, the dq pass) or (b,kv head,s) column (the dk/dv pass);
+// every dot over the head dim and every sum over s or t is one thread's, in ascending order; the
+// row softmax uses block_sum's fixed tree. Correct and deterministic, not yet fast: a GEMM (or
 // flash) formulation is future work (docs/cuda.md).
 // rope (rotary position embedding, at the end): one thread per pair, the CPU's formula and angles.
 #include "cuda_common.cuh"
 
+// Row strides and head offsets of packed qkv (B,T,C+2Ckv): query head h reads kv head h / grp.
+struct Heads {
+  int64_t NH, hs, C, Ckv, CT, grp;
+};
+static Heads heads(int64_t C, int64_t NH, int64_t NKV) {
+  Heads z;
+  z.NH = NH, z.hs = C / NH, z.C = C, z.Ckv = NKV * z.hs, z.CT = C + 2 * z.Ckv, z.grp = NH / NKV;
+  return z;
+}
+
 // grid (T, B*NH); shared: T floats of scores
-__global__ void attention_fwd_k(float *y, float *att, const float *qkv, int64_t T, int64_t C,
-                                int64_t NH, float scale) {
+__global__ void attention_fwd_k(float *y, float *att, const float *qkv, int64_t T, Heads H,
+                                int causal, float scale) {
   extern __shared__ float sc[];
   __shared__ float sh[32];
-  int64_t t = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, hs = C / NH, C3 = 3 * C;
-  const float *q = qkv + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
-  int64_t n = t + 1;
+  int64_t t = blockIdx.x, bh = blockIdx.y, b = bh / H.NH, h = bh % H.NH, hs = H.hs, CT = H.CT;
+  const float *q = qkv + b * T * CT + h * hs, *k = qkv + b * T * CT + H.C + (h / H.grp) * hs;
+  const float *v = k + H.Ckv;
+  int64_t n = causal ? t + 1 : T;
   float m = -INFINITY;
   for (int64_t s = threadIdx.x; s < n; s += blockDim.x) {
     float d = 0.0f;
-    for (int64_t i = 0; i < hs; i++) d = q[t * C3 + i] * k[s * C3 + i] + d;
+    for (int64_t i = 0; i < hs; i++) d = q[t * CT + i] * k[s * CT + i] + d;
     sc[s] = d * scale;
     m = fmaxf(m, sc[s]);
   }
@@ -42,51 +54,54 @@ __global__ void attention_fwd_k(float *y, float *att, const float *qkv, int64_t 
   __syncthreads();
   for (int64_t i = threadIdx.x; i < hs; i += blockDim.x) {
     float a = 0.0f;
-    for (int64_t s = 0; s < n; s++) a = sc[s] * v[s * C3 + i] + a;
-    y[(b * T + t) * C + h * hs + i] = a;
+    for (int64_t s = 0; s < n; s++) a = sc[s] * v[s * CT + i] + a;
+    y[(b * T + t) * H.C + h * hs + i] = a;
   }
 }
 
-static void check_shapes(int64_t B, int64_t T, int64_t C, int64_t NH) {
-  prCheck(NH > 0 && C % NH == 0, "this is a pipec bug",
-          "attention: C=%lld not divisible by %lld heads", (long long)C, (long long)NH);
+static void check_shapes(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV) {
+  prCheck(NH > 0 && C % NH == 0 && NKV > 0 && NH % NKV == 0, "this is a pipec bug",
+          "attention: C=%lld, %lld heads, %lld kv heads", (long long)C, (long long)NH,
+          (long long)NKV);
   prCheck(T <= 12288 && B * NH <= 65535, "use a shorter context or fewer heads x batch per step",
           "attention on the GPU: T=%lld (at most 12288), B*NH=%lld (at most 65535)", (long long)T,
           (long long)(B * NH));
 }
 
 void pr_cu_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t T, int64_t C,
-                         int64_t NH) {
-  check_shapes(B, T, C, NH);
+                         int64_t NH, int64_t NKV, int causal) {
+  check_shapes(B, T, C, NH, NKV);
   if (B * T * C == 0) return;
   float scale = 1.0f / sqrtf((float)(C / NH));
   dim3 grid((unsigned)T, (unsigned)(B * NH));
-  attention_fwd_k<<<grid, PR_CU_THREADS, (size_t)T * sizeof(float), pr_cu_s()>>>(y, att, qkv, T, C,
-                                                                                 NH, scale);
+  attention_fwd_k<<<grid, PR_CU_THREADS, (size_t)T * sizeof(float), pr_cu_s()>>>(
+      y, att, qkv, T, heads(C, NH, NKV), causal, scale);
   cudaCheckLaunch();
 }
 
-size_t pr_cu_attention_bwd_ws(int64_t B, int64_t T, int64_t C, int64_t NH) {
+size_t pr_cu_attention_bwd_ws(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV,
+                              int causal) {
   (void)C;
-  (void)NH;
+  (void)NKV;
+  (void)causal;
   size_t n = (size_t)(B * NH * T * T);
   return (n ? n : 1) * sizeof(float);
 }
 
 // grid (T, B*NH): row t of dpre, then dq_t. shared: T floats (datt, then dpre)
 __global__ void attention_bwd_q_k(float *dqkv, float *dpre, const float *dy, const float *qkv,
-                                  const float *att, int64_t T, int64_t C, int64_t NH, float scale,
+                                  const float *att, int64_t T, Heads H, int causal, float scale,
                                   int acc) {
   extern __shared__ float da[];
   __shared__ float sh[32];
-  int64_t t = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, hs = C / NH, C3 = 3 * C;
-  const float *q = qkv + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
-  const float *g = dy + b * T * C + h * hs, *arow = att + (bh * T + t) * T;
-  int64_t n = t + 1;
+  int64_t t = blockIdx.x, bh = blockIdx.y, b = bh / H.NH, h = bh % H.NH, hs = H.hs, CT = H.CT;
+  const float *k = qkv + b * T * CT + H.C + (h / H.grp) * hs, *v = k + H.Ckv;
+  const float *g = dy + b * T * H.C + h * hs, *arow = att + (bh * T + t) * T;
+  int64_t n = causal ? t + 1 : T;
   float part = 0.0f;
   for (int64_t s = threadIdx.x; s < n; s += blockDim.x) {
     float d = 0.0f;
-    for (int64_t i = 0; i < hs; i++) d = g[t * C + i] * v[s * C3 + i] + d;
+    for (int64_t i = 0; i < hs; i++) d = g[t * H.C + i] * v[s * CT + i] + d;
     da[s] = d;
     part = arow[s] * d + part;
   }
@@ -98,43 +113,52 @@ __global__ void attention_bwd_q_k(float *dqkv, float *dpre, const float *dy, con
     if (s < n) da[s] = p;
   }
   __syncthreads();
-  float *dq = dqkv + b * T * C3 + h * hs + t * C3;
+  float *dq = dqkv + b * T * CT + h * hs + t * CT;
   for (int64_t i = threadIdx.x; i < hs; i += blockDim.x) {
     float a = 0.0f;
-    for (int64_t s = 0; s < n; s++) a = da[s] * k[s * C3 + i] + a;
+    for (int64_t s = 0; s < n; s++) a = da[s] * k[s * CT + i] + a;
     dq[i] = acc ? dq[i] + a : a;
   }
 }
-// grid (T, B*NH): column s: dk_s and dv_s, t ascending from s
+// grid (T, B*NKV): column s of a kv head: dk_s and dv_s, each query head of its group in
+// ascending order summing over t (ascending, from s when causal) and added in turn (the first
+// written, with acc 0), as the CPU orders them
 __global__ void attention_bwd_kv_k(float *dqkv, const float *dpre, const float *dy,
-                                   const float *qkv, const float *att, int64_t T, int64_t C,
-                                   int64_t NH, int acc) {
-  int64_t s = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, hs = C / NH, C3 = 3 * C;
-  const float *q = qkv + b * T * C3 + h * hs, *g = dy + b * T * C + h * hs;
-  const float *a = att + bh * T * T, *p = dpre + bh * T * T;
-  float *dk = dqkv + b * T * C3 + h * hs + C + s * C3, *dv = dk + C;
-  for (int64_t i = threadIdx.x; i < hs; i += blockDim.x) {
-    float tk = 0.0f, tv = 0.0f;
-    for (int64_t t = s; t < T; t++) {
-      tk = p[t * T + s] * q[t * C3 + i] + tk;
-      tv = a[t * T + s] * g[t * C + i] + tv;
+                                   const float *qkv, const float *att, int64_t T, Heads H,
+                                   int causal, int acc) {
+  int64_t NKV = H.NH / H.grp, hs = H.hs, CT = H.CT;
+  int64_t s = blockIdx.x, bg = blockIdx.y, b = bg / NKV, kvh = bg % NKV;
+  float *dk = dqkv + b * T * CT + H.C + kvh * hs + s * CT, *dv = dk + H.Ckv;
+  for (int64_t j = 0; j < H.grp; j++) {
+    int64_t h = kvh * H.grp + j, bh = b * H.NH + h;
+    const float *q = qkv + b * T * CT + h * hs, *g = dy + b * T * H.C + h * hs;
+    const float *a = att + bh * T * T, *p = dpre + bh * T * T;
+    int add = acc || j > 0;
+    for (int64_t i = threadIdx.x; i < hs; i += blockDim.x) {
+      float tk = 0.0f, tv = 0.0f;
+      for (int64_t t = causal ? s : 0; t < T; t++) {
+        tk = p[t * T + s] * q[t * CT + i] + tk;
+        tv = a[t * T + s] * g[t * H.C + i] + tv;
+      }
+      dk[i] = add ? dk[i] + tk : tk;
+      dv[i] = add ? dv[i] + tv : tv;
     }
-    dk[i] = acc ? dk[i] + tk : tk;
-    dv[i] = acc ? dv[i] + tv : tv;
   }
 }
 
 void pr_cu_attention_bwd(float *dqkv, const float *dy, const float *qkv, const float *att, void *ws,
-                         int64_t B, int64_t T, int64_t C, int64_t NH, int acc) {
-  check_shapes(B, T, C, NH);
+                         int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV, int causal,
+                         int acc) {
+  check_shapes(B, T, C, NH, NKV);
   if (B * T * C == 0) return;
   float scale = 1.0f / sqrtf((float)(C / NH));
-  dim3 grid((unsigned)T, (unsigned)(B * NH));
+  Heads H = heads(C, NH, NKV);
+  dim3 grid((unsigned)T, (unsigned)(B * NH)), kvgrid((unsigned)T, (unsigned)(B * NKV));
   float *dpre = (float *)ws;
   attention_bwd_q_k<<<grid, PR_CU_THREADS, (size_t)T * sizeof(float), pr_cu_s()>>>(
-      dqkv, dpre, dy, qkv, att, T, C, NH, scale, acc);
+      dqkv, dpre, dy, qkv, att, T, H, causal, scale, acc);
   cudaCheckLaunch();
-  attention_bwd_kv_k<<<grid, 64, 0, pr_cu_s()>>>(dqkv, dpre, dy, qkv, att, T, C, NH, acc);
+  attention_bwd_kv_k<<<kvgrid, 64, 0, pr_cu_s()>>>(dqkv, dpre, dy, qkv, att, T, H, causal, acc);
   cudaCheckLaunch();
 }
 

@@ -421,29 +421,36 @@ static void test_layout(void) {
   pr_cu_free_region(x), pr_cu_free_region(y), pr_cu_free_region(s), pr_cu_free_region(cat);
 }
 
-static void test_attention(void) {
-  int64_t B = 2, T = 33, C = 48, NH = 4, n = B * T * 3 * C;
+// attention: multi-head, grouped-query and multi-query, causal and not.
+static void attention_case(int64_t NKV, int causal) {
+  int64_t B = 2, T = 33, C = 48, NH = 4, n = B * T * (C + 2 * NKV * (C / NH));
   float *hq, *hdy;
   float *qkv = dev_rand(&hq, n), *dy = dev_rand(&hdy, B * T * C);
   float *y = pr_cu_alloc_region("y", (size_t)(B * T * C) * 4),
         *cy = malloc((size_t)(B * T * C) * 4);
   float *att = pr_cu_alloc_region("att", (size_t)(B * NH * T * T) * 4);
   float *catt = malloc((size_t)(B * NH * T * T) * 4);
-  pr_cu_attention_fwd(y, att, qkv, B, T, C, NH);
-  pr_attention_fwd(cy, catt, hq, B, T, C, NH);
+  pr_cu_attention_fwd(y, att, qkv, B, T, C, NH, NKV, causal);
+  pr_attention_fwd(cy, catt, hq, B, T, C, NH, NKV, causal);
   compare("attention_fwd y", y, cy, B * T * C, REDUCE);
   compare("attention_fwd att", att, catt, B * NH * T * T, REDUCE);
-  void *ws = pr_cu_alloc_region("ws", pr_cu_attention_bwd_ws(B, T, C, NH));
-  void *cws = malloc(pr_attention_bwd_ws(B, T, C, NH));
+  void *ws = pr_cu_alloc_region("ws", pr_cu_attention_bwd_ws(B, T, C, NH, NKV, causal));
+  void *cws = malloc(pr_attention_bwd_ws(B, T, C, NH, NKV, causal));
   float *hd = host_rand(n), *d = dev_of(hd, n * 4);
   for (int acc = 0; acc < 2; acc++) {
-    pr_cu_attention_bwd(d, dy, qkv, att, ws, B, T, C, NH, acc);
-    pr_attention_bwd(hd, hdy, hq, catt, cws, B, T, C, NH, acc);
+    pr_cu_attention_bwd(d, dy, qkv, att, ws, B, T, C, NH, NKV, causal, acc);
+    pr_attention_bwd(hd, hdy, hq, catt, cws, B, T, C, NH, NKV, causal, acc);
     compare(acc ? "attention_bwd acc" : "attention_bwd", d, hd, n, REDUCE);
   }
   free(hq), free(hdy), free(cy), free(catt), free(cws), free(hd);
   pr_cu_free_region(qkv), pr_cu_free_region(dy), pr_cu_free_region(y), pr_cu_free_region(att);
   pr_cu_free_region(ws), pr_cu_free_region(d);
+}
+static void test_attention(void) {
+  attention_case(4, 1);
+  attention_case(2, 1);
+  attention_case(1, 1);
+  attention_case(2, 0);
 }
 
 // rope: both pairings, (B,T,H,D) and (B*H,T,1,D), D/2 above the CPU's chunk of 64 pairs; the same
