@@ -1527,24 +1527,30 @@ START_TEST(test_attention_gqa_repeat) {
 }
 END_TEST
 
-// 1 and 2 threads give the same bits (the backward splits the work by kv head), GQA and MQA,
-// causal and not, at sizes where both kernels run in parallel.
+// 1, 2 and 4 threads give the same bits (the backward splits the work by kv head), GQA and MQA,
+// causal and not, at sizes where both kernels run in parallel; the backward stays inside its
+// workspace (one slice per (b, kv head): B*NKV = 2 or 4 slices) followed by a canary.
 START_TEST(test_attention_gqa_threads) {
   int64_t B = 2, T = 48, C = 64, NH = 8;
   for (int64_t NKV = 1; NKV <= 2; NKV++)
     for (int causal = 0; causal < 2; causal++) {
       int64_t nq = B * T * (C + 2 * NKV * (C / NH)), ny = B * T * C, na = B * NH * T * T;
       float *qkv = frand(nq, -1, 1), *dy = frand(ny, -1, 1);
-      float *out[2];
-      for (int k = 0; k < 2; k++) {
-        set_threads(k + 1);
+      size_t ws = pr_attention_bwd_ws(B, T, C, NH, NKV, causal);
+      float *out[3];
+      for (int k = 0; k < 3; k++) {
+        set_threads(1 << k);
         float *o = out[k] = fzeros(ny + na + nq);
+        unsigned char *buf = talloc(ws + 256);
+        memset(buf + ws, 0xA5, 256);
         pr_attention_fwd(o, o + ny, qkv, B, T, C, NH, NKV, causal);
-        pr_attention_bwd(o + ny + na, dy, qkv, o + ny,
-                         talloc(pr_attention_bwd_ws(B, T, C, NH, NKV, causal)), B, T, C, NH, NKV,
-                         causal, 0);
+        pr_attention_bwd(o + ny + na, dy, qkv, o + ny, buf, B, T, C, NH, NKV, causal, 0);
+        int intact = 1;
+        for (int i = 0; i < 256; i++) intact &= buf[ws + i] == 0xA5;
+        ck_assert_msg(intact, "gqa attention backward wrote past its workspace");
       }
       assert_bitwise("gqa 1 vs 2 threads", out[0], out[1], ny + na + nq);
+      assert_bitwise("gqa 1 vs 4 threads", out[0], out[2], ny + na + nq);
     }
 }
 END_TEST
