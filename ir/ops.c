@@ -622,6 +622,48 @@ static bool attention_infer(const Graph *g, Node *n, Diag *d) {
   return true;
 }
 
+// attention: separate q (B,T,C), k and v (B,T,Ckv) -> (B,T,C); the attributes and the hidden
+// probabilities of causal_self_attention. n_head divides C (d = C/n_head), n_kv_head divides
+// n_head, and k and v are (B,T,n_kv_head*d) with q's first two dims, all of q's dtype.
+static bool attention_sep_infer(const Graph *g, Node *n, Diag *d) {
+  if (!want_rank(g, n, d, 0, 3, 3) || !want_float(g, n, d, 0)) return false;
+  const Shape *x = &n->in[0]->shape;
+  int64_t nh = n->attrs[0].i, nkv = attention_nkv(n);
+  if (nh < 1 || x->d[2].b || x->d[2].n % nh != 0) {
+    node_error(d, n, "attribute 'n_head' = %lld must be >= 1 and divide C = %lld", (long long)nh,
+               (long long)x->d[2].n);
+    return false;
+  }
+  if (nkv < 1 || nh % nkv != 0) {
+    node_error(d, n, "attribute 'n_kv_head' = %lld must be >= 1 and divide n_head = %lld",
+               (long long)nkv, (long long)nh);
+    return false;
+  }
+  Shape kv = *x;
+  kv.d[2].n = nkv * (x->d[2].n / nh);
+  for (int i = 1; i < 3; i++) {
+    const Shape *y = &n->in[i]->shape;
+    if (!want_same_dtype(g, n, d, 0, i)) return false;
+    bool ok = y->rank == 3;
+    for (int k = 0; ok && k < 3; k++) ok = dim_eq(y->d[k], kv.d[k]) && y->d[k].b == kv.d[k].b;
+    if (!ok) {
+      node_error(d, n,
+                 "input '%s' has shape %s but attention with n_head = %lld and n_kv_head = "
+                 "%lld needs %s (n_kv_head * C/n_head, q's B and T)",
+                 n->in[i]->name, fmt_shape(g, y), (long long)nh, (long long)nkv, fmt_shape(g, &kv));
+      return false;
+    }
+  }
+  set_out(n, 0, x, n->in[0]->dtype);
+  Shape att = {.rank = 4, .d = {x->d[0], {nh, 0}, x->d[1], x->d[1]}};
+  if (x->d[1].b || shape_numel(&att, 1) < 0) {
+    node_error(d, n, "attention probabilities %s are too large", fmt_shape(g, &att));
+    return false;
+  }
+  set_out(n, 1, &att, DT_F32); // softmax probabilities, saved for backward
+  return true;
+}
+
 static void attention_cost(const Node *n, int64_t batch, OpCost *c) {
   const Shape *o = &n->out[0]->shape;
   double b = (double)o->d[0].n * (o->d[0].b ? (double)batch : 1);
@@ -842,6 +884,13 @@ static const OpDef ops[] = {
      .progress = true,
      GRADS(GRAD(0, "attention.dx", GDY, GX(0), GY(1))),
      .doc = "fused multi-head (or grouped-query) attention, causal mask or none"},
+    {.name = "attention", IN(3, 3), .nout = 1, ATTRS(attention_attrs), HIDDEN(attention_hidden),
+     .infer = attention_sep_infer, .cost = attention_cost, .kernel = "pr_attention_sep_fwd",
+     .kargs = kargs_attention, .progress = true,
+     GRADS(GRAD(0, "attention.dq", GDY, GX(0), GX(1), GX(2), GY(1)),
+           GRAD(1, "attention.dk", GDY, GX(0), GX(1), GX(2), GY(1)),
+           GRAD(2, "attention.dv", GDY, GX(0), GX(1), GX(2), GY(1))),
+     .doc = "multi-head or grouped-query attention on separate q, k, v"},
     {.name = "rope", IN(1, 1), .nout = 1, ATTRS(rope_attrs), .infer = rope_infer, .cost = rope_cost,
      .kernel = "pr_rope_fwd", .kargs = kargs_rope, GRADS(GRAD(0, "rope.dx", GDY)),
      .doc = "rotary position embedding of per-head q or k"},
@@ -880,6 +929,12 @@ static const OpDef ops[] = {
     BWD("concat.dx", 1, 1, "pr_slice", kargs_slice, true),
     {.name = "attention.dx", IN(3, 3), .nout = 1, .cost = bwd_cost, .internal = true, .kernel = "pr_attention_bwd",
      .kargs = kargs_attention, .workspace = ws_attention, .acc = true, .progress = true, .doc = "backward"},
+    BWD("attention.dq", 5, 5, "pr_attention_sep_bwd_q", kargs_attention, true,
+        .workspace = ws_attention, .progress = true),
+    BWD("attention.dk", 5, 5, "pr_attention_sep_bwd_k", kargs_attention, true,
+        .workspace = ws_attention, .progress = true),
+    BWD("attention.dv", 5, 5, "pr_attention_sep_bwd_v", kargs_attention, true,
+        .workspace = ws_attention, .progress = true),
     BWD("rope.dx", 1, 1, "pr_rope_bwd", kargs_rope, true),
     BWD("cross_entropy.dx", 3, 3, "pr_cross_entropy_bwd", kargs_cross_entropy, true),
     BWD("mse.dx", 3, 3, "pr_mse_bwd", kargs_mse, true),

@@ -316,11 +316,14 @@ static void check_heads(int64_t C, int64_t NH, int64_t NKV) {
           (long long)NKV);
 }
 
-void pr_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t T, int64_t C,
-                      int64_t NH, int64_t NKV, int causal) {
+// The forward on q rows qs floats apart and k, v rows ks apart (batch row b at b*T*qs, b*T*ks);
+// query head h reads kv head h / (NH/NKV).
+static __attribute__((noclone)) void attn_fwd(float *y, float *att, const float *qb, int64_t qs,
+                                              const float *kb, const float *vb, int64_t ks,
+                                              int64_t B, int64_t T, int64_t C, int64_t NH,
+                                              int64_t NKV, int causal) {
   check_heads(C, NH, NKV);
-  // row stride CT = C + 2 Ckv: q (C), k (Ckv), v (Ckv); query head h reads kv head h / (NH/NKV)
-  int64_t hs = C / NH, Ckv = NKV * hs, CT = C + 2 * Ckv, grp = NH / NKV;
+  int64_t hs = C / NH, grp = NH / NKV, CT = qs;
   int64_t ld = (T + 31) & ~(int64_t)31;
   float scale = 1.0f / sqrtf((float)hs);
   if (B * T * C == 0) return;
@@ -330,10 +333,10 @@ void pr_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t
     float *kT = buf, *sc = buf + hs * ld, *out = sc + 4 * ld;
     _Pragma("omp for schedule(static)") for (int64_t bh = 0; bh < B * NH; bh++) {
       int64_t b = bh / NH, h = bh % NH;
-      const float *q = qkv + b * T * CT + h * hs, *k = qkv + b * T * CT + C + (h / grp) * hs;
-      const float *v = k + Ckv;
+      const float *q = qb + b * T * qs + h * hs, *k = kb + b * T * ks + (h / grp) * hs;
+      const float *v = vb + b * T * ks + (h / grp) * hs;
       float *ab = att + bh * T * T;
-      pack_T(kT, k, CT, T, ld, hs);
+      pack_T(kT, k, ks, T, ld, hs);
       for (int64_t t0 = 0; t0 < T; t0 += 4) { // query rows in fours: att's rows
         int nr = T - t0 < 4 ? (int)(T - t0) : 4;
         if (nr == 4)
@@ -355,7 +358,7 @@ void pr_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t
         }
       }
       float *vp = kT; // kT is done with: v's rows, contiguous (T,hs) in its place (T*hs <= hs*ld)
-      pack_rows(vp, v, CT, T, hs);
+      pack_rows(vp, v, ks, T, hs);
       for (int64_t t0 = 0; t0 < T; t0 += 4) { // y_t = sum_s att[t,s] v_s, rows in fours
         int nr = T - t0 < 4 ? (int)(T - t0) : 4;
         wrows(out, ab + t0 * T, T, vp, hs, t0, nr, T, hs, causal);
@@ -364,6 +367,21 @@ void pr_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t
     }
     pr_scratch_free(buf);
   });
+}
+
+// Packed qkv (B,T,C+2Ckv): row stride C+2Ckv, k at C, v at C+Ckv.
+void pr_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t T, int64_t C,
+                      int64_t NH, int64_t NKV, int causal) {
+  check_heads(C, NH, NKV);
+  int64_t Ckv = NKV * (C / NH), CT = C + 2 * Ckv;
+  attn_fwd(y, att, qkv, CT, qkv + C, qkv + C + Ckv, CT, B, T, C, NH, NKV, causal);
+}
+
+// Separate q (B,T,C), k and v (B,T,Ckv) (the attention op).
+void pr_attention_sep_fwd(float *y, float *att, const float *q, const float *k, const float *v,
+                          int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV, int causal) {
+  check_heads(C, NH, NKV);
+  attn_fwd(y, att, q, C, k, v, NKV * (C / NH), B, T, C, NH, NKV, causal);
 }
 
 // Per-thread slice of the backward's workspace: vT (hs,ld), dpre (T,ld), four rows of datt (4,ld)
@@ -390,28 +408,41 @@ size_t pr_attention_bwd_ws(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t 
   return bwd_slice_bytes(T, C, NH) * (size_t)bwd_slices(B, NKV);
 }
 
-// One query head's part of the backward (q, k, v, dq, dk, dv rows CT floats apart; dy's and
-// att's as in pr_attention_bwd), in the slice buf. dq is written (acc 0) or added to (acc 1); dk
-// and dv likewise with kvacc, the caller's order of the heads sharing them.
-static __attribute__((noclone)) void bwd_head(float *dq, float *dk, float *dv, const float *q,
-                                              const float *k, const float *v, const float *g,
-                                              const float *a, float *buf, int64_t T, int64_t C,
-                                              int64_t CT, int64_t hs, float scale, int causal,
+// Where one call's operands lie: q and dq rows qs floats apart, k, v, dk and dv rows ks apart
+// (batch row b at b*T*qs, b*T*ks), and which gradients it computes (parts: 1 dq, 2 dk, 4 dv).
+typedef struct AttnBwd {
+  float *dq, *dk, *dv;
+  const float *q, *k, *v;
+  int64_t qs, ks;
+  int parts;
+} AttnBwd;
+
+// One query head's part of the backward (rows as in AttnBwd; dy's and att's as in
+// pr_attention_bwd), in the slice buf. dq is written (acc 0) or added to (acc 1); dk and dv
+// likewise with kvacc, the caller's order of the heads sharing them. dpre only when dq or dk is
+// asked for.
+static __attribute__((noclone)) void bwd_head(const AttnBwd *o, float *dq, float *dk, float *dv,
+                                              const float *q, const float *k, const float *v,
+                                              const float *g, const float *a, float *buf, int64_t T,
+                                              int64_t C, int64_t hs, float scale, int causal,
                                               int acc, int kvacc) {
-  int64_t ld = (T + 31) & ~(int64_t)31;
+  int64_t ld = (T + 31) & ~(int64_t)31, qs = o->qs, ks = o->ks;
   // vT (hs,ld); dpre (T,ld); datt of four rows (4,ld) and four result rows (4,hs)
   float *vT = buf, *dpre = vT + hs * ld, *da = dpre + T * ld, *row = da + 4 * ld;
   // The head's rows of one operand at a time, contiguous (T,hs), in xp: vT's place, which is free
   // but while datt is computed (T*hs <= hs*ld).
   float *xp = vT;
   // dv_s = sum_{t>=s} att[t,s] dy_t (all t when not causal), four s at a time
-  pack_rows(xp, g, C, T, hs);
-  for (int64_t s0 = 0; s0 < T; s0 += 4) {
-    int ns = T - s0 < 4 ? (int)(T - s0) : 4;
-    wcols(row, a, T, xp, hs, s0, ns, T, hs, causal);
-    for (int r = 0; r < ns; r++) write_acc(dv + (s0 + r) * CT, row + r * hs, hs, kvacc);
+  if (o->parts & 4) {
+    pack_rows(xp, g, C, T, hs);
+    for (int64_t s0 = 0; s0 < T; s0 += 4) {
+      int ns = T - s0 < 4 ? (int)(T - s0) : 4;
+      wcols(row, a, T, xp, hs, s0, ns, T, hs, causal);
+      for (int r = 0; r < ns; r++) write_acc(dv + (s0 + r) * ks, row + r * hs, hs, kvacc);
+    }
   }
-  pack_T(vT, v, CT, T, ld, hs);
+  if (!(o->parts & 3)) return;
+  pack_T(vT, v, ks, T, ld, hs);
   for (int64_t t0 = 0; t0 < T; t0 += 4) { // rows in fours
     int nr = T - t0 < 4 ? (int)(T - t0) : 4;
     if (nr == 4) // datt[s] = dy_t . v_s
@@ -428,33 +459,37 @@ static __attribute__((noclone)) void bwd_head(float *dq, float *dk, float *dv, c
     }
   }
   // dq_t = sum_{s<=t} dpre[t,s] k_s, rows in fours
-  pack_rows(xp, k, CT, T, hs);
-  for (int64_t t0 = 0; t0 < T; t0 += 4) {
-    int nr = T - t0 < 4 ? (int)(T - t0) : 4;
-    wrows(row, dpre + t0 * ld, ld, xp, hs, t0, nr, T, hs, causal);
-    for (int r = 0; r < nr; r++) write_acc(dq + (t0 + r) * CT, row + r * hs, hs, acc);
+  if (o->parts & 1) {
+    pack_rows(xp, k, ks, T, hs);
+    for (int64_t t0 = 0; t0 < T; t0 += 4) {
+      int nr = T - t0 < 4 ? (int)(T - t0) : 4;
+      wrows(row, dpre + t0 * ld, ld, xp, hs, t0, nr, T, hs, causal);
+      for (int r = 0; r < nr; r++) write_acc(dq + (t0 + r) * qs, row + r * hs, hs, acc);
+    }
   }
   // dk_s = sum_{t>=s} dpre[t,s] q_t, four s at a time
-  pack_rows(xp, q, CT, T, hs);
-  for (int64_t s0 = 0; s0 < T; s0 += 4) {
-    int ns = T - s0 < 4 ? (int)(T - s0) : 4;
-    wcols(row, dpre, ld, xp, hs, s0, ns, T, hs, causal);
-    for (int r = 0; r < ns; r++) write_acc(dk + (s0 + r) * CT, row + r * hs, hs, kvacc);
+  if (o->parts & 2) {
+    pack_rows(xp, q, qs, T, hs);
+    for (int64_t s0 = 0; s0 < T; s0 += 4) {
+      int ns = T - s0 < 4 ? (int)(T - s0) : 4;
+      wcols(row, dpre, ld, xp, hs, s0, ns, T, hs, causal);
+      for (int r = 0; r < ns; r++) write_acc(dk + (s0 + r) * ks, row + r * hs, hs, kvacc);
+    }
   }
 }
 
-// dqkv (B,T,C+2Ckv) from dy (B,T,C), with the forward's qkv and att (B,NH,T,T):
+// The backward of every (b, kv head) of o: dy (B,T,C), att (B,NH,T,T) the forward's.
 //   datt[t,s] = dy_t . v_s;  dpre[t,s] = scale att[t,s] (datt[t,s] - sum_s' att[t,s'] datt[t,s'])
 //   dq_t = sum_s dpre[t,s] k_s;  dk_s = sum_t dpre[t,s] q_t;  dv_s = sum_t att[t,s] dy_t
 // The work is split by (b, kv head): one thread takes every query head of a kv head's group, in
 // ascending order, and adds their dk and dv into the kv head's rows one after the other (the
 // first writes them, with acc 0), so no two threads write the same rows and the sums' order is
 // fixed: the bits do not depend on the thread count.
-void pr_attention_bwd(float *dqkv, const float *dy, const float *qkv, const float *att, void *ws,
-                      int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV, int causal,
-                      int acc) {
+static __attribute__((noclone)) void attn_bwd(const AttnBwd *o, const float *dy, const float *att,
+                                              void *ws, int64_t B, int64_t T, int64_t C, int64_t NH,
+                                              int64_t NKV, int causal, int acc) {
   check_heads(C, NH, NKV);
-  int64_t hs = C / NH, Ckv = NKV * hs, CT = C + 2 * Ckv, grp = NH / NKV;
+  int64_t hs = C / NH, grp = NH / NKV, qs = o->qs, ks = o->ks;
   float scale = 1.0f / sqrtf((float)hs);
   if (B * T * C == 0) return;
   // The region runs on the whole team, as every other kernel's does (a team of another size
@@ -471,18 +506,50 @@ void pr_attention_bwd(float *dqkv, const float *dy, const float *qkv, const floa
       int64_t per = (B * NKV + nt - 1) / nt, bg0 = tid * per; // a block of (b,g) pairs each
       int64_t bg1 = bg0 + per < B * NKV ? bg0 + per : B * NKV;
       for (int64_t bg = bg0; bg < bg1; bg++) {
-        int64_t b = bg / NKV, kvh = bg % NKV;
-        const float *k = qkv + b * T * CT + C + kvh * hs, *v = k + Ckv;
-        float *dk = dqkv + b * T * CT + C + kvh * hs, *dv = dk + Ckv;
+        int64_t b = bg / NKV, kvh = bg % NKV, kvo = b * T * ks + kvh * hs;
         for (int64_t j = 0; j < grp; j++) { // the group's query heads, ascending
-          int64_t h = kvh * grp + j, bh = b * NH + h;
-          bwd_head(dqkv + b * T * CT + h * hs, dk, dv, qkv + b * T * CT + h * hs, k, v,
-                   dy + b * T * C + h * hs, att + bh * T * T, buf, T, C, CT, hs, scale, causal, acc,
+          int64_t h = kvh * grp + j, bh = b * NH + h, qo = b * T * qs + h * hs;
+          bwd_head(o, o->dq + qo, o->dk + kvo, o->dv + kvo, o->q + qo, o->k + kvo, o->v + kvo,
+                   dy + b * T * C + h * hs, att + bh * T * T, buf, T, C, hs, scale, causal, acc,
                    acc || j > 0);
         }
       }
     }
   });
+}
+
+// Packed: dqkv (B,T,C+2Ckv) from the forward's qkv.
+void pr_attention_bwd(float *dqkv, const float *dy, const float *qkv, const float *att, void *ws,
+                      int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV, int causal,
+                      int acc) {
+  check_heads(C, NH, NKV);
+  int64_t Ckv = NKV * (C / NH), CT = C + 2 * Ckv;
+  AttnBwd o = {dqkv, dqkv + C, dqkv + C + Ckv, qkv, qkv + C, qkv + C + Ckv, CT, CT, 7};
+  attn_bwd(&o, dy, att, ws, B, T, C, NH, NKV, causal, acc);
+}
+
+// Separate q, k, v (the attention op): one gradient per call (its backward rows, one per input).
+static void sep_bwd(float *d, int part, const float *dy, const float *q, const float *k,
+                    const float *v, const float *att, void *ws, int64_t B, int64_t T, int64_t C,
+                    int64_t NH, int64_t NKV, int causal, int acc) {
+  check_heads(C, NH, NKV);
+  AttnBwd o = {d, d, d, q, k, v, C, NKV * (C / NH), part};
+  attn_bwd(&o, dy, att, ws, B, T, C, NH, NKV, causal, acc);
+}
+void pr_attention_sep_bwd_q(float *dq, const float *dy, const float *q, const float *k,
+                            const float *v, const float *att, void *ws, int64_t B, int64_t T,
+                            int64_t C, int64_t NH, int64_t NKV, int causal, int acc) {
+  sep_bwd(dq, 1, dy, q, k, v, att, ws, B, T, C, NH, NKV, causal, acc);
+}
+void pr_attention_sep_bwd_k(float *dk, const float *dy, const float *q, const float *k,
+                            const float *v, const float *att, void *ws, int64_t B, int64_t T,
+                            int64_t C, int64_t NH, int64_t NKV, int causal, int acc) {
+  sep_bwd(dk, 2, dy, q, k, v, att, ws, B, T, C, NH, NKV, causal, acc);
+}
+void pr_attention_sep_bwd_v(float *dv, const float *dy, const float *q, const float *k,
+                            const float *v, const float *att, void *ws, int64_t B, int64_t T,
+                            int64_t C, int64_t NH, int64_t NKV, int causal, int acc) {
+  sep_bwd(dv, 4, dy, q, k, v, att, ws, B, T, C, NH, NKV, causal, acc);
 }
 
 // ---------------------------------------------------------------------------------------------

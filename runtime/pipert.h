@@ -192,6 +192,19 @@ size_t pr_attention_bwd_ws(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t 
 void pr_attention_bwd(float *dqkv, const float *dy, const float *qkv, const float *att, void *ws,
                       int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV, int causal,
                       int acc);
+// The same on separate q (B,T,C), k and v (B,T,Ckv) (the attention op), the bits of the packed
+// kernels; its backward in three calls, one gradient each (dq, dk, dv; the same workspace).
+void pr_attention_sep_fwd(float *y, float *att, const float *q, const float *k, const float *v,
+                          int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV, int causal);
+void pr_attention_sep_bwd_q(float *dq, const float *dy, const float *q, const float *k,
+                            const float *v, const float *att, void *ws, int64_t B, int64_t T,
+                            int64_t C, int64_t NH, int64_t NKV, int causal, int acc);
+void pr_attention_sep_bwd_k(float *dk, const float *dy, const float *q, const float *k,
+                            const float *v, const float *att, void *ws, int64_t B, int64_t T,
+                            int64_t C, int64_t NH, int64_t NKV, int causal, int acc);
+void pr_attention_sep_bwd_v(float *dv, const float *dy, const float *q, const float *k,
+                            const float *v, const float *att, void *ws, int64_t B, int64_t T,
+                            int64_t C, int64_t NH, int64_t NKV, int causal, int acc);
 
 // rope (rotary position embedding) of x (outer,T,inner,D), positions t = 0..T-1 along T: each pair
 // (p, q) of a row, (i, i + D/2) or with interleaved (2i, 2i+1), i < D/2, is rotated by the angle

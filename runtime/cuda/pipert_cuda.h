@@ -197,6 +197,25 @@ size_t pr_cu_attention_bwd_ws(int64_t B, int64_t T, int64_t C, int64_t NH, int64
 void pr_cu_attention_bwd(float *dqkv, const float *dy, const float *qkv, const float *att, void *ws,
                          int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV, int causal,
                          int acc);
+// The same on separate q (B,T,C), k and v (B,T,Ckv) (the attention op); its backward in three
+// calls, one gradient each (the same workspace, whose size the _ws functions give).
+void pr_cu_attention_sep_fwd(float *y, float *att, const float *q, const float *k, const float *v,
+                             int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV, int causal);
+size_t pr_cu_attention_sep_bwd_q_ws(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV,
+                                    int causal);
+size_t pr_cu_attention_sep_bwd_k_ws(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV,
+                                    int causal);
+size_t pr_cu_attention_sep_bwd_v_ws(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV,
+                                    int causal);
+void pr_cu_attention_sep_bwd_q(float *dq, const float *dy, const float *q, const float *k,
+                               const float *v, const float *att, void *ws, int64_t B, int64_t T,
+                               int64_t C, int64_t NH, int64_t NKV, int causal, int acc);
+void pr_cu_attention_sep_bwd_k(float *dk, const float *dy, const float *q, const float *k,
+                               const float *v, const float *att, void *ws, int64_t B, int64_t T,
+                               int64_t C, int64_t NH, int64_t NKV, int causal, int acc);
+void pr_cu_attention_sep_bwd_v(float *dv, const float *dy, const float *q, const float *k,
+                               const float *v, const float *att, void *ws, int64_t B, int64_t T,
+                               int64_t C, int64_t NH, int64_t NKV, int causal, int acc);
 // rope on x (outer,T,inner,D) (cuda_attention.cu): one thread per pair, the CPU's angles and
 // formula (pr_rope_fwd); the backward rotates by the opposite angles.
 void pr_cu_rope_fwd(float *y, const float *x, int64_t outer, int64_t T, int64_t inner, int64_t D,

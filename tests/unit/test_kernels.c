@@ -1555,6 +1555,51 @@ START_TEST(test_attention_gqa_threads) {
 }
 END_TEST
 
+// The attention op's kernels on separate q, k, v: bitwise the packed kernels' (the same code on
+// other row strides), the backward's three calls (dq, dk, dv) included, acc 0 and 1; and
+// against double and finite differences through the packed reference.
+START_TEST(test_attention_sep) {
+  static const int64_t shapes[][6] = {{2, 9, 16, 4, 2, 1}, {1, 7, 12, 3, 1, 0}, {2, 6, 8, 2, 2, 1}};
+  for (size_t si = 0; si < 3; si++) {
+    const int64_t *n = shapes[si];
+    int64_t B = n[0], T = n[1], C = n[2], NH = n[3], NKV = n[4], Ckv = NKV * (C / NH);
+    int causal = (int)n[5];
+    int64_t CT = C + 2 * Ckv, nq = B * T * CT, ny = B * T * C, na = B * NH * T * T;
+    float *qkv = frand(nq, -1.5f, 1.5f), *dy = frand(ny, -1, 1);
+    float *q = fzeros(B * T * C), *k = fzeros(B * T * Ckv), *v = fzeros(B * T * Ckv);
+    for (int64_t r = 0; r < B * T; r++) {
+      memcpy(q + r * C, qkv + r * CT, (size_t)C * sizeof(float));
+      memcpy(k + r * Ckv, qkv + r * CT + C, (size_t)Ckv * sizeof(float));
+      memcpy(v + r * Ckv, qkv + r * CT + C + Ckv, (size_t)Ckv * sizeof(float));
+    }
+    float *y = fzeros(ny), *att = fzeros(na), *py = fzeros(ny), *patt = fzeros(na);
+    pr_attention_fwd(py, patt, qkv, B, T, C, NH, NKV, causal);
+    pr_attention_sep_fwd(y, att, q, k, v, B, T, C, NH, NKV, causal);
+    assert_bitwise("attention sep y", y, py, ny);
+    assert_bitwise("attention sep att", att, patt, na);
+    void *ws = talloc(pr_attention_bwd_ws(B, T, C, NH, NKV, causal));
+    for (int acc = 0; acc < 2; acc++) {
+      float *pd = frand(nq, -1, 1), *dq = fzeros(B * T * C), *dk = fzeros(B * T * Ckv);
+      float *dv = fzeros(B * T * Ckv);
+      for (int64_t r = 0; r < B * T; r++) { // the previous gradients, acc 1
+        memcpy(dq + r * C, pd + r * CT, (size_t)C * sizeof(float));
+        memcpy(dk + r * Ckv, pd + r * CT + C, (size_t)Ckv * sizeof(float));
+        memcpy(dv + r * Ckv, pd + r * CT + C + Ckv, (size_t)Ckv * sizeof(float));
+      }
+      pr_attention_bwd(pd, dy, qkv, patt, ws, B, T, C, NH, NKV, causal, acc);
+      pr_attention_sep_bwd_q(dq, dy, q, k, v, att, ws, B, T, C, NH, NKV, causal, acc);
+      pr_attention_sep_bwd_k(dk, dy, q, k, v, att, ws, B, T, C, NH, NKV, causal, acc);
+      pr_attention_sep_bwd_v(dv, dy, q, k, v, att, ws, B, T, C, NH, NKV, causal, acc);
+      for (int64_t r = 0; r < B * T; r++) {
+        assert_bitwise("attention sep dq", dq + r * C, pd + r * CT, C);
+        assert_bitwise("attention sep dk", dk + r * Ckv, pd + r * CT + C, Ckv);
+        assert_bitwise("attention sep dv", dv + r * Ckv, pd + r * CT + C + Ckv, Ckv);
+      }
+    }
+  }
+}
+END_TEST
+
 START_TEST(test_threads) {
   ThrCtx c = {0};
   c.B = 4, c.T = 64, c.C = 128, c.NH = 4;
@@ -1895,6 +1940,7 @@ int main(void) {
   tcase_add_test(tc, test_attention_gqa);
   tcase_add_test(tc, test_attention_gqa_repeat);
   tcase_add_test(tc, test_attention_gqa_threads);
+  tcase_add_test(tc, test_attention_sep);
   tcase_add_test(tc, test_rope);
   tcase_add_test(tc, test_rope_layouts);
   tcase_add_test(tc, test_rope_acc_threads_nan);

@@ -255,7 +255,7 @@ static const char *attr_type_name(AttrType t) {
 START_TEST(test_registry_matches_docs) {
   DocOp ops[64];
   int n = read_doc_ops(ops, 64);
-  ck_assert_int_eq(n, 24); // the op set v1
+  ck_assert_int_eq(n, 25); // the op set v1, and attention
   for (int i = 0; i < n; i++) {
     const DocOp *d = &ops[i];
     const OpDef *op = op_find(d->name);
@@ -690,6 +690,28 @@ static const OpCase cases[] = {
     ERR("causal_self_attention", I("f32(B,5,20)"), "n_head=4 n_kv_head=2",
         "input 'a' has shape (B,5,20) but causal_self_attention with n_head = 4 and n_kv_head = 2 "
         "needs (B,T,C+2*Ckv), a multiple of 8 head dims"),
+    // attention: separate q (B,T,C), k and v (B,T,Ckv); causal_self_attention's cost
+    OK("attention", I("f32(B,5,8)", "f32(B,5,4)", "f32(B,5,4)"), "n_head=4 n_kv_head=2",
+       "f32(B,5,8)", 4.0 * 3 * 25 * 8 + 5.0 * 3 * 4 * 25, (120 + 60 + 60 + 120) * 4),
+    OK("attention", I("bf16(B,5,8)", "bf16(B,5,8)", "bf16(B,5,8)"), "n_head=2 causal=false",
+       "bf16(B,5,8)", 4.0 * 3 * 25 * 8 + 5.0 * 3 * 2 * 25, (4 * 120) * 2),
+    ERR("attention", I("f32(B,5,8)", "f32(B,5,4)", "f32(B,5,4)"), "n_head=4 n_kv_head=3",
+        "attribute 'n_kv_head' = 3 must be >= 1 and divide n_head = 4"),
+    ERR("attention", I("f32(B,5,8)", "f32(B,5,4)", "f32(B,5,4)"), "n_head=4 n_kv_head=0",
+        "attribute 'n_kv_head' = 0 must be >= 1 and divide n_head = 4"),
+    ERR("attention", I("f32(B,5,8)", "f32(B,5,4)", "f32(B,5,4)"), "n_head=3",
+        "attribute 'n_head' = 3 must be >= 1 and divide C = 8"),
+    ERR("attention", I("f32(B,5,8)", "f32(B,5,6)", "f32(B,5,4)"), "n_head=4 n_kv_head=2",
+        "input 'b' has shape (B,5,6) but attention with n_head = 4 and n_kv_head = 2 needs "
+        "(B,5,4) (n_kv_head * C/n_head, q's B and T)"),
+    ERR("attention", I("f32(B,5,8)", "f32(B,5,4)", "f32(B,4,4)"), "n_head=4 n_kv_head=2",
+        "input 'c' has shape (B,4,4) but attention with n_head = 4 and n_kv_head = 2 needs "
+        "(B,5,4) (n_kv_head * C/n_head, q's B and T)"),
+    ERR("attention", I("f32(B,5,8)", "f32(B,5,8)", "f32(B,5,8)"), "n_head=4 n_kv_head=2",
+        "input 'b' has shape (B,5,8) but attention with n_head = 4 and n_kv_head = 2 needs "
+        "(B,5,4) (n_kv_head * C/n_head, q's B and T)"),
+    ERR("attention", I("f32(B,5,8)", "f32(B,5,4)", "bf16(B,5,4)"), "n_head=4 n_kv_head=2",
+        "input 'c' has dtype bf16 but input 'a' has dtype f32; attention needs equal dtypes"),
 
     // rope: 3n; x rank 4 with a static, even head dim and a static position dim (seq_axis)
     OK("rope", I("f32(B,5,2,8)"), NULL, "f32(B,5,2,8)", 3.0 * 240, (240 + 240) * 4),
