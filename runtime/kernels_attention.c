@@ -1,7 +1,7 @@
-// kernels_attention.c: multi-head self-attention on packed qkv (B,T,C+2Ckv), causal or not, with
-// NKV <= NH kv heads (grouped-query; query head h reads kv head h / (NH/NKV)), forward (which
-// saves the attention weights) and backward; and the rotary position embedding of q and k (rope,
-// at the end of the file).
+// kernels_attention.c: multi-head self-attention on packed qkv (B,T,C+2Ckv) or on separate q,
+// k, v (the same code on other row strides: the same bits), causal or not, with NKV <= NH kv heads
+// (grouped-query; query head h reads kv head h / (NH/NKV)), forward (which saves the attention
+// weights) and backward; and the rotary position embedding of q and k (rope, at the end).
 //
 // NH heads of hs = C/NH; Ckv = NKV*hs; one (b,h) per iteration of an OpenMP loop. Rows are taken
 // four at a time and the inner products register-blocked in vectors of VW floats (16 with AVX-512,
