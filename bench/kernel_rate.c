@@ -93,15 +93,16 @@ int main(int argc, char **argv) {
   float *sdx = rnd(SR * SD, 14);
   float *qkv = rnd(B * T * 3 * C, 15), *ay = rnd(B * T * C, 16), *att = rnd(B * NH * T * T, 17);
   float *ady = rnd(B * T * C, 18), *dqkv = rnd(B * T * 3 * C, 19);
-  void *ws = malloc(pr_attention_bwd_ws(B, T, C, NH));
+  void *ws = malloc(pr_attention_bwd_ws(B, T, C, NH, NH, 1));
   RUN("layernorm_fwd", , pr_layernorm_fwd(y, mean, rstd, x, w, NULL, R, C, 1e-5f), y, R * C * 4);
   RUN("layernorm_bwd_x", , pr_layernorm_bwd_x(dx, dy, x, w, mean, rstd, R, C, 0), dx, R * C * 4);
   RUN("softmax_fwd", , pr_softmax_fwd(sy, sx, SR, SD, 1), sy, SR * SD * 4);
   RUN("softmax_bwd", , pr_softmax_bwd(sdx, sdy, sy, SR, SD, 1, 0), sdx, SR * SD * 4);
   RUN("cross_entropy_fwd", , pr_cross_entropy_fwd(&loss, lg, tgt, R, V), &loss, 4);
   RUN("cross_entropy_bwd", , pr_cross_entropy_bwd(dlg, &dloss, lg, tgt, R, V, 0), dlg, R * V * 4);
-  RUN("attention_fwd", , pr_attention_fwd(ay, att, qkv, B, T, C, NH), att, B * NH * T * T * 4);
-  RUN("attention_bwd", , pr_attention_bwd(dqkv, ady, qkv, att, ws, B, T, C, NH, 0), dqkv,
+  RUN("attention_fwd", , pr_attention_fwd(ay, att, qkv, B, T, C, NH, NH, 1), att,
+      B * NH * T * T * 4);
+  RUN("attention_bwd", , pr_attention_bwd(dqkv, ady, qkv, att, ws, B, T, C, NH, NH, 1, 0), dqkv,
       B * T * 3 * C * 4);
   // The linear layers' products: (in, out) of c_attn, attn.c_proj, c_fc, mlp.c_proj.
   static const int64_t shapes[4][2] = {{128, 384}, {128, 128}, {128, 512}, {512, 128}};

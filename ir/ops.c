@@ -547,31 +547,115 @@ static bool concat_infer(const Graph *g, Node *n, Diag *d) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// causal_self_attention: packed qkv (B,T,3C) -> (B,T,C), n_head heads, causal mask
+// causal_self_attention: packed qkv (B,T,C+2*Ckv) -> (B,T,C), n_head query heads of hs = C/n_head,
+// n_kv_head kv heads (Ckv = n_kv_head*hs; query head h reads kv head h / (n_head/n_kv_head)),
+// causal mask or none
 
 static const AttrDef attention_attrs[] = {
-    {"n_head", ATTR_INT, true, 0, 0, "number of heads; C % n_head == 0", NULL},
+    {"n_head", ATTR_INT, true, 0, 0, "number of (query) heads; C % n_head == 0", NULL},
+    {"n_kv_head", ATTR_INT, false, 0, 0,
+     "number of key/value heads (default n_head; 1: multi-query); divides n_head", NULL},
+    {"causal", ATTR_BOOL, false, 1, 0, "position t attends to s <= t only (false: to every s)",
+     NULL},
 };
+
+// n_kv_head, n_head when not given (the first infer stores it, so the kernels' arguments read it).
+static int64_t attention_nkv(Node *n) {
+  if (!n->attrs[1].present) n->attrs[1].i = n->attrs[0].i;
+  return n->attrs[1].i;
+}
+
+// The packed last dim C + 2*Ckv = hs*(n_head + 2*n_kv_head): C, or 0 after an error.
+static int64_t attention_c(const Graph *g, Node *n, Diag *d) {
+  const Shape *x = &n->in[0]->shape;
+  Dim ct = x->d[2];
+  int64_t nh = n->attrs[0].i, nkv = attention_nkv(n);
+  if (nkv == nh) { // as many kv heads as query heads: (B,T,3*C)
+    if (ct.b || ct.n % 3 != 0) {
+      node_error(
+          d, n,
+          "input '%s' has shape %s but causal_self_attention needs (B,T,3*C) with q,k,v packed",
+          n->in[0]->name, fmt_shape(g, x));
+      return 0;
+    }
+    if (nh < 1 || (ct.n / 3) % nh != 0) {
+      node_error(d, n, "attribute 'n_head' = %lld must be >= 1 and divide C = %lld", (long long)nh,
+                 (long long)(ct.n / 3));
+      return 0;
+    }
+    return ct.n / 3;
+  }
+  if (nh < 1) {
+    node_error(d, n, "attribute 'n_head' = %lld must be >= 1", (long long)nh);
+    return 0;
+  }
+  if (nkv < 1 || nh % nkv != 0) {
+    node_error(d, n, "attribute 'n_kv_head' = %lld must be >= 1 and divide n_head = %lld",
+               (long long)nkv, (long long)nh);
+    return 0;
+  }
+  int64_t parts = nh + 2 * nkv; // head dims in a packed row
+  if (ct.b || ct.n % parts != 0) {
+    node_error(d, n,
+               "input '%s' has shape %s but causal_self_attention with n_head = %lld and "
+               "n_kv_head = %lld needs (B,T,C+2*Ckv), a multiple of %lld head dims",
+               n->in[0]->name, fmt_shape(g, x), (long long)nh, (long long)nkv, (long long)parts);
+    return 0;
+  }
+  return ct.n / parts * nh;
+}
 
 static bool attention_infer(const Graph *g, Node *n, Diag *d) {
   if (!want_rank(g, n, d, 0, 3, 3) || !want_float(g, n, d, 0)) return false;
   const Shape *x = &n->in[0]->shape;
-  Dim c3 = x->d[2];
   int64_t nh = n->attrs[0].i;
-  if (c3.b || c3.n % 3 != 0) {
-    node_error(
-        d, n, "input '%s' has shape %s but causal_self_attention needs (B,T,3*C) with q,k,v packed",
-        n->in[0]->name, fmt_shape(g, x));
-    return false;
-  }
-  if (nh < 1 || (c3.n / 3) % nh != 0) {
-    node_error(d, n, "attribute 'n_head' = %lld must be >= 1 and divide C = %lld", (long long)nh,
-               (long long)(c3.n / 3));
-    return false;
-  }
+  int64_t c = attention_c(g, n, d);
+  if (c == 0) return false;
   Shape o = *x;
-  o.d[2].n = c3.n / 3;
+  o.d[2].n = c;
   set_out(n, 0, &o, n->in[0]->dtype);
+  Shape att = {.rank = 4, .d = {x->d[0], {nh, 0}, x->d[1], x->d[1]}};
+  if (x->d[1].b || shape_numel(&att, 1) < 0) {
+    node_error(d, n, "attention probabilities %s are too large", fmt_shape(g, &att));
+    return false;
+  }
+  set_out(n, 1, &att, DT_F32); // softmax probabilities, saved for backward
+  return true;
+}
+
+// attention: separate q (B,T,C), k and v (B,T,Ckv) -> (B,T,C); the attributes and the hidden
+// probabilities of causal_self_attention. n_head divides C (d = C/n_head), n_kv_head divides
+// n_head, and k and v are (B,T,n_kv_head*d) with q's first two dims, all of q's dtype.
+static bool attention_sep_infer(const Graph *g, Node *n, Diag *d) {
+  if (!want_rank(g, n, d, 0, 3, 3) || !want_float(g, n, d, 0)) return false;
+  const Shape *x = &n->in[0]->shape;
+  int64_t nh = n->attrs[0].i, nkv = attention_nkv(n);
+  if (nh < 1 || x->d[2].b || x->d[2].n % nh != 0) {
+    node_error(d, n, "attribute 'n_head' = %lld must be >= 1 and divide C = %lld", (long long)nh,
+               (long long)x->d[2].n);
+    return false;
+  }
+  if (nkv < 1 || nh % nkv != 0) {
+    node_error(d, n, "attribute 'n_kv_head' = %lld must be >= 1 and divide n_head = %lld",
+               (long long)nkv, (long long)nh);
+    return false;
+  }
+  Shape kv = *x;
+  kv.d[2].n = nkv * (x->d[2].n / nh);
+  for (int i = 1; i < 3; i++) {
+    const Shape *y = &n->in[i]->shape;
+    if (!want_same_dtype(g, n, d, 0, i)) return false;
+    bool ok = y->rank == 3;
+    for (int k = 0; ok && k < 3; k++) ok = dim_eq(y->d[k], kv.d[k]) && y->d[k].b == kv.d[k].b;
+    if (!ok) {
+      node_error(d, n,
+                 "input '%s' has shape %s but attention with n_head = %lld and n_kv_head = "
+                 "%lld needs %s (n_kv_head * C/n_head, q's B and T)",
+                 n->in[i]->name, fmt_shape(g, y), (long long)nh, (long long)nkv, fmt_shape(g, &kv));
+      return false;
+    }
+  }
+  set_out(n, 0, x, n->in[0]->dtype);
   Shape att = {.rank = 4, .d = {x->d[0], {nh, 0}, x->d[1], x->d[1]}};
   if (x->d[1].b || shape_numel(&att, 1) < 0) {
     node_error(d, n, "attention probabilities %s are too large", fmt_shape(g, &att));
@@ -913,9 +997,18 @@ static const OpDef ops[] = {
      .kernel = "pr_concat", .kargs = kargs_concat, GRADS(GRAD(GRAD_EVERY_SLOT, "concat.dx", GDY)),
      .doc = "join along axis"},
     {.name = "causal_self_attention", IN(1, 1), .nout = 1, ATTRS(attention_attrs), HIDDEN(attention_hidden),
+     .quiet_attrs = 6u, // n_kv_head, causal (added later): printed when given
      .infer = attention_infer, .cost = attention_cost, .kernel = "pr_attention_fwd", .kargs = kargs_attention,
      .progress = true,
-     GRADS(GRAD(0, "attention.dx", GDY, GX(0), GY(1))), .doc = "fused multi-head attention with causal mask"},
+     GRADS(GRAD(0, "attention.dx", GDY, GX(0), GY(1))),
+     .doc = "fused multi-head (or grouped-query) attention, causal mask or none"},
+    {.name = "attention", IN(3, 3), .nout = 1, ATTRS(attention_attrs), HIDDEN(attention_hidden),
+     .infer = attention_sep_infer, .cost = attention_cost, .kernel = "pr_attention_sep_fwd",
+     .kargs = kargs_attention, .progress = true,
+     GRADS(GRAD(0, "attention.dq", GDY, GX(0), GX(1), GX(2), GY(1)),
+           GRAD(1, "attention.dk", GDY, GX(0), GX(1), GX(2), GY(1)),
+           GRAD(2, "attention.dv", GDY, GX(0), GX(1), GX(2), GY(1))),
+     .doc = "multi-head or grouped-query attention on separate q, k, v"},
     {.name = "rope", IN(1, 1), .nout = 1, ATTRS(rope_attrs), .infer = rope_infer, .cost = rope_cost,
      .kernel = "pr_rope_fwd", .kargs = kargs_rope, GRADS(GRAD(0, "rope.dx", GDY)),
      .doc = "rotary position embedding of per-head q or k"},
@@ -973,6 +1066,12 @@ static const OpDef ops[] = {
     BWD("concat.dx", 1, 1, "pr_slice", kargs_slice, true),
     {.name = "attention.dx", IN(3, 3), .nout = 1, .cost = bwd_cost, .internal = true, .kernel = "pr_attention_bwd",
      .kargs = kargs_attention, .workspace = ws_attention, .acc = true, .progress = true, .doc = "backward"},
+    BWD("attention.dq", 5, 5, "pr_attention_sep_bwd_q", kargs_attention, true,
+        .workspace = ws_attention, .progress = true),
+    BWD("attention.dk", 5, 5, "pr_attention_sep_bwd_k", kargs_attention, true,
+        .workspace = ws_attention, .progress = true),
+    BWD("attention.dv", 5, 5, "pr_attention_sep_bwd_v", kargs_attention, true,
+        .workspace = ws_attention, .progress = true),
     BWD("rope.dx", 1, 1, "pr_rope_bwd", kargs_rope, true),
     BWD("cross_entropy.dx", 3, 3, "pr_cross_entropy_bwd", kargs_cross_entropy, true),
     BWD("mse.dx", 3, 3, "pr_mse_bwd", kargs_mse, true),

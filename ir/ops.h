@@ -146,6 +146,8 @@ typedef struct OpDef {
   int nout;             // outputs; 0 = count_outputs decides from the attributes
   const AttrDef *attrs; // attribute schema
   int nattrs;           // entries in attrs
+  unsigned quiet_attrs; // bit a: attribute a is printed (--print) only when given (attributes
+                        // added to an op later: older models' printed graphs stay as they were)
   // Number of outputs from the (already parsed) attributes, for nout == 0.
   int (*count_outputs)(const Node *n);
   // Shape/dtype rule: checks inputs and attributes, sets every output's shape and dtype.

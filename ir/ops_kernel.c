@@ -321,7 +321,8 @@ void kargs_slice_op(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   if (!n->fwd) o->a[o->n++] = (KArg){.name = "acc", .kind = 'x', .expr = "0"};
 }
 
-// ---- attention: B, T, C, NH
+// ---- attention: B, T, C, NH, NKV (n_kv_head, which the shape rule set to n_head when not
+// given), causal
 void kargs_attention(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   (void)a;
   const Node *f = fw(n);
@@ -330,20 +331,23 @@ void kargs_attention(const Node *n, int64_t batch, Arena *a, KArgs *o) {
   ki(o, "T", dimv(y->d[1], batch));
   ki(o, "C", y->d[2].n);
   ki(o, "NH", f->attrs[0].i);
+  ki(o, "NKV", f->attrs[1].i);
+  ki(o, "causal", f->attrs[2].i);
 }
 
-// pr_attention_bwd's workspace, as pr_attention_bwd_ws(B, T, C, NH) computes it (runtime/
-// kernels_attention.c; the two must agree): one slice per thread for at most min(B*NH, 64)
+// pr_attention_bwd's workspace, as pr_attention_bwd_ws(B, T, C, NH, NKV) computes it (runtime/
+// kernels_attention.c; the two must agree): one slice per thread for at most min(B*NKV, 64)
 // threads (PR_ATTENTION_MAX_THREADS), a slice being vT (hs,ld), dpre (T,ld), a row of datt (ld)
 // and two result rows (2,hs) floats, hs = C/NH, ld = T rounded up to 32, rounded up to 64 bytes.
 int64_t ws_attention(const Node *n, int64_t batch) {
   const Node *f = fw(n);
   const Shape *y = &f->out[0]->shape;
   int64_t B = dimv(y->d[0], batch), T = dimv(y->d[1], batch), C = y->d[2].n, NH = f->attrs[0].i;
-  if (NH <= 0 || C % NH != 0 || B * T * C == 0) return 64;
+  int64_t NKV = f->attrs[1].i;
+  if (NH <= 0 || C % NH != 0 || NKV <= 0 || NH % NKV != 0 || B * T * C == 0) return 64;
   int64_t hs = C / NH, ld = (T + 31) & ~(int64_t)31;
   int64_t slice = ((hs * ld + T * ld + 4 * ld + 4 * hs) * 4 + 63) & ~(int64_t)63;
-  return slice * (B * NH < 64 ? B * NH : 64);
+  return slice * (B * NKV < 64 ? B * NKV : 64);
 }
 
 // ---- rope and its gradient: outer, T, inner, D around the position dim (seq_axis), theta,

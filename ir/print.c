@@ -150,6 +150,7 @@ void graph_print(const Graph *g, FILE *f) {
     }
     fputc(')', f);
     for (int a = 0; a < n->op->nattrs; a++) {
+      if ((n->op->quiet_attrs >> a & 1u) && !n->attrs[a].present) continue;
       fputc(' ', f);
       put_attr(f, g, &n->op->attrs[a], &n->attrs[a]);
     }

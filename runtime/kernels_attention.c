@@ -1,11 +1,12 @@
-// kernels_attention.c: causal multi-head self-attention on packed qkv (B,T,3C), forward (which
-// saves the attention weights) and backward; and the rotary position embedding of q and k (rope,
-// at the end of the file).
+// kernels_attention.c: multi-head self-attention on packed qkv (B,T,C+2Ckv) or on separate q,
+// k, v (the same code on other row strides: the same bits), causal or not, with NKV <= NH kv heads
+// (grouped-query; query head h reads kv head h / (NH/NKV)), forward (which saves the attention
+// weights) and backward; and the rotary position embedding of q and k (rope, at the end).
 //
-// NH heads of hs = C/NH; one (b,h) per iteration of an OpenMP loop. Rows are taken four at a
-// time and the inner products register-blocked in vectors of VW floats (16 with AVX-512, else 8):
-// four rows by two vectors, eight independent accumulator chains, the causal triangle of a block
-// of four inside the same tile (the weighted sums do nothing above the diagonal); fmav is a
+// NH heads of hs = C/NH; Ckv = NKV*hs; one (b,h) per iteration of an OpenMP loop. Rows are taken
+// four at a time and the inner products register-blocked in vectors of VW floats (16 with AVX-512,
+// else 8): four rows by two vectors, eight independent accumulator chains, the causal triangle of a
+// block of four inside the same tile (the weighted sums do nothing above the diagonal); fmav is a
 // multiply and an add rounded separately, as FMA. Every output is one sum in ascending order, so
 // the blocking and the vector width change the speed only: the bits are those of the
 // row-at-a-time loops, the same in v1, v3 and v4.
@@ -265,11 +266,65 @@ static inline __attribute__((always_inline)) void causal_cols(float *restrict y,
   for (int r = 0; r < ns; r++) wsum1(y + r * m, w + s0 + r, wld, x, xs, s0 + r, T, m);
 }
 
-void pr_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t T, int64_t C,
-                      int64_t NH) {
-  prCheck(NH > 0 && C % NH == 0, "this is a pipec bug",
-          "attention: C=%lld not divisible by %lld heads", (long long)C, (long long)NH);
-  int64_t hs = C / NH, C3 = 3 * C, ld = (T + 31) & ~(int64_t)31;
+// The non-causal forms of causal_rows and causal_cols: every row sums over all of [0, T).
+static inline __attribute__((always_inline)) void full_rows(float *restrict y, const float *w,
+                                                            int64_t wld, const float *x, int64_t xs,
+                                                            int nr, int64_t T, int64_t m) {
+  if (nr == 4) {
+    wsum4(y, w, wld, 1, x, xs, 0, T, m, 0);
+    return;
+  }
+  memset(y, 0, (size_t)(nr * m) * sizeof(float));
+  for (int r = 0; r < nr; r++) wsum1(y + r * m, w + r * wld, 1, x, xs, 0, T, m);
+}
+static inline __attribute__((always_inline)) void full_cols(float *restrict y, const float *w,
+                                                            int64_t wld, const float *x, int64_t xs,
+                                                            int64_t s0, int ns, int64_t T,
+                                                            int64_t m) {
+  if (ns == 4) {
+    wsum4(y, w + s0, 1, wld, x, xs, 0, T, m, 0);
+    return;
+  }
+  memset(y, 0, (size_t)(ns * m) * sizeof(float));
+  for (int r = 0; r < ns; r++) wsum1(y + r * m, w + s0 + r, wld, x, xs, 0, T, m);
+}
+
+// Rows t0..t0+nr-1 of a weighted sum, causal (row t over [0, t]) or not (over [0, T)).
+static inline __attribute__((always_inline)) void wrows(float *restrict y, const float *w,
+                                                        int64_t wld, const float *x, int64_t xs,
+                                                        int64_t t0, int nr, int64_t T, int64_t m,
+                                                        int causal) {
+  if (causal)
+    causal_rows(y, w, wld, x, xs, t0, nr, m);
+  else
+    full_rows(y, w, wld, x, xs, nr, T, m);
+}
+// Columns s0..s0+ns-1 of the transposed sum, causal (column s over [s, T)) or not (over [0, T)).
+static inline __attribute__((always_inline)) void wcols(float *restrict y, const float *w,
+                                                        int64_t wld, const float *x, int64_t xs,
+                                                        int64_t s0, int ns, int64_t T, int64_t m,
+                                                        int causal) {
+  if (causal)
+    causal_cols(y, w, wld, x, xs, s0, ns, T, m);
+  else
+    full_cols(y, w, wld, x, xs, s0, ns, T, m);
+}
+
+static void check_heads(int64_t C, int64_t NH, int64_t NKV) {
+  prCheck(NH > 0 && C % NH == 0 && NKV > 0 && NH % NKV == 0, "this is a pipec bug",
+          "attention: C=%lld, %lld heads, %lld kv heads", (long long)C, (long long)NH,
+          (long long)NKV);
+}
+
+// The forward on q rows qs floats apart and k, v rows ks apart (batch row b at b*T*qs, b*T*ks);
+// query head h reads kv head h / (NH/NKV).
+static __attribute__((noclone)) void attn_fwd(float *y, float *att, const float *qb, int64_t qs,
+                                              const float *kb, const float *vb, int64_t ks,
+                                              int64_t B, int64_t T, int64_t C, int64_t NH,
+                                              int64_t NKV, int causal) {
+  check_heads(C, NH, NKV);
+  int64_t hs = C / NH, grp = NH / NKV, CT = qs;
+  int64_t ld = (T + 31) & ~(int64_t)31;
   float scale = 1.0f / sqrtf((float)hs);
   if (B * T * C == 0) return;
   PR_PARALLEL(B * NH > 1 && B * NH * T * T * hs >= 8 * PAR_MIN, {
@@ -278,21 +333,22 @@ void pr_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t
     float *kT = buf, *sc = buf + hs * ld, *out = sc + 4 * ld;
     _Pragma("omp for schedule(static)") for (int64_t bh = 0; bh < B * NH; bh++) {
       int64_t b = bh / NH, h = bh % NH;
-      const float *q = qkv + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+      const float *q = qb + b * T * qs + h * hs, *k = kb + b * T * ks + (h / grp) * hs;
+      const float *v = vb + b * T * ks + (h / grp) * hs;
       float *ab = att + bh * T * T;
-      pack_T(kT, k, C3, T, ld, hs);
+      pack_T(kT, k, ks, T, ld, hs);
       for (int64_t t0 = 0; t0 < T; t0 += 4) { // query rows in fours: att's rows
         int nr = T - t0 < 4 ? (int)(T - t0) : 4;
         if (nr == 4)
-          dots4_kT(sc, q + t0 * C3, C3, kT, ld, hs, t0 + 4, scale);
+          dots4_kT(sc, q + t0 * CT, CT, kT, ld, hs, causal ? t0 + 4 : T, scale);
         else
           for (int r = 0; r < nr; r++)
-            dots1_kT(sc + r * ld, q + (t0 + r) * C3, kT, ld, hs, t0 + r + 1, scale);
+            dots1_kT(sc + r * ld, q + (t0 + r) * CT, kT, ld, hs, causal ? t0 + r + 1 : T, scale);
         for (int r = 0; r < nr; r++) {
           // softmax_row's arithmetic on the scaled scores q_t . k_s / sqrt(hs), its elementwise
           // loop run over n rounded up to VW (the scores are defined up to ld; the ones past n are
           // never read) so that no scalar tail is left; the max and the sum stay over [0,n)
-          int64_t t = t0 + r, n = t + 1, npad = (n + VW - 1) & ~(int64_t)(VW - 1);
+          int64_t t = t0 + r, n = causal ? t + 1 : T, npad = (n + VW - 1) & ~(int64_t)(VW - 1);
           float *st = sc + r * ld, *arow = ab + t * T;
           float mx = max_f(st, n);
           for (int64_t s = 0; s < npad; s++) st[s] = exp_f(st[s] - mx);
@@ -302,15 +358,30 @@ void pr_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t
         }
       }
       float *vp = kT; // kT is done with: v's rows, contiguous (T,hs) in its place (T*hs <= hs*ld)
-      pack_rows(vp, v, C3, T, hs);
+      pack_rows(vp, v, ks, T, hs);
       for (int64_t t0 = 0; t0 < T; t0 += 4) { // y_t = sum_s att[t,s] v_s, rows in fours
         int nr = T - t0 < 4 ? (int)(T - t0) : 4;
-        causal_rows(out, ab + t0 * T, T, vp, hs, t0, nr, hs);
+        wrows(out, ab + t0 * T, T, vp, hs, t0, nr, T, hs, causal);
         for (int r = 0; r < nr; r++) copy_row(y + (b * T + t0 + r) * C + h * hs, out + r * hs, hs);
       }
     }
     pr_scratch_free(buf);
   });
+}
+
+// Packed qkv (B,T,C+2Ckv): row stride C+2Ckv, k at C, v at C+Ckv.
+void pr_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t T, int64_t C,
+                      int64_t NH, int64_t NKV, int causal) {
+  check_heads(C, NH, NKV);
+  int64_t Ckv = NKV * (C / NH), CT = C + 2 * Ckv;
+  attn_fwd(y, att, qkv, CT, qkv + C, qkv + C + Ckv, CT, B, T, C, NH, NKV, causal);
+}
+
+// Separate q (B,T,C), k and v (B,T,Ckv) (the attention op).
+void pr_attention_sep_fwd(float *y, float *att, const float *q, const float *k, const float *v,
+                          int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV, int causal) {
+  check_heads(C, NH, NKV);
+  attn_fwd(y, att, q, C, k, v, NKV * (C / NH), B, T, C, NH, NKV, causal);
 }
 
 // Per-thread slice of the backward's workspace: vT (hs,ld), dpre (T,ld), four rows of datt (4,ld)
@@ -321,91 +392,164 @@ static size_t bwd_slice_bytes(int64_t T, int64_t C, int64_t NH) {
   return (bytes + 63) & ~(size_t)63;
 }
 
-// Threads the backward runs on: one per (b,h) at most, and at most PR_ATTENTION_MAX_THREADS.
-static int bwd_slices(int64_t B, int64_t NH) {
-  return B * NH < PR_ATTENTION_MAX_THREADS ? (int)(B * NH) : PR_ATTENTION_MAX_THREADS;
+// Threads the backward runs on: one per (b, kv head) at most, and at most
+// PR_ATTENTION_MAX_THREADS.
+static int bwd_slices(int64_t B, int64_t NKV) {
+  return B * NKV < PR_ATTENTION_MAX_THREADS ? (int)(B * NKV) : PR_ATTENTION_MAX_THREADS;
 }
 
 // The planned workspace: one slice per thread the kernel may run on. ir/ops_kernel.c's
 // ws_attention computes the same number for the memory plan.
-size_t pr_attention_bwd_ws(int64_t B, int64_t T, int64_t C, int64_t NH) {
-  if (NH <= 0 || C % NH != 0 || B * T * C == 0) return 64;
-  return bwd_slice_bytes(T, C, NH) * (size_t)bwd_slices(B, NH);
+// (causal does not change it: the arguments are the kernel's, as the CUDA program's calls pass
+// them.)
+size_t pr_attention_bwd_ws(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV, int causal) {
+  (void)causal;
+  if (NH <= 0 || C % NH != 0 || NKV <= 0 || NH % NKV != 0 || B * T * C == 0) return 64;
+  return bwd_slice_bytes(T, C, NH) * (size_t)bwd_slices(B, NKV);
 }
 
-// dqkv (B,T,3C) from dy (B,T,C), with the forward's qkv and att (B,NH,T,T):
+// Where one call's operands lie: q and dq rows qs floats apart, k, v, dk and dv rows ks apart
+// (batch row b at b*T*qs, b*T*ks), and which gradients it computes (parts: 1 dq, 2 dk, 4 dv).
+typedef struct AttnBwd {
+  float *dq, *dk, *dv;
+  const float *q, *k, *v;
+  int64_t qs, ks;
+  int parts;
+} AttnBwd;
+
+// One query head's part of the backward (rows as in AttnBwd; dy's and att's as in
+// pr_attention_bwd), in the slice buf. dq is written (acc 0) or added to (acc 1); dk and dv
+// likewise with kvacc, the caller's order of the heads sharing them. dpre only when dq or dk is
+// asked for.
+static __attribute__((noclone)) void bwd_head(const AttnBwd *o, float *dq, float *dk, float *dv,
+                                              const float *q, const float *k, const float *v,
+                                              const float *g, const float *a, float *buf, int64_t T,
+                                              int64_t C, int64_t hs, float scale, int causal,
+                                              int acc, int kvacc) {
+  int64_t ld = (T + 31) & ~(int64_t)31, qs = o->qs, ks = o->ks;
+  // vT (hs,ld); dpre (T,ld); datt of four rows (4,ld) and four result rows (4,hs)
+  float *vT = buf, *dpre = vT + hs * ld, *da = dpre + T * ld, *row = da + 4 * ld;
+  // The head's rows of one operand at a time, contiguous (T,hs), in xp: vT's place, which is free
+  // but while datt is computed (T*hs <= hs*ld).
+  float *xp = vT;
+  // dv_s = sum_{t>=s} att[t,s] dy_t (all t when not causal), four s at a time
+  if (o->parts & 4) {
+    pack_rows(xp, g, C, T, hs);
+    for (int64_t s0 = 0; s0 < T; s0 += 4) {
+      int ns = T - s0 < 4 ? (int)(T - s0) : 4;
+      wcols(row, a, T, xp, hs, s0, ns, T, hs, causal);
+      for (int r = 0; r < ns; r++) write_acc(dv + (s0 + r) * ks, row + r * hs, hs, kvacc);
+    }
+  }
+  if (!(o->parts & 3)) return;
+  pack_T(vT, v, ks, T, ld, hs);
+  for (int64_t t0 = 0; t0 < T; t0 += 4) { // rows in fours
+    int nr = T - t0 < 4 ? (int)(T - t0) : 4;
+    if (nr == 4) // datt[s] = dy_t . v_s
+      dots4_kT(da, g + t0 * C, C, vT, ld, hs, causal ? t0 + 4 : T, 1.0f);
+    else
+      for (int r = 0; r < nr; r++)
+        dots1_kT(da + r * ld, g + (t0 + r) * C, vT, ld, hs, causal ? t0 + r + 1 : T, 1.0f);
+    for (int r = 0; r < nr; r++) {
+      int64_t t = t0 + r, n = causal ? t + 1 : T;
+      const float *arow = a + t * T, *dr = da + r * ld;
+      float dot = dot_f(arow, dr, n);
+      float *prow = dpre + t * ld;
+      for (int64_t s = 0; s < n; s++) prow[s] = scale * (arow[s] * (dr[s] - dot));
+    }
+  }
+  // dq_t = sum_{s<=t} dpre[t,s] k_s, rows in fours
+  if (o->parts & 1) {
+    pack_rows(xp, k, ks, T, hs);
+    for (int64_t t0 = 0; t0 < T; t0 += 4) {
+      int nr = T - t0 < 4 ? (int)(T - t0) : 4;
+      wrows(row, dpre + t0 * ld, ld, xp, hs, t0, nr, T, hs, causal);
+      for (int r = 0; r < nr; r++) write_acc(dq + (t0 + r) * qs, row + r * hs, hs, acc);
+    }
+  }
+  // dk_s = sum_{t>=s} dpre[t,s] q_t, four s at a time
+  if (o->parts & 2) {
+    pack_rows(xp, q, qs, T, hs);
+    for (int64_t s0 = 0; s0 < T; s0 += 4) {
+      int ns = T - s0 < 4 ? (int)(T - s0) : 4;
+      wcols(row, dpre, ld, xp, hs, s0, ns, T, hs, causal);
+      for (int r = 0; r < ns; r++) write_acc(dk + (s0 + r) * ks, row + r * hs, hs, kvacc);
+    }
+  }
+}
+
+// The backward of every (b, kv head) of o: dy (B,T,C), att (B,NH,T,T) the forward's.
 //   datt[t,s] = dy_t . v_s;  dpre[t,s] = scale att[t,s] (datt[t,s] - sum_s' att[t,s'] datt[t,s'])
 //   dq_t = sum_s dpre[t,s] k_s;  dk_s = sum_t dpre[t,s] q_t;  dv_s = sum_t att[t,s] dy_t
-void pr_attention_bwd(float *dqkv, const float *dy, const float *qkv, const float *att, void *ws,
-                      int64_t B, int64_t T, int64_t C, int64_t NH, int acc) {
-  prCheck(NH > 0 && C % NH == 0, "this is a pipec bug",
-          "attention: C=%lld not divisible by %lld heads", (long long)C, (long long)NH);
-  int64_t hs = C / NH, C3 = 3 * C, ld = (T + 31) & ~(int64_t)31;
+// The work is split by (b, kv head): one thread takes every query head of a kv head's group, in
+// ascending order, and adds their dk and dv into the kv head's rows one after the other (the
+// first writes them, with acc 0), so no two threads write the same rows and the sums' order is
+// fixed: the bits do not depend on the thread count.
+static __attribute__((noclone)) void attn_bwd(const AttnBwd *o, const float *dy, const float *att,
+                                              void *ws, int64_t B, int64_t T, int64_t C, int64_t NH,
+                                              int64_t NKV, int causal, int acc) {
+  check_heads(C, NH, NKV);
+  int64_t hs = C / NH, grp = NH / NKV, qs = o->qs, ks = o->ks;
   float scale = 1.0f / sqrtf((float)hs);
   if (B * T * C == 0) return;
   // The region runs on the whole team, as every other kernel's does (a team of another size
   // would make libgomp drop its pooled team and threads and start new ones, allocating in the
-  // step), and its first bwd_slices threads each take a block of consecutive (b,h) pairs, as a
-  // static `omp for` over them would, in their own slice of ws (pr_attention_bwd_ws); on the
-  // calling thread alone, tid 0 of 1 takes them all.
+  // step), and its first bwd_slices threads each take a block of consecutive (b, kv head) pairs,
+  // as a static `omp for` over them would, in their own slice of ws (pr_attention_bwd_ws); on
+  // the calling thread alone, tid 0 of 1 takes them all.
   size_t slice = bwd_slice_bytes(T, C, NH);
-  PR_PARALLEL(B * NH > 1 && B * NH * T * T * hs >= 4 * PAR_MIN, {
+  PR_PARALLEL(B * NKV > 1 && B * NH * T * T * hs >= 4 * PAR_MIN, {
     int tid = omp_get_thread_num(), nt = omp_get_num_threads();
-    nt = nt < bwd_slices(B, NH) ? nt : bwd_slices(B, NH);
+    nt = nt < bwd_slices(B, NKV) ? nt : bwd_slices(B, NKV);
     if (tid < nt) {
-      // vT (hs,ld); dpre (T,ld); datt of four rows (4,ld) and four result rows (4,hs)
       float *buf = (float *)((char *)ws + (size_t)tid * slice);
-      float *vT = buf, *dpre = vT + hs * ld, *da = dpre + T * ld, *row = da + 4 * ld;
-      int64_t per = (B * NH + nt - 1) / nt, bh0 = tid * per; // a block of (b,h) pairs each
-      int64_t bh1 = bh0 + per < B * NH ? bh0 + per : B * NH;
-      for (int64_t bh = bh0; bh < bh1; bh++) {
-        int64_t b = bh / NH, h = bh % NH;
-        const float *q = qkv + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
-        const float *g = dy + b * T * C + h * hs, *a = att + bh * T * T;
-        float *dq = dqkv + b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
-        // The head's rows of one operand at a time, contiguous (T,hs), in xp: vT's place, which
-        // is free but while datt is computed (T*hs <= hs*ld).
-        float *xp = vT;
-        // dv_s = sum_{t>=s} att[t,s] dy_t, four s at a time
-        pack_rows(xp, g, C, T, hs);
-        for (int64_t s0 = 0; s0 < T; s0 += 4) {
-          int ns = T - s0 < 4 ? (int)(T - s0) : 4;
-          causal_cols(row, a, T, xp, hs, s0, ns, T, hs);
-          for (int r = 0; r < ns; r++) write_acc(dv + (s0 + r) * C3, row + r * hs, hs, acc);
-        }
-        pack_T(vT, v, C3, T, ld, hs);
-        for (int64_t t0 = 0; t0 < T; t0 += 4) { // rows in fours
-          int nr = T - t0 < 4 ? (int)(T - t0) : 4;
-          if (nr == 4) // datt[s] = dy_t . v_s
-            dots4_kT(da, g + t0 * C, C, vT, ld, hs, t0 + 4, 1.0f);
-          else
-            for (int r = 0; r < nr; r++)
-              dots1_kT(da + r * ld, g + (t0 + r) * C, vT, ld, hs, t0 + r + 1, 1.0f);
-          for (int r = 0; r < nr; r++) {
-            int64_t t = t0 + r, n = t + 1;
-            const float *arow = a + t * T, *dr = da + r * ld;
-            float dot = dot_f(arow, dr, n);
-            float *prow = dpre + t * ld;
-            for (int64_t s = 0; s < n; s++) prow[s] = scale * (arow[s] * (dr[s] - dot));
-          }
-        }
-        // dq_t = sum_{s<=t} dpre[t,s] k_s, rows in fours
-        pack_rows(xp, k, C3, T, hs);
-        for (int64_t t0 = 0; t0 < T; t0 += 4) {
-          int nr = T - t0 < 4 ? (int)(T - t0) : 4;
-          causal_rows(row, dpre + t0 * ld, ld, xp, hs, t0, nr, hs);
-          for (int r = 0; r < nr; r++) write_acc(dq + (t0 + r) * C3, row + r * hs, hs, acc);
-        }
-        // dk_s = sum_{t>=s} dpre[t,s] q_t, four s at a time
-        pack_rows(xp, q, C3, T, hs);
-        for (int64_t s0 = 0; s0 < T; s0 += 4) {
-          int ns = T - s0 < 4 ? (int)(T - s0) : 4;
-          causal_cols(row, dpre, ld, xp, hs, s0, ns, T, hs);
-          for (int r = 0; r < ns; r++) write_acc(dk + (s0 + r) * C3, row + r * hs, hs, acc);
+      int64_t per = (B * NKV + nt - 1) / nt, bg0 = tid * per; // a block of (b,g) pairs each
+      int64_t bg1 = bg0 + per < B * NKV ? bg0 + per : B * NKV;
+      for (int64_t bg = bg0; bg < bg1; bg++) {
+        int64_t b = bg / NKV, kvh = bg % NKV, kvo = b * T * ks + kvh * hs;
+        for (int64_t j = 0; j < grp; j++) { // the group's query heads, ascending
+          int64_t h = kvh * grp + j, bh = b * NH + h, qo = b * T * qs + h * hs;
+          bwd_head(o, o->dq + qo, o->dk + kvo, o->dv + kvo, o->q + qo, o->k + kvo, o->v + kvo,
+                   dy + b * T * C + h * hs, att + bh * T * T, buf, T, C, hs, scale, causal, acc,
+                   acc || j > 0);
         }
       }
     }
   });
+}
+
+// Packed: dqkv (B,T,C+2Ckv) from the forward's qkv.
+void pr_attention_bwd(float *dqkv, const float *dy, const float *qkv, const float *att, void *ws,
+                      int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV, int causal,
+                      int acc) {
+  check_heads(C, NH, NKV);
+  int64_t Ckv = NKV * (C / NH), CT = C + 2 * Ckv;
+  AttnBwd o = {dqkv, dqkv + C, dqkv + C + Ckv, qkv, qkv + C, qkv + C + Ckv, CT, CT, 7};
+  attn_bwd(&o, dy, att, ws, B, T, C, NH, NKV, causal, acc);
+}
+
+// Separate q, k, v (the attention op): one gradient per call (its backward rows, one per input).
+static void sep_bwd(float *d, int part, const float *dy, const float *q, const float *k,
+                    const float *v, const float *att, void *ws, int64_t B, int64_t T, int64_t C,
+                    int64_t NH, int64_t NKV, int causal, int acc) {
+  check_heads(C, NH, NKV);
+  AttnBwd o = {d, d, d, q, k, v, C, NKV * (C / NH), part};
+  attn_bwd(&o, dy, att, ws, B, T, C, NH, NKV, causal, acc);
+}
+void pr_attention_sep_bwd_q(float *dq, const float *dy, const float *q, const float *k,
+                            const float *v, const float *att, void *ws, int64_t B, int64_t T,
+                            int64_t C, int64_t NH, int64_t NKV, int causal, int acc) {
+  sep_bwd(dq, 1, dy, q, k, v, att, ws, B, T, C, NH, NKV, causal, acc);
+}
+void pr_attention_sep_bwd_k(float *dk, const float *dy, const float *q, const float *k,
+                            const float *v, const float *att, void *ws, int64_t B, int64_t T,
+                            int64_t C, int64_t NH, int64_t NKV, int causal, int acc) {
+  sep_bwd(dk, 2, dy, q, k, v, att, ws, B, T, C, NH, NKV, causal, acc);
+}
+void pr_attention_sep_bwd_v(float *dv, const float *dy, const float *q, const float *k,
+                            const float *v, const float *att, void *ws, int64_t B, int64_t T,
+                            int64_t C, int64_t NH, int64_t NKV, int causal, int acc) {
+  sep_bwd(dv, 4, dy, q, k, v, att, ws, B, T, C, NH, NKV, causal, acc);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -204,20 +204,37 @@ void pr_slice(float *dx, const float *dy, int64_t outer, int64_t inner, int64_t 
 void pr_pad(float *dx, const float *dy, int64_t outer, int64_t inner, int64_t total, int64_t offset,
             int64_t size, int acc);
 
-// Causal multi-head self-attention on packed qkv (B,T,3C) -> y (B,T,C), NH heads of C/NH;
-// att (B,NH,T,T) holds the softmax probabilities (saved for backward; entries above the
-// diagonal are 0). Scale 1/sqrt(C/NH).
+// Multi-head self-attention on packed qkv (B,T,C+2Ckv) -> y (B,T,C), NH query heads of hs = C/NH
+// and NKV kv heads (NH % NKV == 0, Ckv = NKV*hs; query head h reads kv head h / (NH/NKV), HF's
+// repeat_kv), causal (row t sees s <= t) or not; att (B,NH,T,T) holds the softmax probabilities
+// (saved for backward; with causal, entries above the diagonal are 0). Scale 1/sqrt(hs).
 void pr_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t T, int64_t C,
-                      int64_t NH);
-// ws: workspace of pr_attention_bwd_ws(B, T, C, NH) bytes, 4-byte aligned (the memory plan
-// places it). The backward works on at most PR_ATTENTION_MAX_THREADS threads (and at most B*NH,
-// one (b,h) per thread at a time), each in its own slice of ws, the rest of the team idle; the
-// other kernels use every thread --threads asks for. Results do not depend on the thread count
-// either way.
+                      int64_t NH, int64_t NKV, int causal);
+// ws: workspace of pr_attention_bwd_ws(B, T, C, NH, NKV, causal) bytes, 4-byte aligned (the
+// memory plan places it). The backward works on at most PR_ATTENTION_MAX_THREADS threads (and at
+// most B*NKV, one (b, kv head) per thread at a time, its query heads in ascending order, their dk
+// and dv added in that order), each in its own slice of ws, the rest of the team idle; the other
+// kernels use every thread --threads asks for. Results do not depend on the thread count either
+// way.
 #define PR_ATTENTION_MAX_THREADS 64
-size_t pr_attention_bwd_ws(int64_t B, int64_t T, int64_t C, int64_t NH);
+size_t pr_attention_bwd_ws(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV,
+                           int causal);
 void pr_attention_bwd(float *dqkv, const float *dy, const float *qkv, const float *att, void *ws,
-                      int64_t B, int64_t T, int64_t C, int64_t NH, int acc);
+                      int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV, int causal,
+                      int acc);
+// The same on separate q (B,T,C), k and v (B,T,Ckv) (the attention op), the bits of the packed
+// kernels; its backward in three calls, one gradient each (dq, dk, dv; the same workspace).
+void pr_attention_sep_fwd(float *y, float *att, const float *q, const float *k, const float *v,
+                          int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV, int causal);
+void pr_attention_sep_bwd_q(float *dq, const float *dy, const float *q, const float *k,
+                            const float *v, const float *att, void *ws, int64_t B, int64_t T,
+                            int64_t C, int64_t NH, int64_t NKV, int causal, int acc);
+void pr_attention_sep_bwd_k(float *dk, const float *dy, const float *q, const float *k,
+                            const float *v, const float *att, void *ws, int64_t B, int64_t T,
+                            int64_t C, int64_t NH, int64_t NKV, int causal, int acc);
+void pr_attention_sep_bwd_v(float *dv, const float *dy, const float *q, const float *k,
+                            const float *v, const float *att, void *ws, int64_t B, int64_t T,
+                            int64_t C, int64_t NH, int64_t NKV, int causal, int acc);
 
 // rope (rotary position embedding) of x (outer,T,inner,D), positions t = 0..T-1 along T: each pair
 // (p, q) of a row, (i, i + D/2) or with interleaved (2i, 2i+1), i < D/2, is rotated by the angle

@@ -203,17 +203,38 @@ void pr_cu_slice(float *dx, const float *dy, int64_t outer, int64_t inner, int64
                  int64_t offset, int64_t size, int acc);
 
 // ---------------------------------------------------------------------------------------------
-// Causal attention (cuda_attention.cu) on packed qkv (B,T,3C) -> y (B,T,C), NH heads, att
-// (B,NH,T,T) the probabilities (0 above the diagonal). One block per (b,h,t) query row: scores,
+// Attention (cuda_attention.cu) on packed qkv (B,T,C+2Ckv) -> y (B,T,C), NH query heads, NKV kv
+// heads (pr_attention_fwd's grouping), causal or not, att (B,NH,T,T) the probabilities (with
+// causal, 0 above the diagonal). One block per (b,h,t) query row: scores,
 // the row softmax and the weighted sum of v, every sum in ascending order. Not yet fast
 // (no GEMM formulation, no fusion): correctness first.
 void pr_cu_attention_fwd(float *y, float *att, const float *qkv, int64_t B, int64_t T, int64_t C,
-                         int64_t NH);
-// ws: pr_cu_attention_bwd_ws(B,T,C,NH) bytes of device memory (dpre (B,NH,T,T)), planned like the
-// CPU's workspace.
-size_t pr_cu_attention_bwd_ws(int64_t B, int64_t T, int64_t C, int64_t NH);
+                         int64_t NH, int64_t NKV, int causal);
+// ws: pr_cu_attention_bwd_ws(B,T,C,NH,NKV,causal) bytes of device memory (dpre (B,NH,T,T)), planned
+// like the CPU's workspace.
+size_t pr_cu_attention_bwd_ws(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV, int causal);
 void pr_cu_attention_bwd(float *dqkv, const float *dy, const float *qkv, const float *att, void *ws,
-                         int64_t B, int64_t T, int64_t C, int64_t NH, int acc);
+                         int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV, int causal,
+                         int acc);
+// The same on separate q (B,T,C), k and v (B,T,Ckv) (the attention op); its backward in three
+// calls, one gradient each (the same workspace, whose size the _ws functions give).
+void pr_cu_attention_sep_fwd(float *y, float *att, const float *q, const float *k, const float *v,
+                             int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV, int causal);
+size_t pr_cu_attention_sep_bwd_q_ws(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV,
+                                    int causal);
+size_t pr_cu_attention_sep_bwd_k_ws(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV,
+                                    int causal);
+size_t pr_cu_attention_sep_bwd_v_ws(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV,
+                                    int causal);
+void pr_cu_attention_sep_bwd_q(float *dq, const float *dy, const float *q, const float *k,
+                               const float *v, const float *att, void *ws, int64_t B, int64_t T,
+                               int64_t C, int64_t NH, int64_t NKV, int causal, int acc);
+void pr_cu_attention_sep_bwd_k(float *dk, const float *dy, const float *q, const float *k,
+                               const float *v, const float *att, void *ws, int64_t B, int64_t T,
+                               int64_t C, int64_t NH, int64_t NKV, int causal, int acc);
+void pr_cu_attention_sep_bwd_v(float *dv, const float *dy, const float *q, const float *k,
+                               const float *v, const float *att, void *ws, int64_t B, int64_t T,
+                               int64_t C, int64_t NH, int64_t NKV, int causal, int acc);
 // rope on x (outer,T,inner,D) (cuda_attention.cu): one thread per pair, the CPU's angles and
 // formula (pr_rope_fwd); the backward rotates by the opposite angles.
 void pr_cu_rope_fwd(float *y, const float *x, int64_t outer, int64_t T, int64_t inner, int64_t D,

@@ -478,29 +478,73 @@ static void test_layout(void) {
   pr_cu_free_region(x), pr_cu_free_region(y), pr_cu_free_region(s), pr_cu_free_region(cat);
 }
 
-static void test_attention(void) {
-  int64_t B = 2, T = 33, C = 48, NH = 4, n = B * T * 3 * C;
+// attention: multi-head, grouped-query and multi-query, causal and not.
+static void attention_case(int64_t NKV, int causal) {
+  int64_t B = 2, T = 33, C = 48, NH = 4, n = B * T * (C + 2 * NKV * (C / NH));
   float *hq, *hdy;
   float *qkv = dev_rand(&hq, n), *dy = dev_rand(&hdy, B * T * C);
   float *y = pr_cu_alloc_region("y", (size_t)(B * T * C) * 4),
         *cy = malloc((size_t)(B * T * C) * 4);
   float *att = pr_cu_alloc_region("att", (size_t)(B * NH * T * T) * 4);
   float *catt = malloc((size_t)(B * NH * T * T) * 4);
-  pr_cu_attention_fwd(y, att, qkv, B, T, C, NH);
-  pr_attention_fwd(cy, catt, hq, B, T, C, NH);
+  pr_cu_attention_fwd(y, att, qkv, B, T, C, NH, NKV, causal);
+  pr_attention_fwd(cy, catt, hq, B, T, C, NH, NKV, causal);
   compare("attention_fwd y", y, cy, B * T * C, REDUCE);
   compare("attention_fwd att", att, catt, B * NH * T * T, REDUCE);
-  void *ws = pr_cu_alloc_region("ws", pr_cu_attention_bwd_ws(B, T, C, NH));
-  void *cws = malloc(pr_attention_bwd_ws(B, T, C, NH));
+  void *ws = pr_cu_alloc_region("ws", pr_cu_attention_bwd_ws(B, T, C, NH, NKV, causal));
+  void *cws = malloc(pr_attention_bwd_ws(B, T, C, NH, NKV, causal));
   float *hd = host_rand(n), *d = dev_of(hd, n * 4);
   for (int acc = 0; acc < 2; acc++) {
-    pr_cu_attention_bwd(d, dy, qkv, att, ws, B, T, C, NH, acc);
-    pr_attention_bwd(hd, hdy, hq, catt, cws, B, T, C, NH, acc);
+    pr_cu_attention_bwd(d, dy, qkv, att, ws, B, T, C, NH, NKV, causal, acc);
+    pr_attention_bwd(hd, hdy, hq, catt, cws, B, T, C, NH, NKV, causal, acc);
     compare(acc ? "attention_bwd acc" : "attention_bwd", d, hd, n, REDUCE);
   }
   free(hq), free(hdy), free(cy), free(catt), free(cws), free(hd);
   pr_cu_free_region(qkv), pr_cu_free_region(dy), pr_cu_free_region(y), pr_cu_free_region(att);
   pr_cu_free_region(ws), pr_cu_free_region(d);
+}
+// The attention op's kernels on separate q, k, v against the CPU's: GQA, causal and not.
+static void attention_sep_case(int64_t NKV, int causal) {
+  int64_t B = 2, T = 17, C = 16, NH = 4, Ckv = NKV * (C / NH);
+  int64_t nq = B * T * C, nk = B * T * Ckv, na = B * NH * T * T;
+  float *hq, *hk, *hv, *hdy;
+  float *q = dev_rand(&hq, nq), *k = dev_rand(&hk, nk), *v = dev_rand(&hv, nk);
+  float *dy = dev_rand(&hdy, nq);
+  float *y = pr_cu_alloc_region("y", (size_t)nq * 4), *cy = malloc((size_t)nq * 4);
+  float *att = pr_cu_alloc_region("att", (size_t)na * 4), *catt = malloc((size_t)na * 4);
+  pr_cu_attention_sep_fwd(y, att, q, k, v, B, T, C, NH, NKV, causal);
+  pr_attention_sep_fwd(cy, catt, hq, hk, hv, B, T, C, NH, NKV, causal);
+  compare("attention_sep_fwd y", y, cy, nq, REDUCE);
+  compare("attention_sep_fwd att", att, catt, na, REDUCE);
+  void *ws = pr_cu_alloc_region("ws", pr_cu_attention_sep_bwd_q_ws(B, T, C, NH, NKV, causal));
+  void *cws = malloc(pr_attention_bwd_ws(B, T, C, NH, NKV, causal));
+  float *hd = host_rand(nq), *d = dev_of(hd, nq * 4);
+  float *hdk = host_rand(nk), *dk = dev_of(hdk, nk * 4);
+  float *hdv = host_rand(nk), *dv = dev_of(hdv, nk * 4);
+  for (int acc = 0; acc < 2; acc++) {
+    pr_cu_attention_sep_bwd_q(d, dy, q, k, v, att, ws, B, T, C, NH, NKV, causal, acc);
+    pr_attention_sep_bwd_q(hd, hdy, hq, hk, hv, catt, cws, B, T, C, NH, NKV, causal, acc);
+    pr_cu_attention_sep_bwd_k(dk, dy, q, k, v, att, ws, B, T, C, NH, NKV, causal, acc);
+    pr_attention_sep_bwd_k(hdk, hdy, hq, hk, hv, catt, cws, B, T, C, NH, NKV, causal, acc);
+    pr_cu_attention_sep_bwd_v(dv, dy, q, k, v, att, ws, B, T, C, NH, NKV, causal, acc);
+    pr_attention_sep_bwd_v(hdv, hdy, hq, hk, hv, catt, cws, B, T, C, NH, NKV, causal, acc);
+    compare("attention_sep_bwd_q", d, hd, nq, REDUCE);
+    compare("attention_sep_bwd_k", dk, hdk, nk, REDUCE);
+    compare("attention_sep_bwd_v", dv, hdv, nk, REDUCE);
+  }
+  free(hq), free(hk), free(hv), free(hdy), free(cy), free(catt), free(cws), free(hd), free(hdk);
+  free(hdv);
+  pr_cu_free_region(q), pr_cu_free_region(k), pr_cu_free_region(v), pr_cu_free_region(dy);
+  pr_cu_free_region(y), pr_cu_free_region(att), pr_cu_free_region(ws), pr_cu_free_region(d);
+  pr_cu_free_region(dk), pr_cu_free_region(dv);
+}
+static void test_attention(void) {
+  attention_case(4, 1);
+  attention_case(2, 1);
+  attention_case(1, 1);
+  attention_case(2, 0);
+  attention_sep_case(2, 1);
+  attention_sep_case(1, 0);
 }
 
 // rope: both pairings, (B,T,H,D) and (B*H,T,1,D), D/2 above the CPU's chunk of 64 pairs; the same

@@ -1337,7 +1337,7 @@ static void attention_bwd_ref(double *dqkv, const double *att, const float *dy, 
 
 static void f_attention(void *p) {
   Ctx *c = p;
-  pr_attention_fwd(c->y, c->att, c->x, c->n[0], c->n[1], c->n[2], c->n[3]);
+  pr_attention_fwd(c->y, c->att, c->x, c->n[0], c->n[1], c->n[2], c->n[3], c->n[3], 1);
 }
 
 START_TEST(test_attention) {
@@ -1359,7 +1359,8 @@ START_TEST(test_attention) {
       for (int64_t u = row % T + 1; u < T; u++) upper_zero &= c.att[row * T + u] == 0.0f;
     ck_assert_msg(upper_zero, "attention: att above the diagonal must be 0");
     float *r = frand(B * T * C, -1, 1), *dqkv = fzeros(B * T * 3 * C);
-    pr_attention_bwd(dqkv, r, c.x, c.att, talloc(pr_attention_bwd_ws(B, T, C, NH)), B, T, C, NH, 0);
+    pr_attention_bwd(dqkv, r, c.x, c.att, talloc(pr_attention_bwd_ws(B, T, C, NH, NH, 1)), B, T, C,
+                     NH, NH, 1, 0);
     fd_check("attention dqkv", f_attention, &c, c.x, B * T * 3 * C, dqkv, c.y, r, B * T * C, H,
              TOL);
   }
@@ -1504,8 +1505,8 @@ static void acc_slice(void *p, float *o, int acc) {
 static void acc_attention(void *p, float *o, int acc) {
   AccCtx *c = p;
   pr_attention_bwd(o, c->dy, c->qkv, c->att,
-                   talloc(pr_attention_bwd_ws(c->n[0], c->n[1], c->n[2], c->n[3])), c->n[0],
-                   c->n[1], c->n[2], c->n[3], acc);
+                   talloc(pr_attention_bwd_ws(c->n[0], c->n[1], c->n[2], c->n[3], c->n[3], 1)),
+                   c->n[0], c->n[1], c->n[2], c->n[3], c->n[3], 1, acc);
 }
 static void acc_ce(void *p, float *o, int acc) {
   AccCtx *c = p;
@@ -1571,7 +1572,7 @@ START_TEST(test_acc) {
   c.n[0] = 2, c.n[1] = 6, c.n[2] = 8, c.n[3] = 2;
   c.qkv = frand(2 * 6 * 24, -1, 1), c.att = fzeros(2 * 2 * 6 * 6);
   float *ay = fzeros(2 * 6 * 8);
-  pr_attention_fwd(ay, c.att, c.qkv, 2, 6, 8, 2);
+  pr_attention_fwd(ay, c.att, c.qkv, 2, 6, 8, 2, 2, 1);
   check_acc("attention_bwd", acc_attention, &c, 2 * 6 * 24);
   int32_t tgt[5] = {0, 6, 2, 2, 3};
   c.idx = tgt, c.n[0] = 5, c.n[1] = 7;
@@ -1620,10 +1621,10 @@ typedef struct ThrCtx {
 static void thr_attention(void *p, float *o) { // y, att and dqkv packed into o
   ThrCtx *c = p;
   int64_t ny = c->B * c->T * c->C, na = c->B * c->NH * c->T * c->T;
-  pr_attention_fwd(o, o + ny, c->qkv, c->B, c->T, c->C, c->NH);
+  pr_attention_fwd(o, o + ny, c->qkv, c->B, c->T, c->C, c->NH, c->NH, 1);
   pr_attention_bwd(o + ny + na, c->dy, c->qkv, o + ny,
-                   talloc(pr_attention_bwd_ws(c->B, c->T, c->C, c->NH)), c->B, c->T, c->C, c->NH,
-                   0);
+                   talloc(pr_attention_bwd_ws(c->B, c->T, c->C, c->NH, c->NH, 1)), c->B, c->T, c->C,
+                   c->NH, c->NH, 1, 0);
 }
 static void thr_layernorm(void *p, float *o) { // y, mean, rstd, dx, dw
   ThrCtx *c = p;
@@ -1680,7 +1681,7 @@ START_TEST(test_attention_model_shapes) {
     int64_t B = shapes[si][0], T = shapes[si][1], C = shapes[si][2], NH = shapes[si][3];
     int64_t nq = B * T * 3 * C, ny = B * T * C, na = B * NH * T * T;
     float *qkv = frand(nq, -1.5f, 1.5f), *y = fzeros(ny), *att = frand(na, 1, 2);
-    pr_attention_fwd(y, att, qkv, B, T, C, NH);
+    pr_attention_fwd(y, att, qkv, B, T, C, NH, NH, 1);
     double *yr = talloc((size_t)ny * sizeof(double)), *ar = talloc((size_t)na * sizeof(double));
     attention_ref(yr, ar, qkv, B, T, C, NH);
     assert_close("attention y (model shapes)", y, yr, ny, 1e-6, 1e-5);
@@ -1688,12 +1689,12 @@ START_TEST(test_attention_model_shapes) {
     float *dy = frand(ny, -1, 1), *dqkv = fzeros(nq), *prev = frand(nq, -1, 1);
     double *dr = talloc((size_t)nq * sizeof(double));
     attention_bwd_ref(dr, ar, dy, qkv, B, T, C, NH);
-    void *ws = talloc(pr_attention_bwd_ws(B, T, C, NH));
-    pr_attention_bwd(dqkv, dy, qkv, att, ws, B, T, C, NH, 0);
+    void *ws = talloc(pr_attention_bwd_ws(B, T, C, NH, NH, 1));
+    pr_attention_bwd(dqkv, dy, qkv, att, ws, B, T, C, NH, NH, 1, 0);
     assert_close("attention dqkv (model shapes)", dqkv, dr, nq, 1e-5, 1e-4);
     double *dacc = talloc((size_t)nq * sizeof(double));
     for (int64_t i = 0; i < nq; i++) dacc[i] = (double)prev[i] + dr[i];
-    pr_attention_bwd(prev, dy, qkv, att, ws, B, T, C, NH, 1);
+    pr_attention_bwd(prev, dy, qkv, att, ws, B, T, C, NH, NH, 1, 1);
     assert_close("attention dqkv acc (model shapes)", prev, dacc, nq, 1e-5, 1e-4);
   }
 }
@@ -1709,22 +1710,237 @@ START_TEST(test_attention_bwd_workspace) {
     int64_t B = shapes[k][0], T = shapes[k][1], C = shapes[k][2], NH = shapes[k][3];
     int64_t hs = C / NH, ld = (T + 31) / 32 * 32;
     size_t slice = ((size_t)(hs * ld + T * ld + 4 * ld + 4 * hs) * 4 + 63) / 64 * 64;
-    size_t ws = pr_attention_bwd_ws(B, T, C, NH);
+    size_t ws = pr_attention_bwd_ws(B, T, C, NH, NH, 1);
     ck_assert_uint_eq(ws, slice * (size_t)(B * NH < PR_ATTENTION_MAX_THREADS ? B * NH : 64));
     float *qkv = frand(B * T * 3 * C, -1, 1), *dy = frand(B * T * C, -1, 1);
     float *y = fzeros(B * T * C), *att = fzeros(B * NH * T * T);
     set_threads(1); // the forward's scratch stays on this thread
-    pr_attention_fwd(y, att, qkv, B, T, C, NH);
+    pr_attention_fwd(y, att, qkv, B, T, C, NH, NH, 1);
     float *one = fzeros(B * T * 3 * C), *many = fzeros(B * T * 3 * C);
-    pr_attention_bwd(one, dy, qkv, att, talloc(ws), B, T, C, NH, 0);
+    pr_attention_bwd(one, dy, qkv, att, talloc(ws), B, T, C, NH, NH, 1, 0);
     unsigned char *buf = talloc(ws + 256);
     memset(buf + ws, 0xA5, 256);
     set_threads(4);
-    pr_attention_bwd(many, dy, qkv, att, buf, B, T, C, NH, 0);
+    pr_attention_bwd(many, dy, qkv, att, buf, B, T, C, NH, NH, 1, 0);
     int intact = 1;
     for (int i = 0; i < 256; i++) intact &= buf[ws + i] == 0xA5;
     ck_assert_msg(intact, "attention backward wrote past its workspace");
     assert_bitwise("attention bwd workspace", one, many, B * T * 3 * C);
+  }
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// Grouped-query and non-causal attention (n_kv_head, causal): packed qkv (B,T,C+2Ckv), query head
+// h reading kv head h / (NH/NKV).
+
+// Forward and backward in double: y, att and dqkv (B,T,C+2Ckv) from qkv and dy.
+static void gqa_ref(double *y, double *att, double *dqkv, const float *qkv, const float *dy,
+                    const int64_t *n, int causal) {
+  int64_t B = n[0], T = n[1], C = n[2], NH = n[3], NKV = n[4];
+  int64_t hs = C / NH, Ckv = NKV * hs, CT = C + 2 * Ckv, grp = NH / NKV;
+  double scale = 1.0 / sqrt((double)hs);
+  double *dp = talloc((size_t)(T * T) * sizeof(double));
+  memset(dqkv, 0, (size_t)(B * T * CT) * sizeof(double));
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < NH; h++) {
+      int64_t qo = b * T * CT + h * hs, ko = b * T * CT + C + (h / grp) * hs, vo = ko + Ckv;
+      double *a = att + (b * NH + h) * T * T;
+      const float *g = dy + b * T * C + h * hs;
+      for (int64_t t = 0; t < T; t++) {
+        int64_t m = causal ? t + 1 : T;
+        double mx = -INFINITY, sum = 0, dot = 0;
+        for (int64_t u = 0; u < T; u++) {
+          double sc = 0;
+          for (int64_t i = 0; i < hs; i++)
+            sc += (double)qkv[qo + t * CT + i] * qkv[ko + u * CT + i];
+          a[t * T + u] = u < m ? sc * scale : 0;
+          if (u < m && a[t * T + u] > mx) mx = a[t * T + u];
+        }
+        for (int64_t u = 0; u < m; u++) sum += a[t * T + u] = exp(a[t * T + u] - mx);
+        for (int64_t u = 0; u < m; u++) a[t * T + u] /= sum;
+        for (int64_t i = 0; i < hs; i++) {
+          double acc = 0;
+          for (int64_t u = 0; u < m; u++) acc += a[t * T + u] * qkv[vo + u * CT + i];
+          y[(b * T + t) * C + h * hs + i] = acc;
+        }
+        for (int64_t u = 0; u < m; u++) {
+          double da = 0;
+          for (int64_t i = 0; i < hs; i++) da += (double)g[t * C + i] * qkv[vo + u * CT + i];
+          dp[t * T + u] = da;
+          dot += a[t * T + u] * da;
+        }
+        for (int64_t u = 0; u < m; u++)
+          dp[t * T + u] = scale * a[t * T + u] * (dp[t * T + u] - dot);
+        for (int64_t u = 0; u < m; u++)
+          for (int64_t i = 0; i < hs; i++) {
+            dqkv[qo + t * CT + i] += dp[t * T + u] * qkv[ko + u * CT + i];
+            dqkv[ko + u * CT + i] += dp[t * T + u] * qkv[qo + t * CT + i];
+            dqkv[vo + u * CT + i] += a[t * T + u] * g[t * C + i];
+          }
+      }
+    }
+}
+
+static void f_attention_gqa(void *p) {
+  Ctx *c = p;
+  pr_attention_fwd(c->y, c->att, c->x, c->n[0], c->n[1], c->n[2], c->n[3], c->n[4], c->flag[0]);
+}
+
+// GQA and MQA, causal and not, T around the kernels' blocks of four rows: y, att and dqkv (acc 0
+// and 1) against double, dqkv against finite differences; att 0 above the diagonal when causal.
+START_TEST(test_attention_gqa) {
+  static const int64_t shapes[][6] = {{2, 9, 16, 4, 2, 1}, {1, 7, 12, 3, 1, 0}, {2, 6, 8, 4, 1, 1},
+                                      {1, 9, 16, 4, 2, 0}, {1, 5, 8, 2, 2, 0},  {1, 1, 4, 2, 1, 0}};
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    const int64_t *n = shapes[si];
+    int64_t B = n[0], T = n[1], C = n[2], NH = n[3], NKV = n[4];
+    int causal = (int)n[5];
+    int64_t nq = B * T * (C + 2 * NKV * (C / NH)), ny = B * T * C, na = B * NH * T * T;
+    Ctx c = {0};
+    memcpy(c.n, n, 5 * sizeof(int64_t));
+    c.flag[0] = causal;
+    c.x = frand(nq, -1.5f, 1.5f), c.y = fzeros(ny), c.att = frand(na, 1, 2);
+    f_attention_gqa(&c);
+    double *yr = talloc((size_t)ny * sizeof(double)), *ar = talloc((size_t)na * sizeof(double));
+    double *dr = talloc((size_t)nq * sizeof(double));
+    float *r = frand(ny, -1, 1), *dqkv = fzeros(nq), *prev = frand(nq, -1, 1);
+    gqa_ref(yr, ar, dr, c.x, r, n, causal);
+    assert_close("gqa y", c.y, yr, ny, 1e-6, 1e-5);
+    assert_close("gqa att", c.att, ar, na, 1e-7, 1e-5);
+    int upper_zero = 1;
+    for (int64_t row = 0; causal && row < B * NH * T; row++)
+      for (int64_t u = row % T + 1; u < T; u++) upper_zero &= c.att[row * T + u] == 0.0f;
+    ck_assert_msg(upper_zero, "gqa: att above the diagonal must be 0");
+    void *ws = talloc(pr_attention_bwd_ws(B, T, C, NH, NKV, causal));
+    pr_attention_bwd(dqkv, r, c.x, c.att, ws, B, T, C, NH, NKV, causal, 0);
+    assert_close("gqa dqkv", dqkv, dr, nq, 1e-5, 1e-4);
+    double *dacc = talloc((size_t)nq * sizeof(double));
+    for (int64_t i = 0; i < nq; i++) dacc[i] = (double)prev[i] + dr[i];
+    pr_attention_bwd(prev, r, c.x, c.att, ws, B, T, C, NH, NKV, causal, 1);
+    assert_close("gqa dqkv acc", prev, dacc, nq, 1e-5, 1e-4);
+    fd_check("gqa dqkv", f_attention_gqa, &c, c.x, nq, dqkv, c.y, r, ny, H, TOL);
+  }
+}
+END_TEST
+
+// The grouped-query kernels against the multi-head ones run on k and v with each kv head
+// repeated for its query heads (Hugging Face's repeat_kv): y and att bitwise; dq bitwise; a kv
+// head's dk and dv bitwise the repeated copies' added in ascending head order (onto the previous
+// gradient with acc 1).
+START_TEST(test_attention_gqa_repeat) {
+  int64_t B = 2, T = 11, C = 16, NH = 4, hs = C / NH;
+  for (int64_t NKV = 1; NKV <= 2; NKV++)
+    for (int causal = 0; causal < 2; causal++)
+      for (int acc = 0; acc < 2; acc++) {
+        int64_t grp = NH / NKV, Ckv = NKV * hs, CT = C + 2 * Ckv;
+        int64_t nq = B * T * CT, nr = B * T * 3 * C, ny = B * T * C, na = B * NH * T * T;
+        float *qkv = frand(nq, -1.5f, 1.5f), *rep = fzeros(nr), *dy = frand(ny, -1, 1);
+        for (int64_t row = 0; row < B * T; row++) {
+          memcpy(rep + row * 3 * C, qkv + row * CT, (size_t)C * sizeof(float));
+          for (int64_t h = 0; h < NH; h++)
+            for (int part = 1; part <= 2; part++)
+              memcpy(rep + row * 3 * C + part * C + h * hs,
+                     qkv + row * CT + C + (part - 1) * Ckv + (h / grp) * hs,
+                     (size_t)hs * sizeof(float));
+        }
+        float *y = fzeros(ny), *att = fzeros(na), *ry = fzeros(ny), *ratt = fzeros(na);
+        pr_attention_fwd(y, att, qkv, B, T, C, NH, NKV, causal);
+        pr_attention_fwd(ry, ratt, rep, B, T, C, NH, NH, causal);
+        assert_bitwise("gqa vs repeated y", y, ry, ny);
+        assert_bitwise("gqa vs repeated att", att, ratt, na);
+        float *d = frand(nq, -1, 1), *rd = fzeros(nr), *expect = fzeros(nq);
+        memcpy(expect, d, (size_t)nq * sizeof(float));
+        pr_attention_bwd(d, dy, qkv, att, talloc(pr_attention_bwd_ws(B, T, C, NH, NKV, causal)), B,
+                         T, C, NH, NKV, causal, acc);
+        pr_attention_bwd(rd, dy, rep, ratt, talloc(pr_attention_bwd_ws(B, T, C, NH, NH, causal)), B,
+                         T, C, NH, NH, causal, 0);
+        for (int64_t row = 0; row < B * T; row++) {
+          float *e = expect + row * CT;
+          const float *rr = rd + row * 3 * C;
+          for (int64_t i = 0; i < C; i++) e[i] = acc ? e[i] + rr[i] : rr[i];
+          for (int64_t h = 0; h < NH; h++)
+            for (int part = 1; part <= 2; part++)
+              for (int64_t i = 0; i < hs; i++) {
+                float *o = e + C + (part - 1) * Ckv + (h / grp) * hs + i;
+                float v = rr[part * C + h * hs + i];
+                *o = (h % grp == 0 && !acc) ? v : *o + v;
+              }
+        }
+        assert_bitwise(acc ? "gqa vs repeated dqkv acc" : "gqa vs repeated dqkv", d, expect, nq);
+      }
+}
+END_TEST
+
+// 1 and 2 threads give the same bits (the backward splits the work by kv head), GQA and MQA,
+// causal and not, at sizes where both kernels run in parallel; the backward on 4 threads too,
+// inside its workspace (one slice per (b, kv head): B*NKV = 2 or 4 slices) followed by a canary.
+// (The forward's per-thread scratch stays on 1 and 2 threads: a team shrunk from 4 drops threads
+// holding theirs, which the sanitizer build reports as leaks.)
+START_TEST(test_attention_gqa_threads) {
+  int64_t B = 2, T = 48, C = 64, NH = 8;
+  for (int64_t NKV = 1; NKV <= 2; NKV++)
+    for (int causal = 0; causal < 2; causal++) {
+      int64_t nq = B * T * (C + 2 * NKV * (C / NH)), ny = B * T * C, na = B * NH * T * T;
+      float *qkv = frand(nq, -1, 1), *dy = frand(ny, -1, 1);
+      size_t ws = pr_attention_bwd_ws(B, T, C, NH, NKV, causal);
+      float *out[3];
+      for (int k = 0; k < 3; k++) {
+        float *o = out[k] = fzeros(ny + na + nq);
+        unsigned char *buf = talloc(ws + 256);
+        memset(buf + ws, 0xA5, 256);
+        set_threads(k == 2 ? 1 : k + 1);
+        pr_attention_fwd(o, o + ny, qkv, B, T, C, NH, NKV, causal);
+        set_threads(1 << k);
+        pr_attention_bwd(o + ny + na, dy, qkv, o + ny, buf, B, T, C, NH, NKV, causal, 0);
+        int intact = 1;
+        for (int i = 0; i < 256; i++) intact &= buf[ws + i] == 0xA5;
+        ck_assert_msg(intact, "gqa attention backward wrote past its workspace");
+      }
+      assert_bitwise("gqa 1 vs 2 threads", out[0], out[1], ny + na + nq);
+      assert_bitwise("gqa 1 vs 4 threads", out[0], out[2], ny + na + nq);
+    }
+}
+END_TEST
+
+START_TEST(test_attention_sep) {
+  static const int64_t shapes[][6] = {{2, 9, 16, 4, 2, 1}, {1, 7, 12, 3, 1, 0}, {2, 6, 8, 2, 2, 1}};
+  for (size_t si = 0; si < 3; si++) {
+    const int64_t *n = shapes[si];
+    int64_t B = n[0], T = n[1], C = n[2], NH = n[3], NKV = n[4], Ckv = NKV * (C / NH);
+    int causal = (int)n[5];
+    int64_t CT = C + 2 * Ckv, nq = B * T * CT, ny = B * T * C, na = B * NH * T * T;
+    float *qkv = frand(nq, -1.5f, 1.5f), *dy = frand(ny, -1, 1);
+    float *q = fzeros(B * T * C), *k = fzeros(B * T * Ckv), *v = fzeros(B * T * Ckv);
+    for (int64_t r = 0; r < B * T; r++) {
+      memcpy(q + r * C, qkv + r * CT, (size_t)C * sizeof(float));
+      memcpy(k + r * Ckv, qkv + r * CT + C, (size_t)Ckv * sizeof(float));
+      memcpy(v + r * Ckv, qkv + r * CT + C + Ckv, (size_t)Ckv * sizeof(float));
+    }
+    float *y = fzeros(ny), *att = fzeros(na), *py = fzeros(ny), *patt = fzeros(na);
+    pr_attention_fwd(py, patt, qkv, B, T, C, NH, NKV, causal);
+    pr_attention_sep_fwd(y, att, q, k, v, B, T, C, NH, NKV, causal);
+    assert_bitwise("attention sep y", y, py, ny);
+    assert_bitwise("attention sep att", att, patt, na);
+    void *ws = talloc(pr_attention_bwd_ws(B, T, C, NH, NKV, causal));
+    for (int acc = 0; acc < 2; acc++) {
+      float *pd = frand(nq, -1, 1), *dq = fzeros(B * T * C), *dk = fzeros(B * T * Ckv);
+      float *dv = fzeros(B * T * Ckv);
+      for (int64_t r = 0; r < B * T; r++) { // the previous gradients, acc 1
+        memcpy(dq + r * C, pd + r * CT, (size_t)C * sizeof(float));
+        memcpy(dk + r * Ckv, pd + r * CT + C, (size_t)Ckv * sizeof(float));
+        memcpy(dv + r * Ckv, pd + r * CT + C + Ckv, (size_t)Ckv * sizeof(float));
+      }
+      pr_attention_bwd(pd, dy, qkv, patt, ws, B, T, C, NH, NKV, causal, acc);
+      pr_attention_sep_bwd_q(dq, dy, q, k, v, att, ws, B, T, C, NH, NKV, causal, acc);
+      pr_attention_sep_bwd_k(dk, dy, q, k, v, att, ws, B, T, C, NH, NKV, causal, acc);
+      pr_attention_sep_bwd_v(dv, dy, q, k, v, att, ws, B, T, C, NH, NKV, causal, acc);
+      for (int64_t r = 0; r < B * T; r++) {
+        assert_bitwise("attention sep dq", dq + r * C, pd + r * CT, C);
+        assert_bitwise("attention sep dk", dk + r * Ckv, pd + r * CT + C, Ckv);
+        assert_bitwise("attention sep dv", dv + r * Ckv, pd + r * CT + C + Ckv, Ckv);
+      }
+    }
   }
 }
 END_TEST
@@ -2072,6 +2288,10 @@ int main(void) {
   tcase_add_test(tc, test_acc);
   tcase_add_test(tc, test_threads);
   tcase_add_test(tc, test_attention_bwd_workspace);
+  tcase_add_test(tc, test_attention_gqa);
+  tcase_add_test(tc, test_attention_gqa_repeat);
+  tcase_add_test(tc, test_attention_gqa_threads);
+  tcase_add_test(tc, test_attention_sep);
   tcase_add_test(tc, test_rope);
   tcase_add_test(tc, test_rope_layouts);
   tcase_add_test(tc, test_rope_acc_threads_nan);

@@ -255,7 +255,7 @@ static const char *attr_type_name(AttrType t) {
 START_TEST(test_registry_matches_docs) {
   DocOp ops[64];
   int n = read_doc_ops(ops, 64);
-  ck_assert_int_eq(n, 31); // the op set v1
+  ck_assert_int_eq(n, 32); // the op set v1
   for (int i = 0; i < n; i++) {
     const DocOp *d = &ops[i];
     const OpDef *op = op_find(d->name);
@@ -728,6 +728,50 @@ static const OpCase cases[] = {
         "input 'a' has shape (B,24) (rank 2) but causal_self_attention needs rank 3"),
     ERR("causal_self_attention", I("i32(B,5,24)"), "n_head=1",
         "input 'a' has dtype i32 but causal_self_attention needs a floating-point tensor"),
+    // causal_self_attention with n_kv_head (grouped-query: (B,T,C+2*Ckv)) and causal: the same
+    // cost; n_kv_head given equal to n_head is the multi-head form
+    OK("causal_self_attention", I("f32(B,5,16)"), "n_head=4 n_kv_head=2", "f32(B,5,8)",
+       4.0 * 3 * 25 * 8 + 5.0 * 3 * 4 * 25, (240 + 120) * 4),
+    OK("causal_self_attention", I("f32(B,5,12)"), "n_head=4 n_kv_head=1 causal=false", "f32(B,5,8)",
+       4.0 * 3 * 25 * 8 + 5.0 * 3 * 4 * 25, (180 + 120) * 4),
+    OK("causal_self_attention", I("f32(B,5,24)"), "n_head=2 n_kv_head=2 causal=false", "f32(B,5,8)",
+       4.0 * 3 * 25 * 8 + 5.0 * 3 * 2 * 25, (360 + 120) * 4),
+    ERR("causal_self_attention", I("f32(B,5,20)"), "n_head=4 n_kv_head=3",
+        "attribute 'n_kv_head' = 3 must be >= 1 and divide n_head = 4"),
+    ERR("causal_self_attention", I("f32(B,5,20)"), "n_head=4 n_kv_head=8",
+        "attribute 'n_kv_head' = 8 must be >= 1 and divide n_head = 4"),
+    ERR("causal_self_attention", I("f32(B,5,16)"), "n_head=4 n_kv_head=0",
+        "attribute 'n_kv_head' = 0 must be >= 1 and divide n_head = 4"),
+    ERR("causal_self_attention", I("f32(B,5,16)"), "n_head=0 n_kv_head=1",
+        "attribute 'n_head' = 0 must be >= 1"),
+    ERR("causal_self_attention", I("f32(B,5,17)"), "n_head=4 n_kv_head=2",
+        "input 'a' has shape (B,5,17) but causal_self_attention with n_head = 4 and n_kv_head = 2 "
+        "needs (B,T,C+2*Ckv), a multiple of 8 head dims"),
+    ERR("causal_self_attention", I("f32(B,5,20)"), "n_head=4 n_kv_head=2",
+        "input 'a' has shape (B,5,20) but causal_self_attention with n_head = 4 and n_kv_head = 2 "
+        "needs (B,T,C+2*Ckv), a multiple of 8 head dims"),
+    // attention: separate q (B,T,C), k and v (B,T,Ckv); causal_self_attention's cost
+    OK("attention", I("f32(B,5,8)", "f32(B,5,4)", "f32(B,5,4)"), "n_head=4 n_kv_head=2",
+       "f32(B,5,8)", 4.0 * 3 * 25 * 8 + 5.0 * 3 * 4 * 25, (120 + 60 + 60 + 120) * 4),
+    OK("attention", I("bf16(B,5,8)", "bf16(B,5,8)", "bf16(B,5,8)"), "n_head=2 causal=false",
+       "bf16(B,5,8)", 4.0 * 3 * 25 * 8 + 5.0 * 3 * 2 * 25, (4 * 120) * 2),
+    ERR("attention", I("f32(B,5,8)", "f32(B,5,4)", "f32(B,5,4)"), "n_head=4 n_kv_head=3",
+        "attribute 'n_kv_head' = 3 must be >= 1 and divide n_head = 4"),
+    ERR("attention", I("f32(B,5,8)", "f32(B,5,4)", "f32(B,5,4)"), "n_head=4 n_kv_head=0",
+        "attribute 'n_kv_head' = 0 must be >= 1 and divide n_head = 4"),
+    ERR("attention", I("f32(B,5,8)", "f32(B,5,4)", "f32(B,5,4)"), "n_head=3",
+        "attribute 'n_head' = 3 must be >= 1 and divide C = 8"),
+    ERR("attention", I("f32(B,5,8)", "f32(B,5,6)", "f32(B,5,4)"), "n_head=4 n_kv_head=2",
+        "input 'b' has shape (B,5,6) but attention with n_head = 4 and n_kv_head = 2 needs "
+        "(B,5,4) (n_kv_head * C/n_head, q's B and T)"),
+    ERR("attention", I("f32(B,5,8)", "f32(B,5,4)", "f32(B,4,4)"), "n_head=4 n_kv_head=2",
+        "input 'c' has shape (B,4,4) but attention with n_head = 4 and n_kv_head = 2 needs "
+        "(B,5,4) (n_kv_head * C/n_head, q's B and T)"),
+    ERR("attention", I("f32(B,5,8)", "f32(B,5,8)", "f32(B,5,8)"), "n_head=4 n_kv_head=2",
+        "input 'b' has shape (B,5,8) but attention with n_head = 4 and n_kv_head = 2 needs "
+        "(B,5,4) (n_kv_head * C/n_head, q's B and T)"),
+    ERR("attention", I("f32(B,5,8)", "f32(B,5,4)", "bf16(B,5,4)"), "n_head=4 n_kv_head=2",
+        "input 'c' has dtype bf16 but input 'a' has dtype f32; attention needs equal dtypes"),
 
     // rope: 3n; x rank 4 with a static, even head dim and a static position dim (seq_axis)
     OK("rope", I("f32(B,5,2,8)"), NULL, "f32(B,5,2,8)", 3.0 * 240, (240 + 240) * 4),
@@ -1014,6 +1058,11 @@ START_TEST(test_attr_defaults) {
   ck_assert(op_find("scale")->attrs[0].required);
   ck_assert(op_find("reshape")->attrs[0].required);
   ck_assert(op_find("causal_self_attention")->attrs[0].required);
+  // causal_self_attention: kargs_attention reads n_kv_head and causal as attributes 1 and 2
+  op = op_find("causal_self_attention");
+  ck_assert_int_eq(op_attr_index(op, "n_kv_head"), 1);
+  ck_assert_int_eq(op_attr_index(op, "causal"), 2);
+  ck_assert_int_eq(op->attrs[2].def_i, 1);
   // rope: Llama's theta, Hugging Face's pairing, (B,T,H,D); kargs_rope reads them as attributes
   // 0, 1, 2
   op = op_find("rope");
