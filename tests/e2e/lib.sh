@@ -27,6 +27,8 @@ expect() {
   "$@" >"$tmp/out" 2>"$tmp/err"
   local rc=$? first
   first=$(head -n 1 "$tmp/err")
+  # A job under launch.sh: its first rank's line (mpirun's MPI_ABORT banner may come first).
+  [ -n "${expect_job_line:-}" ] && first=$(grep -m1 '^\[rank ' "$tmp/err")
   if [ $rc -ne "$want" ]; then
     bad "$name: exit $rc, want $want ($first)"
   elif grep -q 'Sanitizer' "$tmp/err"; then
@@ -38,6 +40,13 @@ expect() {
   else
     ok
   fi
+}
+# expect_job NAME STATUS REGEX CMD...: expect for a job that one rank ends through MPI_Abort (the
+# others are stopped): REGEX matches its first '[rank r]' line, wherever mpirun's banner falls.
+expect_job() {
+  expect_job_line=1
+  expect "$@"
+  expect_job_line=
 }
 # gpt_char_l2 FILE: the flat 2-layer character GPT the pipeline tests share (2 heads, width 32,
 # context 16: tied embedding and head, cuts inside its layers), its data path made absolute.

@@ -85,7 +85,7 @@ hint_re='^(\[rank [0-9]\] )?HINT: '
 cp "$tmp/two.st" "$tmp/rot.st" && cp "$tmp/two.st.optim" "$tmp/rot.st.optim"
 st flip "$tmp/rot.st" transformer.h.1.mlp.c_fc.weight 7
 for how in init resume; do
-  expect "bit rot at S = 2: --$how" 1 \
+  expect_job "bit rot at S = 2: --$how" 1 \
     "^\[rank [01]\] checkpoint.c:[0-9]+: rank [01]: error: $tmp/rot.st or $tmp/rot.st.optim is corrupt: their values do not hash to their save id $(st meta "$tmp/two.st" save_id)$" \
     timeout -k 5 60 "$tmp/s2/launch.sh" "${run_args[@]}" --steps 3 "--$how" "$tmp/rot.st"
 done

@@ -109,7 +109,7 @@ expect "a shard of another save" 1 "rank 0: $other_save" \
 expect "--init: a shard of another save" 1 "^shards.c:[0-9]+: rank 0: $other_save" \
   "$tmp/s1/bin/train" "${run_args[@]}" --steps 3 --init "$tmp/b"
 for how in resume init; do
-  expect "--$how at S = 2: a shard of another save" 1 "^\[rank [01]\] shards.c:[0-9]+: rank [01]: $other_save" \
+  expect_job "--$how at S = 2: a shard of another save" 1 "^\[rank [01]\] shards.c:[0-9]+: rank [01]: $other_save" \
     timeout -k 5 60 "$tmp/s2/launch.sh" "${run_args[@]}" --steps 3 "--$how" "$tmp/b"
 done
 # Bit rot: one flipped bit of a value that stays finite, in a model or an optimizer shard, is
@@ -125,7 +125,7 @@ for half in model optimizer; do
   for how in init resume; do
     expect "bit rot in the $half shard: --$how at S = 1" 1 "^shards.c:[0-9]+: rank 0: $rot" \
       "$tmp/s1/bin/train" "${run_args[@]}" --steps 3 "--$how" "$tmp/b"
-    expect "bit rot in the $half shard: --$how at S = 2" 1 "^\[rank [01]\] shards.c:[0-9]+: rank [01]: $rot" \
+    expect_job "bit rot in the $half shard: --$how at S = 2" 1 "^\[rank [01]\] shards.c:[0-9]+: rank [01]: $rot" \
       timeout -k 5 60 "$tmp/s2/launch.sh" "${run_args[@]}" --steps 3 "--$how" "$tmp/b"
   done
 done
