@@ -300,6 +300,33 @@ static void emit_gradcheck(E *e, bool has_data) {
   out(e, "  return (double)%s[0] / NMICRO;\n}\n\n", tid(e, g->loss));
 }
 
+// The rope tables this rank's rope nodes read (runtime/rope_table.c), each (T, D, theta) once,
+// built at start so that the training loop only looks them up. The CUDA kernels compute their
+// angles on the device per call. Linear in the nodes (a model has a few distinct keys).
+static void emit_rope_tables(E *e) {
+  enum { KEYS = 64 }; // as runtime/rope_table.c's limit; more keys build at first use
+  struct {
+    int64_t T, D;
+    float theta;
+  } key[KEYS];
+  int nkeys = 0;
+  const Graph *g = e->g;
+  for (int i = 0; i < g->nnodes && nkeys < KEYS; i++) {
+    const Node *n = g->nodes[i];
+    if (strcmp(n->op->name, "rope") != 0 || n->role != ROLE_FWD) continue;
+    if (e->multi && e->prog->vs[e->prog->vstage_of_node[n->id]].rank != e->rp->rank) continue;
+    const Shape *x = &n->in[0]->shape;
+    int64_t T = x->d[n->attrs[2].i].n, D = x->d[x->rank - 1].n;
+    float theta = (float)n->attrs[0].f;
+    int k = 0;
+    while (k < nkeys && !(key[k].T == T && key[k].D == D && key[k].theta == theta)) k++;
+    if (k < nkeys) continue;
+    key[nkeys].T = T, key[nkeys].D = D, key[nkeys++].theta = theta;
+    out(e, "  pr_rope_prepare(%lld, %lld, %s); // rope's cos and sin for (T, D, theta)\n",
+        (long long)T, (long long)D, flit(e, theta));
+  }
+}
+
 static const char *data_kind_name(DataKind k) {
   static const char *const n[] = {"none", "text", "tokens_u16", "csv", "npy"};
   return n[k];
@@ -570,6 +597,7 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
     if (g->tensors[i]->kind == T_CONST && p->offset[i] >= 0) // those this rank holds
       out(e, "  %s(%s, %lld, %s);\n", kernel_name(e, "pr_fill"), tid(e, g->tensors[i]),
           (long long)numel(e, g->tensors[i]), flit(e, g->tensors[i]->const_value));
+  if (!e->cuda) emit_rope_tables(e);
   out(e, "}\n\n");
   out(e, "static void setup(void) {\n  setup_params();\n%s  fill_constants();\n}\n\n",
       e->cuda ? "  cu_ws = pr_cu_alloc_region(\"the attention workspace\", ws_bytes());\n" : "");

@@ -556,70 +556,47 @@ void pr_attention_sep_bwd_v(float *dv, const float *dy, const float *q, const fl
 // Rotary position embedding (rope). x is (outer, T, inner, D): position t rotates every pair of
 // each of its inner rows (its heads) by the angle t * inv_freq_i, pair i being (i, i + D/2)
 // ("half", Hugging Face's rotate_half) or (2i, 2i+1) ("interleaved", Meta's complex form).
-//
-// The angles follow torch's float32 recipe (docs/ops.md, rope): e = float(2i) / float(D),
-// inv_freq = 1 / float(theta^e), angle = float(t) * inv_freq, each operation rounded to float; the
-// transcendental functions pow, cos and sin are libm's in double, rounded to float (the float
-// result nearest the exact one but in rare ties; torch's vectorised powf/cosf/sinf may be an ulp
-// away). They are computed per call, for each position once (shared by the outer and inner
-// rows), in chunks of ROPE_CHUNK pairs on the stack: nothing is kept between calls. Threads take
-// whole positions; every element is one fixed expression of (t, i) and x, so the bits do not
-// depend on the thread count.
+// The angles' cos and sin come from the process's table for (T, D, theta) (rope_table.c: torch's
+// float32 recipe, computed once). Threads take whole positions; every element is one fixed
+// expression of (t, i) and x, so the bits do not depend on the thread count.
 
-enum { ROPE_CHUNK = 64 };
-
-// cos and sin of position t's angles for the pairs [i0, i0 + k).
-static void rope_angles(float *c, float *s, int64_t t, int64_t i0, int64_t k, int64_t D,
-                        float theta) {
-  for (int64_t j = 0; j < k; j++) {
-    float e = (float)(2 * (i0 + j)) / (float)D;
-    float inv = 1.0f / (float)pow((double)theta, (double)e);
-    float a = (float)t * inv;
-    c[j] = (float)cos((double)a);
-    s[j] = (float)sin((double)a);
-  }
-}
-
-// One row of D: pairs [i0, i0 + k) rotated by (c, s): y_p = x_p c - x_q s, y_q = x_q c + x_p s
-// (torch's bits: HF's q*cos + rotate_half(q)*sin, and the complex product (x_p + i x_q)(c + i s)).
-// The backward passes -s: the inverse rotation, the transpose of the forward's.
+// One row of D: every pair rotated by (c, s): y_p = x_p c - x_q s, y_q = x_q c + x_p s (torch's
+// bits: HF's q*cos + rotate_half(q)*sin, and the complex product (x_p + i x_q)(c + i s)). The
+// backward (inverse) rotates by -s: y_p = x_p c + x_q s, y_q = x_q c - x_p s, the same bits as
+// the forward formula given -s (negation is exact), the transpose of the forward's rotation.
 static void rope_row(float *restrict y, const float *restrict x, const float *c, const float *s,
-                     int64_t i0, int64_t k, int64_t D, int interleaved, int acc) {
-  for (int64_t j = 0; j < k; j++) {
-    int64_t i = i0 + j;
+                     int64_t D, int interleaved, int inverse, int acc) {
+  for (int64_t i = 0; i < D / 2; i++) {
     int64_t p = interleaved ? 2 * i : i, q = interleaved ? 2 * i + 1 : i + D / 2;
-    float yp = x[p] * c[j] - x[q] * s[j], yq = x[q] * c[j] + x[p] * s[j];
+    float yp = inverse ? x[p] * c[i] + x[q] * s[i] : x[p] * c[i] - x[q] * s[i];
+    float yq = inverse ? x[q] * c[i] - x[p] * s[i] : x[q] * c[i] + x[p] * s[i];
     y[p] = acc ? y[p] + yp : yp;
     y[q] = acc ? y[q] + yq : yq;
   }
 }
 
-// Every row of position t: the angles once per chunk of pairs, then the outer x inner rows.
-static void rope_position(float *y, const float *x, int64_t t, int64_t outer, int64_t T,
-                          int64_t inner, int64_t D, float theta, int interleaved, int inverse,
+// Every row of position t, with its cos and sin from the table cs (2, T, D/2).
+static void rope_position(float *y, const float *x, const float *cs, int64_t t, int64_t outer,
+                          int64_t T, int64_t inner, int64_t D, int interleaved, int inverse,
                           int acc) {
-  float c[ROPE_CHUNK], s[ROPE_CHUNK];
-  for (int64_t i0 = 0; i0 < D / 2; i0 += ROPE_CHUNK) {
-    int64_t k = D / 2 - i0 < ROPE_CHUNK ? D / 2 - i0 : ROPE_CHUNK;
-    rope_angles(c, s, t, i0, k, D, theta);
-    if (inverse)
-      for (int64_t j = 0; j < k; j++) s[j] = -s[j];
-    for (int64_t o = 0; o < outer; o++)
-      for (int64_t h = 0; h < inner; h++) {
-        int64_t off = ((o * T + t) * inner + h) * D;
-        rope_row(y + off, x + off, c, s, i0, k, D, interleaved, acc);
-      }
-  }
+  const float *c = cs + t * (D / 2), *s = cs + (T + t) * (D / 2);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t h = 0; h < inner; h++) {
+      int64_t off = ((o * T + t) * inner + h) * D;
+      rope_row(y + off, x + off, c, s, D, interleaved, inverse, acc);
+    }
 }
 
 void pr_rope_fwd(float *y, const float *x, int64_t outer, int64_t T, int64_t inner, int64_t D,
                  float theta, int interleaved) {
+  const float *cs = pr_rope_table(T, D, theta);
   PR_PARALLEL_FOR(outer * T * inner * D >= PAR_MIN && T > 1, (int64_t t = 0; t < T; t++),
-                  rope_position(y, x, t, outer, T, inner, D, theta, interleaved, 0, 0));
+                  rope_position(y, x, cs, t, outer, T, inner, D, interleaved, 0, 0));
 }
 
 void pr_rope_bwd(float *dx, const float *dy, int64_t outer, int64_t T, int64_t inner, int64_t D,
                  float theta, int interleaved, int acc) {
+  const float *cs = pr_rope_table(T, D, theta);
   PR_PARALLEL_FOR(outer * T * inner * D >= PAR_MIN && T > 1, (int64_t t = 0; t < T; t++),
-                  rope_position(dx, dy, t, outer, T, inner, D, theta, interleaved, 1, acc));
+                  rope_position(dx, dy, cs, t, outer, T, inner, D, interleaved, 1, acc));
 }

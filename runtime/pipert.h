@@ -239,12 +239,16 @@ void pr_attention_sep_bwd_v(float *dv, const float *dy, const float *q, const fl
 // rope (rotary position embedding) of x (outer,T,inner,D), positions t = 0..T-1 along T: each pair
 // (p, q) of a row, (i, i + D/2) or with interleaved (2i, 2i+1), i < D/2, is rotated by the angle
 // t * inv_freq_i, inv_freq_i = 1 / theta^(2i/D): y_p = x_p c - x_q s, y_q = x_q c + x_p s. The
-// angles in torch's float32 recipe (kernels_attention.c), computed per call. The backward rotates
-// dy by the opposite angles. D even.
+// angles' cos and sin from pr_rope_table. The backward rotates dy by the opposite angles. D even.
 void pr_rope_fwd(float *y, const float *x, int64_t outer, int64_t T, int64_t inner, int64_t D,
                  float theta, int interleaved);
 void pr_rope_bwd(float *dx, const float *dy, int64_t outer, int64_t T, int64_t inner, int64_t D,
                  float theta, int interleaved, int acc);
+// The cos and sin of rope's angles for (T, D, theta), (2, T, D/2), in torch's float32 recipe
+// (rope_table.c): built at the first request, then the same table for the process. A program
+// prepares its rope nodes' tables at start, so its training loop allocates none.
+const float *pr_rope_table(int64_t T, int64_t D, float theta);
+void pr_rope_prepare(int64_t T, int64_t D, float theta);
 
 // cross_entropy: loss (scalar) = mean over rows of -log softmax(logits (rows,V))[tgt];
 // per-row terms summed in ascending row order in double. Targets outside [0,V) stop the program.

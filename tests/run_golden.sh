@@ -32,18 +32,22 @@ for m in samples/*.json; do
     fi
   done
 done
-# The generator reproduces the committed GPT sample byte for byte.
-if /usr/bin/env python3 samples/gen_gpt.py | cmp -s - samples/gpt_char.json; then
-  pass=$((pass + 1))
-else
-  echo "FAIL samples/gen_gpt.py output differs from samples/gpt_char.json"
-  fail=$((fail + 1))
-fi
-# A 96-layer generated GPT and a 1000-layer MLP check cleanly, as blocks and flat, with equal IR.
+# The generators reproduce the committed GPT and Llama samples byte for byte.
+for pair in "gen_gpt gpt_char" "gen_llama llama_char"; do
+  set -- $pair
+  if /usr/bin/env python3 samples/$1.py | cmp -s - samples/$2.json; then
+    pass=$((pass + 1))
+  else
+    echo "FAIL samples/$1.py output differs from samples/$2.json"
+    fail=$((fail + 1))
+  fi
+done
+# A 96-layer generated GPT, a 32-layer Llama and a 1000-layer MLP check cleanly, as blocks and flat, with equal IR.
 tmp=$(mktemp -d)
 python3 samples/gen_gpt.py --layers 96 -o "$tmp/g.json" && python3 samples/gen_gpt.py --layers 96 --flat -o "$tmp/gf.json"
 python3 samples/gen_mlp.py --layers 1000 -o "$tmp/m.json" && python3 samples/gen_mlp.py --layers 1000 --flat -o "$tmp/mf.json"
-for pair in "g gf" "m mf"; do
+python3 samples/gen_llama.py --layers 32 -o "$tmp/l.json" && python3 samples/gen_llama.py --layers 32 --flat -o "$tmp/lf.json"
+for pair in "g gf" "m mf" "l lf"; do
   set -- $pair
   if "$pipec" check "$tmp/$1.json" >/dev/null && "$pipec" check "$tmp/$2.json" >/dev/null &&
      [ "$("$pipec" print "$tmp/$1.json" | grep '^node' | sed 's/  ;.*//')" = "$("$pipec" print "$tmp/$2.json" | grep '^node' | sed 's/  ;.*//')" ]; then
