@@ -1,6 +1,6 @@
 // kernels_elementwise.c: the elementwise kernels: broadcasting binary ops (add, sub, mul, div)
-// and their reducing backward, scale, the activations (relu, gelu, tanh, sigmoid, silu), exp,
-// rsqrt, pow by a constant, fill, add_n and accumulate.
+// and their reducing backward, scale, the activations (relu, gelu, tanh, sigmoid, silu, and
+// SwiGLU's gate silu(g) * u), exp, rsqrt, pow by a constant, fill, add_n and accumulate.
 //
 // Simple loops that GCC vectorises at -O3, threaded with PR_PARALLEL_FOR (parallel.h) over
 // independent outputs. Broadcast dims in a backward are reduced by visiting y in ascending
@@ -339,6 +339,33 @@ void pr_silu_bwd(float *restrict dx, const float *restrict dy, const float *rest
     UNARY_FOR(dx[i] = dx[i] + dy[i] * silu_grad(x[i]));
   else
     UNARY_FOR(dx[i] = dy[i] * silu_grad(x[i]));
+}
+
+// SwiGLU's gate, silu(g) * u (the compiler's silu_mul, ir/ops.c): the bits of pr_silu_fwd's s
+// then pr_binary_fwd's s * u. The backward computes both gradients in one pass with the
+// unfused sequence's expressions: ds = dy * u (pr_binary_bwd), dg = ds * silu_grad(g)
+// (pr_silu_bwd), du = dy * s with s recomputed as the forward's.
+void pr_silu_mul_fwd(float *restrict y, const float *restrict g, const float *restrict u,
+                     int64_t n) {
+  UNARY_FOR({
+    float s = g[i] * sigmoid_f(g[i]);
+    y[i] = s * u[i];
+  });
+}
+void pr_silu_mul_bwd(float *restrict dg, float *restrict du, const float *restrict dy,
+                     const float *restrict g, const float *restrict u, int64_t n, int acc) {
+  if (acc)
+    UNARY_FOR({
+      float sg = sigmoid_f(g[i]), s = g[i] * sg, ds = dy[i] * u[i];
+      dg[i] = dg[i] + ds * (sg * (1.0f + g[i] * (1.0f - sg)));
+      du[i] = du[i] + dy[i] * s;
+    });
+  else
+    UNARY_FOR({
+      float sg = sigmoid_f(g[i]), s = g[i] * sg, ds = dy[i] * u[i];
+      dg[i] = ds * (sg * (1.0f + g[i] * (1.0f - sg)));
+      du[i] = dy[i] * s;
+    });
 }
 
 // ---------------------------------------------------------------------------------------------

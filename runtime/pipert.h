@@ -127,6 +127,12 @@ void pr_sigmoid_bwd(float *dx, const float *dy, const float *y, int64_t n, int a
 // recomputes s (nothing saved): dx = dy * (s * (1 + x * (1 - s))).
 void pr_silu_fwd(float *y, const float *x, int64_t n);
 void pr_silu_bwd(float *dx, const float *dy, const float *x, int64_t n, int acc);
+// silu_mul (SwiGLU's gate, fused by the compiler): y = silu(g) * u, the bits of pr_silu_fwd then
+// pr_binary_fwd's mul; the backward writes both gradients, dg = (dy * u) * silu'(g) as
+// pr_binary_bwd then pr_silu_bwd, du = dy * silu(g) (recomputed).
+void pr_silu_mul_fwd(float *y, const float *g, const float *u, int64_t n);
+void pr_silu_mul_bwd(float *dg, float *du, const float *dy, const float *g, const float *u,
+                     int64_t n, int acc);
 // exp, rsqrt and pow by a constant (neg is pr_scale_fwd/bwd with factor -1). exp and rsqrt's
 // backward take the output y: dx = dy * y, dx = dy * (-0.5 * y^3); pow's the input x:
 // dx = dy * (exponent * x^(exponent - 1)), 0 for exponent 0. An integer exponent of magnitude

@@ -1,6 +1,6 @@
 // cuda_elementwise.cu: broadcasting binary ops and their reducing backward, scale, the
-// activations (relu, gelu, tanh, sigmoid, silu), exp, rsqrt, pow by a constant, add_n, fill,
-// accumulate, and the fused bias + GELU.
+// activations (relu, gelu, tanh, sigmoid, silu, SwiGLU's silu(g) * u), exp, rsqrt, pow by a
+// constant, add_n, fill, accumulate, and the fused bias + GELU.
 // One thread per output element (grid-stride); the activations use the CPU's polynomials
 // (cuda_common.cuh), so with --fmad=false they compute the CPU's bits. binary_bwd: one thread per
 // element of dx, summing its dy elements in ascending row-major order (the CPU's order).
@@ -212,6 +212,21 @@ UNARY(silu_bwd, (float *dx, const float *dy, const float *x, int64_t n, int acc)
   float v = dy[i] * (s * (1.0f + x[i] * (1.0f - s)));
   dx[i] = acc ? dx[i] + v : v;
 })
+UNARY(silu_mul_fwd, (float *y, const float *g, const float *u, int64_t n), {
+  float s = g[i] * cu_sigmoid_f(g[i]);
+  y[i] = s * u[i];
+})
+UNARY(silu_mul_bwd,
+      (float *dg, float *du, const float *dy, const float *g, const float *u, int64_t n, int acc),
+      {
+        float sg = cu_sigmoid_f(g[i]);
+        float s = g[i] * sg;
+        float ds = dy[i] * u[i];
+        float vg = ds * (sg * (1.0f + g[i] * (1.0f - sg)));
+        float vu = dy[i] * s;
+        dg[i] = acc ? dg[i] + vg : vg;
+        du[i] = acc ? du[i] + vu : vu;
+      })
 UNARY(exp_fwd, (float *y, const float *x, int64_t n), {
   float h = cu_exp_f(0.5f * x[i]);
   y[i] = x[i] > 88.0f ? h * h : cu_exp_f(x[i]);
@@ -286,6 +301,13 @@ void pr_cu_silu_fwd(float *y, const float *x, int64_t n) {
 }
 void pr_cu_silu_bwd(float *dx, const float *dy, const float *x, int64_t n, int acc) {
   LAUNCH(silu_bwd, dx, dy, x, n, acc);
+}
+void pr_cu_silu_mul_fwd(float *y, const float *g, const float *u, int64_t n) {
+  LAUNCH(silu_mul_fwd, y, g, u, n);
+}
+void pr_cu_silu_mul_bwd(float *dg, float *du, const float *dy, const float *g, const float *u,
+                        int64_t n, int acc) {
+  LAUNCH(silu_mul_bwd, dg, du, dy, g, u, n, acc);
 }
 void pr_cu_exp_fwd(float *y, const float *x, int64_t n) {
   LAUNCH(exp_fwd, y, x, n);

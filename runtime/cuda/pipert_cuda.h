@@ -122,6 +122,10 @@ void pr_cu_sigmoid_bwd(float *dx, const float *dy, const float *y, int64_t n, in
 // silu: y = x * sigmoid(x); the backward from x (sigmoid recomputed)
 void pr_cu_silu_fwd(float *y, const float *x, int64_t n);
 void pr_cu_silu_bwd(float *dx, const float *dy, const float *x, int64_t n, int acc);
+// silu_mul: y = silu(g) * u; the backward writes dg and du in one pass (pr_silu_mul_bwd's bits)
+void pr_cu_silu_mul_fwd(float *y, const float *g, const float *u, int64_t n);
+void pr_cu_silu_mul_bwd(float *dg, float *du, const float *dy, const float *g, const float *u,
+                        int64_t n, int acc);
 // exp, rsqrt, pow by a constant (neg: pr_cu_scale_fwd/bwd with factor -1); pow's integer
 // exponents by the CPU's products (bitwise), any other by the device's powf (within 2 ulp)
 void pr_cu_exp_fwd(float *y, const float *x, int64_t n);

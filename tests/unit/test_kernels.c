@@ -7,7 +7,8 @@
 //   dimension exceeds OpenBLAS's blocking;
 // - results are bitwise equal with 1 and 2 threads (OpenMP and OpenBLAS);
 // - broadcasting, permute, split/concat/slice round trips, argmax ties;
-// - the residual add fused into layernorm gives the two kernels' bits;
+// - the residual add fused into layernorm, and silu_mul (SwiGLU's gate), give the unfused
+//   kernels' bits;
 // - out-of-range ids stop the program with the position and value (checked in a forked child).
 // Expected values computed here must round like the kernels' (no fused multiply-adds).
 #pragma GCC optimize("fp-contract=off")
@@ -637,6 +638,42 @@ START_TEST(test_xunary) {
     }
     assert_bitwise("xunary threads", y1, y2, n);
     assert_bitwise("xunary acc and threads", d2, expect, n);
+  }
+}
+END_TEST
+
+// silu_mul (SwiGLU's gate, fused by the compiler) against the unfused kernel sequence it
+// replaces, bit for bit at 1 and 2 threads (n above the threading threshold, and a short odd n):
+// y = pr_silu_fwd then pr_binary_fwd's mul; dg = pr_binary_bwd (ds = dy * u) then pr_silu_bwd,
+// du = pr_binary_bwd (dy * s); with acc = 1 each gradient adds exactly the acc = 0 one.
+START_TEST(test_silu_mul) {
+  const int64_t sizes[] = {61, 70001};
+  for (int si = 0; si < 2; si++) {
+    int64_t n = sizes[si];
+    float *g = frand(n, -8, 8), *u = frand(n, -2, 2), *dy = frand(n, -1, 1);
+    g[0] = 0.0f, g[1] = -0.0f, g[2] = 90.0f, g[3] = -90.0f; // sigmoid's tails and its zero
+    float *s = fzeros(n), *want_y = fzeros(n), *ds = fzeros(n), *want_dg = fzeros(n);
+    float *want_du = fzeros(n);
+    int64_t dims[1] = {n}, str[1] = {1};
+    pr_silu_fwd(s, g, n);
+    pr_binary_fwd(want_y, s, u, 2, 1, dims, str, str);
+    pr_binary_bwd(ds, dy, u, 2, 0, 1, dims, dims, str, 0);
+    pr_silu_bwd(want_dg, ds, g, n, 0);
+    pr_binary_bwd(want_du, dy, s, 2, 1, 1, dims, dims, str, 0);
+    for (int th = 1; th <= 2; th++) {
+      set_threads(th);
+      float *y = fzeros(n), *dg = fzeros(n), *du = fzeros(n);
+      pr_silu_mul_fwd(y, g, u, n);
+      pr_silu_mul_bwd(dg, du, dy, g, u, n, 0);
+      assert_bitwise("silu_mul y", y, want_y, n);
+      assert_bitwise("silu_mul dg", dg, want_dg, n);
+      assert_bitwise("silu_mul du", du, want_du, n);
+      float *ag = frand(n, -1, 1), *au = frand(n, -1, 1), *eg = fzeros(n), *eu = fzeros(n);
+      for (int64_t i = 0; i < n; i++) eg[i] = ag[i] + want_dg[i], eu[i] = au[i] + want_du[i];
+      pr_silu_mul_bwd(ag, au, dy, g, u, n, 1);
+      assert_bitwise("silu_mul dg acc", ag, eg, n);
+      assert_bitwise("silu_mul du acc", au, eu, n);
+    }
   }
 }
 END_TEST
@@ -2265,6 +2302,7 @@ int main(void) {
   tcase_add_test(tc, test_gelu_saved_cdf);
   tcase_add_test(tc, test_unary_accuracy);
   tcase_add_test(tc, test_xunary);
+  tcase_add_test(tc, test_silu_mul);
   tcase_add_test(tc, test_xunary_exact);
   tcase_add_test(tc, test_div);
   tcase_add_test(tc, test_div_threads);
