@@ -9,6 +9,7 @@
 // 4. The op's gradient rule (its registry row) gives one backward node per differentiable input:
 //    the pass interprets the row's declarative entries (grad_declared), or calls the row's rule
 //    as code with the pass's services in a GradApi (ir/ops.h): the registry never calls here.
+//    (silu_mul's rule has one node compute both of its inputs' gradients: grad_emit_joint.)
 //    A node producing an activation's gradient is an input-gradient node (B); one producing a
 //    parameter's gradient is a weight-gradient node (W) and accumulates over microbatches into
 //    a per-step buffer of its own, one buffer per use of the parameter (acc = m > 0). Kernels
@@ -85,22 +86,30 @@ static Tensor *grad_zeros(GradCtx *c, const Tensor *like) {
   return t;
 }
 
-static Node *new_node(GradCtx *c, const char *name, const char *op, Tensor *const *ins, int nin,
-                      Tensor *out, NodeRole role, const Node *fwd, int slot) {
-  Node *b = graph_add_node(c->g, name, op_find(op), nin, 1);
+// A node of op with inputs ins and outputs outs (nout of them).
+static Node *new_node_n(GradCtx *c, const char *name, const char *op, Tensor *const *ins, int nin,
+                        Tensor *const *outs, int nout, NodeRole role, const Node *fwd, int slot) {
+  Node *b = graph_add_node(c->g, name, op_find(op), nin, nout);
   for (int i = 0; i < nin; i++) b->in[i] = ins[i];
-  b->out[0] = out;
-  out->producer = b;
-  out->out_index = 0;
+  for (int k = 0; k < nout; k++) {
+    b->out[k] = outs[k];
+    outs[k]->producer = b;
+    outs[k]->out_index = k;
+  }
   b->role = role;
   b->fwd = fwd;
   b->slot = slot;
-  b->loc = fwd ? fwd->loc : out->loc;
-  b->path = fwd ? fwd->path : out->path;
+  b->loc = fwd ? fwd->loc : outs[0]->loc;
+  b->path = fwd ? fwd->path : outs[0]->path;
   b->instance = fwd ? fwd->instance : -1;
   b->block = fwd ? fwd->block : NULL;
   b->stage = fwd ? fwd->stage : -1;
   return b;
+}
+
+static Node *new_node(GradCtx *c, const char *name, const char *op, Tensor *const *ins, int nin,
+                      Tensor *out, NodeRole role, const Node *fwd, int slot) {
+  return new_node_n(c, name, op, ins, nin, &out, 1, role, fwd, slot);
 }
 
 // Emits internal op bwd_op (with inputs ins) computing n->in[slot]'s gradient contribution: a
@@ -136,6 +145,25 @@ static Node *grad_emit(GradCtx *c, const Node *n, int slot, const char *bwd_op, 
   }
   push(c, p->id, (Contrib){key, buf});
   return b;
+}
+
+// One B node of internal op bwd_op computing the contributions of inputs slots[0..nslots) of n,
+// output i for slots[i] (ir/ops.h GradApi.emit_joint); its slot is -1 (several inputs). NULL
+// when one of them is a parameter.
+static Node *grad_emit_joint(GradCtx *c, const Node *n, const int *slots, int nslots,
+                             const char *bwd_op, Tensor *const *ins, int nin) {
+  Arena *a = c->g->arena;
+  Tensor **outs = ARENA_ARRAY(a, Tensor *, nslots);
+  for (int i = 0; i < nslots; i++)
+    if (n->in[slots[i]]->kind == T_PARAM) return NULL;
+  for (int i = 0; i < nslots; i++) {
+    Tensor *x = n->in[slots[i]];
+    outs[i] = new_tensor(c, arena_printf(a, "d:%s@%s#%d", x->name, n->name, slots[i]), x, T_ACT);
+    if (grad_needed(c, n, slots[i]))
+      push(c, x->id, (Contrib){(int64_t)n->id << 32 | slots[i], outs[i]});
+  }
+  return new_node_n(c, arena_printf(a, "%s:d", n->name), bwd_op, ins, nin, outs, nslots, ROLE_BWD,
+                    n, -1);
 }
 
 // Passes t on as the gradient contribution for n->in[slot] unchanged (d(a+b)/da = 1 with equal
@@ -207,7 +235,8 @@ bool pass_autodiff(Graph *g, int microbatches, Diag *d) {
                        .output = grad_output,
                        .needed = grad_needed,
                        .emit = grad_emit,
-                       .zeros = grad_zeros};
+                       .zeros = grad_zeros,
+                       .emit_joint = grad_emit_joint};
   c.needs = ARENA_ARRAY(g->arena, bool, g->ntensors);
   c.grad = ARENA_ARRAY(g->arena, Tensor *, g->ntensors);
   c.contr = ARENA_ARRAY(g->arena, ContribList, g->ntensors);

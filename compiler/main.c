@@ -49,7 +49,7 @@ enum { OPT_TRACE = 400, OPT_TRACE_STEP }; // plan --trace FILE [--trace-step N] 
 enum { OPT_RECOMPUTE = 480 };             // --recompute all|none|STAGES (compiler/recompute.c)
 enum { OPT_REPLICAS = 500 };              // --replicas D (stage replication, docs/pipeline.md)
 enum { OPT_PRECISION = 520 };             // --precision f32|bf16|fp16 (compiler/precision.c)
-enum { OPT_NO_FUSE = 540 };               // --no-fuse (codegen/segment.c's fused epilogues off)
+enum { OPT_NO_FUSE = 540 };               // --no-fuse (no fuse pass rewrite, no fused epilogues)
 
 typedef struct Driver {
   const char *command;    // check, print, ...
@@ -69,7 +69,7 @@ typedef struct Driver {
   const char *target;     // --target
   const char *cuda_arch;  // --cuda-arch LIST (cuda target; NULL: CMake's PIPEC_CUDA_ARCHS)
   bool march_native;      // --march=native: build the program for this machine
-  bool no_fuse;           // --no-fuse: one kernel call per node (no fused epilogues)
+  bool no_fuse;           // --no-fuse: one kernel call per node of the model (fuse.c, segment.c)
   bool build;             // codegen also builds OUT/bin/train (compile, run)
   bool no_build;          // --no-build: compile writes the sources and a manifest, builds nothing
   const char *depfile;    // --depfile FILE: a Make-style dependency file (compile, run) or NULL
@@ -161,6 +161,11 @@ static bool check_rep_counts(Driver *dr) {
 
 // With --replicas D the loss gradient's seed is 1/M of the whole step's M microbatches; from here
 // on the configuration is one replica's: M / D microbatches of the same size (batch / D rows).
+// Unless --no-fuse; f32 only (fuse.c: the 16-bit precisions round between the unfused kernels).
+static bool run_fuse(Driver *dr) {
+  return pass_fuse(&dr->graph, !dr->no_fuse && dr->precision == DT_F32, &dr->diag);
+}
+
 static bool run_autodiff(Driver *dr) {
   TrainConfig *tc = &dr->tc;
   if (dr->rep_list && !check_rep_counts(dr)) return false;
@@ -411,6 +416,7 @@ static const Pass passes[] = {
     {"expand", run_expand, check_ir, dump_ir, "the IR of the model, before shapes"},
     {"shape", run_shape, check_ir, dump_ir, "the IR with shapes (= pipec print)"},
     {"training", run_training, NULL, dump_training, "the training configuration, --set applied"},
+    {"fuse", run_fuse, check_ir, dump_ir, "the IR with SwiGLU's silu * mul fused (silu_mul)"},
     {"autodiff", run_autodiff, check_ir, dump_ir, "the IR with the backward and step-end nodes"},
     {"partition", run_partition, check_partition, dump_partition,
      "the stage of every node: the partition table (--stages)"},
@@ -520,7 +526,8 @@ static void usage(FILE *f) {
       "                           x86-64\n"
       "      --no-fuse            one kernel call per node: no fused epilogues (a gelu in the\n"
       "                           GEMM of the linear before it, its backward in the GEMM of\n"
-      "                           its dy, a residual add in the layernorm after it); the same\n"
+      "                           its dy, a residual add in the layernorm after it), no\n"
+      "                           silu_mul for SwiGLU's silu * mul (the fuse pass); the same\n"
       "                           numbers, for A/B runs (docs/training.md)\n"
       "      --set KEY=VALUE      override a training setting (steps=100, optimizer.lr=3e-4, ...)\n"
       "      --batch N            = --set batch=N (rows per step)\n"

@@ -22,6 +22,11 @@ bool pass_expand(const Source *src, Graph *g, const ExpandOptions *opt, Diag *d)
 // shape: runs each op's shape/dtype rule in topological order; checks the loss is a scalar.
 bool pass_shape(Graph *g, Diag *d);
 
+// fuse: unless enabled is false (--no-fuse, or a 16-bit --precision), rewrites SwiGLU's gate
+// mul(silu(g), u) into the internal op silu_mul(g, u) where the numbers stay those of the two
+// ops (compiler/fuse.c).
+bool pass_fuse(Graph *g, bool enabled, Diag *d);
+
 // autodiff: appends input-gradient (B), weight-gradient (W) and step-end nodes for a step of
 // `microbatches` microbatches; sets each owner parameter's grad tensor.
 bool pass_autodiff(Graph *g, int microbatches, Diag *d);

@@ -231,6 +231,9 @@ static void cost4(const Node *n, int64_t batch, OpCost *c) {
 static void cost5(const Node *n, int64_t batch, OpCost *c) {
   elementwise_cost(n, batch, c, 5);
 }
+static void cost6(const Node *n, int64_t batch, OpCost *c) {
+  elementwise_cost(n, batch, c, 6);
+}
 static void cost8(const Node *n, int64_t batch, OpCost *c) {
   elementwise_cost(n, batch, c, 8);
 }
@@ -1038,6 +1041,14 @@ static const OpDef ops[] = {
     {.name = "slice", IN(1, 1), .nout = 1, ATTRS(slice_attrs), .infer = slice_infer, .cost = cost0,
      .kernel = "pr_slice", .kargs = kargs_slice_op, GRADS(GRAD(0, "slice.dx", GDY)),
      .doc = "x[start:end] along one axis"},
+
+    // Internal ops made by the compiler's passes: SwiGLU's gate silu(g) * u, from a silu whose
+    // only use is a mul of its shape (compiler/fuse.c), and its backward writing dg and du.
+    {.name = "silu_mul", IN(2, 2), .nout = 1, .infer = binary_infer, .cost = cost6, .internal = true,
+     .kernel = "pr_silu_mul_fwd", .kargs = kargs_n, .grad_rule = grad_silu_mul,
+     .doc = "silu(g) * u (SwiGLU's gate, fused by the fuse pass)"},
+    {.name = "silu_mul.d", IN(3, 3), .nout = 2, .cost = bwd_cost, .internal = true,
+     .kernel = "pr_silu_mul_bwd", .kargs = kargs_n, .acc = true, .doc = "backward (dg and du)"},
 
     // Internal ops (gradients and their bookkeeping)
     BWD("matmul.da", 2, 2, "pr_matmul_bwd_a", kargs_matmul, true, .progress = true),

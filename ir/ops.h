@@ -122,6 +122,13 @@ typedef struct GradApi {
                 int nin);
   // A constant zero tensor shaped like t (a missing gradient of a multi-output node).
   Tensor *(*zeros)(GradCtx *c, const Tensor *like);
+  // Emits one node of internal op bwd_op (with inputs ins) computing the gradient contributions
+  // of inputs slots[0..nslots) of n together, its output i that of slots[i] (silu_mul.d: dg and
+  // du in one pass). Activations only: returns NULL, emitting nothing, when one of them is a
+  // parameter (each use of a parameter accumulates into a buffer of its own). An input that
+  // needs no gradient still gets its output, which nothing reads.
+  Node *(*emit_joint)(GradCtx *c, const Node *n, const int *slots, int nslots, const char *bwd_op,
+                      Tensor *const *ins, int nin);
 } GradApi;
 
 // A product that can finish each block of its output 0 with an elementwise op's work while the

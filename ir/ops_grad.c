@@ -3,7 +3,7 @@
 // A rule gets the autodiff pass's services as a GradApi table of function pointers, so the
 // registry never calls compiler/ by name; it asks which inputs need a gradient (needed), takes
 // the gradients flowing into the outputs (output) and emits one internal backward node per input
-// (emit). Whether that node is an input-gradient (B) or weight-gradient (W) node, and how
+// (emit), or one node for several inputs (emit_joint). Whether that node is an input-gradient (B) or weight-gradient (W) node, and how
 // parameter gradients accumulate over microbatches, is decided by the pass.
 #include "ops_impl.h"
 
@@ -18,4 +18,12 @@ bool grad_split(const GradApi *g, const Node *n) {
   }
   g->emit(g->c, n, 0, "split.dx", dys, n->nout);
   return true;
+}
+
+// silu_mul's gradient (SwiGLU's gate y = silu(g) * u, made by the fuse pass): one node writes both
+// dg and du from dy, g and u (pr_silu_mul_bwd). The pass fuses only activations, never a
+// parameter, so the joint node always applies.
+bool grad_silu_mul(const GradApi *g, const Node *n) {
+  Tensor *ins[3] = {g->output(g->c, n, 0), n->in[0], n->in[1]};
+  return g->emit_joint(g->c, n, (const int[]){0, 1}, 2, "silu_mul.d", ins, 3) != NULL;
 }

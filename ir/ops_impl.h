@@ -41,5 +41,6 @@ void kargs_add_n(const Node *n, int64_t batch, Arena *a, KArgs *o);
 
 // Gradient rules as code (ops_grad.c); every other op declares its rule in its row.
 bool grad_split(const GradApi *g, const Node *n);
+bool grad_silu_mul(const GradApi *g, const Node *n);
 
 #endif

@@ -116,7 +116,7 @@ gc_ops=$(for f in tests/gradcheck/*.json; do b=$(basename "$f" .json); echo "${b
 
 # The pass table: --dump-after takes a list, --stop-after caps the passes; the passes run are the
 # ones up to the last the command, --dump-after and --stop-after ask for, and no further.
-passes="expand, shape, training, autodiff, partition, comm, schedule, memplan, codegen"
+passes="expand, shape, training, fuse, autodiff, partition, comm, schedule, memplan, codegen"
 expect bad-stop-pass 2 "^pipec: --stop-after: unknown pass 'nope' \(passes: $passes\)$" "$pipec" check --stop-after=nope samples/mlp_digits.json
 expect bad-pass-in-list 2 "^pipec: --dump-after: unknown pass 'plan' \(passes: $passes\)$" "$pipec" print --dump-after=expand,plan samples/mlp_digits.json
 expect dump-after-stop 2 "^pipec: --dump-after=memplan: the pass comes after --stop-after=shape$" "$pipec" print --dump-after=memplan --stop-after=shape samples/mlp_digits.json
@@ -148,7 +148,7 @@ grep -q 'memplan' /tmp/pipec_cli_err.$$ && { echo "FAIL --dump-after=autodiff ra
 # --time-passes: one line per pass run, and one per checker, in table order.
 expect time-plan 0 '' "$pipec" plan --time-passes samples/mlp_digits.json
 [ "$(sed -E 's/^pipec: (pass|check) +([a-z]+) .*/\1 \2/' /tmp/pipec_cli_err.$$ | paste -sd,)" = \
-  "pass parse,pass expand,check expand,pass shape,check shape,pass training,pass autodiff,check autodiff,pass partition,check partition,pass comm,check comm,pass schedule,check schedule,pass memplan" ] &&
+  "pass parse,pass expand,check expand,pass shape,check shape,pass training,pass fuse,check fuse,pass autodiff,check autodiff,pass partition,check partition,pass comm,check comm,pass schedule,check schedule,pass memplan" ] &&
   pass=$((pass + 1)) || { echo "FAIL plan --time-passes: $(paste -sd, /tmp/pipec_cli_err.$$)"; fail=$((fail + 1)); }
 # Pipeline stages (docs/pipeline.md): the partition and comm passes run for check and print, plan
 # runs the schedule and the per-rank memory plans too and prints them; compile and run stop at
