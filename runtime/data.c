@@ -29,8 +29,11 @@
 //       for i = rows-1 down to 1: j = pr_splitmix64(&s) % (i + 1); swap(perm[i], perm[j])
 //   shuffled row k = file row perm[k] (data rows counted from 0, header and blank lines excluded);
 //   the first n_train = floor(rows * train_frac) shuffled rows are the training split.
-//   Features are (float)(value * scale), value parsed as a double; a value that is not finite
-//   ("nan", "inf", 1e999) or whose feature is not a finite float32 (1e300) stops the program.
+//   A table row is a row of 4-byte cells (CSV: one per field; npy: the fed inputs' files' values
+//   one after the other); each fed input (PrFeed) takes its cells of the row, so all inputs of a
+//   batch row come from one table row. f32 values are (float)(value * scale), value parsed as a
+//   double; a value that is not finite ("nan", "inf", 1e999) or whose feature is not a finite
+//   float32 (1e300) stops the program; i32 values are integers from 0, never scaled.
 //
 //   Text streams: vocabulary = the sorted distinct bytes of the whole file; token = index of the
 //   byte in it; n_train = floor(n * train_frac) (floor of the double product).
