@@ -125,13 +125,16 @@ const char *count_correct(E *e);
 
 // The CUDA target (emit_cuda.c): the kernel's name on the target (pr_X -> pr_cu_X; the CPU's
 // unchanged); the device helpers (dev_scalar, scratch_bytes, cu_ws and ws_bytes, the data
-// inputs' host staging stage_x / stage_y); the pointer a data loader writes input t into (its
-// staging on the GPU, NULL when not held); the uploads of the staged inputs after a load ("" on
-// the CPU).
+// inputs' host staging stage_0, stage_1, ... per fed input); the pointer a data loader writes
+// input t into (its staging on the GPU, NULL when not held); the uploads of the staged inputs
+// after a load (held: per fed input, NULL = all; "" on the CPU).
 const char *kernel_name(E *e, const char *kernel);
 void emit_cuda_support(E *e);
 const char *cu_in(E *e, const Tensor *t, bool held);
-const char *cu_upload_inputs(E *e, bool hx, bool hy);
+const char *cu_upload_inputs(E *e, const bool *held);
+// A table load's destinations: "void *const in_[] = {A, B};" with each fed input's pointer
+// (cu_in) where held[k] (NULL = all), else NULL; pr_table_batch and pr_table_val_batch take in_.
+const char *feed_dsts(E *e, const bool *held);
 // The value of the scalar tensor t on the host: "t[0]", or its download on the GPU.
 const char *cu_scalar(E *e, const Tensor *t);
 

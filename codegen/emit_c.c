@@ -332,15 +332,42 @@ static const char *data_kind_name(DataKind k) {
   return n[k];
 }
 
+const char *feed_dsts(E *e, const bool *held) {
+  const char *s = "void *const in_[] = {";
+  for (int k = 0; k < e->tc->nfeeds; k++)
+    s = arena_printf(e->a, "%s%s%s", s, k ? ", " : "",
+                     cu_in(e, e->tc->feeds[k].t, !held || held[k]));
+  return arena_printf(e->a, "%s};", s);
+}
+
+// The table's model of the data (PrTableModel): per fed input its name, dtype, role, per-sample
+// shape, first CSV column and class bound, positionally (C and C++ alike); npy files are set
+// from the options at open.
+static void emit_table_model(E *e) {
+  const TrainConfig *tc = e->tc;
+  out(e, "  static PrTableModel want = {%d, {\n", tc->nfeeds);
+  for (int k = 0; k < tc->nfeeds; k++) {
+    const Feed *f = &tc->feeds[k];
+    const Shape *s = &f->t->shape;
+    out(e, "      {%s, %s, %s, %lld, %d, {", cstring(e, f->t->name),
+        f->t->dtype == DT_I32 ? "true" : "false", f->target ? "true" : "false",
+        (long long)f->width, s->rank - 1);
+    for (int d = 1; d < s->rank; d++) out(e, "%s%lld", d > 1 ? ", " : "", (long long)s->d[d].n);
+    out(e, "}, %lld, %lld, NULL},\n", (long long)f->col,
+        f->t->dtype == DT_I32 ? (long long)id_limit(f->t, NULL) : 0LL);
+  }
+  out(e, "  }, %lldLL};\n", (long long)tc->columns);
+}
+
 // The data functions: open_data (open and check o->data), load_batch (one training microbatch
-// into the input and target tensors; S > 1: load_<v> per stage, emit_rank.c).
+// into the fed inputs; S > 1: load_<v> per stage, emit_rank.c).
 static void emit_data(E *e) {
   const TrainConfig *tc = e->tc;
-  const Tensor *x = tc->input, *y = tc->target;
   bool tokens = tc->data == DATA_TEXT || tc->data == DATA_U16;
   bool table = tc->data == DATA_CSV || tc->data == DATA_NPY;
   out(e, "// ---- Data: %s\n", data_kind_name(tc->data));
   if (tokens) {
+    const Tensor *x = tc->feeds[0].t, *y = tc->feeds[1].t;
     out(e, "static PrTokens data;\n#define SEQ %lld // tokens per row\n",
         (long long)x->shape.d[1].n);
     out(e,
@@ -354,28 +381,26 @@ static void emit_data(E *e) {
       out(e,
           "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
           "  pr_tokens_batch(&data, split, seed, step, m, MB, SEQ, %s, %s);%s\n}\n",
-          cu_in(e, x, true), cu_in(e, y, true), cu_upload_inputs(e, true, true));
+          cu_in(e, x, true), cu_in(e, y, true), cu_upload_inputs(e, NULL));
   } else if (table) {
-    out(e, "static PrTable data;\n#define FEATURES %lld\n", (long long)x->shape.d[1].n);
-    // The loader checks the model's features and classes at the line or row that breaks them.
-    out(e,
-        "static void open_data(const PrOptions *o) {\n  const char *path = o->data;\n"
-        "  static const PrTableModel want = {FEATURES, %lld, %s};\n",
-        (long long)id_limit(y, NULL), cstring(e, x->name));
-    if (tc->data == DATA_CSV)
-      out(e, "  pr_table_open_csv(&data, path, %.17g, o->seed, %.17g, &want);\n",
+    // The loader checks the model's inputs at the line or row that breaks them.
+    out(e, "static PrTable data;\nstatic void open_data(const PrOptions *o) {\n");
+    emit_table_model(e);
+    if (tc->data == DATA_CSV) {
+      out(e, "  pr_table_open_csv(&data, o->data, %.17g, o->seed, %.17g, &want);\n",
           tc->train_fraction, tc->scale);
-    else
-      out(e,
-          "  const char *labels = o->labels;\n"
-          "  pr_table_open_npy(&data, path, labels, %.17g, o->seed, %.17g, &want);\n",
-          tc->train_fraction, tc->scale);
+    } else {
+      out(e, "  want.feed[0].file = o->data;\n");
+      for (int k = 1; k < tc->nfeeds; k++) out(e, "  want.feed[%d].file = o->file[%d];\n", k, k);
+      out(e, "  pr_table_open_npy(&data, %.17g, o->seed, %.17g, &want);\n", tc->train_fraction,
+          tc->scale);
+    }
     out(e, "}\n");
     if (!e->multi)
       out(e,
           "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
-          "  (void)split;\n  pr_table_batch(&data, seed, step, m, MB, %s, %s);%s\n}\n",
-          cu_in(e, x, true), cu_in(e, y, true), cu_upload_inputs(e, true, true));
+          "  (void)split;\n  %s\n  pr_table_batch(&data, seed, step, m, MB, in_);%s\n}\n",
+          feed_dsts(e, NULL), cu_upload_inputs(e, NULL));
   } else if (!e->multi) {
     // No data binding: pr_main stops before training (the program is still good for --gradcheck).
     out(e, "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
@@ -431,8 +456,9 @@ const char *count_correct(E *e) {
 // Evaluation batches: how many, and one batch's loss (and correct predictions for classifiers).
 static void emit_eval(E *e) {
   const TrainConfig *tc = e->tc;
-  const Tensor *x = tc->input, *y = tc->target, *loss = e->g->loss;
+  const Tensor *loss = e->g->loss;
   bool tokens = tc->data == DATA_TEXT || tc->data == DATA_U16;
+  const Tensor *x = tc->feeds[0].t, *y = tokens ? tc->feeds[1].t : NULL;
   bool classify = tc->accuracy != NULL;
   out(e, "// ---- Validation: batches of one evaluation, and one batch's loss%s.\n",
       classify ? " and correct predictions" : "");
@@ -448,15 +474,15 @@ static void emit_eval(E *e) {
     out(e,
         "  if (!whole) {\n"
         "    pr_tokens_batch(&data, PR_VAL, 0x5eed, k, 0, MB, SEQ, %s, %s);%s\n",
-        cu_in(e, x, true), cu_in(e, y, true), cu_upload_inputs(e, true, true));
+        cu_in(e, x, true), cu_in(e, y, true), cu_upload_inputs(e, NULL));
     print_forward(e, "    ");
     out(e,
         "    r->loss = %s;\n    r->weight = 1;\n    return;\n  }\n"
         "  int64_t valid = pr_tokens_val_seq_batch(&data, k, MB, SEQ, %s, %s);%s\n",
-        cu_scalar(e, loss), cu_in(e, x, true), cu_in(e, y, true), cu_upload_inputs(e, true, true));
+        cu_scalar(e, loss), cu_in(e, x, true), cu_in(e, y, true), cu_upload_inputs(e, NULL));
   } else {
-    out(e, "  (void)whole;\n  int64_t valid = pr_table_val_batch(&data, k, MB, %s, %s);%s\n",
-        cu_in(e, x, true), cu_in(e, y, true), cu_upload_inputs(e, true, true));
+    out(e, "  (void)whole;\n  %s\n  int64_t valid = pr_table_val_batch(&data, k, MB, in_);%s\n",
+        feed_dsts(e, NULL), cu_upload_inputs(e, NULL));
   }
   // The last batch wraps around: its losses are means over its real rows (loss_rows), weighted
   // by them.
@@ -526,6 +552,27 @@ static bool emit_train_step(E *e, Diag *d) {
   out(e, "  return loss / NMICRO;\n}\n\n");
   return true;
 }
+// .npy tables' defaults: " .nfiles = N, .file_name = {...}, .file = {NULL, ...}, .label_file
+// = K," (the first file is .data; --labels sets the one target's file); "" for other data.
+static const char *npy_files(E *e, const CodegenOptions *o) {
+  const TrainConfig *tc = e->tc;
+  if (tc->data != DATA_NPY) return "";
+  const char *names = "", *files = "";
+  int label = 0, ntargets = 0;
+  for (int k = 0; k < tc->nfeeds; k++) {
+    const Feed *f = &tc->feeds[k];
+    names = arena_printf(e->a, "%s%s%s", names, k ? ", " : "", cstring(e, f->t->name));
+    files = arena_printf(e->a, "%s%s%s", files, k ? ", " : "",
+                         k ? cstring(e, codegen_data_path(e->a, f->file, f->file_rel, o->out_dir))
+                           : "NULL");
+    if (f->target) ntargets++, label = k;
+  }
+  return arena_printf(e->a,
+                      "\n                 .nfiles = %d, .file_name = {%s},\n"
+                      "                 .file = {%s}, .label_file = %d,\n                ",
+                      tc->nfeeds, names, files, ntargets == 1 ? label : 0);
+}
+
 // The command line in full, as comment lines of at most 160 of its characters each: "// Command:"
 // and then "// Command (continued):" lines (comment() keeps at most 200 of a string).
 static void out_command(E *e, const char *cmd) {
@@ -619,7 +666,7 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
     else
       emit_eval(e);
     out(e, "static void release_data(void) {\n  if (%s) pr_%s_close(&data);\n}\n\n",
-        tokens ? "data.tokens" : "data.x", tokens ? "tokens" : "table");
+        tokens ? "data.tokens" : "data.cells", tokens ? "tokens" : "table");
   }
   if (!e->multi && !e->cuda) emit_gradcheck(e, has_data); // else the runtime refuses it
 
@@ -631,18 +678,17 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
                               e->cuda           ? "CUDA GPUs"
                               : o->march_native ? "this machine's CPU, --march=native"
                                                 : "any x86-64 CPU")));
+  const char *first = tc->data == DATA_NPY ? tc->feeds[0].file : tc->data_path;
+  bool first_rel = tc->data == DATA_NPY ? tc->feeds[0].file_rel : tc->data_rel;
   out(e,
       "    .plan = PLAN,\n"
       "    .defaults = {.steps = %lld, .lr = %.17g, .min_lr = %.17g, .seed = %lluULL,\n"
-      "                 .data = %s, .labels = %s, .eval_every = %lld, .eval_batches = %lld,\n"
+      "                 .data = %s,%s .eval_every = %lld, .eval_batches = %lld,\n"
       "                 .log_every = %lld},\n",
       (long long)tc->steps, tc->lr, tc->min_lr, (unsigned long long)tc->seed,
-      tc->data_path ? cstring(e, codegen_data_path(e->a, tc->data_path, tc->data_rel, o->out_dir))
-                    : "NULL",
-      tc->data == DATA_NPY && tc->data_path2
-          ? cstring(e, codegen_data_path(e->a, tc->data_path2, tc->data_rel2, o->out_dir))
-          : "NULL",
-      (long long)tc->eval_every, (long long)tc->eval_batches, (long long)tc->log_every);
+      first ? cstring(e, codegen_data_path(e->a, first, first_rel, o->out_dir)) : "NULL",
+      npy_files(e, o), (long long)tc->eval_every, (long long)tc->eval_batches,
+      (long long)tc->log_every);
   out(e, "    .region_bytes = {PARAMS_BYTES, GRADS_BYTES, OPTST_BYTES, ACTS_BYTES},\n"
          "    .region = {&params, &grads, &optst, &acts},\n"
          "    .params = P,\n    .nparams = NPARAMS,\n");

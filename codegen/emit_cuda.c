@@ -103,30 +103,31 @@ void emit_cuda_support(E *e) {
   each_node(e, ws_of, NULL);
   out(e, "  return b;\n}\n\n");
   // The data inputs' host staging: loaded there, then uploaded into the tensor's slot.
-  const Tensor *io[2] = {tc->input, tc->target};
-  for (int k = 0; k < 2; k++)
-    if (io[k] && tc->data != DATA_NONE)
-      out(e, "static %s stage_%s[%lld] __attribute__((unused)); // host staging of %s\n",
-          ctype(io[k]->dtype), k ? "y" : "x", (long long)numel(e, io[k]), comment(e, io[k]->name));
+  for (int k = 0; k < tc->nfeeds; k++) {
+    const Tensor *t = tc->feeds[k].t;
+    out(e, "static %s stage_%d[%lld] __attribute__((unused)); // host staging of %s\n",
+        ctype(t->dtype), k, (long long)numel(e, t), comment(e, t->name));
+  }
   out(e, "\n");
 }
 
 const char *cu_in(E *e, const Tensor *t, bool held) {
   if (!held) return "NULL";
   if (!e->cuda) return tid(e, t);
-  return t == e->tc->input ? "stage_x" : "stage_y";
+  const Feed *f = training_feed_of(e->tc, t);
+  return arena_printf(e->a, "stage_%d", (int)(f - e->tc->feeds));
 }
 
-const char *cu_upload_inputs(E *e, bool hx, bool hy) {
+const char *cu_upload_inputs(E *e, const bool *held) {
   if (!e->cuda) return "";
   const char *s = "";
-  if (hx)
-    s = arena_printf(e->a, " pr_cu_upload(%s, stage_x, sizeof stage_x);", tid(e, e->tc->input));
-  if (hy)
-    s = arena_printf(e->a, "%s pr_cu_upload(%s, stage_y, sizeof stage_y);", s,
-                     tid(e, e->tc->target));
+  for (int k = 0; k < e->tc->nfeeds; k++)
+    if (!held || held[k])
+      s = arena_printf(e->a, "%s pr_cu_upload(%s, stage_%d, sizeof stage_%d);", s,
+                       tid(e, e->tc->feeds[k].t), k, k);
   return s;
 }
+
 
 const char *cu_scalar(E *e, const Tensor *t) {
   return arena_printf(e->a, e->cuda ? "dev_scalar(%s)" : "%s[0]", tid(e, t));

@@ -192,10 +192,6 @@ static bool holds(const E *e, const Tensor *t, int v) {
   return !e->p->vstage || e->p->vstage[t->id] < 0 || e->p->vstage[t->id] == v;
 }
 
-static const char *held(E *e, const Tensor *t, int v) {
-  return holds(e, t, v) ? tid(e, t) : "NULL";
-}
-
 void emit_rank_loaders(E *e) {
   const TrainConfig *tc = e->tc;
   bool tokens = tc->data == DATA_TEXT || tc->data == DATA_U16;
@@ -211,15 +207,15 @@ void emit_rank_loaders(E *e) {
     // --replicas D: replica pr_replica's microbatch m is the step's global microbatch
     // pr_replica * NMICRO + m (NMICRO = M / D), loaded as the one-replica program loads it.
     if (e->prog->replicas > 1) out(e, "  m += pr_replica * NMICRO;\n");
-    bool hx = holds(e, tc->input, s->v), hy = holds(e, tc->target, s->v);
-    const char *X = e->cuda ? cu_in(e, tc->input, hx) : held(e, tc->input, s->v),
-               *Y = e->cuda ? cu_in(e, tc->target, hy) : held(e, tc->target, s->v);
+    // Any stage may load any fed input (a batch row is one table row): the ones its nodes read.
+    bool h[MAX_FEEDS];
+    for (int k = 0; k < tc->nfeeds; k++) h[k] = holds(e, tc->feeds[k].t, s->v);
     if (tokens)
-      out(e, "  pr_tokens_batch(&data, split, seed, step, m, MB, SEQ, %s, %s);%s\n", X, Y,
-          cu_upload_inputs(e, hx, hy));
+      out(e, "  pr_tokens_batch(&data, split, seed, step, m, MB, SEQ, %s, %s);%s\n",
+          cu_in(e, tc->feeds[0].t, h[0]), cu_in(e, tc->feeds[1].t, h[1]), cu_upload_inputs(e, h));
     else if (table)
-      out(e, "  pr_table_batch(&data, seed, step, m, MB, %s, %s);%s\n", X, Y,
-          cu_upload_inputs(e, hx, hy));
+      out(e, "  %s\n  pr_table_batch(&data, seed, step, m, MB, in_);%s\n", feed_dsts(e, h),
+          cu_upload_inputs(e, h));
     else
       out(e, "  (void)seed, (void)step, (void)m;\n");
     out(e, "}\n");
@@ -525,7 +521,7 @@ bool emit_rank_train_step(E *e, Diag *d) {
 void emit_rank_eval(E *e) {
   const TrainConfig *tc = e->tc;
   const Program *P = e->prog;
-  const Tensor *x = tc->input, *y = tc->target, *loss = e->g->loss;
+  const Tensor *loss = e->g->loss;
   bool tokens = tc->data == DATA_TEXT || tc->data == DATA_U16;
   // The stage that counts the correct predictions: the accuracy node's (its logits, own or
   // received, and the class ids it reads are there), wherever the cuts fall.
@@ -534,9 +530,11 @@ void emit_rank_eval(E *e) {
   int lv = -1; // the stage of this rank with the loss
   for (int i = 0; i < e->rp->nvs; i++)
     if (P->vs[e->rp->vs[i]].has_loss) lv = e->rp->vs[i];
-  bool hx = e->p->offset[x->id] >= 0, hy = e->p->offset[y->id] >= 0;
-  const char *X = hx ? cu_in(e, x, true) : "NULL", *Y = hy ? cu_in(e, y, true) : "NULL";
-  const char *up = cu_upload_inputs(e, hx, hy);
+  bool h[MAX_FEEDS]; // the fed inputs this rank holds
+  for (int k = 0; k < tc->nfeeds; k++) h[k] = e->p->offset[tc->feeds[k].t->id] >= 0;
+  const char *X = tokens ? cu_in(e, tc->feeds[0].t, h[0]) : NULL,
+             *Y = tokens ? cu_in(e, tc->feeds[1].t, h[1]) : NULL;
+  const char *up = cu_upload_inputs(e, h);
   out(e, "// ---- Validation: batches of one evaluation, and one batch's forward across the "
          "stages.\n");
   out(e, "static int64_t eval_batches(int64_t requested) {\n");
@@ -558,9 +556,9 @@ void emit_rank_eval(E *e) {
         X, Y, up, X, Y, up);
   else
     out(e,
-        "  (void)whole;\n  int64_t valid = pr_table_val_batch(&data, k, MB, %s, %s);%s\n"
+        "  (void)whole;\n  %s\n  int64_t valid = pr_table_val_batch(&data, k, MB, in_);%s\n"
         "  loss_rows = valid;\n  double weight = (double)valid;\n",
-        X, Y, up);
+        feed_dsts(e, h), up);
   for (int i = 0; i < e->rp->nvs; i++) {
     int v = e->rp->vs[i];
     for (int c = 0; c < P->nch; c++) {

@@ -12,9 +12,23 @@ typedef enum DataKind {
   DATA_NONE, // no data binding (compile only; the program needs --data)
   DATA_TEXT, // character-level text file: token stream, input (B,T) and target (B,T) shifted
   DATA_U16,  // little-endian uint16 token file, same batching as text
-  DATA_CSV,  // CSV(.gz) table: features into the input (B,F), last column the target (B)
-  DATA_NPY   // .npy features and labels
+  DATA_CSV,  // CSV(.gz) table: each row's columns into the fed inputs (TrainConfig.feeds)
+  DATA_NPY   // .npy tables: one file per fed input
 } DataKind;
+
+enum { MAX_FEEDS = 16 }; // most model inputs one data binding fills (PR_MAX_FEEDS in pipert.h)
+
+// One model input the training data fills (training_data.c): the entries of data.input, then
+// those of data.target. Every row of a batch fills all of them from the same table row.
+typedef struct Feed {
+  const Tensor *t;   // the model input
+  bool target;       // named by data.target (a class id or a regression value; else data.input)
+  int64_t width;     // elements per sample: the product of the input's dims after the batch
+  int64_t col;       // csv: its first column (0-based); it reads columns col .. col + width - 1
+  const char *file;  // npy: its .npy file, absolute (NULL for other data)
+  bool file_rel;     // the file was relative in the model (codegen writes it relative again)
+  Loc loc;           // where the model names it (or the input's definition)
+} Feed;
 
 typedef enum OptKind {
   OPT_ADAMW, // AdamW, decoupled weight decay on params of rank >= 2
@@ -41,14 +55,16 @@ typedef struct TrainConfig {
   int64_t eval_batches;   // batches per evaluation (tables: 0 = the whole validation split)
   int64_t log_every;      // steps between progress lines
   DataKind data;          // data binding
-  const char *data_path;  // data file (resolved against the model file's directory)
-  const char *data_path2; // npy: labels file
+  const char *data_path;  // data file (resolved against the model file's directory); npy: the
+                          // data input's file (the feeds hold each file; data.files: NULL)
+  const char *data_labels; // npy: data.labels, the target's file as written (the feed holds it)
   bool data_rel;          // data_path was relative in the model (codegen writes it relative)
-  bool data_rel2;         // data_path2 likewise
   double train_fraction;  // first fraction for training, rest validation
-  double scale;           // tables: features multiplied by this
-  Tensor *input;          // model input fed with data
-  Tensor *target;         // model input fed with targets
+  double scale;           // tables: f32 columns multiplied by this (i32 columns are not)
+  Feed *feeds;            // the fed inputs: data.input's, then data.target's (training_data.c)
+  int nfeeds;             // count (0 without a data binding)
+  int64_t columns;        // csv: the fields a row has with the default assignment (the feeds'
+                          // widths in order); 0 with data.columns (a row needs the last read one)
   const Node *accuracy;   // the classification whose correct predictions every evaluation counts
                           // (training_accuracy; NULL: the evaluation line has no accuracy)
   DType precision;        // --precision: DT_F32 (default), DT_BF16 or DT_F16 (precision.c)
@@ -75,6 +91,17 @@ const char *precision_note(DType prec);
 // "key=value" strings (pipec compile --set key=value). Binds the batch symbol to the microbatch.
 bool training_parse(const Source *src, Graph *g, const char **overrides, int noverrides,
                     TrainConfig *tc, Diag *d);
+// The `training.data` section's inputs (data.input, data.target, data.columns, data.files;
+// training_data.c): fills tc->feeds, checks each fed input against the data kind and that every
+// other model input is filled by something, and resolves the npy files against dir (the model
+// file's directory). Called by training_parse once tc->data and the paths are read.
+bool training_data_bind(const Source *src, Graph *g, const cJSON *data, const char *dir,
+                        TrainConfig *tc, Diag *d);
+// The feed that fills model input t, or NULL (no loader fills t).
+const Feed *training_feed_of(const TrainConfig *tc, const Tensor *t);
+// Resolves a data path written in the model against dir (absolute, tidied when the file exists).
+const char *training_data_path(Arena *a, const char *dir, const char *path);
+
 // After autodiff: decides once, for every S, whether evaluations count correct predictions, and
 // of which node (TrainConfig.accuracy): tables only, the one node that reads the target as class
 // ids ("classes": cross_entropy) of f32 logits (B, K) it trains (a backward node reads them, so

@@ -41,7 +41,7 @@ static const Key keys[] = {
     {"eval_batches", K_INT, F(eval_batches), 0, 1e9},
     {"log_every", K_INT, F(log_every), 1, 1e12},
     {"data.path", K_STR, F(data_path), 0, 0},
-    {"data.labels", K_STR, F(data_path2), 0, 0},
+    {"data.labels", K_STR, F(data_labels), 0, 0},
     {"data.train_fraction", K_NUM, F(train_fraction), 0.01, 0.99},
     {"data.scale", K_NUM, F(scale), -1e12, 1e12},
 };
@@ -103,18 +103,21 @@ static bool read_object(const Source *src, const cJSON *obj, const char *prefix,
     // Keys that are not plain numbers/strings of the table.
     if (!strcmp(name, "optimizer.kind") || !strcmp(name, "data.kind") ||
         !strcmp(name, "data.input") || !strcmp(name, "data.target") ||
+        !strcmp(name, "data.columns") || !strcmp(name, "data.files") ||
         !strcmp(name, "optimizer.betas"))
-      continue; // read by training_parse
+      continue; // read by training_parse and training_data_bind
     const Key *k = find_key(name);
     if (!k) {
       // Suggest among the keys of this level (table keys and the specially read ones).
       static const char *const extra[] = {"optimizer",      "schedule",        "data",
                                           "optimizer.kind", "optimizer.betas", "data.kind",
-                                          "data.input",     "data.target"};
-      const char *cands[NKEYS + 8];
+                                          "data.input",     "data.target",     "data.columns",
+                                          "data.files"};
+      enum { NEXTRA = sizeof extra / sizeof extra[0] };
+      const char *cands[NKEYS + NEXTRA];
       int nc = 0;
       size_t pl = strlen(prefix);
-      for (int i = 0; i < NKEYS + 8; i++) {
+      for (int i = 0; i < NKEYS + NEXTRA; i++) {
         const char *kn = i < NKEYS ? keys[i].name : extra[i - NKEYS];
         if (strncmp(kn, prefix, pl) == 0 && !strchr(kn + pl, '.')) cands[nc++] = kn + pl;
       }
@@ -154,51 +157,6 @@ static bool read_object(const Source *src, const cJSON *obj, const char *prefix,
 
 static const cJSON *sub(const cJSON *o, const char *k) {
   return o ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
-}
-
-static Tensor *bind_input(const Source *src, Graph *g, const cJSON *it, const char *key,
-                          bool target, Diag *d) {
-  Tensor *t = NULL;
-  if (it) {
-    if (!cJSON_IsString(it) || !(t = graph_find(g, it->valuestring)) || t->kind != T_INPUT) {
-      diag_error(d, source_loc(src, it), "training.data.%s: expected the name of a model input",
-                 key);
-      return NULL;
-    }
-    return t;
-  }
-  for (int i = 0; i < g->ninputs; i++)
-    if (g->inputs[i]->is_target == target) {
-      if (t) { // at the second one
-        const Tensor *u = g->inputs[i];
-        diag_error(d, u->loc,
-                   "%s: input '%s' is a second %s input after '%s': name the one the data fills "
-                   "in training.data.%s",
-                   u->path ? u->path : "inputs", u->name, target ? "target" : "data", t->name, key);
-        return NULL;
-      }
-      t = g->inputs[i];
-    }
-  if (!t)
-    diag_error(d, (Loc){0, 0}, "training.data.%s: the model has no %s input", key,
-               target ? "target" : "data");
-  return t;
-}
-
-// The loader fills exactly the data input and the target (codegen's load_batch); no node makes a
-// model input. Any other input would be read uninitialised, from bytes the memory plan gives to
-// other buffers as well: refused, at its definition.
-static bool all_inputs_filled(const Graph *g, const TrainConfig *tc, Diag *d) {
-  for (int i = 0; i < g->ninputs; i++) {
-    const Tensor *t = g->inputs[i];
-    if (t == tc->input || t == tc->target) continue;
-    diag_error(d, t->loc,
-               "%s: input '%s' is never filled: the training data fills only the data input '%s' "
-               "and the target '%s'",
-               t->path ? t->path : "inputs", t->name, tc->input->name, tc->target->name);
-    return false;
-  }
-  return true;
 }
 
 bool training_parse(const Source *src, Graph *g, const char **overrides, int noverrides,
@@ -310,32 +268,8 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
   }
   tc->mb_size = tc->batch / tc->microbatches;
   if (tc->data != DATA_NONE) {
-    if (!tc->data_path) {
+    if (!tc->data_path && !(tc->data == DATA_NPY && sub(data, "files"))) {
       diag_error(d, source_loc(src, data), "training.data: missing 'path'");
-      return false;
-    }
-    if (tc->data == DATA_NPY && !tc->data_path2) {
-      diag_error(d, source_loc(src, data),
-                 "training.data: npy needs 'labels' (the labels .npy file)");
-      return false;
-    }
-    if (!(tc->input = bind_input(src, g, sub(data, "input"), "input", false, d)) ||
-        !(tc->target = bind_input(src, g, sub(data, "target"), "target", true, d)) ||
-        !all_inputs_filled(g, tc, d))
-      return false;
-    bool tokens = tc->data == DATA_TEXT || tc->data == DATA_U16;
-    const Shape *xs = &tc->input->shape, *ys = &tc->target->shape;
-    if (tokens && (tc->input->dtype != DT_I32 || xs->rank != 2 || !shape_eq(xs, ys) ||
-                   tc->target->dtype != DT_I32)) {
-      diag_error(d, tc->input->loc,
-                 "training.data: token data needs i32 inputs '%s' and '%s' of shape (B,T)",
-                 tc->input->name, tc->target->name);
-      return false;
-    }
-    if (!tokens && (tc->input->dtype != DT_F32 || xs->rank != 2 || ys->rank != 1 ||
-                    tc->target->dtype != DT_I32)) {
-      diag_error(d, tc->input->loc,
-                 "training.data: table data needs an f32 input (B,F) and an i32 target (B)");
       return false;
     }
     // Data paths are relative to the model file; here they are made absolute. Codegen writes one
@@ -346,19 +280,11 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
       dir = arena_strdup(a, real);
       free(real);
     }
-    tc->data_rel = tc->data_path[0] != '/';
-    tc->data_rel2 = tc->data_path2 && tc->data_path2[0] != '/';
-    if (tc->data_rel) tc->data_path = arena_printf(a, "%s/%s", dir, tc->data_path);
-    char *canon = realpath(tc->data_path, NULL); // tidy "a/../b" when the file exists
-    if (canon) {
-      tc->data_path = arena_strdup(a, canon);
-      free(canon);
+    if (tc->data_path) {
+      tc->data_rel = tc->data_path[0] != '/';
+      tc->data_path = training_data_path(a, dir, tc->data_path);
     }
-    if (tc->data_rel2) tc->data_path2 = arena_printf(a, "%s/%s", dir, tc->data_path2);
-    if (tc->data_path2 && (canon = realpath(tc->data_path2, NULL))) { // the labels likewise
-      tc->data_path2 = arena_strdup(a, canon);
-      free(canon);
-    }
+    if (!training_data_bind(src, g, data, dir, tc, d)) return false;
   }
   // Every tensor must fit once the batch symbol is bound.
   for (int i = 0; i < g->ntensors; i++)
@@ -383,14 +309,18 @@ void training_accuracy(TrainConfig *tc) {
   tc->accuracy = NULL;
   if (tc->data != DATA_CSV && tc->data != DATA_NPY) return;
   const Node *found = NULL;
-  for (int u = 0; u < tc->target->nuses; u++) {
-    const Node *n = tc->target->uses[u].node;
-    const IndexBound *ids = n->op->ids;
-    if (n->role != ROLE_FWD || !ids || ids->slot != tc->target->uses[u].slot ||
-        strcmp(ids->what, "classes") != 0)
-      continue;
-    if (found) return; // two classifications of one target: which one's accuracy is ambiguous
-    found = n;
+  for (int i = 0; i < tc->nfeeds; i++) {
+    const Tensor *y = tc->feeds[i].t;
+    if (!tc->feeds[i].target || y->dtype != DT_I32) continue; // regression: the loss only
+    for (int u = 0; u < y->nuses; u++) {
+      const Node *n = y->uses[u].node;
+      const IndexBound *ids = n->op->ids;
+      if (n->role != ROLE_FWD || !ids || ids->slot != y->uses[u].slot ||
+          strcmp(ids->what, "classes") != 0)
+        continue;
+      if (found) return; // two classifications: which one's accuracy is ambiguous
+      found = n;
+    }
   }
   if (!found) return;
   const Tensor *l = accuracy_logits(found);
@@ -427,6 +357,21 @@ void training_print(const Graph *g, const TrainConfig *tc, FILE *out) {
   }
   fprintf(out, "  %-24s %s\n", "optimizer.kind", tc->opt == OPT_ADAMW ? "adamw" : "sgd");
   fprintf(out, "  %-24s %s\n", "data.kind", data_kinds[tc->data]);
-  fprintf(out, "  %-24s %s\n", "data.input", tc->input ? tc->input->name : "-");
-  fprintf(out, "  %-24s %s\n", "data.target", tc->target ? tc->target->name : "-");
+  for (int target = 0; target < 2; target++) {
+    char names[512] = "";
+    size_t len = 0;
+    for (int i = 0; i < tc->nfeeds; i++)
+      if (tc->feeds[i].target == target && len < sizeof names)
+        len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "",
+                                tc->feeds[i].t->name);
+    fprintf(out, "  %-24s %s\n", target ? "data.target" : "data.input", len ? names : "-");
+  }
+  for (int i = 0; i < tc->nfeeds; i++) { // where each comes from: its columns or its file
+    const Feed *f = &tc->feeds[i];
+    if (tc->data == DATA_CSV)
+      fprintf(out, "  %-24s %lld..%lld\n", arena_printf(g->arena, "data.columns.%s", f->t->name),
+              (long long)f->col, (long long)(f->col + f->width - 1));
+    else if (tc->data == DATA_NPY)
+      fprintf(out, "  %-24s %s\n", arena_printf(g->arena, "data.files.%s", f->t->name), f->file);
+  }
 }

@@ -4,8 +4,10 @@
 // strictly (the whole string, in range). A bad flag prints one line
 //     PROGRAM: --steps: expected a non-negative integer, got 'abc'
 // to stderr and exits with status 2; --help prints the usage to stdout and exits with status 0.
-// --labels exists for .npy tables only (a non-NULL default in *o): such a model given --data
-// needs --labels too, so that new features never pair silently with the model's old labels.
+// .npy tables have one file per fed input (o->nfiles): --data is the first one's, --labels the
+// one target's (where the model has one), --data-file NAME=PATH any one's. Giving the first one
+// (--data, --predict) needs every other one too, so that new rows never pair silently with the
+// model's old files.
 #include "pipert.h"
 
 #include <errno.h>
@@ -67,6 +69,32 @@ static const char *parse_path(const char *flag, const char *s) {
   return s;
 }
 
+// --data-file NAME=PATH: the .npy file of fed input NAME (index 0: --data).
+static void parse_data_file(PrOptions *o, const char *s, bool *given) {
+  const char *eq = strchr(s, '=');
+  if (o->nfiles == 0)
+    usage_error("--data-file: this model's data is not .npy files (only .npy tables have one file "
+                "per input)");
+  if (!eq || eq == s) usage_error("--data-file: expected NAME=PATH, got '%s'", s);
+  char names[512] = "";
+  size_t n = 0;
+  for (int k = 0; k < o->nfiles; k++) {
+    if (strlen(o->file_name[k]) == (size_t)(eq - s) && !strncmp(o->file_name[k], s, (size_t)(eq - s))) {
+      const char *path = parse_path("data-file", eq + 1);
+      if (k == 0)
+        o->data = path;
+      else
+        o->file[k] = path;
+      given[k] = true;
+      return;
+    }
+    if (n < sizeof names)
+      n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", k ? ", " : "", o->file_name[k]);
+  }
+  usage_error("--data-file: '%.*s' is not an input of this model's .npy data (%s)", (int)(eq - s),
+              s, names);
+}
+
 // --trace-steps A:B, 0 <= A < B (whole numbers).
 static void parse_steps(const char *s, int64_t *first, int64_t *end) {
   const char *colon = strchr(s, ':');
@@ -103,9 +131,17 @@ static void print_usage(const PrOptions *o, const char *doc) {
          o->seed);
   printf("  --data PATH        training data (overrides the model's data path)%s%s%s\n",
          o->data ? " [" : "", o->data ? o->data : "", o->data ? "]" : "");
-  if (o->labels)
+  if (o->label_file > 0)
     printf("  --labels PATH      .npy labels of the --data features (required with --data) [%s]\n",
-           o->labels);
+           o->file[o->label_file]);
+  if (o->nfiles > 0) {
+    printf("  --data-file NAME=PATH\n"
+           "                     the .npy file of input NAME (repeatable; giving the first file\n"
+           "                     needs every other one too) [");
+    for (int k = 0; k < o->nfiles; k++)
+      printf("%s%s=%s", k ? ", " : "", o->file_name[k], k ? o->file[k] : o->data);
+    printf("]\n");
+  }
   printf(
       "  --init F|DIR       initial parameters from a safetensors file or a sharded directory\n");
   printf("  --save F|DIR/      write the parameters to a safetensors file at the end (DIR/: one\n"
@@ -154,6 +190,7 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
     O_SEED,
     O_DATA,
     O_LABELS,
+    O_DATA_FILE,
     O_INIT,
     O_SAVE,
     O_RESUME,
@@ -182,6 +219,7 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
       {"seed", required_argument, NULL, O_SEED},
       {"data", required_argument, NULL, O_DATA},
       {"labels", required_argument, NULL, O_LABELS},
+      {"data-file", required_argument, NULL, O_DATA_FILE},
       {"init", required_argument, NULL, O_INIT},
       {"save", required_argument, NULL, O_SAVE},
       {"resume", required_argument, NULL, O_RESUME},
@@ -210,8 +248,7 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
   opterr = 0;
   optind = 0; // full re-initialisation (GNU), so that the parser can run more than once
   const int64_t BIG = INT64_MAX;
-  const bool has_labels = o->labels != NULL;
-  bool data_given = false, labels_given = false;
+  bool given[PR_MAX_FEEDS] = {false}; // .npy files given on the command line
   for (;;) {
     int prev = optind ? optind : 1;
     int c = getopt_long(argc, argv, ":", longopts, NULL);
@@ -232,14 +269,17 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
       break;
     case O_DATA:
       o->data = parse_path("data", a);
-      data_given = true;
+      given[0] = true;
       break;
     case O_LABELS:
-      if (!has_labels)
+      if (o->label_file <= 0)
         usage_error("--labels: this model's data has no separate labels file (only .npy tables "
                     "do)");
-      o->labels = parse_path("labels", a);
-      labels_given = true;
+      o->file[o->label_file] = parse_path("labels", a);
+      given[o->label_file] = true;
+      break;
+    case O_DATA_FILE:
+      parse_data_file(o, a, given);
       break;
     case O_INIT:
       o->init = parse_path("init", a);
@@ -322,13 +362,24 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
   }
   if (optind < argc) usage_error("unexpected argument '%s'", argv[optind]);
   if (o->trace_end > 0 && !o->trace) usage_error("--trace-steps: give --trace FILE too");
-  if (has_labels && data_given && !labels_given)
-    usage_error("--data: give --labels FILE too (the model's labels '%s' belong to its own "
-                "features)",
-                o->labels);
-  if (has_labels && o->predict && !labels_given)
-    usage_error("--predict: give --labels FILE too (the .npy table's labels; they are read and "
-                "checked, not used)");
+  for (int k = 1; k < o->nfiles; k++) {
+    bool labels = k == o->label_file && o->nfiles == 2;
+    if (given[0] && !given[k] && labels)
+      usage_error("--data: give --labels FILE too (the model's labels '%s' belong to its own "
+                  "features)",
+                  o->file[k]);
+    if (given[0] && !given[k])
+      usage_error("--data: give --data-file %s=PATH too (the model's file '%s' belongs to its own "
+                  "rows)",
+                  o->file_name[k], o->file[k]);
+    if (o->predict && !given[k] && labels)
+      usage_error("--predict: give --labels FILE too (the .npy table's labels; they are read and "
+                  "checked, not used)");
+    if (o->predict && !given[k])
+      usage_error("--predict: give --data-file %s=PATH too (the .npy file of that input, one row "
+                  "per row of DATA)",
+                  o->file_name[k]);
+  }
   if (o->predict && !o->out) usage_error("--predict: give --out FILE.npy (where the outputs go)");
   if (o->out && !o->predict) usage_error("--out: only --predict DATA writes outputs");
   if (o->predict && o->save) usage_error("--predict trains nothing: drop --save");

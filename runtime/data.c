@@ -29,8 +29,11 @@
 //       for i = rows-1 down to 1: j = pr_splitmix64(&s) % (i + 1); swap(perm[i], perm[j])
 //   shuffled row k = file row perm[k] (data rows counted from 0, header and blank lines excluded);
 //   the first n_train = floor(rows * train_frac) shuffled rows are the training split.
-//   Features are (float)(value * scale), value parsed as a double; a value that is not finite
-//   ("nan", "inf", 1e999) or whose feature is not a finite float32 (1e300) stops the program.
+//   A table row is a row of 4-byte cells (CSV: one per field; npy: the fed inputs' files' values
+//   one after the other); each fed input (PrFeed) takes its cells of the row, so all inputs of a
+//   batch row come from one table row. f32 values are (float)(value * scale), value parsed as a
+//   double; a value that is not finite ("nan", "inf", 1e999) or whose feature is not a finite
+//   float32 (1e300) stops the program; i32 values are integers from 0, never scaled.
 //
 //   Text streams: vocabulary = the sorted distinct bytes of the whole file; token = index of the
 //   byte in it; n_train = floor(n * train_frac) (floor of the double product).
@@ -263,14 +266,13 @@ void pr_tokens_close(PrTokens *t) {
 // ---------------------------------------------------------------------------------------------
 // Tables
 
-// Shuffles rows (Fisher-Yates, see the header comment), sets n_train and classes.
+// Shuffles rows (Fisher-Yates, see the header comment), sets n_train.
 static void shuffle_split(PrTable *t, const char *path, double frac, uint64_t seed) {
-  int64_t rows = t->rows, F = t->features;
+  int64_t rows = t->rows, C = t->ncells;
   prCheck(rows >= 1, "give a file with at least one data row", "%s: no data rows", path);
   int64_t *perm = malloc((size_t)rows * sizeof *perm);
-  float *x = malloc((size_t)(rows * F) * sizeof(float) + 1);
-  int32_t *y = malloc((size_t)rows * sizeof(int32_t));
-  prCheck(perm && x && y, "the table is too large for this machine's memory",
+  uint32_t *cells = malloc((size_t)(rows * C) * sizeof(uint32_t) + 1);
+  prCheck(perm && cells, "the table is too large for this machine's memory",
           "out of memory shuffling '%s'", path);
   for (int64_t i = 0; i < rows; i++) perm[i] = i;
   uint64_t s = seed ^ K_SHUFFLE;
@@ -280,18 +282,11 @@ static void shuffle_split(PrTable *t, const char *path, double frac, uint64_t se
     perm[i] = perm[j];
     perm[j] = tmp;
   }
-  int maxl = 0;
-  for (int64_t k = 0; k < rows; k++) {
-    memcpy(x + k * F, t->x + perm[k] * F, (size_t)F * sizeof(float));
-    y[k] = t->y[perm[k]];
-    if (y[k] > maxl) maxl = y[k];
-  }
+  for (int64_t k = 0; k < rows; k++)
+    memcpy(cells + k * C, t->cells + perm[k] * C, (size_t)C * sizeof(uint32_t));
   free(perm);
-  free(t->x);
-  free(t->y);
-  t->x = x;
-  t->y = y;
-  t->classes = maxl + 1;
+  free(t->cells);
+  t->cells = cells;
   if (pr_data_predict) { // every row, in file order, is "validation"
     t->n_train = 0;
     return;
@@ -370,26 +365,57 @@ static float feature(double v, double scale, const char *path, const char *where
   return f;
 }
 
+// Whether m is a features-then-label table (one f32 (B,F) input, then one i32 class target of one
+// value per sample right after it): its messages speak of features and the label, as they always
+// have.
+static bool legacy_model(const PrTableModel *m) {
+  const PrFeed *x = &m->feed[0], *y = &m->feed[1];
+  return m->nfeeds == 2 && !x->i32 && x->ndim == 1 && x->col == 0 && y->i32 && y->target &&
+         y->width == 1 && y->col == x->width;
+}
+
 // The hint of a feature-count mismatch: the model's input and its width (exits follow: not freed).
-static const char *features_hint(const PrTableModel *want) {
+static const char *features_hint(const PrFeed *x) {
   const char *fmt = "the model's input '%s' has %lld features";
-  const char *name = want->input ? want->input : "";
-  int n = snprintf(NULL, 0, fmt, name, (long long)want->features);
+  const char *name = x->name ? x->name : "";
+  int n = snprintf(NULL, 0, fmt, name, (long long)x->width);
   char *h = n > 0 ? malloc((size_t)n + 1) : NULL;
   if (!h) return "give data with as many features per row as the model's input";
-  snprintf(h, (size_t)n + 1, fmt, name, (long long)want->features);
+  snprintf(h, (size_t)n + 1, fmt, name, (long long)x->width);
   return h;
 }
 
-// A label at or above the model's classes (want->classes > 0) stops the program; `where` names
-// the file's line and column (":5:129") or row (": row 4").
-static void check_label(const PrTableModel *want, double v, const char *path, const char *where) {
-  if (!want || want->classes <= 0 || v < (double)want->classes) return;
-  char hint[96];
-  snprintf(hint, sizeof hint, "use labels 0..%lld, or a model with more classes",
-           (long long)want->classes - 1);
-  pr_fail(__FILE__, __LINE__, hint, "%s%s label %.0f is out of range: the model has %lld classes",
-          path, where, v, (long long)want->classes);
+// An i32 value of feed f, checked: an integer from 0, below f's classes, within int32. `where`
+// names the file's line and column (":5:129:") or row (": row 4:"); legacy: the label's words.
+static int32_t check_int(const PrFeed *f, bool legacy, double v, const char *text, int textlen,
+                         const char *path, const char *where) {
+  const char *hint = legacy ? "the last field of a row is the class label 0, 1, 2, ..."
+                            : "an i32 input takes integers from 0 (class ids, token ids)";
+  if (v != floor(v) && legacy)
+    pr_fail(__FILE__, __LINE__, hint, "%s%s label '%.*s' is not an integer", path, where, textlen,
+            text);
+  if (v != floor(v))
+    pr_fail(__FILE__, __LINE__, hint, "%s%s value '%.*s' of i32 input '%s' is not an integer",
+            path, where, textlen, text, f->name);
+  if (v < 0 && legacy)
+    pr_fail(__FILE__, __LINE__, hint, "%s%s label %.0f is negative", path, where, v);
+  if (v < 0)
+    pr_fail(__FILE__, __LINE__, hint, "%s%s value %.0f of i32 input '%s' is negative", path,
+            where, v, f->name);
+  if (f->classes > 0 && v >= (double)f->classes) {
+    char h[96];
+    snprintf(h, sizeof h, "use %s 0..%lld, or a model with more classes",
+             f->target ? "labels" : "ids", (long long)f->classes - 1);
+    if (f->target)
+      pr_fail(__FILE__, __LINE__, h, "%s%s label %.0f is out of range: the model has %lld classes",
+              path, where, v, (long long)f->classes);
+    pr_fail(__FILE__, __LINE__, h,
+            "%s%s value %.0f of i32 input '%s' is out of range: the model takes ids below %lld",
+            path, where, v, f->name, (long long)f->classes);
+  }
+  prCheck(v <= (legacy ? 1e7 : 2147483647.0), hint, "%s%s %s %.0f is too large", path, where,
+          legacy ? "label" : "value", v);
+  return (int32_t)v;
 }
 
 typedef struct Field {
@@ -423,19 +449,86 @@ static int64_t split_fields(char *line, Field **fields, int64_t *cap, const char
   return n;
 }
 
+// The model of a features-then-label CSV (want NULL) of ncols fields.
+static void default_model(PrTableModel *m, int64_t ncols) {
+  memset(m, 0, sizeof *m);
+  m->nfeeds = 2;
+  m->columns = ncols;
+  m->feed[0] = (PrFeed){.name = "", .width = ncols - 1, .ndim = 1, .dims = {ncols - 1}};
+  m->feed[1] = (PrFeed){.name = "", .i32 = true, .target = true, .width = 1, .col = ncols - 1};
+}
+
+// What a CSV column is read as: not at all, an f32 value or an i32 value (of feed `feed`, the one
+// with the smallest bound among those that read it).
+typedef struct Column {
+  char kind; // 0, 'f', 'i'
+  int feed;
+} Column;
+
+// A CSV table's columns, from the model, once the first data row gave their count (ncols);
+// checks that the rows hold the columns the model reads.
+static Column *csv_columns(const PrTableModel *m, bool legacy, int64_t ncols, const char *path,
+                           int64_t lineno) {
+  if (legacy && ncols - 1 != m->feed[0].width)
+    pr_fail(__FILE__, __LINE__, features_hint(&m->feed[0]),
+            "%s:%lld: the row has %lld features (then its label) but the model takes %lld", path,
+            (long long)lineno, (long long)(ncols - 1), (long long)m->feed[0].width);
+  if (m->columns > 0 && ncols != m->columns) {
+    char list[512] = "";
+    size_t n = 0;
+    for (int k = 0; k < m->nfeeds && n < sizeof list; k++) {
+      const PrFeed *f = &m->feed[k];
+      n += (size_t)snprintf(list + n, sizeof list - n, "%s%lld..%lld into '%s'", k ? ", " : "",
+                            (long long)f->col, (long long)(f->col + f->width - 1), f->name);
+    }
+    pr_fail(__FILE__, __LINE__,
+            "a row holds the inputs' values in order (data.input, then data.target), or "
+            "training.data.columns says which columns each reads",
+            "%s:%lld: the row has %lld fields but the model reads %lld (columns %s)", path,
+            (long long)lineno, (long long)ncols, (long long)m->columns, list);
+  }
+  Column *c = calloc((size_t)ncols, sizeof *c);
+  prCheck(c != NULL, "the CSV line is too long", "%s:%lld: out of memory", path, (long long)lineno);
+  for (int k = 0; k < m->nfeeds; k++) {
+    const PrFeed *f = &m->feed[k];
+    if (f->col + f->width > ncols)
+      pr_fail(__FILE__, __LINE__, "check training.data.columns against the file",
+              "%s:%lld: the row has %lld fields but input '%s' reads columns %lld..%lld "
+              "(0-based)",
+              path, (long long)lineno, (long long)ncols, f->name, (long long)f->col,
+              (long long)(f->col + f->width - 1));
+    for (int64_t j = f->col; j < f->col + f->width; j++) {
+      Column *cj = &c[j];
+      const PrFeed *o = cj->kind ? &m->feed[cj->feed] : NULL;
+      if (!o || (f->i32 && f->classes > 0 && (o->classes == 0 || f->classes < o->classes)))
+        *cj = (Column){f->i32 ? 'i' : 'f', k};
+    }
+  }
+  return c;
+}
+
+// The CSV being read: an error in it exits with the file open, and leak checkers must find its
+// state reachable (a local alone is not always kept where they look; volatile: the store stays).
+static gzFile volatile csv_open;
+
 void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t seed,
                        double scale, const PrTableModel *want) {
   memset(t, 0, sizeof *t);
   check_frac(path, train_frac);
   int fd = pr_open_regular(path, "data file");
   errno = 0;
-  gzFile gz = gzdopen(fd, "rb");
+  gzFile gz = csv_open = gzdopen(fd, "rb");
   prCheck(gz != NULL, "the machine is out of memory", "cannot read '%s': %s", path,
           errno ? strerror(errno) : "gzdopen failed");
   char *buf = NULL;
   size_t cap = 0;
   Field *fields = NULL;
-  int64_t fcap = 0, xcap = 0, ycap = 0, ncols = 0, first_line = 0;
+  Column *cols = NULL;
+  PrTableModel guess; // want NULL: features, then the label
+  bool legacy = !want || (legacy_model(want) && want->columns == want->feed[0].width + 1);
+  const char *hint_bad = legacy ? "every field is a number; the last one is the label"
+                                : "every field is a number";
+  int64_t fcap = 0, rcap = 0, ncols = 0, first_line = 0;
   bool seen_first = false;
   for (int64_t lineno = 1;; lineno++) {
     char *line = gz_line(gz, path, &buf, &cap, lineno);
@@ -450,16 +543,17 @@ void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t
       if (parse_number(fields[0].s, fields[0].len, &dummy) == NUM_BAD) continue;
     }
     if (ncols == 0) {
-      prCheck(nf >= 2, "each row holds the features and then the integer label",
+      prCheck(want || nf >= 2, "each row holds the features and then the integer label",
               "%s:%lld: only %lld field; expected at least one feature and a label", path,
               (long long)lineno, (long long)nf);
       ncols = nf;
       first_line = lineno;
-      t->features = nf - 1;
-      if (want && want->features > 0 && t->features != want->features)
-        pr_fail(__FILE__, __LINE__, features_hint(want),
-                "%s:%lld: the row has %lld features (then its label) but the model takes %lld",
-                path, (long long)lineno, (long long)t->features, (long long)want->features);
+      if (!want) default_model(&guess, ncols), want = &guess;
+      cols = csv_columns(want, legacy, ncols, path, lineno);
+      t->ncells = ncols;
+      t->nfeeds = want->nfeeds;
+      for (int k = 0; k < want->nfeeds; k++)
+        t->off[k] = want->feed[k].col, t->width[k] = want->feed[k].width;
     }
     if (nf < ncols)
       pr_fail(__FILE__, __LINE__, "every row has the same number of fields",
@@ -471,56 +565,52 @@ void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t
               "%s:%lld:%lld: extra field: the row has %lld fields, line %lld has %lld", path,
               (long long)lineno, (long long)fields[ncols].col, (long long)nf, (long long)first_line,
               (long long)ncols);
-    if (t->rows + 1 > ycap) {
-      ycap = ycap ? ycap * 2 : 1024;
-      t->y = realloc(t->y, (size_t)ycap * sizeof(int32_t));
-      xcap = ycap * t->features;
-      t->x = realloc(t->x, (size_t)xcap * sizeof(float));
-      prCheck(t->x && t->y, "the table is too large for this machine's memory",
+    if (t->rows + 1 > rcap) {
+      rcap = rcap ? rcap * 2 : 1024;
+      prCheck(rcap <= INT64_MAX / 4 / ncols, "the table is too large for this machine's memory",
+              "%s:%lld: too many cells", path, (long long)lineno);
+      t->cells = realloc(t->cells, (size_t)(rcap * ncols) * sizeof(uint32_t));
+      prCheck(t->cells != NULL, "the table is too large for this machine's memory",
               "out of memory reading '%s'", path);
     }
-    float *xr = t->x + t->rows * t->features;
+    uint32_t *row = t->cells + t->rows * ncols;
     for (int64_t c = 0; c < nf; c++) {
       const Field *f = &fields[c];
       double v;
       if (f->len == 0)
-        pr_fail(__FILE__, __LINE__, "every field is a number; the last one is the label",
-                "%s:%lld:%lld: empty field (field %lld)", path, (long long)lineno,
-                (long long)f->col, (long long)(c + 1));
+        pr_fail(__FILE__, __LINE__, hint_bad, "%s:%lld:%lld: empty field (field %lld)", path,
+                (long long)lineno, (long long)f->col, (long long)(c + 1));
       Num kind = parse_number(f->s, f->len, &v);
       if (kind != NUM_OK)
         pr_fail(__FILE__, __LINE__,
-                kind == NUM_BAD ? "every field is a number; the last one is the label"
-                                : "features and labels must be finite numbers",
+                kind == NUM_BAD ? hint_bad
+                : legacy        ? "features and labels must be finite numbers"
+                                : "every value must be a finite number",
                 "%s:%lld:%lld: field %lld is not a %snumber: '%.*s'", path, (long long)lineno,
                 (long long)f->col, (long long)(c + 1), kind == NUM_BAD ? "" : "finite ",
                 f->len > 40 ? 40 : (int)f->len, f->s);
-      if (c < t->features) {
-        char where[64];
+      char where[64];
+      row[c] = 0;
+      if (cols[c].kind == 'f') {
         snprintf(where, sizeof where, ":%lld:%lld", (long long)lineno, (long long)f->col);
-        xr[c] = feature(v, scale, path, where);
-      } else {
-        prCheck(v == floor(v), "the last field of a row is the class label 0, 1, 2, ...",
-                "%s:%lld:%lld: label '%.*s' is not an integer", path, (long long)lineno,
-                (long long)f->col, f->len > 40 ? 40 : (int)f->len, f->s);
-        prCheck(v >= 0, "the last field of a row is the class label 0, 1, 2, ...",
-                "%s:%lld:%lld: label %.0f is negative", path, (long long)lineno, (long long)f->col,
-                v);
-        char where[64];
+        float x = feature(v, scale, path, where);
+        memcpy(&row[c], &x, sizeof x);
+      } else if (cols[c].kind == 'i') {
         snprintf(where, sizeof where, ":%lld:%lld:", (long long)lineno, (long long)f->col);
-        check_label(want, v, path, where);
-        prCheck(v <= 1e7, "the last field of a row is the class label 0, 1, 2, ...",
-                "%s:%lld:%lld: label %.0f is too large", path, (long long)lineno, (long long)f->col,
-                v);
-        t->y[t->rows] = (int32_t)v;
+        int32_t i = check_int(&want->feed[cols[c].feed], legacy, v, f->s,
+                              f->len > 40 ? 40 : (int)f->len, path, where);
+        memcpy(&row[c], &i, sizeof i);
       }
     }
     t->rows++;
   }
   gzclose(gz);
+  csv_open = NULL;
   free(buf);
   free(fields);
-  prCheck(t->rows >= 1, "the file needs at least one row of numbers (features, then the label)",
+  free(cols);
+  prCheck(t->rows >= 1, legacy ? "the file needs at least one row of numbers (features, then the label)"
+                               : "the file needs at least one row of numbers",
           "%s: no data rows", path);
   shuffle_split(t, path, train_frac, seed);
 }
@@ -663,86 +753,138 @@ static double npy_get(const Npy *a, size_t i) {
   return (double)s;
 }
 
-void pr_table_open_npy(PrTable *t, const char *x_path, const char *y_path, double train_frac,
-                       uint64_t seed, double scale, const PrTableModel *want) {
+// "(1797, 8, 8)": a shape for messages.
+static const char *shape_str(char *buf, size_t cap, int64_t rows, int ndim, const int64_t *dims) {
+  size_t n = (size_t)snprintf(buf, cap, "(%lld", (long long)rows);
+  for (int d = 0; d < ndim && n < cap; d++)
+    n += (size_t)snprintf(buf + n, cap - n, ", %lld", (long long)dims[d]);
+  if (n < cap) snprintf(buf + n, cap - n, "%s", ndim == 0 ? ",)" : ")");
+  return buf;
+}
+
+// Feed k's file: read, its shape and dtype checked against the feed (legacy: the words of a
+// features file and a labels file).
+static void npy_feed(Npy *a, const PrFeed *f, bool legacy, int k) {
+  const char *path = f->file;
+  npy_read(a, path, legacy && k == 1 ? "labels file" : "data file");
+  bool scalar = f->width == 1 && f->ndim <= 1; // (rows,) or (rows, 1)
+  bool ok = a->ndim == f->ndim + 1 || (scalar && (a->ndim == 1 || a->ndim == 2));
+  for (int d = 0; ok && d + 1 < a->ndim; d++) ok = a->shape[d + 1] == (scalar ? 1 : f->dims[d]);
+  if (legacy && k == 0) {
+    prCheck(a->ndim == 2, "features are a 2-D array (rows, features)",
+            "%s: features have %d dimensions, expected 2", path, a->ndim);
+    prCheck(a->shape[1] >= 1, "give at least one feature", "%s: zero features", path);
+    if (!ok)
+      pr_fail(__FILE__, __LINE__, features_hint(f),
+              "%s: row 0 has %lld features (shape (%lld, %lld)) but the model takes %lld", path,
+              (long long)a->shape[1], (long long)a->shape[0], (long long)a->shape[1],
+              (long long)f->width);
+  } else if (legacy) {
+    prCheck(ok, "labels are a 1-D array (rows)", "%s: labels have %d dimensions, expected 1",
+            path, a->ndim);
+  } else if (!ok) {
+    char got[128], need[128];
+    pr_fail(__FILE__, __LINE__, "give a .npy array of one row per sample, each of the input's shape",
+            "%s: the array has shape %s but input '%s' takes %s", path,
+            a->ndim ? shape_str(got, sizeof got, a->shape[0], a->ndim - 1, a->shape + 1) : "()",
+            f->name, shape_str(need, sizeof need, a->ndim ? a->shape[0] : 0, f->ndim, f->dims));
+  }
+  if (f->i32 && legacy)
+    prCheck(a->kind == 'i' || a->kind == 'u', "labels are integer class ids (int32/int64/uint8)",
+            "%s: labels have a floating-point dtype", path);
+  if (f->i32)
+    prCheck(a->kind == 'i' || a->kind == 'u', "save an integer array (int32/int64/uint8)",
+            "%s: input '%s' is i32 but the file holds floating-point numbers", path, f->name);
+}
+
+void pr_table_open_npy(PrTable *t, double train_frac, uint64_t seed, double scale,
+                       const PrTableModel *want) {
   memset(t, 0, sizeof *t);
-  check_frac(x_path, train_frac);
-  Npy ax, ay;
-  npy_read(&ax, x_path, "data file");
-  npy_read(&ay, y_path, "labels file");
-  prCheck(ax.ndim == 2, "features are a 2-D array (rows, features)",
-          "%s: features have %d dimensions, expected 2", x_path, ax.ndim);
-  prCheck(ay.ndim == 1 || (ay.ndim == 2 && ay.shape[1] == 1), "labels are a 1-D array (rows)",
-          "%s: labels have %d dimensions, expected 1", y_path, ay.ndim);
-  prCheck(ay.kind == 'i' || ay.kind == 'u', "labels are integer class ids (int32/int64/uint8)",
-          "%s: labels have a floating-point dtype", y_path);
-  prCheck(ax.shape[0] == ay.shape[0], "features and labels have one row each per sample",
-          "%s has %lld rows but %s has %lld", x_path, (long long)ax.shape[0], y_path,
-          (long long)ay.shape[0]);
-  prCheck(ax.shape[1] >= 1, "give at least one feature", "%s: zero features", x_path);
-  if (want && want->features > 0 && ax.shape[1] != want->features)
-    pr_fail(__FILE__, __LINE__, features_hint(want),
-            "%s: row 0 has %lld features (shape (%lld, %lld)) but the model takes %lld", x_path,
-            (long long)ax.shape[1], (long long)ax.shape[0], (long long)ax.shape[1],
-            (long long)want->features);
-  t->rows = ax.shape[0];
-  t->features = ax.shape[1];
-  t->x = malloc((size_t)(t->rows * t->features) * sizeof(float) + 1);
-  t->y = malloc((size_t)t->rows * sizeof(int32_t) + 1);
-  prCheck(t->x && t->y, "the table is too large for this machine's memory",
-          "out of memory reading '%s'", x_path);
-  for (size_t i = 0; i < (size_t)(t->rows * t->features); i++) {
-    double v = npy_get(&ax, i);
-    prCheck(isfinite(v), "features must be finite numbers",
-            "%s: element %zu (row %zu, column %zu) is not finite", x_path, i,
-            i / (size_t)t->features, i % (size_t)t->features);
-    float f = (float)(v * scale);
-    if (!isfinite(f)) {
-      char where[96];
-      snprintf(where, sizeof where, ": element %zu (row %zu, column %zu)", i,
-               i / (size_t)t->features, i % (size_t)t->features);
-      feature(v, scale, x_path, where);
+  prCheck(want && want->nfeeds >= 1 && want->nfeeds <= PR_MAX_FEEDS,
+          "a bug in the generated program", "pr_table_open_npy: bad model");
+  const char *first = want->feed[0].file;
+  check_frac(first, train_frac);
+  bool legacy = legacy_model(want);
+  Npy a[PR_MAX_FEEDS];
+  for (int k = 0; k < want->nfeeds; k++) {
+    npy_feed(&a[k], &want->feed[k], legacy, k);
+    prCheck(a[k].shape[0] == a[0].shape[0],
+            legacy ? "features and labels have one row each per sample"
+                   : "every input's file has one row per sample",
+            "%s has %lld rows but %s has %lld", first, (long long)a[0].shape[0],
+            want->feed[k].file, (long long)a[k].shape[0]);
+    t->off[k] = t->ncells;
+    t->width[k] = want->feed[k].width;
+    prCheck(t->ncells <= INT32_MAX - want->feed[k].width, "the inputs are too wide",
+            "%s: too many values per row", want->feed[k].file);
+    t->ncells += want->feed[k].width;
+  }
+  t->nfeeds = want->nfeeds;
+  t->rows = a[0].shape[0];
+  prCheck(t->rows <= (INT64_MAX / 4 - 1) / (t->ncells ? t->ncells : 1),
+          "the table is too large for this machine's memory", "%s: too many rows", first);
+  t->cells = malloc((size_t)(t->rows * t->ncells) * sizeof(uint32_t) + 1);
+  prCheck(t->cells != NULL, "the table is too large for this machine's memory",
+          "out of memory reading '%s'", first);
+  for (int k = 0; k < want->nfeeds; k++) {
+    const PrFeed *f = &want->feed[k];
+    size_t W = (size_t)f->width;
+    for (size_t i = 0; i < (size_t)t->rows * W; i++) {
+      double v = npy_get(&a[k], i);
+      size_t r = i / W, c = i % W;
+      uint32_t *cell = t->cells + r * (size_t)t->ncells + (size_t)t->off[k] + c;
+      if (f->i32) {
+        char where[48];
+        snprintf(where, sizeof where, W == 1 ? ": row %zu:" : ": row %zu, column %zu:", r, c);
+        // Labels of a features-then-label table: a negative one, too, is "out of range".
+        if (legacy && (v < 0 || v > 1e7)) {
+          if (v >= 0) check_int(f, legacy, v, "", 0, f->file, where);
+          pr_fail(__FILE__, __LINE__, "labels are class ids 0, 1, 2, ...",
+                  "%s%s label %.0f is out of range", f->file, where, v);
+        }
+        int32_t x = check_int(f, legacy, v, "", 0, f->file, where);
+        memcpy(cell, &x, sizeof x);
+        continue;
+      }
+      prCheck(isfinite(v), "features must be finite numbers",
+              "%s: element %zu (row %zu, column %zu) is not finite", f->file, i, r, c);
+      float x = (float)(v * scale);
+      if (!isfinite(x)) {
+        char where[96];
+        snprintf(where, sizeof where, ": element %zu (row %zu, column %zu)", i, r, c);
+        feature(v, scale, f->file, where);
+      }
+      memcpy(cell, &x, sizeof x);
     }
-    t->x[i] = f;
+    free(a[k].buf);
   }
-  for (int64_t r = 0; r < t->rows; r++) {
-    double v = npy_get(&ay, (size_t)r);
-    char where[48];
-    snprintf(where, sizeof where, ": row %lld:", (long long)r);
-    if (v >= 0) check_label(want, v, y_path, where);
-    prCheck(v >= 0 && v <= 1e7, "labels are class ids 0, 1, 2, ...",
-            "%s%s label %.0f is out of range", y_path, where, v);
-    t->y[r] = (int32_t)v;
-  }
-  free(ax.buf);
-  free(ay.buf);
-  shuffle_split(t, x_path, train_frac, seed);
+  shuffle_split(t, first, train_frac, seed);
 }
 
-void pr_table_batch(const PrTable *t, uint64_t seed, int64_t step, int64_t mb, int64_t B, float *x,
-                    int32_t *y) {
+// Copies row `src` of the table into row r of each destination.
+static void copy_row(const PrTable *t, int64_t src, int64_t r, void *const *dst) {
+  const uint32_t *row = t->cells + src * t->ncells;
+  for (int k = 0; k < t->nfeeds; k++)
+    if (dst[k])
+      memcpy((uint32_t *)dst[k] + r * t->width[k], row + t->off[k],
+             (size_t)t->width[k] * sizeof(uint32_t));
+}
+
+void pr_table_batch(const PrTable *t, uint64_t seed, int64_t step, int64_t mb, int64_t B,
+                    void *const *dst) {
   prCheck(t->n_train >= 1, "the training split is empty", "pr_table_batch: no training rows");
-  int64_t F = t->features;
-  for (int64_t r = 0; r < B; r++) {
-    int64_t k = (int64_t)(batch_draw(seed, PR_TRAIN, step, mb, r) % (uint64_t)t->n_train);
-    if (x) memcpy(x + r * F, t->x + k * F, (size_t)F * sizeof(float));
-    if (y) y[r] = t->y[k];
-  }
+  for (int64_t r = 0; r < B; r++)
+    copy_row(t, (int64_t)(batch_draw(seed, PR_TRAIN, step, mb, r) % (uint64_t)t->n_train), r, dst);
 }
 
-int64_t pr_table_val_batch(const PrTable *t, int64_t k, int64_t B, float *x, int32_t *y) {
+int64_t pr_table_val_batch(const PrTable *t, int64_t k, int64_t B, void *const *dst) {
   int64_t n_val = t->rows - t->n_train;
   prCheck(n_val >= 1, "use a training fraction below 1 to keep rows for validation",
           "the validation split is empty (%lld rows, all for training)", (long long)t->rows);
   prCheck(k >= 0 && B >= 0 && (B == 0 || k < INT64_MAX / B - 1),
           "internal error in the generated program",
           "pr_table_val_batch: bad batch %lld of %lld rows", (long long)k, (long long)B);
-  int64_t F = t->features;
-  for (int64_t i = 0; i < B; i++) {
-    int64_t src = t->n_train + (k * B + i) % n_val;
-    if (x) memcpy(x + i * F, t->x + src * F, (size_t)F * sizeof(float));
-    if (y) y[i] = t->y[src];
-  }
+  for (int64_t i = 0; i < B; i++) copy_row(t, t->n_train + (k * B + i) % n_val, i, dst);
   int64_t real = n_val - k * B;
   return real < 0 ? 0 : (real > B ? B : real);
 }
@@ -757,7 +899,6 @@ int64_t pr_table_val_batches(const PrTable *t, int64_t B, int64_t requested) {
 }
 
 void pr_table_close(PrTable *t) {
-  free(t->x);
-  free(t->y);
+  free(t->cells);
   memset(t, 0, sizeof *t);
 }

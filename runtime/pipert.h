@@ -410,38 +410,63 @@ int64_t pr_tokens_val_seq_batch(const PrTokens *t, int64_t k, int64_t B, int64_t
                                 int32_t *y);
 void pr_tokens_close(PrTokens *t);
 
-typedef struct PrTable {
-  float *x;         // (rows, features) features
-  int32_t *y;       // (rows) integer labels
-  int64_t rows;     // rows in the table
-  int64_t features; // features per row
-  int64_t n_train;  // rows of the training split (after the seeded shuffle)
-  int classes;      // max label + 1
-} PrTable;
+enum { PR_MAX_FEEDS = 16 }; // most model inputs one table fills (the compiler's MAX_FEEDS)
 
-// What the model takes from a table (NULL: anything): the loaders check it where the data breaks
-// it, naming the file and the CSV line or the .npy row.
+// One model input a table fills: its values per sample, from the columns col .. col + width - 1
+// of a CSV row, or from one .npy file of shape (rows, dims...).
+typedef struct PrFeed {
+  const char *name;  // the model input, named in messages
+  bool i32;          // integer values (class ids, ids): checked integers >= 0, never scaled; else
+                     // f32 values, multiplied by the table's scale
+  bool target;       // a target: its i32 values are "labels" in messages
+  int64_t width;     // values per sample (the product of dims)
+  int ndim;          // the input's dims after the batch (0: one value per sample)
+  int64_t dims[7];
+  int64_t col;       // CSV: its first column (0-based)
+  int64_t classes;   // i32: values must be below this (the consumers' bound; 0: no bound)
+  const char *file;  // npy: its file (the program's default or the command line's)
+} PrFeed;
+
+// What the model takes from a table: the loaders check it where the data breaks it, naming the
+// file and the CSV line or the .npy row. Passing NULL to pr_table_open_csv: a features-then-label
+// table (every column but the last an f32 feature, the last an i32 label).
 typedef struct PrTableModel {
-  int64_t features;  // features per row: the model input's (0: any)
-  int64_t classes;   // labels must be below this: the target's consumer's classes (0: no bound)
-  const char *input; // the model's data input, named in the hint of a feature-count mismatch
+  int nfeeds;
+  PrFeed feed[PR_MAX_FEEDS];
+  int64_t columns; // CSV: the fields every row has (0: any count that holds the last column read)
 } PrTableModel;
 
-// CSV (plain or gzip-compressed, detected from the content): numeric columns, the last one the
-// integer label; no header, or a header line that is skipped when its first field is not a number.
-// Rows are shuffled with `seed` and split at train_frac (both splits non-empty). Features are
-// multiplied by scale and must be finite float32 numbers; "nan" and "inf" are refused.
+// A table in memory: per row, its cells of 4 bytes each (a float or an int32, as the feeds that
+// read the column take it); feed k's values of a row are its `width[k]` cells from `off[k]`.
+typedef struct PrTable {
+  uint32_t *cells;              // (rows, ncells), rows shuffled with the seed
+  int64_t ncells;               // cells per row (CSV: the fields; npy: the feeds' widths)
+  int64_t rows;                 // rows in the table
+  int64_t n_train;              // rows of the training split (after the seeded shuffle)
+  int nfeeds;                   // inputs filled from each row
+  int64_t off[PR_MAX_FEEDS];    // feed k's first cell in a row
+  int64_t width[PR_MAX_FEEDS];  // its cells
+} PrTable;
+
+// CSV (plain or gzip-compressed, detected from the content): numeric fields, columns assigned to
+// the model's inputs (want); no header, or a header line that is skipped when its first field is
+// not a number. Rows are shuffled with `seed` and split at train_frac (both splits non-empty).
+// f32 values are multiplied by scale and must be finite float32 numbers ("nan" and "inf" are
+// refused); i32 values are integers from 0 (below the feed's classes when it has a bound).
 void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t seed,
                        double scale, const PrTableModel *want);
-// .npy features (float32/float64, 2-D) and labels (integer, 1-D), same shuffle/split rules.
-void pr_table_open_npy(PrTable *t, const char *x_path, const char *y_path, double train_frac,
-                       uint64_t seed, double scale, const PrTableModel *want);
-// Training batch: B rows drawn from (seed, step, mb, row) over the training split.
-void pr_table_batch(const PrTable *t, uint64_t seed, int64_t step, int64_t mb, int64_t B, float *x,
-                    int32_t *y);
+// .npy tables: want->feed[k].file holds feed k's values, shape (rows, dims...) ((rows,) or
+// (rows, 1) for one value per sample); f32 feeds take float32/float64 (or integer) arrays, i32
+// feeds integer ones; every file has the same rows. Same shuffle/split rules.
+void pr_table_open_npy(PrTable *t, double train_frac, uint64_t seed, double scale,
+                       const PrTableModel *want);
+// Training batch: B rows drawn from (seed, step, mb, row) over the training split; dst[k] gets
+// feed k's values of the B rows (NULL: not this caller's).
+void pr_table_batch(const PrTable *t, uint64_t seed, int64_t step, int64_t mb, int64_t B,
+                    void *const *dst);
 // Validation batch k: rows k*B .. k*B+B-1 of the validation split, wrapping around; returns how
 // many of them are real (not wrapped) rows.
-int64_t pr_table_val_batch(const PrTable *t, int64_t k, int64_t B, float *x, int32_t *y);
+int64_t pr_table_val_batch(const PrTable *t, int64_t k, int64_t B, void *const *dst);
 // Validation batches of one pass: `requested`, at most the ceil(n_val / B) that hold real rows;
 // 0 = all of them (the whole validation split).
 int64_t pr_table_val_batches(const PrTable *t, int64_t B, int64_t requested);
@@ -588,7 +613,11 @@ typedef struct PrOptions {
   double min_lr;        // --min-lr
   uint64_t seed;        // --seed
   const char *data;     // --data PATH (overrides the model's data path)
-  const char *labels;   // --labels PATH (.npy tables: the labels file; NULL for other data)
+  int nfiles;           // .npy tables: one file per fed input (0 for other data)
+  const char *file_name[PR_MAX_FEEDS]; // the input file[k] fills
+  const char *file[PR_MAX_FEEDS];      // its .npy file (k >= 1; the first is `data`): --labels
+                                       // sets file[label_file], --data-file NAME=PATH any
+  int label_file;       // the file --labels sets (the one target's; 0: no --labels)
   const char *init;     // --init FILE.safetensors
   const char *save;     // --save FILE.safetensors
   const char *resume;   // --resume FILE.safetensors (params + optimizer state + step)

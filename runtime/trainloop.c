@@ -283,9 +283,10 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
     pr_prefix_start(comm->rank);
   }
   PrOptions o = p->defaults;
-  static char data_path[PATH_MAX + 1], labels_path[PATH_MAX + 1]; // the defaults resolved
-  o.data = pr_origin_path(o.data, data_path, sizeof data_path);
-  o.labels = pr_origin_path(o.labels, labels_path, sizeof labels_path);
+  static char data_path[PATH_MAX + 1], file_path[PR_MAX_FEEDS][PATH_MAX + 1]; // the defaults
+  o.data = pr_origin_path(o.data, data_path, sizeof data_path);                // resolved
+  for (int k = 1; k < o.nfiles; k++)
+    o.file[k] = pr_origin_path(o.file[k], file_path[k], sizeof file_path[k]);
   pr_parse_args(argc, argv, &o, p->doc);
   if (comm) {
     prCheck(!o.gradcheck,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The numbers a refactoring must not move: SHA-256 of the saved parameters, of the optimizer
 # state and of the per-step loss log after 20 steps of each sample (mlp_digits; gpt_char with
-# M = 1 and M = 4; skip_net on a synthetic table), against tests/golden/hashes/KERNEL.txt.
+# M = 1 and M = 4; skip_net on a synthetic table; digits_autoencoder), against
+# tests/golden/hashes/KERNEL.txt (a run with no lines in the file is not checked there).
 #
 # The golden file is per GEMM: where the kernels run pipec's own GEMM (x86-64-v3 and -v4 CPUs:
 # each product the FMA chain over k in order, runtime/gemm.c) the bits depend on no BLAS and
@@ -22,7 +23,8 @@ python3 "$root/tests/skip_net_table.py" "$root/samples/skip_net.json" "$tmp/skip
 runs=("mlp_digits samples/mlp_digits.json"
   "gpt_char_m1 samples/gpt_char.json --microbatches 1"
   "gpt_char_m4 samples/gpt_char.json --microbatches 4"
-  "skip_net $tmp/skip.json")
+  "skip_net $tmp/skip.json"
+  "digits_autoencoder samples/digits_autoencoder.json")
 # record GEMM: the runs with PIPEC_GEMM=GEMM ("" the default), checked against (or, with
 # HASHES_UPDATE=1, written to) the golden file of the GEMM they report.
 record() {

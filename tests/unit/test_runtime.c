@@ -99,6 +99,28 @@ static void fail_child(void *arg) {
 // an AVX2 or AVX-512 one (this machine's default), SKYLAKEX / HASWELL when it runs Prescott on a
 // CPU with AVX-512 / AVX2 (ctest runs this suite again as unit_runtime_prescott, with
 // OPENBLAS_CORETYPE=PRESCOTT, for that branch).
+// A features-then-label table model: F f32 features, then an i32 label below `classes` (0: no
+// bound); npy: the files x and y.
+static PrTableModel table_model(int64_t F, int64_t classes, const char *x, const char *y) {
+  PrTableModel m = {.nfeeds = 2, .columns = F + 1};
+  m.feed[0] = (PrFeed){.name = "x", .width = F, .ndim = 1, .dims = {F}, .file = x};
+  m.feed[1] = (PrFeed){
+      .name = "y", .i32 = true, .target = true, .width = 1, .col = F, .classes = classes, .file = y};
+  return m;
+}
+
+// Feature j and the label of (shuffled) row k of a features-then-label table.
+static float tb_x(const PrTable *t, int64_t k, int64_t j) {
+  float v;
+  memcpy(&v, t->cells + k * t->ncells + t->off[0] + j, sizeof v);
+  return v;
+}
+static int32_t tb_y(const PrTable *t, int64_t k) {
+  int32_t v;
+  memcpy(&v, t->cells + k * t->ncells + t->off[1], sizeof v);
+  return v;
+}
+
 START_TEST(test_blas_better_core) {
   const char *core = pr_blas_core(), *got = pr_blas_better_core();
   __builtin_cpu_init();
@@ -487,15 +509,15 @@ START_TEST(test_batches_null) {
   pr_table_open_csv(&tb, path, 0.8, 42, 1.0 / 16.0, NULL);
   float f[B * 64], f2[B * 64];
   int32_t l[B], l2[B];
-  pr_table_batch(&tb, 7, 3, 1, B, f, l);
+  pr_table_batch(&tb, 7, 3, 1, B, (void *const[]){f, l});
   memset(f2, 0x7f, sizeof f2), memset(l2, 0x7f, sizeof l2);
-  pr_table_batch(&tb, 7, 3, 1, B, NULL, l2);
-  pr_table_batch(&tb, 7, 3, 1, B, f2, NULL);
+  pr_table_batch(&tb, 7, 3, 1, B, (void *const[]){NULL, l2});
+  pr_table_batch(&tb, 7, 3, 1, B, (void *const[]){f2, NULL});
   ck_assert_mem_eq(f, f2, sizeof f);
   ck_assert_mem_eq(l, l2, sizeof l);
-  real = pr_table_val_batch(&tb, 2, B, f, l);
-  ck_assert_int_eq(pr_table_val_batch(&tb, 2, B, NULL, l2), real);
-  ck_assert_int_eq(pr_table_val_batch(&tb, 2, B, f2, NULL), real);
+  real = pr_table_val_batch(&tb, 2, B, (void *const[]){f, l});
+  ck_assert_int_eq(pr_table_val_batch(&tb, 2, B, (void *const[]){NULL, l2}), real);
+  ck_assert_int_eq(pr_table_val_batch(&tb, 2, B, (void *const[]){f2, NULL}), real);
   ck_assert_mem_eq(f, f2, sizeof f);
   ck_assert_mem_eq(l, l2, sizeof l);
   pr_table_close(&tb);
@@ -605,49 +627,49 @@ START_TEST(test_digits_csv) {
   PrTable t;
   pr_table_open_csv(&t, path, 0.8, 42, 1.0 / 16.0, NULL);
   ck_assert_int_eq(t.rows, 1797);
-  ck_assert_int_eq(t.features, 64);
+  ck_assert_int_eq(t.width[0], 64);
+  ck_assert_int_eq(t.ncells, 65);
   ck_assert_int_eq(t.n_train, 1437);
-  ck_assert_int_eq(t.classes, 10);
   int counts[10] = {0};
   for (int64_t r = 0; r < t.rows; r++) {
-    ck_assert(t.y[r] >= 0 && t.y[r] <= 9);
-    counts[t.y[r]]++;
+    ck_assert(tb_y(&t, r) >= 0 && tb_y(&t, r) <= 9);
+    counts[tb_y(&t, r)]++;
   }
   for (int c = 0; c < 10; c++) ck_assert_int_ge(counts[c], 170);
-  for (int64_t i = 0; i < t.rows * t.features; i++) ck_assert(t.x[i] >= 0.0f && t.x[i] <= 1.0f);
+  for (int64_t r = 0; r < t.rows; r++)
+    for (int64_t j = 0; j < 64; j++) ck_assert(tb_x(&t, r, j) >= 0.0f && tb_x(&t, r, j) <= 1.0f);
 
   // Same seed: same table; another seed: another order, same rows.
   PrTable u;
   pr_table_open_csv(&u, path, 0.8, 42, 1.0 / 16.0, NULL);
-  ck_assert_mem_eq(t.x, u.x, (size_t)(t.rows * t.features) * sizeof(float));
-  ck_assert_mem_eq(t.y, u.y, (size_t)t.rows * sizeof(int32_t));
+  ck_assert_mem_eq(t.cells, u.cells, (size_t)(t.rows * t.ncells) * sizeof(uint32_t));
   pr_table_close(&u);
   pr_table_open_csv(&u, path, 0.8, 43, 1.0 / 16.0, NULL);
-  ck_assert(memcmp(t.y, u.y, (size_t)t.rows * sizeof(int32_t)) != 0);
+  ck_assert(memcmp(t.cells, u.cells, (size_t)(t.rows * t.ncells) * sizeof(uint32_t)) != 0);
   pr_table_close(&u);
 
   enum { B = 64 };
   float x[B * 64], x2[B * 64];
   int32_t y[B], y2[B];
-  pr_table_batch(&t, 7, 3, 1, B, x, y);
-  pr_table_batch(&t, 7, 3, 1, B, x2, y2);
+  pr_table_batch(&t, 7, 3, 1, B, (void *const[]){x, y});
+  pr_table_batch(&t, 7, 3, 1, B, (void *const[]){x2, y2});
   ck_assert_mem_eq(x, x2, sizeof x);
   for (int r = 0; r < B; r++) {
     int64_t k = (int64_t)(ref_draw(7, 0, 3, 1, r) % (uint64_t)t.n_train);
-    ck_assert_mem_eq(x + r * 64, t.x + k * 64, 64 * sizeof(float));
-    ck_assert_int_eq(y[r], t.y[k]);
+    ck_assert_mem_eq(x + r * 64, t.cells + k * 65, 64 * sizeof(float));
+    ck_assert_int_eq(y[r], tb_y(&t, k));
   }
-  pr_table_batch(&t, 7, 4, 1, B, x2, y2);
+  pr_table_batch(&t, 7, 4, 1, B, (void *const[]){x2, y2});
   ck_assert(memcmp(x, x2, sizeof x) != 0);
 
   // Validation: 360 rows; batch 5 of 64 has 40 real rows then wraps to validation row 0.
-  ck_assert_int_eq(pr_table_val_batch(&t, 0, B, x, y), 64);
-  ck_assert_mem_eq(x, t.x + t.n_train * 64, 64 * sizeof(float));
-  ck_assert_int_eq(pr_table_val_batch(&t, 5, B, x, y), 40);
-  ck_assert_mem_eq(x, t.x + (t.n_train + 320) * 64, 64 * sizeof(float));
-  ck_assert_mem_eq(x + 40 * 64, t.x + t.n_train * 64, 64 * sizeof(float));
-  ck_assert_int_eq(y[40], t.y[t.n_train]);
-  ck_assert_int_eq(pr_table_val_batch(&t, 6, B, x, y), 0);
+  ck_assert_int_eq(pr_table_val_batch(&t, 0, B, (void *const[]){x, y}), 64);
+  ck_assert_mem_eq(x, t.cells + t.n_train * 65, 64 * sizeof(float));
+  ck_assert_int_eq(pr_table_val_batch(&t, 5, B, (void *const[]){x, y}), 40);
+  ck_assert_mem_eq(x, t.cells + (t.n_train + 320) * 65, 64 * sizeof(float));
+  ck_assert_mem_eq(x + 40 * 64, t.cells + t.n_train * 65, 64 * sizeof(float));
+  ck_assert_int_eq(y[40], tb_y(&t, t.n_train));
+  ck_assert_int_eq(pr_table_val_batch(&t, 6, B, (void *const[]){x, y}), 0);
   ck_assert_int_eq(pr_table_val_batches(&t, B, 0), 6); // 360 rows: 5 full batches and 40 rows
   ck_assert_int_eq(pr_table_val_batches(&t, B, 4), 4);
   ck_assert_int_eq(pr_table_val_batches(&t, B, INT64_MAX), 6);
@@ -675,24 +697,22 @@ START_TEST(test_csv_shuffle_header_gz) {
   pr_table_open_csv(&a, plain, 0.75, 42, 2.0, NULL);
   pr_table_open_csv(&b, gz, 0.75, 42, 2.0, NULL);
   ck_assert_int_eq(a.rows, 10);
-  ck_assert_int_eq(a.features, 2);
+  ck_assert_int_eq(a.width[0], 2);
   ck_assert_int_eq(a.n_train, 7);
-  ck_assert_int_eq(a.classes, 3);
-  ck_assert_mem_eq(a.x, b.x, 20 * sizeof(float));
-  ck_assert_mem_eq(a.y, b.y, 10 * sizeof(int32_t));
+  ck_assert_mem_eq(a.cells, b.cells, 30 * sizeof(uint32_t));
   // The permutation from the Python reimplementation of the documented Fisher-Yates shuffle.
   const int perm[10] = {6, 5, 8, 9, 0, 2, 7, 1, 4, 3};
   for (int k = 0; k < 10; k++) {
-    ck_assert_float_eq(a.x[2 * k], 2.0f * (float)perm[k]);
-    ck_assert_float_eq(a.x[2 * k + 1], perm[k] ? -2.0f * ((float)perm[k] + 0.5f) : 1.0f);
-    ck_assert_int_eq(a.y[k], perm[k] % 3);
+    ck_assert_float_eq(tb_x(&a, k, 0), 2.0f * (float)perm[k]);
+    ck_assert_float_eq(tb_x(&a, k, 1), perm[k] ? -2.0f * ((float)perm[k] + 0.5f) : 1.0f);
+    ck_assert_int_eq(tb_y(&a, k), perm[k] % 3);
   }
   // Table batch rows: draw(seed 5, split 0, step 1, mb 0, row r) % 7 from Python.
   float x[10];
   int32_t y[5];
-  pr_table_batch(&a, 5, 1, 0, 5, x, y);
+  pr_table_batch(&a, 5, 1, 0, 5, (void *const[]){x, y});
   const int rows[5] = {6, 4, 1, 2, 3};
-  for (int r = 0; r < 5; r++) ck_assert_int_eq(y[r], a.y[rows[r]]);
+  for (int r = 0; r < 5; r++) ck_assert_int_eq(y[r], tb_y(&a, rows[r]));
   pr_table_close(&a);
   pr_table_close(&b);
 }
@@ -713,7 +733,7 @@ static void csv_case(const char *name, const char *text, const char *want) {
 
 // The model's side (issue 27): 2 features, 3 classes; each error names the file and line.
 static void csv_model_child(void *arg) {
-  static const PrTableModel want = {2, 3, "x"};
+  const PrTableModel want = table_model(2, 3, NULL, NULL);
   PrTable t;
   pr_table_open_csv(&t, arg, 0.5, 1, 1.0, &want);
   pr_table_close(&t);
@@ -802,7 +822,8 @@ typedef struct NpyArgs {
 static void npy_child(void *arg) {
   NpyArgs *a = arg;
   PrTable t;
-  pr_table_open_npy(&t, a->x, a->y, 0.5, 3, 1.0, NULL);
+  const PrTableModel want = table_model(2, 0, a->x, a->y);
+  pr_table_open_npy(&t, 0.5, 3, 1.0, &want);
 }
 
 START_TEST(test_npy) {
@@ -828,18 +849,17 @@ START_TEST(test_npy) {
   write_npy(xp2, 2, "<f8", "False", "(6, 2)", xd, sizeof xd);
   write_npy(yp2, 1, "|u1", "False", "(6,)", yb, sizeof yb);
   PrTable a, b;
-  pr_table_open_npy(&a, xp, yp, 0.5, 3, 0.5, NULL);
-  pr_table_open_npy(&b, xp2, yp2, 0.5, 3, 0.5, NULL);
+  const PrTableModel ma = table_model(2, 0, xp, yp), mb = table_model(2, 0, xp2, yp2);
+  pr_table_open_npy(&a, 0.5, 3, 0.5, &ma);
+  pr_table_open_npy(&b, 0.5, 3, 0.5, &mb);
   ck_assert_int_eq(a.rows, 6);
-  ck_assert_int_eq(a.features, 2);
+  ck_assert_int_eq(a.width[0], 2);
   ck_assert_int_eq(a.n_train, 3);
-  ck_assert_int_eq(a.classes, 4);
-  ck_assert_mem_eq(a.x, b.x, sizeof xf);
-  ck_assert_mem_eq(a.y, b.y, 6 * sizeof(int32_t));
+  ck_assert_mem_eq(a.cells, b.cells, 18 * sizeof(uint32_t));
   for (int k = 0; k < 6; k++) {
-    int r = (int)(a.x[2 * k] * 2.0f);
-    ck_assert_float_eq(a.x[2 * k + 1], 0.5f * (10.0f + (float)r));
-    ck_assert_int_eq(a.y[k], r % 4);
+    int r = (int)(tb_x(&a, k, 0) * 2.0f);
+    ck_assert_float_eq(tb_x(&a, k, 1), 0.5f * (10.0f + (float)r));
+    ck_assert_int_eq(tb_y(&a, k), r % 4);
   }
   pr_table_close(&a);
   pr_table_close(&b);
@@ -873,9 +893,9 @@ END_TEST
 // The model's side (issue 27): 2 features, 4 classes; each error names the file and row.
 static void npy_model_child(void *arg) {
   NpyArgs *a = arg;
-  static const PrTableModel want = {2, 4, "x"};
+  const PrTableModel want = table_model(2, 4, a->x, a->y);
   PrTable t;
-  pr_table_open_npy(&t, a->x, a->y, 0.5, 3, 1.0, &want);
+  pr_table_open_npy(&t, 0.5, 3, 1.0, &want);
   pr_table_close(&t);
 }
 
