@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # Pipeline parallelism on the CPU (issue 8's benchmark): gpt_char (or llama_char, BENCH_MODEL;
 # issue 28) at global batch 96 in M = 8 microbatches of 12 rows, 2 ranks x 1 thread against 1
-# rank x 1 thread, pipec's 1f1b and zb-h1
-# against PyTorch's own pipelines training the same model (bench/torch_pipeline.py), back to back
-# on the same machine, round robin; and pipec's predicted step time (`pipec plan --stages 2`)
-# against the measured one. Prints the whole result as markdown (docs/benchmarks.md, "Pipeline
+# rank x 1 thread, pipec's 1f1b and zb-h1 against PyTorch's own pipelines training the same model
+# (bench/torch_pipeline.py), back to back on the same machine, round robin; and pipec's predicted
+# step time (`pipec plan --stages 2`) against the measured one. Prints the whole result as markdown (docs/benchmarks.md, "Pipeline
 # parallelism"); progress on stderr.
 #
 #   bench/pipeline.sh PIPEC        e.g. bench/pipeline.sh build/bin/pipec
