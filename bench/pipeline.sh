@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Pipeline parallelism on the CPU (issue 8's benchmark): gpt_char at global batch 96 in M = 8
-# microbatches of 12 rows, 2 ranks x 1 thread against 1 rank x 1 thread, pipec's 1f1b and zb-h1
-# against PyTorch's own pipelines training the same model (bench/torch_pipeline.py), back to back
-# on the same machine, round robin; and pipec's predicted step time (`pipec plan --stages 2`)
-# against the measured one. Prints the whole result as markdown (docs/benchmarks.md, "Pipeline
+# Pipeline parallelism on the CPU (issue 8's benchmark): gpt_char (or llama_char, BENCH_MODEL;
+# issue 28) at global batch 96 in M = 8 microbatches of 12 rows, 2 ranks x 1 thread against 1
+# rank x 1 thread, pipec's 1f1b and zb-h1 against PyTorch's own pipelines training the same model
+# (bench/torch_pipeline.py), back to back on the same machine, round robin; and pipec's predicted
+# step time (`pipec plan --stages 2`) against the measured one. Prints the whole result as markdown (docs/benchmarks.md, "Pipeline
 # parallelism"); progress on stderr.
 #
 #   bench/pipeline.sh PIPEC        e.g. bench/pipeline.sh build/bin/pipec
 #
-# Environment: BENCH_STEPS (steps per run; the first 5 are warm-up, the median of the others is
+# Environment: BENCH_MODEL (gpt_char, the default, or llama_char: samples/llama_char.json, cut
+# before layers.2, and zb-v before layers.1, layers.2, layers.3; the PyTorch peer gets --model),
+# BENCH_STEPS (steps per run; the first 5 are warm-up, the median of the others is
 # the run's figure; default 30), BENCH_ROUNDS (default 3), BENCH_TORCH2 (the python of a PyTorch
 # 2.x venv; default bench/.venv-torch2/bin/python, made by bench/setup-torch2.sh).
 #
@@ -35,16 +37,22 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 bench_init "$@"
 bench_text
+model=${BENCH_MODEL-gpt_char}
+[[ $model == gpt_char || $model == llama_char ]] ||
+  { echo "$0: BENCH_MODEL: unknown model '$model' (want gpt_char or llama_char)" >&2; exit 2; }
 
-"$py" - "$pipec" "$tmp" "$data" "$commit" "$root" <<'EOF'
+"$py" - "$pipec" "$tmp" "$data" "$commit" "$root" "$model" <<'EOF'
 import os, re, statistics, subprocess, sys, time
 
-pipec, tmp, data, commit, root = sys.argv[1:6]
+pipec, tmp, data, commit, root, model_name = sys.argv[1:7]
 steps = int(os.environ.get("BENCH_STEPS", "30"))
 rounds = int(os.environ.get("BENCH_ROUNDS", "3"))
 torch2 = os.environ.get("BENCH_TORCH2", os.path.join(root, "bench/.venv-torch2/bin/python"))
-WARMUP, S, M, BATCH, CUT = 5, 2, 8, 96, "transformer.h.2"
-model = os.path.join(root, "samples/gpt_char.json")
+WARMUP, S, M, BATCH = 5, 2, 8, 96
+# the blocks' names: gpt_char's transformer.h.N, llama_char's layers.N
+blk = "transformer.h." if model_name == "gpt_char" else "layers."
+CUT = blk + "2"
+model = os.path.join(root, "samples/%s.json" % model_name)
 script = os.path.join(root, "bench/torch_pipeline.py")
 med = statistics.median
 log = lambda s: (sys.stderr.write(s + "\n"), sys.stderr.flush())
@@ -52,7 +60,7 @@ env = dict(os.environ, OMP_NUM_THREADS="1")
 common = ["--batch", str(BATCH), "--microbatches", str(M)]
 # zb-v: 4 stages of one layer each in a V (rank 0 stages 0 and 3), the automatic cut and the
 # PyTorch zbv peer's, pinned like the others
-ZBV_CUT = "transformer.h.1,transformer.h.2,transformer.h.3"
+ZBV_CUT = ",".join(blk + str(i) for i in (1, 2, 3))
 staged = lambda sched: ["--stages", str(S), "--split", ZBV_CUT if sched == "zb-v" else CUT, "--schedule", sched]
 SCHEDS = ("1f1b", "zb-h1", "zb-v")
 
@@ -106,7 +114,7 @@ else:
 def run(cfg, r):
     name, kind, argv, _ = cfg
     if kind == "torch":
-        cmd = argv + [str(WARMUP), str(steps - WARMUP)]
+        cmd = argv + [str(WARMUP), str(steps - WARMUP), "--model", model_name]
     else:
         losslog = os.path.join(tmp, "loss-%s-%d" % (re.sub(r"\W+", "_", name), r))
         cmd = argv + ["--threads", "1", "--steps", str(steps), "--eval-every", str(10**9), "--eval-batches", "1",
@@ -170,7 +178,7 @@ pred = {s: plan(s, rate) for s in SCHEDS} if rate else {}
 cpu = open("/proc/cpuinfo").read()
 field = lambda k: (re.search(r"^%s\s*:\s*(.*)$" % k, cpu, re.M) or [None, "?"])[1]
 ncpu = os.cpu_count()
-print(f"gpt_char, global batch {BATCH} = M {M} microbatches of {BATCH // M} rows x 64 tokens, 1 thread per rank "
+print(f"{model_name}, global batch {BATCH} = M {M} microbatches of {BATCH // M} rows x 64 tokens, 1 thread per rank "
       f"(OMP_NUM_THREADS=1, --threads 1); median ms per step of {steps - WARMUP} steps after {WARMUP} warm-up, "
       f"median of {rounds} rounds (round robin over the configurations); S = 2 cut before {CUT}.")
 print()

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Time to validation loss on tiny shakespeare: gpt_char's full training run (samples/gpt_char.json,
-# 2000 steps of its recipe) by the pipec program against the same run in PyTorch
-# (bench/torch_train_gpt.py: the same model, recipe and validation batches), one run per seed and
-# peer, round robin. Measures the wall time from each process's start to its first evaluation at
-# or below TARGET. Prints the result as markdown (docs/benchmarks.md, "Time to validation loss");
-# progress on stderr.
+# 2000 steps of its recipe), or llama_char's (BENCH_MODEL=llama_char: samples/llama_char.json, the
+# same recipe), by the pipec program against the same run in PyTorch (bench/torch_train_gpt.py
+# --model M: the same model, recipe and validation batches), one run per seed and peer, round
+# robin. Measures the wall time from each process's start to its first evaluation at or below
+# TARGET, and prints the final validation losses side by side. Prints the result as markdown
+# (docs/benchmarks.md, "Time to validation loss"); progress on stderr.
 #
 #   bench/time_to_loss.sh PIPEC        e.g. bench/time_to_loss.sh build/bin/pipec
 #
-# Environment: BENCH_SEEDS (default "1337 1 2"), BENCH_THREADS (default 1; a list runs each),
-# TARGET (default 1.89), BENCH_STEPS (default 2000, the recipe's; fewer for a smoke run),
-# EVAL_EVERY (default 250: 8 evaluations, each about 8% of the training time between them),
-# EVAL_BATCHES (default 50, pipec's; the same batches for every peer), BENCH_TORCH2 (the python of
-# a PyTorch 2.x venv; default bench/.venv-torch2/bin/python, made by bench/setup-torch2.sh).
+# Environment: BENCH_MODEL (gpt_char, the default, or llama_char), BENCH_SEEDS (default
+# "1337 1 2"), BENCH_THREADS (default 1; a list runs each), TARGET (default 1.89), BENCH_STEPS
+# (default 2000, the recipe's; fewer for a smoke run), EVAL_EVERY (default 250: 8 evaluations,
+# each about 8% of the training time between them), EVAL_BATCHES (default 50, pipec's; the same
+# batches for every peer), BENCH_TORCH2 (the python of a PyTorch 2.x venv; default
+# bench/.venv-torch2/bin/python, made by bench/setup-torch2.sh).
 #
 # Peers, each in its best configuration of bench/train_step.sh (docs/benchmarks.md, "Training
 # step"), OMP_NUM_THREADS=T for all: pipec (OMP_WAIT_POLICY=ACTIVE at T > 1, the program's own
@@ -25,12 +27,15 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 bench_init "$@"
 bench_text
-"$pipec" compile "$root/samples/gpt_char.json" -o "$tmp/gpt" >/dev/null 2>"$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
+model=${BENCH_MODEL-gpt_char}
+[[ $model == gpt_char || $model == llama_char ]] ||
+  { echo "$0: BENCH_MODEL: unknown model '$model' (want gpt_char or llama_char)" >&2; exit 2; }
+"$pipec" compile "$root/samples/$model.json" -o "$tmp/gpt" >/dev/null 2>"$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
 
-"$py" - "$tmp" "$data" "$commit" "$root" <<'EOF'
+"$py" - "$tmp" "$data" "$commit" "$root" "$model" <<'EOF'
 import math, os, re, statistics, subprocess, sys, time
 
-tmp, data, commit, root = sys.argv[1:5]
+tmp, data, commit, root, model = sys.argv[1:6]
 seeds = [int(s) for s in os.environ.get("BENCH_SEEDS", "1337 1 2").split()]
 threads = [int(t) for t in os.environ.get("BENCH_THREADS", "1").split()]
 target = float(os.environ.get("TARGET", "1.89"))
@@ -79,7 +84,7 @@ def run(peer, seed, t):
     common = ["--seed", str(seed), "--threads", str(t), "--steps", str(steps), "--eval-every", str(every),
               "--eval-batches", str(nbatch)]
     cmd = [train] + common + ["--log-every", str(10**9)] if peer[1] is None else \
-          [peer[1], script, "--data", data] + common
+          [peer[1], script, "--model", model, "--data", data] + common
     err = open(os.path.join(tmp, "stderr"), "w+")
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1, env=env_for(peer, t))
@@ -122,7 +127,7 @@ def med(xs):  # the median, with None (not reached) counting as +inf
     return None if math.isinf(v) else v
 
 fmt_t = lambda x: "not reached" if x is None else f"{x:.1f} s"
-print(f"gpt_char trained {steps} steps (samples/gpt_char.json's recipe), seeds {', '.join(map(str, seeds))}; "
+print(f"{model} trained {steps} steps (samples/{model}.json's recipe), seeds {', '.join(map(str, seeds))}; "
       f"evaluation every {every} steps and at the end on the same {nbatch} validation batches for every peer "
       f"({'the whole split' if nbatch == 0 else 'pipec’s, drawn with seed 0x5eed'}); time = wall seconds from the "
       f"process's start to its first evaluation line at or below the target (start-up, data loading and "
@@ -178,6 +183,18 @@ for t in threads:
             ev = dict((e[0], e) for e in runs[(i, s)][0])
             print(f"| {peer[0]} | {s} | " + " | ".join(f"{ev[x][1]:.4f}" if x in ev else "–" for x in st) +
                   f" | {runs[(i, s)][0][-1][2]:.1f} |")
+    print()
+    print(f"Validation loss after {steps} steps ({t} thread{'s' if t > 1 else ''}; the same {nbatch or 'whole-split'} "
+          f"batches for every peer; *pipec − peer*: the difference of the means):")
+    print()
+    print("| peer | " + " | ".join(f"seed {s}" for s in seeds) + " | mean | min–max | pipec − peer |")
+    print("| --- | " + " | ".join("---:" for _ in seeds) + " | ---: | ---: | ---: |")
+    finals = lambda i: [runs[(i, s)][0][-1][1] for s in seeds]
+    for i, peer in enumerate(peers):
+        f = finals(i)
+        d = "–" if i == 0 else f"{statistics.mean(finals(0)) - statistics.mean(f):+.4f}"
+        print(f"| {peer[0]} | " + " | ".join(f"{x:.4f}" for x in f) + f" | {statistics.mean(f):.4f} | "
+              f"{min(f):.4f}–{max(f):.4f} | {d} |")
     p_final = med([runs[(0, s)][0][-1][1] for s in seeds])
     if all(first_at(runs[(0, s)][0], target) is None for s in seeds):
         print()

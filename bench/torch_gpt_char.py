@@ -1,6 +1,13 @@
 #!/usr/bin/env python3
 """PyTorch eager training loop of gpt_char (nanoGPT's baby config), the peer of bench/train_step.sh.
 
+--model llama_char runs samples/llama_char.json's model instead (bench/torch_llama.py, written as
+torchtitan writes its Llama, with the file's initialisation; its shape is the file's, --batch and
+--context apply, the other shape options are gpt_char's only); the step, the batch and the output
+are the same. --compile wraps the model in torch.compile (PyTorch 2.x; inductor's C++ code on the
+CPU), compiled during the warm-up steps, which must then be at least 1. What follows describes
+gpt_char.
+
 Same model as samples/gpt_char.json (4 layers, 4 heads, C 128, T 64, V 65, no biases, layernorm
 without bias, exact (erf) GELU, tied head) and its initialisation (nanoGPT's: normal 0.02, the
 residual projections 0.02 / sqrt(2 L)), same step (forward, backward, clip 1.0, AdamW with weight
@@ -15,6 +22,7 @@ ln V at this initialisation):
 
 usage: torch_gpt_char.py DATA THREADS WARMUP STEPS [--batch B] [--context T] [--embd C]
                          [--heads NH] [--layers L]        (defaults gpt_char's: 12 64 128 4 4)
+                         [--model gpt_char|llama_char] [--compile]
 
 THREADS goes to torch.set_num_threads; the caller must also set OMP_NUM_THREADS=THREADS before
 Python starts (bench/train_step.sh does): Debian's torch 1.13 links the pthread OpenBLAS, whose
@@ -24,12 +32,16 @@ import argparse
 import ctypes
 import ctypes.util
 import math
+import os
 import sys
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_llama  # noqa: E402  (llama_char's model)
 
 # The shape: gpt_char's, or main()'s options (module globals, as bench/torch_pipeline.py imports them).
 B, T, C, NH, L = 12, 64, 128, 4, 4
@@ -108,22 +120,31 @@ def main():
     ap.add_argument("--embd", type=int, default=C, help="embedding width C (default %d)" % C)
     ap.add_argument("--heads", type=int, default=NH, help="attention heads (default %d)" % NH)
     ap.add_argument("--layers", type=int, default=L, help="transformer blocks (default %d)" % L)
+    ap.add_argument("--model", choices=("gpt_char", "llama_char"), default="gpt_char")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch 2.x)")
     a = ap.parse_args()
     if min(a.batch, a.context, a.embd, a.heads, a.layers, a.threads) < 1 or a.steps < 1 or a.warmup < 0:
         ap.error("sizes, threads and steps must be >= 1, warmup >= 0")
     if a.embd % a.heads:
         ap.error("--embd %d is not divisible by --heads %d" % (a.embd, a.heads))
+    if a.compile and (a.warmup < 1 or not hasattr(torch, "compile")):
+        ap.error("--compile needs torch.compile (PyTorch 2.x) and a warm-up of at least 1 step")
     B, T, C, NH, L = a.batch, a.context, a.embd, a.heads, a.layers
     path, threads, warmup, steps = a.data, a.threads, a.warmup, a.steps
     torch.set_num_threads(threads)
-    sys.stderr.write("torch %s | %s | threads %d\n" % (torch.__version__, blas_info(), torch.get_num_threads()))
+    sys.stderr.write("torch %s | %s | threads %d | %s%s\n" % (torch.__version__, blas_info(), torch.get_num_threads(),
+                                                          a.model, " | torch.compile" if a.compile else ""))
     torch.manual_seed(0)
     raw = open(path, "rb").read()
     vocab = sorted(set(raw))
     lut = {c: i for i, c in enumerate(vocab)}
     data = torch.tensor([lut[c] for c in raw[: len(raw) * 9 // 10]], dtype=torch.long)
-    model = GPT(len(vocab))
+    if a.model == "llama_char":
+        model = torch_llama.Transformer(**dict(torch_llama.LLAMA, V=len(vocab), T=T))
+    else:
+        model = GPT(len(vocab))
     params = list(model.parameters())
+    step_model = torch.compile(model) if a.compile else model
     opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
                              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
                             lr=1e-3, betas=(0.9, 0.99))
@@ -133,7 +154,7 @@ def main():
         x = torch.stack([data[i:i + T] for i in ix])
         y = torch.stack([data[i + 1:i + 1 + T] for i in ix])
         t0 = time.perf_counter()
-        loss = model(x, y)
+        loss = step_model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

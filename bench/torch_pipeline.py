@@ -1,5 +1,14 @@
 #!/usr/bin/env python3
-"""PyTorch's own pipelines training gpt_char in two stages on the CPU: the peer of bench/pipeline.sh.
+"""PyTorch's own pipelines training gpt_char or llama_char in two stages on the CPU: the peer of
+bench/pipeline.sh.
+
+--model llama_char (before or after the positional arguments; default gpt_char) trains
+samples/llama_char.json's model instead (bench/torch_llama.py: torchtitan's Llama with the file's
+initialisation), cut where pipec's automatic partitioner cuts it at S = 2: stage 0 =
+tok_embeddings, layers.0..1; stage 1 = layers.2..3, norm, output (zbv: 4 stages of one layer
+each, as for gpt_char). Its head is untied: nothing crosses the stages but the activations and
+their gradients. Each stage module holds the RoPE table (torchtitan's freqs_cis) as a buffer.
+The rest (step, schedule, batches, output) is gpt_char's, described below.
 
 The model, step and data are bench/torch_gpt_char.py's (samples/gpt_char.json: 4 layers, 4 heads,
 C 128, T 64, V 65, tied head; forward, backward, clip 1.0, AdamW with decay on >= 2-D params), with
@@ -12,7 +21,7 @@ holds a copy, the two gradients are summed after the backward (so both copies st
 pipec's exchange does), the gradient norm for clipping is that of the whole model (wte counted
 once).
 
-usage: torch_pipeline.py DATA MODE WARMUP STEPS
+usage: torch_pipeline.py DATA MODE WARMUP STEPS [--model gpt_char|llama_char]
   MODE  one              the reference: one process, the same two stages run one after the other
                          on each of the 8 microbatches, gradients accumulated (as pipec at S = 1)
         pipe             torch.distributed.pipeline.sync.Pipe (PyTorch <= 2.3, e.g. Debian's 1.13):
@@ -46,11 +55,13 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_gpt_char import B, C, L, T, Block, blas_info  # noqa: E402  (B = 12: one microbatch)
+import torch_llama  # noqa: E402  (llama_char's model)
 
 M = 8                # microbatches
 GLOBAL = B * M       # rows per step
 CUT = 2              # stage 1 starts at transformer.h.2 (pipec's cut)
 LR, MIN_LR, WARMUP_LR, DECAY = 1e-3, 1e-4, 100, 2000
+MODEL = "gpt_char"   # or llama_char (main() sets it from --model)
 
 
 def lr_at(it):
@@ -106,6 +117,73 @@ class Stage1(nn.Module):
         return F.linear(F.layer_norm(x, (C,), self.ln_f), self.head)
 
 
+class WithFreqs(nn.Module):
+    """A llama_char block with its RoPE table: forward(x), as the stages call gpt_char's blocks."""
+
+    def __init__(self, block, freqs_cis):
+        super().__init__()
+        self.block = block
+        self.register_buffer("freqs_cis", freqs_cis.clone(), persistent=False)
+
+    def forward(self, x):
+        return self.block(x, self.freqs_cis)
+
+
+class LlamaStage0(nn.Module):
+    """tok_embeddings, layers.0 .. CUT-1: token ids (rows, T) -> activations (rows, T, C)."""
+
+    def __init__(self, tok_embeddings, blocks):
+        super().__init__()
+        self.tok_embeddings, self.layers = tok_embeddings, nn.ModuleList(blocks)
+
+    def forward(self, idx):
+        x = self.tok_embeddings(idx)
+        for blk in self.layers:
+            x = blk(x)
+        return x
+
+
+class LlamaStage1(nn.Module):
+    """layers.CUT .. L-1, norm, output: -> logits (rows, T, V)."""
+
+    def __init__(self, blocks, norm, output):
+        super().__init__()
+        self.layers, self.norm, self.output = nn.ModuleList(blocks), norm, output
+
+    def forward(self, x):
+        for blk in self.layers:
+            x = blk(x)
+        return self.output(self.norm(x))
+
+
+def build_parts(V, one_process=False):
+    """MODEL's parameters, initialised as its samples/ file says, seed 0: (first, blocks, last,
+    tie) with first(blocks) and last(blocks) the first and last stage's modules around a slice of
+    the blocks, and tie (the embedding, the last stage's head) where the head is tied to the
+    embedding across the stages (gpt_char: a copy on the last stage, or with one_process the same
+    tensor), else None."""
+    if MODEL == "llama_char":
+        torch.manual_seed(0)
+        net = torch_llama.Transformer(**dict(torch_llama.LLAMA, V=V, T=T))
+        blocks = [WithFreqs(layer, net.freqs_cis) for layer in net.layers]
+        return (lambda bl: LlamaStage0(net.tok_embeddings, bl), blocks,
+                lambda bl: LlamaStage1(bl, net.norm, net.output), None)
+    wte, wpe, blocks, ln_f = build_blocks(V)
+    head = wte.weight if one_process else nn.Parameter(wte.weight.detach().clone())
+    return (lambda bl: Stage0(wte, wpe, bl), blocks, lambda bl: Stage1(bl, ln_f, head),
+            None if one_process else (wte.weight, head))
+
+
+def unique(params):
+    """Each parameter once (one process: gpt_char's tied head is the embedding's tensor)."""
+    seen, out = set(), []
+    for p in params:
+        if id(p) not in seen:
+            seen.add(id(p))
+            out.append(p)
+    return out
+
+
 def loss_fn(logits, targets):
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
@@ -159,12 +237,11 @@ def run_pipe(path, warmup, steps):
     from torch.distributed.pipeline.sync import Pipe
 
     setup_threads()
-    sys.stderr.write("torch %s | %s | threads %d | Pipe, chunks %d\n"
-                     % (torch.__version__, blas_info(), torch.get_num_threads(), M))
+    sys.stderr.write("torch %s | %s | threads %d | %s | Pipe, chunks %d\n"
+                     % (torch.__version__, blas_info(), torch.get_num_threads(), MODEL, M))
     data, V = load_data(path)
-    wte, wpe, blocks, ln_f = build_blocks(V)
-    s0 = Stage0(wte, wpe, blocks[:CUT])
-    s1 = Stage1(blocks[CUT:], ln_f, nn.Parameter(wte.weight.detach().clone()))
+    first, blocks, last, tie = build_parts(V)
+    s0, s1 = first(blocks[:CUT]), last(blocks[CUT:])
     tmp = tempfile.mkdtemp()
     rpc.init_rpc("worker", rank=0, world_size=1,
                  rpc_backend_options=rpc.TensorPipeRpcBackendOptions(init_method="file://%s/rdv" % tmp))
@@ -177,10 +254,11 @@ def run_pipe(path, warmup, steps):
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(x).local_value(), y)
         loss.backward()
-        g = s0.wte.weight.grad + s1.head.grad  # the tied weight's two uses
-        s0.wte.weight.grad.copy_(g)
-        s1.head.grad.copy_(g)
-        sumsq = sum(float(p.grad.double().pow(2).sum()) for p in params0 + params1 if p is not s1.head)
+        if tie:  # the tied weight's two uses
+            g = tie[0].grad + tie[1].grad
+            tie[0].grad.copy_(g)
+            tie[1].grad.copy_(g)
+        sumsq = sum(float(p.grad.double().pow(2).sum()) for p in params0 + params1 if not tie or p is not tie[1])
         clip_and_step(opt, sumsq, params0 + params1, it)
         if it >= warmup:
             times.append(time.perf_counter() - t0)
@@ -194,13 +272,12 @@ def run_pipe(path, warmup, steps):
 def run_one(path, warmup, steps):
     """One process, no pipeline: per microbatch stage 0 then stage 1, loss / M, backward."""
     setup_threads()
-    sys.stderr.write("torch %s | %s | threads %d | one process, %d microbatches accumulated\n"
-                     % (torch.__version__, blas_info(), torch.get_num_threads(), M))
+    sys.stderr.write("torch %s | %s | threads %d | %s | one process, %d microbatches accumulated\n"
+                     % (torch.__version__, blas_info(), torch.get_num_threads(), MODEL, M))
     data, V = load_data(path)
-    wte, wpe, blocks, ln_f = build_blocks(V)
-    s0 = Stage0(wte, wpe, blocks[:CUT])
-    s1 = Stage1(blocks[CUT:], ln_f, wte.weight)  # one process: the tie is the same tensor
-    params = list(s0.parameters()) + [p for p in s1.parameters() if p is not wte.weight]
+    first, blocks, last, _ = build_parts(V, one_process=True)  # gpt_char: the tie is the same tensor
+    s0, s1 = first(blocks[:CUT]), last(blocks[CUT:])
+    params = unique(list(s0.parameters()) + list(s1.parameters()))
     opt = make_optimizer(params)
     times = []
     for it, (x, y) in enumerate(batches(data, warmup + steps)):
@@ -245,19 +322,18 @@ def run_stage(path, sched_name, warmup, steps, rank, rdv):
     setup_threads()
     dist.init_process_group("gloo", init_method="file://" + rdv, rank=rank, world_size=2)
     data, V = load_data(path)
-    wte, wpe, blocks, ln_f = build_blocks(V)
-    head = nn.Parameter(wte.weight.detach().clone())  # the tied head's copy (the last stage's)
+    first, blocks, last, tie = build_parts(V)  # gpt_char: the tied head's copy on the last stage
     act = lambda: torch.zeros(B, T, C)
     if sched_name == "zbv":
         if rank == 0:
-            mods = [(0, Stage0(wte, wpe, blocks[:1]), torch.zeros(B, T, dtype=torch.long)),
-                    (3, Stage1(blocks[3:], ln_f, head), act())]
+            mods = [(0, first(blocks[:1]), torch.zeros(B, T, dtype=torch.long)),
+                    (3, last(blocks[3:]), act())]
         else:
             mods = [(1, Mid(blocks[1:2]), act()), (2, Mid(blocks[2:3]), act())]
         nstages = 4
     else:
-        mods = [(0, Stage0(wte, wpe, blocks[:CUT]), torch.zeros(B, T, dtype=torch.long))] if rank == 0 else \
-            [(1, Stage1(blocks[CUT:], ln_f, head), act())]
+        mods = [(0, first(blocks[:CUT]), torch.zeros(B, T, dtype=torch.long))] if rank == 0 else \
+            [(1, last(blocks[CUT:]), act())]
         nstages = 2
     stages = [PipelineStage(m, i, nstages, torch.device("cpu"), input_args=(ex,)) for i, m, ex in mods]
     # Every rank passes loss_fn: without it a schedule runs no backward on that rank.
@@ -271,8 +347,9 @@ def run_stage(path, sched_name, warmup, steps, rank, rdv):
     has_last = any(i == nstages - 1 for i, _, _ in mods)
     opt = make_optimizer(params)
     if rank == 0:
-        sys.stderr.write("torch %s | %s | threads %d | pipelining %s, 2 processes (gloo), %d stages\n"
-                         % (torch.__version__, blas_info(), torch.get_num_threads(), type(sched).__name__, nstages))
+        sys.stderr.write("torch %s | %s | threads %d | %s | pipelining %s, 2 processes (gloo), %d stages\n"
+                         % (torch.__version__, blas_info(), torch.get_num_threads(), MODEL, type(sched).__name__,
+                            nstages))
 
     def allreduce(v):
         t = torch.tensor([v], dtype=torch.float64)
@@ -288,14 +365,15 @@ def run_stage(path, sched_name, warmup, steps, rank, rdv):
         args = (x,) if has_first else ()
         kw = {"target": y, "losses": losses} if has_last else {}
         sched.step(*args, **kw)
-        # The tied weight: both uses' gradients, on both copies (across the ranks, or on rank 0).
-        if has_first and has_last:
-            g = wte.weight.grad + head.grad
-            wte.weight.grad.copy_(g)
-            head.grad.copy_(g)
-        elif has_first or has_last:
-            dist.all_reduce(wte.weight.grad if has_first else head.grad)
-        sumsq = sum(float(p.grad.double().pow(2).sum()) for p in params if p.grad is not None and p is not head)
+        # gpt_char's tied weight: both uses' gradients, on both copies (across the ranks, or on rank 0).
+        if tie and has_first and has_last:
+            g = tie[0].grad + tie[1].grad
+            tie[0].grad.copy_(g)
+            tie[1].grad.copy_(g)
+        elif tie and (has_first or has_last):
+            dist.all_reduce(tie[0].grad if has_first else tie[1].grad)
+        sumsq = sum(float(p.grad.double().pow(2).sum()) for p in params
+                    if p.grad is not None and (not tie or p is not tie[1]))
         clip_and_step(opt, sumsq, params, it, allreduce)
         if it >= warmup:
             times.append(time.perf_counter() - t0)
@@ -311,15 +389,22 @@ def run_stage(path, sched_name, warmup, steps, rank, rdv):
 
 
 def main():
+    global MODEL
     import faulthandler
     faulthandler.dump_traceback_later(900, exit=True)  # a hung stage: its stack, then exit
-    if len(sys.argv) == 8 and sys.argv[5] == "--rank":  # a child of the pipelining launch
-        run_stage(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[6]),
-                  sys.argv[7])
+    argv = sys.argv[1:]
+    if "--model" in argv:
+        i = argv.index("--model")
+        if i + 1 >= len(argv) or argv[i + 1] not in ("gpt_char", "llama_char"):
+            sys.exit("torch_pipeline.py: --model wants gpt_char or llama_char")
+        MODEL = argv[i + 1]
+        del argv[i:i + 2]
+    if len(argv) == 7 and argv[4] == "--rank":  # a child of the pipelining launch
+        run_stage(argv[0], argv[1], int(argv[2]), int(argv[3]), int(argv[5]), argv[6])
         return
-    if len(sys.argv) != 5 or sys.argv[2] not in ("one", "pipe", "gpipe", "1f1b", "zbv"):
-        sys.exit("usage: torch_pipeline.py DATA one|pipe|gpipe|1f1b|zbv WARMUP STEPS")
-    path, mode, warmup, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    if len(argv) != 4 or argv[1] not in ("one", "pipe", "gpipe", "1f1b", "zbv"):
+        sys.exit("usage: torch_pipeline.py DATA one|pipe|gpipe|1f1b|zbv WARMUP STEPS [--model gpt_char|llama_char]")
+    path, mode, warmup, steps = argv[0], argv[1], int(argv[2]), int(argv[3])
     if mode == "one":
         run_one(path, warmup, steps)
         return
@@ -337,7 +422,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         rdv = os.path.join(tmp, "rdv")
         kids = [subprocess.Popen([sys.executable, os.path.abspath(__file__), path, mode, str(warmup),
-                                  str(steps), "--rank", str(r), rdv]) for r in range(2)]
+                                  str(steps), "--rank", str(r), rdv, "--model", MODEL]) for r in range(2)]
         rcs = [k.wait() for k in kids]
     if any(rcs):
         sys.exit("torch_pipeline.py: a stage process failed (exit %s)" % rcs)

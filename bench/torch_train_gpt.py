@@ -1,5 +1,11 @@
 #!/usr/bin/env python3
-"""PyTorch training run of gpt_char with pipec's recipe: the peer of bench/time_to_loss.sh.
+"""PyTorch training run of gpt_char or llama_char with pipec's recipe: the peer of bench/time_to_loss.sh.
+
+--model llama_char (default gpt_char) trains samples/llama_char.json's model instead, written as
+torchtitan writes its Llama (bench/torch_llama.py: RMSNorm, interleaved RoPE, grouped-query
+attention, SwiGLU, untied head; torchtitan's parameter names, pipec's) with the file's
+initialisation; the recipe, the batches, the validation and the output below are the same (the
+two files have the same training section). What follows describes gpt_char.
 
 The model is samples/gpt_char.json's, written as nanoGPT writes it (model.py, with bias=False and
 dropout 0): 4 layers, 4 heads, C 128, context T 64, vocabulary 65 (the sorted distinct bytes of
@@ -47,8 +53,8 @@ torch's start-up and the data loading before it are not); at the end `median ste
 steps` (batch, forward, backward, clip, AdamW; evaluations excluded). On stderr first: the torch, its BLAS
 and the thread count.
 
-usage: torch_train_gpt.py [--data PATH] [--seed N] [--threads N] [--steps N] [--eval-every N]
-           [--eval-batches N] [--init F.safetensors] [--sampling nanogpt|pipec]
+usage: torch_train_gpt.py [--model gpt_char|llama_char] [--data PATH] [--seed N] [--threads N]
+           [--steps N] [--eval-every N] [--eval-batches N] [--init F.safetensors] [--sampling nanogpt|pipec]
            [--warmup N] [--decay-steps N] [--lr X] [--min-lr X] [--loss-log F]
 
 --threads goes to torch.set_num_threads; the caller must also set OMP_NUM_THREADS before Python
@@ -68,6 +74,7 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_gpt_char import blas_info  # noqa: E402  (the BLAS line, as the step benchmark prints it)
+import torch_llama  # noqa: E402  (llama_char's model)
 import torch.nn.functional as F
 
 # samples/gpt_char.json (tests/e2e/torch_peer.sh checks these against the file)
@@ -189,6 +196,17 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
 
+def make_model(name):
+    """The model called `name` (the caller seeds torch first: the initialisation draws)."""
+    if name == "llama_char":
+        return torch_llama.Transformer(**torch_llama.LLAMA)
+    return GPT(**MODEL)
+
+
+def model_dims(name):
+    return torch_llama.LLAMA if name == "llama_char" else MODEL
+
+
 # ---- safetensors (no package needed: an 8-byte header length, a JSON header, the raw data)
 
 DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
@@ -210,7 +228,7 @@ def load_safetensors(path):
 
 def init_from(model, path):
     tensors = load_safetensors(path)
-    params = dict(model.named_parameters())  # the tied weight once, as transformer.wte.weight
+    params = dict(model.named_parameters())  # gpt_char's tied weight once, as transformer.wte.weight
     for name, p in params.items():
         if name not in tensors:
             sys.exit("%s: tensor '%s' is missing" % (path, name))
@@ -230,6 +248,7 @@ def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     R = RECIPE
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", choices=("gpt_char", "llama_char"), default="gpt_char")
     ap.add_argument("--data", default=os.path.join(root, "..", "shared", "data", "tinyshakespeare.txt"))
     ap.add_argument("--seed", type=int, default=R["seed"])
     ap.add_argument("--threads", type=int, default=1)
@@ -254,8 +273,9 @@ def main():
     n = len(tokens)
     n_train = int(math.floor(n * R["train_fraction"]))
     n_val = n - n_train
-    B, T = R["batch"], MODEL["T"]
-    assert len(vocab) == MODEL["V"], "the data has %d distinct bytes, the model %d" % (len(vocab), MODEL["V"])
+    dims = model_dims(a.model)
+    B, T = R["batch"], dims["T"]
+    assert len(vocab) == dims["V"], "the data has %d distinct bytes, the model %d" % (len(vocab), dims["V"])
 
     def windows(starts):
         ix = torch.tensor(starts, dtype=torch.long).unsqueeze(1) + torch.arange(T + 1).unsqueeze(0)
@@ -275,7 +295,7 @@ def main():
             val.append((x, y, float(x.size(0))))
 
     torch.manual_seed(a.seed)
-    model = GPT(**MODEL)
+    model = make_model(a.model)
     if a.init:
         init_from(model, a.init)
     params = [p for p in model.parameters()]

@@ -13,6 +13,12 @@
 #     split (pipec evaluates them after one step of lr 1e-300, which leaves every parameter bit
 #     for bit unchanged). At 4 printed decimals, a window more or less of the whole split's 1742
 #     cannot show; another window start or another batch can.
+# The same for llama_char (bench/torch_train_gpt.py --model llama_char, bench/torch_llama.py):
+#   - its dims, recipe constants and attention, RoPE and RMSNorm attributes are
+#     samples/llama_char.json's; its own initialisation has pipec's distributions per parameter;
+#   - from pipec's initial parameters and on pipec's batches, the short schedule's 20 training
+#     losses are pipec's to 1e-5 relative and the val losses at steps 10 and 20 to 1e-4 (the
+#     validation code is gpt_char's, checked above on the whole split too).
 # Skips (exit 77) with a clear message where Debian's python3-torch is not importable.
 # In the sanitizer tree (pipec's programs built with AddressSanitizer) pipec's side runs (the
 # --steps 0 save, the 20 steps, the evaluations of the trained parameters on the 50 random batches
@@ -134,4 +140,63 @@ done
 step 20 \| val loss [0-9.]+ \| elapsed_s [0-9.]+
 median step time [0-9.]+ ms over 20 steps
 $' "$tmp/t20"
+# ---- llama_char: the same peer with --model llama_char (bench/torch_llama.py)
+"$pipec" compile samples/llama_char.json -o "$tmp/ll" >/dev/null 2>"$tmp/cerr" || bad "compile llama_char: $(cat "$tmp/cerr")"
+"$pipec" compile samples/llama_char.json --set schedule.warmup=5 --set schedule.decay_steps=15 -o "$tmp/llshort" \
+  >/dev/null 2>"$tmp/cerr" || bad "compile llama_char (short schedule): $(cat "$tmp/cerr")"
+"$tmp/ll/bin/train" --steps 0 --save "$tmp/llinit.st" --quiet || bad "llama_char: train --steps 0 --save"
+[ $peer_runs = 1 ] && check "llama_char: model and recipe constants are samples/llama_char.json's" $py - "$root" \
+  "$tmp/llinit.st" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[1] + "/bench")
+import torch, torch_train_gpt as m, torch_llama as ll
+j = json.load(open(sys.argv[1] + "/samples/llama_char.json"))
+t, o, s = j["training"], j["training"]["optimizer"], j["training"]["schedule"]
+want = {"batch": t["batch"], "steps": t["steps"], "seed": t["seed"], "lr": o["lr"], "betas": tuple(o["betas"]),
+        "eps": o["eps"], "weight_decay": o["weight_decay"], "warmup": s["warmup"], "decay_steps": s["decay_steps"],
+        "min_lr": s["min_lr"], "grad_clip": t["grad_clip"], "eval_every": t["eval_every"],
+        "eval_batches": t["eval_batches"], "train_fraction": t["data"]["train_fraction"]}
+bad = [k for k in want if m.RECIPE[k] != want[k]]
+d = j["dims"]
+bad += [k for k in ("V", "T", "C", "L", "NH", "NKV", "F") if ll.LLAMA[k] != d[k]]
+bad += [] if d["HD"] * d["NH"] == d["C"] and t["microbatches"] == 1 else ["HD or microbatches"]
+nodes = [n for b in j["blocks"] for n in b["nodes"]] + [n for n in j["nodes"] if "op" in n]
+attrs = lambda op: [n.get("attrs", {}) for n in nodes if n["op"] == op]
+bad += [] if all(a == {"n_head": d["NH"], "n_kv_head": d["NKV"]} for a in attrs("attention")) else ["attention"]
+bad += [] if all(a == {"theta": ll.LLAMA["theta"], "pairing": "interleaved"} for a in attrs("rope")) else ["rope"]
+bad += [] if all(a == {"eps": ll.LLAMA["eps"]} for a in attrs("rms_norm")) and attrs("rms_norm") else ["rms_norm"]
+bad += [] if {n["op"] for n in nodes} == {"embedding", "rms_norm", "linear", "reshape", "rope", "attention", "add",
+                                          "silu", "mul", "cross_entropy"} else ["ops"]
+torch.manual_seed(1337)
+mine = dict(m.make_model("llama_char").named_parameters())
+theirs = m.load_safetensors(sys.argv[2])
+bad += ["extra or missing names"] if set(mine) != set(theirs) else []
+for name, p in mine.items():
+    q = theirs.get(name)
+    if q is None or p.shape != q.shape or abs(p.mean().item() - q.mean().item()) > 0.01 or \
+       abs(p.std().item() - q.std().item()) > 0.05 * max(q.std().item(), 1e-3):
+        bad.append(name)
+if bad:
+    print("differs from samples/llama_char.json / pipec's init:", ", ".join(bad))
+sys.exit(1 if bad else 0)
+PY
+"$tmp/llshort/bin/train" --init "$tmp/llinit.st" --steps 20 --seed 7 --eval-every 10 --eval-batches "$evb" --threads 1 \
+  --quiet --loss-log "$tmp/llp.loss" >"$tmp/llp20" 2>&1 || bad "llama_char: pipec 20 steps: $(tail -2 "$tmp/llp20")"
+if [ $peer_runs = 1 ]; then
+  "${peer[@]}" --model llama_char --init "$tmp/llinit.st" --steps 20 --seed 7 --eval-every 10 --eval-batches 10 \
+    --sampling pipec --warmup 5 --decay-steps 15 --loss-log "$tmp/llt.loss" >"$tmp/llt20" 2>"$tmp/llt20.err" ||
+    bad "llama_char: peer 20 steps: $(tail -2 "$tmp/llt20.err")"
+  check "llama_char: 20 training losses from both" test "$(wc -l <"$tmp/llp.loss")" -eq 20 -a \
+    "$(wc -l <"$tmp/llt.loss" 2>/dev/null)" -eq 20
+  worst=$(paste "$tmp/llp.loss" "$tmp/llt.loss" | awk '{ r = ($2 - $4) / $4; if (r < 0) r = -r; if (r > w) { w = r; s = $1 } }
+    END { printf "%.3g (step %d)", w, s }')
+  echo "llama_char, 20 steps on pipec's batches: worst relative training-loss difference $worst"
+  check "llama_char: per-step training loss within 1e-5 of pipec's" awk '
+    NR == FNR { a[$1] = $2; next }
+    { r = (a[$1] - $2) / $2; if (r < 0) r = -r; if (r > 1e-5) bad = 1 }
+    END { exit bad }' "$tmp/llp.loss" "$tmp/llt.loss"
+  for s in 10 20; do near "llama_char: val loss at step $s" "$(val $s "$tmp/llp20")" "$(val $s "$tmp/llt20")" 1e-4; done
+else
+  check "llama_char, pipec: 20 training losses" test "$(wc -l <"$tmp/llp.loss")" -eq 20
+fi
 finish
