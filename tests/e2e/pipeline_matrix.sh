@@ -8,11 +8,12 @@
 # program (bin/train) with the same M; so must the final evaluation line, printed once, by the
 # rank with the loss (the last; zb-v: rank 0, which holds the first and the last stage). Illegal
 # combinations must fail to compile with their message (interleaved at S = 1; M not a multiple of
-# S; more stages than the model has places to cut). skip_net is cut by --split lists chosen so that every cut crosses the skip span
-# (a0 -> skip) and separates the two uses of shared.weight; gpt_char is flat, so the automatic
-# partition can cut inside a layer (its residual adds then cross stages too) and at S > 1 always
-# separates the tied embedding (first stage) from the head (last stage). The test asserts these
-# properties of each cut from the comm pass's dump, so an easy cut cannot pass silently.
+# S; more stages than the model has places to cut). skip_net is cut by --split lists chosen so
+# that every cut crosses the skip span (a0 -> skip) and separates the two uses of shared.weight;
+# gpt_char is flat, so the automatic partition can cut inside a layer (its residual adds then
+# cross stages too) and at S > 1 always separates the tied embedding (first stage) from the head
+# (last stage). The test asserts these properties of each cut from the comm pass's dump, so an
+# easy cut cannot pass silently.
 # A configuration that generates the programs (and launch.sh) of one run before is that job, and
 # is not run twice; each distinct rank program is built once (tests/e2e/cc_cache.sh).
 # In the sanitizer tree (the programs are built with AddressSanitizer) a reduced matrix runs:
@@ -293,7 +294,7 @@ Ms=(1 2 3 4 8)
 for M in "${Ms[@]}"; do ref "$M"; done
 if [ -z "$mode" ]; then
   mode=full
-  # llama_char: each schedule at S = 2 and S = 4 where legal (the full matrix: 90 s on 2 cores)
+  # llama_char: each schedule once per S where legal (its full matrix takes 90 s on 2 cores)
   { [ "$model" = llama_char ] || sanitized "$tmp/ref1/bin/train"; } && mode=reduced
 fi
 vmax_s=4
