@@ -3,7 +3,8 @@
 
 Runs the same model in PyTorch eager mode: it reads the expanded IR that `pipec print` writes
 (so blocks, dims and names are resolved by pipec and this script stays small), maps every op to
-its PyTorch function, initialises the parameters from torch's RNG and writes them to a
+its PyTorch function (RMSNorm, RoPE and grouped-query attention, which torch 1.13 lacks, written
+from their formulas), initialises the parameters from torch's RNG and writes them to a
 safetensors file for the pipec program (--init), then trains with torch.optim.AdamW on the very
 batches the pipec program draws (splitmix64 formulas of runtime/data.c, reimplemented here) and
 prints one loss per step, like the program's --loss-log.
