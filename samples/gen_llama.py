@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
 """Writes a Llama-3-style decoder as a pipec model file (format v1, docs/model-format.md).
 
-The block is Meta's and torchtitan's Llama: RMSNorm before attention and before the MLP (eps
-1e-5, llama3's norm_eps), separate q, k, v projections without biases, rotary position embedding
-of q and k (theta 10000, the interleaved pairing of torchtitan's complex form), grouped-query
-causal attention, a SwiGLU MLP w2(silu(w1 x) * w3 x) whose hidden width is Llama's rounding of
-8C/3 up to a multiple of 32, no biases anywhere, and an untied output head. Parameter names are
-torchtitan's state_dict names. Init: normal(0, 0.02) for embeddings and projections,
-0.02/sqrt(2*layers) for the two residual projections (attention.wo, feed_forward.w2), ones for
-the norms. The defaults are samples/llama_char.json (4 layers, C 128, 4 heads, 2 kv heads,
-vocab 65, context 64) with nanoGPT's baby recipe as samples/gpt_char.json has it;
-`gen_llama.py | cmp - samples/llama_char.json` holds. Same arguments, same bytes.
+The block is Meta's and torchtitan's Llama: RMSNorm before attention and before the MLP (eps 1e-5,
+llama3's norm_eps), separate q, k, v projections without biases, rotary position embedding of q
+and k (theta 10000, the interleaved pairing of torchtitan's complex form; --pairing half for
+Hugging Face's rotate_half), grouped-query causal attention, a SwiGLU MLP w2(silu(w1 x) * w3 x)
+whose hidden width is Llama's rounding of 8C/3 up to a multiple of 32, no biases anywhere, and an
+untied output head. Parameter names are torchtitan's state_dict names. Init: normal(0, 0.02) for
+embeddings and projections, 0.02/sqrt(2*layers) for the two residual projections (attention.wo,
+feed_forward.w2), ones for the norms. The defaults are samples/llama_char.json (4 layers, C 128, 4
+heads, 2 kv heads, vocab 65, context 64) with nanoGPT's baby recipe as samples/gpt_char.json has
+it; `gen_llama.py | cmp - samples/llama_char.json` holds. Same arguments, same bytes.
 """
 import argparse
 import math
@@ -43,7 +43,7 @@ def build(a):
 
     h = "layers.{i}"
     at, ff = h + ".attention", h + ".feed_forward"
-    rope = {"theta": a.theta, "pairing": "interleaved"}
+    rope = {"theta": a.theta, "pairing": a.pairing}
     block = {
         "name": "layer",
         "inputs": ["x"],
@@ -140,6 +140,9 @@ def main():
     p.add_argument("--multiple-of", type=int, default=32,
                    help="the SwiGLU width is 8C/3 rounded up to a multiple of this (default 32)")
     p.add_argument("--theta", type=float, default=10000.0, help="RoPE theta (default 10000)")
+    p.add_argument("--pairing", choices=("interleaved", "half"), default="interleaved",
+                   help="RoPE pairing: interleaved, (2i, 2i+1) as Meta and torchtitan (default), "
+                        "or half, (i, i + D/2) as Hugging Face's rotate_half")
     p.add_argument("--eps", type=float, default=1e-5, help="RMSNorm eps (default 1e-5)")
     p.add_argument("--flat", action="store_true", help="write every layer out, no blocks")
     p.add_argument("--name", default="llama_char", help="model name (default llama_char)")

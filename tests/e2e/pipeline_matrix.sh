@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
 # The equality matrix of pipeline parallelism (docs/pipeline.md): for one MODEL (mlp_digits,
-# gpt_char: a 2-layer flat character GPT, or skip_net), every schedule (gpipe, 1f1b, interleaved
-# with --virtual 2, zb-h1; zb-v, V = 2 implied, at S = 2 and 4) x S in {1, 2, 3, 4} x M in
-# {1, 2, 3, 4, 8} where legal is compiled
-# once, launched through OUT/launch.sh (mpirun, one process per rank) for 3 steps with --save and
-# --loss-log, and its per-step losses, saved parameters (F) and optimizer state (F.optim) must be
-# byte for byte those of the one-stage program (bin/train) with the same M; so must the final
-# evaluation line, printed once, by the rank with the loss (the last; zb-v: rank 0, which holds the
-# first and the last stage). Illegal combinations must fail to compile with
-# their message (interleaved at S = 1; M not a multiple of S; more stages than the model has
-# places to cut). skip_net is cut by --split lists chosen so that every cut crosses the skip span
-# (a0 -> skip) and separates the two uses of shared.weight; gpt_char is flat, so the automatic
-# partition can cut inside a layer (its residual adds then cross stages too) and at S > 1 always
-# separates the tied embedding (first stage) from the head (last stage). The test asserts these
-# properties of each cut from the comm pass's dump, so an easy cut cannot pass silently.
+# gpt_char: a 2-layer flat character GPT, skip_net, or llama_char), every schedule (gpipe, 1f1b,
+# interleaved with --virtual 2, zb-h1; zb-v, V = 2 implied, at S = 2 and 4) x S in {1, 2, 3, 4} x
+# M in {1, 2, 3, 4, 8} where legal is compiled once, launched through OUT/launch.sh (mpirun, one
+# process per rank) for 3 steps with --save and --loss-log, and its per-step losses, saved
+# parameters (F) and optimizer state (F.optim) must be byte for byte those of the one-stage
+# program (bin/train) with the same M; so must the final evaluation line, printed once, by the
+# rank with the loss (the last; zb-v: rank 0, which holds the first and the last stage). Illegal
+# combinations must fail to compile with their message (interleaved at S = 1; M not a multiple of
+# S; more stages than the model has places to cut). skip_net is cut by --split lists chosen so
+# that every cut crosses the skip span (a0 -> skip) and separates the two uses of shared.weight;
+# gpt_char is flat, so the automatic partition can cut inside a layer (its residual adds then
+# cross stages too) and at S > 1 always separates the tied embedding (first stage) from the head
+# (last stage). The test asserts these properties of each cut from the comm pass's dump, so an
+# easy cut cannot pass silently.
 # A configuration that generates the programs (and launch.sh) of one run before is that job, and
 # is not run twice; each distinct rank program is built once (tests/e2e/cc_cache.sh).
 # In the sanitizer tree (the programs are built with AddressSanitizer) a reduced matrix runs:
 # each schedule once per S. PIPELINE_MATRIX=full|reduced overrides the choice.
+# llama_char (samples/llama_char.json as shipped: RMSNorm, RoPE, grouped-query attention, SwiGLU;
+# 4 layers, each a place to cut, so V = 2 at S = 2 only) runs the reduced matrix by default, and
+# then the features against the one-stage program of the same options: --recompute (all or a list
+# of stages; the plain reference), --replicas 2 (the reference: S = 1 at D = 2), --precision bf16
+# (the reference: S = 1 in bf16), combinations, and two CSV schedules no built-in makes; in the
+# sanitizer tree (PIPELINE_MATRIX=short, llama_char only) 7 configurations with every schedule,
+# S = 1, 2, 4 and each feature once.
 #
 # Usage: pipeline_matrix.sh PIPEC ROOT MODEL
 pipec=$1
@@ -40,8 +47,12 @@ skip_net)
   file=$tmp/skip_net.json
   python3 "$root/tests/skip_net_table.py" samples/skip_net.json "$file" "$tmp/skip.csv"
   ;;
+llama_char)
+  file=$tmp/llama_char.json
+  sed "s#\"../../shared/data/#\"$root/../shared/data/#" samples/llama_char.json >"$file"
+  ;;
 *)
-  echo "usage: pipeline_matrix.sh PIPEC ROOT mlp_digits|gpt_char|skip_net" >&2
+  echo "usage: pipeline_matrix.sh PIPEC ROOT mlp_digits|gpt_char|skip_net|llama_char" >&2
   exit 2
   ;;
 esac
@@ -107,29 +118,42 @@ cut_ok() {
   esac
 }
 
-# The reference of each M: the one-stage program, bin/train, run directly.
+# The reference of each M: the one-stage program, bin/train, run directly. With options that
+# change the bits (ref_dir: --replicas D, --precision P), the one-stage program compiled with them
+# (--replicas: its launch.sh, D ranks; the eval line is then replica 0's, world rank 0).
 declare -A ref_ok
+# ref_dir M OPTS...: the reference's directory (one per M and options).
+ref_dir() {
+  local M=$1
+  shift
+  echo "$tmp/ref$M$(echo "$*" | tr -c 'A-Za-z0-9\n' _)"
+}
 ref() {
-  local M=$1 o=$tmp/ref$1
-  if ! "$pipec" compile "$file" "${common[@]}" --microbatches "$M" -o "$o" >/dev/null 2>"$tmp/err"; then
-    bad "reference M=$M: compile: $(head -3 "$tmp/err")"
+  local M=$1 o
+  o=$(ref_dir "$@")
+  shift
+  local name="reference M=$M${*:+ $*}"
+  if ! "$pipec" compile "$file" "${common[@]}" --microbatches "$M" "$@" -o "$o" >/dev/null 2>"$tmp/err"; then
+    bad "$name: compile: $(head -3 "$tmp/err")"
     return
   fi
-  if ! "$o/bin/train" "${run_args[@]}" --save "$o/p.st" --loss-log "$o/loss.txt" </dev/null >"$o/out" 2>"$o/err"; then
-    bad "reference M=$M: run: $(head -3 "$o/err")"
+  local prog=$o/bin/train
+  [ -x "$prog" ] || prog=$o/launch.sh
+  if ! timeout -k 5 120 "$prog" "${run_args[@]}" --save "$o/p.st" --loss-log "$o/loss.txt" </dev/null >"$o/out" 2>"$o/err"; then
+    bad "$name: run: $(head -3 "$o/err")"
     return
   fi
-  grep '^eval ' "$o/out" >"$o/eval"
+  sed -n 's/^\(\[rank 0\] \)\{0,1\}\(eval .*\)/\2/p' "$o/out" >"$o/eval"
   if [ "$(wc -l <"$o/loss.txt")" -ne 3 ] || [ "$(wc -l <"$o/eval")" -ne 1 ] || grep -qiE 'nan|inf' "$o/loss.txt"; then
-    bad "reference M=$M: not 3 finite losses and one eval line: $(tr '\n' ' ' <"$o/loss.txt") / $(cat "$o/eval")"
+    bad "$name: not 3 finite losses and one eval line: $(tr '\n' ' ' <"$o/loss.txt") / $(cat "$o/eval")"
     return
   fi
-  ref_ok[$M]=1
+  ref_ok[$o]=1
 }
 
-# same NAME DIR M: DIR's run (in DIR/run) equals the reference of M; mismatches say which bytes.
+# same NAME DIR REF: DIR's run (in DIR/run) equals the reference in REF; mismatches say which bytes.
 same() {
-  local name=$1 d=$2 M=$3 r=$tmp/ref$3 e=0
+  local name=$1 d=$2 r=$3 e=0
   if ! cmp -s "$d/loss.txt" "$r/loss.txt"; then
     bad "$name: loss log differs from S = 1: $(diff "$r/loss.txt" "$d/loss.txt" | grep '^[<>]' | tr '\n' ' ')"
     e=1
@@ -168,16 +192,39 @@ job_key() {
   } | md5sum | cut -c1-32
 }
 
-# one SCHEDULE S M: compile the configuration once, launch it (unless the same job ran), compare.
+# one SCHEDULE S M [OPTS...]: compile the configuration once, launch it (unless the same job ran),
+# compare with the reference of M and OPTS but --recompute (recomputing changes no bits; --replicas
+# and --precision do: their one-stage program is the reference). SCHEDULE csv:NAME is the
+# schedule $tmp/NAME.csv (its rows give S and V; S is the number of rows).
 declare -A cfg_time
 one() {
   local sch=$1 S=$2 M=$3 V=1 lr=$(($2 - 1)) # lr: the loss's rank
+  shift 3
+  local opts=("$@") refopts=() D=1 i
+  for ((i = 0; i < ${#opts[@]}; i++)); do
+    case ${opts[i]} in
+    --recompute) i=$((i + 1)) ;;
+    --replicas) D=${opts[i + 1]} refopts+=("${opts[i]}") ;;
+    *) refopts+=("${opts[i]}") ;;
+    esac
+  done
   [ "$sch" = interleaved ] && V=2
   [ "$sch" = zb-v ] && [ "$S" -gt 1 ] && V=2 lr=0 # V = 2 implied (no --virtual)
-  local name="$model $sch S=$S M=$M" o=$tmp/$sch.$S.$M
-  [ -n "${ref_ok[$M]:-}" ] || { bad "$name: no reference for M=$M"; return; }
+  local csv='' n
+  if [[ $sch == csv:* ]]; then # V: the stages over the rows; lr: the row with the last stage
+    csv=$tmp/${sch#csv:}.csv
+    n=$(grep -o '[0-9]*F' "$csv" | tr -d F | sort -n | tail -1)
+    V=$(((n + 1) / S)) lr=$(grep -n "\b${n}F" "$csv" | head -1 | cut -d: -f1)
+    lr=$((lr - 1))
+  fi
+  local name="$model $sch S=$S M=$M${opts[*]:+ ${opts[*]}}" o rd
+  o=$tmp/$sch.$S.$M$(echo "${opts[*]}" | tr -c 'A-Za-z0-9\n' _)
+  rd=$(ref_dir "$M" "${refopts[@]}")
+  [ -n "${ref_ok[$rd]:-}" ] || { bad "$name: no reference for M=$M ${refopts[*]}"; return; }
   local args=("${common[@]}" --microbatches "$M" --stages "$S" --schedule "$sch")
+  [ -n "$csv" ] && args=("${common[@]}" --microbatches "$M" --schedule "$csv")
   [ "$V" -gt 1 ] && [ "$sch" = interleaved ] && args+=(--virtual "$V")
+  args+=("${opts[@]}")
   if [ "$model" = skip_net ] && [ "$S" -gt 1 ]; then args+=(--split "$(skip_split "$S" "$V")"); fi
   [ "$S" -gt 1 ] && cut_ok "$name" "${args[@]}"
   local t0
@@ -210,15 +257,19 @@ one() {
     bad "$name: launch.sh exit $rc: stderr: $(grep -v '^$' "$o/run/err" | head -3 | tr '\n' ' ') stdout: $(grep -v '^$' "$o/run/out" | tail -3 | tr '\n' ' ')"
     return
   fi
-  # The evaluation: one line, by the loss's rank (prefixed when S > 1), equal to S = 1's.
-  if [ "$S" -gt 1 ]; then
+  # The evaluation: one line, by the loss's rank (prefixed when S > 1 or D > 1; replica 0's), equal
+  # to S = 1's.
+  if [ "$S" -gt 1 ] || [ "$D" -gt 1 ]; then
     check "$name: one eval line, by rank $lr" \
       test "$(grep -c '^\[rank [0-9]*\] eval ' "$o/run/out")" = 1 -a "$(grep -c "^\[rank $lr\] eval " "$o/run/out")" = 1
     sed -n "s/^\[rank $lr\] \(eval .*\)/\1/p" "$o/run/out" >"$o/run/eval"
   else
     grep '^eval ' "$o/run/out" >"$o/run/eval"
   fi
-  same "$name" "$o/run" "$M"
+  local recomputes=0
+  for ((i = 0; i < ${#opts[@]}; i++)); do [ "${opts[i]}" = --recompute ] && recomputes=1; done
+  [ $recomputes = 1 ] && check "$name: B reruns the forward" grep -q "Recompute: the forward" "$o"/rank*.c
+  same "$name" "$o/run" "$rd"
   [ "$fail" -eq "$fail0" ] && job_ok[$key]=1
   echo "ran $name: ${cfg_time[$name]} s"
 }
@@ -242,12 +293,23 @@ err_is() {
 # The configurations: SCHEDULE S M. Full: every legal one. Reduced: each schedule once per S.
 mode=${PIPELINE_MATRIX:-}
 Ms=(1 2 3 4 8)
-for M in "${Ms[@]}"; do ref "$M"; done
+ref 4
 if [ -z "$mode" ]; then
   mode=full
-  sanitized "$tmp/ref1/bin/train" && mode=reduced
+  # llama_char: each schedule once per S where legal (its full matrix takes 90 s on 2 cores); in
+  # the sanitizer tree a short list (the reduced matrix and features take 6 minutes there)
+  if sanitized "$tmp/ref4/bin/train"; then
+    mode=reduced
+    [ "$model" = llama_char ] && mode=short
+  elif [ "$model" = llama_char ]; then
+    mode=reduced
+  fi
 fi
-[ "$model" = mlp_digits ] && vmax_s=3 || vmax_s=4 # mlp_digits has 6 forward nodes: S x 2 <= 6
+[ "$mode" = short ] && Ms=(2 4)
+for M in "${Ms[@]}"; do [ "$M" = 4 ] || ref "$M"; done
+vmax_s=4
+[ "$model" = mlp_digits ] && vmax_s=3 # 6 forward nodes: S x 2 <= 6
+[ "$model" = llama_char ] && vmax_s=2 # 5 places to start a stage (the first node, each layer)
 configs=()
 if [ "$mode" = full ]; then
   for S in 1 2 3 4; do
@@ -267,10 +329,37 @@ else
   configs=("zb-h1 1 4" "gpipe 2 3" "1f1b 2 1" "zb-h1 2 4" "interleaved 2 4"
     "gpipe 3 8" "1f1b 3 4" "zb-h1 3 2" "interleaved 3 3"
     "gpipe 4 2" "1f1b 4 8" "zb-h1 4 3" "interleaved 4 4")
-  [ "$model" = mlp_digits ] && unset 'configs[12]' # 6 forward nodes: no 8 stages
+  [ "$vmax_s" -lt 4 ] && unset 'configs[12]' # no 8 stages
+  [ "$vmax_s" -lt 3 ] && unset 'configs[8]'  # no 6 stages
   # zb-v at S = 2 (M < 2S - 1: the warm-up cut short) and at S = 4 (mlp_digits: S = 3)
   configs+=("zb-v 2 2")
-  if [ "$model" = mlp_digits ]; then configs+=("zb-v 3 8"); else configs+=("zb-v 4 8"); fi
+  if [ "$vmax_s" = 4 ]; then configs+=("zb-v 4 8"); elif [ "$vmax_s" = 3 ]; then configs+=("zb-v 3 8"); fi
+fi
+if [ "$model" = llama_char ]; then
+  # The features against the one-stage program: --recompute (the plain reference), --replicas 2
+  # (S = 1, D = 2: its 2 ranks), --precision bf16 (S = 1 in bf16), two of them at once, and
+  # schedules from CSV files that no built-in makes (sched_csv.sh's gpipe/1f1b hybrid with B and
+  # W split on stage 1 only, and looped BFS over two stages per rank), each at some S and schedule.
+  printf '%s\n' 0F0,0F1,0F2,0B0,0F3,0B1,0B2,0B3 1F0,1I0,1F1,1I1,1W0,1F2,1I2,1W1,1F3,1I3,1W2,1W3 \
+    >"$tmp/hybrid.csv"
+  printf '%s\n' 0F0,0F1,0F2,0F3,2F0,2F1,2F2,2F3,2B0,2B1,2B2,2B3,0B0,0B1,0B2,0B3 \
+    1F0,1F1,1F2,1F3,3F0,3F1,3F2,3F3,3B0,3B1,3B2,3B3,1B0,1B1,1B2,1B3 >"$tmp/bfs.csv"
+  ref 4 --replicas 2
+  ref 4 --precision bf16
+  if [ "$mode" = short ]; then # every schedule, S = 1, 2, 4, each feature once
+    configs=("zb-h1 1 4" "gpipe 4 2" "zb-v 2 2" "1f1b 2 4 --recompute all"
+      "interleaved 2 4 --replicas 2" "zb-h1 4 4 --precision bf16" "csv:hybrid 2 4")
+  else
+    ref 4 --precision bf16 --replicas 2
+    configs+=("1f1b 1 4 --recompute all" "1f1b 2 4 --recompute all" "interleaved 2 4 --recompute 0,3"
+      "zb-h1 4 4 --recompute all" "zb-v 2 4 --recompute all" "csv:hybrid 2 4 --recompute 1"
+      "1f1b 2 4 --replicas 2" "zb-h1 2 4 --replicas 2" "interleaved 2 4 --replicas 2"
+      "zb-v 2 4 --replicas 2" "gpipe 4 4 --replicas 2"
+      "gpipe 2 4 --precision bf16" "interleaved 2 4 --precision bf16" "zb-v 2 4 --precision bf16"
+      "1f1b 4 4 --precision bf16" "zb-h1 4 4 --precision bf16 --recompute all"
+      "csv:bfs 2 4 --precision bf16" "zb-h1 2 4 --precision bf16 --replicas 2"
+      "csv:hybrid 2 4" "csv:bfs 2 4")
+  fi
 fi
 echo "$model: ${#configs[@]} configurations ($mode matrix)"
 t_all=$(date +%s)
@@ -284,8 +373,14 @@ err_is "interleaved at S = 1" 2 '^pipec: --virtual 2 needs --stages >= 2: interl
   --stages 1 --schedule interleaved --virtual 2 --microbatches 2
 split=()
 [ "$model" = skip_net ] && split=(--split "$(skip_split 3 2)")
-err_is "interleaved S=3 M=4" 1 ': error: schedule interleaved: needs the microbatches M a multiple of the stages S \(M = 4, S = 3\)$' \
+[ "$model" = llama_char ] || err_is "interleaved S=3 M=4" 1 ': error: schedule interleaved: needs the microbatches M a multiple of the stages S \(M = 4, S = 3\)$' \
   --stages 3 --schedule interleaved --virtual 2 --microbatches 4 "${split[@]}"
+if [ "$model" = llama_char ]; then
+  err_is "interleaved S=3 (6 stages)" 1 ': error: --stages 6: the model has only 5 places to start a stage \(the first node and the split_before marks\)$' \
+    --stages 3 --schedule interleaved --virtual 2 --microbatches 3
+  err_is "zb-v S=4 (8 stages)" 1 ': error: --stages 8: the model has only 5 places to start a stage \(the first node and the split_before marks\)$' \
+    --stages 4 --schedule zb-v --microbatches 4
+fi
 if [ "$model" = mlp_digits ]; then
   err_is "interleaved S=4 (8 stages)" 1 ': error: --stages 8: the model has only 6 forward nodes$' \
     --stages 4 --schedule interleaved --virtual 2 --microbatches 4

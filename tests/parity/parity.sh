@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # PyTorch parity: the same model, the same initial weights (a safetensors file written by the
 # PyTorch side and loaded with --init), the same batches; 20 AdamW steps of per-step loss must
-# agree within 1e-5 relative, for mlp_digits, a small gpt_char and skip_net.
+# agree within 1e-5 relative, for mlp_digits, a small gpt_char, skip_net, llama_char as shipped
+# (RMSNorm, interleaved RoPE, grouped-query attention, SwiGLU) and a small Llama with half-pairing
+# RoPE and multi-query attention (one kv head); torch_ref.py writes RMSNorm, RoPE and GQA from
+# their formulas.
 # Skips (exit 77) with a clear message where Debian's python3-torch is not importable.
 pipec=$1
 root=$2
@@ -34,7 +37,24 @@ PY
 # skip_net (split, concat, a weight used twice, fan-out, skip connection) on a synthetic table.
 python3 "$root/tests/skip_net_table.py" "$root/samples/skip_net.json" "$tmp/skip.json" "$tmp/skip.csv"
 
-for model in mlp gpt skip; do
+# llama_char as shipped (its data path made absolute); a 2-layer Llama, C 64, 4 heads sharing one
+# kv head, half pairing, T 32, batch 4 in 2 microbatches.
+python3 - "$root/samples/llama_char.json" "$tmp/llama.json" "$data/tinyshakespeare.txt" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1])); m["training"]["data"]["path"] = sys.argv[3]
+json.dump(m, open(sys.argv[2], "w"), indent=1)
+PY
+python3 samples/gen_llama.py --layers 2 --embd 64 --heads 4 --kv-heads 1 --context 32 --pairing half \
+  --name llama_mqa -o "$tmp/mqa0.json"
+python3 - "$tmp/mqa0.json" "$tmp/mqa.json" "$data/tinyshakespeare.txt" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+t = m["training"]; t["data"]["path"] = sys.argv[3]; t["batch"] = 4; t["microbatches"] = 2
+t["schedule"]["warmup"] = 5
+json.dump(m, open(sys.argv[2], "w"), indent=1)
+PY
+
+for model in mlp gpt skip llama mqa; do
   "$pipec" print "$tmp/$model.json" >"$tmp/$model.ir" || { bad "$model: pipec print"; continue; }
   if ! $py tests/parity/torch_ref.py "$tmp/$model.ir" "$tmp/$model.json" "$tmp/$model.init.safetensors" $steps \
     >"$tmp/$model.torch" 2>"$tmp/$model.torch.err"; then

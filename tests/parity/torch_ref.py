@@ -3,7 +3,8 @@
 
 Runs the same model in PyTorch eager mode: it reads the expanded IR that `pipec print` writes
 (so blocks, dims and names are resolved by pipec and this script stays small), maps every op to
-its PyTorch function, initialises the parameters from torch's RNG and writes them to a
+its PyTorch function (RMSNorm, RoPE and grouped-query attention, which torch 1.13 lacks, written
+from their formulas), initialises the parameters from torch's RNG and writes them to a
 safetensors file for the pipec program (--init), then trains with torch.optim.AdamW on the very
 batches the pipec program draws (splitmix64 formulas of runtime/data.c, reimplemented here) and
 prints one loss per step, like the program's --loss-log.
@@ -94,17 +95,54 @@ def ints(v, batch):
     return [batch if x == "B" else int(x) for x in v.strip("[]").split(",") if x]
 
 
-def attention(qkv, nh):
-    B, T, C3 = qkv.shape
-    C = C3 // 3
-    q, k, v = qkv.split(C, dim=2)
-    q = q.view(B, T, nh, C // nh).transpose(1, 2)
-    k = k.view(B, T, nh, C // nh).transpose(1, 2)
-    v = v.view(B, T, nh, C // nh).transpose(1, 2)
-    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // nh))
-    att = att.masked_fill(torch.tril(torch.ones(T, T, dtype=torch.bool)) == 0, float("-inf"))
+def sdpa(q, k, v, nh, nkv, causal):
+    """Grouped-query scaled-dot-product attention from its formula: q (B,T,nh*d), k and v
+    (B,T,nkv*d); query head h reads kv head h // (nh // nkv) (repeat_interleave on the head dim)."""
+    B, T, C = q.shape
+    d = C // nh
+    q = q.view(B, T, nh, d).transpose(1, 2)
+    k = k.reshape(B, T, nkv, d).transpose(1, 2).repeat_interleave(nh // nkv, dim=1)
+    v = v.reshape(B, T, nkv, d).transpose(1, 2).repeat_interleave(nh // nkv, dim=1)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
+    if causal:
+        att = att.masked_fill(torch.tril(torch.ones(T, T, dtype=torch.bool)) == 0, float("-inf"))
     y = F.softmax(att, dim=-1) @ v
     return y.transpose(1, 2).contiguous().view(B, T, C)
+
+
+def attention(qkv, nh, nkv, causal):
+    """The packed form: q, k, v along the last dim, (nh + 2*nkv) head dims."""
+    d = qkv.shape[-1] // (nh + 2 * nkv)
+    q, k, v = qkv.split([nh * d, nkv * d, nkv * d], dim=2)
+    return sdpa(q, k, v, nh, nkv, causal)
+
+
+def rms_norm(x, w, eps):
+    """Llama's RMSNorm: x * rsqrt(mean(x^2) + eps) * w over the last dim."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rope(x, theta, pairing, seq_axis):
+    """Rotary embedding from its formula. The angles in PyTorch's f32 recipe (Meta's and Hugging
+    Face's precompute): inv_freq = 1 / theta^(arange(0, D, 2) / D), freqs = outer(t, inv_freq).
+    Pair i is (2i, 2i+1) interleaved (Meta's complex form), (i, i + D/2) half (rotate_half)."""
+    T, D = x.shape[seq_axis], x.shape[-1]
+    inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2).float() / D))
+    freqs = torch.outer(torch.arange(T).float(), inv_freq)
+    c, s = torch.cos(freqs), torch.sin(freqs)        # (T, D/2)
+    if seq_axis == 1:                                   # (B, T, H, D): broadcast over H
+        c, s = c[:, None, :], s[:, None, :]
+    if pairing == "interleaved":
+        xp, xq = x.reshape(*x.shape[:-1], D // 2, 2).unbind(-1)
+        return torch.stack((xp * c - xq * s, xq * c + xp * s), dim=-1).flatten(-2)
+    xp, xq = x[..., :D // 2], x[..., D // 2:]
+    return torch.cat((xp * c - xq * s, xq * c + xp * s), dim=-1)
+
+
+def slice_of(x, axis, start, end):
+    idx = [slice(None)] * x.dim()
+    idx[axis] = slice(start, end)
+    return x[tuple(idx)]
 
 
 def run_node(op, xs, a, batch):
@@ -144,8 +182,32 @@ def run_node(op, xs, a, batch):
         return list(torch.split(xs[0], ints(a["sizes"], batch), dim=int(a.get("axis", -1))))
     if op == "concat":
         return [torch.cat(xs, dim=int(a.get("axis", -1)))]
-    if op == "causal_self_attention":
-        return [attention(xs[0], int(a["n_head"])), None]
+    if op == "silu":
+        return [F.silu(xs[0])]
+    if op == "neg":
+        return [torch.neg(xs[0])]
+    if op == "exp":
+        return [torch.exp(xs[0])]
+    if op == "rsqrt":
+        return [torch.rsqrt(xs[0])]
+    if op == "pow":
+        return [torch.pow(xs[0], float(a["exponent"]))]
+    if op == "div":
+        return [torch.div(*xs)]
+    if op == "mean":
+        return [xs[0].mean(dim=int(a["axis"]), keepdim=b("keepdim"))]
+    if op == "slice":
+        return [slice_of(xs[0], int(a["axis"]), int(a.get("start", 0)), int(a.get("end", 2**63 - 1)))]
+    if op == "rms_norm":
+        return [rms_norm(xs[0], xs[1], float(a.get("eps", 1e-6))), None]
+    if op == "rope":
+        return [rope(xs[0], float(a.get("theta", 10000)), a.get("pairing", "half"), int(a.get("seq_axis", 1)))]
+    if op in ("causal_self_attention", "attention"):
+        nh = int(a["n_head"])
+        nkv, causal = int(a.get("n_kv_head", nh)), b("causal", "true")
+        if op == "attention":
+            return [sdpa(*xs, nh, nkv, causal), None]
+        return [attention(xs[0], nh, nkv, causal), None]
     if op == "cross_entropy":
         lg, t = xs
         return [F.cross_entropy(lg.reshape(-1, lg.shape[-1]), t.reshape(-1).long())]
