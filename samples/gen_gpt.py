@@ -16,7 +16,7 @@ import json
 import math
 import sys
 
-from modelgen import expand, fmt, num
+from modelgen import baby_recipe, expand, fmt, num
 
 
 def build(a):
@@ -114,16 +114,7 @@ def build(a):
         m["blocks"] = [block]
         m["nodes"] = pre_nodes + [rep] + post_nodes("transformer.h.out")
     if a.training:
-        # nanoGPT's "baby" recipe on tinyshakespeare (shared/data, resolved from samples/).
-        m["training"] = {
-            "batch": 12, "microbatches": 1, "steps": 2000, "seed": 1337,
-            "optimizer": {"kind": "adamw", "lr": 0.001, "betas": [0.9, 0.99], "eps": 1e-8,
-                          "weight_decay": 0.1},
-            "schedule": {"warmup": 100, "decay_steps": 2000, "min_lr": 0.0001},
-            "grad_clip": 1.0, "eval_every": 500, "eval_batches": 50, "log_every": 100,
-            "data": {"kind": "text", "path": "../../shared/data/tinyshakespeare.txt",
-                     "train_fraction": 0.9, "input": "idx", "target": "targets"},
-        }
+        m["training"] = baby_recipe()
     m["loss"] = "loss"
     m["outputs"] = ["logits"]
     return m

@@ -38,3 +38,17 @@ def expand(block, count, actual):
             nodes.append(dict(n, name=sub(n["name"]), inputs=[ref(x) for x in n["inputs"]]))
         cur = [sub(o) for o in block["outputs"]]
     return params, nodes, cur
+
+
+def baby_recipe():
+    """nanoGPT's "baby" recipe on tinyshakespeare (shared/data, resolved from samples/), the
+    training section of the character models gpt_char and llama_char."""
+    return {
+        "batch": 12, "microbatches": 1, "steps": 2000, "seed": 1337,
+        "optimizer": {"kind": "adamw", "lr": 0.001, "betas": [0.9, 0.99], "eps": 1e-8,
+                      "weight_decay": 0.1},
+        "schedule": {"warmup": 100, "decay_steps": 2000, "min_lr": 0.0001},
+        "grad_clip": 1.0, "eval_every": 500, "eval_batches": 50, "log_every": 100,
+        "data": {"kind": "text", "path": "../../shared/data/tinyshakespeare.txt",
+                 "train_fraction": 0.9, "input": "idx", "target": "targets"},
+    }
