@@ -23,13 +23,6 @@
 #include "../ir/ops.h"
 #include "pipeline.h"
 
-static bool is_output(const Graph *g, const Tensor *t) {
-  if (t == g->loss) return true;
-  for (int o = 0; o < g->noutputs; o++)
-    if (g->outputs[o] == t) return true;
-  return false;
-}
-
 static bool is_op(const Node *n, const char *name) {
   return n && n->role == ROLE_FWD && strcmp(n->op->name, name) == 0;
 }
@@ -38,7 +31,9 @@ static bool is_op(const Node *n, const char *name) {
 static Node *fusable_silu(const Graph *g, const Node *m, int k) {
   const Tensor *s = m->in[k], *u = m->in[1 - k];
   Node *sn = s->producer;
-  if (s->kind != T_ACT || !is_op(sn, "silu") || s->nuses != 1 || is_output(g, s)) return NULL;
+  if (s->kind != T_ACT || !is_op(sn, "silu") || s->nuses != 1 || s == g->loss ||
+      graph_is_output(g, s))
+    return NULL;
   const Tensor *x = sn->in[0], *y = m->out[0];
   if (x->kind != T_ACT || u->kind != T_ACT) return NULL;
   for (int j = 0; j < x->nuses; j++) // g's gradient sums its contributions in consumer order

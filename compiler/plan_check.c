@@ -81,9 +81,7 @@ static const Segment *seg_of(const VStage *s, ActionKind k) {
 static bool makes_boundary(const Program *prog, int v, const Node *nd, const int *sent) {
   for (int k = 0; k < nd->nout; k++) {
     const Tensor *t = nd->out[k];
-    if (sent[t->id] == v + 1 || t == prog->g->loss) return true;
-    for (int o = 0; o < prog->g->noutputs; o++)
-      if (prog->g->outputs[o] == t) return true;
+    if (sent[t->id] == v + 1 || t == prog->g->loss || graph_is_output(prog->g, t)) return true;
   }
   return false;
 }

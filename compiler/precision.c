@@ -14,17 +14,11 @@
 // operands of each call into the rank's conversion area and narrows the results back).
 #include "pipeline.h"
 
-static bool is_output(const Graph *g, const Tensor *t) {
-  for (int o = 0; o < g->noutputs; o++)
-    if (g->outputs[o] == t) return true;
-  return false;
-}
-
 void precision_mark(Graph *g, DType prec, const Tensor *logits) {
   for (int i = 0; i < g->ntensors; i++) {
     Tensor *t = g->tensors[i];
     bool act = t->kind == T_ACT && !t->hidden && !t->per_step && t->shape.rank >= 1 &&
-               !is_output(g, t) && t != logits;
+               !graph_is_output(g, t) && t != logits;
     t->half = prec != DT_F32 && t->dtype == DT_F32 && (t->kind == T_PARAM || act);
   }
 }

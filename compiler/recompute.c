@@ -73,9 +73,7 @@ static bool kept_node(const Program *p, int v, const Node *nd, const int *sent) 
   const Graph *g = p->g;
   for (int k = 0; k < nd->nout; k++) {
     const Tensor *t = nd->out[k];
-    if (sent[t->id] == v + 1 || t == g->loss) return true;
-    for (int o = 0; o < g->noutputs; o++)
-      if (g->outputs[o] == t) return true;
+    if (sent[t->id] == v + 1 || t == g->loss || graph_is_output(g, t)) return true;
   }
   return false;
 }

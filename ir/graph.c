@@ -65,6 +65,12 @@ Tensor *graph_find(const Graph *g, const char *name) {
   return strmap_get(&g->names, name);
 }
 
+bool graph_is_output(const Graph *g, const Tensor *t) {
+  for (int o = 0; o < g->noutputs; o++)
+    if (g->outputs[o] == t) return true;
+  return false;
+}
+
 void graph_link_uses(Graph *g) {
   for (int i = 0; i < g->ntensors; i++) g->tensors[i]->nuses = 0;
   for (int i = 0; i < g->nnodes; i++)

@@ -191,6 +191,8 @@ void graph_init(Graph *g, Arena *a);
 Tensor *graph_add_tensor(Graph *g, const char *name, TensorKind kind);
 Node *graph_add_node(Graph *g, const char *name, const struct OpDef *op, int nin, int nout);
 Tensor *graph_find(const Graph *g, const char *name);
+// Whether t is one of the model's outputs (g->outputs; the loss is not among them).
+bool graph_is_output(const Graph *g, const Tensor *t);
 // Fills every tensor's uses from the node list (in node order).
 void graph_link_uses(Graph *g);
 
