@@ -189,6 +189,22 @@ static bool read_json(const Pt2 *p, const char *rel, cJSON **out, Arena *a, Diag
   return *out != NULL;
 }
 
+// <dir>/byteorder, where there is one (torch.export.save writes "little"): the weights' bytes are
+// read as little-endian, so another order is refused.
+static bool check_byteorder(const Pt2 *p, Arena *a, Diag *d) {
+  char *entry = arena_printf(a, "%sbyteorder", p->prefix);
+  zip_int64_t i = zip_name_locate(p->zip, entry, ZIP_FL_ENC_RAW);
+  if (i < 0) return true;
+  zip_stat_t st;
+  char text[8] = {0};
+  if (zip_stat_index(p->zip, (zip_uint64_t)i, 0, &st) == 0 && st.size == 6) {
+    if (!read_entry(p, i, entry, text, 6, d)) return false;
+    if (!strcmp(text, "little")) return true;
+  }
+  diag_error(d, NOLOC, "entry '%s': only \"little\" (little-endian) is read", entry);
+  return false;
+}
+
 // ---- model.json
 
 // o[key] as an integer in [lo, hi] (range checked on the double before it is converted).
@@ -374,7 +390,8 @@ bool pt2_open(Pt2 *p, const char *path, Arena *a, Diag *d) {
   memset(p, 0, sizeof *p);
   p->path = path;
   bool ok = open_zip(p, path, d) && check_entries(p, d) && find_prefix(p, a, d) &&
-            read_json(p, "models/model.json", &p->model, a, d) && check_schema(p, d) &&
+            check_byteorder(p, a, d) && read_json(p, "models/model.json", &p->model, a, d) &&
+            check_schema(p, d) &&
             read_json(p, "data/weights/model_weights_config.json", &p->weights_config, a, d) &&
             read_weights(p, a, d);
   if (!ok) pt2_close(p);

@@ -7,9 +7,10 @@
 // Every failure is one line through the diag machinery, "FILE: error: MESSAGE", MESSAGE naming the
 // entry (or the weight's fully qualified name) it is about: not a regular file, not a ZIP, a
 // truncated ZIP, an entry name with a ".." component or an absolute path, an entry declaring more
-// bytes than the archive holds, a missing entry, JSON that does not parse, a schema_version of
-// another major than PT2_SCHEMA_MAJORS, a weight of an unknown dtype, symbolic or negative
-// sizes, strides that are not contiguous, a storage offset, or bytes that do not match its shape.
+// bytes than the archive holds, a byteorder other than "little", a missing entry, JSON that does
+// not parse, a schema_version of another major than PT2_SCHEMA_MAJORS, a weight of an unknown
+// dtype, symbolic or negative sizes, strides that are not contiguous, a storage offset, or bytes
+// that do not match its shape.
 #ifndef PIPEC_PT2_H
 #define PIPEC_PT2_H
 

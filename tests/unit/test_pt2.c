@@ -203,6 +203,12 @@ START_TEST(test_absolute) {
 }
 END_TEST
 
+START_TEST(test_byteorder) {
+  write_archive("m/byteorder", "big", NULL);
+  open_err("entry 'm/byteorder': only \"little\" (little-endian) is read");
+}
+END_TEST
+
 // The central directory's compressed size of the first entry raised past the archive's end.
 START_TEST(test_size_beyond) {
   write_archive(NULL, NULL, NULL);
@@ -376,6 +382,7 @@ int main(void) {
   tcase_add_test(tc, test_pickled);
   tcase_add_test(tc, test_path_name);
   tcase_add_test(tc, test_crc);
+  tcase_add_test(tc, test_byteorder);
   suite_add_tcase(s, tc);
   return run_suite(s);
 }
