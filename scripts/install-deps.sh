@@ -14,7 +14,7 @@
 # script prints the exact command to run and exits 1.
 set -euo pipefail
 
-pkgs=(cmake make gcc pkg-config libcjson-dev libxml2-dev zlib1g-dev check libopenblas-dev libopenmpi-dev openmpi-bin valgrind)
+pkgs=(cmake make gcc pkg-config libcjson-dev libxml2-dev libzip-dev zlib1g-dev check libopenblas-dev libopenmpi-dev openmpi-bin valgrind)
 optional=()
 for arg in "$@"; do
   case $arg in
