@@ -25,6 +25,7 @@
 #include "passes.h"
 #include "pipeline.h"
 #include "plan_out.h"
+#include "pt2_source.h"
 #include "sched_csv.h"
 #include "topology.h"
 #include "trace_in.h"
@@ -50,10 +51,13 @@ enum { OPT_RECOMPUTE = 480 };             // --recompute all|none|STAGES (compil
 enum { OPT_REPLICAS = 500 };              // --replicas D (stage replication, docs/pipeline.md)
 enum { OPT_PRECISION = 520 };             // --precision f32|bf16|fp16 (compiler/precision.c)
 enum { OPT_NO_FUSE = 540 };               // --no-fuse (no fuse pass rewrite, no fused epilogues)
+enum { OPT_TRAINING = 560, OPT_WEIGHTS };  // --training F, --weights F (a .pt2's, docs/import.md)
 
 typedef struct Driver {
   const char *command;    // check, print, ...
   const char *model;      // model file path
+  const char *training_file; // --training F: a .pt2's training section (docs/import.md)
+  const char *weights_file;  // import --weights F: where the archive's weights go
   const char *dump_after; // --dump-after's list of pass names (comma-separated) or NULL
   const char *stop_after; // --stop-after's pass name or NULL
   bool dump[MAX_PASSES];  // per pass row: print its result after it ran
@@ -992,6 +996,26 @@ static int finish_profile(Driver *dr) {
   return status;
 }
 
+// pipec import MODEL.pt2 -o MODEL.json [--weights F.safetensors] [--training F.json]: the
+// archive's graph as pipec's JSON (docs/import.md), written atomically.
+static int run_import(Driver *dr, const char *model) {
+  if (!model) return usage_error("%s", "'import' needs a model file (MODEL.pt2)");
+  if (!pt2_is_archive(model))
+    return usage_error("import reads a torch.export archive (MODEL.pt2), got '%s'", model);
+  if (!dr->out_dir) return usage_error("%s", "import needs -o MODEL.json (where the JSON goes)");
+  diag_init(&dr->diag, model, stderr);
+  dr->diag.excerpts = true;
+  dr->diag.format = dr->diag_format;
+  char *text = NULL;
+  Pt2SourceOptions po = {.training = dr->training_file, .text = &text};
+  Source src = {0};
+  bool ok = pt2_source_load(&src, &dr->arena, model, &po, &dr->diag);
+  ok = ok && write_file_atomic(dr->out_dir, text, strlen(text), &dr->diag);
+  diag_write(&dr->diag, PIPEC_VERSION);
+  source_free(&src);
+  return ok ? 0 : EXIT_MODEL;
+}
+
 typedef struct Command {
   const char *name;          // check, print, ...
   const char *last;          // the last pass it runs (unless --dump-after/--stop-after say)
@@ -1105,6 +1129,8 @@ int main(int argc, char **argv) {
       {"steps", required_argument, NULL, 'S'},
       {"no-build", no_argument, NULL, OPT_NO_BUILD},
       {"no-fuse", no_argument, NULL, OPT_NO_FUSE},
+      {"training", required_argument, NULL, OPT_TRAINING},
+      {"weights", required_argument, NULL, OPT_WEIGHTS},
       {"depfile", required_argument, NULL, OPT_DEPFILE},
       {"svg", required_argument, NULL, OPT_SVG},
       {"json", required_argument, NULL, OPT_JSON},
@@ -1209,6 +1235,13 @@ int main(int argc, char **argv) {
       break;
     case OPT_NO_FUSE:
       dr.no_fuse = true;
+      break;
+    case OPT_TRAINING:
+    case OPT_WEIGHTS:
+      if (!*optarg)
+        RETURN(usage_error("--%s: the file name is an empty string",
+                           c == OPT_TRAINING ? "training" : "weights"));
+      *(c == OPT_TRAINING ? &dr.training_file : &dr.weights_file) = optarg;
       break;
     case OPT_DEPFILE:
       dr.depfile = optarg;
@@ -1391,6 +1424,9 @@ int main(int argc, char **argv) {
     RETURN(usage_error("%s", "no command given (check, print, plan, compile, run, profile)"));
   }
   dr.command = positional[0];
+  if (strcmp(dr.command, "import") == 0) RETURN(run_import(&dr, npos > 1 ? positional[1] : NULL));
+  if (dr.weights_file)
+    RETURN(usage_error("%s", "--weights is for 'import' (where the archive's weights go)"));
   const Command *cmd = NULL;
   for (int i = 0; i < NCOMMANDS; i++)
     if (strcmp(dr.command, commands[i].name) == 0) cmd = &commands[i];
@@ -1548,7 +1584,14 @@ int main(int argc, char **argv) {
   int part = find_pass("comm", strlen("comm")), sched = find_pass("schedule", strlen("schedule"));
   if (multi && dr.last < part && !dr.stop_after) dr.last = dr.sched_csv ? sched : part;
   double t0 = now();
-  ok = ok && source_load(&dr.src, &dr.arena, dr.model, &dr.diag);
+  if (dr.training_file && !pt2_is_archive(dr.model)) {
+    diag_error(&dr.diag, (Loc){0, 0}, "--training is for a .pt2 model (a JSON model has its own "
+               "\"training\" section)");
+    ok = false;
+  }
+  Pt2SourceOptions po = {.training = dr.training_file};
+  ok = ok && (pt2_is_archive(dr.model) ? pt2_source_load(&dr.src, &dr.arena, dr.model, &po, &dr.diag)
+                                       : source_load(&dr.src, &dr.arena, dr.model, &dr.diag));
   if (dr.time_passes) fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", "parse", (now() - t0) * 1e3);
   ok = ok && run_passes(&dr);
   int status = ok ? 0 : EXIT_MODEL;

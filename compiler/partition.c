@@ -424,8 +424,10 @@ static void build_problem(Part *pt, const PartitionOptions *o, CutProblem *cp) {
   }
 }
 
-// Index of the unit or forward node --split names: a unit's label, BLOCK.INDEX, or a node name.
-// Returns the forward node a stage starts at, or -1.
+// Index of the unit or forward node --split names: a unit's label, BLOCK.INDEX, a node name, or
+// a module's name (a prefix of node names up to a '.': "layers.4" starts at the first forward node
+// named "layers.4.*", as an imported .pt2's nodes are named after their modules, and torchtitan's
+// module_fqns_per_model_part cuts). Returns the forward node a stage starts at, or -1.
 static int find_cut(Part *pt, const char *name) {
   for (int u = 0; u < pt->nunits; u++)
     if (strcmp(pt->label[u], name) == 0) return pt->unit_start[u];
@@ -437,6 +439,11 @@ static int find_cut(Part *pt, const char *name) {
       if (strcmp(bi, name) == 0) return i;
     }
   }
+  size_t len = strlen(name);
+  for (int i = 0; i < pt->nf; i++) {
+    const char *nm = pt->g->nodes[i]->name;
+    if (strncmp(nm, name, len) == 0 && nm[len] == '.') return i;
+  }
   return -1;
 }
 
@@ -445,7 +452,7 @@ static bool place_split(Part *pt, const PartitionOptions *o, int S) {
   for (int k = 0; k < o->nsplit; k++) {
     cut[k] = find_cut(pt, o->split[k]);
     if (cut[k] < 0) {
-      diag_error(pt->d, (Loc){0, 0}, "--split: the model has no node or block instance named '%s'",
+      diag_error(pt->d, (Loc){0, 0}, "--split: the model has no node, block instance or module named '%s'",
                  o->split[k]);
       return false;
     }

@@ -332,13 +332,14 @@ static bool weight_meta(Pt2Weight *w, const cJSON *meta, Diag *d) {
 }
 
 // Its entry: a safe path_name, present, exactly w->bytes long.
-static bool weight_entry(const Pt2 *p, Pt2Weight *w, const cJSON *c, Arena *a, Diag *d) {
+static bool weight_entry(const Pt2 *p, Pt2Weight *w, const cJSON *c, const char *dir, Arena *a,
+                         Diag *d) {
   const cJSON *pn = cJSON_GetObjectItemCaseSensitive(c, "path_name");
   if (!cJSON_IsString(pn) || !safe_name(pn->valuestring) || strchr(pn->valuestring, '/')) {
-    diag_error(d, NOLOC, "weight '%s': path_name must be a file name of data/weights/", w->fqn);
+    diag_error(d, NOLOC, "weight '%s': path_name must be a file name of data/%s/", w->fqn, dir);
     return false;
   }
-  w->entry = arena_printf(a, "%sdata/weights/%s", p->prefix, pn->valuestring);
+  w->entry = arena_printf(a, "%sdata/%s/%s", p->prefix, dir, pn->valuestring);
   char *what = arena_printf(a, "weight '%s': ", w->fqn);
   zip_int64_t i = locate(p, w->entry, what, d);
   zip_stat_t st;
@@ -358,19 +359,21 @@ static bool weight_entry(const Pt2 *p, Pt2Weight *w, const cJSON *c, Arena *a, D
   return true;
 }
 
-static bool read_weights(Pt2 *p, Arena *a, Diag *d) {
-  const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(p->weights_config, "config");
+// The table of one config entry (dir "weights": parameters, "constants": buffers and constants).
+static bool read_table(const Pt2 *p, const cJSON *config, const char *dir, Pt2Weight **out, int *n,
+                       Arena *a, Diag *d) {
+  const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(config, "config");
   if (!cJSON_IsObject(cfg)) {
-    diag_error(d, NOLOC, "entry '%sdata/weights/model_weights_config.json': no object 'config'",
-               p->prefix);
+    diag_error(d, NOLOC, "entry '%sdata/%s/model_%s_config.json': no object 'config'", p->prefix,
+               dir, dir);
     return false;
   }
-  p->nweights = cJSON_GetArraySize(cfg);
-  p->weights = ARENA_ARRAY(a, Pt2Weight, p->nweights ? p->nweights : 1);
+  *n = cJSON_GetArraySize(cfg);
+  *out = ARENA_ARRAY(a, Pt2Weight, *n ? *n : 1);
   int k = 0;
   const cJSON *c;
   cJSON_ArrayForEach(c, cfg) {
-    Pt2Weight *w = &p->weights[k++];
+    Pt2Weight *w = &(*out)[k++];
     w->fqn = arena_strdup(a, c->string);
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "use_pickle"))) {
       diag_error(d, NOLOC, "weight '%s' is pickled (use_pickle), which pipec never reads", w->fqn);
@@ -378,10 +381,23 @@ static bool read_weights(Pt2 *p, Arena *a, Diag *d) {
     }
     w->is_param = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "is_param"));
     if (!weight_meta(w, cJSON_GetObjectItemCaseSensitive(c, "tensor_meta"), d) ||
-        !weight_entry(p, w, c, a, d))
+        !weight_entry(p, w, c, dir, a, d))
       return false;
   }
   return true;
+}
+
+static bool read_weights(Pt2 *p, Arena *a, Diag *d) {
+  return read_table(p, p->weights_config, "weights", &p->weights, &p->nweights, a, d);
+}
+
+// The buffers' and constants' table, where the archive has one (torch writes it, "{"config":
+// {}}" when there are none).
+static bool read_constants(Pt2 *p, Arena *a, Diag *d) {
+  char *entry = arena_printf(a, "%sdata/constants/model_constants_config.json", p->prefix);
+  if (zip_name_locate(p->zip, entry, 0) < 0) return true;
+  return read_json(p, "data/constants/model_constants_config.json", &p->constants_config, a, d) &&
+         read_table(p, p->constants_config, "constants", &p->constants, &p->nconstants, a, d);
 }
 
 // ---- the interface
@@ -393,7 +409,7 @@ bool pt2_open(Pt2 *p, const char *path, Arena *a, Diag *d) {
             check_byteorder(p, a, d) && read_json(p, "models/model.json", &p->model, a, d) &&
             check_schema(p, d) &&
             read_json(p, "data/weights/model_weights_config.json", &p->weights_config, a, d) &&
-            read_weights(p, a, d);
+            read_weights(p, a, d) && read_constants(p, a, d);
   if (!ok) pt2_close(p);
   return ok;
 }
@@ -401,6 +417,12 @@ bool pt2_open(Pt2 *p, const char *path, Arena *a, Diag *d) {
 const Pt2Weight *pt2_weight(const Pt2 *p, const char *fqn) {
   for (int i = 0; i < p->nweights; i++)
     if (!strcmp(p->weights[i].fqn, fqn)) return &p->weights[i];
+  return NULL;
+}
+
+const Pt2Weight *pt2_constant(const Pt2 *p, const char *fqn) {
+  for (int i = 0; i < p->nconstants; i++)
+    if (!strcmp(p->constants[i].fqn, fqn)) return &p->constants[i];
   return NULL;
 }
 
@@ -413,6 +435,7 @@ void pt2_close(Pt2 *p) {
   if (p->zip) zip_discard(p->zip); // opened read-only: nothing to write back
   cJSON_Delete(p->model);
   cJSON_Delete(p->weights_config);
+  cJSON_Delete(p->constants_config);
   p->zip = NULL;
-  p->model = p->weights_config = NULL;
+  p->model = p->weights_config = p->constants_config = NULL;
 }

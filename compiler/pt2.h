@@ -54,6 +54,9 @@ typedef struct Pt2 {
   cJSON *weights_config; // model_weights_config.json (pt2_close frees it)
   int nweights;          // entries of weights, in the config's order
   Pt2Weight *weights;    // (arena)
+  cJSON *constants_config; // model_constants_config.json, NULL when absent (pt2_close frees it)
+  int nconstants;          // entries of constants (buffers, constants), in the config's order
+  Pt2Weight *constants;    // (arena)
 } Pt2;
 
 // Opens the archive at path: checks every entry's name and size, locates <name>/models/model.json
@@ -63,6 +66,8 @@ typedef struct Pt2 {
 bool pt2_open(Pt2 *p, const char *path, Arena *a, Diag *d);
 // The weight of fully qualified name fqn; NULL when there is none.
 const Pt2Weight *pt2_weight(const Pt2 *p, const char *fqn);
+// The buffer or constant of name fqn ("rope_cos"); NULL when there is none.
+const Pt2Weight *pt2_constant(const Pt2 *p, const char *fqn);
 // Reads w's bytes (w->bytes of them) into buf; false after reporting a short read or a CRC error.
 bool pt2_read_weight(const Pt2 *p, const Pt2Weight *w, void *buf, Diag *d);
 void pt2_close(Pt2 *p);

@@ -265,8 +265,10 @@ static void vreport(Diag *d, Loc loc, const char *kind, const char *fmt, va_list
   }
   char *file = diag_printable(d->file); // one line, whatever the file's name holds
   const char *f = file ? file : d->file;
-  if (loc.line > 0)
+  if (loc.line > 0 && loc.col > 0)
     fprintf(d->out, "%s:%d:%d: %s: ", f, loc.line, loc.col, kind);
+  else if (loc.line > 0) // a line without a column (a Python line of a .pt2's stack trace)
+    fprintf(d->out, "%s:%d: %s: ", f, loc.line, kind);
   else
     fprintf(d->out, "%s: %s: ", f, kind);
   free(file);

@@ -249,7 +249,7 @@ expect split-blocks 0 '' "$pipec" print --split transformer.h.1,layer.3 --dump-a
   pass=$((pass + 1)) || { echo "FAIL --split transformer.h.1,layer.3: $LAST_OUT"; fail=$((fail + 1)); }
 expect split-node 0 '' "$pipec" print --split narrow --stages 2 --dump-after=partition samples/skip_net.json
 grep -q "^  nodes     narrow, diff, skip, body2, t2, logits, loss$" <<<"$LAST_OUT" && pass=$((pass + 1)) || { echo "FAIL --split narrow: $LAST_OUT"; fail=$((fail + 1)); }
-expect split-unknown 1 "^samples/gpt_char.json: error: --split: the model has no node or block instance named 'nope'$" "$pipec" check --split nope samples/gpt_char.json
+expect split-unknown 1 "^samples/gpt_char.json: error: --split: the model has no node, block instance or module named 'nope'$" "$pipec" check --split nope samples/gpt_char.json
 expect split-order 1 "^samples/gpt_char.json: error: --split: 'transformer.h.1' comes before 'transformer.h.2'" "$pipec" check --split transformer.h.2,transformer.h.1 samples/gpt_char.json
 expect split-count 1 "^samples/gpt_char.json: error: --split names 2 cuts, which make 3 stages, but --stages is 2$" "$pipec" check --split transformer.h.1,transformer.h.2 --stages 2 samples/gpt_char.json
 expect split-empty 2 "^pipec: --split: an empty name in 'a,,b'$" "$pipec" check --split a,,b samples/gpt_char.json

@@ -1,0 +1,764 @@
+// Reading a torch.export graph and lowering it to pipec nodes (compiler/pt2_import.h).
+//
+// Read: every tensor_values entry becomes a Val with its shape (sizes as ints or the batch symbol
+// `Symbol('sN')` / `Mul(Integer(k), Symbol('sN'))`, one symbol per graph) and dtype; the
+// signature's parameters and user inputs are leaves, its buffers constants (their bytes read);
+// each node gets its row and its outputs (the row's read hook decides lazy chains and patterns).
+// Lower: from the loss (and the prediction the loss reads), an explicit stack takes each value's
+// deps first, then the row's lower emits the pipec nodes: a linear walk, no recursion, whatever
+// the graph's depth. Layout chains are realized only where a consumer needs their tensor.
+#include "pt2_graph.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NOLOC ((Loc){0, 0})
+
+// ---- messages
+
+// The user's frame of a stack_trace: the last `File "F", line N` outside torch/ (the model's own
+// code, or a library's like transformers/).
+static void py_frame(Imp *im, ImpNode *n, const char *st) {
+  for (const char *c = st; c && (c = strstr(c, "File \"")); c++) {
+    const char *f = c + 6, *q = strchr(f, '"');
+    if (!q || strncmp(q, "\", line ", 8) != 0) continue;
+    long line = strtol(q + 8, NULL, 10);
+    if (strncmp(f, "torch/", 6) == 0 || line <= 0 || line > INT32_MAX) continue;
+    n->py_file = arena_strndup(im->a, f, (size_t)(q - f));
+    n->py_line = (int)line;
+  }
+}
+
+void imp_error(Imp *im, const ImpNode *n, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (n && n->py_file) {
+    const char *file = im->d->file;
+    bool ex = im->d->excerpts;
+    im->d->file = n->py_file, im->d->excerpts = false;
+    diag_error(im->d, (Loc){n->py_line, 0}, "%s (node %s)", msg, n->name);
+    im->d->file = file, im->d->excerpts = ex;
+  } else if (n)
+    diag_error(im->d, NOLOC, "node %s: %s", n->name, msg);
+  else
+    diag_error(im->d, NOLOC, "%s", msg);
+}
+
+// ---- shapes
+
+bool ishape_eq(const IShape *a, const IShape *b) {
+  if (a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->k[i] != b->k[i] || a->b[i] != b->b[i]) return false;
+  return true;
+}
+
+int64_t ishape_numel_k(const IShape *s) {
+  int64_t n = 1;
+  for (int i = 0; i < s->rank; i++) n *= s->k[i];
+  return n;
+}
+
+const char *ishape_str(Imp *im, const IShape *s) {
+  char buf[256];
+  size_t o = 0;
+  buf[o++] = '(';
+  for (int i = 0; i < s->rank && o < sizeof buf - 32; i++) {
+    if (s->b[i] && s->k[i] == 1)
+      o += (size_t)snprintf(buf + o, sizeof buf - o, "%sB", i ? "," : "");
+    else if (s->b[i])
+      o += (size_t)snprintf(buf + o, sizeof buf - o, "%s%" PRId64 "*B", i ? "," : "", s->k[i]);
+    else
+      o += (size_t)snprintf(buf + o, sizeof buf - o, "%s%" PRId64, i ? "," : "", s->k[i]);
+  }
+  snprintf(buf + o, sizeof buf - o, ")");
+  return arena_strdup(im->a, buf);
+}
+
+cJSON *imp_shape_json(const IShape *s) {
+  cJSON *l = cJSON_CreateArray();
+  for (int i = 0; i < s->rank; i++) {
+    char e[48];
+    if (s->b[i] && s->k[i] == 1)
+      cJSON_AddItemToArray(l, cJSON_CreateString("B"));
+    else if (s->b[i]) {
+      snprintf(e, sizeof e, "%" PRId64 "*B", s->k[i]);
+      cJSON_AddItemToArray(l, cJSON_CreateString(e));
+    } else
+      cJSON_AddItemToArray(l, cJSON_CreateNumber((double)s->k[i]));
+  }
+  return l;
+}
+
+// A size of tensor_values or of a symbolic int: {"as_int": n} or {"as_expr": {"expr_str": ...}}
+// of the batch symbol. sym: the graph's one symbol (set at the first one met).
+static bool read_size(Imp *im, const cJSON *s, const char **sym, int64_t *k, bool *b) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, "as_int");
+  if (cJSON_IsNumber(v)) {
+    if (v->valuedouble < 0 || v->valuedouble > 9007199254740992.0) return false;
+    *k = (int64_t)v->valuedouble, *b = false;
+    return true;
+  }
+  const cJSON *e = cJSON_GetObjectItemCaseSensitive(s, "as_expr");
+  const cJSON *str = cJSON_GetObjectItemCaseSensitive(e, "expr_str");
+  if (!cJSON_IsString(str)) return false;
+  const char *x = str->valuestring;
+  *k = 1;
+  if (strncmp(x, "Mul(Integer(", 12) == 0) {
+    char *end;
+    long long f = strtoll(x + 12, &end, 10);
+    if (f < 1 || f > (1ll << 40) || strncmp(end, "), ", 3) != 0) return false;
+    *k = f, x = end + 3;
+  }
+  if (strncmp(x, "Symbol('", 8) != 0) return false;
+  const char *q = strchr(x + 8, '\'');
+  if (!q) return false;
+  const char *name = arena_strndup(im->a, x + 8, (size_t)(q - x - 8));
+  if (!*sym) *sym = name;
+  if (strcmp(*sym, name) != 0) return false; // a second symbol: only the batch is dynamic
+  *b = true;
+  return true;
+}
+
+static bool read_shape(Imp *im, const char *vname, const cJSON *meta, IShape *s, int *dtype,
+                       const char **sym) {
+  const cJSON *sizes = cJSON_GetObjectItemCaseSensitive(meta, "sizes");
+  const cJSON *dt = cJSON_GetObjectItemCaseSensitive(meta, "dtype");
+  int n = cJSON_GetArraySize(sizes);
+  if (!cJSON_IsArray(sizes) || n > IMP_MAX_RANK || !cJSON_IsNumber(dt)) {
+    diag_error(im->d, NOLOC, "tensor '%s': sizes and dtype expected (at most %d dims)", vname,
+               IMP_MAX_RANK);
+    return false;
+  }
+  memset(s, 0, sizeof *s);
+  s->rank = n;
+  *dtype = dt->valueint;
+  int i = 0, nb = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, sizes) {
+    if (!read_size(im, e, sym, &s->k[i], &s->b[i])) {
+      char *t = cJSON_PrintUnformatted(e);
+      diag_error(im->d, NOLOC,
+                 "tensor '%s': size %s is not supported (sizes are integers or the batch "
+                 "dimension, k*batch)",
+                 vname, t ? t : "?");
+      free(t);
+      return false;
+    }
+    nb += s->b[i++];
+  }
+  if (nb > 1) {
+    diag_error(im->d, NOLOC, "tensor '%s': the batch dimension appears in %d dims", vname, nb);
+    return false;
+  }
+  return true;
+}
+
+// ---- values
+
+Val *imp_val(Imp *im, const char *name) { return strmap_get(&im->vals, name); }
+
+Val *imp_new_val(Imp *im, ValKind kind, const IShape *s, int dtype, ImpNode *producer) {
+  Val *v = ARENA_NEW(im->a, Val);
+  v->kind = kind, v->dtype = dtype, v->producer = producer;
+  if (s) v->shape = *s;
+  v->name = producer ? producer->name : "";
+  return v;
+}
+
+Val *imp_root(Val *v) { return v->kind == VAL_LAYOUT ? v->base : v; }
+
+static bool perm_identity(const int *p, int r) {
+  for (int i = 0; i < r; i++)
+    if (p[i] != i) return false;
+  return true;
+}
+
+// v's chain with one more step, normalised: adjacent reshapes merge, adjacent permutes compose,
+// identities vanish, a chain that ends at its base's shape with reshapes only is the base.
+static Val *push_step(Imp *im, Val *v, const Step *st) {
+  Val *base = v->kind == VAL_LAYOUT ? v->base : v;
+  Step steps[IMP_MAX_STEPS + 1];
+  int n = 0;
+  if (v->kind == VAL_LAYOUT)
+    for (; n < v->nsteps; n++) steps[n] = v->steps[n];
+  if (n && st->permute && steps[n - 1].permute) { // compose: out[k] = in[p1[p2[k]]]
+    Step c = *st;
+    for (int k = 0; k < st->shape.rank; k++) c.perm[k] = steps[n - 1].perm[st->perm[k]];
+    steps[n - 1] = c;
+  } else if (n && !st->permute && !steps[n - 1].permute)
+    steps[n - 1] = *st;
+  else
+    steps[n++] = *st;
+  if (n && steps[n - 1].permute && perm_identity(steps[n - 1].perm, steps[n - 1].shape.rank)) {
+    n--;
+    if (n >= 2 && !steps[n - 1].permute && !steps[n - 2].permute) steps[n - 2] = steps[n - 1], n--;
+  }
+  bool all_reshape = true;
+  for (int i = 0; i < n; i++) all_reshape &= !steps[i].permute;
+  if (n == 0 || (all_reshape && ishape_eq(&steps[n - 1].shape, &base->shape))) return base;
+  if (n > IMP_MAX_STEPS) { // a long chain: realize its head (rare)
+    Val head = *v;
+    head.kind = VAL_LAYOUT, head.base = base, head.nsteps = n - 1;
+    memcpy(head.steps, steps, sizeof head.steps);
+    Val *h = ARENA_NEW(im->a, Val);
+    *h = head;
+    Val *r = imp_new_val(im, VAL_TENSOR, &h->shape, v->dtype, NULL);
+    r->pipec = imp_realize(im, h);
+    base = r, steps[0] = steps[n - 1], n = 1;
+  }
+  Val *o = ARENA_NEW(im->a, Val);
+  *o = *base;
+  o->kind = VAL_LAYOUT, o->base = base, o->nsteps = n, o->pipec = NULL;
+  o->shape = steps[n - 1].shape;
+  o->name = v->name;
+  memcpy(o->steps, steps, sizeof(Step) * (size_t)n);
+  return o;
+}
+
+Val *imp_reshape(Imp *im, Val *v, const IShape *to) {
+  if (ishape_eq(&v->shape, to)) return v;
+  Step st = {.permute = false, .shape = *to};
+  return push_step(im, v, &st);
+}
+
+Val *imp_permute(Imp *im, Val *v, const int *perm) {
+  Step st = {.permute = true};
+  st.shape.rank = v->shape.rank;
+  for (int k = 0; k < v->shape.rank; k++) {
+    st.perm[k] = perm[k];
+    st.shape.k[k] = v->shape.k[perm[k]];
+    st.shape.b[k] = v->shape.b[perm[k]];
+  }
+  return push_step(im, v, &st);
+}
+
+const char *imp_realize(Imp *im, Val *v) {
+  if (v->pipec) return v->pipec;
+  if (v->kind != VAL_LAYOUT) return v->pipec; // NULL: not lowered (the caller reports)
+  const char *in = imp_realize(im, v->base);
+  if (!in) return NULL;
+  for (int i = 0; i < v->nsteps; i++) {
+    const Step *st = &v->steps[i];
+    const char *nm = imp_name(im, st->permute ? "permute" : "reshape");
+    cJSON *attrs = cJSON_CreateObject();
+    if (st->permute) {
+      cJSON *p = cJSON_CreateArray();
+      for (int k = 0; k < st->shape.rank; k++)
+        cJSON_AddItemToArray(p, cJSON_CreateNumber(st->perm[k]));
+      cJSON_AddItemToObject(attrs, "perm", p);
+    } else
+      cJSON_AddItemToObject(attrs, "shape", imp_shape_json(&st->shape));
+    imp_emit(im, nm, st->permute ? "permute" : "reshape", &in, 1, attrs);
+    in = nm;
+  }
+  return v->pipec = in;
+}
+
+// ---- arguments
+
+const cJSON *imp_arg(const ImpNode *n, const char *name) {
+  const cJSON *a;
+  cJSON_ArrayForEach(a, n->inputs) {
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(a, "name");
+    if (cJSON_IsString(nm) && strcmp(nm->valuestring, name) == 0)
+      return cJSON_GetObjectItemCaseSensitive(a, "arg");
+  }
+  return NULL;
+}
+
+bool imp_is_none(const ImpNode *n, const char *name) {
+  const cJSON *a = imp_arg(n, name);
+  return !a || cJSON_GetObjectItemCaseSensitive(a, "as_none");
+}
+
+static const char *arg_kind(const cJSON *a) { return a && a->child ? a->child->string : "none"; }
+
+Val *imp_tensor(Imp *im, ImpNode *n, const char *name) {
+  const cJSON *a = imp_arg(n, name);
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(a, "as_tensor");
+  const cJSON *nm = cJSON_GetObjectItemCaseSensitive(t, "name");
+  Val *v = cJSON_IsString(nm) ? imp_val(im, nm->valuestring) : NULL;
+  if (!v) {
+    imp_error(im, n, "%s: argument '%s' must be a tensor of the graph (got %s)", n->target, name,
+              cJSON_IsString(nm) ? arena_printf(im->a, "'%s', which is not", nm->valuestring)
+                                 : arg_kind(a));
+    return NULL;
+  }
+  return v;
+}
+
+bool imp_int(Imp *im, ImpNode *n, const char *name, int64_t def, int64_t *out) {
+  const cJSON *a = imp_arg(n, name);
+  *out = def;
+  if (!a) return true;
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(a, "as_int");
+  if (cJSON_IsNumber(v) && fabs(v->valuedouble) <= 9223372036854775807.0) {
+    *out = v->valuedouble >= 9223372036854775807.0 ? INT64_MAX : (int64_t)v->valuedouble;
+    return true;
+  }
+  imp_error(im, n, "%s: argument '%s' must be an int (got %s)", n->target, name, arg_kind(a));
+  return false;
+}
+
+bool imp_float(Imp *im, ImpNode *n, const char *name, double def, double *out) {
+  const cJSON *a = imp_arg(n, name);
+  *out = def;
+  if (!a || cJSON_GetObjectItemCaseSensitive(a, "as_none")) return true;
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(a, "as_float");
+  if (!v) v = cJSON_GetObjectItemCaseSensitive(a, "as_int");
+  if (cJSON_IsNumber(v) && isfinite(v->valuedouble)) {
+    *out = v->valuedouble;
+    return true;
+  }
+  imp_error(im, n, "%s: argument '%s' must be a finite number (got %s)", n->target, name,
+            arg_kind(a));
+  return false;
+}
+
+bool imp_bool(Imp *im, ImpNode *n, const char *name, bool def, bool *out) {
+  const cJSON *a = imp_arg(n, name);
+  *out = def;
+  if (!a) return true;
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(a, "as_bool");
+  if (cJSON_IsBool(v)) {
+    *out = cJSON_IsTrue(v);
+    return true;
+  }
+  imp_error(im, n, "%s: argument '%s' must be a bool (got %s)", n->target, name, arg_kind(a));
+  return false;
+}
+
+bool imp_ints(Imp *im, ImpNode *n, const char *name, int64_t *v, int *nv, int cap) {
+  const cJSON *a = imp_arg(n, name);
+  const cJSON *l = cJSON_GetObjectItemCaseSensitive(a, "as_ints");
+  *nv = 0;
+  if (cJSON_IsArray(l) && cJSON_GetArraySize(l) <= cap) {
+    const cJSON *e;
+    cJSON_ArrayForEach(e, l) {
+      if (!cJSON_IsNumber(e) || fabs(e->valuedouble) > 9007199254740992.0) goto bad;
+      v[(*nv)++] = (int64_t)e->valuedouble;
+    }
+    return true;
+  }
+bad:
+  imp_error(im, n, "%s: argument '%s' must be a list of at most %d ints", n->target, name, cap);
+  return false;
+}
+
+bool imp_sizes(Imp *im, ImpNode *n, const char *name, IShape *out) {
+  const cJSON *a = imp_arg(n, name);
+  memset(out, 0, sizeof *out);
+  const cJSON *l = cJSON_GetObjectItemCaseSensitive(a, "as_ints");
+  if (!l) l = cJSON_GetObjectItemCaseSensitive(a, "as_sym_ints");
+  if (!cJSON_IsArray(l) || cJSON_GetArraySize(l) > IMP_MAX_RANK) {
+    imp_error(im, n, "%s: argument '%s' must be a list of at most %d sizes", n->target, name,
+              IMP_MAX_RANK);
+    return false;
+  }
+  const cJSON *e;
+  cJSON_ArrayForEach(e, l) {
+    int i = out->rank++;
+    const cJSON *iv = cJSON_IsNumber(e) ? e : cJSON_GetObjectItemCaseSensitive(e, "as_int");
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "as_name");
+    Val *s = cJSON_IsString(nm) ? imp_val(im, nm->valuestring) : NULL;
+    if (cJSON_IsNumber(iv) && fabs(iv->valuedouble) <= 9007199254740992.0)
+      out->k[i] = (int64_t)iv->valuedouble;
+    else if (s && s->kind == VAL_SYM)
+      out->k[i] = s->sym_k, out->b[i] = s->sym_b;
+    else {
+      imp_error(im, n, "%s: argument '%s': entry %d is neither an int nor a symbolic size",
+                n->target, name, i);
+      return false;
+    }
+  }
+  return true;
+}
+
+// ---- emission
+
+const char *imp_name(Imp *im, const char *hint) {
+  const ImpNode *n = im->cur;
+  const char *m = n && n->module && *n->module ? n->module : NULL;
+  const char *base = m ? arena_printf(im->a, "%s.%s", m, hint) : arena_strdup(im->a, hint);
+  const char *nm = base;
+  for (int k = 1; strmap_get(&im->names, nm); k++) nm = arena_printf(im->a, "%s_%d", base, k);
+  strmap_put(&im->names, nm, (void *)nm);
+  return nm;
+}
+
+void imp_emit(Imp *im, const char *name, const char *op, const char **inputs, int n, cJSON *attrs) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "name", name);
+  cJSON_AddStringToObject(o, "op", op);
+  cJSON *in = cJSON_AddArrayToObject(o, "inputs");
+  for (int i = 0; i < n; i++) cJSON_AddItemToArray(in, cJSON_CreateString(inputs[i]));
+  if (attrs && attrs->child)
+    cJSON_AddItemToObject(o, "attrs", attrs);
+  else
+    cJSON_Delete(attrs);
+  cJSON_AddItemToArray(im->jnodes, o);
+}
+
+// ---- reading the graph
+
+static const char *strip_target(const char *t) {
+  const char *pre = "torch.ops.aten.";
+  return strncmp(t, pre, strlen(pre)) == 0 ? t + strlen(pre) : t;
+}
+
+// The innermost module of nn_module_stack ("...;L__self__layers.0.attention,layers.0.attention,
+// cls"): its FQN, the second field of the last entry.
+static const char *module_of(Imp *im, const cJSON *meta) {
+  const cJSON *s = cJSON_GetObjectItemCaseSensitive(meta, "nn_module_stack");
+  if (!cJSON_IsString(s)) return "";
+  const char *last = strrchr(s->valuestring, ';');
+  last = last ? last + 1 : s->valuestring;
+  const char *c1 = strchr(last, ',');
+  const char *c2 = c1 ? strchr(c1 + 1, ',') : NULL;
+  if (!c2) return "";
+  const char *m = arena_strndup(im->a, c1 + 1, (size_t)(c2 - c1 - 1));
+  if (strstr(m, "_empty_nn_module_stack")) return "";
+  for (char *c = (char *)m; *c; c++)
+    if (*c == ':' || *c == '{' || *c == '}' || (unsigned char)*c < 0x20) *c = '_';
+  return m;
+}
+
+static bool read_values(Imp *im, const cJSON *graph) {
+  const cJSON *tv = cJSON_GetObjectItemCaseSensitive(graph, "tensor_values");
+  const cJSON *sv = cJSON_GetObjectItemCaseSensitive(graph, "sym_int_values");
+  const char *sym = NULL;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, tv) {
+    Val *v = imp_new_val(im, VAL_TENSOR, NULL, 0, NULL);
+    v->name = e->string;
+    if (!read_shape(im, e->string, e, &v->shape, &v->dtype, &sym)) return false;
+    strmap_put(&im->vals, v->name, v);
+  }
+  cJSON_ArrayForEach(e, sv) {
+    Val *v = imp_new_val(im, VAL_SYM, NULL, 0, NULL);
+    v->name = e->string;
+    if (!read_size(im, e, &sym, &v->sym_k, &v->sym_b)) {
+      diag_error(im->d, NOLOC, "symbolic int '%s': only the batch dimension may be dynamic",
+                 e->string);
+      return false;
+    }
+    strmap_put(&im->vals, v->name, v);
+  }
+  return true;
+}
+
+static bool read_buffer(Imp *im, Val *v, const char *fqn) {
+  const Pt2Weight *w = pt2_constant(im->p, fqn);
+  if (!w) {
+    diag_error(im->d, NOLOC, "buffer '%s' has no entry in the archive's constants", fqn);
+    return false;
+  }
+  if (w->dtype != 7) {
+    diag_error(im->d, NOLOC, "buffer '%s' is %s; buffers are read as f32 only", fqn, w->dtype_name);
+    return false;
+  }
+  v->kind = VAL_CONST, v->fqn = fqn;
+  v->data = arena_alloc(im->a, w->bytes ? w->bytes : 1);
+  return pt2_read_weight(im->p, w, v->data, im->d);
+}
+
+// The signature: parameters (tied ones: the first FQN of a weight file owns it), buffers, user
+// inputs.
+static bool read_signature(Imp *im, const cJSON *sig) {
+  const cJSON *specs = cJSON_GetObjectItemCaseSensitive(sig, "input_specs"), *s;
+  StrMap owner; // weight entry -> the FQN that owns it
+  strmap_init(&owner, im->a);
+  cJSON_ArrayForEach(s, specs) {
+    const cJSON *k = s->child;
+    const char *kind = k ? k->string : "";
+    const cJSON *arg = cJSON_GetObjectItemCaseSensitive(k, "arg");
+    const cJSON *an = cJSON_GetObjectItemCaseSensitive(arg, "name");
+    if (!an) an = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(arg, "as_tensor"), "name");
+    Val *v = cJSON_IsString(an) ? imp_val(im, an->valuestring) : NULL;
+    if (!v) {
+      diag_error(im->d, NOLOC, "signature: a %s input names no tensor of the graph", kind);
+      return false;
+    }
+    if (strcmp(kind, "parameter") == 0) {
+      const cJSON *pn = cJSON_GetObjectItemCaseSensitive(k, "parameter_name");
+      const Pt2Weight *w = cJSON_IsString(pn) ? pt2_weight(im->p, pn->valuestring) : NULL;
+      if (!w) {
+        diag_error(im->d, NOLOC, "parameter '%s' has no weight in the archive",
+                   cJSON_IsString(pn) ? pn->valuestring : v->name);
+        return false;
+      }
+      if (w->dtype != 7) {
+        diag_error(im->d, NOLOC, "parameter '%s' is %s; pipec imports f32 parameters", w->fqn,
+                   w->dtype_name);
+        return false;
+      }
+      v->kind = VAL_LEAF, v->fqn = w->fqn, v->pipec = w->fqn;
+      strmap_put(&im->names, w->fqn, (void *)w->fqn);
+      cJSON *j = cJSON_CreateObject();
+      cJSON_AddStringToObject(j, "name", w->fqn);
+      cJSON_AddItemToObject(j, "shape", imp_shape_json(&v->shape));
+      const char *own = strmap_put(&owner, w->entry, (void *)w->fqn);
+      if (own) cJSON_AddStringToObject(j, "tied_to", own);
+      cJSON_AddItemToArray(im->jparams, j);
+    } else if (strcmp(kind, "buffer") == 0) {
+      const cJSON *bn = cJSON_GetObjectItemCaseSensitive(k, "buffer_name");
+      if (!cJSON_IsString(bn) || !read_buffer(im, v, bn->valuestring)) {
+        if (!cJSON_IsString(bn)) diag_error(im->d, NOLOC, "signature: a buffer without a name");
+        return false;
+      }
+    } else if (strcmp(kind, "user_input") == 0) {
+      if (v->dtype != 7 && v->dtype != 5 && v->dtype != 4) {
+        diag_error(im->d, NOLOC, "input '%s': dtype code %d is not supported (float32, int64, "
+                   "int32)", v->name, v->dtype);
+        return false;
+      }
+      v->kind = VAL_LEAF, v->is_input = true, v->pipec = v->name;
+      strmap_put(&im->names, v->name, (void *)v->name);
+    } else {
+      diag_error(im->d, NOLOC, "signature: input kind '%s' is not supported (parameter, buffer, "
+                 "user_input)", kind);
+      return false;
+    }
+  }
+  return true;
+}
+
+static bool read_nodes(Imp *im, const cJSON *graph) {
+  const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(graph, "nodes"), *n;
+  im->nnodes = cJSON_GetArraySize(nodes);
+  im->nodes = ARENA_ARRAY(im->a, ImpNode, im->nnodes ? im->nnodes : 1);
+  int i = 0, bad = 0;
+  cJSON_ArrayForEach(n, nodes) {
+    ImpNode *x = &im->nodes[i++];
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(n, "target");
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(n, "name");
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(n, "metadata");
+    x->json = n;
+    x->target = cJSON_IsString(t) ? strip_target(t->valuestring) : "?";
+    x->name = cJSON_IsString(nm) ? nm->valuestring : "?";
+    x->inputs = cJSON_GetObjectItemCaseSensitive(n, "inputs");
+    x->module = module_of(im, meta);
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(meta, "stack_trace");
+    if (cJSON_IsString(st)) py_frame(im, x, st->valuestring);
+    x->row = aten_row(x->target);
+    if (!x->row) {
+      imp_error(im, x, "%s%s is not supported", cJSON_IsString(t) && strncmp(t->valuestring,
+                "torch.ops.aten.", 15) == 0 ? "aten." : "", x->target);
+      bad++;
+    }
+  }
+  return bad == 0;
+}
+
+// Each node's outputs, in graph order (a node reads values made before it).
+static bool read_outputs(Imp *im) {
+  for (int i = 0; i < im->nnodes; i++) {
+    ImpNode *x = &im->nodes[i];
+    const cJSON *o, *outs = cJSON_GetObjectItemCaseSensitive(x->json, "outputs");
+    cJSON_ArrayForEach(o, outs) {
+      const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "as_tensor");
+      const cJSON *ts = cJSON_GetObjectItemCaseSensitive(o, "as_tensors");
+      const cJSON *e;
+      if (t) ts = NULL;
+      for (e = t ? t : ts ? ts->child : NULL; e; e = t ? NULL : e->next) {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
+        Val *v = cJSON_IsString(nm) ? imp_val(im, nm->valuestring) : NULL;
+        if (!v || v->kind != VAL_TENSOR || v->producer || x->nout == 8) {
+          imp_error(im, x, "an output is not a tensor of tensor_values (or is made twice)");
+          return false;
+        }
+        v->producer = x;
+        x->out[x->nout++] = v;
+      }
+    }
+    im->cur = x;
+    if (x->row->read && !x->row->read(im, x)) return false;
+  }
+  return true;
+}
+
+// ---- lowering
+
+static bool plan(Imp *im, ImpNode *n) {
+  if (n->planned) return true;
+  n->planned = true;
+  im->cur = n;
+  if (n->row->plan) return n->row->plan(im, n);
+  const cJSON *a;
+  cJSON_ArrayForEach(a, n->inputs) {
+    const cJSON *arg = cJSON_GetObjectItemCaseSensitive(a, "arg");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(arg, "as_tensor");
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(arg, "as_tensors");
+    for (const cJSON *e = t ? t : l ? l->child : NULL; e; e = t ? NULL : e->next) {
+      const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
+      Val *v = cJSON_IsString(nm) ? imp_val(im, nm->valuestring) : NULL;
+      if (v && n->ndeps < IMP_MAX_DEPS) n->deps[n->ndeps++] = v;
+    }
+  }
+  return true;
+}
+
+// Lowers v's tensor (and everything it reads first): an explicit stack, graph order.
+bool imp_lower(Imp *im, Val *v);
+bool imp_lower(Imp *im, Val *want) {
+  int cap = im->nnodes + 16, top = 0;
+  Val **stack = ARENA_ARRAY(im->a, Val *, (size_t)cap);
+  stack[top++] = imp_root(want);
+  while (top) {
+    Val *v = imp_root(stack[top - 1]);
+    if (v->pipec || v->failed || v->kind == VAL_LEAF || v->kind == VAL_SYM) {
+      top--;
+      continue;
+    }
+    ImpNode *n = v->producer;
+    if (v->kind == VAL_CONST) {
+      imp_error(im, n, "the constant '%s' (computed from buffers%s%s) is read as a tensor: pipec "
+                "models have no constants; only RoPE tables are recognised",
+                v->name, v->fqn ? ": " : "", v->fqn ? v->fqn : "");
+      v->failed = true;
+      continue;
+    }
+    if (!n) { // (a value no node makes)
+      imp_error(im, NULL, "tensor '%s' is read but no node computes it", v->name);
+      v->failed = true;
+      continue;
+    }
+    if (!plan(im, n)) {
+      for (int i = 0; i < n->nout; i++) n->out[i]->failed = true;
+      v->failed = true;
+      continue;
+    }
+    bool pushed = false;
+    for (int i = 0; i < n->ndeps && !pushed; i++) {
+      Val *d = imp_root(n->deps[i]);
+      if (!d->pipec && !d->failed && d->kind != VAL_LEAF && d->kind != VAL_SYM) {
+        if (top == cap) return false;
+        if (d == v) { // (a cycle: the graph's order is broken)
+          imp_error(im, n, "reads its own output");
+          v->failed = true;
+          break;
+        }
+        stack[top++] = d, pushed = true;
+      }
+    }
+    if (pushed || v->failed) continue;
+    bool depfail = false;
+    for (int i = 0; i < n->ndeps; i++) depfail |= imp_root(n->deps[i])->failed;
+    im->cur = n;
+    if (depfail || !n->row->lower(im, n)) {
+      for (int i = 0; i < n->nout; i++) n->out[i]->failed = true;
+      v->failed = true;
+    } else if (!v->pipec && v->kind != VAL_LAYOUT) {
+      imp_error(im, n, "%s: lowered without its output (an importer bug)", n->target);
+      v->failed = true;
+    }
+  }
+  return !imp_root(want)->failed;
+}
+
+// ---- the document
+
+static cJSON *new_doc(Imp *im, const Pt2ImportOptions *o) {
+  cJSON *doc = cJSON_CreateObject();
+  cJSON_AddStringToObject(doc, "format", "pipec-model");
+  cJSON_AddNumberToObject(doc, "version", 1);
+  cJSON_AddStringToObject(doc, "name", o->name ? o->name : "model");
+  if (o->weights) cJSON_AddStringToObject(doc, "weights", o->weights);
+  im->jinputs = cJSON_AddArrayToObject(doc, "inputs");
+  im->jparams = cJSON_AddArrayToObject(doc, "params");
+  im->jnodes = cJSON_AddArrayToObject(doc, "nodes");
+  return doc;
+}
+
+static void add_inputs(Imp *im, const cJSON *sig) {
+  const cJSON *s;
+  cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(sig, "input_specs")) {
+    if (!s->child || strcmp(s->child->string, "user_input") != 0) continue;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(s->child, "arg"), "as_tensor");
+    Val *v = imp_val(im, cJSON_GetObjectItemCaseSensitive(t, "name")->valuestring);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "name", v->name);
+    cJSON_AddStringToObject(j, "dtype", v->dtype == 7 ? "f32" : "i32");
+    cJSON_AddItemToObject(j, "shape", imp_shape_json(&v->shape));
+    if (v->is_target) cJSON_AddBoolToObject(j, "target", true);
+    cJSON_AddItemToArray(im->jinputs, j);
+  }
+}
+
+// The loss: the one user output, a scalar.
+static Val *loss_of(Imp *im, const cJSON *sig) {
+  const cJSON *specs = cJSON_GetObjectItemCaseSensitive(sig, "output_specs");
+  if (cJSON_GetArraySize(specs) != 1) {
+    diag_error(im->d, NOLOC, "the module returns %d outputs; pipec imports a module that returns "
+               "its scalar loss (given inputs and targets)", cJSON_GetArraySize(specs));
+    return NULL;
+  }
+  const cJSON *k = specs->child->child;
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(k, "arg"),
+                                                    "as_tensor");
+  const cJSON *nm = cJSON_GetObjectItemCaseSensitive(t, "name");
+  Val *v = cJSON_IsString(nm) ? imp_val(im, nm->valuestring) : NULL;
+  if (!k || (strcmp(k->string, "user_output") && strcmp(k->string, "loss_output")) || !v ||
+      v->shape.rank != 0 || v->dtype != 7) {
+    diag_error(im->d, NOLOC, "the module's output must be its scalar float32 loss (got %s)",
+               v ? ishape_str(im, &v->shape) : "no tensor");
+    return NULL;
+  }
+  return v;
+}
+
+// The prediction the loss reads (its first tensor argument), exposed as the model's output.
+static Val *prediction_of(Val *loss) {
+  ImpNode *n = loss->producer;
+  if (!n || !n->planned || n->ndeps == 0) return NULL;
+  Val *p = n->deps[0];
+  bool reshapes = p->kind == VAL_LAYOUT;
+  for (int i = 0; reshapes && i < p->nsteps; i++) reshapes = !p->steps[i].permute;
+  if (reshapes) p = p->base; // logits.view(-1, V): the logits
+  return p->kind == VAL_LEAF ? NULL : p;
+}
+
+bool pt2_import(const Pt2 *p, const Pt2ImportOptions *o, cJSON **out, Arena *a, Diag *d) {
+  Imp im = {.p = p, .a = a, .d = d};
+  strmap_init(&im.vals, a);
+  strmap_init(&im.names, a);
+  *out = NULL;
+  const cJSON *gm = cJSON_GetObjectItemCaseSensitive(p->model, "graph_module");
+  const cJSON *graph = cJSON_GetObjectItemCaseSensitive(gm, "graph");
+  const cJSON *sig = cJSON_GetObjectItemCaseSensitive(gm, "signature");
+  if (!cJSON_IsObject(graph) || !cJSON_IsObject(sig)) {
+    diag_error(d, NOLOC, "models/model.json: no graph_module with a graph and a signature");
+    return false;
+  }
+  im.doc = new_doc(&im, o);
+  int errs = d->errors;
+  bool ok = read_values(&im, graph) && read_nodes(&im, graph) && read_signature(&im, sig) &&
+            read_outputs(&im);
+  Val *loss = ok ? loss_of(&im, sig) : NULL;
+  ok = loss && imp_lower(&im, loss) && d->errors == errs;
+  Val *pred = ok ? prediction_of(loss) : NULL;
+  const char *pname = pred ? imp_realize(&im, pred) : NULL;
+  if (ok) {
+    add_inputs(&im, sig);
+    if (o->training) cJSON_AddItemToObject(im.doc, "training", o->training);
+    cJSON_AddStringToObject(im.doc, "loss", loss->pipec);
+    if (pname) {
+      cJSON *l = cJSON_AddArrayToObject(im.doc, "outputs");
+      cJSON_AddItemToArray(l, cJSON_CreateString(pname));
+    }
+    *out = im.doc;
+  } else {
+    if (o->training) cJSON_Delete(o->training);
+    cJSON_Delete(im.doc);
+  }
+  return ok && d->errors == errs;
+}

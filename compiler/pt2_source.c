@@ -1,0 +1,75 @@
+// The model source of a .pt2 (compiler/pt2_source.h): the archive opened (compiler/pt2.c), its
+// graph imported (compiler/pt2_import.h), the document printed as the JSON `pipec import` writes
+// and parsed back by the JSON front end (compiler/source.c), so that every later message about
+// the model points at a line of that JSON and the two paths cannot differ.
+#include "pt2_source.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "pt2_import.h"
+
+bool pt2_is_archive(const char *path) {
+  size_t n = strlen(path);
+  return n > 4 && strcmp(path + n - 4, ".pt2") == 0;
+}
+
+// The archive's stem: "models/nanogpt.pt2" -> "nanogpt".
+static const char *stem(Arena *a, const char *path) {
+  const char *b = strrchr(path, '/');
+  b = b ? b + 1 : path;
+  size_t n = strlen(b);
+  return arena_strndup(a, b, n > 4 ? n - 4 : n);
+}
+
+// The training section of --training FILE: the file's object (a whole model's "training" member
+// is taken too, so that a model file's section can be reused).
+static bool load_training(Arena *a, const char *path, cJSON **out, Diag *d) {
+  Source s = {0};
+  Diag td;
+  diag_init(&td, path, d->out);
+  td.excerpts = d->excerpts, td.format = d->format;
+  bool ok = source_load_file(&s, a, path, "the training file", &td);
+  const cJSON *t = ok ? s.root : NULL;
+  if (t && cJSON_GetObjectItemCaseSensitive(t, "format"))
+    t = cJSON_GetObjectItemCaseSensitive(t, "training");
+  if (ok && !cJSON_IsObject(t)) {
+    diag_error(&td, (Loc){1, 1}, "the training file holds no object (the model format's "
+               "\"training\" section, docs/model-format.md)");
+    ok = false;
+  }
+  if (ok) *out = cJSON_Duplicate(t, true);
+  d->errors += td.errors;
+  // The records of the machine-readable formats move to d.
+  for (int i = 0; i < td.nrecs; i++) {
+    if (d->nrecs == d->caprecs) {
+      int cap = d->caprecs ? 2 * d->caprecs : 8;
+      DiagRecord *r = realloc(d->recs, (size_t)cap * sizeof *r);
+      if (!r) break;
+      d->recs = r, d->caprecs = cap;
+    }
+    d->recs[d->nrecs++] = td.recs[i];
+    td.recs[i].message = td.recs[i].line = NULL;
+  }
+  diag_free(&td);
+  source_free(&s);
+  return ok;
+}
+
+bool pt2_source_load(Source *s, Arena *a, const char *path, const Pt2SourceOptions *o, Diag *d) {
+  Pt2 p;
+  if (!pt2_open(&p, path, a, d)) return false;
+  Pt2ImportOptions io = {.name = stem(a, path), .weights = o ? o->weights_key : NULL};
+  bool ok = !o || !o->training || load_training(a, o->training, &io.training, d);
+  cJSON *doc = NULL;
+  ok = ok && pt2_import(&p, &io, &doc, a, d);
+  char *text = ok ? cJSON_Print(doc) : NULL;
+  cJSON_Delete(doc);
+  pt2_close(&p);
+  if (ok && !text) diag_error(d, (Loc){0, 0}, "out of memory");
+  if (!text) return false;
+  char *copy = arena_strdup(a, text);
+  free(text);
+  if (o && o->text) *o->text = copy;
+  return source_parse(s, a, path, copy, strlen(copy), d);
+}
