@@ -342,9 +342,7 @@ static bool binary(Imp *im, ImpNode *n, const char *op) {
   static const char *const args[] = {"self", "other", NULL};
   return emit_plain(im, n, op, args, NULL);
 }
-static bool lower_add(Imp *im, ImpNode *n) { return binary(im, n, "add"); }
 static bool lower_sub(Imp *im, ImpNode *n) { return binary(im, n, "sub"); }
-static bool lower_mul(Imp *im, ImpNode *n) { return binary(im, n, "mul"); }
 static bool lower_div(Imp *im, ImpNode *n) { return binary(im, n, "div"); }
 
 static bool lower_pow(Imp *im, ImpNode *n) {
@@ -613,6 +611,30 @@ static Val *strip_repeat_kv(Imp *im, Val *k) {
   return r;
 }
 
+// A constant boolean mask (..., T, T) that is causal (s <= t) or all true: is_causal.
+static bool mask_causal(Imp *im, ImpNode *n, Val *m, bool *causal) {
+  int r = m ? m->shape.rank : 0;
+  if (!m || m->kind != VAL_CONST || m->dtype != 12 || r < 2 || m->shape.k[r - 1] != m->shape.k[r - 2]) {
+    imp_error(im, n, "scaled_dot_product_attention: attn_mask must be a constant boolean (..., T, "
+              "T) mask, causal or empty (or use is_causal=True)");
+    return false;
+  }
+  int64_t T = m->shape.k[r - 1], cnt = ishape_numel_k(&m->shape);
+  bool tri = true, all = true;
+  for (int64_t i = 0; i < cnt; i++) {
+    int64_t t = i / T % T, s = i % T;
+    tri &= (m->data[i] != 0) == (s <= t);
+    all &= m->data[i] != 0;
+  }
+  if (*causal || (!tri && !all)) {
+    imp_error(im, n, "scaled_dot_product_attention: attn_mask is %s; pipec's attention takes a "
+              "causal mask or none", *causal ? "given with is_causal=True" : "neither causal nor empty");
+    return false;
+  }
+  *causal = tri && !all;
+  return true;
+}
+
 // (B,H,T,D) -> (B,T,H·D): the transpose undone, the heads merged.
 static Val *heads_to_btc(Imp *im, Val *x) {
   static const int perm[4] = {0, 2, 1, 3};
@@ -630,11 +652,8 @@ static bool read_sdpa(Imp *im, ImpNode *n) {
       !imp_bool(im, n, "is_causal", false, &causal) || !imp_float(im, n, "scale", NAN, &scale) ||
       !imp_bool(im, n, "enable_gqa", false, &gqa))
     return false;
-  if (!imp_is_none(n, "attn_mask")) {
-    imp_error(im, n, "scaled_dot_product_attention with attn_mask is not supported (is_causal=True "
-              "or no mask)");
+  if (!imp_is_none(n, "attn_mask") && !mask_causal(im, n, arg_q(im, n, "attn_mask"), &causal))
     return false;
-  }
   if (drop != 0) {
     imp_error(im, n, "scaled_dot_product_attention: dropout_p = %g is not supported (0)", drop);
     return false;
@@ -849,6 +868,168 @@ static bool read_cat(Imp *im, ImpNode *n) {
   return true;
 }
 
+static bool emit_rope(Imp *im, RopeInfo *ri) {
+  const char *in = real(im, ri->x);
+  if (!in) return false;
+  const char *nm = imp_name(im, "rope");
+  cJSON *at = cJSON_CreateObject();
+  cJSON_AddNumberToObject(at, "theta", ri->theta);
+  cJSON_AddStringToObject(at, "pairing", ri->interleaved ? "interleaved" : "half");
+  if (ri->seq_axis != 1) cJSON_AddNumberToObject(at, "seq_axis", ri->seq_axis);
+  imp_emit(im, nm, "rope", &in, 1, at);
+  ri->out->pipec = nm;
+  return true;
+}
+
+// Hugging Face's apply_rotary_pos_emb: x·cos + rotate_half(x)·sin, rotate_half(x) =
+// cat(−x[..., D/2:], x[..., :D/2]), cos and sin constant (1.., T, D) tables of [c, c] halves.
+static bool read_add(Imp *im, ImpNode *n) {
+  Val *m1 = arg_q(im, n, "self"), *m2 = arg_q(im, n, "other"), *x, *c, *r, *sn;
+  if (!m1 || !m2) return true;
+  for (int sw = 0; sw < 2; sw++) {
+    Val *p = sw ? m2 : m1, *q = sw ? m1 : m2;
+    if (!mul_of(im, p, &x, &c) || !mul_of(im, q, &r, &sn)) continue;
+    ImpNode *ct = made_by(r, "cat.default");
+    const cJSON *l = ct ? cJSON_GetObjectItemCaseSensitive(imp_arg(ct, "tensors"), "as_tensors") : NULL;
+    if (cJSON_GetArraySize(l) != 2) continue;
+    Val *ng = imp_val(im, cJSON_GetObjectItemCaseSensitive(l->child, "name")->valuestring);
+    Val *lo = imp_val(im, cJSON_GetObjectItemCaseSensitive(l->child->next, "name")->valuestring);
+    ImpNode *pn = ng ? made_by(ng, "neg.default") : NULL;
+    Val *hi = pn ? arg_q(im, pn, "self") : NULL;
+    ImpNode *sl = lo ? made_by(lo, "slice.Tensor") : NULL, *sh = hi ? made_by(hi, "slice.Tensor") : NULL;
+    SliceInfo *a = sl ? sl->match : NULL, *b = sh ? sh->match : NULL;
+    int rk = x->shape.rank;
+    if (!a || !b || a->x != x || b->x != x || rk != 4 || a->axis != rk - 1 || b->axis != rk - 1)
+      continue;
+    int64_t D = x->shape.k[rk - 1], half = D / 2;
+    if (D != 2 * half || a->start != 0 || a->end != half || b->start != half || b->end != D) continue;
+    int seq, seq2;
+    int64_t T, T2;
+    if (!table_of(c, x, &seq, &T) || !table_of(sn, x, &seq2, &T2) || seq != seq2 ||
+        (seq != 1 && seq != 2)) {
+      imp_error(im, n, "a RoPE rotation whose cos and sin tables are not (T, head_dim) over a "
+                "(B, T, H, D) or (B, H, T, D) tensor");
+      return false;
+    }
+    int off = rk - c->shape.rank;
+    float *fc = arena_alloc(im->a, (size_t)(T * D) * sizeof(float));
+    float *fs = arena_alloc(im->a, (size_t)(T * D) * sizeof(float));
+    table_data(c, seq - off, T, D, fc);
+    table_data(sn, seq - off, T, D, fs);
+    float *cs = arena_alloc(im->a, (size_t)(T * half) * sizeof(float));
+    float *ss = arena_alloc(im->a, (size_t)(T * half) * sizeof(float));
+    bool dup = true;
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t i = 0; i < half; i++) {
+        cs[t * half + i] = fc[t * D + i], ss[t * half + i] = fs[t * D + i];
+        dup &= fc[t * D + i] == fc[t * D + i + half] && fs[t * D + i] == fs[t * D + i + half];
+      }
+    RopeInfo *ri = ARENA_NEW(im->a, RopeInfo);
+    if (!dup || !rope_theta(cs, ss, T, half, &ri->theta)) {
+      imp_error(im, n, "the RoPE tables (%s) are not cos and sin of positions 0..%lld times "
+                "1/theta^(2i/%lld) for any theta (scaled RoPE variants are not supported)",
+                c->fqn ? c->fqn : "constants", (long long)T - 1, (long long)D);
+      return false;
+    }
+    ri->interleaved = false;
+    static const int perm[4] = {0, 2, 1, 3};
+    if (seq == 2) { // (B,H,T,D): rotate the (B,T,H,D) tensor it is the transpose of
+      ri->x = imp_permute(im, x, perm), ri->seq_axis = 1;
+      ri->out = imp_new_val(im, VAL_TENSOR, &ri->x->shape, n->out[0]->dtype, n);
+      set_out(n->out[0], imp_permute(im, ri->out, perm));
+    } else {
+      ri->x = x, ri->seq_axis = seq, ri->out = n->out[0];
+    }
+    n->match = ri;
+    return true;
+  }
+  return true;
+}
+
+static bool plan_rope_or(Imp *im, ImpNode *n) {
+  RopeInfo *ri = n->match;
+  (void)im;
+  if (ri) {
+    n->deps[n->ndeps++] = ri->x;
+    return true;
+  }
+  Val *a = arg_q(im, n, "self"), *b = arg_q(im, n, "other");
+  if (a) n->deps[n->ndeps++] = a;
+  if (b) n->deps[n->ndeps++] = b;
+  return true;
+}
+
+static bool lower_add_or_rope(Imp *im, ImpNode *n) {
+  return n->match ? emit_rope(im, n->match) : binary(im, n, "add");
+}
+
+// Hugging Face's LlamaRMSNorm written out: weight · (x · rsqrt(mean(x², -1, keepdim) + eps)).
+typedef struct RmsInfo {
+  Val *x, *w;
+  double eps;
+} RmsInfo;
+
+static ImpNode *through(Val *v, const char *target) { return made_by(v, target); }
+
+static bool read_mul(Imp *im, ImpNode *n) {
+  Val *u = arg_q(im, n, "self"), *v = arg_q(im, n, "other");
+  for (int sw = 0; u && v && sw < 2; sw++) {
+    Val *w = sw ? v : u, *y = sw ? u : v;
+    if (w->kind != VAL_LEAF || w->is_input || w->shape.rank != 1) continue;
+    ImpNode *m = through(y, "mul.Tensor");
+    Val *a = m ? arg_q(im, m, "self") : NULL, *b = m ? arg_q(im, m, "other") : NULL;
+    for (int s2 = 0; a && b && s2 < 2; s2++) {
+      Val *x = s2 ? b : a, *rs = s2 ? a : b;
+      ImpNode *rq = through(rs, "rsqrt.default");
+      ImpNode *ad = rq ? through(arg_q(im, rq, "self"), "add.Tensor") : NULL;
+      const cJSON *ea = ad ? imp_arg(ad, "other") : NULL;
+      const cJSON *ev = cJSON_GetObjectItemCaseSensitive(ea, "as_float");
+      ImpNode *mn = ad ? through(arg_q(im, ad, "self"), "mean.dim") : NULL;
+      ImpNode *pw = mn ? through(arg_q(im, mn, "self"), "pow.Tensor_Scalar") : NULL;
+      const cJSON *pe = pw ? cJSON_GetObjectItemCaseSensitive(imp_arg(pw, "exponent"), "as_int") : NULL;
+      const cJSON *dims = mn ? cJSON_GetObjectItemCaseSensitive(imp_arg(mn, "dim"), "as_ints") : NULL;
+      const cJSON *kd = mn ? cJSON_GetObjectItemCaseSensitive(imp_arg(mn, "keepdim"), "as_bool") : NULL;
+      if (!pw || !cJSON_IsNumber(ev) || !(ev->valuedouble > 0) || !cJSON_IsNumber(pe) ||
+          pe->valuedouble != 2 || arg_q(im, pw, "self") != x || cJSON_GetArraySize(dims) != 1 ||
+          !cJSON_IsTrue(kd) || x->shape.rank < 1 ||
+          w->shape.k[0] != x->shape.k[x->shape.rank - 1])
+        continue;
+      int dm = (int)dims->child->valuedouble;
+      if (dm != -1 && dm != x->shape.rank - 1) continue;
+      RmsInfo *ri = ARENA_NEW(im->a, RmsInfo);
+      *ri = (RmsInfo){x, w, ev->valuedouble};
+      n->match = ri;
+      return true;
+    }
+  }
+  return true;
+}
+
+static bool plan_mul(Imp *im, ImpNode *n) {
+  RmsInfo *ri = n->match;
+  if (ri) {
+    n->deps[n->ndeps++] = ri->x, n->deps[n->ndeps++] = ri->w;
+    return true;
+  }
+  Val *a = arg_q(im, n, "self"), *b = arg_q(im, n, "other");
+  if (a) n->deps[n->ndeps++] = a;
+  if (b) n->deps[n->ndeps++] = b;
+  return true;
+}
+
+static bool lower_mul_or_rms(Imp *im, ImpNode *n) {
+  RmsInfo *ri = n->match;
+  if (!ri) return binary(im, n, "mul");
+  const char *in[2] = {real(im, ri->x), real(im, ri->w)};
+  if (!in[0] || !in[1]) return false;
+  const char *nm = imp_name(im, "rms_norm");
+  cJSON *at = cJSON_CreateObject();
+  cJSON_AddNumberToObject(at, "eps", ri->eps);
+  imp_emit(im, nm, "rms_norm", in, 2, at);
+  n->out[0]->pipec = nm;
+  return true;
+}
+
 static bool plan_cat(Imp *im, ImpNode *n) {
   RopeInfo *ri = n->match;
   if (ri) {
@@ -870,18 +1051,7 @@ static bool plan_cat(Imp *im, ImpNode *n) {
 
 static bool lower_cat(Imp *im, ImpNode *n) {
   RopeInfo *ri = n->match;
-  if (ri) {
-    const char *in = real(im, ri->x);
-    if (!in) return false;
-    const char *nm = imp_name(im, "rope");
-    cJSON *at = cJSON_CreateObject();
-    cJSON_AddNumberToObject(at, "theta", ri->theta);
-    cJSON_AddStringToObject(at, "pairing", ri->interleaved ? "interleaved" : "half");
-    if (ri->seq_axis != 1) cJSON_AddNumberToObject(at, "seq_axis", ri->seq_axis);
-    imp_emit(im, nm, "rope", &in, 1, at);
-    ri->out->pipec = nm;
-    return true;
-  }
+  if (ri) return emit_rope(im, ri);
   int64_t dim = 0;
   if (!imp_int(im, n, "dim", 0, &dim)) return false;
   const char *in[IMP_MAX_DEPS];
@@ -893,6 +1063,12 @@ static bool lower_cat(Imp *im, ImpNode *n) {
   imp_emit(im, nm, "concat", in, n->ndeps, at);
   n->out[0]->pipec = nm;
   return true;
+}
+
+static bool lower_const(Imp *im, ImpNode *n) {
+  imp_error(im, n, "%s is supported on constants only (values computed from buffers and "
+            "positions, such as masks and RoPE tables)", n->target);
+  return false;
 }
 
 static bool lower_never(Imp *im, ImpNode *n) {
@@ -922,9 +1098,9 @@ static const AtenRow rows[] = {
     {"neg.default", "neg", NULL, NULL, lower_neg},
     {"exp.default", "exp", NULL, NULL, lower_exp},
     {"rsqrt.default", "rsqrt", NULL, NULL, lower_rsqrt},
-    {"add.Tensor", "add", NULL, NULL, lower_add},
+    {"add.Tensor", "add (or rope)", read_add, plan_rope_or, lower_add_or_rope},
     {"sub.Tensor", "sub", NULL, NULL, lower_sub},
-    {"mul.Tensor", "mul", NULL, NULL, lower_mul},
+    {"mul.Tensor", "mul (or rms_norm)", read_mul, plan_mul, lower_mul_or_rms},
     {"div.Tensor", "div", NULL, NULL, lower_div},
     {"pow.Tensor_Scalar", "pow", NULL, NULL, lower_pow},
     {"split_with_sizes.default", "split", NULL, NULL, lower_split},
@@ -936,6 +1112,30 @@ static const AtenRow rows[] = {
     {"arange.start", "(positions)", read_arange, NULL, lower_never},
     {"arange.default", "(positions)", read_arange, NULL, lower_never},
     {"expand.default", "(repeat_kv)", read_expand, NULL, lower_never},
+    {"cos.default", "(constants)", NULL, NULL, lower_const},
+    {"sin.default", "(constants)", NULL, NULL, lower_const},
+    {"cumsum.default", "(constants)", NULL, NULL, lower_const},
+    {"index.Tensor", "(constants)", NULL, NULL, lower_const},
+    {"full.default", "(constants)", NULL, NULL, lower_const},
+    {"eq.Tensor", "(constants)", NULL, NULL, lower_const},
+    {"eq.Scalar", "(constants)", NULL, NULL, lower_const},
+    {"ne.Tensor", "(constants)", NULL, NULL, lower_const},
+    {"ne.Scalar", "(constants)", NULL, NULL, lower_const},
+    {"le.Tensor", "(constants)", NULL, NULL, lower_const},
+    {"le.Scalar", "(constants)", NULL, NULL, lower_const},
+    {"lt.Tensor", "(constants)", NULL, NULL, lower_const},
+    {"lt.Scalar", "(constants)", NULL, NULL, lower_const},
+    {"ge.Tensor", "(constants)", NULL, NULL, lower_const},
+    {"ge.Scalar", "(constants)", NULL, NULL, lower_const},
+    {"gt.Tensor", "(constants)", NULL, NULL, lower_const},
+    {"gt.Scalar", "(constants)", NULL, NULL, lower_const},
+    {"bitwise_and.Tensor", "(constants)", NULL, NULL, lower_const},
+    {"bitwise_or.Tensor", "(constants)", NULL, NULL, lower_const},
+    {"logical_and.default", "(constants)", NULL, NULL, lower_const},
+    {"logical_or.default", "(constants)", NULL, NULL, lower_const},
+    {"add.Scalar", "(constants)", NULL, NULL, lower_const},
+    {"sub.Scalar", "(constants)", NULL, NULL, lower_const},
+    {"mul.Scalar", "(constants)", NULL, NULL, lower_const},
     LAYOUT("view.default", read_reshape),
     LAYOUT("_unsafe_view.default", read_reshape),
     LAYOUT("reshape.default", read_reshape),

@@ -134,6 +134,9 @@ Val *imp_root(Val *v);
 // The pipec tensor of v, emitting a layout's reshape/permute nodes (its root lowered already).
 const char *imp_realize(Imp *im, Val *v);
 
+// Evaluates a node of constants (compiler/pt2_const.c); true when its output is now VAL_CONST.
+bool imp_const_eval(Imp *im, ImpNode *n);
+
 // ---- emission
 // A fresh pipec node name from the current node's module ("layers.0.attention.wq") and a hint.
 const char *imp_name(Imp *im, const char *hint);
