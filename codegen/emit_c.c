@@ -342,7 +342,8 @@ const char *feed_dsts(E *e, const bool *held) {
 
 // The table's model of the data (PrTableModel): per fed input its name, dtype, role, per-sample
 // shape, first CSV column and class bound, positionally (C and C++ alike); npy files are set
-// from the options at open.
+// from the options at open. data.shuffle false: rows in file order, each step reading the next
+// `batch` of them (the whole job's: every replica's microbatches, as they are numbered globally).
 static void emit_table_model(E *e) {
   const TrainConfig *tc = e->tc;
   out(e, "  static PrTableModel want = {%d, {\n", tc->nfeeds);
@@ -356,7 +357,9 @@ static void emit_table_model(E *e) {
     out(e, "}, %lld, %lld, NULL},\n", (long long)f->col,
         f->t->dtype == DT_I32 ? (long long)id_limit(f->t, NULL) : 0LL);
   }
-  out(e, "  }, %lldLL};\n", (long long)tc->columns);
+  int D = e->prog->replicas > 1 ? e->prog->replicas : 1;
+  out(e, "  }, %lldLL, %s, %lldLL};\n", (long long)tc->columns, tc->shuffle ? "false" : "true",
+      tc->shuffle ? 0LL : (long long)(tc->batch * D));
 }
 
 // The data functions: open_data (open and check o->data), load_batch (one training microbatch

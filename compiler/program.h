@@ -61,6 +61,8 @@ typedef struct TrainConfig {
   bool data_rel;          // data_path was relative in the model (codegen writes it relative)
   double train_fraction;  // first fraction for training, rest validation
   double scale;           // tables: f32 columns multiplied by this (i32 columns are not)
+  bool shuffle;           // tables (data.shuffle): seeded shuffle, rows drawn with replacement;
+                          // false: file order, each step's rows in sequence (runtime/data.c)
   Feed *feeds;            // the fed inputs: data.input's, then data.target's (training_data.c)
   int nfeeds;             // count (0 without a data binding)
   int64_t columns;        // csv: the fields a row has with the default assignment (the feeds'

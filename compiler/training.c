@@ -1,6 +1,8 @@
 // The model's `training` section (docs/model-format.md, "Training"), read into a TrainConfig,
 // then `--set key=value` overrides from the command line. Every key is described once in a table
-// (name, type, destination, range) that serves the file and the overrides alike.
+// (name, type, destination, range) that serves the file and the overrides alike. A few keys hold
+// only for some data (data.shuffle false and data.train_fraction 1: tables), checked once both are
+// read (data_kind_keys).
 #include <ctype.h>
 #include <errno.h>
 #include <libgen.h>
@@ -12,7 +14,12 @@
 #include "json.h"
 #include "program.h"
 
-typedef enum KeyType { K_INT, K_NUM, K_STR } KeyType;
+typedef enum KeyType {
+  K_INT, // an integer (int64_t)
+  K_NUM, // a number (double)
+  K_STR, // a string (const char *)
+  K_BOOL // true or false (bool): JSON's literals, or the words after --set KEY=
+} KeyType;
 
 typedef struct Key {
   const char *name; // key in the training section (dots: nested objects)
@@ -42,8 +49,9 @@ static const Key keys[] = {
     {"log_every", K_INT, F(log_every), 1, 1e12},
     {"data.path", K_STR, F(data_path), 0, 0},
     {"data.labels", K_STR, F(data_labels), 0, 0},
-    {"data.train_fraction", K_NUM, F(train_fraction), 0.01, 0.99},
+    {"data.train_fraction", K_NUM, F(train_fraction), 0.01, 1},
     {"data.scale", K_NUM, F(scale), -1e12, 1e12},
+    {"data.shuffle", K_BOOL, F(shuffle), 0, 0},
 };
 #undef F
 enum { NKEYS = sizeof keys / sizeof keys[0] };
@@ -125,6 +133,14 @@ static bool read_object(const Source *src, const cJSON *obj, const char *prefix,
                  json_suggest(a, c->string, cands, nc));
       return false;
     }
+    if (k->type == K_BOOL) {
+      if (!cJSON_IsBool(c)) {
+        diag_error(d, source_loc(src, c), "training.%s: expected true or false", name);
+        return false;
+      }
+      *(bool *)((char *)tc + k->off) = cJSON_IsTrue(c);
+      continue;
+    }
     char msg[200];
     const char *str = cJSON_IsString(c) ? arena_strdup(a, c->valuestring) : NULL;
     if (!cJSON_IsNumber(c) && !cJSON_IsString(c)) {
@@ -159,6 +175,47 @@ static const cJSON *sub(const cJSON *o, const char *k) {
   return o ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
 }
 
+// --set KEY=true|false; false when the value is neither word.
+static bool store_bool(const Key *k, TrainConfig *tc, const char *value) {
+  bool v = !strcmp(value, "true");
+  if (!v && strcmp(value, "false")) return false;
+  *(bool *)((char *)tc + k->off) = v;
+  return true;
+}
+
+// Where key `name` ("data.shuffle") has its value: nowhere in the file when --set gave it
+// (set[i]: keys[i] came from --set), else its place in the training section.
+static Loc key_loc(const Source *src, const cJSON *tr, const bool *set, const char *name) {
+  const Key *k = find_key(name);
+  if (k && set[k - keys]) return (Loc){0, 0};
+  const char *dot = strchr(name, '.');
+  char head[64];
+  snprintf(head, sizeof head, "%.*s", dot ? (int)(dot - name) : (int)strlen(name), name);
+  const cJSON *at = dot ? sub(sub(tr, head), dot + 1) : sub(tr, name);
+  return at ? source_loc(src, at) : (Loc){0, 0};
+}
+
+// The keys that only table data takes: data.shuffle false (token windows are drawn at random
+// offsets; there is no order of rows to keep) and data.train_fraction 1 (no validation split:
+// token runs evaluate at their end on windows of it).
+static bool data_kind_keys(const Source *src, const cJSON *tr, const bool *set,
+                           const TrainConfig *tc, Diag *d) {
+  if (tc->data != DATA_TEXT && tc->data != DATA_U16) return true;
+  if (!tc->shuffle) {
+    diag_error(d, key_loc(src, tr, set, "data.shuffle"),
+               "training.data.shuffle: false is for tables (csv, npy); token data draws its "
+               "windows at random offsets");
+    return false;
+  }
+  if (tc->train_fraction >= 1) {
+    diag_error(d, key_loc(src, tr, set, "data.train_fraction"),
+               "training.data.train_fraction: 1 leaves no validation split, which token data "
+               "needs (1 is for tables: csv, npy)");
+    return false;
+  }
+  return true;
+}
+
 bool training_parse(const Source *src, Graph *g, const char **overrides, int noverrides,
                     TrainConfig *tc, Diag *d) {
   Arena *a = g->arena;
@@ -178,7 +235,8 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
                       .eval_batches = 20,
                       .log_every = 10,
                       .train_fraction = 0.9,
-                      .scale = 1.0};
+                      .scale = 1.0,
+                      .shuffle = true};
   const cJSON *tr = sub(src->root, "training");
   const cJSON *opt = sub(tr, "optimizer"), *data = sub(tr, "data");
   if (tr && !read_object(src, tr, "", tc, d, a)) return false;
@@ -227,6 +285,7 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
     tc->data = (DataKind)(DATA_TEXT + k);
   }
   bool batch_set = false; // batch or microbatches came from --set: the file is not the cause
+  bool set[NKEYS] = {false}; // keys[i] came from --set
   for (int i = 0; i < noverrides; i++) {
     const char *eq = strchr(overrides[i], '=');
     char name[128], msg[200];
@@ -243,6 +302,14 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
           "--set %s: expected KEY=VALUE with a training key (e.g. steps=100, optimizer.lr=3e-4)",
           overrides[i]);
       return false;
+    }
+    set[k - keys] = true;
+    if (k->type == K_BOOL) {
+      if (!store_bool(k, tc, eq + 1)) {
+        diag_error(d, (Loc){0, 0}, "--set %s: expected true or false", overrides[i]);
+        return false;
+      }
+      continue;
     }
     char *end;
     errno = 0;
@@ -267,6 +334,7 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
     return false;
   }
   tc->mb_size = tc->batch / tc->microbatches;
+  if (!data_kind_keys(src, tr, set, tc, d)) return false;
   if (tc->data != DATA_NONE) {
     if (!tc->data_path && !(tc->data == DATA_NPY && sub(data, "files"))) {
       diag_error(d, source_loc(src, data), "training.data: missing 'path'");
@@ -351,6 +419,8 @@ void training_print(const Graph *g, const TrainConfig *tc, FILE *out) {
       snprintf(buf, sizeof buf, "%lld", (long long)*(const int64_t *)dst);
     else if (keys[i].type == K_NUM)
       num_str(buf, sizeof buf, *(const double *)dst);
+    else if (keys[i].type == K_BOOL)
+      v = *(const bool *)dst ? "true" : "false";
     else
       v = *(const char *const *)dst ? *(const char *const *)dst : "-";
     fprintf(out, "  %-24s %s\n", keys[i].name, v);

@@ -17,8 +17,12 @@
 //
 //   Table batches (pr_table_batch): training row r of (step, mb) is row
 //       draw(seed, 0, step, mb, r) % n_train
-//   of the (shuffled) table, drawn with replacement. Validation batch k (pr_table_val_batch) is
-//   validation rows (k*B + i) % n_val, i = 0..B-1 (sequential, wrapping around).
+//   of the (shuffled) table, drawn with replacement. In order (PrTableModel.in_order,
+//   training.data.shuffle false: no shuffle, file order) it is row
+//       (step * step_rows + mb * B + r) % n_train          (exact integers; step_rows = the batch)
+//   so a step reads the next `batch` training rows, microbatch after microbatch, wrapping around.
+//   Validation batch k (pr_table_val_batch) is validation rows (k*B + i) % n_val, i = 0..B-1
+//   (sequential, wrapping around); train_frac 1 leaves no validation rows, and no batches.
 //
 //   The whole validation split of a token stream (pr_tokens_val_seq_batch): W = (n_val - 1) / T
 //   consecutive non-overlapping windows, window w starting at n_train + w*T; batch k holds
@@ -28,7 +32,8 @@
 //   0x2545F4914F6CDD1D;
 //       for i = rows-1 down to 1: j = pr_splitmix64(&s) % (i + 1); swap(perm[i], perm[j])
 //   shuffled row k = file row perm[k] (data rows counted from 0, header and blank lines excluded);
-//   the first n_train = floor(rows * train_frac) shuffled rows are the training split.
+//   the first n_train = floor(rows * train_frac) shuffled rows are the training split. In order,
+//   and with --predict, perm is the identity: the rows stay in file order.
 //   A table row is a row of 4-byte cells (CSV: one per field; npy: the fed inputs' files' values
 //   one after the other); each fed input (PrFeed) takes its cells of the row, so all inputs of a
 //   batch row come from one table row. f32 values are (float)(value * scale), value parsed as a
@@ -266,8 +271,8 @@ void pr_tokens_close(PrTokens *t) {
 // ---------------------------------------------------------------------------------------------
 // Tables
 
-// Shuffles rows (Fisher-Yates, see the header comment), sets n_train.
-static void shuffle_split(PrTable *t, const char *path, double frac, uint64_t seed) {
+// Shuffles rows (Fisher-Yates, see the header comment; in_order: not at all), sets n_train.
+static void shuffle_split(PrTable *t, const char *path, double frac, uint64_t seed, bool in_order) {
   int64_t rows = t->rows, C = t->ncells;
   prCheck(rows >= 1, "give a file with at least one data row", "%s: no data rows", path);
   int64_t *perm = malloc((size_t)rows * sizeof *perm);
@@ -276,7 +281,7 @@ static void shuffle_split(PrTable *t, const char *path, double frac, uint64_t se
           "out of memory shuffling '%s'", path);
   for (int64_t i = 0; i < rows; i++) perm[i] = i;
   uint64_t s = seed ^ K_SHUFFLE;
-  for (int64_t i = rows - 1; !pr_data_predict && i >= 1; i--) { // --predict: file order
+  for (int64_t i = rows - 1; !pr_data_predict && !in_order && i >= 1; i--) { // else file order
     int64_t j = (int64_t)(pr_splitmix64(&s) % (uint64_t)(i + 1));
     int64_t tmp = perm[i];
     perm[i] = perm[j];
@@ -294,8 +299,8 @@ static void shuffle_split(PrTable *t, const char *path, double frac, uint64_t se
   t->n_train = (int64_t)floor((double)rows * frac);
   prCheck(t->n_train >= 1, "use more rows or a larger training fraction",
           "%s: the training split is empty (%lld rows, fraction %g)", path, (long long)rows, frac);
-  // Every run evaluates at its end: an empty validation split is refused now, not then.
-  prCheck(t->n_train < rows, "use more rows or a training fraction below 1",
+  // An empty validation split only where asked for (fraction 1: no evaluation, pr_table_val_*).
+  prCheck(t->n_train < rows || frac >= 1.0, "use more rows or a training fraction below 1",
           "%s: the validation split is empty (%lld rows, fraction %g)", path, (long long)rows,
           frac);
 }
@@ -525,6 +530,8 @@ void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t
   Field *fields = NULL;
   Column *cols = NULL;
   PrTableModel guess; // want NULL: features, then the label
+  bool in_order = want && want->in_order;
+  t->step_rows = in_order ? want->step_rows : 0;
   bool legacy = !want || (legacy_model(want) && want->columns == want->feed[0].width + 1);
   const char *hint_bad = legacy ? "every field is a number; the last one is the label"
                                 : "every field is a number";
@@ -612,7 +619,7 @@ void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t
   prCheck(t->rows >= 1, legacy ? "the file needs at least one row of numbers (features, then the label)"
                                : "the file needs at least one row of numbers",
           "%s: no data rows", path);
-  shuffle_split(t, path, train_frac, seed);
+  shuffle_split(t, path, train_frac, seed, in_order);
 }
 
 // .npy ---------------------------------------------------------------------------------------
@@ -858,7 +865,8 @@ void pr_table_open_npy(PrTable *t, double train_frac, uint64_t seed, double scal
     }
     free(a[k].buf);
   }
-  shuffle_split(t, first, train_frac, seed);
+  t->step_rows = want->in_order ? want->step_rows : 0;
+  shuffle_split(t, first, train_frac, seed, want->in_order);
 }
 
 // Copies row `src` of the table into row r of each destination.
@@ -873,6 +881,17 @@ static void copy_row(const PrTable *t, int64_t src, int64_t r, void *const *dst)
 void pr_table_batch(const PrTable *t, uint64_t seed, int64_t step, int64_t mb, int64_t B,
                     void *const *dst) {
   prCheck(t->n_train >= 1, "the training split is empty", "pr_table_batch: no training rows");
+  if (t->step_rows > 0) { // in order: the step's next rows, from an exact first index
+    int64_t S = t->step_rows;
+    prCheck(step >= 0 && step <= (INT64_MAX - S) / S && mb >= 0 && B >= 0 && mb * B + B <= S,
+            "internal error in the generated program (or more steps than 2^63 rows)",
+            "pr_table_batch: rows %lld.. of step %lld (microbatch %lld of %lld rows, %lld rows a "
+            "step) are out of range",
+            (long long)(mb * B), (long long)step, (long long)mb, (long long)B, (long long)S);
+    int64_t first = (step * S + mb * B) % t->n_train;
+    for (int64_t r = 0; r < B; r++) copy_row(t, (first + r) % t->n_train, r, dst);
+    return;
+  }
   for (int64_t r = 0; r < B; r++)
     copy_row(t, (int64_t)(batch_draw(seed, PR_TRAIN, step, mb, r) % (uint64_t)t->n_train), r, dst);
 }
@@ -891,6 +910,7 @@ int64_t pr_table_val_batch(const PrTable *t, int64_t k, int64_t B, void *const *
 
 int64_t pr_table_val_batches(const PrTable *t, int64_t B, int64_t requested) {
   int64_t n_val = t->rows - t->n_train;
+  if (n_val == 0 && B >= 1 && requested >= 0) return 0; // train_frac 1: nothing to evaluate
   prCheck(n_val >= 1 && B >= 1 && requested >= 0, "internal error in the generated program",
           "pr_table_val_batches: %lld validation rows, batch %lld, %lld batches requested",
           (long long)n_val, (long long)B, (long long)requested);

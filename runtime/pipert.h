@@ -434,15 +434,19 @@ typedef struct PrTableModel {
   int nfeeds;
   PrFeed feed[PR_MAX_FEEDS];
   int64_t columns; // CSV: the fields every row has (0: any count that holds the last column read)
+  bool in_order;     // training.data.shuffle false: no shuffle (file order), and the training rows
+                     // taken in sequence, step_rows per step (pr_table_batch)
+  int64_t step_rows; // in_order: rows one step reads (the batch, all replicas' microbatches)
 } PrTableModel;
 
 // A table in memory: per row, its cells of 4 bytes each (a float or an int32, as the feeds that
 // read the column take it); feed k's values of a row are its `width[k]` cells from `off[k]`.
 typedef struct PrTable {
-  uint32_t *cells;              // (rows, ncells), rows shuffled with the seed
+  uint32_t *cells;              // (rows, ncells), rows shuffled with the seed (or file order)
   int64_t ncells;               // cells per row (CSV: the fields; npy: the feeds' widths)
   int64_t rows;                 // rows in the table
   int64_t n_train;              // rows of the training split (after the seeded shuffle)
+  int64_t step_rows;            // > 0: training rows in sequence, this many per step; 0: drawn
   int nfeeds;                   // inputs filled from each row
   int64_t off[PR_MAX_FEEDS];    // feed k's first cell in a row
   int64_t width[PR_MAX_FEEDS];  // its cells
@@ -450,7 +454,8 @@ typedef struct PrTable {
 
 // CSV (plain or gzip-compressed, detected from the content): numeric fields, columns assigned to
 // the model's inputs (want); no header, or a header line that is skipped when its first field is
-// not a number. Rows are shuffled with `seed` and split at train_frac (both splits non-empty).
+// not a number. Rows are shuffled with `seed` (want->in_order: kept in file order) and split at
+// train_frac (the training split non-empty; the validation split empty only at train_frac 1).
 // f32 values are multiplied by scale and must be finite float32 numbers ("nan" and "inf" are
 // refused); i32 values are integers from 0 (below the feed's classes when it has a bound).
 void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t seed,
@@ -460,15 +465,16 @@ void pr_table_open_csv(PrTable *t, const char *path, double train_frac, uint64_t
 // feeds integer ones; every file has the same rows. Same shuffle/split rules.
 void pr_table_open_npy(PrTable *t, double train_frac, uint64_t seed, double scale,
                        const PrTableModel *want);
-// Training batch: B rows drawn from (seed, step, mb, row) over the training split; dst[k] gets
-// feed k's values of the B rows (NULL: not this caller's).
+// Training batch: B rows drawn from (seed, step, mb, row) over the training split (in_order:
+// training rows (step * step_rows + mb * B + i) % n_train, i = 0..B-1); dst[k] gets feed k's
+// values of the B rows (NULL: not this caller's).
 void pr_table_batch(const PrTable *t, uint64_t seed, int64_t step, int64_t mb, int64_t B,
                     void *const *dst);
 // Validation batch k: rows k*B .. k*B+B-1 of the validation split, wrapping around; returns how
 // many of them are real (not wrapped) rows.
 int64_t pr_table_val_batch(const PrTable *t, int64_t k, int64_t B, void *const *dst);
 // Validation batches of one pass: `requested`, at most the ceil(n_val / B) that hold real rows;
-// 0 = all of them (the whole validation split).
+// 0 = all of them (the whole validation split); 0 batches when the split is empty (train_frac 1).
 int64_t pr_table_val_batches(const PrTable *t, int64_t B, int64_t requested);
 void pr_table_close(PrTable *t);
 

@@ -134,11 +134,13 @@ static double step_end(const Trainer *t, int64_t step, double loss, double lr) {
 }
 
 // Validation after step: the mean loss over the evaluation batches (weighted by each batch's
-// real rows), and the accuracy where the program counts correct predictions.
+// real rows), and the accuracy where the program counts correct predictions; nothing (no line)
+// without validation rows.
 static void evaluate(const PrProgram *p, int64_t requested, int64_t step) {
   double loss = 0, weight = 0;
   int64_t correct = 0, seen = 0;
   int64_t batches = p->eval_batches(requested);
+  if (batches == 0) return; // no validation split (a table's train_fraction 1): every rank alike
   if (p->comm && p->comm->stage_reps && pr_replica != 0)
     return; // the uneven form: replica 0 of each rank evaluates (the others hold the same bits)
   for (int64_t k = 0; k < batches; k++) {

@@ -89,6 +89,12 @@ expect plan-set 0 '' "$pipec" plan --batch 128 --microbatches 4 samples/mlp_digi
 expect set-unknown 1 "^samples/mlp_digits.json: error: --set frob=1: expected KEY=VALUE with a training key" \
   "$pipec" plan --set frob=1 samples/mlp_digits.json
 expect set-range 1 "^samples/mlp_digits.json: error: --set batch=0: must be from 1 to" "$pipec" plan --batch 0 samples/mlp_digits.json
+# data.shuffle: true or false; false (and train_fraction 1) for tables only, named as --set's.
+expect set-bool 1 "^samples/mlp_digits.json: error: --set data.shuffle=1: expected true or false$" \
+  "$pipec" plan --set data.shuffle=1 samples/mlp_digits.json
+expect set-shuffle-tokens 1 "^samples/gpt_char.json: error: training.data.shuffle: false is for tables \(csv, npy\); token data draws its windows at random offsets$" \
+  "$pipec" plan --set data.shuffle=false samples/gpt_char.json
+expect set-shuffle-table 0 '' "$pipec" plan --set data.shuffle=false --set data.train_fraction=1 samples/mlp_digits.json
 expect batch-not-multiple 1 "^samples/mlp_digits.json: error: training: batch 10 is not a multiple of microbatches 4$" \
   "$pipec" plan --batch 10 --microbatches 4 samples/mlp_digits.json
 expect bad-target 2 "^pipec: --target: unknown target 'gpu' \(available: cpu, cuda\)$" "$pipec" compile --target gpu samples/mlp_digits.json
