@@ -435,6 +435,10 @@ static bool read_values(Imp *im, const cJSON *graph) {
   const cJSON *tv = cJSON_GetObjectItemCaseSensitive(graph, "tensor_values");
   const cJSON *sv = cJSON_GetObjectItemCaseSensitive(graph, "sym_int_values");
   const char *sym = NULL;
+  if (!cJSON_IsObject(tv)) {
+    diag_error(im->d, NOLOC, "models/model.json: the graph has no tensor_values");
+    return false;
+  }
   const cJSON *e;
   cJSON_ArrayForEach(e, tv) {
     Val *v = imp_new_val(im, VAL_TENSOR, NULL, 0, NULL);
@@ -451,6 +455,12 @@ static bool read_values(Imp *im, const cJSON *graph) {
       return false;
     }
     strmap_put(&im->vals, v->name, v);
+  }
+  if (!sym) {
+    diag_error(im->d, NOLOC, "the archive was exported with a static batch (no dynamic "
+               "dimension): export with torch.export.Dim on the inputs' first dim "
+               "(scripts/export_model.py, docs/import.md)");
+    return false;
   }
   return true;
 }
