@@ -287,6 +287,7 @@ bool imp_const_eval(Imp *im, ImpNode *n) {
   if (n->nout != 1 || numel(&n->out[0]->shape) > CONST_MAX) return false;
   const cJSON *a;
   int tensors = 0;
+  const char *fqn = NULL; // the buffer a one-input value comes from (messages)
   cJSON_ArrayForEach(a, n->inputs) {
     const cJSON *arg = cJSON_GetObjectItemCaseSensitive(a, "arg");
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(arg, "as_tensor");
@@ -295,7 +296,7 @@ bool imp_const_eval(Imp *im, ImpNode *n) {
       const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
       Val *v = cJSON_IsString(nm) ? imp_val(im, nm->valuestring) : NULL;
       if (!v || v->kind != VAL_CONST) return false;
-      tensors++;
+      tensors++, fqn = v->fqn;
     }
   }
   const char *t = n->target;
@@ -326,5 +327,6 @@ bool imp_const_eval(Imp *im, ImpNode *n) {
   else
     return false;
   if (!ok) n->out[0]->kind = VAL_TENSOR, n->out[0]->data = NULL;
+  if (ok && tensors == 1) n->out[0]->fqn = fqn;
   return ok;
 }
