@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The .pt2 front end end to end, with no torch (docs/import.md): every committed fixture of
+# tests/import/fixtures compiles from its archive and trains 10 AdamW steps on torch's fixed
+# batches (data.shuffle false) from the archive's weights, each step's loss within 1e-5 relative
+# of torch's recorded one; the Llama fixture at S = 2 (--split by module) and S = 4 is bit for bit
+# S = 1 (loss log and saved parameters); `pipec import` -> JSON (+ --weights) -> compile gives the
+# bits of compiling the archive; pipec's saved checkpoint names every parameter by its FQN.
+#
+# usage: tests/e2e/import.sh PIPEC REPO_ROOT
+set -u
+pipec=$(cd -- "$(dirname -- "$1")" && pwd)/$(basename -- "$1")
+root=$2
+fx=$root/tests/import/fixtures
+export OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1
+if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+  echo "skip: needs numpy in /usr/bin/python3"
+  exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fails=$((fails + 1)); }
+
+# NAME's data (torch's batches 1..10, in order) and training section into $tmp/NAME.
+setup() {
+  /usr/bin/python3 - "$fx/$1.json" "$tmp/$1" "$2" "$3" <<'PY'
+import json, os, sys
+import numpy as np
+ref, out, xin, yin = sys.argv[1:5]
+d = json.load(open(ref))
+os.makedirs(out, exist_ok=True)
+files = {}
+for key, name in (("inputs", xin), ("targets", yin)):
+    rows = []
+    for b in d["batches"][1:]:
+        t = b[key]
+        dt = np.float32 if t["dtype"] == "float32" else np.int32
+        rows.append(np.array(t["data"], dtype=dt).reshape(t["shape"]))
+    files[name] = os.path.join(out, name + ".npy")
+    np.save(files[name], np.concatenate(rows))
+aw = d["adamw"]
+json.dump({"batch": d["batches"][0]["targets"]["shape"][0],
+           "steps": aw["steps"], "log_every": 1,
+           "optimizer": {"kind": "adamw", "lr": aw["lr"], "betas": aw["betas"], "eps": aw["eps"],
+                         "weight_decay": aw["weight_decay"]},
+           "data": {"kind": "npy", "files": files, "shuffle": False, "train_fraction": 1}},
+          open(os.path.join(out, "train.json"), "w"))
+PY
+}
+
+# Compares the loss log with torch's losses (relative 1e-5).
+losses_match() {
+  /usr/bin/python3 - "$fx/$1.json" "$2" <<'PY'
+import json, sys
+ref = json.load(open(sys.argv[1]))["adamw"]["losses"]
+got = [float(l.split()[1]) for l in open(sys.argv[2]) if l.strip() and not l.startswith("#")]
+worst = max(abs(a - b) / abs(b) for a, b in zip(got, ref))
+print("    %d steps, worst relative difference %.2e" % (len(got), worst))
+sys.exit(0 if len(got) == len(ref) and worst <= 1e-5 else 1)
+PY
+}
+
+for spec in mlp_regression:x:y nanogpt:idx:targets llama3_interleaved:idx:targets \
+  llama3_halves:idx:targets hf_llama:idx:targets; do
+  IFS=: read -r name x y <<<"$spec"
+  setup "$name" "$x" "$y" || { bad "$name: setup"; continue; }
+  d=$tmp/$name
+  if "$pipec" run "$fx/$name.pt2" --training "$d/train.json" -o "$d/s1" -- \
+    --loss-log "$d/s1.log" --save "$d/s1.safetensors" >"$d/run.out" 2>&1 &&
+    losses_match "$name" "$d/s1.log"; then
+    ok "$name: 10 AdamW steps from the archive's weights match torch's losses"
+  else
+    bad "$name: training against torch's losses"
+    tail -5 "$d/run.out"
+  fi
+done
+
+# Bitwise across stage counts: the Llama fixture cut by module at S = 2, and at S = 4.
+d=$tmp/llama3_interleaved
+for cut in "--split layers.1" "--stages 4"; do
+  tag=$(echo "$cut" | tr -dc 'a-z0-9')
+  # shellcheck disable=SC2086
+  if "$pipec" run "$fx/llama3_interleaved.pt2" --training "$d/train.json" $cut -o "$d/$tag" -- \
+    --loss-log "$d/$tag.log" --save "$d/$tag.safetensors" >"$d/$tag.out" 2>&1 &&
+    cmp -s "$d/s1.log" "$d/$tag.log" && cmp -s "$d/s1.safetensors" "$d/$tag.safetensors"; then
+    ok "llama3_interleaved $cut: loss log and parameters bit for bit S = 1's"
+  else
+    bad "llama3_interleaved $cut: not S = 1's bits"
+    tail -5 "$d/$tag.out"
+  fi
+done
+
+# import -> JSON -> compile: the bits of compiling the archive.
+if "$pipec" import "$fx/llama3_interleaved.pt2" -o "$d/model.json" --weights "$d/model.safetensors" \
+  --training "$d/train.json" && [ -s "$d/model.safetensors" ] &&
+  "$pipec" run "$d/model.json" -o "$d/js" -- --loss-log "$d/js.log" --save "$d/js.safetensors" \
+    >"$d/js.out" 2>&1 &&
+  cmp -s "$d/s1.log" "$d/js.log" && cmp -s "$d/s1.safetensors" "$d/js.safetensors"; then
+  ok "pipec import -> JSON -> run: the bits of running the archive"
+else
+  bad "pipec import -> JSON -> run differs from the archive's run"
+  tail -5 "$d/js.out" 2>/dev/null
+fi
+
+# The saved checkpoint holds every parameter under its FQN (load_state_dict's names).
+if /usr/bin/python3 - "$tmp/nanogpt/s1.safetensors" <<'PY'; then
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+names = set(json.loads(raw[8:8 + n])) - {"__metadata__"}
+want = {"transformer.wte.weight", "lm_head.weight", "transformer.h.0.attn.c_attn.weight",
+        "transformer.ln_f.bias"}
+sys.exit(0 if want <= names and len(names) == 29 else 1)
+PY
+  ok "nanogpt: the checkpoint names its 29 parameters by FQN (the tied head included)"
+else
+  bad "nanogpt: checkpoint names"
+fi
+
+[ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
+[ $fails -eq 0 ]
