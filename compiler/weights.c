@@ -96,6 +96,10 @@ static bool check_file(W *w) {
 static cJSON *read_index(W *w, const char *ix) {
   const char *kind;
   FILE *f = open_regular(ix, &kind);
+  if (!f && !kind && errno != ENOENT) {
+    fail(w, "cannot open '%s': %s", ix, strerror(errno));
+    return NULL;
+  }
   if (!f) {
     fail(w, "'%s' is a directory without %s (a sharded checkpoint's index)%s%s", w->p, INDEX_NAME,
          kind ? ": it is " : "", kind ? kind : "");
