@@ -576,6 +576,17 @@ static const char *npy_files(E *e, const CodegenOptions *o) {
                       tc->nfeeds, names, files, ntargets == 1 ? label : 0);
 }
 
+// The model's "weights" default: " .weights = \"$ORIGIN/...\",", the defaults going on in the
+// next line (the initial parameters without --init or --resume, a path like the data's); ""
+// without the key, so that the sources of other models do not change.
+static const char *weights_default(E *e, const CodegenOptions *o) {
+  const TrainConfig *tc = e->tc;
+  if (!tc->weights_path) return "";
+  return arena_printf(
+      e->a, " .weights = %s,\n                ",
+      cstring(e, codegen_data_path(e->a, tc->weights_path, tc->weights_rel, o->out_dir)));
+}
+
 // The command line in full, as comment lines of at most 160 of its characters each: "// Command:"
 // and then "// Command (continued):" lines (comment() keeps at most 200 of a string).
 static void out_command(E *e, const char *cmd) {
@@ -686,12 +697,12 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
   out(e,
       "    .plan = PLAN,\n"
       "    .defaults = {.steps = %lld, .lr = %.17g, .min_lr = %.17g, .seed = %lluULL,\n"
-      "                 .data = %s,%s .eval_every = %lld, .eval_batches = %lld,\n"
+      "                 .data = %s,%s%s .eval_every = %lld, .eval_batches = %lld,\n"
       "                 .log_every = %lld},\n",
       (long long)tc->steps, tc->lr, tc->min_lr, (unsigned long long)tc->seed,
       first ? cstring(e, codegen_data_path(e->a, first, first_rel, o->out_dir)) : "NULL",
-      npy_files(e, o), (long long)tc->eval_every, (long long)tc->eval_batches,
-      (long long)tc->log_every);
+      npy_files(e, o), weights_default(e, o), (long long)tc->eval_every,
+      (long long)tc->eval_batches, (long long)tc->log_every);
   out(e, "    .region_bytes = {PARAMS_BYTES, GRADS_BYTES, OPTST_BYTES, ACTS_BYTES},\n"
          "    .region = {&params, &grads, &optst, &acts},\n"
          "    .params = P,\n    .nparams = NPARAMS,\n");

@@ -12,11 +12,13 @@
 //   Ninja's depfile: the targets are what this compile wrote (--no-build: the sources, launch.sh,
 //   the manifest; else the programs first, then the sources and launch.sh), the inputs every file
 //   pipec read to write them: the model file (the format has no includes; data files are read by
-//   the programs at run time, not by pipec). Paths as given on the command line, escaped so that
-//   make, ninja and CMake all read back the same bytes: ' ', '#', ':' after a backslash, '$'
-//   doubled; a path none of them could read alike (a ';' ends make's prerequisites and starts a
-//   recipe, ninja ends a name at it) is refused, by codegen_depfile_check before any work and
-//   here again. Written atomically after everything else.
+//   the programs at run time, not by pipec) and the model's "weights" (pipec reads its headers;
+//   a path relative to the model's as given, weights.h). Paths as given on the command line,
+//   escaped so that make, ninja and CMake all read back the same bytes: ' ', '#', ':' after a
+//   backslash, '$' doubled; a path none of them could read alike (a ';' ends make's
+//   prerequisites and starts a recipe, ninja ends a name at it) is refused, by
+//   codegen_depfile_check before any work (the weights' path: here, the compile then failing)
+//   and here again. Written atomically after everything else.
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +29,7 @@
 
 #include "codegen.h"
 #include "../compiler/files.h"
+#include "../compiler/weights.h"
 #include "runtime_paths.h"
 
 #ifndef PIPEC_VERSION
@@ -217,15 +220,19 @@ bool codegen_depfile(const Program *prog, const CodegenOptions *o, const char *p
   for (int r = 0; r < S; r++) targets[n++] = arena_printf(a, "%s/rank%d.%s", o->out_dir, r, ext);
   targets[n++] = arena_printf(a, "%s/launch.sh", o->out_dir);
   if (!o->build) targets[n++] = arena_printf(a, "%s/pipec-manifest.json", o->out_dir);
-  const char *inputs[] = {o->model_path}; // every file pipec read (see the top)
+  // Every file pipec read (see the top): the model, and the model's weights (their headers).
+  const char *weights = prog->g->weights;
+  const char *inputs[] = {o->model_path,
+                          weights ? weights_shown_path(a, o->model_path, weights) : NULL};
+  const char *what[] = {"model", "weights"};
   char *text = arena_strdup(a, "");
   for (int i = 0; i < n; i++) {
     if (!depfile_path_ok("output", targets[i], true, d)) return false;
     text = arena_printf(a, "%s%s%s", text, i ? " \\\n " : "", make_path(a, targets[i]));
   }
   text = arena_printf(a, "%s:", text);
-  for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; i++) {
-    if (!depfile_path_ok("model", inputs[i], false, d)) return false;
+  for (size_t i = 0; i < sizeof inputs / sizeof inputs[0] && inputs[i]; i++) {
+    if (!depfile_path_ok(what[i], inputs[i], false, d)) return false;
     text = arena_printf(a, "%s \\\n %s", text, make_path(a, inputs[i]));
   }
   const char *line = arena_printf(a, "%s\n", text);

@@ -115,9 +115,9 @@ static bool is_key_char(char c) {
 
 char *diag_message_path(const char *msg) {
   // The roots: the model's top-level keys (expand.c's parse_header) and "model" for the document.
-  static const char *const roots[] = {"format",  "version",  "name",   "batch", "dims",
-                                      "inputs",  "params",   "blocks", "nodes", "loss",
-                                      "outputs", "training", "model"};
+  static const char *const roots[] = {"format",  "version",  "name",    "batch", "dims",
+                                      "inputs",  "params",   "blocks",  "nodes", "loss",
+                                      "outputs", "training", "weights", "model"};
   size_t n = 0;
   while (is_key_char(msg[n])) n++;
   bool root = false;
@@ -220,7 +220,7 @@ static const char *rule_text(const char *pass) {
   static const char *const t[][2] = {
       {"parse", "The model file: readable, a JSON document (syntax, nesting, duplicate keys)."},
       {"expand", "The model's structure: keys, names, dims, inputs, params, blocks, nodes, ops "
-                 "and their attributes, -D overrides."},
+                 "and their attributes, -D overrides, the weights file against the params."},
       {"shape", "Shapes and types of every node; the loss is a scalar; unused parameters."},
       {"training", "The training section and --set overrides: batch, optimizer, schedule, data."},
       {"autodiff", "The backward pass of the model."},

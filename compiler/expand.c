@@ -27,9 +27,10 @@ const char *ex_path_idx(X *x, const char *base, int i) {
 }
 
 static bool parse_header(X *x, const cJSON *root) {
-  static const char *const keys[] = {"format", "version", "name",  "batch", "dims",    "inputs",
-                                     "params", "blocks",  "nodes", "loss",  "outputs", "training"};
-  if (!json_check_keys(&x->j, root, "model", keys, 12)) return false;
+  static const char *const keys[] = {"format",  "version",  "name",   "batch", "dims",
+                                     "inputs",  "params",   "blocks", "nodes", "loss",
+                                     "outputs", "training", "weights"};
+  if (!json_check_keys(&x->j, root, "model", keys, 13)) return false;
   const cJSON *f, *v, *nm;
   const char *s;
   int64_t ver;
@@ -60,6 +61,17 @@ static bool parse_header(X *x, const cJSON *root) {
     if (!ex_is_ident(x->g->batch_sym)) {
       diag_error(x->j.d, json_loc(&x->j, b),
                  "batch: '%s' is not a valid dim name (letters, digits, '_')", x->g->batch_sym);
+      return false;
+    }
+  }
+  const cJSON *w = json_get(root, "weights");
+  if (w) {
+    if (!json_want_string(&x->j, w, "weights", &x->g->weights)) return false;
+    x->g->weights_loc = json_loc(&x->j, w);
+    if (!*x->g->weights) {
+      diag_error(x->j.d, x->g->weights_loc,
+                 "weights: the path is empty (a safetensors file or a sharded checkpoint's "
+                 "directory, relative to the model file)");
       return false;
     }
   }

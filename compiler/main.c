@@ -29,6 +29,7 @@
 #include "sched_csv.h"
 #include "topology.h"
 #include "trace_in.h"
+#include "weights.h"
 
 #ifndef PIPEC_VERSION
 #define PIPEC_VERSION "0.0.0"
@@ -126,7 +127,8 @@ static double now(void) {
 
 static bool run_expand(Driver *dr) {
   ExpandOptions eo = {dr->defines, dr->ndefines};
-  return pass_expand(&dr->src, &dr->graph, &eo, &dr->diag);
+  return pass_expand(&dr->src, &dr->graph, &eo, &dr->diag) &&
+         weights_check(&dr->src, &dr->graph, &dr->diag);
 }
 
 static bool run_shape(Driver *dr) {

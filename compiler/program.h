@@ -59,6 +59,8 @@ typedef struct TrainConfig {
                           // data input's file (the feeds hold each file; data.files: NULL)
   const char *data_labels; // npy: data.labels, the target's file as written (the feed holds it)
   bool data_rel;          // data_path was relative in the model (codegen writes it relative)
+  const char *weights_path; // the model's "weights" resolved like data_path (NULL: none)
+  bool weights_rel;         // it was relative in the model (codegen writes it relative)
   double train_fraction;  // first fraction for training, rest validation
   double scale;           // tables: f32 columns multiplied by this (i32 columns are not)
   bool shuffle;           // tables (data.shuffle): seeded shuffle, rows drawn with replacement;

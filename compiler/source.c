@@ -118,7 +118,7 @@ Loc source_loc(const Source *s, const cJSON *item) {
 
 // Length of the valid UTF-8 sequence at p (1 to 4); 0 when it is not one (a stray continuation
 // byte, an overlong form, a surrogate, above U+10FFFF, or cut short). p is NUL-terminated.
-static int utf8_len(const unsigned char *p) {
+int source_utf8_len(const unsigned char *p) {
   unsigned lo = 0x80, hi = 0xbf;
   int n;
   if (p[0] < 0x80) return 1;
@@ -149,7 +149,7 @@ static bool check_bytes(const Source *s, Diag *d) {
                  "file contains a NUL byte; a model file is UTF-8 text");
       return false;
     }
-    int n = utf8_len(t + i);
+    int n = source_utf8_len(t + i);
     if (!n) {
       diag_error(d, source_offset_loc(s, i),
                  "invalid UTF-8 (byte 0x%02x); a model file is UTF-8 text", t[i]);

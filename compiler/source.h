@@ -64,5 +64,8 @@ bool source_int(const Source *s, const cJSON *item, int64_t *out);
 // of its value for items not of this document. Writes into buf and returns it.
 const char *source_number_str(const Source *s, const cJSON *item, char *buf, size_t cap);
 void source_free(Source *s);
+// Length of the valid UTF-8 sequence at p (1 to 4); 0 when it is not one (a stray continuation
+// byte, an overlong form, a surrogate, above U+10FFFF, or cut short). p is NUL-terminated.
+int source_utf8_len(const unsigned char *p);
 
 #endif

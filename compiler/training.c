@@ -216,6 +216,16 @@ static bool data_kind_keys(const Source *src, const cJSON *tr, const bool *set,
   return true;
 }
 
+// The model file's directory, a real path where it resolves.
+static const char *model_dir(Arena *a, const Source *src) {
+  char *dir = arena_strdup(a, src->path), *real = realpath(dirname(dir), NULL);
+  if (real) {
+    dir = arena_strdup(a, real);
+    free(real);
+  }
+  return dir;
+}
+
 bool training_parse(const Source *src, Graph *g, const char **overrides, int noverrides,
                     TrainConfig *tc, Diag *d) {
   Arena *a = g->arena;
@@ -343,16 +353,16 @@ bool training_parse(const Source *src, Graph *g, const char **overrides, int nov
     // Data paths are relative to the model file; here they are made absolute. Codegen writes one
     // that was relative relative to the program again (codegen/paths.c), so the generated source
     // does not depend on the directories, and the program finds it from any working directory.
-    char *dir = arena_strdup(a, src->path), *real = realpath(dirname(dir), NULL);
-    if (real) {
-      dir = arena_strdup(a, real);
-      free(real);
-    }
+    const char *dir = model_dir(a, src);
     if (tc->data_path) {
       tc->data_rel = tc->data_path[0] != '/';
       tc->data_path = training_data_path(a, dir, tc->data_path);
     }
     if (!training_data_bind(src, g, data, dir, tc, d)) return false;
+  }
+  if (g->weights) { // the model's initial parameters: a path like the data's
+    tc->weights_rel = g->weights[0] != '/';
+    tc->weights_path = training_data_path(a, model_dir(a, src), g->weights);
   }
   // Every tensor must fit once the batch symbol is bound.
   for (int i = 0; i < g->ntensors; i++)

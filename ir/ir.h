@@ -151,6 +151,9 @@ typedef struct Graph {
   Arena *arena;          // owner of everything below
   const char *name;      // model name
   const char *batch_sym; // batch symbol, "B" by default
+  const char *weights;   // "weights": the initial parameters' file as written (relative to the
+                         // model file; NULL: the seeded initialisation; compiler/weights.h)
+  Loc weights_loc;       // where the key is
   DimDef *dims;          // dims table, in file order
   int ndims;             // entries in dims
   Tensor **tensors;      // all tensors (inputs, params, activations)

@@ -144,6 +144,7 @@ static void print_usage(const PrOptions *o, const char *doc) {
   }
   printf(
       "  --init F|DIR       initial parameters from a safetensors file or a sharded directory\n");
+  if (o->weights) printf("                     [the model's weights: %s]\n", o->weights);
   printf("  --save F|DIR/      write the parameters to a safetensors file at the end (DIR/: one\n"
          "                     shard per rank and model.safetensors.index.json)\n");
   printf("  --resume F|DIR     resume from a checkpoint (parameters, optimizer state, step)\n");
@@ -384,6 +385,8 @@ void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc)
   if (o->out && !o->predict) usage_error("--out: only --predict DATA writes outputs");
   if (o->predict && o->save) usage_error("--predict trains nothing: drop --save");
   if (o->predict && o->gradcheck) usage_error("--predict and --gradcheck: choose one");
+  // The model's "weights" are the initial parameters unless --init or --resume gives others.
+  if (!o->init && !o->resume) o->init = o->weights;
   if (o->predict && !o->init && !o->resume)
     usage_error("--predict: give the trained parameters with --init F (or --resume F)");
 }

@@ -627,6 +627,8 @@ typedef struct PrOptions {
   const char *init;     // --init FILE.safetensors
   const char *save;     // --save FILE.safetensors
   const char *resume;   // --resume FILE.safetensors (params + optimizer state + step)
+  const char *weights;  // the model's "weights": loaded as --init is when neither --init nor
+                        // --resume is given (a "$ORIGIN/" path, pr_origin_path; NULL: none)
   int64_t eval_every;   // --eval-every (0 = only at the end)
   int64_t eval_batches; // --eval-batches (0 = the whole validation split)
   int64_t log_every;    // --log-every
@@ -661,7 +663,8 @@ double pr_gradcheck_param(float *p, const float *g, int64_t n, int64_t max_check
 enum { PR_DEFAULT_TIMEOUT = 300 }; // --timeout's default, seconds
 
 // Parses argv over defaults (the model's training section); --help prints usage and exits 0;
-// a bad flag prints a one-line error and exits 2.
+// a bad flag prints a one-line error and exits 2. Without --init and --resume, init becomes the
+// model's weights (o->weights, NULL without them).
 void pr_parse_args(int argc, char **argv, PrOptions *o, const char *program_doc);
 
 // Progress line: "step 100/2000 | loss 2.1234 | lr 1.00e-03 | 5.2k tok/s | 12.3 s | ETA 3m12s"

@@ -286,7 +286,9 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
   }
   PrOptions o = p->defaults;
   static char data_path[PATH_MAX + 1], file_path[PR_MAX_FEEDS][PATH_MAX + 1]; // the defaults
-  o.data = pr_origin_path(o.data, data_path, sizeof data_path);                // resolved
+  static char weights_path[PATH_MAX + 1];                                     // resolved
+  o.data = pr_origin_path(o.data, data_path, sizeof data_path);
+  o.weights = pr_origin_path(o.weights, weights_path, sizeof weights_path);
   for (int k = 1; k < o.nfiles; k++)
     o.file[k] = pr_origin_path(o.file[k], file_path[k], sizeof file_path[k]);
   pr_parse_args(argc, argv, &o, p->doc);
