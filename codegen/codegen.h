@@ -57,4 +57,8 @@ bool codegen_depfile(const Program *prog, const CodegenOptions *o, const char *p
 // work; codegen_depfile checks again.
 bool codegen_depfile_check(Arena *a, const char *model, const char *out_dir, Diag *d);
 
+// mkdir -p: creates dir and its missing parents (an existing component must be a directory);
+// false after reporting why through d.
+bool codegen_make_dirs(Arena *a, const char *dir, Diag *d);
+
 #endif

@@ -950,7 +950,7 @@ static bool build_c(const Program *prog, const CodegenOptions *o, const char *sr
 }
 
 // mkdir -p: creates dir and its missing parents; an existing component must be a directory.
-static bool make_dirs(Arena *a, const char *dir, Diag *d) {
+bool codegen_make_dirs(Arena *a, const char *dir, Diag *d) {
   if (!*dir) {
     diag_error(d, (Loc){0, 0}, "the output directory is an empty path");
     return false;
@@ -983,7 +983,7 @@ bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d) 
   const Graph *g = prog->g;
   const RankProgram *rp = &prog->ranks[rank];
   Arena *a = g->arena;
-  if (!make_dirs(a, o->out_dir, d)) return false;
+  if (!codegen_make_dirs(a, o->out_dir, d)) return false;
   bool cuda = !strcmp(o->target, "cuda");
   const char *ext = cuda ? "cu" : "c";
   const char *src = arena_printf(a, "%s/rank%d.%s", o->out_dir, rank, ext),

@@ -1000,6 +1000,25 @@ static int finish_profile(Driver *dr) {
 
 // pipec import MODEL.pt2 -o MODEL.json [--weights F.safetensors] [--training F.json]: the
 // archive's graph as pipec's JSON (docs/import.md), written atomically.
+// F's directory, a real path ("." when F has none); NULL when it does not resolve.
+static char *real_dir(Arena *a, const char *f) {
+  const char *sl = strrchr(f, '/');
+  char *dir = sl ? arena_strndup(a, f, sl == f ? 1 : (size_t)(sl - f)) : arena_strdup(a, ".");
+  char *r = realpath(dir, NULL);
+  char *out = r ? arena_strdup(a, r) : NULL;
+  free(r);
+  return out;
+}
+
+// How a model at json names weights file w in its "weights" key: its base name when both lie in
+// one directory, else w's absolute path.
+static const char *weights_key(Arena *a, const char *json, const char *w) {
+  const char *base = strrchr(w, '/') ? strrchr(w, '/') + 1 : w;
+  char *jd = real_dir(a, json), *wd = real_dir(a, w);
+  if (jd && wd && strcmp(jd, wd) == 0) return base;
+  return wd ? arena_printf(a, "%s/%s", wd, base) : w;
+}
+
 static int run_import(Driver *dr, const char *model) {
   if (!model) return usage_error("%s", "'import' needs a model file (MODEL.pt2)");
   if (!pt2_is_archive(model))
@@ -1009,7 +1028,9 @@ static int run_import(Driver *dr, const char *model) {
   dr->diag.excerpts = true;
   dr->diag.format = dr->diag_format;
   char *text = NULL;
-  Pt2SourceOptions po = {.training = dr->training_file, .text = &text};
+  Pt2SourceOptions po = {.training = dr->training_file, .text = &text,
+                         .weights_out = dr->weights_file};
+  if (dr->weights_file) po.weights_key = weights_key(&dr->arena, dr->out_dir, dr->weights_file);
   Source src = {0};
   bool ok = pt2_source_load(&src, &dr->arena, model, &po, &dr->diag);
   ok = ok && write_file_atomic(dr->out_dir, text, strlen(text), &dr->diag);
@@ -1592,6 +1613,19 @@ int main(int argc, char **argv) {
     ok = false;
   }
   Pt2SourceOptions po = {.training = dr.training_file};
+  // A .pt2 compiled into a program: the archive's weights go beside it, as its initial values.
+  if (ok && pt2_is_archive(dr.model) && (cmd->build || dr.profile)) {
+    const char *b = strrchr(dr.model, '/') ? strrchr(dr.model, '/') + 1 : dr.model;
+    const char *dir = dr.out ? dr.out
+                             : arena_printf(&dr.arena, "out/%s",
+                                            mangle_dir(&dr.arena, arena_strndup(&dr.arena, b, strlen(b) - 4)));
+    ok = codegen_make_dirs(&dr.arena, dir, &dr.diag);
+    char *rd = ok ? realpath(dir, NULL) : NULL;
+    if (rd) {
+      po.weights_out = po.weights_key = arena_printf(&dr.arena, "%s/weights.safetensors", rd);
+      free(rd);
+    }
+  }
   ok = ok && (pt2_is_archive(dr.model) ? pt2_source_load(&dr.src, &dr.arena, dr.model, &po, &dr.diag)
                                        : source_load(&dr.src, &dr.arena, dr.model, &dr.diag));
   if (dr.time_passes) fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", "parse", (now() - t0) * 1e3);

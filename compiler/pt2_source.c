@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "pt2_import.h"
+#include "st_write.h"
 
 bool pt2_is_archive(const char *path) {
   size_t n = strlen(path);
@@ -56,9 +57,33 @@ static bool load_training(Arena *a, const char *path, cJSON **out, Diag *d) {
   return ok;
 }
 
+// The archive's parameters as safetensors at path, each under its FQN (tied names each with a
+// copy of the bytes, as the program's --save writes them): the imported model's "weights".
+static bool write_weights(const Pt2 *p, const char *path, Arena *a, Diag *d) {
+  StTensor *t = ARENA_ARRAY(a, StTensor, p->nweights ? p->nweights : 1);
+  for (int i = 0; i < p->nweights; i++) {
+    const Pt2Weight *w = &p->weights[i];
+    if (w->dtype != 7) {
+      diag_error(d, (Loc){0, 0}, "parameter '%s' is %s; pipec imports f32 parameters", w->fqn,
+                 w->dtype_name);
+      return false;
+    }
+    void *buf = arena_alloc(a, w->bytes ? w->bytes : 1);
+    if (!pt2_read_weight(p, w, buf, d)) return false;
+    t[i] = (StTensor){.name = w->fqn, .dtype = "F32", .rank = w->rank, .data = buf,
+                      .bytes = w->bytes};
+    memcpy(t[i].shape, w->sizes, sizeof(int64_t) * (size_t)w->rank);
+  }
+  return st_write(path, t, p->nweights, "{\"format\": \"pt\", \"source\": \"pipec import\"}", d);
+}
+
 bool pt2_source_load(Source *s, Arena *a, const char *path, const Pt2SourceOptions *o, Diag *d) {
   Pt2 p;
   if (!pt2_open(&p, path, a, d)) return false;
+  if (o && o->weights_out && !write_weights(&p, o->weights_out, a, d)) {
+    pt2_close(&p);
+    return false;
+  }
   Pt2ImportOptions io = {.name = stem(a, path), .weights = o ? o->weights_key : NULL};
   bool ok = !o || !o->training || load_training(a, o->training, &io.training, d);
   cJSON *doc = NULL;

@@ -11,7 +11,8 @@
 
 typedef struct Pt2SourceOptions {
   const char *training;    // --training FILE: the training section (NULL: none)
-  const char *weights_key; // the model's "weights" key (NULL: none)
+  const char *weights_out; // where to write the archive's weights as safetensors (NULL: nowhere)
+  const char *weights_key; // the model's "weights" key naming them (NULL: none)
   char **text;             // where to keep the imported JSON's text (NULL: not kept)
 } Pt2SourceOptions;
 
