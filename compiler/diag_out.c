@@ -5,7 +5,8 @@
 //   {"kind": "error", "file": "m.json", "line": 17, "column": 19, "path": "nodes[1]",
 //    "message": "nodes[1] \"a\": unknown op 'rellu' (did you mean 'relu'?)",
 //    "hint": "did you mean 'relu'?", "pass": "expand"}
-// line and column are null for a message without a position, path and hint null where the
+// line and column are null for a message without a position (column alone for a line without
+// one: a .pt2 node's Python line), path and hint null where the
 // message has none; column counts bytes, as the text format does.
 //
 // SARIF: one run of tool pipec; a result per message with its level, text, the pass as its rule,
@@ -201,8 +202,8 @@ static cJSON *json_document(const Diag *d) {
               add_str(o, "file", r->file ? r->file : d->file) &&
               (at ? cJSON_AddNumberToObject(o, "line", r->loc.line) != NULL
                   : cJSON_AddNullToObject(o, "line") != NULL) &&
-              (at ? cJSON_AddNumberToObject(o, "column", r->loc.col) != NULL
-                  : cJSON_AddNullToObject(o, "column") != NULL) &&
+              (at && r->loc.col > 0 ? cJSON_AddNumberToObject(o, "column", r->loc.col) != NULL
+                                    : cJSON_AddNullToObject(o, "column") != NULL) &&
               add_str(o, "path", path) && add_str(o, "message", r->message) &&
               add_str(o, "hint", hint) && add_str(o, "pass", r->pass);
     free(path);
@@ -268,7 +269,8 @@ static bool sarif_result(const Diag *d, const DiagRecord *r, int rule, cJSON *re
       Line l = line_of(r);
       cJSON *reg = add_obj(phys, "region");
       ok = reg && cJSON_AddNumberToObject(reg, "startLine", r->loc.line) &&
-           cJSON_AddNumberToObject(reg, "startColumn", char_column(l, r->loc.col));
+           (r->loc.col < 1 || // a line without a column (a .pt2 node's Python line)
+            cJSON_AddNumberToObject(reg, "startColumn", char_column(l, r->loc.col)));
       if (ok && l.text && l.len <= SNIPPET_MAX) {
         cJSON *snip = add_obj(reg, "snippet");
         char *c = clean(l.text, l.len);
@@ -283,12 +285,12 @@ static bool sarif_result(const Diag *d, const DiagRecord *r, int rule, cJSON *re
       ok = ok && add_str(lg, "fullyQualifiedName", path);
     }
   }
-  if (ok && (path || hint || r->loc.line > 0)) {
+  if (ok && (path || hint || (r->loc.line > 0 && r->loc.col > 0))) {
     cJSON *props = add_obj(res, "properties");
     ok = props != NULL;
     if (ok && path) ok = add_str(props, "jsonPath", path);
     if (ok && hint) ok = add_str(props, "hint", hint);
-    if (ok && r->loc.line > 0)
+    if (ok && r->loc.line > 0 && r->loc.col > 0)
       ok = cJSON_AddNumberToObject(props, "byteColumn", r->loc.col) != NULL;
   }
   free(path);

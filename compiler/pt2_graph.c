@@ -389,7 +389,13 @@ const char *imp_name(Imp *im, const char *hint) {
   const char *m = n && n->module && *n->module ? n->module : NULL;
   const char *base = m ? arena_printf(im->a, "%s.%s", m, hint) : arena_strdup(im->a, hint);
   const char *nm = base;
-  for (int k = 1; strmap_get(&im->names, nm); k++) nm = arena_printf(im->a, "%s_%d", base, k);
+  int *next = strmap_get(&im->bases, base);
+  if (!next) {
+    next = ARENA_NEW(im->a, int);
+    *next = 1;
+    strmap_put(&im->bases, base, next);
+  }
+  while (strmap_get(&im->names, nm)) nm = arena_printf(im->a, "%s_%d", base, (*next)++);
   strmap_put(&im->names, nm, (void *)nm);
   return nm;
 }
@@ -623,9 +629,11 @@ bool imp_lower(Imp *im, Val *want) {
   int cap = im->nnodes + 16, top = 0;
   Val **stack = ARENA_ARRAY(im->a, Val *, (size_t)cap);
   stack[top++] = imp_root(want);
+  imp_root(want)->visiting = true;
   while (top) {
     Val *v = imp_root(stack[top - 1]);
     if (v->pipec || v->failed || v->kind == VAL_LEAF || v->kind == VAL_SYM) {
+      v->visiting = false;
       top--;
       continue;
     }
@@ -651,12 +659,13 @@ bool imp_lower(Imp *im, Val *want) {
     for (int i = 0; i < n->ndeps && !pushed; i++) {
       Val *d = imp_root(n->deps[i]);
       if (!d->pipec && !d->failed && d->kind != VAL_LEAF && d->kind != VAL_SYM) {
-        if (top == cap) return false;
-        if (d == v) { // (a cycle: the graph's order is broken)
-          imp_error(im, n, "reads its own output");
+        if (d->visiting || top == cap) { // a cycle: the graph's order is broken
+          imp_error(im, n, "%s: tensor '%s' depends on itself (the graph has a cycle)", n->target,
+                    d->name);
           v->failed = true;
           break;
         }
+        d->visiting = true;
         stack[top++] = d, pushed = true;
       }
     }
@@ -742,6 +751,7 @@ bool pt2_import(const Pt2 *p, const Pt2ImportOptions *o, cJSON **out, Arena *a, 
   Imp im = {.p = p, .a = a, .d = d};
   strmap_init(&im.vals, a);
   strmap_init(&im.names, a);
+  strmap_init(&im.bases, a);
   *out = NULL;
   const cJSON *gm = cJSON_GetObjectItemCaseSensitive(p->model, "graph_module");
   const cJSON *graph = cJSON_GetObjectItemCaseSensitive(gm, "graph");

@@ -51,6 +51,7 @@ typedef struct Val {
   bool is_input;      // VAL_LEAF: a user input (else a parameter)
   bool is_target;     // user input read as a loss's target
   bool failed;        // lowering it failed (reported): consumers do not report again
+  bool visiting;      // on the lowering stack (a second push is a cycle)
 } Val;
 
 // A node of the graph.
@@ -92,6 +93,7 @@ struct Imp {
   Diag *d;
   StrMap vals;       // ATen name -> Val
   StrMap names;      // pipec names used -> non-NULL
+  StrMap bases;      // name stem -> its next suffix (int *): fresh names in constant time
   ImpNode *nodes;
   int nnodes;
   cJSON *doc;        // the model document

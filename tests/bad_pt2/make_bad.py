@@ -86,6 +86,10 @@ def case_gelu_mode(m):
     n["inputs"].append({"name": "approximate", "arg": {"as_string": "erf"}, "kind": 2})
 
 
+def case_cycle(m):  # linear reads relu, which reads linear
+    node(m, "linear")["inputs"][0]["arg"]["as_tensor"]["name"] = "relu"
+
+
 def case_signature_kind(m):
     sig = m["graph_module"]["signature"]
     s = sig["input_specs"][-1]
@@ -108,6 +112,8 @@ MODEL_CASES = {  # name: (fixture, edit, expected stderr)
                      "static_batch.pt2: error: the archive was exported with a static batch (no dynamic dimension): export with torch.export.Dim on the inputs' first dim (scripts/export_model.py, docs/import.md)\n"),
     "gelu_mode": (MLP, case_gelu_mode,
                   "tests/import/fixture_models.py:227: error: gelu.default: approximate='erf' is not supported (none, tanh) (node relu)\n"),
+    "cycle": (MLP, case_cycle,
+              "tests/import/fixture_models.py:225: error: linear.default: tensor 'relu' depends on itself (the graph has a cycle) (node linear)\n"),
     "signature_kind": (MLP, case_signature_kind,
                        "signature_kind.pt2: error: signature: input kind 'custom_obj' is not supported (parameter, buffer, user_input)\n"),
 }
