@@ -52,13 +52,16 @@ enum { OPT_RECOMPUTE = 480 };             // --recompute all|none|STAGES (compil
 enum { OPT_REPLICAS = 500 };              // --replicas D (stage replication, docs/pipeline.md)
 enum { OPT_PRECISION = 520 };             // --precision f32|bf16|fp16 (compiler/precision.c)
 enum { OPT_NO_FUSE = 540 };               // --no-fuse (no fuse pass rewrite, no fused epilogues)
-enum { OPT_TRAINING = 560, OPT_WEIGHTS };  // --training F, --weights F (a .pt2's, docs/import.md)
+enum { OPT_TRAINING = 560, OPT_WEIGHTS, OPT_DATA_FILE }; // a .pt2's --training F, --weights F,
+                                                          // --data-file NAME=PATH (docs/import.md)
 
 typedef struct Driver {
   const char *command;    // check, print, ...
   const char *model;      // model file path
   const char *training_file; // --training F: a .pt2's training section (docs/import.md)
   const char *weights_file;  // import --weights F: where the archive's weights go
+  const char **data_files;   // --data-file NAME=PATH (a .pt2's data section)
+  int ndata_files;           // entries in data_files
   const char *dump_after; // --dump-after's list of pass names (comma-separated) or NULL
   const char *stop_after; // --stop-after's pass name or NULL
   bool dump[MAX_PASSES];  // per pass row: print its result after it ran
@@ -479,9 +482,10 @@ static bool run_passes(Driver *dr) {
 
 static void usage(FILE *f) {
   fputs(
-      "Usage: pipec COMMAND [OPTIONS] MODEL.json\n"
+      "Usage: pipec COMMAND [OPTIONS] MODEL.json|MODEL.pt2\n"
       "\n"
-      "pipec compiles a model written as a JSON graph into pipeline-parallel training programs.\n"
+      "pipec compiles a model written as a JSON graph, or exported by torch.export (.pt2), into\n"
+      "pipeline-parallel training programs.\n"
       "\n"
       "Commands:\n"
       "  check MODEL     check the model and print a summary (parameters, FLOPs, memory)\n"
@@ -498,6 +502,9 @@ static void usage(FILE *f) {
       "                  the measured F, B and W seconds per unit, link latency and\n"
       "                  bandwidth and optimizer rate to COSTS (default costs.json), for\n"
       "                  --costs (docs/pipeline.md)\n"
+      "  import MODEL.pt2 -o MODEL.json [--weights F.safetensors]\n"
+      "                  write a torch.export archive's graph as pipec's JSON and its weights\n"
+      "                  as safetensors named in the JSON (docs/import.md)\n"
       "\n"
       "Options:\n"
       "  -D, --define NAME=VALUE  override the model's dims entry NAME (integer or expression)\n"
@@ -535,6 +542,10 @@ static void usage(FILE *f) {
       "                           its dy, a residual add in the layernorm after it), no\n"
       "                           silu_mul for SwiGLU's silu * mul (the fuse pass); the same\n"
       "                           numbers, for A/B runs (docs/training.md)\n"
+      "      --training FILE      a .pt2's training section (the model format's \"training\")\n"
+      "      --data-file NAME=PATH\n"
+      "                           a .pt2's data: the .npy file of input NAME (repeatable)\n"
+      "      --weights FILE       import: where the archive's weights go (safetensors)\n"
       "      --set KEY=VALUE      override a training setting (steps=100, optimizer.lr=3e-4, ...)\n"
       "      --batch N            = --set batch=N (rows per step)\n"
       "      --microbatches M     = --set microbatches=M\n"
@@ -1029,7 +1040,8 @@ static int run_import(Driver *dr, const char *model) {
   dr->diag.format = dr->diag_format;
   char *text = NULL;
   Pt2SourceOptions po = {.training = dr->training_file, .text = &text,
-                         .weights_out = dr->weights_file};
+                         .weights_out = dr->weights_file, .data_files = dr->data_files,
+                         .ndata_files = dr->ndata_files};
   if (dr->weights_file) po.weights_key = weights_key(&dr->arena, dr->out_dir, dr->weights_file);
   Source src = {0};
   bool ok = pt2_source_load(&src, &dr->arena, model, &po, &dr->diag);
@@ -1154,6 +1166,7 @@ int main(int argc, char **argv) {
       {"no-fuse", no_argument, NULL, OPT_NO_FUSE},
       {"training", required_argument, NULL, OPT_TRAINING},
       {"weights", required_argument, NULL, OPT_WEIGHTS},
+      {"data-file", required_argument, NULL, OPT_DATA_FILE},
       {"depfile", required_argument, NULL, OPT_DEPFILE},
       {"svg", required_argument, NULL, OPT_SVG},
       {"json", required_argument, NULL, OPT_JSON},
@@ -1189,6 +1202,7 @@ int main(int argc, char **argv) {
   arena_init(&dr.arena); // everything below is freed at once by arena_free on every exit path
   dr.defines = ARENA_ARRAY(&dr.arena, const char *, argc + 1);
   dr.sets = ARENA_ARRAY(&dr.arena, const char *, argc + 1);
+  dr.data_files = ARENA_ARRAY(&dr.arena, const char *, argc + 1);
   size_t nsplit_max = 1; // every comma and every argument could start a --split name
   for (int i = 0; i < argc; i++) nsplit_max += strlen(argv[i]) + 1;
   dr.po.split = ARENA_ARRAY(&dr.arena, const char *, nsplit_max);
@@ -1258,6 +1272,9 @@ int main(int argc, char **argv) {
       break;
     case OPT_NO_FUSE:
       dr.no_fuse = true;
+      break;
+    case OPT_DATA_FILE:
+      dr.data_files[dr.ndata_files++] = optarg;
       break;
     case OPT_TRAINING:
     case OPT_WEIGHTS:
@@ -1607,12 +1624,13 @@ int main(int argc, char **argv) {
   int part = find_pass("comm", strlen("comm")), sched = find_pass("schedule", strlen("schedule"));
   if (multi && dr.last < part && !dr.stop_after) dr.last = dr.sched_csv ? sched : part;
   double t0 = now();
-  if (dr.training_file && !pt2_is_archive(dr.model)) {
-    diag_error(&dr.diag, (Loc){0, 0}, "--training is for a .pt2 model (a JSON model has its own "
-               "\"training\" section)");
+  if ((dr.training_file || dr.ndata_files) && !pt2_is_archive(dr.model)) {
+    diag_error(&dr.diag, (Loc){0, 0}, "--%s is for a .pt2 model (a JSON model has its own "
+               "\"training\" section)", dr.training_file ? "training" : "data-file");
     ok = false;
   }
-  Pt2SourceOptions po = {.training = dr.training_file};
+  Pt2SourceOptions po = {.training = dr.training_file, .data_files = dr.data_files,
+                         .ndata_files = dr.ndata_files};
   // A .pt2 compiled into a program: the archive's weights go beside it, as its initial values.
   if (ok && pt2_is_archive(dr.model) && (cmd->build || dr.profile)) {
     const char *b = strrchr(dr.model, '/') ? strrchr(dr.model, '/') + 1 : dr.model;

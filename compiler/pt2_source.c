@@ -77,6 +77,40 @@ static bool write_weights(const Pt2 *p, const char *path, Arena *a, Diag *d) {
   return st_write(path, t, p->nweights, "{\"format\": \"pt\", \"source\": \"pipec import\"}", d);
 }
 
+// --data-file NAME=PATH: the training section's data becomes npy with PATH (absolute: given from
+// the working directory) for input NAME.
+static bool add_data_files(Arena *a, const Pt2SourceOptions *o, cJSON **training, Diag *d) {
+  if (!o->ndata_files) return true;
+  if (!*training) *training = cJSON_CreateObject();
+  cJSON *data = cJSON_GetObjectItemCaseSensitive(*training, "data");
+  if (!data) data = cJSON_AddObjectToObject(*training, "data");
+  const cJSON *kind = cJSON_GetObjectItemCaseSensitive(data, "kind");
+  if (kind && (!cJSON_IsString(kind) || strcmp(kind->valuestring, "npy") != 0)) {
+    diag_error(d, (Loc){0, 0}, "--data-file: the training section's data is not npy (data.kind)");
+    return false;
+  }
+  if (!kind) cJSON_AddStringToObject(data, "kind", "npy");
+  cJSON *files = cJSON_GetObjectItemCaseSensitive(data, "files");
+  if (!files) files = cJSON_AddObjectToObject(data, "files");
+  for (int i = 0; i < o->ndata_files; i++) {
+    const char *eq = strchr(o->data_files[i], '=');
+    if (!eq || eq == o->data_files[i] || !eq[1]) {
+      diag_error(d, (Loc){0, 0}, "--data-file %s: expected NAME=PATH (an input's .npy file)",
+                 o->data_files[i]);
+      return false;
+    }
+    char *name = arena_strndup(a, o->data_files[i], (size_t)(eq - o->data_files[i]));
+    const char *f = eq + 1, *sl = strrchr(f, '/');
+    char *dir = sl ? arena_strndup(a, f, sl == f ? 1 : (size_t)(sl - f)) : arena_strdup(a, ".");
+    char *real = realpath(dir, NULL);
+    const char *abs = real ? arena_printf(a, "%s/%s", real, sl ? sl + 1 : f) : f;
+    free(real);
+    cJSON_DeleteItemFromObjectCaseSensitive(files, name);
+    cJSON_AddStringToObject(files, name, abs);
+  }
+  return true;
+}
+
 bool pt2_source_load(Source *s, Arena *a, const char *path, const Pt2SourceOptions *o, Diag *d) {
   Pt2 p;
   if (!pt2_open(&p, path, a, d)) return false;
@@ -86,6 +120,7 @@ bool pt2_source_load(Source *s, Arena *a, const char *path, const Pt2SourceOptio
   }
   Pt2ImportOptions io = {.name = stem(a, path), .weights = o ? o->weights_key : NULL};
   bool ok = !o || !o->training || load_training(a, o->training, &io.training, d);
+  ok = ok && (!o || add_data_files(a, o, &io.training, d));
   cJSON *doc = NULL;
   ok = ok && pt2_import(&p, &io, &doc, a, d);
   char *text = ok ? cJSON_Print(doc) : NULL;

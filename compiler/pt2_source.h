@@ -14,6 +14,8 @@ typedef struct Pt2SourceOptions {
   const char *weights_out; // where to write the archive's weights as safetensors (NULL: nowhere)
   const char *weights_key; // the model's "weights" key naming them (NULL: none)
   char **text;             // where to keep the imported JSON's text (NULL: not kept)
+  const char **data_files; // --data-file NAME=PATH: the npy file of input NAME (data.files)
+  int ndata_files;         // entries in data_files
 } Pt2SourceOptions;
 
 // True for a path the driver reads as an archive (its name ends in ".pt2").

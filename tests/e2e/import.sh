@@ -76,6 +76,23 @@ for spec in mlp_regression:x:y nanogpt:idx:targets llama3_interleaved:idx:target
   fi
 done
 
+# The flags instead of a training file: --data-file and --set (the first step's loss is torch's).
+d=$tmp/mlp_regression
+if (cd "$d" && "$pipec" run "$fx/mlp_regression.pt2" --data-file x=x.npy --data-file y=y.npy \
+  --set batch=4 --set steps=1 --set data.shuffle=false --set data.train_fraction=1 -o "$d/flags" \
+  -- --loss-log "$d/flags.log" >"$d/flags.out" 2>&1) &&
+  /usr/bin/python3 - "$fx/mlp_regression.json" "$d/flags.log" <<'PY'; then
+import json, sys
+ref = json.load(open(sys.argv[1]))["adamw"]["losses"][0]
+got = [float(l.split()[1]) for l in open(sys.argv[2]) if l.strip() and not l.startswith("#")]
+sys.exit(0 if len(got) == 1 and abs(got[0] - ref) <= 1e-5 * ref else 1)
+PY
+  ok "mlp_regression with --data-file and --set: the first step's loss is torch's"
+else
+  bad "mlp_regression with --data-file and --set"
+  tail -5 "$d/flags.out"
+fi
+
 # Bitwise across stage counts: the Llama fixture cut by module at S = 2, and at S = 4.
 d=$tmp/llama3_interleaved
 for cut in "--split layers.1" "--stages 4"; do
