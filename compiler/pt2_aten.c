@@ -56,6 +56,15 @@ static const char *real(Imp *im, Val *v) {
 
 // The CONST value of a layout step over a constant: the same data reshaped, or permuted.
 static Val *const_layout(Imp *im, Val *in, Val *out, const int *perm) {
+  bool fits = perm ? in->shape.rank == out->shape.rank
+                   : ishape_numel_k(&in->shape) == ishape_numel_k(&out->shape);
+  for (int k = 0; perm && fits && k < in->shape.rank; k++)
+    fits = out->shape.k[k] == in->shape.k[perm[k]];
+  if (!fits) {
+    imp_error(im, im->cur, "constant '%s' %s does not fit its output %s", in->name,
+              ishape_str(im, &in->shape), ishape_str(im, &out->shape));
+    return NULL;
+  }
   Val c = *in;
   c.kind = VAL_CONST, c.shape = out->shape;
   if (perm) {
@@ -83,10 +92,7 @@ static Val *const_layout(Imp *im, Val *in, Val *out, const int *perm) {
 static bool read_reshape(Imp *im, ImpNode *n) {
   Val *x = arg_t(im, n, "self");
   if (!x) return false;
-  if (x->kind == VAL_CONST) {
-    const_layout(im, x, n->out[0], NULL);
-    return true;
-  }
+  if (x->kind == VAL_CONST) return const_layout(im, x, n->out[0], NULL) != NULL;
   if (x->kind == VAL_SYM || (x->shape.rank == 0 && n->out[0]->shape.rank == 0)) {
     alias_out(im, n->out[0], x);
     return true;
@@ -100,10 +106,7 @@ static bool read_reshape(Imp *im, ImpNode *n) {
 }
 
 static bool do_permute(Imp *im, ImpNode *n, Val *x, const int *perm) {
-  if (x->kind == VAL_CONST) {
-    const_layout(im, x, n->out[0], perm);
-    return true;
-  }
+  if (x->kind == VAL_CONST) return const_layout(im, x, n->out[0], perm) != NULL;
   Val *y = imp_permute(im, x, perm);
   if (y->kind == VAL_LAYOUT)
     set_out(n->out[0], y);
@@ -233,6 +236,11 @@ static bool read_slice(Imp *im, ImpNode *n) {
   if (x->kind != VAL_CONST) return true;
   Val *o = n->out[0];
   int64_t outer = 1, inner = 1, len = end - start;
+  if (ishape_numel_k(&o->shape) != ishape_numel_k(&x->shape) / size * len) {
+    imp_error(im, n, "%s: the constant's slice does not fit its output %s", n->target,
+              ishape_str(im, &o->shape));
+    return false;
+  }
   for (int k = 0; k < ax; k++) outer *= x->shape.k[k];
   for (int k = ax + 1; k < r; k++) inner *= x->shape.k[k];
   o->kind = VAL_CONST, o->fqn = x->fqn;

@@ -36,6 +36,15 @@ static const struct {
 
 static int64_t numel(const IShape *s) { return ishape_numel_k(s); } // B counts 1
 
+// in broadcasts to out (NumPy's rule, right-aligned): the archive's shapes are checked before a
+// value is read through them.
+static bool bcast_ok(const IShape *in, const IShape *out) {
+  if (in->rank > out->rank) return false;
+  for (int d = in->rank - 1, o = out->rank - 1; d >= 0; d--, o--)
+    if (in->k[d] != 1 && in->k[d] != out->k[o]) return false;
+  return true;
+}
+
 // Offset in an input of shape in (right-aligned, size-1 dims broadcast) of output index idx.
 static int64_t bcast_off(const IShape *in, const IShape *out, const int64_t *idx) {
   int64_t off = 0, st = 1;
@@ -94,6 +103,7 @@ static bool eval_binary(Imp *im, ImpNode *n, BinFn f) {
   double s = 0, alpha = 1;
   if (!a || (!b && !scalar_arg(n, "other", &s))) return false;
   if (scalar_arg(n, "alpha", &alpha) && alpha != 1) return false;
+  if (!bcast_ok(&a->shape, &o->shape) || (b && !bcast_ok(&b->shape, &o->shape))) return false;
   float *y = alloc_out(im, o);
   int64_t idx[IMP_MAX_RANK] = {0}, cnt = numel(&o->shape);
   for (int64_t i = 0; i < cnt; i++, next_idx(&o->shape, idx)) {
@@ -110,6 +120,7 @@ static bool eval_broadcast(Imp *im, ImpNode *n) {
   Val *a = tensor_arg(im, n, "self"), *o = n->out[0];
   if (!a) return false;
   bool same = numel(&a->shape) == numel(&o->shape) && strncmp(n->target, "expand", 6) != 0;
+  if (!same && !bcast_ok(&a->shape, &o->shape)) return false;
   float *y = alloc_out(im, o);
   int64_t idx[IMP_MAX_RANK] = {0}, cnt = numel(&o->shape);
   for (int64_t i = 0; i < cnt; i++, next_idx(&o->shape, idx))
@@ -119,7 +130,7 @@ static bool eval_broadcast(Imp *im, ImpNode *n) {
 
 static bool eval_unary(Imp *im, ImpNode *n, double (*f)(double)) {
   Val *a = tensor_arg(im, n, "self"), *o = n->out[0];
-  if (!a) return false;
+  if (!a || !ishape_eq(&a->shape, &o->shape)) return false;
   float *y = alloc_out(im, o);
   for (int64_t i = 0, cnt = numel(&o->shape); i < cnt; i++) y[i] = round_to(o, f(a->data[i]));
   return true;
@@ -130,7 +141,7 @@ static double d_neg(double x) { return -x; }
 static bool eval_cumsum(Imp *im, ImpNode *n) {
   Val *a = tensor_arg(im, n, "self"), *o = n->out[0];
   double dim;
-  if (!a || !scalar_arg(n, "dim", &dim)) return false;
+  if (!a || !scalar_arg(n, "dim", &dim) || !ishape_eq(&a->shape, &o->shape)) return false;
   int r = o->shape.rank, ax = (int)(dim < 0 ? dim + r : dim);
   if (ax < 0 || ax >= r) return false;
   int64_t inner = 1, len = o->shape.k[ax], outer = numel(&o->shape) / (len ? len : 1);
@@ -161,6 +172,10 @@ static bool eval_index(Imp *im, ImpNode *n) {
   if (k == 0 || rb < 0) return false;
   IShape bs = o->shape;
   bs.rank = rb;
+  for (int j = 0; j < k; j++)
+    if (!bcast_ok(&ix[j]->shape, &bs)) return false;
+  for (int d = k; d < a->shape.rank; d++)
+    if (a->shape.k[d] != o->shape.k[rb + d - k]) return false;
   float *y = alloc_out(im, o);
   int64_t idx[IMP_MAX_RANK] = {0}, cnt = numel(&o->shape), rest = 1;
   for (int d = k; d < a->shape.rank; d++) rest *= a->shape.k[d];
@@ -218,6 +233,8 @@ static bool eval_cat(Imp *im, ImpNode *n) {
     Val *v = cJSON_IsString(nm) ? imp_val(im, nm->valuestring) : NULL;
     if (!v || v->kind != VAL_CONST || v->shape.rank != r || at + v->shape.k[ax] > o->shape.k[ax])
       return false;
+    for (int d = 0; d < r; d++)
+      if (d != ax && v->shape.k[d] != o->shape.k[d]) return false;
     int64_t len = v->shape.k[ax];
     for (int64_t i = 0; i < outer; i++)
       memcpy(y + (i * o->shape.k[ax] + at) * inner, v->data + i * len * inner,
@@ -249,6 +266,9 @@ static bool eval_permute(Imp *im, ImpNode *n) {
     perm[x] = w, perm[w] = x;
   }
   int64_t st[IMP_MAX_RANK], idx[IMP_MAX_RANK] = {0};
+  if (r < 1 || o->shape.rank != r) return false;
+  for (int k = 0; k < r; k++)
+    if (perm[k] < 0 || perm[k] >= r || o->shape.k[k] != a->shape.k[perm[k]]) return false;
   st[r - 1] = 1;
   for (int k = r - 2; k >= 0; k--) st[k] = st[k + 1] * a->shape.k[k + 1];
   float *y = alloc_out(im, o);
@@ -274,7 +294,9 @@ static bool eval_slice(Imp *im, ImpNode *n) {
   if (ax < 0 || ax >= r || step != 1) return false;
   int64_t size = a->shape.k[ax], s0 = (int64_t)(start < 0 ? start + (double)size : start);
   int64_t len = sel ? 1 : o->shape.k[ax], inner = 1, outer = 1;
-  if (s0 < 0 || s0 + len > size) return false;
+  if (s0 < 0 || s0 + len > size || o->shape.rank != r - sel) return false;
+  for (int d = 0, e = 0; d < r; d++) // o is a with len along ax (select: without ax)
+    if (d == ax ? !sel && o->shape.k[e++] != len : o->shape.k[e++] != a->shape.k[d]) return false;
   for (int d = ax + 1; d < r; d++) inner *= a->shape.k[d];
   for (int d = 0; d < ax; d++) outer *= a->shape.k[d];
   float *y = alloc_out(im, o);

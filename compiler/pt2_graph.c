@@ -60,9 +60,12 @@ bool ishape_eq(const IShape *a, const IShape *b) {
   return true;
 }
 
-int64_t ishape_numel_k(const IShape *s) {
+int64_t ishape_numel_k(const IShape *s) { // saturates at INT64_MAX (untrusted sizes)
   int64_t n = 1;
-  for (int i = 0; i < s->rank; i++) n *= s->k[i];
+  for (int i = 0; i < s->rank; i++) {
+    if (s->k[i] == 0) return 0;
+    n = n > INT64_MAX / s->k[i] ? INT64_MAX : n * s->k[i];
+  }
   return n;
 }
 
@@ -477,13 +480,29 @@ static bool read_buffer(Imp *im, Val *v, const char *fqn) {
     diag_error(im->d, NOLOC, "buffer '%s' has no entry in the archive's constants", fqn);
     return false;
   }
-  if (w->dtype != 7) {
-    diag_error(im->d, NOLOC, "buffer '%s' is %s; buffers are read as f32 only", fqn, w->dtype_name);
+  if (w->dtype != 7 && w->dtype != 5 && w->dtype != 4 && w->dtype != 12 && w->dtype != 1) {
+    diag_error(im->d, NOLOC, "buffer '%s' is %s; buffers are read as f32, i64, i32, u8 or bool",
+               fqn, w->dtype_name);
+    return false;
+  }
+  if (w->numel != (uint64_t)ishape_numel_k(&v->shape)) {
+    diag_error(im->d, NOLOC, "buffer '%s' holds %llu values; its graph input %s needs %lld", fqn,
+               (unsigned long long)w->numel, ishape_str(im, &v->shape),
+               (long long)ishape_numel_k(&v->shape));
     return false;
   }
   v->kind = VAL_CONST, v->fqn = fqn;
-  v->data = arena_alloc(im->a, w->bytes ? w->bytes : 1);
-  return pt2_read_weight(im->p, w, v->data, im->d);
+  v->data = arena_alloc(im->a, w->numel ? w->numel * sizeof(float) : 1);
+  unsigned char *raw = w->dtype == 7 ? (unsigned char *)v->data : arena_alloc(im->a, w->bytes + 1);
+  if (!pt2_read_weight(im->p, w, raw, im->d)) return false;
+  for (uint64_t i = 0; w->dtype != 7 && i < w->numel; i++) { // ids, masks: exact in f32 below 2^24
+    int64_t x = 0;
+    if (w->dtype == 5) memcpy(&x, raw + 8 * i, 8);
+    else if (w->dtype == 4) { int32_t y; memcpy(&y, raw + 4 * i, 4); x = y; }
+    else x = raw[i];
+    v->data[i] = (float)x;
+  }
+  return true;
 }
 
 // The signature: parameters (tied ones: the first FQN of a weight file owns it), buffers, user

@@ -96,6 +96,10 @@ def case_signature_kind(m):
     sig["input_specs"][-1] = {"custom_obj": s["user_input"]}
 
 
+def case_buffer_shape(m):  # the graph declares the buffer bigger than the archive holds
+    graph(m)["tensor_values"]["b_rope_cos"]["sizes"] = [{"as_int": 64}, {"as_int": 8}]
+
+
 MODEL_CASES = {  # name: (fixture, edit, expected stderr)
     "unsupported_op": (MLP, case_unsupported_op,
                        "tests/import/fixture_models.py:227: error: aten.foo.default is not supported (node relu)\n"
@@ -114,6 +118,8 @@ MODEL_CASES = {  # name: (fixture, edit, expected stderr)
                   "tests/import/fixture_models.py:227: error: gelu.default: approximate='erf' is not supported (none, tanh) (node relu)\n"),
     "cycle": (MLP, case_cycle,
               "tests/import/fixture_models.py:225: error: linear.default: tensor 'relu' depends on itself (the graph has a cycle) (node linear)\n"),
+    "buffer_shape": (LLAMA, case_buffer_shape,
+                     "buffer_shape.pt2: error: buffer 'rope_cos' holds 128 values; its graph input (64,8) needs 512\n"),
     "signature_kind": (MLP, case_signature_kind,
                        "signature_kind.pt2: error: signature: input kind 'custom_obj' is not supported (parameter, buffer, user_input)\n"),
 }
