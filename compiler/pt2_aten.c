@@ -56,6 +56,11 @@ static const char *real(Imp *im, Val *v) {
 
 // The CONST value of a layout step over a constant: the same data reshaped, or permuted.
 static Val *const_layout(Imp *im, Val *in, Val *out, const int *perm) {
+  if (in->dtype == 10) {
+    imp_error(im, im->cur, "%s of a complex constant is not supported (slice and view are)",
+              im->cur ? im->cur->target : "a layout op");
+    return NULL;
+  }
   bool fits = perm ? in->shape.rank == out->shape.rank
                    : ishape_numel_k(&in->shape) == ishape_numel_k(&out->shape);
   for (int k = 0; perm && fits && k < in->shape.rank; k++)
@@ -234,6 +239,10 @@ static bool read_slice(Imp *im, ImpNode *n) {
   *si = (SliceInfo){x, ax, start, end, sel};
   n->match = si;
   if (x->kind != VAL_CONST) return true;
+  if (x->dtype == 10) {
+    imp_error(im, n, "%s: this slice of a complex constant is not supported", n->target);
+    return false;
+  }
   Val *o = n->out[0];
   int64_t outer = 1, inner = 1, len = end - start;
   if (ishape_numel_k(&o->shape) != ishape_numel_k(&x->shape) / size * len) {
@@ -954,6 +963,61 @@ static bool read_add(Imp *im, ImpNode *n) {
   return true;
 }
 
+// Meta's apply_rotary_emb: view_as_real(view_as_complex(x.view(..., D/2, 2)) · freqs_cis), the
+// complex constant freqs_cis (1.., T, .., D/2) of cos + i·sin.
+static bool read_view_as_real(Imp *im, ImpNode *n) {
+  Val *m = arg_q(im, n, "self"), *xc = NULL, *f = NULL;
+  ImpNode *mn = m ? made_by(m, "mul.Tensor") : NULL;
+  Val *u = mn ? arg_q(im, mn, "self") : NULL, *w = mn ? arg_q(im, mn, "other") : NULL;
+  if (u && w) xc = u->kind == VAL_CONST ? w : u, f = u->kind == VAL_CONST ? u : w;
+  ImpNode *vc = xc ? made_by(xc, "view_as_complex.default") : NULL;
+  Val *p = vc ? arg_q(im, vc, "self") : NULL, *o = n->out[0];
+  int seq;
+  int64_t T;
+  if (!p || f->kind != VAL_CONST || f->dtype != 10 || p->shape.rank != 5 || o->shape.rank != 5 ||
+      !table_of(f, xc, &seq, &T) || (seq != 1 && seq != 2)) {
+    imp_error(im, n, "view_as_real is supported as Meta's RoPE: view_as_real(view_as_complex(x) "
+              "* freqs_cis) with a constant freqs_cis of (T, head_dim/2)");
+    return false;
+  }
+  int64_t half = p->shape.k[3], stride = 1;
+  int off = xc->shape.rank - f->shape.rank;
+  for (int d = f->shape.rank - 1; d > seq - off; d--) stride *= f->shape.k[d];
+  float *cs = arena_alloc(im->a, (size_t)(T * half) * sizeof(float));
+  float *sn = arena_alloc(im->a, (size_t)(T * half) * sizeof(float));
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t i = 0; i < half; i++)
+      cs[t * half + i] = f->data[2 * (t * stride + i)], sn[t * half + i] = f->data[2 * (t * stride + i) + 1];
+  RopeInfo *ri = ARENA_NEW(im->a, RopeInfo);
+  if (!rope_theta(cs, sn, T, half, &ri->theta)) {
+    imp_error(im, n, "the RoPE table (%s) is not cos + i sin of positions 0..%lld times "
+              "1/theta^(2i/%lld) for any theta (scaled RoPE variants are not supported)",
+              f->fqn ? f->fqn : "a constant", (long long)T - 1, (long long)(2 * half));
+    return false;
+  }
+  IShape xs = p->shape;
+  xs.rank = 4, xs.k[3] = 2 * half;
+  ri->x = imp_reshape(im, p, &xs), ri->interleaved = true, ri->seq_axis = seq;
+  ri->out = imp_new_val(im, VAL_TENSOR, &xs, o->dtype, n);
+  n->match = ri;
+  set_out(o, imp_reshape(im, ri->out, &o->shape));
+  return true;
+}
+
+static bool plan_rope(Imp *im, ImpNode *n) {
+  (void)im;
+  n->deps[n->ndeps++] = ((RopeInfo *)n->match)->x;
+  return true;
+}
+
+static bool lower_rope(Imp *im, ImpNode *n) { return emit_rope(im, n->match); }
+
+static bool lower_complex(Imp *im, ImpNode *n) {
+  imp_error(im, n, "%s: complex tensors are supported only in RoPE's form (view_as_complex, a "
+            "mul by a constant freqs_cis, view_as_real)", n->target);
+  return false;
+}
+
 static bool plan_rope_or(Imp *im, ImpNode *n) {
   RopeInfo *ri = n->match;
   (void)im;
@@ -1120,6 +1184,8 @@ static const AtenRow rows[] = {
     {"arange.start", "(positions)", read_arange, NULL, lower_never},
     {"arange.default", "(positions)", read_arange, NULL, lower_never},
     {"expand.default", "(repeat_kv)", read_expand, NULL, lower_never},
+    {"view_as_real.default", "rope (Meta's complex form)", read_view_as_real, plan_rope, lower_rope},
+    {"view_as_complex.default", "(in rope)", NULL, NULL, lower_complex},
     {"cos.default", "(constants)", NULL, NULL, lower_const},
     {"sin.default", "(constants)", NULL, NULL, lower_const},
     {"cumsum.default", "(constants)", NULL, NULL, lower_const},

@@ -305,6 +305,37 @@ static bool eval_slice(Imp *im, ImpNode *n) {
   return true;
 }
 
+// A complex64 constant (Meta's freqs_cis) through slice and the layout ops: elements of two floats.
+static bool eval_complex(Imp *im, ImpNode *n, Val *a) {
+  Val *o = n->out[0];
+  const char *t = n->target;
+  if (o->dtype != 10) return false;
+  if (!strcmp(t, "view.default") || !strcmp(t, "reshape.default") || !strcmp(t, "_unsafe_view.default") ||
+      !strcmp(t, "unsqueeze.default") || !strcmp(t, "clone.default") || !strcmp(t, "alias.default")) {
+    if (numel(&a->shape) != numel(&o->shape)) return false;
+    o->kind = VAL_CONST, o->data = a->data;
+    return true;
+  }
+  if (strcmp(t, "slice.Tensor") != 0) return false;
+  double dim = 0, start = 0, step = 1;
+  scalar_arg(n, "dim", &dim), scalar_arg(n, "start", &start), scalar_arg(n, "step", &step);
+  int r = a->shape.rank, ax = (int)(dim < 0 ? dim + r : dim);
+  if (ax < 0 || ax >= r || step != 1 || o->shape.rank != r) return false;
+  int64_t size = a->shape.k[ax], s0 = (int64_t)(start < 0 ? start + (double)size : start);
+  int64_t len = o->shape.k[ax], inner = 2, outer = 1;
+  for (int d = 0; d < r; d++)
+    if (d != ax && o->shape.k[d] != a->shape.k[d]) return false;
+  if (s0 < 0 || s0 + len > size) return false;
+  for (int d = ax + 1; d < r; d++) inner *= a->shape.k[d];
+  for (int d = 0; d < ax; d++) outer *= a->shape.k[d];
+  o->kind = VAL_CONST;
+  o->data = arena_alloc(im->a, (size_t)(outer * len * inner + 1) * sizeof(float));
+  for (int64_t i = 0; i < outer; i++)
+    memcpy(o->data + i * len * inner, a->data + (i * size + s0) * inner,
+           (size_t)(len * inner) * sizeof(float));
+  return true;
+}
+
 bool imp_const_eval(Imp *im, ImpNode *n) {
   if (n->nout != 1 || numel(&n->out[0]->shape) > CONST_MAX) return false;
   const cJSON *a;
@@ -324,6 +355,12 @@ bool imp_const_eval(Imp *im, ImpNode *n) {
   const char *t = n->target;
   size_t op = strcspn(t, ".");
   bool ok = false;
+  Val *self = tensor_arg(im, n, "self");
+  if (self && self->kind == VAL_CONST && self->dtype == 10) { // complex: its own few ops
+    ok = tensors == 1 && eval_complex(im, n, self);
+    if (ok) n->out[0]->fqn = fqn;
+    return ok;
+  }
   for (size_t i = 0; i < sizeof binops / sizeof binops[0]; i++)
     if (strlen(binops[i].op) == op && strncmp(t, binops[i].op, op) == 0)
       return tensors >= 1 && eval_binary(im, n, binops[i].f);

@@ -480,9 +480,10 @@ static bool read_buffer(Imp *im, Val *v, const char *fqn) {
     diag_error(im->d, NOLOC, "buffer '%s' has no entry in the archive's constants", fqn);
     return false;
   }
-  if (w->dtype != 7 && w->dtype != 5 && w->dtype != 4 && w->dtype != 12 && w->dtype != 1) {
-    diag_error(im->d, NOLOC, "buffer '%s' is %s; buffers are read as f32, i64, i32, u8 or bool",
-               fqn, w->dtype_name);
+  if (w->dtype != 7 && w->dtype != 5 && w->dtype != 4 && w->dtype != 12 && w->dtype != 1 &&
+      w->dtype != 10) {
+    diag_error(im->d, NOLOC, "buffer '%s' is %s; buffers are read as f32, c64, i64, i32, u8 or "
+               "bool", fqn, w->dtype_name);
     return false;
   }
   if (w->numel != (uint64_t)ishape_numel_k(&v->shape)) {
@@ -492,10 +493,11 @@ static bool read_buffer(Imp *im, Val *v, const char *fqn) {
     return false;
   }
   v->kind = VAL_CONST, v->fqn = fqn;
-  v->data = arena_alloc(im->a, w->numel ? w->numel * sizeof(float) : 1);
-  unsigned char *raw = w->dtype == 7 ? (unsigned char *)v->data : arena_alloc(im->a, w->bytes + 1);
+  bool raw_f32 = w->dtype == 7 || w->dtype == 10; // complex64: (re, im) f32 pairs as they are
+  v->data = arena_alloc(im->a, w->bytes ? w->bytes + 4 * w->numel : 1);
+  unsigned char *raw = raw_f32 ? (unsigned char *)v->data : arena_alloc(im->a, w->bytes + 1);
   if (!pt2_read_weight(im->p, w, raw, im->d)) return false;
-  for (uint64_t i = 0; w->dtype != 7 && i < w->numel; i++) { // ids, masks: exact in f32 below 2^24
+  for (uint64_t i = 0; !raw_f32 && i < w->numel; i++) { // ids, masks: exact in f32 below 2^24
     int64_t x = 0;
     if (w->dtype == 5) memcpy(&x, raw + 8 * i, 8);
     else if (w->dtype == 4) { int32_t y; memcpy(&y, raw + 4 * i, 4); x = y; }

@@ -44,7 +44,8 @@ typedef struct Val {
   struct Val *base;   // VAL_LAYOUT: the tensor the chain starts at; VAL_EXPAND: its input
   int nsteps;         // VAL_LAYOUT: steps of the chain (0: base itself)
   Step steps[IMP_MAX_STEPS];
-  float *data;        // VAL_CONST: values, row-major, f32 (int tensors converted)
+  float *data;        // VAL_CONST: values, row-major, f32 (int tensors converted; complex64:
+                      // (re, im) pairs)
   int64_t sym_k;      // VAL_SYM: k ...
   bool sym_b;         // ... times the batch symbol when set
   const char *fqn;    // VAL_LEAF / buffers: the parameter's or buffer's name

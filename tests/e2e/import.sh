@@ -62,7 +62,7 @@ PY
 }
 
 for spec in mlp_regression:x:y nanogpt:idx:targets llama3_interleaved:idx:targets \
-  llama3_halves:idx:targets hf_llama:idx:targets; do
+  llama3_halves:idx:targets llama3_complex:idx:targets hf_llama:idx:targets; do
   IFS=: read -r name x y <<<"$spec"
   setup "$name" "$x" "$y" || { bad "$name: setup"; continue; }
   d=$tmp/$name

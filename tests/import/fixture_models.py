@@ -121,8 +121,12 @@ def rope_tables(head_dim, T, theta):
 
 
 def rope(x, cos, sin, pairing):
-    """x (B, T, H, D) rotated; cos, sin (T, D / 2)."""
+    """x (B, T, H, D) rotated; cos, sin (T, D / 2); "complex": Meta's apply_rotary_emb, cos is
+    the complex freqs_cis (T, D / 2) and sin unused."""
     T = x.size(1)
+    if pairing == "complex":
+        xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(xc * cos[:T].view(1, T, 1, -1)).flatten(3).type_as(x)
     c, s = cos[:T].view(1, T, 1, -1), sin[:T].view(1, T, 1, -1)
     if pairing == "interleaved":
         xr = x.unflatten(-1, (-1, 2))
@@ -181,6 +185,11 @@ class Llama3(nn.Module):
         self.norm = nn.RMSNorm(C, eps=cfg["norm_eps"])
         self.output = nn.Linear(C, cfg["vocab_size"], bias=False)
         cos, sin = rope_tables(C // cfg["n_heads"], cfg["max_seq_len"], cfg["rope_theta"])
+        if cfg["rope_pairing"] == "complex":  # Meta's freqs_cis = polar(1, outer(t, freqs))
+            hd, T = C // cfg["n_heads"], cfg["max_seq_len"]
+            freqs = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2).float() / hd))
+            ang = torch.outer(torch.arange(T).float(), freqs)
+            cos, sin = torch.polar(torch.ones_like(ang), ang), torch.zeros(1)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
         for name, p in self.named_parameters():

@@ -42,6 +42,7 @@ FIXTURES = {
                              "n_embd": 64, "dropout": 0.0, "bias": True}, "tokens", 16),
     "llama3_interleaved": (fm.Llama3, dict(LLAMA, rope_pairing="interleaved"), "tokens", 16),
     "llama3_halves": (fm.Llama3, dict(LLAMA, rope_pairing="halves"), "tokens", 16),
+    "llama3_complex": (fm.Llama3, dict(LLAMA, rope_pairing="complex"), "tokens", 16),
     "hf_llama": (fm.HFLlama, {"vocab_size": 65, "hidden_size": 64, "intermediate_size": 176,
                               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
                               "max_position_embeddings": 16, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
