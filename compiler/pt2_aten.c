@@ -599,7 +599,8 @@ typedef struct AttnInfo {
 // k of (B,Hq,T,D) made by repeat_kv from (B,KV,T,D): the unrepeated tensor (Llama's
 // unsqueeze/expand/clone/view before the transpose, Hugging Face's after it); else k itself.
 static Val *strip_repeat_kv(Imp *im, Val *k) {
-  if (k->kind != VAL_LAYOUT || k->base->kind != VAL_EXPAND || k->steps[0].permute) return k;
+  if (k->kind != VAL_LAYOUT || k->nsteps < 1 || k->base->kind != VAL_EXPAND || k->steps[0].permute)
+    return k;
   Val *e = k->base, *src = e->base;
   const IShape *es = &e->shape, *ss = &src->shape, *rs = &k->steps[0].shape;
   if (es->rank != ss->rank || rs->rank != es->rank - 1) return k;
@@ -844,6 +845,7 @@ static bool read_cat(Imp *im, ImpNode *n) {
     return true;
   Val *x = sa->x;
   int64_t half;
+  if (x->shape.rank < 3) return true;
   if (inter) {
     if (sa->start != 0 || sb->start != 1 || x->shape.k[sa->axis] != 2) return true;
     half = x->shape.k[x->shape.rank - 2];

@@ -507,6 +507,15 @@ static bool read_buffer(Imp *im, Val *v, const char *fqn) {
   return true;
 }
 
+// The graph value an input spec names: {"arg": {"name": N}} or {"arg": {"as_tensor": {"name": N}}}.
+static Val *spec_val(Imp *im, const cJSON *k) {
+  const cJSON *arg = cJSON_GetObjectItemCaseSensitive(k, "arg");
+  const cJSON *an = cJSON_GetObjectItemCaseSensitive(arg, "name");
+  if (!an)
+    an = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(arg, "as_tensor"), "name");
+  return cJSON_IsString(an) ? imp_val(im, an->valuestring) : NULL;
+}
+
 // The signature: parameters (tied ones: the first FQN of a weight file owns it), buffers, user
 // inputs.
 static bool read_signature(Imp *im, const cJSON *sig) {
@@ -515,11 +524,8 @@ static bool read_signature(Imp *im, const cJSON *sig) {
   strmap_init(&owner, im->a);
   cJSON_ArrayForEach(s, specs) {
     const cJSON *k = s->child;
-    const char *kind = k ? k->string : "";
-    const cJSON *arg = cJSON_GetObjectItemCaseSensitive(k, "arg");
-    const cJSON *an = cJSON_GetObjectItemCaseSensitive(arg, "name");
-    if (!an) an = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(arg, "as_tensor"), "name");
-    Val *v = cJSON_IsString(an) ? imp_val(im, an->valuestring) : NULL;
+    const char *kind = k && k->string ? k->string : "";
+    Val *v = spec_val(im, k);
     if (!v) {
       diag_error(im->d, NOLOC, "signature: a %s input names no tensor of the graph", kind);
       return false;
@@ -722,10 +728,9 @@ static cJSON *new_doc(Imp *im, const Pt2ImportOptions *o) {
 static void add_inputs(Imp *im, const cJSON *sig) {
   const cJSON *s;
   cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(sig, "input_specs")) {
-    if (!s->child || strcmp(s->child->string, "user_input") != 0) continue;
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(s->child, "arg"), "as_tensor");
-    Val *v = imp_val(im, cJSON_GetObjectItemCaseSensitive(t, "name")->valuestring);
+    if (!s->child || !s->child->string || strcmp(s->child->string, "user_input") != 0) continue;
+    Val *v = spec_val(im, s->child);
+    if (!v) continue; // (read_signature refused it)
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "name", v->name);
     cJSON_AddStringToObject(j, "dtype", v->dtype == 7 ? "f32" : "i32");
