@@ -403,6 +403,20 @@ const char *imp_name(Imp *im, const char *hint) {
   return nm;
 }
 
+// The instance of a repeated module a module FQN lies in: its longest prefix ending in a number
+// component ("layers.3" of "layers.3.attention.wq", a ModuleList's child), "" for none.
+static const char *layer_of(Imp *im, const char *m) {
+  size_t end = 0;
+  for (size_t i = 0; m[i];) {
+    size_t j = i;
+    while (m[j] >= '0' && m[j] <= '9') j++;
+    if (j > i && (m[j] == '.' || !m[j]) && i > 0 && m[i - 1] == '.') end = j;
+    while (m[j] && m[j] != '.') j++;
+    i = m[j] ? j + 1 : j;
+  }
+  return end ? arena_strndup(im->a, m, end) : "";
+}
+
 void imp_emit(Imp *im, const char *name, const char *op, const char **inputs, int n, cJSON *attrs) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "name", name);
@@ -413,6 +427,12 @@ void imp_emit(Imp *im, const char *name, const char *op, const char **inputs, in
     cJSON_AddItemToObject(o, "attrs", attrs);
   else
     cJSON_Delete(attrs);
+  // The first node of each instance of a repeated module is a stage boundary candidate: the
+  // partitioner cuts between layers, as torchtitan's module_fqns_per_model_part does.
+  const char *layer = layer_of(im, im->cur && im->cur->module ? im->cur->module : "");
+  if (*layer && strcmp(layer, im->layer ? im->layer : "") != 0)
+    cJSON_AddBoolToObject(o, "split_before", true);
+  im->layer = layer;
   cJSON_AddItemToArray(im->jnodes, o);
 }
 

@@ -102,6 +102,7 @@ struct Imp {
   cJSON *jparams;    // its "params"
   cJSON *jinputs;    // its "inputs"
   ImpNode *cur;      // the node being lowered (messages)
+  const char *layer; // the repeated module ("layers.3") of the last node emitted, "" for none
 };
 
 // The table (compiler/pt2_aten.c).

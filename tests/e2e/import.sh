@@ -93,9 +93,10 @@ else
   tail -5 "$d/flags.out"
 fi
 
-# Bitwise across stage counts: the Llama fixture cut by module at S = 2, and at S = 4.
+# Bitwise across stage counts: the Llama fixture cut by the partitioner between its layers at
+# S = 2, and by module names at S = 4.
 d=$tmp/llama3_interleaved
-for cut in "--split layers.1" "--stages 4"; do
+for cut in "--stages 2" "--split layers.0,layers.1,norm"; do
   tag=$(echo "$cut" | tr -dc 'a-z0-9')
   # shellcheck disable=SC2086
   if "$pipec" run "$fx/llama3_interleaved.pt2" --training "$d/train.json" $cut -o "$d/$tag" -- \
