@@ -200,9 +200,19 @@ static Val *push_step(Imp *im, Val *v, const Step *st) {
     steps[n - 1] = *st;
   else
     steps[n++] = *st;
-  if (n && steps[n - 1].permute && perm_identity(steps[n - 1].perm, steps[n - 1].shape.rank)) {
-    n--;
-    if (n >= 2 && !steps[n - 1].permute && !steps[n - 2].permute) steps[n - 2] = steps[n - 1], n--;
+  for (bool again = true; again && n;) { // identities vanish; reshapes then around them merge
+    again = false;
+    const IShape *before = n >= 2 ? &steps[n - 2].shape : &base->shape;
+    if (steps[n - 1].permute ? perm_identity(steps[n - 1].perm, steps[n - 1].shape.rank)
+                             : ishape_eq(&steps[n - 1].shape, before))
+      n--, again = true;
+    else if (n >= 2 && !steps[n - 1].permute && !steps[n - 2].permute)
+      steps[n - 2] = steps[n - 1], n--, again = true;
+    else if (n >= 2 && steps[n - 1].permute && steps[n - 2].permute) {
+      Step c = steps[n - 1];
+      for (int k = 0; k < c.shape.rank; k++) c.perm[k] = steps[n - 2].perm[steps[n - 1].perm[k]];
+      steps[n - 2] = c, n--, again = true;
+    }
   }
   bool all_reshape = true;
   for (int i = 0; i < n; i++) all_reshape &= !steps[i].permute;

@@ -76,6 +76,36 @@ for spec in mlp_regression:x:y nanogpt:idx:targets llama3_interleaved:idx:target
   fi
 done
 
+# What the patterns make: one rope per q and k, one attention per layer with n_kv_head, the
+# written-out RMSNorm as rms_norm, and no permute left (the transposes around the attention and
+# the rotations cancel).
+for name in nanogpt llama3_interleaved llama3_halves llama3_complex hf_llama mlp_regression; do
+  "$pipec" import "$fx/$name.pt2" -o "$tmp/$name.json" || { bad "$name: import"; continue; }
+done
+if /usr/bin/python3 - "$tmp" <<'PY'; then
+import collections, json, sys
+want_llama = {"embedding": 1, "rms_norm": 5, "linear": 15, "reshape": 8, "rope": 4, "attention": 2,
+              "add": 4, "silu": 2, "mul": 2, "cross_entropy": 1}
+want = {"nanogpt": {"embedding": 1, "slice": 1, "add": 5, "layernorm": 5, "linear": 9, "split": 2,
+                    "attention": 2, "gelu": 2, "cross_entropy": 1},
+        "llama3_interleaved": want_llama, "llama3_halves": want_llama,
+        "llama3_complex": want_llama, "hf_llama": want_llama,
+        "mlp_regression": {"linear": 3, "relu": 2, "mse_loss": 1}}
+bad = 0
+for name, w in want.items():
+    d = json.load(open("%s/%s.json" % (sys.argv[1], name)))
+    got = dict(collections.Counter(n["op"] for n in d["nodes"]))
+    kv = {n["attrs"].get("n_kv_head") for n in d["nodes"] if n["op"] == "attention"}
+    if got != w or (name != "nanogpt" and name != "mlp_regression" and kv != {2}):
+        print("    %s: %s (n_kv_head %s)" % (name, got, kv))
+        bad = 1
+sys.exit(bad)
+PY
+  ok "the patterns: rope, attention with n_kv_head, rms_norm, mse_loss; no permute left"
+else
+  bad "the imported graphs' ops"
+fi
+
 # The flags instead of a training file: --data-file and --set (the first step's loss is torch's).
 d=$tmp/mlp_regression
 if (cd "$d" && "$pipec" run "$fx/mlp_regression.pt2" --data-file x=x.npy --data-file y=y.npy \
