@@ -287,7 +287,7 @@ static bool weight_meta(Pt2Weight *w, const cJSON *meta, Diag *d) {
   }
   if (!dtype_info(code)) {
     diag_error(d, NOLOC,
-               "weight '%s': dtype %lld is not supported (ScalarType codes 1-8, 12, "
+               "weight '%s': dtype %lld is not supported (ScalarType codes 1-8, 10, 12, "
                "13, 28, 34, 35)",
                w->fqn, (long long)code);
     return false;
