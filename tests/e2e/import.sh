@@ -82,7 +82,7 @@ done
 for name in nanogpt llama3_interleaved llama3_halves llama3_complex hf_llama mlp_regression; do
   "$pipec" import "$fx/$name.pt2" -o "$tmp/$name.json" || { bad "$name: import"; continue; }
 done
-if /usr/bin/python3 - "$tmp" <<'PY'; then
+if /usr/bin/python3 - "$tmp" "$root/docs/model.schema.json" <<'PY'; then
 import collections, json, sys
 want_llama = {"embedding": 1, "rms_norm": 5, "linear": 15, "reshape": 8, "rope": 4, "attention": 2,
               "add": 4, "silu": 2, "mul": 2, "cross_entropy": 1}
@@ -92,8 +92,15 @@ want = {"nanogpt": {"embedding": 1, "slice": 1, "add": 5, "layernorm": 5, "linea
         "llama3_complex": want_llama, "hf_llama": want_llama,
         "mlp_regression": {"linear": 3, "relu": 2, "mse_loss": 1}}
 bad = 0
+try:  # the imported JSON is a valid model document (docs/model.schema.json)
+    import jsonschema
+    schema = json.load(open(sys.argv[2]))
+except ImportError:
+    schema = None
 for name, w in want.items():
     d = json.load(open("%s/%s.json" % (sys.argv[1], name)))
+    if schema:
+        jsonschema.validate(d, schema)
     got = dict(collections.Counter(n["op"] for n in d["nodes"]))
     kv = {n["attrs"].get("n_kv_head") for n in d["nodes"] if n["op"] == "attention"}
     if got != w or (name != "nanogpt" and name != "mlp_regression" and kv != {2}):
