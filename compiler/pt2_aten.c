@@ -293,6 +293,7 @@ static bool lower_slice(Imp *im, ImpNode *n) {
 static bool emit_plain(Imp *im, ImpNode *n, const char *op, const char *const *args, cJSON *at) {
   const char *in[8];
   int k = 0;
+  const Val *param = NULL;
   for (int i = 0; args[i]; i++) {
     bool opt = args[i][0] == '?';
     const char *nm = args[i] + opt;
@@ -302,8 +303,9 @@ static bool emit_plain(Imp *im, ImpNode *n, const char *op, const char *const *a
       cJSON_Delete(at);
       return false;
     }
+    if (!param && v->kind == VAL_LEAF && !v->is_input) param = v;
   }
-  const char *name = imp_name(im, n->name);
+  const char *name = imp_name_of(im, n->name, param);
   imp_emit(im, name, op, in, k, at);
   n->out[0]->pipec = name;
   return true;
@@ -1096,7 +1098,7 @@ static bool lower_mul_or_rms(Imp *im, ImpNode *n) {
   if (!ri) return binary(im, n, "mul");
   const char *in[2] = {real(im, ri->x), real(im, ri->w)};
   if (!in[0] || !in[1]) return false;
-  const char *nm = imp_name(im, "rms_norm");
+  const char *nm = imp_name_of(im, "rms_norm", ri->w);
   cJSON *at = cJSON_CreateObject();
   cJSON_AddNumberToObject(at, "eps", ri->eps);
   imp_emit(im, nm, "rms_norm", in, 2, at);

@@ -427,6 +427,20 @@ static const char *layer_of(Imp *im, const char *m) {
   return end ? arena_strndup(im->a, m, end) : "";
 }
 
+const char *imp_name_of(Imp *im, const char *hint, const Val *param) {
+  const ImpNode *n = im->cur;
+  const char *m = n && n->module ? n->module : "";
+  size_t ml = strlen(m);
+  // A leaf module's own node (the linear of "wq" reading "wq.weight") takes the module's name.
+  if (param && param->kind == VAL_LEAF && !param->is_input && ml && param->fqn &&
+      strncmp(param->fqn, m, ml) == 0 && param->fqn[ml] == '.' && !strchr(param->fqn + ml + 1, '.') &&
+      !strmap_get(&im->names, m)) {
+    strmap_put(&im->names, m, (void *)m);
+    return m;
+  }
+  return imp_name(im, hint);
+}
+
 void imp_emit(Imp *im, const char *name, const char *op, const char **inputs, int n, cJSON *attrs) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "name", name);

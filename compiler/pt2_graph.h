@@ -144,6 +144,9 @@ bool imp_const_eval(Imp *im, ImpNode *n);
 // ---- emission
 // A fresh pipec node name from the current node's module ("layers.0.attention.wq") and a hint.
 const char *imp_name(Imp *im, const char *hint);
+// The same, but a leaf module's node reading its own parameter param ("wq.weight") is named after
+// the module ("layers.0.attention.wq") when that name is free.
+const char *imp_name_of(Imp *im, const char *hint, const Val *param);
 // Appends a node {name, op, inputs, attrs} (attrs taken over; NULL: none).
 void imp_emit(Imp *im, const char *name, const char *op, const char **inputs, int n, cJSON *attrs);
 cJSON *imp_shape_json(const IShape *s);

@@ -111,6 +111,56 @@ static bool add_data_files(Arena *a, const Pt2SourceOptions *o, cJSON **training
   return true;
 }
 
+// Appends text to a growing buffer (NULL after a failed allocation: the caller checks the end).
+static void put(char **buf, size_t *len, size_t *cap, const char *text) {
+  size_t n = strlen(text);
+  if (!*buf) return;
+  if (*len + n + 1 > *cap) {
+    size_t c = (*cap + n + 1) * 2;
+    char *b = realloc(*buf, c);
+    if (!b) {
+      free(*buf);
+      *buf = NULL;
+      return;
+    }
+    *buf = b, *cap = c;
+  }
+  memcpy(*buf + *len, text, n + 1);
+  *len += n;
+}
+
+// The document as people read a pipec model: one key per line, each input, parameter and node on
+// a line of its own (so that a message's line names one node).
+static char *print_model(const cJSON *doc) {
+  size_t len = 0, cap = 4096;
+  char *buf = malloc(cap);
+  if (buf) buf[0] = 0;
+  put(&buf, &len, &cap, "{\n");
+  for (const cJSON *k = doc->child; k; k = k->next) {
+    put(&buf, &len, &cap, "  \""); // (the document's keys are the importer's own words)
+    put(&buf, &len, &cap, k->string);
+    put(&buf, &len, &cap, "\": ");
+    if (cJSON_IsArray(k) && k->child && cJSON_IsObject(k->child)) {
+      put(&buf, &len, &cap, "[\n");
+      for (const cJSON *e = k->child; e; e = e->next) {
+        char *t = cJSON_PrintUnformatted(e);
+        put(&buf, &len, &cap, "    ");
+        put(&buf, &len, &cap, t ? t : "null");
+        put(&buf, &len, &cap, e->next ? ",\n" : "\n");
+        free(t);
+      }
+      put(&buf, &len, &cap, "  ]");
+    } else {
+      char *t = cJSON_PrintUnformatted(k);
+      put(&buf, &len, &cap, t ? t : "null");
+      free(t);
+    }
+    put(&buf, &len, &cap, k->next ? ",\n" : "\n");
+  }
+  put(&buf, &len, &cap, "}\n");
+  return buf;
+}
+
 bool pt2_source_load(Source *s, Arena *a, const char *path, const Pt2SourceOptions *o, Diag *d) {
   Pt2 p;
   if (!pt2_open(&p, path, a, d)) return false;
@@ -123,7 +173,7 @@ bool pt2_source_load(Source *s, Arena *a, const char *path, const Pt2SourceOptio
   ok = ok && (!o || add_data_files(a, o, &io.training, d));
   cJSON *doc = NULL;
   ok = ok && pt2_import(&p, &io, &doc, a, d);
-  char *text = ok ? cJSON_Print(doc) : NULL;
+  char *text = ok ? print_model(doc) : NULL;
   cJSON_Delete(doc);
   pt2_close(&p);
   if (ok && !text) diag_error(d, (Loc){0, 0}, "out of memory");
