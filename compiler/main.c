@@ -52,33 +52,37 @@ enum { OPT_RECOMPUTE = 480 };             // --recompute all|none|STAGES (compil
 enum { OPT_REPLICAS = 500 };              // --replicas D (stage replication, docs/pipeline.md)
 enum { OPT_PRECISION = 520 };             // --precision f32|bf16|fp16 (compiler/precision.c)
 enum { OPT_NO_FUSE = 540 };               // --no-fuse (no fuse pass rewrite, no fused epilogues)
-enum { OPT_TRAINING = 560, OPT_WEIGHTS, OPT_DATA_FILE }; // a .pt2's --training F, --weights F,
-                                                          // --data-file NAME=PATH (docs/import.md)
+enum {
+  OPT_TRAINING = 560,
+  OPT_WEIGHTS,
+  OPT_DATA_FILE
+}; // a .pt2's --training F, --weights F,
+   // --data-file NAME=PATH (docs/import.md)
 
 typedef struct Driver {
-  const char *command;    // check, print, ...
-  const char *model;      // model file path
+  const char *command;       // check, print, ...
+  const char *model;         // model file path
   const char *training_file; // --training F: a .pt2's training section (docs/import.md)
   const char *weights_file;  // import --weights F: where the archive's weights go
   const char **data_files;   // --data-file NAME=PATH (a .pt2's data section)
   int ndata_files;           // entries in data_files
-  const char *dump_after; // --dump-after's list of pass names (comma-separated) or NULL
-  const char *stop_after; // --stop-after's pass name or NULL
-  bool dump[MAX_PASSES];  // per pass row: print its result after it ran
-  int last;               // the last pass row to run
-  bool time_passes;       // print pass timings to stderr
-  DiagFormat diag_format; // --diagnostics-format (text, json, sarif)
-  const char **defines;   // -D NAME=VALUE
-  int ndefines;           // entries in defines
-  const char **sets;      // --set KEY=VALUE (training overrides)
-  int nsets;              // entries in sets
-  const char *out_dir;    // -o DIR
-  const char *out;        // where codegen writes (out_dir or out/MODEL-NAME)
-  const char *target;     // --target
-  const char *cuda_arch;  // --cuda-arch LIST (cuda target; NULL: CMake's PIPEC_CUDA_ARCHS)
-  bool march_native;      // --march=native: build the program for this machine
-  bool no_fuse;           // --no-fuse: one kernel call per node of the model (fuse.c, segment.c)
-  bool build;             // codegen also builds OUT/bin/train (compile, run)
+  const char *dump_after;    // --dump-after's list of pass names (comma-separated) or NULL
+  const char *stop_after;    // --stop-after's pass name or NULL
+  bool dump[MAX_PASSES];     // per pass row: print its result after it ran
+  int last;                  // the last pass row to run
+  bool time_passes;          // print pass timings to stderr
+  DiagFormat diag_format;    // --diagnostics-format (text, json, sarif)
+  const char **defines;      // -D NAME=VALUE
+  int ndefines;              // entries in defines
+  const char **sets;         // --set KEY=VALUE (training overrides)
+  int nsets;                 // entries in sets
+  const char *out_dir;       // -o DIR
+  const char *out;           // where codegen writes (out_dir or out/MODEL-NAME)
+  const char *target;        // --target
+  const char *cuda_arch;     // --cuda-arch LIST (cuda target; NULL: CMake's PIPEC_CUDA_ARCHS)
+  bool march_native;         // --march=native: build the program for this machine
+  bool no_fuse;              // --no-fuse: one kernel call per node of the model (fuse.c, segment.c)
+  bool build;                // codegen also builds OUT/bin/train (compile, run)
   bool no_build;          // --no-build: compile writes the sources and a manifest, builds nothing
   const char *depfile;    // --depfile FILE: a Make-style dependency file (compile, run) or NULL
   char *cmdline;          // the command line as typed (getopt permutes argv)
@@ -188,8 +192,8 @@ static bool run_autodiff(Driver *dr) {
   }
   if (!pass_autodiff(&dr->graph, (int)tc->microbatches, &dr->diag)) return false;
   tc->microbatches /= D, tc->batch /= D;
-  training_accuracy(tc); // once, for every S: whether evaluations count accuracy
-  tc->precision = dr->precision;      // the tensors stored in 16 bits, before anything is planned
+  training_accuracy(tc);         // once, for every S: whether evaluations count accuracy
+  tc->precision = dr->precision; // the tensors stored in 16 bits, before anything is planned
   precision_mark(&dr->graph, dr->precision, tc->accuracy ? accuracy_logits(tc->accuracy) : NULL);
   return true;
 }
@@ -1039,8 +1043,10 @@ static int run_import(Driver *dr, const char *model) {
   dr->diag.excerpts = true;
   dr->diag.format = dr->diag_format;
   char *text = NULL;
-  Pt2SourceOptions po = {.training = dr->training_file, .text = &text,
-                         .weights_out = dr->weights_file, .data_files = dr->data_files,
+  Pt2SourceOptions po = {.training = dr->training_file,
+                         .text = &text,
+                         .weights_out = dr->weights_file,
+                         .data_files = dr->data_files,
                          .ndata_files = dr->ndata_files};
   if (dr->weights_file) po.weights_key = weights_key(&dr->arena, dr->out_dir, dr->weights_file);
   Source src = {0};
@@ -1625,18 +1631,21 @@ int main(int argc, char **argv) {
   if (multi && dr.last < part && !dr.stop_after) dr.last = dr.sched_csv ? sched : part;
   double t0 = now();
   if ((dr.training_file || dr.ndata_files) && !pt2_is_archive(dr.model)) {
-    diag_error(&dr.diag, (Loc){0, 0}, "--%s is for a .pt2 model (a JSON model has its own "
-               "\"training\" section)", dr.training_file ? "training" : "data-file");
+    diag_error(&dr.diag, (Loc){0, 0},
+               "--%s is for a .pt2 model (a JSON model has its own "
+               "\"training\" section)",
+               dr.training_file ? "training" : "data-file");
     ok = false;
   }
-  Pt2SourceOptions po = {.training = dr.training_file, .data_files = dr.data_files,
-                         .ndata_files = dr.ndata_files};
+  Pt2SourceOptions po = {
+      .training = dr.training_file, .data_files = dr.data_files, .ndata_files = dr.ndata_files};
   // A .pt2 compiled into a program: the archive's weights go beside it, as its initial values.
   if (ok && pt2_is_archive(dr.model) && (cmd->build || dr.profile)) {
     const char *b = strrchr(dr.model, '/') ? strrchr(dr.model, '/') + 1 : dr.model;
-    const char *dir = dr.out ? dr.out
-                             : arena_printf(&dr.arena, "out/%s",
-                                            mangle_dir(&dr.arena, arena_strndup(&dr.arena, b, strlen(b) - 4)));
+    const char *dir =
+        dr.out ? dr.out
+               : arena_printf(&dr.arena, "out/%s",
+                              mangle_dir(&dr.arena, arena_strndup(&dr.arena, b, strlen(b) - 4)));
     ok = codegen_make_dirs(&dr.arena, dir, &dr.diag);
     char *rd = ok ? realpath(dir, NULL) : NULL;
     if (rd) {
@@ -1644,8 +1653,9 @@ int main(int argc, char **argv) {
       free(rd);
     }
   }
-  ok = ok && (pt2_is_archive(dr.model) ? pt2_source_load(&dr.src, &dr.arena, dr.model, &po, &dr.diag)
-                                       : source_load(&dr.src, &dr.arena, dr.model, &dr.diag));
+  ok =
+      ok && (pt2_is_archive(dr.model) ? pt2_source_load(&dr.src, &dr.arena, dr.model, &po, &dr.diag)
+                                      : source_load(&dr.src, &dr.arena, dr.model, &dr.diag));
   if (dr.time_passes) fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", "parse", (now() - t0) * 1e3);
   ok = ok && run_passes(&dr);
   int status = ok ? 0 : EXIT_MODEL;

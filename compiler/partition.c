@@ -452,7 +452,8 @@ static bool place_split(Part *pt, const PartitionOptions *o, int S) {
   for (int k = 0; k < o->nsplit; k++) {
     cut[k] = find_cut(pt, o->split[k]);
     if (cut[k] < 0) {
-      diag_error(pt->d, (Loc){0, 0}, "--split: the model has no node, block instance or module named '%s'",
+      diag_error(pt->d, (Loc){0, 0},
+                 "--split: the model has no node, block instance or module named '%s'",
                  o->split[k]);
       return false;
     }

@@ -37,9 +37,13 @@ static void alias_out(Imp *im, Val *out, Val *in) {
   (void)im;
 }
 
-static int norm_axis(int64_t a, int rank) { return (int)(a < 0 ? a + rank : a); }
+static int norm_axis(int64_t a, int rank) {
+  return (int)(a < 0 ? a + rank : a);
+}
 
-static Val *arg_t(Imp *im, ImpNode *n, const char *name) { return imp_tensor(im, n, name); }
+static Val *arg_t(Imp *im, ImpNode *n, const char *name) {
+  return imp_tensor(im, n, name);
+}
 
 // A tensor argument for a pattern: NULL, quietly, when it is not one.
 static Val *arg_q(Imp *im, const ImpNode *n, const char *name) {
@@ -205,10 +209,10 @@ static bool read_arange(Imp *im, ImpNode *n) {
 // ---- slice and select: constants evaluated; otherwise kept for the patterns, lowered as slice
 
 typedef struct SliceInfo {
-  Val *x;            // the sliced tensor
-  int axis;          // normalised
+  Val *x;             // the sliced tensor
+  int axis;           // normalised
   int64_t start, end; // normalised, 0 <= start < end <= size
-  bool select;       // select.int: the axis is dropped
+  bool select;        // select.int: the axis is dropped
 } SliceInfo;
 
 static bool read_slice(Imp *im, ImpNode *n) {
@@ -320,13 +324,27 @@ static bool unary(Imp *im, ImpNode *n, const char *op) {
   static const char *const a[] = {"self", NULL};
   return emit_plain(im, n, op, a, NULL);
 }
-static bool lower_relu(Imp *im, ImpNode *n) { return unary(im, n, "relu"); }
-static bool lower_silu(Imp *im, ImpNode *n) { return unary(im, n, "silu"); }
-static bool lower_tanh(Imp *im, ImpNode *n) { return unary(im, n, "tanh"); }
-static bool lower_sigmoid(Imp *im, ImpNode *n) { return unary(im, n, "sigmoid"); }
-static bool lower_neg(Imp *im, ImpNode *n) { return unary(im, n, "neg"); }
-static bool lower_exp(Imp *im, ImpNode *n) { return unary(im, n, "exp"); }
-static bool lower_rsqrt(Imp *im, ImpNode *n) { return unary(im, n, "rsqrt"); }
+static bool lower_relu(Imp *im, ImpNode *n) {
+  return unary(im, n, "relu");
+}
+static bool lower_silu(Imp *im, ImpNode *n) {
+  return unary(im, n, "silu");
+}
+static bool lower_tanh(Imp *im, ImpNode *n) {
+  return unary(im, n, "tanh");
+}
+static bool lower_sigmoid(Imp *im, ImpNode *n) {
+  return unary(im, n, "sigmoid");
+}
+static bool lower_neg(Imp *im, ImpNode *n) {
+  return unary(im, n, "neg");
+}
+static bool lower_exp(Imp *im, ImpNode *n) {
+  return unary(im, n, "exp");
+}
+static bool lower_rsqrt(Imp *im, ImpNode *n) {
+  return unary(im, n, "rsqrt");
+}
 
 static bool lower_gelu(Imp *im, ImpNode *n) {
   const cJSON *a = imp_arg(n, "approximate");
@@ -361,8 +379,12 @@ static bool binary(Imp *im, ImpNode *n, const char *op) {
   static const char *const args[] = {"self", "other", NULL};
   return emit_plain(im, n, op, args, NULL);
 }
-static bool lower_sub(Imp *im, ImpNode *n) { return binary(im, n, "sub"); }
-static bool lower_div(Imp *im, ImpNode *n) { return binary(im, n, "div"); }
+static bool lower_sub(Imp *im, ImpNode *n) {
+  return binary(im, n, "sub");
+}
+static bool lower_div(Imp *im, ImpNode *n) {
+  return binary(im, n, "div");
+}
 
 static bool lower_pow(Imp *im, ImpNode *n) {
   double e;
@@ -437,7 +459,8 @@ static bool lower_embedding(Imp *im, ImpNode *n) {
     bool run = ix->shape.rank == 1 && cnt > 0 && ix->data[0] >= 0;
     for (int64_t i = 1; run && i < cnt; i++) run = ix->data[i] == ix->data[0] + (float)i;
     if (!run || ix->data[0] + (float)cnt > (float)w->shape.k[0]) {
-      imp_error(im, n, "embedding.default: constant indices must be positions s, s+1, ... within "
+      imp_error(im, n,
+                "embedding.default: constant indices must be positions s, s+1, ... within "
                 "the table");
       return false;
     }
@@ -470,7 +493,8 @@ static bool lower_cross_entropy(Imp *im, ImpNode *n) {
       !imp_float(im, n, "label_smoothing", 0, &ls))
     return false;
   if (red != 1 || ls != 0 || !imp_is_none(n, "weight")) {
-    imp_error(im, n, "cross_entropy_loss: only the mean reduction without class weights or label "
+    imp_error(im, n,
+              "cross_entropy_loss: only the mean reduction without class weights or label "
               "smoothing is supported");
     return false;
   }
@@ -532,7 +556,8 @@ static bool read_mean(Imp *im, ImpNode *n) {
   Val *d = pw && e == 2 ? arg_q(im, pw, "self") : NULL;
   if (d) sb = made_by(d, "sub.Tensor");
   if (!sb || !arg_q(im, sb, "self") || !arg_q(im, sb, "other")) {
-    imp_error(im, n, "mean.default (of every element) is supported as the mean of (a - b)**2, "
+    imp_error(im, n,
+              "mean.default (of every element) is supported as the mean of (a - b)**2, "
               "the mse loss");
     return false;
   }
@@ -595,7 +620,7 @@ typedef struct AttnInfo {
   Val *q, *k, *v; // (B,T,C) and (B,T,Ckv)
   int nh, nkv;
   bool causal;
-  Val *out;       // (B,T,C): the attention's tensor
+  Val *out; // (B,T,C): the attention's tensor
 } AttnInfo;
 
 // k of (B,Hq,T,D) made by repeat_kv from (B,KV,T,D): the unrepeated tensor (Llama's
@@ -634,8 +659,10 @@ static Val *strip_repeat_kv(Imp *im, Val *k) {
 // A constant boolean mask (..., T, T) that is causal (s <= t) or all true: is_causal.
 static bool mask_causal(Imp *im, ImpNode *n, Val *m, bool *causal) {
   int r = m ? m->shape.rank : 0;
-  if (!m || m->kind != VAL_CONST || m->dtype != 12 || r < 2 || m->shape.k[r - 1] != m->shape.k[r - 2]) {
-    imp_error(im, n, "scaled_dot_product_attention: attn_mask must be a constant boolean (..., T, "
+  if (!m || m->kind != VAL_CONST || m->dtype != 12 || r < 2 ||
+      m->shape.k[r - 1] != m->shape.k[r - 2]) {
+    imp_error(im, n,
+              "scaled_dot_product_attention: attn_mask must be a constant boolean (..., T, "
               "T) mask, causal or empty (or use is_causal=True)");
     return false;
   }
@@ -647,8 +674,10 @@ static bool mask_causal(Imp *im, ImpNode *n, Val *m, bool *causal) {
     all &= m->data[i] != 0;
   }
   if (*causal || (!tri && !all)) {
-    imp_error(im, n, "scaled_dot_product_attention: attn_mask is %s; pipec's attention takes a "
-              "causal mask or none", *causal ? "given with is_causal=True" : "neither causal nor empty");
+    imp_error(im, n,
+              "scaled_dot_product_attention: attn_mask is %s; pipec's attention takes a "
+              "causal mask or none",
+              *causal ? "given with is_causal=True" : "neither causal nor empty");
     return false;
   }
   *causal = tri && !all;
@@ -732,11 +761,11 @@ static bool lower_sdpa(Imp *im, ImpNode *n) {
 // ---- RoPE
 
 typedef struct RopeInfo {
-  Val *x;          // (B,T,H,D) or (B,H,T,D)
+  Val *x; // (B,T,H,D) or (B,H,T,D)
   double theta;
   bool interleaved;
   int seq_axis;
-  Val *out;        // the rope's tensor, x's shape
+  Val *out; // the rope's tensor, x's shape
 } RopeInfo;
 
 typedef struct Rot { // x_a·c − x_b·s and x_b·c + x_a·s
@@ -748,23 +777,31 @@ static bool mul_of(Imp *im, Val *m, Val **x, Val **t) {
   if (!p) return false;
   Val *u = arg_q(im, p, "self"), *w = arg_q(im, p, "other");
   if (!u || !w) return false;
-  if (u->kind == VAL_CONST && w->kind != VAL_CONST) *x = w, *t = u;
-  else if (w->kind == VAL_CONST && u->kind != VAL_CONST) *x = u, *t = w;
-  else return false;
+  if (u->kind == VAL_CONST && w->kind != VAL_CONST)
+    *x = w, *t = u;
+  else if (w->kind == VAL_CONST && u->kind != VAL_CONST)
+    *x = u, *t = w;
+  else
+    return false;
   return true;
 }
 
 static bool match_rot(Imp *im, Val *r, Val *i, Rot *o) {
   ImpNode *sb = made_by(r, "sub.Tensor"), *ad = made_by(i, "add.Tensor");
   if (!sb || !ad) return false;
-  Val *x1, *c1, *x2, *s1, *y1, *t1, *y2, *t2, *m[4] = {arg_q(im, sb, "self"),
-                                                      arg_q(im, sb, "other"), arg_q(im, ad, "self"),
-                                                      arg_q(im, ad, "other")};
+  Val *x1, *c1, *x2, *s1, *y1, *t1, *y2, *t2,
+      *m[4] = {arg_q(im, sb, "self"), arg_q(im, sb, "other"), arg_q(im, ad, "self"),
+               arg_q(im, ad, "other")};
   if (!m[0] || !m[1] || !m[2] || !m[3] || !mul_of(im, m[0], &x1, &c1) ||
       !mul_of(im, m[1], &x2, &s1) || !mul_of(im, m[2], &y1, &t1) || !mul_of(im, m[3], &y2, &t2))
     return false;
   // add: b·c + a·s in either order
-  if (y1 == x1 && y2 == x2) { Val *tv = y1; y1 = y2, y2 = tv; tv = t1; t1 = t2, t2 = tv; }
+  if (y1 == x1 && y2 == x2) {
+    Val *tv = y1;
+    y1 = y2, y2 = tv;
+    tv = t1;
+    t1 = t2, t2 = tv;
+  }
   if (y1 != x2 || y2 != x1 || t1 != c1 || t2 != s1) return false;
   *o = (Rot){x1, x2, c1, s1};
   return true;
@@ -862,9 +899,10 @@ static bool read_cat(Imp *im, ImpNode *n) {
   }
   int seq, seq2;
   int64_t T, T2;
-  if (x->shape.rank != 4 || !table_of(rot.c, rot.a, &seq, &T) || !table_of(rot.s, rot.a, &seq2, &T2) ||
-      seq != seq2 || (seq != 1 && seq != 2)) {
-    imp_error(im, n, "a RoPE rotation whose cos and sin tables are not (T, head_dim/2) over a "
+  if (x->shape.rank != 4 || !table_of(rot.c, rot.a, &seq, &T) ||
+      !table_of(rot.s, rot.a, &seq2, &T2) || seq != seq2 || (seq != 1 && seq != 2)) {
+    imp_error(im, n,
+              "a RoPE rotation whose cos and sin tables are not (T, head_dim/2) over a "
               "(B, T, H, D) or (B, H, T, D) tensor");
     return false;
   }
@@ -875,7 +913,8 @@ static bool read_cat(Imp *im, ImpNode *n) {
   table_data(rot.s, seq - off, T, half, sn);
   RopeInfo *ri = ARENA_NEW(im->a, RopeInfo);
   if (!rope_theta(cs, sn, T, half, &ri->theta)) {
-    imp_error(im, n, "the RoPE tables (%s%s) are not cos and sin of positions 0..%lld times "
+    imp_error(im, n,
+              "the RoPE tables (%s%s) are not cos and sin of positions 0..%lld times "
               "1/theta^(2i/%lld) for any theta (scaled RoPE variants are not supported)",
               rot.c->fqn ? "buffer " : "", rot.c->fqn ? rot.c->fqn : "constants", (long long)T - 1,
               (long long)(2 * half));
@@ -911,24 +950,28 @@ static bool read_add(Imp *im, ImpNode *n) {
     Val *p = sw ? m2 : m1, *q = sw ? m1 : m2;
     if (!mul_of(im, p, &x, &c) || !mul_of(im, q, &r, &sn)) continue;
     ImpNode *ct = made_by(r, "cat.default");
-    const cJSON *l = ct ? cJSON_GetObjectItemCaseSensitive(imp_arg(ct, "tensors"), "as_tensors") : NULL;
+    const cJSON *l =
+        ct ? cJSON_GetObjectItemCaseSensitive(imp_arg(ct, "tensors"), "as_tensors") : NULL;
     if (cJSON_GetArraySize(l) != 2) continue;
     Val *ng = imp_val(im, cJSON_GetObjectItemCaseSensitive(l->child, "name")->valuestring);
     Val *lo = imp_val(im, cJSON_GetObjectItemCaseSensitive(l->child->next, "name")->valuestring);
     ImpNode *pn = ng ? made_by(ng, "neg.default") : NULL;
     Val *hi = pn ? arg_q(im, pn, "self") : NULL;
-    ImpNode *sl = lo ? made_by(lo, "slice.Tensor") : NULL, *sh = hi ? made_by(hi, "slice.Tensor") : NULL;
+    ImpNode *sl = lo ? made_by(lo, "slice.Tensor") : NULL,
+            *sh = hi ? made_by(hi, "slice.Tensor") : NULL;
     SliceInfo *a = sl ? sl->match : NULL, *b = sh ? sh->match : NULL;
     int rk = x->shape.rank;
     if (!a || !b || a->x != x || b->x != x || rk != 4 || a->axis != rk - 1 || b->axis != rk - 1)
       continue;
     int64_t D = x->shape.k[rk - 1], half = D / 2;
-    if (D != 2 * half || a->start != 0 || a->end != half || b->start != half || b->end != D) continue;
+    if (D != 2 * half || a->start != 0 || a->end != half || b->start != half || b->end != D)
+      continue;
     int seq, seq2;
     int64_t T, T2;
     if (!table_of(c, x, &seq, &T) || !table_of(sn, x, &seq2, &T2) || seq != seq2 ||
         (seq != 1 && seq != 2)) {
-      imp_error(im, n, "a RoPE rotation whose cos and sin tables are not (T, head_dim) over a "
+      imp_error(im, n,
+                "a RoPE rotation whose cos and sin tables are not (T, head_dim) over a "
                 "(B, T, H, D) or (B, H, T, D) tensor");
       return false;
     }
@@ -947,7 +990,8 @@ static bool read_add(Imp *im, ImpNode *n) {
       }
     RopeInfo *ri = ARENA_NEW(im->a, RopeInfo);
     if (!dup || !rope_theta(cs, ss, T, half, &ri->theta)) {
-      imp_error(im, n, "the RoPE tables (%s) are not cos and sin of positions 0..%lld times "
+      imp_error(im, n,
+                "the RoPE tables (%s) are not cos and sin of positions 0..%lld times "
                 "1/theta^(2i/%lld) for any theta (scaled RoPE variants are not supported)",
                 c->fqn ? c->fqn : "constants", (long long)T - 1, (long long)D);
       return false;
@@ -980,7 +1024,8 @@ static bool read_view_as_real(Imp *im, ImpNode *n) {
   int64_t T;
   if (!p || f->kind != VAL_CONST || f->dtype != 10 || p->shape.rank != 5 || o->shape.rank != 5 ||
       !table_of(f, xc, &seq, &T) || (seq != 1 && seq != 2)) {
-    imp_error(im, n, "view_as_real is supported as Meta's RoPE: view_as_real(view_as_complex(x) "
+    imp_error(im, n,
+              "view_as_real is supported as Meta's RoPE: view_as_real(view_as_complex(x) "
               "* freqs_cis) with a constant freqs_cis of (T, head_dim/2)");
     return false;
   }
@@ -991,10 +1036,12 @@ static bool read_view_as_real(Imp *im, ImpNode *n) {
   float *sn = arena_alloc(im->a, (size_t)(T * half) * sizeof(float));
   for (int64_t t = 0; t < T; t++)
     for (int64_t i = 0; i < half; i++)
-      cs[t * half + i] = f->data[2 * (t * stride + i)], sn[t * half + i] = f->data[2 * (t * stride + i) + 1];
+      cs[t * half + i] = f->data[2 * (t * stride + i)],
+                    sn[t * half + i] = f->data[2 * (t * stride + i) + 1];
   RopeInfo *ri = ARENA_NEW(im->a, RopeInfo);
   if (!rope_theta(cs, sn, T, half, &ri->theta)) {
-    imp_error(im, n, "the RoPE table (%s) is not cos + i sin of positions 0..%lld times "
+    imp_error(im, n,
+              "the RoPE table (%s) is not cos + i sin of positions 0..%lld times "
               "1/theta^(2i/%lld) for any theta (scaled RoPE variants are not supported)",
               f->fqn ? f->fqn : "a constant", (long long)T - 1, (long long)(2 * half));
     return false;
@@ -1014,11 +1061,15 @@ static bool plan_rope(Imp *im, ImpNode *n) {
   return true;
 }
 
-static bool lower_rope(Imp *im, ImpNode *n) { return emit_rope(im, n->match); }
+static bool lower_rope(Imp *im, ImpNode *n) {
+  return emit_rope(im, n->match);
+}
 
 static bool lower_complex(Imp *im, ImpNode *n) {
-  imp_error(im, n, "%s: complex tensors are supported only in RoPE's form (view_as_complex, a "
-            "mul by a constant freqs_cis, view_as_real)", n->target);
+  imp_error(im, n,
+            "%s: complex tensors are supported only in RoPE's form (view_as_complex, a "
+            "mul by a constant freqs_cis, view_as_real)",
+            n->target);
   return false;
 }
 
@@ -1045,7 +1096,9 @@ typedef struct RmsInfo {
   double eps;
 } RmsInfo;
 
-static ImpNode *through(Val *v, const char *target) { return made_by(v, target); }
+static ImpNode *through(Val *v, const char *target) {
+  return made_by(v, target);
+}
 
 static bool read_mul(Imp *im, ImpNode *n) {
   Val *u = arg_q(im, n, "self"), *v = arg_q(im, n, "other");
@@ -1062,13 +1115,15 @@ static bool read_mul(Imp *im, ImpNode *n) {
       const cJSON *ev = cJSON_GetObjectItemCaseSensitive(ea, "as_float");
       ImpNode *mn = ad ? through(arg_q(im, ad, "self"), "mean.dim") : NULL;
       ImpNode *pw = mn ? through(arg_q(im, mn, "self"), "pow.Tensor_Scalar") : NULL;
-      const cJSON *pe = pw ? cJSON_GetObjectItemCaseSensitive(imp_arg(pw, "exponent"), "as_int") : NULL;
-      const cJSON *dims = mn ? cJSON_GetObjectItemCaseSensitive(imp_arg(mn, "dim"), "as_ints") : NULL;
-      const cJSON *kd = mn ? cJSON_GetObjectItemCaseSensitive(imp_arg(mn, "keepdim"), "as_bool") : NULL;
+      const cJSON *pe =
+          pw ? cJSON_GetObjectItemCaseSensitive(imp_arg(pw, "exponent"), "as_int") : NULL;
+      const cJSON *dims =
+          mn ? cJSON_GetObjectItemCaseSensitive(imp_arg(mn, "dim"), "as_ints") : NULL;
+      const cJSON *kd =
+          mn ? cJSON_GetObjectItemCaseSensitive(imp_arg(mn, "keepdim"), "as_bool") : NULL;
       if (!pw || !cJSON_IsNumber(ev) || !(ev->valuedouble > 0) || !cJSON_IsNumber(pe) ||
           pe->valuedouble != 2 || arg_q(im, pw, "self") != x || cJSON_GetArraySize(dims) != 1 ||
-          !cJSON_IsTrue(kd) || x->shape.rank < 1 ||
-          w->shape.k[0] != x->shape.k[x->shape.rank - 1])
+          !cJSON_IsTrue(kd) || x->shape.rank < 1 || w->shape.k[0] != x->shape.k[x->shape.rank - 1])
         continue;
       int dm = (int)dims->child->valuedouble;
       if (dm != -1 && dm != x->shape.rank - 1) continue;
@@ -1142,8 +1197,10 @@ static bool lower_cat(Imp *im, ImpNode *n) {
 }
 
 static bool lower_const(Imp *im, ImpNode *n) {
-  imp_error(im, n, "%s is supported on constants only (values computed from buffers and "
-            "positions, such as masks and RoPE tables)", n->target);
+  imp_error(im, n,
+            "%s is supported on constants only (values computed from buffers and "
+            "positions, such as masks and RoPE tables)",
+            n->target);
   return false;
 }
 
@@ -1155,7 +1212,8 @@ static bool lower_never(Imp *im, ImpNode *n) {
 
 // ---- the table
 
-#define LAYOUT(t, f) {t, "(layout)", f, NULL, lower_never}
+#define LAYOUT(t, f)                                                                               \
+  { t, "(layout)", f, NULL, lower_never }
 static const AtenRow rows[] = {
     {"linear.default", "linear", NULL, NULL, lower_linear},
     {"embedding.default", "embedding", NULL, plan_embedding, lower_embedding},
@@ -1188,7 +1246,8 @@ static const AtenRow rows[] = {
     {"arange.start", "(positions)", read_arange, NULL, lower_never},
     {"arange.default", "(positions)", read_arange, NULL, lower_never},
     {"expand.default", "(repeat_kv)", read_expand, NULL, lower_never},
-    {"view_as_real.default", "rope (Meta's complex form)", read_view_as_real, plan_rope, lower_rope},
+    {"view_as_real.default", "rope (Meta's complex form)", read_view_as_real, plan_rope,
+     lower_rope},
     {"view_as_complex.default", "(in rope)", NULL, NULL, lower_complex},
     {"cos.default", "(constants)", NULL, NULL, lower_const},
     {"sin.default", "(constants)", NULL, NULL, lower_const},
@@ -1241,5 +1300,9 @@ const AtenRow *aten_row(const char *target) {
   return NULL;
 }
 
-int aten_row_count(void) { return (int)(sizeof rows / sizeof rows[0]); }
-const AtenRow *aten_row_at(int i) { return &rows[i]; }
+int aten_row_count(void) {
+  return (int)(sizeof rows / sizeof rows[0]);
+}
+const AtenRow *aten_row_at(int i) {
+  return &rows[i];
+}

@@ -13,28 +13,55 @@
 enum { CONST_MAX = 1 << 22 };
 
 typedef float (*BinFn)(float, float);
-static float f_add(float a, float b) { return a + b; }
-static float f_sub(float a, float b) { return a - b; }
-static float f_mul(float a, float b) { return a * b; }
-static float f_div(float a, float b) { return a / b; }
-static float f_eq(float a, float b) { return a == b; }
-static float f_ne(float a, float b) { return a != b; }
-static float f_le(float a, float b) { return a <= b; }
-static float f_lt(float a, float b) { return a < b; }
-static float f_ge(float a, float b) { return a >= b; }
-static float f_gt(float a, float b) { return a > b; }
-static float f_and(float a, float b) { return (a != 0) && (b != 0); }
-static float f_or(float a, float b) { return (a != 0) || (b != 0); }
+static float f_add(float a, float b) {
+  return a + b;
+}
+static float f_sub(float a, float b) {
+  return a - b;
+}
+static float f_mul(float a, float b) {
+  return a * b;
+}
+static float f_div(float a, float b) {
+  return a / b;
+}
+static float f_eq(float a, float b) {
+  return a == b;
+}
+static float f_ne(float a, float b) {
+  return a != b;
+}
+static float f_le(float a, float b) {
+  return a <= b;
+}
+static float f_lt(float a, float b) {
+  return a < b;
+}
+static float f_ge(float a, float b) {
+  return a >= b;
+}
+static float f_gt(float a, float b) {
+  return a > b;
+}
+static float f_and(float a, float b) {
+  return (a != 0) && (b != 0);
+}
+static float f_or(float a, float b) {
+  return (a != 0) || (b != 0);
+}
 
 static const struct {
   const char *op; // the target's name before its overload
   BinFn f;
-} binops[] = {{"add", f_add}, {"sub", f_sub}, {"mul", f_mul}, {"div", f_div}, {"eq", f_eq},
-              {"ne", f_ne},   {"le", f_le},   {"lt", f_lt},   {"ge", f_ge},   {"gt", f_gt},
-              {"bitwise_and", f_and}, {"logical_and", f_and}, {"bitwise_or", f_or},
-              {"logical_or", f_or}};
+} binops[] = {{"add", f_add},       {"sub", f_sub},         {"mul", f_mul},
+              {"div", f_div},       {"eq", f_eq},           {"ne", f_ne},
+              {"le", f_le},         {"lt", f_lt},           {"ge", f_ge},
+              {"gt", f_gt},         {"bitwise_and", f_and}, {"logical_and", f_and},
+              {"bitwise_or", f_or}, {"logical_or", f_or}};
 
-static int64_t numel(const IShape *s) { return ishape_numel_k(s); } // B counts 1
+static int64_t numel(const IShape *s) {
+  return ishape_numel_k(s);
+} // B counts 1
 
 // in broadcasts to out (NumPy's rule, right-aligned): the archive's shapes are checked before a
 // value is read through them.
@@ -70,7 +97,7 @@ static float *alloc_out(Imp *im, Val *o) {
 }
 
 static float round_to(const Val *o, double v) {
-  if (o->dtype == 12) return v != 0;                  // bool
+  if (o->dtype == 12) return v != 0;                          // bool
   if (o->dtype >= 1 && o->dtype <= 5) return (float)trunc(v); // ints
   return (float)v;
 }
@@ -136,7 +163,9 @@ static bool eval_unary(Imp *im, ImpNode *n, double (*f)(double)) {
   return true;
 }
 
-static double d_neg(double x) { return -x; }
+static double d_neg(double x) {
+  return -x;
+}
 
 static bool eval_cumsum(Imp *im, ImpNode *n) {
   Val *a = tensor_arg(im, n, "self"), *o = n->out[0];
@@ -150,7 +179,8 @@ static bool eval_cumsum(Imp *im, ImpNode *n) {
   for (int64_t i = 0; i < outer / inner * inner; i++) {
     int64_t base = (i / inner) * len * inner + i % inner;
     double acc = 0;
-    for (int64_t t = 0; t < len; t++) y[base + t * inner] = round_to(o, acc += a->data[base + t * inner]);
+    for (int64_t t = 0; t < len; t++)
+      y[base + t * inner] = round_to(o, acc += a->data[base + t * inner]);
   }
   return true;
 }
@@ -213,7 +243,8 @@ static bool eval_arange(Imp *im, ImpNode *n) {
   Val *o = n->out[0];
   if (o->shape.rank != 1 || step == 0) return false;
   float *y = alloc_out(im, o);
-  for (int64_t i = 0, c = numel(&o->shape); i < c; i++) y[i] = round_to(o, start + (double)i * step);
+  for (int64_t i = 0, c = numel(&o->shape); i < c; i++)
+    y[i] = round_to(o, start + (double)i * step);
   return true;
 }
 
@@ -301,7 +332,8 @@ static bool eval_slice(Imp *im, ImpNode *n) {
   for (int d = 0; d < ax; d++) outer *= a->shape.k[d];
   float *y = alloc_out(im, o);
   for (int64_t i = 0; i < outer; i++)
-    memcpy(y + i * len * inner, a->data + (i * size + s0) * inner, (size_t)(len * inner) * sizeof(float));
+    memcpy(y + i * len * inner, a->data + (i * size + s0) * inner,
+           (size_t)(len * inner) * sizeof(float));
   return true;
 }
 
@@ -310,8 +342,9 @@ static bool eval_complex(Imp *im, ImpNode *n, Val *a) {
   Val *o = n->out[0];
   const char *t = n->target;
   if (o->dtype != 10) return false;
-  if (!strcmp(t, "view.default") || !strcmp(t, "reshape.default") || !strcmp(t, "_unsafe_view.default") ||
-      !strcmp(t, "unsqueeze.default") || !strcmp(t, "clone.default") || !strcmp(t, "alias.default")) {
+  if (!strcmp(t, "view.default") || !strcmp(t, "reshape.default") ||
+      !strcmp(t, "_unsafe_view.default") || !strcmp(t, "unsqueeze.default") ||
+      !strcmp(t, "clone.default") || !strcmp(t, "alias.default")) {
     if (numel(&a->shape) != numel(&o->shape)) return false;
     o->kind = VAL_CONST, o->data = a->data;
     return true;
@@ -364,17 +397,28 @@ bool imp_const_eval(Imp *im, ImpNode *n) {
   for (size_t i = 0; i < sizeof binops / sizeof binops[0]; i++)
     if (strlen(binops[i].op) == op && strncmp(t, binops[i].op, op) == 0)
       return tensors >= 1 && eval_binary(im, n, binops[i].f);
-  if (!strncmp(t, "arange.", 7)) ok = tensors == 0 && eval_arange(im, n);
-  else if (!strcmp(t, "full.default")) ok = tensors == 0 && eval_full(im, n);
-  else if (tensors == 0) return false;
-  else if (!strcmp(t, "cos.default")) ok = eval_unary(im, n, cos);
-  else if (!strcmp(t, "sin.default")) ok = eval_unary(im, n, sin);
-  else if (!strcmp(t, "neg.default")) ok = eval_unary(im, n, d_neg);
-  else if (!strcmp(t, "cumsum.default")) ok = eval_cumsum(im, n);
-  else if (!strcmp(t, "index.Tensor")) ok = eval_index(im, n);
-  else if (!strcmp(t, "cat.default")) ok = eval_cat(im, n);
-  else if (!strcmp(t, "slice.Tensor") || !strcmp(t, "select.int")) ok = eval_slice(im, n);
-  else if (!strcmp(t, "permute.default") || !strcmp(t, "transpose.int")) ok = eval_permute(im, n);
+  if (!strncmp(t, "arange.", 7))
+    ok = tensors == 0 && eval_arange(im, n);
+  else if (!strcmp(t, "full.default"))
+    ok = tensors == 0 && eval_full(im, n);
+  else if (tensors == 0)
+    return false;
+  else if (!strcmp(t, "cos.default"))
+    ok = eval_unary(im, n, cos);
+  else if (!strcmp(t, "sin.default"))
+    ok = eval_unary(im, n, sin);
+  else if (!strcmp(t, "neg.default"))
+    ok = eval_unary(im, n, d_neg);
+  else if (!strcmp(t, "cumsum.default"))
+    ok = eval_cumsum(im, n);
+  else if (!strcmp(t, "index.Tensor"))
+    ok = eval_index(im, n);
+  else if (!strcmp(t, "cat.default"))
+    ok = eval_cat(im, n);
+  else if (!strcmp(t, "slice.Tensor") || !strcmp(t, "select.int"))
+    ok = eval_slice(im, n);
+  else if (!strcmp(t, "permute.default") || !strcmp(t, "transpose.int"))
+    ok = eval_permute(im, n);
   else if (!strcmp(t, "view.default") || !strcmp(t, "reshape.default") ||
            !strcmp(t, "_unsafe_view.default") || !strcmp(t, "unsqueeze.default") ||
            !strcmp(t, "squeeze.dim") || !strcmp(t, "squeeze.dims") || !strcmp(t, "clone.default") ||

@@ -166,7 +166,9 @@ static bool read_shape(Imp *im, const char *vname, const cJSON *meta, IShape *s,
 
 // ---- values
 
-Val *imp_val(Imp *im, const char *name) { return strmap_get(&im->vals, name); }
+Val *imp_val(Imp *im, const char *name) {
+  return strmap_get(&im->vals, name);
+}
 
 Val *imp_new_val(Imp *im, ValKind kind, const IShape *s, int dtype, ImpNode *producer) {
   Val *v = ARENA_NEW(im->a, Val);
@@ -176,7 +178,9 @@ Val *imp_new_val(Imp *im, ValKind kind, const IShape *s, int dtype, ImpNode *pro
   return v;
 }
 
-Val *imp_root(Val *v) { return v->kind == VAL_LAYOUT ? v->base : v; }
+Val *imp_root(Val *v) {
+  return v->kind == VAL_LAYOUT ? v->base : v;
+}
 
 static bool perm_identity(const int *p, int r) {
   for (int i = 0; i < r; i++)
@@ -292,7 +296,9 @@ bool imp_is_none(const ImpNode *n, const char *name) {
   return !a || cJSON_GetObjectItemCaseSensitive(a, "as_none");
 }
 
-static const char *arg_kind(const cJSON *a) { return a && a->child ? a->child->string : "none"; }
+static const char *arg_kind(const cJSON *a) {
+  return a && a->child ? a->child->string : "none";
+}
 
 Val *imp_tensor(Imp *im, ImpNode *n, const char *name) {
   const cJSON *a = imp_arg(n, name);
@@ -433,8 +439,8 @@ const char *imp_name_of(Imp *im, const char *hint, const Val *param) {
   size_t ml = strlen(m);
   // A leaf module's own node (the linear of "wq" reading "wq.weight") takes the module's name.
   if (param && param->kind == VAL_LEAF && !param->is_input && ml && param->fqn &&
-      strncmp(param->fqn, m, ml) == 0 && param->fqn[ml] == '.' && !strchr(param->fqn + ml + 1, '.') &&
-      !strmap_get(&im->names, m)) {
+      strncmp(param->fqn, m, ml) == 0 && param->fqn[ml] == '.' &&
+      !strchr(param->fqn + ml + 1, '.') && !strmap_get(&im->names, m)) {
     strmap_put(&im->names, m, (void *)m);
     return m;
   }
@@ -510,7 +516,8 @@ static bool read_values(Imp *im, const cJSON *graph) {
     strmap_put(&im->vals, v->name, v);
   }
   if (!sym) {
-    diag_error(im->d, NOLOC, "the archive was exported with a static batch (no dynamic "
+    diag_error(im->d, NOLOC,
+               "the archive was exported with a static batch (no dynamic "
                "dimension): export with torch.export.Dim on the inputs' first dim "
                "(scripts/export_model.py, docs/import.md)");
     return false;
@@ -526,8 +533,10 @@ static bool read_buffer(Imp *im, Val *v, const char *fqn) {
   }
   if (w->dtype != 7 && w->dtype != 5 && w->dtype != 4 && w->dtype != 12 && w->dtype != 1 &&
       w->dtype != 10) {
-    diag_error(im->d, NOLOC, "buffer '%s' is %s; buffers are read as f32, c64, i64, i32, u8 or "
-               "bool", fqn, w->dtype_name);
+    diag_error(im->d, NOLOC,
+               "buffer '%s' is %s; buffers are read as f32, c64, i64, i32, u8 or "
+               "bool",
+               fqn, w->dtype_name);
     return false;
   }
   if (w->numel != (uint64_t)ishape_numel_k(&v->shape)) {
@@ -543,9 +552,14 @@ static bool read_buffer(Imp *im, Val *v, const char *fqn) {
   if (!pt2_read_weight(im->p, w, raw, im->d)) return false;
   for (uint64_t i = 0; !raw_f32 && i < w->numel; i++) { // ids, masks: exact in f32 below 2^24
     int64_t x = 0;
-    if (w->dtype == 5) memcpy(&x, raw + 8 * i, 8);
-    else if (w->dtype == 4) { int32_t y; memcpy(&y, raw + 4 * i, 4); x = y; }
-    else x = raw[i];
+    if (w->dtype == 5)
+      memcpy(&x, raw + 8 * i, 8);
+    else if (w->dtype == 4) {
+      int32_t y;
+      memcpy(&y, raw + 4 * i, 4);
+      x = y;
+    } else
+      x = raw[i];
     v->data[i] = (float)x;
   }
   return true;
@@ -556,7 +570,8 @@ static Val *spec_val(Imp *im, const cJSON *k) {
   const cJSON *arg = cJSON_GetObjectItemCaseSensitive(k, "arg");
   const cJSON *an = cJSON_GetObjectItemCaseSensitive(arg, "name");
   if (!an)
-    an = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(arg, "as_tensor"), "name");
+    an = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(arg, "as_tensor"),
+                                          "name");
   return cJSON_IsString(an) ? imp_val(im, an->valuestring) : NULL;
 }
 
@@ -603,15 +618,19 @@ static bool read_signature(Imp *im, const cJSON *sig) {
       }
     } else if (strcmp(kind, "user_input") == 0) {
       if (v->dtype != 7 && v->dtype != 5 && v->dtype != 4) {
-        diag_error(im->d, NOLOC, "input '%s': dtype code %d is not supported (float32, int64, "
-                   "int32)", v->name, v->dtype);
+        diag_error(im->d, NOLOC,
+                   "input '%s': dtype code %d is not supported (float32, int64, "
+                   "int32)",
+                   v->name, v->dtype);
         return false;
       }
       v->kind = VAL_LEAF, v->is_input = true, v->pipec = v->name;
       strmap_put(&im->names, v->name, (void *)v->name);
     } else {
-      diag_error(im->d, NOLOC, "signature: input kind '%s' is not supported (parameter, buffer, "
-                 "user_input)", kind);
+      diag_error(im->d, NOLOC,
+                 "signature: input kind '%s' is not supported (parameter, buffer, "
+                 "user_input)",
+                 kind);
       return false;
     }
   }
@@ -637,8 +656,10 @@ static bool read_nodes(Imp *im, const cJSON *graph) {
     if (cJSON_IsString(st)) py_frame(im, x, st->valuestring);
     x->row = aten_row(x->target);
     if (!x->row) {
-      imp_error(im, x, "%s%s is not supported", cJSON_IsString(t) && strncmp(t->valuestring,
-                "torch.ops.aten.", 15) == 0 ? "aten." : "", x->target);
+      imp_error(im, x, "%s%s is not supported",
+                cJSON_IsString(t) && strncmp(t->valuestring, "torch.ops.aten.", 15) == 0 ? "aten."
+                                                                                         : "",
+                x->target);
       bad++;
     }
   }
@@ -710,7 +731,8 @@ bool imp_lower(Imp *im, Val *want) {
     }
     ImpNode *n = v->producer;
     if (v->kind == VAL_CONST) {
-      imp_error(im, n, "the constant '%s' (computed from buffers%s%s) is read as a tensor: pipec "
+      imp_error(im, n,
+                "the constant '%s' (computed from buffers%s%s) is read as a tensor: pipec "
                 "models have no constants; only RoPE tables are recognised",
                 v->name, v->fqn ? ": " : "", v->fqn ? v->fqn : "");
       v->failed = true;
@@ -788,13 +810,15 @@ static void add_inputs(Imp *im, const cJSON *sig) {
 static Val *loss_of(Imp *im, const cJSON *sig) {
   const cJSON *specs = cJSON_GetObjectItemCaseSensitive(sig, "output_specs");
   if (cJSON_GetArraySize(specs) != 1) {
-    diag_error(im->d, NOLOC, "the module returns %d outputs; pipec imports a module that returns "
-               "its scalar loss (given inputs and targets)", cJSON_GetArraySize(specs));
+    diag_error(im->d, NOLOC,
+               "the module returns %d outputs; pipec imports a module that returns "
+               "its scalar loss (given inputs and targets)",
+               cJSON_GetArraySize(specs));
     return NULL;
   }
   const cJSON *k = specs->child->child;
-  const cJSON *t = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(k, "arg"),
-                                                    "as_tensor");
+  const cJSON *t =
+      cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(k, "arg"), "as_tensor");
   const cJSON *nm = cJSON_GetObjectItemCaseSensitive(t, "name");
   Val *v = cJSON_IsString(nm) ? imp_val(im, nm->valuestring) : NULL;
   if (!k || (strcmp(k->string, "user_output") && strcmp(k->string, "loss_output")) || !v ||

@@ -18,9 +18,9 @@ typedef struct IShape {
 
 // One step of a lazy layout chain.
 typedef struct Step {
-  bool permute;               // a permute (else a reshape)
-  int perm[IMP_MAX_RANK];     // permute: output dim k is input dim perm[k]
-  IShape shape;               // the shape after the step
+  bool permute;           // a permute (else a reshape)
+  int perm[IMP_MAX_RANK]; // permute: output dim k is input dim perm[k]
+  IShape shape;           // the shape after the step
 } Step;
 
 typedef enum ValKind {
@@ -35,42 +35,42 @@ typedef enum ValKind {
 typedef struct ImpNode ImpNode;
 
 typedef struct Val {
-  const char *name;   // ATen name ("linear_3")
-  ValKind kind;       // see ValKind
-  IShape shape;       // (tensors) from tensor_values
-  int dtype;          // schema ScalarType code (7: float32, 5: int64)
-  ImpNode *producer;  // VAL_TENSOR: the node that lowers it; else the node that made it (or NULL)
-  const char *pipec;  // the pipec tensor, once lowered or realized (NULL: not yet)
-  struct Val *base;   // VAL_LAYOUT: the tensor the chain starts at; VAL_EXPAND: its input
-  int nsteps;         // VAL_LAYOUT: steps of the chain (0: base itself)
+  const char *name;  // ATen name ("linear_3")
+  ValKind kind;      // see ValKind
+  IShape shape;      // (tensors) from tensor_values
+  int dtype;         // schema ScalarType code (7: float32, 5: int64)
+  ImpNode *producer; // VAL_TENSOR: the node that lowers it; else the node that made it (or NULL)
+  const char *pipec; // the pipec tensor, once lowered or realized (NULL: not yet)
+  struct Val *base;  // VAL_LAYOUT: the tensor the chain starts at; VAL_EXPAND: its input
+  int nsteps;        // VAL_LAYOUT: steps of the chain (0: base itself)
   Step steps[IMP_MAX_STEPS];
-  float *data;        // VAL_CONST: values, row-major, f32 (int tensors converted; complex64:
-                      // (re, im) pairs)
-  int64_t sym_k;      // VAL_SYM: k ...
-  bool sym_b;         // ... times the batch symbol when set
-  const char *fqn;    // VAL_LEAF / buffers: the parameter's or buffer's name
-  bool is_input;      // VAL_LEAF: a user input (else a parameter)
-  bool is_target;     // user input read as a loss's target
-  bool failed;        // lowering it failed (reported): consumers do not report again
-  bool visiting;      // on the lowering stack (a second push is a cycle)
+  float *data;     // VAL_CONST: values, row-major, f32 (int tensors converted; complex64:
+                   // (re, im) pairs)
+  int64_t sym_k;   // VAL_SYM: k ...
+  bool sym_b;      // ... times the batch symbol when set
+  const char *fqn; // VAL_LEAF / buffers: the parameter's or buffer's name
+  bool is_input;   // VAL_LEAF: a user input (else a parameter)
+  bool is_target;  // user input read as a loss's target
+  bool failed;     // lowering it failed (reported): consumers do not report again
+  bool visiting;   // on the lowering stack (a second push is a cycle)
 } Val;
 
 // A node of the graph.
 struct ImpNode {
-  const char *target;     // "linear.default" (torch.ops.aten. dropped)
-  const char *name;       // the node's name
-  const cJSON *inputs;    // its arguments, as in model.json
-  const cJSON *json;      // the node
+  const char *target;        // "linear.default" (torch.ops.aten. dropped)
+  const char *name;          // the node's name
+  const cJSON *inputs;       // its arguments, as in model.json
+  const cJSON *json;         // the node
   const struct AtenRow *row; // its table row
-  const char *module;     // the innermost module FQN of nn_module_stack ("" at the top)
-  const char *py_file;    // the user's Python file and line (the stack trace's last frame
-  int py_line;            // outside torch/), NULL: none
-  Val *out[8];            // its tensor outputs
+  const char *module;        // the innermost module FQN of nn_module_stack ("" at the top)
+  const char *py_file;       // the user's Python file and line (the stack trace's last frame
+  int py_line;               // outside torch/), NULL: none
+  Val *out[8];               // its tensor outputs
   int nout;
   Val *deps[IMP_MAX_DEPS]; // tensors the lowering reads (decided by the row's plan)
   int ndeps;
-  bool planned;           // deps decided
-  void *match;            // the pattern a row matched (its own struct)
+  bool planned; // deps decided
+  void *match;  // the pattern a row matched (its own struct)
 };
 
 typedef struct Imp Imp;
@@ -92,9 +92,9 @@ struct Imp {
   const Pt2 *p;
   Arena *a;
   Diag *d;
-  StrMap vals;       // ATen name -> Val
-  StrMap names;      // pipec names used -> non-NULL
-  StrMap bases;      // name stem -> its next suffix (int *): fresh names in constant time
+  StrMap vals;  // ATen name -> Val
+  StrMap names; // pipec names used -> non-NULL
+  StrMap bases; // name stem -> its next suffix (int *): fresh names in constant time
   ImpNode *nodes;
   int nnodes;
   cJSON *doc;        // the model document
@@ -151,6 +151,7 @@ const char *imp_name_of(Imp *im, const char *hint, const Val *param);
 void imp_emit(Imp *im, const char *name, const char *op, const char **inputs, int n, cJSON *attrs);
 cJSON *imp_shape_json(const IShape *s);
 // Reports at the current node's Python line (or the node's name): "error: MESSAGE (node NAME)".
-void imp_error(Imp *im, const ImpNode *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void imp_error(Imp *im, const ImpNode *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #endif

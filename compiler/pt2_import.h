@@ -22,9 +22,9 @@
 #include "pt2.h"
 
 typedef struct Pt2ImportOptions {
-  const char *name;     // the model's name ("nanogpt": the archive's stem)
-  const char *weights;  // the model's "weights" key (a safetensors file), NULL: none
-  cJSON *training;      // the training section to embed (taken over), NULL: none
+  const char *name;    // the model's name ("nanogpt": the archive's stem)
+  const char *weights; // the model's "weights" key (a safetensors file), NULL: none
+  cJSON *training;     // the training section to embed (taken over), NULL: none
 } Pt2ImportOptions;
 
 // Lowers p's graph to a pipec model document (*out, the caller deletes it). False after reporting

@@ -35,7 +35,8 @@ static bool load_training(Arena *a, const char *path, cJSON **out, Diag *d) {
   if (t && cJSON_GetObjectItemCaseSensitive(t, "format"))
     t = cJSON_GetObjectItemCaseSensitive(t, "training");
   if (ok && !cJSON_IsObject(t)) {
-    diag_error(&td, (Loc){1, 1}, "the training file holds no object (the model format's "
+    diag_error(&td, (Loc){1, 1},
+               "the training file holds no object (the model format's "
                "\"training\" section, docs/model-format.md)");
     ok = false;
   }
@@ -70,8 +71,8 @@ static bool write_weights(const Pt2 *p, const char *path, Arena *a, Diag *d) {
     }
     void *buf = arena_alloc(a, w->bytes ? w->bytes : 1);
     if (!pt2_read_weight(p, w, buf, d)) return false;
-    t[i] = (StTensor){.name = w->fqn, .dtype = "F32", .rank = w->rank, .data = buf,
-                      .bytes = w->bytes};
+    t[i] =
+        (StTensor){.name = w->fqn, .dtype = "F32", .rank = w->rank, .data = buf, .bytes = w->bytes};
     memcpy(t[i].shape, w->sizes, sizeof(int64_t) * (size_t)w->rank);
   }
   return st_write(path, t, p->nweights, "{\"format\": \"pt\", \"source\": \"pipec import\"}", d);
