@@ -113,6 +113,18 @@ else
   bad "the imported graphs' ops"
 fi
 
+# Every command reads the archive: check, print, plan, profile (compile and run above).
+d=$tmp/llama3_interleaved
+if "$pipec" check "$fx/llama3_interleaved.pt2" >/dev/null && "$pipec" print "$fx/llama3_interleaved.pt2" |
+  grep -q "^param layers.0.attention.wq.weight: f32(64,64)" &&
+  "$pipec" plan --stages 2 --training "$d/train.json" "$fx/llama3_interleaved.pt2" >/dev/null &&
+  "$pipec" profile --stages 2 --training "$d/train.json" "$fx/llama3_interleaved.pt2" \
+    -o "$d/costs.json" -- --steps 3 >/dev/null 2>&1 && [ -s "$d/costs.json" ]; then
+  ok "check, print, plan and profile read MODEL.pt2"
+else
+  bad "check, print, plan or profile of MODEL.pt2"
+fi
+
 # The flags instead of a training file: --data-file and --set (the first step's loss is torch's).
 d=$tmp/mlp_regression
 if (cd "$d" && "$pipec" run "$fx/mlp_regression.pt2" --data-file x=x.npy --data-file y=y.npy \
