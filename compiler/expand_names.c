@@ -106,10 +106,11 @@ Tensor *ex_resolve(X *x, const cJSON *it, const char *path, const char *ref, con
     int dd = json_edit_distance(ref, x->g->tensors[i]->name);
     if (dd < bd) bd = dd, best = x->g->tensors[i]->name;
   }
+  const char *shown = json_shown(x->j.a, ref);
   if (best)
     diag_error(x->j.d, json_loc(&x->j, it), "%s: undefined %s '%s' (did you mean '%s'?)", path,
-               what, ref, best);
+               what, shown, best);
   else
-    diag_error(x->j.d, json_loc(&x->j, it), "%s: undefined %s '%s'", path, what, ref);
+    diag_error(x->j.d, json_loc(&x->j, it), "%s: undefined %s '%s'", path, what, shown);
   return NULL;
 }

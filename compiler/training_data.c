@@ -163,9 +163,11 @@ static Feed *keyed_feed(const Source *src, TrainConfig *tc, const cJSON *c, cons
                         Diag *d) {
   for (int i = 0; i < tc->nfeeds; i++)
     if (!strcmp(tc->feeds[i].t->name, c->string)) return &tc->feeds[i];
+  char *shown = diag_printable(c->string); // not a name yet: a message stays one line
   diag_error(d, source_loc(src, c),
-             "training.data.%s: '%s' is not an input the data fills (data.input, data.target)",
-             key, c->string);
+             "training.data.%s: '%s' is not an input the data fills (data.input, data.target)", key,
+             shown ? shown : c->string);
+  free(shown);
   return NULL;
 }
 
