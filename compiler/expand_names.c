@@ -23,12 +23,14 @@ bool ex_check_name(X *x, const cJSON *it, const char *path, const char *name, bo
     }
     if (*p == ':') {
       diag_error(x->j.d, json_loc(&x->j, it),
-                 "%s: name '%s' contains ':', which is reserved for output indices", path, name);
+                 "%s: name '%s' contains ':', which is reserved for output indices", path,
+                 json_shown(x->j.a, name)); // (a control byte after it: not checked yet)
       return false;
     }
     if (!in_block && (*p == '{' || *p == '}')) {
       diag_error(x->j.d, json_loc(&x->j, it),
-                 "%s: name '%s' contains '%c', which is reserved for blocks ({i})", path, name, *p);
+                 "%s: name '%s' contains '%c', which is reserved for blocks ({i})", path,
+                 json_shown(x->j.a, name), *p);
       return false;
     }
   }
@@ -46,7 +48,7 @@ const char *ex_subst(X *x, const cJSON *it, const char *path, const char *name, 
     } else if (*p == '{' || *p == '}') {
       diag_error(x->j.d, json_loc(&x->j, it),
                  "%s: '%s' has a '%c' that is not part of '{i}' (the only substitution)", path,
-                 name, *p);
+                 json_shown(x->j.a, name), *p);
       return NULL;
     } else {
       if (o + 1 >= sizeof buf) break;

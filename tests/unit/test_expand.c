@@ -1004,8 +1004,24 @@ static const ControlCase CONTROL_CASES[] = {
     {"'nodes': [",
      "'nodes': [{'repeat': 'la\\u001ber', 'count': 1, 'inputs': ['x'], 'outputs': ['x']},",
      "m.json:4:13: error: nodes[0]: unknown block 'la\\x1ber'\n"},
+    {"'name': 'w',", "'name': 'w:\\n',",
+     "m.json:3:14: error: params[0]: name 'w:\\n' contains ':', which is reserved for output "
+     "indices\n"},
 };
 enum { NCONTROL = sizeof CONTROL_CASES / sizeof CONTROL_CASES[0] };
+
+// The same in a block: a reference with a brace that is not "{i}", checked before it is a name.
+START_TEST(test_control_character_in_block_reference) {
+  run_err(HEAD_C8
+          " 'blocks': [{'name': 'layer', 'inputs': ['x'], 'outputs': ['h.{i\\u0001.out'],\n"
+          "   'nodes': [{'name': 'h.{i}.out', 'op': 'relu', 'inputs': ['x']}]}],\n"
+          " 'nodes': [{'repeat': 'layer', 'count': 'L', 'inputs': ['x'], 'outputs': ['b']},\n"
+          "           {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['b', 'y']}],\n"
+          " 'loss': 'loss'}",
+          "m.json:4:60: error: blocks[0].outputs[0]: 'h.{i\\x01.out' has a '{' that is not part of "
+          "'{i}' (the only substitution)\n");
+}
+END_TEST
 
 START_TEST(test_control_characters_escaped) {
   const ControlCase *c = &CONTROL_CASES[_i];
@@ -1062,6 +1078,7 @@ static Suite *expand_suite(void) {
   tcase_add_test(bugs, test_split_sizes_sum_overflow);
   tcase_add_test(bugs, test_dim_error_reported_at_its_own_dim);
   tcase_add_loop_test(bugs, test_control_characters_escaped, 0, NCONTROL);
+  tcase_add_test(bugs, test_control_character_in_block_reference);
   suite_add_tcase(s, bugs);
   return s;
 }
