@@ -255,11 +255,15 @@ static void mutate(Rng *r, const Seeds *seeds, FuzzCase *c) {
   const Seed *s = pick_seed(r, seeds), *donor = pick_seed(r, seeds);
   const SeedInfo *si = s->user, *di = donor->user;
   buf_set(&c->input, s->data.p, s->data.n);
-  int mode = (int)rng_below(r, 100); // tree 55%, bytes 35%, both 10%
-  bool tree = (mode < 55 || mode >= 90) && si->tree && mutate_json_text(r, &c->input, di->tree);
-  bool bytes = mode >= 55 || !tree;
+  int mode = (int)rng_below(r, 100); // numbers 15%, tree 45%, bytes 30%, tree and bytes 10%
+  bool nums = mode < 15 && si->tree && mutate_json_numbers(r, &c->input);
+  bool tree =
+      !nums && (mode < 60 || mode >= 90) && si->tree && mutate_json_text(r, &c->input, di->tree);
+  bool bytes = !nums && (mode >= 60 || !tree);
   if (bytes) mutate_bytes(r, &c->input, &donor->data, DICT, (int)(sizeof DICT / sizeof DICT[0]));
-  const char *how = tree && bytes ? "json tree + bytes" : tree ? "json tree" : "bytes";
+  const char *how = nums   ? "json numbers"
+                    : tree ? (bytes ? "json tree + bytes" : "json tree")
+                           : "bytes";
   c->knob = rng_chance(r, 25) ? 2 : 1;
   snprintf(c->what, sizeof c->what, "%s: %s, donor %s, S = %d", s->path, how, donor->path,
            (int)c->knob);

@@ -26,6 +26,7 @@
 #endif
 #ifdef FUZZ_SANITIZED
 #include <sanitizer/common_interface_defs.h>
+#include <sanitizer/lsan_interface.h>
 #endif
 
 typedef struct Options {
@@ -35,6 +36,7 @@ typedef struct Options {
   int timeout;     // seconds one mutant may take before it counts as a hang
   long one;        // run only this mutant (-1: all)
   const char *out; // where mutants are saved
+  bool leak_check; // --leak-check: LeakSanitizer after every mutant (sanitizer builds)
 } Options;
 
 // ---- crashes and hangs
@@ -250,7 +252,7 @@ static bool parse_num(const char *s, double lo, double hi, double *v) {
 static int usage(const FuzzTarget *t) {
   fprintf(stderr,
           "usage: %s [--iters N] [--seed S] [--seconds T] [--timeout T] [--one I] [--out DIR] "
-          "[-v] SEED...\n"
+          "[--leak-check] [-v] SEED...\n"
           "(PIPEC_FUZZ_ITERS, PIPEC_FUZZ_SEED, PIPEC_FUZZ_SECONDS override the options)\n",
           t->name);
   return 2;
@@ -289,6 +291,8 @@ static int parse_options(int argc, char **argv, const FuzzTarget *t, Options *o,
       o->one = (long)v, *verbose = true;
     else if (!strcmp(a, "--out") && i + 1 < argc)
       o->out = argv[++i];
+    else if (!strcmp(a, "--leak-check"))
+      o->leak_check = true;
     else if (!strcmp(a, "-v"))
       *verbose = true;
     else if (a[0] == '-')
@@ -328,13 +332,21 @@ static bool run_one(const FuzzTarget *t, const Options *o, const Seeds *seeds, l
   c->input.n = 0;
   c->knob = 0;
   c->what[0] = c->why[0] = '\0';
+  crash_case = c, crash_index = i; // (a crash while making it too: the harness's own bug)
   t->mutate(&r, seeds, c);
-  crash_case = c, crash_index = i;
   alarm((unsigned)o->timeout);
   int stage = t->run(c);
   alarm(0);
   crash_case = NULL;
   if (stage >= 0 && stage < t->nstages) tally[stage]++;
+#ifdef FUZZ_SANITIZED
+  // LeakSanitizer reports a leak again at every later check: only the first mutant is named.
+  static bool leaked;
+  if (o->leak_check && !leaked && (leaked = __lsan_do_recoverable_leak_check()) && !c->why[0])
+    snprintf(c->why, sizeof c->why,
+             "leaked memory (LeakSanitizer's report above; later mutants "
+             "are not checked)");
+#endif
   if (!c->why[0] && o->one < 0) return true;
   char path[4096];
   save_mutant(t, o, i, c, path, sizeof path);

@@ -52,6 +52,11 @@ void mutate_bytes(Rng *r, Buf *b, const Buf *donor, const char *const *dict, int
 // subtrees from, or NULL) and prints the tree back into b. False, b unchanged, when b does not
 // parse as JSON.
 bool mutate_json_text(Rng *r, Buf *b, const cJSON *donor);
+// Replaces 1 to 3 numbers of the JSON text in b (boundary values: 0, -1, 2^31, 2^53 + 1, 1e999,
+// or the old value +- 1, doubled, negated) and nothing else, so that a model that passed keeps
+// passing the parser and reaches the later passes with odd sizes and settings. False, b unchanged,
+// when b does not parse or holds no number.
+bool mutate_json_numbers(Rng *r, Buf *b);
 // One structural mutation of the tree under root (root itself is never replaced).
 void mutate_json_tree(Rng *r, cJSON *root, const cJSON *donor);
 // The JSON text of tree into b: indented or compact, by the stream.

@@ -71,32 +71,54 @@ static cJSON *pick(Rng *r, cJSON *root, cJSON **parent) {
   return nth_node(root, &k, parent);
 }
 
-static int index_of(const cJSON *parent, const cJSON *item) {
-  int i = 0;
-  for (const cJSON *c = parent->child; c && c != item; c = c->next) i++;
-  return i;
-}
-
 // The member key of item set to key (NULL: none); cJSON frees keys with free (default hooks).
 static void set_key(cJSON *item, const char *key) {
+  char *copy = key ? strdup(key) : NULL; // before the old one is freed: key may be it
   if (!(item->type & cJSON_StringIsConst)) free(item->string);
   item->type &= ~cJSON_StringIsConst;
-  item->string = key ? strdup(key) : NULL;
+  item->string = copy;
+}
+
+// The lists are changed here through their next links alone, then every prev link of the list set
+// again: cJSON keeps the first element's prev at the last one, and its own list functions (1.7.15)
+// lose elements after an insertion at index 0 (cJSON_InsertItemInArray then refuses).
+static void relink(cJSON *parent) {
+  cJSON *last = NULL;
+  for (cJSON *c = parent->child; c; c = c->next) c->prev = last, last = c;
+  if (parent->child) parent->child->prev = last;
+}
+
+// The link that points at item: parent->child or its predecessor's next.
+static cJSON **link_to(cJSON *parent, cJSON *item) {
+  cJSON **l = &parent->child;
+  while (*l != item) l = &(*l)->next;
+  return l;
+}
+
+static void detach_delete(cJSON *parent, cJSON *item) {
+  *link_to(parent, item) = item->next;
+  item->next = item->prev = NULL;
+  cJSON_Delete(item);
+  relink(parent);
 }
 
 // x put in item's place (item freed); x takes item's key.
 static void replace(cJSON *parent, cJSON *item, cJSON *x) {
   if (!x) return;
   set_key(x, item->string);
-  cJSON_ReplaceItemViaPointer(parent, item, x);
+  *link_to(parent, item) = x;
+  x->next = item->next;
+  item->next = item->prev = NULL;
+  cJSON_Delete(item);
+  relink(parent);
 }
 
+// x after item (in an object too: the members are one list).
 static void insert_after(cJSON *parent, cJSON *item, cJSON *x) {
   if (!x) return;
-  if (item->next)
-    cJSON_InsertItemInArray(parent, index_of(parent, item) + 1, x);
-  else
-    cJSON_AddItemToArray(parent, x); // also an object's last member: the list is the same
+  x->next = item->next;
+  item->next = x;
+  relink(parent);
 }
 
 // ---- the values put in
@@ -189,10 +211,16 @@ static void reshape(Rng *r, cJSON *x) {
   if (!n) return;
   switch (rng_below(r, 3)) {
   case 0: // reversed: the last element moved to place i, for each i
-    for (int i = 0; i < n; i++) cJSON_InsertItemInArray(x, i, cJSON_DetachItemFromArray(x, n - 1));
+    for (cJSON *c = x->child, *prev = NULL, *next; c; prev = c, c = next) {
+      next = c->next;
+      c->next = prev;
+      if (!next) x->child = c;
+    }
+    relink(x);
     break;
   case 1:
-    while (x->child) cJSON_Delete(cJSON_DetachItemViaPointer(x, x->child));
+    cJSON_Delete(x->child); // frees the whole list
+    x->child = NULL;
     break;
   default: {
     cJSON *e = cJSON_GetArrayItem(x, (int)rng_below(r, (uint64_t)n));
@@ -207,7 +235,7 @@ void mutate_json_tree(Rng *r, cJSON *root, const cJSON *donor) {
   if (!x) return;
   switch (rng_below(r, 10)) {
   case 0:
-    cJSON_Delete(cJSON_DetachItemViaPointer(parent, x));
+    detach_delete(parent, x);
     break;
   case 1:
     insert_after(parent, x, cJSON_Duplicate(x, true));
@@ -267,6 +295,48 @@ void json_print(Rng *r, const cJSON *tree, Buf *b) {
   char *s = rng_chance(r, 70) ? cJSON_Print(tree) : cJSON_PrintUnformatted(tree);
   if (s) buf_set(b, s, strlen(s));
   free(s);
+}
+
+// The k-th number below x in pre-order (k counts down), with its parent.
+static cJSON *nth_number(cJSON *x, int *k, cJSON **parent) {
+  for (cJSON *c = x->child; c; c = c->next) {
+    if (cJSON_IsNumber(c) && (*k)-- == 0) {
+      *parent = x;
+      return c;
+    }
+    cJSON *found = nth_number(c, k, parent);
+    if (found) return found;
+  }
+  return NULL;
+}
+
+static int count_numbers(const cJSON *x) {
+  int n = 0;
+  for (const cJSON *c = x->child; c; c = c->next) n += cJSON_IsNumber(c) + count_numbers(c);
+  return n;
+}
+
+bool mutate_json_numbers(Rng *r, Buf *b) {
+  cJSON *root = cJSON_ParseWithLength((const char *)b->p, b->n);
+  int n = root ? count_numbers(root) : 0;
+  if (!n) {
+    cJSON_Delete(root);
+    return false;
+  }
+  int k = 1 + (int)rng_below(r, 3);
+  for (int i = 0; i < k; i++) {
+    int at = (int)rng_below(r, (uint64_t)n);
+    cJSON *parent = NULL, *x = nth_number(root, &at, &parent);
+    if (!x) break;
+    replace(parent, x,
+            rng_chance(r, 50) ? number_tweak(r, x)
+                              : cJSON_CreateRaw(NUMBERS[rng_below(r, COUNT(NUMBERS))]));
+    n = count_numbers(root); // a raw literal is no longer a number item
+    if (!n) break;
+  }
+  json_print(r, root, b);
+  cJSON_Delete(root);
+  return true;
 }
 
 bool mutate_json_text(Rng *r, Buf *b, const cJSON *donor) {

@@ -472,7 +472,7 @@ void pt2_mutate(Rng *r, const Seeds *seeds, FuzzCase *c) {
   if (!zarchive_write(&z, &c->input, err, sizeof err)) {
     // libzip refused what was asked (not pt2's business): the seed as it is instead
     buf_set(&c->input, s->data.p, s->data.n);
-    snprintf(c->what, sizeof c->what, "%s: unwritable (%s), the seed", s->path, err);
+    snprintf(c->what, sizeof c->what, "%.200s: unwritable (%.200s), the seed", s->path, err);
     return;
   }
   bool raw = rng_chance(r, 15);
