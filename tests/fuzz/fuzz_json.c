@@ -1,16 +1,18 @@
-// fuzz_json: the JSON model front end under mutation (tests/fuzz/README.md). Seeds: the samples
-// and the bad-model catalogues. Each mutant is the text of a seed changed by byte mutations, by
-// structural JSON mutations, or both, and runs in process through what `pipec plan` runs before
-// codegen, in the driver's order (compiler/main.c): source_parse, expand, shape, training, fuse,
-// autodiff, partition (S = 1, or 2 for one mutant in four), comm, schedule (1f1b), memplan, each
-// pass followed by its checker as the driver runs it. Asserted: no crash, hang or leak (the
-// sanitizers, the harness's alarm); a rejected model reported an error and every line reported is
-// one whole "m.json:L:C: error: ..." message (fuzz_check_diag); a checker never refuses what its
-// pass accepted (that is a compiler bug, not a bad model).
+// fuzz_json: the JSON model front end under mutation (tests/fuzz/README.md). Seeds: the samples,
+// the gradient check's models and the bad-model catalogues. Each mutant is the text of a seed
+// changed by byte mutations, by structural JSON mutations, or both, or its numbers alone, and runs
+// in process through what `pipec plan` runs before codegen, in the driver's order
+// (compiler/main.c): source_parse, expand, shape, training, fuse, autodiff, partition (S = 1 for
+// 60% of the mutants, else 2, 3 or 4), comm, schedule (1f1b), memplan, each pass followed by its
+// checker as the driver runs it. Asserted: no crash, hang or leak (the sanitizers, the harness's
+// alarm); a rejected model reported an error and every line reported is one whole "m.json:L:C:
+// error: ..." message (fuzz_check_diag); a checker never refuses what its pass accepted (that is a
+// compiler bug, not a bad model).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../compiler/dimexpr.h"
 #include "../../compiler/passes.h"
 #include "../../compiler/pipeline.h"
 #include "../../compiler/source.h"
@@ -157,8 +159,65 @@ static const Step STEPS[] = {
 enum { NSTEPS = sizeof STEPS / sizeof STEPS[0] };
 static const char *const STAGES[] = {"parse",    "expand",   "shape",     "training",
                                      "fuse",     "autodiff", "partition", "comm",
-                                     "schedule", "memplan",  "accepted"};
-_Static_assert(sizeof STAGES / sizeof STAGES[0] == NSTEPS + 2, "a stage per step");
+                                     "schedule", "memplan",  "accepted",  "too big"};
+_Static_assert(sizeof STAGES / sizeof STAGES[0] == NSTEPS + 3, "a stage per step");
+
+// ---- models too large to compile per mutant
+
+// A model valid but too large to compile per mutant (a repeat count of 65536 makes a GPT of 800k
+// nodes, 8 s to expand; 2^20 microbatches, schedules of millions of actions) stops unrun at "too
+// big": above these, from the document alone.
+enum { MAX_FUZZ_REPEATS = 2048, MAX_FUZZ_MICROBATCHES = 4096, MAX_DIM_NEST = 100 };
+
+typedef struct DimsCtx {
+  const cJSON *dims; // the document's dims
+  int depth;         // dims evaluated inside each other now
+} DimsCtx;
+
+static int lookup_dim(void *ctx, const char *name, Dim *out, char *err, int errcap) {
+  DimsCtx *c = ctx;
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->dims, name);
+  if (cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= 9007199254740992.0) {
+    *out = (Dim){.n = (int64_t)v->valuedouble};
+    return 1;
+  }
+  if (!cJSON_IsString(v) || c->depth > MAX_DIM_NEST) return 0;
+  c->depth++;
+  bool ok = dimexpr_eval(v->valuestring, lookup_dim, c, out, err, errcap);
+  c->depth--;
+  return ok ? 1 : -1;
+}
+
+// The value of a count (a number, a dim, an expression); 0 when unknown (expand will say why).
+static int64_t value_of(const cJSON *root, const cJSON *v) {
+  if (cJSON_IsNumber(v)) return v->valuedouble > 1e15 ? INT64_MAX : (int64_t)v->valuedouble;
+  char err[256];
+  Dim d;
+  DimsCtx c = {cJSON_GetObjectItemCaseSensitive(root, "dims"), 0};
+  return cJSON_IsString(v) && dimexpr_eval(v->valuestring, lookup_dim, &c, &d, err, sizeof err)
+             ? d.n
+             : 0;
+}
+
+// The sum of the repeat counts under x (saturating).
+static int64_t repeats(const cJSON *root, const cJSON *x) {
+  int64_t n = 0;
+  for (const cJSON *c = x->child; c && n <= MAX_FUZZ_REPEATS; c = c->next) {
+    if (cJSON_IsObject(c) && cJSON_GetObjectItemCaseSensitive(c, "repeat")) {
+      int64_t k = value_of(root, cJSON_GetObjectItemCaseSensitive(c, "count"));
+      n += k > MAX_FUZZ_REPEATS ? MAX_FUZZ_REPEATS + 1 : k;
+    }
+    n += repeats(root, c);
+  }
+  return n;
+}
+
+static bool too_big(const cJSON *root) {
+  const cJSON *tr = cJSON_GetObjectItemCaseSensitive(root, "training");
+  const cJSON *mb = cJSON_GetObjectItemCaseSensitive(tr, "microbatches");
+  return repeats(root, root) > MAX_FUZZ_REPEATS ||
+         (cJSON_IsNumber(mb) && mb->valuedouble > MAX_FUZZ_MICROBATCHES);
+}
 
 // Runs the passes from parse on; the index in STAGES of where the mutant stopped.
 static int run_passes(Run *x, const FuzzCase *c, bool *checker_refused) {
@@ -169,6 +228,7 @@ static int run_passes(Run *x, const FuzzCase *c, bool *checker_refused) {
   bool ok = source_parse(&x->src, &x->a, "m.json", text, c->input.n, &x->d);
   free(text);
   if (!ok) return 0;
+  if (too_big(x->src.root)) return NSTEPS + 2;
   graph_init(&x->g, &x->a);
   for (int i = 0; i < NSTEPS; i++) {
     if (!STEPS[i].run(x) || x->d.errors) return i + 1;
@@ -204,6 +264,7 @@ static int run(FuzzCase *c) {
              STAGES[stage], out);
   else
     fuzz_check_diag(out, "m.json", x.d.errors, stage <= NSTEPS, false, c->why, sizeof c->why);
+  // (too big: nothing ran after the parser, nothing was reported: accepted as far as it went)
   free(out);
   source_free(&x.src);
   arena_free(&x.a);
@@ -264,7 +325,8 @@ static void mutate(Rng *r, const Seeds *seeds, FuzzCase *c) {
   const char *how = nums   ? "json numbers"
                     : tree ? (bytes ? "json tree + bytes" : "json tree")
                            : "bytes";
-  c->knob = rng_chance(r, 25) ? 2 : 1;
+  static const int STAGES_S[] = {1, 1, 1, 1, 1, 1, 2, 2, 3, 4}; // S: 1 for 60%, up to 4
+  c->knob = (uint64_t)STAGES_S[rng_below(r, 10)];
   snprintf(c->what, sizeof c->what, "%s: %s, donor %s, S = %d", s->path, how, donor->path,
            (int)c->knob);
 }
@@ -273,7 +335,7 @@ int main(int argc, char **argv) {
   const FuzzTarget t = {.name = "fuzz_json",
                         .ext = ".json",
                         .stages = STAGES,
-                        .nstages = NSTEPS + 2,
+                        .nstages = NSTEPS + 3,
                         .load = load,
                         .unload = unload,
                         .mutate = mutate,

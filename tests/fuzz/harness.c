@@ -240,6 +240,40 @@ bool fuzz_check_diag(const char *text, const char *file, int errors, bool reject
   return true;
 }
 
+// The checks themselves, on texts whose verdict is known: a fuzzer whose oracle accepts anything
+// passes whatever the compiler does. False (the run stops) when one gives the wrong verdict.
+static bool self_test(void) {
+  static const struct {
+    const char *text;
+    int errors;
+    bool rejected, one_error, ok;
+  } cases[] = {
+      {"m.json:3:7: error: nodes[0]: unknown op 'x'\n", 1, true, false, true},
+      {"m.json: error: training: x\nm.json:2:1: warning: w\npipec: note: n\n", 1, true, false,
+       true},
+      {"", 0, false, false, true},
+      {"m.json:1:2: warning: unused\n", 0, false, false, true},
+      {"", 0, true, false, false},                                        // rejected silently
+      {"m.json: error: x\n", 1, false, false, false},                     // accepted with an error
+      {"m.json:3:7: error: unknown key 'a\nb'\n", 2, true, false, false}, // a message in two
+      {"m.json:3:7: error: 'a\x1b'\n", 1, true, false, false},            // a control byte
+      {"m.json:0:7: error: x\n", 1, true, false, false},                  // line 0
+      {"other.json: error: x\n", 1, true, false, false},                  // another file
+      {"m.json: error: \n", 1, true, false, false},                       // an empty message
+      {"m.json: error: x", 1, true, false, false},                        // no line break
+      {"m.json: error: x\nm.json: error: y\n", 2, true, true, false},     // one_error: two lines
+  };
+  char why[512];
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    if (fuzz_check_diag(cases[i].text, "m.json", cases[i].errors, cases[i].rejected,
+                        cases[i].one_error, why, sizeof why) != cases[i].ok) {
+      fprintf(stderr, "fuzz: self-test %zu: the diagnostics check gave the wrong verdict (%s)\n", i,
+              cases[i].ok ? why : "accepted");
+      return false;
+    }
+  return true;
+}
+
 // ---- options
 
 static bool parse_num(const char *s, double lo, double hi, double *v) {
@@ -376,7 +410,7 @@ int fuzz_main(int argc, char **argv, const FuzzTarget *t) {
   Options o;
   Seeds seeds = {0};
   FuzzCase c = {0};
-  int rc = parse_options(argc, argv, t, &o, &seeds, &c.verbose);
+  int rc = self_test() ? parse_options(argc, argv, t, &o, &seeds, &c.verbose) : 2;
   for (int i = 0; !rc && t->load && i < seeds.n; i++)
     if (!t->load(&seeds.s[i])) rc = 2;
   if (!rc) {

@@ -2,6 +2,7 @@
 // source; a name libzip will not add (a duplicate, an empty one) is added under a placeholder of
 // the same length and the placeholder's bytes replaced afterwards in the local header and the
 // central directory, where names are not covered by any checksum.
+#define _GNU_SOURCE // memmem
 #include "zip_mutate.h"
 
 #include <stdio.h>
@@ -44,9 +45,13 @@ void zarchive_free(ZArchive *z) {
 }
 
 void zarchive_copy(ZArchive *dst, const ZArchive *src) {
-  zarchive_free(dst);
-  for (int i = 0; i < src->n; i++) {
-    ZEntry *e = zarchive_add(dst, src->e[i].name, src->e[i].data.p, src->e[i].data.n);
+  while (dst->n > src->n) zarchive_remove(dst, dst->n - 1);
+  for (int i = 0; i < src->n; i++) { // dst's buffers reused: no allocation once they are grown
+    ZEntry *e = i < dst->n ? &dst->e[i] : zarchive_add(dst, "", NULL, 0);
+    free(e->name);
+    e->name = strdup(src->e[i].name);
+    if (!e->name) exit(2);
+    buf_set(&e->data, src->e[i].data.p, src->e[i].data.n);
     e->method = src->e[i].method, e->encrypt = src->e[i].encrypt;
   }
 }
@@ -93,11 +98,12 @@ static void placeholder(char *out, size_t len, int k) {
 
 // Replaces every occurrence of from (len bytes) in b by to.
 static void patch(Buf *b, const char *from, const char *to, size_t len) {
-  for (size_t i = 0; len && i + len <= b->n; i++)
-    if (b->p[i] == (unsigned char)from[0] && !memcmp(b->p + i, from, len)) {
-      memcpy(b->p + i, to, len);
-      i += len - 1;
-    }
+  for (unsigned char *p = b->p, *end = b->p + b->n; len && p < end;) {
+    unsigned char *at = memmem(p, (size_t)(end - p), from, len);
+    if (!at) break;
+    memcpy(at, to, len);
+    p = at + len;
+  }
 }
 
 // The bytes libzip wrote into its memory source.
@@ -193,8 +199,12 @@ static const Field END[] = {{4, 2},  {6, 2},  {8, 2}, {10, 2},
 // The offsets of every header with signature sig (4 bytes) and at least size bytes in b.
 static int find_headers(const Buf *b, const char *sig, size_t size, size_t *at, int max) {
   int n = 0;
-  for (size_t i = 0; i + size <= b->n && n < max; i++)
-    if (b->p[i] == 'P' && !memcmp(b->p + i, sig, 4)) at[n++] = i;
+  for (const unsigned char *p = b->p, *end = b->p + b->n; n < max && p < end;) {
+    const unsigned char *h = memmem(p, (size_t)(end - p), sig, 4);
+    if (!h || (size_t)(end - h) < size) break;
+    at[n++] = (size_t)(h - b->p);
+    p = h + 1;
+  }
   return n;
 }
 
