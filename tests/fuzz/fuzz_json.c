@@ -166,8 +166,10 @@ _Static_assert(sizeof STAGES / sizeof STAGES[0] == NSTEPS + 3, "a stage per step
 
 // A model valid but too large to compile per mutant (a repeat count of 65536 makes a GPT of 800k
 // nodes, 8 s to expand; 2^20 microbatches, schedules of millions of actions) stops unrun at "too
-// big": above these, from the document alone.
-enum { MAX_FUZZ_REPEATS = 2048, MAX_FUZZ_MICROBATCHES = 4096, MAX_DIM_NEST = 100 };
+// big": above these, from the document alone. Counts past the compiler's own limits (expand's
+// MAX_REPEAT, training's 2^20 microbatches) are refused at once and still run.
+enum { MAX_FUZZ_REPEATS = 256, MAX_FUZZ_MICROBATCHES = 4096, MAX_DIM_NEST = 100 };
+enum { REPEAT_LIMIT = 100000, MICROBATCH_LIMIT = 1 << 20 }; // expand.h, training.c
 
 typedef struct DimsCtx {
   const cJSON *dims; // the document's dims
@@ -205,7 +207,7 @@ static int64_t repeats(const cJSON *root, const cJSON *x) {
   for (const cJSON *c = x->child; c && n <= MAX_FUZZ_REPEATS; c = c->next) {
     if (cJSON_IsObject(c) && cJSON_GetObjectItemCaseSensitive(c, "repeat")) {
       int64_t k = value_of(root, cJSON_GetObjectItemCaseSensitive(c, "count"));
-      n += k > MAX_FUZZ_REPEATS ? MAX_FUZZ_REPEATS + 1 : k;
+      n += k > 0 && k <= REPEAT_LIMIT ? k : 0;
     }
     n += repeats(root, c);
   }
@@ -216,7 +218,8 @@ static bool too_big(const cJSON *root) {
   const cJSON *tr = cJSON_GetObjectItemCaseSensitive(root, "training");
   const cJSON *mb = cJSON_GetObjectItemCaseSensitive(tr, "microbatches");
   return repeats(root, root) > MAX_FUZZ_REPEATS ||
-         (cJSON_IsNumber(mb) && mb->valuedouble > MAX_FUZZ_MICROBATCHES);
+         (cJSON_IsNumber(mb) && mb->valuedouble > MAX_FUZZ_MICROBATCHES &&
+          mb->valuedouble <= MICROBATCH_LIMIT);
 }
 
 // Runs the passes from parse on; the index in STAGES of where the mutant stopped.
