@@ -35,6 +35,7 @@ typedef struct Options {
   double seconds;  // stop after this long (0: no limit)
   int timeout;     // seconds one mutant may take before it counts as a hang
   long one;        // run only this mutant (-1: all)
+  long from;       // the first mutant of the run (--from: a long run resumed)
   const char *out; // where mutants are saved
   bool leak_check; // --leak-check: LeakSanitizer after every mutant (sanitizer builds)
 } Options;
@@ -91,12 +92,20 @@ static void on_signal(int sig) {
 static void on_death(void) {
   save_crash("failed under the sanitizers (report above)");
 }
+
+// UndefinedBehaviorSanitizer has its own runtime beside ASan's, which never calls the death
+// callback: its errors abort instead (SIGABRT, caught below), with a stack trace.
+const char *__ubsan_default_options(void);
+const char *__ubsan_default_options(void) {
+  return "abort_on_error=1:print_stacktrace=1";
+}
 #endif
 
 static void install_handlers(void) {
   signal(SIGALRM, on_signal);
 #ifdef FUZZ_SANITIZED
   __sanitizer_set_death_callback(on_death);
+  signal(SIGABRT, on_signal); // (ASan leaves SIGABRT alone)
 #else
   int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
   for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) signal(sigs[i], on_signal);
@@ -286,7 +295,7 @@ static bool parse_num(const char *s, double lo, double hi, double *v) {
 static int usage(const FuzzTarget *t) {
   fprintf(stderr,
           "usage: %s [--iters N] [--seed S] [--seconds T] [--timeout T] [--one I] [--out DIR] "
-          "[--leak-check] [-v] SEED...\n"
+          "[--from I] [--leak-check] [-v] SEED...\n"
           "(PIPEC_FUZZ_ITERS, PIPEC_FUZZ_SEED, PIPEC_FUZZ_SECONDS override the options)\n",
           t->name);
   return 2;
@@ -321,6 +330,8 @@ static int parse_options(int argc, char **argv, const FuzzTarget *t, Options *o,
       o->seconds = v;
     else if (!strcmp(a, "--timeout") && option(argc, argv, &i, NULL, 1, 3600, &v))
       o->timeout = (int)v;
+    else if (!strcmp(a, "--from") && option(argc, argv, &i, NULL, 0, 1e12, &v))
+      o->from = (long)v;
     else if (!strcmp(a, "--one") && option(argc, argv, &i, NULL, 0, 1e12, &v))
       o->one = (long)v, *verbose = true;
     else if (!strcmp(a, "--out") && i + 1 < argc)
@@ -401,7 +412,7 @@ static void summary(const FuzzTarget *t, const Options *o, long ran, long failed
          (unsigned long long)o->seed, nseeds, secs, failed);
   for (int k = 0; k < t->nstages; k++)
     printf(" %s %ld%s", t->stages[k], tally[k], k + 1 < t->nstages ? "," : "\n");
-  if (ran < o->iters && o->one < 0)
+  if (ran < o->iters - o->from && o->one < 0)
     printf("%s: stopped by --seconds %.0f after %ld of %ld mutants\n", t->name, o->seconds, ran,
            o->iters);
 }
@@ -419,7 +430,7 @@ int fuzz_main(int argc, char **argv, const FuzzTarget *t) {
     install_handlers();
     long *tally = calloc((size_t)t->nstages, sizeof *tally), ran = 0, failed = 0;
     double t0 = now();
-    long first = o.one >= 0 ? o.one : 0, last = o.one >= 0 ? o.one + 1 : o.iters;
+    long first = o.one >= 0 ? o.one : o.from, last = o.one >= 0 ? o.one + 1 : o.iters;
     for (long i = first; i < last; i++, ran++) {
       if (o.one < 0 && o.seconds > 0 && now() - t0 > o.seconds) break;
       if (!run_one(t, &o, &seeds, i, &c, tally)) failed++;

@@ -4,7 +4,7 @@
 // that `--one I` remakes mutant I alone, and checks what every run reported (fuzz_check_diag).
 //
 //   fuzz_NAME [--iters N] [--seed S] [--seconds T] [--timeout T] [--one I] [--out DIR]
-//             [--leak-check] [-v]
+//             [--from I] [--leak-check] [-v]
 //             SEED_FILE_OR_DIR...
 //
 // The environment overrides the command line (ctest's fixed arguments, a longer local run):
