@@ -342,7 +342,8 @@ bool training_data_bind(const Source *src, Graph *g, const cJSON *data, const ch
   for (int i = 0; i < tc->nfeeds; i++)
     if (!check_table_feed(g, &tc->feeds[i], d)) return false;
   if (tc->data == DATA_CSV) return read_columns(src, g, cols, tc, d);
-  for (int i = 0, col = 0; i < tc->nfeeds; col += (int)tc->feeds[i++].width)
-    tc->feeds[i].col = col; // npy: each file's values follow the previous one's in a table row
+  int64_t col = 0; // npy: each file's values follow the previous one's in a table row (widths
+                   // up to 2^53 each: an int overflowed)
+  for (int i = 0; i < tc->nfeeds; col += tc->feeds[i++].width) tc->feeds[i].col = col;
   return read_files(src, g, data, dir, tc, d);
 }
