@@ -3,7 +3,10 @@
 
 #include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "../ir/diag.h"
 
 enum { MAX_PARENS = 256, MAX_SHOWN = 200 };
 
@@ -159,8 +162,11 @@ static bool expr(P *p, Dim *out) {
 }
 
 bool dimexpr_eval(const char *s, DimLookup lookup, void *ctx, Dim *out, char *err, int errcap) {
-  char shown[MAX_SHOWN + 4];
-  snprintf(shown, sizeof shown, "%.*s%s", MAX_SHOWN, s, strlen(s) > MAX_SHOWN ? "..." : "");
+  // Control bytes escaped (a JSON escape puts them in a string; a message is one line), then cut.
+  char shown[MAX_SHOWN + 4], *esc = diag_printable(s);
+  const char *e = esc ? esc : s;
+  snprintf(shown, sizeof shown, "%.*s%s", MAX_SHOWN, e, strlen(e) > MAX_SHOWN ? "..." : "");
+  free(esc);
   P p = {shown, s, lookup, ctx, err, errcap, false, 0};
   if (!expr(&p, out)) return false;
   ws(&p);

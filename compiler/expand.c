@@ -37,7 +37,8 @@ static bool parse_header(X *x, const cJSON *root) {
   if (!json_need(&x->j, root, "model", "format", &f) || !json_want_string(&x->j, f, "format", &s))
     return false;
   if (strcmp(s, "pipec-model") != 0) {
-    diag_error(x->j.d, json_loc(&x->j, f), "format: expected \"pipec-model\", got \"%s\"", s);
+    diag_error(x->j.d, json_loc(&x->j, f), "format: expected \"pipec-model\", got \"%s\"",
+               json_shown(x->j.a, s));
     return false;
   }
   if (!json_need(&x->j, root, "model", "version", &v) || !json_want_int(&x->j, v, "version", &ver))
@@ -60,7 +61,8 @@ static bool parse_header(X *x, const cJSON *root) {
     if (!json_want_string(&x->j, b, "batch", &x->g->batch_sym)) return false;
     if (!ex_is_ident(x->g->batch_sym)) {
       diag_error(x->j.d, json_loc(&x->j, b),
-                 "batch: '%s' is not a valid dim name (letters, digits, '_')", x->g->batch_sym);
+                 "batch: '%s' is not a valid dim name (letters, digits, '_')",
+                 json_shown(x->j.a, x->g->batch_sym));
       return false;
     }
   }

@@ -36,7 +36,7 @@ bool ex_parse_blocks(X *x, const cJSON *root) {
                  "%s: block '%s' has %d inputs and %d outputs; instance k+1 reads instance k's "
                  "outputs, so the "
                  "counts must be equal and at least 1",
-                 path, b->name, b->nin, nout);
+                 path, json_shown(x->j.a, b->name), b->nin, nout);
       return false;
     }
     int k = 0;
@@ -51,7 +51,8 @@ bool ex_parse_blocks(X *x, const cJSON *root) {
         return false;
     }
     if (strmap_put(&x->blocks, b->name, b)) {
-      diag_error(x->j.d, json_loc(&x->j, nm), "%s: duplicate block name '%s'", path, b->name);
+      diag_error(x->j.d, json_loc(&x->j, nm), "%s: duplicate block name '%s'", path,
+                 json_shown(x->j.a, b->name));
       return false;
     }
   }
@@ -80,7 +81,8 @@ bool ex_repeat(X *x, const cJSON *c, const char *path) {
     return false;
   const BlockDef *b = strmap_get(&x->blocks, bname);
   if (!b) {
-    diag_error(x->j.d, json_loc(&x->j, rj), "%s: unknown block '%s'", path, bname);
+    diag_error(x->j.d, json_loc(&x->j, rj), "%s: unknown block '%s'", path,
+               json_shown(x->j.a, bname));
     return false;
   }
   int64_t count = 0, start = 0;
@@ -110,7 +112,8 @@ bool ex_repeat(X *x, const cJSON *c, const char *path) {
   if (cJSON_GetArraySize(ins) != b->nin || cJSON_GetArraySize(outs) != b->nin) {
     diag_error(x->j.d, json_loc(&x->j, c),
                "%s: block '%s' has %d inputs and %d outputs, the repeat gives %d and %d", path,
-               b->name, b->nin, b->nin, cJSON_GetArraySize(ins), cJSON_GetArraySize(outs));
+               json_shown(x->j.a, b->name), b->nin, b->nin, cJSON_GetArraySize(ins),
+               cJSON_GetArraySize(outs));
     return false;
   }
   const cJSON *stage = json_get(c, "stage"), *sb = json_get(c, "split_before");
@@ -171,7 +174,8 @@ bool ex_repeat(X *x, const cJSON *c, const char *path) {
           t->producer->block != b->name) {
         diag_error(x->j.d, json_loc(&x->j, e),
                    "%s: '%s' is not a tensor defined by block '%s' (instance %lld)", op,
-                   e->valuestring, b->name, (long long)inst);
+                   json_shown(x->j.a, e->valuestring), json_shown(x->j.a, b->name),
+                   (long long)inst);
         return false;
       }
     }

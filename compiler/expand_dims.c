@@ -113,7 +113,8 @@ bool ex_parse_dims(X *x, const cJSON *root, const ExpandOptions *opt) {
   for (const cJSON *c = dims ? dims->child : NULL; c; c = c->next) {
     if (!ex_is_ident(c->string)) {
       diag_error(x->j.d, json_loc(&x->j, c),
-                 "dims: '%s' is not a valid dim name (letters, digits, '_')", c->string);
+                 "dims: '%s' is not a valid dim name (letters, digits, '_')",
+                 json_shown(x->j.a, c->string));
       return false;
     }
     if (strcmp(c->string, x->g->batch_sym) == 0) {

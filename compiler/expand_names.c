@@ -23,12 +23,14 @@ bool ex_check_name(X *x, const cJSON *it, const char *path, const char *name, bo
     }
     if (*p == ':') {
       diag_error(x->j.d, json_loc(&x->j, it),
-                 "%s: name '%s' contains ':', which is reserved for output indices", path, name);
+                 "%s: name '%s' contains ':', which is reserved for output indices", path,
+                 json_shown(x->j.a, name)); // (a control byte after it: not checked yet)
       return false;
     }
     if (!in_block && (*p == '{' || *p == '}')) {
       diag_error(x->j.d, json_loc(&x->j, it),
-                 "%s: name '%s' contains '%c', which is reserved for blocks ({i})", path, name, *p);
+                 "%s: name '%s' contains '%c', which is reserved for blocks ({i})", path,
+                 json_shown(x->j.a, name), *p);
       return false;
     }
   }
@@ -46,7 +48,7 @@ const char *ex_subst(X *x, const cJSON *it, const char *path, const char *name, 
     } else if (*p == '{' || *p == '}') {
       diag_error(x->j.d, json_loc(&x->j, it),
                  "%s: '%s' has a '%c' that is not part of '{i}' (the only substitution)", path,
-                 name, *p);
+                 json_shown(x->j.a, name), *p);
       return NULL;
     } else {
       if (o + 1 >= sizeof buf) break;
@@ -106,10 +108,11 @@ Tensor *ex_resolve(X *x, const cJSON *it, const char *path, const char *ref, con
     int dd = json_edit_distance(ref, x->g->tensors[i]->name);
     if (dd < bd) bd = dd, best = x->g->tensors[i]->name;
   }
+  const char *shown = json_shown(x->j.a, ref);
   if (best)
     diag_error(x->j.d, json_loc(&x->j, it), "%s: undefined %s '%s' (did you mean '%s'?)", path,
-               what, ref, best);
+               what, shown, best);
   else
-    diag_error(x->j.d, json_loc(&x->j, it), "%s: undefined %s '%s'", path, what, ref);
+    diag_error(x->j.d, json_loc(&x->j, it), "%s: undefined %s '%s'", path, what, shown);
   return NULL;
 }

@@ -39,7 +39,7 @@ static bool parse_attr(X *x, const AttrDef *ad, const cJSON *it, const char *pat
                               k ? ", " : "", ad->choices[k]);
     }
     diag_error(x->j.d, json_loc(&x->j, it), "%s: unknown value '%.64s' (one of %s)", path,
-               it->valuestring, names);
+               json_shown(x->j.a, it->valuestring), names);
     return false;
   }
   case ATTR_FLOAT:
@@ -134,11 +134,12 @@ static bool parse_attrs(X *x, Node *n, const cJSON *obj, const char *path) {
                  op->attrs[j].name);
       }
       if (op->nattrs == 0)
-        node_error(x->j.d, n, "unknown attribute '%s': %s takes no attributes", c->string,
-                   op->name);
+        node_error(x->j.d, n, "unknown attribute '%s': %s takes no attributes",
+                   json_shown(x->j.a, c->string), op->name);
       else
-        node_error(x->j.d, n, "unknown attribute '%s'%s: %s takes %s", c->string,
-                   json_suggest(x->j.a, c->string, names, nn), op->name, list);
+        node_error(x->j.d, n, "unknown attribute '%s'%s: %s takes %s",
+                   json_shown(x->j.a, c->string), json_suggest(x->j.a, c->string, names, nn),
+                   op->name, list);
       return false;
     }
     for (const cJSON *e = attrs->child; e != c; e = e->next)
@@ -220,8 +221,8 @@ Node *ex_make_node(X *x, const cJSON *c, const char *path, const BlockDef *blk, 
     int nn = 0;
     for (int i = 0; i < op_count() && nn < 64; i++)
       if (!op_at(i)->internal) names[nn++] = op_at(i)->name;
-    diag_error(x->j.d, json_loc(&x->j, opj), "%s \"%s\": unknown op '%s'%s", path, name, opname,
-               json_suggest(x->j.a, opname, names, nn));
+    diag_error(x->j.d, json_loc(&x->j, opj), "%s \"%s\": unknown op '%s'%s", path, name,
+               json_shown(x->j.a, opname), json_suggest(x->j.a, opname, names, nn));
     return NULL;
   }
   int nin = cJSON_GetArraySize(ins);

@@ -16,7 +16,8 @@ static bool parse_dtype(X *x, const cJSON *obj, const char *path, DType *out) {
   if (!json_want_string(&x->j, it, ex_pathk(x, path, "dtype"), &s)) return false;
   if (!dtype_parse(s, out)) {
     diag_error(x->j.d, json_loc(&x->j, it),
-               "%s.dtype: unknown dtype '%s' (expected f32, bf16, f16 or i32)", path, s);
+               "%s.dtype: unknown dtype '%s' (expected f32, bf16, f16 or i32)", path,
+               json_shown(x->j.a, s));
     return false;
   }
   return true;
@@ -105,7 +106,8 @@ static bool parse_init(X *x, const cJSON *it, const char *path, Tensor *t) {
     if (strcmp(kind, kinds[i]) == 0) k = i;
   if (k < 0) {
     const char *hint = json_suggest(x->j.a, kind, kinds, 5);
-    diag_error(x->j.d, json_loc(&x->j, kit), "%s: unknown init '%s'%s", path, kind,
+    diag_error(x->j.d, json_loc(&x->j, kit), "%s: unknown init '%s'%s", path,
+               json_shown(x->j.a, kind),
                *hint ? hint : " (expected zeros, ones, normal, uniform or xavier)");
     return false;
   }
@@ -124,7 +126,7 @@ static bool parse_init(X *x, const cJSON *it, const char *path, Tensor *t) {
       for (int j = 0; j < 3 && own[k][j]; j++) ok |= strcmp(c->string, own[k][j]) == 0;
       if (!ok) {
         diag_error(x->j.d, json_loc(&x->j, c), "%s: init '%s' takes no key '%s'", path, kind,
-                   c->string);
+                   json_shown(x->j.a, c->string));
         return false;
       }
     }
@@ -204,9 +206,10 @@ static bool parse_param(X *x, const cJSON *c, const char *path, const char *name
     const char *owner;
     if (!json_want_string(&x->j, tied, ex_pathk(x, path, "tied_to"), &owner)) return false;
     if (inst >= 0 && !(owner = ex_subst(x, tied, path, owner, inst))) return false;
+    const char *shown = json_shown(x->j.a, owner); // (not yet known to be a name)
     if (init) {
       diag_error(x->j.d, json_loc(&x->j, init),
-                 "%s: a tied parameter has no init of its own (it shares '%s')", path, owner);
+                 "%s: a tied parameter has no init of its own (it shares '%s')", path, shown);
       return false;
     }
     Tensor *o = graph_find(x->g, owner);
@@ -218,7 +221,7 @@ static bool parse_param(X *x, const cJSON *c, const char *path, const char *name
     }
     if (!o || o->kind != T_PARAM) {
       diag_error(x->j.d, json_loc(&x->j, tied),
-                 "%s.tied_to: '%s' is not a parameter defined before '%s'", path, owner, name);
+                 "%s.tied_to: '%s' is not a parameter defined before '%s'", path, shown, name);
       return false;
     }
     if (o->tied_to) {

@@ -1,10 +1,22 @@
 // Typed, diagnosed access to the model document's JSON items (see json.h).
 #include "json.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 Loc json_loc(const JsonIn *j, const cJSON *it) {
   return source_loc(j->src, it);
+}
+
+const char *json_shown(Arena *a, const char *s) {
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+    if (*p < 0x20 || *p == 0x7f) {
+      char *t = diag_printable(s);
+      const char *shown = t ? arena_strdup(a, t) : "?";
+      free(t);
+      return shown;
+    }
+  return s;
 }
 
 const char *json_type(const cJSON *it) {
@@ -55,13 +67,14 @@ bool json_check_keys(const JsonIn *j, const cJSON *obj, const char *path,
     bool ok = false;
     for (int i = 0; i < n && !ok; i++) ok = strcmp(c->string, allowed[i]) == 0;
     if (!ok) {
-      diag_error(j->d, json_loc(j, c), "%s: unknown key '%s'%s", path, c->string,
+      diag_error(j->d, json_loc(j, c), "%s: unknown key '%s'%s", path, json_shown(j->a, c->string),
                  json_suggest(j->a, c->string, allowed, n));
       return false;
     }
     for (const cJSON *e = obj->child; e != c; e = e->next)
       if (strcmp(e->string, c->string) == 0) {
-        diag_error(j->d, json_loc(j, c), "%s: duplicate key '%s'", path, c->string);
+        diag_error(j->d, json_loc(j, c), "%s: duplicate key '%s'", path,
+                   json_shown(j->a, c->string));
         return false;
       }
   }

@@ -13,6 +13,10 @@ typedef struct JsonIn {
 } JsonIn;
 
 Loc json_loc(const JsonIn *j, const cJSON *it);
+// s as a message quotes it: s itself when it holds no control byte, else a copy (in a) with each
+// one escaped as diag_printable writes it ('\n', '\x1b'). A JSON escape ("\n", "\u001b") puts
+// such a byte into a key or a string, and a message must stay one line.
+const char *json_shown(Arena *a, const char *s);
 // "a string", "a number", ... for messages.
 const char *json_type(const cJSON *it);
 // Levenshtein distance (99 for words over 40 bytes).

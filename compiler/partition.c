@@ -505,6 +505,17 @@ static bool place_hints(Part *pt, int S) {
       }
     }
   }
+  // Every stage with a node (a stage left empty has nothing to run: hints 0 only, or 0 and 2).
+  bool *used = ARENA_ARRAY(pt->a, bool, S);
+  for (int i = 0; i < pt->nf; i++) used[pt->fstage[i]] = true;
+  for (int s = 0; s < S; s++)
+    if (!used[s]) {
+      diag_error(pt->d, (Loc){0, 0},
+                 "--stages %d: the stage hints leave stage %d without a node (each of the %d "
+                 "stages needs one; a node without a hint runs on the stage of the node before it)",
+                 S, s, S);
+      return false;
+    }
   return true;
 }
 

@@ -31,6 +31,14 @@ static bool safe_name(const char *name) {
   return true;
 }
 
+// True when name holds a control byte: it would break a one-line message in two (a ZIP's names
+// and cJSON's keys may hold any byte), and torch.export writes none.
+static bool has_control(const char *name) {
+  for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+    if (*c < 0x20 || *c == 0x7f) return true;
+  return false;
+}
+
 // Why libzip refused to open the archive, in a user's words; a file starting with a local
 // header but without an end record was cut short.
 static void report_open(const char *path, int zerr, Diag *d) {
@@ -79,7 +87,8 @@ static bool open_zip(Pt2 *p, const char *path, Diag *d) {
   return true;
 }
 
-// Every entry: a safe name, stored or deflated, no more bytes declared than the archive holds.
+// Every entry: a safe name without control bytes, the only entry of its name (ZIP readers differ
+// on which of two they read), no more bytes declared than the archive holds.
 static bool check_entries(Pt2 *p, Diag *d) {
   zip_int64_t n = zip_get_num_entries(p->zip, 0);
   for (zip_int64_t i = 0; i < n; i++) {
@@ -90,8 +99,13 @@ static bool check_entries(Pt2 *p, Diag *d) {
     }
     char *shown = diag_printable(st.name);
     bool ok = false;
+    const char *raw = zip_get_name(p->zip, (zip_uint64_t)i, ZIP_FL_ENC_RAW);
     if (!safe_name(st.name))
       diag_error(d, NOLOC, "entry '%s': an absolute name or one with '..' is refused", shown);
+    else if (has_control(st.name))
+      diag_error(d, NOLOC, "entry '%s': a name with a control character is refused", shown);
+    else if (!raw || zip_name_locate(p->zip, raw, ZIP_FL_ENC_RAW) != i)
+      diag_error(d, NOLOC, "entry '%s': a second entry of one name is refused", shown);
     else if (st.comp_size > p->file_bytes)
       diag_error(d, NOLOC, "entry '%s' declares %llu bytes, beyond the archive's %llu", shown,
                  (unsigned long long)st.comp_size, (unsigned long long)p->file_bytes);
@@ -376,6 +390,13 @@ static bool read_table(const Pt2 *p, const cJSON *config, const char *dir, Pt2We
   cJSON_ArrayForEach(c, cfg) {
     Pt2Weight *w = &(*out)[k++];
     w->fqn = arena_strdup(a, c->string);
+    if (has_control(w->fqn)) {
+      char *shown = diag_printable(w->fqn);
+      diag_error(d, NOLOC, "weight '%s': a name with a control character is refused",
+                 shown ? shown : "?");
+      free(shown);
+      return false;
+    }
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "use_pickle"))) {
       diag_error(d, NOLOC, "weight '%s' is pickled (use_pickle), which pipec never reads", w->fqn);
       return false;

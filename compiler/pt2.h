@@ -6,11 +6,12 @@
 //
 // Every failure is one line through the diag machinery, "FILE: error: MESSAGE", MESSAGE naming the
 // entry (or the weight's fully qualified name) it is about: not a regular file, not a ZIP, a
-// truncated ZIP, an entry name with a ".." component or an absolute path, an entry declaring more
-// bytes than the archive holds, a byteorder other than "little", a missing entry, JSON that does
-// not parse, a schema_version of another major than PT2_SCHEMA_MAJORS, a weight of an unknown
-// dtype, symbolic or negative sizes, strides that are not contiguous, a storage offset, or bytes
-// that do not match its shape.
+// truncated ZIP, an entry name with a ".." component, an absolute path or a control character, two
+// entries of one name, an entry declaring more bytes than the archive holds, a byteorder other than
+// "little", a missing entry, JSON that does not parse, a schema_version of another major than
+// PT2_SCHEMA_MAJORS, a weight whose name holds a control character, a weight of an unknown dtype,
+// symbolic or negative sizes, strides that are not contiguous, a storage offset, or bytes that do
+// not match its shape.
 #ifndef PIPEC_PT2_H
 #define PIPEC_PT2_H
 

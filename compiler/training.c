@@ -90,7 +90,7 @@ static bool read_object(const Source *src, const cJSON *obj, const char *prefix,
                         Diag *d, Arena *a) {
   for (const cJSON *c = obj->child; c; c = c->next) {
     char name[128];
-    snprintf(name, sizeof name, "%s%s", prefix, c->string);
+    snprintf(name, sizeof name, "%s%s", prefix, json_shown(a, c->string)); // for messages too
     for (const cJSON *e = obj->child; e != c; e = e->next)
       if (strcmp(e->string, c->string) == 0) {
         diag_error(d, source_loc(src, c), "training.%s: duplicate key", name);

@@ -163,9 +163,11 @@ static Feed *keyed_feed(const Source *src, TrainConfig *tc, const cJSON *c, cons
                         Diag *d) {
   for (int i = 0; i < tc->nfeeds; i++)
     if (!strcmp(tc->feeds[i].t->name, c->string)) return &tc->feeds[i];
+  char *shown = diag_printable(c->string); // not a name yet: a message stays one line
   diag_error(d, source_loc(src, c),
-             "training.data.%s: '%s' is not an input the data fills (data.input, data.target)",
-             key, c->string);
+             "training.data.%s: '%s' is not an input the data fills (data.input, data.target)", key,
+             shown ? shown : c->string);
+  free(shown);
   return NULL;
 }
 
@@ -340,7 +342,8 @@ bool training_data_bind(const Source *src, Graph *g, const cJSON *data, const ch
   for (int i = 0; i < tc->nfeeds; i++)
     if (!check_table_feed(g, &tc->feeds[i], d)) return false;
   if (tc->data == DATA_CSV) return read_columns(src, g, cols, tc, d);
-  for (int i = 0, col = 0; i < tc->nfeeds; col += (int)tc->feeds[i++].width)
-    tc->feeds[i].col = col; // npy: each file's values follow the previous one's in a table row
+  int64_t col = 0; // npy: each file's values follow the previous one's in a table row (widths
+                   // up to 2^53 each: an int overflowed)
+  for (int i = 0; i < tc->nfeeds; col += tc->feeds[i++].width) tc->feeds[i].col = col;
   return read_files(src, g, data, dir, tc, d);
 }

@@ -965,6 +965,78 @@ START_TEST(test_dim_error_reported_at_its_own_dim) {
 }
 END_TEST
 
+// BUG (found by tests/fuzz/fuzz_json): a JSON string escape ("\n", "\u001b") put a control byte
+// into a key, an op, a dtype, a reference, ... and the message quoting it was printed with that
+// byte raw: a newline broke the one-line message in two. Each is now written escaped, as
+// diag_printable writes a file name.
+typedef struct ControlCase {
+  const char *from, *to; // TINY_NET with its first `from` replaced by `to`
+  const char *want;      // the exact message
+} ControlCase;
+
+static const ControlCase CONTROL_CASES[] = {
+    {"'target': true", "'targ\\net': true",
+     "m.json:2:93: error: inputs[1]: unknown key 'targ\\net' (did you mean 'target'?)\n"},
+    {"'op': 'relu'", "'op': 're\\u001blu'",
+     "m.json:5:26: error: nodes[1] \"r\": unknown op 're\\x1blu' (did you mean 'relu'?)\n"},
+    {"'dtype': 'i32'", "'dtype': 'i3\\t2'",
+     "m.json:2:61: error: inputs[1].dtype: unknown dtype 'i3\\t2' (expected f32, bf16, f16 or "
+     "i32)\n"},
+    {"'init': 'xavier'", "'init': 'xav\\rier'",
+     "m.json:3:44: error: params[0].init: unknown init 'xav\\rier' (did you mean 'xavier'?)\n"},
+    {"'inputs': ['h']", "'inputs': ['h\\n']",
+     "m.json:5:51: error: nodes[1] \"r\": undefined input 'h\\n' (did you mean 'h'?)\n"},
+    {"'format': 'pipec-model'", "'format': 'pipec\\nmodel'",
+     "m.json:1:2: error: format: expected \"pipec-model\", got \"pipec\\nmodel\"\n"},
+    {"'shape': [3, 4]", "'shape': [3, '4\\u007f']",
+     "m.json:3:40: error: params[0].shape[1]: unexpected byte 0x7f in dimension expression "
+     "'4\\x7f'\n"},
+    {"'loss': 'loss'}", "'loss': 'lo\\nss'}",
+     "m.json:7:2: error: loss: undefined tensor 'lo\\nss' (did you mean 'loss'?)\n"},
+    {"'name': 'net',", "'name': 'net', 'dims': {'A\\nB': 3},",
+     "m.json:1:65: error: dims: 'A\\nB' is not a valid dim name (letters, digits, '_')\n"},
+    {"'inputs': ['h']}", "'inputs': ['h'], 'attrs': {'a\\u001b': 1}}",
+     "m.json:5:12: error: nodes[1] \"r\": unknown attribute 'a\\x1b': relu takes no attributes\n"},
+    {"'op': 'relu', 'inputs': ['h']}",
+     "'op': 'gelu', 'inputs': ['h'], 'attrs': {'approximate': 'no\\nne'}}",
+     "m.json:5:67: error: nodes[1].attrs.approximate: unknown value 'no\\nne' (one of 'none', "
+     "'tanh')\n"},
+    {"'nodes': [",
+     "'nodes': [{'repeat': 'la\\u001ber', 'count': 1, 'inputs': ['x'], 'outputs': ['x']},",
+     "m.json:4:13: error: nodes[0]: unknown block 'la\\x1ber'\n"},
+    {"'name': 'w',", "'name': 'w:\\n',",
+     "m.json:3:14: error: params[0]: name 'w:\\n' contains ':', which is reserved for output "
+     "indices\n"},
+};
+enum { NCONTROL = sizeof CONTROL_CASES / sizeof CONTROL_CASES[0] };
+
+// The same in a block: a reference with a brace that is not "{i}", checked before it is a name.
+START_TEST(test_control_character_in_block_reference) {
+  run_err(HEAD_C8
+          " 'blocks': [{'name': 'layer', 'inputs': ['x'], 'outputs': ['h.{i\\u0001.out'],\n"
+          "   'nodes': [{'name': 'h.{i}.out', 'op': 'relu', 'inputs': ['x']}]}],\n"
+          " 'nodes': [{'repeat': 'layer', 'count': 'L', 'inputs': ['x'], 'outputs': ['b']},\n"
+          "           {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['b', 'y']}],\n"
+          " 'loss': 'loss'}",
+          "m.json:4:60: error: blocks[0].outputs[0]: 'h.{i\\x01.out' has a '{' that is not part of "
+          "'{i}' (the only substitution)\n");
+}
+END_TEST
+
+START_TEST(test_control_characters_escaped) {
+  const ControlCase *c = &CONTROL_CASES[_i];
+  const char *at = strstr(TINY_NET, c->from);
+  ck_assert_ptr_nonnull(at);
+  size_t head = (size_t)(at - TINY_NET), n = strlen(TINY_NET) + strlen(c->to) + 1;
+  char *json = malloc(n);
+  ck_assert_ptr_nonnull(json);
+  snprintf(json, n, "%.*s%s%s", (int)head, TINY_NET, c->to, at + strlen(c->from));
+  ck_assert_msg(!model_run(&m, json), "accepted: %s", json);
+  free(json);
+  ck_assert_str_eq(cap_text(&m.cap), c->want);
+}
+END_TEST
+
 static Suite *expand_suite(void) {
   Suite *s = suite_create("expand");
   TCase *ok = tcase_create("models");
@@ -1005,6 +1077,8 @@ static Suite *expand_suite(void) {
   tcase_add_test(bugs, test_split_single_size_is_named_0);
   tcase_add_test(bugs, test_split_sizes_sum_overflow);
   tcase_add_test(bugs, test_dim_error_reported_at_its_own_dim);
+  tcase_add_loop_test(bugs, test_control_characters_escaped, 0, NCONTROL);
+  tcase_add_test(bugs, test_control_character_in_block_reference);
   suite_add_tcase(s, bugs);
   return s;
 }

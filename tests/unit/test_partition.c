@@ -601,6 +601,49 @@ START_TEST(test_pass_hint_out_of_range) {
 }
 END_TEST
 
+// BUG (found by tests/fuzz/fuzz_json): hints that leave a stage without a node (every node on
+// stage 0 at --stages 2, a stage skipped) passed the partition pass, and its checker then refused
+// the partition with "partition: stage 1 has no forward node", a message about no hint. Each is
+// now the pass's error, naming the empty stage.
+START_TEST(test_pass_hint_empty_stage) {
+  static const struct {
+    const char *hint; // the stage hint of 'r'
+    int S;            // --stages
+    const char *want;
+  } cases[] = {
+      {"0", 2,
+       "m.json: error: --stages 2: the stage hints leave stage 1 without a node (each of the 2 "
+       "stages needs one; a node without a hint runs on the stage of the node before it)\n"},
+      {"2", 3,
+       "m.json: error: --stages 3: the stage hints leave stage 1 without a node (each of the 3 "
+       "stages needs one; a node without a hint runs on the stage of the node before it)\n"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    Model m;
+    char hinted[1024];
+    snprintf(hinted, sizeof hinted,
+             "{'format': 'pipec-model', 'version': 1, 'name': 'net',\n"
+             " 'inputs': [{'name': 'x', 'shape': ['B', 4]}, {'name': 'y', 'dtype': "
+             "'i32', 'shape': ['B'], 'target': true}],\n"
+             " 'params': [{'name': 'w', 'shape': [4, 4], 'init': 'xavier'}],\n"
+             " 'nodes': [{'name': 'a', 'op': 'linear', 'inputs': ['x', 'w']},\n"
+             "           {'name': 'r', 'op': 'relu', 'inputs': ['a'], 'stage': %s},\n"
+             "           {'name': 'loss', 'op': 'cross_entropy', 'inputs': ['r', 'y']}],\n"
+             " 'loss': 'loss'}",
+             cases[k].hint);
+    ck_assert(model_run(&m, hinted));
+    ck_assert(pass_autodiff(&m.g, 1, &m.cap.d));
+    TrainConfig tc = {.batch = 2, .microbatches = 1, .mb_size = 2, .opt = OPT_SGD};
+    PartitionOptions o = {.stages = cases[k].S, .flops_rate = 1e9, .bandwidth = 1e9};
+    Program p;
+    ck_assert_msg(!pass_partition(&m.g, &tc, &o, &p, &m.cap.d), "hint %s at S = %d accepted",
+                  cases[k].hint, cases[k].S);
+    ck_assert_str_eq(cap_text(&m.cap), cases[k].want);
+    model_free(&m);
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("partition");
   TCase *tc = tcase_create("core");
@@ -619,6 +662,7 @@ int main(void) {
   tcase_add_test(tc, test_predicted_step_time);
   tcase_add_test(tc, test_zbh1_split_choice);
   tcase_add_test(tc, test_pass_hint_out_of_range);
+  tcase_add_test(tc, test_pass_hint_empty_stage);
   suite_add_tcase(s, tc);
   return run_suite(s);
 }

@@ -357,6 +357,46 @@ START_TEST(test_crc) {
 }
 END_TEST
 
+// BUG (found by tests/fuzz/fuzz_pt2): names with control bytes reached the one-line messages raw
+// (an entry, so also the archive's folder, and a weight's name: cJSON reads raw control bytes in a
+// key too), and an archive holding two entries of one name opened, reading the first where other
+// ZIP readers (Python's zipfile) read the last. Each is now refused.
+START_TEST(test_control_entry_name) {
+  write_archive(NULL, NULL, "m/x\ny");
+  open_err("entry 'm/x\\ny': a name with a control character is refused");
+}
+END_TEST
+
+START_TEST(test_control_weight_name) {
+  char cfg[512];
+  snprintf(cfg, sizeof cfg, "{\"config\": {\"l.\\u001bbias\": {\"path_name\": \"weight_1\", %s}}}",
+           META("[{\"as_int\": 3}]", "[{\"as_int\": 1}]"));
+  write_archive("m/data/weights/model_weights_config.json", cfg, NULL);
+  open_err("weight 'l.\\x1bbias': a name with a control character is refused");
+}
+END_TEST
+
+// Replaces the bytes from by to (of one length) wherever they are in the archive's file.
+static void patch_file(const char *from, const char *to) {
+  FILE *f = fopen(path, "r+b");
+  ck_assert_ptr_nonnull(f);
+  unsigned char buf[8192];
+  size_t n = fread(buf, 1, sizeof buf, f), len = strlen(from);
+  ck_assert_uint_lt(n, sizeof buf);
+  for (size_t i = 0; i + len <= n; i++)
+    if (!memcmp(buf + i, from, len)) memcpy(buf + i, to, len);
+  rewind(f);
+  ck_assert_uint_eq(fwrite(buf, 1, n, f), n);
+  fclose(f);
+}
+
+START_TEST(test_duplicate_entry) {
+  write_archive(NULL, NULL, "m/data/weights/weight_Z"); // then renamed weight_1: libzip adds no
+  patch_file("weight_Z", "weight_1");                   // second entry of one name itself
+  open_err("entry 'm/data/weights/weight_1': a second entry of one name is refused");
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("pt2");
   TCase *tc = tcase_create("pt2");
@@ -383,6 +423,9 @@ int main(void) {
   tcase_add_test(tc, test_path_name);
   tcase_add_test(tc, test_crc);
   tcase_add_test(tc, test_byteorder);
+  tcase_add_test(tc, test_control_entry_name);
+  tcase_add_test(tc, test_control_weight_name);
+  tcase_add_test(tc, test_duplicate_entry);
   suite_add_tcase(s, tc);
   return run_suite(s);
 }
