@@ -540,7 +540,7 @@ typedef struct MseInfo {
 } MseInfo;
 
 static ImpNode *made_by(Val *v, const char *target) {
-  ImpNode *p = v->kind == VAL_TENSOR ? v->producer : NULL;
+  ImpNode *p = v && v->kind == VAL_TENSOR ? v->producer : NULL;
   return p && strcmp(p->target, target) == 0 ? p : NULL;
 }
 
@@ -953,8 +953,10 @@ static bool read_add(Imp *im, ImpNode *n) {
     const cJSON *l =
         ct ? cJSON_GetObjectItemCaseSensitive(imp_arg(ct, "tensors"), "as_tensors") : NULL;
     if (cJSON_GetArraySize(l) != 2) continue;
-    Val *ng = imp_val(im, cJSON_GetObjectItemCaseSensitive(l->child, "name")->valuestring);
-    Val *lo = imp_val(im, cJSON_GetObjectItemCaseSensitive(l->child->next, "name")->valuestring);
+    const cJSON *n1 = cJSON_GetObjectItemCaseSensitive(l->child, "name");
+    const cJSON *n2 = cJSON_GetObjectItemCaseSensitive(l->child->next, "name");
+    Val *ng = cJSON_IsString(n1) ? imp_val(im, n1->valuestring) : NULL;
+    Val *lo = cJSON_IsString(n2) ? imp_val(im, n2->valuestring) : NULL;
     ImpNode *pn = ng ? made_by(ng, "neg.default") : NULL;
     Val *hi = pn ? arg_q(im, pn, "self") : NULL;
     ImpNode *sl = lo ? made_by(lo, "slice.Tensor") : NULL,

@@ -33,22 +33,39 @@ static void py_frame(Imp *im, ImpNode *n, const char *st) {
   }
 }
 
+static const char *name_shown(Imp *im, const char *s) {
+  char *p = diag_printable(s);
+  const char *r = p ? arena_strdup(im->a, p) : s;
+  free(p);
+  return r;
+}
+
 void imp_error(Imp *im, const ImpNode *n, const char *fmt, ...) {
   char msg[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  // Names quoted from the archive may hold any byte: control characters are shown escaped, so
+  // that a message stays one line.
+  char shown[4 * sizeof msg];
+  size_t o = 0;
+  for (const unsigned char *c = (const unsigned char *)msg; *c && o < sizeof shown - 5; c++)
+    if (*c < 0x20 || *c == 0x7f)
+      o += (size_t)snprintf(shown + o, sizeof shown - o, "\\x%02x", *c);
+    else
+      shown[o++] = (char)*c;
+  shown[o] = 0;
   if (n && n->py_file) {
     const char *file = im->d->file;
     bool ex = im->d->excerpts;
     im->d->file = n->py_file, im->d->excerpts = false;
-    diag_error(im->d, (Loc){n->py_line, 0}, "%s (node %s)", msg, n->name);
+    diag_error(im->d, (Loc){n->py_line, 0}, "%s (node %s)", shown, name_shown(im, n->name));
     im->d->file = file, im->d->excerpts = ex;
   } else if (n)
-    diag_error(im->d, NOLOC, "node %s: %s", n->name, msg);
+    diag_error(im->d, NOLOC, "node %s: %s", name_shown(im, n->name), shown);
   else
-    diag_error(im->d, NOLOC, "%s", msg);
+    diag_error(im->d, NOLOC, "%s", shown);
 }
 
 // ---- shapes
@@ -136,7 +153,7 @@ static bool read_shape(Imp *im, const char *vname, const cJSON *meta, IShape *s,
   const cJSON *dt = cJSON_GetObjectItemCaseSensitive(meta, "dtype");
   int n = cJSON_GetArraySize(sizes);
   if (!cJSON_IsArray(sizes) || n > IMP_MAX_RANK || !cJSON_IsNumber(dt)) {
-    diag_error(im->d, NOLOC, "tensor '%s': sizes and dtype expected (at most %d dims)", vname,
+    imp_error(im, NULL, "tensor '%s': sizes and dtype expected (at most %d dims)", vname,
                IMP_MAX_RANK);
     return false;
   }
@@ -148,7 +165,7 @@ static bool read_shape(Imp *im, const char *vname, const cJSON *meta, IShape *s,
   cJSON_ArrayForEach(e, sizes) {
     if (!read_size(im, e, sym, &s->k[i], &s->b[i])) {
       char *t = cJSON_PrintUnformatted(e);
-      diag_error(im->d, NOLOC,
+      imp_error(im, NULL,
                  "tensor '%s': size %s is not supported (sizes are integers or the batch "
                  "dimension, k*batch)",
                  vname, t ? t : "?");
@@ -158,7 +175,7 @@ static bool read_shape(Imp *im, const char *vname, const cJSON *meta, IShape *s,
     nb += s->b[i++];
   }
   if (nb > 1) {
-    diag_error(im->d, NOLOC, "tensor '%s': the batch dimension appears in %d dims", vname, nb);
+    imp_error(im, NULL, "tensor '%s': the batch dimension appears in %d dims", vname, nb);
     return false;
   }
   return true;
@@ -297,7 +314,7 @@ bool imp_is_none(const ImpNode *n, const char *name) {
 }
 
 static const char *arg_kind(const cJSON *a) {
-  return a && a->child ? a->child->string : "none";
+  return a && a->child && a->child->string ? a->child->string : "none";
 }
 
 Val *imp_tensor(Imp *im, ImpNode *n, const char *name) {
@@ -494,8 +511,9 @@ static bool read_values(Imp *im, const cJSON *graph) {
   const cJSON *tv = cJSON_GetObjectItemCaseSensitive(graph, "tensor_values");
   const cJSON *sv = cJSON_GetObjectItemCaseSensitive(graph, "sym_int_values");
   const char *sym = NULL;
-  if (!cJSON_IsObject(tv)) {
-    diag_error(im->d, NOLOC, "models/model.json: the graph has no tensor_values");
+  if (!cJSON_IsObject(tv) || (sv && !cJSON_IsObject(sv))) {
+    imp_error(im, NULL, "models/model.json: the graph has no tensor_values (and "
+                             "sym_int_values, where present, must be an object)");
     return false;
   }
   const cJSON *e;
@@ -509,14 +527,14 @@ static bool read_values(Imp *im, const cJSON *graph) {
     Val *v = imp_new_val(im, VAL_SYM, NULL, 0, NULL);
     v->name = e->string;
     if (!read_size(im, e, &sym, &v->sym_k, &v->sym_b)) {
-      diag_error(im->d, NOLOC, "symbolic int '%s': only the batch dimension may be dynamic",
+      imp_error(im, NULL, "symbolic int '%s': only the batch dimension may be dynamic",
                  e->string);
       return false;
     }
     strmap_put(&im->vals, v->name, v);
   }
   if (!sym) {
-    diag_error(im->d, NOLOC,
+    imp_error(im, NULL,
                "the archive was exported with a static batch (no dynamic "
                "dimension): export with torch.export.Dim on the inputs' first dim "
                "(scripts/export_model.py, docs/import.md)");
@@ -528,19 +546,19 @@ static bool read_values(Imp *im, const cJSON *graph) {
 static bool read_buffer(Imp *im, Val *v, const char *fqn) {
   const Pt2Weight *w = pt2_constant(im->p, fqn);
   if (!w) {
-    diag_error(im->d, NOLOC, "buffer '%s' has no entry in the archive's constants", fqn);
+    imp_error(im, NULL, "buffer '%s' has no entry in the archive's constants", fqn);
     return false;
   }
   if (w->dtype != 7 && w->dtype != 5 && w->dtype != 4 && w->dtype != 12 && w->dtype != 1 &&
       w->dtype != 10) {
-    diag_error(im->d, NOLOC,
+    imp_error(im, NULL,
                "buffer '%s' is %s; buffers are read as f32, c64, i64, i32, u8 or "
                "bool",
                fqn, w->dtype_name);
     return false;
   }
   if (w->numel != (uint64_t)ishape_numel_k(&v->shape)) {
-    diag_error(im->d, NOLOC, "buffer '%s' holds %llu values; its graph input %s needs %lld", fqn,
+    imp_error(im, NULL, "buffer '%s' holds %llu values; its graph input %s needs %lld", fqn,
                (unsigned long long)w->numel, ishape_str(im, &v->shape),
                (long long)ishape_numel_k(&v->shape));
     return false;
@@ -586,19 +604,19 @@ static bool read_signature(Imp *im, const cJSON *sig) {
     const char *kind = k && k->string ? k->string : "";
     Val *v = spec_val(im, k);
     if (!v) {
-      diag_error(im->d, NOLOC, "signature: a %s input names no tensor of the graph", kind);
+      imp_error(im, NULL, "signature: a %s input names no tensor of the graph", kind);
       return false;
     }
     if (strcmp(kind, "parameter") == 0) {
       const cJSON *pn = cJSON_GetObjectItemCaseSensitive(k, "parameter_name");
       const Pt2Weight *w = cJSON_IsString(pn) ? pt2_weight(im->p, pn->valuestring) : NULL;
       if (!w) {
-        diag_error(im->d, NOLOC, "parameter '%s' has no weight in the archive",
+        imp_error(im, NULL, "parameter '%s' has no weight in the archive",
                    cJSON_IsString(pn) ? pn->valuestring : v->name);
         return false;
       }
       if (w->dtype != 7) {
-        diag_error(im->d, NOLOC, "parameter '%s' is %s; pipec imports f32 parameters", w->fqn,
+        imp_error(im, NULL, "parameter '%s' is %s; pipec imports f32 parameters", w->fqn,
                    w->dtype_name);
         return false;
       }
@@ -613,12 +631,12 @@ static bool read_signature(Imp *im, const cJSON *sig) {
     } else if (strcmp(kind, "buffer") == 0) {
       const cJSON *bn = cJSON_GetObjectItemCaseSensitive(k, "buffer_name");
       if (!cJSON_IsString(bn) || !read_buffer(im, v, bn->valuestring)) {
-        if (!cJSON_IsString(bn)) diag_error(im->d, NOLOC, "signature: a buffer without a name");
+        if (!cJSON_IsString(bn)) imp_error(im, NULL, "signature: a buffer without a name");
         return false;
       }
     } else if (strcmp(kind, "user_input") == 0) {
       if (v->dtype != 7 && v->dtype != 5 && v->dtype != 4) {
-        diag_error(im->d, NOLOC,
+        imp_error(im, NULL,
                    "input '%s': dtype code %d is not supported (float32, int64, "
                    "int32)",
                    v->name, v->dtype);
@@ -627,7 +645,7 @@ static bool read_signature(Imp *im, const cJSON *sig) {
       v->kind = VAL_LEAF, v->is_input = true, v->pipec = v->name;
       strmap_put(&im->names, v->name, (void *)v->name);
     } else {
-      diag_error(im->d, NOLOC,
+      imp_error(im, NULL,
                  "signature: input kind '%s' is not supported (parameter, buffer, "
                  "user_input)",
                  kind);
@@ -688,6 +706,12 @@ static bool read_outputs(Imp *im) {
       }
     }
     im->cur = x;
+    bool none = !strcmp(x->target, "_assert_tensor_metadata.default") ||
+                !strcmp(x->target, "sym_size.int"); // the rows with no tensor output
+    if (x->nout == 0 && !none) {
+      imp_error(im, x, "%s has no tensor output", x->target);
+      return false;
+    }
     if (imp_const_eval(im, x)) continue;
     if (x->row->read && !x->row->read(im, x)) return false;
   }
@@ -810,7 +834,7 @@ static void add_inputs(Imp *im, const cJSON *sig) {
 static Val *loss_of(Imp *im, const cJSON *sig) {
   const cJSON *specs = cJSON_GetObjectItemCaseSensitive(sig, "output_specs");
   if (cJSON_GetArraySize(specs) != 1) {
-    diag_error(im->d, NOLOC,
+    imp_error(im, NULL,
                "the module returns %d outputs; pipec imports a module that returns "
                "its scalar loss (given inputs and targets)",
                cJSON_GetArraySize(specs));
@@ -823,7 +847,7 @@ static Val *loss_of(Imp *im, const cJSON *sig) {
   Val *v = cJSON_IsString(nm) ? imp_val(im, nm->valuestring) : NULL;
   if (!k || (strcmp(k->string, "user_output") && strcmp(k->string, "loss_output")) || !v ||
       v->shape.rank != 0 || v->dtype != 7) {
-    diag_error(im->d, NOLOC, "the module's output must be its scalar float32 loss (got %s)",
+    imp_error(im, NULL, "the module's output must be its scalar float32 loss (got %s)",
                v ? ishape_str(im, &v->shape) : "no tensor");
     return NULL;
   }

@@ -192,11 +192,17 @@ static bool check_line(const char *line, size_t len, const char *file, const cha
     *kind = "note";
     return len > 13;
   }
-  if (len < fl + 1 || strncmp(p, file, fl) || p[fl] != ':') return false;
-  p += fl + 1;
-  if (*p >= '0' && *p <= '9') { // LINE:COL:
-    if (!digits(&p) || *p++ != ':' || !digits(&p) || *p++ != ':') return false;
-  }
+  const char *py = memmem(line, len, ".py:", 4);
+  if (len >= fl + 1 && !strncmp(p, file, fl) && p[fl] == ':') {
+    p += fl + 1;
+    if (*p >= '0' && *p <= '9') { // LINE:COL:
+      if (!digits(&p) || *p++ != ':' || !digits(&p) || *p++ != ':') return false;
+    }
+  } else if (py && py > line && !memchr(line, ':', (size_t)(py - line))) {
+    p = py + 4; // a .pt2 node's Python line: PY:LINE: (no column)
+    if (!digits(&p) || *p++ != ':') return false;
+  } else
+    return false;
   if (!strncmp(p, " error: ", 8))
     *kind = "error", rest = p + 8;
   else if (!strncmp(p, " warning: ", 10))
