@@ -667,6 +667,7 @@ static bool read_nodes(Imp *im, const cJSON *graph) {
     const cJSON *meta = cJSON_GetObjectItemCaseSensitive(n, "metadata");
     x->json = n;
     x->target = cJSON_IsString(t) ? strip_target(t->valuestring) : "?";
+    if (!*x->target) x->target = "''"; // (named in messages)
     x->name = cJSON_IsString(nm) ? nm->valuestring : "?";
     x->inputs = cJSON_GetObjectItemCaseSensitive(n, "inputs");
     x->module = module_of(im, meta);
