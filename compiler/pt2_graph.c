@@ -154,7 +154,7 @@ static bool read_shape(Imp *im, const char *vname, const cJSON *meta, IShape *s,
   int n = cJSON_GetArraySize(sizes);
   if (!cJSON_IsArray(sizes) || n > IMP_MAX_RANK || !cJSON_IsNumber(dt)) {
     imp_error(im, NULL, "tensor '%s': sizes and dtype expected (at most %d dims)", vname,
-               IMP_MAX_RANK);
+              IMP_MAX_RANK);
     return false;
   }
   memset(s, 0, sizeof *s);
@@ -166,9 +166,9 @@ static bool read_shape(Imp *im, const char *vname, const cJSON *meta, IShape *s,
     if (!read_size(im, e, sym, &s->k[i], &s->b[i])) {
       char *t = cJSON_PrintUnformatted(e);
       imp_error(im, NULL,
-                 "tensor '%s': size %s is not supported (sizes are integers or the batch "
-                 "dimension, k*batch)",
-                 vname, t ? t : "?");
+                "tensor '%s': size %s is not supported (sizes are integers or the batch "
+                "dimension, k*batch)",
+                vname, t ? t : "?");
       free(t);
       return false;
     }
@@ -512,8 +512,9 @@ static bool read_values(Imp *im, const cJSON *graph) {
   const cJSON *sv = cJSON_GetObjectItemCaseSensitive(graph, "sym_int_values");
   const char *sym = NULL;
   if (!cJSON_IsObject(tv) || (sv && !cJSON_IsObject(sv))) {
-    imp_error(im, NULL, "models/model.json: the graph has no tensor_values (and "
-                             "sym_int_values, where present, must be an object)");
+    imp_error(im, NULL,
+              "models/model.json: the graph has no tensor_values (and "
+              "sym_int_values, where present, must be an object)");
     return false;
   }
   const cJSON *e;
@@ -527,17 +528,16 @@ static bool read_values(Imp *im, const cJSON *graph) {
     Val *v = imp_new_val(im, VAL_SYM, NULL, 0, NULL);
     v->name = e->string;
     if (!read_size(im, e, &sym, &v->sym_k, &v->sym_b)) {
-      imp_error(im, NULL, "symbolic int '%s': only the batch dimension may be dynamic",
-                 e->string);
+      imp_error(im, NULL, "symbolic int '%s': only the batch dimension may be dynamic", e->string);
       return false;
     }
     strmap_put(&im->vals, v->name, v);
   }
   if (!sym) {
     imp_error(im, NULL,
-               "the archive was exported with a static batch (no dynamic "
-               "dimension): export with torch.export.Dim on the inputs' first dim "
-               "(scripts/export_model.py, docs/import.md)");
+              "the archive was exported with a static batch (no dynamic "
+              "dimension): export with torch.export.Dim on the inputs' first dim "
+              "(scripts/export_model.py, docs/import.md)");
     return false;
   }
   return true;
@@ -552,15 +552,15 @@ static bool read_buffer(Imp *im, Val *v, const char *fqn) {
   if (w->dtype != 7 && w->dtype != 5 && w->dtype != 4 && w->dtype != 12 && w->dtype != 1 &&
       w->dtype != 10) {
     imp_error(im, NULL,
-               "buffer '%s' is %s; buffers are read as f32, c64, i64, i32, u8 or "
-               "bool",
-               fqn, w->dtype_name);
+              "buffer '%s' is %s; buffers are read as f32, c64, i64, i32, u8 or "
+              "bool",
+              fqn, w->dtype_name);
     return false;
   }
   if (w->numel != (uint64_t)ishape_numel_k(&v->shape)) {
     imp_error(im, NULL, "buffer '%s' holds %llu values; its graph input %s needs %lld", fqn,
-               (unsigned long long)w->numel, ishape_str(im, &v->shape),
-               (long long)ishape_numel_k(&v->shape));
+              (unsigned long long)w->numel, ishape_str(im, &v->shape),
+              (long long)ishape_numel_k(&v->shape));
     return false;
   }
   v->kind = VAL_CONST, v->fqn = fqn;
@@ -612,12 +612,12 @@ static bool read_signature(Imp *im, const cJSON *sig) {
       const Pt2Weight *w = cJSON_IsString(pn) ? pt2_weight(im->p, pn->valuestring) : NULL;
       if (!w) {
         imp_error(im, NULL, "parameter '%s' has no weight in the archive",
-                   cJSON_IsString(pn) ? pn->valuestring : v->name);
+                  cJSON_IsString(pn) ? pn->valuestring : v->name);
         return false;
       }
       if (w->dtype != 7) {
         imp_error(im, NULL, "parameter '%s' is %s; pipec imports f32 parameters", w->fqn,
-                   w->dtype_name);
+                  w->dtype_name);
         return false;
       }
       v->kind = VAL_LEAF, v->fqn = w->fqn, v->pipec = w->fqn;
@@ -637,18 +637,18 @@ static bool read_signature(Imp *im, const cJSON *sig) {
     } else if (strcmp(kind, "user_input") == 0) {
       if (v->dtype != 7 && v->dtype != 5 && v->dtype != 4) {
         imp_error(im, NULL,
-                   "input '%s': dtype code %d is not supported (float32, int64, "
-                   "int32)",
-                   v->name, v->dtype);
+                  "input '%s': dtype code %d is not supported (float32, int64, "
+                  "int32)",
+                  v->name, v->dtype);
         return false;
       }
       v->kind = VAL_LEAF, v->is_input = true, v->pipec = v->name;
       strmap_put(&im->names, v->name, (void *)v->name);
     } else {
       imp_error(im, NULL,
-                 "signature: input kind '%s' is not supported (parameter, buffer, "
-                 "user_input)",
-                 kind);
+                "signature: input kind '%s' is not supported (parameter, buffer, "
+                "user_input)",
+                kind);
       return false;
     }
   }
@@ -836,9 +836,9 @@ static Val *loss_of(Imp *im, const cJSON *sig) {
   const cJSON *specs = cJSON_GetObjectItemCaseSensitive(sig, "output_specs");
   if (cJSON_GetArraySize(specs) != 1) {
     imp_error(im, NULL,
-               "the module returns %d outputs; pipec imports a module that returns "
-               "its scalar loss (given inputs and targets)",
-               cJSON_GetArraySize(specs));
+              "the module returns %d outputs; pipec imports a module that returns "
+              "its scalar loss (given inputs and targets)",
+              cJSON_GetArraySize(specs));
     return NULL;
   }
   const cJSON *k = specs->child->child;
@@ -846,10 +846,10 @@ static Val *loss_of(Imp *im, const cJSON *sig) {
       cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(k, "arg"), "as_tensor");
   const cJSON *nm = cJSON_GetObjectItemCaseSensitive(t, "name");
   Val *v = cJSON_IsString(nm) ? imp_val(im, nm->valuestring) : NULL;
-  if (!k || (strcmp(k->string, "user_output") && strcmp(k->string, "loss_output")) || !v ||
-      v->shape.rank != 0 || v->dtype != 7) {
+  if (!k || !k->string || (strcmp(k->string, "user_output") && strcmp(k->string, "loss_output")) ||
+      !v || v->shape.rank != 0 || v->dtype != 7) {
     imp_error(im, NULL, "the module's output must be its scalar float32 loss (got %s)",
-               v ? ishape_str(im, &v->shape) : "no tensor");
+              v ? ishape_str(im, &v->shape) : "no tensor");
     return NULL;
   }
   return v;
