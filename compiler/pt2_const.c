@@ -371,20 +371,12 @@ static bool eval_complex(Imp *im, ImpNode *n, Val *a) {
 
 bool imp_const_eval(Imp *im, ImpNode *n) {
   if (n->nout != 1 || numel(&n->out[0]->shape) > CONST_MAX) return false;
-  const cJSON *a;
-  int tensors = 0;
-  const char *fqn = NULL; // the buffer a one-input value comes from (messages)
-  cJSON_ArrayForEach(a, n->inputs) {
-    const cJSON *arg = cJSON_GetObjectItemCaseSensitive(a, "arg");
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(arg, "as_tensor");
-    const cJSON *l = cJSON_GetObjectItemCaseSensitive(arg, "as_tensors");
-    for (const cJSON *e = t ? t : l ? l->child : NULL; e; e = t ? NULL : e->next) {
-      const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
-      Val *v = cJSON_IsString(nm) ? imp_val(im, nm->valuestring) : NULL;
-      if (!v || v->kind != VAL_CONST) return false;
-      tensors++, fqn = v->fqn;
-    }
-  }
+  Val *args[16];
+  int tensors = imp_tensor_args(im, n, args, 16);
+  if (tensors > 16) return false;
+  for (int i = 0; i < tensors; i++)
+    if (!args[i] || args[i]->kind != VAL_CONST) return false;
+  const char *fqn = tensors ? args[0]->fqn : NULL; // the buffer a one-input value comes from
   const char *t = n->target;
   size_t op = strcspn(t, ".");
   bool ok = false;

@@ -721,22 +721,30 @@ static bool read_outputs(Imp *im) {
 
 // ---- lowering
 
-static bool plan(Imp *im, ImpNode *n) {
-  if (n->planned) return true;
-  n->planned = true;
-  im->cur = n;
-  if (n->row->plan) return n->row->plan(im, n);
+int imp_tensor_args(Imp *im, const ImpNode *n, Val **out, int cap) {
+  int k = 0;
   const cJSON *a;
   cJSON_ArrayForEach(a, n->inputs) {
     const cJSON *arg = cJSON_GetObjectItemCaseSensitive(a, "arg");
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(arg, "as_tensor");
     const cJSON *l = cJSON_GetObjectItemCaseSensitive(arg, "as_tensors");
-    for (const cJSON *e = t ? t : l ? l->child : NULL; e; e = t ? NULL : e->next) {
+    for (const cJSON *e = t ? t : l ? l->child : NULL; e; e = t ? NULL : e->next, k++) {
       const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
-      Val *v = cJSON_IsString(nm) ? imp_val(im, nm->valuestring) : NULL;
-      if (v && n->ndeps < IMP_MAX_DEPS) n->deps[n->ndeps++] = v;
+      if (k < cap) out[k] = cJSON_IsString(nm) ? imp_val(im, nm->valuestring) : NULL;
     }
   }
+  return k;
+}
+
+static bool plan(Imp *im, ImpNode *n) {
+  if (n->planned) return true;
+  n->planned = true;
+  im->cur = n;
+  if (n->row->plan) return n->row->plan(im, n);
+  Val *args[IMP_MAX_DEPS];
+  int k = imp_tensor_args(im, n, args, IMP_MAX_DEPS);
+  for (int i = 0; i < k && i < IMP_MAX_DEPS; i++)
+    if (args[i]) n->deps[n->ndeps++] = args[i];
   return true;
 }
 

@@ -120,6 +120,9 @@ bool imp_bool(Imp *im, ImpNode *n, const char *name, bool def, bool *out);
 // An int list (as_ints, or as_sym_ints whose names are sym values): sizes as IShape.
 bool imp_sizes(Imp *im, ImpNode *n, const char *name, IShape *out);
 bool imp_ints(Imp *im, ImpNode *n, const char *name, int64_t *v, int *nv, int cap);
+// The node's tensor arguments (as_tensor and the entries of as_tensors, in schema order) into out,
+// at most cap of them (an unknown name: NULL); returns how many there are, those past cap too.
+int imp_tensor_args(Imp *im, const ImpNode *n, Val **out, int cap);
 // True when the argument is absent or None.
 bool imp_is_none(const ImpNode *n, const char *name);
 
