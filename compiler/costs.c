@@ -19,6 +19,7 @@
 
 #include "../ir/ops.h"
 #include "../ir/strmap.h"
+#include "cut.h"
 #include "files.h"
 #include "json.h"
 

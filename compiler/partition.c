@@ -36,208 +36,8 @@
 
 #include "../ir/ops.h"
 #include "costs.h"
+#include "cut.h"
 #include "pipeline.h"
-
-// ---- The dynamic program
-
-bool partition_over_cap(const CutProblem *cp, int r, double pbytes, double act, double bnd,
-                        int inflight) {
-  if (cp->mem_cap <= 0) return false;
-  double mem =
-      cp->recomp && cp->recomp[r] ? pbytes + act + bnd * inflight : pbytes + act * inflight;
-  return mem > cp->mem_cap;
-}
-
-int cut_inflight(const CutProblem *cp, int S, int r) {
-  if (cp->inflight) return cp->inflight[r];
-  return S - r < cp->M ? S - r : cp->M;
-}
-
-CutSums cut_sums(const CutProblem *cp, int a, int b) {
-  CutSums s = {0};
-  for (int u = a; u < b; u++) {
-    s.flops += cp->flops[u], s.act += cp->act_bytes[u];
-    if (cp->conv_bytes && cp->conv_bytes[u] > s.conv) s.conv = cp->conv_bytes[u];
-  }
-  for (int i = 0; i < cp->nt; i++) {
-    const CutTensor *t = &cp->t[i];
-    if (t->from >= a) {
-      if (t->from < b && t->nto > 0 && t->to[t->nto - 1] >= b) // sent on, its gradient back
-        s.sent += t->bytes * (t->grad ? 2 : 1);
-      continue;
-    }
-    for (int k = 0; k < t->nto; k++)
-      if (t->to[k] >= a && t->to[k] < b) {
-        s.fwd += t->bytes;
-        if (t->grad) s.grad += t->bytes;
-        break;
-      }
-  }
-  for (int i = 0; i < cp->np; i++)
-    for (int k = 0; k < cp->p[i].nunits; k++)
-      if (cp->p[i].units[k] >= a && cp->p[i].units[k] < b) {
-        s.pbytes += cp->p[i].bytes;
-        break;
-      }
-  return s;
-}
-
-double partition_stage_cost(const CutProblem *cp, int S, int r, int a, int b) {
-  CutSums cs = cut_sums(cp, a, b);
-  double comm = cs.fwd + cs.grad; // received, its gradient sent back
-  int inflight = cut_inflight(cp, S, r);
-  if (partition_over_cap(cp, r, cs.pbytes + cs.conv, cs.act, comm + cs.sent, inflight))
-    return INFINITY;
-  return cs.flops / cp->rate + comm / (cp->stage_bw ? cp->stage_bw[r] : cp->bandwidth);
-}
-
-double partition_dp(const CutProblem *cp, int S, int *starts, Arena *a) {
-  int n = cp->n;
-  if (S < 1 || S > n) return INFINITY;
-  // CSR: reads[u] = tensors read by u from an earlier unit; makes[u] = tensors made by u;
-  // preads[u] = parameters read by u.
-  int *roff = ARENA_ARRAY(a, int, n + 1), *moff = ARENA_ARRAY(a, int, n + 1),
-      *poff = ARENA_ARRAY(a, int, n + 1);
-  for (int i = 0; i < cp->nt; i++) {
-    for (int k = 0; k < cp->t[i].nto; k++) roff[cp->t[i].to[k]]++;
-    moff[cp->t[i].from]++;
-  }
-  for (int i = 0; i < cp->np; i++)
-    for (int k = 0; k < cp->p[i].nunits; k++) poff[cp->p[i].units[k]]++;
-  int rs = 0, ms = 0, ps = 0;
-  for (int u = 0; u <= n; u++) {
-    int r = u < n ? roff[u] : 0, m = u < n ? moff[u] : 0, q = u < n ? poff[u] : 0;
-    roff[u] = rs, moff[u] = ms, poff[u] = ps;
-    rs += r, ms += m, ps += q;
-  }
-  int *ridx = ARENA_ARRAY(a, int, rs + 1), *midx = ARENA_ARRAY(a, int, ms + 1),
-      *pidx = ARENA_ARRAY(a, int, ps + 1);
-  int *rf = ARENA_ARRAY(a, int, n + 1), *mf = ARENA_ARRAY(a, int, n + 1),
-      *pf = ARENA_ARRAY(a, int, n + 1);
-  for (int i = 0; i < cp->nt; i++) {
-    for (int k = 0; k < cp->t[i].nto; k++) {
-      int u = cp->t[i].to[k];
-      ridx[roff[u] + rf[u]++] = i;
-    }
-    int u = cp->t[i].from;
-    midx[moff[u] + mf[u]++] = i;
-  }
-  for (int i = 0; i < cp->np; i++)
-    for (int k = 0; k < cp->p[i].nunits; k++) {
-      int u = cp->p[i].units[k];
-      pidx[poff[u] + pf[u]++] = i;
-    }
-  // Prefix sums of FLOPs and activation bytes.
-  double *pfl = ARENA_ARRAY(a, double, n + 1), *pact = ARENA_ARRAY(a, double, n + 1);
-  for (int u = 0; u < n; u++)
-    pfl[u + 1] = pfl[u] + cp->flops[u], pact[u + 1] = pact[u] + cp->act_bytes[u];
-  // An upper bound U from the cut that balances FLOPs (where it is feasible): a stage costing
-  // U or more cannot be in a better solution, which bounds each sweep below (exact: when the
-  // program finds nothing under U, the balanced cut is an optimum).
-  double U = INFINITY;
-  int *hstarts = ARENA_ARRAY(a, int, S + 1);
-  {
-    bool ok = true;
-    hstarts[0] = 0;
-    for (int r = 1, u = 1; r < S && ok; r++) {
-      double want = pfl[n] * r / S;
-      while (u < n - (S - r) && (pfl[u] < want || (cp->cut_ok && !cp->cut_ok[u]))) u++;
-      while (u < n && cp->cut_ok && !cp->cut_ok[u]) u++;
-      ok = u < n && u > hstarts[r - 1];
-      hstarts[r] = u++;
-    }
-    if (ok) {
-      U = 0;
-      for (int r = 0; r < S; r++) {
-        double c = partition_stage_cost(cp, S, r, hstarts[r], r + 1 < S ? hstarts[r + 1] : n);
-        if (c > U) U = c;
-      }
-    }
-  }
-  // f[k * (n + 1) + b]: best slowest stage of units [0, b) in k stages; arg: the last start.
-  double *f = ARENA_ARRAY(a, double, (size_t)(S + 1) * (n + 1));
-  int *arg = ARENA_ARRAY(a, int, (size_t)(S + 1) * (n + 1));
-  for (size_t i = 0; i < (size_t)(S + 1) * (n + 1); i++) f[i] = INFINITY, arg[i] = -1;
-  f[0] = 0;
-  int *klo = ARENA_ARRAY(a, int, n + 1), *khi = ARENA_ARRAY(a, int, n + 1); // finite f[k][b]
-  for (int b = 1; b <= n; b++) klo[b] = S + 1, khi[b] = -1;
-  // stamp[t] == b: tensor t counted in the stage [a, b) being grown; -b: made inside it.
-  int *tstamp = ARENA_ARRAY(a, int, cp->nt + 1), *pstamp = ARENA_ARRAY(a, int, cp->np + 1);
-  double bw_max = cp->bandwidth; // --topology: the fastest stage link bounds every stage's time
-  for (int r = 1; cp->stage_bw && r < S; r++)
-    if (r == 1 || cp->stage_bw[r] > bw_max) bw_max = cp->stage_bw[r];
-  for (int b = 1; b <= n; b++) {
-    if (b < n && cp->cut_ok && !cp->cut_ok[b]) continue; // no stage ends here
-    // The stage counts k for which [0, b) in k stages and [b, n) in S - k could all cost under
-    // U: each stage costs at least its FLOPs / rate (a margin of 1e-9 for rounding).
-    int kb_lo = 1, kb_hi = b < n ? S - 1 : S;
-    if (U < INFINITY) {
-      double lim = U * cp->rate * (1 + 1e-9);
-      while (kb_lo <= kb_hi && pfl[b] >= kb_lo * lim) kb_lo++;
-      if (b == n) kb_lo = kb_hi; // only k = S ends at n
-      while (kb_hi >= kb_lo && b < n && pfl[n] - pfl[b] >= (S - kb_hi) * lim) kb_hi--;
-      if (b == n && pfl[b] >= S * lim) kb_lo = kb_hi + 1;
-    }
-    if (kb_lo > kb_hi) continue;
-    double comm = 0, pbytes = 0, bnd = 0; // bnd: bytes received and sent on (--recompute)
-    double conv = 0;                      // --precision: the stage's conversion area
-    for (int s = b - 1; s >= 0; s--) {
-      // The stage becomes [s, b): unit s joins it.
-      for (int j = moff[s]; j < moff[s + 1]; j++) {
-        int t = midx[j];
-        const CutTensor *ct = &cp->t[t];
-        if (tstamp[t] == b)
-          comm -= ct->bytes * (ct->grad ? 2 : 1), bnd -= ct->bytes * (ct->grad ? 2 : 1);
-        if (ct->nto > 0 && ct->to[ct->nto - 1] >= b) bnd += ct->bytes * (ct->grad ? 2 : 1);
-        tstamp[t] = -b;
-      }
-      for (int j = roff[s]; j < roff[s + 1]; j++) {
-        int t = ridx[j];
-        if (tstamp[t] != b && tstamp[t] != -b) {
-          tstamp[t] = b;
-          comm += cp->t[t].bytes * (cp->t[t].grad ? 2 : 1);
-          bnd += cp->t[t].bytes * (cp->t[t].grad ? 2 : 1);
-        }
-      }
-      for (int j = poff[s]; j < poff[s + 1]; j++) {
-        int q = pidx[j];
-        if (pstamp[q] != b) pstamp[q] = b, pbytes += cp->p[q].bytes;
-      }
-      if (cp->conv_bytes && cp->conv_bytes[s] > conv) conv = cp->conv_bytes[s];
-      if ((pfl[b] - pfl[s]) / cp->rate >= U) break; // and for every stage starting further left
-      if (s > 0 && cp->cut_ok && !cp->cut_ok[s]) continue; // no stage starts here
-      double ftime = (pfl[b] - pfl[s]) / cp->rate, time = ftime + comm / bw_max,
-             act = pact[b] - pact[s];
-      if (time >= U) continue;
-      int k1 = klo[s] + 1 > kb_lo ? klo[s] + 1 : kb_lo,
-          k2 = khi[s] + 1 < kb_hi ? khi[s] + 1 : kb_hi;
-      for (int k = k1; k <= k2; k++) {
-        double prev = f[(size_t)(k - 1) * (n + 1) + s];
-        if (prev == INFINITY) continue;
-        int r = k - 1, inflight = cut_inflight(cp, S, r);
-        if (partition_over_cap(cp, r, pbytes + conv, act, bnd, inflight)) continue;
-        double tk = cp->stage_bw ? ftime + comm / cp->stage_bw[r] : time;
-        if (tk >= U) continue;
-        double v = prev > tk ? prev : tk;
-        size_t at = (size_t)k * (n + 1) + b;
-        if (v < f[at]) f[at] = v, arg[at] = s;
-        if (k < klo[b]) klo[b] = k;
-        if (k > khi[b]) khi[b] = k;
-      }
-    }
-  }
-  double best = f[(size_t)S * (n + 1) + n];
-  if (best == INFINITY) {
-    if (U < INFINITY) memcpy(starts, hstarts, sizeof(int) * (size_t)S);
-    return U;
-  }
-  for (int k = S, b = n; k >= 1; k--) {
-    int s = arg[(size_t)k * (n + 1) + b];
-    starts[k - 1] = s;
-    b = s;
-  }
-  return best;
-}
 
 // ---- From the graph to units, and back
 
@@ -256,67 +56,9 @@ typedef struct Part {
   int *inflight;         // per stage: the microbatches in flight its estimate counts
 } Part;
 
-// The forward node a backward or step node follows: its forward node, or for a gradient sum the
-// producer of the tensor whose gradient it sums; NULL for a parameter's step-end sum.
-static const Node *anchor(const Node *n) {
-  if (n->role == ROLE_FWD) return n;
-  if (n->fwd) return n->fwd;
-  if (n->role == ROLE_STEP) return NULL;
-  const Tensor *t = n->nout ? n->out[0]->grad_of : NULL;
-  return t && t->producer ? anchor(t->producer) : NULL;
-}
-
-// "transformer.h.2" from the names of a block instance's nodes: their longest common prefix
-// that ends at a '.' or at the end of every name; "BLOCK.INDEX" when there is none.
-static const char *block_label(Node *const *nodes, int n, Arena *a) {
-  const char *s = nodes[0]->name;
-  size_t len = strlen(s);
-  for (int i = 1; i < n; i++) {
-    const char *o = nodes[i]->name;
-    size_t k = 0;
-    while (k < len && o[k] == s[k]) k++;
-    len = k;
-  }
-  if (n == 1 && !nodes[0]->block) return s;
-  for (;; len--) {
-    bool whole = len > 0;
-    for (int i = 0; i < n && whole; i++)
-      whole = nodes[i]->name[len] == 0 || nodes[i]->name[len] == '.';
-    if (whole) return arena_printf(a, "%.*s", (int)len, s);
-    if (len == 0) break;
-  }
-  return arena_printf(a, "%s.%d", nodes[0]->block, nodes[0]->instance);
-}
-
-// Units: a block instance's consecutive forward nodes, or one node outside blocks; every node
-// when by_node.
+// The units (cut.h's units_make) of the forward nodes into pt; every node when by_node.
 static void make_units(Part *pt, bool by_node) {
-  Graph *g = pt->g;
-  pt->unit_of = ARENA_ARRAY(pt->a, int, pt->nf + 1);
-  pt->unit_start = ARENA_ARRAY(pt->a, int, pt->nf + 1);
-  pt->nunits = 0;
-  for (int i = 0; i < pt->nf; i++) {
-    const Node *n = g->nodes[i], *p = i ? g->nodes[i - 1] : NULL;
-    bool same = !by_node && p && n->block && p->block == n->block && p->instance == n->instance;
-    if (!same) pt->unit_start[pt->nunits++] = i;
-    pt->unit_of[i] = pt->nunits - 1;
-  }
-  pt->unit_start[pt->nunits] = pt->nf;
-  pt->label = ARENA_ARRAY(pt->a, const char *, pt->nunits + 1);
-  for (int u = 0; u < pt->nunits; u++)
-    pt->label[u] =
-        block_label(g->nodes + pt->unit_start[u], pt->unit_start[u + 1] - pt->unit_start[u], pt->a);
-}
-
-int partition_units(Graph *g, int *unit_of_node, const char ***label) {
-  Part pt = {.g = g, .a = g->arena, .nf = g->nfwd};
-  make_units(&pt, false);
-  for (int i = 0; i < g->nnodes; i++) {
-    const Node *f = anchor(g->nodes[i]);
-    unit_of_node[i] = f && f->id < pt.nf ? pt.unit_of[f->id] : -1;
-  }
-  *label = pt.label;
-  return pt.nunits;
+  pt->nunits = units_make(pt->g, pt->nf, by_node, pt->a, &pt->unit_of, &pt->unit_start, &pt->label);
 }
 
 static double tensor_bytes(const Part *pt, const Tensor *t) {
@@ -345,7 +87,7 @@ static void build_problem(Part *pt, const PartitionOptions *o, CutProblem *cp) {
   cp->uw = ARENA_ARRAY(a, double, n + 1);
   const Costs *cs = o->costs;
   for (int i = 0; i < g->nnodes; i++) {
-    const Node *n0 = g->nodes[i], *f = anchor(n0);
+    const Node *n0 = g->nodes[i], *f = unit_anchor(n0);
     if (!f) continue;
     OpCost c = {0, 0};
     n0->op->cost(n0, pt->tc->mb_size, &c);
@@ -640,7 +382,7 @@ bool pass_partition(Graph *g, const TrainConfig *tc, const PartitionOptions *o, 
   p->nv = p->nranks = S;
   p->vstage_of_node = ARENA_ARRAY(a, int, g->nnodes + 1);
   for (int i = 0; i < g->nnodes; i++) {
-    const Node *n = g->nodes[i], *f = anchor(n);
+    const Node *n = g->nodes[i], *f = unit_anchor(n);
     if (f) {
       p->vstage_of_node[i] = pt.fstage[f->id];
       continue;
@@ -833,7 +575,7 @@ static void print_nodes(const Program *p, const VStage *s, FILE *out) {
       while (end < s->f.n && s->f.nodes[end]->block == n->block &&
              s->f.nodes[end]->instance == n->instance)
         end++;
-      lab = block_label(s->f.nodes + i, end - i, g->arena);
+      lab = unit_label(s->f.nodes + i, end - i, g->arena);
       const char *dot = strrchr(lab, '.');
       if (dot && dot[1] >= '0' && dot[1] <= '9' && atoi(dot + 1) == n->instance)
         k = n->instance, plen = (size_t)(dot - lab);

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cut.h"
 #include "pipeline.h"
 
 typedef struct SimStage {

@@ -6,6 +6,7 @@
 // checker rejecting a backward edge.
 #include <math.h>
 
+#include "../../compiler/cut.h"
 #include "../../compiler/pipeline.h"
 #include "testutil.h"
 
