@@ -54,19 +54,6 @@ static int cpu_level(void) {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0;
 }
 
-int pr_gemm_own(void) {
-  static _Atomic int own = -1; // -1: not read yet
-  int v = own;
-  if (v >= 0) return v;
-  const char *e = getenv("PIPEC_GEMM");
-  prCheck(!e || !e[0] || strcmp(e, "own") == 0 || strcmp(e, "openblas") == 0,
-          "PIPEC_GEMM=own (pipec's GEMM, the default) or PIPEC_GEMM=openblas",
-          "PIPEC_GEMM=%s: no such GEMM", e);
-  v = !(e && strcmp(e, "openblas") == 0);
-  own = v;
-  return v;
-}
-
 const char *pr_blas_core(void) {
   return openblas_get_corename();
 }

@@ -59,27 +59,6 @@ static void optim_path(char *out, const char *f) {
 // ---------------------------------------------------------------------------------------------
 // The save id
 
-uint64_t pr_ck_mix(uint64_t h, uint64_t w) {
-  h ^= w;
-  h *= 0x9e3779b97f4a7c15ULL;
-  return h ^ (h >> 29);
-}
-
-uint64_t pr_ck_hash_values(uint64_t h, const float *x, int64_t n) {
-  int64_t k = 0;
-  for (; k + 2 <= n; k += 2) {
-    uint64_t w;
-    memcpy(&w, x + k, 8);
-    h = pr_ck_mix(h, w);
-  }
-  if (k < n) {
-    uint32_t w;
-    memcpy(&w, x + k, 4);
-    h = pr_ck_mix(h, w);
-  }
-  return h;
-}
-
 uint64_t pr_ck_hash_refs(uint64_t h, const PrTensorRef *r, int n) {
   for (int i = 0; i < n; i++) {
     int64_t numel = 1;

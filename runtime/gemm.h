@@ -64,7 +64,7 @@ void pr_gemm_packed_epi(int ta, int64_t M, int64_t N, int64_t K, const float *A,
                         const float *packed, float *C, int64_t ldc, int mode, const PrEpi *e);
 
 // 1 when the kernels run pipec's own GEMM at v3/v4 (PIPEC_GEMM unset or "own"), 0 for OpenBLAS
-// (PIPEC_GEMM=openblas); another value stops the program. Read once (blas_info.c).
+// (PIPEC_GEMM=openblas); another value stops the program. Read once (gemm_select.c).
 int pr_gemm_own(void);
 
 // 1 when this process's kernels run the own GEMM: pr_gemm_own() in a build of the kernels with

@@ -732,3 +732,26 @@ void pr_safetensors_save(const char *path, const PrTensorRef *refs, int n, const
   free(tmp);
   pr_fsync_dir_of(path); // make the rename durable
 }
+
+// The save id's mixing step and its hash of f32 values (checkpoint_impl.h): here, with the
+// file hash that uses them (pr_safetensors_hash), so checkpoint.c imports this file only.
+uint64_t pr_ck_mix(uint64_t h, uint64_t w) {
+  h ^= w;
+  h *= 0x9e3779b97f4a7c15ULL;
+  return h ^ (h >> 29);
+}
+
+uint64_t pr_ck_hash_values(uint64_t h, const float *x, int64_t n) {
+  int64_t k = 0;
+  for (; k + 2 <= n; k += 2) {
+    uint64_t w;
+    memcpy(&w, x + k, 8);
+    h = pr_ck_mix(h, w);
+  }
+  if (k < n) {
+    uint32_t w;
+    memcpy(&w, x + k, 4);
+    h = pr_ck_mix(h, w);
+  }
+  return h;
+}
