@@ -126,6 +126,14 @@ int imp_tensor_args(Imp *im, const ImpNode *n, Val **out, int cap);
 // True when the argument is absent or None.
 bool imp_is_none(const ImpNode *n, const char *name);
 
+// ---- reading the graph (compiler/pt2_graph.c)
+// Every tensor_values entry of graph as a Val with its shape (sizes as ints or the batch symbol)
+// and dtype; false after reporting a shape or dtype pipec cannot read.
+bool imp_read_values(Imp *im, const cJSON *graph);
+// Sets node n's Python frame (its FILE:LINE for messages) from its stack_trace st: the last
+// `File "F", line N` outside torch/.
+void imp_py_frame(Imp *im, ImpNode *n, const char *st);
+
 // ---- values
 Val *imp_val(Imp *im, const char *name);
 Val *imp_new_val(Imp *im, ValKind kind, const IShape *s, int dtype, ImpNode *producer);
