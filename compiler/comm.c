@@ -20,6 +20,7 @@
 // the exchange groups.
 #include <string.h>
 
+#include "comm.h"
 #include "pipeline.h"
 
 static const Tensor *owner(const Tensor *t) {

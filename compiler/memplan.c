@@ -59,6 +59,7 @@
 
 #include "../ir/ops.h"
 #include "pipeline.h"
+#include "recompute.h"
 #include "place.h"
 
 enum { ALIGN = 64 };

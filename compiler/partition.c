@@ -37,7 +37,9 @@
 #include "../ir/ops.h"
 #include "costs.h"
 #include "cut.h"
+#include "partition.h"
 #include "pipeline.h"
+#include "recompute.h"
 
 // ---- From the graph to units, and back
 

@@ -30,6 +30,7 @@
 // O(tensors + nodes + actions) plus the sweep's O(n log n).
 #include "../ir/ops.h"
 #include "pipeline.h"
+#include "recompute.h"
 #include "place.h"
 
 // Reports a violation of rank r's plan; FAIL returns false, BAD leaves plan_check (its scratch

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "pipeline.h"
+#include "recompute.h"
 
 const char *recompute_parse(const char *arg, Arena *a, int **stages, int *n) {
   *stages = NULL;

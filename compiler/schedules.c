@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "../ir/ops.h"
+#include "partition.h"
 #include "pipeline.h"
 
 static const char *const sched_names[SCHED_COUNT] = {"gpipe", "1f1b", "interleaved", "zb-h1",

@@ -14,7 +14,10 @@
 
 #include "../../compiler/dimexpr.h"
 #include "../../compiler/passes.h"
+#include "../../compiler/comm.h"
+#include "../../compiler/partition.h"
 #include "../../compiler/pipeline.h"
+#include "../../compiler/recompute.h"
 #include "../../compiler/source.h"
 #include "../../ir/ir.h"
 #include "harness.h"

@@ -7,7 +7,10 @@
 // embedding), each built, verified (the lock-step simulation with its send-buffer rule) and
 // planned, every rank's plan checked here against the properties the rank programs rely on; and
 // plan_check rejecting hand-broken plans with its message.
+#include "../../compiler/comm.h"
+#include "../../compiler/partition.h"
 #include "../../compiler/pipeline.h"
+#include "../../compiler/recompute.h"
 #include "../../compiler/place.h"
 #include "testutil.h"
 

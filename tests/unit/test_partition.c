@@ -7,6 +7,8 @@
 #include <math.h>
 
 #include "../../compiler/cut.h"
+#include "../../compiler/comm.h"
+#include "../../compiler/partition.h"
 #include "../../compiler/pipeline.h"
 #include "testutil.h"
 
