@@ -18,9 +18,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../compiler/memplan.h"
+#include "../compiler/training.h"
+#include "../ir/ops.h"
 #include "emit.h"
 #include "runtime_paths.h"
-#include "../ir/ops.h"
 
 #ifndef PIPEC_VERSION
 #define PIPEC_VERSION "0.0.0"

@@ -14,6 +14,7 @@
 // the plan's CPU workspace in the activations stays unused on the GPU.
 #include <string.h>
 
+#include "../compiler/training.h"
 #include "../ir/ops.h"
 #include "emit.h"
 

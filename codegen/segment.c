@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../compiler/precision.h"
 #include "../ir/ops.h"
 #include "emit.h"
 

@@ -58,9 +58,11 @@
 #include <unistd.h>
 
 #include "../ir/ops.h"
+#include "memplan.h"
 #include "pipeline.h"
-#include "recompute.h"
 #include "place.h"
+#include "precision.h"
+#include "recompute.h"
 
 enum { ALIGN = 64 };
 

@@ -39,6 +39,7 @@
 #include "cut.h"
 #include "partition.h"
 #include "pipeline.h"
+#include "precision.h"
 #include "recompute.h"
 
 // ---- From the graph to units, and back

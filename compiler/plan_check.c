@@ -29,9 +29,11 @@
 // holds the f32 copies of every call of the rank's nodes (precision_conv_bytes).
 // O(tensors + nodes + actions) plus the sweep's O(n log n).
 #include "../ir/ops.h"
+#include "memplan.h"
 #include "pipeline.h"
-#include "recompute.h"
 #include "place.h"
+#include "precision.h"
+#include "recompute.h"
 
 // Reports a violation of rank r's plan; FAIL returns false, BAD leaves plan_check (its scratch
 // freed at out).

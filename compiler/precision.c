@@ -13,6 +13,7 @@
 // gradients. Kernels compute in f32 (codegen widens the 16-bit
 // operands of each call into the rank's conversion area and narrows the results back).
 #include "pipeline.h"
+#include "precision.h"
 
 void precision_mark(Graph *g, DType prec, const Tensor *logits) {
   for (int i = 0; i < g->ntensors; i++) {

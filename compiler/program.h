@@ -74,50 +74,6 @@ typedef struct TrainConfig {
   DType precision;        // --precision: DT_F32 (default), DT_BF16 or DT_F16 (precision.c)
 } TrainConfig;
 
-// --precision bf16|fp16 (precision.c): marks the tensors stored in 16 bits (Tensor.half), a rule
-// on each tensor alone (the same at any S); DT_F32 clears every mark. logits: the accuracy's
-// (accuracy_logits; NULL: none), kept f32 like the model's outputs.
-void precision_mark(Graph *g, DType prec, const Tensor *logits);
-// Bytes of the f32 copies node n's kernel call works on: one per 16-bit output then input, in
-// the call's order, each rounded up to 64 bytes (codegen lays them out the same way).
-int64_t precision_conv_bytes(const Node *n, int64_t batch);
-// One 16-bit tensor's f32 copy in the conversion area: its elements' bytes rounded up to 64.
-int64_t precision_conv_size(const Tensor *t, int64_t batch);
-// Bytes per element of t as stored: 2 for a 16-bit tensor (Tensor.half), else its dtype's.
-int precision_elem_size(const Tensor *t);
-// Bytes per element of parameter p with everything the step keeps of it: its value (16 bits or
-// f32), its f32 gradient, `slots` f32 optimizer states and, stored in 16 bits, its f32 master.
-int precision_param_elem_size(const Tensor *p, int slots);
-// ", bf16 storage" / ", fp16 storage" for the plans' first lines; "" at f32.
-const char *precision_note(DType prec);
-
-// Reads the model's `training` section (defaults where absent) and applies overrides given as
-// "key=value" strings (pipec compile --set key=value). Binds the batch symbol to the microbatch.
-bool training_parse(const Source *src, Graph *g, const char **overrides, int noverrides,
-                    TrainConfig *tc, Diag *d);
-// The `training.data` section's inputs (data.input, data.target, data.columns, data.files;
-// training_data.c): fills tc->feeds, checks each fed input against the data kind and that every
-// other model input is filled by something, and resolves the npy files against dir (the model
-// file's directory). Called by training_parse once tc->data and the paths are read.
-bool training_data_bind(const Source *src, Graph *g, const cJSON *data, const char *dir,
-                        TrainConfig *tc, Diag *d);
-// The feed that fills model input t, or NULL (no loader fills t).
-const Feed *training_feed_of(const TrainConfig *tc, const Tensor *t);
-// Resolves a data path written in the model against dir (absolute, tidied when the file exists).
-const char *training_data_path(Arena *a, const char *dir, const char *path);
-
-// After autodiff: decides once, for every S, whether evaluations count correct predictions, and
-// of which node (TrainConfig.accuracy): tables only, the one node that reads the target as class
-// ids ("classes": cross_entropy) of f32 logits (B, K) it trains (a backward node reads them, so
-// they are still there after the forward, on whichever stage computes that node).
-void training_accuracy(TrainConfig *tc);
-// The logits and the class ids of the accuracy node n (TrainConfig.accuracy).
-const Tensor *accuracy_logits(const Node *n);
-const Tensor *accuracy_ids(const Node *n);
-// Prints the configuration as read (defaults filled in, overrides applied, data paths resolved):
-// one "key value" line per training key, in the keys' table order (pipec --dump-after=training).
-void training_print(const Graph *g, const TrainConfig *tc, FILE *out);
-
 typedef enum Region {
   REG_PARAMS, // parameters (tied parameters share their owner's bytes)
   REG_GRADS,  // parameter gradients: per-use accumulation buffers and combined gradients
@@ -191,28 +147,5 @@ typedef struct Plan {
 } Plan;
 
 struct Program;
-// memplan pass: one plan per rank (prog->ranks[r].plan) from the rank's action list: the order
-// of nodes is the schedule's, never decided here. Batch symbol bound to tc->mb_size. Places with
-// a sweep over time and checks every rank's plan with plan_check (every build).
-bool plan_memory(struct Program *prog, Diag *d);
-// The independent checker of rank r's plan (compiler/plan_check.c), from the program and the
-// plan alone: every tensor a node of the rank reads or writes, every exchange buffer of a
-// parameter it holds, has storage inside its region (slotted ones in a slot of their stage);
-// tied parameters at their owner's bytes; no two buffers of one slot share a byte while both
-// are live, the live intervals recomputed here (a received tensor from the timeline's start, a
-// sent one over the whole timeline, an input from its LOAD, the loss until LOSS); slots and
-// strides as the stages' K. False after reporting the first violation ("internal error:
-// memplan: ...").
-bool plan_check(const struct Program *prog, int r, Diag *d);
-// One rank's plan (pipec plan, --dump-after=memplan at S = 1): the bytes of each region and the
-// total, in MiB and bytes.
-void plan_print(const Graph *g, const TrainConfig *tc, const Plan *p, FILE *out);
-// Rank r's plan on one line (pipec plan --stages S, one per rank): "rank r: params X B, grads
-// Y B, optimizer Z B, activations W B (constants C B; vV: K slots of N B; ...), total T B (...
-// MiB)".
-void plan_print_rank(const struct Program *prog, int r, FILE *out);
-// Warns when the plan's bytes exceed this machine's physical memory (where the generated program
-// refuses to start).
-void plan_warn_memory(const Plan *p, Diag *d);
 
 #endif

@@ -13,6 +13,7 @@
 #include "../ir/ops.h"
 #include "json.h"
 #include "program.h"
+#include "training.h"
 
 typedef enum KeyType {
   K_INT, // an integer (int64_t)

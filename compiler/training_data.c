@@ -12,6 +12,7 @@
 #include "../ir/ops.h"
 #include "json.h"
 #include "program.h"
+#include "training.h"
 
 static const cJSON *sub(const cJSON *o, const char *k) {
   return o ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;

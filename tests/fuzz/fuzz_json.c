@@ -12,13 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../compiler/dimexpr.h"
-#include "../../compiler/passes.h"
 #include "../../compiler/comm.h"
+#include "../../compiler/dimexpr.h"
+#include "../../compiler/memplan.h"
 #include "../../compiler/partition.h"
+#include "../../compiler/passes.h"
 #include "../../compiler/pipeline.h"
+#include "../../compiler/precision.h"
 #include "../../compiler/recompute.h"
 #include "../../compiler/source.h"
+#include "../../compiler/training.h"
 #include "../../ir/ir.h"
 #include "harness.h"
 

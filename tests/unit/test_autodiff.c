@@ -1,6 +1,7 @@
 // Unit tests of the back half of the compiler: the autodiff pass (which gradients exist, their
 // roles, the summation orders of shared/design/pipeline-semantics.md) and the memory plan
 // (regions, tied storage, no two live buffers overlapping, microbatch size).
+#include "../../compiler/memplan.h"
 #include "../../compiler/pipeline.h"
 #include "testutil.h"
 

@@ -8,10 +8,11 @@
 // planned, every rank's plan checked here against the properties the rank programs rely on; and
 // plan_check rejecting hand-broken plans with its message.
 #include "../../compiler/comm.h"
+#include "../../compiler/memplan.h"
 #include "../../compiler/partition.h"
 #include "../../compiler/pipeline.h"
-#include "../../compiler/recompute.h"
 #include "../../compiler/place.h"
+#include "../../compiler/recompute.h"
 #include "testutil.h"
 
 static int64_t al(int64_t b) {
