@@ -44,7 +44,8 @@ bench: build
 	@bench/run.sh $(BUILD)/bin/pipec
 
 format:
-	@clang-format -i ir/*.[ch] compiler/*.[ch] tests/unit/*.c
+	@clang-format -i ir/*.[ch] compiler/*.[ch] codegen/*.[ch] runtime/*.[ch] runtime/cuda/*.cu \
+	  runtime/cuda/*.cuh runtime/cuda/*.h tests/unit/*.c
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN)

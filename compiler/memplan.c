@@ -1,59 +1,11 @@
 // memplan pass: a static offset for every buffer of each rank, from the rank's action list
-// (pipeline.h). The order of nodes is the schedule's: this pass never decides it.
-//
-// Regions: params (owners back to back in canonical order; a tied parameter shares its owner's
-// bytes), grads (every per-step gradient buffer back to back), optimizer state (per owner
-// parameter that gets a gradient, its AdamW m and v or SGD momentum, each slot's offset in the
-// plan), activations. The activation region holds the constants at its bottom (live for the whole
-// run), then for every virtual stage of the rank K slots: slot m mod K holds everything of
-// microbatch m on that stage. A slot's layout is planned once over the stage's one-microbatch
-// timeline, read off the action list: the actions of the stage's first microbatch in list order,
-// one position per node of a compute action (F, B, W) and one for LOAD and LOSS, the step end
-// after them. A received tensor (Channel.dst) is live from the timeline's start (its receive is
-// posted before F runs, as soon as the slot's previous microbatch is done) to its last read; a
-// sent tensor (Channel.t) over the whole timeline, so nothing else of its slot overwrites it
-// while its send may be in flight (the generated code waits for send (c, m) before the action
-// that makes (c, m + K), the verifier's send-buffer rule). A channel between two stages of the
-// rank is no message but a copy at its RECV: its sent tensor lives from its producer to the last
-// node of its microbatch that runs before the RECV, or to the step end when the RECV comes after
-// them all as the slot's last use (schedule_last_actions: the slot's next microbatch takes its
-// receives after it; else the whole timeline), its copy from the first node after the RECV
-// (local_pos; zb-v's middle rank). A buffer live
-// across actions (a loaded input, a forward activation kept for B, the loss until LOSS, a dy kept
-// for W) is SAVED; one live within one action (most gradients, kernel workspaces) is TEMP. Both are
-// placed together in the slot by a sweep over the timeline (place.c), so a temporary reuses bytes
-// of saved buffers already dead; this holds for any K as long as K is what the schedule keeps in
-// flight (microbatch m + K starts on the slot only after m's last action there: the simulator's job
-// when K > 1). With K > 1 every slot would hold a copy of the temporaries, placed at the slot's
-// peak (mostly the start of B, with every saved forward buffer live): where K slots laid out
-// without them plus their own layout in the work area (below; BUF_WORK) take fewer bytes, the
-// stage's temporaries and workspaces go there (temps_to_work; zb-v's half stages, gpipe); a rank
-// holding several stages also tries every stage's there, K = 1 included (one stage's move may pay
-// only with another's, the area shared), and keeps the plan of fewer bytes. At S > 1
-// a rank holds only what its stages touch: the parameters its nodes read (owner storage; a tied
-// entry at its owner's bytes) with their optimizer state, the gradient buffers its stages make
-// plus, for a parameter held by several stages, every use buffer of its step-end sum (the remote
-// ones are received at step end) and the sum, the constants it reads and per stage the inputs it
-// reads. At S = 1 the plan is what it always was. Every rank's plan is checked by plan_check
-// (plan_check.c), independent of the placement, in every build.
-//
-// --recompute (recompute.c): a recomputing stage's slots hold only its boundary tensors
-// (recompute_boundary), on the same timeline, a tensor its rerun forward reads kept at least to
-// where B starts. Everything else of the stage (BUF_WORK) and its nodes' workspaces go to the
-// rank's one work area above the slots, laid out over the stage's work timeline (its F nodes,
-// then its B nodes: F's layout is the rerun's), each stage's from the area's start: every such
-// buffer is live within one action and one action runs at a time, so one copy serves every
-// microbatch and every recomputing stage of the rank; its size is the largest working set.
-//
-// --precision bf16|fp16 (precision.c): a 16-bit tensor's buffer takes 2 bytes per element (the
-// parameters' too); the optimizer state stays f32 and each 16-bit parameter's f32 master weights
-// follow its state in the optimizer region; the conversion area (the f32 copies of the 16-bit
-// operands of one kernel call, the largest call of the rank's nodes) is on top of everything in
-// the activation region, one copy for the rank.
-//
-// Every size, sum, alignment and offset is computed with checked arithmetic: a plan whose regions
-// together would exceed 2^63 - 1 bytes is an error naming the tensor (or node workspace) that
-// pushes it over, never a wrapped size.
+// (pipeline.h). The order of nodes is the schedule's: this pass never decides it. Regions: params,
+// grads, optimizer, activations; the activations hold the constants, then K slots per virtual
+// stage, each laid out once over the stage's one-microbatch timeline by place.c's sweep, plus the
+// rank's one work area (temporaries, --recompute) and the 16-bit conversion area. plan_check.c
+// checks every plan independently. Sizes and offsets use checked arithmetic. The design (live
+// intervals of sent and received tensors, the work area, recompute, precision) is in
+// docs/design/memplan.md.
 #include <stdlib.h>
 #include <unistd.h>
 

@@ -2,9 +2,10 @@
 // and builds each rank's action list; its checker verifies the counts and orders of
 // pipeline-semantics.md §7 for any number of ranks and virtual stages; its dump is a stable text.
 //
-// Today one rank runs one stage (S = 1, V = 1) and the list is the order the program has always
-// run a step in: for m = 0..M-1 LOAD, F, LOSS, B (the B segment holds the B and W nodes in graph
-// order: B and W are not split), then TIED_SUM, NORM, OPT. The checker indexes the actions by
+// At S = 1 the one rank's list is: for m = 0..M-1 LOAD, F, LOSS, B (B holds the B and W nodes in
+// graph order), then TIED_SUM, NORM, OPT. At S > 1 sched_build (schedules.c) places S·V stages on
+// the S ranks (a rank runs several with --virtual and zb-v) and lowers the schedule's order onto
+// the channels. The checker indexes the actions by
 // (kind, v, m) in one pass over each list: linear in the number of actions.
 #include <string.h>
 

@@ -6,8 +6,8 @@
 # stopped; --init from it equals --init from the one-file pair; an interrupted save is rolled
 # forward after its commit (by --init too) and discarded before it; bad directories are refused
 # by name (a shard of another save by --init too), and so is a flipped bit in a shard; the
-# shards load with the safetensors package's own reader (exit 77 at the end when it is not
-# importable here, after every other check passed).
+# shards load with the safetensors package's own reader (where it is not importable here, that
+# one check says SKIP and the others decide: exit 0 when they passed).
 pipec=$1
 root=$2
 . "$root/tests/e2e/lib.sh"
@@ -152,7 +152,7 @@ expect "--save DIR/ over a file" 1 "rank 0: error: --save '.*/plainfile/': not a
 "$pkgpy" "$root/tests/e2e/shards_check.py" package "$tmp/sh4" >"$tmp/pkg.out" 2>&1
 rc=$?
 if [ $rc -eq 77 ]; then
-  [ $fail -eq 0 ] && echo "PASS $pass checks; SKIP the safetensors package's reader: $(cat "$tmp/pkg.out")" && exit 77
+  echo "SKIP the safetensors package's reader: $(cat "$tmp/pkg.out")"
 else
   check "the safetensors package reads the S = 4 shards as pipec wrote them: $(head -2 "$tmp/pkg.out")" test $rc -eq 0
 fi
