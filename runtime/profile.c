@@ -17,9 +17,9 @@
 // (mpirun --bind-to core; -1 when it may run on several): the simulator then queues the ranks
 // bound to one core on that core (docs/design/simulator.md, "Ranks that share cores"); where
 // every rank is bound, the actions' clock intervals (a second all-gather) give per core the time
-// it was inside one of its ranks' actions but ran none of them (stolen_seconds). Samples are kept in
-// arrays grown by doubling: profiling runs are not the allocation-free training runs tests/alloc
-// checks.
+// it was inside one of its ranks' actions but ran none of them (stolen_seconds). Samples are kept
+// in arrays grown by doubling: profiling runs are not the allocation-free training runs
+// tests/alloc checks.
 #define _GNU_SOURCE // sched_getaffinity, CPU_COUNT
 #include "pipert.h"
 
