@@ -44,7 +44,7 @@ bench: build
 	@bench/run.sh $(BUILD)/bin/pipec
 
 format:
-	@clang-format -i ir/*.[ch] compiler/*.[ch] tests/unit/*.c
+	@clang-format -i ir/*.[ch] compiler/*.[ch] driver/*.[ch] tests/unit/*.c
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN)
