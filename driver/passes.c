@@ -244,10 +244,42 @@ static bool check_comm(Driver *dr) {
   return comm_check(&dr->prog, &dr->diag);
 }
 
+// Fewer microbatches M than ranks S: a warning that names the bubble it implies, the ranks'
+// idle share of each step. For gpipe and 1f1b it is (S - 1) / (M + S - 1) (each rank waits S - 1
+// slots of F + B before its first forward and after its last backward); for the other schedules
+// the lock-step simulation's at unit costs, as plan prints it. With --replicas D, M is each
+// replica's (the step's M / D). The uneven form (each stage's M / D_s) is left out.
+static void warn_bubble(Driver *dr) {
+  const Program *p = &dr->prog;
+  const Config *c = &dr->cfg;
+  int S = p->nranks, M = p->M, D = c->replicas > 1 ? c->replicas : 1;
+  if (M >= S || c->uneven) return;
+  Arena *a = &dr->arena;
+  const char *ranks = c->given[O_STAGES] && !c->sched_csv ? arena_printf(a, "--stages %d", S)
+                                                          : arena_printf(a, "%d ranks", S);
+  const char *mbs =
+      arena_printf(a, "%d microbatch%s%s", M, M == 1 ? "" : "es", D > 1 ? " per replica" : "");
+  bool closed = !c->sched_csv && (c->sched == SCHED_GPIPE || c->sched == SCHED_1F1B);
+  if (closed)
+    diag_warning(&dr->diag, (Loc){0, 0},
+                 "%s with %s: the ranks idle (S - 1) / (M + S - 1) = %d / %d = %.1f%% of every "
+                 "step (the pipeline bubble); use --microbatches >= %d (docs/pipeline.md)",
+                 ranks, mbs, S - 1, M + S - 1, 100.0 * (S - 1) / (M + S - 1), S * D);
+  else
+    diag_warning(&dr->diag, (Loc){0, 0},
+                 "%s with %s: the ranks idle %.1f%% of every step (the pipeline bubble of %s at "
+                 "unit costs, as plan predicts it); use --microbatches >= %d (docs/pipeline.md)",
+                 ranks, mbs, dr->stats.bubble * 100,
+                 c->sched_csv ? c->sched_csv : sched_name(c->sched), S * D);
+}
+
 // S > 1: the lock-step simulation too (schedule_verify), which keeps its prediction for plan.
 static bool check_schedule(Driver *dr) {
   if (dr->prog.nranks <= 1) return schedule_check(&dr->prog, &dr->diag);
-  if (schedule_verify(&dr->prog, NULL, &dr->stats, &dr->arena, &dr->diag)) return true;
+  if (schedule_verify(&dr->prog, NULL, &dr->stats, &dr->arena, &dr->diag)) {
+    warn_bubble(dr);
+    return true;
+  }
   if (dr->cfg.sched_csv) diag_note(&dr->diag, "in the schedule %s", dr->cfg.sched_csv);
   return false;
 }
