@@ -44,7 +44,7 @@ bench: build
 	@bench/run.sh $(BUILD)/bin/pipec
 
 format:
-	@clang-format -i ir/*.[ch] compiler/*.[ch] codegen/*.[ch] runtime/*.[ch] runtime/cuda/*.cu \
+	@clang-format -i ir/*.[ch] compiler/*.[ch] driver/*.[ch] codegen/*.[ch] runtime/*.[ch] runtime/cuda/*.cu \
 	  runtime/cuda/*.cuh runtime/cuda/*.h tests/unit/*.c
 
 clean:

@@ -273,75 +273,122 @@ static PrTensorRef *save_refs(const PrTensorRef *refs, int n, const PrTensorRef 
   return s;
 }
 
-int pr_main(const PrProgram *p, int argc, char **argv) {
+// What pr_main's parts share for one run: the options, the roles, the checkpoint's tables and
+// where the steps got to. (The memory the parts allocate is in run, above, freed by free_run.)
+typedef struct Session {
+  const PrProgram *p;   // the program
+  const PrComm *comm;   // its transport (NULL: one rank)
+  const PrDevice *dv;   // its device (NULL: the CPU)
+  PrOptions o;          // the command line over the model's defaults (args.c)
+  int local;            // ranks of the job on this machine
+  bool replicated;      // --replicas, either form
+  bool reporter;        // this rank prints progress and evaluations
+  bool saver;           // this rank writes the files (replica 0's save rank)
+  const char *save_dir; // --save DIR/: the sharded checkpoint's directory
+  const char *load_dir; // --init or --resume DIR/: likewise
+  bool sharded_save;    // --save names a directory: every rank writes its own tensors
+  bool sharded_load;    // --init or --resume names one
+  Trainer t;            // what the step end reads
+  PrCheckpoint ck;      // the checkpoint's view of the parameters and optimizer state
+  int nopt;             // entries of ck.optim
+  char *scale_text;     // fp16: the scaler's state in the checkpoint
+  PrTensorRef *srefs;   // pipeline, --save: the save rank's view of the file (save_refs)
+  int64_t start;        // the first step (--resume: the checkpoint's)
+  int64_t done;         // steps run
+  bool loss_log_bad;    // the loss log could not be written in full
+} Session;
+
+// The options: the defaults' paths resolved, the command line parsed (args.c), every line of
+// the rank prefixed, errors naming it, from the first one on (--replicas: once the transport has
+// started, when the job's rank is known).
+static void parse_options(Session *s, int argc, char **argv) {
+  const PrProgram *p = s->p;
   pr_start(argc, argv);
-  const PrComm *comm = p->comm;
-  int local = 1; // ranks of the job on this machine
-  // Every line of this rank prefixed, errors naming it, from the first one on (--replicas: once
-  // the transport has started, below, when the job's rank is known).
-  const bool replicated = pr_comm_replicated(comm); // --replicas, either form
-  if (comm && !replicated) {
-    pr_rank = comm->rank;
-    pr_prefix_start(comm->rank);
+  s->comm = p->comm;
+  s->local = 1;
+  s->replicated = pr_comm_replicated(s->comm);
+  if (s->comm && !s->replicated) {
+    pr_rank = s->comm->rank;
+    pr_prefix_start(s->comm->rank);
   }
-  PrOptions o = p->defaults;
+  PrOptions *o = &s->o;
+  *o = p->defaults;
   static char data_path[PATH_MAX + 1], file_path[PR_MAX_FEEDS][PATH_MAX + 1]; // the defaults
   static char weights_path[PATH_MAX + 1];                                     // resolved
-  o.data = pr_origin_path(o.data, data_path, sizeof data_path);
-  o.weights = pr_origin_path(o.weights, weights_path, sizeof weights_path);
-  for (int k = 1; k < o.nfiles; k++)
-    o.file[k] = pr_origin_path(o.file[k], file_path[k], sizeof file_path[k]);
-  pr_parse_args(argc, argv, &o, p->doc);
-  if (comm) {
-    prCheck(!o.gradcheck,
-            "run --gradcheck on the one-stage program of the model (pipec compile without "
-            "--stages): the gradients are the same",
-            "--gradcheck works on one stage; this program is rank %d of a %d-stage pipeline",
-            comm->rank, comm->nranks);
-    local = comm->transport->start(comm, &argc, &argv, o.timeout);
-    if (replicated) { // the job's rank: replica d's pipeline rank s is d * S + s
-      pr_rank = pr_replica * comm->nranks + comm->rank;
-      if (comm->stage_reps) { // uneven: stage by stage, D_0 + .. + D_{s-1} + r
-        pr_rank = pr_replica;
-        for (int s = 0; s < comm->rank; s++) pr_rank += comm->stage_reps[s];
-      }
-      pr_prefix_start(pr_rank);
-      const char *what = o.trace ? "--trace" : o.predict ? "--predict" : "--profile";
-      const char *hint = "run it without --replicas (the same model at D = 1)";
-      bool unsupported = o.trace || o.predict || o.profile;
-      prCheck(!unsupported || comm->stage_reps, hint,
-              "%s is not supported yet with --replicas (this job has %d replicas)", what,
-              comm->replicas);
-      prCheck(!unsupported, hint,
-              "%s is not supported yet with --replicas (the uneven form: this rank's stage runs "
-              "on %d rank%s)",
-              what, pr_comm_replicas(comm), pr_comm_replicas(comm) == 1 ? "" : "s");
+  o->data = pr_origin_path(o->data, data_path, sizeof data_path);
+  o->weights = pr_origin_path(o->weights, weights_path, sizeof weights_path);
+  for (int k = 1; k < o->nfiles; k++)
+    o->file[k] = pr_origin_path(o->file[k], file_path[k], sizeof file_path[k]);
+  pr_parse_args(argc, argv, o, p->doc);
+}
+
+// A pipeline job: the transport started (the job's rank known from here), what it does not
+// support refused, the ranks on this machine sharing its cores.
+static void start_transport(Session *s, int argc, char **argv) {
+  const PrComm *comm = s->comm;
+  PrOptions *o = &s->o;
+  prCheck(!o->gradcheck,
+          "run --gradcheck on the one-stage program of the model (pipec compile without "
+          "--stages): the gradients are the same",
+          "--gradcheck works on one stage; this program is rank %d of a %d-stage pipeline",
+          comm->rank, comm->nranks);
+  s->local = comm->transport->start(comm, &argc, &argv, o->timeout);
+  if (s->replicated) { // the job's rank: replica d's pipeline rank s is d * S + s
+    pr_rank = pr_replica * comm->nranks + comm->rank;
+    if (comm->stage_reps) { // uneven: stage by stage, D_0 + .. + D_{s-1} + r
+      pr_rank = pr_replica;
+      for (int r = 0; r < comm->rank; r++) pr_rank += comm->stage_reps[r];
     }
-    if (!o.threads_given) { // the ranks on this machine share its cores
-      long cores = sysconf(_SC_NPROCESSORS_ONLN);
-      o.threads = cores / local > 1 ? (int)(cores / local) : 1;
-    }
+    pr_prefix_start(pr_rank);
+    const char *what = o->trace ? "--trace" : o->predict ? "--predict" : "--profile";
+    const char *hint = "run it without --replicas (the same model at D = 1)";
+    bool unsupported = o->trace || o->predict || o->profile;
+    prCheck(!unsupported || comm->stage_reps, hint,
+            "%s is not supported yet with --replicas (this job has %d replicas)", what,
+            comm->replicas);
+    prCheck(!unsupported, hint,
+            "%s is not supported yet with --replicas (the uneven form: this rank's stage runs "
+            "on %d rank%s)",
+            what, pr_comm_replicas(comm), pr_comm_replicas(comm) == 1 ? "" : "s");
   }
+  if (!o->threads_given) { // the ranks on this machine share its cores
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    o->threads = cores / s->local > 1 ? (int)(cores / s->local) : 1;
+  }
+}
+
+// The options against the program: roles, threads, and what this program cannot run.
+static void check_options(Session *s) {
+  const PrProgram *p = s->p;
+  const PrOptions *o = &s->o;
   // Roles: one rank has the loss (progress, evaluation), one writes the files (replica 0's).
-  const bool reporter = !comm || (comm->rank == comm->report_rank && pr_replica == 0);
-  const bool saver = !comm || (comm->rank == comm->save_rank && pr_replica == 0);
-  pr_set_threads(o.threads);
-  const PrDevice *dv = p->device;
-  prCheck(!p->precision || !o.gradcheck,
+  s->reporter = !s->comm || (s->comm->rank == s->comm->report_rank && pr_replica == 0);
+  s->saver = !s->comm || (s->comm->rank == s->comm->save_rank && pr_replica == 0);
+  pr_set_threads(o->threads);
+  s->dv = p->device;
+  prCheck(!p->precision || !o->gradcheck,
           "run --gradcheck on the f32 program of the model (pipec compile without --precision): "
           "16-bit storage rounds every stored result",
           "--gradcheck needs f32 storage; this program was compiled with --precision %s",
           p->precision == PR_FP16 ? "fp16" : "bf16");
-  prCheck(p->precision == PR_FP16 || !o.scaler_given,
+  prCheck(p->precision == PR_FP16 || !o->scaler_given,
           "drop the option, or compile with pipec compile --precision fp16",
           "--loss-scale and --loss-scale-window: only an fp16 program scales its loss (this one "
           "is %s)",
           p->precision == PR_BF16 ? "bf16" : "f32");
-  prCheck(!dv || !o.gradcheck,
+  prCheck(!s->dv || !o->gradcheck,
           "run --gradcheck on the CPU program of the model (pipec compile without --target): the "
           "gradients are the same",
-          "--gradcheck runs on the CPU target only; this is a %s program", dv ? dv->name : "");
-  if (!o.quiet) fputs(p->plan, stdout);
+          "--gradcheck runs on the CPU target only; this is a %s program",
+          s->dv ? s->dv->name : "");
+}
+
+// The plan printed, the device (or the machine's memory) checked against it, the regions and
+// the device's host mirrors allocated, the program's setup run.
+static void setup_regions(const Session *s) {
+  const PrProgram *p = s->p;
+  const PrDevice *dv = s->dv;
+  if (!s->o.quiet) fputs(p->plan, stdout);
   uint64_t plan_bytes = 0;
   for (int r = 0; r < PR_NREGIONS; r++) plan_bytes += (uint64_t)p->region_bytes[r];
   if (dv) { // the device, its memory against the plan and the pool, before any region
@@ -362,31 +409,33 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
         pr_alloc_region("optimizer state (host mirror)", (size_t)p->region_bytes[MIRRORED_OPTIM]);
   }
   p->setup();
-  if (o.gradcheck) {
-    int rc = pr_gradcheck_program(p, &o);
-    release(p);
-    return rc;
-  }
-  // Outputs are checked before any work: a run must not train for hours, then fail to save.
-  // A directory (--save DIR/) is a sharded checkpoint: every rank writes its own tensors.
+}
+
+// Outputs are checked before any work: a run must not train for hours, then fail to save.
+// A directory (--save DIR/) is a sharded checkpoint: every rank writes its own tensors. Then the
+// data opened (--predict's instead of the training data).
+static void check_outputs(Session *s) {
+  const PrProgram *p = s->p;
+  PrOptions *o = &s->o;
   static char save_dir[PATH_MAX + 1], load_dir[PATH_MAX + 1];
-  const char *load = o.resume ? o.resume : o.init;
-  const bool sharded_save = o.save && pr_shards_dir(o.save, false, save_dir, sizeof save_dir);
-  const bool sharded_load = load && pr_shards_dir(load, true, load_dir, sizeof load_dir);
-  if (o.save && saver) {
-    if (sharded_save)
+  const char *load = o->resume ? o->resume : o->init;
+  s->sharded_save = o->save && pr_shards_dir(o->save, false, save_dir, sizeof save_dir);
+  s->sharded_load = load && pr_shards_dir(load, true, load_dir, sizeof load_dir);
+  s->save_dir = save_dir, s->load_dir = load_dir;
+  if (o->save && s->saver) {
+    if (s->sharded_save)
       pr_shards_check_writable(save_dir);
     else
-      pr_checkpoint_check_writable(o.save);
+      pr_checkpoint_check_writable(o->save);
   }
-  if (o.loss_log && saver) pr_check_writable(o.loss_log, "--loss-log");
-  if (o.predict) { // the whole of DATA, in order, instead of the training data
-    pr_check_writable(o.out, "--out");
+  if (o->loss_log && s->saver) pr_check_writable(o->loss_log, "--loss-log");
+  if (o->predict) { // the whole of DATA, in order, instead of the training data
+    pr_check_writable(o->out, "--out");
     pr_data_predict = true;
-    o.data = o.predict;
+    o->data = o->predict;
     // Text: the characters' ids are the checkpoint's (its training text's vocabulary).
     char hex[2 * 256 + 1];
-    const char *ck = o.resume ? o.resume : o.init;
+    const char *ck = o->resume ? o->resume : o->init;
     if (p->vocab && pr_checkpoint_vocab(ck, hex, sizeof hex))
       pr_data_predict_nvocab = pr_ck_vocab_parse(ck, hex, pr_data_predict_vocab);
     prCheck(!p->vocab || pr_data_predict_nvocab > 0,
@@ -394,30 +443,38 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
             "--predict: %s records no character vocabulary: the text's character ids are unknown",
             ck);
   }
-  if (o.trace && saver) pr_check_writable(o.trace, "--trace");
-  prCheck(!o.trace || !dv,
+  if (o->trace && s->saver) pr_check_writable(o->trace, "--trace");
+  prCheck(!o->trace || !s->dv,
           "run --trace with the CPU program of the model (a device's times would be its launches)",
           "--trace works on the CPU target only for now");
   if (p->open_data) {
-    prCheck(o.data != NULL, "pass --data FILE", "no training data");
-    p->open_data(&o);
+    prCheck(o->data != NULL, "pass --data FILE", "no training data");
+    p->open_data(o);
   } else {
     prCheck(0, "add a training.data section to the model", "this model has no data binding");
   }
-  // What each parameter carries, from its home rank: the whole checkpoint layout on every rank.
+}
+
+// The checkpoint's tables: parameters (tied ones share their owner's storage), optimizer state,
+// vocabulary; what each parameter carries, from its home rank (the whole layout on every rank);
+// the step end's view of the gradients.
+static void setup_checkpoint(Session *s) {
+  const PrProgram *p = s->p;
+  const PrComm *comm = s->comm;
   if (comm) pr_pipe_start(&run.pipe, p);
-  if (replicated) pr_replicas_start(&run.rep, p);
-  // Checkpoint: parameters (tied ones share their owner's storage), optimizer state, vocabulary.
+  if (s->replicated) pr_replicas_start(&run.rep, p);
   int n = p->nparams;
   PrTensorRef *refs = run.refs = calloc((size_t)n + 1, sizeof *refs);
   PrTensorRef *orefs = run.orefs = calloc(2 * (size_t)n + 1, sizeof *orefs);
   int *oparam = run.oparam = calloc(2 * (size_t)n + 1, sizeof *oparam);
   bool *tied = run.tied = calloc((size_t)n + 1, sizeof *tied);
   static PrScaler scaler;
-  Trainer t = {p, run.grads = calloc((size_t)n + 1, sizeof(PrGrad)), comm ? &run.pipe : NULL,
-               replicated ? &run.rep : NULL, p->precision == PR_FP16 ? &scaler : NULL};
-  if (t.scaler) pr_scaler_start(t.scaler, p, o.loss_scale, o.scale_window, reporter && !o.quiet);
-  prCheck(refs && orefs && oparam && tied && t.grads, "the machine is out of memory",
+  Trainer *t = &s->t;
+  *t = (Trainer){p, run.grads = calloc((size_t)n + 1, sizeof(PrGrad)), comm ? &run.pipe : NULL,
+                 s->replicated ? &run.rep : NULL, p->precision == PR_FP16 ? &scaler : NULL};
+  if (t->scaler)
+    pr_scaler_start(t->scaler, p, s->o.loss_scale, s->o.scale_window, s->reporter && !s->o.quiet);
+  prCheck(refs && orefs && oparam && tied && t->grads, "the machine is out of memory",
           "cannot allocate the parameter table");
   // The optimizer state's names ("m.NAME", "v.NAME") in one block.
   size_t bytes = 1;
@@ -430,7 +487,7 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
     refs[i] = (PrTensorRef){q->name, host_of(p, MIRRORED_PARAMS, q->data), q->rank, {0}};
     memcpy(refs[i].shape, q->shape, sizeof refs[i].shape);
     tied[i] = q->tied;
-    t.grads[i] = (PrGrad){q->name, q->grad, q->n};
+    t->grads[i] = (PrGrad){q->name, q->grad, q->n};
     unsigned char has = comm ? run.pipe.layout[i] : pr_pipe_flags(q);
     if (!(has & PR_PIPE_M)) continue;
     oparam[nopt] = i;
@@ -445,178 +502,215 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
     }
   }
   static char scale_text[PR_SCALE_TEXT]; // fp16: the scaler's state in the checkpoint
-  PrCheckpoint ck = {.params = refs,
-                     .tied = tied,
-                     .nparams = n,
-                     .optim = orefs,
-                     .noptim = nopt,
-                     .vocab = p->vocab,
-                     .nvocab = p->nvocab ? *p->nvocab : 0,
-                     .verify = saver,
-                     .loss_scale = t.scaler ? scale_text : NULL};
+  s->scale_text = scale_text, s->nopt = nopt;
+  s->ck = (PrCheckpoint){.params = refs,
+                         .tied = tied,
+                         .nparams = n,
+                         .optim = orefs,
+                         .noptim = nopt,
+                         .vocab = p->vocab,
+                         .nvocab = p->nvocab ? *p->nvocab : 0,
+                         .verify = s->saver,
+                         .loss_scale = t->scaler ? scale_text : NULL};
   // The save rank's view of the file (staging for what other ranks hold) exists before training.
-  PrTensorRef *srefs =
-      comm && o.save && !sharded_save ? save_refs(refs, n, orefs, oparam, nopt, saver) : NULL;
-  int64_t start = 0;
-  // One rank completes an interrupted save (--resume, and --init of a directory, whose index may
-  // already name a save whose shards are still temporaries); then every rank reads it.
-  if (o.resume || sharded_load) {
-    if (saver && sharded_load)
-      pr_shards_recover(load_dir);
-    else if (saver)
-      pr_checkpoint_recover(o.resume);
+  s->srefs = comm && s->o.save && !s->sharded_save
+                 ? save_refs(refs, n, orefs, oparam, nopt, s->saver)
+                 : NULL;
+}
+
+// The parameters and optimizer state: resumed, initialised from a checkpoint, or fresh. One rank
+// completes an interrupted save first (--resume, and --init of a directory, whose index may
+// already name a save whose shards are still temporaries); then every rank reads it.
+static void load_state(Session *s) {
+  const PrProgram *p = s->p;
+  const PrComm *comm = s->comm;
+  const PrOptions *o = &s->o;
+  s->start = 0;
+  if (o->resume || s->sharded_load) {
+    if (s->saver && s->sharded_load)
+      pr_shards_recover(s->load_dir);
+    else if (s->saver)
+      pr_checkpoint_recover(o->resume);
     if (comm) comm->transport->barrier();
-    if (replicated) comm->transport->world_barrier(); // replica 0's saver recovered it
+    if (s->replicated) comm->transport->world_barrier(); // replica 0's saver recovered it
   }
-  if (o.resume) {
-    start = sharded_load ? pr_shards_resume(load_dir, &ck) : pr_checkpoint_resume(o.resume, &ck);
-    if (t.scaler && scale_text[0]) pr_scaler_restore(t.scaler, scale_text, o.resume);
-  } else if (o.init) {
-    if (sharded_load)
-      pr_shards_init(load_dir, &ck);
+  if (o->resume) {
+    s->start = s->sharded_load ? pr_shards_resume(s->load_dir, &s->ck)
+                               : pr_checkpoint_resume(o->resume, &s->ck);
+    if (s->t.scaler && s->scale_text[0]) pr_scaler_restore(s->t.scaler, s->scale_text, o->resume);
+  } else if (o->init) {
+    if (s->sharded_load)
+      pr_shards_init(s->load_dir, &s->ck);
     else
-      pr_checkpoint_init(o.init, &ck);
-  } else if (dv) {
-    init_on_host(p, o.seed);
+      pr_checkpoint_init(o->init, &s->ck);
+  } else if (s->dv) {
+    init_on_host(p, o->seed);
   } else {
-    p->init_params(o.seed);
+    p->init_params(o->seed);
   }
   if (p->precision) pr_params_narrow(p); // the kernels' 16-bit copies of what was loaded
-  if (dv) sync_state(p, true);
-  int rc = 0;
-  if (o.predict) { // inference instead of training (predict.c)
-    rc = pr_predict(p, &o);
-    if (comm) comm->transport->finish();
-    goto done;
+  if (s->dv) sync_state(p, true);
+}
+
+// --stats: every rank's snapshot came with this step's end (up to its all-gather): the table of
+// the interval since the last one.
+static void print_stats(const Session *s, int64_t step, int64_t *stats_step) {
+  const int sw = pr_pipe_width(&run.pipe), nr = s->comm->nranks;
+  const int64_t start = s->start;
+  double *stats_prev = run.stats_prev;
+  const double *now = run.pipe.all + run.pipe.n + 2;
+  char what[64];
+  snprintf(what, sizeof what, "of steps %lld..%lld", (long long)*stats_step + 1,
+           (long long)step + 1);
+  pr_stats_print(stdout, what, step + 1 - *stats_step, nr, now, sw,
+                 *stats_step > start ? stats_prev : NULL, PR_STAT_N);
+  if (s->replicated)
+    pr_replicas_stats_print(&run.rep, step + 1 - *stats_step, nr, now, sw,
+                            *stats_step > start ? stats_prev : NULL, PR_STAT_N);
+  for (int r = 0; r < nr; r++)
+    memcpy(stats_prev + r * PR_STAT_N, now + (size_t)r * sw, sizeof(double) * PR_STAT_N);
+  *stats_step = step + 1;
+}
+
+// Before the steps: a first step without its step end, results discarded, so that the steps
+// allocate nothing (tests/alloc): kernel scratch, OpenBLAS and the OpenMP pool reach their sizes
+// here. The steps overwrite every buffer it writes (microbatch 0 does not accumulate, the
+// step-end sums overwrite); parameters and optimizer state are untouched, so no number changes.
+// With --trace, the hooks count this step's events: the buffer of the traced steps is allocated
+// here, before the loop (by default the 3 steps after the first of this run). Then what the
+// loop writes into: the statistics' snapshots and the step timer. Returns the steps timed.
+static int64_t warm_up(Session *s) {
+  const PrProgram *p = s->p;
+  const PrOptions *o = &s->o;
+  pr_blas_report(o->quiet); // BLAS and kernel; warns of a slow one (blas_info.c)
+  if (o->trace) {
+    int64_t first = o->trace_first, end = o->trace_end;
+    if (end == 0) first = o->steps - s->start > 1 ? s->start + 1 : s->start, end = first + 3;
+    pr_trace_setup(o->trace, first, end, s->comm, s->local);
   }
-  PrLrSchedule lrs = {o.lr, o.min_lr, p->warmup, p->decay_steps};
-  FILE *loss_log = o.loss_log && saver ? fopen(o.loss_log, "w") : NULL;
-  prCheck(!o.loss_log || !saver || loss_log, "check the directory exists and is writable",
-          "cannot open %s", o.loss_log);
-  pr_blas_report(o.quiet); // BLAS and kernel; warns of a slow one (blas_info.c)
-  // A first step without its step end, results discarded, so that the steps allocate nothing
-  // (tests/alloc): kernel scratch, OpenBLAS and the OpenMP pool reach their sizes here. The steps
-  // overwrite every buffer it writes (microbatch 0 does not accumulate, the step-end sums
-  // overwrite); parameters and optimizer state are untouched, so no number changes.
-  // With --trace, the hooks count this step's events: the buffer of the traced steps is allocated
-  // here, before the loop (by default the 3 steps after the first of this run).
-  if (o.trace) {
-    int64_t first = o.trace_first, end = o.trace_end;
-    if (end == 0) first = o.steps - start > 1 ? start + 1 : start, end = first + 3;
-    pr_trace_setup(o.trace, first, end, comm, local);
-  }
-  (void)p->train_step(start, o.seed);
-  // Statistics from here (pipeline jobs): the snapshot of the last --stats table, per rank.
-  const int sw = comm ? pr_pipe_width(&run.pipe) : 0, nr = comm ? comm->nranks : 0;
-  // (and, after it, of the whole run's table: 2 nr snapshots, allocated before the steps)
-  double *stats_prev = run.stats_prev =
-      comm ? calloc(2 * (size_t)nr * PR_STAT_N + 1, sizeof(double)) : NULL;
-  prCheck(!comm || stats_prev, "the machine is out of memory", "cannot allocate the statistics");
-  int64_t stats_step = start;
+  (void)p->train_step(s->start, o->seed);
+  // Statistics from here (pipeline jobs): the snapshot of the last --stats table, per rank (and,
+  // after it, of the whole run's table: 2 nr snapshots, allocated before the steps).
+  const int nr = s->comm ? s->comm->nranks : 0;
+  run.stats_prev = s->comm ? calloc(2 * (size_t)nr * PR_STAT_N + 1, sizeof(double)) : NULL;
+  prCheck(!s->comm || run.stats_prev, "the machine is out of memory",
+          "cannot allocate the statistics");
   pr_stats_reset();
-  if (o.trace) pr_trace_ready();
-  if (o.profile) pr_prof_begin(o.profile);
-  double t0 = pr_now();
-  int64_t done = 0;
+  if (o->trace) pr_trace_ready();
+  if (o->profile) pr_prof_begin(o->profile);
   // Step times of at most the first 2^20 steps (8 MiB): --steps may be up to 2^63 - 1.
-  const int64_t timed = o.steps - start < (1 << 20) ? o.steps - start : (1 << 20);
-  double *step_ms = run.step_ms = calloc((size_t)(timed > 0 ? timed : 1), sizeof(double));
-  prCheck(step_ms != NULL, "the machine is out of memory", "cannot allocate the step timer");
-  for (int64_t step = start; step < o.steps; step++) {
+  const int64_t timed = o->steps - s->start < (1 << 20) ? o->steps - s->start : (1 << 20);
+  run.step_ms = calloc((size_t)(timed > 0 ? timed : 1), sizeof(double));
+  prCheck(run.step_ms != NULL, "the machine is out of memory", "cannot allocate the step timer");
+  return timed;
+}
+
+// The steps: train_step, the step end, the loss log, progress, --stats and the evaluations.
+static void train(Session *s) {
+  const PrProgram *p = s->p;
+  const PrOptions *o = &s->o;
+  PrLrSchedule lrs = {o->lr, o->min_lr, p->warmup, p->decay_steps};
+  FILE *loss_log = o->loss_log && s->saver ? fopen(o->loss_log, "w") : NULL;
+  prCheck(!o->loss_log || !s->saver || loss_log, "check the directory exists and is writable",
+          "cannot open %s", o->loss_log);
+  const int64_t timed = warm_up(s), start = s->start;
+  int64_t stats_step = start, done = 0;
+  double t0 = pr_now();
+  for (int64_t step = start; step < o->steps; step++) {
     double ts = pr_now(), lr = pr_lr_at(&lrs, step);
-    if (o.trace) pr_trace_step(step);
-    if (replicated) pr_replicas_begin(&run.rep); // the exchange's receives; train_step sends
-    if (t.scaler) pr_scaler_seed(t.scaler);
-    double loss = p->train_step(step, o.seed);
-    loss = step_end(&t, step, loss, lr);
-    if (o.trace) pr_trace_step_done();
-    if (done < timed) step_ms[done] = (pr_now() - ts) * 1e3;
+    if (o->trace) pr_trace_step(step);
+    if (s->replicated) pr_replicas_begin(&run.rep); // the exchange's receives; train_step sends
+    if (s->t.scaler) pr_scaler_seed(s->t.scaler);
+    double loss = p->train_step(step, o->seed);
+    loss = step_end(&s->t, step, loss, lr);
+    if (o->trace) pr_trace_step_done();
+    if (done < timed) run.step_ms[done] = (pr_now() - ts) * 1e3;
     pr_prof_step(pr_now() - ts);
     done++;
     if (loss_log) fprintf(loss_log, "%lld %.9g\n", (long long)step, loss);
-    if (!o.quiet && reporter &&
-        ((step + 1) % o.log_every == 0 || step + 1 == o.steps || step == start)) {
+    if (!o->quiet && s->reporter &&
+        ((step + 1) % o->log_every == 0 || step + 1 == o->steps || step == start)) {
       double el = pr_now() - t0;
-      pr_log_step(step + 1, o.steps, loss, lr, (double)done * p->items_per_step / el, p->item_unit,
-                  el, el / (double)done * (double)(o.steps - step - 1));
+      pr_log_step(step + 1, o->steps, loss, lr, (double)done * p->items_per_step / el, p->item_unit,
+                  el, el / (double)done * (double)(o->steps - step - 1));
     }
-    if (o.stats && comm && reporter && (step + 1) % o.log_every == 0) {
-      // Every rank's snapshot came with this step's end (up to its all-gather): the interval's.
-      const double *now = run.pipe.all + run.pipe.n + 2;
-      char what[64];
-      snprintf(what, sizeof what, "of steps %lld..%lld", (long long)stats_step + 1,
-               (long long)step + 1);
-      pr_stats_print(stdout, what, step + 1 - stats_step, nr, now, sw,
-                     stats_step > start ? stats_prev : NULL, PR_STAT_N);
-      if (replicated)
-        pr_replicas_stats_print(&run.rep, step + 1 - stats_step, nr, now, sw,
-                                stats_step > start ? stats_prev : NULL, PR_STAT_N);
-      for (int r = 0; r < nr; r++)
-        memcpy(stats_prev + r * PR_STAT_N, now + (size_t)r * sw, sizeof(double) * PR_STAT_N);
-      stats_step = step + 1;
-    }
-    if ((o.eval_every && (step + 1) % o.eval_every == 0) || step + 1 == o.steps) {
+    if (o->stats && s->comm && s->reporter && (step + 1) % o->log_every == 0)
+      print_stats(s, step, &stats_step);
+    if ((o->eval_every && (step + 1) % o->eval_every == 0) || step + 1 == o->steps) {
       PrStats keep = pr_stats; // evaluation is not training: out of the statistics
       double te = pr_now();
-      evaluate(p, o.eval_batches, step + 1);
+      evaluate(p, o->eval_batches, step + 1);
       pr_stats = keep;
       pr_stats.t0 += pr_now() - te;
     }
   }
+  s->done = done;
   // A loss log that could not be written in full (disk full) fails the run, after the save.
-  bool loss_log_bad = false;
   if (loss_log) {
-    loss_log_bad = ferror(loss_log) != 0;
-    loss_log_bad = (fclose(loss_log) != 0) || loss_log_bad;
+    s->loss_log_bad = ferror(loss_log) != 0;
+    s->loss_log_bad = (fclose(loss_log) != 0) || s->loss_log_bad;
   }
-  if (!o.quiet && reporter &&
-      done > 10) // the median step after a warm-up of 5 steps (eval excluded)
-    printf("median step time %.2f ms over %lld steps\n",
-           pr_median(step_ms + 5, (done < timed ? done : timed) - 5),
-           (long long)((done < timed ? done : timed) - 5));
-  free(step_ms);
+  if (!o->quiet && s->reporter && done > 10) { // the median step after a warm-up of 5 steps
+    int64_t n = done < timed ? done : timed;   // (eval excluded)
+    printf("median step time %.2f ms over %lld steps\n", pr_median(run.step_ms + 5, n - 5),
+           (long long)(n - 5));
+  }
+  free(run.step_ms);
   run.step_ms = NULL;
-  if (comm) { // the whole run's statistics, exact to the last step's end (collective)
-    double mine[PR_STAT_N], *all = stats_prev + (size_t)nr * PR_STAT_N;
+}
+
+// After the steps: the whole run's statistics, exact to the last step's end (collective), and
+// the trace's events to the save rank, which writes the file.
+static void finish_stats(const Session *s) {
+  const PrComm *comm = s->comm;
+  if (comm) {
+    const int nr = comm->nranks;
+    double mine[PR_STAT_N], *all = run.stats_prev + (size_t)nr * PR_STAT_N;
     pr_stats_snapshot(mine);
     pr_job_allgather(comm->transport, mine, all, PR_STAT_N);
-    if (!o.quiet && reporter && done > 0) {
-      pr_stats_print(stdout, "of the run", done, nr, all, PR_STAT_N, NULL, 0);
-      if (replicated) pr_replicas_stats_print(&run.rep, done, nr, all, PR_STAT_N, NULL, 0);
+    if (!s->o.quiet && s->reporter && s->done > 0) {
+      pr_stats_print(stdout, "of the run", s->done, nr, all, PR_STAT_N, NULL, 0);
+      if (s->replicated) pr_replicas_stats_print(&run.rep, s->done, nr, all, PR_STAT_N, NULL, 0);
     }
   }
-  free(stats_prev);
+  free(run.stats_prev);
   run.stats_prev = NULL;
-  if (o.trace) pr_trace_finish(); // every rank's events to the save rank, which writes the file
-  if (t.scaler) pr_scaler_text(t.scaler, scale_text);
-  if (o.save && pr_replica == 0) { // replica 0 saves (the replicas hold the same bits)
-    if (dv) sync_state(p, false);
-    if (sharded_save) { // each tensor in its home rank's shard
-      int *owner = comm ? calloc((size_t)(n + nopt) + 1, sizeof *owner) : NULL;
-      prCheck(!comm || owner, "the machine is out of memory", "cannot build the checkpoint");
-      for (int k = 0; comm && k < n + nopt; k++)
-        owner[k] = p->params[k < n ? k : oparam[k - n]].home;
-      pr_shards_save(save_dir, &ck, owner, owner ? owner + n : NULL, start + done, comm);
-      free(owner);
-      if (!o.quiet && saver)
-        printf("saved %s/ (%d shards and model.safetensors.index.json, optimizer state beside)\n",
-               save_dir, comm ? comm->nranks : 1);
-    }
-    // Every tensor the save rank lacks comes from its home rank, in file order.
-    if (comm && !sharded_save) pr_pipe_transfer(&run.pipe, srefs, run.sparam, n + nopt);
-    if (saver && !sharded_save) {
-      PrCheckpoint sck = ck;
-      if (srefs) sck.params = srefs, sck.optim = srefs + n;
-      pr_checkpoint_save(o.save, &sck, start + done);
-      if (!o.quiet) printf("saved %s (and its optimizer state %s.optim)\n", o.save, o.save);
-    }
+  if (s->o.trace) pr_trace_finish();
+  if (s->t.scaler) pr_scaler_text(s->t.scaler, s->scale_text);
+}
+
+// --save: replica 0 saves (the replicas hold the same bits); a directory's shards each from its
+// home rank, or one file written by the save rank, with every tensor it lacks from its home rank.
+static void save(Session *s) {
+  const PrProgram *p = s->p;
+  const PrComm *comm = s->comm;
+  const PrOptions *o = &s->o;
+  int n = p->nparams, nopt = s->nopt;
+  if (!o->save || pr_replica != 0) return;
+  if (s->dv) sync_state(p, false);
+  if (s->sharded_save) { // each tensor in its home rank's shard
+    int *owner = comm ? calloc((size_t)(n + nopt) + 1, sizeof *owner) : NULL;
+    prCheck(!comm || owner, "the machine is out of memory", "cannot build the checkpoint");
+    for (int k = 0; comm && k < n + nopt; k++)
+      owner[k] = p->params[k < n ? k : run.oparam[k - n]].home;
+    pr_shards_save(s->save_dir, &s->ck, owner, owner ? owner + n : NULL, s->start + s->done, comm);
+    free(owner);
+    if (!o->quiet && s->saver)
+      printf("saved %s/ (%d shards and model.safetensors.index.json, optimizer state beside)\n",
+             s->save_dir, comm ? comm->nranks : 1);
   }
-  prCheck(!loss_log_bad, "check that the disk has room (the log is incomplete)",
-          "--loss-log: writing '%s' failed", o.loss_log);
-  if (!o.quiet) printf("peak RSS %.1f MiB\n", (double)pr_peak_rss_bytes() / (1 << 20));
-  if (o.profile) pr_prof_finish(comm);
-  if (comm) comm->transport->finish(); // after the save: the others wait for it here
-done:
+  // Every tensor the save rank lacks comes from its home rank, in file order.
+  if (comm && !s->sharded_save) pr_pipe_transfer(&run.pipe, s->srefs, run.sparam, n + nopt);
+  if (s->saver && !s->sharded_save) {
+    PrCheckpoint sck = s->ck;
+    if (s->srefs) sck.params = s->srefs, sck.optim = s->srefs + n;
+    pr_checkpoint_save(o->save, &sck, s->start + s->done);
+    if (!o->quiet) printf("saved %s (and its optimizer state %s.optim)\n", o->save, o->save);
+  }
+}
+
+// Everything the run allocated, and the regions.
+static void free_run(const Session *s) {
   free(run.names);
   free(run.refs);
   free(run.orefs);
@@ -626,10 +720,41 @@ done:
   free(run.srefs);
   free(run.sparam);
   pr_free_region(run.staging);
-  if (comm) pr_pipe_free(&run.pipe);
-  if (replicated) pr_replicas_free(&run.rep);
+  if (s->comm) pr_pipe_free(&run.pipe);
+  if (s->replicated) pr_replicas_free(&run.rep);
   run.names = NULL, run.refs = run.orefs = run.srefs = NULL, run.tied = NULL, run.grads = NULL;
   run.oparam = run.sparam = NULL, run.staging = NULL;
-  release(p);
+  release(s->p);
+}
+
+int pr_main(const PrProgram *p, int argc, char **argv) {
+  Session s = {.p = p};
+  parse_options(&s, argc, argv);
+  if (s.comm) start_transport(&s, argc, argv);
+  check_options(&s);
+  setup_regions(&s);
+  if (s.o.gradcheck) {
+    int rc = pr_gradcheck_program(p, &s.o);
+    release(p);
+    return rc;
+  }
+  check_outputs(&s);
+  setup_checkpoint(&s);
+  load_state(&s);
+  int rc = 0;
+  if (s.o.predict) { // inference instead of training (predict.c)
+    rc = pr_predict(p, &s.o);
+    if (s.comm) s.comm->transport->finish();
+  } else {
+    train(&s);
+    finish_stats(&s);
+    save(&s);
+    prCheck(!s.loss_log_bad, "check that the disk has room (the log is incomplete)",
+            "--loss-log: writing '%s' failed", s.o.loss_log);
+    if (!s.o.quiet) printf("peak RSS %.1f MiB\n", (double)pr_peak_rss_bytes() / (1 << 20));
+    if (s.o.profile) pr_prof_finish(s.comm);
+    if (s.comm) s.comm->transport->finish(); // after the save: the others wait for it here
+  }
+  free_run(&s);
   return rc;
 }

@@ -8,14 +8,16 @@ root=$2
 cd "$root" || exit 1
 pass=0 fail=0
 
-# expect NAME WANT_RC WANT_STDERR_REGEX CMD...  (stderr's first line must match the regex)
+# expect NAME WANT_RC WANT_STDERR_REGEX CMD...  (stderr's first line must match the regex; the
+# warning of a pipeline with fewer microbatches than ranks, which the samples' M = 1 gives every
+# --stages S > 1 here, is skipped: its own tests are at the end)
 expect() {
   local name=$1 want_rc=$2 want_err=$3
   shift 3
   local out err rc
   out=$("$@" 2>/tmp/pipec_cli_err.$$)
   rc=$?
-  err=$(head -n 1 /tmp/pipec_cli_err.$$)
+  err=$(grep -v ': warning: .* of every step (the pipeline bubble' /tmp/pipec_cli_err.$$ | head -n 1)
   if [ "$rc" -ne "$want_rc" ]; then
     echo "FAIL $name: exit $rc, want $want_rc (stderr: $err)"
     fail=$((fail + 1))
@@ -373,6 +375,23 @@ expect output-empty 2 "^pipec: -o: the output directory is an empty string$" "$p
 expect march-native 0 '' "$pipec" compile --march=native samples/mlp_digits.json -o "$rundir/n"
 "$rundir/n/bin/train" --help | grep -qF "built for this machine's CPU, --march=native" && pass=$((pass + 1)) || { echo "FAIL train --help: no 'built for this machine'"; fail=$((fail + 1)); }
 rm -rf "$rundir"
+
+# --stages S with fewer microbatches M than S: one warning naming the bubble it implies (exit 0):
+# (S - 1) / (M + S - 1) for gpipe and 1f1b, the simulation's at unit costs for the others; none
+# with M >= S.
+bubble_err() { "$pipec" plan samples/gpt_char.json --batch 8 "$@" 2>&1 >/dev/null; }
+expect bubble-warning 0 '' "$pipec" plan samples/gpt_char.json --stages 4 --microbatches 2 --batch 8
+want="samples/gpt_char.json: warning: --stages 4 with 2 microbatches: the ranks idle (S - 1) / (M + S - 1) = 3 / 5 = 60.0% of every step (the pipeline bubble); use --microbatches >= 4 (docs/pipeline.md)"
+[ "$(cat /tmp/pipec_cli_err.$$)" = "$want" ] && pass=$((pass + 1)) ||
+  { echo "FAIL bubble warning (1f1b): $(cat /tmp/pipec_cli_err.$$)"; fail=$((fail + 1)); }
+want="samples/gpt_char.json: warning: --stages 2 with 1 microbatch per replica: the ranks idle (S - 1) / (M + S - 1) = 1 / 2 = 50.0% of every step (the pipeline bubble); use --microbatches >= 4 (docs/pipeline.md)"
+[ "$(bubble_err --stages 2 --microbatches 2 --replicas 2 --schedule gpipe)" = "$want" ] && pass=$((pass + 1)) ||
+  { echo "FAIL bubble warning (--replicas 2): $(bubble_err --stages 2 --microbatches 2 --replicas 2 --schedule gpipe)"; fail=$((fail + 1)); }
+want="samples/gpt_char.json: warning: --stages 2 with 1 microbatch: the ranks idle 40.0% of every step (the pipeline bubble of zb-v at unit costs, as plan predicts it); use --microbatches >= 2 (docs/pipeline.md)"
+[ "$(bubble_err --stages 2 --microbatches 1 --schedule zb-v)" = "$want" ] && pass=$((pass + 1)) ||
+  { echo "FAIL bubble warning (zb-v): $(bubble_err --stages 2 --microbatches 1 --schedule zb-v)"; fail=$((fail + 1)); }
+[ -z "$(bubble_err --stages 4 --microbatches 4)" ] && pass=$((pass + 1)) ||
+  { echo "FAIL bubble warning with M = S: $(bubble_err --stages 4 --microbatches 4)"; fail=$((fail + 1)); }
 
 rm -f /tmp/pipec_cli_err.$$
 echo "$pass passed, $fail failed"

@@ -57,12 +57,13 @@ expect "--svg at S = 1" 2 "^pipec: --svg draws a pipeline plan: it needs --stage
   "$pipec" plan $model --svg "$tmp/one.svg"
 expect "--json on check" 2 "^pipec: --json is for 'plan' \(got 'check'\)$" \
   "$pipec" check $model --stages 2 --json "$tmp/c.json"
+# (M = 2: M = 1 < S would add the bubble warning before the error)
 expect "--svg unwritable" 1 "^$model: error: cannot write '$tmp/no/such/dir/p.svg': No such file or directory$" \
-  "$pipec" plan $model --stages 2 --svg "$tmp/no/such/dir/p.svg"
+  "$pipec" plan $model --stages 2 --microbatches 2 --svg "$tmp/no/such/dir/p.svg"
 check "unwritable: one stderr line" test "$(wc -l <"$tmp/err")" -eq 1
 mkdir -p "$tmp/isdir.json"
 expect "--json onto a directory" 1 "^$model: error: cannot write '$tmp/isdir.json': Is a directory$" \
-  "$pipec" plan $model --stages 2 --json "$tmp/isdir.json"
+  "$pipec" plan $model --stages 2 --microbatches 2 --json "$tmp/isdir.json"
 check "directory: no .tmp left" test ! -e "$tmp/isdir.json.tmp"
 check "directory: still a directory" test -d "$tmp/isdir.json"
 finish

@@ -198,8 +198,9 @@ d = json.load(open(sys.argv[1]))
 assert len(d) == 1 and d[0]["file"] == sys.argv[2] and d[0]["line"] == 1, d
 assert d[0]["message"] == "link: unknown key 'bandwith' (did you mean 'bandwidth'?)", d
 PY
+# (M = 2: M = 1 < S would add the bubble warning before the error)
 expect profile-no-steps 1 "^samples/mlp_digits.json: error: the profiled run timed no action of stage 0: it needs --steps 1 or more after its warm-up step \(PROGRAM-OPTIONS after --\)$" \
-  "$pipec" profile $mlp --stages 2 -o "$tmp/nosteps.json" -- --steps 0
+  "$pipec" profile $mlp --stages 2 --microbatches 2 -o "$tmp/nosteps.json" -- --steps 0
 expect costs-one-stage 2 "^pipec: --costs is for a pipeline's plan, compile or run \(--stages >= 2\)$" \
   "$pipec" plan $mlp --costs "$tmp/hand.json"
 expect profile-one-stage 2 "^pipec: profile measures a pipeline: it needs --stages >= 2 \(or --split\)$" \

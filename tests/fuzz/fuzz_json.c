@@ -2,7 +2,7 @@
 // the gradient check's models and the bad-model catalogues. Each mutant is the text of a seed
 // changed by byte mutations, by structural JSON mutations, or both, or its numbers alone, and runs
 // in process through what `pipec plan` runs before codegen, in the driver's order
-// (compiler/main.c): source_parse, expand, shape, training, fuse, autodiff, partition (S = 1 for
+// (driver/main.c): source_parse, expand, shape, training, fuse, autodiff, partition (S = 1 for
 // 60% of the mutants, else 2, 3 or 4), comm, schedule (1f1b), memplan, each pass followed by its
 // checker as the driver runs it. Asserted: no crash, hang or leak (the sanitizers, the harness's
 // alarm); a rejected model reported an error and every line reported is one whole "m.json:L:C:
