@@ -349,9 +349,9 @@ bool comm_check(const Program *p, Diag *d);
 // line per use buffer of its sum (name, producing stage).
 void comm_print(const Program *p, FILE *out);
 
-// schedule pass: places every node on a virtual stage and builds each rank's action list. Today
-// one rank and one stage (V = 1) with M microbatches in the order the program has always run them:
-// per m LOAD, F, LOSS, B (B and W nodes in graph order); then TIED_SUM, NORM, OPT.
+// schedule pass at S = 1: lowers the partition's one stage (p from pass_partition at one stage,
+// and pass_comm) with sched_build's one-rank case, 1f1b, whatever --schedule says: per m LOAD, F,
+// LOSS, B (B and W nodes in graph order); then TIED_SUM, NORM, OPT.
 bool pass_schedule(Graph *g, const TrainConfig *tc, Program *p, Diag *d);
 
 // Checks the action lists of any S and V (pipeline-semantics.md §7): every action on its
