@@ -395,11 +395,11 @@ bool emit_rank_train_step(E *e, Diag *d) {
   int nacc = 2 * P->nv * uneven_reps(P, rp->rank) + 1;
   bool *accumulated = ARENA_ARRAY(e->a, bool, nacc); // emit_acc's (acc_uneven's) flags
   out(e,
-      "// One training step, from the action list: %d microbatch(es) with the channel traffic,\n"
+      "// One training step, from the action list: %d microbatch(es)%s,\n"
       "// then the stage step ends; returns the mean of the losses this rank computed (0 where\n"
       "// it has none). NORM and OPT follow in the runtime (pr_main).\n"
       "static double train_step(int64_t step, uint64_t seed) {\n  double loss = 0;\n",
-      P->M);
+      P->M, st->n > 0 ? " with the channel traffic" : ""); // S = 1: none
   out(e, "  (void)step, (void)seed;\n%s", start ? start : "");
   const RepBuckets *rb = e->rep;
   bool tied_first = true;

@@ -236,7 +236,7 @@ static void load_0(int split, uint64_t seed, int64_t step, int m, int slot) {
   pr_tokens_batch(&data, split, seed, step, m, MB, SEQ, t0_idx, t1_targets);
 }
 
-// One training step, from the action list: 1 microbatch(es) with the channel traffic,
+// One training step, from the action list: 1 microbatch(es),
 // then the stage step ends; returns the mean of the losses this rank computed (0 where
 // it has none). NORM and OPT follow in the runtime (pr_main).
 static double train_step(int64_t step, uint64_t seed) {
