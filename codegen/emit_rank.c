@@ -420,7 +420,7 @@ bool emit_rank_train_step(E *e, Diag *d) {
     switch (x->kind) {
     case ACT_LOAD:
       emit_act(e, x, arena_printf(e->a, "load_%d(PR_TRAIN, seed, step, %d, %d);", x->v, x->m, slot),
-               act_label(e, x));
+               m_note);
       break;
     case ACT_F:
       emit_act(e, x, arena_printf(e->a, "F_%d(%d);", x->v, slot), m_note);
@@ -428,7 +428,7 @@ bool emit_rank_train_step(E *e, Diag *d) {
     case ACT_LOSS:
       emit_act(e, x,
                in_slot(e, x->v, x->m, arena_printf(e->a, "loss += %s;", cu_scalar(e, e->g->loss))),
-               act_label(e, x));
+               m_note);
       break;
     case ACT_B:
       emit_act(e, x, arena_printf(e->a, "B_%d(%d, %d);", x->v, slot, acc), m_note);

@@ -4,10 +4,9 @@
 # (`pipec print --dump-after=schedule`) but for NORM and OPT, which the runtime runs after it:
 # LOAD -> load_v(..., m, slot), F -> F_v(slot), LOSS -> loss += ..., B -> B_v(slot, acc) with acc
 # 0 on the stage's first microbatch and 1 after, TIED_SUM -> step_end_v(), each between its
-# --trace hooks (pr_trace_begin(PR_TR_F, v, m); ... pr_trace_end();), the same printer as every
-# rank's at S > 1 (a compute action's comment names its microbatch, LOAD and LOSS the action). The
-# per-(stage, phase) functions exist. (That these programs compute the old numbers is the hashes
-# test.)
+# --trace hooks (pr_trace_begin(PR_TR_F, v, m); ... pr_trace_end();) and commented with its
+# microbatch (// m3), the same printer as every rank's at S > 1. The per-(stage, phase) functions
+# exist. (That these programs compute the old numbers is the hashes test.)
 pipec=$1
 root=$2
 . "$root/tests/e2e/lib.sh"
@@ -38,12 +37,12 @@ for a in acts:
     v, m = (v.group(1) if v else None), (m.group(1) if m else None)
     # Each line: the call between its --trace hooks, the action as a comment.
     hook = "pr_trace_begin(PR_TR_%s, %s, %s); " % (k, v, m if m is not None else -1)
-    note = "" if m is None else " // " + (a if k in ("LOAD", "LOSS") else "m" + m)
+    note = "" if m is None else " // m" + m
     line = lambda call: hook + call + " pr_trace_end();" + note
     if k == "LOAD": want.append(line("load_%s(PR_TRAIN, seed, step, %s, 0);" % (v, m)))
     elif k == "F": want.append(line("F_%s(0);" % v))
     elif k == "LOSS": want.append(re.compile(re.escape(hook) + r"loss \+= t\d+_\w+\[0\]; "
-                                             r"pr_trace_end\(\); // " + re.escape(a) + "$"))
+                                             r"pr_trace_end\(\);" + re.escape(note) + "$"))
     elif k in ("B", "W"):
         want.append(line("%s_%s(0, %d);" % (k, v, 1 if (k, v) in seen else 0)))
         seen.add((k, v))

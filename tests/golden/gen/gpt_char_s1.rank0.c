@@ -242,9 +242,9 @@ static void load_0(int split, uint64_t seed, int64_t step, int m, int slot) {
 static double train_step(int64_t step, uint64_t seed) {
   double loss = 0;
   (void)step, (void)seed;
-  pr_trace_begin(PR_TR_LOAD, 0, 0); load_0(PR_TRAIN, seed, step, 0, 0); pr_trace_end(); // LOAD(v0, m0)
+  pr_trace_begin(PR_TR_LOAD, 0, 0); load_0(PR_TRAIN, seed, step, 0, 0); pr_trace_end(); // m0
   pr_trace_begin(PR_TR_F, 0, 0); F_0(0); pr_trace_end(); // m0
-  pr_trace_begin(PR_TR_LOSS, 0, 0); loss += t100_loss[0]; pr_trace_end(); // LOSS(v0, m0)
+  pr_trace_begin(PR_TR_LOSS, 0, 0); loss += t100_loss[0]; pr_trace_end(); // m0
   pr_trace_begin(PR_TR_B, 0, 0); B_0(0, 0); pr_trace_end(); // m0
   pr_trace_begin(PR_TR_TIED_SUM, 0, -1); step_end_0(); pr_trace_end();
   return loss / NMICRO;
