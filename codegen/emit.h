@@ -9,7 +9,7 @@
 
 #include "codegen.h"
 
-typedef struct Streams Streams;       // a rank's message streams at S > 1 (emit_rank.c)
+typedef struct Streams Streams;       // a rank's message streams (emit_rank.c; none at S = 1)
 typedef struct RepBuckets RepBuckets; // --replicas: the gradient exchange's buckets (buckets.c)
 
 typedef struct E {
@@ -23,13 +23,14 @@ typedef struct E {
   char **ident;          // per tensor id: C identifier (a macro over its region and offset)
   bool *used;            // per tensor id: some straight-line code names its identifier
   int nloops;            // loops printed so far (names their offset tables)
-  bool multi;            // the program has several ranks (PrComm, channels; S = 1: none)
+  bool comm;             // the program has a PrComm and links MPI: several ranks, or --replicas
+                         // (S = D = 1: neither, and no --gradcheck functions without it)
   bool cuda;             // the CUDA target: pr_cu_ kernels over device regions (emit_cuda.c)
-  Streams *st;           // multi: this rank's message streams (built on first use)
+  Streams *st;           // this rank's message streams (built on first use)
   bool profile;          // time each F, B and W call (pr_prof_act; `pipec profile`)
   const RepBuckets *rep; // --replicas: the rank's buckets (rep_buckets), NULL at D = 1
-  bool progress;         // emit_segment prints pr_comm_progress() after each GEMM and attention
-                         // call (F, B and W of a rank with message streams; segment.c)
+  ActionKind fn;         // the action whose function emit_segment prints (F, B, W, TIED_SUM;
+                         // ACT_COUNT: none): its calls' decoration (emit_after_kernel)
   bool fuse;             // emit_segment fuses a product and its elementwise epilogue into one
                          // call where the registry allows it (segment.c; off: --no-fuse, cuda)
 } E;
@@ -69,9 +70,13 @@ void emit_segment(E *e, Node *const *nodes, int n, const char *acc);
 // done: per stage, B then W (2 * nv flags, false at the start of train_step).
 int emit_acc(bool *done, const Action *x);
 
-// call ("F_1(1);") between the --trace hooks of action x (emit_trace.c); call itself for an action
-// the runtime reports.
-const char *emit_traced(E *e, const Action *x, const char *call);
+// The decoration (emit_trace.c). emit_act prints action x's line of train_step, "  CALL // NOTE"
+// (note NULL: no comment), call ("F_1(1);") between its --trace hooks and, with --profile, an F,
+// B or W between its timing. emit_after_kernel follows the kernel call of node n in the function
+// of action kind e->fn: pr_comm_progress() after a long kernel of F, B or W on a rank with
+// message streams, else nothing.
+void emit_act(E *e, const Action *x, const char *call, const char *note);
+void emit_after_kernel(E *e, const Node *n, const char *indent);
 
 // The replicas' buckets of this rank (buckets.c; --replicas, see there): param[end[k - 1] ..
 // end[k]) are bucket k's parameter-table indices, final after this rank's action after[k] (-1: at
@@ -100,11 +105,12 @@ void rep_emit_ready(E *e, const Node *n, const char *indent, int per);
 // gradient sum outside any block: the instance whose forward tensor it differentiates).
 void segment_node_key(const Node *n, const char **blk, int *inst);
 
-// S > 1 only (emit_rank.c): the PrChannel table CH and the PrComm `comm`; the per-stage data
-// loaders load_<v>; train_step with the channel traffic; eval_batches and eval_batch.
+// A rank's program at any S (emit_rank.c): the PrChannel table CH and the PrComm `comm` (E.comm
+// only); the per-stage data loaders load_<v>; train_step from the action list with its channel
+// traffic; eval_batches and eval_batch.
 void emit_rank_comm(E *e);
 // Whether this rank has message streams to other ranks (its compute then calls
-// pr_comm_progress, segment.c).
+// pr_comm_progress: emit_after_kernel). Never at S = 1.
 bool emit_rank_has_streams(E *e);
 void emit_rank_loaders(E *e);
 bool emit_rank_train_step(E *e, Diag *d);

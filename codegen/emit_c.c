@@ -1,6 +1,7 @@
 // C code generator: prints the training program of one rank from its action list (pipeline.h)
 // and its memory plan, then builds it against libpipert: one function per (stage, phase) and a
-// straight-line train_step() with one call per action.
+// straight-line train_step() with one call per action (emit_rank.c's, the printer of every rank
+// at every S: S = 1 is its one-rank case, without MPI unless --replicas).
 //
 // The program is one call per node into the runtime with every size a constant (segment.c:
 // straight-line, or a loop over the structurally identical instances of a repeat block), tensors
@@ -156,10 +157,9 @@ static void emit_tensors(E *e) {
 // order. slot is the microbatch's memory slot (m mod K): a buffer of a stage with K > 1 is at
 // its slot-0 offset + slot * STRIDE_v (its macro names slot), with K = 1 at its one offset.
 static void emit_functions(E *e) {
-  out(e,
-      "// Batch rows the losses average over: MB, or the real rows of a partial validation "
-      "batch.\nstatic int64_t loss_rows%s = MB;\n\n",
-      e->multi ? " __attribute__((unused))" : ""); // a rank without the loss
+  // (unused on a rank without the loss)
+  out(e, "// Batch rows the losses average over: MB, or the real rows of a partial validation "
+         "batch.\nstatic int64_t loss_rows __attribute__((unused)) = MB;\n\n");
   // --replicas: the exchange's buckets (buckets.c), some sent from inside B_v / W_v
   if (e->prog->replicas > 1 || uneven_reps(e->prog, e->rp->rank) > 1) e->rep = rep_buckets(e);
   if (rep_any_inside(e->rep)) {
@@ -167,8 +167,6 @@ static void emit_functions(E *e) {
            "// gradient exchange final (the step's last B or W of a stage on this rank).\n"
            "static bool rep_final;\n\n");
   }
-  const bool progress = emit_rank_has_streams(e); // pr_comm_progress in F, B and W (segment.c)
-  e->progress = progress;
   for (int i = 0; i < e->rp->nvs; i++) {
     const VStage *s = &e->prog->vs[e->rp->vs[i]];
     int v = s->v;
@@ -176,6 +174,7 @@ static void emit_functions(E *e) {
         "// Stage %d, forward (F) of one microbatch: %d nodes.\n"
         "static void F_%d(int slot) {\n  (void)slot;\n",
         v, s->f.n, v);
+    e->fn = ACT_F; // the decoration of its calls (emit_after_kernel)
     emit_segment(e, s->f.nodes, s->f.n, "0");
     out(e, "}\n\n");
     out(e,
@@ -183,6 +182,7 @@ static void emit_functions(E *e) {
         "// the first microbatch of the step, 1 after (weight gradients accumulate over it).\n"
         "static void B_%d(int slot, int acc) {\n  (void)slot, (void)acc;\n",
         v, s->b.n, s->split ? "" : " and weight gradients (W nodes, in graph order)", v);
+    e->fn = ACT_B;
     if (s->recompute) { // --recompute: the forward again, from the slot's boundary tensors
       out(e, "  // Recompute: the forward's %d nodes B needs that make no boundary tensor.\n",
           s->r.n);
@@ -196,6 +196,7 @@ static void emit_functions(E *e) {
           "// Stage %d, weight gradients (W) of one microbatch: %d nodes.\n"
           "static void W_%d(int slot, int acc) {\n  (void)slot, (void)acc;\n",
           v, s->w.n, v);
+      e->fn = ACT_W;
       emit_segment(e, s->w.nodes, s->w.n, "acc");
       out(e, "}\n\n");
     }
@@ -203,12 +204,11 @@ static void emit_functions(E *e) {
         "// Stage %d, end of step (TIED_SUM): gradients of parameters used in several places,\n"
         "// summed in use order (%d nodes).\nstatic void step_end_%d(void) {\n",
         v, s->step.n, v);
-    e->progress = false; // the step end: its messages are waited for around it
+    e->fn = ACT_TIED_SUM;
     emit_segment(e, s->step.nodes, s->step.n, "0");
-    e->progress = progress;
     out(e, "}\n\n");
   }
-  e->progress = false;
+  e->fn = ACT_COUNT;
 }
 
 // The forward segments of every stage of the rank, in stage order (evaluation, --gradcheck).
@@ -281,8 +281,13 @@ static void emit_gradcheck(E *e, bool has_data) {
   // Inputs are reloaded before every forward pass: the backward pass reuses their space.
   out(e, "static uint64_t gc_seed;\n%s\n", has_data ? "static bool gc_data;\n" : "");
   out(e, "static void gradcheck_inputs(void) {\n");
-  if (has_data)
-    out(e, "  if (gc_data) {\n    load_batch(PR_TRAIN, gc_seed, 0, 0);\n    return;\n  }\n");
+  if (has_data) { // microbatch 0 of step 0, each stage's inputs into its slot 0
+    out(e, "  if (gc_data) {\n");
+    for (int i = 0; i < e->rp->nvs; i++)
+      if (e->prog->vs[e->rp->vs[i]].loads)
+        out(e, "    load_%d(PR_TRAIN, gc_seed, 0, 0, 0);\n", e->rp->vs[i]);
+    out(e, "    return;\n  }\n");
+  }
   out(e, "  random_inputs(gc_seed);\n}\n\n");
   out(e, "static void gradcheck_begin(const PrOptions *o) {\n  gc_seed = o->seed;\n");
   if (has_data) out(e, "  gc_data = o->data != NULL;\n  if (gc_data) open_data(o);\n");
@@ -316,7 +321,7 @@ static void emit_rope_tables(E *e) {
   for (int i = 0; i < g->nnodes && nkeys < KEYS; i++) {
     const Node *n = g->nodes[i];
     if (strcmp(n->op->name, "rope") != 0 || n->role != ROLE_FWD) continue;
-    if (e->multi && e->prog->vs[e->prog->vstage_of_node[n->id]].rank != e->rp->rank) continue;
+    if (e->prog->vs[e->prog->vstage_of_node[n->id]].rank != e->rp->rank) continue;
     const Shape *x = &n->in[0]->shape;
     int64_t T = x->d[n->attrs[2].i].n, D = x->d[x->rank - 1].n;
     float theta = (float)n->attrs[0].f;
@@ -364,8 +369,8 @@ static void emit_table_model(E *e) {
       tc->shuffle ? 0LL : (long long)(tc->batch * D));
 }
 
-// The data functions: open_data (open and check o->data), load_batch (one training microbatch
-// into the fed inputs; S > 1: load_<v> per stage, emit_rank.c).
+// The data functions: open_data (open and check o->data) and per stage of the rank that reads a
+// data input load_<v> (one training microbatch into the fed inputs it holds, emit_rank.c).
 static void emit_data(E *e) {
   const TrainConfig *tc = e->tc;
   bool tokens = tc->data == DATA_TEXT || tc->data == DATA_U16;
@@ -382,11 +387,6 @@ static void emit_data(E *e) {
         tc->data == DATA_TEXT ? "text" : "u16", tc->train_fraction);
     emit_token_id_checks(e, x, y);
     out(e, "}\n");
-    if (!e->multi)
-      out(e,
-          "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
-          "  pr_tokens_batch(&data, split, seed, step, m, MB, SEQ, %s, %s);%s\n}\n",
-          cu_in(e, x, true), cu_in(e, y, true), cu_upload_inputs(e, NULL));
   } else if (table) {
     // The loader checks the model's inputs at the line or row that breaks them.
     out(e, "static PrTable data;\nstatic void open_data(const PrOptions *o) {\n");
@@ -401,18 +401,11 @@ static void emit_data(E *e) {
           tc->scale);
     }
     out(e, "}\n");
-    if (!e->multi)
-      out(e,
-          "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
-          "  (void)split;\n  %s\n  pr_table_batch(&data, seed, step, m, MB, in_);%s\n}\n",
-          feed_dsts(e, NULL), cu_upload_inputs(e, NULL));
-  } else if (!e->multi) {
-    // No data binding: pr_main stops before training (the program is still good for --gradcheck).
-    out(e, "static void load_batch(int split, uint64_t seed, int64_t step, int m) {\n"
-           "  (void)split, (void)seed, (void)step, (void)m;\n}\n");
   }
   out(e, "\n");
-  if (e->multi) emit_rank_loaders(e); // S > 1: each stage loads what it holds
+  // Each stage loads what it holds; without a data binding nothing (pr_main stops before
+  // training; the program is still good for --gradcheck).
+  emit_rank_loaders(e);
 }
 
 const Tensor *predict_output(E *e, const Tensor **name) {
@@ -421,8 +414,8 @@ const Tensor *predict_output(E *e, const Tensor **name) {
   for (int d = 1; ok && d < t->shape.rank; d++) ok = t->shape.d[d].b == 0;
   *name = ok ? t : NULL;
   if (!ok) return NULL;
-  if (!e->multi) return t;
-  // S > 1: the loss stage's copy when it has one (its own or received), else the producer's.
+  // The loss stage's copy when it has one (its own or received), else the producer's (S = 1:
+  // the one rank's own), else (no producer) wherever it is held.
   const Program *P = e->prog;
   int lv = -1, home = -1;
   for (int v = 0; v < P->nv; v++)
@@ -435,6 +428,8 @@ const Tensor *predict_output(E *e, const Tensor **name) {
     home = P->vs[lv].rank;
   else if (t->producer)
     home = P->vs[P->vstage_of_node[t->producer->id]].rank;
+  else if (e->p->offset[t->id] >= 0)
+    home = e->rp->rank;
   if (home != e->rp->rank) return NULL;
   return at_loss ? at_loss : t;
 }
@@ -458,105 +453,6 @@ const char *count_correct(E *e) {
                       tid(e, accuracy_ids(n)), (long long)logits->shape.d[1].n);
 }
 
-// Evaluation batches: how many, and one batch's loss (and correct predictions for classifiers).
-static void emit_eval(E *e) {
-  const TrainConfig *tc = e->tc;
-  const Tensor *loss = e->g->loss;
-  bool tokens = tc->data == DATA_TEXT || tc->data == DATA_U16;
-  const Tensor *x = tc->feeds[0].t, *y = tokens ? tc->feeds[1].t : NULL;
-  bool classify = tc->accuracy != NULL;
-  out(e, "// ---- Validation: batches of one evaluation, and one batch's loss%s.\n",
-      classify ? " and correct predictions" : "");
-  out(e, "static int64_t eval_batches(int64_t requested) {\n");
-  if (tokens) // 0: the whole split in consecutive windows
-    out(e, "  return requested == 0 ? pr_tokens_val_batches(&data, MB, SEQ) : requested;\n}\n\n");
-  else // 0: the whole split
-    out(e, "  return pr_table_val_batches(&data, MB, requested);\n}\n\n");
-  out(e, "static void eval_batch(int64_t k, bool whole, PrEvalBatch *r) {\n");
-  if (tokens) {
-    // The whole split: a token-weighted mean; the last batch's padding rows are left out of the
-    // losses (loss_rows), as for tables. Random batches weigh 1 each.
-    out(e,
-        "  if (!whole) {\n"
-        "    pr_tokens_batch(&data, PR_VAL, 0x5eed, k, 0, MB, SEQ, %s, %s);%s\n",
-        cu_in(e, x, true), cu_in(e, y, true), cu_upload_inputs(e, NULL));
-    print_forward(e, "    ");
-    out(e,
-        "    r->loss = %s;\n    r->weight = 1;\n    return;\n  }\n"
-        "  int64_t valid = pr_tokens_val_seq_batch(&data, k, MB, SEQ, %s, %s);%s\n",
-        cu_scalar(e, loss), cu_in(e, x, true), cu_in(e, y, true), cu_upload_inputs(e, NULL));
-  } else {
-    out(e, "  (void)whole;\n  %s\n  int64_t valid = pr_table_val_batch(&data, k, MB, in_);%s\n",
-        feed_dsts(e, NULL), cu_upload_inputs(e, NULL));
-  }
-  // The last batch wraps around: its losses are means over its real rows (loss_rows), weighted
-  // by them.
-  out(e, "  loss_rows = valid;\n");
-  print_forward(e, "  ");
-  const Tensor *pname;
-  out(e, "%s", predict_copy(e, predict_output(e, &pname)));
-  out(e, "  loss_rows = MB;\n  r->loss = %s;\n  r->weight = (double)valid;\n%s}\n\n",
-      cu_scalar(e, loss), count_correct(e));
-}
-
-// train_step(), printed from the rank's action list: one line per action, no interpretation at
-// run time, between its --trace hooks (emit_traced). The rank-wide step end (NORM: the global
-// gradient norm, its check and the clip; OPT: the optimizer) is the runtime's, after train_step
-// returns (pr_main): the list must end with them. A stage's accumulating action (W when B and W are
-// split, else B) overwrites the gradient buffers on its first microbatch of the step (acc 0) and
-// adds into them after (acc 1).
-static bool emit_train_step(E *e, Diag *d) {
-  const RankProgram *rp = e->rp;
-  int n = rp->nacts;
-  if (n < 2 || rp->acts[n - 2].kind != ACT_NORM || rp->acts[n - 1].kind != ACT_OPT) {
-    diag_error(d, (Loc){0, 0},
-               "internal error: codegen: rank %d's actions do not end with NORM, OPT", rp->rank);
-    return false;
-  }
-  bool *accumulated = ARENA_ARRAY(e->a, bool, 2 * e->prog->nv + 1); // emit_acc's flags
-  out(e,
-      "// One training step, from the action list: %d microbatch(es), then the stage step ends;\n"
-      "// returns the mean loss. NORM and OPT (norm, checks, clipping, optimizer) follow in the\n"
-      "// runtime (pr_main).\n"
-      "static double train_step(int64_t step, uint64_t seed) {\n  double loss = 0;\n",
-      e->prog->M);
-  for (int i = 0; i < n - 2; i++) {
-    const Action *x = &rp->acts[i];
-    const VStage *s = x->v >= 0 ? &e->prog->vs[x->v] : NULL;
-    int slot = s && x->m >= 0 ? x->m % s->K : 0;
-    int acc = emit_acc(accumulated, x);
-    const char *call = "";
-    switch (x->kind) {
-    case ACT_LOAD:
-      call = arena_printf(e->a, "load_batch(PR_TRAIN, seed, step, %d);", x->m);
-      break;
-    case ACT_F:
-      call = arena_printf(e->a, "F_%d(%d);", x->v, slot);
-      break;
-    case ACT_LOSS:
-      call = arena_printf(e->a, "loss += %s;", cu_scalar(e, e->g->loss));
-      break;
-    case ACT_B:
-      call = arena_printf(e->a, "B_%d(%d, %d);", x->v, slot, acc);
-      break;
-    case ACT_W:
-      call = arena_printf(e->a, "W_%d(%d, %d);", x->v, slot, acc);
-      break;
-    case ACT_TIED_SUM:
-      call = arena_printf(e->a, "step_end_%d();", x->v);
-      break;
-    default:
-      diag_error(d, (Loc){0, 0},
-                 "the %s target cannot run action %s yet (one rank only: no SEND, RECV)", "cpu",
-                 action_name(x->kind));
-      return false;
-    }
-    out(e, "  %s // %s(v%d%s)\n", emit_traced(e, x, call), action_name(x->kind), x->v,
-        x->m >= 0 ? arena_printf(e->a, ", m%d", x->m) : "");
-  }
-  out(e, "  return loss / NMICRO;\n}\n\n");
-  return true;
-}
 // .npy tables' defaults: " .nfiles = N, .file_name = {...}, .file = {NULL, ...}, .label_file
 // = K," (the first file is .data; --labels sets the one target's file); "" for other data.
 static const char *npy_files(E *e, const CodegenOptions *o) {
@@ -669,22 +565,19 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
   bool table = tc->data == DATA_CSV || tc->data == DATA_NPY;
   bool has_data = tokens || table;
   emit_data(e);
-  if (e->multi) emit_rank_comm(e);
-  if (!(e->multi ? emit_rank_train_step(e, d) : emit_train_step(e, d))) {
+  if (e->comm) emit_rank_comm(e);
+  if (!emit_rank_train_step(e, d)) {
     fclose(e->f);
     free(body);
     e->f = file;
     return false;
   }
   if (has_data) {
-    if (e->multi)
-      emit_rank_eval(e);
-    else
-      emit_eval(e);
+    emit_rank_eval(e);
     out(e, "static void release_data(void) {\n  if (%s) pr_%s_close(&data);\n}\n\n",
         tokens ? "data.tokens" : "data.cells", tokens ? "tokens" : "table");
   }
-  if (!e->multi && !e->cuda) emit_gradcheck(e, has_data); // else the runtime refuses it
+  if (!e->comm && !e->cuda) emit_gradcheck(e, has_data); // else the runtime refuses it
 
   // The program as the runtime sees it.
   out(e, "static const PrProgram program = {\n");
@@ -730,7 +623,7 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
   if (has_data) out(e, "    .open_data = open_data,\n    .release_data = release_data,\n");
   out(e, "    .train_step = train_step,\n");
   if (has_data) out(e, "    .eval_batches = eval_batches,\n    .eval_batch = eval_batch,\n");
-  if (!e->multi && !e->cuda)
+  if (!e->comm && !e->cuda)
     out(e, "    .gradcheck_begin = gradcheck_begin,\n    .gradcheck_grads = gradcheck_grads,\n"
            "    .gradcheck_loss = gradcheck_loss,\n");
   const Tensor *pname, *pt = predict_output(e, &pname);
@@ -741,7 +634,7 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
       out(e, "%s%lld", d ? ", " : "", (long long)pname->shape.d[d].n);
     out(e, "},\n    .output_batch = MB,\n    .output_here = %s,\n", pt ? "true" : "false");
   }
-  if (e->multi) out(e, "    .comm = &comm,\n");
+  if (e->comm) out(e, "    .comm = &comm,\n");
   if (e->cuda) out(e, "    .device = &pr_device_cuda,\n    .device_scratch = scratch_bytes,\n");
   if (tc->precision != DT_F32) { // 16-bit storage; fp16: the loss seed the scaler sets
     out(e, "    .precision = %s,\n", tc->precision == DT_F16 ? "PR_FP16" : "PR_BF16");
@@ -835,6 +728,12 @@ bool codegen_check_target(const Graph *g, const char *target, Diag *d) {
   return true;
 }
 
+// Whether the programs link MPI: several ranks, or --replicas (a one-rank program without them has
+// no messages, no PrComm and no MPI at all: bin/train, with bin/rank0 a link to it).
+static bool links_mpi(const Program *prog) {
+  return prog->nranks > 1 || prog->replicas > 1;
+}
+
 // Whether pipec was built with Open MPI, which rank programs of several ranks link; else an error.
 static bool have_mpi(const Program *prog, Diag *d) {
   if (*runtime_mpi_lib()) return true;
@@ -876,7 +775,7 @@ const char *codegen_cuda_archs(const CodegenOptions *o, Arena *a, Diag *d) {
 static bool build_cuda(const Program *prog, const CodegenOptions *o, const char *src,
                        const char *exe, Diag *d) {
   Arena *a = prog->g->arena;
-  bool mpi = prog->nranks > 1 || prog->replicas > 1;
+  bool mpi = links_mpi(prog);
   if (mpi && !have_mpi(prog, d)) return false;
   char *argv[128];
   int n = 0;
@@ -926,7 +825,7 @@ static bool build_cuda(const Program *prog, const CodegenOptions *o, const char 
 static bool build_c(const Program *prog, const CodegenOptions *o, const char *src, const char *exe,
                     Diag *d) {
   Arena *a = prog->g->arena;
-  bool mpi = prog->nranks > 1 || prog->replicas > 1;
+  bool mpi = links_mpi(prog);
   char *argv[64];
   int n = 0;
   const char *cc = getenv("CC");
@@ -1002,8 +901,9 @@ bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d) 
          .tc = prog->tc,
          .p = &rp->plan,
          .a = a,
-         .multi = prog->nranks > 1 || prog->replicas > 1, // --replicas: MPI at S = 1 too
+         .comm = links_mpi(prog),
          .cuda = cuda,
+         .fn = ACT_COUNT,
          .profile = o->profile,
          .fuse = !o->no_fuse && !cuda};
   e.ident = ARENA_ARRAY(a, char *, g->ntensors);
@@ -1027,7 +927,7 @@ bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d) 
     diag_error(d, (Loc){0, 0}, "cannot create '%s': %s", bindir, strerror(errno));
     return false;
   }
-  bool mpi = prog->nranks > 1 || prog->replicas > 1; // S = D = 1: no MPI at all
+  bool mpi = links_mpi(prog);
   const char *exe =
       mpi ? arena_printf(a, "%s/rank%d", bindir, rank) : arena_printf(a, "%s/train", bindir);
   if (!(cuda ? build_cuda(prog, o, src, exe, d) : build_c(prog, o, src, exe, d))) return false;

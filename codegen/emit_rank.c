@@ -1,7 +1,8 @@
-// emit_rank.c: the parts of a rank's program that exist only when the pipeline has several ranks
-// (S > 1; docs/pipeline.md): its message streams (the PrComm table), its per-stage data loaders,
-// its train_step with the channel traffic of the action list, and its evaluation forward across
-// the stages. The one-rank program (emit_c.c) never calls these: it has no MPI at all.
+// emit_rank.c: the parts of a rank's program that follow the pipeline (docs/pipeline.md): its
+// message streams (the PrComm table), its per-stage data loaders, its train_step printed from the
+// action list with the channel traffic, and its evaluation forward across the stages. S = 1 is
+// the one-rank case of the same printer: no channel, no stream, no PrComm (E.comm: without
+// --replicas the program has no MPI at all), its one stage's loader load_0 and its actions.
 //
 // Message streams. Each channel of the Program (compiler/comm.c) is one stream on its sender's
 // rank and one on its receiver's, tagged with the channel's tag on both sides. A channel between
@@ -31,7 +32,7 @@
 // flag and the buckets' final action per replica); the transport sends message m to the peer's
 // replica m mod D_peer.
 //
-// Every compute action sits between its --trace hooks (emit_traced; the transport reports the
+// Every compute action is printed by the decoration (emit_act; the transport reports the
 // messages). Channel traffic in train_step (pipeline.h's actions, one line each): SEND(c, m) is
 // pr_comm_send; RECV(c, m) is pr_comm_wait_recv, its pr_comm_post_recv printed as early as the
 // receiving stage's slot allows: right after the last action of (to_v, m - K) on this rank, or at
@@ -123,7 +124,7 @@ static Streams *streams(E *e) {
 }
 
 bool emit_rank_has_streams(E *e) {
-  return e->multi && streams(e)->n > 0;
+  return streams(e)->n > 0;
 }
 
 void emit_rank_comm(E *e) {
@@ -332,6 +333,12 @@ static bool final_uneven(const E *e, const RepBuckets *rb, int i) {
   return true;
 }
 
+// train_step(), printed from the rank's action list: one line per action (through the
+// decoration, emit_act), no interpretation at run time. The rank-wide step end (NORM: the global
+// gradient norm, its check and the clip; OPT: the optimizer) is the runtime's, after train_step
+// returns (pr_main): the list must end with them. A stage's accumulating action (W when B and W
+// are split, else B) overwrites the gradient buffers on its first microbatch of the step (acc 0)
+// and adds into them after (acc 1).
 bool emit_rank_train_step(E *e, Diag *d) {
   const RankProgram *rp = e->rp;
   const Program *P = e->prog;
@@ -388,11 +395,11 @@ bool emit_rank_train_step(E *e, Diag *d) {
   int nacc = 2 * P->nv * uneven_reps(P, rp->rank) + 1;
   bool *accumulated = ARENA_ARRAY(e->a, bool, nacc); // emit_acc's (acc_uneven's) flags
   out(e,
-      "// One training step, from the action list: %d microbatch(es) with the channel traffic,\n"
+      "// One training step, from the action list: %d microbatch(es)%s,\n"
       "// then the stage step ends; returns the mean of the losses this rank computed (0 where\n"
       "// it has none). NORM and OPT follow in the runtime (pr_main).\n"
       "static double train_step(int64_t step, uint64_t seed) {\n  double loss = 0;\n",
-      P->M);
+      P->M, st->n > 0 ? " with the channel traffic" : ""); // S = 1: none
   out(e, "  (void)step, (void)seed;\n%s", start ? start : "");
   const RepBuckets *rb = e->rep;
   bool tied_first = true;
@@ -409,32 +416,25 @@ bool emit_rank_train_step(E *e, Diag *d) {
     if (who >= 0) out(e, "  if (pr_replica == %d) { // m%d's replica\n", who, x->m);
     bool final = P->stage_reps ? final_uneven(e, rb, i) : rep_final_action(rb, i); // buckets.c
     if (final) out(e, "  rep_final = true; // the buckets final in this %s\n", act_label(e, x));
-    bool timed = e->profile && (x->kind == ACT_F || x->kind == ACT_B || x->kind == ACT_W);
-    if (timed) out(e, "  { double t_ = pr_now(), c_ = pr_cpu_now();\n");
+    const char *m_note = arena_printf(e->a, "m%d", x->m);
     switch (x->kind) {
     case ACT_LOAD:
-      out(e, "  %s // LOAD(v%d, m%d)\n",
-          emit_traced(
-              e, x, arena_printf(e->a, "load_%d(PR_TRAIN, seed, step, %d, %d);", x->v, x->m, slot)),
-          x->v, x->m);
+      emit_act(e, x, arena_printf(e->a, "load_%d(PR_TRAIN, seed, step, %d, %d);", x->v, x->m, slot),
+               m_note);
       break;
     case ACT_F:
-      out(e, "  %s // m%d\n", emit_traced(e, x, arena_printf(e->a, "F_%d(%d);", x->v, slot)), x->m);
+      emit_act(e, x, arena_printf(e->a, "F_%d(%d);", x->v, slot), m_note);
       break;
     case ACT_LOSS:
-      out(e, "  %s // LOSS(v%d, m%d)\n",
-          emit_traced(
-              e, x,
-              in_slot(e, x->v, x->m, arena_printf(e->a, "loss += %s;", cu_scalar(e, e->g->loss)))),
-          x->v, x->m);
+      emit_act(e, x,
+               in_slot(e, x->v, x->m, arena_printf(e->a, "loss += %s;", cu_scalar(e, e->g->loss))),
+               m_note);
       break;
     case ACT_B:
-      out(e, "  %s // m%d\n",
-          emit_traced(e, x, arena_printf(e->a, "B_%d(%d, %d);", x->v, slot, acc)), x->m);
+      emit_act(e, x, arena_printf(e->a, "B_%d(%d, %d);", x->v, slot, acc), m_note);
       break;
     case ACT_W:
-      out(e, "  %s // m%d\n",
-          emit_traced(e, x, arena_printf(e->a, "W_%d(%d, %d);", x->v, slot, acc)), x->m);
+      emit_act(e, x, arena_printf(e->a, "W_%d(%d, %d);", x->v, slot, acc), m_note);
       break;
     case ACT_SEND:
       if (is_local(e, x->ch)) {
@@ -470,7 +470,7 @@ bool emit_rank_train_step(E *e, Diag *d) {
     case ACT_TIED_SUM:
       if (tied_first) { // every send done; the exchange messages of the step end
         tied_first = false;
-        out(e, "  pr_comm_wait_sends();\n");
+        if (e->comm) out(e, "  pr_comm_wait_sends();\n");
         for (int k = st->ex_first; k < st->n; k++)
           if (!st->s[k].send)
             out(e, "  pr_comm_post_recv(%d, 0, %s);\n", k, msg_buf(e, k, 0, st->s[k].buf));
@@ -488,18 +488,12 @@ bool emit_rank_train_step(E *e, Diag *d) {
         const char *up = recv_upload(e, k, 0, q->buf);
         if (up) out(e, "  %s\n", up);
       }
-      out(e, "  %s\n", emit_traced(e, x, arena_printf(e->a, "step_end_%d();", x->v)));
+      emit_act(e, x, arena_printf(e->a, "step_end_%d();", x->v), NULL);
       if (i == last_tied && st->n > st->ex_first) out(e, "  pr_comm_wait_sends();\n");
       break;
     default:
       return internal(e, d, arena_printf(e->a, "unexpected action %s", action_name(x->kind)));
     }
-    if (timed)
-      out(e, "  pr_prof_act(%d, %d, t_, c_); }\n",
-          x->kind == ACT_F   ? 0
-          : x->kind == ACT_B ? 1
-                             : 2,
-          x->v);
     if (final) out(e, "  rep_final = false;\n");
     if (who >= 0) out(e, "  }\n");
     for (int k = 0; rb && k < rb->nb; k++) // a TIED_SUM's buckets go to the replicas after it
@@ -513,11 +507,13 @@ bool emit_rank_train_step(E *e, Diag *d) {
   return true;
 }
 
-// Evaluation at S > 1: every rank reads the batch's inputs it holds, then runs its stages in
-// ascending order, each receiving its forward channels (m = 0, blocking), its forward segment
-// and its forward sends; the rank with the loss reports it (the others' results are unused), and
-// the stage of TrainConfig.accuracy counts the correct predictions right after its forward (the
-// runtime brings the counts to the reporting rank: PrComm.accuracy_rank).
+// Evaluation: every rank reads the batch's inputs it holds, then runs its stages in ascending
+// order, each receiving its forward channels (m = 0, blocking), its forward segment and its
+// forward sends (S = 1: the one stage's forward); the rank with the loss reports it (the others'
+// results are unused), and the stage of TrainConfig.accuracy counts the correct predictions right
+// after its forward (the runtime brings the counts to the reporting rank: PrComm.accuracy_rank).
+// A random batch (not whole) weighs 1; the whole split's batches weigh their real rows, the
+// last one's padding rows left out of the losses (loss_rows).
 void emit_rank_eval(E *e) {
   const TrainConfig *tc = e->tc;
   const Program *P = e->prog;
@@ -583,7 +579,8 @@ void emit_rank_eval(E *e) {
   }
   const Tensor *pname;
   out(e, "%s", predict_copy(e, predict_output(e, &pname)));
-  out(e, "  pr_comm_wait_sends();\n  loss_rows = MB;\n  r->weight = weight;\n");
+  out(e, "%s  loss_rows = MB;\n  r->weight = weight;\n",
+      e->comm ? "  pr_comm_wait_sends();\n" : "");
   if (lv >= 0) {
     out(e, "  r->loss = %s;\n", cu_scalar(e, loss));
   } else {

@@ -19,9 +19,9 @@
 // output (pr_bf16_* / pr_f16_*, runtime/half.c), in loops as in straight-line code. With
 // --replicas, a call after which buckets of the replicas' gradient exchange are final is followed
 // by their guarded pr_replicas_ready calls (buckets.c), in a loop as base + l * (buckets per
-// instance); instances that differ in their buckets do not loop. On a rank with message streams
-// (E.progress), each GEMM and attention call of a forward, backward or weight-gradient segment is
-// followed by pr_comm_progress() (MPI's progress while the rank computes), in loops likewise.
+// instance); instances that differ in their buckets do not loop. On a rank with message streams,
+// each GEMM and attention call of a forward, backward or weight-gradient segment is followed by
+// pr_comm_progress() (the decoration's, emit_after_kernel), in loops likewise.
 // Unless --no-fuse (and on the cpu target only), a product and the elementwise op reading its
 // output become one call of a fused kernel where the registry and the memory plan allow it
 // ("Fused epilogues" below); the loops then compare the fused calls' templates like any other.
@@ -372,12 +372,9 @@ static void print_call(E *e, const Call *c, const char *const *ptr) {
     out(e, " // %s\n", comment(e, c->n->name));
 }
 
-// After the call of a long-running kernel (OpDef.progress: GEMMs, attention) in a compute action
-// of a rank with messages: MPI's progress, so that a message waiting for this rank to enter MPI
-// (a rendezvous over shared memory) completes while it computes (runtime/comm_mpi.c).
+// After a kernel call: the decoration's (emit_trace.c: MPI's progress after a long one).
 static void print_progress(E *e, const Call *c, const char *indent) {
-  const Node *n = c->prod ? c->prod : c->n; // a fused call runs its product's kernel
-  if (e->progress && c->kern && n->op->progress) out(e, "%spr_comm_progress();\n", indent);
+  if (c->kern) emit_after_kernel(e, c->prod ? c->prod : c->n, indent); // fused: its product's
 }
 
 static void print_straight(E *e, const Call *c) {

@@ -140,9 +140,9 @@ typedef struct Program {
   const Costs *costs;    // --costs FILE (measured costs; costs.h) or NULL: the cost model
 } Program;
 
-// schedule pass: places every node on a virtual stage and builds each rank's action list. Today
-// one rank and one stage (V = 1) with M microbatches in the order the program has always run them:
-// per m LOAD, F, LOSS, B (B and W nodes in graph order); then TIED_SUM, NORM, OPT.
+// schedule pass at S = 1: lowers the partition's one stage (p from pass_partition at one stage,
+// and pass_comm) with sched_build's one-rank case, 1f1b, whatever --schedule says: per m LOAD, F,
+// LOSS, B (B and W nodes in graph order); then TIED_SUM, NORM, OPT.
 bool pass_schedule(Graph *g, const TrainConfig *tc, Program *p, Diag *d);
 
 // Checks the action lists of any S and V (pipeline-semantics.md §7): every action on its

@@ -2,11 +2,13 @@
 // and builds each rank's action list; its checker verifies the counts and orders of
 // pipeline-semantics.md §7 for any number of ranks and virtual stages; its dump is a stable text.
 //
-// At S = 1 the one rank's list is: for m = 0..M-1 LOAD, F, LOSS, B (B holds the B and W nodes in
-// graph order), then TIED_SUM, NORM, OPT. At S > 1 sched_build (schedules.c) places S·V stages on
-// the S ranks (a rank runs several with --virtual and zb-v) and lowers the schedule's order onto
-// the channels. The checker indexes the actions by
-// (kind, v, m) in one pass over each list: linear in the number of actions.
+// pass_schedule is the one-rank case (S = 1, V = 1, whatever --schedule says): the partition's
+// one stage lowered by sched_build (compiler/schedules.c) as 1f1b, which at S = 1 is the order
+// the program has always run a step in: for m = 0..M-1 LOAD, F, LOSS, B (the B segment holds the
+// B and W nodes in graph order: B and W are not split), then TIED_SUM, NORM, OPT. Every S > 1
+// schedule goes through the same builder (the driver calls sched_build or sched_lower). The
+// checker indexes the actions by (kind, v, m) in one pass over each list: linear in the number
+// of actions.
 #include <string.h>
 
 #include "pipeline.h"
@@ -31,59 +33,17 @@ ActionKind channel_maker(const Program *p, const Channel *c) {
   return !c->grad ? ACT_F : p->vs[c->from_v].split && pn && pn->role == ROLE_WGT ? ACT_W : ACT_B;
 }
 
-static void seg_push(Segment *s, Node *n) {
-  s->nodes[s->n++] = n;
-}
-
 bool pass_schedule(Graph *g, const TrainConfig *tc, Program *p, Diag *d) {
-  Arena *a = g->arena;
-  (void)d;
-  *p = (Program){0};
-  p->g = g;
-  p->tc = tc;
-  p->M = (int)tc->microbatches;
-  p->split_bw = false;
-  p->nv = 1;
-  p->nranks = 1;
-  p->vstage_of_node = ARENA_ARRAY(a, int, g->nnodes + 1);
-  p->vs = ARENA_ARRAY(a, VStage, 1);
-  VStage *s = &p->vs[0];
-  *s = (VStage){.v = 0, .rank = 0, .K = 1};
-  s->f.nodes = ARENA_ARRAY(a, Node *, g->nnodes + 1);
-  s->b.nodes = ARENA_ARRAY(a, Node *, g->nnodes + 1);
-  s->w.nodes = ARENA_ARRAY(a, Node *, 1);
-  s->step.nodes = ARENA_ARRAY(a, Node *, g->nnodes + 1);
-  for (int i = 0; i < g->nnodes; i++) {
-    Node *n = g->nodes[i];
-    p->vstage_of_node[i] = 0;
-    if (n->role == ROLE_FWD)
-      seg_push(&s->f, n);
-    else if (n->role == ROLE_STEP)
-      seg_push(&s->step, n);
-    else
-      seg_push(&s->b, n); // B and W nodes in graph order (not split)
+  (void)tc;
+  if (p->g != g || p->nv != 1) {
+    diag_error(d, (Loc){0, 0},
+               "internal error: schedule: one rank lowers the partition's one stage, not %d",
+               p->nv);
+    return false;
   }
-  s->params = ARENA_ARRAY(a, Tensor *, g->nparams + 1);
-  for (int i = 0; i < g->nparams; i++)
-    if (!g->params[i]->tied_to && g->params[i]->grad) s->params[s->nparams++] = g->params[i];
-  s->loads = g->ninputs > 0;
-  s->has_loss = g->loss != NULL;
-
-  RankProgram *r = p->ranks = ARENA_ARRAY(a, RankProgram, 1);
-  r->rank = 0;
-  r->vs = ARENA_ARRAY(a, int, 1);
-  r->vs[r->nvs++] = 0;
-  r->acts = ARENA_ARRAY(a, Action, 4 * (size_t)p->M + 3);
-  for (int m = 0; m < p->M; m++) {
-    if (s->loads) r->acts[r->nacts++] = (Action){ACT_LOAD, 0, m, NULL};
-    r->acts[r->nacts++] = (Action){ACT_F, 0, m, NULL};
-    if (s->has_loss) r->acts[r->nacts++] = (Action){ACT_LOSS, 0, m, NULL};
-    r->acts[r->nacts++] = (Action){ACT_B, 0, m, NULL};
-  }
-  r->acts[r->nacts++] = (Action){ACT_TIED_SUM, 0, -1, NULL};
-  r->acts[r->nacts++] = (Action){ACT_NORM, -1, -1, NULL};
-  r->acts[r->nacts++] = (Action){ACT_OPT, -1, -1, NULL};
-  return true;
+  // 1f1b at S = 1 has no warm-up: per m its F then its B, which the lowering surrounds with
+  // LOAD and LOSS (the one stage has neither channels nor a split).
+  return sched_build(p, SCHED_1F1B, 1, 1, g->arena, d);
 }
 
 // ---- Checker

@@ -2,10 +2,11 @@
 # Codegen prints the action list: the generated train_step() of each sample (gpt_char with M = 1
 # and M = 4, mlp_digits, skip_net) is, line for line, the schedule pass's actions of rank 0
 # (`pipec print --dump-after=schedule`) but for NORM and OPT, which the runtime runs after it:
-# LOAD -> load_batch(..., m), F -> F_v(slot), LOSS -> loss += ..., B -> B_v(slot, acc) with acc
+# LOAD -> load_v(..., m, slot), F -> F_v(slot), LOSS -> loss += ..., B -> B_v(slot, acc) with acc
 # 0 on the stage's first microbatch and 1 after, TIED_SUM -> step_end_v(), each between its
-# --trace hooks (pr_trace_begin(PR_TR_F, v, m); ... pr_trace_end();). The per-(stage, phase)
-# functions exist. (That these programs compute the old numbers is the hashes test.)
+# --trace hooks (pr_trace_begin(PR_TR_F, v, m); ... pr_trace_end();) and commented with its
+# microbatch (// m3), the same printer as every rank's at S > 1. The per-(stage, phase) functions
+# exist. (That these programs compute the old numbers is the hashes test.)
 pipec=$1
 root=$2
 . "$root/tests/e2e/lib.sh"
@@ -36,11 +37,12 @@ for a in acts:
     v, m = (v.group(1) if v else None), (m.group(1) if m else None)
     # Each line: the call between its --trace hooks, the action as a comment.
     hook = "pr_trace_begin(PR_TR_%s, %s, %s); " % (k, v, m if m is not None else -1)
-    line = lambda call: hook + call + " pr_trace_end(); // " + a
-    if k == "LOAD": want.append(line("load_batch(PR_TRAIN, seed, step, %s);" % m))
+    note = "" if m is None else " // m" + m
+    line = lambda call: hook + call + " pr_trace_end();" + note
+    if k == "LOAD": want.append(line("load_%s(PR_TRAIN, seed, step, %s, 0);" % (v, m)))
     elif k == "F": want.append(line("F_%s(0);" % v))
     elif k == "LOSS": want.append(re.compile(re.escape(hook) + r"loss \+= t\d+_\w+\[0\]; "
-                                             r"pr_trace_end\(\); // " + re.escape(a) + "$"))
+                                             r"pr_trace_end\(\);" + re.escape(note) + "$"))
     elif k in ("B", "W"):
         want.append(line("%s_%s(0, %d);" % (k, v, 1 if (k, v) in seen else 0)))
         seen.add((k, v))
@@ -48,7 +50,8 @@ for a in acts:
     elif k in ("NORM", "OPT"): pass
     else: sys.exit("unexpected action " + a)
 src = open(sys.argv[2]).read()
-body = re.search(r"static double train_step\(int64_t step, uint64_t seed\) \{\n  double loss = 0;\n(.*?)  return loss / NMICRO;\n\}", src, re.S)
+body = re.search(r"static double train_step\(int64_t step, uint64_t seed\) \{\n  double loss = 0;\n"
+                 r"  \(void\)step, \(void\)seed;\n(.*?)  return loss / NMICRO;\n\}", src, re.S)
 if not body: sys.exit("no train_step")
 got = [l.strip() for l in body.group(1).splitlines()]
 if len(got) != len(want): sys.exit("%d lines, %d actions" % (len(got), len(want)))

@@ -2,6 +2,7 @@
 // roles, the summation orders of shared/design/pipeline-semantics.md) and the memory plan
 // (regions, tied storage, no two live buffers overlapping, microbatch size).
 #include "../../compiler/memplan.h"
+#include "../../compiler/partition.h"
 #include "../../compiler/pipeline.h"
 #include "testutil.h"
 
@@ -126,8 +127,10 @@ START_TEST(test_memory_plan) {
   Program prog;
   Capture cap;
   cap_open(&cap, "net.json");
-  ck_assert_msg(pass_schedule(&m.g, &tc, &prog, &cap.d) && plan_memory(&prog, &cap.d), "%s",
-                cap_text(&cap));
+  ck_assert_msg((pass_partition(&m.g, &tc, &(PartitionOptions){.stages = 1}, &prog, &cap.d) &&
+                 pass_schedule(&m.g, &tc, &prog, &cap.d)) &&
+                    plan_memory(&prog, &cap.d),
+                "%s", cap_text(&cap));
   cap_close(&cap);
   const Plan p = prog.ranks[0].plan;
   Tensor *w = graph_find(&m.g, "w"), *v = graph_find(&m.g, "v"), *vt = graph_find(&m.g, "vt");

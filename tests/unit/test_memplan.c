@@ -123,7 +123,8 @@ START_TEST(test_plan_classes_and_slots) {
   TrainConfig tc = {.batch = 4, .microbatches = 2, .mb_size = 2, .opt = OPT_ADAMW};
   Program p;
   ck_assert(pass_autodiff(&m.g, 2, &m.cap.d));
-  ck_assert(pass_schedule(&m.g, &tc, &p, &m.cap.d));
+  ck_assert((pass_partition(&m.g, &tc, &(PartitionOptions){.stages = 1}, &p, &m.cap.d) &&
+             pass_schedule(&m.g, &tc, &p, &m.cap.d)));
   ck_assert_msg(plan_memory(&p, &m.cap.d), "%s", cap_text(&m.cap));
   const Plan *pl = &p.ranks[0].plan;
   Graph *g = &m.g;
@@ -163,7 +164,9 @@ START_TEST(test_plan_classes_and_slots) {
   ck_assert(model_run(&m, TINY_NET));
   tc.opt = OPT_SGD;
   ck_assert(pass_autodiff(&m.g, 2, &m.cap.d));
-  ck_assert(pass_schedule(&m.g, &tc, &p, &m.cap.d) && plan_memory(&p, &m.cap.d));
+  ck_assert((pass_partition(&m.g, &tc, &(PartitionOptions){.stages = 1}, &p, &m.cap.d) &&
+             pass_schedule(&m.g, &tc, &p, &m.cap.d)) &&
+            plan_memory(&p, &m.cap.d));
   w = graph_find(&m.g, "w");
   ck_assert_int_eq(p.ranks[0].plan.opt_offsets[w->id * PLAN_OPT_SLOTS + 1], -1);
   ck_assert_int_eq(p.ranks[0].plan.bytes[REG_OPT], 64);
@@ -178,7 +181,9 @@ START_TEST(test_plan_k_slots) {
   TrainConfig tc = {.batch = 4, .microbatches = 2, .mb_size = 2, .opt = OPT_SGD};
   Program p;
   ck_assert(pass_autodiff(&m.g, 2, &m.cap.d));
-  ck_assert(pass_schedule(&m.g, &tc, &p, &m.cap.d) && plan_memory(&p, &m.cap.d));
+  ck_assert((pass_partition(&m.g, &tc, &(PartitionOptions){.stages = 1}, &p, &m.cap.d) &&
+             pass_schedule(&m.g, &tc, &p, &m.cap.d)) &&
+            plan_memory(&p, &m.cap.d));
   int64_t one = p.ranks[0].plan.bytes[REG_ACTS], stride = p.ranks[0].plan.slot_stride[0];
   p.vs[0].K = 2;
   ck_assert(plan_memory(&p, &m.cap.d));

@@ -2,6 +2,7 @@
 // and one stage, its text dump, and its checker on hand-written programs of two ranks and two
 // stages (B and W split, one channel each way) broken one rule at a time, each with its exact
 // message; the lock-step simulation (compiler/simulate.c) accepts the valid ones.
+#include "../../compiler/partition.h"
 #include "../../compiler/pipeline.h"
 #include "testutil.h"
 
@@ -280,7 +281,8 @@ START_TEST(test_pass_one_rank) {
   TrainConfig tc = {.batch = 4, .microbatches = 2, .mb_size = 2, .opt = OPT_SGD};
   Program p;
   ck_assert(pass_autodiff(&m.g, 2, &m.cap.d));
-  ck_assert(pass_schedule(&m.g, &tc, &p, &m.cap.d));
+  ck_assert((pass_partition(&m.g, &tc, &(PartitionOptions){.stages = 1}, &p, &m.cap.d) &&
+             pass_schedule(&m.g, &tc, &p, &m.cap.d)));
   ck_assert_msg(schedule_check(&p, &m.cap.d), "%s", cap_text(&m.cap));
   ck_assert_msg(schedule_verify(&p, NULL, NULL, NULL, &m.cap.d), "%s", cap_text(&m.cap));
   char *text = NULL;

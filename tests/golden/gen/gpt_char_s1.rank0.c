@@ -87,7 +87,7 @@ static const char PLAN[] = "memory plan for gpt_char: batch 12 = 1 microbatch of
 #define t173_d_transformer_wte_weight ((float *)(grads + 3249664)) // d:transformer.wte.weight f32(65,128)
 
 // Batch rows the losses average over: MB, or the real rows of a partial validation batch.
-static int64_t loss_rows = MB;
+static int64_t loss_rows __attribute__((unused)) = MB;
 
 // Stage 0, forward (F) of one microbatch: 45 nodes.
 static void F_0(int slot) {
@@ -229,43 +229,50 @@ static void open_data(const PrOptions *o) {
   pr_tokens_check_windows(&data, path, SEQ);
   pr_tokens_check_ids(&data, path, 65, "the model's vocabulary holds 65");
 }
-static void load_batch(int split, uint64_t seed, int64_t step, int m) {
+
+// Stage 0's data inputs of one training microbatch into its slot (those it holds).
+static void load_0(int split, uint64_t seed, int64_t step, int m, int slot) {
+  (void)split, (void)slot;
   pr_tokens_batch(&data, split, seed, step, m, MB, SEQ, t0_idx, t1_targets);
 }
 
-// One training step, from the action list: 1 microbatch(es), then the stage step ends;
-// returns the mean loss. NORM and OPT (norm, checks, clipping, optimizer) follow in the
-// runtime (pr_main).
+// One training step, from the action list: 1 microbatch(es),
+// then the stage step ends; returns the mean of the losses this rank computed (0 where
+// it has none). NORM and OPT follow in the runtime (pr_main).
 static double train_step(int64_t step, uint64_t seed) {
   double loss = 0;
-  pr_trace_begin(PR_TR_LOAD, 0, 0); load_batch(PR_TRAIN, seed, step, 0); pr_trace_end(); // LOAD(v0, m0)
-  pr_trace_begin(PR_TR_F, 0, 0); F_0(0); pr_trace_end(); // F(v0, m0)
-  pr_trace_begin(PR_TR_LOSS, 0, 0); loss += t100_loss[0]; pr_trace_end(); // LOSS(v0, m0)
-  pr_trace_begin(PR_TR_B, 0, 0); B_0(0, 0); pr_trace_end(); // B(v0, m0)
-  pr_trace_begin(PR_TR_TIED_SUM, 0, -1); step_end_0(); pr_trace_end(); // TIED_SUM(v0)
+  (void)step, (void)seed;
+  pr_trace_begin(PR_TR_LOAD, 0, 0); load_0(PR_TRAIN, seed, step, 0, 0); pr_trace_end(); // m0
+  pr_trace_begin(PR_TR_F, 0, 0); F_0(0); pr_trace_end(); // m0
+  pr_trace_begin(PR_TR_LOSS, 0, 0); loss += t100_loss[0]; pr_trace_end(); // m0
+  pr_trace_begin(PR_TR_B, 0, 0); B_0(0, 0); pr_trace_end(); // m0
+  pr_trace_begin(PR_TR_TIED_SUM, 0, -1); step_end_0(); pr_trace_end();
   return loss / NMICRO;
 }
 
-// ---- Validation: batches of one evaluation, and one batch's loss.
+// ---- Validation: batches of one evaluation, and one batch's forward across the stages.
 static int64_t eval_batches(int64_t requested) {
   return requested == 0 ? pr_tokens_val_batches(&data, MB, SEQ) : requested;
 }
 
 static void eval_batch(int64_t k, bool whole, PrEvalBatch *r) {
+  const int slot = 0; // every stage's slot 0
+  (void)slot;
+  double weight = 1;
+  int64_t valid = MB;
   if (!whole) {
     pr_tokens_batch(&data, PR_VAL, 0x5eed, k, 0, MB, SEQ, t0_idx, t1_targets);
-    F_0(0);
-    r->loss = t100_loss[0];
-    r->weight = 1;
-    return;
+  } else {
+    valid = pr_tokens_val_seq_batch(&data, k, MB, SEQ, t0_idx, t1_targets);
+    loss_rows = valid;
+    weight = (double)valid;
   }
-  int64_t valid = pr_tokens_val_seq_batch(&data, k, MB, SEQ, t0_idx, t1_targets);
-  loss_rows = valid;
+  (void)valid;
   F_0(0);
   if (r->out) memcpy(r->out, t99_logits, (size_t)valid * 4160 * sizeof(float));
   loss_rows = MB;
+  r->weight = weight;
   r->loss = t100_loss[0];
-  r->weight = (double)valid;
 }
 
 static void release_data(void) {
@@ -283,7 +290,7 @@ static bool gc_data;
 
 static void gradcheck_inputs(void) {
   if (gc_data) {
-    load_batch(PR_TRAIN, gc_seed, 0, 0);
+    load_0(PR_TRAIN, gc_seed, 0, 0, 0);
     return;
   }
   random_inputs(gc_seed);
