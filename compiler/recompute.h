@@ -29,7 +29,7 @@ bool recompute_boundary(const Program *p, int v, const Tensor *t, const int *sen
 // Marks the recomputing stages (flags: p->nv entries, or NULL: none) and fills each one's r
 // segment (its F nodes that make no boundary tensor and whose outputs its B nodes read, directly
 // or through other such nodes; graph order). After the comm pass (the
-// channels); at S = 1 after the schedule pass (which builds the one stage).
+// channels), before the schedule is lowered (a recomputing stage's B and W stay one action).
 void recompute_apply(Program *p, const bool *flags, Arena *a);
 
 #endif

@@ -120,11 +120,10 @@ static bool run_comm(Driver *dr) {
   return pass_comm(&dr->graph, &dr->prog, &dr->diag);
 }
 
-// S = 1: the one-stage program exactly as always (--schedule does not apply). S > 1: the chosen
-// schedule over the partition's S x V stages (placed by sched_rank_of) and the comm pass's
-// channels.
+// The chosen schedule over the partition's S x V stages (placed by sched_rank_of) and the comm
+// pass's channels; one stage is the one-rank case, lowered as 1f1b whatever --schedule says.
 static bool run_schedule(Driver *dr) {
-  // --recompute: the stages that rerun their forward (at S = 1 the schedule pass builds the one).
+  // --recompute: the stages that rerun their forward.
   bool *rc = NULL;
   int bad = -1;
   int nv = dr->prog.nv > 0 ? dr->prog.nv : 1;
@@ -134,12 +133,8 @@ static bool run_schedule(Driver *dr) {
                nv == 1 ? "" : "s", nv - 1);
     return false;
   }
-  if (dr->prog.nv == 1) {
-    if (!pass_schedule(&dr->graph, &dr->tc, &dr->prog, &dr->diag)) return false;
-    recompute_apply(&dr->prog, rc, &dr->arena);
-    return true;
-  }
   recompute_apply(&dr->prog, rc, &dr->arena); // before the lowering: those stages stay fused
+  if (dr->prog.nv == 1) return pass_schedule(&dr->graph, &dr->tc, &dr->prog, &dr->diag);
   if (dr->cfg.virt > 1 && dr->prog.nv <= dr->cfg.virt) { // --split made S x V stages with S = 1
     if (dr->cfg.sched == SCHED_ZBV)
       diag_error(&dr->diag, (Loc){0, 0},
