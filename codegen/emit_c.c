@@ -658,7 +658,7 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
 }
 
 // Runs argv; false (with the command's exit status in the message) on failure.
-static bool run(char *const argv[], Diag *d) {
+static bool run_tool(char *const argv[], Diag *d) {
   pid_t pid = fork();
   if (pid < 0) {
     diag_error(d, (Loc){0, 0}, "cannot start %s: %s", argv[0], strerror(errno));
@@ -817,7 +817,7 @@ static bool build_cuda(const Program *prog, const CodegenOptions *o, const char 
       argv[n++] = arena_printf(a, "-Xcompiler=%.*s%s", prefix, tok, v);
   }
   argv[n] = NULL;
-  return run(argv, d);
+  return run_tool(argv, d);
 }
 
 // The system's C compiler over the generated rank<r>.c, linked with libpipert (and, at S > 1, the
@@ -847,7 +847,7 @@ static bool build_c(const Program *prog, const CodegenOptions *o, const char *sr
   char *libs = arena_strdup(a, mpi ? PIPEC_MPI_LIBS " " PIPEC_RUNTIME_LIBS : PIPEC_RUNTIME_LIBS);
   for (char *tok = strtok(libs, " "); tok && n < 60; tok = strtok(NULL, " ")) argv[n++] = tok;
   argv[n] = NULL;
-  return run(argv, d);
+  return run_tool(argv, d);
 }
 
 // mkdir -p: creates dir and its missing parents; an existing component must be a directory.

@@ -159,11 +159,11 @@ static const char *weights_key(Arena *a, const char *json, const char *w) {
 }
 
 int run_import(Driver *dr, const char *model) {
-  if (!model) return usage_error("%s", "'import' needs a model file (MODEL.pt2)");
+  if (!model) return driver_usage_error("%s", "'import' needs a model file (MODEL.pt2)");
   if (!pt2_is_archive(model))
-    return usage_error("import reads a torch.export archive (MODEL.pt2), got '%s'", model);
+    return driver_usage_error("import reads a torch.export archive (MODEL.pt2), got '%s'", model);
   if (!dr->cfg.out_dir)
-    return usage_error("%s", "import needs -o MODEL.json (where the JSON goes)");
+    return driver_usage_error("%s", "import needs -o MODEL.json (where the JSON goes)");
   diag_init(&dr->diag, model, stderr);
   dr->diag.excerpts = true;
   dr->diag.format = dr->cfg.diag_format;
@@ -346,10 +346,10 @@ int run_command(Driver *dr) {
   bool multi = dr->cfg.po.stages > 1 || dr->cfg.po.nsplit;
   int part = find_pass("comm", strlen("comm")), sched = find_pass("schedule", strlen("schedule"));
   if (multi && dr->last < part && !dr->cfg.stop_after) dr->last = dr->cfg.sched_csv ? sched : part;
-  double t0 = now();
+  double t0 = clock_seconds();
   ok = load_model(dr, ok);
   if (dr->cfg.time_passes)
-    fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", "parse", (now() - t0) * 1e3);
+    fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", "parse", (clock_seconds() - t0) * 1e3);
   ok = ok && run_passes(dr);
   int status = ok ? 0 : EXIT_MODEL;
   if (ok && dr->last >= find_pass(cmd->needs, strlen(cmd->needs)))

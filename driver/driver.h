@@ -180,9 +180,9 @@ const char *option_name(OptId id);
 // Where option id's row says it does not belong with the command line, its message; else NULL.
 const char *option_misuse(Driver *dr, OptId id);
 // --help.
-void usage(FILE *f);
+void driver_usage(FILE *f);
 // "pipec: MESSAGE" and the --help hint on stderr; returns EXIT_USAGE.
-int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int driver_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // rules.c: the cross-option rules in order; 0 when the command line holds, else the usage
 // error's exit status (its message printed). Completes dr->cfg (zb-v's V, S x V, profile).
@@ -198,7 +198,7 @@ const char *select_passes(Driver *dr);
 void dump_plan(Driver *dr, FILE *out);
 const char *src_ext(const Driver *dr);
 const char *mangle_dir(Arena *a, const char *name);
-double now(void);
+double clock_seconds(void);
 
 // commands.c: the commands.
 const Command *command_find(const char *name);

@@ -2,7 +2,7 @@
 // names; the passes' lines come from the pass table).
 #include "driver.h"
 
-void usage(FILE *f) {
+void driver_usage(FILE *f) {
   fputs(
       "Usage: pipec COMMAND [OPTIONS] MODEL.json|MODEL.pt2\n"
       "\n"

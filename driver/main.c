@@ -15,7 +15,7 @@ static int pipec(Driver *dr, int argc, char **argv) {
   if (rc >= 0) return rc;
   const Config *c = &dr->cfg;
   if (c->npos == 0)
-    return usage_error("%s", "no command given (check, print, plan, compile, run, profile)");
+    return driver_usage_error("%s", "no command given (check, print, plan, compile, run, profile)");
   if (strcmp(c->positional[0], "import") == 0)
     return run_import(dr, c->npos > 1 ? c->positional[1] : NULL);
   rc = rules_check(dr);

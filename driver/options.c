@@ -43,7 +43,7 @@ struct OptRow {
   OptNeed needs[2];    // options it needs, checked in order
 };
 
-int usage_error(const char *fmt, ...) {
+int driver_usage_error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   fprintf(stderr, "pipec: ");
@@ -95,15 +95,15 @@ static int set_flag(Driver *dr, const OptRow *row, const char *arg) {
 
 // A file name: not empty.
 static int set_file(Driver *dr, const OptRow *row, const char *arg) {
-  if (!*arg) return usage_error("--%s: the file name is an empty string", row->name);
+  if (!*arg) return driver_usage_error("--%s: the file name is an empty string", row->name);
   return set_string(dr, row, arg);
 }
 
 // An output file of plan: not empty, not an option ("--svg --json F": the name was forgotten).
 static int set_out_file(Driver *dr, const OptRow *row, const char *arg) {
-  if (!*arg) return usage_error("--%s: the file name is an empty string", row->name);
+  if (!*arg) return driver_usage_error("--%s: the file name is an empty string", row->name);
   if (strncmp(arg, "--", 2) == 0)
-    return usage_error("--%s: expected a file name, got the option '%s'", row->name, arg);
+    return driver_usage_error("--%s: expected a file name, got the option '%s'", row->name, arg);
   return set_string(dr, row, arg);
 }
 
@@ -126,14 +126,14 @@ static int set_training(Driver *dr, const OptRow *row, const char *arg) {
 
 static int parse_cuda_arch(Driver *dr, const OptRow *row, const char *arg) {
   if (!arch_list_ok(arg))
-    return usage_error("--cuda-arch: expected compute capabilities like 80,90, got '%s'", arg);
+    return driver_usage_error("--cuda-arch: expected compute capabilities like 80,90, got '%s'", arg);
   return set_string(dr, row, arg);
 }
 
 static int parse_comm(Driver *dr, const OptRow *row, const char *arg) {
   (void)dr, (void)row;
   if (strcmp(arg, "mpi") != 0)
-    return usage_error("--comm: unknown transport '%s' (available: mpi; nccl is not built "
+    return driver_usage_error("--comm: unknown transport '%s' (available: mpi; nccl is not built "
                        "yet, docs/cuda.md)",
                        arg);
   return GO_ON;
@@ -141,7 +141,7 @@ static int parse_comm(Driver *dr, const OptRow *row, const char *arg) {
 
 static int parse_march(Driver *dr, const OptRow *row, const char *arg) {
   if (strcmp(arg, "native") != 0)
-    return usage_error("--march: unknown value '%s' (available: native)", arg);
+    return driver_usage_error("--march: unknown value '%s' (available: native)", arg);
   return set_flag(dr, row, arg);
 }
 
@@ -150,7 +150,7 @@ static int parse_trace_step(Driver *dr, const OptRow *row, const char *arg) {
   char *end;
   long v = strtol(arg, &end, 10);
   if (!*arg || *end || v < 0 || v > INT32_MAX)
-    return usage_error("--trace-step: expected a step number (0, 1, ...), got '%s'", arg);
+    return driver_usage_error("--trace-step: expected a step number (0, 1, ...), got '%s'", arg);
   dr->cfg.trace_step = (int)v;
   return GO_ON;
 }
@@ -159,7 +159,7 @@ static int parse_recompute(Driver *dr, const OptRow *row, const char *arg) {
   (void)row;
   int *st, n;
   const char *err = recompute_parse(arg, &dr->arena, &st, &n);
-  if (err) return usage_error("%s", err);
+  if (err) return driver_usage_error("%s", err);
   dr->cfg.po.recomp = st, dr->cfg.po.nrecomp = n;
   return GO_ON;
 }
@@ -176,7 +176,7 @@ static int parse_stages(Driver *dr, const OptRow *row, const char *arg) {
   (void)row;
   int64_t v;
   if (!parse_count(arg, 1, 1 << 16, &v))
-    return usage_error("--stages: expected a number of stages from 1 to 65536, got '%s'", arg);
+    return driver_usage_error("--stages: expected a number of stages from 1 to 65536, got '%s'", arg);
   dr->cfg.po.stages = (int)v;
   return GO_ON;
 }
@@ -192,7 +192,7 @@ static int parse_precision(Driver *dr, const OptRow *row, const char *arg) {
       dr->cfg.precision = known[i].dt;
       return GO_ON;
     }
-  return usage_error("--precision: unknown precision '%s' (expected f32, bf16 or fp16)", arg);
+  return driver_usage_error("--precision: unknown precision '%s' (expected f32, bf16 or fp16)", arg);
 }
 
 // --replicas D0,D1,..: per-stage counts, checked against S and M in the autodiff pass.
@@ -207,7 +207,7 @@ static int parse_replica_list(Config *c, Arena *a, const char *arg) {
     char *one = arena_printf(a, "%.*s", (int)len, p);
     int64_t v;
     if (!parse_count(one, 1, 1 << 16, &v))
-      return usage_error("--replicas %s: expected a replica count from 1 to 65536 per "
+      return driver_usage_error("--replicas %s: expected a replica count from 1 to 65536 per "
                          "stage, separated by commas, got '%s'",
                          arg, one);
     c->rep_counts[c->nrep_counts++] = (int)v;
@@ -227,7 +227,7 @@ static int parse_replicas(Driver *dr, const OptRow *row, const char *arg) {
   if (strchr(arg, ',')) return parse_replica_list(c, &dr->arena, arg);
   int64_t v;
   if (!parse_count(arg, 1, 1 << 16, &v))
-    return usage_error("--replicas: expected a number of replicas from 1 to 65536, got '%s'", arg);
+    return driver_usage_error("--replicas: expected a number of replicas from 1 to 65536, got '%s'", arg);
   c->replicas = (int)v, c->rep_list = NULL, c->nrep_counts = 0, c->uneven = false;
   return GO_ON;
 }
@@ -241,7 +241,7 @@ static int parse_schedule(Driver *dr, const OptRow *row, const char *arg) {
     dr->cfg.sched_csv = arg;
     return GO_ON;
   }
-  return usage_error("--schedule: unknown schedule '%s' (gpipe, 1f1b, interleaved, zb-h1, "
+  return driver_usage_error("--schedule: unknown schedule '%s' (gpipe, 1f1b, interleaved, zb-h1, "
                      "zb-v, or a FILE.csv)",
                      arg);
 }
@@ -250,7 +250,7 @@ static int parse_virtual(Driver *dr, const OptRow *row, const char *arg) {
   (void)row;
   int64_t v;
   if (!parse_count(arg, 1, 64, &v))
-    return usage_error("--virtual: expected stages per rank from 1 to 64, got '%s'", arg);
+    return driver_usage_error("--virtual: expected stages per rank from 1 to 64, got '%s'", arg);
   dr->cfg.virt = (int)v;
   dr->cfg.virt_given = true;
   return GO_ON;
@@ -262,7 +262,7 @@ static int parse_split(Driver *dr, const OptRow *row, const char *arg) {
   PartitionOptions *po = &dr->cfg.po;
   for (const char *q = arg;;) {
     size_t n = strcspn(q, ",");
-    if (n == 0) return usage_error("--split: an empty name in '%s'", arg);
+    if (n == 0) return driver_usage_error("--split: an empty name in '%s'", arg);
     po->split[po->nsplit++] = arena_printf(&dr->arena, "%.*s", (int)n, q);
     if (!q[n]) break;
     q += n + 1;
@@ -277,7 +277,7 @@ static int parse_rate(Driver *dr, const OptRow *row, const char *arg) {
   errno = 0;
   double v = strtod(arg, &end);
   if (errno || end == arg || *end || !(v > 0) || v > 1e12)
-    return usage_error("--%s: expected a positive number (%s), got '%s'", row->name,
+    return driver_usage_error("--%s: expected a positive number (%s), got '%s'", row->name,
                        flops ? "GFLOP/s" : "GB/s", arg);
   *FIELD(double, dr, row) = v * 1e9;
   return GO_ON;
@@ -287,7 +287,7 @@ static int parse_mem_cap(Driver *dr, const OptRow *row, const char *arg) {
   (void)row;
   int64_t v;
   if (!parse_count(arg, 1, INT64_MAX, &v))
-    return usage_error("--mem-cap: expected a number of bytes, got '%s'", arg);
+    return driver_usage_error("--mem-cap: expected a number of bytes, got '%s'", arg);
   dr->cfg.po.mem_cap = v;
   return GO_ON;
 }
@@ -295,13 +295,13 @@ static int parse_mem_cap(Driver *dr, const OptRow *row, const char *arg) {
 static int parse_diag_format(Driver *dr, const OptRow *row, const char *arg) {
   (void)row;
   if (!diag_format_parse(arg, &dr->cfg.diag_format))
-    return usage_error("--diagnostics-format: unknown format '%s' (text, json, sarif)", arg);
+    return driver_usage_error("--diagnostics-format: unknown format '%s' (text, json, sarif)", arg);
   return GO_ON;
 }
 
 static int print_help(Driver *dr, const OptRow *row, const char *arg) {
   (void)dr, (void)row, (void)arg;
-  usage(stdout);
+  driver_usage(stdout);
   return 0;
 }
 
@@ -476,14 +476,14 @@ int options_parse(Driver *dr, int argc, char **argv) {
     int id = k - LONG_BASE;
     for (int i = 0; i < NOPTS && k < LONG_BASE; i++)
       if (options[i].letter == k) id = i;
-    if (k == ':') return usage_error("option '%s' needs an argument", argv[optind - 1]);
-    if (id < 0 || id >= NOPTS) return usage_error("unknown option '%s'", argv[optind - 1]);
+    if (k == ':') return driver_usage_error("option '%s' needs an argument", argv[optind - 1]);
+    if (id < 0 || id >= NOPTS) return driver_usage_error("unknown option '%s'", argv[optind - 1]);
     c->given[id] = true;
     int rc = options[id].parse(dr, &options[id], optarg);
     if (rc != GO_ON) return rc;
   }
   for (int i = optind; i < argc; i++) {
-    if (c->npos == 2) return usage_error("unexpected argument '%s'", argv[i]);
+    if (c->npos == 2) return driver_usage_error("unexpected argument '%s'", argv[i]);
     c->positional[c->npos++] = argv[i];
   }
   return GO_ON;

@@ -11,7 +11,7 @@
 #include "../compiler/weights.h"
 #include "driver.h"
 
-double now(void) {
+double clock_seconds(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
@@ -380,16 +380,16 @@ bool run_passes(Driver *dr) {
   for (int i = 0; i <= dr->last; i++) {
     const Pass *p = &passes[i];
     dr->diag.pass = p->name; // the rule of its messages in the machine-readable formats
-    double t0 = now();
+    double t0 = clock_seconds();
     bool ok = p->run(dr) && !dr->diag.errors;
     if (dr->cfg.time_passes)
-      fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", p->name, (now() - t0) * 1e3);
+      fprintf(stderr, "pipec: pass %-8s %9.3f ms\n", p->name, (clock_seconds() - t0) * 1e3);
     if (!ok) return false;
     if (p->check) {
-      t0 = now();
+      t0 = clock_seconds();
       ok = p->check(dr) && !dr->diag.errors;
       if (dr->cfg.time_passes)
-        fprintf(stderr, "pipec: check %-8s %8.3f ms\n", p->name, (now() - t0) * 1e3);
+        fprintf(stderr, "pipec: check %-8s %8.3f ms\n", p->name, (clock_seconds() - t0) * 1e3);
       if (!ok) return false;
     }
     if (dr->dump[i]) {

@@ -266,7 +266,7 @@ int rules_check(Driver *dr) {
   dr->cmd = command_find(dr->cfg.command);
   for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
     const char *msg = rules[i].check ? rules[i].check(dr) : option_misuse(dr, rules[i].opt);
-    if (msg) return usage_error("%s", msg);
+    if (msg) return driver_usage_error("%s", msg);
   }
   return 0;
 }

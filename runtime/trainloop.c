@@ -196,7 +196,7 @@ static struct {
   PrPipe pipe;               // pipeline: the step end's state
   PrReplicas rep;            // --replicas: the replicas' gradient exchange (replicas.c)
   char *mirror[PR_NREGIONS]; // device programs: host mirrors of the params and optimizer regions
-} run;
+} held;
 
 static void release(const PrProgram *p) {
   if (p->release_data) p->release_data();
@@ -205,8 +205,8 @@ static void release(const PrProgram *p) {
       p->device->free_region(*p->region[r]);
     else
       pr_free_region(*p->region[r]);
-    pr_free_region(run.mirror[r]);
-    run.mirror[r] = NULL;
+    pr_free_region(held.mirror[r]);
+    held.mirror[r] = NULL;
   }
   if (p->device) p->device->finish();
   pr_release_scratch();
@@ -215,7 +215,7 @@ static void release(const PrProgram *p) {
 // Device programs: where the host mirror holds what dev (in region r, or NULL) points at.
 static float *host_of(const PrProgram *p, int r, float *dev) {
   if (!dev || !p->device) return dev;
-  return (float *)(run.mirror[r] + ((char *)dev - *p->region[r]));
+  return (float *)(held.mirror[r] + ((char *)dev - *p->region[r]));
 }
 
 // Device programs: the parameter and optimizer regions to the device (after a load or a fresh
@@ -227,9 +227,9 @@ static void sync_state(const PrProgram *p, bool to_device) {
     int r = mirrored[k];
     size_t bytes = (size_t)p->region_bytes[r];
     if (to_device)
-      p->device->upload(*p->region[r], run.mirror[r], bytes);
+      p->device->upload(*p->region[r], held.mirror[r], bytes);
     else
-      p->device->download(run.mirror[r], *p->region[r], bytes);
+      p->device->download(held.mirror[r], *p->region[r], bytes);
   }
 }
 
@@ -242,7 +242,7 @@ static void init_on_host(const PrProgram *p, uint64_t seed) {
   for (int i = 0; i < p->nparams; i++)
     if (p->params[i].data)
       p->params[i].data = (float *)(*p->region[MIRRORED_PARAMS] +
-                                    ((char *)p->params[i].data - run.mirror[MIRRORED_PARAMS]));
+                                    ((char *)p->params[i].data - held.mirror[MIRRORED_PARAMS]));
 }
 
 static int64_t numel_of(const PrTensorRef *r) {
@@ -258,8 +258,8 @@ static PrTensorRef *save_refs(const PrTensorRef *refs, int n, const PrTensorRef 
                               const int *oparam, int nopt, bool stage) {
   int total = n + nopt;
   int64_t floats = 0;
-  PrTensorRef *s = run.srefs = calloc((size_t)total + 1, sizeof *s);
-  int *pof = run.sparam = calloc((size_t)total + 1, sizeof *pof);
+  PrTensorRef *s = held.srefs = calloc((size_t)total + 1, sizeof *s);
+  int *pof = held.sparam = calloc((size_t)total + 1, sizeof *pof);
   prCheck(s && pof, "the machine is out of memory", "cannot allocate the checkpoint's table");
   for (int k = 0; k < total; k++) {
     s[k] = k < n ? refs[k] : orefs[k - n];
@@ -267,7 +267,7 @@ static PrTensorRef *save_refs(const PrTensorRef *refs, int n, const PrTensorRef 
     if (!s[k].data) floats += numel_of(&s[k]);
   }
   if (!stage) return s;
-  float *buf = run.staging = pr_alloc_region("checkpoint staging", (size_t)floats * sizeof(float));
+  float *buf = held.staging = pr_alloc_region("checkpoint staging", (size_t)floats * sizeof(float));
   for (int k = 0; k < total; k++)
     if (!s[k].data) s[k].data = buf, buf += numel_of(&s[k]);
   return s;
@@ -403,9 +403,9 @@ static void setup_regions(const Session *s) {
     *p->region[r] = dv ? dv->alloc_region(region_names[r], (size_t)p->region_bytes[r])
                        : pr_alloc_region(region_names[r], (size_t)p->region_bytes[r]);
   if (dv) { // the host mirrors of the regions the checkpoints and the initialisation read
-    run.mirror[MIRRORED_PARAMS] =
+    held.mirror[MIRRORED_PARAMS] =
         pr_alloc_region("params (host mirror)", (size_t)p->region_bytes[MIRRORED_PARAMS]);
-    run.mirror[MIRRORED_OPTIM] =
+    held.mirror[MIRRORED_OPTIM] =
         pr_alloc_region("optimizer state (host mirror)", (size_t)p->region_bytes[MIRRORED_OPTIM]);
   }
   p->setup();
@@ -461,17 +461,17 @@ static void check_outputs(Session *s) {
 static void setup_checkpoint(Session *s) {
   const PrProgram *p = s->p;
   const PrComm *comm = s->comm;
-  if (comm) pr_pipe_start(&run.pipe, p);
-  if (s->replicated) pr_replicas_start(&run.rep, p);
+  if (comm) pr_pipe_start(&held.pipe, p);
+  if (s->replicated) pr_replicas_start(&held.rep, p);
   int n = p->nparams;
-  PrTensorRef *refs = run.refs = calloc((size_t)n + 1, sizeof *refs);
-  PrTensorRef *orefs = run.orefs = calloc(2 * (size_t)n + 1, sizeof *orefs);
-  int *oparam = run.oparam = calloc(2 * (size_t)n + 1, sizeof *oparam);
-  bool *tied = run.tied = calloc((size_t)n + 1, sizeof *tied);
+  PrTensorRef *refs = held.refs = calloc((size_t)n + 1, sizeof *refs);
+  PrTensorRef *orefs = held.orefs = calloc(2 * (size_t)n + 1, sizeof *orefs);
+  int *oparam = held.oparam = calloc(2 * (size_t)n + 1, sizeof *oparam);
+  bool *tied = held.tied = calloc((size_t)n + 1, sizeof *tied);
   static PrScaler scaler;
   Trainer *t = &s->t;
-  *t = (Trainer){p, run.grads = calloc((size_t)n + 1, sizeof(PrGrad)), comm ? &run.pipe : NULL,
-                 s->replicated ? &run.rep : NULL, p->precision == PR_FP16 ? &scaler : NULL};
+  *t = (Trainer){p, held.grads = calloc((size_t)n + 1, sizeof(PrGrad)), comm ? &held.pipe : NULL,
+                 s->replicated ? &held.rep : NULL, p->precision == PR_FP16 ? &scaler : NULL};
   if (t->scaler)
     pr_scaler_start(t->scaler, p, s->o.loss_scale, s->o.scale_window, s->reporter && !s->o.quiet);
   prCheck(refs && orefs && oparam && tied && t->grads, "the machine is out of memory",
@@ -479,7 +479,7 @@ static void setup_checkpoint(Session *s) {
   // The optimizer state's names ("m.NAME", "v.NAME") in one block.
   size_t bytes = 1;
   for (int i = 0; i < n; i++) bytes += 2 * (strlen(p->params[i].name) + 3);
-  char *names = run.names = malloc(bytes);
+  char *names = held.names = malloc(bytes);
   prCheck(names != NULL, "the machine is out of memory", "cannot allocate the parameter table");
   int nopt = 0;
   for (int i = 0; i < n; i++) {
@@ -488,7 +488,7 @@ static void setup_checkpoint(Session *s) {
     memcpy(refs[i].shape, q->shape, sizeof refs[i].shape);
     tied[i] = q->tied;
     t->grads[i] = (PrGrad){q->name, q->grad, q->n};
-    unsigned char has = comm ? run.pipe.layout[i] : pr_pipe_flags(q);
+    unsigned char has = comm ? held.pipe.layout[i] : pr_pipe_flags(q);
     if (!(has & PR_PIPE_M)) continue;
     oparam[nopt] = i;
     orefs[nopt] = (PrTensorRef){
@@ -555,17 +555,17 @@ static void load_state(Session *s) {
 // --stats: every rank's snapshot came with this step's end (up to its all-gather): the table of
 // the interval since the last one.
 static void print_stats(const Session *s, int64_t step, int64_t *stats_step) {
-  const int sw = pr_pipe_width(&run.pipe), nr = s->comm->nranks;
+  const int sw = pr_pipe_width(&held.pipe), nr = s->comm->nranks;
   const int64_t start = s->start;
-  double *stats_prev = run.stats_prev;
-  const double *now = run.pipe.all + run.pipe.n + 2;
+  double *stats_prev = held.stats_prev;
+  const double *now = held.pipe.all + held.pipe.n + 2;
   char what[64];
   snprintf(what, sizeof what, "of steps %lld..%lld", (long long)*stats_step + 1,
            (long long)step + 1);
   pr_stats_print(stdout, what, step + 1 - *stats_step, nr, now, sw,
                  *stats_step > start ? stats_prev : NULL, PR_STAT_N);
   if (s->replicated)
-    pr_replicas_stats_print(&run.rep, step + 1 - *stats_step, nr, now, sw,
+    pr_replicas_stats_print(&held.rep, step + 1 - *stats_step, nr, now, sw,
                             *stats_step > start ? stats_prev : NULL, PR_STAT_N);
   for (int r = 0; r < nr; r++)
     memcpy(stats_prev + r * PR_STAT_N, now + (size_t)r * sw, sizeof(double) * PR_STAT_N);
@@ -592,21 +592,21 @@ static int64_t warm_up(Session *s) {
   // Statistics from here (pipeline jobs): the snapshot of the last --stats table, per rank (and,
   // after it, of the whole run's table: 2 nr snapshots, allocated before the steps).
   const int nr = s->comm ? s->comm->nranks : 0;
-  run.stats_prev = s->comm ? calloc(2 * (size_t)nr * PR_STAT_N + 1, sizeof(double)) : NULL;
-  prCheck(!s->comm || run.stats_prev, "the machine is out of memory",
+  held.stats_prev = s->comm ? calloc(2 * (size_t)nr * PR_STAT_N + 1, sizeof(double)) : NULL;
+  prCheck(!s->comm || held.stats_prev, "the machine is out of memory",
           "cannot allocate the statistics");
   pr_stats_reset();
   if (o->trace) pr_trace_ready();
   if (o->profile) pr_prof_begin(o->profile);
   // Step times of at most the first 2^20 steps (8 MiB): --steps may be up to 2^63 - 1.
   const int64_t timed = o->steps - s->start < (1 << 20) ? o->steps - s->start : (1 << 20);
-  run.step_ms = calloc((size_t)(timed > 0 ? timed : 1), sizeof(double));
-  prCheck(run.step_ms != NULL, "the machine is out of memory", "cannot allocate the step timer");
+  held.step_ms = calloc((size_t)(timed > 0 ? timed : 1), sizeof(double));
+  prCheck(held.step_ms != NULL, "the machine is out of memory", "cannot allocate the step timer");
   return timed;
 }
 
 // The steps: train_step, the step end, the loss log, progress, --stats and the evaluations.
-static void train(Session *s) {
+static void train_loop(Session *s) {
   const PrProgram *p = s->p;
   const PrOptions *o = &s->o;
   PrLrSchedule lrs = {o->lr, o->min_lr, p->warmup, p->decay_steps};
@@ -619,12 +619,12 @@ static void train(Session *s) {
   for (int64_t step = start; step < o->steps; step++) {
     double ts = pr_now(), lr = pr_lr_at(&lrs, step);
     if (o->trace) pr_trace_step(step);
-    if (s->replicated) pr_replicas_begin(&run.rep); // the exchange's receives; train_step sends
+    if (s->replicated) pr_replicas_begin(&held.rep); // the exchange's receives; train_step sends
     if (s->t.scaler) pr_scaler_seed(s->t.scaler);
     double loss = p->train_step(step, o->seed);
     loss = step_end(&s->t, step, loss, lr);
     if (o->trace) pr_trace_step_done();
-    if (done < timed) run.step_ms[done] = (pr_now() - ts) * 1e3;
+    if (done < timed) held.step_ms[done] = (pr_now() - ts) * 1e3;
     pr_prof_step(pr_now() - ts);
     done++;
     if (loss_log) fprintf(loss_log, "%lld %.9g\n", (long long)step, loss);
@@ -652,11 +652,11 @@ static void train(Session *s) {
   }
   if (!o->quiet && s->reporter && done > 10) { // the median step after a warm-up of 5 steps
     int64_t n = done < timed ? done : timed;   // (eval excluded)
-    printf("median step time %.2f ms over %lld steps\n", pr_median(run.step_ms + 5, n - 5),
+    printf("median step time %.2f ms over %lld steps\n", pr_median(held.step_ms + 5, n - 5),
            (long long)(n - 5));
   }
-  free(run.step_ms);
-  run.step_ms = NULL;
+  free(held.step_ms);
+  held.step_ms = NULL;
 }
 
 // After the steps: the whole run's statistics, exact to the last step's end (collective), and
@@ -665,23 +665,23 @@ static void finish_stats(const Session *s) {
   const PrComm *comm = s->comm;
   if (comm) {
     const int nr = comm->nranks;
-    double mine[PR_STAT_N], *all = run.stats_prev + (size_t)nr * PR_STAT_N;
+    double mine[PR_STAT_N], *all = held.stats_prev + (size_t)nr * PR_STAT_N;
     pr_stats_snapshot(mine);
     pr_job_allgather(comm->transport, mine, all, PR_STAT_N);
     if (!s->o.quiet && s->reporter && s->done > 0) {
       pr_stats_print(stdout, "of the run", s->done, nr, all, PR_STAT_N, NULL, 0);
-      if (s->replicated) pr_replicas_stats_print(&run.rep, s->done, nr, all, PR_STAT_N, NULL, 0);
+      if (s->replicated) pr_replicas_stats_print(&held.rep, s->done, nr, all, PR_STAT_N, NULL, 0);
     }
   }
-  free(run.stats_prev);
-  run.stats_prev = NULL;
+  free(held.stats_prev);
+  held.stats_prev = NULL;
   if (s->o.trace) pr_trace_finish();
   if (s->t.scaler) pr_scaler_text(s->t.scaler, s->scale_text);
 }
 
 // --save: replica 0 saves (the replicas hold the same bits); a directory's shards each from its
 // home rank, or one file written by the save rank, with every tensor it lacks from its home rank.
-static void save(Session *s) {
+static void save_outputs(Session *s) {
   const PrProgram *p = s->p;
   const PrComm *comm = s->comm;
   const PrOptions *o = &s->o;
@@ -692,7 +692,7 @@ static void save(Session *s) {
     int *owner = comm ? calloc((size_t)(n + nopt) + 1, sizeof *owner) : NULL;
     prCheck(!comm || owner, "the machine is out of memory", "cannot build the checkpoint");
     for (int k = 0; comm && k < n + nopt; k++)
-      owner[k] = p->params[k < n ? k : run.oparam[k - n]].home;
+      owner[k] = p->params[k < n ? k : held.oparam[k - n]].home;
     pr_shards_save(s->save_dir, &s->ck, owner, owner ? owner + n : NULL, s->start + s->done, comm);
     free(owner);
     if (!o->quiet && s->saver)
@@ -700,7 +700,7 @@ static void save(Session *s) {
              s->save_dir, comm ? comm->nranks : 1);
   }
   // Every tensor the save rank lacks comes from its home rank, in file order.
-  if (comm && !s->sharded_save) pr_pipe_transfer(&run.pipe, s->srefs, run.sparam, n + nopt);
+  if (comm && !s->sharded_save) pr_pipe_transfer(&held.pipe, s->srefs, held.sparam, n + nopt);
   if (s->saver && !s->sharded_save) {
     PrCheckpoint sck = s->ck;
     if (s->srefs) sck.params = s->srefs, sck.optim = s->srefs + n;
@@ -711,19 +711,19 @@ static void save(Session *s) {
 
 // Everything the run allocated, and the regions.
 static void free_run(const Session *s) {
-  free(run.names);
-  free(run.refs);
-  free(run.orefs);
-  free(run.oparam);
-  free(run.tied);
-  free(run.grads);
-  free(run.srefs);
-  free(run.sparam);
-  pr_free_region(run.staging);
-  if (s->comm) pr_pipe_free(&run.pipe);
-  if (s->replicated) pr_replicas_free(&run.rep);
-  run.names = NULL, run.refs = run.orefs = run.srefs = NULL, run.tied = NULL, run.grads = NULL;
-  run.oparam = run.sparam = NULL, run.staging = NULL;
+  free(held.names);
+  free(held.refs);
+  free(held.orefs);
+  free(held.oparam);
+  free(held.tied);
+  free(held.grads);
+  free(held.srefs);
+  free(held.sparam);
+  pr_free_region(held.staging);
+  if (s->comm) pr_pipe_free(&held.pipe);
+  if (s->replicated) pr_replicas_free(&held.rep);
+  held.names = NULL, held.refs = held.orefs = held.srefs = NULL, held.tied = NULL, held.grads = NULL;
+  held.oparam = held.sparam = NULL, held.staging = NULL;
   release(s->p);
 }
 
@@ -746,9 +746,9 @@ int pr_main(const PrProgram *p, int argc, char **argv) {
     rc = pr_predict(p, &s.o);
     if (s.comm) s.comm->transport->finish();
   } else {
-    train(&s);
+    train_loop(&s);
     finish_stats(&s);
-    save(&s);
+    save_outputs(&s);
     prCheck(!s.loss_log_bad, "check that the disk has room (the log is incomplete)",
             "--loss-log: writing '%s' failed", s.o.loss_log);
     if (!s.o.quiet) printf("peak RSS %.1f MiB\n", (double)pr_peak_rss_bytes() / (1 << 20));
