@@ -40,6 +40,34 @@ void out(E *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 const char *comment(E *e, const char *s);
 // A C string literal with the string's exact bytes (see emit_c.c).
 const char *cstring(E *e, const char *s);
+// Lines within 100 columns (wrap.c): statement stmt at indent with a trailing comment of text
+// note (NULL: none; text already through comment()), the note above it or the call broken
+// between its arguments where the line would be wider; an object-like macro likewise (its value
+// after a backslash when it must); cstring's literal as adjacent literals, one per line of the
+// string, the lines after the first at indent.
+void out_stmt(E *e, const char *indent, const char *stmt, const char *note);
+// Comment text (through comment()) as "// " lines at indent, broken at spaces.
+void out_comment(E *e, const char *indent, const char *text);
+void out_define(E *e, const char *name, const char *value, const char *note);
+const char *cstring_split(E *e, const char *s, const char *indent);
+// What a loop over repeat-block instances calls an operand (loop_names.c): from the names the
+// loop's instances give it, names[0..count), the comment's pattern ("transformer.h[l].ln_1") and
+// a C identifier ("l_ln_1"; a gradient "dl_..."; then suffix, NULL: none), not yet unique.
+typedef struct LoopName {
+  const char *comment; // the names as one pattern, comment text
+  const char *ident;   // a C identifier
+} LoopName;
+// The loop being named: its instance prefix (loop_prefix of its first call's node names; NULL:
+// none), which names that follow no pattern lose with their instance numbers in the identifier,
+// and its instances (first + step * l): an operand of the previous or next instance is named
+// l_prev_... or l_next_....
+typedef struct LoopInfo {
+  const char *prefix; // "transformer.h." (NULL: none)
+  int first, step;    // instance first + step * l at l
+} LoopInfo;
+void loop_name(E *e, const char *const *names, int count, const LoopInfo *li, const char *suffix,
+               LoopName *r);
+const char *loop_prefix(E *e, const char *const *names, int count);
 // A data path as the program is given it (paths.c): path itself, or when rel (the model gave it
 // relative) "$ORIGIN/" and the way from out_dir/bin to it.
 const char *codegen_data_path(Arena *a, const char *path, bool rel, const char *out_dir);
@@ -52,7 +80,7 @@ const char *tid(E *e, const Tensor *t);
 int slot_stage(const E *e, int id);
 // The same for node n's workspace (slot-relative in the node's stage).
 int ws_slot_stage(const E *e, const Node *n);
-// " + (int64_t)slot * STRIDE_v" for stage v (v >= 0), "" for v < 0.
+// " + slot * STRIDE_v" for stage v (v >= 0; STRIDE_v is a long long), "" for v < 0.
 const char *slot_term(E *e, int v);
 // Region base pointer names, as the generated program calls them.
 extern const char *const region_ptr[REG_COUNT];

@@ -7,9 +7,11 @@
 // straight-line, or a loop over the structurally identical instances of a repeat block), tensors
 // as macros over the four region pointers at the planned offsets. Model strings
 // (names, paths, the command line) never reach C source raw: tensors become identifiers
-// t<id>_<letters/digits of the name>, and strings appear only through cstring() (string literals:
-// init seeds, safetensors names, paths, hints) and comment() (defused comment text). The file is
-// written atomically and stamped with the pipec version and command line.
+// t<id>_<letters/digits of the name> (a loop's locals l_<letters/digits>, loop_names.c), and
+// strings appear only through cstring() (string literals: init seeds, safetensors names, paths,
+// hints) and comment() (defused comment text). Lines are within 100 columns (wrap.c: the long
+// ones broken, the plan text as adjacent literals). The file is written atomically and stamped
+// with the pipec version and command line.
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -125,7 +127,7 @@ int ws_slot_stage(const E *e, const Node *n) {
 }
 
 const char *slot_term(E *e, int v) {
-  return v < 0 ? "" : arena_printf(e->a, " + (int64_t)slot * STRIDE_%d", v);
+  return v < 0 ? "" : arena_printf(e->a, " + slot * STRIDE_%d", v); // (STRIDE_v: long long)
 }
 
 const char *ctype(DType t) {
@@ -144,10 +146,12 @@ static void emit_tensors(E *e) {
     const Tensor *t = g->tensors[i];
     if (e->p->offset[i] < 0 || !e->used[i]) continue; // only what straight-line code names
     char sh[256];
-    out(e, "#define %s ((%s *)(%s + %lld%s)) // %s %s%s\n", e->ident[i],
-        t->half ? "uint16_t" : ctype(t->dtype), region_ptr[e->p->region[i]],
-        (long long)e->p->offset[i], slot_term(e, slot_stage(e, i)), comment(e, t->name),
-        dtype_name(t->dtype), comment(e, shape_str(sh, sizeof sh, &t->shape, g->batch_sym)));
+    out_define(e, e->ident[i],
+               arena_printf(e->a, "((%s *)(%s + %lld%s))", t->half ? "uint16_t" : ctype(t->dtype),
+                            region_ptr[e->p->region[i]], (long long)e->p->offset[i],
+                            slot_term(e, slot_stage(e, i))),
+               arena_printf(e->a, "%s %s%s", comment(e, t->name), dtype_name(t->dtype),
+                            comment(e, shape_str(sh, sizeof sh, &t->shape, g->batch_sym))));
   }
   out(e, "\n");
 }
@@ -177,11 +181,14 @@ static void emit_functions(E *e) {
     e->fn = ACT_F; // the decoration of its calls (emit_after_kernel)
     emit_segment(e, s->f.nodes, s->f.n, "0");
     out(e, "}\n\n");
-    out(e,
-        "// Stage %d, backward (B) of one microbatch: %d nodes, input gradients%s; acc = 0 for\n"
-        "// the first microbatch of the step, 1 after (weight gradients accumulate over it).\n"
-        "static void B_%d(int slot, int acc) {\n  (void)slot, (void)acc;\n",
-        v, s->b.n, s->split ? "" : " and weight gradients (W nodes, in graph order)", v);
+    out_comment(e, "",
+                arena_printf(e->a,
+                             "Stage %d, backward (B) of one microbatch: %d nodes, input "
+                             "gradients%s; acc = 0 for the first microbatch of the step, 1 after "
+                             "(weight gradients accumulate over it).",
+                             v, s->b.n,
+                             s->split ? "" : " and weight gradients (W nodes, in graph order)"));
+    out(e, "static void B_%d(int slot, int acc) {\n  (void)slot, (void)acc;\n", v);
     e->fn = ACT_B;
     if (s->recompute) { // --recompute: the forward again, from the slot's boundary tensors
       out(e, "  // Recompute: the forward's %d nodes B needs that make no boundary tensor.\n",
@@ -485,18 +492,24 @@ static const char *weights_default(E *e, const CodegenOptions *o) {
       cstring(e, codegen_data_path(e->a, tc->weights_path, tc->weights_rel, o->out_dir)));
 }
 
-// The command line in full, as comment lines of at most 160 of its characters each: "// Command:"
-// and then "// Command (continued):" lines (comment() keeps at most 200 of a string).
+// The command line in full, as comment lines of at most 76 of its characters each (100 columns
+// with their prefix): "// Command:" and then "// Command (continued):" lines.
 static void out_command(E *e, const char *cmd) {
-  enum { WIDTH = 160 };
-  size_t n = strlen(cmd);
-  for (size_t i = 0; i == 0 || i < n; i += WIDTH) {
-    char chunk[WIDTH + 1];
+  enum { WIDTH = 76 }; // columns after the longer prefix, "// Command (continued): "
+  size_t n = strlen(cmd), i = 0;
+  do {
     size_t k = n - i < WIDTH ? n - i : WIDTH;
-    memcpy(chunk, cmd + i, k);
-    chunk[k] = 0;
-    out(e, "// Command%s: %s\n", i ? " (continued)" : "", comment(e, chunk));
-  }
+    const char *c;
+    for (;; k--) { // a piece whose escaped text (comment() may add spaces) fits WIDTH
+      char chunk[WIDTH + 1];
+      memcpy(chunk, cmd + i, k);
+      chunk[k] = 0;
+      c = comment(e, chunk);
+      if (strlen(c) <= WIDTH || k <= 1) break;
+    }
+    out(e, "// Command%s: %s\n", i ? " (continued)" : "", c);
+    i += k;
+  } while (i < n);
 }
 
 static bool emit(E *e, const CodegenOptions *o, Diag *d) {
@@ -537,7 +550,7 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
   FILE *pf = open_memstream(&plan_text, &plan_len);
   plan_print(g, tc, p, pf);
   fclose(pf);
-  out(e, "static const char PLAN[] = %s;\n\n", cstring(e, plan_text));
+  out(e, "static const char PLAN[] =\n    %s;\n\n", cstring_split(e, plan_text, "    "));
   free(plan_text);
   // The rest is printed into memory first: the tensor macros then name only the tensors that
   // straight-line code uses (a loop over block instances reaches its tensors by offset).
@@ -581,36 +594,46 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
 
   // The program as the runtime sees it.
   out(e, "static const PrProgram program = {\n");
-  out(e, "    .doc = %s,\n",
-      cstring(e, arena_printf(e->a, "Train model %s (generated by pipec %s; built for %s).",
-                              g->name, PIPEC_VERSION,
-                              e->cuda           ? "CUDA GPUs"
-                              : o->march_native ? "this machine's CPU, --march=native"
-                                                : "any x86-64 CPU")));
+  const char *doc = arena_printf(e->a, "Train model %s (generated by pipec %s; built for %s).",
+                                 g->name, PIPEC_VERSION,
+                                 e->cuda           ? "CUDA GPUs"
+                                 : o->march_native ? "this machine's CPU, --march=native"
+                                                   : "any x86-64 CPU");
+  if (strlen(cstring(e, doc)) + 12 <= 100)
+    out(e, "    .doc = %s,\n", cstring(e, doc));
+  else
+    out(e, "    .doc =\n        %s,\n", cstring_split(e, doc, "        "));
   const char *first = tc->data == DATA_NPY ? tc->feeds[0].file : tc->data_path;
   bool first_rel = tc->data == DATA_NPY ? tc->feeds[0].file_rel : tc->data_rel;
-  out(e,
-      "    .plan = PLAN,\n"
-      "    .defaults = {.steps = %lld, .lr = %.17g, .min_lr = %.17g, .seed = %lluULL,\n"
-      "                 .data = %s,%s%s .eval_every = %lld, .eval_batches = %lld,\n"
-      "                 .log_every = %lld},\n",
-      (long long)tc->steps, tc->lr, tc->min_lr, (unsigned long long)tc->seed,
+  out(e, "    .plan = PLAN,\n");
+  // (The data path on a line of its own: the layout does not depend on where the data is.)
+  out_stmt(e, "    ",
+           arena_printf(
+               e->a, ".defaults = {.steps = %lld, .lr = %.17g, .min_lr = %.17g, .seed = %lluULL,",
+               (long long)tc->steps, tc->lr, tc->min_lr, (unsigned long long)tc->seed),
+           NULL);
+  out(e, "                 .data = %s,%s%s\n",
       first ? cstring(e, codegen_data_path(e->a, first, first_rel, o->out_dir)) : "NULL",
-      npy_files(e, o), weights_default(e, o), (long long)tc->eval_every,
-      (long long)tc->eval_batches, (long long)tc->log_every);
+      npy_files(e, o), weights_default(e, o));
+  out(e, "                 .eval_every = %lld, .eval_batches = %lld, .log_every = %lld},\n",
+      (long long)tc->eval_every, (long long)tc->eval_batches, (long long)tc->log_every);
   out(e, "    .region_bytes = {PARAMS_BYTES, GRADS_BYTES, OPTST_BYTES, ACTS_BYTES},\n"
          "    .region = {&params, &grads, &optst, &acts},\n"
          "    .params = P,\n    .nparams = NPARAMS,\n");
   if (tc->opt == OPT_ADAMW)
-    out(e,
-        "    .opt = {.kind = PR_ADAMW, .beta1 = %.17g, .beta2 = %.17g, .eps = %.17g,\n"
-        "            .weight_decay = %.17g, .grad_clip = %.17g},\n",
-        tc->beta1, tc->beta2, tc->eps, tc->weight_decay, tc->grad_clip);
+    out_stmt(e, "    ",
+             arena_printf(e->a,
+                          ".opt = {.kind = PR_ADAMW, .beta1 = %.17g, .beta2 = %.17g, .eps = %.17g, "
+                          ".weight_decay = %.17g, .grad_clip = %.17g},",
+                          tc->beta1, tc->beta2, tc->eps, tc->weight_decay, tc->grad_clip),
+             NULL);
   else
-    out(e,
-        "    .opt = {.kind = PR_SGD, .weight_decay = %.17g, .momentum = %.17g, .grad_clip = "
-        "%.17g},\n",
-        tc->weight_decay, tc->momentum, tc->grad_clip);
+    out_stmt(e, "    ",
+             arena_printf(e->a,
+                          ".opt = {.kind = PR_SGD, .weight_decay = %.17g, .momentum = %.17g, "
+                          ".grad_clip = %.17g},",
+                          tc->weight_decay, tc->momentum, tc->grad_clip),
+             NULL);
   out(e, "    .warmup = %lld,\n    .decay_steps = %lld,\n", (long long)tc->warmup,
       (long long)tc->decay_steps);
   out(e, "    .items_per_step = (double)MB * NMICRO%s%s,\n    .item_unit = \"%s\",\n",

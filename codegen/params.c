@@ -11,6 +11,7 @@
 // printf template reproduces exactly ("transformer.h.%d.attn.c_attn.weight", checked against
 // every name), is printed once as a loop over the instances; the names are formatted into a
 // static buffer at setup. Anything else stays one line per parameter. Linear in the parameters.
+#include <stdlib.h>
 #include <string.h>
 
 #include "emit.h"
@@ -159,16 +160,22 @@ static const char *ptr(E *e, const char *region, int64_t off, int64_t stride) {
 // P[index] = {...}: name (an expression), pointers (offsets with their per-instance strides).
 static void print_entry(E *e, const char *indent, const char *index, const char *name,
                         const Tensor *t, Slots s, Slots stride) {
-  out(e, "%sP[%s] = (PrParam){%s, %s, %s, %s, %s, ", indent, index, name,
-      ptr(e, s.half >= 0 ? "optst" : "params", s.data, stride.data),
-      ptr(e, "grads", s.grad, stride.grad), ptr(e, "optst", s.m, stride.m),
-      ptr(e, "optst", s.v, stride.v));
-  out(e, "%lld, %d, {", (long long)numel(e, t), t->shape.rank);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  fprintf(f, "P[%s] = (PrParam){%s, %s, %s, %s, %s, ", index, name,
+          ptr(e, s.half >= 0 ? "optst" : "params", s.data, stride.data),
+          ptr(e, "grads", s.grad, stride.grad), ptr(e, "optst", s.m, stride.m),
+          ptr(e, "optst", s.v, stride.v));
+  fprintf(f, "%lld, %d, {", (long long)numel(e, t), t->shape.rank);
   for (int k = 0; k < t->shape.rank; k++)
-    out(e, "%s%lld", k ? ", " : "", (long long)t->shape.d[k].n);
-  out(e, "}, %s, %s, %d, %s};\n", t->tied_to ? "true" : "false",
-      t->shape.rank >= 2 ? "true" : "false", home(e, t),
-      tptr(e, "uint16_t", "params", s.half, stride.half));
+    fprintf(f, "%s%lld", k ? ", " : "", (long long)t->shape.d[k].n);
+  fprintf(f, "}, %s, %s, %d, %s};", t->tied_to ? "true" : "false",
+          t->shape.rank >= 2 ? "true" : "false", home(e, t),
+          tptr(e, "uint16_t", "params", s.half, stride.half));
+  fclose(f);
+  out_stmt(e, indent, buf, NULL);
+  free(buf);
 }
 
 // One fresh-initialisation call (tied parameters share their owner's values: none).
@@ -177,22 +184,29 @@ static bool print_init(E *e, const char *indent, const char *data, const char *n
   long long n = (long long)numel(e, t);
   switch (t->init.kind) {
   case INIT_ZEROS:
-    out(e, "%spr_init_zeros(%s, %lld);\n", indent, data, n);
+    out_stmt(e, indent, arena_printf(e->a, "pr_init_zeros(%s, %lld);", data, n), NULL);
     return false;
   case INIT_ONES:
-    out(e, "%spr_init_ones(%s, %lld);\n", indent, data, n);
+    out_stmt(e, indent, arena_printf(e->a, "pr_init_ones(%s, %lld);", data, n), NULL);
     return false;
   case INIT_NORMAL:
-    out(e, "%spr_init_normal(%s, %lld, seed, %s, %.17g, %.17g);\n", indent, data, n, name,
-        t->init.a, t->init.b);
+    out_stmt(e, indent,
+             arena_printf(e->a, "pr_init_normal(%s, %lld, seed, %s, %.17g, %.17g);", data, n, name,
+                          t->init.a, t->init.b),
+             NULL);
     return true;
   case INIT_UNIFORM:
-    out(e, "%spr_init_uniform(%s, %lld, seed, %s, %.17g, %.17g);\n", indent, data, n, name,
-        t->init.a, t->init.b);
+    out_stmt(e, indent,
+             arena_printf(e->a, "pr_init_uniform(%s, %lld, seed, %s, %.17g, %.17g);", data, n, name,
+                          t->init.a, t->init.b),
+             NULL);
     return true;
   case INIT_XAVIER: // fan_in: the last dim, fan_out: the first (rank >= 2, checked by expand)
-    out(e, "%spr_init_xavier(%s, %lld, seed, %s, %.17g, %lld, %lld);\n", indent, data, n, name,
-        t->init.a, (long long)t->shape.d[t->shape.rank - 1].n, (long long)t->shape.d[0].n);
+    out_stmt(e, indent,
+             arena_printf(e->a, "pr_init_xavier(%s, %lld, seed, %s, %.17g, %lld, %lld);", data, n,
+                          name, t->init.a, (long long)t->shape.d[t->shape.rank - 1].n,
+                          (long long)t->shape.d[0].n),
+             NULL);
     return true;
   }
   return false;
@@ -236,8 +250,11 @@ void emit_params(E *e) {
       Slots st = {s1.data - s0.data, s1.grad - s0.grad, s1.m - s0.m, s1.v - s0.v,
                   s1.half - s0.half};
       const char *nm = arena_printf(e->a, "names%d[l][%d]", i, q);
-      out(e, "    snprintf(%s, sizeof %s, %s, %s);\n", nm, nm, cstring(e, g[i].fmt[q]),
-          g[i].inst ? arena_printf(e->a, "%d + l", g[i].inst) : "l");
+      out_stmt(e, "    ",
+               arena_printf(e->a, "snprintf(%s, sizeof %s, %s, %s);", nm, nm,
+                            cstring(e, g[i].fmt[q]),
+                            g[i].inst ? arena_printf(e->a, "%d + l", g[i].inst) : "l"),
+               NULL);
       print_entry(e, "    ", arena_printf(e->a, "%d + %d * l", g[i].start + q, len), nm, t0, s0,
                   st);
     }

@@ -8,10 +8,14 @@
 // a run of groups of the same block whose templates are identical, call by call and hole by hole
 // in region and type, is printed once as a loop over the instances, llm.c's
 // `for (l = 0; l < L; l++)`, each hole's offset either base + l * stride (when the instances'
-// offsets are evenly spaced, as parameters and gradients are) or a per-instance table. The loop
+// offsets are evenly spaced, as parameters and gradients are) or a per-instance table; the holes
+// are named locals declared at the loop's top (llm.c's `float *l_ln1w = params.ln1w + l * C;`),
+// named after the instances' tensor names with the instance as l (loop_names.c), each with its
+// dtype and shape, or the tensor's macro when every instance reads the same tensor. The loop
 // runs exactly the calls the straight-line code would, in the same order with the same
 // arguments: the numbers cannot change. Anything else (a group that differs in one size, an
-// attribute, an absent optional input) stays straight-line. Linear in the nodes.
+// attribute, an absent optional input) stays straight-line. Linear in the nodes. Every line is
+// laid out within 100 columns (wrap.c).
 //
 // --precision bf16|fp16: a 16-bit operand's hole gets its f32 copy in the conversion area
 // (CONV + offset, outputs then inputs as precision_conv_bytes lays them out); the call is
@@ -345,31 +349,44 @@ static void print_conversions(E *e, const Call *c, const char *const *ptr, bool 
     if (a->conv < 0) continue;
     long long n = (long long)shape_numel(&a->t->shape, e->tc->mb_size), at = (long long)a->conv / 4;
     if (!after && (!a->out || c->acc))
-      out(e, "%s%s_widen(CONV + %lld, %s, %lld);\n", indent, fmt, at, ptr[k], n);
+      out_stmt(e, indent,
+               arena_printf(e->a, "%s_widen(CONV + %lld, %s, %lld);", fmt, at, ptr[k], n), NULL);
     if (after && a->out)
-      out(e, "%s%s_narrow(%s, CONV + %lld, %lld);\n", indent, fmt, ptr[k], at, n);
+      out_stmt(e, indent,
+               arena_printf(e->a, "%s_narrow(%s, CONV + %lld, %lld);", fmt, ptr[k], at, n), NULL);
   }
 }
 
-// The call's text with its holes filled: ptr[k] for hole k, or its f32 copy (CONV + offset).
-static void print_call(E *e, const Call *c, const char *const *ptr) {
+// The call's text with its holes filled: ptr[k] for hole k, or its f32 copy (CONV + offset); at
+// indent, with the comment note, within 100 columns (out_stmt).
+static void print_call(E *e, const Call *c, const char *const *ptr, const char *indent,
+                       const char *note) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
   int k = 0;
   for (const char *s = c->text; *s; s++) {
     if (*s != HOLE) {
-      fputc(*s, e->f);
+      fputc(*s, f);
       continue;
     }
     const Arg *a = &c->args[k];
     if (a->conv >= 0)
-      out(e, "(CONV + %lld)", (long long)a->conv / 4);
+      fprintf(f, "(CONV + %lld)", (long long)a->conv / 4);
     else
-      out(e, "%s", ptr[k]);
+      fputs(ptr[k], f);
     k++;
   }
+  fclose(f);
+  out_stmt(e, indent, buf, note);
+  free(buf);
+}
+
+// The comment of call c outside a loop: its node's name (fused: the product's + the epilogue's).
+static const char *call_note(E *e, const Call *c) {
   if (c->prod)
-    out(e, " // %s + %s\n", comment(e, c->prod->name), comment(e, c->n->name));
-  else
-    out(e, " // %s\n", comment(e, c->n->name));
+    return arena_printf(e->a, "%s + %s", comment(e, c->prod->name), comment(e, c->n->name));
+  return comment(e, c->n->name);
 }
 
 // After a kernel call: the decoration's (emit_trace.c: MPI's progress after a long one).
@@ -389,8 +406,7 @@ static void print_straight(E *e, const Call *c) {
       ptr[k] = arena_printf(e->a, "(acts + %lld%s)", (long long)a->off, slot_term(e, a->sv));
   }
   print_conversions(e, c, ptr, false, "  ");
-  out(e, "  ");
-  print_call(e, c, ptr);
+  print_call(e, c, ptr, "  ", call_note(e, c));
   print_conversions(e, c, ptr, true, "  ");
 }
 
@@ -443,6 +459,47 @@ static bool same_group(const E *e, const Call *c, const Group *a, const Group *b
   return true;
 }
 
+typedef struct Local {
+  const void *key;   // the tensor of the first instance (a workspace: its node)
+  const char *expr;  // its address, in terms of l (and slot)
+  const char *ident; // its name, unique in the loop
+  const char *decl;  // its declaration
+  const char *note;  // its comment: the instances' names as one pattern, dtype and shape
+} Local;
+
+// The local for hole k of call i of the loop over groups g[0..count), at address expr, named
+// apart from loc[0..nloc).
+static Local local(E *e, const Call *c, const Group *g, int count, int i, int k, const char *expr,
+                   const LoopInfo *li, const Local *loc, int nloc) {
+  const Arg *a = &c[g[0].start + i].args[k];
+  const char **names = ARENA_ARRAY(e->a, const char *, count);
+  for (int j = 0; j < count; j++) {
+    const Call *cj = &c[g[j].start + i];
+    names[j] = a->t ? cj->args[k].t->name : cj->n->name;
+  }
+  LoopName ln;
+  loop_name(e, names, count, li, a->t ? NULL : "_ws", &ln);
+  const char *ident = ln.ident;
+  for (int n = 2;; n++) {
+    int x = 0;
+    while (x < nloc && strcmp(loc[x].ident, ident)) x++;
+    if (x == nloc) break;
+    ident = arena_printf(e->a, "%s_%d", ln.ident, n);
+  }
+  Local r = {a->t ? (const void *)a->t : (const void *)c[g[0].start + i].n, expr, ident, NULL,
+             NULL};
+  if (a->t) {
+    char sh[256];
+    r.decl = arena_printf(e->a, "%s *%s = %s;", a->ctype, ident, expr);
+    r.note = arena_printf(e->a, "%s %s%s", ln.comment, dtype_name(a->t->dtype),
+                          comment(e, shape_str(sh, sizeof sh, &a->t->shape, e->g->batch_sym)));
+  } else {
+    r.decl = arena_printf(e->a, "char *%s = %s;", ident, expr);
+    r.note = arena_printf(e->a, "workspace of %s", ln.comment);
+  }
+  return r;
+}
+
 // The loop over groups g[0..count) (identical templates): each hole's offsets evenly spaced
 // (base + l * stride) or from a per-instance table.
 static void print_loop(E *e, const Call *c, const Group *g, int count) {
@@ -487,11 +544,30 @@ static void print_loop(E *e, const Call *c, const Group *g, int count) {
     out(e, "  };\n");
   }
   out(e, "  for (int l = 0; l < %d; l++) {\n", count);
+  // The operands as named locals at the loop's top (llm.c's l_ln1w): an operand that is one tensor
+  // in every instance is its macro; the others each a pointer named after the instances' names
+  // (loop_names.c), one per tensor and address, in order of first use.
+  Local *loc = ARENA_ARRAY(e->a, Local, ncol + 1);
+  int nloc = 0;
+  const char **names = ARENA_ARRAY(e->a, const char *, count);
+  for (int j = 0; j < count; j++) names[j] = c[g[j].start].n->name;
+  LoopInfo li = {loop_prefix(e, names, count), g[0].inst, g[1].inst - g[0].inst};
+  const char ***ptrs = ARENA_ARRAY(e->a, const char **, g0->len + 1);
   for (int i = 0, col = 0; i < g0->len; i++) {
     const Call *c0 = &c[g0->start + i];
-    const char **ptr = ARENA_ARRAY(e->a, const char *, c0->nargs + 1);
-    for (int k = 0; k < c0->nargs; k++) {
+    const char **ptr = ptrs[i] = ARENA_ARRAY(e->a, const char *, c0->nargs + 1);
+    for (int k = 0; k < c0->nargs; k++, col++) {
       const Arg *a = &c0->args[k];
+      if (!a->ctype && e->cuda) { // the device workspace (emit_cuda.c)
+        ptr[k] = "cu_ws";
+        continue;
+      }
+      bool one = a->t != NULL;
+      for (int j = 1; j < count && one; j++) one = c[g[j].start + i].args[k].t == a->t;
+      if (one) {
+        ptr[k] = tid(e, a->t);
+        continue;
+      }
       const char *off;
       if (tab[col] >= 0)
         off = arena_printf(e->a, "off%d[%d][l]", id, tab[col]);
@@ -502,19 +578,35 @@ static void print_loop(E *e, const Call *c, const Group *g, int count) {
       else
         off = arena_printf(e->a, "%lld %s l * %lld", (long long)a->off, stride[col] < 0 ? "-" : "+",
                            (long long)(stride[col] < 0 ? -stride[col] : stride[col]));
-      col++;
-      if (!a->ctype && e->cuda)
-        ptr[k] = "cu_ws";
-      else if (a->ctype)
-        ptr[k] = arena_printf(e->a, "(%s *)(%s + %s%s)", a->ctype, region_ptr[a->r], off,
-                              slot_term(e, a->sv));
-      else
-        ptr[k] = arena_printf(e->a, "(%s + %s%s)", region_ptr[a->r], off, slot_term(e, a->sv));
+      const char *expr =
+          a->ctype ? arena_printf(e->a, "(%s *)(%s + %s%s)", a->ctype, region_ptr[a->r], off,
+                                  slot_term(e, a->sv))
+                   : arena_printf(e->a, "%s + %s%s", region_ptr[a->r], off, slot_term(e, a->sv));
+      const void *key = a->t ? (const void *)a->t : (const void *)c0->n;
+      int x = 0;
+      while (x < nloc && (loc[x].key != key || strcmp(loc[x].expr, expr))) x++;
+      if (x == nloc) {
+        loc[x] = local(e, c, g, count, i, k, expr, &li, loc, nloc);
+        nloc++;
+      }
+      ptr[k] = loc[x].ident;
     }
-    print_conversions(e, c0, ptr, false, "    ");
-    out(e, "    ");
-    print_call(e, c0, ptr);
-    print_conversions(e, c0, ptr, true, "    ");
+  }
+  for (int x = 0; x < nloc; x++) out_stmt(e, "    ", loc[x].decl, loc[x].note);
+  for (int i = 0; i < g0->len; i++) {
+    const Call *c0 = &c[g0->start + i];
+    LoopName node, prod = {NULL, NULL};
+    for (int j = 0; j < count; j++) names[j] = c[g[j].start + i].n->name;
+    loop_name(e, names, count, &li, NULL, &node);
+    if (c0->prod) {
+      for (int j = 0; j < count; j++) names[j] = c[g[j].start + i].prod->name;
+      loop_name(e, names, count, &li, NULL, &prod);
+    }
+    const char *note =
+        c0->prod ? arena_printf(e->a, "%s + %s", prod.comment, node.comment) : node.comment;
+    print_conversions(e, c0, ptrs[i], false, "    ");
+    print_call(e, c0, ptrs[i], "    ", note);
+    print_conversions(e, c0, ptrs[i], true, "    ");
     rep_emit_ready(e, c0->n, "    ", per);
     print_progress(e, c0, "    ");
   }

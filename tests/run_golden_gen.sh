@@ -3,7 +3,8 @@
 # at S = 2 under 1f1b and at S = 2 under zb-v (M = 4), as `pipec compile --no-build` writes them,
 # equal the files in tests/golden/gen/. Any change to what codegen prints is then a reviewed diff
 # (regenerate with UPDATE=1 after a deliberate change). Two lines depend on where the checkout
-# is, and are masked before the comparison: the "// Command:" stamp and the data path.
+# is, and are masked before the comparison: the "// Command:" stamp (its continuation lines
+# dropped) and the data path.
 set -u
 pipec=$1
 root=$2
@@ -11,7 +12,7 @@ cd "$root" || exit 1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
-mask() { sed -E -e 's#^(// Command:|\# Command:).*#\1 (masked)#' -e 's#\.data = "[^"]*"#.data = "(masked)"#' "$1"; }
+mask() { sed -E -e 's#^(// Command:|\# Command:).*#\1 (masked)#' -e '/^(\/\/|\#) Command \(continued\):/d' -e 's#\.data = "[^"]*"#.data = "(masked)"#' "$1"; }
 gen() {
   local name=$1
   shift

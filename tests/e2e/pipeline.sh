@@ -49,9 +49,11 @@ check "progress: rank 0's B_0 calls pr_comm_progress after its GEMM only" diff -
 static void B_0(int slot, int acc) {
   (void)slot, (void)acc;
   pr_relu_bwd(t23_d_fc1_relu1_0, t27_d_relu1_fc2_0_v0, t9_relu1, /*n*/ 2048, /*acc*/ 0); // relu1:d0
-  pr_linear_bwd_w(t24_d_fc1_weight_fc1_1, t23_d_fc1_relu1_0, t0_x, /*rows*/ 16, /*in*/ 64, /*out*/ 128, /*acc*/ acc); // fc1:d1
+  pr_linear_bwd_w(t24_d_fc1_weight_fc1_1, t23_d_fc1_relu1_0, t0_x, /*rows*/ 16, /*in*/ 64,
+                  /*out*/ 128, /*acc*/ acc); // fc1:d1
   pr_comm_progress();
-  pr_sum_rows(t25_d_fc1_bias_fc1_2, t23_d_fc1_relu1_0, /*rows*/ 16, /*cols*/ 128, /*acc*/ acc); // fc1:d2
+  // fc1:d2
+  pr_sum_rows(t25_d_fc1_bias_fc1_2, t23_d_fc1_relu1_0, /*rows*/ 16, /*cols*/ 128, /*acc*/ acc);
 }
 C
 check "progress: rank 1 has it in F, B, W (6 calls)" \

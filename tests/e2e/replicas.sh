@@ -64,13 +64,15 @@ same_bits "D = 2: S = 2 interleaved (V = 2) = S = 1" "$tmp/s1" "$tmp/v2"
 # same bits with the exchange at the step end (PIPEC_REPLICAS_OVERLAP=0), and --stats shows the
 # exchange's exposed wait.
 # ready_after FILE FUNCTION: each pr_replicas_ready call in FUNCTION's body after the node of the
-# line before it ("NODE>CALL"), and its loops' "for{" and "}".
+# call before it ("NODE>CALL": the last comment before it, a call's node name, at the end of the
+# call's line or on its own line above a call that leaves it no room), and its loops' "for{" and
+# "}".
 ready_after() {
   awk -v fn="$2" '$0 ~ "^static void " fn "\\(" { on = 1; next } on && /^}/ { exit }
     on && /^  for \(int l/ { printf "for{ " } on && /^  }$/ { printf "} " }
     on && /pr_replicas_ready/ { match($0, /pr_replicas_ready\([^)]*\)/)
-      printf "%s>%s ", node, substr($0, RSTART + 18, RLENGTH - 19) }
-    on { n = split($0, w, "// "); node = w[n] }' "$1"
+      printf "%s>%s ", node, substr($0, RSTART + 18, RLENGTH - 19); next }
+    on && /\/\/ / { n = split($0, w, "// "); node = w[n] }' "$1"
 }
 check "overlap: stage 2's bucket 0 from inside B_2, after the attention's c_proj gradient" test \
   "$(ready_after "$tmp/d2v2/rank0.c" B_2)" = 'transformer.h.1.attn.c_proj:d1>0 '
@@ -91,7 +93,7 @@ check "overlap: rank 0's 3 buckets (stage 2's 3 parameters, stage 0's 6, the tie
   >/dev/null 2>"$tmp/g12.msg" || bad "compile g12: $(head -2 "$tmp/g12.msg")"
 check "per layer: gpt_char's backward sends its buckets after ln_f, each layer, wpe" test \
   "$(ready_after "$tmp/g12/rank0.c" B_0)" = \
-  'transformer.ln_f:d1>0 transformer.h.3.ln_1:d1>1 for{ transformer.h.2.ln_1:d1>2 + l } transformer.emb:d1>5 '
+  'transformer.ln_f:d1>0 transformer.h.3.ln_1:d1>1 for{ transformer.h[2 - l].ln_1:d1>2 + l } transformer.emb:d1>5 '
 check "per layer: gpt_char's bucket table (ln_f, 4 layers of 6, wpe; the tied embedding)" \
   grep -q '^static const int REP_END\[7\] = {1, 7, 13, 19, 25, 26, 27}; // 0: 3 1: 3 2: 3 3: 3 4: 3 5: 3 6: 4$' \
   "$tmp/g12/rank0.c"
@@ -107,7 +109,7 @@ python3 "$root/samples/gen_gpt.py" --layers 3 --heads 4 --embd 256 --context 16 
   --no-build >/dev/null 2>"$tmp/wide.msg" || bad "compile wide: $(head -2 "$tmp/wide.msg")"
 check "bucket size: 4 buckets per 3 MiB layer, the loop's at 4 + l * 4 .. 7 + l * 4" test \
   "$(ready_after "$tmp/wide/rank0.c" B_0)" = \
-  'transformer.ln_f:d1>0 transformer.h.2.mlp.c_proj:d1>1 transformer.h.2.mlp.c_fc:d1>2 transformer.h.2.attn.c_proj:d1>3 transformer.h.2.ln_1:d1>4 for{ transformer.h.1.mlp.c_proj:d1>5 + l * 4 transformer.h.1.mlp.c_fc:d1>6 + l * 4 transformer.h.1.attn.c_proj:d1>7 + l * 4 transformer.h.1.ln_1:d1>8 + l * 4 } transformer.emb:d1>13 '
+  'transformer.ln_f:d1>0 transformer.h.2.mlp.c_proj:d1>1 transformer.h.2.mlp.c_fc:d1>2 transformer.h.2.attn.c_proj:d1>3 transformer.h.2.ln_1:d1>4 for{ transformer.h[1 - l].mlp.c_proj:d1>5 + l * 4 transformer.h[1 - l].mlp.c_fc:d1>6 + l * 4 transformer.h[1 - l].attn.c_proj:d1>7 + l * 4 transformer.h[1 - l].ln_1:d1>8 + l * 4 } transformer.emb:d1>13 '
 # And at run time, on a 3-layer GPT with repeat blocks at M / D = 2 microbatches per replica: the
 # buckets go from inside the second B only (rep_final; the first would send them again: an
 # error); the bits are the step-end exchange's and the 2-stage zb-h1 pipeline's (its W sends from
@@ -124,7 +126,7 @@ for cfg in "b1" "b2zb --stages 2 --schedule zb-h1"; do
 done
 check "per layer at run time: B_0's buckets after ln_f, layer 2, the loop over 1, 0, wpe" test \
   "$(ready_after "$tmp/b1/rank0.c" B_0)" = \
-  'transformer.ln_f:d2>0 transformer.h.2.ln_1:d2>1 for{ transformer.h.1.ln_1:d2>2 + l } transformer.emb:d1>4 '
+  'transformer.ln_f:d2>0 transformer.h.2.ln_1:d2>1 for{ transformer.h[1 - l].ln_1:d2>2 + l } transformer.emb:d1>4 '
 check "per layer at run time: rep_final around the second B only" test \
   "$(grep -E -o 'B_0\([01], [01]\)|rep_final = [a-z]*;' "$tmp/b1/rank0.c" | tr '\n' ' ')" = \
   'B_0(0, 0) rep_final = true; B_0(0, 1) rep_final = false; '

@@ -20,7 +20,13 @@
 #define ACTS_BYTES 36621376LL
 static char *params, *grads, *optst, *acts;
 
-static const char PLAN[] = "memory plan for gpt_char: batch 12 = 1 microbatch of 12, adamw\012  params            3.067 MiB  (3216384 bytes)\012  grads             3.131 MiB  (3282944 bytes)\012  optimizer         6.135 MiB  (6432768 bytes)\012  activations      34.925 MiB  (36621376 bytes)\012  total            47.258 MiB  (49553472 bytes)\012";
+static const char PLAN[] =
+    "memory plan for gpt_char: batch 12 = 1 microbatch of 12, adamw\012"
+    "  params            3.067 MiB  (3216384 bytes)\012"
+    "  grads             3.131 MiB  (3282944 bytes)\012"
+    "  optimizer         6.135 MiB  (6432768 bytes)\012"
+    "  activations      34.925 MiB  (36621376 bytes)\012"
+    "  total            47.258 MiB  (49553472 bytes)\012";
 
 // ---- Tensors: pointers into the regions at the offsets planned by pipec (those named
 // outside the loops over repeat-block instances)
@@ -33,25 +39,41 @@ static const char PLAN[] = "memory plan for gpt_char: batch 12 = 1 microbatch of
 #define t6_transformer_wte ((float *)(acts + 64)) // transformer.wte f32(B,64,128)
 #define t7_transformer_emb ((float *)(acts + 28311616)) // transformer.emb f32(B,64,128)
 #define t73_transformer_h_2_out ((float *)(acts + 34209856)) // transformer.h.2.out f32(B,64,128)
-#define t74_transformer_h_3_ln_1_weight ((float *)(params + 2428928)) // transformer.h.3.ln_1.weight f32(128)
-#define t75_transformer_h_3_attn_c_attn_weight ((float *)(params + 2429440)) // transformer.h.3.attn.c_attn.weight f32(384,128)
-#define t76_transformer_h_3_attn_c_proj_weight ((float *)(params + 2626048)) // transformer.h.3.attn.c_proj.weight f32(128,128)
-#define t77_transformer_h_3_ln_2_weight ((float *)(params + 2691584)) // transformer.h.3.ln_2.weight f32(128)
-#define t78_transformer_h_3_mlp_c_fc_weight ((float *)(params + 2692096)) // transformer.h.3.mlp.c_fc.weight f32(512,128)
-#define t79_transformer_h_3_mlp_c_proj_weight ((float *)(params + 2954240)) // transformer.h.3.mlp.c_proj.weight f32(128,512)
+// transformer.h.3.ln_1.weight f32(128)
+#define t74_transformer_h_3_ln_1_weight ((float *)(params + 2428928))
+// transformer.h.3.attn.c_attn.weight f32(384,128)
+#define t75_transformer_h_3_attn_c_attn_weight ((float *)(params + 2429440))
+// transformer.h.3.attn.c_proj.weight f32(128,128)
+#define t76_transformer_h_3_attn_c_proj_weight ((float *)(params + 2626048))
+// transformer.h.3.ln_2.weight f32(128)
+#define t77_transformer_h_3_ln_2_weight ((float *)(params + 2691584))
+// transformer.h.3.mlp.c_fc.weight f32(512,128)
+#define t78_transformer_h_3_mlp_c_fc_weight ((float *)(params + 2692096))
+// transformer.h.3.mlp.c_proj.weight f32(128,512)
+#define t79_transformer_h_3_mlp_c_proj_weight ((float *)(params + 2954240))
 #define t80_transformer_h_3_ln_1 ((float *)(acts + 34603072)) // transformer.h.3.ln_1 f32(B,64,128)
-#define t81_transformer_h_3_ln_1_mean ((float *)(acts + 36609088)) // transformer.h.3.ln_1:mean f32(B,64)
-#define t82_transformer_h_3_ln_1_rstd ((float *)(acts + 36612160)) // transformer.h.3.ln_1:rstd f32(B,64)
-#define t83_transformer_h_3_attn_c_attn ((float *)(acts + 23986240)) // transformer.h.3.attn.c_attn f32(B,64,384)
+// transformer.h.3.ln_1:mean f32(B,64)
+#define t81_transformer_h_3_ln_1_mean ((float *)(acts + 36609088))
+// transformer.h.3.ln_1:rstd f32(B,64)
+#define t82_transformer_h_3_ln_1_rstd ((float *)(acts + 36612160))
+// transformer.h.3.attn.c_attn f32(B,64,384)
+#define t83_transformer_h_3_attn_c_attn ((float *)(acts + 23986240))
 #define t84_transformer_h_3_attn ((float *)(acts + 34996288)) // transformer.h.3.attn f32(B,64,128)
-#define t85_transformer_h_3_attn_att ((float *)(acts + 27525184)) // transformer.h.3.attn:att f32(B,4,64,64)
-#define t87_transformer_h_3_resid_1 ((float *)(acts + 35389504)) // transformer.h.3.resid_1 f32(B,64,128)
+// transformer.h.3.attn:att f32(B,4,64,64)
+#define t85_transformer_h_3_attn_att ((float *)(acts + 27525184))
+// transformer.h.3.resid_1 f32(B,64,128)
+#define t87_transformer_h_3_resid_1 ((float *)(acts + 35389504))
 #define t88_transformer_h_3_ln_2 ((float *)(acts + 35782720)) // transformer.h.3.ln_2 f32(B,64,128)
-#define t89_transformer_h_3_ln_2_mean ((float *)(acts + 36615232)) // transformer.h.3.ln_2:mean f32(B,64)
-#define t90_transformer_h_3_ln_2_rstd ((float *)(acts + 36618304)) // transformer.h.3.ln_2:rstd f32(B,64)
-#define t91_transformer_h_3_mlp_c_fc ((float *)(acts + 14155840)) // transformer.h.3.mlp.c_fc f32(B,64,512)
-#define t92_transformer_h_3_mlp_gelu ((float *)(acts + 15728704)) // transformer.h.3.mlp.gelu f32(B,64,512)
-#define t93_transformer_h_3_mlp_gelu_cdf ((float *)(acts + 17301568)) // transformer.h.3.mlp.gelu:cdf f32(B,64,512)
+// transformer.h.3.ln_2:mean f32(B,64)
+#define t89_transformer_h_3_ln_2_mean ((float *)(acts + 36615232))
+// transformer.h.3.ln_2:rstd f32(B,64)
+#define t90_transformer_h_3_ln_2_rstd ((float *)(acts + 36618304))
+// transformer.h.3.mlp.c_fc f32(B,64,512)
+#define t91_transformer_h_3_mlp_c_fc ((float *)(acts + 14155840))
+// transformer.h.3.mlp.gelu f32(B,64,512)
+#define t92_transformer_h_3_mlp_gelu ((float *)(acts + 15728704))
+// transformer.h.3.mlp.gelu:cdf f32(B,64,512)
+#define t93_transformer_h_3_mlp_gelu_cdf ((float *)(acts + 17301568))
 #define t95_transformer_h_3_out ((float *)(acts + 19267648)) // transformer.h.3.out f32(B,64,128)
 #define t96_transformer_ln_f ((float *)(acts + 18874432)) // transformer.ln_f f32(B,64,128)
 #define t97_transformer_ln_f_mean ((float *)(acts + 20253760)) // transformer.ln_f:mean f32(B,64)
@@ -60,31 +82,55 @@ static const char PLAN[] = "memory plan for gpt_char: batch 12 = 1 microbatch of
 #define t100_loss ((float *)(acts + 19863616)) // loss f32()
 #define t101_d_loss ((float *)(acts + 0)) // d:loss f32()
 #define t102_d_logits_loss_0 ((float *)(acts + 20054080)) // d:logits@loss#0 f32(B,64,65)
-#define t103_d_transformer_ln_f_logits_0 ((float *)(acts + 19660864)) // d:transformer.ln_f@logits#0 f32(B,64,128)
-#define t104_d_transformer_wte_weight_logits_1 ((float *)(grads + 0)) // d:transformer.wte.weight@logits#1 f32(65,128)
-#define t105_d_transformer_h_3_out_transformer_ln_f_0 ((float *)(acts + 36175936)) // d:transformer.h.3.out@transformer.ln_f#0 f32(B,64,128)
-#define t106_d_transformer_ln_f_weight_transformer_ln_f_ ((float *)(grads + 33280)) // d:transformer.ln_f.weight@transformer.ln_f#1 f32(128)
-#define t107_d_transformer_h_3_mlp_gelu_transformer_h_3_ ((float *)(acts + 18874432)) // d:transformer.h.3.mlp.gelu@transformer.h.3.mlp.c_proj#0 f32(B,64,512)
-#define t108_d_transformer_h_3_mlp_c_proj_weight_transfo ((float *)(grads + 33792)) // d:transformer.h.3.mlp.c_proj.weight@transformer.h.3.mlp.c_proj#1 f32(128,512)
-#define t109_d_transformer_h_3_mlp_c_fc_transformer_h_3_ ((float *)(acts + 15728704)) // d:transformer.h.3.mlp.c_fc@transformer.h.3.mlp.gelu#0 f32(B,64,512)
-#define t110_d_transformer_h_3_ln_2_transformer_h_3_mlp_ ((float *)(acts + 14155840)) // d:transformer.h.3.ln_2@transformer.h.3.mlp.c_fc#0 f32(B,64,128)
-#define t111_d_transformer_h_3_mlp_c_fc_weight_transform ((float *)(grads + 295936)) // d:transformer.h.3.mlp.c_fc.weight@transformer.h.3.mlp.c_fc#1 f32(512,128)
-#define t112_d_transformer_h_3_resid_1_transformer_h_3_l ((float *)(acts + 14549056)) // d:transformer.h.3.resid_1@transformer.h.3.ln_2#0 f32(B,64,128)
-#define t113_d_transformer_h_3_ln_2_weight_transformer_h ((float *)(grads + 558080)) // d:transformer.h.3.ln_2.weight@transformer.h.3.ln_2#1 f32(128)
-#define t114_d_transformer_h_3_resid_1 ((float *)(acts + 16588864)) // d:transformer.h.3.resid_1 f32(B,64,128)
-#define t115_d_transformer_h_3_attn_transformer_h_3_attn ((float *)(acts + 16982080)) // d:transformer.h.3.attn@transformer.h.3.attn.c_proj#0 f32(B,64,128)
-#define t116_d_transformer_h_3_attn_c_proj_weight_transf ((float *)(grads + 558592)) // d:transformer.h.3.attn.c_proj.weight@transformer.h.3.attn.c_proj#1 f32(128,128)
-#define t117_d_transformer_h_3_attn_c_attn_transformer_h ((float *)(acts + 15409216)) // d:transformer.h.3.attn.c_attn@transformer.h.3.attn#0 f32(B,64,384)
-#define t118_d_transformer_h_3_ln_1_transformer_h_3_attn ((float *)(acts + 14155840)) // d:transformer.h.3.ln_1@transformer.h.3.attn.c_attn#0 f32(B,64,128)
-#define t119_d_transformer_h_3_attn_c_attn_weight_transf ((float *)(grads + 624128)) // d:transformer.h.3.attn.c_attn.weight@transformer.h.3.attn.c_attn#1 f32(384,128)
-#define t120_d_transformer_h_2_out_transformer_h_3_ln_1_ ((float *)(acts + 14549056)) // d:transformer.h.2.out@transformer.h.3.ln_1#0 f32(B,64,128)
-#define t121_d_transformer_h_3_ln_1_weight_transformer_h ((float *)(grads + 820736)) // d:transformer.h.3.ln_1.weight@transformer.h.3.ln_1#1 f32(128)
-#define t162_d_transformer_h_0_resid_1 ((float *)(acts + 2433088)) // d:transformer.h.0.resid_1 f32(B,64,128)
-#define t168_d_transformer_emb_transformer_h_0_ln_1_0 ((float *)(acts + 393280)) // d:transformer.emb@transformer.h.0.ln_1#0 f32(B,64,128)
+// d:transformer.ln_f@logits#0 f32(B,64,128)
+#define t103_d_transformer_ln_f_logits_0 ((float *)(acts + 19660864))
+// d:transformer.wte.weight@logits#1 f32(65,128)
+#define t104_d_transformer_wte_weight_logits_1 ((float *)(grads + 0))
+// d:transformer.h.3.out@transformer.ln_f#0 f32(B,64,128)
+#define t105_d_transformer_h_3_out_transformer_ln_f_0 ((float *)(acts + 36175936))
+// d:transformer.ln_f.weight@transformer.ln_f#1 f32(128)
+#define t106_d_transformer_ln_f_weight_transformer_ln_f_ ((float *)(grads + 33280))
+// d:transformer.h.3.mlp.gelu@transformer.h.3.mlp.c_proj#0 f32(B,64,512)
+#define t107_d_transformer_h_3_mlp_gelu_transformer_h_3_ ((float *)(acts + 18874432))
+// d:transformer.h.3.mlp.c_proj.weight@transformer.h.3.mlp.c_proj#1 f32(128,512)
+#define t108_d_transformer_h_3_mlp_c_proj_weight_transfo ((float *)(grads + 33792))
+// d:transformer.h.3.mlp.c_fc@transformer.h.3.mlp.gelu#0 f32(B,64,512)
+#define t109_d_transformer_h_3_mlp_c_fc_transformer_h_3_ ((float *)(acts + 15728704))
+// d:transformer.h.3.ln_2@transformer.h.3.mlp.c_fc#0 f32(B,64,128)
+#define t110_d_transformer_h_3_ln_2_transformer_h_3_mlp_ ((float *)(acts + 14155840))
+// d:transformer.h.3.mlp.c_fc.weight@transformer.h.3.mlp.c_fc#1 f32(512,128)
+#define t111_d_transformer_h_3_mlp_c_fc_weight_transform ((float *)(grads + 295936))
+// d:transformer.h.3.resid_1@transformer.h.3.ln_2#0 f32(B,64,128)
+#define t112_d_transformer_h_3_resid_1_transformer_h_3_l ((float *)(acts + 14549056))
+// d:transformer.h.3.ln_2.weight@transformer.h.3.ln_2#1 f32(128)
+#define t113_d_transformer_h_3_ln_2_weight_transformer_h ((float *)(grads + 558080))
+// d:transformer.h.3.resid_1 f32(B,64,128)
+#define t114_d_transformer_h_3_resid_1 ((float *)(acts + 16588864))
+// d:transformer.h.3.attn@transformer.h.3.attn.c_proj#0 f32(B,64,128)
+#define t115_d_transformer_h_3_attn_transformer_h_3_attn ((float *)(acts + 16982080))
+// d:transformer.h.3.attn.c_proj.weight@transformer.h.3.attn.c_proj#1 f32(128,128)
+#define t116_d_transformer_h_3_attn_c_proj_weight_transf ((float *)(grads + 558592))
+// d:transformer.h.3.attn.c_attn@transformer.h.3.attn#0 f32(B,64,384)
+#define t117_d_transformer_h_3_attn_c_attn_transformer_h ((float *)(acts + 15409216))
+// d:transformer.h.3.ln_1@transformer.h.3.attn.c_attn#0 f32(B,64,128)
+#define t118_d_transformer_h_3_ln_1_transformer_h_3_attn ((float *)(acts + 14155840))
+// d:transformer.h.3.attn.c_attn.weight@transformer.h.3.attn.c_attn#1 f32(384,128)
+#define t119_d_transformer_h_3_attn_c_attn_weight_transf ((float *)(grads + 624128))
+// d:transformer.h.2.out@transformer.h.3.ln_1#0 f32(B,64,128)
+#define t120_d_transformer_h_2_out_transformer_h_3_ln_1_ ((float *)(acts + 14549056))
+// d:transformer.h.3.ln_1.weight@transformer.h.3.ln_1#1 f32(128)
+#define t121_d_transformer_h_3_ln_1_weight_transformer_h ((float *)(grads + 820736))
+// d:transformer.h.0.resid_1 f32(B,64,128)
+#define t162_d_transformer_h_0_resid_1 ((float *)(acts + 2433088))
+// d:transformer.emb@transformer.h.0.ln_1#0 f32(B,64,128)
+#define t168_d_transformer_emb_transformer_h_0_ln_1_0 ((float *)(acts + 393280))
 #define t170_d_transformer_emb ((float *)(acts + 64)) // d:transformer.emb f32(B,64,128)
-#define t171_d_transformer_wpe_weight_transformer_emb_1 ((float *)(grads + 3183616)) // d:transformer.wpe.weight@transformer.emb#1 f32(64,128)
-#define t172_d_transformer_wte_weight_transformer_wte_1 ((float *)(grads + 3216384)) // d:transformer.wte.weight@transformer.wte#1 f32(65,128)
-#define t173_d_transformer_wte_weight ((float *)(grads + 3249664)) // d:transformer.wte.weight f32(65,128)
+// d:transformer.wpe.weight@transformer.emb#1 f32(64,128)
+#define t171_d_transformer_wpe_weight_transformer_emb_1 ((float *)(grads + 3183616))
+// d:transformer.wte.weight@transformer.wte#1 f32(65,128)
+#define t172_d_transformer_wte_weight_transformer_wte_1 ((float *)(grads + 3216384))
+// d:transformer.wte.weight f32(65,128)
+#define t173_d_transformer_wte_weight ((float *)(grads + 3249664))
 
 // Batch rows the losses average over: MB, or the real rows of a partial validation batch.
 static int64_t loss_rows __attribute__((unused)) = MB;
@@ -92,78 +138,312 @@ static int64_t loss_rows __attribute__((unused)) = MB;
 // Stage 0, forward (F) of one microbatch: 45 nodes.
 static void F_0(int slot) {
   (void)slot;
-  pr_embedding_fwd(t6_transformer_wte, t0_idx, t2_transformer_wte_weight, /*n*/ 768, /*V*/ 65, /*C*/ 128); // transformer.wte
-  pr_binary_fwd(t7_transformer_emb, t6_transformer_wte, t3_transformer_wpe_weight, /*op*/ 0, /*rank*/ 3, /*ydims*/ (const int64_t[]){12, 64, 128}, /*astr*/ (const int64_t[]){8192, 128, 1}, /*bstr*/ (const int64_t[]){0, 128, 1}); // transformer.emb
+  pr_embedding_fwd(t6_transformer_wte, t0_idx, t2_transformer_wte_weight, /*n*/ 768, /*V*/ 65,
+                   /*C*/ 128); // transformer.wte
+  // transformer.emb
+  pr_binary_fwd(t7_transformer_emb, t6_transformer_wte, t3_transformer_wpe_weight, /*op*/ 0,
+                /*rank*/ 3, /*ydims*/ (const int64_t[]){12, 64, 128},
+                /*astr*/ (const int64_t[]){8192, 128, 1}, /*bstr*/ (const int64_t[]){0, 128, 1});
   // Repeat block layer, instances 0 to 3 (4 x 8 calls, the same but for their pointers).
   static const int64_t off0[1][4] = { // per-instance byte offsets
       // 0: transformer.h.0.out
       {30277696, 32243776, 34209856, 19267648},
   };
   for (int l = 0; l < 4; l++) {
-    pr_layernorm_fwd((float *)(acts + 28704832 + l * 1966080), (float *)(acts + 36572224 + l * 12288), (float *)(acts + 36575296 + l * 12288), (float *)(acts + 28311616 + l * 1966080), (float *)(params + 66560 + l * 787456), NULL, /*rows*/ 768, /*C*/ 128, /*eps*/ 1e-05f); // transformer.h.0.ln_1
-    pr_linear_fwd((float *)(acts + 20447296 + l * 1179648), (float *)(acts + 28704832 + l * 1966080), (float *)(params + 67072 + l * 787456), NULL, /*rows*/ 768, /*in*/ 128, /*out*/ 384); // transformer.h.0.attn.c_attn
-    pr_attention_fwd((float *)(acts + 29098048 + l * 1966080), (float *)(acts + 25165888 + l * 786432), (float *)(acts + 20447296 + l * 1179648), /*B*/ 12, /*T*/ 64, /*C*/ 128, /*NH*/ 4, /*NKV*/ 4, /*causal*/ 1); // transformer.h.0.attn
-    pr_linear_fwd((float *)(acts + 64 + l * 4718592), (float *)(acts + 29098048 + l * 1966080), (float *)(params + 263680 + l * 787456), NULL, /*rows*/ 768, /*in*/ 128, /*out*/ 128); // transformer.h.0.attn.c_proj
-    pr_add_layernorm_fwd((float *)(acts + 29491264 + l * 1966080), (float *)(acts + 29884480 + l * 1966080), (float *)(acts + 36578368 + l * 12288), (float *)(acts + 36581440 + l * 12288), (float *)(acts + 28311616 + l * 1966080), (float *)(acts + 64 + l * 4718592), (float *)(params + 329216 + l * 787456), NULL, /*op*/ 0, /*rank*/ 3, /*ydims*/ (const int64_t[]){12, 64, 128}, /*astr*/ (const int64_t[]){8192, 128, 1}, /*bstr*/ (const int64_t[]){8192, 128, 1}, /*rows*/ 768, /*C*/ 128, /*eps*/ 1e-05f); // transformer.h.0.resid_1 + transformer.h.0.ln_2
-    pr_linear_gelu_fwd((float *)(acts + 64 + l * 4718592), (float *)(acts + 1572928 + l * 4718592), (float *)(acts + 3145792 + l * 4718592), (float *)(acts + 29884480 + l * 1966080), (float *)(params + 329728 + l * 787456), NULL, /*rows*/ 768, /*in*/ 128, /*out*/ 512, /*n*/ 393216, /*exact*/ 1); // transformer.h.0.mlp.c_fc + transformer.h.0.mlp.gelu
-    pr_linear_fwd((float *)(acts + 4718656 + l * 4718592), (float *)(acts + 1572928 + l * 4718592), (float *)(params + 591872 + l * 787456), NULL, /*rows*/ 768, /*in*/ 512, /*out*/ 128); // transformer.h.0.mlp.c_proj
-    pr_binary_fwd((float *)(acts + off0[0][l]), (float *)(acts + 29491264 + l * 1966080), (float *)(acts + 4718656 + l * 4718592), /*op*/ 0, /*rank*/ 3, /*ydims*/ (const int64_t[]){12, 64, 128}, /*astr*/ (const int64_t[]){8192, 128, 1}, /*bstr*/ (const int64_t[]){8192, 128, 1}); // transformer.h.0.out
+    float *l_ln_1 = (float *)(acts + 28704832 + l * 1966080); // transformer.h[l].ln_1 f32(B,64,128)
+    // transformer.h[l].ln_1:mean f32(B,64)
+    float *l_ln_1_mean = (float *)(acts + 36572224 + l * 12288);
+    // transformer.h[l].ln_1:rstd f32(B,64)
+    float *l_ln_1_rstd = (float *)(acts + 36575296 + l * 12288);
+    // transformer.h[l - 1].out (l = 0: transformer.emb) f32(B,64,128)
+    float *l_prev_out = (float *)(acts + 28311616 + l * 1966080);
+    // transformer.h[l].ln_1.weight f32(128)
+    float *l_ln_1_weight = (float *)(params + 66560 + l * 787456);
+    // transformer.h[l].attn.c_attn f32(B,64,384)
+    float *l_attn_c_attn = (float *)(acts + 20447296 + l * 1179648);
+    // transformer.h[l].attn.c_attn.weight f32(384,128)
+    float *l_attn_c_attn_weight = (float *)(params + 67072 + l * 787456);
+    float *l_attn = (float *)(acts + 29098048 + l * 1966080); // transformer.h[l].attn f32(B,64,128)
+    // transformer.h[l].attn:att f32(B,4,64,64)
+    float *l_attn_att = (float *)(acts + 25165888 + l * 786432);
+    // transformer.h[l].attn.c_proj f32(B,64,128)
+    float *l_attn_c_proj = (float *)(acts + 64 + l * 4718592);
+    // transformer.h[l].attn.c_proj.weight f32(128,128)
+    float *l_attn_c_proj_weight = (float *)(params + 263680 + l * 787456);
+    // transformer.h[l].resid_1 f32(B,64,128)
+    float *l_resid_1 = (float *)(acts + 29491264 + l * 1966080);
+    float *l_ln_2 = (float *)(acts + 29884480 + l * 1966080); // transformer.h[l].ln_2 f32(B,64,128)
+    // transformer.h[l].ln_2:mean f32(B,64)
+    float *l_ln_2_mean = (float *)(acts + 36578368 + l * 12288);
+    // transformer.h[l].ln_2:rstd f32(B,64)
+    float *l_ln_2_rstd = (float *)(acts + 36581440 + l * 12288);
+    // transformer.h[l].ln_2.weight f32(128)
+    float *l_ln_2_weight = (float *)(params + 329216 + l * 787456);
+    // transformer.h[l].mlp.c_fc f32(B,64,512)
+    float *l_mlp_c_fc = (float *)(acts + 64 + l * 4718592);
+    // transformer.h[l].mlp.gelu f32(B,64,512)
+    float *l_mlp_gelu = (float *)(acts + 1572928 + l * 4718592);
+    // transformer.h[l].mlp.gelu:cdf f32(B,64,512)
+    float *l_mlp_gelu_cdf = (float *)(acts + 3145792 + l * 4718592);
+    // transformer.h[l].mlp.c_fc.weight f32(512,128)
+    float *l_mlp_c_fc_weight = (float *)(params + 329728 + l * 787456);
+    // transformer.h[l].mlp.c_proj f32(B,64,128)
+    float *l_mlp_c_proj = (float *)(acts + 4718656 + l * 4718592);
+    // transformer.h[l].mlp.c_proj.weight f32(128,512)
+    float *l_mlp_c_proj_weight = (float *)(params + 591872 + l * 787456);
+    float *l_out = (float *)(acts + off0[0][l]); // transformer.h[l].out f32(B,64,128)
+    pr_layernorm_fwd(l_ln_1, l_ln_1_mean, l_ln_1_rstd, l_prev_out, l_ln_1_weight, NULL,
+                     /*rows*/ 768, /*C*/ 128, /*eps*/ 1e-05f); // transformer.h[l].ln_1
+    pr_linear_fwd(l_attn_c_attn, l_ln_1, l_attn_c_attn_weight, NULL, /*rows*/ 768, /*in*/ 128,
+                  /*out*/ 384); // transformer.h[l].attn.c_attn
+    pr_attention_fwd(l_attn, l_attn_att, l_attn_c_attn, /*B*/ 12, /*T*/ 64, /*C*/ 128, /*NH*/ 4,
+                     /*NKV*/ 4, /*causal*/ 1); // transformer.h[l].attn
+    pr_linear_fwd(l_attn_c_proj, l_attn, l_attn_c_proj_weight, NULL, /*rows*/ 768, /*in*/ 128,
+                  /*out*/ 128); // transformer.h[l].attn.c_proj
+    pr_add_layernorm_fwd(l_resid_1, l_ln_2, l_ln_2_mean, l_ln_2_rstd, l_prev_out, l_attn_c_proj,
+                         l_ln_2_weight, NULL, /*op*/ 0, /*rank*/ 3,
+                         /*ydims*/ (const int64_t[]){12, 64, 128},
+                         /*astr*/ (const int64_t[]){8192, 128, 1},
+                         /*bstr*/ (const int64_t[]){8192, 128, 1}, /*rows*/ 768, /*C*/ 128,
+                         /*eps*/ 1e-05f); // transformer.h[l].resid_1 + transformer.h[l].ln_2
+    // transformer.h[l].mlp.c_fc + transformer.h[l].mlp.gelu
+    pr_linear_gelu_fwd(l_mlp_c_fc, l_mlp_gelu, l_mlp_gelu_cdf, l_ln_2, l_mlp_c_fc_weight, NULL,
+                       /*rows*/ 768, /*in*/ 128, /*out*/ 512, /*n*/ 393216, /*exact*/ 1);
+    pr_linear_fwd(l_mlp_c_proj, l_mlp_gelu, l_mlp_c_proj_weight, NULL, /*rows*/ 768, /*in*/ 512,
+                  /*out*/ 128); // transformer.h[l].mlp.c_proj
+    pr_binary_fwd(l_out, l_resid_1, l_mlp_c_proj, /*op*/ 0, /*rank*/ 3,
+                  /*ydims*/ (const int64_t[]){12, 64, 128},
+                  /*astr*/ (const int64_t[]){8192, 128, 1},
+                  /*bstr*/ (const int64_t[]){8192, 128, 1}); // transformer.h[l].out
   }
-  pr_layernorm_fwd(t96_transformer_ln_f, t97_transformer_ln_f_mean, t98_transformer_ln_f_rstd, t95_transformer_h_3_out, t4_transformer_ln_f_weight, NULL, /*rows*/ 768, /*C*/ 128, /*eps*/ 1e-05f); // transformer.ln_f
-  pr_linear_fwd(t99_logits, t96_transformer_ln_f, t5_lm_head_weight, NULL, /*rows*/ 768, /*in*/ 128, /*out*/ 65); // logits
-  pr_cross_entropy_fwd(t100_loss, t99_logits, t1_targets, /*rows*/ 64 * loss_rows, /*V*/ 65); // loss
+  pr_layernorm_fwd(t96_transformer_ln_f, t97_transformer_ln_f_mean, t98_transformer_ln_f_rstd,
+                   t95_transformer_h_3_out, t4_transformer_ln_f_weight, NULL, /*rows*/ 768,
+                   /*C*/ 128, /*eps*/ 1e-05f); // transformer.ln_f
+  pr_linear_fwd(t99_logits, t96_transformer_ln_f, t5_lm_head_weight, NULL, /*rows*/ 768, /*in*/ 128,
+                /*out*/ 65); // logits
+  // loss
+  pr_cross_entropy_fwd(t100_loss, t99_logits, t1_targets, /*rows*/ 64 * loss_rows, /*V*/ 65);
 }
 
-// Stage 0, backward (B) of one microbatch: 71 nodes, input gradients and weight gradients (W nodes, in graph order); acc = 0 for
-// the first microbatch of the step, 1 after (weight gradients accumulate over it).
+// Stage 0, backward (B) of one microbatch: 71 nodes, input gradients and weight gradients (W nodes,
+// in graph order); acc = 0 for the first microbatch of the step, 1 after (weight gradients
+// accumulate over it).
 static void B_0(int slot, int acc) {
   (void)slot, (void)acc;
-  pr_cross_entropy_bwd(t102_d_logits_loss_0, t101_d_loss, t99_logits, t1_targets, /*rows*/ 64 * loss_rows, /*V*/ 65, /*acc*/ 0); // loss:d0
-  pr_linear_bwd_x(t103_d_transformer_ln_f_logits_0, t102_d_logits_loss_0, t5_lm_head_weight, /*rows*/ 768, /*in*/ 128, /*out*/ 65, /*acc*/ 0); // logits:d0
-  pr_linear_bwd_w(t104_d_transformer_wte_weight_logits_1, t102_d_logits_loss_0, t96_transformer_ln_f, /*rows*/ 768, /*in*/ 128, /*out*/ 65, /*acc*/ acc); // logits:d1
-  pr_layernorm_bwd_x(t105_d_transformer_h_3_out_transformer_ln_f_0, t103_d_transformer_ln_f_logits_0, t95_transformer_h_3_out, t4_transformer_ln_f_weight, t97_transformer_ln_f_mean, t98_transformer_ln_f_rstd, /*rows*/ 768, /*C*/ 128, /*acc*/ 0); // transformer.ln_f:d0
-  pr_layernorm_bwd_w(t106_d_transformer_ln_f_weight_transformer_ln_f_, t103_d_transformer_ln_f_logits_0, t95_transformer_h_3_out, t97_transformer_ln_f_mean, t98_transformer_ln_f_rstd, /*rows*/ 768, /*C*/ 128, /*acc*/ acc); // transformer.ln_f:d1
-  pr_linear_bwd_w(t108_d_transformer_h_3_mlp_c_proj_weight_transfo, t105_d_transformer_h_3_out_transformer_ln_f_0, t92_transformer_h_3_mlp_gelu, /*rows*/ 768, /*in*/ 512, /*out*/ 128, /*acc*/ acc); // transformer.h.3.mlp.c_proj:d1
-  pr_linear_bwd_x_gelu(t107_d_transformer_h_3_mlp_gelu_transformer_h_3_, t109_d_transformer_h_3_mlp_c_fc_transformer_h_3_, t105_d_transformer_h_3_out_transformer_ln_f_0, t79_transformer_h_3_mlp_c_proj_weight, t91_transformer_h_3_mlp_c_fc, t93_transformer_h_3_mlp_gelu_cdf, /*rows*/ 768, /*in*/ 512, /*out*/ 128, /*n*/ 393216, /*exact*/ 1, /*acc*/ 0); // transformer.h.3.mlp.c_proj:d0 + transformer.h.3.mlp.gelu:d0
-  pr_linear_bwd_x(t110_d_transformer_h_3_ln_2_transformer_h_3_mlp_, t109_d_transformer_h_3_mlp_c_fc_transformer_h_3_, t78_transformer_h_3_mlp_c_fc_weight, /*rows*/ 768, /*in*/ 128, /*out*/ 512, /*acc*/ 0); // transformer.h.3.mlp.c_fc:d0
-  pr_linear_bwd_w(t111_d_transformer_h_3_mlp_c_fc_weight_transform, t109_d_transformer_h_3_mlp_c_fc_transformer_h_3_, t88_transformer_h_3_ln_2, /*rows*/ 768, /*in*/ 128, /*out*/ 512, /*acc*/ acc); // transformer.h.3.mlp.c_fc:d1
-  pr_layernorm_bwd_x(t112_d_transformer_h_3_resid_1_transformer_h_3_l, t110_d_transformer_h_3_ln_2_transformer_h_3_mlp_, t87_transformer_h_3_resid_1, t77_transformer_h_3_ln_2_weight, t89_transformer_h_3_ln_2_mean, t90_transformer_h_3_ln_2_rstd, /*rows*/ 768, /*C*/ 128, /*acc*/ 0); // transformer.h.3.ln_2:d0
-  pr_layernorm_bwd_w(t113_d_transformer_h_3_ln_2_weight_transformer_h, t110_d_transformer_h_3_ln_2_transformer_h_3_mlp_, t87_transformer_h_3_resid_1, t89_transformer_h_3_ln_2_mean, t90_transformer_h_3_ln_2_rstd, /*rows*/ 768, /*C*/ 128, /*acc*/ acc); // transformer.h.3.ln_2:d1
-  pr_add_n(t114_d_transformer_h_3_resid_1, (const float *const[]){t112_d_transformer_h_3_resid_1_transformer_h_3_l, t105_d_transformer_h_3_out_transformer_ln_f_0}, /*k*/ 2, /*n*/ 98304); // d:transformer.h.3.resid_1:sum
-  pr_linear_bwd_x(t115_d_transformer_h_3_attn_transformer_h_3_attn, t114_d_transformer_h_3_resid_1, t76_transformer_h_3_attn_c_proj_weight, /*rows*/ 768, /*in*/ 128, /*out*/ 128, /*acc*/ 0); // transformer.h.3.attn.c_proj:d0
-  pr_linear_bwd_w(t116_d_transformer_h_3_attn_c_proj_weight_transf, t114_d_transformer_h_3_resid_1, t84_transformer_h_3_attn, /*rows*/ 768, /*in*/ 128, /*out*/ 128, /*acc*/ acc); // transformer.h.3.attn.c_proj:d1
-  pr_attention_bwd(t117_d_transformer_h_3_attn_c_attn_transformer_h, t115_d_transformer_h_3_attn_transformer_h_3_attn, t83_transformer_h_3_attn_c_attn, t85_transformer_h_3_attn_att, (void *)(acts + 14155840), /*B*/ 12, /*T*/ 64, /*C*/ 128, /*NH*/ 4, /*NKV*/ 4, /*causal*/ 1, /*acc*/ 0); // transformer.h.3.attn:d0
-  pr_linear_bwd_x(t118_d_transformer_h_3_ln_1_transformer_h_3_attn, t117_d_transformer_h_3_attn_c_attn_transformer_h, t75_transformer_h_3_attn_c_attn_weight, /*rows*/ 768, /*in*/ 128, /*out*/ 384, /*acc*/ 0); // transformer.h.3.attn.c_attn:d0
-  pr_linear_bwd_w(t119_d_transformer_h_3_attn_c_attn_weight_transf, t117_d_transformer_h_3_attn_c_attn_transformer_h, t80_transformer_h_3_ln_1, /*rows*/ 768, /*in*/ 128, /*out*/ 384, /*acc*/ acc); // transformer.h.3.attn.c_attn:d1
-  pr_layernorm_bwd_x(t120_d_transformer_h_2_out_transformer_h_3_ln_1_, t118_d_transformer_h_3_ln_1_transformer_h_3_attn, t73_transformer_h_2_out, t74_transformer_h_3_ln_1_weight, t81_transformer_h_3_ln_1_mean, t82_transformer_h_3_ln_1_rstd, /*rows*/ 768, /*C*/ 128, /*acc*/ 0); // transformer.h.3.ln_1:d0
-  pr_layernorm_bwd_w(t121_d_transformer_h_3_ln_1_weight_transformer_h, t118_d_transformer_h_3_ln_1_transformer_h_3_attn, t73_transformer_h_2_out, t81_transformer_h_3_ln_1_mean, t82_transformer_h_3_ln_1_rstd, /*rows*/ 768, /*C*/ 128, /*acc*/ acc); // transformer.h.3.ln_1:d1
+  pr_cross_entropy_bwd(t102_d_logits_loss_0, t101_d_loss, t99_logits, t1_targets,
+                       /*rows*/ 64 * loss_rows, /*V*/ 65, /*acc*/ 0); // loss:d0
+  pr_linear_bwd_x(t103_d_transformer_ln_f_logits_0, t102_d_logits_loss_0, t5_lm_head_weight,
+                  /*rows*/ 768, /*in*/ 128, /*out*/ 65, /*acc*/ 0); // logits:d0
+  // logits:d1
+  pr_linear_bwd_w(t104_d_transformer_wte_weight_logits_1, t102_d_logits_loss_0,
+                  t96_transformer_ln_f, /*rows*/ 768, /*in*/ 128, /*out*/ 65, /*acc*/ acc);
+  // transformer.ln_f:d0
+  pr_layernorm_bwd_x(t105_d_transformer_h_3_out_transformer_ln_f_0,
+                     t103_d_transformer_ln_f_logits_0, t95_transformer_h_3_out,
+                     t4_transformer_ln_f_weight, t97_transformer_ln_f_mean,
+                     t98_transformer_ln_f_rstd, /*rows*/ 768, /*C*/ 128, /*acc*/ 0);
+  pr_layernorm_bwd_w(t106_d_transformer_ln_f_weight_transformer_ln_f_,
+                     t103_d_transformer_ln_f_logits_0, t95_transformer_h_3_out,
+                     t97_transformer_ln_f_mean, t98_transformer_ln_f_rstd, /*rows*/ 768, /*C*/ 128,
+                     /*acc*/ acc); // transformer.ln_f:d1
+  // transformer.h.3.mlp.c_proj:d1
+  pr_linear_bwd_w(t108_d_transformer_h_3_mlp_c_proj_weight_transfo,
+                  t105_d_transformer_h_3_out_transformer_ln_f_0, t92_transformer_h_3_mlp_gelu,
+                  /*rows*/ 768, /*in*/ 512, /*out*/ 128, /*acc*/ acc);
+  // transformer.h.3.mlp.c_proj:d0 + transformer.h.3.mlp.gelu:d0
+  pr_linear_bwd_x_gelu(t107_d_transformer_h_3_mlp_gelu_transformer_h_3_,
+                       t109_d_transformer_h_3_mlp_c_fc_transformer_h_3_,
+                       t105_d_transformer_h_3_out_transformer_ln_f_0,
+                       t79_transformer_h_3_mlp_c_proj_weight, t91_transformer_h_3_mlp_c_fc,
+                       t93_transformer_h_3_mlp_gelu_cdf, /*rows*/ 768, /*in*/ 512, /*out*/ 128,
+                       /*n*/ 393216, /*exact*/ 1, /*acc*/ 0);
+  pr_linear_bwd_x(t110_d_transformer_h_3_ln_2_transformer_h_3_mlp_,
+                  t109_d_transformer_h_3_mlp_c_fc_transformer_h_3_,
+                  t78_transformer_h_3_mlp_c_fc_weight, /*rows*/ 768, /*in*/ 128, /*out*/ 512,
+                  /*acc*/ 0); // transformer.h.3.mlp.c_fc:d0
+  // transformer.h.3.mlp.c_fc:d1
+  pr_linear_bwd_w(t111_d_transformer_h_3_mlp_c_fc_weight_transform,
+                  t109_d_transformer_h_3_mlp_c_fc_transformer_h_3_, t88_transformer_h_3_ln_2,
+                  /*rows*/ 768, /*in*/ 128, /*out*/ 512, /*acc*/ acc);
+  // transformer.h.3.ln_2:d0
+  pr_layernorm_bwd_x(t112_d_transformer_h_3_resid_1_transformer_h_3_l,
+                     t110_d_transformer_h_3_ln_2_transformer_h_3_mlp_, t87_transformer_h_3_resid_1,
+                     t77_transformer_h_3_ln_2_weight, t89_transformer_h_3_ln_2_mean,
+                     t90_transformer_h_3_ln_2_rstd, /*rows*/ 768, /*C*/ 128, /*acc*/ 0);
+  pr_layernorm_bwd_w(t113_d_transformer_h_3_ln_2_weight_transformer_h,
+                     t110_d_transformer_h_3_ln_2_transformer_h_3_mlp_, t87_transformer_h_3_resid_1,
+                     t89_transformer_h_3_ln_2_mean, t90_transformer_h_3_ln_2_rstd, /*rows*/ 768,
+                     /*C*/ 128, /*acc*/ acc); // transformer.h.3.ln_2:d1
+  // d:transformer.h.3.resid_1:sum
+  pr_add_n(t114_d_transformer_h_3_resid_1,
+           (const float *const[]){t112_d_transformer_h_3_resid_1_transformer_h_3_l,
+           t105_d_transformer_h_3_out_transformer_ln_f_0}, /*k*/ 2, /*n*/ 98304);
+  pr_linear_bwd_x(t115_d_transformer_h_3_attn_transformer_h_3_attn, t114_d_transformer_h_3_resid_1,
+                  t76_transformer_h_3_attn_c_proj_weight, /*rows*/ 768, /*in*/ 128, /*out*/ 128,
+                  /*acc*/ 0); // transformer.h.3.attn.c_proj:d0
+  // transformer.h.3.attn.c_proj:d1
+  pr_linear_bwd_w(t116_d_transformer_h_3_attn_c_proj_weight_transf, t114_d_transformer_h_3_resid_1,
+                  t84_transformer_h_3_attn, /*rows*/ 768, /*in*/ 128, /*out*/ 128, /*acc*/ acc);
+  pr_attention_bwd(t117_d_transformer_h_3_attn_c_attn_transformer_h,
+                   t115_d_transformer_h_3_attn_transformer_h_3_attn,
+                   t83_transformer_h_3_attn_c_attn, t85_transformer_h_3_attn_att,
+                   (void *)(acts + 14155840), /*B*/ 12, /*T*/ 64, /*C*/ 128, /*NH*/ 4, /*NKV*/ 4,
+                   /*causal*/ 1, /*acc*/ 0); // transformer.h.3.attn:d0
+  pr_linear_bwd_x(t118_d_transformer_h_3_ln_1_transformer_h_3_attn,
+                  t117_d_transformer_h_3_attn_c_attn_transformer_h,
+                  t75_transformer_h_3_attn_c_attn_weight, /*rows*/ 768, /*in*/ 128, /*out*/ 384,
+                  /*acc*/ 0); // transformer.h.3.attn.c_attn:d0
+  // transformer.h.3.attn.c_attn:d1
+  pr_linear_bwd_w(t119_d_transformer_h_3_attn_c_attn_weight_transf,
+                  t117_d_transformer_h_3_attn_c_attn_transformer_h, t80_transformer_h_3_ln_1,
+                  /*rows*/ 768, /*in*/ 128, /*out*/ 384, /*acc*/ acc);
+  // transformer.h.3.ln_1:d0
+  pr_layernorm_bwd_x(t120_d_transformer_h_2_out_transformer_h_3_ln_1_,
+                     t118_d_transformer_h_3_ln_1_transformer_h_3_attn, t73_transformer_h_2_out,
+                     t74_transformer_h_3_ln_1_weight, t81_transformer_h_3_ln_1_mean,
+                     t82_transformer_h_3_ln_1_rstd, /*rows*/ 768, /*C*/ 128, /*acc*/ 0);
+  pr_layernorm_bwd_w(t121_d_transformer_h_3_ln_1_weight_transformer_h,
+                     t118_d_transformer_h_3_ln_1_transformer_h_3_attn, t73_transformer_h_2_out,
+                     t81_transformer_h_3_ln_1_mean, t82_transformer_h_3_ln_1_rstd, /*rows*/ 768,
+                     /*C*/ 128, /*acc*/ acc); // transformer.h.3.ln_1:d1
   // Repeat block layer, instances 2 to 0 (3 x 15 calls, the same but for their pointers).
   for (int l = 0; l < 3; l++) {
-    pr_add_n((float *)(acts + 15728704 - l * 4718592), (const float *const[]){(float *)(acts + 14549056 - l * 4718592), (float *)(acts + 16588864 - l * 4718592)}, /*k*/ 2, /*n*/ 98304); // d:transformer.h.2.out:sum
-    pr_linear_bwd_w((float *)(grads + 821248 + l * 787456), (float *)(acts + 15728704 - l * 4718592), (float *)(acts + 11010112 - l * 4718592), /*rows*/ 768, /*in*/ 512, /*out*/ 128, /*acc*/ acc); // transformer.h.2.mlp.c_proj:d1
-    pr_linear_bwd_x_gelu((float *)(acts + 14155840 - l * 4718592), (float *)(acts + 11010112 - l * 4718592), (float *)(acts + 15728704 - l * 4718592), (float *)(params + 2166784 - l * 787456), (float *)(acts + 9437248 - l * 4718592), (float *)(acts + 12582976 - l * 4718592), /*rows*/ 768, /*in*/ 512, /*out*/ 128, /*n*/ 393216, /*exact*/ 1, /*acc*/ 0); // transformer.h.2.mlp.c_proj:d0 + transformer.h.2.mlp.gelu:d0
-    pr_linear_bwd_x((float *)(acts + 9437248 - l * 4718592), (float *)(acts + 11010112 - l * 4718592), (float *)(params + 1904640 - l * 787456), /*rows*/ 768, /*in*/ 128, /*out*/ 512, /*acc*/ 0); // transformer.h.2.mlp.c_fc:d0
-    pr_linear_bwd_w((float *)(grads + 1083392 + l * 787456), (float *)(acts + 11010112 - l * 4718592), (float *)(acts + 33816640 - l * 1966080), /*rows*/ 768, /*in*/ 128, /*out*/ 512, /*acc*/ acc); // transformer.h.2.mlp.c_fc:d1
-    pr_layernorm_bwd_x((float *)(acts + 9830464 - l * 4718592), (float *)(acts + 9437248 - l * 4718592), (float *)(acts + 33423424 - l * 1966080), (float *)(params + 1904128 - l * 787456), (float *)(acts + 36602944 - l * 12288), (float *)(acts + 36606016 - l * 12288), /*rows*/ 768, /*C*/ 128, /*acc*/ 0); // transformer.h.2.ln_2:d0
-    pr_layernorm_bwd_w((float *)(grads + 1345536 + l * 787456), (float *)(acts + 9437248 - l * 4718592), (float *)(acts + 33423424 - l * 1966080), (float *)(acts + 36602944 - l * 12288), (float *)(acts + 36606016 - l * 12288), /*rows*/ 768, /*C*/ 128, /*acc*/ acc); // transformer.h.2.ln_2:d1
-    pr_add_n((float *)(acts + 11870272 - l * 4718592), (const float *const[]){(float *)(acts + 9830464 - l * 4718592), (float *)(acts + 15728704 - l * 4718592)}, /*k*/ 2, /*n*/ 98304); // d:transformer.h.2.resid_1:sum
-    pr_linear_bwd_x((float *)(acts + 12263488 - l * 4718592), (float *)(acts + 11870272 - l * 4718592), (float *)(params + 1838592 - l * 787456), /*rows*/ 768, /*in*/ 128, /*out*/ 128, /*acc*/ 0); // transformer.h.2.attn.c_proj:d0
-    pr_linear_bwd_w((float *)(grads + 1346048 + l * 787456), (float *)(acts + 11870272 - l * 4718592), (float *)(acts + 33030208 - l * 1966080), /*rows*/ 768, /*in*/ 128, /*out*/ 128, /*acc*/ acc); // transformer.h.2.attn.c_proj:d1
-    pr_attention_bwd((float *)(acts + 10690624 - l * 4718592), (float *)(acts + 12263488 - l * 4718592), (float *)(acts + 22806592 - l * 1179648), (float *)(acts + 26738752 - l * 786432), (void *)(acts + 9437248 - l * 4718592), /*B*/ 12, /*T*/ 64, /*C*/ 128, /*NH*/ 4, /*NKV*/ 4, /*causal*/ 1, /*acc*/ 0); // transformer.h.2.attn:d0
-    pr_linear_bwd_x((float *)(acts + 9437248 - l * 4718592), (float *)(acts + 10690624 - l * 4718592), (float *)(params + 1641984 - l * 787456), /*rows*/ 768, /*in*/ 128, /*out*/ 384, /*acc*/ 0); // transformer.h.2.attn.c_attn:d0
-    pr_linear_bwd_w((float *)(grads + 1411584 + l * 787456), (float *)(acts + 10690624 - l * 4718592), (float *)(acts + 32636992 - l * 1966080), /*rows*/ 768, /*in*/ 128, /*out*/ 384, /*acc*/ acc); // transformer.h.2.attn.c_attn:d1
-    pr_layernorm_bwd_x((float *)(acts + 9830464 - l * 4718592), (float *)(acts + 9437248 - l * 4718592), (float *)(acts + 32243776 - l * 1966080), (float *)(params + 1641472 - l * 787456), (float *)(acts + 36596800 - l * 12288), (float *)(acts + 36599872 - l * 12288), /*rows*/ 768, /*C*/ 128, /*acc*/ 0); // transformer.h.2.ln_1:d0
-    pr_layernorm_bwd_w((float *)(grads + 1608192 + l * 787456), (float *)(acts + 9437248 - l * 4718592), (float *)(acts + 32243776 - l * 1966080), (float *)(acts + 36596800 - l * 12288), (float *)(acts + 36599872 - l * 12288), /*rows*/ 768, /*C*/ 128, /*acc*/ acc); // transformer.h.2.ln_1:d1
+    // d:transformer.h[2 - l].out f32(B,64,128)
+    float *dl_out = (float *)(acts + 15728704 - l * 4718592);
+    // d:transformer.h[2 - l].out@transformer.h[3 - l].ln_1#0 f32(B,64,128)
+    float *dl_out_ln_1_0 = (float *)(acts + 14549056 - l * 4718592);
+    // d:transformer.h[3 - l].resid_1 f32(B,64,128)
+    float *dl_next_resid_1 = (float *)(acts + 16588864 - l * 4718592);
+    // d:transformer.h[2 - l].mlp.c_proj.weight@transformer.h[2 - l].mlp.c_proj#1 f32(128,512)
+    float *dl_mlp_c_proj_weight_mlp_c_proj_1 = (float *)(grads + 821248 + l * 787456);
+    // transformer.h[2 - l].mlp.gelu f32(B,64,512)
+    float *l_mlp_gelu = (float *)(acts + 11010112 - l * 4718592);
+    // d:transformer.h[2 - l].mlp.gelu@transformer.h[2 - l].mlp.c_proj#0 f32(B,64,512)
+    float *dl_mlp_gelu_mlp_c_proj_0 = (float *)(acts + 14155840 - l * 4718592);
+    // d:transformer.h[2 - l].mlp.c_fc@transformer.h[2 - l].mlp.gelu#0 f32(B,64,512)
+    float *dl_mlp_c_fc_mlp_gelu_0 = (float *)(acts + 11010112 - l * 4718592);
+    // transformer.h[2 - l].mlp.c_proj.weight f32(128,512)
+    float *l_mlp_c_proj_weight = (float *)(params + 2166784 - l * 787456);
+    // transformer.h[2 - l].mlp.c_fc f32(B,64,512)
+    float *l_mlp_c_fc = (float *)(acts + 9437248 - l * 4718592);
+    // transformer.h[2 - l].mlp.gelu:cdf f32(B,64,512)
+    float *l_mlp_gelu_cdf = (float *)(acts + 12582976 - l * 4718592);
+    // d:transformer.h[2 - l].ln_2@transformer.h[2 - l].mlp.c_fc#0 f32(B,64,128)
+    float *dl_ln_2_mlp_c_fc_0 = (float *)(acts + 9437248 - l * 4718592);
+    // transformer.h[2 - l].mlp.c_fc.weight f32(512,128)
+    float *l_mlp_c_fc_weight = (float *)(params + 1904640 - l * 787456);
+    // d:transformer.h[2 - l].mlp.c_fc.weight@transformer.h[2 - l].mlp.c_fc#1 f32(512,128)
+    float *dl_mlp_c_fc_weight_mlp_c_fc_1 = (float *)(grads + 1083392 + l * 787456);
+    // transformer.h[2 - l].ln_2 f32(B,64,128)
+    float *l_ln_2 = (float *)(acts + 33816640 - l * 1966080);
+    // d:transformer.h[2 - l].resid_1@transformer.h[2 - l].ln_2#0 f32(B,64,128)
+    float *dl_resid_1_ln_2_0 = (float *)(acts + 9830464 - l * 4718592);
+    // transformer.h[2 - l].resid_1 f32(B,64,128)
+    float *l_resid_1 = (float *)(acts + 33423424 - l * 1966080);
+    // transformer.h[2 - l].ln_2.weight f32(128)
+    float *l_ln_2_weight = (float *)(params + 1904128 - l * 787456);
+    // transformer.h[2 - l].ln_2:mean f32(B,64)
+    float *l_ln_2_mean = (float *)(acts + 36602944 - l * 12288);
+    // transformer.h[2 - l].ln_2:rstd f32(B,64)
+    float *l_ln_2_rstd = (float *)(acts + 36606016 - l * 12288);
+    // d:transformer.h[2 - l].ln_2.weight@transformer.h[2 - l].ln_2#1 f32(128)
+    float *dl_ln_2_weight_ln_2_1 = (float *)(grads + 1345536 + l * 787456);
+    // d:transformer.h[2 - l].resid_1 f32(B,64,128)
+    float *dl_resid_1 = (float *)(acts + 11870272 - l * 4718592);
+    // d:transformer.h[2 - l].attn@transformer.h[2 - l].attn.c_proj#0 f32(B,64,128)
+    float *dl_attn_attn_c_proj_0 = (float *)(acts + 12263488 - l * 4718592);
+    // transformer.h[2 - l].attn.c_proj.weight f32(128,128)
+    float *l_attn_c_proj_weight = (float *)(params + 1838592 - l * 787456);
+    // d:transformer.h[2 - l].attn.c_proj.weight@transformer.h[2 - l].attn.c_proj#1 f32(128,128)
+    float *dl_attn_c_proj_weight_attn_c_proj_1 = (float *)(grads + 1346048 + l * 787456);
+    // transformer.h[2 - l].attn f32(B,64,128)
+    float *l_attn = (float *)(acts + 33030208 - l * 1966080);
+    // d:transformer.h[2 - l].attn.c_attn@transformer.h[2 - l].attn#0 f32(B,64,384)
+    float *dl_attn_c_attn_attn_0 = (float *)(acts + 10690624 - l * 4718592);
+    // transformer.h[2 - l].attn.c_attn f32(B,64,384)
+    float *l_attn_c_attn = (float *)(acts + 22806592 - l * 1179648);
+    // transformer.h[2 - l].attn:att f32(B,4,64,64)
+    float *l_attn_att = (float *)(acts + 26738752 - l * 786432);
+    char *l_attn_d0_ws = acts + 9437248 - l * 4718592; // workspace of transformer.h[2 - l].attn:d0
+    // d:transformer.h[2 - l].ln_1@transformer.h[2 - l].attn.c_attn#0 f32(B,64,128)
+    float *dl_ln_1_attn_c_attn_0 = (float *)(acts + 9437248 - l * 4718592);
+    // transformer.h[2 - l].attn.c_attn.weight f32(384,128)
+    float *l_attn_c_attn_weight = (float *)(params + 1641984 - l * 787456);
+    // d:transformer.h[2 - l].attn.c_attn.weight@transformer.h[2 - l].attn.c_attn#1 f32(384,128)
+    float *dl_attn_c_attn_weight_attn_c_attn_1 = (float *)(grads + 1411584 + l * 787456);
+    // transformer.h[2 - l].ln_1 f32(B,64,128)
+    float *l_ln_1 = (float *)(acts + 32636992 - l * 1966080);
+    // d:transformer.h[1 - l].out@transformer.h[2 - l].ln_1#0 (l = 2:
+    // d:transformer.emb@transformer.h.0.ln_1#0) f32(B,64,128)
+    float *dl_out_ln_1_0_2 = (float *)(acts + 9830464 - l * 4718592);
+    // transformer.h[1 - l].out (l = 2: transformer.emb) f32(B,64,128)
+    float *l_out = (float *)(acts + 32243776 - l * 1966080);
+    // transformer.h[2 - l].ln_1.weight f32(128)
+    float *l_ln_1_weight = (float *)(params + 1641472 - l * 787456);
+    // transformer.h[2 - l].ln_1:mean f32(B,64)
+    float *l_ln_1_mean = (float *)(acts + 36596800 - l * 12288);
+    // transformer.h[2 - l].ln_1:rstd f32(B,64)
+    float *l_ln_1_rstd = (float *)(acts + 36599872 - l * 12288);
+    // d:transformer.h[2 - l].ln_1.weight@transformer.h[2 - l].ln_1#1 f32(128)
+    float *dl_ln_1_weight_ln_1_1 = (float *)(grads + 1608192 + l * 787456);
+    // d:transformer.h[2 - l].out:sum
+    pr_add_n(dl_out, (const float *const[]){dl_out_ln_1_0, dl_next_resid_1}, /*k*/ 2, /*n*/ 98304);
+    pr_linear_bwd_w(dl_mlp_c_proj_weight_mlp_c_proj_1, dl_out, l_mlp_gelu, /*rows*/ 768, /*in*/ 512,
+                    /*out*/ 128, /*acc*/ acc); // transformer.h[2 - l].mlp.c_proj:d1
+    // transformer.h[2 - l].mlp.c_proj:d0 + transformer.h[2 - l].mlp.gelu:d0
+    pr_linear_bwd_x_gelu(dl_mlp_gelu_mlp_c_proj_0, dl_mlp_c_fc_mlp_gelu_0, dl_out,
+                         l_mlp_c_proj_weight, l_mlp_c_fc, l_mlp_gelu_cdf, /*rows*/ 768, /*in*/ 512,
+                         /*out*/ 128, /*n*/ 393216, /*exact*/ 1, /*acc*/ 0);
+    pr_linear_bwd_x(dl_ln_2_mlp_c_fc_0, dl_mlp_c_fc_mlp_gelu_0, l_mlp_c_fc_weight, /*rows*/ 768,
+                    /*in*/ 128, /*out*/ 512, /*acc*/ 0); // transformer.h[2 - l].mlp.c_fc:d0
+    pr_linear_bwd_w(dl_mlp_c_fc_weight_mlp_c_fc_1, dl_mlp_c_fc_mlp_gelu_0, l_ln_2, /*rows*/ 768,
+                    /*in*/ 128, /*out*/ 512, /*acc*/ acc); // transformer.h[2 - l].mlp.c_fc:d1
+    // transformer.h[2 - l].ln_2:d0
+    pr_layernorm_bwd_x(dl_resid_1_ln_2_0, dl_ln_2_mlp_c_fc_0, l_resid_1, l_ln_2_weight, l_ln_2_mean,
+                       l_ln_2_rstd, /*rows*/ 768, /*C*/ 128, /*acc*/ 0);
+    // transformer.h[2 - l].ln_2:d1
+    pr_layernorm_bwd_w(dl_ln_2_weight_ln_2_1, dl_ln_2_mlp_c_fc_0, l_resid_1, l_ln_2_mean,
+                       l_ln_2_rstd, /*rows*/ 768, /*C*/ 128, /*acc*/ acc);
+    // d:transformer.h[2 - l].resid_1:sum
+    pr_add_n(dl_resid_1, (const float *const[]){dl_resid_1_ln_2_0, dl_out}, /*k*/ 2, /*n*/ 98304);
+    pr_linear_bwd_x(dl_attn_attn_c_proj_0, dl_resid_1, l_attn_c_proj_weight, /*rows*/ 768,
+                    /*in*/ 128, /*out*/ 128, /*acc*/ 0); // transformer.h[2 - l].attn.c_proj:d0
+    pr_linear_bwd_w(dl_attn_c_proj_weight_attn_c_proj_1, dl_resid_1, l_attn, /*rows*/ 768,
+                    /*in*/ 128, /*out*/ 128, /*acc*/ acc); // transformer.h[2 - l].attn.c_proj:d1
+    pr_attention_bwd(dl_attn_c_attn_attn_0, dl_attn_attn_c_proj_0, l_attn_c_attn, l_attn_att,
+                     (void *)l_attn_d0_ws, /*B*/ 12, /*T*/ 64, /*C*/ 128, /*NH*/ 4, /*NKV*/ 4,
+                     /*causal*/ 1, /*acc*/ 0); // transformer.h[2 - l].attn:d0
+    // transformer.h[2 - l].attn.c_attn:d0
+    pr_linear_bwd_x(dl_ln_1_attn_c_attn_0, dl_attn_c_attn_attn_0, l_attn_c_attn_weight,
+                    /*rows*/ 768, /*in*/ 128, /*out*/ 384, /*acc*/ 0);
+    // transformer.h[2 - l].attn.c_attn:d1
+    pr_linear_bwd_w(dl_attn_c_attn_weight_attn_c_attn_1, dl_attn_c_attn_attn_0, l_ln_1,
+                    /*rows*/ 768, /*in*/ 128, /*out*/ 384, /*acc*/ acc);
+    // transformer.h[2 - l].ln_1:d0
+    pr_layernorm_bwd_x(dl_out_ln_1_0_2, dl_ln_1_attn_c_attn_0, l_out, l_ln_1_weight, l_ln_1_mean,
+                       l_ln_1_rstd, /*rows*/ 768, /*C*/ 128, /*acc*/ 0);
+    // transformer.h[2 - l].ln_1:d1
+    pr_layernorm_bwd_w(dl_ln_1_weight_ln_1_1, dl_ln_1_attn_c_attn_0, l_out, l_ln_1_mean,
+                       l_ln_1_rstd, /*rows*/ 768, /*C*/ 128, /*acc*/ acc);
   }
-  pr_add_n(t170_d_transformer_emb, (const float *const[]){t168_d_transformer_emb_transformer_h_0_ln_1_0, t162_d_transformer_h_0_resid_1}, /*k*/ 2, /*n*/ 98304); // d:transformer.emb:sum
-  pr_binary_bwd(t171_d_transformer_wpe_weight_transformer_emb_1, t170_d_transformer_emb, NULL, /*op*/ 0, /*which*/ 1, /*rank*/ 3, /*ydims*/ (const int64_t[]){12, 64, 128}, /*xdims*/ (const int64_t[]){1, 64, 128}, /*ostr*/ (const int64_t[]){8192, 128, 1}, /*acc*/ acc); // transformer.emb:d1
-  pr_embedding_bwd_w(t172_d_transformer_wte_weight_transformer_wte_1, t170_d_transformer_emb, t0_idx, /*n*/ 768, /*V*/ 65, /*C*/ 128, /*acc*/ acc); // transformer.wte:d1
+  pr_add_n(t170_d_transformer_emb,
+           (const float *const[]){t168_d_transformer_emb_transformer_h_0_ln_1_0,
+           t162_d_transformer_h_0_resid_1}, /*k*/ 2, /*n*/ 98304); // d:transformer.emb:sum
+  pr_binary_bwd(t171_d_transformer_wpe_weight_transformer_emb_1, t170_d_transformer_emb, NULL,
+                /*op*/ 0, /*which*/ 1, /*rank*/ 3, /*ydims*/ (const int64_t[]){12, 64, 128},
+                /*xdims*/ (const int64_t[]){1, 64, 128}, /*ostr*/ (const int64_t[]){8192, 128, 1},
+                /*acc*/ acc); // transformer.emb:d1
+  pr_embedding_bwd_w(t172_d_transformer_wte_weight_transformer_wte_1, t170_d_transformer_emb,
+                     t0_idx, /*n*/ 768, /*V*/ 65, /*C*/ 128, /*acc*/ acc); // transformer.wte:d1
 }
 
 // Stage 0, end of step (TIED_SUM): gradients of parameters used in several places,
 // summed in use order (1 nodes).
 static void step_end_0(void) {
-  pr_add_n(t173_d_transformer_wte_weight, (const float *const[]){t172_d_transformer_wte_weight_transformer_wte_1, t104_d_transformer_wte_weight_logits_1}, /*k*/ 2, /*n*/ 8320); // d:transformer.wte.weight:sum
+  // d:transformer.wte.weight:sum
+  pr_add_n(t173_d_transformer_wte_weight,
+           (const float *const[]){t172_d_transformer_wte_weight_transformer_wte_1,
+           t104_d_transformer_wte_weight_logits_1}, /*k*/ 2, /*n*/ 8320);
 }
 
 // ---- Parameters in canonical order: name, storage, gradient, optimizer state, elements,
@@ -173,26 +453,57 @@ static void step_end_0(void) {
 static PrParam P[NPARAMS];
 
 static void setup_params(void) {
-  P[0] = (PrParam){"transformer.wte.weight", (float *)(params + 0), (float *)(grads + 3249664), (float *)(optst + 0), (float *)(optst + 33280), 8320, 2, {65, 128}, false, true, 0, NULL};
-  P[1] = (PrParam){"transformer.wpe.weight", (float *)(params + 33280), (float *)(grads + 3183616), (float *)(optst + 66560), (float *)(optst + 99328), 8192, 2, {64, 128}, false, true, 0, NULL};
-  P[2] = (PrParam){"transformer.ln_f.weight", (float *)(params + 66048), (float *)(grads + 33280), (float *)(optst + 132096), (float *)(optst + 132608), 128, 1, {128}, false, false, 0, NULL};
-  P[3] = (PrParam){"lm_head.weight", (float *)(params + 0), NULL, NULL, NULL, 8320, 2, {65, 128}, true, true, 0, NULL};
+  P[0] = (PrParam){"transformer.wte.weight", (float *)(params + 0), (float *)(grads + 3249664),
+                   (float *)(optst + 0), (float *)(optst + 33280), 8320, 2, {65, 128}, false, true,
+                   0, NULL};
+  P[1] = (PrParam){"transformer.wpe.weight", (float *)(params + 33280), (float *)(grads + 3183616),
+                   (float *)(optst + 66560), (float *)(optst + 99328), 8192, 2, {64, 128}, false,
+                   true, 0, NULL};
+  P[2] = (PrParam){"transformer.ln_f.weight", (float *)(params + 66048), (float *)(grads + 33280),
+                   (float *)(optst + 132096), (float *)(optst + 132608), 128, 1, {128}, false,
+                   false, 0, NULL};
+  P[3] = (PrParam){"lm_head.weight", (float *)(params + 0), NULL, NULL, NULL, 8320, 2, {65, 128},
+                   true, true, 0, NULL};
   // Repeat block layer, instances 0 to 3: P[4 + 6 * l .. 10 + 6 * l), their names
   // formatted here.
   static char names4[4][6][47];
   for (int l = 0; l < 4; l++) {
     snprintf(names4[l][0], sizeof names4[l][0], "transformer.h.%d.ln_1.weight", l);
-    P[4 + 6 * l] = (PrParam){names4[l][0], (float *)(params + 66560 + l * 787456), (float *)(grads + 3183104 - l * 787456), (float *)(optst + 133120 + l * 1574912), (float *)(optst + 133632 + l * 1574912), 128, 1, {128}, false, false, 0, NULL};
+    P[4 + 6 * l] = (PrParam){names4[l][0], (float *)(params + 66560 + l * 787456),
+                             (float *)(grads + 3183104 - l * 787456),
+                             (float *)(optst + 133120 + l * 1574912),
+                             (float *)(optst + 133632 + l * 1574912), 128, 1, {128}, false, false,
+                             0, NULL};
     snprintf(names4[l][1], sizeof names4[l][1], "transformer.h.%d.attn.c_attn.weight", l);
-    P[5 + 6 * l] = (PrParam){names4[l][1], (float *)(params + 67072 + l * 787456), (float *)(grads + 2986496 - l * 787456), (float *)(optst + 134144 + l * 1574912), (float *)(optst + 330752 + l * 1574912), 49152, 2, {384, 128}, false, true, 0, NULL};
+    P[5 + 6 * l] = (PrParam){names4[l][1], (float *)(params + 67072 + l * 787456),
+                             (float *)(grads + 2986496 - l * 787456),
+                             (float *)(optst + 134144 + l * 1574912),
+                             (float *)(optst + 330752 + l * 1574912), 49152, 2, {384, 128}, false,
+                             true, 0, NULL};
     snprintf(names4[l][2], sizeof names4[l][2], "transformer.h.%d.attn.c_proj.weight", l);
-    P[6 + 6 * l] = (PrParam){names4[l][2], (float *)(params + 263680 + l * 787456), (float *)(grads + 2920960 - l * 787456), (float *)(optst + 527360 + l * 1574912), (float *)(optst + 592896 + l * 1574912), 16384, 2, {128, 128}, false, true, 0, NULL};
+    P[6 + 6 * l] = (PrParam){names4[l][2], (float *)(params + 263680 + l * 787456),
+                             (float *)(grads + 2920960 - l * 787456),
+                             (float *)(optst + 527360 + l * 1574912),
+                             (float *)(optst + 592896 + l * 1574912), 16384, 2, {128, 128}, false,
+                             true, 0, NULL};
     snprintf(names4[l][3], sizeof names4[l][3], "transformer.h.%d.ln_2.weight", l);
-    P[7 + 6 * l] = (PrParam){names4[l][3], (float *)(params + 329216 + l * 787456), (float *)(grads + 2920448 - l * 787456), (float *)(optst + 658432 + l * 1574912), (float *)(optst + 658944 + l * 1574912), 128, 1, {128}, false, false, 0, NULL};
+    P[7 + 6 * l] = (PrParam){names4[l][3], (float *)(params + 329216 + l * 787456),
+                             (float *)(grads + 2920448 - l * 787456),
+                             (float *)(optst + 658432 + l * 1574912),
+                             (float *)(optst + 658944 + l * 1574912), 128, 1, {128}, false, false,
+                             0, NULL};
     snprintf(names4[l][4], sizeof names4[l][4], "transformer.h.%d.mlp.c_fc.weight", l);
-    P[8 + 6 * l] = (PrParam){names4[l][4], (float *)(params + 329728 + l * 787456), (float *)(grads + 2658304 - l * 787456), (float *)(optst + 659456 + l * 1574912), (float *)(optst + 921600 + l * 1574912), 65536, 2, {512, 128}, false, true, 0, NULL};
+    P[8 + 6 * l] = (PrParam){names4[l][4], (float *)(params + 329728 + l * 787456),
+                             (float *)(grads + 2658304 - l * 787456),
+                             (float *)(optst + 659456 + l * 1574912),
+                             (float *)(optst + 921600 + l * 1574912), 65536, 2, {512, 128}, false,
+                             true, 0, NULL};
     snprintf(names4[l][5], sizeof names4[l][5], "transformer.h.%d.mlp.c_proj.weight", l);
-    P[9 + 6 * l] = (PrParam){names4[l][5], (float *)(params + 591872 + l * 787456), (float *)(grads + 2396160 - l * 787456), (float *)(optst + 1183744 + l * 1574912), (float *)(optst + 1445888 + l * 1574912), 65536, 2, {128, 512}, false, true, 0, NULL};
+    P[9 + 6 * l] = (PrParam){names4[l][5], (float *)(params + 591872 + l * 787456),
+                             (float *)(grads + 2396160 - l * 787456),
+                             (float *)(optst + 1183744 + l * 1574912),
+                             (float *)(optst + 1445888 + l * 1574912), 65536, 2, {128, 512}, false,
+                             true, 0, NULL};
   }
 }
 
@@ -319,14 +630,14 @@ static const PrProgram program = {
     .doc = "Train model gpt_char (generated by pipec 0.1.0; built for any x86-64 CPU).",
     .plan = PLAN,
     .defaults = {.steps = 2000, .lr = 0.001, .min_lr = 0.0001, .seed = 1337ULL,
-                 .data = "(masked)", .eval_every = 500, .eval_batches = 50,
-                 .log_every = 100},
+                 .data = "(masked)",
+                 .eval_every = 500, .eval_batches = 50, .log_every = 100},
     .region_bytes = {PARAMS_BYTES, GRADS_BYTES, OPTST_BYTES, ACTS_BYTES},
     .region = {&params, &grads, &optst, &acts},
     .params = P,
     .nparams = NPARAMS,
-    .opt = {.kind = PR_ADAMW, .beta1 = 0.90000000000000002, .beta2 = 0.98999999999999999, .eps = 1e-08,
-            .weight_decay = 0.10000000000000001, .grad_clip = 1},
+    .opt = {.kind = PR_ADAMW, .beta1 = 0.90000000000000002, .beta2 = 0.98999999999999999,
+            .eps = 1e-08, .weight_decay = 0.10000000000000001, .grad_clip = 1},
     .warmup = 100,
     .decay_steps = 2000,
     .items_per_step = (double)MB * NMICRO * SEQ,

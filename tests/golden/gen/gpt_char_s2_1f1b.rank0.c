@@ -20,26 +20,44 @@
 #define ACTS_BYTES 9647616LL
 static char *params, *grads, *optst, *acts;
 
-static const char PLAN[] = "memory plan for gpt_char: batch 12 = 4 microbatches of 3, adamw\012  params            1.565 MiB  (1640960 bytes)\012  grads             1.628 MiB  (1707520 bytes)\012  optimizer         3.130 MiB  (3281920 bytes)\012  activations       9.201 MiB  (9647616 bytes)\012  total            15.524 MiB  (16278016 bytes)\012";
+static const char PLAN[] =
+    "memory plan for gpt_char: batch 12 = 4 microbatches of 3, adamw\012"
+    "  params            1.565 MiB  (1640960 bytes)\012"
+    "  grads             1.628 MiB  (1707520 bytes)\012"
+    "  optimizer         3.130 MiB  (3281920 bytes)\012"
+    "  activations       9.201 MiB  (9647616 bytes)\012"
+    "  total            15.524 MiB  (16278016 bytes)\012";
 
 // ---- Tensors: pointers into the regions at the offsets planned by pipec (those named
 // outside the loops over repeat-block instances)
 #define STRIDE_0 4823808LL // stage 0: bytes of one of its 2 slots
-#define t0_idx ((int32_t *)(acts + 4816896 + (int64_t)slot * STRIDE_0)) // idx i32(B,64)
+#define t0_idx ((int32_t *)(acts + 4816896 + slot * STRIDE_0)) // idx i32(B,64)
 #define t2_transformer_wte_weight ((float *)(params + 0)) // transformer.wte.weight f32(65,128)
 #define t3_transformer_wpe_weight ((float *)(params + 33280)) // transformer.wpe.weight f32(64,128)
-#define t6_transformer_wte ((float *)(acts + 0 + (int64_t)slot * STRIDE_0)) // transformer.wte f32(B,64,128)
-#define t7_transformer_emb ((float *)(acts + 3735552 + (int64_t)slot * STRIDE_0)) // transformer.emb f32(B,64,128)
-#define t51_transformer_h_1_out ((float *)(acts + 2457600 + (int64_t)slot * STRIDE_0)) // transformer.h.1.out f32(B,64,128)
-#define t104_d_transformer_wte_weight_logits_1 ((float *)(grads + 0)) // d:transformer.wte.weight@logits#1 f32(65,128)
-#define t162_d_transformer_h_0_resid_1 ((float *)(acts + 608256 + (int64_t)slot * STRIDE_0)) // d:transformer.h.0.resid_1 f32(B,64,128)
-#define t168_d_transformer_emb_transformer_h_0_ln_1_0 ((float *)(acts + 98304 + (int64_t)slot * STRIDE_0)) // d:transformer.emb@transformer.h.0.ln_1#0 f32(B,64,128)
-#define t170_d_transformer_emb ((float *)(acts + 0 + (int64_t)slot * STRIDE_0)) // d:transformer.emb f32(B,64,128)
-#define t171_d_transformer_wpe_weight_transformer_emb_1 ((float *)(grads + 1608192)) // d:transformer.wpe.weight@transformer.emb#1 f32(64,128)
-#define t172_d_transformer_wte_weight_transformer_wte_1 ((float *)(grads + 1640960)) // d:transformer.wte.weight@transformer.wte#1 f32(65,128)
-#define t173_d_transformer_wte_weight ((float *)(grads + 1674240)) // d:transformer.wte.weight f32(65,128)
-#define t175_d_transformer_h_2_resid_1_v0 ((float *)(acts + 2555904 + (int64_t)slot * STRIDE_0)) // d:transformer.h.2.resid_1@v0 f32(B,64,128)
-#define t176_d_transformer_h_1_out_transformer_h_2_ln_1_ ((float *)(acts + 2654208 + (int64_t)slot * STRIDE_0)) // d:transformer.h.1.out@transformer.h.2.ln_1#0@v0 f32(B,64,128)
+#define t6_transformer_wte ((float *)(acts + 0 + slot * STRIDE_0)) // transformer.wte f32(B,64,128)
+// transformer.emb f32(B,64,128)
+#define t7_transformer_emb ((float *)(acts + 3735552 + slot * STRIDE_0))
+// transformer.h.1.out f32(B,64,128)
+#define t51_transformer_h_1_out ((float *)(acts + 2457600 + slot * STRIDE_0))
+// d:transformer.wte.weight@logits#1 f32(65,128)
+#define t104_d_transformer_wte_weight_logits_1 ((float *)(grads + 0))
+// d:transformer.h.0.resid_1 f32(B,64,128)
+#define t162_d_transformer_h_0_resid_1 ((float *)(acts + 608256 + slot * STRIDE_0))
+// d:transformer.emb@transformer.h.0.ln_1#0 f32(B,64,128)
+#define t168_d_transformer_emb_transformer_h_0_ln_1_0 ((float *)(acts + 98304 + slot * STRIDE_0))
+// d:transformer.emb f32(B,64,128)
+#define t170_d_transformer_emb ((float *)(acts + 0 + slot * STRIDE_0))
+// d:transformer.wpe.weight@transformer.emb#1 f32(64,128)
+#define t171_d_transformer_wpe_weight_transformer_emb_1 ((float *)(grads + 1608192))
+// d:transformer.wte.weight@transformer.wte#1 f32(65,128)
+#define t172_d_transformer_wte_weight_transformer_wte_1 ((float *)(grads + 1640960))
+// d:transformer.wte.weight f32(65,128)
+#define t173_d_transformer_wte_weight ((float *)(grads + 1674240))
+// d:transformer.h.2.resid_1@v0 f32(B,64,128)
+#define t175_d_transformer_h_2_resid_1_v0 ((float *)(acts + 2555904 + slot * STRIDE_0))
+// d:transformer.h.1.out@transformer.h.2.ln_1#0@v0 f32(B,64,128)
+#define t176_d_transformer_h_1_out_transformer_h_2_ln_1_ \
+  ((float *)(acts + 2654208 + slot * STRIDE_0))
 
 // Batch rows the losses average over: MB, or the real rows of a partial validation batch.
 static int64_t loss_rows __attribute__((unused)) = MB;
@@ -47,66 +65,244 @@ static int64_t loss_rows __attribute__((unused)) = MB;
 // Stage 0, forward (F) of one microbatch: 22 nodes.
 static void F_0(int slot) {
   (void)slot;
-  pr_embedding_fwd(t6_transformer_wte, t0_idx, t2_transformer_wte_weight, /*n*/ 192, /*V*/ 65, /*C*/ 128); // transformer.wte
-  pr_binary_fwd(t7_transformer_emb, t6_transformer_wte, t3_transformer_wpe_weight, /*op*/ 0, /*rank*/ 3, /*ydims*/ (const int64_t[]){3, 64, 128}, /*astr*/ (const int64_t[]){8192, 128, 1}, /*bstr*/ (const int64_t[]){0, 128, 1}); // transformer.emb
+  pr_embedding_fwd(t6_transformer_wte, t0_idx, t2_transformer_wte_weight, /*n*/ 192, /*V*/ 65,
+                   /*C*/ 128); // transformer.wte
+  // transformer.emb
+  pr_binary_fwd(t7_transformer_emb, t6_transformer_wte, t3_transformer_wpe_weight, /*op*/ 0,
+                /*rank*/ 3, /*ydims*/ (const int64_t[]){3, 64, 128},
+                /*astr*/ (const int64_t[]){8192, 128, 1}, /*bstr*/ (const int64_t[]){0, 128, 1});
   // Repeat block layer, instances 0 to 1 (2 x 8 calls, the same but for their pointers).
   for (int l = 0; l < 2; l++) {
-    pr_layernorm_fwd((float *)(acts + 3833856 + l * 491520 + (int64_t)slot * STRIDE_0), (float *)(acts + 4817664 + l * 3072 + (int64_t)slot * STRIDE_0), (float *)(acts + 4818432 + l * 3072 + (int64_t)slot * STRIDE_0), (float *)(acts + 3735552 + l * 491520 + (int64_t)slot * STRIDE_0), (float *)(params + 66048 + l * 787456), NULL, /*rows*/ 192, /*C*/ 128, /*eps*/ 1e-05f); // transformer.h.0.ln_1
-    pr_linear_fwd((float *)(acts + 2752512 + l * 294912 + (int64_t)slot * STRIDE_0), (float *)(acts + 3833856 + l * 491520 + (int64_t)slot * STRIDE_0), (float *)(params + 66560 + l * 787456), NULL, /*rows*/ 192, /*in*/ 128, /*out*/ 384); // transformer.h.0.attn.c_attn
+    // transformer.h[l].ln_1 f32(B,64,128)
+    float *l_ln_1 = (float *)(acts + 3833856 + l * 491520 + slot * STRIDE_0);
+    // transformer.h[l].ln_1:mean f32(B,64)
+    float *l_ln_1_mean = (float *)(acts + 4817664 + l * 3072 + slot * STRIDE_0);
+    // transformer.h[l].ln_1:rstd f32(B,64)
+    float *l_ln_1_rstd = (float *)(acts + 4818432 + l * 3072 + slot * STRIDE_0);
+    // transformer.emb (l = 0), transformer.h.0.out (l = 1) f32(B,64,128)
+    float *l_transformer_emb = (float *)(acts + 3735552 + l * 491520 + slot * STRIDE_0);
+    // transformer.h[l].ln_1.weight f32(128)
+    float *l_ln_1_weight = (float *)(params + 66048 + l * 787456);
+    // transformer.h[l].attn.c_attn f32(B,64,384)
+    float *l_attn_c_attn = (float *)(acts + 2752512 + l * 294912 + slot * STRIDE_0);
+    // transformer.h[l].attn.c_attn.weight f32(384,128)
+    float *l_attn_c_attn_weight = (float *)(params + 66560 + l * 787456);
+    // transformer.h[l].attn f32(B,64,128)
+    float *l_attn = (float *)(acts + 3932160 + l * 491520 + slot * STRIDE_0);
+    // transformer.h[l].attn:att f32(B,4,64,64)
+    float *l_attn_att = (float *)(acts + 3342336 + l * 196608 + slot * STRIDE_0);
+    // transformer.h[l].attn.c_proj f32(B,64,128)
+    float *l_attn_c_proj = (float *)(acts + l * 1179648 + slot * STRIDE_0);
+    // transformer.h[l].attn.c_proj.weight f32(128,128)
+    float *l_attn_c_proj_weight = (float *)(params + 263168 + l * 787456);
+    // transformer.h[l].resid_1 f32(B,64,128)
+    float *l_resid_1 = (float *)(acts + 4030464 + l * 491520 + slot * STRIDE_0);
+    // transformer.h[l].ln_2 f32(B,64,128)
+    float *l_ln_2 = (float *)(acts + 4128768 + l * 491520 + slot * STRIDE_0);
+    // transformer.h[l].ln_2:mean f32(B,64)
+    float *l_ln_2_mean = (float *)(acts + 4819200 + l * 3072 + slot * STRIDE_0);
+    // transformer.h[l].ln_2:rstd f32(B,64)
+    float *l_ln_2_rstd = (float *)(acts + 4819968 + l * 3072 + slot * STRIDE_0);
+    // transformer.h[l].ln_2.weight f32(128)
+    float *l_ln_2_weight = (float *)(params + 328704 + l * 787456);
+    // transformer.h[l].mlp.c_fc f32(B,64,512)
+    float *l_mlp_c_fc = (float *)(acts + l * 1179648 + slot * STRIDE_0);
+    // transformer.h[l].mlp.gelu f32(B,64,512)
+    float *l_mlp_gelu = (float *)(acts + 393216 + l * 1179648 + slot * STRIDE_0);
+    // transformer.h[l].mlp.gelu:cdf f32(B,64,512)
+    float *l_mlp_gelu_cdf = (float *)(acts + 786432 + l * 1179648 + slot * STRIDE_0);
+    // transformer.h[l].mlp.c_fc.weight f32(512,128)
+    float *l_mlp_c_fc_weight = (float *)(params + 329216 + l * 787456);
+    // transformer.h[l].mlp.c_proj f32(B,64,128)
+    float *l_mlp_c_proj = (float *)(acts + 1179648 + l * 1179648 + slot * STRIDE_0);
+    // transformer.h[l].mlp.c_proj.weight f32(128,512)
+    float *l_mlp_c_proj_weight = (float *)(params + 591360 + l * 787456);
+    // transformer.h[l].out f32(B,64,128)
+    float *l_out = (float *)(acts + 4227072 - l * 1769472 + slot * STRIDE_0);
+    pr_layernorm_fwd(l_ln_1, l_ln_1_mean, l_ln_1_rstd, l_transformer_emb, l_ln_1_weight, NULL,
+                     /*rows*/ 192, /*C*/ 128, /*eps*/ 1e-05f); // transformer.h[l].ln_1
+    pr_linear_fwd(l_attn_c_attn, l_ln_1, l_attn_c_attn_weight, NULL, /*rows*/ 192, /*in*/ 128,
+                  /*out*/ 384); // transformer.h[l].attn.c_attn
     pr_comm_progress();
-    pr_attention_fwd((float *)(acts + 3932160 + l * 491520 + (int64_t)slot * STRIDE_0), (float *)(acts + 3342336 + l * 196608 + (int64_t)slot * STRIDE_0), (float *)(acts + 2752512 + l * 294912 + (int64_t)slot * STRIDE_0), /*B*/ 3, /*T*/ 64, /*C*/ 128, /*NH*/ 4, /*NKV*/ 4, /*causal*/ 1); // transformer.h.0.attn
+    pr_attention_fwd(l_attn, l_attn_att, l_attn_c_attn, /*B*/ 3, /*T*/ 64, /*C*/ 128, /*NH*/ 4,
+                     /*NKV*/ 4, /*causal*/ 1); // transformer.h[l].attn
     pr_comm_progress();
-    pr_linear_fwd((float *)(acts + l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(acts + 3932160 + l * 491520 + (int64_t)slot * STRIDE_0), (float *)(params + 263168 + l * 787456), NULL, /*rows*/ 192, /*in*/ 128, /*out*/ 128); // transformer.h.0.attn.c_proj
+    pr_linear_fwd(l_attn_c_proj, l_attn, l_attn_c_proj_weight, NULL, /*rows*/ 192, /*in*/ 128,
+                  /*out*/ 128); // transformer.h[l].attn.c_proj
     pr_comm_progress();
-    pr_add_layernorm_fwd((float *)(acts + 4030464 + l * 491520 + (int64_t)slot * STRIDE_0), (float *)(acts + 4128768 + l * 491520 + (int64_t)slot * STRIDE_0), (float *)(acts + 4819200 + l * 3072 + (int64_t)slot * STRIDE_0), (float *)(acts + 4819968 + l * 3072 + (int64_t)slot * STRIDE_0), (float *)(acts + 3735552 + l * 491520 + (int64_t)slot * STRIDE_0), (float *)(acts + l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(params + 328704 + l * 787456), NULL, /*op*/ 0, /*rank*/ 3, /*ydims*/ (const int64_t[]){3, 64, 128}, /*astr*/ (const int64_t[]){8192, 128, 1}, /*bstr*/ (const int64_t[]){8192, 128, 1}, /*rows*/ 192, /*C*/ 128, /*eps*/ 1e-05f); // transformer.h.0.resid_1 + transformer.h.0.ln_2
-    pr_linear_gelu_fwd((float *)(acts + l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(acts + 393216 + l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(acts + 786432 + l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(acts + 4128768 + l * 491520 + (int64_t)slot * STRIDE_0), (float *)(params + 329216 + l * 787456), NULL, /*rows*/ 192, /*in*/ 128, /*out*/ 512, /*n*/ 98304, /*exact*/ 1); // transformer.h.0.mlp.c_fc + transformer.h.0.mlp.gelu
+    pr_add_layernorm_fwd(l_resid_1, l_ln_2, l_ln_2_mean, l_ln_2_rstd, l_transformer_emb,
+                         l_attn_c_proj, l_ln_2_weight, NULL, /*op*/ 0, /*rank*/ 3,
+                         /*ydims*/ (const int64_t[]){3, 64, 128},
+                         /*astr*/ (const int64_t[]){8192, 128, 1},
+                         /*bstr*/ (const int64_t[]){8192, 128, 1}, /*rows*/ 192, /*C*/ 128,
+                         /*eps*/ 1e-05f); // transformer.h[l].resid_1 + transformer.h[l].ln_2
+    // transformer.h[l].mlp.c_fc + transformer.h[l].mlp.gelu
+    pr_linear_gelu_fwd(l_mlp_c_fc, l_mlp_gelu, l_mlp_gelu_cdf, l_ln_2, l_mlp_c_fc_weight, NULL,
+                       /*rows*/ 192, /*in*/ 128, /*out*/ 512, /*n*/ 98304, /*exact*/ 1);
     pr_comm_progress();
-    pr_linear_fwd((float *)(acts + 1179648 + l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(acts + 393216 + l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(params + 591360 + l * 787456), NULL, /*rows*/ 192, /*in*/ 512, /*out*/ 128); // transformer.h.0.mlp.c_proj
+    pr_linear_fwd(l_mlp_c_proj, l_mlp_gelu, l_mlp_c_proj_weight, NULL, /*rows*/ 192, /*in*/ 512,
+                  /*out*/ 128); // transformer.h[l].mlp.c_proj
     pr_comm_progress();
-    pr_binary_fwd((float *)(acts + 4227072 - l * 1769472 + (int64_t)slot * STRIDE_0), (float *)(acts + 4030464 + l * 491520 + (int64_t)slot * STRIDE_0), (float *)(acts + 1179648 + l * 1179648 + (int64_t)slot * STRIDE_0), /*op*/ 0, /*rank*/ 3, /*ydims*/ (const int64_t[]){3, 64, 128}, /*astr*/ (const int64_t[]){8192, 128, 1}, /*bstr*/ (const int64_t[]){8192, 128, 1}); // transformer.h.0.out
+    pr_binary_fwd(l_out, l_resid_1, l_mlp_c_proj, /*op*/ 0, /*rank*/ 3,
+                  /*ydims*/ (const int64_t[]){3, 64, 128}, /*astr*/ (const int64_t[]){8192, 128, 1},
+                  /*bstr*/ (const int64_t[]){8192, 128, 1}); // transformer.h[l].out
   }
 }
 
-// Stage 0, backward (B) of one microbatch: 35 nodes, input gradients and weight gradients (W nodes, in graph order); acc = 0 for
-// the first microbatch of the step, 1 after (weight gradients accumulate over it).
+// Stage 0, backward (B) of one microbatch: 35 nodes, input gradients and weight gradients (W nodes,
+// in graph order); acc = 0 for the first microbatch of the step, 1 after (weight gradients
+// accumulate over it).
 static void B_0(int slot, int acc) {
   (void)slot, (void)acc;
   // Repeat block layer, instances 1 to 0 (2 x 15 calls, the same but for their pointers).
   for (int l = 0; l < 2; l++) {
-    pr_add_n((float *)(acts + 4718592 - l * 3145728 + (int64_t)slot * STRIDE_0), (const float *const[]){(float *)(acts + 2654208 - l * 1376256 + (int64_t)slot * STRIDE_0), (float *)(acts + 2555904 - l * 768000 + (int64_t)slot * STRIDE_0)}, /*k*/ 2, /*n*/ 24576); // d:transformer.h.1.out:sum
-    pr_linear_bwd_w((float *)(grads + 33280 + l * 787456), (float *)(acts + 4718592 - l * 3145728 + (int64_t)slot * STRIDE_0), (float *)(acts + 1572864 - l * 1179648 + (int64_t)slot * STRIDE_0), /*rows*/ 192, /*in*/ 512, /*out*/ 128, /*acc*/ acc); // transformer.h.1.mlp.c_proj:d1
+    // d:transformer.h[1 - l].out f32(B,64,128)
+    float *dl_out = (float *)(acts + 4718592 - l * 3145728 + slot * STRIDE_0);
+    // d:transformer.h.1.out@transformer.h.2.ln_1#0@v0 (l = 0),
+    // d:transformer.h.0.out@transformer.h.1.ln_1#0 (l = 1) f32(B,64,128)
+    float *dl_out_ln_1_0_v0 = (float *)(acts + 2654208 - l * 1376256 + slot * STRIDE_0);
+    // d:transformer.h.2.resid_1@v0 (l = 0), d:transformer.h.1.resid_1 (l = 1) f32(B,64,128)
+    float *dl_next_resid_1_v0 = (float *)(acts + 2555904 - l * 768000 + slot * STRIDE_0);
+    // d:transformer.h[1 - l].mlp.c_proj.weight@transformer.h[1 - l].mlp.c_proj#1 f32(128,512)
+    float *dl_mlp_c_proj_weight_mlp_c_proj_1 = (float *)(grads + 33280 + l * 787456);
+    // transformer.h[1 - l].mlp.gelu f32(B,64,512)
+    float *l_mlp_gelu = (float *)(acts + 1572864 - l * 1179648 + slot * STRIDE_0);
+    // d:transformer.h[1 - l].mlp.gelu@transformer.h[1 - l].mlp.c_proj#0 f32(B,64,512)
+    float *dl_mlp_gelu_mlp_c_proj_0 = (float *)(acts + 2359296 - l * 1179648 + slot * STRIDE_0);
+    // d:transformer.h[1 - l].mlp.c_fc@transformer.h[1 - l].mlp.gelu#0 f32(B,64,512)
+    float *dl_mlp_c_fc_mlp_gelu_0 = (float *)(acts + 1572864 - l * 1179648 + slot * STRIDE_0);
+    // transformer.h[1 - l].mlp.c_proj.weight f32(128,512)
+    float *l_mlp_c_proj_weight = (float *)(params + 1378816 - l * 787456);
+    // transformer.h[1 - l].mlp.c_fc f32(B,64,512)
+    float *l_mlp_c_fc = (float *)(acts + 1179648 - l * 1179648 + slot * STRIDE_0);
+    // transformer.h[1 - l].mlp.gelu:cdf f32(B,64,512)
+    float *l_mlp_gelu_cdf = (float *)(acts + 1966080 - l * 1179648 + slot * STRIDE_0);
+    // d:transformer.h[1 - l].ln_2@transformer.h[1 - l].mlp.c_fc#0 f32(B,64,128)
+    float *dl_ln_2_mlp_c_fc_0 = (float *)(acts + 1179648 - l * 1179648 + slot * STRIDE_0);
+    // transformer.h[1 - l].mlp.c_fc.weight f32(512,128)
+    float *l_mlp_c_fc_weight = (float *)(params + 1116672 - l * 787456);
+    // d:transformer.h[1 - l].mlp.c_fc.weight@transformer.h[1 - l].mlp.c_fc#1 f32(512,128)
+    float *dl_mlp_c_fc_weight_mlp_c_fc_1 = (float *)(grads + 295424 + l * 787456);
+    // transformer.h[1 - l].ln_2 f32(B,64,128)
+    float *l_ln_2 = (float *)(acts + 4620288 - l * 491520 + slot * STRIDE_0);
+    // d:transformer.h[1 - l].resid_1@transformer.h[1 - l].ln_2#0 f32(B,64,128)
+    float *dl_resid_1_ln_2_0 = (float *)(acts + 1277952 - l * 1179648 + slot * STRIDE_0);
+    // transformer.h[1 - l].resid_1 f32(B,64,128)
+    float *l_resid_1 = (float *)(acts + 4521984 - l * 491520 + slot * STRIDE_0);
+    // transformer.h[1 - l].ln_2.weight f32(128)
+    float *l_ln_2_weight = (float *)(params + 1116160 - l * 787456);
+    // transformer.h[1 - l].ln_2:mean f32(B,64)
+    float *l_ln_2_mean = (float *)(acts + 4822272 - l * 3072 + slot * STRIDE_0);
+    // transformer.h[1 - l].ln_2:rstd f32(B,64)
+    float *l_ln_2_rstd = (float *)(acts + 4823040 - l * 3072 + slot * STRIDE_0);
+    // d:transformer.h[1 - l].ln_2.weight@transformer.h[1 - l].ln_2#1 f32(128)
+    float *dl_ln_2_weight_ln_2_1 = (float *)(grads + 557568 + l * 787456);
+    // d:transformer.h[1 - l].resid_1 f32(B,64,128)
+    float *dl_resid_1 = (float *)(acts + 1787904 - l * 1179648 + slot * STRIDE_0);
+    // d:transformer.h[1 - l].attn@transformer.h[1 - l].attn.c_proj#0 f32(B,64,128)
+    float *dl_attn_attn_c_proj_0 = (float *)(acts + 1886208 - l * 1179648 + slot * STRIDE_0);
+    // transformer.h[1 - l].attn.c_proj.weight f32(128,128)
+    float *l_attn_c_proj_weight = (float *)(params + 1050624 - l * 787456);
+    // d:transformer.h[1 - l].attn.c_proj.weight@transformer.h[1 - l].attn.c_proj#1 f32(128,128)
+    float *dl_attn_c_proj_weight_attn_c_proj_1 = (float *)(grads + 558080 + l * 787456);
+    // transformer.h[1 - l].attn f32(B,64,128)
+    float *l_attn = (float *)(acts + 4423680 - l * 491520 + slot * STRIDE_0);
+    // d:transformer.h[1 - l].attn.c_attn@transformer.h[1 - l].attn#0 f32(B,64,384)
+    float *dl_attn_c_attn_attn_0 = (float *)(acts + 1492992 - l * 1179648 + slot * STRIDE_0);
+    // transformer.h[1 - l].attn.c_attn f32(B,64,384)
+    float *l_attn_c_attn = (float *)(acts + 3047424 - l * 294912 + slot * STRIDE_0);
+    // transformer.h[1 - l].attn:att f32(B,4,64,64)
+    float *l_attn_att = (float *)(acts + 3538944 - l * 196608 + slot * STRIDE_0);
+    // workspace of transformer.h[1 - l].attn:d0
+    char *l_attn_d0_ws = acts + 1179648 - l * 1179648 + slot * STRIDE_0;
+    // d:transformer.h[1 - l].ln_1@transformer.h[1 - l].attn.c_attn#0 f32(B,64,128)
+    float *dl_ln_1_attn_c_attn_0 = (float *)(acts + 1179648 - l * 1179648 + slot * STRIDE_0);
+    // transformer.h[1 - l].attn.c_attn.weight f32(384,128)
+    float *l_attn_c_attn_weight = (float *)(params + 854016 - l * 787456);
+    // d:transformer.h[1 - l].attn.c_attn.weight@transformer.h[1 - l].attn.c_attn#1 f32(384,128)
+    float *dl_attn_c_attn_weight_attn_c_attn_1 = (float *)(grads + 623616 + l * 787456);
+    // transformer.h[1 - l].ln_1 f32(B,64,128)
+    float *l_ln_1 = (float *)(acts + 4325376 - l * 491520 + slot * STRIDE_0);
+    // d:transformer.h.0.out@transformer.h.1.ln_1#0 (l = 0),
+    // d:transformer.emb@transformer.h.0.ln_1#0 (l = 1) f32(B,64,128)
+    float *dl_prev_out_ln_1_0 = (float *)(acts + 1277952 - l * 1179648 + slot * STRIDE_0);
+    // transformer.h.0.out (l = 0), transformer.emb (l = 1) f32(B,64,128)
+    float *l_prev_out = (float *)(acts + 4227072 - l * 491520 + slot * STRIDE_0);
+    // transformer.h[1 - l].ln_1.weight f32(128)
+    float *l_ln_1_weight = (float *)(params + 853504 - l * 787456);
+    // transformer.h[1 - l].ln_1:mean f32(B,64)
+    float *l_ln_1_mean = (float *)(acts + 4820736 - l * 3072 + slot * STRIDE_0);
+    // transformer.h[1 - l].ln_1:rstd f32(B,64)
+    float *l_ln_1_rstd = (float *)(acts + 4821504 - l * 3072 + slot * STRIDE_0);
+    // d:transformer.h[1 - l].ln_1.weight@transformer.h[1 - l].ln_1#1 f32(128)
+    float *dl_ln_1_weight_ln_1_1 = (float *)(grads + 820224 + l * 787456);
+    pr_add_n(dl_out, (const float *const[]){dl_out_ln_1_0_v0, dl_next_resid_1_v0}, /*k*/ 2,
+             /*n*/ 24576); // d:transformer.h[1 - l].out:sum
+    pr_linear_bwd_w(dl_mlp_c_proj_weight_mlp_c_proj_1, dl_out, l_mlp_gelu, /*rows*/ 192, /*in*/ 512,
+                    /*out*/ 128, /*acc*/ acc); // transformer.h[1 - l].mlp.c_proj:d1
     pr_comm_progress();
-    pr_linear_bwd_x_gelu((float *)(acts + 2359296 - l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(acts + 1572864 - l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(acts + 4718592 - l * 3145728 + (int64_t)slot * STRIDE_0), (float *)(params + 1378816 - l * 787456), (float *)(acts + 1179648 - l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(acts + 1966080 - l * 1179648 + (int64_t)slot * STRIDE_0), /*rows*/ 192, /*in*/ 512, /*out*/ 128, /*n*/ 98304, /*exact*/ 1, /*acc*/ 0); // transformer.h.1.mlp.c_proj:d0 + transformer.h.1.mlp.gelu:d0
+    // transformer.h[1 - l].mlp.c_proj:d0 + transformer.h[1 - l].mlp.gelu:d0
+    pr_linear_bwd_x_gelu(dl_mlp_gelu_mlp_c_proj_0, dl_mlp_c_fc_mlp_gelu_0, dl_out,
+                         l_mlp_c_proj_weight, l_mlp_c_fc, l_mlp_gelu_cdf, /*rows*/ 192, /*in*/ 512,
+                         /*out*/ 128, /*n*/ 98304, /*exact*/ 1, /*acc*/ 0);
     pr_comm_progress();
-    pr_linear_bwd_x((float *)(acts + 1179648 - l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(acts + 1572864 - l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(params + 1116672 - l * 787456), /*rows*/ 192, /*in*/ 128, /*out*/ 512, /*acc*/ 0); // transformer.h.1.mlp.c_fc:d0
+    pr_linear_bwd_x(dl_ln_2_mlp_c_fc_0, dl_mlp_c_fc_mlp_gelu_0, l_mlp_c_fc_weight, /*rows*/ 192,
+                    /*in*/ 128, /*out*/ 512, /*acc*/ 0); // transformer.h[1 - l].mlp.c_fc:d0
     pr_comm_progress();
-    pr_linear_bwd_w((float *)(grads + 295424 + l * 787456), (float *)(acts + 1572864 - l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(acts + 4620288 - l * 491520 + (int64_t)slot * STRIDE_0), /*rows*/ 192, /*in*/ 128, /*out*/ 512, /*acc*/ acc); // transformer.h.1.mlp.c_fc:d1
+    pr_linear_bwd_w(dl_mlp_c_fc_weight_mlp_c_fc_1, dl_mlp_c_fc_mlp_gelu_0, l_ln_2, /*rows*/ 192,
+                    /*in*/ 128, /*out*/ 512, /*acc*/ acc); // transformer.h[1 - l].mlp.c_fc:d1
     pr_comm_progress();
-    pr_layernorm_bwd_x((float *)(acts + 1277952 - l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(acts + 1179648 - l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(acts + 4521984 - l * 491520 + (int64_t)slot * STRIDE_0), (float *)(params + 1116160 - l * 787456), (float *)(acts + 4822272 - l * 3072 + (int64_t)slot * STRIDE_0), (float *)(acts + 4823040 - l * 3072 + (int64_t)slot * STRIDE_0), /*rows*/ 192, /*C*/ 128, /*acc*/ 0); // transformer.h.1.ln_2:d0
-    pr_layernorm_bwd_w((float *)(grads + 557568 + l * 787456), (float *)(acts + 1179648 - l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(acts + 4521984 - l * 491520 + (int64_t)slot * STRIDE_0), (float *)(acts + 4822272 - l * 3072 + (int64_t)slot * STRIDE_0), (float *)(acts + 4823040 - l * 3072 + (int64_t)slot * STRIDE_0), /*rows*/ 192, /*C*/ 128, /*acc*/ acc); // transformer.h.1.ln_2:d1
-    pr_add_n((float *)(acts + 1787904 - l * 1179648 + (int64_t)slot * STRIDE_0), (const float *const[]){(float *)(acts + 1277952 - l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(acts + 4718592 - l * 3145728 + (int64_t)slot * STRIDE_0)}, /*k*/ 2, /*n*/ 24576); // d:transformer.h.1.resid_1:sum
-    pr_linear_bwd_x((float *)(acts + 1886208 - l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(acts + 1787904 - l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(params + 1050624 - l * 787456), /*rows*/ 192, /*in*/ 128, /*out*/ 128, /*acc*/ 0); // transformer.h.1.attn.c_proj:d0
+    // transformer.h[1 - l].ln_2:d0
+    pr_layernorm_bwd_x(dl_resid_1_ln_2_0, dl_ln_2_mlp_c_fc_0, l_resid_1, l_ln_2_weight, l_ln_2_mean,
+                       l_ln_2_rstd, /*rows*/ 192, /*C*/ 128, /*acc*/ 0);
+    // transformer.h[1 - l].ln_2:d1
+    pr_layernorm_bwd_w(dl_ln_2_weight_ln_2_1, dl_ln_2_mlp_c_fc_0, l_resid_1, l_ln_2_mean,
+                       l_ln_2_rstd, /*rows*/ 192, /*C*/ 128, /*acc*/ acc);
+    // d:transformer.h[1 - l].resid_1:sum
+    pr_add_n(dl_resid_1, (const float *const[]){dl_resid_1_ln_2_0, dl_out}, /*k*/ 2, /*n*/ 24576);
+    pr_linear_bwd_x(dl_attn_attn_c_proj_0, dl_resid_1, l_attn_c_proj_weight, /*rows*/ 192,
+                    /*in*/ 128, /*out*/ 128, /*acc*/ 0); // transformer.h[1 - l].attn.c_proj:d0
     pr_comm_progress();
-    pr_linear_bwd_w((float *)(grads + 558080 + l * 787456), (float *)(acts + 1787904 - l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(acts + 4423680 - l * 491520 + (int64_t)slot * STRIDE_0), /*rows*/ 192, /*in*/ 128, /*out*/ 128, /*acc*/ acc); // transformer.h.1.attn.c_proj:d1
+    pr_linear_bwd_w(dl_attn_c_proj_weight_attn_c_proj_1, dl_resid_1, l_attn, /*rows*/ 192,
+                    /*in*/ 128, /*out*/ 128, /*acc*/ acc); // transformer.h[1 - l].attn.c_proj:d1
     pr_comm_progress();
-    pr_attention_bwd((float *)(acts + 1492992 - l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(acts + 1886208 - l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(acts + 3047424 - l * 294912 + (int64_t)slot * STRIDE_0), (float *)(acts + 3538944 - l * 196608 + (int64_t)slot * STRIDE_0), (void *)(acts + 1179648 - l * 1179648 + (int64_t)slot * STRIDE_0), /*B*/ 3, /*T*/ 64, /*C*/ 128, /*NH*/ 4, /*NKV*/ 4, /*causal*/ 1, /*acc*/ 0); // transformer.h.1.attn:d0
+    pr_attention_bwd(dl_attn_c_attn_attn_0, dl_attn_attn_c_proj_0, l_attn_c_attn, l_attn_att,
+                     (void *)l_attn_d0_ws, /*B*/ 3, /*T*/ 64, /*C*/ 128, /*NH*/ 4, /*NKV*/ 4,
+                     /*causal*/ 1, /*acc*/ 0); // transformer.h[1 - l].attn:d0
     pr_comm_progress();
-    pr_linear_bwd_x((float *)(acts + 1179648 - l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(acts + 1492992 - l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(params + 854016 - l * 787456), /*rows*/ 192, /*in*/ 128, /*out*/ 384, /*acc*/ 0); // transformer.h.1.attn.c_attn:d0
+    // transformer.h[1 - l].attn.c_attn:d0
+    pr_linear_bwd_x(dl_ln_1_attn_c_attn_0, dl_attn_c_attn_attn_0, l_attn_c_attn_weight,
+                    /*rows*/ 192, /*in*/ 128, /*out*/ 384, /*acc*/ 0);
     pr_comm_progress();
-    pr_linear_bwd_w((float *)(grads + 623616 + l * 787456), (float *)(acts + 1492992 - l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(acts + 4325376 - l * 491520 + (int64_t)slot * STRIDE_0), /*rows*/ 192, /*in*/ 128, /*out*/ 384, /*acc*/ acc); // transformer.h.1.attn.c_attn:d1
+    // transformer.h[1 - l].attn.c_attn:d1
+    pr_linear_bwd_w(dl_attn_c_attn_weight_attn_c_attn_1, dl_attn_c_attn_attn_0, l_ln_1,
+                    /*rows*/ 192, /*in*/ 128, /*out*/ 384, /*acc*/ acc);
     pr_comm_progress();
-    pr_layernorm_bwd_x((float *)(acts + 1277952 - l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(acts + 1179648 - l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(acts + 4227072 - l * 491520 + (int64_t)slot * STRIDE_0), (float *)(params + 853504 - l * 787456), (float *)(acts + 4820736 - l * 3072 + (int64_t)slot * STRIDE_0), (float *)(acts + 4821504 - l * 3072 + (int64_t)slot * STRIDE_0), /*rows*/ 192, /*C*/ 128, /*acc*/ 0); // transformer.h.1.ln_1:d0
-    pr_layernorm_bwd_w((float *)(grads + 820224 + l * 787456), (float *)(acts + 1179648 - l * 1179648 + (int64_t)slot * STRIDE_0), (float *)(acts + 4227072 - l * 491520 + (int64_t)slot * STRIDE_0), (float *)(acts + 4820736 - l * 3072 + (int64_t)slot * STRIDE_0), (float *)(acts + 4821504 - l * 3072 + (int64_t)slot * STRIDE_0), /*rows*/ 192, /*C*/ 128, /*acc*/ acc); // transformer.h.1.ln_1:d1
+    // transformer.h[1 - l].ln_1:d0
+    pr_layernorm_bwd_x(dl_prev_out_ln_1_0, dl_ln_1_attn_c_attn_0, l_prev_out, l_ln_1_weight,
+                       l_ln_1_mean, l_ln_1_rstd, /*rows*/ 192, /*C*/ 128, /*acc*/ 0);
+    // transformer.h[1 - l].ln_1:d1
+    pr_layernorm_bwd_w(dl_ln_1_weight_ln_1_1, dl_ln_1_attn_c_attn_0, l_prev_out, l_ln_1_mean,
+                       l_ln_1_rstd, /*rows*/ 192, /*C*/ 128, /*acc*/ acc);
   }
-  pr_add_n(t170_d_transformer_emb, (const float *const[]){t168_d_transformer_emb_transformer_h_0_ln_1_0, t162_d_transformer_h_0_resid_1}, /*k*/ 2, /*n*/ 24576); // d:transformer.emb:sum
-  pr_binary_bwd(t171_d_transformer_wpe_weight_transformer_emb_1, t170_d_transformer_emb, NULL, /*op*/ 0, /*which*/ 1, /*rank*/ 3, /*ydims*/ (const int64_t[]){3, 64, 128}, /*xdims*/ (const int64_t[]){1, 64, 128}, /*ostr*/ (const int64_t[]){8192, 128, 1}, /*acc*/ acc); // transformer.emb:d1
-  pr_embedding_bwd_w(t172_d_transformer_wte_weight_transformer_wte_1, t170_d_transformer_emb, t0_idx, /*n*/ 192, /*V*/ 65, /*C*/ 128, /*acc*/ acc); // transformer.wte:d1
+  pr_add_n(t170_d_transformer_emb,
+           (const float *const[]){t168_d_transformer_emb_transformer_h_0_ln_1_0,
+           t162_d_transformer_h_0_resid_1}, /*k*/ 2, /*n*/ 24576); // d:transformer.emb:sum
+  pr_binary_bwd(t171_d_transformer_wpe_weight_transformer_emb_1, t170_d_transformer_emb, NULL,
+                /*op*/ 0, /*which*/ 1, /*rank*/ 3, /*ydims*/ (const int64_t[]){3, 64, 128},
+                /*xdims*/ (const int64_t[]){1, 64, 128}, /*ostr*/ (const int64_t[]){8192, 128, 1},
+                /*acc*/ acc); // transformer.emb:d1
+  pr_embedding_bwd_w(t172_d_transformer_wte_weight_transformer_wte_1, t170_d_transformer_emb,
+                     t0_idx, /*n*/ 192, /*V*/ 65, /*C*/ 128, /*acc*/ acc); // transformer.wte:d1
 }
 
 // Stage 0, end of step (TIED_SUM): gradients of parameters used in several places,
 // summed in use order (1 nodes).
 static void step_end_0(void) {
-  pr_add_n(t173_d_transformer_wte_weight, (const float *const[]){t172_d_transformer_wte_weight_transformer_wte_1, t104_d_transformer_wte_weight_logits_1}, /*k*/ 2, /*n*/ 8320); // d:transformer.wte.weight:sum
+  // d:transformer.wte.weight:sum
+  pr_add_n(t173_d_transformer_wte_weight,
+           (const float *const[]){t172_d_transformer_wte_weight_transformer_wte_1,
+           t104_d_transformer_wte_weight_logits_1}, /*k*/ 2, /*n*/ 8320);
 }
 
 // ---- Parameters in canonical order: name, storage, gradient, optimizer state, elements,
@@ -116,43 +312,79 @@ static void step_end_0(void) {
 static PrParam P[NPARAMS];
 
 static void setup_params(void) {
-  P[0] = (PrParam){"transformer.wte.weight", (float *)(params + 0), (float *)(grads + 1674240), (float *)(optst + 0), (float *)(optst + 33280), 8320, 2, {65, 128}, false, true, 0, NULL};
-  P[1] = (PrParam){"transformer.wpe.weight", (float *)(params + 33280), (float *)(grads + 1608192), (float *)(optst + 66560), (float *)(optst + 99328), 8192, 2, {64, 128}, false, true, 0, NULL};
-  P[2] = (PrParam){"transformer.ln_f.weight", NULL, NULL, NULL, NULL, 128, 1, {128}, false, false, 1, NULL};
-  P[3] = (PrParam){"lm_head.weight", (float *)(params + 0), NULL, NULL, NULL, 8320, 2, {65, 128}, true, true, 0, NULL};
+  P[0] = (PrParam){"transformer.wte.weight", (float *)(params + 0), (float *)(grads + 1674240),
+                   (float *)(optst + 0), (float *)(optst + 33280), 8320, 2, {65, 128}, false, true,
+                   0, NULL};
+  P[1] = (PrParam){"transformer.wpe.weight", (float *)(params + 33280), (float *)(grads + 1608192),
+                   (float *)(optst + 66560), (float *)(optst + 99328), 8192, 2, {64, 128}, false,
+                   true, 0, NULL};
+  P[2] = (PrParam){"transformer.ln_f.weight", NULL, NULL, NULL, NULL, 128, 1, {128}, false, false,
+                   1, NULL};
+  P[3] = (PrParam){"lm_head.weight", (float *)(params + 0), NULL, NULL, NULL, 8320, 2, {65, 128},
+                   true, true, 0, NULL};
   // Repeat block layer, instances 0 to 1: P[4 + 6 * l .. 10 + 6 * l), their names
   // formatted here.
   static char names4[2][6][47];
   for (int l = 0; l < 2; l++) {
     snprintf(names4[l][0], sizeof names4[l][0], "transformer.h.%d.ln_1.weight", l);
-    P[4 + 6 * l] = (PrParam){names4[l][0], (float *)(params + 66048 + l * 787456), (float *)(grads + 1607680 - l * 787456), (float *)(optst + 132096 + l * 1574912), (float *)(optst + 132608 + l * 1574912), 128, 1, {128}, false, false, 0, NULL};
+    P[4 + 6 * l] = (PrParam){names4[l][0], (float *)(params + 66048 + l * 787456),
+                             (float *)(grads + 1607680 - l * 787456),
+                             (float *)(optst + 132096 + l * 1574912),
+                             (float *)(optst + 132608 + l * 1574912), 128, 1, {128}, false, false,
+                             0, NULL};
     snprintf(names4[l][1], sizeof names4[l][1], "transformer.h.%d.attn.c_attn.weight", l);
-    P[5 + 6 * l] = (PrParam){names4[l][1], (float *)(params + 66560 + l * 787456), (float *)(grads + 1411072 - l * 787456), (float *)(optst + 133120 + l * 1574912), (float *)(optst + 329728 + l * 1574912), 49152, 2, {384, 128}, false, true, 0, NULL};
+    P[5 + 6 * l] = (PrParam){names4[l][1], (float *)(params + 66560 + l * 787456),
+                             (float *)(grads + 1411072 - l * 787456),
+                             (float *)(optst + 133120 + l * 1574912),
+                             (float *)(optst + 329728 + l * 1574912), 49152, 2, {384, 128}, false,
+                             true, 0, NULL};
     snprintf(names4[l][2], sizeof names4[l][2], "transformer.h.%d.attn.c_proj.weight", l);
-    P[6 + 6 * l] = (PrParam){names4[l][2], (float *)(params + 263168 + l * 787456), (float *)(grads + 1345536 - l * 787456), (float *)(optst + 526336 + l * 1574912), (float *)(optst + 591872 + l * 1574912), 16384, 2, {128, 128}, false, true, 0, NULL};
+    P[6 + 6 * l] = (PrParam){names4[l][2], (float *)(params + 263168 + l * 787456),
+                             (float *)(grads + 1345536 - l * 787456),
+                             (float *)(optst + 526336 + l * 1574912),
+                             (float *)(optst + 591872 + l * 1574912), 16384, 2, {128, 128}, false,
+                             true, 0, NULL};
     snprintf(names4[l][3], sizeof names4[l][3], "transformer.h.%d.ln_2.weight", l);
-    P[7 + 6 * l] = (PrParam){names4[l][3], (float *)(params + 328704 + l * 787456), (float *)(grads + 1345024 - l * 787456), (float *)(optst + 657408 + l * 1574912), (float *)(optst + 657920 + l * 1574912), 128, 1, {128}, false, false, 0, NULL};
+    P[7 + 6 * l] = (PrParam){names4[l][3], (float *)(params + 328704 + l * 787456),
+                             (float *)(grads + 1345024 - l * 787456),
+                             (float *)(optst + 657408 + l * 1574912),
+                             (float *)(optst + 657920 + l * 1574912), 128, 1, {128}, false, false,
+                             0, NULL};
     snprintf(names4[l][4], sizeof names4[l][4], "transformer.h.%d.mlp.c_fc.weight", l);
-    P[8 + 6 * l] = (PrParam){names4[l][4], (float *)(params + 329216 + l * 787456), (float *)(grads + 1082880 - l * 787456), (float *)(optst + 658432 + l * 1574912), (float *)(optst + 920576 + l * 1574912), 65536, 2, {512, 128}, false, true, 0, NULL};
+    P[8 + 6 * l] = (PrParam){names4[l][4], (float *)(params + 329216 + l * 787456),
+                             (float *)(grads + 1082880 - l * 787456),
+                             (float *)(optst + 658432 + l * 1574912),
+                             (float *)(optst + 920576 + l * 1574912), 65536, 2, {512, 128}, false,
+                             true, 0, NULL};
     snprintf(names4[l][5], sizeof names4[l][5], "transformer.h.%d.mlp.c_proj.weight", l);
-    P[9 + 6 * l] = (PrParam){names4[l][5], (float *)(params + 591360 + l * 787456), (float *)(grads + 820736 - l * 787456), (float *)(optst + 1182720 + l * 1574912), (float *)(optst + 1444864 + l * 1574912), 65536, 2, {128, 512}, false, true, 0, NULL};
+    P[9 + 6 * l] = (PrParam){names4[l][5], (float *)(params + 591360 + l * 787456),
+                             (float *)(grads + 820736 - l * 787456),
+                             (float *)(optst + 1182720 + l * 1574912),
+                             (float *)(optst + 1444864 + l * 1574912), 65536, 2, {128, 512}, false,
+                             true, 0, NULL};
   }
   // Repeat block layer, instances 2 to 3: P[16 + 6 * l .. 22 + 6 * l), their names
   // formatted here.
   static char names6[2][6][47];
   for (int l = 0; l < 2; l++) {
     snprintf(names6[l][0], sizeof names6[l][0], "transformer.h.%d.ln_1.weight", 2 + l);
-    P[16 + 6 * l] = (PrParam){names6[l][0], NULL, NULL, NULL, NULL, 128, 1, {128}, false, false, 1, NULL};
+    P[16 + 6 * l] = (PrParam){names6[l][0], NULL, NULL, NULL, NULL, 128, 1, {128}, false, false, 1,
+                              NULL};
     snprintf(names6[l][1], sizeof names6[l][1], "transformer.h.%d.attn.c_attn.weight", 2 + l);
-    P[17 + 6 * l] = (PrParam){names6[l][1], NULL, NULL, NULL, NULL, 49152, 2, {384, 128}, false, true, 1, NULL};
+    P[17 + 6 * l] = (PrParam){names6[l][1], NULL, NULL, NULL, NULL, 49152, 2, {384, 128}, false,
+                              true, 1, NULL};
     snprintf(names6[l][2], sizeof names6[l][2], "transformer.h.%d.attn.c_proj.weight", 2 + l);
-    P[18 + 6 * l] = (PrParam){names6[l][2], NULL, NULL, NULL, NULL, 16384, 2, {128, 128}, false, true, 1, NULL};
+    P[18 + 6 * l] = (PrParam){names6[l][2], NULL, NULL, NULL, NULL, 16384, 2, {128, 128}, false,
+                              true, 1, NULL};
     snprintf(names6[l][3], sizeof names6[l][3], "transformer.h.%d.ln_2.weight", 2 + l);
-    P[19 + 6 * l] = (PrParam){names6[l][3], NULL, NULL, NULL, NULL, 128, 1, {128}, false, false, 1, NULL};
+    P[19 + 6 * l] = (PrParam){names6[l][3], NULL, NULL, NULL, NULL, 128, 1, {128}, false, false, 1,
+                              NULL};
     snprintf(names6[l][4], sizeof names6[l][4], "transformer.h.%d.mlp.c_fc.weight", 2 + l);
-    P[20 + 6 * l] = (PrParam){names6[l][4], NULL, NULL, NULL, NULL, 65536, 2, {512, 128}, false, true, 1, NULL};
+    P[20 + 6 * l] = (PrParam){names6[l][4], NULL, NULL, NULL, NULL, 65536, 2, {512, 128}, false,
+                              true, 1, NULL};
     snprintf(names6[l][5], sizeof names6[l][5], "transformer.h.%d.mlp.c_proj.weight", 2 + l);
-    P[21 + 6 * l] = (PrParam){names6[l][5], NULL, NULL, NULL, NULL, 65536, 2, {128, 512}, false, true, 1, NULL};
+    P[21 + 6 * l] = (PrParam){names6[l][5], NULL, NULL, NULL, NULL, 65536, 2, {128, 512}, false,
+                              true, 1, NULL};
   }
 }
 
@@ -293,14 +525,14 @@ static const PrProgram program = {
     .doc = "Train model gpt_char (generated by pipec 0.1.0; built for any x86-64 CPU).",
     .plan = PLAN,
     .defaults = {.steps = 2000, .lr = 0.001, .min_lr = 0.0001, .seed = 1337ULL,
-                 .data = "(masked)", .eval_every = 500, .eval_batches = 50,
-                 .log_every = 100},
+                 .data = "(masked)",
+                 .eval_every = 500, .eval_batches = 50, .log_every = 100},
     .region_bytes = {PARAMS_BYTES, GRADS_BYTES, OPTST_BYTES, ACTS_BYTES},
     .region = {&params, &grads, &optst, &acts},
     .params = P,
     .nparams = NPARAMS,
-    .opt = {.kind = PR_ADAMW, .beta1 = 0.90000000000000002, .beta2 = 0.98999999999999999, .eps = 1e-08,
-            .weight_decay = 0.10000000000000001, .grad_clip = 1},
+    .opt = {.kind = PR_ADAMW, .beta1 = 0.90000000000000002, .beta2 = 0.98999999999999999,
+            .eps = 1e-08, .weight_decay = 0.10000000000000001, .grad_clip = 1},
     .warmup = 100,
     .decay_steps = 2000,
     .items_per_step = (double)MB * NMICRO * SEQ,

@@ -20,62 +20,110 @@
 #define ACTS_BYTES 11074624LL
 static char *params, *grads, *optst, *acts;
 
-static const char PLAN[] = "memory plan for gpt_char: batch 12 = 4 microbatches of 3, adamw\012  params            1.565 MiB  (1641472 bytes)\012  grads             1.629 MiB  (1708032 bytes)\012  optimizer         3.131 MiB  (3282944 bytes)\012  activations      10.562 MiB  (11074624 bytes)\012  work area         0.844 MiB  (884736 bytes, of the activations: --recompute)\012  total            16.887 MiB  (17707072 bytes)\012";
+static const char PLAN[] =
+    "memory plan for gpt_char: batch 12 = 4 microbatches of 3, adamw\012"
+    "  params            1.565 MiB  (1641472 bytes)\012"
+    "  grads             1.629 MiB  (1708032 bytes)\012"
+    "  optimizer         3.131 MiB  (3282944 bytes)\012"
+    "  activations      10.562 MiB  (11074624 bytes)\012"
+    "  work area         0.844 MiB  (884736 bytes, of the activations: --recompute)\012"
+    "  total            16.887 MiB  (17707072 bytes)\012";
 
 // ---- Tensors: pointers into the regions at the offsets planned by pipec (those named
 // outside the loops over repeat-block instances)
 #define STRIDE_0 2461440LL // stage 0: bytes of one of its 3 slots
-#define t0_idx ((int32_t *)(acts + 196672 + (int64_t)slot * STRIDE_0)) // idx i32(B,64)
+#define t0_idx ((int32_t *)(acts + 196672 + slot * STRIDE_0)) // idx i32(B,64)
 #define t1_targets ((int32_t *)(acts + 8712256)) // targets i32(B,64)
 #define t2_transformer_wte_weight ((float *)(params + 0)) // transformer.wte.weight f32(65,128)
 #define t3_transformer_wpe_weight ((float *)(params + 33280)) // transformer.wpe.weight f32(64,128)
 #define t4_transformer_ln_f_weight ((float *)(params + 66048)) // transformer.ln_f.weight f32(128)
 #define t5_lm_head_weight ((float *)(params + 0)) // lm_head.weight f32(65,128)
 #define t6_transformer_wte ((float *)(acts + 10189888)) // transformer.wte f32(B,64,128)
-#define t7_transformer_emb ((float *)(acts + 197440 + (int64_t)slot * STRIDE_0)) // transformer.emb f32(B,64,128)
-#define t8_transformer_h_0_ln_1_weight ((float *)(params + 66560)) // transformer.h.0.ln_1.weight f32(128)
-#define t9_transformer_h_0_attn_c_attn_weight ((float *)(params + 67072)) // transformer.h.0.attn.c_attn.weight f32(384,128)
-#define t10_transformer_h_0_attn_c_proj_weight ((float *)(params + 263680)) // transformer.h.0.attn.c_proj.weight f32(128,128)
-#define t11_transformer_h_0_ln_2_weight ((float *)(params + 329216)) // transformer.h.0.ln_2.weight f32(128)
-#define t12_transformer_h_0_mlp_c_fc_weight ((float *)(params + 329728)) // transformer.h.0.mlp.c_fc.weight f32(512,128)
-#define t13_transformer_h_0_mlp_c_proj_weight ((float *)(params + 591872)) // transformer.h.0.mlp.c_proj.weight f32(128,512)
-#define t14_transformer_h_0_ln_1 ((float *)(acts + 295744 + (int64_t)slot * STRIDE_0)) // transformer.h.0.ln_1 f32(B,64,128)
-#define t15_transformer_h_0_ln_1_mean ((float *)(acts + 394048 + (int64_t)slot * STRIDE_0)) // transformer.h.0.ln_1:mean f32(B,64)
-#define t16_transformer_h_0_ln_1_rstd ((float *)(acts + 394816 + (int64_t)slot * STRIDE_0)) // transformer.h.0.ln_1:rstd f32(B,64)
-#define t17_transformer_h_0_attn_c_attn ((float *)(acts + 395584 + (int64_t)slot * STRIDE_0)) // transformer.h.0.attn.c_attn f32(B,64,384)
-#define t18_transformer_h_0_attn ((float *)(acts + 887104 + (int64_t)slot * STRIDE_0)) // transformer.h.0.attn f32(B,64,128)
-#define t19_transformer_h_0_attn_att ((float *)(acts + 690496 + (int64_t)slot * STRIDE_0)) // transformer.h.0.attn:att f32(B,4,64,64)
-#define t20_transformer_h_0_attn_c_proj ((float *)(acts + 10189888)) // transformer.h.0.attn.c_proj f32(B,64,128)
-#define t21_transformer_h_0_resid_1 ((float *)(acts + 985408 + (int64_t)slot * STRIDE_0)) // transformer.h.0.resid_1 f32(B,64,128)
-#define t22_transformer_h_0_ln_2 ((float *)(acts + 1083712 + (int64_t)slot * STRIDE_0)) // transformer.h.0.ln_2 f32(B,64,128)
-#define t23_transformer_h_0_ln_2_mean ((float *)(acts + 1182016 + (int64_t)slot * STRIDE_0)) // transformer.h.0.ln_2:mean f32(B,64)
-#define t24_transformer_h_0_ln_2_rstd ((float *)(acts + 1182784 + (int64_t)slot * STRIDE_0)) // transformer.h.0.ln_2:rstd f32(B,64)
-#define t25_transformer_h_0_mlp_c_fc ((float *)(acts + 1183552 + (int64_t)slot * STRIDE_0)) // transformer.h.0.mlp.c_fc f32(B,64,512)
-#define t26_transformer_h_0_mlp_gelu ((float *)(acts + 1576768 + (int64_t)slot * STRIDE_0)) // transformer.h.0.mlp.gelu f32(B,64,512)
-#define t27_transformer_h_0_mlp_gelu_cdf ((float *)(acts + 1969984 + (int64_t)slot * STRIDE_0)) // transformer.h.0.mlp.gelu:cdf f32(B,64,512)
-#define t28_transformer_h_0_mlp_c_proj ((float *)(acts + 10189888)) // transformer.h.0.mlp.c_proj f32(B,64,128)
-#define t29_transformer_h_0_out ((float *)(acts + 2363200 + (int64_t)slot * STRIDE_0)) // transformer.h.0.out f32(B,64,128)
-#define t74_transformer_h_3_ln_1_weight ((float *)(params + 854016)) // transformer.h.3.ln_1.weight f32(128)
-#define t75_transformer_h_3_attn_c_attn_weight ((float *)(params + 854528)) // transformer.h.3.attn.c_attn.weight f32(384,128)
-#define t76_transformer_h_3_attn_c_proj_weight ((float *)(params + 1051136)) // transformer.h.3.attn.c_proj.weight f32(128,128)
-#define t77_transformer_h_3_ln_2_weight ((float *)(params + 1116672)) // transformer.h.3.ln_2.weight f32(128)
-#define t78_transformer_h_3_mlp_c_fc_weight ((float *)(params + 1117184)) // transformer.h.3.mlp.c_fc.weight f32(512,128)
-#define t79_transformer_h_3_mlp_c_proj_weight ((float *)(params + 1379328)) // transformer.h.3.mlp.c_proj.weight f32(128,512)
+// transformer.emb f32(B,64,128)
+#define t7_transformer_emb ((float *)(acts + 197440 + slot * STRIDE_0))
+// transformer.h.0.ln_1.weight f32(128)
+#define t8_transformer_h_0_ln_1_weight ((float *)(params + 66560))
+// transformer.h.0.attn.c_attn.weight f32(384,128)
+#define t9_transformer_h_0_attn_c_attn_weight ((float *)(params + 67072))
+// transformer.h.0.attn.c_proj.weight f32(128,128)
+#define t10_transformer_h_0_attn_c_proj_weight ((float *)(params + 263680))
+// transformer.h.0.ln_2.weight f32(128)
+#define t11_transformer_h_0_ln_2_weight ((float *)(params + 329216))
+// transformer.h.0.mlp.c_fc.weight f32(512,128)
+#define t12_transformer_h_0_mlp_c_fc_weight ((float *)(params + 329728))
+// transformer.h.0.mlp.c_proj.weight f32(128,512)
+#define t13_transformer_h_0_mlp_c_proj_weight ((float *)(params + 591872))
+// transformer.h.0.ln_1 f32(B,64,128)
+#define t14_transformer_h_0_ln_1 ((float *)(acts + 295744 + slot * STRIDE_0))
+// transformer.h.0.ln_1:mean f32(B,64)
+#define t15_transformer_h_0_ln_1_mean ((float *)(acts + 394048 + slot * STRIDE_0))
+// transformer.h.0.ln_1:rstd f32(B,64)
+#define t16_transformer_h_0_ln_1_rstd ((float *)(acts + 394816 + slot * STRIDE_0))
+// transformer.h.0.attn.c_attn f32(B,64,384)
+#define t17_transformer_h_0_attn_c_attn ((float *)(acts + 395584 + slot * STRIDE_0))
+// transformer.h.0.attn f32(B,64,128)
+#define t18_transformer_h_0_attn ((float *)(acts + 887104 + slot * STRIDE_0))
+// transformer.h.0.attn:att f32(B,4,64,64)
+#define t19_transformer_h_0_attn_att ((float *)(acts + 690496 + slot * STRIDE_0))
+// transformer.h.0.attn.c_proj f32(B,64,128)
+#define t20_transformer_h_0_attn_c_proj ((float *)(acts + 10189888))
+// transformer.h.0.resid_1 f32(B,64,128)
+#define t21_transformer_h_0_resid_1 ((float *)(acts + 985408 + slot * STRIDE_0))
+// transformer.h.0.ln_2 f32(B,64,128)
+#define t22_transformer_h_0_ln_2 ((float *)(acts + 1083712 + slot * STRIDE_0))
+// transformer.h.0.ln_2:mean f32(B,64)
+#define t23_transformer_h_0_ln_2_mean ((float *)(acts + 1182016 + slot * STRIDE_0))
+// transformer.h.0.ln_2:rstd f32(B,64)
+#define t24_transformer_h_0_ln_2_rstd ((float *)(acts + 1182784 + slot * STRIDE_0))
+// transformer.h.0.mlp.c_fc f32(B,64,512)
+#define t25_transformer_h_0_mlp_c_fc ((float *)(acts + 1183552 + slot * STRIDE_0))
+// transformer.h.0.mlp.gelu f32(B,64,512)
+#define t26_transformer_h_0_mlp_gelu ((float *)(acts + 1576768 + slot * STRIDE_0))
+// transformer.h.0.mlp.gelu:cdf f32(B,64,512)
+#define t27_transformer_h_0_mlp_gelu_cdf ((float *)(acts + 1969984 + slot * STRIDE_0))
+// transformer.h.0.mlp.c_proj f32(B,64,128)
+#define t28_transformer_h_0_mlp_c_proj ((float *)(acts + 10189888))
+// transformer.h.0.out f32(B,64,128)
+#define t29_transformer_h_0_out ((float *)(acts + 2363200 + slot * STRIDE_0))
+// transformer.h.3.ln_1.weight f32(128)
+#define t74_transformer_h_3_ln_1_weight ((float *)(params + 854016))
+// transformer.h.3.attn.c_attn.weight f32(384,128)
+#define t75_transformer_h_3_attn_c_attn_weight ((float *)(params + 854528))
+// transformer.h.3.attn.c_proj.weight f32(128,128)
+#define t76_transformer_h_3_attn_c_proj_weight ((float *)(params + 1051136))
+// transformer.h.3.ln_2.weight f32(128)
+#define t77_transformer_h_3_ln_2_weight ((float *)(params + 1116672))
+// transformer.h.3.mlp.c_fc.weight f32(512,128)
+#define t78_transformer_h_3_mlp_c_fc_weight ((float *)(params + 1117184))
+// transformer.h.3.mlp.c_proj.weight f32(128,512)
+#define t79_transformer_h_3_mlp_c_proj_weight ((float *)(params + 1379328))
 #define t80_transformer_h_3_ln_1 ((float *)(acts + 9448768)) // transformer.h.3.ln_1 f32(B,64,128)
-#define t81_transformer_h_3_ln_1_mean ((float *)(acts + 10186816)) // transformer.h.3.ln_1:mean f32(B,64)
-#define t82_transformer_h_3_ln_1_rstd ((float *)(acts + 10187584)) // transformer.h.3.ln_1:rstd f32(B,64)
-#define t83_transformer_h_3_attn_c_attn ((float *)(acts + 8957248)) // transformer.h.3.attn.c_attn f32(B,64,384)
+// transformer.h.3.ln_1:mean f32(B,64)
+#define t81_transformer_h_3_ln_1_mean ((float *)(acts + 10186816))
+// transformer.h.3.ln_1:rstd f32(B,64)
+#define t82_transformer_h_3_ln_1_rstd ((float *)(acts + 10187584))
+// transformer.h.3.attn.c_attn f32(B,64,384)
+#define t83_transformer_h_3_attn_c_attn ((float *)(acts + 8957248))
 #define t84_transformer_h_3_attn ((float *)(acts + 9547072)) // transformer.h.3.attn f32(B,64,128)
-#define t85_transformer_h_3_attn_att ((float *)(acts + 9252160)) // transformer.h.3.attn:att f32(B,4,64,64)
-#define t86_transformer_h_3_attn_c_proj ((float *)(acts + 10189888)) // transformer.h.3.attn.c_proj f32(B,64,128)
-#define t87_transformer_h_3_resid_1 ((float *)(acts + 9645376)) // transformer.h.3.resid_1 f32(B,64,128)
+// transformer.h.3.attn:att f32(B,4,64,64)
+#define t85_transformer_h_3_attn_att ((float *)(acts + 9252160))
+// transformer.h.3.attn.c_proj f32(B,64,128)
+#define t86_transformer_h_3_attn_c_proj ((float *)(acts + 10189888))
+// transformer.h.3.resid_1 f32(B,64,128)
+#define t87_transformer_h_3_resid_1 ((float *)(acts + 9645376))
 #define t88_transformer_h_3_ln_2 ((float *)(acts + 9743680)) // transformer.h.3.ln_2 f32(B,64,128)
-#define t89_transformer_h_3_ln_2_mean ((float *)(acts + 10188352)) // transformer.h.3.ln_2:mean f32(B,64)
-#define t90_transformer_h_3_ln_2_rstd ((float *)(acts + 10189120)) // transformer.h.3.ln_2:rstd f32(B,64)
-#define t91_transformer_h_3_mlp_c_fc ((float *)(acts + 7384384)) // transformer.h.3.mlp.c_fc f32(B,64,512)
-#define t92_transformer_h_3_mlp_gelu ((float *)(acts + 7777600)) // transformer.h.3.mlp.gelu f32(B,64,512)
-#define t93_transformer_h_3_mlp_gelu_cdf ((float *)(acts + 8170816)) // transformer.h.3.mlp.gelu:cdf f32(B,64,512)
-#define t94_transformer_h_3_mlp_c_proj ((float *)(acts + 10189888)) // transformer.h.3.mlp.c_proj f32(B,64,128)
+// transformer.h.3.ln_2:mean f32(B,64)
+#define t89_transformer_h_3_ln_2_mean ((float *)(acts + 10188352))
+// transformer.h.3.ln_2:rstd f32(B,64)
+#define t90_transformer_h_3_ln_2_rstd ((float *)(acts + 10189120))
+// transformer.h.3.mlp.c_fc f32(B,64,512)
+#define t91_transformer_h_3_mlp_c_fc ((float *)(acts + 7384384))
+// transformer.h.3.mlp.gelu f32(B,64,512)
+#define t92_transformer_h_3_mlp_gelu ((float *)(acts + 7777600))
+// transformer.h.3.mlp.gelu:cdf f32(B,64,512)
+#define t93_transformer_h_3_mlp_gelu_cdf ((float *)(acts + 8170816))
+// transformer.h.3.mlp.c_proj f32(B,64,128)
+#define t94_transformer_h_3_mlp_c_proj ((float *)(acts + 10189888))
 #define t95_transformer_h_3_out ((float *)(acts + 8564032)) // transformer.h.3.out f32(B,64,128)
 #define t96_transformer_ln_f ((float *)(acts + 9841984)) // transformer.ln_f f32(B,64,128)
 #define t97_transformer_ln_f_mean ((float *)(acts + 8713024)) // transformer.ln_f:mean f32(B,64)
@@ -84,48 +132,89 @@ static const char PLAN[] = "memory plan for gpt_char: batch 12 = 4 microbatches 
 #define t100_loss ((float *)(acts + 8714560)) // loss f32()
 #define t101_d_loss ((float *)(acts + 0)) // d:loss f32()
 #define t102_d_logits_loss_0 ((float *)(acts + 10136896)) // d:logits@loss#0 f32(B,64,65)
-#define t103_d_transformer_ln_f_logits_0 ((float *)(acts + 10189888)) // d:transformer.ln_f@logits#0 f32(B,64,128)
-#define t104_d_transformer_wte_weight_logits_1 ((float *)(grads + 0)) // d:transformer.wte.weight@logits#1 f32(65,128)
-#define t105_d_transformer_h_3_out_transformer_ln_f_0 ((float *)(acts + 9940288)) // d:transformer.h.3.out@transformer.ln_f#0 f32(B,64,128)
-#define t106_d_transformer_ln_f_weight_transformer_ln_f_ ((float *)(grads + 33280)) // d:transformer.ln_f.weight@transformer.ln_f#1 f32(128)
-#define t107_d_transformer_h_3_mlp_gelu_transformer_h_3_ ((float *)(acts + 10189888)) // d:transformer.h.3.mlp.gelu@transformer.h.3.mlp.c_proj#0 f32(B,64,512)
-#define t108_d_transformer_h_3_mlp_c_proj_weight_transfo ((float *)(grads + 33792)) // d:transformer.h.3.mlp.c_proj.weight@transformer.h.3.mlp.c_proj#1 f32(128,512)
-#define t109_d_transformer_h_3_mlp_c_fc_transformer_h_3_ ((float *)(acts + 8564032)) // d:transformer.h.3.mlp.c_fc@transformer.h.3.mlp.gelu#0 f32(B,64,512)
-#define t110_d_transformer_h_3_ln_2_transformer_h_3_mlp_ ((float *)(acts + 10189888)) // d:transformer.h.3.ln_2@transformer.h.3.mlp.c_fc#0 f32(B,64,128)
-#define t111_d_transformer_h_3_mlp_c_fc_weight_transform ((float *)(grads + 295936)) // d:transformer.h.3.mlp.c_fc.weight@transformer.h.3.mlp.c_fc#1 f32(512,128)
-#define t112_d_transformer_h_3_resid_1_transformer_h_3_l ((float *)(acts + 10288192)) // d:transformer.h.3.resid_1@transformer.h.3.ln_2#0 f32(B,64,128)
-#define t113_d_transformer_h_3_ln_2_weight_transformer_h ((float *)(grads + 558080)) // d:transformer.h.3.ln_2.weight@transformer.h.3.ln_2#1 f32(128)
-#define t114_d_transformer_h_3_resid_1 ((float *)(acts + 7679296)) // d:transformer.h.3.resid_1 f32(B,64,128)
-#define t115_d_transformer_h_3_attn_transformer_h_3_attn ((float *)(acts + 10189888)) // d:transformer.h.3.attn@transformer.h.3.attn.c_proj#0 f32(B,64,128)
-#define t116_d_transformer_h_3_attn_c_proj_weight_transf ((float *)(grads + 558592)) // d:transformer.h.3.attn.c_proj.weight@transformer.h.3.attn.c_proj#1 f32(128,128)
-#define t117_d_transformer_h_3_attn_c_attn_transformer_h ((float *)(acts + 7384384)) // d:transformer.h.3.attn.c_attn@transformer.h.3.attn#0 f32(B,64,384)
-#define t118_d_transformer_h_3_ln_1_transformer_h_3_attn ((float *)(acts + 10189888)) // d:transformer.h.3.ln_1@transformer.h.3.attn.c_attn#0 f32(B,64,128)
-#define t119_d_transformer_h_3_attn_c_attn_weight_transf ((float *)(grads + 624128)) // d:transformer.h.3.attn.c_attn.weight@transformer.h.3.attn.c_attn#1 f32(384,128)
-#define t120_d_transformer_h_2_out_transformer_h_3_ln_1_ ((float *)(acts + 8170816)) // d:transformer.h.2.out@transformer.h.3.ln_1#0 f32(B,64,128)
-#define t121_d_transformer_h_3_ln_1_weight_transformer_h ((float *)(grads + 820736)) // d:transformer.h.3.ln_1.weight@transformer.h.3.ln_1#1 f32(128)
-#define t154_d_transformer_h_0_out ((float *)(acts + 10189888)) // d:transformer.h.0.out f32(B,64,128)
-#define t155_d_transformer_h_0_mlp_gelu_transformer_h_0_ ((float *)(acts + 10288192)) // d:transformer.h.0.mlp.gelu@transformer.h.0.mlp.c_proj#0 f32(B,64,512)
-#define t156_d_transformer_h_0_mlp_c_proj_weight_transfo ((float *)(grads + 821248)) // d:transformer.h.0.mlp.c_proj.weight@transformer.h.0.mlp.c_proj#1 f32(128,512)
-#define t157_d_transformer_h_0_mlp_c_fc_transformer_h_0_ ((float *)(acts + 10681408)) // d:transformer.h.0.mlp.c_fc@transformer.h.0.mlp.gelu#0 f32(B,64,512)
-#define t158_d_transformer_h_0_ln_2_transformer_h_0_mlp_ ((float *)(acts + 10288192)) // d:transformer.h.0.ln_2@transformer.h.0.mlp.c_fc#0 f32(B,64,128)
-#define t159_d_transformer_h_0_mlp_c_fc_weight_transform ((float *)(grads + 1083392)) // d:transformer.h.0.mlp.c_fc.weight@transformer.h.0.mlp.c_fc#1 f32(512,128)
-#define t160_d_transformer_h_0_resid_1_transformer_h_0_l ((float *)(acts + 10386496)) // d:transformer.h.0.resid_1@transformer.h.0.ln_2#0 f32(B,64,128)
-#define t161_d_transformer_h_0_ln_2_weight_transformer_h ((float *)(grads + 1345536)) // d:transformer.h.0.ln_2.weight@transformer.h.0.ln_2#1 f32(128)
-#define t162_d_transformer_h_0_resid_1 ((float *)(acts + 10288192)) // d:transformer.h.0.resid_1 f32(B,64,128)
-#define t163_d_transformer_h_0_attn_transformer_h_0_attn ((float *)(acts + 10189888)) // d:transformer.h.0.attn@transformer.h.0.attn.c_proj#0 f32(B,64,128)
-#define t164_d_transformer_h_0_attn_c_proj_weight_transf ((float *)(grads + 1346048)) // d:transformer.h.0.attn.c_proj.weight@transformer.h.0.attn.c_proj#1 f32(128,128)
-#define t165_d_transformer_h_0_attn_c_attn_transformer_h ((float *)(acts + 10699840)) // d:transformer.h.0.attn.c_attn@transformer.h.0.attn#0 f32(B,64,384)
-#define t166_d_transformer_h_0_ln_1_transformer_h_0_attn ((float *)(acts + 10189888)) // d:transformer.h.0.ln_1@transformer.h.0.attn.c_attn#0 f32(B,64,128)
-#define t167_d_transformer_h_0_attn_c_attn_weight_transf ((float *)(grads + 1411584)) // d:transformer.h.0.attn.c_attn.weight@transformer.h.0.attn.c_attn#1 f32(384,128)
-#define t168_d_transformer_emb_transformer_h_0_ln_1_0 ((float *)(acts + 10386496)) // d:transformer.emb@transformer.h.0.ln_1#0 f32(B,64,128)
-#define t169_d_transformer_h_0_ln_1_weight_transformer_h ((float *)(grads + 1608192)) // d:transformer.h.0.ln_1.weight@transformer.h.0.ln_1#1 f32(128)
+// d:transformer.ln_f@logits#0 f32(B,64,128)
+#define t103_d_transformer_ln_f_logits_0 ((float *)(acts + 10189888))
+// d:transformer.wte.weight@logits#1 f32(65,128)
+#define t104_d_transformer_wte_weight_logits_1 ((float *)(grads + 0))
+// d:transformer.h.3.out@transformer.ln_f#0 f32(B,64,128)
+#define t105_d_transformer_h_3_out_transformer_ln_f_0 ((float *)(acts + 9940288))
+// d:transformer.ln_f.weight@transformer.ln_f#1 f32(128)
+#define t106_d_transformer_ln_f_weight_transformer_ln_f_ ((float *)(grads + 33280))
+// d:transformer.h.3.mlp.gelu@transformer.h.3.mlp.c_proj#0 f32(B,64,512)
+#define t107_d_transformer_h_3_mlp_gelu_transformer_h_3_ ((float *)(acts + 10189888))
+// d:transformer.h.3.mlp.c_proj.weight@transformer.h.3.mlp.c_proj#1 f32(128,512)
+#define t108_d_transformer_h_3_mlp_c_proj_weight_transfo ((float *)(grads + 33792))
+// d:transformer.h.3.mlp.c_fc@transformer.h.3.mlp.gelu#0 f32(B,64,512)
+#define t109_d_transformer_h_3_mlp_c_fc_transformer_h_3_ ((float *)(acts + 8564032))
+// d:transformer.h.3.ln_2@transformer.h.3.mlp.c_fc#0 f32(B,64,128)
+#define t110_d_transformer_h_3_ln_2_transformer_h_3_mlp_ ((float *)(acts + 10189888))
+// d:transformer.h.3.mlp.c_fc.weight@transformer.h.3.mlp.c_fc#1 f32(512,128)
+#define t111_d_transformer_h_3_mlp_c_fc_weight_transform ((float *)(grads + 295936))
+// d:transformer.h.3.resid_1@transformer.h.3.ln_2#0 f32(B,64,128)
+#define t112_d_transformer_h_3_resid_1_transformer_h_3_l ((float *)(acts + 10288192))
+// d:transformer.h.3.ln_2.weight@transformer.h.3.ln_2#1 f32(128)
+#define t113_d_transformer_h_3_ln_2_weight_transformer_h ((float *)(grads + 558080))
+// d:transformer.h.3.resid_1 f32(B,64,128)
+#define t114_d_transformer_h_3_resid_1 ((float *)(acts + 7679296))
+// d:transformer.h.3.attn@transformer.h.3.attn.c_proj#0 f32(B,64,128)
+#define t115_d_transformer_h_3_attn_transformer_h_3_attn ((float *)(acts + 10189888))
+// d:transformer.h.3.attn.c_proj.weight@transformer.h.3.attn.c_proj#1 f32(128,128)
+#define t116_d_transformer_h_3_attn_c_proj_weight_transf ((float *)(grads + 558592))
+// d:transformer.h.3.attn.c_attn@transformer.h.3.attn#0 f32(B,64,384)
+#define t117_d_transformer_h_3_attn_c_attn_transformer_h ((float *)(acts + 7384384))
+// d:transformer.h.3.ln_1@transformer.h.3.attn.c_attn#0 f32(B,64,128)
+#define t118_d_transformer_h_3_ln_1_transformer_h_3_attn ((float *)(acts + 10189888))
+// d:transformer.h.3.attn.c_attn.weight@transformer.h.3.attn.c_attn#1 f32(384,128)
+#define t119_d_transformer_h_3_attn_c_attn_weight_transf ((float *)(grads + 624128))
+// d:transformer.h.2.out@transformer.h.3.ln_1#0 f32(B,64,128)
+#define t120_d_transformer_h_2_out_transformer_h_3_ln_1_ ((float *)(acts + 8170816))
+// d:transformer.h.3.ln_1.weight@transformer.h.3.ln_1#1 f32(128)
+#define t121_d_transformer_h_3_ln_1_weight_transformer_h ((float *)(grads + 820736))
+// d:transformer.h.0.out f32(B,64,128)
+#define t154_d_transformer_h_0_out ((float *)(acts + 10189888))
+// d:transformer.h.0.mlp.gelu@transformer.h.0.mlp.c_proj#0 f32(B,64,512)
+#define t155_d_transformer_h_0_mlp_gelu_transformer_h_0_ ((float *)(acts + 10288192))
+// d:transformer.h.0.mlp.c_proj.weight@transformer.h.0.mlp.c_proj#1 f32(128,512)
+#define t156_d_transformer_h_0_mlp_c_proj_weight_transfo ((float *)(grads + 821248))
+// d:transformer.h.0.mlp.c_fc@transformer.h.0.mlp.gelu#0 f32(B,64,512)
+#define t157_d_transformer_h_0_mlp_c_fc_transformer_h_0_ ((float *)(acts + 10681408))
+// d:transformer.h.0.ln_2@transformer.h.0.mlp.c_fc#0 f32(B,64,128)
+#define t158_d_transformer_h_0_ln_2_transformer_h_0_mlp_ ((float *)(acts + 10288192))
+// d:transformer.h.0.mlp.c_fc.weight@transformer.h.0.mlp.c_fc#1 f32(512,128)
+#define t159_d_transformer_h_0_mlp_c_fc_weight_transform ((float *)(grads + 1083392))
+// d:transformer.h.0.resid_1@transformer.h.0.ln_2#0 f32(B,64,128)
+#define t160_d_transformer_h_0_resid_1_transformer_h_0_l ((float *)(acts + 10386496))
+// d:transformer.h.0.ln_2.weight@transformer.h.0.ln_2#1 f32(128)
+#define t161_d_transformer_h_0_ln_2_weight_transformer_h ((float *)(grads + 1345536))
+// d:transformer.h.0.resid_1 f32(B,64,128)
+#define t162_d_transformer_h_0_resid_1 ((float *)(acts + 10288192))
+// d:transformer.h.0.attn@transformer.h.0.attn.c_proj#0 f32(B,64,128)
+#define t163_d_transformer_h_0_attn_transformer_h_0_attn ((float *)(acts + 10189888))
+// d:transformer.h.0.attn.c_proj.weight@transformer.h.0.attn.c_proj#1 f32(128,128)
+#define t164_d_transformer_h_0_attn_c_proj_weight_transf ((float *)(grads + 1346048))
+// d:transformer.h.0.attn.c_attn@transformer.h.0.attn#0 f32(B,64,384)
+#define t165_d_transformer_h_0_attn_c_attn_transformer_h ((float *)(acts + 10699840))
+// d:transformer.h.0.ln_1@transformer.h.0.attn.c_attn#0 f32(B,64,128)
+#define t166_d_transformer_h_0_ln_1_transformer_h_0_attn ((float *)(acts + 10189888))
+// d:transformer.h.0.attn.c_attn.weight@transformer.h.0.attn.c_attn#1 f32(384,128)
+#define t167_d_transformer_h_0_attn_c_attn_weight_transf ((float *)(grads + 1411584))
+// d:transformer.emb@transformer.h.0.ln_1#0 f32(B,64,128)
+#define t168_d_transformer_emb_transformer_h_0_ln_1_0 ((float *)(acts + 10386496))
+// d:transformer.h.0.ln_1.weight@transformer.h.0.ln_1#1 f32(128)
+#define t169_d_transformer_h_0_ln_1_weight_transformer_h ((float *)(grads + 1608192))
 #define t170_d_transformer_emb ((float *)(acts + 10189888)) // d:transformer.emb f32(B,64,128)
-#define t171_d_transformer_wpe_weight_transformer_emb_1 ((float *)(grads + 1608704)) // d:transformer.wpe.weight@transformer.emb#1 f32(64,128)
-#define t172_d_transformer_wte_weight_transformer_wte_1 ((float *)(grads + 1641472)) // d:transformer.wte.weight@transformer.wte#1 f32(65,128)
-#define t173_d_transformer_wte_weight ((float *)(grads + 1674752)) // d:transformer.wte.weight f32(65,128)
-#define t176_transformer_h_2_out_v3 ((float *)(acts + 10038592)) // transformer.h.2.out@v3 f32(B,64,128)
-#define t181_d_transformer_h_1_resid_1_v0 ((float *)(acts + 64 + (int64_t)slot * STRIDE_0)) // d:transformer.h.1.resid_1@v0 f32(B,64,128)
-#define t182_d_transformer_h_0_out_transformer_h_1_ln_1_ ((float *)(acts + 98368 + (int64_t)slot * STRIDE_0)) // d:transformer.h.0.out@transformer.h.1.ln_1#0@v0 f32(B,64,128)
+// d:transformer.wpe.weight@transformer.emb#1 f32(64,128)
+#define t171_d_transformer_wpe_weight_transformer_emb_1 ((float *)(grads + 1608704))
+// d:transformer.wte.weight@transformer.wte#1 f32(65,128)
+#define t172_d_transformer_wte_weight_transformer_wte_1 ((float *)(grads + 1641472))
+// d:transformer.wte.weight f32(65,128)
+#define t173_d_transformer_wte_weight ((float *)(grads + 1674752))
+// transformer.h.2.out@v3 f32(B,64,128)
+#define t176_transformer_h_2_out_v3 ((float *)(acts + 10038592))
+// d:transformer.h.1.resid_1@v0 f32(B,64,128)
+#define t181_d_transformer_h_1_resid_1_v0 ((float *)(acts + 64 + slot * STRIDE_0))
+// d:transformer.h.0.out@transformer.h.1.ln_1#0@v0 f32(B,64,128)
+#define t182_d_transformer_h_0_out_transformer_h_1_ln_1_ ((float *)(acts + 98368 + slot * STRIDE_0))
 
 // Batch rows the losses average over: MB, or the real rows of a partial validation batch.
 static int64_t loss_rows __attribute__((unused)) = MB;
@@ -133,131 +222,303 @@ static int64_t loss_rows __attribute__((unused)) = MB;
 // Stage 0, forward (F) of one microbatch: 12 nodes.
 static void F_0(int slot) {
   (void)slot;
-  pr_embedding_fwd(t6_transformer_wte, t0_idx, t2_transformer_wte_weight, /*n*/ 192, /*V*/ 65, /*C*/ 128); // transformer.wte
-  pr_binary_fwd(t7_transformer_emb, t6_transformer_wte, t3_transformer_wpe_weight, /*op*/ 0, /*rank*/ 3, /*ydims*/ (const int64_t[]){3, 64, 128}, /*astr*/ (const int64_t[]){8192, 128, 1}, /*bstr*/ (const int64_t[]){0, 128, 1}); // transformer.emb
-  pr_layernorm_fwd(t14_transformer_h_0_ln_1, t15_transformer_h_0_ln_1_mean, t16_transformer_h_0_ln_1_rstd, t7_transformer_emb, t8_transformer_h_0_ln_1_weight, NULL, /*rows*/ 192, /*C*/ 128, /*eps*/ 1e-05f); // transformer.h.0.ln_1
-  pr_linear_fwd(t17_transformer_h_0_attn_c_attn, t14_transformer_h_0_ln_1, t9_transformer_h_0_attn_c_attn_weight, NULL, /*rows*/ 192, /*in*/ 128, /*out*/ 384); // transformer.h.0.attn.c_attn
+  pr_embedding_fwd(t6_transformer_wte, t0_idx, t2_transformer_wte_weight, /*n*/ 192, /*V*/ 65,
+                   /*C*/ 128); // transformer.wte
+  // transformer.emb
+  pr_binary_fwd(t7_transformer_emb, t6_transformer_wte, t3_transformer_wpe_weight, /*op*/ 0,
+                /*rank*/ 3, /*ydims*/ (const int64_t[]){3, 64, 128},
+                /*astr*/ (const int64_t[]){8192, 128, 1}, /*bstr*/ (const int64_t[]){0, 128, 1});
+  // transformer.h.0.ln_1
+  pr_layernorm_fwd(t14_transformer_h_0_ln_1, t15_transformer_h_0_ln_1_mean,
+                   t16_transformer_h_0_ln_1_rstd, t7_transformer_emb,
+                   t8_transformer_h_0_ln_1_weight, NULL, /*rows*/ 192, /*C*/ 128, /*eps*/ 1e-05f);
+  // transformer.h.0.attn.c_attn
+  pr_linear_fwd(t17_transformer_h_0_attn_c_attn, t14_transformer_h_0_ln_1,
+                t9_transformer_h_0_attn_c_attn_weight, NULL, /*rows*/ 192, /*in*/ 128, /*out*/ 384);
   pr_comm_progress();
-  pr_attention_fwd(t18_transformer_h_0_attn, t19_transformer_h_0_attn_att, t17_transformer_h_0_attn_c_attn, /*B*/ 3, /*T*/ 64, /*C*/ 128, /*NH*/ 4, /*NKV*/ 4, /*causal*/ 1); // transformer.h.0.attn
+  pr_attention_fwd(t18_transformer_h_0_attn, t19_transformer_h_0_attn_att,
+                   t17_transformer_h_0_attn_c_attn, /*B*/ 3, /*T*/ 64, /*C*/ 128, /*NH*/ 4,
+                   /*NKV*/ 4, /*causal*/ 1); // transformer.h.0.attn
   pr_comm_progress();
-  pr_linear_fwd(t20_transformer_h_0_attn_c_proj, t18_transformer_h_0_attn, t10_transformer_h_0_attn_c_proj_weight, NULL, /*rows*/ 192, /*in*/ 128, /*out*/ 128); // transformer.h.0.attn.c_proj
+  pr_linear_fwd(t20_transformer_h_0_attn_c_proj, t18_transformer_h_0_attn,
+                t10_transformer_h_0_attn_c_proj_weight, NULL, /*rows*/ 192, /*in*/ 128,
+                /*out*/ 128); // transformer.h.0.attn.c_proj
   pr_comm_progress();
-  pr_binary_fwd(t21_transformer_h_0_resid_1, t7_transformer_emb, t20_transformer_h_0_attn_c_proj, /*op*/ 0, /*rank*/ 3, /*ydims*/ (const int64_t[]){3, 64, 128}, /*astr*/ (const int64_t[]){8192, 128, 1}, /*bstr*/ (const int64_t[]){8192, 128, 1}); // transformer.h.0.resid_1
-  pr_layernorm_fwd(t22_transformer_h_0_ln_2, t23_transformer_h_0_ln_2_mean, t24_transformer_h_0_ln_2_rstd, t21_transformer_h_0_resid_1, t11_transformer_h_0_ln_2_weight, NULL, /*rows*/ 192, /*C*/ 128, /*eps*/ 1e-05f); // transformer.h.0.ln_2
-  pr_linear_gelu_fwd(t25_transformer_h_0_mlp_c_fc, t26_transformer_h_0_mlp_gelu, t27_transformer_h_0_mlp_gelu_cdf, t22_transformer_h_0_ln_2, t12_transformer_h_0_mlp_c_fc_weight, NULL, /*rows*/ 192, /*in*/ 128, /*out*/ 512, /*n*/ 98304, /*exact*/ 1); // transformer.h.0.mlp.c_fc + transformer.h.0.mlp.gelu
+  // transformer.h.0.resid_1
+  pr_binary_fwd(t21_transformer_h_0_resid_1, t7_transformer_emb, t20_transformer_h_0_attn_c_proj,
+                /*op*/ 0, /*rank*/ 3, /*ydims*/ (const int64_t[]){3, 64, 128},
+                /*astr*/ (const int64_t[]){8192, 128, 1}, /*bstr*/ (const int64_t[]){8192, 128, 1});
+  // transformer.h.0.ln_2
+  pr_layernorm_fwd(t22_transformer_h_0_ln_2, t23_transformer_h_0_ln_2_mean,
+                   t24_transformer_h_0_ln_2_rstd, t21_transformer_h_0_resid_1,
+                   t11_transformer_h_0_ln_2_weight, NULL, /*rows*/ 192, /*C*/ 128, /*eps*/ 1e-05f);
+  // transformer.h.0.mlp.c_fc + transformer.h.0.mlp.gelu
+  pr_linear_gelu_fwd(t25_transformer_h_0_mlp_c_fc, t26_transformer_h_0_mlp_gelu,
+                     t27_transformer_h_0_mlp_gelu_cdf, t22_transformer_h_0_ln_2,
+                     t12_transformer_h_0_mlp_c_fc_weight, NULL, /*rows*/ 192, /*in*/ 128,
+                     /*out*/ 512, /*n*/ 98304, /*exact*/ 1);
   pr_comm_progress();
-  pr_linear_fwd(t28_transformer_h_0_mlp_c_proj, t26_transformer_h_0_mlp_gelu, t13_transformer_h_0_mlp_c_proj_weight, NULL, /*rows*/ 192, /*in*/ 512, /*out*/ 128); // transformer.h.0.mlp.c_proj
+  // transformer.h.0.mlp.c_proj
+  pr_linear_fwd(t28_transformer_h_0_mlp_c_proj, t26_transformer_h_0_mlp_gelu,
+                t13_transformer_h_0_mlp_c_proj_weight, NULL, /*rows*/ 192, /*in*/ 512, /*out*/ 128);
   pr_comm_progress();
-  pr_binary_fwd(t29_transformer_h_0_out, t21_transformer_h_0_resid_1, t28_transformer_h_0_mlp_c_proj, /*op*/ 0, /*rank*/ 3, /*ydims*/ (const int64_t[]){3, 64, 128}, /*astr*/ (const int64_t[]){8192, 128, 1}, /*bstr*/ (const int64_t[]){8192, 128, 1}); // transformer.h.0.out
+  pr_binary_fwd(t29_transformer_h_0_out, t21_transformer_h_0_resid_1,
+                t28_transformer_h_0_mlp_c_proj, /*op*/ 0, /*rank*/ 3,
+                /*ydims*/ (const int64_t[]){3, 64, 128}, /*astr*/ (const int64_t[]){8192, 128, 1},
+                /*bstr*/ (const int64_t[]){8192, 128, 1}); // transformer.h.0.out
 }
 
-// Stage 0, backward (B) of one microbatch: 19 nodes, input gradients and weight gradients (W nodes, in graph order); acc = 0 for
-// the first microbatch of the step, 1 after (weight gradients accumulate over it).
+// Stage 0, backward (B) of one microbatch: 19 nodes, input gradients and weight gradients (W nodes,
+// in graph order); acc = 0 for the first microbatch of the step, 1 after (weight gradients
+// accumulate over it).
 static void B_0(int slot, int acc) {
   (void)slot, (void)acc;
-  pr_add_n(t154_d_transformer_h_0_out, (const float *const[]){t182_d_transformer_h_0_out_transformer_h_1_ln_1_, t181_d_transformer_h_1_resid_1_v0}, /*k*/ 2, /*n*/ 24576); // d:transformer.h.0.out:sum
-  pr_linear_bwd_x(t155_d_transformer_h_0_mlp_gelu_transformer_h_0_, t154_d_transformer_h_0_out, t13_transformer_h_0_mlp_c_proj_weight, /*rows*/ 192, /*in*/ 512, /*out*/ 128, /*acc*/ 0); // transformer.h.0.mlp.c_proj:d0
+  pr_add_n(t154_d_transformer_h_0_out,
+           (const float *const[]){t182_d_transformer_h_0_out_transformer_h_1_ln_1_,
+           t181_d_transformer_h_1_resid_1_v0}, /*k*/ 2, /*n*/ 24576); // d:transformer.h.0.out:sum
+  pr_linear_bwd_x(t155_d_transformer_h_0_mlp_gelu_transformer_h_0_, t154_d_transformer_h_0_out,
+                  t13_transformer_h_0_mlp_c_proj_weight, /*rows*/ 192, /*in*/ 512, /*out*/ 128,
+                  /*acc*/ 0); // transformer.h.0.mlp.c_proj:d0
   pr_comm_progress();
-  pr_linear_bwd_w(t156_d_transformer_h_0_mlp_c_proj_weight_transfo, t154_d_transformer_h_0_out, t26_transformer_h_0_mlp_gelu, /*rows*/ 192, /*in*/ 512, /*out*/ 128, /*acc*/ acc); // transformer.h.0.mlp.c_proj:d1
+  // transformer.h.0.mlp.c_proj:d1
+  pr_linear_bwd_w(t156_d_transformer_h_0_mlp_c_proj_weight_transfo, t154_d_transformer_h_0_out,
+                  t26_transformer_h_0_mlp_gelu, /*rows*/ 192, /*in*/ 512, /*out*/ 128, /*acc*/ acc);
   pr_comm_progress();
-  pr_gelu_bwd(t157_d_transformer_h_0_mlp_c_fc_transformer_h_0_, t155_d_transformer_h_0_mlp_gelu_transformer_h_0_, t25_transformer_h_0_mlp_c_fc, t27_transformer_h_0_mlp_gelu_cdf, /*n*/ 98304, /*exact*/ 1, /*acc*/ 0); // transformer.h.0.mlp.gelu:d0
-  pr_linear_bwd_x(t158_d_transformer_h_0_ln_2_transformer_h_0_mlp_, t157_d_transformer_h_0_mlp_c_fc_transformer_h_0_, t12_transformer_h_0_mlp_c_fc_weight, /*rows*/ 192, /*in*/ 128, /*out*/ 512, /*acc*/ 0); // transformer.h.0.mlp.c_fc:d0
+  // transformer.h.0.mlp.gelu:d0
+  pr_gelu_bwd(t157_d_transformer_h_0_mlp_c_fc_transformer_h_0_,
+              t155_d_transformer_h_0_mlp_gelu_transformer_h_0_, t25_transformer_h_0_mlp_c_fc,
+              t27_transformer_h_0_mlp_gelu_cdf, /*n*/ 98304, /*exact*/ 1, /*acc*/ 0);
+  pr_linear_bwd_x(t158_d_transformer_h_0_ln_2_transformer_h_0_mlp_,
+                  t157_d_transformer_h_0_mlp_c_fc_transformer_h_0_,
+                  t12_transformer_h_0_mlp_c_fc_weight, /*rows*/ 192, /*in*/ 128, /*out*/ 512,
+                  /*acc*/ 0); // transformer.h.0.mlp.c_fc:d0
   pr_comm_progress();
-  pr_linear_bwd_w(t159_d_transformer_h_0_mlp_c_fc_weight_transform, t157_d_transformer_h_0_mlp_c_fc_transformer_h_0_, t22_transformer_h_0_ln_2, /*rows*/ 192, /*in*/ 128, /*out*/ 512, /*acc*/ acc); // transformer.h.0.mlp.c_fc:d1
+  // transformer.h.0.mlp.c_fc:d1
+  pr_linear_bwd_w(t159_d_transformer_h_0_mlp_c_fc_weight_transform,
+                  t157_d_transformer_h_0_mlp_c_fc_transformer_h_0_, t22_transformer_h_0_ln_2,
+                  /*rows*/ 192, /*in*/ 128, /*out*/ 512, /*acc*/ acc);
   pr_comm_progress();
-  pr_layernorm_bwd_x(t160_d_transformer_h_0_resid_1_transformer_h_0_l, t158_d_transformer_h_0_ln_2_transformer_h_0_mlp_, t21_transformer_h_0_resid_1, t11_transformer_h_0_ln_2_weight, t23_transformer_h_0_ln_2_mean, t24_transformer_h_0_ln_2_rstd, /*rows*/ 192, /*C*/ 128, /*acc*/ 0); // transformer.h.0.ln_2:d0
-  pr_layernorm_bwd_w(t161_d_transformer_h_0_ln_2_weight_transformer_h, t158_d_transformer_h_0_ln_2_transformer_h_0_mlp_, t21_transformer_h_0_resid_1, t23_transformer_h_0_ln_2_mean, t24_transformer_h_0_ln_2_rstd, /*rows*/ 192, /*C*/ 128, /*acc*/ acc); // transformer.h.0.ln_2:d1
-  pr_add_n(t162_d_transformer_h_0_resid_1, (const float *const[]){t160_d_transformer_h_0_resid_1_transformer_h_0_l, t154_d_transformer_h_0_out}, /*k*/ 2, /*n*/ 24576); // d:transformer.h.0.resid_1:sum
-  pr_linear_bwd_x(t163_d_transformer_h_0_attn_transformer_h_0_attn, t162_d_transformer_h_0_resid_1, t10_transformer_h_0_attn_c_proj_weight, /*rows*/ 192, /*in*/ 128, /*out*/ 128, /*acc*/ 0); // transformer.h.0.attn.c_proj:d0
+  // transformer.h.0.ln_2:d0
+  pr_layernorm_bwd_x(t160_d_transformer_h_0_resid_1_transformer_h_0_l,
+                     t158_d_transformer_h_0_ln_2_transformer_h_0_mlp_, t21_transformer_h_0_resid_1,
+                     t11_transformer_h_0_ln_2_weight, t23_transformer_h_0_ln_2_mean,
+                     t24_transformer_h_0_ln_2_rstd, /*rows*/ 192, /*C*/ 128, /*acc*/ 0);
+  pr_layernorm_bwd_w(t161_d_transformer_h_0_ln_2_weight_transformer_h,
+                     t158_d_transformer_h_0_ln_2_transformer_h_0_mlp_, t21_transformer_h_0_resid_1,
+                     t23_transformer_h_0_ln_2_mean, t24_transformer_h_0_ln_2_rstd, /*rows*/ 192,
+                     /*C*/ 128, /*acc*/ acc); // transformer.h.0.ln_2:d1
+  pr_add_n(t162_d_transformer_h_0_resid_1,
+           (const float *const[]){t160_d_transformer_h_0_resid_1_transformer_h_0_l,
+           t154_d_transformer_h_0_out}, /*k*/ 2, /*n*/ 24576); // d:transformer.h.0.resid_1:sum
+  pr_linear_bwd_x(t163_d_transformer_h_0_attn_transformer_h_0_attn, t162_d_transformer_h_0_resid_1,
+                  t10_transformer_h_0_attn_c_proj_weight, /*rows*/ 192, /*in*/ 128, /*out*/ 128,
+                  /*acc*/ 0); // transformer.h.0.attn.c_proj:d0
   pr_comm_progress();
-  pr_linear_bwd_w(t164_d_transformer_h_0_attn_c_proj_weight_transf, t162_d_transformer_h_0_resid_1, t18_transformer_h_0_attn, /*rows*/ 192, /*in*/ 128, /*out*/ 128, /*acc*/ acc); // transformer.h.0.attn.c_proj:d1
+  // transformer.h.0.attn.c_proj:d1
+  pr_linear_bwd_w(t164_d_transformer_h_0_attn_c_proj_weight_transf, t162_d_transformer_h_0_resid_1,
+                  t18_transformer_h_0_attn, /*rows*/ 192, /*in*/ 128, /*out*/ 128, /*acc*/ acc);
   pr_comm_progress();
-  pr_attention_bwd(t165_d_transformer_h_0_attn_c_attn_transformer_h, t163_d_transformer_h_0_attn_transformer_h_0_attn, t17_transformer_h_0_attn_c_attn, t19_transformer_h_0_attn_att, (void *)(acts + 10386496), /*B*/ 3, /*T*/ 64, /*C*/ 128, /*NH*/ 4, /*NKV*/ 4, /*causal*/ 1, /*acc*/ 0); // transformer.h.0.attn:d0
+  pr_attention_bwd(t165_d_transformer_h_0_attn_c_attn_transformer_h,
+                   t163_d_transformer_h_0_attn_transformer_h_0_attn,
+                   t17_transformer_h_0_attn_c_attn, t19_transformer_h_0_attn_att,
+                   (void *)(acts + 10386496), /*B*/ 3, /*T*/ 64, /*C*/ 128, /*NH*/ 4, /*NKV*/ 4,
+                   /*causal*/ 1, /*acc*/ 0); // transformer.h.0.attn:d0
   pr_comm_progress();
-  pr_linear_bwd_x(t166_d_transformer_h_0_ln_1_transformer_h_0_attn, t165_d_transformer_h_0_attn_c_attn_transformer_h, t9_transformer_h_0_attn_c_attn_weight, /*rows*/ 192, /*in*/ 128, /*out*/ 384, /*acc*/ 0); // transformer.h.0.attn.c_attn:d0
+  pr_linear_bwd_x(t166_d_transformer_h_0_ln_1_transformer_h_0_attn,
+                  t165_d_transformer_h_0_attn_c_attn_transformer_h,
+                  t9_transformer_h_0_attn_c_attn_weight, /*rows*/ 192, /*in*/ 128, /*out*/ 384,
+                  /*acc*/ 0); // transformer.h.0.attn.c_attn:d0
   pr_comm_progress();
-  pr_linear_bwd_w(t167_d_transformer_h_0_attn_c_attn_weight_transf, t165_d_transformer_h_0_attn_c_attn_transformer_h, t14_transformer_h_0_ln_1, /*rows*/ 192, /*in*/ 128, /*out*/ 384, /*acc*/ acc); // transformer.h.0.attn.c_attn:d1
+  // transformer.h.0.attn.c_attn:d1
+  pr_linear_bwd_w(t167_d_transformer_h_0_attn_c_attn_weight_transf,
+                  t165_d_transformer_h_0_attn_c_attn_transformer_h, t14_transformer_h_0_ln_1,
+                  /*rows*/ 192, /*in*/ 128, /*out*/ 384, /*acc*/ acc);
   pr_comm_progress();
-  pr_layernorm_bwd_x(t168_d_transformer_emb_transformer_h_0_ln_1_0, t166_d_transformer_h_0_ln_1_transformer_h_0_attn, t7_transformer_emb, t8_transformer_h_0_ln_1_weight, t15_transformer_h_0_ln_1_mean, t16_transformer_h_0_ln_1_rstd, /*rows*/ 192, /*C*/ 128, /*acc*/ 0); // transformer.h.0.ln_1:d0
-  pr_layernorm_bwd_w(t169_d_transformer_h_0_ln_1_weight_transformer_h, t166_d_transformer_h_0_ln_1_transformer_h_0_attn, t7_transformer_emb, t15_transformer_h_0_ln_1_mean, t16_transformer_h_0_ln_1_rstd, /*rows*/ 192, /*C*/ 128, /*acc*/ acc); // transformer.h.0.ln_1:d1
-  pr_add_n(t170_d_transformer_emb, (const float *const[]){t168_d_transformer_emb_transformer_h_0_ln_1_0, t162_d_transformer_h_0_resid_1}, /*k*/ 2, /*n*/ 24576); // d:transformer.emb:sum
-  pr_binary_bwd(t171_d_transformer_wpe_weight_transformer_emb_1, t170_d_transformer_emb, NULL, /*op*/ 0, /*which*/ 1, /*rank*/ 3, /*ydims*/ (const int64_t[]){3, 64, 128}, /*xdims*/ (const int64_t[]){1, 64, 128}, /*ostr*/ (const int64_t[]){8192, 128, 1}, /*acc*/ acc); // transformer.emb:d1
-  pr_embedding_bwd_w(t172_d_transformer_wte_weight_transformer_wte_1, t170_d_transformer_emb, t0_idx, /*n*/ 192, /*V*/ 65, /*C*/ 128, /*acc*/ acc); // transformer.wte:d1
+  // transformer.h.0.ln_1:d0
+  pr_layernorm_bwd_x(t168_d_transformer_emb_transformer_h_0_ln_1_0,
+                     t166_d_transformer_h_0_ln_1_transformer_h_0_attn, t7_transformer_emb,
+                     t8_transformer_h_0_ln_1_weight, t15_transformer_h_0_ln_1_mean,
+                     t16_transformer_h_0_ln_1_rstd, /*rows*/ 192, /*C*/ 128, /*acc*/ 0);
+  pr_layernorm_bwd_w(t169_d_transformer_h_0_ln_1_weight_transformer_h,
+                     t166_d_transformer_h_0_ln_1_transformer_h_0_attn, t7_transformer_emb,
+                     t15_transformer_h_0_ln_1_mean, t16_transformer_h_0_ln_1_rstd, /*rows*/ 192,
+                     /*C*/ 128, /*acc*/ acc); // transformer.h.0.ln_1:d1
+  pr_add_n(t170_d_transformer_emb,
+           (const float *const[]){t168_d_transformer_emb_transformer_h_0_ln_1_0,
+           t162_d_transformer_h_0_resid_1}, /*k*/ 2, /*n*/ 24576); // d:transformer.emb:sum
+  pr_binary_bwd(t171_d_transformer_wpe_weight_transformer_emb_1, t170_d_transformer_emb, NULL,
+                /*op*/ 0, /*which*/ 1, /*rank*/ 3, /*ydims*/ (const int64_t[]){3, 64, 128},
+                /*xdims*/ (const int64_t[]){1, 64, 128}, /*ostr*/ (const int64_t[]){8192, 128, 1},
+                /*acc*/ acc); // transformer.emb:d1
+  pr_embedding_bwd_w(t172_d_transformer_wte_weight_transformer_wte_1, t170_d_transformer_emb,
+                     t0_idx, /*n*/ 192, /*V*/ 65, /*C*/ 128, /*acc*/ acc); // transformer.wte:d1
 }
 
 // Stage 0, end of step (TIED_SUM): gradients of parameters used in several places,
 // summed in use order (1 nodes).
 static void step_end_0(void) {
-  pr_add_n(t173_d_transformer_wte_weight, (const float *const[]){t172_d_transformer_wte_weight_transformer_wte_1, t104_d_transformer_wte_weight_logits_1}, /*k*/ 2, /*n*/ 8320); // d:transformer.wte.weight:sum
+  // d:transformer.wte.weight:sum
+  pr_add_n(t173_d_transformer_wte_weight,
+           (const float *const[]){t172_d_transformer_wte_weight_transformer_wte_1,
+           t104_d_transformer_wte_weight_logits_1}, /*k*/ 2, /*n*/ 8320);
 }
 
 // Stage 3, forward (F) of one microbatch: 13 nodes.
 static void F_3(int slot) {
   (void)slot;
-  pr_layernorm_fwd(t80_transformer_h_3_ln_1, t81_transformer_h_3_ln_1_mean, t82_transformer_h_3_ln_1_rstd, t176_transformer_h_2_out_v3, t74_transformer_h_3_ln_1_weight, NULL, /*rows*/ 192, /*C*/ 128, /*eps*/ 1e-05f); // transformer.h.3.ln_1
-  pr_linear_fwd(t83_transformer_h_3_attn_c_attn, t80_transformer_h_3_ln_1, t75_transformer_h_3_attn_c_attn_weight, NULL, /*rows*/ 192, /*in*/ 128, /*out*/ 384); // transformer.h.3.attn.c_attn
+  // transformer.h.3.ln_1
+  pr_layernorm_fwd(t80_transformer_h_3_ln_1, t81_transformer_h_3_ln_1_mean,
+                   t82_transformer_h_3_ln_1_rstd, t176_transformer_h_2_out_v3,
+                   t74_transformer_h_3_ln_1_weight, NULL, /*rows*/ 192, /*C*/ 128, /*eps*/ 1e-05f);
+  pr_linear_fwd(t83_transformer_h_3_attn_c_attn, t80_transformer_h_3_ln_1,
+                t75_transformer_h_3_attn_c_attn_weight, NULL, /*rows*/ 192, /*in*/ 128,
+                /*out*/ 384); // transformer.h.3.attn.c_attn
   pr_comm_progress();
-  pr_attention_fwd(t84_transformer_h_3_attn, t85_transformer_h_3_attn_att, t83_transformer_h_3_attn_c_attn, /*B*/ 3, /*T*/ 64, /*C*/ 128, /*NH*/ 4, /*NKV*/ 4, /*causal*/ 1); // transformer.h.3.attn
+  pr_attention_fwd(t84_transformer_h_3_attn, t85_transformer_h_3_attn_att,
+                   t83_transformer_h_3_attn_c_attn, /*B*/ 3, /*T*/ 64, /*C*/ 128, /*NH*/ 4,
+                   /*NKV*/ 4, /*causal*/ 1); // transformer.h.3.attn
   pr_comm_progress();
-  pr_linear_fwd(t86_transformer_h_3_attn_c_proj, t84_transformer_h_3_attn, t76_transformer_h_3_attn_c_proj_weight, NULL, /*rows*/ 192, /*in*/ 128, /*out*/ 128); // transformer.h.3.attn.c_proj
+  pr_linear_fwd(t86_transformer_h_3_attn_c_proj, t84_transformer_h_3_attn,
+                t76_transformer_h_3_attn_c_proj_weight, NULL, /*rows*/ 192, /*in*/ 128,
+                /*out*/ 128); // transformer.h.3.attn.c_proj
   pr_comm_progress();
-  pr_add_layernorm_fwd(t87_transformer_h_3_resid_1, t88_transformer_h_3_ln_2, t89_transformer_h_3_ln_2_mean, t90_transformer_h_3_ln_2_rstd, t176_transformer_h_2_out_v3, t86_transformer_h_3_attn_c_proj, t77_transformer_h_3_ln_2_weight, NULL, /*op*/ 0, /*rank*/ 3, /*ydims*/ (const int64_t[]){3, 64, 128}, /*astr*/ (const int64_t[]){8192, 128, 1}, /*bstr*/ (const int64_t[]){8192, 128, 1}, /*rows*/ 192, /*C*/ 128, /*eps*/ 1e-05f); // transformer.h.3.resid_1 + transformer.h.3.ln_2
-  pr_linear_gelu_fwd(t91_transformer_h_3_mlp_c_fc, t92_transformer_h_3_mlp_gelu, t93_transformer_h_3_mlp_gelu_cdf, t88_transformer_h_3_ln_2, t78_transformer_h_3_mlp_c_fc_weight, NULL, /*rows*/ 192, /*in*/ 128, /*out*/ 512, /*n*/ 98304, /*exact*/ 1); // transformer.h.3.mlp.c_fc + transformer.h.3.mlp.gelu
+  pr_add_layernorm_fwd(t87_transformer_h_3_resid_1, t88_transformer_h_3_ln_2,
+                       t89_transformer_h_3_ln_2_mean, t90_transformer_h_3_ln_2_rstd,
+                       t176_transformer_h_2_out_v3, t86_transformer_h_3_attn_c_proj,
+                       t77_transformer_h_3_ln_2_weight, NULL, /*op*/ 0, /*rank*/ 3,
+                       /*ydims*/ (const int64_t[]){3, 64, 128},
+                       /*astr*/ (const int64_t[]){8192, 128, 1},
+                       /*bstr*/ (const int64_t[]){8192, 128, 1}, /*rows*/ 192, /*C*/ 128,
+                       /*eps*/ 1e-05f); // transformer.h.3.resid_1 + transformer.h.3.ln_2
+  // transformer.h.3.mlp.c_fc + transformer.h.3.mlp.gelu
+  pr_linear_gelu_fwd(t91_transformer_h_3_mlp_c_fc, t92_transformer_h_3_mlp_gelu,
+                     t93_transformer_h_3_mlp_gelu_cdf, t88_transformer_h_3_ln_2,
+                     t78_transformer_h_3_mlp_c_fc_weight, NULL, /*rows*/ 192, /*in*/ 128,
+                     /*out*/ 512, /*n*/ 98304, /*exact*/ 1);
   pr_comm_progress();
-  pr_linear_fwd(t94_transformer_h_3_mlp_c_proj, t92_transformer_h_3_mlp_gelu, t79_transformer_h_3_mlp_c_proj_weight, NULL, /*rows*/ 192, /*in*/ 512, /*out*/ 128); // transformer.h.3.mlp.c_proj
+  // transformer.h.3.mlp.c_proj
+  pr_linear_fwd(t94_transformer_h_3_mlp_c_proj, t92_transformer_h_3_mlp_gelu,
+                t79_transformer_h_3_mlp_c_proj_weight, NULL, /*rows*/ 192, /*in*/ 512, /*out*/ 128);
   pr_comm_progress();
-  pr_binary_fwd(t95_transformer_h_3_out, t87_transformer_h_3_resid_1, t94_transformer_h_3_mlp_c_proj, /*op*/ 0, /*rank*/ 3, /*ydims*/ (const int64_t[]){3, 64, 128}, /*astr*/ (const int64_t[]){8192, 128, 1}, /*bstr*/ (const int64_t[]){8192, 128, 1}); // transformer.h.3.out
-  pr_layernorm_fwd(t96_transformer_ln_f, t97_transformer_ln_f_mean, t98_transformer_ln_f_rstd, t95_transformer_h_3_out, t4_transformer_ln_f_weight, NULL, /*rows*/ 192, /*C*/ 128, /*eps*/ 1e-05f); // transformer.ln_f
-  pr_linear_fwd(t99_logits, t96_transformer_ln_f, t5_lm_head_weight, NULL, /*rows*/ 192, /*in*/ 128, /*out*/ 65); // logits
+  pr_binary_fwd(t95_transformer_h_3_out, t87_transformer_h_3_resid_1,
+                t94_transformer_h_3_mlp_c_proj, /*op*/ 0, /*rank*/ 3,
+                /*ydims*/ (const int64_t[]){3, 64, 128}, /*astr*/ (const int64_t[]){8192, 128, 1},
+                /*bstr*/ (const int64_t[]){8192, 128, 1}); // transformer.h.3.out
+  pr_layernorm_fwd(t96_transformer_ln_f, t97_transformer_ln_f_mean, t98_transformer_ln_f_rstd,
+                   t95_transformer_h_3_out, t4_transformer_ln_f_weight, NULL, /*rows*/ 192,
+                   /*C*/ 128, /*eps*/ 1e-05f); // transformer.ln_f
+  pr_linear_fwd(t99_logits, t96_transformer_ln_f, t5_lm_head_weight, NULL, /*rows*/ 192, /*in*/ 128,
+                /*out*/ 65); // logits
   pr_comm_progress();
-  pr_cross_entropy_fwd(t100_loss, t99_logits, t1_targets, /*rows*/ 64 * loss_rows, /*V*/ 65); // loss
+  // loss
+  pr_cross_entropy_fwd(t100_loss, t99_logits, t1_targets, /*rows*/ 64 * loss_rows, /*V*/ 65);
 }
 
-// Stage 3, backward (B) of one microbatch: 15 nodes, input gradients; acc = 0 for
-// the first microbatch of the step, 1 after (weight gradients accumulate over it).
+// Stage 3, backward (B) of one microbatch: 15 nodes, input gradients; acc = 0 for the first
+// microbatch of the step, 1 after (weight gradients accumulate over it).
 static void B_3(int slot, int acc) {
   (void)slot, (void)acc;
-  pr_cross_entropy_bwd(t102_d_logits_loss_0, t101_d_loss, t99_logits, t1_targets, /*rows*/ 64 * loss_rows, /*V*/ 65, /*acc*/ 0); // loss:d0
-  pr_linear_bwd_x(t103_d_transformer_ln_f_logits_0, t102_d_logits_loss_0, t5_lm_head_weight, /*rows*/ 192, /*in*/ 128, /*out*/ 65, /*acc*/ 0); // logits:d0
+  pr_cross_entropy_bwd(t102_d_logits_loss_0, t101_d_loss, t99_logits, t1_targets,
+                       /*rows*/ 64 * loss_rows, /*V*/ 65, /*acc*/ 0); // loss:d0
+  pr_linear_bwd_x(t103_d_transformer_ln_f_logits_0, t102_d_logits_loss_0, t5_lm_head_weight,
+                  /*rows*/ 192, /*in*/ 128, /*out*/ 65, /*acc*/ 0); // logits:d0
   pr_comm_progress();
-  pr_layernorm_bwd_x(t105_d_transformer_h_3_out_transformer_ln_f_0, t103_d_transformer_ln_f_logits_0, t95_transformer_h_3_out, t4_transformer_ln_f_weight, t97_transformer_ln_f_mean, t98_transformer_ln_f_rstd, /*rows*/ 192, /*C*/ 128, /*acc*/ 0); // transformer.ln_f:d0
-  pr_layernorm_bwd_w(t106_d_transformer_ln_f_weight_transformer_ln_f_, t103_d_transformer_ln_f_logits_0, t95_transformer_h_3_out, t97_transformer_ln_f_mean, t98_transformer_ln_f_rstd, /*rows*/ 192, /*C*/ 128, /*acc*/ acc); // transformer.ln_f:d1
-  pr_linear_bwd_x_gelu(t107_d_transformer_h_3_mlp_gelu_transformer_h_3_, t109_d_transformer_h_3_mlp_c_fc_transformer_h_3_, t105_d_transformer_h_3_out_transformer_ln_f_0, t79_transformer_h_3_mlp_c_proj_weight, t91_transformer_h_3_mlp_c_fc, t93_transformer_h_3_mlp_gelu_cdf, /*rows*/ 192, /*in*/ 512, /*out*/ 128, /*n*/ 98304, /*exact*/ 1, /*acc*/ 0); // transformer.h.3.mlp.c_proj:d0 + transformer.h.3.mlp.gelu:d0
+  // transformer.ln_f:d0
+  pr_layernorm_bwd_x(t105_d_transformer_h_3_out_transformer_ln_f_0,
+                     t103_d_transformer_ln_f_logits_0, t95_transformer_h_3_out,
+                     t4_transformer_ln_f_weight, t97_transformer_ln_f_mean,
+                     t98_transformer_ln_f_rstd, /*rows*/ 192, /*C*/ 128, /*acc*/ 0);
+  pr_layernorm_bwd_w(t106_d_transformer_ln_f_weight_transformer_ln_f_,
+                     t103_d_transformer_ln_f_logits_0, t95_transformer_h_3_out,
+                     t97_transformer_ln_f_mean, t98_transformer_ln_f_rstd, /*rows*/ 192, /*C*/ 128,
+                     /*acc*/ acc); // transformer.ln_f:d1
+  // transformer.h.3.mlp.c_proj:d0 + transformer.h.3.mlp.gelu:d0
+  pr_linear_bwd_x_gelu(t107_d_transformer_h_3_mlp_gelu_transformer_h_3_,
+                       t109_d_transformer_h_3_mlp_c_fc_transformer_h_3_,
+                       t105_d_transformer_h_3_out_transformer_ln_f_0,
+                       t79_transformer_h_3_mlp_c_proj_weight, t91_transformer_h_3_mlp_c_fc,
+                       t93_transformer_h_3_mlp_gelu_cdf, /*rows*/ 192, /*in*/ 512, /*out*/ 128,
+                       /*n*/ 98304, /*exact*/ 1, /*acc*/ 0);
   pr_comm_progress();
-  pr_linear_bwd_x(t110_d_transformer_h_3_ln_2_transformer_h_3_mlp_, t109_d_transformer_h_3_mlp_c_fc_transformer_h_3_, t78_transformer_h_3_mlp_c_fc_weight, /*rows*/ 192, /*in*/ 128, /*out*/ 512, /*acc*/ 0); // transformer.h.3.mlp.c_fc:d0
+  pr_linear_bwd_x(t110_d_transformer_h_3_ln_2_transformer_h_3_mlp_,
+                  t109_d_transformer_h_3_mlp_c_fc_transformer_h_3_,
+                  t78_transformer_h_3_mlp_c_fc_weight, /*rows*/ 192, /*in*/ 128, /*out*/ 512,
+                  /*acc*/ 0); // transformer.h.3.mlp.c_fc:d0
   pr_comm_progress();
-  pr_layernorm_bwd_x(t112_d_transformer_h_3_resid_1_transformer_h_3_l, t110_d_transformer_h_3_ln_2_transformer_h_3_mlp_, t87_transformer_h_3_resid_1, t77_transformer_h_3_ln_2_weight, t89_transformer_h_3_ln_2_mean, t90_transformer_h_3_ln_2_rstd, /*rows*/ 192, /*C*/ 128, /*acc*/ 0); // transformer.h.3.ln_2:d0
-  pr_layernorm_bwd_w(t113_d_transformer_h_3_ln_2_weight_transformer_h, t110_d_transformer_h_3_ln_2_transformer_h_3_mlp_, t87_transformer_h_3_resid_1, t89_transformer_h_3_ln_2_mean, t90_transformer_h_3_ln_2_rstd, /*rows*/ 192, /*C*/ 128, /*acc*/ acc); // transformer.h.3.ln_2:d1
-  pr_add_n(t114_d_transformer_h_3_resid_1, (const float *const[]){t112_d_transformer_h_3_resid_1_transformer_h_3_l, t105_d_transformer_h_3_out_transformer_ln_f_0}, /*k*/ 2, /*n*/ 24576); // d:transformer.h.3.resid_1:sum
-  pr_linear_bwd_x(t115_d_transformer_h_3_attn_transformer_h_3_attn, t114_d_transformer_h_3_resid_1, t76_transformer_h_3_attn_c_proj_weight, /*rows*/ 192, /*in*/ 128, /*out*/ 128, /*acc*/ 0); // transformer.h.3.attn.c_proj:d0
+  // transformer.h.3.ln_2:d0
+  pr_layernorm_bwd_x(t112_d_transformer_h_3_resid_1_transformer_h_3_l,
+                     t110_d_transformer_h_3_ln_2_transformer_h_3_mlp_, t87_transformer_h_3_resid_1,
+                     t77_transformer_h_3_ln_2_weight, t89_transformer_h_3_ln_2_mean,
+                     t90_transformer_h_3_ln_2_rstd, /*rows*/ 192, /*C*/ 128, /*acc*/ 0);
+  pr_layernorm_bwd_w(t113_d_transformer_h_3_ln_2_weight_transformer_h,
+                     t110_d_transformer_h_3_ln_2_transformer_h_3_mlp_, t87_transformer_h_3_resid_1,
+                     t89_transformer_h_3_ln_2_mean, t90_transformer_h_3_ln_2_rstd, /*rows*/ 192,
+                     /*C*/ 128, /*acc*/ acc); // transformer.h.3.ln_2:d1
+  // d:transformer.h.3.resid_1:sum
+  pr_add_n(t114_d_transformer_h_3_resid_1,
+           (const float *const[]){t112_d_transformer_h_3_resid_1_transformer_h_3_l,
+           t105_d_transformer_h_3_out_transformer_ln_f_0}, /*k*/ 2, /*n*/ 24576);
+  pr_linear_bwd_x(t115_d_transformer_h_3_attn_transformer_h_3_attn, t114_d_transformer_h_3_resid_1,
+                  t76_transformer_h_3_attn_c_proj_weight, /*rows*/ 192, /*in*/ 128, /*out*/ 128,
+                  /*acc*/ 0); // transformer.h.3.attn.c_proj:d0
   pr_comm_progress();
-  pr_attention_bwd(t117_d_transformer_h_3_attn_c_attn_transformer_h, t115_d_transformer_h_3_attn_transformer_h_3_attn, t83_transformer_h_3_attn_c_attn, t85_transformer_h_3_attn_att, (void *)(acts + 10288192), /*B*/ 3, /*T*/ 64, /*C*/ 128, /*NH*/ 4, /*NKV*/ 4, /*causal*/ 1, /*acc*/ 0); // transformer.h.3.attn:d0
+  pr_attention_bwd(t117_d_transformer_h_3_attn_c_attn_transformer_h,
+                   t115_d_transformer_h_3_attn_transformer_h_3_attn,
+                   t83_transformer_h_3_attn_c_attn, t85_transformer_h_3_attn_att,
+                   (void *)(acts + 10288192), /*B*/ 3, /*T*/ 64, /*C*/ 128, /*NH*/ 4, /*NKV*/ 4,
+                   /*causal*/ 1, /*acc*/ 0); // transformer.h.3.attn:d0
   pr_comm_progress();
-  pr_linear_bwd_x(t118_d_transformer_h_3_ln_1_transformer_h_3_attn, t117_d_transformer_h_3_attn_c_attn_transformer_h, t75_transformer_h_3_attn_c_attn_weight, /*rows*/ 192, /*in*/ 128, /*out*/ 384, /*acc*/ 0); // transformer.h.3.attn.c_attn:d0
+  pr_linear_bwd_x(t118_d_transformer_h_3_ln_1_transformer_h_3_attn,
+                  t117_d_transformer_h_3_attn_c_attn_transformer_h,
+                  t75_transformer_h_3_attn_c_attn_weight, /*rows*/ 192, /*in*/ 128, /*out*/ 384,
+                  /*acc*/ 0); // transformer.h.3.attn.c_attn:d0
   pr_comm_progress();
-  pr_layernorm_bwd_x(t120_d_transformer_h_2_out_transformer_h_3_ln_1_, t118_d_transformer_h_3_ln_1_transformer_h_3_attn, t176_transformer_h_2_out_v3, t74_transformer_h_3_ln_1_weight, t81_transformer_h_3_ln_1_mean, t82_transformer_h_3_ln_1_rstd, /*rows*/ 192, /*C*/ 128, /*acc*/ 0); // transformer.h.3.ln_1:d0
-  pr_layernorm_bwd_w(t121_d_transformer_h_3_ln_1_weight_transformer_h, t118_d_transformer_h_3_ln_1_transformer_h_3_attn, t176_transformer_h_2_out_v3, t81_transformer_h_3_ln_1_mean, t82_transformer_h_3_ln_1_rstd, /*rows*/ 192, /*C*/ 128, /*acc*/ acc); // transformer.h.3.ln_1:d1
+  // transformer.h.3.ln_1:d0
+  pr_layernorm_bwd_x(t120_d_transformer_h_2_out_transformer_h_3_ln_1_,
+                     t118_d_transformer_h_3_ln_1_transformer_h_3_attn, t176_transformer_h_2_out_v3,
+                     t74_transformer_h_3_ln_1_weight, t81_transformer_h_3_ln_1_mean,
+                     t82_transformer_h_3_ln_1_rstd, /*rows*/ 192, /*C*/ 128, /*acc*/ 0);
+  pr_layernorm_bwd_w(t121_d_transformer_h_3_ln_1_weight_transformer_h,
+                     t118_d_transformer_h_3_ln_1_transformer_h_3_attn, t176_transformer_h_2_out_v3,
+                     t81_transformer_h_3_ln_1_mean, t82_transformer_h_3_ln_1_rstd, /*rows*/ 192,
+                     /*C*/ 128, /*acc*/ acc); // transformer.h.3.ln_1:d1
 }
 
 // Stage 3, weight gradients (W) of one microbatch: 5 nodes.
 static void W_3(int slot, int acc) {
   (void)slot, (void)acc;
-  pr_linear_bwd_w(t104_d_transformer_wte_weight_logits_1, t102_d_logits_loss_0, t96_transformer_ln_f, /*rows*/ 192, /*in*/ 128, /*out*/ 65, /*acc*/ acc); // logits:d1
+  // logits:d1
+  pr_linear_bwd_w(t104_d_transformer_wte_weight_logits_1, t102_d_logits_loss_0,
+                  t96_transformer_ln_f, /*rows*/ 192, /*in*/ 128, /*out*/ 65, /*acc*/ acc);
   pr_comm_progress();
-  pr_linear_bwd_w(t108_d_transformer_h_3_mlp_c_proj_weight_transfo, t105_d_transformer_h_3_out_transformer_ln_f_0, t92_transformer_h_3_mlp_gelu, /*rows*/ 192, /*in*/ 512, /*out*/ 128, /*acc*/ acc); // transformer.h.3.mlp.c_proj:d1
+  // transformer.h.3.mlp.c_proj:d1
+  pr_linear_bwd_w(t108_d_transformer_h_3_mlp_c_proj_weight_transfo,
+                  t105_d_transformer_h_3_out_transformer_ln_f_0, t92_transformer_h_3_mlp_gelu,
+                  /*rows*/ 192, /*in*/ 512, /*out*/ 128, /*acc*/ acc);
   pr_comm_progress();
-  pr_linear_bwd_w(t111_d_transformer_h_3_mlp_c_fc_weight_transform, t109_d_transformer_h_3_mlp_c_fc_transformer_h_3_, t88_transformer_h_3_ln_2, /*rows*/ 192, /*in*/ 128, /*out*/ 512, /*acc*/ acc); // transformer.h.3.mlp.c_fc:d1
+  // transformer.h.3.mlp.c_fc:d1
+  pr_linear_bwd_w(t111_d_transformer_h_3_mlp_c_fc_weight_transform,
+                  t109_d_transformer_h_3_mlp_c_fc_transformer_h_3_, t88_transformer_h_3_ln_2,
+                  /*rows*/ 192, /*in*/ 128, /*out*/ 512, /*acc*/ acc);
   pr_comm_progress();
-  pr_linear_bwd_w(t116_d_transformer_h_3_attn_c_proj_weight_transf, t114_d_transformer_h_3_resid_1, t84_transformer_h_3_attn, /*rows*/ 192, /*in*/ 128, /*out*/ 128, /*acc*/ acc); // transformer.h.3.attn.c_proj:d1
+  // transformer.h.3.attn.c_proj:d1
+  pr_linear_bwd_w(t116_d_transformer_h_3_attn_c_proj_weight_transf, t114_d_transformer_h_3_resid_1,
+                  t84_transformer_h_3_attn, /*rows*/ 192, /*in*/ 128, /*out*/ 128, /*acc*/ acc);
   pr_comm_progress();
-  pr_linear_bwd_w(t119_d_transformer_h_3_attn_c_attn_weight_transf, t117_d_transformer_h_3_attn_c_attn_transformer_h, t80_transformer_h_3_ln_1, /*rows*/ 192, /*in*/ 128, /*out*/ 384, /*acc*/ acc); // transformer.h.3.attn.c_attn:d1
+  // transformer.h.3.attn.c_attn:d1
+  pr_linear_bwd_w(t119_d_transformer_h_3_attn_c_attn_weight_transf,
+                  t117_d_transformer_h_3_attn_c_attn_transformer_h, t80_transformer_h_3_ln_1,
+                  /*rows*/ 192, /*in*/ 128, /*out*/ 384, /*acc*/ acc);
   pr_comm_progress();
 }
 
 // Stage 3, end of step (TIED_SUM): gradients of parameters used in several places,
 // summed in use order (1 nodes).
 static void step_end_3(void) {
-  pr_add_n(t173_d_transformer_wte_weight, (const float *const[]){t172_d_transformer_wte_weight_transformer_wte_1, t104_d_transformer_wte_weight_logits_1}, /*k*/ 2, /*n*/ 8320); // d:transformer.wte.weight:sum
+  // d:transformer.wte.weight:sum
+  pr_add_n(t173_d_transformer_wte_weight,
+           (const float *const[]){t172_d_transformer_wte_weight_transformer_wte_1,
+           t104_d_transformer_wte_weight_logits_1}, /*k*/ 2, /*n*/ 8320);
 }
 
 // ---- Parameters in canonical order: name, storage, gradient, optimizer state, elements,
@@ -267,39 +528,76 @@ static void step_end_3(void) {
 static PrParam P[NPARAMS];
 
 static void setup_params(void) {
-  P[0] = (PrParam){"transformer.wte.weight", (float *)(params + 0), (float *)(grads + 1674752), (float *)(optst + 0), (float *)(optst + 33280), 8320, 2, {65, 128}, false, true, 0, NULL};
-  P[1] = (PrParam){"transformer.wpe.weight", (float *)(params + 33280), (float *)(grads + 1608704), (float *)(optst + 66560), (float *)(optst + 99328), 8192, 2, {64, 128}, false, true, 0, NULL};
-  P[2] = (PrParam){"transformer.ln_f.weight", (float *)(params + 66048), (float *)(grads + 33280), (float *)(optst + 132096), (float *)(optst + 132608), 128, 1, {128}, false, false, 0, NULL};
-  P[3] = (PrParam){"lm_head.weight", (float *)(params + 0), NULL, NULL, NULL, 8320, 2, {65, 128}, true, true, 0, NULL};
-  P[4] = (PrParam){"transformer.h.0.ln_1.weight", (float *)(params + 66560), (float *)(grads + 1608192), (float *)(optst + 133120), (float *)(optst + 133632), 128, 1, {128}, false, false, 0, NULL};
-  P[5] = (PrParam){"transformer.h.0.attn.c_attn.weight", (float *)(params + 67072), (float *)(grads + 1411584), (float *)(optst + 134144), (float *)(optst + 330752), 49152, 2, {384, 128}, false, true, 0, NULL};
-  P[6] = (PrParam){"transformer.h.0.attn.c_proj.weight", (float *)(params + 263680), (float *)(grads + 1346048), (float *)(optst + 527360), (float *)(optst + 592896), 16384, 2, {128, 128}, false, true, 0, NULL};
-  P[7] = (PrParam){"transformer.h.0.ln_2.weight", (float *)(params + 329216), (float *)(grads + 1345536), (float *)(optst + 658432), (float *)(optst + 658944), 128, 1, {128}, false, false, 0, NULL};
-  P[8] = (PrParam){"transformer.h.0.mlp.c_fc.weight", (float *)(params + 329728), (float *)(grads + 1083392), (float *)(optst + 659456), (float *)(optst + 921600), 65536, 2, {512, 128}, false, true, 0, NULL};
-  P[9] = (PrParam){"transformer.h.0.mlp.c_proj.weight", (float *)(params + 591872), (float *)(grads + 821248), (float *)(optst + 1183744), (float *)(optst + 1445888), 65536, 2, {128, 512}, false, true, 0, NULL};
+  P[0] = (PrParam){"transformer.wte.weight", (float *)(params + 0), (float *)(grads + 1674752),
+                   (float *)(optst + 0), (float *)(optst + 33280), 8320, 2, {65, 128}, false, true,
+                   0, NULL};
+  P[1] = (PrParam){"transformer.wpe.weight", (float *)(params + 33280), (float *)(grads + 1608704),
+                   (float *)(optst + 66560), (float *)(optst + 99328), 8192, 2, {64, 128}, false,
+                   true, 0, NULL};
+  P[2] = (PrParam){"transformer.ln_f.weight", (float *)(params + 66048), (float *)(grads + 33280),
+                   (float *)(optst + 132096), (float *)(optst + 132608), 128, 1, {128}, false,
+                   false, 0, NULL};
+  P[3] = (PrParam){"lm_head.weight", (float *)(params + 0), NULL, NULL, NULL, 8320, 2, {65, 128},
+                   true, true, 0, NULL};
+  P[4] = (PrParam){"transformer.h.0.ln_1.weight", (float *)(params + 66560),
+                   (float *)(grads + 1608192), (float *)(optst + 133120), (float *)(optst + 133632),
+                   128, 1, {128}, false, false, 0, NULL};
+  P[5] = (PrParam){"transformer.h.0.attn.c_attn.weight", (float *)(params + 67072),
+                   (float *)(grads + 1411584), (float *)(optst + 134144), (float *)(optst + 330752),
+                   49152, 2, {384, 128}, false, true, 0, NULL};
+  P[6] = (PrParam){"transformer.h.0.attn.c_proj.weight", (float *)(params + 263680),
+                   (float *)(grads + 1346048), (float *)(optst + 527360), (float *)(optst + 592896),
+                   16384, 2, {128, 128}, false, true, 0, NULL};
+  P[7] = (PrParam){"transformer.h.0.ln_2.weight", (float *)(params + 329216),
+                   (float *)(grads + 1345536), (float *)(optst + 658432), (float *)(optst + 658944),
+                   128, 1, {128}, false, false, 0, NULL};
+  P[8] = (PrParam){"transformer.h.0.mlp.c_fc.weight", (float *)(params + 329728),
+                   (float *)(grads + 1083392), (float *)(optst + 659456), (float *)(optst + 921600),
+                   65536, 2, {512, 128}, false, true, 0, NULL};
+  P[9] = (PrParam){"transformer.h.0.mlp.c_proj.weight", (float *)(params + 591872),
+                   (float *)(grads + 821248), (float *)(optst + 1183744),
+                   (float *)(optst + 1445888), 65536, 2, {128, 512}, false, true, 0, NULL};
   // Repeat block layer, instances 1 to 2: P[10 + 6 * l .. 16 + 6 * l), their names
   // formatted here.
   static char names5[2][6][47];
   for (int l = 0; l < 2; l++) {
     snprintf(names5[l][0], sizeof names5[l][0], "transformer.h.%d.ln_1.weight", 1 + l);
-    P[10 + 6 * l] = (PrParam){names5[l][0], NULL, NULL, NULL, NULL, 128, 1, {128}, false, false, 1, NULL};
+    P[10 + 6 * l] = (PrParam){names5[l][0], NULL, NULL, NULL, NULL, 128, 1, {128}, false, false, 1,
+                              NULL};
     snprintf(names5[l][1], sizeof names5[l][1], "transformer.h.%d.attn.c_attn.weight", 1 + l);
-    P[11 + 6 * l] = (PrParam){names5[l][1], NULL, NULL, NULL, NULL, 49152, 2, {384, 128}, false, true, 1, NULL};
+    P[11 + 6 * l] = (PrParam){names5[l][1], NULL, NULL, NULL, NULL, 49152, 2, {384, 128}, false,
+                              true, 1, NULL};
     snprintf(names5[l][2], sizeof names5[l][2], "transformer.h.%d.attn.c_proj.weight", 1 + l);
-    P[12 + 6 * l] = (PrParam){names5[l][2], NULL, NULL, NULL, NULL, 16384, 2, {128, 128}, false, true, 1, NULL};
+    P[12 + 6 * l] = (PrParam){names5[l][2], NULL, NULL, NULL, NULL, 16384, 2, {128, 128}, false,
+                              true, 1, NULL};
     snprintf(names5[l][3], sizeof names5[l][3], "transformer.h.%d.ln_2.weight", 1 + l);
-    P[13 + 6 * l] = (PrParam){names5[l][3], NULL, NULL, NULL, NULL, 128, 1, {128}, false, false, 1, NULL};
+    P[13 + 6 * l] = (PrParam){names5[l][3], NULL, NULL, NULL, NULL, 128, 1, {128}, false, false, 1,
+                              NULL};
     snprintf(names5[l][4], sizeof names5[l][4], "transformer.h.%d.mlp.c_fc.weight", 1 + l);
-    P[14 + 6 * l] = (PrParam){names5[l][4], NULL, NULL, NULL, NULL, 65536, 2, {512, 128}, false, true, 1, NULL};
+    P[14 + 6 * l] = (PrParam){names5[l][4], NULL, NULL, NULL, NULL, 65536, 2, {512, 128}, false,
+                              true, 1, NULL};
     snprintf(names5[l][5], sizeof names5[l][5], "transformer.h.%d.mlp.c_proj.weight", 1 + l);
-    P[15 + 6 * l] = (PrParam){names5[l][5], NULL, NULL, NULL, NULL, 65536, 2, {128, 512}, false, true, 1, NULL};
+    P[15 + 6 * l] = (PrParam){names5[l][5], NULL, NULL, NULL, NULL, 65536, 2, {128, 512}, false,
+                              true, 1, NULL};
   }
-  P[22] = (PrParam){"transformer.h.3.ln_1.weight", (float *)(params + 854016), (float *)(grads + 820736), (float *)(optst + 1708032), (float *)(optst + 1708544), 128, 1, {128}, false, false, 0, NULL};
-  P[23] = (PrParam){"transformer.h.3.attn.c_attn.weight", (float *)(params + 854528), (float *)(grads + 624128), (float *)(optst + 1709056), (float *)(optst + 1905664), 49152, 2, {384, 128}, false, true, 0, NULL};
-  P[24] = (PrParam){"transformer.h.3.attn.c_proj.weight", (float *)(params + 1051136), (float *)(grads + 558592), (float *)(optst + 2102272), (float *)(optst + 2167808), 16384, 2, {128, 128}, false, true, 0, NULL};
-  P[25] = (PrParam){"transformer.h.3.ln_2.weight", (float *)(params + 1116672), (float *)(grads + 558080), (float *)(optst + 2233344), (float *)(optst + 2233856), 128, 1, {128}, false, false, 0, NULL};
-  P[26] = (PrParam){"transformer.h.3.mlp.c_fc.weight", (float *)(params + 1117184), (float *)(grads + 295936), (float *)(optst + 2234368), (float *)(optst + 2496512), 65536, 2, {512, 128}, false, true, 0, NULL};
-  P[27] = (PrParam){"transformer.h.3.mlp.c_proj.weight", (float *)(params + 1379328), (float *)(grads + 33792), (float *)(optst + 2758656), (float *)(optst + 3020800), 65536, 2, {128, 512}, false, true, 0, NULL};
+  P[22] = (PrParam){"transformer.h.3.ln_1.weight", (float *)(params + 854016),
+                    (float *)(grads + 820736), (float *)(optst + 1708032),
+                    (float *)(optst + 1708544), 128, 1, {128}, false, false, 0, NULL};
+  P[23] = (PrParam){"transformer.h.3.attn.c_attn.weight", (float *)(params + 854528),
+                    (float *)(grads + 624128), (float *)(optst + 1709056),
+                    (float *)(optst + 1905664), 49152, 2, {384, 128}, false, true, 0, NULL};
+  P[24] = (PrParam){"transformer.h.3.attn.c_proj.weight", (float *)(params + 1051136),
+                    (float *)(grads + 558592), (float *)(optst + 2102272),
+                    (float *)(optst + 2167808), 16384, 2, {128, 128}, false, true, 0, NULL};
+  P[25] = (PrParam){"transformer.h.3.ln_2.weight", (float *)(params + 1116672),
+                    (float *)(grads + 558080), (float *)(optst + 2233344),
+                    (float *)(optst + 2233856), 128, 1, {128}, false, false, 0, NULL};
+  P[26] = (PrParam){"transformer.h.3.mlp.c_fc.weight", (float *)(params + 1117184),
+                    (float *)(grads + 295936), (float *)(optst + 2234368),
+                    (float *)(optst + 2496512), 65536, 2, {512, 128}, false, true, 0, NULL};
+  P[27] = (PrParam){"transformer.h.3.mlp.c_proj.weight", (float *)(params + 1379328),
+                    (float *)(grads + 33792), (float *)(optst + 2758656),
+                    (float *)(optst + 3020800), 65536, 2, {128, 512}, false, true, 0, NULL};
 }
 
 // Fresh parameters (no --init or --resume): each a pure function of (seed, name).
@@ -309,16 +607,20 @@ static void init_params(uint64_t seed) {
   pr_init_ones(P[2].data, 128);
   pr_init_ones(P[4].data, 128);
   pr_init_normal(P[5].data, 49152, seed, "transformer.h.0.attn.c_attn.weight", 0, 0.02);
-  pr_init_normal(P[6].data, 16384, seed, "transformer.h.0.attn.c_proj.weight", 0, 0.0070710678119999997);
+  pr_init_normal(P[6].data, 16384, seed, "transformer.h.0.attn.c_proj.weight", 0,
+                 0.0070710678119999997);
   pr_init_ones(P[7].data, 128);
   pr_init_normal(P[8].data, 65536, seed, "transformer.h.0.mlp.c_fc.weight", 0, 0.02);
-  pr_init_normal(P[9].data, 65536, seed, "transformer.h.0.mlp.c_proj.weight", 0, 0.0070710678119999997);
+  pr_init_normal(P[9].data, 65536, seed, "transformer.h.0.mlp.c_proj.weight", 0,
+                 0.0070710678119999997);
   pr_init_ones(P[22].data, 128);
   pr_init_normal(P[23].data, 49152, seed, "transformer.h.3.attn.c_attn.weight", 0, 0.02);
-  pr_init_normal(P[24].data, 16384, seed, "transformer.h.3.attn.c_proj.weight", 0, 0.0070710678119999997);
+  pr_init_normal(P[24].data, 16384, seed, "transformer.h.3.attn.c_proj.weight", 0,
+                 0.0070710678119999997);
   pr_init_ones(P[25].data, 128);
   pr_init_normal(P[26].data, 65536, seed, "transformer.h.3.mlp.c_fc.weight", 0, 0.02);
-  pr_init_normal(P[27].data, 65536, seed, "transformer.h.3.mlp.c_proj.weight", 0, 0.0070710678119999997);
+  pr_init_normal(P[27].data, 65536, seed, "transformer.h.3.mlp.c_proj.weight", 0,
+                 0.0070710678119999997);
 }
 
 static void fill_constants(void) {
@@ -496,14 +798,14 @@ static const PrProgram program = {
     .doc = "Train model gpt_char (generated by pipec 0.1.0; built for any x86-64 CPU).",
     .plan = PLAN,
     .defaults = {.steps = 2000, .lr = 0.001, .min_lr = 0.0001, .seed = 1337ULL,
-                 .data = "(masked)", .eval_every = 500, .eval_batches = 50,
-                 .log_every = 100},
+                 .data = "(masked)",
+                 .eval_every = 500, .eval_batches = 50, .log_every = 100},
     .region_bytes = {PARAMS_BYTES, GRADS_BYTES, OPTST_BYTES, ACTS_BYTES},
     .region = {&params, &grads, &optst, &acts},
     .params = P,
     .nparams = NPARAMS,
-    .opt = {.kind = PR_ADAMW, .beta1 = 0.90000000000000002, .beta2 = 0.98999999999999999, .eps = 1e-08,
-            .weight_decay = 0.10000000000000001, .grad_clip = 1},
+    .opt = {.kind = PR_ADAMW, .beta1 = 0.90000000000000002, .beta2 = 0.98999999999999999,
+            .eps = 1e-08, .weight_decay = 0.10000000000000001, .grad_clip = 1},
     .warmup = 100,
     .decay_steps = 2000,
     .items_per_step = (double)MB * NMICRO * SEQ,
