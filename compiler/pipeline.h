@@ -27,16 +27,22 @@
 #include "program.h"
 
 typedef enum ActionKind {
-  ACT_LOAD,     // read microbatch m's data inputs of stage v (the stages that read an input)
-  ACT_F,        // forward segment of stage v on microbatch m
-  ACT_LOSS,     // host reads microbatch m's loss (the stage that computes it) into the step loss
-  ACT_B,        // input-gradient segment of stage v on m (unsplit: also the weight gradients)
-  ACT_W,        // weight-gradient segment of stage v on m (only when the program splits B and W)
-  ACT_SEND,     // send channel ch's tensor of microbatch m to the stage that reads it
-  ACT_RECV,     // receive channel ch's tensor of microbatch m from the stage that makes it
-  ACT_TIED_SUM, // step end of stage v: sums of a parameter's per-use gradients (step segment)
-  ACT_NORM,     // step end of the rank: squared global gradient norm, non-finite check, clip
-  ACT_OPT,      // step end of the rank: optimizer update of its parameters
+  ACT_LOAD,      // read microbatch m's data inputs of stage v (the stages that read an input)
+  ACT_F,         // forward segment of stage v on microbatch m
+  ACT_LOSS,      // host reads microbatch m's loss (the stage that computes it) into the step loss
+  ACT_B,         // input-gradient segment of stage v on m (unsplit: also the weight gradients)
+  ACT_W,         // weight-gradient segment of stage v on m (only when the program splits B and W)
+  ACT_SEND,      // send channel ch's tensor of microbatch m to the stage that reads it
+  ACT_RECV,      // receive channel ch's tensor of microbatch m from the stage that makes it
+  ACT_TIED_SUM,  // step end of stage v: sums of a parameter's per-use gradients (step segment)
+  ACT_NORM,      // step end of the rank: squared global gradient norm, non-finite check, clip
+  ACT_OPT,       // step end of the rank: optimizer update of its parameters
+  ACT_POST_RECV, // post the receive of channel ch's message of microbatch m into its slot (a
+                 // channel between two ranks; compiler/lower_comm.c places it); a RECV with none
+                 // before it posts its receive itself (a blocking receive)
+  ACT_WAIT_SEND, // wait until the message SEND(ch, m) has completed before the next action, so
+                 // that nothing overwrites the sent bytes (lower_comm.c); a send with none is
+                 // waited for at the step end
   ACT_COUNT
 } ActionKind;
 
@@ -47,8 +53,15 @@ typedef struct Action {
   ActionKind kind;          // what runs
   int v;                    // virtual stage (-1: rank-wide step-end actions NORM, OPT)
   int m;                    // microbatch 0..M-1 (-1: step-end actions)
-  const struct Channel *ch; // SEND / RECV: the channel; NULL otherwise
+  const struct Channel *ch; // SEND, RECV, POST_RECV, WAIT_SEND: the channel; NULL otherwise
 } Action;
+
+// Whether an action of kind k is a message mark (POST_RECV, WAIT_SEND): it runs no segment and
+// takes no step of its own in the lock-step run (simulate.c: a POST_RECV runs as soon as its
+// rank reaches it, a WAIT_SEND with the action after it).
+static inline bool action_mark(ActionKind k) {
+  return k == ACT_POST_RECV || k == ACT_WAIT_SEND;
+}
 
 typedef struct Segment {
   Node **nodes; // nodes in graph (canonical) order
@@ -380,29 +393,33 @@ void action_text(const Action *x, char *buf, size_t cap);
 ActionKind channel_maker(const Program *p, const Channel *c);
 
 // Per (virtual stage v, microbatch m), at index v * M + m: the index in v's rank's action list
-// of the last action of (v, m) (LOAD, F, LOSS, B or W: SEND and RECV carry no stage), or the
-// RECV of a channel from v to another stage of its rank that copies m's tensor after it, when
-// nothing of m + K on v's slots (its actions, its RECVs) comes before that RECV; -1 when it has
-// none. last has nv * M entries. Where the generated code posts the receives of m + K into the
-// slot m leaves, what the verifier's send-buffer rule waits for, and up to where memplan keeps a
-// tensor sent within the rank. O(actions) (a channel within a rank: O(actions^2) at most).
+// of the last action of (v, m) (LOAD, F, LOSS, B or W: SEND, RECV and the marks carry no stage),
+// or the RECV of a channel from v to another stage of its rank that copies m's tensor after it,
+// when nothing of m + K on v's slots (its actions, its RECVs) comes before that RECV; -1 when it
+// has none. last has nv * M entries. Where the slot of (v, m) frees: lower_comm puts the
+// POST_RECVs of m + K after it, and memplan and plan_check keep a tensor sent within the rank up
+// to it (compiler/lower_comm.c). O(actions) (a channel within a rank: O(actions^2) at most).
 void schedule_last_actions(const Program *p, int *last);
 
-// The send-wait rule: per (channel c, microbatch m), at index c * M + m, the index in the sending
-// rank's action list of the action before which the program waits for the message SEND(c, m) to
-// complete (pr_comm_wait_send), so that nothing overwrites the sent bytes while the message may
-// be in flight: the first action of (from_v, m) after the SEND that runs nodes of the stage or
-// its LOAD / LOSS (F, B, W, LOAD, LOSS) when there is one (memplan keeps the sent tensor live
-// only up to the last position of m's timeline before it; a message completes once its receiver
-// has posted the receive, which every built-in schedule has done by then: the receiver ran the
-// F that the sender's F or B of m read from, or its B sends back the gradient the sender's B
-// reads); otherwise the action that makes (c, m + K) (channel_maker's, K of from_v: the slot's
-// next microbatch is about to write the buffer; memplan keeps the tensor over the whole
-// timeline); -1 when neither exists (m + K >= M: the step end waits for every send) and for a
-// channel between two stages of one rank (a copy at its RECV, no message). What the generated
-// code prints, what the verifier blocks on and where memplan and plan_check end the sent
-// tensor's interval. wait has nch * M entries. O(actions + nch * M).
-void schedule_send_waits(const Program *p, int *wait);
+// The lowering pass that makes the message traffic's timing actions (compiler/lower_comm.c):
+// into each rank's list of compute actions, SENDs and RECVs, a POST_RECV(c, m) per message
+// received (at the list's start for m < K of c's to_v, else right after the slot's previous
+// microbatch's last action, schedule_last_actions) and a WAIT_SEND(c, m) per message sent where
+// the send-wait rule puts it (before the first action of (from_v, m) after the SEND that runs the
+// stage, else before the action that makes (c, m + K); none when that is past the step: the step
+// end waits for every send). Readers (simulate, memplan, plan_check, codegen) read these marks'
+// positions and derive nothing. Idempotent on a list that has them. False after reporting
+// through d (an internal error: a list the rules cannot place).
+bool lower_comm(Program *p, Arena *a, Diag *d);
+
+// Per (channel c, microbatch m), at c * M + m: the index in the sending rank's list of the action
+// a WAIT_SEND(c, m) comes before (the first non-mark action after it), -1 where none: read off
+// the list's marks. wait has nch * M entries.
+void action_send_waits(const Program *p, int *wait);
+
+// Per (channel c, microbatch m), at c * M + m: the index in the receiving rank's list of its
+// POST_RECV(c, m), -1 where none (the RECV posts itself). post has nch * M entries.
+void action_recv_posts(const Program *p, int *post);
 
 // ---- Built-in schedules (compiler/schedules.c) and the lock-step verifier (compiler/simulate.c)
 // The schedules are built and verified at compile time; codegen prints each rank's list

@@ -530,5 +530,5 @@ bool sched_lower(Program *p, int S, int V, Action **comp, int *ncomp, const bool
     for (int v = 0; v < nv; v++) kfrom[v] = stage_slots(&p->vs[v]);
     lower(p, S, V, comp, ncomp, &mk, posF, posB, kfrom, a);
   }
-  return true;
+  return lower_comm(p, a, d); // the messages' POST_RECV and WAIT_SEND (compiler/lower_comm.c)
 }

@@ -101,7 +101,9 @@ bool uneven_verify(const Program *p, Diag *d) {
       q->idx = ARENA_ARRAY(&a, int, rp->nacts + 1);
       q->upto = ARENA_ARRAY(&a, int, rp->nacts + 1);
       for (int i = 0; i < rp->nacts; i++) {
-        if (uneven_runs(p, s, r, &rp->acts[i])) q->idx[q->n++] = i;
+        // The marks take no step of their own (simulate.c): read below where they stand.
+        if (!action_mark(rp->acts[i].kind) && uneven_runs(p, s, r, &rp->acts[i]))
+          q->idx[q->n++] = i;
         q->upto[i] = q->n;
       }
       q->slot = ARENA_ARRAY(&a, int *, rp->nvs + 1);
@@ -111,9 +113,17 @@ bool uneven_verify(const Program *p, Diag *d) {
         for (int j = 0; j < K; j++) q->slot[k][j] = -1;
       }
     }
-  // The sends' waits per (rank, position): where schedule_send_waits puts them.
+  // The sends' waits per (rank, position): where the list's WAIT_SENDs stand (before the action
+  // at wait), and each receive's post: its POST_RECV, else its RECV (a blocking receive).
   int *wait = ARENA_ARRAY(&a, int, (size_t)p->nch *M + 1);
-  schedule_send_waits(p, wait);
+  int *post = ARENA_ARRAY(&a, int, (size_t)p->nch *M + 1);
+  action_send_waits(p, wait);
+  action_recv_posts(p, post);
+  for (int s = 0; s < S; s++)
+    for (int i = 0; i < p->ranks[s].nacts; i++) {
+      const Action *x = &p->ranks[s].acts[i];
+      if (x->kind == ACT_RECV && post[x->ch->id * M + x->m] < 0) post[x->ch->id * M + x->m] = i;
+    }
   int **wait_at = ARENA_ARRAY(&a, int *, S);
   for (int s = 0; s < S; s++) {
     wait_at[s] = ARENA_ARRAY(&a, int, p->ranks[s].nacts + 1);
@@ -132,8 +142,6 @@ bool uneven_verify(const Program *p, Diag *d) {
       wait_at[s][i] = nw++;
     }
   }
-  int *last = ARENA_ARRAY(&a, int, (size_t)p->nv *M + 1);
-  schedule_last_actions(p, last);
   int *sent_at = ARENA_ARRAY(&a, int, (size_t)p->nch *M + 1);
   bool *held = ARENA_ARRAY(&a, bool, (size_t)p->nv *M + 1);
   for (int i = 0; i < p->nch * M; i++) sent_at[i] = -1;
@@ -159,9 +167,9 @@ bool uneven_verify(const Program *p, Diag *d) {
         for (int k = wait_at[q->s][i]; can && k >= 0; k = waits[k].next) {
           const Channel *ch = &p->ch[waits[k].c];
           int m = waits[k].m, rr = p->vs[ch->to_v].rank;
-          int K = stage_slots(&p->vs[ch->to_v]);
-          if (m % uneven_reps(p, q->s) != q->r || m < K) continue; // not its send, or posted
-          int l = last[(size_t)ch->to_v * M + m - K];
+          if (m % uneven_reps(p, q->s) != q->r) continue; // not its send
+          // Posted once the receiving replica ran what comes before its POST_RECV (or its RECV).
+          int l = post[(size_t)ch->id * M + m];
           const Rep *q2 = &rep[uneven_world(p, rr, m % uneven_reps(p, rr))];
           can = l >= 0 && pc0[q2 - rep] >= q2->upto[l];
         }
