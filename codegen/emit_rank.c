@@ -5,9 +5,9 @@
 //
 // Message streams. Each channel of the Program (compiler/comm.c) is one stream on its sender's
 // rank and one on its receiver's, tagged with the channel's tag on both sides. A channel between
-// two stages of one rank (a skip under --virtual) is no stream: its RECV copies the tensor
+// two stages of one rank (a skip under --virtual) is no stream: its COPY copies the tensor
 // (memcpy), which the verifier's rule makes safe there: the sender's buffer still holds
-// microbatch m (the action that rewrites it for m + K runs after RECV(c, m)) and the receiving
+// microbatch m (the action that rewrites it for m + K runs after COPY(c, m)) and the receiving
 // slot is free (everything of m - K on the receiving stage ran before). Each exchange group (a
 // parameter held on several ranks) adds one stream per use buffer and holder rank other than the
 // buffer's: the buffer's rank sends it at step end, the holder receives it into its own copy.
@@ -33,11 +33,12 @@
 //
 // Every compute action sits between its --trace hooks (emit_traced; the transport reports the
 // messages). Channel traffic in train_step (pipeline.h's actions, one line each, printed where
-// the list has them; compiler/lower_comm.c places the marks): SEND(c, m) is pr_comm_send;
-// POST_RECV(c, m) pr_comm_post_recv; RECV(c, m) pr_comm_wait_recv (with the post before it when
-// no POST_RECV came first: a blocking receive); WAIT_SEND(c, m) pr_comm_wait_send. Before the
-// first TIED_SUM every send is waited for; then the exchange receives are posted and the rank's
-// use buffers sent; each stage's step end waits for the buffers its sums read.
+// the list has them; compiler/lower_comm.c places the marks and the copies): COPY(c, m) (a
+// channel between two stages of this rank) is a memcpy (CUDA: pr_cu_copy); SEND(c, m) is
+// pr_comm_send; POST_RECV(c, m) pr_comm_post_recv; RECV(c, m) pr_comm_wait_recv (with the post
+// before it when no POST_RECV came first: a blocking receive); WAIT_SEND(c, m) pr_comm_wait_send.
+// Before the first TIED_SUM every send is waited for; then the exchange receives are posted and the
+// rank's use buffers sent; each stage's step end waits for the buffers its sums read.
 //
 // The CUDA target (--comm mpi) stages every message on the host: each stream has a static host
 // buffer per microbatch, hb<s>[m]; a send downloads the device tensor into it and sends it, a
@@ -410,12 +411,11 @@ bool emit_rank_train_step(E *e, Diag *d) {
       out(e, "  %s // m%d\n",
           emit_traced(e, x, arena_printf(e->a, "W_%d(%d, %d);", x->v, slot, acc)), x->m);
       break;
+    case ACT_COPY: // a channel between two stages of this rank
+      out(e, "  %s // COPY(%s, m%d) from stage %d of this rank\n", local_copy(e, x->ch, x->m),
+          comment(e, x->ch->dst->name), x->m, x->ch->from_v);
+      break;
     case ACT_SEND:
-      if (is_local(e, x->ch)) {
-        out(e, "  // SEND(%s, m%d) to stage %d of this rank: copied at its RECV\n",
-            comment(e, x->ch->t->name), x->m, x->ch->to_v);
-        break;
-      }
       if (st->send_of[x->ch->id] < 0 || e->p->offset[x->ch->t->id] < 0)
         return internal(e, d,
                         arena_printf(e->a, "SEND of '%s' without its buffer", x->ch->t->name));
@@ -424,11 +424,6 @@ bool emit_rank_train_step(E *e, Diag *d) {
           comment(e, x->ch->t->name), x->m);
       break;
     case ACT_RECV: {
-      if (is_local(e, x->ch)) {
-        out(e, "  %s // RECV(%s, m%d) from stage %d of this rank\n", local_copy(e, x->ch, x->m),
-            comment(e, x->ch->dst->name), x->m, x->ch->from_v);
-        break;
-      }
       if (st->recv_of[x->ch->id] < 0 || e->p->offset[x->ch->dst->id] < 0)
         return internal(e, d,
                         arena_printf(e->a, "RECV of '%s' without its buffer", x->ch->dst->name));

@@ -31,8 +31,8 @@
 static bool touched_before(const RankProgram *rp, int v, int m, int i) {
   for (int j = 0; j < i; j++) {
     const Action *x = &rp->acts[j];
-    if (x->m == m && (x->kind == ACT_RECV ? x->ch->to_v == v : x->v == v && x->kind != ACT_SEND))
-      return true;
+    bool in = x->kind == ACT_RECV || x->kind == ACT_COPY; // into stage ch->to_v
+    if (x->m == m && (in ? x->ch->to_v == v : x->v == v && x->kind != ACT_SEND)) return true;
   }
   return false;
 }
@@ -44,7 +44,7 @@ void schedule_last_actions(const Program *p, int *last) {
       const Action *x = &p->ranks[r].acts[i];
       if (x->v >= 0 && x->m >= 0) last[(size_t)x->v * p->M + x->m] = i;
     }
-  // A channel between two stages of one rank: its RECV(c, m) copies out of the sender's slot, the
+  // A channel between two stages of one rank: its COPY(c, m) copies out of the sender's slot, the
   // slot's last use when it comes after the sender's last action of m but before anything of
   // m + K on the slot (which then takes its receives after it; memplan keeps the sent tensor to
   // the timeline's end, not over all of it).
@@ -52,7 +52,7 @@ void schedule_last_actions(const Program *p, int *last) {
     const RankProgram *rp = &p->ranks[r];
     for (int i = 0; i < rp->nacts; i++) {
       const Action *x = &rp->acts[i];
-      if (x->kind != ACT_RECV || p->vs[x->ch->from_v].rank != r) continue;
+      if (x->kind != ACT_COPY) continue;
       int v = x->ch->from_v, K = stage_slots(&p->vs[v]);
       size_t vm = (size_t)v * p->M + x->m;
       if (last[vm] < 0 || last[vm] > i) continue;
@@ -108,13 +108,19 @@ static bool internal(Diag *d, int rank, const Action *x, const char *what) {
   return false;
 }
 
-// Drops the marks of every list (the pass starts from the unmarked list).
+// Drops the marks of every list (the pass starts from the unmarked list) and makes each
+// channel between two stages of one rank a COPY: its SEND dropped, its RECV a COPY in place.
 static void strip_marks(Program *p) {
   for (int r = 0; r < p->nranks; r++) {
     RankProgram *rp = &p->ranks[r];
     int n = 0;
-    for (int i = 0; i < rp->nacts; i++)
-      if (!action_mark(rp->acts[i].kind)) rp->acts[n++] = rp->acts[i];
+    for (int i = 0; i < rp->nacts; i++) {
+      Action x = rp->acts[i];
+      bool local = x.ch && p->vs[x.ch->from_v].rank == p->vs[x.ch->to_v].rank;
+      if (action_mark(x.kind) || (local && x.kind == ACT_SEND)) continue;
+      if (local && x.kind == ACT_RECV) x.kind = ACT_COPY;
+      rp->acts[n++] = x;
+    }
     rp->nacts = n;
   }
 }
@@ -143,10 +149,10 @@ bool lower_comm(Program *p, Arena *a, Diag *d) {
     for (int i = 0; i < n && ok; i++) {
       const Action *x = &rp->acts[i];
       nxt[i] = -1;
-      if (x->kind != ACT_RECV && x->kind != ACT_SEND) continue;
+      if (x->kind != ACT_RECV && x->kind != ACT_SEND && x->kind != ACT_COPY) continue;
       const Channel *c = x->ch;
-      bool local = p->vs[c->from_v].rank == p->vs[c->to_v].rank;
-      if (x->kind == ACT_RECV) {
+      bool local = x->kind == ACT_COPY;
+      if (x->kind != ACT_SEND) { // a receive (or a copy) into slot m mod K of to_v
         int K = stage_slots(&p->vs[c->to_v]), at = 0;
         if (x->m >= K) {
           int l = last[(size_t)c->to_v * M + x->m - K];
@@ -164,7 +170,7 @@ bool lower_comm(Program *p, Arena *a, Diag *d) {
         else
           ph[at] = i;
         pt[at] = i, nmarks++;
-      } else if (!local) {
+      } else {
         int w = wait[(size_t)c->id * M + x->m], K = stage_slots(&p->vs[c->from_v]);
         if (w < 0 && x->m + K >= M) continue; // waited for at step end
         if (w <= i) {

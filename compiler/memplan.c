@@ -159,11 +159,11 @@ static int pos_after(const RankProgram *r, const Timeline *tl, const VStage *s, 
   return q < tl->end ? q : tl->end;
 }
 
-// Index in the rank's list of RECV(c, m), or -1.
+// Index in the rank's list of COPY(c, m) (a channel within the rank), or -1.
 static int find_recv(const RankProgram *r, int m, const Channel *c) {
   for (int i = 0; i < r->nacts; i++) {
     const Action *x = &r->acts[i];
-    if (x->kind == ACT_RECV && x->m == m && x->ch == c) return i;
+    if (x->kind == ACT_COPY && x->m == m && x->ch == c) return i;
   }
   return -1;
 }

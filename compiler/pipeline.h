@@ -43,6 +43,9 @@ typedef enum ActionKind {
   ACT_WAIT_SEND, // wait until the message SEND(ch, m) has completed before the next action, so
                  // that nothing overwrites the sent bytes (lower_comm.c); a send with none is
                  // waited for at the step end
+  ACT_COPY,      // copy channel ch's tensor of microbatch m out of its stage's slot into the
+                 // receiving stage's (a channel between two stages of one rank: no message;
+                 // lower_comm.c makes it of the channel's SEND / RECV pair, at the RECV's place)
   ACT_COUNT
 } ActionKind;
 
@@ -53,7 +56,7 @@ typedef struct Action {
   ActionKind kind;          // what runs
   int v;                    // virtual stage (-1: rank-wide step-end actions NORM, OPT)
   int m;                    // microbatch 0..M-1 (-1: step-end actions)
-  const struct Channel *ch; // SEND, RECV, POST_RECV, WAIT_SEND: the channel; NULL otherwise
+  const struct Channel *ch; // SEND, RECV, POST_RECV, WAIT_SEND, COPY: the channel; else NULL
 } Action;
 
 // Whether an action of kind k is a message mark (POST_RECV, WAIT_SEND): it runs no segment and
@@ -482,6 +485,11 @@ bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d);
 // (its order then has a W per B; split or fused as above), p->split_bw is whether any stage is
 // offered it. comp and ncomp are rewritten (the dropped W actions). False after reporting
 // through d.
+// Where sched_lower (and sched_build) write each pass's lists from now on, for the pass goldens
+// (tests/unit/test_pipeline_sched.c): the compute orders, then after add_send_recv, add_load_loss,
+// add_step_end and lower_comm one line per rank (NULL: none, the default).
+void sched_lower_dump(FILE *out);
+
 bool sched_lower(Program *p, int S, int V, Action **comp, int *ncomp, const bool *split,
                  const int *rank, Arena *a, Diag *d);
 

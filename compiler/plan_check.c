@@ -154,7 +154,7 @@ static void local_channels(const Program *prog, int r, int v, int end, const int
   for (int i = 0; i < rp->nacts; i++) {
     const Action *x = &rp->acts[i];
     before[i] = -1;
-    if (x->kind == ACT_RECV) {
+    if (x->kind == ACT_RECV || x->kind == ACT_COPY) {
       const Channel *c = x->ch;
       bool local = prog->vs[c->from_v].rank == prog->vs[c->to_v].rank;
       int done = cnt[x->m], k = x->m + s->K;

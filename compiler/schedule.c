@@ -11,15 +11,15 @@
 #include "pipeline.h"
 
 const char *action_name(ActionKind k) {
-  static const char *const names[ACT_COUNT] = {"LOAD", "F",    "LOSS",      "B",
-                                               "W",    "SEND", "RECV",      "TIED_SUM",
-                                               "NORM", "OPT",  "POST_RECV", "WAIT_SEND"};
+  static const char *const names[ACT_COUNT] = {"LOAD",      "F",         "LOSS",     "B",    "W",
+                                               "SEND",      "RECV",      "TIED_SUM", "NORM", "OPT",
+                                               "POST_RECV", "WAIT_SEND", "COPY"};
   return k >= 0 && k < ACT_COUNT ? names[k] : "?";
 }
 
-// Whether kind k names a channel (SEND, RECV and the marks POST_RECV, WAIT_SEND).
+// Whether kind k names a channel (SEND, RECV, the marks POST_RECV, WAIT_SEND, and COPY).
 static bool comm_kind(ActionKind k) {
-  return k == ACT_SEND || k == ACT_RECV || action_mark(k);
+  return k == ACT_SEND || k == ACT_RECV || action_mark(k) || k == ACT_COPY;
 }
 
 void action_text(const Action *x, char *buf, size_t cap) {
@@ -148,8 +148,11 @@ static bool index_rank(Check *c, const RankProgram *r) {
                  out ? "is sent by" : "is received by", v, p->vs[v].rank);
         return err(c, r->rank, i, x, why);
       }
-      if (action_mark(x->kind) && p->vs[ch->from_v].rank == p->vs[ch->to_v].rank)
+      bool local = p->vs[ch->from_v].rank == p->vs[ch->to_v].rank;
+      if (x->kind != ACT_COPY && local)
         return err(c, r->rank, i, x, "a channel within one rank is a copy, no message");
+      if (x->kind == ACT_COPY && !local)
+        return err(c, r->rank, i, x, "a channel between two ranks is a message, no copy");
       Seen *s = &c->vm[x->kind][ch->id * p->M + x->m];
       if (s->at >= 0) {
         snprintf(why, sizeof why, "appears twice (rank %d action %d first)", s->rank, s->at);
@@ -252,16 +255,21 @@ bool schedule_check(const Program *p, Diag *d) {
     }
   }
   // Channels: the SEND after the action that makes the tensor, the RECV before the one that
-  // reads it (F for activations, B for gradients).
+  // reads it (F for activations, B for gradients); within one rank the COPY does both.
   for (int i = 0; i < p->nch && ok; i++) {
     const Channel *ch = &p->ch[i];
     ActionKind k = ch->grad ? ACT_B : ACT_F;
+    bool local = p->vs[ch->from_v].rank == p->vs[ch->to_v].rank;
     for (int m = 0; m < p->M && ok; m++) {
-      const Seen *snd = &c.vm[ACT_SEND][i * p->M + m], *rcv = &c.vm[ACT_RECV][i * p->M + m];
+      const Seen *snd = &c.vm[local ? ACT_COPY : ACT_SEND][i * p->M + m];
+      const Seen *rcv = &c.vm[local ? ACT_COPY : ACT_RECV][i * p->M + m];
       const Seen *make = &c.vm[k][ch->from_v * p->M + m], *use = &c.vm[k][ch->to_v * p->M + m];
       if (snd->at < 0 || rcv->at < 0) {
         diag_error(d, (Loc){0, 0}, "schedule: %s(c%d, m%d) is missing",
-                   snd->at < 0 ? "SEND" : "RECV", i, m);
+                   local         ? "COPY"
+                   : snd->at < 0 ? "SEND"
+                                 : "RECV",
+                   i, m);
         ok = false;
         break;
       }

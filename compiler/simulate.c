@@ -44,7 +44,12 @@ static void cell(const Program *p, const Action *x, char *buf, size_t cap) {
     break;
   case ACT_SEND:
   case ACT_RECV:
-    snprintf(buf, cap, "%c%c", x->kind == ACT_SEND ? 's' : 'r', x->ch && x->ch->grad ? '<' : '>');
+  case ACT_COPY:
+    snprintf(buf, cap, "%c%c",
+             x->kind == ACT_SEND   ? 's'
+             : x->kind == ACT_RECV ? 'r'
+                                   : 'c',
+             x->ch && x->ch->grad ? '<' : '>');
     break;
   case ACT_LOAD:
     snprintf(buf, cap, "ld");
@@ -274,6 +279,8 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
         queue[q][nsent[q]++] = x;
         sent_at[id] = t;
         sent[id] = clock[r];
+      } else if (x->kind == ACT_COPY) {
+        recv_at[x->ch->id * M + x->m] = t;
       } else if (x->kind == ACT_RECV) {
         int src = p->vs[x->ch->from_v].rank, id = x->ch->id * M + x->m;
         nrecv[src * S + r]++;
@@ -298,7 +305,8 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
       done += moved[r] - pc[r];
       // The slot of (v, m) is taken by the first of its forward RECVs into v, its LOAD and its F
       // (sched_build's K counts the same way) and released by B, or W when split.
-      int hv = x->kind == ACT_RECV && !x->ch->grad       ? x->ch->to_v
+      bool in = x->kind == ACT_RECV || x->kind == ACT_COPY;
+      int hv = in && !x->ch->grad                        ? x->ch->to_v
                : x->kind == ACT_LOAD || x->kind == ACT_F ? x->v
                                                          : -1;
       if (hv >= 0 && !held[(size_t)hv * M + x->m]) {

@@ -27,7 +27,7 @@
 #include "trace_in.h"
 
 static bool compute_kind(ActionKind k) {
-  return k != ACT_SEND && k != ACT_RECV && !action_mark(k);
+  return k != ACT_SEND && k != ACT_RECV && k != ACT_COPY && !action_mark(k);
 }
 
 static int num(const cJSON *o, const char *k, int dflt) {

@@ -181,7 +181,8 @@ bool uneven_verify(const Program *p, Diag *d) {
       Rep *q = &rep[w];
       const Action *x = &p->ranks[q->s].acts[q->idx[q->pc]];
       if (x->kind == ACT_SEND) sent_at[x->ch->id * M + x->m] = t;
-      int hv = x->kind == ACT_RECV && !x->ch->grad       ? x->ch->to_v
+      bool in = x->kind == ACT_RECV || x->kind == ACT_COPY;
+      int hv = in && !x->ch->grad                        ? x->ch->to_v
                : x->kind == ACT_LOAD || x->kind == ACT_F ? x->v
                                                          : -1;
       if (hv >= 0 && !held[(size_t)hv * M + x->m]) {

@@ -296,7 +296,7 @@ static int send_until(const Program *p, int r, const Tensor *t, int v, int m, co
   int until = -1;
   for (int i = 0; i < rp->nacts; i++) {
     const Action *a = &rp->acts[i];
-    if (a->kind == ACT_RECV && a->m == m && a->ch->t == t) until = i;
+    if (a->kind == ACT_COPY && a->m == m && a->ch->t == t) until = i;
     if (a->kind != ACT_SEND || a->m != m || a->ch->t != t || p->vs[a->ch->to_v].rank == r) continue;
     int w = wait[(size_t)a->ch->id * p->M + m];
     if (w <= i || rp->acts[w].v != v || rp->acts[w].m != m) return -1;
@@ -784,7 +784,7 @@ START_TEST(test_local_channels) {
   int *freed = malloc(sizeof(int) * (8 * (size_t)x.p.nv + 1));
   schedule_last_actions(&x.p, freed);
   const Action *fa = &x.p.ranks[1].acts[freed[2 * 8 + 0]];
-  ck_assert_int_eq(fa->kind, ACT_RECV);
+  ck_assert_int_eq(fa->kind, ACT_COPY);
   ck_assert_int_eq(fa->ch->from_v, 2);
   free(freed);
   const Tensor *out = graph_find(g, "transformer.h.1.out");

@@ -370,6 +370,60 @@ START_TEST(test_marks) {
   insert(h, 0, 0, C(POST_RECV, 0, 0));
   expect(h, "error: schedule: rank 0 action 0 POST_RECV(c0, m0): a channel within one rank is a "
             "copy, no message\n");
+  drop(h, 0, 0); // its SEND too: a COPY does the whole channel
+  expect(h, "error: schedule: rank 0 action 2 SEND(c0, m0): a channel within one rank is a copy, "
+            "no message\n");
+  hand_init(h); // and a channel between two ranks is no copy
+  set(h, 1, 0, C(COPY, 0, 0));
+  expect(h, "error: schedule: rank 1 action 0 COPY(c0, m0): a channel between two ranks is a "
+            "message, no copy\n");
+}
+END_TEST
+
+// A channel between two stages of one rank (v0 and v1 both on rank 0, rank 1 empty): the
+// lowering makes its SEND / RECV pair one COPY at the RECV's place; the checker wants it after
+// the action that makes the tensor and before the one that reads it.
+START_TEST(test_copy) {
+  Hand hh, *h = &hh;
+  hand_init(h);
+  h->vs[1].rank = 0;
+  h->p.nranks = 1;
+  // rank 0: LOAD0 F0 LOAD1 F1 ... as one rank: v0's and v1's actions in a valid order.
+  Action r0[] = {A(LOAD, 0, 0),     A(F, 0, 0),     C(SEND, 0, 0), C(RECV, 0, 0), A(F, 1, 0),
+                 A(LOSS, 1, 0),     A(B, 1, 0),     C(SEND, 1, 0), A(W, 1, 0),    C(RECV, 1, 0),
+                 A(B, 0, 0),        A(W, 0, 0),     A(LOAD, 0, 1), A(F, 0, 1),    C(SEND, 0, 1),
+                 C(RECV, 0, 1),     A(F, 1, 1),     A(LOSS, 1, 1), A(B, 1, 1),    C(SEND, 1, 1),
+                 A(W, 1, 1),        C(RECV, 1, 1),  A(B, 0, 1),    A(W, 0, 1),    STEP(TIED_SUM, 0),
+                 STEP(TIED_SUM, 1), STEP(NORM, -1), STEP(OPT, -1)};
+  memcpy(h->acts[0], r0, sizeof r0);
+  h->r[0].nacts = (int)(sizeof r0 / sizeof r0[0]);
+  static int both[2] = {0, 1};
+  h->r[0].vs = both;
+  h->r[0].nvs = 2;
+  Capture cap;
+  cap_open(&cap, "m.json");
+  Arena a;
+  arena_init(&a);
+  ck_assert_msg(lower_comm(&h->p, &a, &cap.d), "%s", cap_text(&cap));
+  ck_assert_int_eq(h->p.ranks[0].nacts, 24); // 4 SENDs dropped, 4 RECVs made COPYs, no marks
+  const Action *x = &h->p.ranks[0].acts[2];
+  ck_assert(x->kind == ACT_COPY && x->ch->id == 0 && x->m == 0);
+  ck_assert_msg(schedule_verify(&h->p, NULL, NULL, NULL, &cap.d), "%s", cap_text(&cap));
+  cap_close(&cap);
+  // The COPY before the F that makes its tensor, after the one that reads it.
+  Action *l = h->p.ranks[0].acts;
+  Action t = l[1];
+  l[1] = l[2], l[2] = t; // COPY(c0, m0) F(v0, m0)
+  bool ok;
+  ck_assert_str_eq(check_msg(h, &ok),
+                   "m.json: error: schedule: rank 0 action 1 COPY(c0, m0): comes "
+                   "before the F that makes its activation\n");
+  t = l[1], l[1] = l[2], l[2] = t;
+  t = l[2], l[2] = l[3], l[3] = t; // F(v1, m0) COPY(c0, m0)
+  ck_assert_str_eq(check_msg(h, &ok),
+                   "m.json: error: schedule: rank 0 action 3 COPY(c0, m0): comes "
+                   "after the F that reads its activation\n");
+  arena_free(&a);
 }
 END_TEST
 
@@ -416,6 +470,7 @@ int main(void) {
   tcase_add_test(tc, test_step_end);
   tcase_add_test(tc, test_pass_one_rank);
   tcase_add_test(tc, test_marks);
+  tcase_add_test(tc, test_copy);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
