@@ -7,10 +7,15 @@
 // of torch's schedules.py (_add_send_recv, _merge_bw, _add_reduce_grad):
 //   compute order (sched_order / a CSV: F, B, W)
 //     -> split or fuse B and W per stage (sched_lower: the W actions of a fused stage dropped)
-//     -> LOAD / LOSS around each F, SEND / RECV of every channel, the step end (lower())
-//     -> POST_RECV / WAIT_SEND of every message (this file: lower_comm)
+//     -> add_send_recv: SEND / RECV of every channel (schedules.c's lower)
+//     -> add_load_loss: LOAD before, LOSS after each F of a stage that has them
+//     -> add_step_end: TIED_SUM per stage, NORM, OPT (then each stage's K from the lists)
+//     -> lower_comm (this file): COPY for a channel within a rank, POST_RECV / WAIT_SEND of
+//        every message
 // Each pass reads the list the one before wrote and writes a longer one; the rules of a pass live
-// in that pass alone. This pass's two rules:
+// in that pass alone; sched_lower_dump prints the lists after each (tests/golden/lower_*.passes).
+// This pass's rules (a copy: the SEND / RECV pair of a channel within a rank is one COPY at the
+// RECV's place):
 // - Posting: the receive of message (c, m) lands in slot m mod K of c's to_v, which is free once
 //   microbatch m - K is done with it: its POST_RECV goes right after the last action of
 //   (to_v, m - K) on the rank (schedule_last_actions: its last LOAD/F/LOSS/B/W, or a copy out of

@@ -638,6 +638,34 @@ START_TEST(test_golden_zbv) {
 }
 END_TEST
 
+// The lowering's passes, each list after each pass (sched_lower_dump): the compute order, then
+// add_send_recv, add_load_loss, add_step_end, lower_comm (the marks and copies), on the chain of
+// S = 2 stages (V = 1, 1f1b) and 4 (zb-v: rank 1 holds v1 and v2, whose channels are COPYs),
+// M = 4. tests/golden/lower_*.passes (PIPEC_UPDATE_GOLDEN=1 rewrites them).
+static void golden_passes(SchedKind k, int V, const char *name) {
+  Chain c;
+  chain_init(&c, 2, V, 4);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  sched_lower_dump(f);
+  bool ok;
+  SchedStats st;
+  const char *msg = build_verify(&c, k, 2, V, &ok, &st);
+  sched_lower_dump(NULL);
+  fclose(f);
+  ck_assert_msg(ok, "%s", msg);
+  golden(text, name);
+  free(text);
+  arena_free(&c.a);
+}
+
+START_TEST(test_golden_passes) {
+  golden_passes(SCHED_1F1B, 1, "lower_1f1b_s2_m4.passes");
+  golden_passes(SCHED_ZBV, 2, "lower_zbv_s2_m4.passes");
+}
+END_TEST
+
 // PipeDream's uneven replication (compiler/uneven.c): every built-in schedule over a grid of
 // (S, V, M), each stage on 1, 2 or M replicas (those dividing M): every replica's list has the F
 // of its microbatches only (m mod D_s = r, each stage of its rank once per microbatch), and the
@@ -735,6 +763,7 @@ int main(void) {
   tcase_add_test(tc, test_send_wait_deadlock);
   tcase_add_test(tc, test_golden_1f1b);
   tcase_add_test(tc, test_golden_zbv);
+  tcase_add_test(tc, test_golden_passes);
   tcase_add_test(tc, test_uneven_grid);
   tcase_add_test(tc, test_uneven_deadlock);
   suite_add_tcase(s, tc);
