@@ -374,9 +374,12 @@ bool pass_schedule(Graph *g, const TrainConfig *tc, Program *p, Diag *d);
 // stage's rank with v and m in range; every (v, m) has exactly one F and one B (and one W when
 // split); B after F, W after B; the accumulating action (W when split, else B) of a stage in
 // ascending m; LOAD before F, LOSS after F, one each where the stage has them; one SEND and one
-// RECV per (channel, m), the SEND after the producing action, the RECV before the consuming one;
-// per rank one TIED_SUM per stage, then one NORM, then one OPT, after all its F/B/W. The first
-// violation is reported through d ("schedule: ...").
+// RECV per (channel, m) between two ranks, the SEND after the producing action, the RECV before
+// the consuming one, and at most one POST_RECV (before its RECV, on the receiver) and one
+// WAIT_SEND (after its SEND, on the sender); one COPY per (channel, m) within one rank, after the
+// producing action and before the consuming one (no SEND, RECV or mark there, no COPY between
+// ranks); per rank one TIED_SUM per stage, then one NORM, then one OPT, after all its F/B/W and
+// its marks. The first violation is reported through d ("schedule: ...").
 bool schedule_check(const Program *p, Diag *d);
 
 // Stable text form of the program (stages, channels, each rank's actions), for golden tests.
