@@ -143,6 +143,9 @@ typedef struct Program {
   const int *stage_reps; // --replicas D0,D1,.. with counts that differ (PipeDream's uneven form,
                          // compiler/uneven.c): per rank s its count D_s (NULL: none); M above
                          // is then the step's, replica r of s runs the m with m mod D_s = r
+  const struct Program *pipe; // the uneven form's world program (uneven_lists): the pipeline
+                              // program whose replicas' lists ranks are, one per world rank
+                              // (NULL: ranks are the pipeline's)
   // Filled by the partition pass (read by its dump):
   const char *part_how;  // how the stages were chosen ("automatic", "--split", "stage hints")
   double part_rate;      // FLOP/s the cost model used
@@ -522,6 +525,7 @@ static inline int core_for(const double *core, int slots, const int *pin, int r)
 // Stage v's chunk: its index among its rank's stages (RankProgram.vs, ascending), as the grid and
 // the picture name it ("F3.1": microbatch 3 of chunk 1). After sched_build.
 static inline int stage_chunk(const Program *p, int v) {
+  if (p->pipe) p = p->pipe; // a world program: its pipeline rank's stages
   const RankProgram *r = &p->ranks[p->vs[v].rank];
   for (int i = 0; i < r->nvs; i++)
     if (r->vs[i] == v) return i;
@@ -545,6 +549,16 @@ int uneven_world(const Program *p, int rank, int replica);
 // Whether replica r of rank s runs action x of its list (x's microbatch m mod D_s = r, or a
 // step-end action).
 bool uneven_runs(const Program *p, int rank, int replica, const Action *x);
+// The uneven form as one action list per world rank: *w is p with nranks the world's ranks
+// (uneven_world(p, S, 0)), ranks[W(s, r)] replica r of rank s's list (the actions of rank s's
+// list it runs, uneven_runs: its microbatches' compute, channel and mark actions, every step-end
+// action) and w->pipe = p. What the one verifier (schedule_verify) checks: a message (c, m) goes
+// between the replicas that run m on its two ranks (action_rank), each replica's stage keeps
+// stage_nslots slots. Arena a holds the lists.
+void uneven_lists(const Program *p, Program *w, Arena *a);
+// The rank that runs microbatch m's actions of stage v (m < 0: the step end, replica 0's): the
+// stage's rank, or in a world program (Program.pipe) the world rank of replica m mod D_s.
+int action_rank(const Program *p, int v, int m);
 // Stage v's slots on each of its replicas and microbatch m's slot among them. The unreplicated
 // program's are K and m mod K; a replica of D runs only the m with m mod D = r, whose residues
 // m mod K are those of r mod g, g = gcd(D, K): it keeps K / g slots and m's is (m mod K) / g. Its
@@ -553,9 +567,8 @@ bool uneven_runs(const Program *p, int rank, int replica, const Action *x);
 // between two of them has rules of its own on the slot's next microbatch) g is 1.
 int stage_nslots(const Program *p, int v);
 int stage_slot(const Program *p, int v, int m);
-// The lock-step verification of the replicas' lists (uneven.c: simulate.c's rules, each
-// microbatch's messages between the replicas that run it); errors name the world rank, stage
-// and replica.
+// The lock-step verification of the replicas' lists: schedule_verify of the world program
+// (uneven_lists); its errors name world ranks.
 bool uneven_verify(const Program *p, Diag *d);
 // The counts' rules on the Program (a parameter held on several ranks needs the same count on
 // each of them), then uneven_verify; list is --replicas' text for the messages.

@@ -116,6 +116,29 @@ static bool send_done(const Program *p, int c, int m, int t, const int *recv_at,
   return post_step[id] < t;
 }
 
+// The slots of stage v on the rank that runs it (a world program's replica: stage_nslots), the
+// replicas of its rank (1 outside a world program), microbatch m's slot among them, and how many
+// microbatches later the replica's next microbatch in m's slot comes (K; a replica of D runs
+// every D-th: lcm(D, K)).
+static int nslots(const Program *p, int v) {
+  return p->pipe ? stage_nslots(p, v) : stage_slots(&p->vs[v]);
+}
+
+static int nreps(const Program *p, int v) {
+  return p->pipe ? uneven_reps(p->pipe, p->vs[v].rank) : 1;
+}
+
+static int slot_of(const Program *p, int v, int m) {
+  int k = p->pipe ? stage_slot(p, v, m) : m % stage_slots(&p->vs[v]);
+  return m % nreps(p, v) * nslots(p, v) + k;
+}
+
+static int slot_span(const Program *p, int v) {
+  int K = stage_slots(&p->vs[v]), D = nreps(p, v), l = K;
+  while (l % D) l += K;
+  return l;
+}
+
 static double cost_of(const Program *p, const StageCost *cost, const Action *x) {
   if (x->kind != ACT_F && x->kind != ACT_B && x->kind != ACT_W) return 0;
   bool split = p->vs[x->v].split;
@@ -170,7 +193,7 @@ static void run_posts(const Program *p, const RankProgram *rp, int *pc, int t, d
 // after the step end's synchronisation (NORM: every rank's last action done).
 static bool simulate(const Program *p, const StageCost *cost, const double *xfer, const double *opt,
                      SchedStats *st, Arena *a, FILE *grid, Diag *d) {
-  if (!schedule_check(p, d)) return false;
+  if (!schedule_check(p->pipe ? p->pipe : p, d)) return false; // a world program: its pipeline's
   Arena scratch;
   arena_init(&scratch);
   int S = p->nranks, M = p->M, total = 0;
@@ -209,7 +232,7 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
   for (int r = 0; r < S; r++)
     for (int i = 0; i < p->ranks[r].nacts; i++) {
       const Action *x = &p->ranks[r].acts[i];
-      if (x->kind == ACT_SEND) nrecv[r * S + p->vs[x->ch->to_v].rank]++;
+      if (x->kind == ACT_SEND) nrecv[r * S + action_rank(p, x->ch->to_v, x->m)]++;
     }
   for (int i = 0; i < S * S; i++) {
     queue[i] = ARENA_ARRAY(&scratch, const Action *, nrecv[i] + 1);
@@ -220,7 +243,7 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
   int *live = ARENA_ARRAY(&scratch, int, p->nv);
   int *peak = st && a ? ARENA_ARRAY(a, int, p->nv) : ARENA_ARRAY(&scratch, int, p->nv);
   for (int v = 0; v < p->nv; v++) {
-    int K = stage_slots(&p->vs[v]);
+    int K = nslots(p, v) * nreps(p, v); // per replica of a world program
     slot[v] = ARENA_ARRAY(&scratch, int, K);
     for (int k = 0; k < K; k++) slot[v][k] = -1;
   }
@@ -251,14 +274,14 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
       if (j >= rp->nacts) continue;
       const Action *x = &rp->acts[j];
       if (x->kind == ACT_RECV) {
-        int src = p->vs[x->ch->from_v].rank, q = src * S + r, id = x->ch->id * M + x->m;
+        int src = action_rank(p, x->ch->from_v, x->m), q = src * S + r, id = x->ch->id * M + x->m;
         if (sent_at[id] < 0 || sent_at[id] >= t) continue; // its SEND has not run yet
         if (queue[q][nrecv[q]] != NULL &&
             (queue[q][nrecv[q]]->ch != x->ch || queue[q][nrecv[q]]->m != x->m))
           continue; // another message is ahead of it on the pair
       }
       if (x->kind == ACT_F || x->kind == ACT_B) {
-        int K = stage_slots(&p->vs[x->v]), k = 2 * x->v + (x->kind == ACT_B), q;
+        int K = slot_span(p, x->v), k = 2 * x->v + (x->kind == ACT_B), q;
         for (q = mk[k]; q < mk[k + 1] && x->m >= K; q++)
           if (!send_done(p, mch[q], x->m - K, t, recv_at, post_step)) break; // in flight
         if (x->m >= K && q < mk[k + 1]) continue;
@@ -275,14 +298,14 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
       const Action *x = &rp->acts[moved[r]];
       double c = cost_of(p, cost, x);
       if (x->kind == ACT_SEND) {
-        int dst = p->vs[x->ch->to_v].rank, q = r * S + dst, id = x->ch->id * M + x->m;
+        int dst = action_rank(p, x->ch->to_v, x->m), q = r * S + dst, id = x->ch->id * M + x->m;
         queue[q][nsent[q]++] = x;
         sent_at[id] = t;
         sent[id] = clock[r];
       } else if (x->kind == ACT_COPY) {
         recv_at[x->ch->id * M + x->m] = t;
       } else if (x->kind == ACT_RECV) {
-        int src = p->vs[x->ch->from_v].rank, id = x->ch->id * M + x->m;
+        int src = action_rank(p, x->ch->from_v, x->m), id = x->ch->id * M + x->m;
         nrecv[src * S + r]++;
         recv_at[id] = t;
         if (post_step[id] == NOSTEP) post_step[id] = t, post_time[id] = clock[r]; // its own post
@@ -311,14 +334,15 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
                                                          : -1;
       if (hv >= 0 && !held[(size_t)hv * M + x->m]) {
         held[(size_t)hv * M + x->m] = true;
-        int K = stage_slots(&p->vs[hv]), *s = &slot[hv][x->m % K];
+        int K = nslots(p, hv), *s = &slot[hv][slot_of(p, hv, x->m)];
         if (*s >= 0) {
           char t1[64], why[256];
           action_text(x, t1, sizeof t1);
           snprintf(why, sizeof why,
                    "schedule: rank %d action %d %s: reuses slot %d of stage v%d (K = %d) while "
                    "m%d is live (until its %s)",
-                   r, moved[r], t1, x->m % K, hv, K, *s, action_name(stage_release(&p->vs[hv])));
+                   r, moved[r], t1, slot_of(p, hv, x->m) % K, hv, K, *s,
+                   action_name(stage_release(&p->vs[hv])));
           diag_error(d, (Loc){0, 0}, "%s", why);
           ok = false;
           break;
@@ -327,8 +351,7 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
         if (++live[hv] > peak[hv]) peak[hv] = live[hv];
       }
       if (x->v >= 0 && x->kind == stage_release(&p->vs[x->v])) {
-        int K = stage_slots(&p->vs[x->v]);
-        slot[x->v][x->m % K] = -1;
+        slot[x->v][slot_of(p, x->v, x->m)] = -1;
         live[x->v]--;
       }
       t0[r][moved[r]] = clock[r];
@@ -376,26 +399,26 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
                     "  rank %d action %d %s: waits for send (c%d, m%d) to complete, whose "
                     "receive rank %d has not posted (send-wait rule: the program waits for a "
                     "send before its stage's next action of that microbatch)\n",
-                    r, j, t1, c->id, id % M, p->vs[c->to_v].rank);
+                    r, j, t1, c->id, id % M, action_rank(p, c->to_v, id % M));
           else
             fprintf(f,
                     "  rank %d action %d %s: waits for send (c%d, m%d) to complete, whose "
                     "receive rank %d has not posted (send-buffer rule: it reuses that send's "
                     "slot, K = %d)\n",
-                    r, j, t1, c->id, id % M, p->vs[c->to_v].rank, K);
+                    r, j, t1, c->id, id % M, action_rank(p, c->to_v, id % M), K);
           continue;
         }
-        int K = stage_slots(&p->vs[x->v]), k = 2 * x->v + (x->kind == ACT_B), c = -1;
+        int K = slot_span(p, x->v), k = 2 * x->v + (x->kind == ACT_B), c = -1;
         for (int q = mk[k]; q < mk[k + 1] && c < 0; q++)
           if (!send_done(p, mch[q], x->m - K, t, recv_at, post_step)) c = mch[q];
         if (c < 0) c = mch[mk[k]]; // not reached: the rule is its only wait
         fprintf(f,
                 "  rank %d action %d %s: waits for send (c%d, m%d) to complete, whose receive "
                 "rank %d has not posted (send-buffer rule: it reuses that send's slot, K = %d)\n",
-                r, j, t1, c, x->m - K, p->vs[p->ch[c].to_v].rank, K);
+                r, j, t1, c, x->m - K, action_rank(p, p->ch[c].to_v, x->m - K), K);
         continue;
       }
-      int src = p->vs[x->ch->from_v].rank, q = src * S + r, id = x->ch->id * M + x->m;
+      int src = action_rank(p, x->ch->from_v, x->m), q = src * S + r, id = x->ch->id * M + x->m;
       if (sent_at[id] < 0)
         fprintf(f, "  rank %d action %d %s: waits for its SEND on rank %d, which has not run", r, j,
                 t1, src);
