@@ -287,8 +287,8 @@ static bool sent_locally(const Program *p, int r, const Tensor *t) {
 }
 
 // Where rank r's program is done with the bytes of t for microbatch m (v's slot): the last of
-// its RECVs for m over a channel to a stage of the rank (a copy), and over a message the action
-// before which the program waits for the send (its WAIT_SEND, action_send_waits: wait), when that is an
+// its COPYs for m (a channel to a stage of the rank), and over a message the action before which
+// the program waits for the send (its WAIT_SEND, action_send_waits: wait), when that is an
 // action of (v, m) after the SEND; -1 when some message of t is waited for elsewhere (the slot's
 // next microbatch, the step end).
 static int send_until(const Program *p, int r, const Tensor *t, int v, int m, const int *wait) {
@@ -832,9 +832,10 @@ static int act_at(const Program *p, int r, ActionKind k, int v, int c, int m) {
   return -1;
 }
 
-// The send-wait rule (the WAIT_SEND marks, action_send_waits): the program waits for a message before the next
-// action of its stage and microbatch after the SEND, so the sent tensor lives in its slot only
-// up to there, not over the whole timeline. gpt_char, zb-v, S = 2, M = 8 (as test_local_channels):
+// The send-wait rule (the WAIT_SEND marks, action_send_waits): the program waits for a message
+// before the next action of its stage and microbatch after the SEND, so the sent tensor lives in
+// its slot only up to there, not over the whole timeline. gpt_char, zb-v, S = 2, M = 8 (as
+// test_local_channels):
 // rank 1's v1 sends its two input gradients to v0 (c7, c8) after B and waits before its W; v2
 // sends its output to v3 (c2) after F and waits before its B; rank 0's v3 sends its gradients
 // (c3, c4) to v2 after B and waits before W. The gradients' bytes serve v1's W: v1's slot
