@@ -6,9 +6,9 @@
 //
 // Message streams. Each channel of the Program (compiler/comm.c) is one stream on its sender's
 // rank and one on its receiver's, tagged with the channel's tag on both sides. A channel between
-// two stages of one rank (a skip under --virtual) is no stream: its RECV copies the tensor
+// two stages of one rank (a skip under --virtual) is no stream: its COPY copies the tensor
 // (memcpy), which the verifier's rule makes safe there: the sender's buffer still holds
-// microbatch m (the action that rewrites it for m + K runs after RECV(c, m)) and the receiving
+// microbatch m (the action that rewrites it for m + K runs after COPY(c, m)) and the receiving
 // slot is free (everything of m - K on the receiving stage ran before). Each exchange group (a
 // parameter held on several ranks) adds one stream per use buffer and holder rank other than the
 // buffer's: the buffer's rank sends it at step end, the holder receives it into its own copy.
@@ -33,16 +33,13 @@
 // replica m mod D_peer.
 //
 // Every compute action is printed by the decoration (emit_act; the transport reports the
-// messages). Channel traffic in train_step (pipeline.h's actions, one line each): SEND(c, m) is
-// pr_comm_send; RECV(c, m) is pr_comm_wait_recv, its pr_comm_post_recv printed as early as the
-// receiving stage's slot allows: right after the last action of (to_v, m - K) on this rank, or at
-// step start for m < K. pr_comm_wait_send(c, m) before the next action of (from_v, m) after the
-// SEND, or, when none follows, before the action that makes channel c's tensor for microbatch
-// m + K (the slot's buffer is about to be written again): schedule_send_waits. Before the first
-// TIED_SUM every send is waited for; then the exchange receives are posted and the rank's use
-// buffers sent; each stage's step end waits for the buffers its sums read. (That last action of
-// (to_v, m - K) may be the copy out of its slot of a channel to another stage of the rank, when
-// the copy follows its W: schedule_last_actions.)
+// messages). Channel traffic in train_step (pipeline.h's actions, one line each, printed where
+// the list has them; compiler/lower_comm.c places the marks and the copies): COPY(c, m) (a
+// channel between two stages of this rank) is a memcpy (CUDA: pr_cu_copy); SEND(c, m) is
+// pr_comm_send; POST_RECV(c, m) pr_comm_post_recv; RECV(c, m) pr_comm_wait_recv (with the post
+// before it when no POST_RECV came first: a blocking receive); WAIT_SEND(c, m) pr_comm_wait_send.
+// Before the first TIED_SUM every send is waited for; then the exchange receives are posted and
+// the rank's use buffers sent; each stage's step end waits for the buffers its sums read.
 //
 // The CUDA target (--comm mpi) stages every message on the host: each stream has a static host
 // buffer per microbatch, hb<s>[m]; a send downloads the device tensor into it and sends it, a
@@ -275,10 +272,6 @@ static bool is_local(const E *e, const Channel *c) {
   return rank_of(e, c->from_v) == rank_of(e, c->to_v);
 }
 
-static void append(E *e, char **s, const char *fmt_text) {
-  *s = arena_printf(e->a, "%s  %s\n", *s ? *s : "", fmt_text);
-}
-
 static const char *act_label(E *e, const Action *x) {
   if (x->ch) return arena_printf(e->a, "%s(c%d, m%d)", action_name(x->kind), x->ch->id, x->m);
   if (x->m < 0) return arena_printf(e->a, "%s(v%d)", action_name(x->kind), x->v);
@@ -333,6 +326,25 @@ static bool final_uneven(const E *e, const RepBuckets *rb, int i) {
   return true;
 }
 
+// The line of a message mark (NULL: the channel has no stream or buffer here): POST_RECV(c, m) is
+// pr_comm_post_recv into the receiving stage's slot (uneven: on microbatch m's replica only),
+// WAIT_SEND(c, m) pr_comm_wait_send.
+static const char *mark_text(E *e, const Action *x) {
+  Streams *st = streams(e);
+  const Channel *c = x->ch;
+  if (is_local(e, c)) return NULL;
+  if (x->kind == ACT_WAIT_SEND) {
+    int s = st->send_of[c->id];
+    if (s < 0 || e->p->offset[c->t->id] < 0) return NULL;
+    return arena_printf(e->a, "pr_comm_wait_send(%d, %d);", s, x->m);
+  }
+  int s = st->recv_of[c->id];
+  if (s < 0 || e->p->offset[c->dst->id] < 0) return NULL;
+  const char *text =
+      arena_printf(e->a, "pr_comm_post_recv(%d, %d, %s);", s, x->m, msg_buf(e, s, x->m, c->dst));
+  return for_runner(e, x->m, in_slot(e, c->to_v, x->m, text)); // uneven: m's replica receives it
+}
+
 // train_step(), printed from the rank's action list: one line per action (through the
 // decoration, emit_act), no interpretation at run time. The rank-wide step end (NORM: the global
 // gradient norm, its check and the clip; OPT: the optimizer) is the runtime's, after train_step
@@ -346,52 +358,8 @@ bool emit_rank_train_step(E *e, Diag *d) {
   int n = rp->nacts;
   if (n < 2 || rp->acts[n - 2].kind != ACT_NORM || rp->acts[n - 1].kind != ACT_OPT)
     return internal(e, d, "its actions do not end with NORM, OPT");
-  char **pre = ARENA_ARRAY(e->a, char *, n + 1), **post = ARENA_ARRAY(e->a, char *, n + 1);
-  char *start = NULL;
-  // Per (v, m): the last action (where the slot frees); per (c, m): where its send is waited for.
-  int *last = ARENA_ARRAY(e->a, int, (size_t)P->nv * P->M + 1);
-  schedule_last_actions(P, last);
-  int *wait = ARENA_ARRAY(e->a, int, (size_t)P->nch * P->M + 1);
-  schedule_send_waits(P, wait);
-  for (int i = 0; i < n; i++) {
-    const Action *x = &rp->acts[i];
-    if (x->kind == ACT_RECV) { // post as early as the slot allows
-      const Channel *c = x->ch;
-      bool local = is_local(e, c);
-      int s = st->recv_of[c->id], K = P->vs[c->to_v].K;
-      if ((!local && s < 0) || e->p->offset[c->dst->id] < 0)
-        return internal(e, d, arena_printf(e->a, "RECV of '%s' without its buffer", c->dst->name));
-      const char *text = local ? NULL
-                               : in_slot(e, c->to_v, x->m,
-                                         arena_printf(e->a, "pr_comm_post_recv(%d, %d, %s);", s,
-                                                      x->m, msg_buf(e, s, x->m, c->dst)));
-      text = for_runner(e, x->m, text); // uneven: only microbatch m's replica receives it
-      if (x->m < K) {
-        if (text) append(e, &start, text);
-        continue;
-      }
-      // The slot is free after the last action of m - K on the stage; the RECV (a local copy,
-      // or the wait of a posted receive) must come after it.
-      int l = last[(size_t)c->to_v * P->M + x->m - K];
-      if (l < 0 || l >= i)
-        return internal(e, d,
-                        arena_printf(e->a, "%s of '%s' comes before the last action of m%d",
-                                     act_label(e, x), c->dst->name, x->m - K));
-      if (text) append(e, &post[l], text);
-    } else if (x->kind == ACT_SEND && !is_local(e, x->ch)) { // the next write waits for it
-      const Channel *c = x->ch;
-      int s = st->send_of[c->id], K = P->vs[c->from_v].K;
-      if (s < 0 || e->p->offset[c->t->id] < 0)
-        return internal(e, d, arena_printf(e->a, "SEND of '%s' without its buffer", c->t->name));
-      int p = wait[(size_t)c->id * P->M + x->m]; // schedule_send_waits
-      if (p < 0 && x->m + K >= P->M) continue;   // waited for at step end
-      if (p <= i)
-        return internal(
-            e, d,
-            arena_printf(e->a, "no action after SEND(%s, m%d) waits for it", c->t->name, x->m));
-      append(e, &pre[p], arena_printf(e->a, "pr_comm_wait_send(%d, %d);", s, x->m));
-    }
-  }
+  // Per (c, m): its receive posted (a POST_RECV ran; a RECV without one posts it itself).
+  bool *posted = ARENA_ARRAY(e->a, bool, (size_t)P->nch * P->M + 1);
   int nacc = 2 * P->nv * uneven_reps(P, rp->rank) + 1;
   bool *accumulated = ARENA_ARRAY(e->a, bool, nacc); // emit_acc's (acc_uneven's) flags
   out(e,
@@ -400,7 +368,7 @@ bool emit_rank_train_step(E *e, Diag *d) {
       "// it has none). NORM and OPT follow in the runtime (pr_main).\n"
       "static double train_step(int64_t step, uint64_t seed) {\n  double loss = 0;\n",
       P->M, st->n > 0 ? " with the channel traffic" : ""); // S = 1: none
-  out(e, "  (void)step, (void)seed;\n%s", start ? start : "");
+  out(e, "  (void)step, (void)seed;\n");
   const RepBuckets *rb = e->rep;
   bool tied_first = true;
   int last_tied = -1;
@@ -408,10 +376,17 @@ bool emit_rank_train_step(E *e, Diag *d) {
     if (rp->acts[i].kind == ACT_TIED_SUM) last_tied = i;
   for (int i = 0; i < n - 2; i++) {
     const Action *x = &rp->acts[i];
+    if (x->kind == ACT_POST_RECV || x->kind == ACT_WAIT_SEND) { // the message marks
+      const char *text = mark_text(e, x);
+      if (!text)
+        return internal(e, d, arena_printf(e->a, "%s without its buffer", act_label(e, x)));
+      if (x->kind == ACT_POST_RECV) posted[(size_t)x->ch->id * P->M + x->m] = true;
+      out(e, "  %s\n", text);
+      continue;
+    }
     const VStage *s = x->v >= 0 ? &P->vs[x->v] : NULL;
     int slot = s && x->m >= 0 ? stage_slot(P, x->v, x->m) : 0;
     int acc = P->stage_reps ? acc_uneven(e, accumulated, x) : emit_acc(accumulated, x);
-    if (pre[i]) out(e, "%s", pre[i]);
     int who = runner(e, x->m); // uneven: the replica that runs it (-1: every one)
     if (who >= 0) out(e, "  if (pr_replica == %d) { // m%d's replica\n", who, x->m);
     bool final = P->stage_reps ? final_uneven(e, rb, i) : rep_final_action(rb, i); // buckets.c
@@ -436,21 +411,28 @@ bool emit_rank_train_step(E *e, Diag *d) {
     case ACT_W:
       emit_act(e, x, arena_printf(e->a, "W_%d(%d, %d);", x->v, slot, acc), m_note);
       break;
+    case ACT_COPY: // a channel between two stages of this rank
+      out(e, "  %s // COPY(%s, m%d) from stage %d of this rank\n", local_copy(e, x->ch, x->m),
+          comment(e, x->ch->dst->name), x->m, x->ch->from_v);
+      break;
     case ACT_SEND:
-      if (is_local(e, x->ch)) {
-        out(e, "  // SEND(%s, m%d) to stage %d of this rank: copied at its RECV\n",
-            comment(e, x->ch->t->name), x->m, x->ch->to_v);
-        break;
-      }
+      if (st->send_of[x->ch->id] < 0 || e->p->offset[x->ch->t->id] < 0)
+        return internal(e, d,
+                        arena_printf(e->a, "SEND of '%s' without its buffer", x->ch->t->name));
       out(e, "  %s // SEND(%s, m%d)\n",
           in_slot(e, x->ch->from_v, x->m, send_text(e, st->send_of[x->ch->id], x->m, x->ch->t)),
           comment(e, x->ch->t->name), x->m);
       break;
     case ACT_RECV: {
-      if (is_local(e, x->ch)) {
-        out(e, "  %s // RECV(%s, m%d) from stage %d of this rank\n", local_copy(e, x->ch, x->m),
-            comment(e, x->ch->dst->name), x->m, x->ch->from_v);
-        break;
+      if (st->recv_of[x->ch->id] < 0 || e->p->offset[x->ch->dst->id] < 0)
+        return internal(e, d,
+                        arena_printf(e->a, "RECV of '%s' without its buffer", x->ch->dst->name));
+      if (!posted[(size_t)x->ch->id * P->M + x->m]) { // no POST_RECV: posted here, blocking
+        Action post = {ACT_POST_RECV, -1, x->m, x->ch};
+        const char *text = mark_text(e, &post);
+        if (!text)
+          return internal(e, d, arena_printf(e->a, "%s without its buffer", act_label(e, x)));
+        out(e, "  %s\n", text);
       }
       const char *what = "RECV";
       for (int j = i + 1; j < n; j++) {
@@ -498,7 +480,6 @@ bool emit_rank_train_step(E *e, Diag *d) {
     if (who >= 0) out(e, "  }\n");
     for (int k = 0; rb && k < rb->nb; k++) // a TIED_SUM's buckets go to the replicas after it
       if (rb->after[k] == i && rb->node[k] < 0) out(e, "  pr_replicas_ready(%d);\n", k);
-    if (post[i]) out(e, "%s", post[i]);
   }
   if (P->replicas > 1 || P->stage_reps) // the replicas add their sums (runtime/replicas.c)
     out(e, "  return loss; // the sum of this replica's losses\n}\n\n");

@@ -114,11 +114,11 @@ static int pos_after(const RankProgram *r, const Timeline *tl, const VStage *s, 
   return q < tl->end ? q : tl->end;
 }
 
-// Index in the rank's list of RECV(c, m), or -1.
+// Index in the rank's list of COPY(c, m) (a channel within the rank), or -1.
 static int find_recv(const RankProgram *r, int m, const Channel *c) {
   for (int i = 0; i < r->nacts; i++) {
     const Action *x = &r->acts[i];
-    if (x->kind == ACT_RECV && x->m == m && x->ch == c) return i;
+    if (x->kind == ACT_COPY && x->m == m && x->ch == c) return i;
   }
   return -1;
 }
@@ -148,7 +148,7 @@ static int local_pos(const Program *prog, const RankProgram *r, const Timeline *
 
 // A message from stage c->from_v of rank r to another rank, on the sender's timeline: the last
 // position its sent tensor must be live at, that of the last node of each microbatch m to run
-// before the program waits for send (c, m) (wait: schedule_send_waits, the first action of
+// before the program waits for send (c, m) (wait: where its WAIT_SEND is, the first action of
 // (from_v, m) after the SEND that runs the stage), or -1 when for some m the wait is elsewhere
 // (before the action that makes (c, m + K), or at step end): the whole timeline.
 static int msg_pos(const Program *prog, const RankProgram *r, const Timeline *tl, const int *wait,
@@ -283,7 +283,7 @@ static bool plan_rank(Program *prog, RankProgram *r, bool all_temps, Diag *d) {
   int *last_act = ARENA_ARRAY(a, int, (size_t)prog->nv * prog->M + 1); // where slots free
   schedule_last_actions(prog, last_act);
   int *wait = ARENA_ARRAY(a, int, (size_t)prog->nch * prog->M + 1); // where sends are waited for
-  schedule_send_waits(prog, wait);
+  action_send_waits(prog, wait);
   const Channel **recv_ch =
       ARENA_ARRAY(a, const Channel *, g->ntensors + 1); // per dst: its channel
   for (int c = 0; c < prog->nch; c++) {

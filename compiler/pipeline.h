@@ -27,16 +27,25 @@
 #include "program.h"
 
 typedef enum ActionKind {
-  ACT_LOAD,     // read microbatch m's data inputs of stage v (the stages that read an input)
-  ACT_F,        // forward segment of stage v on microbatch m
-  ACT_LOSS,     // host reads microbatch m's loss (the stage that computes it) into the step loss
-  ACT_B,        // input-gradient segment of stage v on m (unsplit: also the weight gradients)
-  ACT_W,        // weight-gradient segment of stage v on m (only when the program splits B and W)
-  ACT_SEND,     // send channel ch's tensor of microbatch m to the stage that reads it
-  ACT_RECV,     // receive channel ch's tensor of microbatch m from the stage that makes it
-  ACT_TIED_SUM, // step end of stage v: sums of a parameter's per-use gradients (step segment)
-  ACT_NORM,     // step end of the rank: squared global gradient norm, non-finite check, clip
-  ACT_OPT,      // step end of the rank: optimizer update of its parameters
+  ACT_LOAD,      // read microbatch m's data inputs of stage v (the stages that read an input)
+  ACT_F,         // forward segment of stage v on microbatch m
+  ACT_LOSS,      // host reads microbatch m's loss (the stage that computes it) into the step loss
+  ACT_B,         // input-gradient segment of stage v on m (unsplit: also the weight gradients)
+  ACT_W,         // weight-gradient segment of stage v on m (only when the program splits B and W)
+  ACT_SEND,      // send channel ch's tensor of microbatch m to the stage that reads it
+  ACT_RECV,      // receive channel ch's tensor of microbatch m from the stage that makes it
+  ACT_TIED_SUM,  // step end of stage v: sums of a parameter's per-use gradients (step segment)
+  ACT_NORM,      // step end of the rank: squared global gradient norm, non-finite check, clip
+  ACT_OPT,       // step end of the rank: optimizer update of its parameters
+  ACT_POST_RECV, // post the receive of channel ch's message of microbatch m into its slot (a
+                 // channel between two ranks; compiler/lower_comm.c places it); a RECV with none
+                 // before it posts its receive itself (a blocking receive)
+  ACT_WAIT_SEND, // wait until the message SEND(ch, m) has completed before the next action, so
+                 // that nothing overwrites the sent bytes (lower_comm.c); a send with none is
+                 // waited for at the step end
+  ACT_COPY,      // copy channel ch's tensor of microbatch m out of its stage's slot into the
+                 // receiving stage's (a channel between two stages of one rank: no message;
+                 // lower_comm.c makes it of the channel's SEND / RECV pair, at the RECV's place)
   ACT_COUNT
 } ActionKind;
 
@@ -47,8 +56,15 @@ typedef struct Action {
   ActionKind kind;          // what runs
   int v;                    // virtual stage (-1: rank-wide step-end actions NORM, OPT)
   int m;                    // microbatch 0..M-1 (-1: step-end actions)
-  const struct Channel *ch; // SEND / RECV: the channel; NULL otherwise
+  const struct Channel *ch; // SEND, RECV, POST_RECV, WAIT_SEND, COPY: the channel; else NULL
 } Action;
+
+// Whether an action of kind k is a message mark (POST_RECV, WAIT_SEND): it runs no segment and
+// takes no step of its own in the lock-step run (simulate.c: a POST_RECV runs as soon as its
+// rank reaches it, a WAIT_SEND with the action after it).
+static inline bool action_mark(ActionKind k) {
+  return k == ACT_POST_RECV || k == ACT_WAIT_SEND;
+}
 
 typedef struct Segment {
   Node **nodes; // nodes in graph (canonical) order
@@ -127,6 +143,9 @@ typedef struct Program {
   const int *stage_reps; // --replicas D0,D1,.. with counts that differ (PipeDream's uneven form,
                          // compiler/uneven.c): per rank s its count D_s (NULL: none); M above
                          // is then the step's, replica r of s runs the m with m mod D_s = r
+  const struct Program *pipe; // the uneven form's world program (uneven_lists): the pipeline
+                              // program whose replicas' lists ranks are, one per world rank
+                              // (NULL: ranks are the pipeline's)
   // Filled by the partition pass (read by its dump):
   const char *part_how;  // how the stages were chosen ("automatic", "--split", "stage hints")
   double part_rate;      // FLOP/s the cost model used
@@ -149,9 +168,12 @@ bool pass_schedule(Graph *g, const TrainConfig *tc, Program *p, Diag *d);
 // stage's rank with v and m in range; every (v, m) has exactly one F and one B (and one W when
 // split); B after F, W after B; the accumulating action (W when split, else B) of a stage in
 // ascending m; LOAD before F, LOSS after F, one each where the stage has them; one SEND and one
-// RECV per (channel, m), the SEND after the producing action, the RECV before the consuming one;
-// per rank one TIED_SUM per stage, then one NORM, then one OPT, after all its F/B/W. The first
-// violation is reported through d ("schedule: ...").
+// RECV per (channel, m) between two ranks, the SEND after the producing action, the RECV before
+// the consuming one, and at most one POST_RECV (before its RECV, on the receiver) and one
+// WAIT_SEND (after its SEND, on the sender); one COPY per (channel, m) within one rank, after the
+// producing action and before the consuming one (no SEND, RECV or mark there, no COPY between
+// ranks); per rank one TIED_SUM per stage, then one NORM, then one OPT, after all its F/B/W and
+// its marks. The first violation is reported through d ("schedule: ...").
 bool schedule_check(const Program *p, Diag *d);
 
 // Stable text form of the program (stages, channels, each rank's actions), for golden tests.
@@ -171,29 +193,33 @@ void action_text(const Action *x, char *buf, size_t cap);
 ActionKind channel_maker(const Program *p, const Channel *c);
 
 // Per (virtual stage v, microbatch m), at index v * M + m: the index in v's rank's action list
-// of the last action of (v, m) (LOAD, F, LOSS, B or W: SEND and RECV carry no stage), or the
-// RECV of a channel from v to another stage of its rank that copies m's tensor after it, when
-// nothing of m + K on v's slots (its actions, its RECVs) comes before that RECV; -1 when it has
-// none. last has nv * M entries. Where the generated code posts the receives of m + K into the
-// slot m leaves, what the verifier's send-buffer rule waits for, and up to where memplan keeps a
-// tensor sent within the rank. O(actions) (a channel within a rank: O(actions^2) at most).
+// of the last action of (v, m) (LOAD, F, LOSS, B or W: SEND, RECV and the marks carry no stage),
+// or the RECV of a channel from v to another stage of its rank that copies m's tensor after it,
+// when nothing of m + K on v's slots (its actions, its RECVs) comes before that RECV; -1 when it
+// has none. last has nv * M entries. Where the slot of (v, m) frees: lower_comm puts the
+// POST_RECVs of m + K after it, and memplan and plan_check keep a tensor sent within the rank up
+// to it (compiler/lower_comm.c). O(actions) (a channel within a rank: O(actions^2) at most).
 void schedule_last_actions(const Program *p, int *last);
 
-// The send-wait rule: per (channel c, microbatch m), at index c * M + m, the index in the sending
-// rank's action list of the action before which the program waits for the message SEND(c, m) to
-// complete (pr_comm_wait_send), so that nothing overwrites the sent bytes while the message may
-// be in flight: the first action of (from_v, m) after the SEND that runs nodes of the stage or
-// its LOAD / LOSS (F, B, W, LOAD, LOSS) when there is one (memplan keeps the sent tensor live
-// only up to the last position of m's timeline before it; a message completes once its receiver
-// has posted the receive, which every built-in schedule has done by then: the receiver ran the
-// F that the sender's F or B of m read from, or its B sends back the gradient the sender's B
-// reads); otherwise the action that makes (c, m + K) (channel_maker's, K of from_v: the slot's
-// next microbatch is about to write the buffer; memplan keeps the tensor over the whole
-// timeline); -1 when neither exists (m + K >= M: the step end waits for every send) and for a
-// channel between two stages of one rank (a copy at its RECV, no message). What the generated
-// code prints, what the verifier blocks on and where memplan and plan_check end the sent
-// tensor's interval. wait has nch * M entries. O(actions + nch * M).
-void schedule_send_waits(const Program *p, int *wait);
+// The lowering pass that makes the message traffic's timing actions (compiler/lower_comm.c):
+// into each rank's list of compute actions, SENDs and RECVs, a POST_RECV(c, m) per message
+// received (at the list's start for m < K of c's to_v, else right after the slot's previous
+// microbatch's last action, schedule_last_actions) and a WAIT_SEND(c, m) per message sent where
+// the send-wait rule puts it (before the first action of (from_v, m) after the SEND that runs the
+// stage, else before the action that makes (c, m + K); none when that is past the step: the step
+// end waits for every send). Readers (simulate, memplan, plan_check, codegen) read these marks'
+// positions and derive nothing. Idempotent on a list that has them. False after reporting
+// through d (an internal error: a list the rules cannot place).
+bool lower_comm(Program *p, Arena *a, Diag *d);
+
+// Per (channel c, microbatch m), at c * M + m: the index in the sending rank's list of the action
+// a WAIT_SEND(c, m) comes before (the first non-mark action after it), -1 where none: read off
+// the list's marks. wait has nch * M entries.
+void action_send_waits(const Program *p, int *wait);
+
+// Per (channel c, microbatch m), at c * M + m: the index in the receiving rank's list of its
+// POST_RECV(c, m), -1 where none (the RECV posts itself). post has nch * M entries.
+void action_recv_posts(const Program *p, int *post);
 
 // ---- Built-in schedules (compiler/schedules.c) and the lock-step verifier (compiler/simulate.c)
 // The schedules are built and verified at compile time; codegen prints each rank's list
@@ -256,6 +282,11 @@ bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d);
 // (its order then has a W per B; split or fused as above), p->split_bw is whether any stage is
 // offered it. comp and ncomp are rewritten (the dropped W actions). False after reporting
 // through d.
+// Where sched_lower (and sched_build) write each pass's lists from now on, for the pass goldens
+// (tests/unit/test_pipeline_sched.c): the compute orders, then after add_send_recv, add_load_loss,
+// add_step_end and lower_comm one line per rank (NULL: none, the default).
+void sched_lower_dump(FILE *out);
+
 bool sched_lower(Program *p, int S, int V, Action **comp, int *ncomp, const bool *split,
                  const int *rank, Arena *a, Diag *d);
 
@@ -285,6 +316,7 @@ static inline int core_for(const double *core, int slots, const int *pin, int r)
 // Stage v's chunk: its index among its rank's stages (RankProgram.vs, ascending), as the grid and
 // the picture name it ("F3.1": microbatch 3 of chunk 1). After sched_build.
 static inline int stage_chunk(const Program *p, int v) {
+  if (p->pipe) p = p->pipe; // a world program: its pipeline rank's stages
   const RankProgram *r = &p->ranks[p->vs[v].rank];
   for (int i = 0; i < r->nvs; i++)
     if (r->vs[i] == v) return i;
@@ -308,6 +340,16 @@ int uneven_world(const Program *p, int rank, int replica);
 // Whether replica r of rank s runs action x of its list (x's microbatch m mod D_s = r, or a
 // step-end action).
 bool uneven_runs(const Program *p, int rank, int replica, const Action *x);
+// The uneven form as one action list per world rank: *w is p with nranks the world's ranks
+// (uneven_world(p, S, 0)), ranks[W(s, r)] replica r of rank s's list (the actions of rank s's
+// list it runs, uneven_runs: its microbatches' compute, channel and mark actions, every step-end
+// action) and w->pipe = p. What the one verifier (schedule_verify) checks: a message (c, m) goes
+// between the replicas that run m on its two ranks (action_rank), each replica's stage keeps
+// stage_nslots slots. Arena a holds the lists.
+void uneven_lists(const Program *p, Program *w, Arena *a);
+// The rank that runs microbatch m's actions of stage v (m < 0: the step end, replica 0's): the
+// stage's rank, or in a world program (Program.pipe) the world rank of replica m mod D_s.
+int action_rank(const Program *p, int v, int m);
 // Stage v's slots on each of its replicas and microbatch m's slot among them. The unreplicated
 // program's are K and m mod K; a replica of D runs only the m with m mod D = r, whose residues
 // m mod K are those of r mod g, g = gcd(D, K): it keeps K / g slots and m's is (m mod K) / g. Its
@@ -316,9 +358,8 @@ bool uneven_runs(const Program *p, int rank, int replica, const Action *x);
 // between two of them has rules of its own on the slot's next microbatch) g is 1.
 int stage_nslots(const Program *p, int v);
 int stage_slot(const Program *p, int v, int m);
-// The lock-step verification of the replicas' lists (uneven.c: simulate.c's rules, each
-// microbatch's messages between the replicas that run it); errors name the world rank, stage
-// and replica.
+// The lock-step verification of the replicas' lists: schedule_verify of the world program
+// (uneven_lists); its errors name world ranks.
 bool uneven_verify(const Program *p, Diag *d);
 // The counts' rules on the Program (a parameter held on several ranks needs the same count on
 // each of them), then uneven_verify; list is --replicas' text for the messages.

@@ -157,7 +157,7 @@ static void local_channels(const Program *prog, int r, int v, int end, const int
   for (int i = 0; i < rp->nacts; i++) {
     const Action *x = &rp->acts[i];
     before[i] = -1;
-    if (x->kind == ACT_RECV) {
+    if (x->kind == ACT_RECV || x->kind == ACT_COPY) {
       const Channel *c = x->ch;
       bool local = prog->vs[c->from_v].rank == prog->vs[c->to_v].rank;
       int done = cnt[x->m], k = x->m + s->K;
@@ -185,7 +185,7 @@ static void local_channels(const Program *prog, int r, int v, int end, const int
 
 // A message from stage v of rank r to another rank: the last position of v's timeline its sent
 // tensor must be live at, the highest count - 1 at the action before which the program waits for
-// send (c, m) (wait: schedule_send_waits) over every m, when that action is one of (v, m) after
+// send (c, m) (wait: its WAIT_SEND's place) over every m, when that action is one of (v, m) after
 // the SEND (before, sendat: local_channels' replay); else end + 1 (the whole timeline).
 static int msg_last(const Program *prog, int r, int v, int end, const int *wait, const int *before,
                     const int *sendat, int c) {
@@ -225,7 +225,7 @@ bool plan_check(const Program *prog, int r, Diag *d) {
   // Where the program waits for each send; per action the positions of its microbatch run before
   // it, per (c, m) its SEND (local_channels).
   int *wait = ARENA_ARRAY(a, int, (size_t)prog->nch * prog->M + 1);
-  schedule_send_waits(prog, wait);
+  action_send_waits(prog, wait);
   int *before = ARENA_ARRAY(a, int, rp->nacts + 1);
   int *sendat = ARENA_ARRAY(a, int, (size_t)prog->nch * prog->M + 1);
   PlaceItem *items = ARENA_ARRAY(a, PlaceItem, nt + nn + 1);

@@ -368,7 +368,7 @@ bool plan_write_json(const Program *p, const char *sched, const SchedStats *st, 
       const Action *x = &rp->acts[i];
       cJSON *a = cJSON_CreateObject();
       cJSON_AddStringToObject(a, "kind", action_name(x->kind));
-      if (x->kind == ACT_SEND || x->kind == ACT_RECV)
+      if (x->ch) // SEND, RECV, POST_RECV, WAIT_SEND
         cJSON_AddNumberToObject(a, "channel", x->ch->id);
       else
         cJSON_AddNumberToObject(a, "v", x->v);

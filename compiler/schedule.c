@@ -14,13 +14,19 @@
 #include "pipeline.h"
 
 const char *action_name(ActionKind k) {
-  static const char *const names[ACT_COUNT] = {"LOAD", "F",    "LOSS",     "B",    "W",
-                                               "SEND", "RECV", "TIED_SUM", "NORM", "OPT"};
+  static const char *const names[ACT_COUNT] = {"LOAD",      "F",         "LOSS",     "B",    "W",
+                                               "SEND",      "RECV",      "TIED_SUM", "NORM", "OPT",
+                                               "POST_RECV", "WAIT_SEND", "COPY"};
   return k >= 0 && k < ACT_COUNT ? names[k] : "?";
 }
 
+// Whether kind k names a channel (SEND, RECV, the marks POST_RECV, WAIT_SEND, and COPY).
+static bool comm_kind(ActionKind k) {
+  return k == ACT_SEND || k == ACT_RECV || action_mark(k) || k == ACT_COPY;
+}
+
 void action_text(const Action *x, char *buf, size_t cap) {
-  if (x->kind == ACT_SEND || x->kind == ACT_RECV)
+  if (comm_kind(x->kind))
     snprintf(buf, cap, "%s(c%d, m%d)", action_name(x->kind), x->ch->id, x->m);
   else if (x->m >= 0)
     snprintf(buf, cap, "%s(v%d, m%d)", action_name(x->kind), x->v, x->m);
@@ -62,7 +68,7 @@ typedef struct Check {
 } Check;
 
 static void act_text(char *buf, size_t cap, const Action *x) {
-  if (x->kind == ACT_SEND || x->kind == ACT_RECV)
+  if (comm_kind(x->kind))
     snprintf(buf, cap, "%s(c%d, m%d)", action_name(x->kind), x->ch ? x->ch->id : -1, x->m);
   else if (x->m >= 0)
     snprintf(buf, cap, "%s(v%d, m%d)", action_name(x->kind), x->v, x->m);
@@ -86,7 +92,7 @@ static bool index_rank(Check *c, const RankProgram *r) {
   for (int i = 0; i < r->nacts; i++) {
     const Action *x = &r->acts[i];
     if (x->kind < 0 || x->kind >= ACT_COUNT) return err(c, r->rank, i, x, "unknown action kind");
-    bool per_m = x->kind <= ACT_RECV, comm = x->kind == ACT_SEND || x->kind == ACT_RECV;
+    bool comm = comm_kind(x->kind), per_m = x->kind <= ACT_RECV || comm;
     if (per_m && (x->m < 0 || x->m >= p->M)) {
       snprintf(why, sizeof why, "microbatch out of range (M = %d)", p->M);
       return err(c, r->rank, i, x, why);
@@ -96,12 +102,18 @@ static bool index_rank(Check *c, const RankProgram *r) {
       if (!x->ch || x->ch->id < 0 || x->ch->id >= p->nch || &p->ch[x->ch->id] != x->ch)
         return err(c, r->rank, i, x, "not a channel of the program");
       const Channel *ch = x->ch;
-      int v = x->kind == ACT_SEND ? ch->from_v : ch->to_v;
+      bool out = x->kind == ACT_SEND || x->kind == ACT_WAIT_SEND;
+      int v = out ? ch->from_v : ch->to_v;
       if (p->vs[v].rank != r->rank) {
         snprintf(why, sizeof why, "channel c%d %s stage v%d, which runs on rank %d", ch->id,
-                 x->kind == ACT_SEND ? "is sent by" : "is received by", v, p->vs[v].rank);
+                 out ? "is sent by" : "is received by", v, p->vs[v].rank);
         return err(c, r->rank, i, x, why);
       }
+      bool local = p->vs[ch->from_v].rank == p->vs[ch->to_v].rank;
+      if (x->kind != ACT_COPY && local)
+        return err(c, r->rank, i, x, "a channel within one rank is a copy, no message");
+      if (x->kind == ACT_COPY && !local)
+        return err(c, r->rank, i, x, "a channel between two ranks is a message, no copy");
       Seen *s = &c->vm[x->kind][ch->id * p->M + x->m];
       if (s->at >= 0) {
         snprintf(why, sizeof why, "appears twice (rank %d action %d first)", s->rank, s->at);
@@ -167,7 +179,7 @@ bool schedule_check(const Program *p, Diag *d) {
   Check c = {p, d, {0}, NULL};
   bool ok = true;
   for (int k = 0; k < ACT_COUNT; k++) {
-    size_t n = (size_t)(k == ACT_SEND || k == ACT_RECV ? p->nch : p->nv) * (size_t)p->M + 1;
+    size_t n = (size_t)(comm_kind((ActionKind)k) ? p->nch : p->nv) * (size_t)p->M + 1;
     c.vm[k] = ARENA_ARRAY(&scratch, Seen, n);
     for (size_t i = 0; i < n; i++) c.vm[k][i] = (Seen){-1, -1};
   }
@@ -204,16 +216,21 @@ bool schedule_check(const Program *p, Diag *d) {
     }
   }
   // Channels: the SEND after the action that makes the tensor, the RECV before the one that
-  // reads it (F for activations, B for gradients).
+  // reads it (F for activations, B for gradients); within one rank the COPY does both.
   for (int i = 0; i < p->nch && ok; i++) {
     const Channel *ch = &p->ch[i];
     ActionKind k = ch->grad ? ACT_B : ACT_F;
+    bool local = p->vs[ch->from_v].rank == p->vs[ch->to_v].rank;
     for (int m = 0; m < p->M && ok; m++) {
-      const Seen *snd = &c.vm[ACT_SEND][i * p->M + m], *rcv = &c.vm[ACT_RECV][i * p->M + m];
+      const Seen *snd = &c.vm[local ? ACT_COPY : ACT_SEND][i * p->M + m];
+      const Seen *rcv = &c.vm[local ? ACT_COPY : ACT_RECV][i * p->M + m];
       const Seen *make = &c.vm[k][ch->from_v * p->M + m], *use = &c.vm[k][ch->to_v * p->M + m];
       if (snd->at < 0 || rcv->at < 0) {
         diag_error(d, (Loc){0, 0}, "schedule: %s(c%d, m%d) is missing",
-                   snd->at < 0 ? "SEND" : "RECV", i, m);
+                   local         ? "COPY"
+                   : snd->at < 0 ? "SEND"
+                                 : "RECV",
+                   i, m);
         ok = false;
         break;
       }
@@ -226,6 +243,18 @@ bool schedule_check(const Program *p, Diag *d) {
         ok = err(&c, rcv->rank, rcv->at, &rr->acts[rcv->at],
                  ch->grad ? "comes after the B that reads its gradient"
                           : "comes after the F that reads its activation");
+      // The marks: a receive posted before its RECV, a send waited for after its SEND.
+      const Seen *post = &c.vm[ACT_POST_RECV][i * p->M + m];
+      const Seen *wait = &c.vm[ACT_WAIT_SEND][i * p->M + m];
+      char why[96];
+      if (ok && post->at > rcv->at) {
+        snprintf(why, sizeof why, "comes after its RECV at action %d", rcv->at);
+        ok = err(&c, post->rank, post->at, &rr->acts[post->at], why);
+      }
+      if (ok && wait->at >= 0 && wait->at < snd->at) {
+        snprintf(why, sizeof why, "comes before its SEND at action %d", snd->at);
+        ok = err(&c, wait->rank, wait->at, &rs->acts[wait->at], why);
+      }
     }
   }
   // Step end per rank: one TIED_SUM per stage, then one NORM, then one OPT, after all F/B/W.
@@ -236,6 +265,12 @@ bool schedule_check(const Program *p, Diag *d) {
       const Action *x = &r->acts[i];
       if (x->kind == ACT_F || x->kind == ACT_B || x->kind == ACT_W) last = i;
       if (x->kind == ACT_TIED_SUM) last_sum = i;
+      if (action_mark(x->kind) && (last_sum >= 0 || norm >= 0)) {
+        char why[96];
+        snprintf(why, sizeof why, "comes after the step end at action %d",
+                 last_sum >= 0 ? last_sum : norm);
+        ok = err(&c, ri, i, x, why);
+      }
       if (x->kind == ACT_NORM || x->kind == ACT_OPT) {
         int *slot = x->kind == ACT_NORM ? &norm : &opt;
         if (*slot >= 0) {
@@ -279,82 +314,6 @@ bool schedule_check(const Program *p, Diag *d) {
 }
 
 // ---- Dump
-
-// Whether something of microbatch m of stage v (one of its actions but a SEND, or a RECV into
-// it) comes before action i of rank program rp.
-static bool touched_before(const RankProgram *rp, int v, int m, int i) {
-  for (int j = 0; j < i; j++) {
-    const Action *x = &rp->acts[j];
-    if (x->m == m && (x->kind == ACT_RECV ? x->ch->to_v == v : x->v == v && x->kind != ACT_SEND))
-      return true;
-  }
-  return false;
-}
-
-void schedule_last_actions(const Program *p, int *last) {
-  for (int i = 0; i < p->nv * p->M; i++) last[i] = -1;
-  for (int r = 0; r < p->nranks; r++)
-    for (int i = 0; i < p->ranks[r].nacts; i++) {
-      const Action *x = &p->ranks[r].acts[i];
-      if (x->v >= 0 && x->m >= 0) last[(size_t)x->v * p->M + x->m] = i;
-    }
-  // A channel between two stages of one rank: its RECV(c, m) copies out of the sender's slot, the
-  // slot's last use when it comes after the sender's last action of m but before anything of
-  // m + K on the slot (which then takes its receives after it; memplan keeps the sent tensor to
-  // the timeline's end, not over all of it).
-  for (int r = 0; r < p->nranks; r++) {
-    const RankProgram *rp = &p->ranks[r];
-    for (int i = 0; i < rp->nacts; i++) {
-      const Action *x = &rp->acts[i];
-      if (x->kind != ACT_RECV || p->vs[x->ch->from_v].rank != r) continue;
-      int v = x->ch->from_v, K = stage_slots(&p->vs[v]);
-      size_t vm = (size_t)v * p->M + x->m;
-      if (last[vm] < 0 || last[vm] > i) continue;
-      if (x->m + K < p->M && touched_before(rp, v, x->m + K, i)) continue;
-      last[vm] = i;
-    }
-  }
-}
-
-void schedule_send_waits(const Program *p, int *wait) {
-  int M = p->M;
-  size_t nvm = (size_t)p->nv * M;
-  for (size_t i = 0; i < (size_t)p->nch * M; i++) wait[i] = -1;
-  // Per (v, m): this rank's next action of (v, m) that runs the stage (scanning backwards), and
-  // per (v, m) and F, B, W (k 0..2, at k * nv * M + v * M + m) the action that runs it.
-  Arena scratch;
-  arena_init(&scratch);
-  int *next = ARENA_ARRAY(&scratch, int, nvm + 1), *at = ARENA_ARRAY(&scratch, int, 3 * nvm + 1);
-  for (size_t i = 0; i < 3 * nvm; i++) at[i] = -1;
-  for (int r = 0; r < p->nranks; r++)
-    for (int i = 0; i < p->ranks[r].nacts; i++) {
-      const Action *x = &p->ranks[r].acts[i];
-      int k = action_fbw(x->kind);
-      if (k >= 0 && x->m >= 0) at[(size_t)k * nvm + (size_t)x->v * M + x->m] = i;
-    }
-  for (int r = 0; r < p->nranks; r++) {
-    const RankProgram *rp = &p->ranks[r];
-    for (size_t i = 0; i < nvm; i++) next[i] = -1;
-    for (int i = rp->nacts - 1; i >= 0; i--) {
-      const Action *x = &rp->acts[i];
-      if (x->m < 0) continue;
-      if (x->v >= 0 && (x->kind == ACT_F || x->kind == ACT_B || x->kind == ACT_W ||
-                        x->kind == ACT_LOAD || x->kind == ACT_LOSS)) {
-        next[(size_t)x->v * M + x->m] = i;
-        continue;
-      }
-      if (x->kind != ACT_SEND) continue;
-      const Channel *c = x->ch;
-      if (p->vs[c->to_v].rank == r) continue; // a copy at its RECV
-      int K = stage_slots(&p->vs[c->from_v]), w = next[(size_t)c->from_v * M + x->m];
-      if (w < 0 && x->m + K < M) {
-        w = at[(size_t)action_fbw(channel_maker(p, c)) * nvm + (size_t)c->from_v * M + x->m + K];
-      }
-      wait[(size_t)c->id * M + x->m] = w;
-    }
-  }
-  arena_free(&scratch);
-}
 
 void schedule_print(const Program *p, FILE *out) {
   const Graph *g = p->g;

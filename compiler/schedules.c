@@ -2,11 +2,13 @@
 // their lowering onto the channels between stages.
 //
 // sched_order is a pure function of (kind, S, V, M, rank): the rank's F, B and W actions in
-// order, written in closed form (no search). sched_build lowers them: LOAD/LOSS around each F,
-// each SEND right after the action that makes its tensor or, when the receiver reads it after a
-// message made later on the same pair, right after that one (if the sender makes that one before
-// its next making of the channel), each RECV placed in the sender's order on its pair of ranks
-// (so both sides see the same message order) and no later than the action that reads it: RECV k
+// order, written in closed form (no search). sched_build lowers them by list-to-list passes
+// (compiler/lower_comm.c's header: add_send_recv, add_load_loss, add_step_end, lower_comm):
+// LOAD/LOSS around each F, each SEND right after the action that makes its tensor or, when the
+// receiver reads it after a message made later on the same pair, right after that one (if the
+// sender makes that one before its next making of the channel), each RECV placed in the
+// sender's order on its pair of ranks (so both sides see the same message order) and no later
+// than the action that reads it: RECV k
 // of a pair goes before the earliest reader of messages k, k+1, ... (a suffix minimum over the
 // pair's queue), then the step-end actions. Every stage's K is its peak microbatches in flight in
 // that list. A copy between two stages of one rank that comes after the action reusing its source
@@ -301,13 +303,69 @@ static bool split_idle(const Made *mk, int v, const Action *comp, int n) {
   return true;
 }
 
-// Lowers the compute orders onto the channels (sched_build's second half): the RECVs, LOADs,
-// LOSSes, SENDs and the step end into p->ranks, then each stage's K. kfrom (per stage, or NULL):
+// The list passes after the channels (each rank's list rewritten in place; the room is lower's):
+// add_load_loss puts a LOAD before and a LOSS after each F of a stage that has them (between
+// the F's RECVs and its SENDs); add_step_end appends TIED_SUM per stage, NORM, OPT.
+static void add_load_loss(Program *p, Arena *a) {
+  for (int r = 0; r < p->nranks; r++) {
+    RankProgram *rp = &p->ranks[r];
+    Action *in = ARENA_ARRAY(a, Action, rp->nacts + 1);
+    memcpy(in, rp->acts, sizeof(Action) * (size_t)rp->nacts);
+    int n = rp->nacts;
+    rp->nacts = 0;
+    for (int i = 0; i < n; i++) {
+      const Action *x = &in[i];
+      bool f = x->kind == ACT_F;
+      if (f && p->vs[x->v].loads) rp->acts[rp->nacts++] = (Action){ACT_LOAD, x->v, x->m, NULL};
+      rp->acts[rp->nacts++] = *x;
+      if (f && p->vs[x->v].has_loss) rp->acts[rp->nacts++] = (Action){ACT_LOSS, x->v, x->m, NULL};
+    }
+  }
+}
+
+static void add_step_end(Program *p) {
+  for (int r = 0; r < p->nranks; r++) {
+    RankProgram *rp = &p->ranks[r];
+    for (int c = 0; c < rp->nvs; c++)
+      rp->acts[rp->nacts++] = (Action){ACT_TIED_SUM, rp->vs[c], -1, NULL};
+    rp->acts[rp->nacts++] = (Action){ACT_NORM, -1, -1, NULL};
+    rp->acts[rp->nacts++] = (Action){ACT_OPT, -1, -1, NULL};
+  }
+}
+
+// --dump of the lowering (sched_lower_dump): each pass's lists, one line per rank.
+static FILE *dump_to;
+
+void sched_lower_dump(FILE *out) {
+  dump_to = out;
+}
+
+// Rank r's list of n actions as "  rank R: A, B, ..." wrapped within 100 columns.
+static void dump_list(FILE *out, int r, const Action *acts, int n) {
+  int col = fprintf(out, "  rank %d:", r);
+  for (int i = 0; i < n; i++) {
+    char t[64];
+    action_text(&acts[i], t, sizeof t);
+    int w = (int)strlen(t) + (i + 1 < n);
+    if (col + 1 + w > 100) col = fprintf(out, "\n   ");
+    col += fprintf(out, " %s%s", t, i + 1 < n ? "," : "");
+  }
+  fputc('\n', out);
+}
+
+static void lower_dump(const Program *p, const char *pass, FILE *out) {
+  fprintf(out, "after %s:\n", pass);
+  for (int r = 0; r < p->nranks; r++) dump_list(out, r, p->ranks[r].acts, p->ranks[r].nacts);
+}
+
+// Lowers the compute orders onto the channels (sched_build's second half): the RECVs and SENDs
+// into p->ranks (add_send_recv), then add_load_loss and add_step_end, then each stage's K; dump
+// (NULL: none) receives the lists after each of the three. kfrom (per stage, or NULL):
 // a K to keep each copy between two stages of one rank before (NULL: no constraint). Returns
 // whether a copy comes too late for the K it computed: its RECV (c, m) after the action that
 // makes (c, m + K of c's sender), which overwrites the buffer it copies from.
 static bool lower(Program *p, int S, int V, Action *const *comp, const int *ncomp, const Made *mk,
-                  const int *posF, const int *posB, const int *kfrom, Arena *a) {
+                  const int *posF, const int *posB, const int *kfrom, FILE *dump, Arena *a) {
   int M = p->M, nv = S * V;
   // Room for a rank's list: its F/B/W, a LOAD and a LOSS per F, its channels, the step end.
   size_t cap = 3 * (size_t)V * M + 2 * (size_t)p->nch * M + 2 * (size_t)V * M + (size_t)V + 3;
@@ -399,14 +457,9 @@ static bool lower(Program *p, int S, int V, Action *const *comp, const int *ncom
     int j = 0;
     for (int i = 0; i < ncomp[r]; i++) {
       const Action *x = &comp[r][i];
-      const VStage *s = &p->vs[x->v];
       for (; j < nbyr[r] && byr[r][j].pos == i; j++)
         rp->acts[rp->nacts++] = (Action){ACT_RECV, -1, byr[r][j].m, byr[r][j].ch};
-      if (x->kind == ACT_F && s->loads)
-        rp->acts[rp->nacts++] = (Action){ACT_LOAD, x->v, x->m, NULL};
       rp->acts[rp->nacts++] = *x;
-      if (x->kind == ACT_F && s->has_loss)
-        rp->acts[rp->nacts++] = (Action){ACT_LOSS, x->v, x->m, NULL};
       // Its SENDs in channel order, each after those ahead of it in its pair's queue; then the
       // messages an earlier action made that waited for one of them.
       int b, e;
@@ -421,10 +474,12 @@ static bool lower(Program *p, int S, int V, Action *const *comp, const int *ncom
           }
         }
     }
-    for (int c = 0; c < V; c++) rp->acts[rp->nacts++] = (Action){ACT_TIED_SUM, rp->vs[c], -1, NULL};
-    rp->acts[rp->nacts++] = (Action){ACT_NORM, -1, -1, NULL};
-    rp->acts[rp->nacts++] = (Action){ACT_OPT, -1, -1, NULL};
   }
+  if (dump) lower_dump(p, "add_send_recv", dump);
+  add_load_loss(p, a);
+  if (dump) lower_dump(p, "add_load_loss", dump);
+  add_step_end(p);
+  if (dump) lower_dump(p, "add_step_end", dump);
   // K: peak microbatches in flight per stage over the final lists. Microbatch m holds its slot
   // of stage v from the first of its forward RECVs into v, its LOAD and its F (whichever the
   // rank runs first: a receive can be lowered ahead of the previous microbatch's B) until the
@@ -456,6 +511,12 @@ static bool lower(Program *p, int S, int V, Action *const *comp, const int *ncom
       return true;
   }
   return false;
+}
+
+// The compute orders (after the split or fusion of B and W) for sched_lower_dump.
+static void dump_order(const Program *p, Action **comp, const int *ncomp, FILE *out) {
+  fprintf(out, "compute order:\n");
+  for (int r = 0; r < p->nranks; r++) dump_list(out, r, comp[r], ncomp[r]);
 }
 
 bool sched_build(Program *p, SchedKind k, int S, int V, Arena *a, Diag *d) {
@@ -526,10 +587,23 @@ bool sched_lower(Program *p, int S, int V, Action **comp, int *ncomp, const bool
   // comes after the action that reuses its source buffer (zb-v: the last stage's skip gradient
   // to stage 0, both on rank 0, is read only after the next is made), again with each such copy
   // kept before that action, at the first lowering's K.
-  if (lower(p, S, V, comp, ncomp, &mk, posF, posB, NULL, a)) {
+  // The lists after each pass for sched_lower_dump (the last lowering's: dump is rewound).
+  FILE *dump = dump_to ? tmpfile() : NULL;
+  if (dump) dump_order(p, comp, ncomp, dump);
+  long mark = dump ? ftell(dump) : 0;
+  if (lower(p, S, V, comp, ncomp, &mk, posF, posB, NULL, dump, a)) {
     int *kfrom = ARENA_ARRAY(a, int, nv);
     for (int v = 0; v < nv; v++) kfrom[v] = stage_slots(&p->vs[v]);
-    lower(p, S, V, comp, ncomp, &mk, posF, posB, kfrom, a);
+    if (dump) fseek(dump, mark, SEEK_SET);
+    lower(p, S, V, comp, ncomp, &mk, posF, posB, kfrom, dump, a);
   }
-  return true;
+  bool ok = lower_comm(p, a, d); // the messages' POST_RECV, WAIT_SEND and the COPYs
+  if (dump) {
+    if (ok) lower_dump(p, "lower_comm", dump);
+    long end = ftell(dump); // the first lowering's longer text past it is not the dump's
+    rewind(dump);
+    for (long i = 0; i < end; i++) fputc(fgetc(dump), dump_to);
+    fclose(dump);
+  }
+  return ok;
 }

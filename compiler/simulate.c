@@ -9,10 +9,12 @@
 // deadlock: the error prints the grid with each rank's blocked action marked. The send-buffer
 // rule: the F or B that makes channel c's tensor for microbatch m + K (K of c's from_v) waits
 // until send (c, m) can have completed, because the generated code waits there for it before it
-// overwrites the slot's buffer: until the receiver has posted the receive (right after the last
-// action of (to_v, m - K_to) on its rank, or the copy out of that slot that follows it:
-// schedule_last_actions; at step start for m < K_to), or for a copy between
-// two stages of one rank until its RECV has run (send_done). A schedule in which that wait never
+// overwrites the slot's buffer (the WAIT_SEND(c, m) before it: lower_comm.c): until the receiver
+// has posted the receive (its POST_RECV(c, m) ran on an earlier step; a RECV without one posts
+// when it runs), or for a copy between two stages of one rank until its RECV has run
+// (send_done). The marks take no step of their own: a POST_RECV runs as soon as its rank
+// reaches it (with the action before it, or before the first step), a WAIT_SEND with the action
+// after it, which it holds until its send can have completed. A schedule in which that wait never
 // ends is a deadlock like any other, reported with the rule. Along the way microbatch m takes
 // slot m mod K of a stage at the first of its forward RECVs into the stage, its LOAD and its F;
 // the slot must be free (the last microbatch in it released by its B, or W when split), and the
@@ -42,7 +44,12 @@ static void cell(const Program *p, const Action *x, char *buf, size_t cap) {
     break;
   case ACT_SEND:
   case ACT_RECV:
-    snprintf(buf, cap, "%c%c", x->kind == ACT_SEND ? 's' : 'r', x->ch && x->ch->grad ? '<' : '>');
+  case ACT_COPY:
+    snprintf(buf, cap, "%c%c",
+             x->kind == ACT_SEND   ? 's'
+             : x->kind == ACT_RECV ? 'r'
+                                   : 'c',
+             x->ch && x->ch->grad ? '<' : '>');
     break;
   case ACT_LOAD:
     snprintf(buf, cap, "ld");
@@ -60,6 +67,7 @@ void schedule_grid(const Program *p, int steps, int *const *at, const int *block
   char c[32];
   for (int r = 0; r < p->nranks; r++)
     for (int i = 0; i < p->ranks[r].nacts; i++) {
+      if (action_mark(p->ranks[r].acts[i].kind)) continue; // no step of its own
       cell(p, &p->ranks[r].acts[i], c, sizeof c);
       int n = (int)strlen(c);
       if (n > wid) wid = n;
@@ -69,7 +77,8 @@ void schedule_grid(const Program *p, int steps, int *const *at, const int *block
     fprintf(out, "  rank %d:", r);
     int i = 0, pad = 0; // pad: blanks owed by the previous cell, printed before the next one
     for (int t = 0; t < steps; t++) {
-      while (i < rp->nacts && at[r][i] >= 0 && at[r][i] < t) i++;
+      while (i < rp->nacts && (action_mark(rp->acts[i].kind) || (at[r][i] >= 0 && at[r][i] < t)))
+        i++;
       if (i < rp->nacts && at[r][i] == t)
         cell(p, &rp->acts[i], c, sizeof c);
       else
@@ -85,33 +94,49 @@ void schedule_grid(const Program *p, int steps, int *const *at, const int *block
   }
 }
 
-// Whether send (c, m) has surely completed by step t, so that the producer of (c, m + K) may
-// overwrite its buffer: a channel between two stages of one rank is a copy at its RECV, which
-// must have run; a message to another rank completes once the receiver has posted its receive,
-// which the generated code does right after the last action of (to_v, m - K_to) on the receiver
-// (at step start when m < K_to), not at the RECV's wait.
-// The action after which the receiving rank (*rank) posts the receive of message (c, m): its
-// index there, the last action of (to_v, m - K_to) (schedule_last_actions' last), or -1 when
-// the receive is posted at step start (m < K_to).
-static int post_action(const Program *p, int c, int m, const int *last, int *rank) {
-  const Channel *ch = &p->ch[c];
-  int K = stage_slots(&p->vs[ch->to_v]);
-  *rank = p->vs[ch->to_v].rank;
-  return m < K ? -1 : last[(size_t)ch->to_v * p->M + m - K];
-}
-
-static bool send_done(const Program *p, int c, int m, int t, int *const *at, const int *recv_at,
-                      const int *last) {
-  const Channel *ch = &p->ch[c];
-  int rr, M = p->M;
-  int i = post_action(p, c, m, last, &rr);
-  if (p->vs[ch->from_v].rank == rr) return recv_at[c * M + m] >= 0 && recv_at[c * M + m] < t;
-  return i < 0 || (at[rr][i] >= 0 && at[rr][i] < t);
-}
+// Where each message's receive stands: posted (post_step[id], id = c * M + m: the step its
+// POST_RECV ran, -1 at the list's start, NOSTEP not yet) at post_time[id] (the end of the action
+// before its POST_RECV on the receiver, 0 at the list's start). A RECV with no POST_RECV before it
+// posts its own receive when it runs.
+enum { NOSTEP = 1 << 30 };
 
 // Whether channel c joins two stages of one rank (a copy at its RECV, no message).
 static bool local_ch(const Program *p, int c) {
   return p->vs[p->ch[c].from_v].rank == p->vs[p->ch[c].to_v].rank;
+}
+
+// Whether send (c, m) has surely completed by step t, so that what waits for it may run: a
+// channel between two stages of one rank is a copy at its RECV, which must have run; a message
+// to another rank completes once the receiver has posted its receive (its POST_RECV ran on an
+// earlier step).
+static bool send_done(const Program *p, int c, int m, int t, const int *recv_at,
+                      const int *post_step) {
+  int id = c * p->M + m;
+  if (local_ch(p, c)) return recv_at[id] >= 0 && recv_at[id] < t;
+  return post_step[id] < t;
+}
+
+// The slots of stage v on the rank that runs it (a world program's replica: stage_nslots), the
+// replicas of its rank (1 outside a world program), microbatch m's slot among them, and how many
+// microbatches later the replica's next microbatch in m's slot comes (K; a replica of D runs
+// every D-th: lcm(D, K)).
+static int nslots(const Program *p, int v) {
+  return p->pipe ? stage_nslots(p, v) : stage_slots(&p->vs[v]);
+}
+
+static int nreps(const Program *p, int v) {
+  return p->pipe ? uneven_reps(p->pipe, p->vs[v].rank) : 1;
+}
+
+static int slot_of(const Program *p, int v, int m) {
+  int k = p->pipe ? stage_slot(p, v, m) : m % stage_slots(&p->vs[v]);
+  return m % nreps(p, v) * nslots(p, v) + k;
+}
+
+static int slot_span(const Program *p, int v) {
+  int K = stage_slots(&p->vs[v]), D = nreps(p, v), l = K;
+  while (l % D) l += K;
+  return l;
 }
 
 static double cost_of(const Program *p, const StageCost *cost, const Action *x) {
@@ -121,51 +146,46 @@ static double cost_of(const Program *p, const StageCost *cost, const Action *x) 
   return x->kind == ACT_F ? c.f : x->kind == ACT_B ? c.b : c.w;
 }
 
-// The send-wait rule's lists: per rank per action (wq[r][i], -1: none) the first of the message
-// sends (c * M + m) the program waits for before that action, the rest through wnext
-// (schedule_send_waits). From arena a.
-static void send_wait_lists(const Program *p, Arena *a, int ***wq_out, int **wnext_out) {
-  int M = p->M;
-  int *wait = ARENA_ARRAY(a, int, (size_t)p->nch *M + 1);
-  int *wnext = ARENA_ARRAY(a, int, (size_t)p->nch *M + 1);
-  int **wq = ARENA_ARRAY(a, int *, p->nranks);
-  schedule_send_waits(p, wait);
-  for (int r = 0; r < p->nranks; r++) {
-    wq[r] = ARENA_ARRAY(a, int, p->ranks[r].nacts + 1);
-    for (int i = 0; i < p->ranks[r].nacts; i++) wq[r][i] = -1;
-  }
-  for (int id = 0; id < p->nch * M; id++) {
-    int w = wait[id], r = p->vs[p->ch[id / M].from_v].rank;
-    if (w < 0) continue;
-    wnext[id] = wq[r][w];
-    wq[r][w] = id;
-  }
-  *wq_out = wq, *wnext_out = wnext;
+// The index of the message (c * M + m) of mark x.
+static int mark_id(const Program *p, const Action *x) {
+  return x->ch->id * p->M + x->m;
 }
 
-// The first send of the list from id (wq[r][i]) that cannot have completed by step t (-1: all
-// have): what the action waits for in the lock-step run.
-static int pending_send(const Program *p, int id, const int *wnext, int t, int *const *at,
-                        const int *recv_at, const int *last) {
-  while (id >= 0 && send_done(p, id / p->M, id % p->M, t, at, recv_at, last)) id = wnext[id];
-  return id;
+// The first non-mark action of rank r's list from i (nacts: none).
+static int unit_action(const RankProgram *rp, int i) {
+  while (i < rp->nacts && action_mark(rp->acts[i].kind)) i++;
+  return i;
+}
+
+// The first WAIT_SEND among rank r's marks i .. j - 1 whose send cannot have completed by step t
+// (-1: none): what the action at j waits for in the lock-step run.
+static int pending_send(const Program *p, const RankProgram *rp, int i, int j, int t,
+                        const int *recv_at, const int *post_step) {
+  for (; i < j; i++) {
+    const Action *x = &rp->acts[i];
+    if (x->kind == ACT_WAIT_SEND && !send_done(p, x->ch->id, x->m, t, recv_at, post_step)) return i;
+  }
+  return -1;
 }
 
 // The predicted time message id (c * M + m, a channel between two ranks) completes, what the
-// action that waits for it (the send-wait rule) starts no earlier than: its SEND's time sent plus
-// the transfer (xfer, NULL: 0), and no earlier than the receiver's post of its receive, the end
-// of its last action of (to_v, m - K_to) (schedule_last_actions; step start, 0, when m < K_to):
-// over Open MPI's shared memory a message above the eager limit completes only then. t0: per
-// rank per action the start times of the actions run so far (the post among them).
-static double send_complete(const Program *p, const StageCost *cost, const double *xfer, int id,
-                            double sent, double *const *t0, const int *last) {
-  int rr, i = post_action(p, id / p->M, id % p->M, last, &rr);
+// action after its WAIT_SEND starts no earlier than: its SEND's time sent plus the transfer
+// (xfer, NULL: 0), and no earlier than the receiver's post of its receive (post_time): over Open
+// MPI's shared memory a message above the eager limit completes only then.
+static double send_complete(const Program *p, const double *xfer, int id, double sent,
+                            const double *post_time) {
   double done = sent + (xfer ? xfer[p->ch[id / p->M].id] : 0);
-  if (i >= 0) {
-    double post = t0[rr][i] + cost_of(p, cost, &p->ranks[rr].acts[i]);
-    if (post > done) done = post;
+  return post_time[id] > done ? post_time[id] : done;
+}
+
+// Runs the POST_RECVs at rank r's pc (*pc moves past them) at step t and time now.
+static void run_posts(const Program *p, const RankProgram *rp, int *pc, int t, double now,
+                      int *post_step, double *post_time, int *at) {
+  for (; *pc < rp->nacts && rp->acts[*pc].kind == ACT_POST_RECV; (*pc)++) {
+    int id = mark_id(p, &rp->acts[*pc]);
+    post_step[id] = t, post_time[id] = now;
+    if (at) at[*pc] = t < 0 ? 0 : t;
   }
-  return done;
 }
 
 // The simulation; grid (may be NULL) receives the grid of a run that completes. xfer (NULL: 0)
@@ -173,7 +193,7 @@ static double send_complete(const Program *p, const StageCost *cost, const doubl
 // after the step end's synchronisation (NORM: every rank's last action done).
 static bool simulate(const Program *p, const StageCost *cost, const double *xfer, const double *opt,
                      SchedStats *st, Arena *a, FILE *grid, Diag *d) {
-  if (!schedule_check(p, d)) return false;
+  if (!schedule_check(p->pipe ? p->pipe : p, d)) return false; // a world program: its pipeline's
   Arena scratch;
   arena_init(&scratch);
   int S = p->nranks, M = p->M, total = 0;
@@ -196,7 +216,7 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
   // Per (stage, F or B): the channels its action makes (the send-buffer rule), counting sort.
   int *mk = ARENA_ARRAY(&scratch, int, 2 * (size_t)p->nv + 2);
   int *mch = ARENA_ARRAY(&scratch, int, p->nch + 1), *fill = ARENA_ARRAY(&scratch, int, 2 * p->nv);
-  // Only channels within a rank: a message's wait is schedule_send_waits' (wq below).
+  // Only channels within a rank: a message's wait is its WAIT_SEND's.
   for (int c = 0; c < p->nch; c++)
     if (local_ch(p, c)) mk[2 * p->ch[c].from_v + p->ch[c].grad + 1]++;
   for (int k = 0; k < 2 * p->nv; k++) mk[k + 1] += mk[k];
@@ -204,14 +224,15 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
     int k = 2 * p->ch[c].from_v + p->ch[c].grad;
     if (local_ch(p, c)) mch[mk[k] + fill[k]++] = c;
   }
-  // Messages: per rank per action, the sends (c * M + m) the program waits for before it.
-  int **wq, *wnext;
-  send_wait_lists(p, &scratch, &wq, &wnext);
+  // Messages: where each receive stands (NOSTEP: not posted) and when it was posted.
+  int *post_step = ARENA_ARRAY(&scratch, int, (size_t)p->nch *M + 1);
+  double *post_time = ARENA_ARRAY(&scratch, double, (size_t)p->nch *M + 1);
+  for (int i = 0; i < p->nch * M; i++) post_step[i] = NOSTEP;
   // Each pair's queue sized by its sends (S * S pointers, not S * S * actions).
   for (int r = 0; r < S; r++)
     for (int i = 0; i < p->ranks[r].nacts; i++) {
       const Action *x = &p->ranks[r].acts[i];
-      if (x->kind == ACT_SEND) nrecv[r * S + p->vs[x->ch->to_v].rank]++;
+      if (x->kind == ACT_SEND) nrecv[r * S + action_rank(p, x->ch->to_v, x->m)]++;
     }
   for (int i = 0; i < S * S; i++) {
     queue[i] = ARENA_ARRAY(&scratch, const Action *, nrecv[i] + 1);
@@ -222,13 +243,11 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
   int *live = ARENA_ARRAY(&scratch, int, p->nv);
   int *peak = st && a ? ARENA_ARRAY(a, int, p->nv) : ARENA_ARRAY(&scratch, int, p->nv);
   for (int v = 0; v < p->nv; v++) {
-    int K = stage_slots(&p->vs[v]);
+    int K = nslots(p, v) * nreps(p, v); // per replica of a world program
     slot[v] = ARENA_ARRAY(&scratch, int, K);
     for (int k = 0; k < K; k++) slot[v][k] = -1;
   }
   bool *held = ARENA_ARRAY(&scratch, bool, (size_t)p->nv *M + 1); // per (v, m): slot taken
-  int *last = ARENA_ARRAY(&scratch, int, (size_t)p->nv *M + 1);   // per (v, m): its last action
-  schedule_last_actions(p, last);
   // Per rank per action: predicted start and end (st->t0, t1; from arena a when st wants them).
   double **t0 = ARENA_ARRAY(st && a ? a : &scratch, double *, S);
   double **t1 = ARENA_ARRAY(st && a ? a : &scratch, double *, S);
@@ -240,29 +259,36 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
   bool ok = true;
   int done = 0, t = 0;
   int *moved = ARENA_ARRAY(&scratch, int, S);
+  for (int r = 0; r < S; r++) { // the receives posted at step start
+    int pc0 = pc[r];
+    run_posts(p, &p->ranks[r], &pc[r], -1, 0, post_step, post_time, at[r]);
+    for (int i = pc0; i < pc[r]; i++) t0[r][i] = t1[r][i] = 0;
+    done += pc[r] - pc0;
+  }
   while (ok && done < total) {
     int nmoved = 0;
     for (int r = 0; r < S; r++) {
       moved[r] = -1;
       const RankProgram *rp = &p->ranks[r];
-      if (pc[r] >= rp->nacts) continue;
-      const Action *x = &rp->acts[pc[r]];
+      int j = unit_action(rp, pc[r]); // the action, after its WAIT_SENDs
+      if (j >= rp->nacts) continue;
+      const Action *x = &rp->acts[j];
       if (x->kind == ACT_RECV) {
-        int src = p->vs[x->ch->from_v].rank, q = src * S + r, id = x->ch->id * M + x->m;
+        int src = action_rank(p, x->ch->from_v, x->m), q = src * S + r, id = x->ch->id * M + x->m;
         if (sent_at[id] < 0 || sent_at[id] >= t) continue; // its SEND has not run yet
         if (queue[q][nrecv[q]] != NULL &&
             (queue[q][nrecv[q]]->ch != x->ch || queue[q][nrecv[q]]->m != x->m))
           continue; // another message is ahead of it on the pair
       }
       if (x->kind == ACT_F || x->kind == ACT_B) {
-        int K = stage_slots(&p->vs[x->v]), k = 2 * x->v + (x->kind == ACT_B), j;
-        for (j = mk[k]; j < mk[k + 1] && x->m >= K; j++)
-          if (!send_done(p, mch[j], x->m - K, t, at, recv_at, last)) break; // may be in flight
-        if (x->m >= K && j < mk[k + 1]) continue;
+        int K = slot_span(p, x->v), k = 2 * x->v + (x->kind == ACT_B), q;
+        for (q = mk[k]; q < mk[k + 1] && x->m >= K; q++)
+          if (!send_done(p, mch[q], x->m - K, t, recv_at, post_step)) break; // in flight
+        if (x->m >= K && q < mk[k + 1]) continue;
       }
-      if (pending_send(p, wq[r][pc[r]], wnext, t, at, recv_at, last) >= 0)
+      if (pending_send(p, rp, pc[r], j, t, recv_at, post_step) >= 0)
         continue; // a send it waits for may be in flight
-      moved[r] = pc[r];
+      moved[r] = j;
       nmoved++;
     }
     if (nmoved == 0) break;
@@ -272,38 +298,51 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
       const Action *x = &rp->acts[moved[r]];
       double c = cost_of(p, cost, x);
       if (x->kind == ACT_SEND) {
-        int dst = p->vs[x->ch->to_v].rank, q = r * S + dst, id = x->ch->id * M + x->m;
+        int dst = action_rank(p, x->ch->to_v, x->m), q = r * S + dst, id = x->ch->id * M + x->m;
         queue[q][nsent[q]++] = x;
         sent_at[id] = t;
         sent[id] = clock[r];
+      } else if (x->kind == ACT_COPY) {
+        recv_at[x->ch->id * M + x->m] = t;
       } else if (x->kind == ACT_RECV) {
-        int src = p->vs[x->ch->from_v].rank, id = x->ch->id * M + x->m;
+        int src = action_rank(p, x->ch->from_v, x->m), id = x->ch->id * M + x->m;
         nrecv[src * S + r]++;
         recv_at[id] = t;
+        if (post_step[id] == NOSTEP) post_step[id] = t, post_time[id] = clock[r]; // its own post
         double arrive = sent[id] + (xfer ? xfer[x->ch->id] : 0);
         if (arrive > clock[r]) clock[r] = arrive;
       }
-      // The send-wait rule: the action starts once the sends it waits for completed (their posts
-      // ran on earlier steps: the lock-step run let it move).
-      for (int id = wq[r][moved[r]]; id >= 0; id = wnext[id]) {
-        double done = send_complete(p, cost, xfer, id, sent[id], t0, last);
-        if (done > clock[r]) clock[r] = done;
+      // The send-wait rule: the action starts once the sends its WAIT_SENDs wait for completed
+      // (their posts ran on earlier steps: the lock-step run let it move).
+      for (int i = pc[r]; i < moved[r]; i++) {
+        const Action *w = &rp->acts[i];
+        if (w->kind == ACT_WAIT_SEND) {
+          int id = mark_id(p, w);
+          double sc = send_complete(p, xfer, id, sent[id], post_time);
+          if (sc > clock[r]) clock[r] = sc;
+        } else { // a POST_RECV between them: posted now
+          post_step[mark_id(p, w)] = t, post_time[mark_id(p, w)] = clock[r];
+        }
       }
+      for (int i = pc[r]; i < moved[r]; i++) at[r][i] = t, t0[r][i] = t1[r][i] = clock[r];
+      done += moved[r] - pc[r];
       // The slot of (v, m) is taken by the first of its forward RECVs into v, its LOAD and its F
       // (sched_build's K counts the same way) and released by B, or W when split.
-      int hv = x->kind == ACT_RECV && !x->ch->grad       ? x->ch->to_v
+      bool in = x->kind == ACT_RECV || x->kind == ACT_COPY;
+      int hv = in && !x->ch->grad                        ? x->ch->to_v
                : x->kind == ACT_LOAD || x->kind == ACT_F ? x->v
                                                          : -1;
       if (hv >= 0 && !held[(size_t)hv * M + x->m]) {
         held[(size_t)hv * M + x->m] = true;
-        int K = stage_slots(&p->vs[hv]), *s = &slot[hv][x->m % K];
+        int K = nslots(p, hv), *s = &slot[hv][slot_of(p, hv, x->m)];
         if (*s >= 0) {
           char t1[64], why[256];
           action_text(x, t1, sizeof t1);
           snprintf(why, sizeof why,
                    "schedule: rank %d action %d %s: reuses slot %d of stage v%d (K = %d) while "
                    "m%d is live (until its %s)",
-                   r, moved[r], t1, x->m % K, hv, K, *s, action_name(stage_release(&p->vs[hv])));
+                   r, moved[r], t1, slot_of(p, hv, x->m) % K, hv, K, *s,
+                   action_name(stage_release(&p->vs[hv])));
           diag_error(d, (Loc){0, 0}, "%s", why);
           ok = false;
           break;
@@ -312,8 +351,7 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
         if (++live[hv] > peak[hv]) peak[hv] = live[hv];
       }
       if (x->v >= 0 && x->kind == stage_release(&p->vs[x->v])) {
-        int K = stage_slots(&p->vs[x->v]);
-        slot[x->v][x->m % K] = -1;
+        slot[x->v][slot_of(p, x->v, x->m)] = -1;
         live[x->v]--;
       }
       t0[r][moved[r]] = clock[r];
@@ -321,8 +359,12 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
       t1[r][moved[r]] = clock[r];
       busy += c;
       at[r][moved[r]] = t;
-      pc[r]++;
+      pc[r] = moved[r] + 1;
       done++;
+      int pc0 = pc[r]; // the receives it posts right after it
+      run_posts(p, rp, &pc[r], t, clock[r], post_step, post_time, at[r]);
+      for (int i = pc0; i < pc[r]; i++) t0[r][i] = t1[r][i] = clock[r];
+      done += pc[r] - pc0;
     }
     t++;
   }
@@ -335,16 +377,20 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
             "schedule: deadlock after %d steps (no rank can move); the grid, blocked "
             "actions marked '*':\n",
             t);
-    schedule_grid(p, t, at, pc, f);
+    int *blocked = ARENA_ARRAY(&scratch, int, S); // each rank's action (after its marks)
+    for (int r = 0; r < S; r++) blocked[r] = unit_action(&p->ranks[r], pc[r]);
+    schedule_grid(p, t, at, blocked, f);
     for (int r = 0; r < S; r++) {
       const RankProgram *rp = &p->ranks[r];
-      if (pc[r] >= rp->nacts) continue;
-      const Action *x = &rp->acts[pc[r]];
+      int j = blocked[r];
+      if (j >= rp->nacts) continue;
+      const Action *x = &rp->acts[j];
       char t1[64], t2[64];
       action_text(x, t1, sizeof t1);
       if (x->kind != ACT_RECV) { // held by the send-wait rule (a message) or a local copy
-        int id = pending_send(p, wq[r][pc[r]], wnext, t, at, recv_at, last);
-        if (id >= 0) { // a message
+        int wi = pending_send(p, rp, pc[r], j, t, recv_at, post_step);
+        if (wi >= 0) { // a message
+          int id = mark_id(p, &rp->acts[wi]);
           const Channel *c = &p->ch[id / M];
           bool next = x->v == c->from_v && x->m == id % M; // its microbatch's next action
           int K = stage_slots(&p->vs[c->from_v]);
@@ -353,35 +399,35 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
                     "  rank %d action %d %s: waits for send (c%d, m%d) to complete, whose "
                     "receive rank %d has not posted (send-wait rule: the program waits for a "
                     "send before its stage's next action of that microbatch)\n",
-                    r, pc[r], t1, c->id, id % M, p->vs[c->to_v].rank);
+                    r, j, t1, c->id, id % M, action_rank(p, c->to_v, id % M));
           else
             fprintf(f,
                     "  rank %d action %d %s: waits for send (c%d, m%d) to complete, whose "
                     "receive rank %d has not posted (send-buffer rule: it reuses that send's "
                     "slot, K = %d)\n",
-                    r, pc[r], t1, c->id, id % M, p->vs[c->to_v].rank, K);
+                    r, j, t1, c->id, id % M, action_rank(p, c->to_v, id % M), K);
           continue;
         }
-        int K = stage_slots(&p->vs[x->v]), k = 2 * x->v + (x->kind == ACT_B), c = -1;
-        for (int j = mk[k]; j < mk[k + 1] && c < 0; j++)
-          if (!send_done(p, mch[j], x->m - K, t, at, recv_at, last)) c = mch[j];
+        int K = slot_span(p, x->v), k = 2 * x->v + (x->kind == ACT_B), c = -1;
+        for (int q = mk[k]; q < mk[k + 1] && c < 0; q++)
+          if (!send_done(p, mch[q], x->m - K, t, recv_at, post_step)) c = mch[q];
         if (c < 0) c = mch[mk[k]]; // not reached: the rule is its only wait
         fprintf(f,
                 "  rank %d action %d %s: waits for send (c%d, m%d) to complete, whose receive "
                 "rank %d has not posted (send-buffer rule: it reuses that send's slot, K = %d)\n",
-                r, pc[r], t1, c, x->m - K, p->vs[p->ch[c].to_v].rank, K);
+                r, j, t1, c, x->m - K, action_rank(p, p->ch[c].to_v, x->m - K), K);
         continue;
       }
-      int src = p->vs[x->ch->from_v].rank, q = src * S + r, id = x->ch->id * M + x->m;
+      int src = action_rank(p, x->ch->from_v, x->m), q = src * S + r, id = x->ch->id * M + x->m;
       if (sent_at[id] < 0)
-        fprintf(f, "  rank %d action %d %s: waits for its SEND on rank %d, which has not run", r,
-                pc[r], t1, src);
+        fprintf(f, "  rank %d action %d %s: waits for its SEND on rank %d, which has not run", r, j,
+                t1, src);
       else {
         action_text(queue[q][nrecv[q]], t2, sizeof t2);
         fprintf(f,
                 "  rank %d action %d %s: rank %d sent %s first (the two sides' message orders "
                 "differ)",
-                r, pc[r], t1, src, t2);
+                r, j, t1, src, t2);
       }
       fputc('\n', f);
     }
@@ -459,41 +505,57 @@ static void limit_ranks(const Program *p, const StageCost *cost, const double *x
   double *clk = ARENA_ARRAY(&a, double, S), *core = ARENA_ARRAY(&a, double, slots);
   double *sent = ARENA_ARRAY(&a, double, (size_t)p->nch *M + 1);
   bool *sent_done = ARENA_ARRAY(&a, bool, (size_t)p->nch *M + 1);
-  int *pc = ARENA_ARRAY(&a, int, S), *last = ARENA_ARRAY(&a, int, (size_t)p->nv *M + 1);
-  int **wq, *wnext;
-  send_wait_lists(p, &a, &wq, &wnext);
-  schedule_last_actions(p, last);
+  int *pc = ARENA_ARRAY(&a, int, S);
+  // Per message: its receive posted in the replay (post_step < NOSTEP) and when.
+  int *post_step = ARENA_ARRAY(&a, int, (size_t)p->nch *M + 1);
+  double *post_time = ARENA_ARRAY(&a, double, (size_t)p->nch *M + 1);
+  for (int i = 0; i < p->nch * M; i++) post_step[i] = NOSTEP;
+  for (int r = 0; r < S; r++) { // the receives posted at step start
+    int pc0 = pc[r];
+    run_posts(p, &p->ranks[r], &pc[r], -1, 0, post_step, post_time, NULL);
+    for (int i = pc0; i < pc[r]; i++) st->t0[r][i] = st->t1[r][i] = 0;
+  }
   double busy = 0;
   for (;;) {
-    int best = -1;
+    int best = -1, bj = -1;
     bool all_at_opt = true; // the step end's sync: every rank at its OPT (or done)
-    for (int r = 0; r < S; r++)
-      if (pc[r] < p->ranks[r].nacts && p->ranks[r].acts[pc[r]].kind != ACT_OPT) all_at_opt = false;
     for (int r = 0; r < S; r++) {
-      if (pc[r] >= p->ranks[r].nacts) continue;
-      const Action *x = &p->ranks[r].acts[pc[r]];
+      int j = unit_action(&p->ranks[r], pc[r]);
+      if (j < p->ranks[r].nacts && p->ranks[r].acts[j].kind != ACT_OPT) all_at_opt = false;
+    }
+    for (int r = 0; r < S; r++) {
+      const RankProgram *rp = &p->ranks[r];
+      int j = unit_action(rp, pc[r]);
+      if (j >= rp->nacts) continue;
+      const Action *x = &rp->acts[j];
       if (x->kind == ACT_OPT && !all_at_opt) continue;
       if (x->kind == ACT_RECV && !sent_done[x->ch->id * M + x->m]) continue;
       bool posted = true; // every send it waits for has its receive posted in the replay
-      for (int id = wq[r][pc[r]]; id >= 0 && posted; id = wnext[id]) {
-        int rr, post = post_action(p, id / M, id % M, last, &rr);
-        posted = post < 0 || pc[rr] > post;
-      }
+      for (int i = pc[r]; i < j && posted; i++)
+        if (rp->acts[i].kind == ACT_WAIT_SEND)
+          posted = post_step[mark_id(p, &rp->acts[i])] < NOSTEP;
       if (!posted) continue;
-      if (best < 0 || st->t0[r][pc[r]] < st->t0[best][pc[best]]) best = r;
+      if (best < 0 || st->t0[r][j] < st->t0[best][bj]) best = r, bj = j;
     }
     if (best < 0) break;
-    int r = best, i = pc[r]++;
-    const Action *x = &p->ranks[r].acts[i];
+    int r = best, i = bj;
+    const RankProgram *rp = &p->ranks[r];
+    const Action *x = &rp->acts[i];
     double ready = clk[r],
            c = x->kind == ACT_OPT ? (opt ? opt[r] : 0) : cost_of(p, cost, x) * grow[r];
     if (x->kind == ACT_RECV) {
       double arrive = sent[x->ch->id * M + x->m] + (xfer ? xfer[x->ch->id] : 0);
       if (arrive > ready) ready = arrive;
     }
-    for (int id = wq[r][i]; id >= 0; id = wnext[id]) {
-      double done = send_complete(p, cost, xfer, id, sent[id], st->t0, last);
-      if (done > ready) ready = done;
+    for (int k = pc[r]; k < i; k++) {
+      const Action *w = &rp->acts[k];
+      int id = mark_id(p, w);
+      if (w->kind == ACT_WAIT_SEND) {
+        double done = send_complete(p, xfer, id, sent[id], post_time);
+        if (done > ready) ready = done;
+      } else { // a POST_RECV between them
+        post_step[id] = 0, post_time[id] = clk[r];
+      }
     }
     if (x->kind == ACT_OPT)
       for (int q = 0; q < S; q++)
@@ -507,9 +569,16 @@ static void limit_ranks(const Program *p, const StageCost *cost, const double *x
     }
     if (x->kind == ACT_SEND)
       sent[x->ch->id * M + x->m] = start, sent_done[x->ch->id * M + x->m] = true;
+    for (int k = pc[r]; k < i; k++) st->t0[r][k] = start, st->t1[r][k] = 0;
     st->t0[r][i] = start;
     st->t1[r][i] = c > 0 ? start + c : 0;
     clk[r] = start + c;
+    if (x->kind == ACT_RECV && post_step[x->ch->id * M + x->m] == NOSTEP) // its own post
+      post_step[x->ch->id * M + x->m] = 0, post_time[x->ch->id * M + x->m] = start;
+    pc[r] = i + 1; // the receives it posts right after it, at its end at the unlimited cost
+    int pc0 = pc[r];
+    run_posts(p, rp, &pc[r], 0, start + cost_of(p, cost, x), post_step, post_time, NULL);
+    for (int k = pc0; k < pc[r]; k++) st->t0[r][k] = start + cost_of(p, cost, x), st->t1[r][k] = 0;
   }
   double span = 0;
   for (int r = 0; r < S; r++)

@@ -8,8 +8,10 @@
 //
 // Here: the counts' rule for a parameter held on several ranks (a tied or shared one: its use
 // gradients are summed per replica, then between the ranks, pairing replica r with replica r, so
-// every holder needs the same count), the lock-step verification of the D_0 + .. + D_{S-1}
-// replica lists (uneven_verify, below), and the per-replica lists for `pipec plan`.
+// every holder needs the same count), the D_0 + .. + D_{S-1} replica lists as one action list per
+// world rank (uneven_lists) that the one verifier checks (uneven_verify: schedule_verify of them,
+// compiler/simulate.c; this file has no simulator of its own), and the per-replica lists for
+// `pipec plan`.
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +34,7 @@ bool uneven_runs(const Program *p, int rank, int replica, const Action *x) {
 // g = gcd(D, K) of stage v (pipeline.h, stage_nslots); 1 outside the uneven form and on ranks
 // that hold several stages.
 static int slot_group(const Program *p, int v) {
+  if (p->pipe) p = p->pipe; // a world program: its pipeline's ranks
   int K = stage_slots(&p->vs[v]), r = p->vs[v].rank;
   int D = uneven_reps(p, r), g = K;
   if (D <= 1 || p->ranks == NULL || p->ranks[r].nvs != 1) return 1;
@@ -52,172 +55,47 @@ int stage_slot(const Program *p, int v, int m) {
   return m % K / slot_group(p, v);
 }
 
-// ---- The replicas' lists in lock step (the rules of simulate.c's verifier, with per-m peers)
+// ---- The replicas' lists: one action list per world rank, checked by the one verifier
 //
-// Each world rank w (stage s, replica r) runs its subsequence of rank s's list. Every step, each
-// replica runs its next action if it can, judged on the state at the step's start: a RECV (c, m)
-// once its SEND ran on an earlier step (on replica m mod D_from of the sender; MPI matches by tag,
-// so no order between messages is needed); before any action, the replica passes the sends'
-// waits that the generated code places in rank s's list since its previous action
-// (pr_comm_wait_send(c, m) before the action that makes (c, m + K): replica m mod D_s's send m
-// must have completed, i.e. its receiver, replica m mod D_to of the receiving rank, has posted
-// the receive: it has run all its actions up to the last action of (to_v, m - K_to), at step
-// start for m < K_to). Microbatch m takes slot m mod K of its replica's stage at the first of its
-// forward RECVs into the stage, its LOAD and its F, released by its B (W when split): the slot
-// must be free. If no replica can move before all are done it is a deadlock, reported with each
-// replica's blocked action.
+// World rank W(s, r) runs its subsequence of rank s's list (uneven_runs). schedule_verify
+// (compiler/simulate.c) runs them in lock step with its rules: a message (c, m) goes from the
+// sender's replica m mod D_from to the receiver's replica m mod D_to (action_rank; the pair's
+// messages in the same order on both sides, the pipeline lists' order), its receive posted where
+// the replica's POST_RECV(c, m) is and its send waited for at its WAIT_SEND(c, m) (both on the
+// replicas that run m), a COPY within a replica, and microbatch m takes slot
+// stage_slot(v, m) of its replica's stage (stage_nslots of them).
 
-typedef struct Rep {
-  int s, r;   // stage (pipeline rank) and replica
-  int *idx;   // its actions: indices into rank s's list, in order
-  int n;      // count
-  int *upto;  // per index i of rank s's list: how many of its actions are at indices <= i
-  int pc;     // actions done
-  int **slot; // per stage v of rank s (its position in the rank's vs), per slot: the m in it
-} Rep;
+int action_rank(const Program *p, int v, int m) {
+  if (!p->pipe) return p->vs[v].rank;
+  int s = p->vs[v].rank, D = uneven_reps(p->pipe, s);
+  return uneven_world(p->pipe, s, m < 0 ? 0 : m % D);
+}
 
-typedef struct Wait {
-  int c, m; // pr_comm_wait_send(c, m)
-  int next; // the next wait at the same position (-1: none)
-} Wait;
-
-static int pos_in_rank(const Program *p, int v) {
-  const RankProgram *rp = &p->ranks[p->vs[v].rank];
-  for (int k = 0; k < rp->nvs; k++)
-    if (rp->vs[k] == v) return k;
-  return 0;
+void uneven_lists(const Program *p, Program *w, Arena *a) {
+  int S = p->nranks, W = uneven_world(p, S, 0);
+  *w = *p;
+  w->pipe = p;
+  w->nranks = W;
+  w->ranks = ARENA_ARRAY(a, RankProgram, W);
+  for (int s = 0; s < S; s++)
+    for (int r = 0; r < uneven_reps(p, s); r++) {
+      const RankProgram *rp = &p->ranks[s];
+      RankProgram *q = &w->ranks[uneven_world(p, s, r)];
+      *q = *rp;
+      q->rank = uneven_world(p, s, r);
+      q->acts = ARENA_ARRAY(a, Action, rp->nacts + 1);
+      q->nacts = 0;
+      for (int i = 0; i < rp->nacts; i++)
+        if (uneven_runs(p, s, r, &rp->acts[i])) q->acts[q->nacts++] = rp->acts[i];
+    }
 }
 
 bool uneven_verify(const Program *p, Diag *d) {
-  const int S = p->nranks, M = p->M, W = uneven_world(p, S, 0);
   Arena a;
   arena_init(&a);
-  Rep *rep = ARENA_ARRAY(&a, Rep, W);
-  for (int s = 0, w = 0; s < S; s++)
-    for (int r = 0; r < uneven_reps(p, s); r++, w++) {
-      const RankProgram *rp = &p->ranks[s];
-      Rep *q = &rep[w];
-      *q = (Rep){.s = s, .r = r};
-      q->idx = ARENA_ARRAY(&a, int, rp->nacts + 1);
-      q->upto = ARENA_ARRAY(&a, int, rp->nacts + 1);
-      for (int i = 0; i < rp->nacts; i++) {
-        if (uneven_runs(p, s, r, &rp->acts[i])) q->idx[q->n++] = i;
-        q->upto[i] = q->n;
-      }
-      q->slot = ARENA_ARRAY(&a, int *, rp->nvs + 1);
-      for (int k = 0; k < rp->nvs; k++) {
-        int K = stage_nslots(p, rp->vs[k]);
-        q->slot[k] = ARENA_ARRAY(&a, int, K);
-        for (int j = 0; j < K; j++) q->slot[k][j] = -1;
-      }
-    }
-  // The sends' waits per (rank, position): where schedule_send_waits puts them.
-  int *wait = ARENA_ARRAY(&a, int, (size_t)p->nch *M + 1);
-  schedule_send_waits(p, wait);
-  int **wait_at = ARENA_ARRAY(&a, int *, S);
-  for (int s = 0; s < S; s++) {
-    wait_at[s] = ARENA_ARRAY(&a, int, p->ranks[s].nacts + 1);
-    for (int i = 0; i <= p->ranks[s].nacts; i++) wait_at[s][i] = -1;
-  }
-  Wait *waits = ARENA_ARRAY(&a, Wait, (size_t)p->nch * M + 1);
-  int nw = 0;
-  for (int c = 0; c < p->nch; c++) {
-    const Channel *ch = &p->ch[c];
-    int s = p->vs[ch->from_v].rank;
-    if (s == p->vs[ch->to_v].rank) continue; // a copy within the rank: no send to wait for
-    for (int m = 0; m < M; m++) {
-      int i = wait[(size_t)c * M + m];
-      if (i < 0) continue; // at step end
-      waits[nw] = (Wait){c, m, wait_at[s][i]};
-      wait_at[s][i] = nw++;
-    }
-  }
-  int *last = ARENA_ARRAY(&a, int, (size_t)p->nv *M + 1);
-  schedule_last_actions(p, last);
-  int *sent_at = ARENA_ARRAY(&a, int, (size_t)p->nch *M + 1);
-  bool *held = ARENA_ARRAY(&a, bool, (size_t)p->nv *M + 1);
-  for (int i = 0; i < p->nch * M; i++) sent_at[i] = -1;
-  int *moved = ARENA_ARRAY(&a, int, W), *pc0 = ARENA_ARRAY(&a, int, W);
-  int total = 0, done = 0, t = 0;
-  for (int w = 0; w < W; w++) total += rep[w].n;
-  bool ok = true;
-  while (ok && done < total) {
-    int nmoved = 0;
-    for (int w = 0; w < W; w++) pc0[w] = rep[w].pc; // the state at the step's start
-    for (int w = 0; w < W; w++) {
-      Rep *q = &rep[w];
-      moved[w] = 0;
-      if (q->pc >= q->n) continue;
-      int j = q->idx[q->pc], prev = q->pc ? q->idx[q->pc - 1] : -1;
-      const Action *x = &p->ranks[q->s].acts[j];
-      bool can = true;
-      if (x->kind == ACT_RECV && x->ch && p->vs[x->ch->from_v].rank != q->s) {
-        int at = sent_at[x->ch->id * M + x->m];
-        can = at >= 0 && at < t;
-      }
-      for (int i = prev + 1; can && i <= j; i++)
-        for (int k = wait_at[q->s][i]; can && k >= 0; k = waits[k].next) {
-          const Channel *ch = &p->ch[waits[k].c];
-          int m = waits[k].m, rr = p->vs[ch->to_v].rank;
-          int K = stage_slots(&p->vs[ch->to_v]);
-          if (m % uneven_reps(p, q->s) != q->r || m < K) continue; // not its send, or posted
-          int l = last[(size_t)ch->to_v * M + m - K];
-          const Rep *q2 = &rep[uneven_world(p, rr, m % uneven_reps(p, rr))];
-          can = l >= 0 && pc0[q2 - rep] >= q2->upto[l];
-        }
-      if (can) moved[w] = 1, nmoved++;
-    }
-    if (nmoved == 0) break;
-    for (int w = 0; w < W && ok; w++) {
-      if (!moved[w]) continue;
-      Rep *q = &rep[w];
-      const Action *x = &p->ranks[q->s].acts[q->idx[q->pc]];
-      if (x->kind == ACT_SEND) sent_at[x->ch->id * M + x->m] = t;
-      int hv = x->kind == ACT_RECV && !x->ch->grad       ? x->ch->to_v
-               : x->kind == ACT_LOAD || x->kind == ACT_F ? x->v
-                                                         : -1;
-      if (hv >= 0 && !held[(size_t)hv * M + x->m]) {
-        held[(size_t)hv * M + x->m] = true;
-        int K = stage_nslots(p, hv), k = stage_slot(p, hv, x->m),
-            *sl = &q->slot[pos_in_rank(p, hv)][k];
-        if (*sl >= 0) {
-          char text[64];
-          action_text(x, text, sizeof text);
-          diag_error(d, (Loc){0, 0},
-                     "schedule: rank %d (stage %d, replica %d) %s: reuses slot %d of stage v%d "
-                     "(K = %d) while m%d is live",
-                     w, q->s, q->r, text, k, hv, K, *sl);
-          ok = false;
-          break;
-        }
-        *sl = x->m;
-      }
-      if (x->v >= 0 && x->m >= 0 && x->kind == stage_release(&p->vs[x->v])) {
-        q->slot[pos_in_rank(p, x->v)][stage_slot(p, x->v, x->m)] = -1;
-      }
-      q->pc++;
-      done++;
-    }
-    t++;
-  }
-  if (ok && done < total) {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    fprintf(f, "schedule: the replicas' lists deadlock after %d steps (no replica can move):", t);
-    for (int w = 0; w < W; w++) {
-      const Rep *q = &rep[w];
-      if (q->pc >= q->n) continue;
-      char at[64];
-      action_text(&p->ranks[q->s].acts[q->idx[q->pc]], at, sizeof at);
-      fprintf(f, "\n  rank %d (stage %d, replica %d) waits at its action %d, %s", w, q->s, q->r,
-              q->pc, at);
-    }
-    fclose(f);
-    diag_error(d, (Loc){0, 0}, "%s", text);
-    free(text);
-    ok = false;
-  }
+  Program w;
+  uneven_lists(p, &w, &a);
+  bool ok = schedule_verify(&w, NULL, NULL, NULL, d);
   arena_free(&a);
   return ok;
 }

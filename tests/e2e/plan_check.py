@@ -43,7 +43,7 @@ def main():
         mine = []
         for a in rp["actions"]:
             k = a["kind"]
-            if k in ("SEND", "RECV"):
+            if "channel" in a:  # SEND, RECV, POST_RECV, WAIT_SEND, COPY
                 mine.append("%s(c%d, m%d)" % (k, a["channel"], a["m"]))
             elif a["m"] >= 0:
                 mine.append("%s(v%d, m%d)" % (k, a["v"], a["m"]))

@@ -296,8 +296,8 @@ static bool sent_locally(const Program *p, int r, const Tensor *t) {
 }
 
 // Where rank r's program is done with the bytes of t for microbatch m (v's slot): the last of
-// its RECVs for m over a channel to a stage of the rank (a copy), and over a message the action
-// before which the program waits for the send (schedule_send_waits: wait), when that is an
+// its COPYs for m (a channel to a stage of the rank), and over a message the action before which
+// the program waits for the send (its WAIT_SEND, action_send_waits: wait), when that is an
 // action of (v, m) after the SEND; -1 when some message of t is waited for elsewhere (the slot's
 // next microbatch, the step end).
 static int send_until(const Program *p, int r, const Tensor *t, int v, int m, const int *wait) {
@@ -305,7 +305,7 @@ static int send_until(const Program *p, int r, const Tensor *t, int v, int m, co
   int until = -1;
   for (int i = 0; i < rp->nacts; i++) {
     const Action *a = &rp->acts[i];
-    if (a->kind == ACT_RECV && a->m == m && a->ch->t == t) until = i;
+    if (a->kind == ACT_COPY && a->m == m && a->ch->t == t) until = i;
     if (a->kind != ACT_SEND || a->m != m || a->ch->t != t || p->vs[a->ch->to_v].rank == r) continue;
     int w = wait[(size_t)a->ch->id * p->M + m];
     if (w <= i || rp->acts[w].v != v || rp->acts[w].m != m) return -1;
@@ -398,7 +398,7 @@ static void check_rank(const Pipe *x, int r, SchedKind k, int S, int V, int M) {
   ck_assert_int_eq(acts + pl->work_bytes, pl->bytes[REG_ACTS]);
   (void)V;
   int *wait = malloc(sizeof(int) * ((size_t)p->nch * p->M + 1));
-  schedule_send_waits(p, wait);
+  action_send_waits(p, wait);
   for (int c = 0; c < p->nch; c++) {
     const Channel *ch = &p->ch[c];
     if (p->vs[ch->to_v].rank == r) { // received: in a slot of its stage
@@ -663,7 +663,7 @@ END_TEST
 // stage (K = 3), which alone would not pay, with those of its loss stage (K = 1): 51717184 B,
 // was 53290048 B (area 3538944 B). At S = 4 (-D L=8) the same on every zb-v rank. Every plan
 // passes plan_check, which checks each work-area buffer lives within one action. The totals are
-// those of the send-wait rule (schedule_send_waits: a message's tensor lives only to where its
+// those of the send-wait rule (the WAIT_SEND marks: a message's tensor lives only to where its
 // send is waited for, before the next action of its microbatch), before it in brackets: zb-v
 // S = 2 50930752 (51717184) and 50462720 (52822016); 1f1b S = 2 rank 0 45220864 (46007296);
 // zb-v S = 4 90313792 (91100224), ranks 1-3 92979200 (102416384, 102416384, 97697792); 1f1b
@@ -793,7 +793,7 @@ START_TEST(test_local_channels) {
   int *freed = malloc(sizeof(int) * (8 * (size_t)x.p.nv + 1));
   schedule_last_actions(&x.p, freed);
   const Action *fa = &x.p.ranks[1].acts[freed[2 * 8 + 0]];
-  ck_assert_int_eq(fa->kind, ACT_RECV);
+  ck_assert_int_eq(fa->kind, ACT_COPY);
   ck_assert_int_eq(fa->ch->from_v, 2);
   free(freed);
   const Tensor *out = graph_find(g, "transformer.h.1.out");
@@ -841,9 +841,10 @@ static int act_at(const Program *p, int r, ActionKind k, int v, int c, int m) {
   return -1;
 }
 
-// The send-wait rule (schedule_send_waits): the program waits for a message before the next
-// action of its stage and microbatch after the SEND, so the sent tensor lives in its slot only
-// up to there, not over the whole timeline. gpt_char, zb-v, S = 2, M = 8 (as test_local_channels):
+// The send-wait rule (the WAIT_SEND marks, action_send_waits): the program waits for a message
+// before the next action of its stage and microbatch after the SEND, so the sent tensor lives in
+// its slot only up to there, not over the whole timeline. gpt_char, zb-v, S = 2, M = 8 (as
+// test_local_channels):
 // rank 1's v1 sends its two input gradients to v0 (c7, c8) after B and waits before its W; v2
 // sends its output to v3 (c2) after F and waits before its B; rank 0's v3 sends its gradients
 // (c3, c4) to v2 after B and waits before W. The gradients' bytes serve v1's W: v1's slot
@@ -859,7 +860,7 @@ START_TEST(test_send_waits) {
   Graph *g = &x.m.g;
   const Program *p = &x.p;
   int M = p->M, *wait = malloc(sizeof(int) * ((size_t)p->nch * M + 1));
-  schedule_send_waits(p, wait);
+  action_send_waits(p, wait);
   struct {
     int c, r, v;     // channel, its sender's rank and stage
     ActionKind next; // the action of (v, m) the program waits before
@@ -914,7 +915,7 @@ START_TEST(test_send_waits) {
                 "%s", cap_text(&y.m.cap));
   p = &y.p;
   wait = malloc(sizeof(int) * ((size_t)p->nch * M + 1));
-  schedule_send_waits(p, wait);
+  action_send_waits(p, wait);
   int n = 0;
   for (int c = 0; c < p->nch; c++) {
     if (!p->ch[c].grad) continue;

@@ -64,12 +64,26 @@ static const char *build_verify(Chain *c, SchedKind k, int S, int V, bool *ok, S
   return buf;
 }
 
-// Verifies c as it stands (after hand edits): the message ("" when accepted).
+// Drops the message marks (POST_RECV, WAIT_SEND) of c's lists, so that a test edits the list of
+// compute actions and channels by index; verify lowers them again (lower_comm).
+static void unmark(Chain *c) {
+  for (int r = 0; r < c->p.nranks; r++) {
+    RankProgram *rp = &c->p.ranks[r];
+    int n = 0;
+    for (int i = 0; i < rp->nacts; i++)
+      if (!action_mark(rp->acts[i].kind)) rp->acts[n++] = rp->acts[i];
+    rp->nacts = n;
+  }
+}
+
+// Verifies c as it stands (after hand edits, its marks placed again by lower_comm on the edited
+// list): the message ("" when accepted).
 static const char *verify(Chain *c, bool *ok) {
   static char buf[8192];
   Capture cap;
   cap_open(&cap, "m.json");
-  *ok = schedule_verify(&c->p, NULL, NULL, NULL, &cap.d);
+  *ok = schedule_check(&c->p, &cap.d) && lower_comm(&c->p, &c->a, &cap.d) &&
+        schedule_verify(&c->p, NULL, NULL, NULL, &cap.d);
   snprintf(buf, sizeof buf, "%s", cap_text(&cap));
   cap_close(&cap);
   return buf;
@@ -285,6 +299,7 @@ static void two(Chain *c, SchedKind k) {
   SchedStats st;
   const char *msg = build_verify(c, k, 2, 1, &ok, &st);
   ck_assert_msg(ok, "%s", msg);
+  unmark(c);
 }
 
 static void expect(Chain *c, const char *want) {
@@ -305,6 +320,7 @@ START_TEST(test_interleaved_swapped_recv) {
   SchedStats st;
   const char *msg = build_verify(&c, SCHED_INTERLEAVED, 2, 2, &ok, &st);
   ck_assert_msg(ok, "%s", msg);
+  unmark(&c);
   Action *a = c.p.ranks[1].acts;
   int f11 = 0;
   while (!(a[f11].kind == ACT_F && a[f11].v == 1 && a[f11].m == 1)) f11++;
@@ -315,8 +331,8 @@ START_TEST(test_interleaved_swapped_recv) {
              "blocked actions marked '*':\n"
              "  rank 0: ld   F0.0 s>   s>   ld   F1.0 s>   r>   F0.1 s>   s>   r>*\n"
              "  rank 1: .    .    .    r>   F0.0 s>   .    .    .    .    .    r>*\n"
-             "  rank 0 action 11 RECV(c2, m1): waits for its SEND on rank 1, which has not run\n"
-             "  rank 1 action 3 RECV(c0, m1): rank 0 sent SEND(c6, m0) first (the two sides' "
+             "  rank 0 action 19 RECV(c2, m1): waits for its SEND on rank 1, which has not run\n"
+             "  rank 1 action 11 RECV(c0, m1): rank 0 sent SEND(c6, m0) first (the two sides' "
              "message orders differ)\n");
   arena_free(&c.a);
 }
@@ -335,8 +351,8 @@ START_TEST(test_swapped_send_order) {
              "blocked actions marked '*':\n"
              "  rank 0: ld F0 ld F1 s> s> r<*\n"
              "  rank 1: .  .  .  .  .  .  r>*\n"
-             "  rank 0 action 6 RECV(c1, m0): waits for its SEND on rank 1, which has not run\n"
-             "  rank 1 action 0 RECV(c0, m0): rank 0 sent SEND(c0, m1) first (the two sides' "
+             "  rank 0 action 8 RECV(c1, m0): waits for its SEND on rank 1, which has not run\n"
+             "  rank 1 action 1 RECV(c0, m0): rank 0 sent SEND(c0, m1) first (the two sides' "
              "message orders differ)\n");
   arena_free(&c.a);
 }
@@ -356,8 +372,8 @@ START_TEST(test_circular_wait) {
              "blocked actions marked '*':\n"
              "  rank 0: ld F0 r<*\n"
              "  rank 1: .  .  r>*\n"
-             "  rank 0 action 2 RECV(c1, m0): waits for its SEND on rank 1, which has not run\n"
-             "  rank 1 action 0 RECV(c0, m0): waits for its SEND on rank 0, which has not run\n");
+             "  rank 0 action 4 RECV(c1, m0): waits for its SEND on rank 1, which has not run\n"
+             "  rank 1 action 1 RECV(c0, m0): waits for its SEND on rank 0, which has not run\n");
   arena_free(&c.a);
 }
 END_TEST
@@ -387,35 +403,6 @@ START_TEST(test_w_before_b) {
 }
 END_TEST
 
-START_TEST(test_reused_slot) {
-  Chain c;
-  two(&c, SCHED_1F1B);
-  c.p.vs[0].K = 1; // rank 0 holds two microbatches before its first B (m1 from its LOAD)
-  expect(&c, "m.json: error: schedule: rank 0 action 3 LOAD(v0, m1): reuses slot 0 of stage v0 "
-             "(K = 1) while m0 is live (until its B)\n");
-  arena_free(&c.a);
-  // Split: the slot is live until W. zb-h1 S = 2, M = 2, rank 1 runs F0 B0 W0 F1 B1 W1 (K 1);
-  // with W(v1, m0) moved after F(v1, m1), m0 still holds the one slot when m1's activation
-  // arrives (the receive takes the slot).
-  two(&c, SCHED_ZBH1);
-  Action *a = c.p.ranks[1].acts; // r> F0 ls B0 s< W0 r> F1 ls B1 s< W1
-  ck_assert_int_eq(a[5].kind, ACT_W);
-  Action w0 = a[5];
-  a[5] = a[6];
-  a[6] = a[7];
-  a[7] = w0;
-  expect(&c, "m.json: error: schedule: rank 1 action 5 RECV(c0, m1): reuses slot 0 of stage v1 "
-             "(K = 1) while m0 is live (until its W)\n");
-  arena_free(&c.a);
-  two(&c, SCHED_ZBH1);
-  c.p.vs[1].K = 0; // K 0 is read as one slot; rank 1 releases at W: fine with one
-  bool ok;
-  const char *msg = verify(&c, &ok);
-  ck_assert_msg(ok, "%s", msg);
-  arena_free(&c.a);
-}
-END_TEST
-
 // Index of action (kind, v or channel, m) in rank r's list (-1: none).
 static int find_act(const Chain *c, int r, ActionKind k, int vc, int m) {
   const RankProgram *rp = &c->p.ranks[r];
@@ -426,6 +413,45 @@ static int find_act(const Chain *c, int r, ActionKind k, int vc, int m) {
   }
   return -1;
 }
+
+START_TEST(test_reused_slot) {
+  Chain c;
+  two(&c, SCHED_1F1B);
+  c.p.vs[0].K = 1; // rank 0 holds two microbatches before its first B (m1 from its LOAD)
+  expect(&c, "m.json: error: schedule: rank 0 action 4 LOAD(v0, m1): reuses slot 0 of stage v0 "
+             "(K = 1) while m0 is live (until its B)\n");
+  arena_free(&c.a);
+  // Split: the slot is live until W. zb-h1 S = 2, M = 2, rank 1 runs F0 B0 W0 F1 B1 W1 (K 1);
+  // with W(v1, m0) moved after F(v1, m1) (the marks left where the lowering put them: the
+  // receive of m1 posted after W0's old place), m0 still holds the one slot when m1's activation
+  // arrives (the receive takes the slot).
+  chain_init(&c, 2, 1, 2);
+  bool ok;
+  SchedStats st;
+  const char *msg = build_verify(&c, SCHED_ZBH1, 2, 1, &ok, &st);
+  ck_assert_msg(ok, "%s", msg);
+  // POST_RECV(c0, m0) r> F0 ls B0 s< WAIT_SEND(c1, m0) W0 POST_RECV(c0, m1) r> F1 ls B1 s< W1
+  int w0 = find_act(&c, 1, ACT_W, 1, 0), f1 = find_act(&c, 1, ACT_F, 1, 1);
+  Action *a = c.p.ranks[1].acts, x = a[w0];
+  ck_assert_int_eq(a[w0 - 1].kind, ACT_WAIT_SEND);
+  ck_assert_int_eq(a[w0 + 1].kind, ACT_POST_RECV);
+  memmove(a + w0, a + w0 + 1, sizeof(Action) * (size_t)(f1 - w0));
+  a[f1] = x;
+  Capture cap;
+  cap_open(&cap, "m.json");
+  ck_assert(!schedule_verify(&c.p, NULL, NULL, NULL, &cap.d));
+  ck_assert_str_eq(cap_text(&cap),
+                   "m.json: error: schedule: rank 1 action 8 RECV(c0, m1): reuses slot 0 of "
+                   "stage v1 (K = 1) while m0 is live (until its W)\n");
+  cap_close(&cap);
+  arena_free(&c.a);
+  two(&c, SCHED_ZBH1);
+  c.p.vs[1].K = 0; // K 0 is read as one slot; rank 1 releases at W: fine with one
+  msg = verify(&c, &ok);
+  ck_assert_msg(ok, "%s", msg);
+  arena_free(&c.a);
+}
+END_TEST
 
 // Moves rank r's action at index from to index to (to < from), shifting those between.
 static void move_act(Chain *c, int r, int from, int to) {
@@ -448,6 +474,7 @@ START_TEST(test_send_buffer_rule) {
   const char *msg = build_verify(&c, SCHED_1F1B, 3, 1, &ok, &st);
   ck_assert_msg(ok, "%s", msg);
   ck_assert_int_eq(c.p.vs[2].K, 1);
+  unmark(&c);
   // Rank 0: ... SEND(c4, m1) RECV(c1, m0) RECV(c5, m0) B(v0, m0) RECV(c1, m1) ...: RECV(c1, m1)
   // moved before RECV(c5, m0).
   int skip0 = find_act(&c, 0, ACT_RECV, 5, 0), at = find_act(&c, 0, ACT_RECV, 1, 1);
@@ -457,10 +484,8 @@ START_TEST(test_send_buffer_rule) {
   // Not a deadlock: the generated code posts rank 0's receive of (c5, m0) at step start (m0 <
   // K of v0), so the send completes while rank 0 waits for c1 and B(v2, m1) goes on. A rule keyed
   // on the RECV's wait (it once was) rejects this schedule with a deadlock at B(v2, m1).
-  Capture cap;
-  cap_open(&cap, "m.json");
-  ck_assert_msg(schedule_verify(&c.p, NULL, NULL, NULL, &cap.d), "%s", cap_text(&cap));
-  cap_close(&cap);
+  msg = verify(&c, &ok);
+  ck_assert_msg(ok, "%s", msg);
   arena_free(&c.a);
 }
 END_TEST
@@ -498,7 +523,9 @@ START_TEST(test_send_wait_time) {
   ck_assert(sched_build(&c.p, SCHED_ZBH1, 2, 1, &c.a, &cap.d));
   ck_assert(!c.p.vs[0].split && c.p.vs[1].split);
   int w = find_act(&c, 1, ACT_W, 1, 0);
-  ck_assert_int_eq(find_act(&c, 1, ACT_SEND, 1, 0), w - 1); // s< W0: W waits for the send
+  ck_assert_int_eq(find_act(&c, 1, ACT_SEND, 1, 0), w - 2); // s< WAIT_SEND W0: W waits for it
+  ck_assert_int_eq(c.p.ranks[1].acts[w - 1].kind, ACT_WAIT_SEND);
+  ck_assert_int_eq(c.p.ranks[1].acts[w - 1].ch->id, 1);
   StageCost cost[2] = {{1, 1, 0}, {1, 1, 3}};
   double xfer[2] = {0.5, 0.5};
   SchedStats st;
@@ -516,12 +543,11 @@ START_TEST(test_send_wait_time) {
 }
 END_TEST
 
-// The send-wait rule's deadlock line. In a program whose data flow holds, the rule never waits
-// for good (the held action needs the receiving stage's F of its microbatch, which follows the
-// post); the checker does not order LOSS before B, so: 1f1b, S = 2, M = 4 (K of v1 = 1), rank 1's
-// LOSS(v1, m0) moved after RECV(c0, m3). The receive of (c0, m1) into v1's one slot is posted
-// after v1's last action of m0, now that LOSS; rank 0 waits for send (c0, m1) before B(v0, m1),
-// and sends m3's activation only after that B: rank 1 waits for it, before its LOSS.
+// A list the lowering cannot post a receive in: 1f1b, S = 2, M = 4 (K of v1 = 1), rank 1's
+// LOSS(v1, m0) moved after RECV(c0, m3). The receive of (c0, m1) into v1's one slot can be
+// posted only after v1's last action of m0, now that LOSS, which follows RECV(c0, m1): lower_comm
+// refuses the list (before the marks were actions, the verifier posted it there anyway and
+// reported the send-wait rule's deadlock at rank 0's B(v0, m1); the printer refused it).
 START_TEST(test_send_wait_deadlock) {
   Chain c;
   chain_init(&c, 2, 1, 4);
@@ -530,19 +556,14 @@ START_TEST(test_send_wait_deadlock) {
   const char *msg = build_verify(&c, SCHED_1F1B, 2, 1, &ok, &st);
   ck_assert_msg(ok, "%s", msg);
   ck_assert_int_eq(c.p.vs[1].K, 1);
+  unmark(&c);
   int ls = find_act(&c, 1, ACT_LOSS, 1, 0), r3 = find_act(&c, 1, ACT_RECV, 0, 3);
   ck_assert(ls >= 0 && r3 > ls);
   Action *a = c.p.ranks[1].acts, x = a[ls];
   memmove(a + ls, a + ls + 1, sizeof(Action) * (size_t)(r3 - ls));
   a[r3] = x; // ... s<(m2) r>(m3) LOSS(v1, m0) F(v1, m3) ...
-  expect(&c, "m.json: error: schedule: deadlock after 17 steps (no rank can move); the grid, "
-             "blocked actions marked '*':\n"
-             "  rank 0: ld F0 s> ld F1 s> .  r< B0 ld F2 s> r< .  .  .  .  B1*\n"
-             "  rank 1: .  .  .  r> F0 B0 s< r> F1 ls B1 s< r> F2 ls B2 s< r>*\n"
-             "  rank 0 action 12 B(v0, m1): waits for send (c0, m1) to complete, whose receive "
-             "rank 1 has not posted (send-wait rule: the program waits for a send before its "
-             "stage's next action of that microbatch)\n"
-             "  rank 1 action 14 RECV(c0, m3): waits for its SEND on rank 0, which has not run\n");
+  expect(&c, "m.json: error: internal error: lower_comm: rank 1: RECV(c0, m1) comes before the "
+             "last action of m0\n");
   arena_free(&c.a);
 }
 END_TEST
@@ -617,6 +638,34 @@ START_TEST(test_golden_zbv) {
 }
 END_TEST
 
+// The lowering's passes, each list after each pass (sched_lower_dump): the compute order, then
+// add_send_recv, add_load_loss, add_step_end, lower_comm (the marks and copies), on the chain of
+// S = 2 stages (V = 1, 1f1b) and 4 (zb-v: rank 1 holds v1 and v2, whose channels are COPYs),
+// M = 4. tests/golden/lower_*.passes (PIPEC_UPDATE_GOLDEN=1 rewrites them).
+static void golden_passes(SchedKind k, int V, const char *name) {
+  Chain c;
+  chain_init(&c, 2, V, 4);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  sched_lower_dump(f);
+  bool ok;
+  SchedStats st;
+  const char *msg = build_verify(&c, k, 2, V, &ok, &st);
+  sched_lower_dump(NULL);
+  fclose(f);
+  ck_assert_msg(ok, "%s", msg);
+  golden(text, name);
+  free(text);
+  arena_free(&c.a);
+}
+
+START_TEST(test_golden_passes) {
+  golden_passes(SCHED_1F1B, 1, "lower_1f1b_s2_m4.passes");
+  golden_passes(SCHED_ZBV, 2, "lower_zbv_s2_m4.passes");
+}
+END_TEST
+
 // PipeDream's uneven replication (compiler/uneven.c): every built-in schedule over a grid of
 // (S, V, M), each stage on 1, 2 or M replicas (those dividing M): every replica's list has the F
 // of its microbatches only (m mod D_s = r, each stage of its rank once per microbatch), and the
@@ -670,7 +719,9 @@ END_TEST
 // A broken list under uneven replication, 1f1b at S = 2, M = 4, counts 2,1: rank 0 waits for
 // m0's gradient (RECV c1) before it sends m0's activation (c0). Replica 0 of stage 0 and stage
 // 1's one replica (world rank 2) wait for each other; replica 1 (m1, m3) waits for m1's gradient,
-// which stage 1 makes only after m0's: the error names each replica's blocked action.
+// which stage 1 makes only after m0's. The world program (uneven_lists: one list per world rank)
+// goes through the one verifier: its error is the grid of the world ranks with each blocked
+// action.
 START_TEST(test_uneven_deadlock) {
   Chain c;
   chain_init(&c, 2, 1, 4);
@@ -683,12 +734,32 @@ START_TEST(test_uneven_deadlock) {
   Capture cap;
   cap_open(&cap, "m.json");
   ck_assert(!uneven_verify(&c.p, &cap.d));
-  ck_assert_str_eq(cap_text(&cap),
-                   "m.json: error: schedule: the replicas' lists deadlock after 3 steps (no "
-                   "replica can move):\n"
-                   "  rank 0 (stage 0, replica 0) waits at its action 2, RECV(c1, m0)\n"
-                   "  rank 1 (stage 0, replica 1) waits at its action 3, RECV(c1, m1)\n"
-                   "  rank 2 (stage 1, replica 0) waits at its action 0, RECV(c0, m0)\n");
+  ck_assert_str_eq(
+      cap_text(&cap),
+      "m.json: error: schedule: deadlock after 3 steps (no rank can move); the grid, "
+      "blocked actions marked '*':\n"
+      "  rank 0: ld F0 .  r<*\n"
+      "  rank 1: ld F1 s> r<*\n"
+      "  rank 2: .  .  .  r>*\n"
+      "  rank 0 action 3 RECV(c1, m0): waits for its SEND on rank 2, which has not run\n"
+      "  rank 1 action 4 RECV(c1, m1): waits for its SEND on rank 2, which has not run\n"
+      "  rank 2 action 1 RECV(c0, m0): waits for its SEND on rank 0, which has not "
+      "run\n");
+  Arena wa;
+  arena_init(&wa);
+  Program w;
+  uneven_lists(&c.p, &w, &wa);
+  ck_assert_int_eq(w.nranks, 3);
+  for (int k = 0; k < 3; k++) // world rank k: replica k of stage 0, or stage 1's
+    for (int i = 0; i < w.ranks[k].nacts; i++) {
+      const Action *x = &w.ranks[k].acts[i];
+      if (x->m < 0) continue; // the step end: every replica's
+      ck_assert(k == 2 || x->m % 2 == k);
+      bool out = x->kind == ACT_SEND || x->kind == ACT_WAIT_SEND; // the sender's side
+      int v = x->v >= 0 ? x->v : out ? x->ch->from_v : x->ch->to_v;
+      ck_assert_int_eq(action_rank(&w, v, x->m), k); // the replica that runs m
+    }
+  arena_free(&wa);
   cap_close(&cap);
   arena_free(&c.a);
 }
@@ -714,6 +785,7 @@ int main(void) {
   tcase_add_test(tc, test_send_wait_deadlock);
   tcase_add_test(tc, test_golden_1f1b);
   tcase_add_test(tc, test_golden_zbv);
+  tcase_add_test(tc, test_golden_passes);
   tcase_add_test(tc, test_uneven_grid);
   tcase_add_test(tc, test_uneven_deadlock);
   suite_add_tcase(s, tc);

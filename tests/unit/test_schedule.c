@@ -275,6 +275,159 @@ END_TEST
 
 // ---- The pass on a model: one rank, one stage, the order the program has always run.
 
+// Inserts x at rank's index at (the later ones move down).
+static void insert(Hand *h, int rank, int at, Action x) {
+  RankProgram *r = &h->r[rank];
+  for (int i = r->nacts; i > at; i--) h->acts[rank][i] = h->acts[rank][i - 1];
+  h->acts[rank][at] = x;
+  r->nacts++;
+}
+
+// The message marks (POST_RECV, WAIT_SEND; compiler/lower_comm.c): the lowering places them on
+// the valid program (rank 0 posts the gradients' receives at step start, m < K = 2, and waits for
+// the activations' sends before its B of that microbatch; rank 1 posts m0's activation at step
+// start and m1's after W(v1, m0), K = 1, and waits for the gradient of m0 before its W), the
+// checker and the simulation accept them; then one rule broken at a time.
+START_TEST(test_marks) {
+  Hand hh, *h = &hh;
+  hand_init(h);
+  Capture cap;
+  cap_open(&cap, "m.json");
+  Arena a;
+  arena_init(&a);
+  ck_assert_msg(lower_comm(&h->p, &a, &cap.d), "%s", cap_text(&cap));
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  for (int r = 0; r < 2; r++) {
+    for (int i = 0; i < h->p.ranks[r].nacts; i++) {
+      char t[64];
+      action_text(&h->p.ranks[r].acts[i], t, sizeof t);
+      fprintf(f, "%s%s", i ? " " : "", t);
+    }
+    fputc('\n', f);
+  }
+  fclose(f);
+  ck_assert_str_eq(text, "POST_RECV(c1, m0) POST_RECV(c1, m1) LOAD(v0, m0) F(v0, m0) SEND(c0, m0) "
+                         "LOAD(v0, m1) F(v0, m1) SEND(c0, m1) RECV(c1, m0) WAIT_SEND(c0, m0) "
+                         "B(v0, m0) W(v0, m0) RECV(c1, m1) WAIT_SEND(c0, m1) B(v0, m1) W(v0, m1) "
+                         "TIED_SUM NORM OPT\n"
+                         "POST_RECV(c0, m0) RECV(c0, m0) F(v1, m0) LOSS(v1, m0) B(v1, m0) "
+                         "SEND(c1, m0) WAIT_SEND(c1, m0) W(v1, m0) POST_RECV(c0, m1) RECV(c0, m1) "
+                         "F(v1, m1) LOSS(v1, m1) B(v1, m1) SEND(c1, m1) WAIT_SEND(c1, m1) "
+                         "W(v1, m1) TIED_SUM NORM OPT\n");
+  free(text);
+  // Readers read the marks' places: where each send is waited for, where each receive is posted.
+  int wait[2 * M], post[2 * M];
+  action_send_waits(&h->p, wait);
+  action_recv_posts(&h->p, post);
+  ck_assert_int_eq(wait[0], 10); // WAIT_SEND(c0, m0) before rank 0's B(v0, m0)
+  ck_assert_int_eq(wait[1], 14);
+  ck_assert_int_eq(wait[2], 7); // WAIT_SEND(c1, m0) before rank 1's W(v1, m0)
+  ck_assert_int_eq(post[0], 0);
+  ck_assert_int_eq(post[1], 8); // POST_RECV(c0, m1) after W(v1, m0)
+  ck_assert_int_eq(post[2], 0);
+  ck_assert_int_eq(post[3], 1);
+  SchedStats st;
+  ck_assert_msg(schedule_verify(&h->p, NULL, &st, &a, &cap.d), "%s", cap_text(&cap));
+  ck_assert(st.span == 8); // as without the marks (they take no time)
+  // lower_comm again: the same list (it starts from the list without its marks).
+  int n0 = h->p.ranks[0].nacts, n1 = h->p.ranks[1].nacts;
+  ck_assert(lower_comm(&h->p, &a, &cap.d));
+  ck_assert_int_eq(h->p.ranks[0].nacts, n0);
+  ck_assert_int_eq(h->p.ranks[1].nacts, n1);
+  cap_close(&cap);
+  arena_free(&a);
+
+  hand_init(h); // a receive posted after its RECV
+  insert(h, 1, 1, C(POST_RECV, 0, 0));
+  expect(h, "error: schedule: rank 1 action 1 POST_RECV(c0, m0): comes after its RECV at "
+            "action 0\n");
+  hand_init(h); // a send waited for before it is sent
+  insert(h, 0, 0, C(WAIT_SEND, 0, 0));
+  expect(h, "error: schedule: rank 0 action 0 WAIT_SEND(c0, m0): comes before its SEND at "
+            "action 3\n");
+  hand_init(h); // on the other side of the channel
+  insert(h, 0, 0, C(POST_RECV, 0, 0));
+  expect(h, "error: schedule: rank 0 action 0 POST_RECV(c0, m0): channel c0 is received by stage "
+            "v1, which runs on rank 1\n");
+  hand_init(h);
+  insert(h, 1, 0, C(WAIT_SEND, 0, 0));
+  expect(h, "error: schedule: rank 1 action 0 WAIT_SEND(c0, m0): channel c0 is sent by stage v0, "
+            "which runs on rank 0\n");
+  hand_init(h); // twice
+  insert(h, 1, 0, C(POST_RECV, 0, 1));
+  insert(h, 1, 0, C(POST_RECV, 0, 1));
+  expect(h, "error: schedule: rank 1 action 1 POST_RECV(c0, m1): appears twice (rank 1 action 0 "
+            "first)\n");
+  hand_init(h); // after the step end
+  insert(h, 0, 13, C(WAIT_SEND, 0, 1));
+  expect(h, "error: schedule: rank 0 action 13 WAIT_SEND(c0, m1): comes after the step end at "
+            "action 12\n");
+  hand_init(h); // a channel within one rank has no message
+  h->vs[1].rank = 0;
+  h->p.nranks = 1;
+  h->rvs[0] = 0;
+  insert(h, 0, 0, C(POST_RECV, 0, 0));
+  expect(h, "error: schedule: rank 0 action 0 POST_RECV(c0, m0): a channel within one rank is a "
+            "copy, no message\n");
+  drop(h, 0, 0); // its SEND too: a COPY does the whole channel
+  expect(h, "error: schedule: rank 0 action 2 SEND(c0, m0): a channel within one rank is a copy, "
+            "no message\n");
+  hand_init(h); // and a channel between two ranks is no copy
+  set(h, 1, 0, C(COPY, 0, 0));
+  expect(h, "error: schedule: rank 1 action 0 COPY(c0, m0): a channel between two ranks is a "
+            "message, no copy\n");
+}
+END_TEST
+
+// A channel between two stages of one rank (v0 and v1 both on rank 0, rank 1 empty): the
+// lowering makes its SEND / RECV pair one COPY at the RECV's place; the checker wants it after
+// the action that makes the tensor and before the one that reads it.
+START_TEST(test_copy) {
+  Hand hh, *h = &hh;
+  hand_init(h);
+  h->vs[1].rank = 0;
+  h->p.nranks = 1;
+  // rank 0: LOAD0 F0 LOAD1 F1 ... as one rank: v0's and v1's actions in a valid order.
+  Action r0[] = {A(LOAD, 0, 0),     A(F, 0, 0),     C(SEND, 0, 0), C(RECV, 0, 0), A(F, 1, 0),
+                 A(LOSS, 1, 0),     A(B, 1, 0),     C(SEND, 1, 0), A(W, 1, 0),    C(RECV, 1, 0),
+                 A(B, 0, 0),        A(W, 0, 0),     A(LOAD, 0, 1), A(F, 0, 1),    C(SEND, 0, 1),
+                 C(RECV, 0, 1),     A(F, 1, 1),     A(LOSS, 1, 1), A(B, 1, 1),    C(SEND, 1, 1),
+                 A(W, 1, 1),        C(RECV, 1, 1),  A(B, 0, 1),    A(W, 0, 1),    STEP(TIED_SUM, 0),
+                 STEP(TIED_SUM, 1), STEP(NORM, -1), STEP(OPT, -1)};
+  memcpy(h->acts[0], r0, sizeof r0);
+  h->r[0].nacts = (int)(sizeof r0 / sizeof r0[0]);
+  static int both[2] = {0, 1};
+  h->r[0].vs = both;
+  h->r[0].nvs = 2;
+  Capture cap;
+  cap_open(&cap, "m.json");
+  Arena a;
+  arena_init(&a);
+  ck_assert_msg(lower_comm(&h->p, &a, &cap.d), "%s", cap_text(&cap));
+  ck_assert_int_eq(h->p.ranks[0].nacts, 24); // 4 SENDs dropped, 4 RECVs made COPYs, no marks
+  const Action *x = &h->p.ranks[0].acts[2];
+  ck_assert(x->kind == ACT_COPY && x->ch->id == 0 && x->m == 0);
+  ck_assert_msg(schedule_verify(&h->p, NULL, NULL, NULL, &cap.d), "%s", cap_text(&cap));
+  cap_close(&cap);
+  // The COPY before the F that makes its tensor, after the one that reads it.
+  Action *l = h->p.ranks[0].acts;
+  Action t = l[1];
+  l[1] = l[2], l[2] = t; // COPY(c0, m0) F(v0, m0)
+  bool ok;
+  ck_assert_str_eq(check_msg(h, &ok),
+                   "m.json: error: schedule: rank 0 action 1 COPY(c0, m0): comes "
+                   "before the F that makes its activation\n");
+  t = l[1], l[1] = l[2], l[2] = t;
+  t = l[2], l[2] = l[3], l[3] = t; // F(v1, m0) COPY(c0, m0)
+  ck_assert_str_eq(check_msg(h, &ok),
+                   "m.json: error: schedule: rank 0 action 3 COPY(c0, m0): comes "
+                   "after the F that reads its activation\n");
+  arena_free(&a);
+}
+END_TEST
+
 START_TEST(test_pass_one_rank) {
   Model m;
   ck_assert(model_run(&m, TINY_NET));
@@ -318,6 +471,8 @@ int main(void) {
   tcase_add_test(tc, test_channels);
   tcase_add_test(tc, test_step_end);
   tcase_add_test(tc, test_pass_one_rank);
+  tcase_add_test(tc, test_marks);
+  tcase_add_test(tc, test_copy);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
