@@ -23,6 +23,7 @@
 
 #include "../compiler/memplan.h"
 #include "../compiler/training.h"
+#include "../compiler/uneven.h"
 #include "../ir/ops.h"
 #include "emit.h"
 #include "runtime_paths.h"

@@ -47,6 +47,8 @@
 // stages of one rank is a device copy (pr_cu_copy).
 #include <string.h>
 
+#include "../compiler/schedule.h"
+#include "../compiler/uneven.h"
 #include "emit.h"
 
 typedef struct Stream {

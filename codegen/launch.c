@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../compiler/uneven.h"
 #include "codegen.h"
 
 #ifndef PIPEC_VERSION

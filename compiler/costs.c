@@ -10,6 +10,7 @@
 // one assumption. The link is latency + bytes / bandwidth (a ping-pong fit), the optimizer
 // linear in parameter bytes (AdamW and SGD stream over them).
 #include "costs.h"
+#include "simulate.h"
 
 #include <errno.h>
 #include <math.h>

@@ -9,6 +9,7 @@
 #define PIPEC_COSTS_H
 
 #include "pipeline.h"
+#include "simulate.h"
 
 typedef struct UnitCost {
   const char *name; // the unit's label (a block instance "transformer.h.2" or a node name)

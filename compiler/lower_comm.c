@@ -30,6 +30,7 @@
 // its own receive (a blocking receive; hand-written lists); the lowering always places one.
 // Linear in the actions but for schedule_last_actions' copies (O(actions^2) at most).
 #include "pipeline.h"
+#include "schedule.h"
 
 // Whether something of microbatch m of stage v (one of its actions but a SEND, or a RECV into
 // it) comes before action i of rank program rp.

@@ -15,6 +15,8 @@
 #include "place.h"
 #include "precision.h"
 #include "recompute.h"
+#include "schedule.h"
+#include "uneven.h"
 
 enum { ALIGN = 64 };
 

@@ -41,6 +41,8 @@
 #include "pipeline.h"
 #include "precision.h"
 #include "recompute.h"
+#include "schedule.h"
+#include "simulate.h"
 
 // ---- From the graph to units, and back
 

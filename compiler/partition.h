@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "pipeline.h"
+#include "simulate.h"
 
 // How the partition pass cuts: the command line's --stages, --split, --flops-rate, --bandwidth
 // and --mem-cap.
@@ -53,5 +54,19 @@ bool partition_check(const Program *p, Diag *d);
 // The partition table (--dump-after=partition): per stage its nodes (block instances compacted,
 // transformer.h.0..3), parameters, FLOPs, activation bytes, bytes sent per microbatch.
 void partition_print(const Program *p, FILE *out);
+
+// Each stage's costs in seconds per microbatch (cost: p->nv entries; compiler/partition.c): the
+// FLOPs of its F, B and W nodes (the registry's OpCost at the microbatch size, as the partition
+// table counts them) at p->part_rate (--flops-rate), plus each channel it receives at
+// program_link_bw (--bandwidth, or the --topology link between the two ranks): an activation in the
+// F that reads it, a gradient in the B (the receiver copies the message). w counts the nodes of the
+// stage's W segment and b the rest of its backward (unsplit: all of it, w 0). flops (NULL, or p->nv
+// entries) receives each stage's FLOPs per microbatch. After the comm pass (the channels) and
+// sched_build (each stage's split).
+void partition_stage_costs(const Program *p, StageCost *cost, double *flops);
+
+// Bytes/s of a transfer from stage from_v to stage to_v: the --topology link between their
+// ranks (Program.rank_bw), else p->part_bandwidth.
+double program_link_bw(const Program *p, int from_v, int to_v);
 
 #endif

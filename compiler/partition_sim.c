@@ -19,6 +19,7 @@
 
 #include "cut.h"
 #include "pipeline.h"
+#include "schedule.h"
 
 typedef struct SimStage {
   double f, b, w; // compute seconds

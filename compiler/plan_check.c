@@ -34,6 +34,8 @@
 #include "place.h"
 #include "precision.h"
 #include "recompute.h"
+#include "schedule.h"
+#include "uneven.h"
 
 // Reports a violation of rank r's plan; FAIL returns false, BAD leaves plan_check (its scratch
 // freed at out).

@@ -15,6 +15,8 @@
 
 #include "files.h"
 #include "plan_out.h"
+#include "schedule.h"
+#include "simulate.h"
 
 enum {
   SVG_LEFT = 70,   // px left of the time axis (rank labels)

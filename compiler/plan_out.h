@@ -4,6 +4,7 @@
 #define PIPEC_PLAN_OUT_H
 
 #include "pipeline.h"
+#include "simulate.h"
 
 // The schedule as SVG (libxml2's xmlTextWriter): one row per rank, time left to right, a box per
 // F / B / W from its predicted start to end (labelled with its microbatch, and the rank's chunk

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "pipeline.h"
+#include "schedule.h"
 
 const char *action_name(ActionKind k) {
   static const char *const names[ACT_COUNT] = {"LOAD",      "F",         "LOSS",     "B",    "W",

@@ -22,6 +22,7 @@
 #include "../ir/ops.h"
 #include "partition.h"
 #include "pipeline.h"
+#include "schedule.h"
 
 static const char *const sched_names[SCHED_COUNT] = {"gpipe", "1f1b", "interleaved", "zb-h1",
                                                      "zb-v"};

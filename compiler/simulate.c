@@ -28,7 +28,11 @@
 #include <string.h>
 
 #include "costs.h"
+#include "partition.h"
 #include "pipeline.h"
+#include "schedule.h"
+#include "simulate.h"
+#include "uneven.h"
 
 static void cell(const Program *p, const Action *x, char *buf, size_t cap) {
   const VStage *s = x->v >= 0 && x->v < p->nv ? &p->vs[x->v] : NULL;

@@ -24,6 +24,8 @@
 #include <cjson/cJSON.h>
 
 #include "files.h"
+#include "schedule.h"
+#include "simulate.h"
 #include "trace_in.h"
 
 static bool compute_kind(ActionKind k) {

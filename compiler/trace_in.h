@@ -5,6 +5,7 @@
 #define PIPEC_TRACE_IN_H
 
 #include "pipeline.h"
+#include "simulate.h"
 
 // Reads the trace at path and fills st (t0, t1 per rank per action, span, bubble; times in
 // seconds from the step's first event) with the measured times of one traced step: `step`, or

@@ -16,6 +16,9 @@
 #include <string.h>
 
 #include "pipeline.h"
+#include "schedule.h"
+#include "simulate.h"
+#include "uneven.h"
 
 int uneven_reps(const Program *p, int rank) {
   return p->stage_reps ? p->stage_reps[rank] : 1;

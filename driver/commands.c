@@ -11,6 +11,7 @@
 
 #include "../compiler/files.h"
 #include "../compiler/pt2_source.h"
+#include "../compiler/schedule.h"
 #include "driver.h"
 
 static int finish_check(Driver *dr) {

@@ -11,9 +11,9 @@
 #include <stdio.h>
 
 #include "../codegen/codegen.h"
+#include "../compiler/comm.h"
 #include "../compiler/costs.h"
 #include "../compiler/diag_out.h"
-#include "../compiler/comm.h"
 #include "../compiler/memplan.h"
 #include "../compiler/partition.h"
 #include "../compiler/passes.h"
@@ -21,6 +21,8 @@
 #include "../compiler/precision.h"
 #include "../compiler/recompute.h"
 #include "../compiler/sched_csv.h"
+#include "../compiler/schedule.h"
+#include "../compiler/simulate.h"
 #include "../compiler/topology.h"
 #include "../compiler/training.h"
 

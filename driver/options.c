@@ -16,6 +16,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "../compiler/schedule.h"
 #include "../ir/ops.h"
 #include "driver.h"
 

@@ -8,6 +8,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "../compiler/schedule.h"
+#include "../compiler/simulate.h"
+#include "../compiler/uneven.h"
 #include "../compiler/weights.h"
 #include "driver.h"
 

@@ -5,8 +5,11 @@
 #include <string.h>
 
 #include "../compiler/plan_out.h"
-#include "../ir/ops.h"
+#include "../compiler/schedule.h"
+#include "../compiler/simulate.h"
 #include "../compiler/trace_in.h"
+#include "../compiler/uneven.h"
+#include "../ir/ops.h"
 #include "driver.h"
 
 // Thousands separators: 1234567 -> "1,234,567".

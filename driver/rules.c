@@ -9,6 +9,7 @@
 // with exit status 2, at the first one broken. The result is a checked Config.
 #include <string.h>
 
+#include "../compiler/schedule.h"
 #include "driver.h"
 
 typedef struct Rule {

@@ -20,6 +20,8 @@
 #include "../../compiler/pipeline.h"
 #include "../../compiler/precision.h"
 #include "../../compiler/recompute.h"
+#include "../../compiler/schedule.h"
+#include "../../compiler/simulate.h"
 #include "../../compiler/source.h"
 #include "../../compiler/training.h"
 #include "../../ir/ir.h"

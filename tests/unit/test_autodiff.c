@@ -4,6 +4,7 @@
 #include "../../compiler/memplan.h"
 #include "../../compiler/partition.h"
 #include "../../compiler/pipeline.h"
+#include "../../compiler/schedule.h"
 #include "testutil.h"
 
 // A model with a fan-out (a used three times), a parameter used twice (w), a tied parameter,

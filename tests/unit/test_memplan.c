@@ -13,6 +13,8 @@
 #include "../../compiler/pipeline.h"
 #include "../../compiler/place.h"
 #include "../../compiler/recompute.h"
+#include "../../compiler/schedule.h"
+#include "../../compiler/simulate.h"
 #include "testutil.h"
 
 static int64_t al(int64_t b) {

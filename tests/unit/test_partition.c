@@ -6,10 +6,12 @@
 // checker rejecting a backward edge.
 #include <math.h>
 
-#include "../../compiler/cut.h"
 #include "../../compiler/comm.h"
+#include "../../compiler/cut.h"
 #include "../../compiler/partition.h"
 #include "../../compiler/pipeline.h"
+#include "../../compiler/schedule.h"
+#include "../../compiler/simulate.h"
 #include "testutil.h"
 
 // ---- Generated problems

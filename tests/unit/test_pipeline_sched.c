@@ -8,6 +8,9 @@
 #include <math.h>
 
 #include "../../compiler/pipeline.h"
+#include "../../compiler/schedule.h"
+#include "../../compiler/simulate.h"
+#include "../../compiler/uneven.h"
 #include "testutil.h"
 
 // A chain program for S ranks and V stages per rank, M microbatches (the schedule not built).

@@ -4,6 +4,8 @@
 // message; the lock-step simulation (compiler/simulate.c) accepts the valid ones.
 #include "../../compiler/partition.h"
 #include "../../compiler/pipeline.h"
+#include "../../compiler/schedule.h"
+#include "../../compiler/simulate.h"
 #include "testutil.h"
 
 // ---- A hand-written program: stage v0 on rank 0 (loads), v1 on rank 1 (loss), M = 2, split.
