@@ -1,13 +1,10 @@
-// schedule pass: the per-rank program as data (pipeline.h). Places every node on a virtual stage
-// and builds each rank's action list; its checker verifies the counts and orders of
-// pipeline-semantics.md §7 for any number of ranks and virtual stages; its dump is a stable text.
+// The action lists' readers (schedule.h): action names and texts, the list's checker, which
+// verifies the counts and orders of pipeline-semantics.md §7 for any number of ranks and virtual
+// stages, and its stable text dump.
 //
-// pass_schedule is the one-rank case (S = 1, V = 1, whatever --schedule says): the partition's
-// one stage lowered by sched_build (compiler/schedules.c) as 1f1b, which at S = 1 is the order
-// the program has always run a step in: for m = 0..M-1 LOAD, F, LOSS, B (the B segment holds the
-// B and W nodes in graph order: B and W are not split), then TIED_SUM, NORM, OPT. Every S > 1
-// schedule goes through the same builder (the driver calls sched_build or sched_lower). The
-// checker indexes the actions by (kind, v, m) in one pass over each list: linear in the number
+// Every schedule, the one-rank case included (pass_schedule, compiler/schedules.c), is built and
+// lowered by sched_build or sched_lower (schedules.c); this file holds what reads a built list.
+// The checker indexes the actions by (kind, v, m) in one pass over each list: linear in the number
 // of actions.
 #include <string.h>
 
@@ -38,19 +35,6 @@ void action_text(const Action *x, char *buf, size_t cap) {
 ActionKind channel_maker(const Program *p, const Channel *c) {
   const Node *pn = c->t->producer;
   return !c->grad ? ACT_F : p->vs[c->from_v].split && pn && pn->role == ROLE_WGT ? ACT_W : ACT_B;
-}
-
-bool pass_schedule(Graph *g, const TrainConfig *tc, Program *p, Diag *d) {
-  (void)tc;
-  if (p->g != g || p->nv != 1) {
-    diag_error(d, (Loc){0, 0},
-               "internal error: schedule: one rank lowers the partition's one stage, not %d",
-               p->nv);
-    return false;
-  }
-  // 1f1b at S = 1 has no warm-up: per m its F then its B, which the lowering surrounds with
-  // LOAD and LOSS (the one stage has neither channels nor a split).
-  return sched_build(p, SCHED_1F1B, 1, 1, g->arena, d);
 }
 
 // ---- Checker

@@ -608,3 +608,19 @@ bool sched_lower(Program *p, int S, int V, Action **comp, int *ncomp, const bool
   }
   return ok;
 }
+
+// The one-rank case (S = 1, V = 1, whatever --schedule says): the partition's one stage lowered
+// as 1f1b, which at S = 1 is for m = 0..M-1 LOAD, F, LOSS, B (the B segment holds the B and W
+// nodes in graph order: B and W are not split), then TIED_SUM, NORM, OPT.
+bool pass_schedule(Graph *g, const TrainConfig *tc, Program *p, Diag *d) {
+  (void)tc;
+  if (p->g != g || p->nv != 1) {
+    diag_error(d, (Loc){0, 0},
+               "internal error: schedule: one rank lowers the partition's one stage, not %d",
+               p->nv);
+    return false;
+  }
+  // 1f1b at S = 1 has no warm-up: per m its F then its B, which the lowering surrounds with
+  // LOAD and LOSS (the one stage has neither channels nor a split).
+  return sched_build(p, SCHED_1F1B, 1, 1, g->arena, d);
+}

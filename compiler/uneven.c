@@ -9,15 +9,14 @@
 // Here: the counts' rule for a parameter held on several ranks (a tied or shared one: its use
 // gradients are summed per replica, then between the ranks, pairing replica r with replica r, so
 // every holder needs the same count), the D_0 + .. + D_{S-1} replica lists as one action list per
-// world rank (uneven_lists) that the one verifier checks (uneven_verify: schedule_verify of them,
-// compiler/simulate.c; this file has no simulator of its own), and the per-replica lists for
+// world rank (uneven_lists) that the one verifier checks (uneven_check.c: schedule_verify of them,
+// compiler/simulate.c; there is no simulator of its own), and the per-replica lists for
 // `pipec plan`.
 #include <stdlib.h>
 #include <string.h>
 
 #include "pipeline.h"
 #include "schedule.h"
-#include "simulate.h"
 #include "uneven.h"
 
 int uneven_reps(const Program *p, int rank) {
@@ -91,35 +90,6 @@ void uneven_lists(const Program *p, Program *w, Arena *a) {
       for (int i = 0; i < rp->nacts; i++)
         if (uneven_runs(p, s, r, &rp->acts[i])) q->acts[q->nacts++] = rp->acts[i];
     }
-}
-
-bool uneven_verify(const Program *p, Diag *d) {
-  Arena a;
-  arena_init(&a);
-  Program w;
-  uneven_lists(p, &w, &a);
-  bool ok = schedule_verify(&w, NULL, NULL, NULL, d);
-  arena_free(&a);
-  return ok;
-}
-
-bool uneven_check(const Program *p, const char *list, Diag *d) {
-  for (int k = 0; k < p->nex; k++) {
-    const Exchange *x = &p->ex[k];
-    int r0 = p->vs[x->stages[0]].rank;
-    for (int j = 1; j < x->n; j++) {
-      int r = p->vs[x->stages[j]].rank;
-      if (uneven_reps(p, r) == uneven_reps(p, r0)) continue;
-      diag_error(d, (Loc){0, 0},
-                 "--replicas %s: parameter '%s' is held on stages %d and %d, whose replica "
-                 "counts differ (%d and %d): a tied or shared parameter needs the same count on "
-                 "every stage that holds it (its use gradients are summed per replica, then "
-                 "between the stages, replica r with replica r)",
-                 list, x->param->name, r0, r, uneven_reps(p, r0), uneven_reps(p, r));
-      return false;
-    }
-  }
-  return uneven_verify(p, d);
 }
 
 void uneven_print(const Program *p, FILE *out) {
