@@ -127,7 +127,8 @@ static int set_training(Driver *dr, const OptRow *row, const char *arg) {
 
 static int parse_cuda_arch(Driver *dr, const OptRow *row, const char *arg) {
   if (!arch_list_ok(arg))
-    return driver_usage_error("--cuda-arch: expected compute capabilities like 80,90, got '%s'", arg);
+    return driver_usage_error("--cuda-arch: expected compute capabilities like 80,90, got '%s'",
+                              arg);
   return set_string(dr, row, arg);
 }
 
@@ -135,8 +136,8 @@ static int parse_comm(Driver *dr, const OptRow *row, const char *arg) {
   (void)dr, (void)row;
   if (strcmp(arg, "mpi") != 0)
     return driver_usage_error("--comm: unknown transport '%s' (available: mpi; nccl is not built "
-                       "yet, docs/cuda.md)",
-                       arg);
+                              "yet, docs/cuda.md)",
+                              arg);
   return GO_ON;
 }
 
@@ -177,7 +178,8 @@ static int parse_stages(Driver *dr, const OptRow *row, const char *arg) {
   (void)row;
   int64_t v;
   if (!parse_count(arg, 1, 1 << 16, &v))
-    return driver_usage_error("--stages: expected a number of stages from 1 to 65536, got '%s'", arg);
+    return driver_usage_error("--stages: expected a number of stages from 1 to 65536, got '%s'",
+                              arg);
   dr->cfg.po.stages = (int)v;
   return GO_ON;
 }
@@ -193,7 +195,8 @@ static int parse_precision(Driver *dr, const OptRow *row, const char *arg) {
       dr->cfg.precision = known[i].dt;
       return GO_ON;
     }
-  return driver_usage_error("--precision: unknown precision '%s' (expected f32, bf16 or fp16)", arg);
+  return driver_usage_error("--precision: unknown precision '%s' (expected f32, bf16 or fp16)",
+                            arg);
 }
 
 // --replicas D0,D1,..: per-stage counts, checked against S and M in the autodiff pass.
@@ -209,8 +212,8 @@ static int parse_replica_list(Config *c, Arena *a, const char *arg) {
     int64_t v;
     if (!parse_count(one, 1, 1 << 16, &v))
       return driver_usage_error("--replicas %s: expected a replica count from 1 to 65536 per "
-                         "stage, separated by commas, got '%s'",
-                         arg, one);
+                                "stage, separated by commas, got '%s'",
+                                arg, one);
     c->rep_counts[c->nrep_counts++] = (int)v;
     if (!e) break;
     p = e;
@@ -228,7 +231,8 @@ static int parse_replicas(Driver *dr, const OptRow *row, const char *arg) {
   if (strchr(arg, ',')) return parse_replica_list(c, &dr->arena, arg);
   int64_t v;
   if (!parse_count(arg, 1, 1 << 16, &v))
-    return driver_usage_error("--replicas: expected a number of replicas from 1 to 65536, got '%s'", arg);
+    return driver_usage_error("--replicas: expected a number of replicas from 1 to 65536, got '%s'",
+                              arg);
   c->replicas = (int)v, c->rep_list = NULL, c->nrep_counts = 0, c->uneven = false;
   return GO_ON;
 }
@@ -243,8 +247,8 @@ static int parse_schedule(Driver *dr, const OptRow *row, const char *arg) {
     return GO_ON;
   }
   return driver_usage_error("--schedule: unknown schedule '%s' (gpipe, 1f1b, interleaved, zb-h1, "
-                     "zb-v, or a FILE.csv)",
-                     arg);
+                            "zb-v, or a FILE.csv)",
+                            arg);
 }
 
 static int parse_virtual(Driver *dr, const OptRow *row, const char *arg) {
@@ -279,7 +283,7 @@ static int parse_rate(Driver *dr, const OptRow *row, const char *arg) {
   double v = strtod(arg, &end);
   if (errno || end == arg || *end || !(v > 0) || v > 1e12)
     return driver_usage_error("--%s: expected a positive number (%s), got '%s'", row->name,
-                       flops ? "GFLOP/s" : "GB/s", arg);
+                              flops ? "GFLOP/s" : "GB/s", arg);
   *FIELD(double, dr, row) = v * 1e9;
   return GO_ON;
 }
