@@ -10,11 +10,9 @@
 // (memcpy), which the verifier's rule makes safe there: the sender's buffer still holds
 // microbatch m (the action that rewrites it for m + K runs after COPY(c, m)) and the receiving
 // slot is free (everything of m - K on the receiving stage ran before). Each exchange group (a
-// parameter held on several ranks) adds one stream per use buffer and holder rank other than the
-// buffer's: the buffer's rank sends it at step end, the holder receives it into its own copy.
-// Their tags follow the channels' (the largest channel tag + 1, counting over the
-// groups in order, their buffers in use order, the holder ranks ascending), computed from the
-// Program alone, so that both ranks of a stream number it the same.
+// parameter held on several ranks) adds one stream per exchange message (Program.exm, made by
+// compiler/lower_step_end.c with its tag): the buffer's rank sends it at step end, the holder
+// receives it into its own copy.
 //
 // With --replicas D (Program.replicas) the same programs run in every replica, also at S = 1:
 // PrComm.replicas tells the transport, the loaders offset their microbatch by pr_replica * NMICRO
@@ -38,8 +36,8 @@
 // channel between two stages of this rank) is a memcpy (CUDA: pr_cu_copy); SEND(c, m) is
 // pr_comm_send; POST_RECV(c, m) pr_comm_post_recv; RECV(c, m) pr_comm_wait_recv (with the post
 // before it when no POST_RECV came first: a blocking receive); WAIT_SEND(c, m) pr_comm_wait_send.
-// Before the first TIED_SUM every send is waited for; then the exchange receives are posted and
-// the rank's use buffers sent; each stage's step end waits for the buffers its sums read.
+// The step end's messages are actions too (compiler/lower_step_end.c): WAIT_SENDS is
+// pr_comm_wait_sends, EX_POST / EX_SEND / EX_WAIT the exchange's post, send and wait (m = 0).
 //
 // The CUDA target (--comm mpi) stages every message on the host: each stream has a static host
 // buffer per microbatch, hb<s>[m]; a send downloads the device tensor into it and sends it, a
@@ -58,7 +56,6 @@ typedef struct Stream {
   int64_t bytes;     // bytes per message
   bool send;         // this rank sends on it
   const Tensor *buf; // this rank's buffer (send: the source; receive: the destination)
-  bool waited;       // train_step: an exchange receive already waited for
 } Stream;
 
 struct Streams {
@@ -67,6 +64,7 @@ struct Streams {
   int *send_of; // per channel id: its send stream on this rank (-1: none)
   int *recv_of; // per channel id: its receive stream on this rank (-1: none)
   int ex_first; // index of the first exchange stream
+  int *ex_of;   // per exchange message id (Program.exm): its stream on this rank (-1: none)
 };
 
 static int64_t bytes_of(const E *e, const Tensor *t) {
@@ -80,44 +78,33 @@ static int rank_of(const E *e, int v) {
 static Streams *streams(E *e) {
   if (e->st) return e->st;
   const Program *P = e->prog;
-  int me = e->rp->rank, cap = 2 * P->nch + 1, maxtag = -1;
-  for (int i = 0; i < P->nex; i++) cap += P->ex[i].nbufs * P->nranks;
+  int me = e->rp->rank, cap = 2 * P->nch + P->nexm + 1;
   Streams *st = arena_alloc(e->a, sizeof *st);
-  *st = (Streams){ARENA_ARRAY(e->a, Stream, cap), 0, ARENA_ARRAY(e->a, int, P->nch + 1),
-                  ARENA_ARRAY(e->a, int, P->nch + 1), 0};
+  *st = (Streams){ARENA_ARRAY(e->a, Stream, cap),     0, ARENA_ARRAY(e->a, int, P->nch + 1),
+                  ARENA_ARRAY(e->a, int, P->nch + 1), 0, ARENA_ARRAY(e->a, int, P->nexm + 1)};
   for (int c = 0; c < P->nch; c++) {
     const Channel *ch = &P->ch[c];
     int from = rank_of(e, ch->from_v), to = rank_of(e, ch->to_v);
     st->send_of[c] = st->recv_of[c] = -1;
-    if (ch->tag > maxtag) maxtag = ch->tag;
     if (from == to) continue; // on one rank: copied at its RECV
     if (from == me) {
       st->send_of[c] = st->n;
-      st->s[st->n++] = (Stream){ch->t->name, to, ch->tag, ch->bytes, true, ch->t, false};
+      st->s[st->n++] = (Stream){ch->t->name, to, ch->tag, ch->bytes, true, ch->t};
     }
     if (to == me) {
       st->recv_of[c] = st->n;
-      st->s[st->n++] = (Stream){ch->dst->name, from, ch->tag, ch->bytes, false, ch->dst, false};
+      st->s[st->n++] = (Stream){ch->dst->name, from, ch->tag, ch->bytes, false, ch->dst};
     }
   }
   st->ex_first = st->n;
-  int tag = maxtag + 1;
-  bool *holds = ARENA_ARRAY(e->a, bool, P->nranks + 1);
-  for (int i = 0; i < P->nex; i++) {
-    const Exchange *x = &P->ex[i];
-    memset(holds, 0, sizeof(bool) * (size_t)P->nranks);
-    for (int k = 0; k < x->n; k++) holds[rank_of(e, x->stages[k])] = true;
-    for (int j = 0; j < x->nbufs; j++) {
-      if (x->buf_stage[j] < 0) continue;
-      int src = rank_of(e, x->buf_stage[j]);
-      for (int r = 0; r < P->nranks; r++) {
-        if (!holds[r] || r == src) continue;
-        const Tensor *b = x->bufs[j];
-        if (src == me) st->s[st->n++] = (Stream){b->name, r, tag, bytes_of(e, b), true, b, false};
-        if (r == me) st->s[st->n++] = (Stream){b->name, src, tag, bytes_of(e, b), false, b, false};
-        tag++;
-      }
-    }
+  for (int k = 0; k < P->nexm; k++) { // the step end's exchange messages (lower_step_end.c)
+    const ExMsg *q = &P->exm[k];
+    st->ex_of[k] = -1;
+    if (q->from != me && q->to != me) continue;
+    st->ex_of[k] = st->n;
+    st->s[st->n++] = (Stream){q->buf->name,  q->from == me ? q->to : q->from,
+                              q->tag,        bytes_of(e, q->buf),
+                              q->from == me, q->buf};
   }
   return e->st = st;
 }
@@ -347,6 +334,30 @@ static const char *mark_text(E *e, const Action *x) {
   return for_runner(e, x->m, in_slot(e, c->to_v, x->m, text)); // uneven: m's replica receives it
 }
 
+// The lines of step-end message action i (NULL: an exchange message without its stream here):
+// WAIT_SENDS is pr_comm_wait_sends; EX_POST pr_comm_post_recv into the holder's copy of the
+// buffer, EX_SEND its send, EX_WAIT pr_comm_wait_recv (named for the TIED_SUM after it; CUDA:
+// with the upload after it). Exchange messages carry m = 0.
+static const char *step_msg_text(E *e, int i) {
+  const Action *x = &e->rp->acts[i];
+  if (x->kind == ACT_WAIT_SENDS) return "  pr_comm_wait_sends();\n";
+  int k = streams(e)->ex_of[x->m];
+  if (k < 0) return NULL;
+  const Tensor *b = e->prog->exm[x->m].buf;
+  if (x->kind == ACT_EX_POST)
+    return arena_printf(e->a, "  pr_comm_post_recv(%d, 0, %s);\n", k, msg_buf(e, k, 0, b));
+  if (x->kind == ACT_EX_SEND) return arena_printf(e->a, "  %s\n", send_text(e, k, 0, b));
+  const char *what = "TIED_SUM";
+  for (int j = i + 1; j < e->rp->nacts; j++)
+    if (e->rp->acts[j].kind == ACT_TIED_SUM) {
+      what = act_label(e, &e->rp->acts[j]);
+      break;
+    }
+  const char *up = recv_upload(e, k, 0, b);
+  return arena_printf(e->a, "  pr_comm_wait_recv(%d, 0, %s);\n%s%s%s", k, cstring(e, what),
+                      up ? "  " : "", up ? up : "", up ? "\n" : "");
+}
+
 // train_step(), printed from the rank's action list: one line per action (through the
 // decoration, emit_act), no interpretation at run time. The rank-wide step end (NORM: the global
 // gradient norm, its check and the clip; OPT: the optimizer) is the runtime's, after train_step
@@ -372,10 +383,6 @@ bool emit_rank_train_step(E *e, Diag *d) {
       P->M, st->n > 0 ? " with the channel traffic" : ""); // S = 1: none
   out(e, "  (void)step, (void)seed;\n");
   const RepBuckets *rb = e->rep;
-  bool tied_first = true;
-  int last_tied = -1;
-  for (int i = 0; i < n - 2; i++)
-    if (rp->acts[i].kind == ACT_TIED_SUM) last_tied = i;
   for (int i = 0; i < n - 2; i++) {
     const Action *x = &rp->acts[i];
     if (x->kind == ACT_POST_RECV || x->kind == ACT_WAIT_SEND) { // the message marks
@@ -384,6 +391,13 @@ bool emit_rank_train_step(E *e, Diag *d) {
         return internal(e, d, arena_printf(e->a, "%s without its buffer", act_label(e, x)));
       if (x->kind == ACT_POST_RECV) posted[(size_t)x->ch->id * P->M + x->m] = true;
       out(e, "  %s\n", text);
+      continue;
+    }
+    if (action_step_msg(x->kind)) { // the step end's messages (lower_step_end.c)
+      const char *text = step_msg_text(e, i);
+      if (!text)
+        return internal(e, d, arena_printf(e->a, "%s without its stream", act_label(e, x)));
+      out(e, "%s", text);
       continue;
     }
     const VStage *s = x->v >= 0 ? &P->vs[x->v] : NULL;
@@ -452,28 +466,7 @@ bool emit_rank_train_step(E *e, Diag *d) {
       break;
     }
     case ACT_TIED_SUM:
-      if (tied_first) { // every send done; the exchange messages of the step end
-        tied_first = false;
-        if (e->comm) out(e, "  pr_comm_wait_sends();\n");
-        for (int k = st->ex_first; k < st->n; k++)
-          if (!st->s[k].send)
-            out(e, "  pr_comm_post_recv(%d, 0, %s);\n", k, msg_buf(e, k, 0, st->s[k].buf));
-        for (int k = st->ex_first; k < st->n; k++)
-          if (st->s[k].send) out(e, "  %s\n", send_text(e, k, 0, st->s[k].buf));
-      }
-      for (int k = st->ex_first; k < st->n; k++) {
-        Stream *q = &st->s[k];
-        bool read = false;
-        for (int j = 0; j < s->step.n && !read; j++)
-          for (int a = 0; a < s->step.nodes[j]->nin; a++) read |= s->step.nodes[j]->in[a] == q->buf;
-        if (q->send || q->waited || (!read && i != last_tied)) continue;
-        q->waited = true;
-        out(e, "  pr_comm_wait_recv(%d, 0, %s);\n", k, cstring(e, act_label(e, x)));
-        const char *up = recv_upload(e, k, 0, q->buf);
-        if (up) out(e, "  %s\n", up);
-      }
       emit_act(e, x, arena_printf(e->a, "step_end_%d();", x->v), NULL);
-      if (i == last_tied && st->n > st->ex_first) out(e, "  pr_comm_wait_sends();\n");
       break;
     default:
       return internal(e, d, arena_printf(e->a, "unexpected action %s", action_name(x->kind)));

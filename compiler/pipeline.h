@@ -32,25 +32,31 @@
 #include "program.h"
 
 typedef enum ActionKind {
-  ACT_LOAD,      // read microbatch m's data inputs of stage v (the stages that read an input)
-  ACT_F,         // forward segment of stage v on microbatch m
-  ACT_LOSS,      // host reads microbatch m's loss (the stage that computes it) into the step loss
-  ACT_B,         // input-gradient segment of stage v on m (unsplit: also the weight gradients)
-  ACT_W,         // weight-gradient segment of stage v on m (only when the program splits B and W)
-  ACT_SEND,      // send channel ch's tensor of microbatch m to the stage that reads it
-  ACT_RECV,      // receive channel ch's tensor of microbatch m from the stage that makes it
-  ACT_TIED_SUM,  // step end of stage v: sums of a parameter's per-use gradients (step segment)
-  ACT_NORM,      // step end of the rank: squared global gradient norm, non-finite check, clip
-  ACT_OPT,       // step end of the rank: optimizer update of its parameters
-  ACT_POST_RECV, // post the receive of channel ch's message of microbatch m into its slot (a
-                 // channel between two ranks; compiler/lower_comm.c places it); a RECV with none
-                 // before it posts its receive itself (a blocking receive)
-  ACT_WAIT_SEND, // wait until the message SEND(ch, m) has completed before the next action, so
-                 // that nothing overwrites the sent bytes (lower_comm.c); a send with none is
-                 // waited for at the step end
-  ACT_COPY,      // copy channel ch's tensor of microbatch m out of its stage's slot into the
-                 // receiving stage's (a channel between two stages of one rank: no message;
-                 // lower_comm.c makes it of the channel's SEND / RECV pair, at the RECV's place)
+  ACT_LOAD,       // read microbatch m's data inputs of stage v (the stages that read an input)
+  ACT_F,          // forward segment of stage v on microbatch m
+  ACT_LOSS,       // host reads microbatch m's loss (the stage that computes it) into the step loss
+  ACT_B,          // input-gradient segment of stage v on m (unsplit: also the weight gradients)
+  ACT_W,          // weight-gradient segment of stage v on m (only when the program splits B and W)
+  ACT_SEND,       // send channel ch's tensor of microbatch m to the stage that reads it
+  ACT_RECV,       // receive channel ch's tensor of microbatch m from the stage that makes it
+  ACT_TIED_SUM,   // step end of stage v: sums of a parameter's per-use gradients (step segment)
+  ACT_NORM,       // step end of the rank: squared global gradient norm, non-finite check, clip
+  ACT_OPT,        // step end of the rank: optimizer update of its parameters
+  ACT_POST_RECV,  // post the receive of channel ch's message of microbatch m into its slot (a
+                  // channel between two ranks; compiler/lower_comm.c places it); a RECV with none
+                  // before it posts its receive itself (a blocking receive)
+  ACT_WAIT_SEND,  // wait until the message SEND(ch, m) has completed before the next action, so
+                  // that nothing overwrites the sent bytes (lower_comm.c); a send with none is
+                  // waited for at the step end
+  ACT_COPY,       // copy channel ch's tensor of microbatch m out of its stage's slot into the
+                  // receiving stage's (a channel between two stages of one rank: no message;
+                  // lower_comm.c makes it of the channel's SEND / RECV pair, at the RECV's place)
+  ACT_WAIT_SENDS, // rank-wide (v, m -1): wait until every send of the rank so far has completed
+                  // (lower_step_end.c: before the step end's exchange, and after its last sum)
+  ACT_EX_POST,    // post the receive of exchange message m (Program.exm[m]) into the holder's
+                  // copy of the use buffer
+  ACT_EX_SEND,    // send exchange message m (the rank's use buffer to a holder rank)
+  ACT_EX_WAIT,    // wait for the receive of exchange message m (before a TIED_SUM that reads it)
   ACT_COUNT
 } ActionKind;
 
@@ -60,7 +66,8 @@ typedef struct Costs Costs; // a costs file (compiler/costs.h)
 typedef struct Action {
   ActionKind kind;          // what runs
   int v;                    // virtual stage (-1: rank-wide step-end actions NORM, OPT)
-  int m;                    // microbatch 0..M-1 (-1: step-end actions)
+  int m;                    // microbatch 0..M-1 (-1: step-end actions; EX_POST, EX_SEND,
+                            // EX_WAIT: the exchange message's index in Program.exm)
   const struct Channel *ch; // SEND, RECV, POST_RECV, WAIT_SEND, COPY: the channel; else NULL
 } Action;
 
@@ -119,6 +126,19 @@ typedef struct Exchange {
   int nbufs;      // count
 } Exchange;
 
+// One message of the step end's exchange of a tied or shared parameter (Exchange): use buffer
+// buf of the group, sent by its stage's rank to another rank that holds the parameter, received
+// into that rank's own copy of the buffer. Program.exm lists them by group, then buffer in use
+// order, then receiving rank ascending; the tags follow the channels' in that order.
+typedef struct ExMsg {
+  int id;            // index in Program.exm
+  const Exchange *x; // its exchange group
+  Tensor *buf;       // the use buffer sent (the same tensor id on both ranks)
+  int from;          // the rank of the buffer's stage: sends it
+  int to;            // a holder rank other than from: receives it
+  int tag;           // message tag: the largest channel tag + 1 + id
+} ExMsg;
+
 typedef struct RankProgram {
   int rank;     // rank id 0..nranks-1
   Action *acts; // the actions of one training step, in execution order
@@ -162,6 +182,8 @@ typedef struct Program {
   int *rank_device;      // --topology: per rank the GPU (its dev) it runs on (NULL: not placed)
   int nrank_bw;          // ranks rank_bw and rank_device cover (the pipeline's S)
   const Costs *costs;    // --costs FILE (measured costs; costs.h) or NULL: the cost model
+  struct ExMsg *exm;     // the exchange messages of the step end (lower_step_end.c)
+  int nexm;              // count
 } Program;
 
 // ---- Accessors of the types above
@@ -209,6 +231,12 @@ static inline int split_stages(const Program *p) {
   int n = 0;
   for (int v = 0; v < p->nv; v++) n += p->vs[v].split;
   return n;
+}
+
+// Whether an action of kind k is a message action of the step end (WAIT_SENDS, EX_*): the
+// lock-step simulator runs it with no step of its own (the exchange is not timed).
+static inline bool action_step_msg(ActionKind k) {
+  return k == ACT_WAIT_SENDS || k == ACT_EX_POST || k == ACT_EX_SEND || k == ACT_EX_WAIT;
 }
 
 #endif

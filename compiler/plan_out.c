@@ -370,11 +370,15 @@ bool plan_write_json(const Program *p, const char *sched, const SchedStats *st, 
       const Action *x = &rp->acts[i];
       cJSON *a = cJSON_CreateObject();
       cJSON_AddStringToObject(a, "kind", action_name(x->kind));
-      if (x->ch) // SEND, RECV, POST_RECV, WAIT_SEND
-        cJSON_AddNumberToObject(a, "channel", x->ch->id);
-      else
-        cJSON_AddNumberToObject(a, "v", x->v);
-      cJSON_AddNumberToObject(a, "m", x->m);
+      if (x->kind == ACT_EX_POST || x->kind == ACT_EX_SEND || x->kind == ACT_EX_WAIT) {
+        cJSON_AddNumberToObject(a, "message", x->m); // its index in Program.exm, no stage or m
+      } else {
+        if (x->ch) // SEND, RECV, POST_RECV, WAIT_SEND, COPY
+          cJSON_AddNumberToObject(a, "channel", x->ch->id);
+        else
+          cJSON_AddNumberToObject(a, "v", x->v);
+        cJSON_AddNumberToObject(a, "m", x->m);
+      }
       cJSON_AddNumberToObject(a, "start_s", st->t0[r][i]);
       cJSON_AddNumberToObject(a, "end_s", st->t1[r][i]);
       cJSON_AddItemToArray(acts, a);

@@ -12,9 +12,10 @@
 #include "schedule.h"
 
 const char *action_name(ActionKind k) {
-  static const char *const names[ACT_COUNT] = {"LOAD",      "F",         "LOSS",     "B",    "W",
-                                               "SEND",      "RECV",      "TIED_SUM", "NORM", "OPT",
-                                               "POST_RECV", "WAIT_SEND", "COPY"};
+  static const char *const names[ACT_COUNT] = {
+      "LOAD", "F",          "LOSS",    "B",       "W",         "SEND",
+      "RECV", "TIED_SUM",   "NORM",    "OPT",     "POST_RECV", "WAIT_SEND",
+      "COPY", "WAIT_SENDS", "EX_POST", "EX_SEND", "EX_WAIT"};
   return k >= 0 && k < ACT_COUNT ? names[k] : "?";
 }
 
@@ -24,7 +25,9 @@ static bool comm_kind(ActionKind k) {
 }
 
 void action_text(const Action *x, char *buf, size_t cap) {
-  if (comm_kind(x->kind))
+  if (x->kind >= ACT_EX_POST && x->kind <= ACT_EX_WAIT)
+    snprintf(buf, cap, "%s(x%d)", action_name(x->kind), x->m);
+  else if (comm_kind(x->kind))
     snprintf(buf, cap, "%s(c%d, m%d)", action_name(x->kind), x->ch->id, x->m);
   else if (x->m >= 0)
     snprintf(buf, cap, "%s(v%d, m%d)", action_name(x->kind), x->v, x->m);
@@ -50,10 +53,13 @@ typedef struct Check {
   Diag *d;
   Seen *vm[ACT_COUNT]; // LOAD, F, LOSS, B, W: per v * M + m; SEND, RECV: per channel * M + m
   Seen *vstep;         // TIED_SUM per v
+  Seen *ex[3];         // EX_POST, EX_SEND, EX_WAIT per exchange message id
 } Check;
 
 static void act_text(char *buf, size_t cap, const Action *x) {
-  if (comm_kind(x->kind))
+  if (x->kind >= ACT_EX_POST && x->kind <= ACT_EX_WAIT)
+    snprintf(buf, cap, "%s(x%d)", action_name(x->kind), x->m);
+  else if (comm_kind(x->kind))
     snprintf(buf, cap, "%s(c%d, m%d)", action_name(x->kind), x->ch ? x->ch->id : -1, x->m);
   else if (x->m >= 0)
     snprintf(buf, cap, "%s(v%d, m%d)", action_name(x->kind), x->v, x->m);
@@ -70,6 +76,32 @@ static bool err(Check *c, int rank, int at, const Action *x, const char *what) {
   return false;
 }
 
+// A step-end message action at i of rank r: rank-wide, on the rank that sends (EX_SEND) or
+// receives (EX_POST, EX_WAIT) its exchange message, at most once; indexed in c->ex.
+static bool step_msg_ok(Check *c, const RankProgram *r, int i, const Action *x) {
+  const Program *p = c->p;
+  char why[96];
+  if (x->v != -1) return err(c, r->rank, i, x, "a rank-wide action has no stage");
+  if (x->kind == ACT_WAIT_SENDS)
+    return x->m == -1 ? true : err(c, r->rank, i, x, "a step-end action has no microbatch");
+  if (x->m < 0 || x->m >= p->nexm)
+    return err(c, r->rank, i, x, "not an exchange message of the program");
+  const ExMsg *q = &p->exm[x->m];
+  int want = x->kind == ACT_EX_SEND ? q->from : q->to;
+  if (want != r->rank) {
+    snprintf(why, sizeof why, "exchange message x%d is %s by rank %d", x->m,
+             x->kind == ACT_EX_SEND ? "sent" : "received", want);
+    return err(c, r->rank, i, x, why);
+  }
+  Seen *s = &c->ex[x->kind - ACT_EX_POST][x->m];
+  if (s->at >= 0) {
+    snprintf(why, sizeof why, "appears twice (action %d first)", s->at);
+    return err(c, r->rank, i, x, why);
+  }
+  *s = (Seen){r->rank, i};
+  return true;
+}
+
 // First pass over one rank: range checks, duplicates, and the index of every action.
 static bool index_rank(Check *c, const RankProgram *r) {
   const Program *p = c->p;
@@ -77,6 +109,10 @@ static bool index_rank(Check *c, const RankProgram *r) {
   for (int i = 0; i < r->nacts; i++) {
     const Action *x = &r->acts[i];
     if (x->kind < 0 || x->kind >= ACT_COUNT) return err(c, r->rank, i, x, "unknown action kind");
+    if (action_step_msg(x->kind)) {
+      if (!step_msg_ok(c, r, i, x)) return false;
+      continue;
+    }
     bool comm = comm_kind(x->kind), per_m = x->kind <= ACT_RECV || comm;
     if (per_m && (x->m < 0 || x->m >= p->M)) {
       snprintf(why, sizeof why, "microbatch out of range (M = %d)", p->M);
@@ -158,10 +194,87 @@ static bool before(Check *c, ActionKind ka, ActionKind kb, int v, int m, const c
   return err(c, b->rank, b->at, &r->acts[b->at], why);
 }
 
+// Whether stage v's step nodes read tensor t.
+static bool step_reads(const VStage *s, const Tensor *t) {
+  for (int j = 0; j < s->step.n; j++)
+    for (int k = 0; k < s->step.nodes[j]->nin; k++)
+      if (s->step.nodes[j]->in[k] == t) return true;
+  return false;
+}
+
+// The step end's messages of rank ri (lower_step_end.c's rules): a WAIT_SENDS between its last
+// SEND and its first TIED_SUM, and between its last EX_SEND and NORM; every exchange action
+// after the rank's last F/B/W and before NORM; each exchange message's EX_POST before its
+// EX_WAIT, and the EX_WAIT before every TIED_SUM of its rank whose step reads the buffer.
+static bool check_step_msgs(Check *c, int ri) {
+  const Program *p = c->p;
+  const RankProgram *r = &p->ranks[ri];
+  int last = -1, first_sum = -1, norm = r->nacts, send = -1, exsend = -1;
+  for (int i = 0; i < r->nacts; i++) {
+    ActionKind k = r->acts[i].kind;
+    if (k == ACT_F || k == ACT_B || k == ACT_W) last = i;
+    if (k == ACT_TIED_SUM && first_sum < 0) first_sum = i;
+    if (k == ACT_NORM && norm == r->nacts) norm = i;
+    if (k == ACT_SEND) send = i;
+    if (k == ACT_EX_SEND) exsend = i;
+  }
+  const char *what[2] = {"SEND", "EX_SEND"};
+  int from[2] = {send, exsend}, to[2] = {first_sum < 0 ? norm : first_sum, norm};
+  for (int k = 0; k < 2; k++) {
+    if (from[k] < 0) continue;
+    bool found = false;
+    for (int i = from[k] + 1; i < to[k] && !found; i++) found = r->acts[i].kind == ACT_WAIT_SENDS;
+    if (found) continue;
+    diag_error(c->d, (Loc){0, 0},
+               "schedule: rank %d: no WAIT_SENDS between its last %s at action %d and %s at "
+               "action %d",
+               ri, what[k], from[k], k == 0 && first_sum >= 0 ? "its first TIED_SUM" : "NORM",
+               to[k]);
+    return false;
+  }
+  char why[96];
+  for (int i = 0; i < r->nacts; i++) {
+    const Action *x = &r->acts[i];
+    if (x->kind < ACT_EX_POST || x->kind > ACT_EX_WAIT) continue;
+    if (i < last) {
+      snprintf(why, sizeof why, "comes before the rank's last F/B/W at action %d", last);
+      return err(c, ri, i, x, why);
+    }
+    if (i > norm) {
+      snprintf(why, sizeof why, "comes after NORM at action %d", norm);
+      return err(c, ri, i, x, why);
+    }
+  }
+  for (int id = 0; id < p->nexm; id++) {
+    const ExMsg *q = &p->exm[id];
+    for (int k = 0; k < 3; k++) {
+      if (c->ex[k][id].at >= 0) continue;
+      if ((k == 1 ? q->from : q->to) != ri) continue;
+      diag_error(c->d, (Loc){0, 0}, "schedule: rank %d: %s(x%d) is missing", ri,
+                 action_name((ActionKind)(ACT_EX_POST + k)), id);
+      return false;
+    }
+    if (q->to != ri) continue;
+    int post = c->ex[0][id].at, wait = c->ex[2][id].at;
+    if (wait < post) {
+      snprintf(why, sizeof why, "comes before its EX_POST at action %d", post);
+      return err(c, ri, wait, &r->acts[wait], why);
+    }
+    for (int i = 0; i < wait; i++) {
+      const Action *x = &r->acts[i];
+      if (x->kind != ACT_TIED_SUM || !step_reads(&p->vs[x->v], q->buf)) continue;
+      snprintf(why, sizeof why, "comes after TIED_SUM(v%d) at action %d, which reads its buffer",
+               x->v, i);
+      return err(c, ri, wait, &r->acts[wait], why);
+    }
+  }
+  return true;
+}
+
 bool schedule_check(const Program *p, Diag *d) {
   Arena scratch;
   arena_init(&scratch);
-  Check c = {p, d, {0}, NULL};
+  Check c = {p, d, {0}, NULL, {0}};
   bool ok = true;
   for (int k = 0; k < ACT_COUNT; k++) {
     size_t n = (size_t)(comm_kind((ActionKind)k) ? p->nch : p->nv) * (size_t)p->M + 1;
@@ -170,6 +283,10 @@ bool schedule_check(const Program *p, Diag *d) {
   }
   c.vstep = ARENA_ARRAY(&scratch, Seen, p->nv + 1);
   for (int v = 0; v < p->nv; v++) c.vstep[v] = (Seen){-1, -1};
+  for (int k = 0; k < 3; k++) {
+    c.ex[k] = ARENA_ARRAY(&scratch, Seen, p->nexm + 1);
+    for (int i = 0; i < p->nexm; i++) c.ex[k][i] = (Seen){-1, -1};
+  }
   for (int r = 0; r < p->nranks && ok; r++) ok = index_rank(&c, &p->ranks[r]);
   // Counts and orders per (v, m).
   for (int v = 0; v < p->nv && ok; v++) {
@@ -293,6 +410,7 @@ bool schedule_check(const Program *p, Diag *d) {
       snprintf(why, sizeof why, "comes before NORM at action %d", norm);
       ok = err(&c, ri, opt, &r->acts[opt], why);
     }
+    if (ok) ok = check_step_msgs(&c, ri);
   }
   arena_free(&scratch);
   return ok;

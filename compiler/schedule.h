@@ -58,6 +58,13 @@ void schedule_last_actions(const Program *p, int *last);
 // through d (an internal error: a list the rules cannot place).
 bool lower_comm(Program *p, Arena *a, Diag *d);
 
+// The lowering pass after lower_comm (compiler/lower_step_end.c): fills Program.exm and makes
+// the step end's messages actions of each rank's list: before its first TIED_SUM a WAIT_SENDS
+// (where the rank sends anything), the EX_POSTs of its exchange receives, the EX_SENDs of its use
+// buffers; before each TIED_SUM the EX_WAITs of the buffers its sums read (the last TIED_SUM:
+// every one left); after the last TIED_SUM a WAIT_SENDS where the rank has exchange messages.
+void lower_step_end(Program *p, Arena *a);
+
 // Per (channel c, microbatch m), at c * M + m: the index in the sending rank's list of the action
 // a WAIT_SEND(c, m) comes before (the first non-mark action after it), -1 where none: read off
 // the list's marks. wait has nch * M entries.

@@ -599,8 +599,10 @@ bool sched_lower(Program *p, int S, int V, Action **comp, int *ncomp, const bool
     lower(p, S, V, comp, ncomp, &mk, posF, posB, kfrom, dump, a);
   }
   bool ok = lower_comm(p, a, d); // the messages' POST_RECV, WAIT_SEND and the COPYs
+  if (ok && dump) lower_dump(p, "lower_comm", dump);
+  if (ok) lower_step_end(p, a); // the step end's WAIT_SENDS and exchange messages
   if (dump) {
-    if (ok) lower_dump(p, "lower_comm", dump);
+    if (ok) lower_dump(p, "lower_step_end", dump);
     long end = ftell(dump); // the first lowering's longer text past it is not the dump's
     rewind(dump);
     for (long i = 0; i < end; i++) fputc(fgetc(dump), dump_to);

@@ -71,7 +71,8 @@ void schedule_grid(const Program *p, int steps, int *const *at, const int *block
   char c[32];
   for (int r = 0; r < p->nranks; r++)
     for (int i = 0; i < p->ranks[r].nacts; i++) {
-      if (action_mark(p->ranks[r].acts[i].kind)) continue; // no step of its own
+      if (action_mark(p->ranks[r].acts[i].kind) || action_step_msg(p->ranks[r].acts[i].kind))
+        continue; // no step of its own
       cell(p, &p->ranks[r].acts[i], c, sizeof c);
       int n = (int)strlen(c);
       if (n > wid) wid = n;
@@ -81,7 +82,8 @@ void schedule_grid(const Program *p, int steps, int *const *at, const int *block
     fprintf(out, "  rank %d:", r);
     int i = 0, pad = 0; // pad: blanks owed by the previous cell, printed before the next one
     for (int t = 0; t < steps; t++) {
-      while (i < rp->nacts && (action_mark(rp->acts[i].kind) || (at[r][i] >= 0 && at[r][i] < t)))
+      while (i < rp->nacts && (action_mark(rp->acts[i].kind) || action_step_msg(rp->acts[i].kind) ||
+                               (at[r][i] >= 0 && at[r][i] < t)))
         i++;
       if (i < rp->nacts && at[r][i] == t)
         cell(p, &rp->acts[i], c, sizeof c);
@@ -157,7 +159,7 @@ static int mark_id(const Program *p, const Action *x) {
 
 // The first non-mark action of rank r's list from i (nacts: none).
 static int unit_action(const RankProgram *rp, int i) {
-  while (i < rp->nacts && action_mark(rp->acts[i].kind)) i++;
+  while (i < rp->nacts && (action_mark(rp->acts[i].kind) || action_step_msg(rp->acts[i].kind))) i++;
   return i;
 }
 
@@ -324,7 +326,7 @@ static bool simulate(const Program *p, const StageCost *cost, const double *xfer
           int id = mark_id(p, w);
           double sc = send_complete(p, xfer, id, sent[id], post_time);
           if (sc > clock[r]) clock[r] = sc;
-        } else { // a POST_RECV between them: posted now
+        } else if (w->kind == ACT_POST_RECV) { // posted now (the step end's messages: untimed)
           post_step[mark_id(p, w)] = t, post_time[mark_id(p, w)] = clock[r];
         }
       }
@@ -553,6 +555,7 @@ static void limit_ranks(const Program *p, const StageCost *cost, const double *x
     }
     for (int k = pc[r]; k < i; k++) {
       const Action *w = &rp->acts[k];
+      if (action_step_msg(w->kind)) continue; // the step end's messages: untimed
       int id = mark_id(p, w);
       if (w->kind == ACT_WAIT_SEND) {
         double done = send_complete(p, xfer, id, sent[id], post_time);

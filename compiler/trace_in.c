@@ -29,7 +29,7 @@
 #include "trace_in.h"
 
 static bool compute_kind(ActionKind k) {
-  return k != ACT_SEND && k != ACT_RECV && k != ACT_COPY && !action_mark(k);
+  return k != ACT_SEND && k != ACT_RECV && k != ACT_COPY && !action_mark(k) && !action_step_msg(k);
 }
 
 static int num(const cJSON *o, const char *k, int dflt) {
@@ -197,7 +197,8 @@ bool trace_read_step(const Program *p, const char *path, int step, SchedStats *s
         continue;
       }
       const Channel *c = x->ch;
-      if (action_mark(x->kind) || p->vs[c->from_v].rank == p->vs[c->to_v].rank) { // no slice
+      if (action_mark(x->kind) || action_step_msg(x->kind) || // no slice
+          p->vs[c->from_v].rank == p->vs[c->to_v].rank) {
         st->t0[r][i] = at;
         continue;
       }

@@ -43,7 +43,9 @@ def main():
         mine = []
         for a in rp["actions"]:
             k = a["kind"]
-            if "channel" in a:  # SEND, RECV, POST_RECV, WAIT_SEND, COPY
+            if "message" in a:  # EX_POST, EX_SEND, EX_WAIT: a step-end exchange message
+                mine.append("%s(x%d)" % (k, a["message"]))
+            elif "channel" in a:  # SEND, RECV, POST_RECV, WAIT_SEND, COPY
                 mine.append("%s(c%d, m%d)" % (k, a["channel"], a["m"]))
             elif a["m"] >= 0:
                 mine.append("%s(v%d, m%d)" % (k, a["v"], a["m"]))

@@ -83,7 +83,7 @@ check "overlap: rep_final around B(v2, m1) and B(v0, m1) only, the tied bucket a
     tr '\n' ' ')" = \
   'B_2(0, 0) rep_final = true; B_2(1, 1) rep_final = false; B_0(0, 0) rep_final = true; B_0(1, 1) rep_final = false; step_end_0()   pr_replicas_ready(2) '
 check "overlap: rank 0's 3 buckets (stage 2's 3 parameters, stage 0's 6, the tied embedding)" \
-  grep -q '^static const int REP_END\[3\] = {3, 9, 10}; // 0: 41 1: 53 2: 54$' "$tmp/d2v2/rank0.c"
+  grep -q '^static const int REP_END\[3\] = {3, 9, 10}; // 0: 41 1: 53 2: 58$' "$tmp/d2v2/rank0.c"
 # Per-layer buckets inside one stage's backward (S = 1, plain data parallel): gpt_char's 4 layers
 # (repeat-block instances) make 4 buckets of its one backward, ln_f's and wpe's 2 more (the nodes
 # outside the blocks), in the order the backward makes them final: ln_f, layer 3, layers 2, 1, 0

@@ -26,7 +26,8 @@ typedef struct Hand {
 #define C(k, c, m) ((Action){ACT_##k, -1, m, &h->ch[c]})
 #define STEP(k, v) ((Action){ACT_##k, v, -1, NULL})
 
-// A valid 1F1B-like program (rank 0: F0 F1 B0 W0 B1 W1 with the channels around them).
+// A valid 1F1B-like program (rank 0: F0 F1 B0 W0 B1 W1 with the channels around them; each rank
+// waits for its sends, WAIT_SENDS, before its step end).
 static void hand_init(Hand *h) {
   memset(h, 0, sizeof *h);
   h->g.name = "hand";
@@ -35,17 +36,19 @@ static void hand_init(Hand *h) {
   static Tensor t = {.name = "h"}, dt = {.name = "d:h"};
   h->ch[0] = (Channel){0, &t, 0, 1, false, 0, 0, NULL};
   h->ch[1] = (Channel){1, &dt, 1, 0, true, 1, 0, NULL};
-  Action r0[] = {A(LOAD, 0, 0), A(F, 0, 0),    C(SEND, 0, 0),     A(LOAD, 0, 1),  A(F, 0, 1),
-                 C(SEND, 0, 1), C(RECV, 1, 0), A(B, 0, 0),        A(W, 0, 0),     C(RECV, 1, 1),
-                 A(B, 0, 1),    A(W, 0, 1),    STEP(TIED_SUM, 0), STEP(NORM, -1), STEP(OPT, -1)};
-  Action r1[] = {C(RECV, 0, 0), A(F, 1, 0),    A(LOSS, 1, 0),     A(B, 1, 0),     C(SEND, 1, 0),
-                 A(W, 1, 0),    C(RECV, 0, 1), A(F, 1, 1),        A(LOSS, 1, 1),  A(B, 1, 1),
-                 C(SEND, 1, 1), A(W, 1, 1),    STEP(TIED_SUM, 1), STEP(NORM, -1), STEP(OPT, -1)};
+  Action r0[] = {A(LOAD, 0, 0),        A(F, 0, 0),        C(SEND, 0, 0),  A(LOAD, 0, 1),
+                 A(F, 0, 1),           C(SEND, 0, 1),     C(RECV, 1, 0),  A(B, 0, 0),
+                 A(W, 0, 0),           C(RECV, 1, 1),     A(B, 0, 1),     A(W, 0, 1),
+                 STEP(WAIT_SENDS, -1), STEP(TIED_SUM, 0), STEP(NORM, -1), STEP(OPT, -1)};
+  Action r1[] = {C(RECV, 0, 0),        A(F, 1, 0),        A(LOSS, 1, 0),  A(B, 1, 0),
+                 C(SEND, 1, 0),        A(W, 1, 0),        C(RECV, 0, 1),  A(F, 1, 1),
+                 A(LOSS, 1, 1),        A(B, 1, 1),        C(SEND, 1, 1),  A(W, 1, 1),
+                 STEP(WAIT_SENDS, -1), STEP(TIED_SUM, 1), STEP(NORM, -1), STEP(OPT, -1)};
   memcpy(h->acts[0], r0, sizeof r0);
   memcpy(h->acts[1], r1, sizeof r1);
   for (int r = 0; r < 2; r++) {
     h->rvs[r] = r;
-    h->r[r] = (RankProgram){.rank = r, .acts = h->acts[r], .nacts = 15, .vs = &h->rvs[r], .nvs = 1};
+    h->r[r] = (RankProgram){.rank = r, .acts = h->acts[r], .nacts = 16, .vs = &h->rvs[r], .nvs = 1};
   }
   h->p = (Program){.g = &h->g,
                    .M = M,
@@ -125,7 +128,7 @@ START_TEST(test_missing_and_duplicate) {
   set(h, 0, 10, A(F, 0, 0)); // B(v0, m1) replaced by a second F(v0, m0)
   expect(h, "error: schedule: rank 0 action 10 F(v0, m0): appears twice (action 1 first)\n");
   hand_init(h);
-  drop(h, 1, 14); // OPT
+  drop(h, 1, 15); // OPT
   expect(h, "error: schedule: rank 1: OPT is missing\n");
   hand_init(h);
   set(h, 0, 10, A(LOAD, 0, 0)); // B(v0, m1) replaced by a second LOAD(v0, m0)
@@ -190,15 +193,16 @@ START_TEST(test_unsplit_b_ascending) {
   // Without the split, B accumulates the weight gradients: B of a stage in ascending m. W
   // actions become no-ops replaced by the channel actions moved around.
   h->p.split_bw = h->vs[0].split = h->vs[1].split = false;
-  Action r0[] = {A(LOAD, 0, 0),     A(F, 0, 0),     C(SEND, 0, 0), A(LOAD, 0, 1), A(F, 0, 1),
-                 C(SEND, 0, 1),     C(RECV, 1, 0),  C(RECV, 1, 1), A(B, 0, 1),    A(B, 0, 0),
-                 STEP(TIED_SUM, 0), STEP(NORM, -1), STEP(OPT, -1)};
-  Action r1[] = {C(RECV, 0, 0),     A(F, 1, 0),     A(LOSS, 1, 0), A(B, 1, 0), C(SEND, 1, 0),
-                 C(RECV, 0, 1),     A(F, 1, 1),     A(LOSS, 1, 1), A(B, 1, 1), C(SEND, 1, 1),
-                 STEP(TIED_SUM, 1), STEP(NORM, -1), STEP(OPT, -1)};
+  Action r0[] = {A(LOAD, 0, 0),        A(F, 0, 0),        C(SEND, 0, 0),  A(LOAD, 0, 1), A(F, 0, 1),
+                 C(SEND, 0, 1),        C(RECV, 1, 0),     C(RECV, 1, 1),  A(B, 0, 1),    A(B, 0, 0),
+                 STEP(WAIT_SENDS, -1), STEP(TIED_SUM, 0), STEP(NORM, -1), STEP(OPT, -1)};
+  Action r1[] = {C(RECV, 0, 0),  A(F, 1, 0),    A(LOSS, 1, 0),        A(B, 1, 0),
+                 C(SEND, 1, 0),  C(RECV, 0, 1), A(F, 1, 1),           A(LOSS, 1, 1),
+                 A(B, 1, 1),     C(SEND, 1, 1), STEP(WAIT_SENDS, -1), STEP(TIED_SUM, 1),
+                 STEP(NORM, -1), STEP(OPT, -1)};
   memcpy(h->acts[0], r0, sizeof r0);
   memcpy(h->acts[1], r1, sizeof r1);
-  h->r[0].nacts = h->r[1].nacts = 13;
+  h->r[0].nacts = h->r[1].nacts = 14;
   expect(h, "error: schedule: rank 0 action 8 B(v0, m1): comes before B(v0, m0) at action 9 "
             "(B of a stage in ascending m)\n");
   swap(h, 0, 8, 9);
@@ -257,21 +261,21 @@ END_TEST
 START_TEST(test_step_end) {
   Hand hh, *h = &hh;
   hand_init(h);
-  swap(h, 1, 13, 14); // OPT before NORM
-  expect(h, "error: schedule: rank 1 action 13 OPT: comes before NORM at action 14\n");
+  swap(h, 1, 14, 15); // OPT before NORM
+  expect(h, "error: schedule: rank 1 action 14 OPT: comes before NORM at action 15\n");
   hand_init(h);
-  swap(h, 1, 12, 13); // NORM before TIED_SUM
-  expect(h, "error: schedule: rank 1 action 12 NORM: comes before TIED_SUM at action 13\n");
+  swap(h, 1, 13, 14); // NORM before TIED_SUM
+  expect(h, "error: schedule: rank 1 action 13 NORM: comes before TIED_SUM at action 14\n");
   hand_init(h);
-  swap(h, 0, 11, 12); // TIED_SUM before the last W
+  swap(h, 0, 11, 13); // TIED_SUM before the last W
   expect(h, "error: schedule: rank 0 action 11 TIED_SUM(v0): comes before the rank's last F/B/W "
-            "at action 12\n");
+            "at action 13\n");
   hand_init(h);
-  set(h, 0, 12, STEP(NORM, -1)); // TIED_SUM(v0) gone, NORM twice
-  expect(h, "error: schedule: rank 0 action 13 NORM: appears twice (action 12 first)\n");
+  set(h, 0, 13, STEP(NORM, -1)); // TIED_SUM(v0) gone, NORM twice
+  expect(h, "error: schedule: rank 0 action 14 NORM: appears twice (action 13 first)\n");
   hand_init(h);
-  set(h, 0, 12, A(W, 0, 1)); // TIED_SUM(v0) gone (a duplicate W is found first)
-  expect(h, "error: schedule: rank 0 action 12 W(v0, m1): appears twice (action 11 first)\n");
+  set(h, 0, 13, A(W, 0, 1)); // TIED_SUM(v0) gone (a duplicate W is found first)
+  expect(h, "error: schedule: rank 0 action 13 W(v0, m1): appears twice (action 11 first)\n");
 }
 END_TEST
 
@@ -313,11 +317,11 @@ START_TEST(test_marks) {
   ck_assert_str_eq(text, "POST_RECV(c1, m0) POST_RECV(c1, m1) LOAD(v0, m0) F(v0, m0) SEND(c0, m0) "
                          "LOAD(v0, m1) F(v0, m1) SEND(c0, m1) RECV(c1, m0) WAIT_SEND(c0, m0) "
                          "B(v0, m0) W(v0, m0) RECV(c1, m1) WAIT_SEND(c0, m1) B(v0, m1) W(v0, m1) "
-                         "TIED_SUM NORM OPT\n"
+                         "WAIT_SENDS TIED_SUM NORM OPT\n"
                          "POST_RECV(c0, m0) RECV(c0, m0) F(v1, m0) LOSS(v1, m0) B(v1, m0) "
                          "SEND(c1, m0) WAIT_SEND(c1, m0) W(v1, m0) POST_RECV(c0, m1) RECV(c0, m1) "
                          "F(v1, m1) LOSS(v1, m1) B(v1, m1) SEND(c1, m1) WAIT_SEND(c1, m1) "
-                         "W(v1, m1) TIED_SUM NORM OPT\n");
+                         "W(v1, m1) WAIT_SENDS TIED_SUM NORM OPT\n");
   free(text);
   // Readers read the marks' places: where each send is waited for, where each receive is posted.
   int wait[2 * M], post[2 * M];
@@ -363,9 +367,9 @@ START_TEST(test_marks) {
   expect(h, "error: schedule: rank 1 action 1 POST_RECV(c0, m1): appears twice (rank 1 action 0 "
             "first)\n");
   hand_init(h); // after the step end
-  insert(h, 0, 13, C(WAIT_SEND, 0, 1));
-  expect(h, "error: schedule: rank 0 action 13 WAIT_SEND(c0, m1): comes after the step end at "
-            "action 12\n");
+  insert(h, 0, 14, C(WAIT_SEND, 0, 1));
+  expect(h, "error: schedule: rank 0 action 14 WAIT_SEND(c0, m1): comes after the step end at "
+            "action 13\n");
   hand_init(h); // a channel within one rank has no message
   h->vs[1].rank = 0;
   h->p.nranks = 1;
@@ -462,6 +466,136 @@ START_TEST(test_pass_one_rank) {
 }
 END_TEST
 
+// ---- The step end's messages (compiler/lower_step_end.c): a parameter tied between v0 and v1,
+// one use buffer on each (b0 made by v0, b1 by v1; v0's step sums both). The lowering makes one
+// exchange message per buffer (x0: b0 from rank 0 to rank 1, x1: b1 from rank 1 to rank 0) and
+// places its actions; the checker accepts them; then one rule broken at a time.
+
+typedef struct Tied {
+  Tensor w, b0, b1;  // the parameter, its use buffers
+  Tensor *bufs[2];   // b0, b1
+  int stages[2];     // v0, v1
+  int buf_stage[2];  // b0 by v0, b1 by v1
+  Exchange ex;       // the group
+  Tensor *sum_in[2]; // v0's step node reads b0 and b1
+  Node sum;          // that node
+  Node *step[1];     // v0's step segment
+} Tied;
+
+// Lowers h with the tied parameter t and copies the lists back into h->acts (so that set, drop,
+// swap and insert edit them).
+static void tied_lower(Hand *h, Tied *t, Arena *a) {
+  memset(t, 0, sizeof *t);
+  t->w.name = "w", t->b0.name = "g0", t->b1.name = "g1";
+  t->bufs[0] = &t->b0, t->bufs[1] = &t->b1;
+  t->stages[0] = 0, t->stages[1] = 1;
+  t->buf_stage[0] = 0, t->buf_stage[1] = 1;
+  t->ex = (Exchange){&t->w, t->stages, 2, t->bufs, t->buf_stage, 2};
+  t->sum_in[0] = &t->b0, t->sum_in[1] = &t->b1;
+  t->sum.in = t->sum_in, t->sum.nin = 2;
+  t->step[0] = &t->sum;
+  h->vs[0].step = (Segment){t->step, 1};
+  h->p.ex = &t->ex, h->p.nex = 1;
+  lower_step_end(&h->p, a);
+  for (int r = 0; r < 2; r++) {
+    memcpy(h->acts[r], h->r[r].acts, (size_t)h->r[r].nacts * sizeof(Action));
+    h->r[r].acts = h->acts[r];
+  }
+}
+
+static char *rank_text(const Hand *h, int r) {
+  static char buf[1024];
+  size_t o = 0;
+  for (int i = 0; i < h->r[r].nacts; i++) {
+    char t[64];
+    action_text(&h->r[r].acts[i], t, sizeof t);
+    o += (size_t)snprintf(buf + o, sizeof buf - o, "%s%s", i ? " " : "", t);
+  }
+  return buf;
+}
+
+#define X(k, id) ((Action){ACT_##k, -1, id, NULL})
+
+START_TEST(test_step_msgs) {
+  Hand hh, *h = &hh;
+  Tied tt, *t = &tt;
+  Arena a;
+  arena_init(&a);
+  hand_init(h);
+  tied_lower(h, t, &a);
+  ck_assert_int_eq(h->p.nexm, 2);
+  ck_assert(h->p.exm[0].buf == &t->b0 && h->p.exm[0].from == 0 && h->p.exm[0].to == 1);
+  ck_assert(h->p.exm[1].buf == &t->b1 && h->p.exm[1].from == 1 && h->p.exm[1].to == 0);
+  ck_assert_int_eq(h->p.exm[0].tag, 2); // after the channels' tags 0 and 1
+  ck_assert_int_eq(h->p.exm[1].tag, 3);
+  ck_assert_str_eq(rank_text(h, 0), "LOAD(v0, m0) F(v0, m0) SEND(c0, m0) LOAD(v0, m1) F(v0, m1) "
+                                    "SEND(c0, m1) RECV(c1, m0) B(v0, m0) W(v0, m0) RECV(c1, m1) "
+                                    "B(v0, m1) W(v0, m1) WAIT_SENDS EX_POST(x1) EX_SEND(x0) "
+                                    "EX_WAIT(x1) TIED_SUM WAIT_SENDS NORM OPT");
+  ck_assert_str_eq(rank_text(h, 1), "RECV(c0, m0) F(v1, m0) LOSS(v1, m0) B(v1, m0) SEND(c1, m0) "
+                                    "W(v1, m0) RECV(c0, m1) F(v1, m1) LOSS(v1, m1) B(v1, m1) "
+                                    "SEND(c1, m1) W(v1, m1) WAIT_SENDS EX_POST(x0) EX_SEND(x1) "
+                                    "EX_WAIT(x0) TIED_SUM WAIT_SENDS NORM OPT");
+  bool ok;
+  const char *msg = check_msg(h, &ok);
+  ck_assert_msg(ok, "%s", msg);
+  // Again: the same lists (the pass drops its own kinds first).
+  lower_step_end(&h->p, &a);
+  ck_assert_int_eq(h->r[0].nacts, 20);
+  ck_assert_str_eq(rank_text(h, 1), "RECV(c0, m0) F(v1, m0) LOSS(v1, m0) B(v1, m0) SEND(c1, m0) "
+                                    "W(v1, m0) RECV(c0, m1) F(v1, m1) LOSS(v1, m1) B(v1, m1) "
+                                    "SEND(c1, m1) W(v1, m1) WAIT_SENDS EX_POST(x0) EX_SEND(x1) "
+                                    "EX_WAIT(x0) TIED_SUM WAIT_SENDS NORM OPT");
+
+  hand_init(h), tied_lower(h, t, &a);
+  drop(h, 0, 12); // the WAIT_SENDS before the exchange
+  expect(h, "error: schedule: rank 0: no WAIT_SENDS between its last SEND at action 5 and its "
+            "first TIED_SUM at action 15\n");
+  hand_init(h), tied_lower(h, t, &a);
+  drop(h, 0, 17); // the WAIT_SENDS after the sum
+  expect(h, "error: schedule: rank 0: no WAIT_SENDS between its last EX_SEND at action 14 and "
+            "NORM at action 17\n");
+  hand_init(h), tied_lower(h, t, &a);
+  swap(h, 0, 11, 14); // EX_SEND(x0) before W(v0, m1)
+  expect(h, "error: schedule: rank 0 action 11 EX_SEND(x0): comes before the rank's last F/B/W "
+            "at action 14\n");
+  hand_init(h), tied_lower(h, t, &a);
+  drop(h, 0, 13); // EX_POST(x1) after NORM
+  insert(h, 0, 18, X(EX_POST, 1));
+  expect(h, "error: schedule: rank 0 action 18 EX_POST(x1): comes after NORM at action 17\n");
+  hand_init(h), tied_lower(h, t, &a);
+  drop(h, 0, 15); // EX_WAIT(x1)
+  expect(h, "error: schedule: rank 0: EX_WAIT(x1) is missing\n");
+  hand_init(h), tied_lower(h, t, &a);
+  swap(h, 0, 13, 15); // EX_WAIT(x1) before its EX_POST
+  expect(h, "error: schedule: rank 0 action 13 EX_WAIT(x1): comes before its EX_POST at action "
+            "15\n");
+  hand_init(h), tied_lower(h, t, &a);
+  swap(h, 0, 15, 16); // EX_WAIT(x1) after the TIED_SUM that sums b1
+  expect(h, "error: schedule: rank 0 action 16 EX_WAIT(x1): comes after TIED_SUM(v0) at action "
+            "15, which reads its buffer\n");
+  hand_init(h), tied_lower(h, t, &a);
+  set(h, 0, 13, X(EX_SEND, 0)); // EX_SEND(x0) twice
+  expect(h, "error: schedule: rank 0 action 14 EX_SEND(x0): appears twice (action 13 first)\n");
+  hand_init(h), tied_lower(h, t, &a);
+  set(h, 0, 13, X(EX_POST, 0)); // rank 0 receives x0
+  expect(h, "error: schedule: rank 0 action 13 EX_POST(x0): exchange message x0 is received by "
+            "rank 1\n");
+  hand_init(h), tied_lower(h, t, &a);
+  set(h, 0, 13, X(EX_POST, 2));
+  expect(h, "error: schedule: rank 0 action 13 EX_POST(x2): not an exchange message of the "
+            "program\n");
+  hand_init(h), tied_lower(h, t, &a);
+  set(h, 0, 12, STEP(WAIT_SENDS, 0));
+  expect(h, "error: schedule: rank 0 action 12 WAIT_SENDS(v0): a rank-wide action has no stage\n");
+  hand_init(h), tied_lower(h, t, &a);
+  set(h, 0, 12, A(WAIT_SENDS, -1, 0));
+  expect(h, "error: schedule: rank 0 action 12 WAIT_SENDS(v-1, m0): a step-end action has no "
+            "microbatch\n");
+  arena_free(&a);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("schedule");
   TCase *tc = tcase_create("schedule");
@@ -475,6 +609,7 @@ int main(void) {
   tcase_add_test(tc, test_pass_one_rank);
   tcase_add_test(tc, test_marks);
   tcase_add_test(tc, test_copy);
+  tcase_add_test(tc, test_step_msgs);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
