@@ -1,7 +1,10 @@
-// The C back end's internal interface, shared by its files: the emitter state, the printing
-// helpers and the two escapers every model string goes through (emit_c.c), and the printing of a
-// node sequence as kernel calls, straight-line or as loops over repeat-block instances
-// (segment.c), and of the parameter table (params.c).
+// The C back end's internal interface, shared by its files, from the bottom up: the emitter
+// state and the printing helpers with the two escapers every model string goes through (text.c),
+// lines within 100 columns (wrap.c) and loop operands' names (loop_names.c) over them; the
+// printing of a node sequence as kernel calls, straight-line or as loops over repeat-block
+// instances (segment.c), of the parameter table (params.c), of the decoration around actions and
+// kernel calls (emit_trace.c) and of a rank's streams, loaders, train_step and evaluation
+// (emit_rank.c); emit_c.c prints the whole program over them and build.c builds it.
 #ifndef PIPEC_CODEGEN_EMIT_H
 #define PIPEC_CODEGEN_EMIT_H
 
@@ -36,9 +39,9 @@ typedef struct E {
 } E;
 
 void out(E *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-// Text for a comment that cannot end or open one (see emit_c.c).
+// Text for a comment that cannot end or open one (see text.c).
 const char *comment(E *e, const char *s);
-// A C string literal with the string's exact bytes (see emit_c.c).
+// A C string literal with the string's exact bytes (see text.c).
 const char *cstring(E *e, const char *s);
 // Lines within 100 columns (wrap.c): statement stmt at indent with a trailing comment of text
 // note (NULL: none; text already through comment()), the note above it or the call broken
