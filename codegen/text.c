@@ -70,7 +70,6 @@ const char *flit(E *e, double v) {
   return arena_printf(e->a, "%sf", buf);
 }
 
-
 const char *const region_ptr[REG_COUNT] = {"params", "grads", "optst", "acts"};
 
 const char *tid(E *e, const Tensor *t) {
