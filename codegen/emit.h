@@ -4,7 +4,8 @@
 // printing of a node sequence as kernel calls, straight-line or as loops over repeat-block
 // instances (segment.c), of the parameter table (params.c), of the decoration around actions and
 // kernel calls (emit_trace.c) and of a rank's streams, loaders, train_step and evaluation
-// (emit_rank.c); emit_c.c prints the whole program over them and build.c builds it.
+// (emit_rank.c) with the batch's way in and out of the tensors (data_io.c); emit_c.c prints the
+// whole program over them and build.c builds it.
 #ifndef PIPEC_CODEGEN_EMIT_H
 #define PIPEC_CODEGEN_EMIT_H
 
@@ -150,14 +151,14 @@ void emit_rank_eval(E *e);
 // --predict: the tensor this rank copies into PrEvalBatch.out after eval_batch's forward (the
 // model's first output, or its received copy on the loss stage; a float32 tensor whose first
 // dimension alone carries the batch), NULL on every rank but the one that holds it; *name
-// receives the output's name either way (NULL when the model has no such output). emit_c.c.
+// receives the output's name either way (NULL when the model has no such output). data_io.c.
 const Tensor *predict_output(E *e, const Tensor **name);
 // The line that copies it ("" for NULL), after the forward of a batch of `valid` samples.
 const char *predict_copy(E *e, const Tensor *t);
 // The lines that count an evaluation batch's correct predictions into PrEvalBatch (`valid`
 // rows) from TrainConfig.accuracy's logits and class ids as that node reads them: printed after
 // the forward of the stage that computes it (its logits live until its backward), on its rank
-// alone; "" when the model has no accuracy. emit_c.c.
+// alone; "" when the model has no accuracy. data_io.c.
 const char *count_correct(E *e);
 
 // The CUDA target (emit_cuda.c): the kernel's name on the target (pr_X -> pr_cu_X; the CPU's
@@ -169,8 +170,9 @@ const char *kernel_name(E *e, const char *kernel);
 void emit_cuda_support(E *e);
 const char *cu_in(E *e, const Tensor *t, bool held);
 const char *cu_upload_inputs(E *e, const bool *held);
-// A table load's destinations: "void *const in_[] = {A, B};" with each fed input's pointer
-// (cu_in) where held[k] (NULL = all), else NULL; pr_table_batch and pr_table_val_batch take in_.
+// A table load's destinations (data_io.c): "void *const in_[] = {A, B};" with each fed input's
+// pointer (cu_in) where held[k] (NULL = all), else NULL; pr_table_batch and pr_table_val_batch
+// take in_.
 const char *feed_dsts(E *e, const bool *held);
 // The value of the scalar tensor t on the host: "t[0]", or its download on the GPU.
 const char *cu_scalar(E *e, const Tensor *t);
