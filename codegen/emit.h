@@ -134,7 +134,7 @@ bool rep_any_inside(const RepBuckets *b);
 // k + l * per (k: the first instance's).
 void rep_emit_ready(E *e, const Node *n, const char *indent, int per);
 // The repeat block and instance a node belongs to, as segment.c groups them (*blk NULL: none; a
-// gradient sum outside any block: the instance whose forward tensor it differentiates).
+// gradient sum outside any block: the instance whose forward tensor it differentiates). text.c.
 void segment_node_key(const Node *n, const char **blk, int *inst);
 
 // A rank's program at any S (emit_rank.c): the PrChannel table CH and the PrComm `comm` (E.comm

@@ -1,8 +1,9 @@
 // text.c: the bottom of the C back end, the printing helpers every emitter prints through and
 // nothing of it calls an emitter: out (the one writer of the generated source), the two escapers
-// every model string goes through (comment, cstring), float literals (flit), and the names and
+// every model string goes through (comment, cstring), float literals (flit), the names and
 // address terms of the plan's tensors (tid, slot_stage, ws_slot_stage, slot_term, region_ptr,
-// ctype). Lines laid out within 100 columns are wrap.c's, above it.
+// ctype), and the repeat-block instance a node's call belongs to (segment_node_key: segment.c's
+// groups, buckets.c's layers). Lines laid out within 100 columns are wrap.c's, above it.
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -96,4 +97,15 @@ const char *slot_term(E *e, int v) {
 
 const char *ctype(DType t) {
   return t == DT_I32 ? "int32_t" : "float";
+}
+
+void segment_node_key(const Node *n, const char **blk, int *inst) {
+  *blk = n->block;
+  *inst = n->instance;
+  if (n->block || !n->nout) return;
+  const Tensor *of = n->out[0]->grad_of; // a gradient sum: the instance of what it differentiates
+  if (of && of->producer && of->producer->block) {
+    *blk = of->producer->block;
+    *inst = of->producer->instance;
+  }
 }
