@@ -31,6 +31,8 @@ typedef struct E {
                          // (S = D = 1: neither, and no --gradcheck functions without it)
   bool cuda;             // the CUDA target: pr_cu_ kernels over device regions (emit_cuda.c)
   Streams *st;           // this rank's message streams (built on first use)
+  bool streams;          // the rank has message streams (emit_rank_has_streams, set before any
+                         // printing): its long kernels call pr_comm_progress (emit_after_kernel)
   bool profile;          // time each F, B and W call (pr_prof_act; `pipec profile`)
   const RepBuckets *rep; // --replicas: the rank's buckets (rep_buckets), NULL at D = 1
   ActionKind fn;         // the action whose function emit_segment prints (F, B, W, TIED_SUM;

@@ -564,6 +564,7 @@ bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d) 
   e.ident = ARENA_ARRAY(a, char *, g->ntensors);
   e.used = ARENA_ARRAY(a, bool, g->ntensors);
   for (int i = 0; i < g->ntensors; i++) e.ident[i] = (char *)mangle(&e, g->tensors[i]);
+  e.streams = emit_rank_has_streams(&e);
   int errors = d->errors;
   bool ok = emit(&e, o, d);
   ok = (fclose(f) == 0) && ok;
