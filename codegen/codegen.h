@@ -1,7 +1,7 @@
 // Codegen's interface: what the driver asks of a back end (check the target can run the graph,
 // print and build the program of each rank). The C back end (emit_c.c) prints one C program per
-// rank from the rank's action list (pipeline.h) against libpipert (runtime/pipert.h) and builds it
-// with the system's C compiler.
+// rank from the rank's action list (pipeline.h) against libpipert (runtime/pipert.h); the builder
+// (build.c) builds it with the system's C compiler.
 #ifndef PIPEC_CODEGEN_H
 #define PIPEC_CODEGEN_H
 
@@ -39,6 +39,16 @@ bool codegen_check_target(const Graph *g, const char *target, Diag *d);
 // out_dir/bin/rank<rank> (S > 1: linked with libpipert_mpi and MPI) or, at S = 1, out_dir/bin/train
 // with bin/rank0 a link to it. Errors are reported through d.
 bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d);
+
+// Builds rank `rank`'s printed source src into out_dir/bin/rank<rank> (linked with libpipert_mpi
+// and MPI where codegen_links_mpi) or out_dir/bin/train with bin/rank0 a link to it (build.c).
+bool codegen_build(const Program *prog, int rank, const CodegenOptions *o, const char *src,
+                   Diag *d);
+
+// Whether the programs link MPI: several ranks, or --replicas (a one-rank program without them has
+// no messages, no PrComm and no MPI at all: bin/train, with bin/rank0 a link to it); the one rule
+// the printer, the builder, the manifest and the driver share.
+bool codegen_links_mpi(const Program *prog);
 
 // Writes out_dir/launch.sh, which runs the job (launch.c): bin/rank0 at S = 1, an MPMD mpirun
 // line over bin/rank0 .. bin/rank<S-1> at S > 1, the script's arguments given to every rank.

@@ -1,7 +1,11 @@
-// The C back end's internal interface, shared by its files: the emitter state, the printing
-// helpers and the two escapers every model string goes through (emit_c.c), and the printing of a
-// node sequence as kernel calls, straight-line or as loops over repeat-block instances
-// (segment.c), and of the parameter table (params.c).
+// The C back end's internal interface, shared by its files, from the bottom up: the emitter
+// state and the printing helpers with the two escapers every model string goes through (text.c),
+// lines within 100 columns (wrap.c) and loop operands' names (loop_names.c) over them; the
+// printing of a node sequence as kernel calls, straight-line or as loops over repeat-block
+// instances (segment.c), of the parameter table (params.c), of the decoration around actions and
+// kernel calls (emit_trace.c) and of a rank's streams, loaders, train_step and evaluation
+// (emit_rank.c) with the batch's way in and out of the tensors (data_io.c); emit_c.c prints the
+// whole program over them and build.c builds it.
 #ifndef PIPEC_CODEGEN_EMIT_H
 #define PIPEC_CODEGEN_EMIT_H
 
@@ -27,6 +31,8 @@ typedef struct E {
                          // (S = D = 1: neither, and no --gradcheck functions without it)
   bool cuda;             // the CUDA target: pr_cu_ kernels over device regions (emit_cuda.c)
   Streams *st;           // this rank's message streams (built on first use)
+  bool streams;          // the rank has message streams (emit_rank_has_streams, set before any
+                         // printing): its long kernels call pr_comm_progress (emit_after_kernel)
   bool profile;          // time each F, B and W call (pr_prof_act; `pipec profile`)
   const RepBuckets *rep; // --replicas: the rank's buckets (rep_buckets), NULL at D = 1
   ActionKind fn;         // the action whose function emit_segment prints (F, B, W, TIED_SUM;
@@ -36,9 +42,9 @@ typedef struct E {
 } E;
 
 void out(E *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-// Text for a comment that cannot end or open one (see emit_c.c).
+// Text for a comment that cannot end or open one (see text.c).
 const char *comment(E *e, const char *s);
-// A C string literal with the string's exact bytes (see emit_c.c).
+// A C string literal with the string's exact bytes (see text.c).
 const char *cstring(E *e, const char *s);
 // Lines within 100 columns (wrap.c): statement stmt at indent with a trailing comment of text
 // note (NULL: none; text already through comment()), the note above it or the call broken
@@ -130,7 +136,7 @@ bool rep_any_inside(const RepBuckets *b);
 // k + l * per (k: the first instance's).
 void rep_emit_ready(E *e, const Node *n, const char *indent, int per);
 // The repeat block and instance a node belongs to, as segment.c groups them (*blk NULL: none; a
-// gradient sum outside any block: the instance whose forward tensor it differentiates).
+// gradient sum outside any block: the instance whose forward tensor it differentiates). text.c.
 void segment_node_key(const Node *n, const char **blk, int *inst);
 
 // A rank's program at any S (emit_rank.c): the PrChannel table CH and the PrComm `comm` (E.comm
@@ -147,14 +153,14 @@ void emit_rank_eval(E *e);
 // --predict: the tensor this rank copies into PrEvalBatch.out after eval_batch's forward (the
 // model's first output, or its received copy on the loss stage; a float32 tensor whose first
 // dimension alone carries the batch), NULL on every rank but the one that holds it; *name
-// receives the output's name either way (NULL when the model has no such output). emit_c.c.
+// receives the output's name either way (NULL when the model has no such output). data_io.c.
 const Tensor *predict_output(E *e, const Tensor **name);
 // The line that copies it ("" for NULL), after the forward of a batch of `valid` samples.
 const char *predict_copy(E *e, const Tensor *t);
 // The lines that count an evaluation batch's correct predictions into PrEvalBatch (`valid`
 // rows) from TrainConfig.accuracy's logits and class ids as that node reads them: printed after
 // the forward of the stage that computes it (its logits live until its backward), on its rank
-// alone; "" when the model has no accuracy. emit_c.c.
+// alone; "" when the model has no accuracy. data_io.c.
 const char *count_correct(E *e);
 
 // The CUDA target (emit_cuda.c): the kernel's name on the target (pr_X -> pr_cu_X; the CPU's
@@ -166,8 +172,9 @@ const char *kernel_name(E *e, const char *kernel);
 void emit_cuda_support(E *e);
 const char *cu_in(E *e, const Tensor *t, bool held);
 const char *cu_upload_inputs(E *e, const bool *held);
-// A table load's destinations: "void *const in_[] = {A, B};" with each fed input's pointer
-// (cu_in) where held[k] (NULL = all), else NULL; pr_table_batch and pr_table_val_batch take in_.
+// A table load's destinations (data_io.c): "void *const in_[] = {A, B};" with each fed input's
+// pointer (cu_in) where held[k] (NULL = all), else NULL; pr_table_batch and pr_table_val_batch
+// take in_.
 const char *feed_dsts(E *e, const bool *held);
 // The value of the scalar tensor t on the host: "t[0]", or its download on the GPU.
 const char *cu_scalar(E *e, const Tensor *t);

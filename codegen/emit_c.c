@@ -1,7 +1,7 @@
 // C code generator: prints the training program of one rank from its action list (pipeline.h)
-// and its memory plan, then builds it against libpipert: one function per (stage, phase) and a
-// straight-line train_step() with one call per action (emit_rank.c's, the printer of every rank
-// at every S: S = 1 is its one-rank case, without MPI unless --replicas).
+// and its memory plan, then has build.c build it against libpipert: one function per (stage,
+// phase) and a straight-line train_step() with one call per action (emit_rank.c's, the printer of
+// every rank at every S: S = 1 is its one-rank case, without MPI unless --replicas).
 //
 // The program is one call per node into the runtime with every size a constant (segment.c:
 // straight-line, or a loop over the structurally identical instances of a repeat block), tensors
@@ -14,11 +14,8 @@
 // with the pipec version and command line.
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../compiler/memplan.h"
@@ -26,73 +23,12 @@
 #include "../compiler/uneven.h"
 #include "../ir/ops.h"
 #include "emit.h"
-#include "runtime_paths.h"
 
 #ifndef PIPEC_VERSION
 #define PIPEC_VERSION "0.0.0"
 #endif
 
-void out(E *e, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vfprintf(e->f, fmt, ap);
-  va_end(ap);
-}
-
-// The two escapers every model string (names, paths, the command line, the plan text) goes
-// through on its way into generated C; nothing else may print one.
-//
-// comment(): text for a comment of either kind (// or /* */) that cannot end or open one, continue
-// the line or form a trigraph: printable ASCII only (other bytes and backslash become '_'), a space
-// between '*' and '/' (either order) and between two '?', a space before a leading and after a
-// trailing '*', '/' or '?' (so that the text around it cannot complete a sequence), at most 200
-// characters of the string.
-const char *comment(E *e, const char *s) {
-  size_t n = strlen(s);
-  if (n > 200) n = 200;
-  char *c = arena_alloc(e->a, 2 * n + 3), *q = c;
-  char prev = 0;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char ch = (unsigned char)s[i];
-    char o = ch < 0x20 || ch >= 0x7f || ch == '\\' ? '_' : (char)ch;
-    bool pair = (prev == '*' && o == '/') || (prev == '/' && o == '*') || (prev == '?' && o == '?');
-    if (pair || (i == 0 && strchr("*/?", o))) *q++ = ' ';
-    *q++ = prev = o;
-  }
-  if (prev && strchr("*/?", prev)) *q++ = ' ';
-  *q = 0;
-  return c;
-}
-
-// cstring(): a C string literal with the string's exact bytes: '"', '\\' and '?' (trigraphs)
-// backslash-escaped, every byte outside printable ASCII as a three-digit octal escape (a digit
-// after it cannot extend it). The literal is data only: generated code never passes one that
-// holds a model string as a printf format (prCheck's HINT is printed with "%s").
-const char *cstring(E *e, const char *s) {
-  size_t n = strlen(s);
-  char *o = arena_alloc(e->a, n * 4 + 3), *q = o;
-  *q++ = '"';
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\' || *p == '?')
-      *q++ = '\\', *q++ = (char)*p;
-    else if (*p >= 0x20 && *p < 0x7f)
-      *q++ = (char)*p;
-    else
-      q += sprintf(q, "\\%03o", *p);
-  }
-  *q++ = '"';
-  *q = 0;
-  return o;
-}
-
-// A float literal: 1 -> "1.0f", 1e-05 -> "1e-05f" (always valid C, round-trips float).
-const char *flit(E *e, double v) {
-  char buf[64];
-  snprintf(buf, sizeof buf, "%.9g", v);
-  if (!strpbrk(buf, ".eEn")) strcat(buf, ".0");
-  return arena_printf(e->a, "%sf", buf);
-}
-
+// t<id>_<letters/digits of the name>: tensor t's C identifier (tid hands it out, text.c).
 static const char *mangle(E *e, const Tensor *t) {
   char buf[64];
   int n = snprintf(buf, sizeof buf, "t%d_", t->id);
@@ -105,34 +41,6 @@ static const char *mangle(E *e, const Tensor *t) {
   }
   buf[n] = 0;
   return arena_strdup(e->a, buf);
-}
-
-const char *const region_ptr[REG_COUNT] = {"params", "grads", "optst", "acts"};
-
-const char *tid(E *e, const Tensor *t) {
-  e->used[t->id] = true;
-  return e->ident[t->id];
-}
-
-int slot_stage(const E *e, int id) {
-  const Plan *p = e->p;
-  if (!p->vstage || p->vstage[id] < 0 || p->cls[id] == BUF_WORK) return -1; // one address
-  return p->slots[p->vstage[id]] > 1 ? p->vstage[id] : -1;
-}
-
-int ws_slot_stage(const E *e, const Node *n) {
-  int v = e->prog->vstage_of_node ? e->prog->vstage_of_node[n->id] : -1;
-  if (e->p->work_bytes > 0 && e->p->ws_offset[n->id] >= e->p->work_base)
-    return -1; // in the work area (--recompute, or a temporary of a stage with K > 1)
-  return v >= 0 && e->p->slots && e->p->slots[v] > 1 ? v : -1;
-}
-
-const char *slot_term(E *e, int v) {
-  return v < 0 ? "" : arena_printf(e->a, " + slot * STRIDE_%d", v); // (STRIDE_v: long long)
-}
-
-const char *ctype(DType t) {
-  return t == DT_I32 ? "int32_t" : "float";
 }
 
 static void emit_tensors(E *e) {
@@ -347,14 +255,6 @@ static const char *data_kind_name(DataKind k) {
   return n[k];
 }
 
-const char *feed_dsts(E *e, const bool *held) {
-  const char *s = "void *const in_[] = {";
-  for (int k = 0; k < e->tc->nfeeds; k++)
-    s = arena_printf(e->a, "%s%s%s", s, k ? ", " : "",
-                     cu_in(e, e->tc->feeds[k].t, !held || held[k]));
-  return arena_printf(e->a, "%s};", s);
-}
-
 // The table's model of the data (PrTableModel): per fed input its name, dtype, role, per-sample
 // shape, first CSV column and class bound, positionally (C and C++ alike); npy files are set
 // from the options at open. data.shuffle false: rows in file order, each step reading the next
@@ -414,51 +314,6 @@ static void emit_data(E *e) {
   // Each stage loads what it holds; without a data binding nothing (pr_main stops before
   // training; the program is still good for --gradcheck).
   emit_rank_loaders(e);
-}
-
-const Tensor *predict_output(E *e, const Tensor **name) {
-  const Tensor *t = e->g->noutputs ? e->g->outputs[0] : NULL;
-  bool ok = t && t->dtype == DT_F32 && t->shape.rank >= 1 && t->shape.d[0].b == 1;
-  for (int d = 1; ok && d < t->shape.rank; d++) ok = t->shape.d[d].b == 0;
-  *name = ok ? t : NULL;
-  if (!ok) return NULL;
-  // The loss stage's copy when it has one (its own or received), else the producer's (S = 1:
-  // the one rank's own), else (no producer) wherever it is held.
-  const Program *P = e->prog;
-  int lv = -1, home = -1;
-  for (int v = 0; v < P->nv; v++)
-    if (P->vs[v].has_loss) lv = v;
-  const Tensor *at_loss = NULL;
-  if (lv >= 0 && t->producer && P->vstage_of_node[t->producer->id] == lv) at_loss = t;
-  for (int c = 0; !at_loss && lv >= 0 && c < P->nch; c++)
-    if (P->ch[c].t == t && P->ch[c].to_v == lv) at_loss = P->ch[c].dst;
-  if (at_loss)
-    home = P->vs[lv].rank;
-  else if (t->producer)
-    home = P->vs[P->vstage_of_node[t->producer->id]].rank;
-  else if (e->p->offset[t->id] >= 0)
-    home = e->rp->rank;
-  if (home != e->rp->rank) return NULL;
-  return at_loss ? at_loss : t;
-}
-
-const char *predict_copy(E *e, const Tensor *t) {
-  if (!t) return "";
-  int64_t per = 1; // floats per sample
-  for (int d = 0; d < t->shape.rank; d++) per *= t->shape.d[d].n;
-  return arena_printf(e->a, "  if (r->out) %s(r->out, %s, (size_t)valid * %lld * sizeof(float));\n",
-                      e->cuda ? "pr_cu_download" : "memcpy", tid(e, t), (long long)per);
-}
-
-// The correct predictions of one evaluation batch (TrainConfig.accuracy's logits and class ids,
-// as the node reads them on its stage), or "" without accuracy.
-const char *count_correct(E *e) {
-  const Node *n = e->tc->accuracy;
-  if (!n) return "";
-  const Tensor *logits = accuracy_logits(n);
-  return arena_printf(e->a, "  r->correct = %s(%s, %s, valid, %lld);\n  r->seen = valid;\n",
-                      kernel_name(e, "pr_count_correct"), tid(e, logits),
-                      tid(e, accuracy_ids(n)), (long long)logits->shape.d[1].n);
 }
 
 // .npy tables' defaults: " .nfiles = N, .file_name = {...}, .file = {NULL, ...}, .label_file
@@ -681,229 +536,6 @@ static bool emit(E *e, const CodegenOptions *o, Diag *d) {
   return ok && !ferror(e->f);
 }
 
-// Runs argv; false (with the command's exit status in the message) on failure.
-static bool run_tool(char *const argv[], Diag *d) {
-  pid_t pid = fork();
-  if (pid < 0) {
-    diag_error(d, (Loc){0, 0}, "cannot start %s: %s", argv[0], strerror(errno));
-    return false;
-  }
-  if (pid == 0) {
-    // stderr holds only the diagnostics document in the machine-readable formats: the
-    // compiler's messages go to stdout there.
-    if (d->format != DIAG_TEXT) dup2(STDOUT_FILENO, STDERR_FILENO);
-    execvp(argv[0], argv);
-    fprintf(stderr, "pipec: cannot run %s: %s\n", argv[0], strerror(errno));
-    _exit(127);
-  }
-  int st;
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return true;
-  diag_error(d, (Loc){0, 0}, "building the generated program failed (%s exited with %d)", argv[0],
-             WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-  return false;
-}
-
-// The runtime's headers and libraries: the environment's, an installed pipec's own prefix's, or
-// the build tree's (runtime_paths.c).
-static const char *runtime_dir(void) {
-  return runtime_include_dir();
-}
-// The portable runtime, or the one built with -march=native.
-static const char *runtime_lib(bool native) {
-  return runtime_lib_path(native);
-}
-
-// libpipert_mpi.a: the MPI transport of rank programs at S > 1.
-static const char *runtime_mpi_lib(void) {
-  return runtime_mpi_lib_path();
-}
-
-// nvcc, the device runtime, its link flags and the default architectures, as CMake found them
-// ("" without the CUDA toolkit; the environment overrides first).
-static const char *cuda_setting(const char *env, const char *built) {
-  const char *h = getenv(env);
-  return h && *h ? h : built;
-}
-
-const char *codegen_target_missing(const char *target) {
-  if (strcmp(target, "cuda") != 0) return NULL;
-  if (!*cuda_setting("PIPEC_NVCC", PIPEC_NVCC) || !*runtime_cuda_lib_path())
-    return "pipec was built without the CUDA toolkit (CMake found no nvcc and cuBLAS), so it "
-           "cannot build CUDA programs: install the toolkit (nvcc on PATH or /usr/local/cuda), "
-           "then rebuild pipec";
-  return NULL;
-}
-
-const char *codegen_targets(void) {
-  return *PIPEC_NVCC && *PIPEC_RUNTIME_CUDA_LIB ? "cpu, cuda" : "cpu";
-}
-
-bool codegen_check_target(const Graph *g, const char *target, Diag *d) {
-  // The CPU kernels compute in float32 (ids in int32): refuse what they would misread.
-  for (int i = 0; i < g->ntensors; i++) {
-    const Tensor *t = g->tensors[i];
-    if (t->dtype == DT_F32 || t->dtype == DT_I32) continue;
-    diag_error(d, t->loc, "%s: '%s' is %s; the %s target computes in f32 (and i32 ids) only",
-               t->path ? t->path : "model", t->name, dtype_name(t->dtype), target);
-    return false;
-  }
-  return true;
-}
-
-// Whether the programs link MPI: several ranks, or --replicas (a one-rank program without them has
-// no messages, no PrComm and no MPI at all: bin/train, with bin/rank0 a link to it).
-static bool links_mpi(const Program *prog) {
-  return prog->nranks > 1 || prog->replicas > 1;
-}
-
-// Whether pipec was built with Open MPI, which rank programs of several ranks link; else an error.
-static bool have_mpi(const Program *prog, Diag *d) {
-  if (*runtime_mpi_lib()) return true;
-  diag_error(d, (Loc){0, 0},
-             "%d stages: the rank programs need Open MPI, which pipec was built without "
-             "(apt-get install libopenmpi-dev openmpi-bin, then rebuild pipec)",
-             prog->nranks);
-  return false;
-}
-
-const char *codegen_cuda_archs(const CodegenOptions *o, Arena *a, Diag *d) {
-  const char *archs = o->cuda_arch && *o->cuda_arch
-                          ? o->cuda_arch
-                          : cuda_setting("PIPEC_CUDA_ARCHS", PIPEC_CUDA_ARCHS);
-  // The kernels are libpipert_cuda.a's, built for PIPEC_CUDA_ARCHS: an architecture outside that
-  // list would link a program with no kernels for its GPU.
-  const char *built = cuda_setting("PIPEC_CUDA_ARCHS", PIPEC_CUDA_ARCHS);
-  char *list = arena_strdup(a, archs), *save0 = NULL;
-  for (char *tok = strtok_r(list, ",", &save0); tok; tok = strtok_r(NULL, ",", &save0)) {
-    bool found = false;
-    char *have = arena_strdup(a, built), *save = NULL;
-    for (char *h = strtok_r(have, ",", &save); h && !found; h = strtok_r(NULL, ",", &save))
-      found = !strcmp(h, tok);
-    if (!found) {
-      diag_error(d, (Loc){0, 0},
-                 "--cuda-arch %s: the CUDA runtime (libpipert_cuda.a) was built for %s only; "
-                 "rebuild pipec with -DPIPEC_CUDA_ARCHS=\"...;%s\" (CMake) to add it",
-                 tok, built, tok);
-      return NULL;
-    }
-  }
-  return archs;
-}
-
-// nvcc over the generated rank<r>.cu: a fat binary for o->cuda_arch (default PIPEC_CUDA_ARCHS),
-// warnings as errors, linked with the device runtime before libpipert (it calls into it), MPI's
-// transport first at S > 1, then cuBLAS / the CUDA runtime and libpipert's libraries (host-compiler
-// flags such as -fopenmp go through -Xcompiler).
-static bool build_cuda(const Program *prog, const CodegenOptions *o, const char *src,
-                       const char *exe, Diag *d) {
-  Arena *a = prog->g->arena;
-  bool mpi = links_mpi(prog);
-  if (mpi && !have_mpi(prog, d)) return false;
-  char *argv[128];
-  int n = 0;
-  argv[n++] = (char *)cuda_setting("PIPEC_NVCC", PIPEC_NVCC);
-  argv[n++] = "-std=c++17";
-  argv[n++] = "-O2";
-  argv[n++] = "-Xcompiler=-Wall,-Werror";
-  argv[n++] = "--Werror=all-warnings";
-  const char *archs = codegen_cuda_archs(o, a, d);
-  if (!archs) return false;
-  char *list = arena_strdup(a, archs);
-  for (char *tok = strtok(list, ","); tok && n < 40; tok = strtok(NULL, ","))
-    argv[n++] = arena_printf(a, "-gencode=arch=compute_%s,code=sm_%s", tok, tok);
-  argv[n++] = arena_printf(a, "-I%s", runtime_dir());
-  argv[n++] = arena_printf(a, "-I%s/cuda", runtime_dir());
-  argv[n++] = (char *)src;
-  argv[n++] = "-o";
-  argv[n++] = (char *)exe;
-  if (mpi) argv[n++] = (char *)runtime_mpi_lib();
-  argv[n++] = (char *)runtime_cuda_lib_path();
-  argv[n++] = (char *)runtime_lib(false);
-  char *libs = arena_printf(a, "%s %s %s", cuda_setting("PIPEC_CUDA_LIBS", PIPEC_CUDA_LIBS),
-                            mpi ? PIPEC_MPI_LIBS : "", PIPEC_RUNTIME_LIBS);
-  for (char *tok = strtok(libs, " "); tok && n < 120; tok = strtok(NULL, " ")) {
-    if (tok[0] != '-' || tok[1] == 'l' || tok[1] == 'L') {
-      argv[n++] = tok;
-      continue;
-    }
-    // nvcc splits -Xcompiler's value at commas: -fsanitize=address,undefined becomes one
-    // -Xcompiler=-fsanitize=V per value.
-    char *eq = strchr(tok, '=');
-    if (!eq || !strchr(eq, ',')) {
-      argv[n++] = arena_printf(a, "-Xcompiler=%s", tok);
-      continue;
-    }
-    int prefix = (int)(eq - tok + 1); // "-fsanitize="
-    char *save = NULL;
-    for (char *v = strtok_r(eq + 1, ",", &save); v && n < 120; v = strtok_r(NULL, ",", &save))
-      argv[n++] = arena_printf(a, "-Xcompiler=%.*s%s", prefix, tok, v);
-  }
-  argv[n] = NULL;
-  return run_tool(argv, d);
-}
-
-// The system's C compiler over the generated rank<r>.c, linked with libpipert (and, at S > 1, the
-// MPI transport before it).
-static bool build_c(const Program *prog, const CodegenOptions *o, const char *src, const char *exe,
-                    Diag *d) {
-  Arena *a = prog->g->arena;
-  bool mpi = links_mpi(prog);
-  char *argv[64];
-  int n = 0;
-  const char *cc = getenv("CC");
-  argv[n++] = (char *)(cc && *cc ? cc : "cc");
-  argv[n++] = "-std=gnu11";
-  argv[n++] = "-O2";
-  argv[n++] = "-ffp-contract=off"; // no FMA contraction: the same bits with or without -march
-  if (o->march_native) argv[n++] = "-march=native";
-  argv[n++] = "-Wall";
-  argv[n++] = "-Werror";
-  argv[n++] = arena_printf(a, "-I%s", runtime_dir());
-  argv[n++] = (char *)src;
-  argv[n++] = "-o";
-  argv[n++] = (char *)exe;
-  if (mpi && !have_mpi(prog, d)) return false;
-  if (mpi) argv[n++] = (char *)runtime_mpi_lib(); // before libpipert: it calls into it
-  argv[n++] = (char *)runtime_lib(o->march_native);
-  // Libraries libpipert (and libpipert_mpi: MPI's) needs, from pkg-config at pipec's build time.
-  char *libs = arena_strdup(a, mpi ? PIPEC_MPI_LIBS " " PIPEC_RUNTIME_LIBS : PIPEC_RUNTIME_LIBS);
-  for (char *tok = strtok(libs, " "); tok && n < 60; tok = strtok(NULL, " ")) argv[n++] = tok;
-  argv[n] = NULL;
-  return run_tool(argv, d);
-}
-
-// mkdir -p: creates dir and its missing parents; an existing component must be a directory.
-bool codegen_make_dirs(Arena *a, const char *dir, Diag *d) {
-  if (!*dir) {
-    diag_error(d, (Loc){0, 0}, "the output directory is an empty path");
-    return false;
-  }
-  char *p = arena_strdup(a, dir);
-  for (char *s = p + 1;; s++) {
-    if (*s != '/' && *s) continue;
-    char c = *s;
-    *s = 0;
-    struct stat st;
-    if (mkdir(p, 0777) != 0) {
-      int err = errno;
-      if (err == EEXIST && stat(p, &st) == 0 && !S_ISDIR(st.st_mode)) {
-        diag_error(d, (Loc){0, 0}, "cannot create output directory '%s': '%s' is not a directory",
-                   dir, p);
-        return false;
-      }
-      if (err != EEXIST) {
-        diag_error(d, (Loc){0, 0}, "cannot create output directory '%s': %s: %s", dir, p,
-                   strerror(err));
-        return false;
-      }
-    }
-    *s = c;
-    if (!c) return true;
-  }
-}
-
 bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d) {
   const Graph *g = prog->g;
   const RankProgram *rp = &prog->ranks[rank];
@@ -925,7 +557,7 @@ bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d) 
          .tc = prog->tc,
          .p = &rp->plan,
          .a = a,
-         .comm = links_mpi(prog),
+         .comm = codegen_links_mpi(prog),
          .cuda = cuda,
          .fn = ACT_COUNT,
          .profile = o->profile,
@@ -933,6 +565,7 @@ bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d) 
   e.ident = ARENA_ARRAY(a, char *, g->ntensors);
   e.used = ARENA_ARRAY(a, bool, g->ntensors);
   for (int i = 0; i < g->ntensors; i++) e.ident[i] = (char *)mangle(&e, g->tensors[i]);
+  e.streams = emit_rank_has_streams(&e);
   int errors = d->errors;
   bool ok = emit(&e, o, d);
   ok = (fclose(f) == 0) && ok;
@@ -945,22 +578,5 @@ bool codegen_c(const Program *prog, int rank, const CodegenOptions *o, Diag *d) 
     unlink(tmp);
     return false;
   }
-  if (!o->build) return true;
-  const char *bindir = arena_printf(a, "%s/bin", o->out_dir);
-  if (mkdir(bindir, 0777) != 0 && errno != EEXIST) {
-    diag_error(d, (Loc){0, 0}, "cannot create '%s': %s", bindir, strerror(errno));
-    return false;
-  }
-  bool mpi = links_mpi(prog);
-  const char *exe =
-      mpi ? arena_printf(a, "%s/rank%d", bindir, rank) : arena_printf(a, "%s/train", bindir);
-  if (!(cuda ? build_cuda(prog, o, src, exe, d) : build_c(prog, o, src, exe, d))) return false;
-  if (mpi) return true;
-  // S = 1: bin/rank0 is the same program (launch.sh runs it).
-  const char *r0 = arena_printf(a, "%s/rank0", bindir);
-  if ((unlink(r0) != 0 && errno != ENOENT) || symlink("train", r0) != 0) {
-    diag_error(d, (Loc){0, 0}, "cannot create '%s': %s", r0, strerror(errno));
-    return false;
-  }
-  return true;
+  return !o->build || codegen_build(prog, rank, o, src, d);
 }

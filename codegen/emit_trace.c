@@ -13,11 +13,11 @@
 // --profile (`pipec profile`, E.profile): an F, B or W line goes between the wall and CPU clocks'
 // readings and pr_prof_act(kind, v, ...) (runtime/profile.c), in a block of its own.
 //
-// Progress: on a rank with message streams (emit_rank_has_streams), each long-running kernel
-// (OpDef.progress: GEMMs, attention) of an F, B or W function is followed by pr_comm_progress(),
-// so that a message waiting for this rank to enter MPI (a rendezvous over shared memory)
-// completes while it computes (runtime/comm_mpi.c); not in a step end, whose messages are waited
-// for around it. A rank without streams (S = 1) prints none: it has no MPI at all.
+// Progress: on a rank with message streams (E.streams, emit_rank_has_streams), each long-running
+// kernel (OpDef.progress: GEMMs, attention) of an F, B or W function is followed by
+// pr_comm_progress(), so that a message waiting for this rank to enter MPI (a rendezvous over
+// shared memory) completes while it computes (runtime/comm_mpi.c); not in a step end, whose
+// messages are waited for around it. A rank without streams (S = 1) prints none: it has no MPI.
 #include "emit.h"
 #include "../ir/ops.h"
 
@@ -65,6 +65,5 @@ void emit_act(E *e, const Action *x, const char *call, const char *note) {
 }
 
 void emit_after_kernel(E *e, const Node *n, const char *indent) {
-  if (compute(e->fn) && n->op->progress && emit_rank_has_streams(e))
-    out(e, "%spr_comm_progress();\n", indent);
+  if (compute(e->fn) && n->op->progress && e->streams) out(e, "%spr_comm_progress();\n", indent);
 }

@@ -36,7 +36,7 @@
 #define PIPEC_VERSION "0.0.0"
 #endif
 
-// A setting CMake gave pipec, unless the environment overrides it (as emit_c.c reads them).
+// A setting CMake gave pipec, unless the environment overrides it (as build.c reads them).
 static const char *setting(const char *env, const char *built) {
   const char *h = getenv(env);
   return h && *h ? h : built;
@@ -49,10 +49,10 @@ static void add_words(cJSON *arr, Arena *a, const char *words) {
     cJSON_AddItemToArray(arr, cJSON_CreateString(w));
 }
 
-// The link line of every rank, in the order emit_c.c's builds use: the MPI transport (S > 1),
+// The link line of every rank, in the order build.c's builds use: the MPI transport (S > 1),
 // the device runtime (cuda), libpipert, then their system libraries.
 static cJSON *link_line(const Program *prog, const CodegenOptions *o, bool cuda, Arena *a) {
-  bool mpi = prog->nranks > 1 || prog->replicas > 1; // --replicas: MPI at S = 1 too
+  bool mpi = codegen_links_mpi(prog); // --replicas: MPI at S = 1 too
   cJSON *l = cJSON_CreateArray();
   if (mpi) cJSON_AddItemToArray(l, cJSON_CreateString(runtime_mpi_lib_path()));
   if (cuda) cJSON_AddItemToArray(l, cJSON_CreateString(runtime_cuda_lib_path()));
@@ -66,7 +66,7 @@ static cJSON *link_line(const Program *prog, const CodegenOptions *o, bool cuda,
 bool codegen_manifest(const Program *prog, const CodegenOptions *o, Diag *d) {
   Arena *a = prog->g->arena;
   bool cuda = !strcmp(o->target, "cuda");
-  if ((prog->nranks > 1 || prog->replicas > 1) && !*runtime_mpi_lib_path()) {
+  if (codegen_links_mpi(prog) && !*runtime_mpi_lib_path()) {
     diag_error(d, (Loc){0, 0},
                "%d stages: the rank programs need Open MPI, which pipec was built without "
                "(apt-get install libopenmpi-dev openmpi-bin, then rebuild pipec)",

@@ -410,17 +410,6 @@ static void print_straight(E *e, const Call *c) {
   print_conversions(e, c, ptr, true, "  ");
 }
 
-void segment_node_key(const Node *n, const char **blk, int *inst) {
-  *blk = n->block;
-  *inst = n->instance;
-  if (n->block || !n->nout) return;
-  const Tensor *of = n->out[0]->grad_of; // a gradient sum: the instance of what it differentiates
-  if (of && of->producer && of->producer->block) {
-    *blk = of->producer->block;
-    *inst = of->producer->instance;
-  }
-}
-
 typedef struct Group {
   int start, len;  // calls [start, start + len)
   const char *blk; // repeat block (NULL: outside any)

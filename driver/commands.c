@@ -77,9 +77,8 @@ static int finish_plan(Driver *dr) {
 static int finish_run(Driver *dr) {
   fflush(stdout);
   char **pa = ARENA_ARRAY(&dr->arena, char *, dr->cfg.nprog_args + 2);
-  pa[0] = arena_printf(
-      &dr->arena, dr->prog.nranks == 1 && dr->prog.replicas <= 1 ? "%s/bin/train" : "%s/launch.sh",
-      dr->out);
+  pa[0] = arena_printf(&dr->arena, codegen_links_mpi(&dr->prog) ? "%s/launch.sh" : "%s/bin/train",
+                       dr->out);
   for (int i = 0; i < dr->cfg.nprog_args; i++) pa[i + 1] = dr->cfg.prog_args[i];
   if (dr->diag.format != DIAG_TEXT) { // the document is complete before the program's output
     if (access(pa[0], X_OK) != 0) {
