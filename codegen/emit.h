@@ -167,11 +167,12 @@ const char *count_correct(E *e);
 // unchanged); the device helpers (dev_scalar, scratch_bytes, cu_ws and ws_bytes, the data
 // inputs' host staging stage_0, stage_1, ... per fed input); the pointer a data loader writes
 // input t into (its staging on the GPU, NULL when not held); the uploads of the staged inputs
-// after a load (held: per fed input, NULL = all; "" on the CPU).
+// after a load (held: per fed input, NULL = all; "" on the CPU), each on a line of its own at
+// indent.
 const char *kernel_name(E *e, const char *kernel);
 void emit_cuda_support(E *e);
 const char *cu_in(E *e, const Tensor *t, bool held);
-const char *cu_upload_inputs(E *e, const bool *held);
+const char *cu_upload_inputs(E *e, const bool *held, const char *indent);
 // A table load's destinations (data_io.c): "void *const in_[] = {A, B};" with each fed input's
 // pointer (cu_in) where held[k] (NULL = all), else NULL; pr_table_batch and pr_table_val_batch
 // take in_.

@@ -119,16 +119,15 @@ const char *cu_in(E *e, const Tensor *t, bool held) {
   return arena_printf(e->a, "stage_%d", (int)(f - e->tc->feeds));
 }
 
-const char *cu_upload_inputs(E *e, const bool *held) {
+const char *cu_upload_inputs(E *e, const bool *held, const char *indent) {
   if (!e->cuda) return "";
   const char *s = "";
   for (int k = 0; k < e->tc->nfeeds; k++)
     if (!held || held[k])
-      s = arena_printf(e->a, "%s pr_cu_upload(%s, stage_%d, sizeof stage_%d);", s,
+      s = arena_printf(e->a, "%s\n%spr_cu_upload(%s, stage_%d, sizeof stage_%d);", s, indent,
                        tid(e, e->tc->feeds[k].t), k, k);
   return s;
 }
-
 
 const char *cu_scalar(E *e, const Tensor *t) {
   return arena_printf(e->a, e->cuda ? "dev_scalar(%s)" : "%s[0]", tid(e, t));

@@ -145,7 +145,16 @@ void emit_rank_comm(E *e) {
         "// gradients become final (bucket: after action).\n",
         b.nb);
     out(e, "static const int REP_PARAM[%d] = {", b.n > 0 ? b.n : 1);
-    for (int i = 0; i < b.n; i++) out(e, "%s%d", i ? ", " : "", b.param[i]);
+    int col = snprintf(NULL, 0, "static const int REP_PARAM[%d] = {", b.n > 0 ? b.n : 1);
+    for (int i = 0; i < b.n; i++) { // wrapped within 100 columns
+      int w = snprintf(NULL, 0, "%d", b.param[i]) + (i ? 2 : 0);
+      if (col + w + 2 > 100)
+        out(e, ",\n    "), col = 4, w -= i ? 2 : 0;
+      else if (i)
+        out(e, ", ");
+      out(e, "%d", b.param[i]);
+      col += w;
+    }
     out(e, "%s};\nstatic const int REP_END[%d] = {", b.n ? "" : "0", b.nb > 0 ? b.nb : 1);
     for (int k = 0; k < b.nb; k++) out(e, "%s%d", k ? ", " : "", b.end[k]);
     out(e, "%s}; //", b.nb ? "" : "0");
@@ -199,10 +208,11 @@ void emit_rank_loaders(E *e) {
     for (int k = 0; k < tc->nfeeds; k++) h[k] = holds(e, tc->feeds[k].t, s->v);
     if (tokens)
       out(e, "  pr_tokens_batch(&data, split, seed, step, m, MB, SEQ, %s, %s);%s\n",
-          cu_in(e, tc->feeds[0].t, h[0]), cu_in(e, tc->feeds[1].t, h[1]), cu_upload_inputs(e, h));
+          cu_in(e, tc->feeds[0].t, h[0]), cu_in(e, tc->feeds[1].t, h[1]),
+          cu_upload_inputs(e, h, "  "));
     else if (table)
       out(e, "  %s\n  pr_table_batch(&data, seed, step, m, MB, in_);%s\n", feed_dsts(e, h),
-          cu_upload_inputs(e, h));
+          cu_upload_inputs(e, h, "  "));
     else
       out(e, "  (void)seed, (void)step, (void)m;\n");
     out(e, "}\n");
@@ -428,16 +438,18 @@ bool emit_rank_train_step(E *e, Diag *d) {
       emit_act(e, x, arena_printf(e->a, "W_%d(%d, %d);", x->v, slot, acc), m_note);
       break;
     case ACT_COPY: // a channel between two stages of this rank
-      out(e, "  %s // COPY(%s, m%d) from stage %d of this rank\n", local_copy(e, x->ch, x->m),
-          comment(e, x->ch->dst->name), x->m, x->ch->from_v);
+      out_stmt(e, "  ", local_copy(e, x->ch, x->m),
+               arena_printf(e->a, "COPY(%s, m%d) from stage %d of this rank",
+                            comment(e, x->ch->dst->name), x->m, x->ch->from_v));
       break;
     case ACT_SEND:
       if (st->send_of[x->ch->id] < 0 || e->p->offset[x->ch->t->id] < 0)
         return internal(e, d,
                         arena_printf(e->a, "SEND of '%s' without its buffer", x->ch->t->name));
-      out(e, "  %s // SEND(%s, m%d)\n",
+      out_stmt(
+          e, "  ",
           in_slot(e, x->ch->from_v, x->m, send_text(e, st->send_of[x->ch->id], x->m, x->ch->t)),
-          comment(e, x->ch->t->name), x->m);
+          arena_printf(e->a, "SEND(%s, m%d)", comment(e, x->ch->t->name), x->m));
       break;
     case ACT_RECV: {
       if (st->recv_of[x->ch->id] < 0 || e->p->offset[x->ch->dst->id] < 0)
@@ -459,8 +471,10 @@ bool emit_rank_train_step(E *e, Diag *d) {
           break;
         }
       }
-      out(e, "  pr_comm_wait_recv(%d, %d, %s); // RECV(%s, m%d)\n", st->recv_of[x->ch->id], x->m,
-          cstring(e, what), comment(e, x->ch->dst->name), x->m);
+      out_stmt(e, "  ",
+               arena_printf(e->a, "pr_comm_wait_recv(%d, %d, %s);", st->recv_of[x->ch->id], x->m,
+                            cstring(e, what)),
+               arena_printf(e->a, "RECV(%s, m%d)", comment(e, x->ch->dst->name), x->m));
       const char *up = recv_upload(e, st->recv_of[x->ch->id], x->m, x->ch->dst);
       if (up) out(e, "  %s\n", in_slot(e, x->ch->to_v, x->m, up));
       break;
@@ -506,7 +520,7 @@ void emit_rank_eval(E *e) {
   for (int k = 0; k < tc->nfeeds; k++) h[k] = e->p->offset[tc->feeds[k].t->id] >= 0;
   const char *X = tokens ? cu_in(e, tc->feeds[0].t, h[0]) : NULL,
              *Y = tokens ? cu_in(e, tc->feeds[1].t, h[1]) : NULL;
-  const char *up = cu_upload_inputs(e, h);
+  const char *up = cu_upload_inputs(e, h, "    ");
   out(e, "// ---- Validation: batches of one evaluation, and one batch's forward across the "
          "stages.\n");
   out(e, "static int64_t eval_batches(int64_t requested) {\n");
@@ -530,7 +544,7 @@ void emit_rank_eval(E *e) {
     out(e,
         "  (void)whole;\n  %s\n  int64_t valid = pr_table_val_batch(&data, k, MB, in_);%s\n"
         "  loss_rows = valid;\n  double weight = (double)valid;\n",
-        feed_dsts(e, h), up);
+        feed_dsts(e, h), cu_upload_inputs(e, h, "  "));
   for (int i = 0; i < e->rp->nvs; i++) {
     int v = e->rp->vs[i];
     for (int c = 0; c < P->nch; c++) {

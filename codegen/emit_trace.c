@@ -55,7 +55,7 @@ static bool compute(ActionKind k) {
 void emit_act(E *e, const Action *x, const char *call, const char *note) {
   bool timed = e->profile && compute(x->kind);
   if (timed) out(e, "  { double t_ = pr_now(), c_ = pr_cpu_now();\n");
-  out(e, "  %s%s%s\n", traced(e, x, call), note ? " // " : "", note ? note : "");
+  out_stmt(e, "  ", traced(e, x, call), note);
   if (timed)
     out(e, "  pr_prof_act(%d, %d, t_, c_); }\n",
         x->kind == ACT_F   ? 0

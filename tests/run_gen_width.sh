@@ -2,13 +2,8 @@
 # Generated sources read like hand-written ones: every line of every rank<r>.c that
 # `pipec compile --no-build` writes for each sample (S = 1 and S = 2 at 1f1b), and for gpt_char
 # also under zb-v, --replicas 2, --recompute all and --precision bf16, and the cuda target's
-# rank0.cu of gpt_char, is at most 100 columns. A failure names the file, the line number and
-# the line. Exceptions, until the parts of issue 30 that rework their printers land (then remove
-# them): the lines of train_step() and eval_batch() (emit_c.c's emit_train_step / emit_eval at
-# S = 1, emit_rank.c's action printing at S > 1: the `skip_functions` pattern) and a CUDA
-# loader's line that ends in its uploads (cu_upload_inputs after the load, printed by the same
-# printers) and --replicas' bucket table REP_PARAM (emit_rank.c's emit_rank_comm): the `allow`
-# list.
+# rank0.cu of gpt_char, is at most 100 columns, with no exception. A failure names the file,
+# the line number and the line.
 set -u
 pipec=$1
 root=$2
@@ -16,16 +11,6 @@ cd "$root" || exit 1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
-skip_functions='^static (double train_step|void eval_batch)\('
-allow=(
-  '\); pr_cu_upload\(.*\);$'
-  '^static const int REP_PARAM\['
-)
-allowed() {
-  local p
-  for p in "${allow[@]}"; do [[ $1 =~ $p ]] && return 0; done
-  return 1
-}
 check() {
   local name=$1 model=$2
   shift 2
@@ -34,19 +19,13 @@ check() {
     fail=$((fail + 1))
     return
   fi
-  local bad=0 f n line skip
+  local bad=0 f n line
   for f in "$tmp/$name"/rank*.c "$tmp/$name"/rank*.cu; do
     [ -e "$f" ] || continue
-    n=0 skip=0
+    n=0
     while IFS= read -r line || [ -n "$line" ]; do
       n=$((n + 1))
-      [[ $line =~ $skip_functions ]] && skip=1
-      if [ $skip = 1 ]; then
-        [ "$line" = "}" ] && skip=0
-        continue
-      fi
       [ ${#line} -le 100 ] && continue
-      allowed "$line" && continue
       [ $bad -lt 5 ] && echo "FAIL $name: $(basename "$f"):$n: ${#line} columns: $line"
       bad=$((bad + 1))
     done <"$f"

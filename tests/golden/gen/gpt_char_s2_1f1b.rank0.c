@@ -452,10 +452,12 @@ static double train_step(int64_t step, uint64_t seed) {
   { const int slot = 1; pr_comm_post_recv(2, 1, t176_d_transformer_h_1_out_transformer_h_2_ln_1_); }
   pr_trace_begin(PR_TR_LOAD, 0, 0); load_0(PR_TRAIN, seed, step, 0, 0); pr_trace_end(); // m0
   pr_trace_begin(PR_TR_F, 0, 0); F_0(0); pr_trace_end(); // m0
-  { const int slot = 0; pr_comm_send(0, 0, t51_transformer_h_1_out); } // SEND(transformer.h.1.out, m0)
+  // SEND(transformer.h.1.out, m0)
+  { const int slot = 0; pr_comm_send(0, 0, t51_transformer_h_1_out); }
   pr_trace_begin(PR_TR_LOAD, 0, 1); load_0(PR_TRAIN, seed, step, 1, 1); pr_trace_end(); // m1
   pr_trace_begin(PR_TR_F, 0, 1); F_0(1); pr_trace_end(); // m1
-  { const int slot = 1; pr_comm_send(0, 1, t51_transformer_h_1_out); } // SEND(transformer.h.1.out, m1)
+  // SEND(transformer.h.1.out, m1)
+  { const int slot = 1; pr_comm_send(0, 1, t51_transformer_h_1_out); }
   pr_comm_wait_recv(1, 0, "B(v0, m0)"); // RECV(d:transformer.h.2.resid_1@v0, m0)
   pr_comm_wait_recv(2, 0, "B(v0, m0)"); // RECV(d:transformer.h.1.out@transformer.h.2.ln_1#0@v0, m0)
   pr_comm_wait_send(0, 0);
@@ -464,7 +466,8 @@ static double train_step(int64_t step, uint64_t seed) {
   { const int slot = 0; pr_comm_post_recv(2, 2, t176_d_transformer_h_1_out_transformer_h_2_ln_1_); }
   pr_trace_begin(PR_TR_LOAD, 0, 2); load_0(PR_TRAIN, seed, step, 2, 0); pr_trace_end(); // m2
   pr_trace_begin(PR_TR_F, 0, 2); F_0(0); pr_trace_end(); // m2
-  { const int slot = 0; pr_comm_send(0, 2, t51_transformer_h_1_out); } // SEND(transformer.h.1.out, m2)
+  // SEND(transformer.h.1.out, m2)
+  { const int slot = 0; pr_comm_send(0, 2, t51_transformer_h_1_out); }
   pr_comm_wait_recv(1, 1, "B(v0, m1)"); // RECV(d:transformer.h.2.resid_1@v0, m1)
   pr_comm_wait_recv(2, 1, "B(v0, m1)"); // RECV(d:transformer.h.1.out@transformer.h.2.ln_1#0@v0, m1)
   pr_comm_wait_send(0, 1);
@@ -473,7 +476,8 @@ static double train_step(int64_t step, uint64_t seed) {
   { const int slot = 1; pr_comm_post_recv(2, 3, t176_d_transformer_h_1_out_transformer_h_2_ln_1_); }
   pr_trace_begin(PR_TR_LOAD, 0, 3); load_0(PR_TRAIN, seed, step, 3, 1); pr_trace_end(); // m3
   pr_trace_begin(PR_TR_F, 0, 3); F_0(1); pr_trace_end(); // m3
-  { const int slot = 1; pr_comm_send(0, 3, t51_transformer_h_1_out); } // SEND(transformer.h.1.out, m3)
+  // SEND(transformer.h.1.out, m3)
+  { const int slot = 1; pr_comm_send(0, 3, t51_transformer_h_1_out); }
   pr_comm_wait_recv(1, 2, "B(v0, m2)"); // RECV(d:transformer.h.2.resid_1@v0, m2)
   pr_comm_wait_recv(2, 2, "B(v0, m2)"); // RECV(d:transformer.h.1.out@transformer.h.2.ln_1#0@v0, m2)
   pr_comm_wait_send(0, 2);

@@ -683,10 +683,12 @@ static double train_step(int64_t step, uint64_t seed) {
   { const int slot = 2; pr_comm_post_recv(5, 2, t182_d_transformer_h_0_out_transformer_h_1_ln_1_); }
   pr_trace_begin(PR_TR_LOAD, 0, 0); load_0(PR_TRAIN, seed, step, 0, 0); pr_trace_end(); // m0
   pr_trace_begin(PR_TR_F, 0, 0); F_0(0); pr_trace_end(); // m0
-  { const int slot = 0; pr_comm_send(0, 0, t29_transformer_h_0_out); } // SEND(transformer.h.0.out, m0)
+  // SEND(transformer.h.0.out, m0)
+  { const int slot = 0; pr_comm_send(0, 0, t29_transformer_h_0_out); }
   pr_trace_begin(PR_TR_LOAD, 0, 1); load_0(PR_TRAIN, seed, step, 1, 1); pr_trace_end(); // m1
   pr_trace_begin(PR_TR_F, 0, 1); F_0(1); pr_trace_end(); // m1
-  { const int slot = 1; pr_comm_send(0, 1, t29_transformer_h_0_out); } // SEND(transformer.h.0.out, m1)
+  // SEND(transformer.h.0.out, m1)
+  { const int slot = 1; pr_comm_send(0, 1, t29_transformer_h_0_out); }
   pr_trace_begin(PR_TR_LOAD, 0, 2); load_0(PR_TRAIN, seed, step, 2, 2); pr_trace_end(); // m2
   pr_trace_begin(PR_TR_F, 0, 2); F_0(2); pr_trace_end(); // m2
   pr_comm_wait_recv(1, 0, "F(v3, m0)"); // RECV(transformer.h.2.out@v3, m0)
@@ -695,8 +697,10 @@ static double train_step(int64_t step, uint64_t seed) {
   pr_trace_begin(PR_TR_LOSS, 3, 0); loss += t100_loss[0]; pr_trace_end(); // m0
   pr_trace_begin(PR_TR_B, 3, 0); B_3(0, 0); pr_trace_end(); // m0
   pr_comm_send(2, 0, t114_d_transformer_h_3_resid_1); // SEND(d:transformer.h.3.resid_1, m0)
-  pr_comm_send(3, 0, t120_d_transformer_h_2_out_transformer_h_3_ln_1_); // SEND(d:transformer.h.2.out@transformer.h.3.ln_1#0, m0)
-  { const int slot = 2; pr_comm_send(0, 2, t29_transformer_h_0_out); } // SEND(transformer.h.0.out, m2)
+  // SEND(d:transformer.h.2.out@transformer.h.3.ln_1#0, m0)
+  pr_comm_send(3, 0, t120_d_transformer_h_2_out_transformer_h_3_ln_1_);
+  // SEND(transformer.h.0.out, m2)
+  { const int slot = 2; pr_comm_send(0, 2, t29_transformer_h_0_out); }
   pr_comm_wait_send(2, 0);
   pr_comm_wait_send(3, 0);
   pr_trace_begin(PR_TR_W, 3, 0); W_3(0, 0); pr_trace_end(); // m0
@@ -707,7 +711,8 @@ static double train_step(int64_t step, uint64_t seed) {
   pr_trace_begin(PR_TR_LOSS, 3, 1); loss += t100_loss[0]; pr_trace_end(); // m1
   pr_trace_begin(PR_TR_B, 3, 1); B_3(0, 1); pr_trace_end(); // m1
   pr_comm_send(2, 1, t114_d_transformer_h_3_resid_1); // SEND(d:transformer.h.3.resid_1, m1)
-  pr_comm_send(3, 1, t120_d_transformer_h_2_out_transformer_h_3_ln_1_); // SEND(d:transformer.h.2.out@transformer.h.3.ln_1#0, m1)
+  // SEND(d:transformer.h.2.out@transformer.h.3.ln_1#0, m1)
+  pr_comm_send(3, 1, t120_d_transformer_h_2_out_transformer_h_3_ln_1_);
   pr_comm_wait_send(2, 1);
   pr_comm_wait_send(3, 1);
   pr_trace_begin(PR_TR_W, 3, 1); W_3(0, 1); pr_trace_end(); // m1
@@ -720,14 +725,16 @@ static double train_step(int64_t step, uint64_t seed) {
   { const int slot = 0; pr_comm_post_recv(5, 3, t182_d_transformer_h_0_out_transformer_h_1_ln_1_); }
   pr_trace_begin(PR_TR_LOAD, 0, 3); load_0(PR_TRAIN, seed, step, 3, 0); pr_trace_end(); // m3
   pr_trace_begin(PR_TR_F, 0, 3); F_0(0); pr_trace_end(); // m3
-  { const int slot = 0; pr_comm_send(0, 3, t29_transformer_h_0_out); } // SEND(transformer.h.0.out, m3)
+  // SEND(transformer.h.0.out, m3)
+  { const int slot = 0; pr_comm_send(0, 3, t29_transformer_h_0_out); }
   pr_comm_wait_recv(1, 2, "F(v3, m2)"); // RECV(transformer.h.2.out@v3, m2)
   pr_trace_begin(PR_TR_LOAD, 3, 2); load_3(PR_TRAIN, seed, step, 2, 0); pr_trace_end(); // m2
   pr_trace_begin(PR_TR_F, 3, 2); F_3(0); pr_trace_end(); // m2
   pr_trace_begin(PR_TR_LOSS, 3, 2); loss += t100_loss[0]; pr_trace_end(); // m2
   pr_trace_begin(PR_TR_B, 3, 2); B_3(0, 1); pr_trace_end(); // m2
   pr_comm_send(2, 2, t114_d_transformer_h_3_resid_1); // SEND(d:transformer.h.3.resid_1, m2)
-  pr_comm_send(3, 2, t120_d_transformer_h_2_out_transformer_h_3_ln_1_); // SEND(d:transformer.h.2.out@transformer.h.3.ln_1#0, m2)
+  // SEND(d:transformer.h.2.out@transformer.h.3.ln_1#0, m2)
+  pr_comm_send(3, 2, t120_d_transformer_h_2_out_transformer_h_3_ln_1_);
   pr_comm_wait_send(2, 2);
   pr_comm_wait_send(3, 2);
   pr_trace_begin(PR_TR_W, 3, 2); W_3(0, 1); pr_trace_end(); // m2
@@ -742,7 +749,8 @@ static double train_step(int64_t step, uint64_t seed) {
   pr_trace_begin(PR_TR_LOSS, 3, 3); loss += t100_loss[0]; pr_trace_end(); // m3
   pr_trace_begin(PR_TR_B, 3, 3); B_3(0, 1); pr_trace_end(); // m3
   pr_comm_send(2, 3, t114_d_transformer_h_3_resid_1); // SEND(d:transformer.h.3.resid_1, m3)
-  pr_comm_send(3, 3, t120_d_transformer_h_2_out_transformer_h_3_ln_1_); // SEND(d:transformer.h.2.out@transformer.h.3.ln_1#0, m3)
+  // SEND(d:transformer.h.2.out@transformer.h.3.ln_1#0, m3)
+  pr_comm_send(3, 3, t120_d_transformer_h_2_out_transformer_h_3_ln_1_);
   pr_comm_wait_send(2, 3);
   pr_comm_wait_send(3, 3);
   pr_trace_begin(PR_TR_W, 3, 3); W_3(0, 1); pr_trace_end(); // m3
