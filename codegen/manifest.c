@@ -214,7 +214,7 @@ bool codegen_depfile(const Program *prog, const CodegenOptions *o, const char *p
   int S = prog->nranks, n = 0;
   const char **targets = ARENA_ARRAY(a, const char *, 2 * S + 4);
   if (o->build) {
-    if (S == 1) targets[n++] = arena_printf(a, "%s/bin/train", o->out_dir);
+    if (!codegen_links_mpi(prog)) targets[n++] = arena_printf(a, "%s/bin/train", o->out_dir);
     for (int r = 0; r < S; r++) targets[n++] = arena_printf(a, "%s/bin/rank%d", o->out_dir, r);
   }
   for (int r = 0; r < S; r++) targets[n++] = arena_printf(a, "%s/rank%d.%s", o->out_dir, r, ext);

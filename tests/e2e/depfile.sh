@@ -101,6 +101,15 @@ printf '%s \\\n %s \\\n %s: \\\n %s\n' "$o/rank0.c" "$o/launch.sh" "$o/pipec-man
   "$(make_esc "$model")" >o.want
 check "the depfile: $(tr '\n' ' ' <o.d)" cmp -s o.want o.d
 
+# Every target the depfile names is a file the build wrote: at S = 1 with --replicas the program
+# links MPI and is bin/rank0 alone (no bin/train).
+"$pipec" compile "$root/samples/mlp_digits.json" --replicas 2 --microbatches 2 -o rep \
+  --depfile rep.d >/dev/null 2>err || bad "--replicas 2: $(head -n 2 err)"
+missing=$(sed -n 's/^ *\([^ :]*\)\( \\\|:\).*/\1/p' rep.d | while read -r t; do
+  [ -e "$t" ] || printf '%s ' "$t"; done)
+check "--replicas 2: every target the depfile names exists${missing:+ (missing: $missing)}" \
+  test -z "$missing"
+
 # make: a Makefile whose rule reruns pipec, and knows the model only through the depfile.
 printf '%s/launch.sh:\n\t"$$PIPEC" compile "$$MODEL" --no-build -o "$$OUT" --depfile o.d\n-include o.d\n' \
   "$o" >Makefile
