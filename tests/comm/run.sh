@@ -30,7 +30,10 @@ job() {
     TEST_COMM_MODE=$mode TEST_COMM_RANKS=$s timeout 60 "${mpi[@]}" -np "$s" "$bin" "$@" >out 2>err
   fi
   rc=$?
-  if grep -q 'Sanitizer' err; then bad "$mode S=$s: sanitizer report: $(grep -m1 Sanitizer err)"; fi
+  if grep -q 'Sanitizer' err; then # the whole report, so that a rare one can be read afterwards
+    bad "$mode S=$s: sanitizer report: $(grep -m1 Sanitizer err)"
+    grep -A40 -m1 Sanitizer err
+  fi
   secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 }
 # Every line of out and err starts with "[rank R] " for R < $1.
